@@ -1,0 +1,73 @@
+# dhp — build, test, sanitizer build. See README.md.
+CC      ?= gcc
+BUILD   ?= build
+OPT     ?= -O2
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
+           -I. -I$(BUILD)/gen $(MPI_CFLAGS) -MMD -MP
+LDLIBS  += -lglpk -lcjson -lopenblas $(MPI_LIBS) -lm -lpthread
+
+MODULES := util models costdb planner executor
+LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
+CLI_SRC := $(wildcard cli/*.c)
+TEST_SRC := $(wildcard tests/*.c)
+DATA    := $(sort $(wildcard models/zoo/*.json) $(wildcard costdb/gpus/*.json) $(wildcard costdb/clusters/*.json))
+
+LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/gen/embedded.o
+CLI_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC))
+TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
+
+.PHONY: all deps test test-asan sanitize bench clean
+all: dhp
+
+# dhp in the repository root is the release build; other BUILD dirs keep their own copy.
+ifeq ($(BUILD),build)
+DHP_BIN := dhp
+else
+DHP_BIN := $(BUILD)/dhp
+endif
+dhp: $(DHP_BIN)
+
+$(DHP_BIN): $(LIB_OBJ) $(CLI_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/test_dhp: $(LIB_OBJ) $(TEST_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tools/embed: tools/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 -Wall -Wextra -Werror -o $@ $<
+
+$(BUILD)/gen/embedded.c: $(BUILD)/tools/embed $(DATA)
+	@mkdir -p $(dir $@)
+	$(BUILD)/tools/embed $@ $(DATA)
+
+$(BUILD)/obj/gen/embedded.o: $(BUILD)/gen/embedded.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+deps:
+	bash scripts/deps.sh
+
+# The test command (README, CI): unit tests, CLI and integration scripts.
+test: $(DHP_BIN) $(BUILD)/test_dhp
+	DHP=$(abspath $(DHP_BIN)) TEST_BIN=$(abspath $(BUILD)/test_dhp) bash tests/run.sh
+
+# Same tests built with AddressSanitizer and UndefinedBehaviorSanitizer.
+test-asan sanitize:
+	$(MAKE) BUILD=build-asan OPT=-O1 \
+	  CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" test
+
+bench: $(DHP_BIN)
+	bash bench/run.sh
+
+clean:
+	rm -rf build build-asan dhp
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

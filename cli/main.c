@@ -1,0 +1,51 @@
+#include "cli/cli.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define DHP_VERSION "0.1.0"
+
+/* Subcommands live in cli/cmd_*.c. */
+
+static const cli_command commands[] = {
+    { NULL, NULL, NULL }
+};
+
+int cli_bad_input(const char *msg)
+{
+    fprintf(stderr, "dhp: %s\n", msg);
+    return 2;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "dhp %s: %s (see 'dhp %s --help')\n", cmd, msg, cmd);
+    return 2;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "dhp %s — plan and run disaggregated hybrid-parallel training of multimodal models\n\n"
+               "usage: dhp <command> [options]\n\ncommands:\n", DHP_VERSION);
+    for (const cli_command *c = commands; c->name; c++) fprintf(f, "  %-10s %s\n", c->name, c->summary);
+    fprintf(f, "\n'dhp <command> --help' shows a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) { printf("dhp %s\n", DHP_VERSION); return 0; }
+    for (const cli_command *c = commands; c->name; c++)
+        if (!strcmp(argv[1], c->name)) return c->fn(argc - 1, argv + 1);
+    fprintf(stderr, "dhp: unknown command '%s' (see 'dhp --help')\n", argv[1]);
+    return 2;
+}

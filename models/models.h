@@ -1,0 +1,110 @@
+/* models: multimodal model descriptions (our JSON schema "dhp.model/1"),
+ * the built-in zoo, parameter counting and the Hugging Face config importer.
+ *
+ * A model is a small graph of modules: zero or more encoders (vision ViT,
+ * audio encoder), each with its merger/projector, feeding one decoder LLM.
+ * All sizes are integers as published in each model's config.json. */
+#ifndef DHP_MODELS_H
+#define DHP_MODELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "util/util.h"
+
+#define MODEL_MAX_MODULES 4
+#define MODEL_MAX_LIST 64
+#define MODEL_NAME_LEN 64
+
+typedef enum { MODEL_VISION = 0, MODEL_AUDIO, MODEL_LLM } model_kind;
+typedef enum { MODEL_FFN_GELU = 0, MODEL_FFN_SWIGLU } model_ffn_kind;
+typedef enum { MODEL_NORM_LAYERNORM = 0, MODEL_NORM_RMSNORM } model_norm_kind;
+
+typedef struct {
+    char name[MODEL_NAME_LEN];   /* "vision", "audio", "llm" */
+    model_kind kind;
+    int layers;                  /* transformer blocks (LLM: self-attention blocks + cross blocks) */
+    int hidden;                  /* model width d */
+    int heads;                   /* query heads */
+    int kv_heads;                /* key/value heads (GQA); == heads for MHA */
+    int head_dim;                /* usually hidden / heads; some models differ */
+    int ffn;                     /* MLP intermediate size */
+    model_ffn_kind ffn_kind;     /* GELU: up,down. SwiGLU: gate,up,down */
+    model_norm_kind norm;
+    bool qkv_bias;               /* bias on q,k,v projections */
+    bool out_bias;               /* bias on attention output projection */
+    bool mlp_bias;               /* bias on MLP linears */
+    bool qk_norm;                /* per-head RMSNorm on q and k (InternViT) */
+    bool layer_scale;            /* per-channel layer scale gammas (InternViT) */
+    bool frozen;                 /* parameters not trained (no grads / optimizer) */
+
+    /* encoders */
+    int in_channels;             /* vision: 3. audio: mel bins */
+    int patch;                   /* vision patch side in pixels; audio: conv kernel (3) */
+    int temporal_patch;          /* Qwen2-VL/2.5-VL video temporal patch (2); 1 otherwise */
+    int image_size;              /* native side in pixels for fixed-resolution ViTs; 0 = dynamic */
+    int max_positions;           /* learned absolute positions (CLIP 577, Whisper 1500); 0 = RoPE */
+    bool cls_token;              /* class token prepended (CLIP, InternViT) */
+    int merge;                   /* spatial merge factor m: m*m tokens -> 1 (Qwen 2, InternVL 2); 1 = none */
+    int pool;                    /* audio: average-pool stride after the encoder (Qwen2-Audio 2); 1 = none */
+    int window;                  /* window attention size in tokens (Qwen2.5-VL 112 = 8x8 merged... see zoo); 0 = none */
+    int n_full_layers;           /* layers with full attention when window > 0 */
+    int full_layers[MODEL_MAX_LIST];
+    int proj_hidden;             /* projector MLP hidden width; 0 = single linear projector */
+    int proj_in;                 /* projector input width (hidden*merge^2, or concat of layers) */
+    int out_hidden;              /* projector output width == LLM hidden */
+    bool proj_norm;              /* norm before the projector (Qwen merger ln_q, InternVL LayerNorm) */
+
+    /* decoder LLM */
+    int vocab;
+    bool tied_embeddings;
+    int n_cross_layers;          /* layers that are gated cross-attention blocks (Llama-3.2-Vision) */
+    int cross_layers[MODEL_MAX_LIST];
+
+    int feeds;                   /* index of the module this one feeds; -1 for the LLM */
+} model_module;
+
+typedef struct {
+    char name[MODEL_NAME_LEN];   /* "qwen2.5-vl-32b" */
+    char source[256];            /* where the numbers come from (config.json URL) */
+    int64_t published_params;    /* published total parameter count, 0 if unknown */
+    int n_modules;
+    model_module mod[MODEL_MAX_MODULES];
+    int llm;                     /* index of the LLM module */
+} model_t;
+
+/* Loads a model from a file path or a zoo name ("qwen2.5-vl-32b"). Validates
+ * every field: positive sizes, heads dividing hidden, kv_heads dividing heads,
+ * layer lists in range, exactly one LLM, encoders' out_hidden == LLM hidden. */
+int model_load(const char *name_or_path, model_t *m, char *err);
+int model_parse_json(const char *text, const char *what, model_t *m, char *err);
+int model_validate(const model_t *m, char *err);
+/* Serialises to our schema (round-trips through model_parse_json). */
+cJSON *model_to_json(const model_t *m);
+
+/* Zoo: names of the built-in models. */
+int model_zoo_count(void);
+const char *model_zoo_name(int i);
+
+/* Finds a module by name or kind; -1 if absent. */
+int model_find(const model_t *m, const char *module_name);
+int model_find_kind(const model_t *m, model_kind kind);
+
+/* Parameter counts (elements, not bytes). */
+bool model_layer_is_full_attention(const model_module *mm, int layer);
+bool model_layer_is_cross(const model_module *mm, int layer);
+int64_t model_layer_params(const model_module *mm, int layer);  /* one block */
+int64_t model_blocks_params(const model_module *mm);            /* all blocks */
+int64_t model_embed_params(const model_module *mm);   /* patch/conv embed, positions, vocab embedding */
+int64_t model_head_params(const model_module *mm);    /* final norm + projector, or final norm + LM head */
+int64_t model_module_params(const model_module *mm);  /* blocks + embed + head */
+int64_t model_total_params(const model_t *m);
+int64_t model_largest_layer_params(const model_module *mm);
+
+/* Hugging Face config.json -> our schema. Recognises model_type
+ * qwen2_5_vl, qwen2_vl, llava, internvl_chat, mllama, qwen2_audio, and plain
+ * decoder LLMs (llama, qwen2, mistral). Unknown types are refused by name. */
+int model_import_hf(const char *config_json_text, const char *what, model_t *m, char *err);
+
+const char *model_kind_name(model_kind k);
+
+#endif

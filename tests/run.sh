@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The test runner: C unit tests, then every tests/t_*.sh script. Prints each
+# result line and ends with one line "N passed, N failed, N skipped".
+set -u
+cd "$(dirname "$0")/.."
+: "${DHP:=$PWD/dhp}" "${TEST_BIN:=$PWD/build/test_dhp}"
+export DHP TEST_BIN
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+{
+    "$TEST_BIN" 2>&1 || true
+    for t in tests/t_*.sh; do
+        [ -e "$t" ] || continue
+        bash "$t" 2>&1 || echo "FAIL $t: script exited non-zero"
+    done
+} | tee "$log" | grep -vE '^unit: '
+passed=$(grep -cE '^ok ' "$log")
+failed=$(grep -cE '^FAIL ' "$log")
+skipped=$(grep -cE '^skipped: ' "$log")
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" = 0 ] && [ "$passed" -gt 0 ]

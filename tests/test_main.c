@@ -1,0 +1,54 @@
+#include "test.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+
+#define MAX_TESTS 1024
+static struct { const char *name; test_fn fn; } tests[MAX_TESTS];
+static int n_tests, cur_failed, cur_skipped;
+
+void test_register(const char *name, test_fn fn)
+{
+    if (n_tests < MAX_TESTS) { tests[n_tests].name = name; tests[n_tests].fn = fn; n_tests++; }
+}
+
+static const char *cur_name;
+
+void test_fail_at(const char *file, int line, const char *fmt, ...)
+{
+    if (cur_failed) return;
+    cur_failed = 1;
+    printf("FAIL %s: %s:%d: ", cur_name, file, line);
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+}
+
+void test_skip(const char *why)
+{
+    cur_skipped = 1;
+    printf("skipped: %s: %s\n", cur_name, why);
+}
+
+int test_failed_now(void) { return cur_failed; }
+
+int main(int argc, char **argv)
+{
+    /* Optional argument: run only tests whose name contains it. */
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    int passed = 0, failed = 0, skipped = 0;
+    for (int i = 0; i < n_tests; i++) {
+        if (filter && !strstr(tests[i].name, filter)) continue;
+        cur_name = tests[i].name;
+        cur_failed = cur_skipped = 0;
+        tests[i].fn();
+        if (cur_failed) failed++;
+        else if (cur_skipped) skipped++;
+        else { passed++; printf("ok %s\n", cur_name); }
+        fflush(stdout);
+    }
+    printf("unit: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}

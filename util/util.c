@@ -1,0 +1,189 @@
+#define _POSIX_C_SOURCE 200809L
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+int util_fail(char *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, UTIL_ERR_LEN, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+void util_strlcpy(char *dst, const char *src, size_t n)
+{
+    if (n == 0) return;
+    size_t len = strlen(src);
+    if (len >= n) len = n - 1;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+bool util_streq_nocase(const char *a, const char *b)
+{
+    return strcasecmp(a, b) == 0;
+}
+
+int util_read_file(const char *path, char **out, size_t *len, char *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return util_fail(err, UTIL_EIO, "%s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = util_malloc(cap);
+    if (!buf) { fclose(f); return util_fail(err, UTIL_ENOMEM, "%s: out of memory", path); }
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *nb = util_realloc(buf, cap * 2);
+            if (!nb) { util_free(buf); fclose(f); return util_fail(err, UTIL_ENOMEM, "%s: out of memory", path); }
+            buf = nb; cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { util_free(buf); return util_fail(err, UTIL_EIO, "%s: read error", path); }
+    buf[n] = '\0';
+    *out = buf;
+    if (len) *len = n;
+    return UTIL_OK;
+}
+
+int util_write_atomic(const char *path, const void *data, size_t len, char *err)
+{
+    size_t plen = strlen(path);
+    char *tmp = util_malloc(plen + 32);
+    if (!tmp) return util_fail(err, UTIL_ENOMEM, "%s: out of memory", path);
+    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        int rc = util_fail(err, UTIL_EIO, "%s: cannot create: %s", path, strerror(errno));
+        util_free(tmp);
+        return rc;
+    }
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            int rc = util_fail(err, UTIL_EIO, "%s: write failed: %s", path, strerror(errno));
+            close(fd); unlink(tmp); util_free(tmp);
+            return rc;
+        }
+        p += w; left -= (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int rc = util_fail(err, UTIL_EIO, "%s: fsync failed: %s", path, strerror(errno));
+        unlink(tmp); util_free(tmp);
+        return rc;
+    }
+    if (rename(tmp, path) != 0) {
+        int rc = util_fail(err, UTIL_EIO, "%s: rename failed: %s", path, strerror(errno));
+        unlink(tmp); util_free(tmp);
+        return rc;
+    }
+    util_free(tmp);
+    return UTIL_OK;
+}
+
+/* Each block carries a 16-byte header with its size and category so frees
+ * can be charged back without a lookup table. */
+typedef struct { size_t size; size_t cat; } mem_header;
+static size_t mem_cur[UTIL_MEM_NCAT], mem_peak[UTIL_MEM_NCAT];
+
+static void mem_charge(size_t cat, size_t n)
+{
+    mem_cur[cat] += n;
+    if (mem_cur[cat] > mem_peak[cat]) mem_peak[cat] = mem_cur[cat];
+}
+
+void *util_malloc_cat(util_mem_cat cat, size_t n)
+{
+    mem_header *h = malloc(sizeof(mem_header) + (n ? n : 1));
+    if (!h) return NULL;
+    h->size = n; h->cat = (size_t)cat;
+    mem_charge(h->cat, n);
+    return h + 1;
+}
+
+void *util_calloc_cat(util_mem_cat cat, size_t count, size_t size)
+{
+    if (size && count > SIZE_MAX / size) return NULL;
+    void *p = util_malloc_cat(cat, count * size);
+    if (p) memset(p, 0, count * size);
+    return p;
+}
+
+void util_free(void *p)
+{
+    if (!p) return;
+    mem_header *h = (mem_header *)p - 1;
+    mem_cur[h->cat] -= h->size;
+    free(h);
+}
+
+void *util_realloc(void *p, size_t n)
+{
+    if (!p) return util_malloc(n);
+    mem_header *h = (mem_header *)p - 1;
+    size_t old = h->size, cat = h->cat;
+    mem_header *nh = realloc(h, sizeof(mem_header) + (n ? n : 1));
+    if (!nh) return NULL;
+    mem_cur[cat] -= old;
+    nh->size = n;
+    mem_charge(cat, n);
+    return nh + 1;
+}
+
+char *util_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = util_malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+size_t util_mem_current(util_mem_cat cat) { return mem_cur[cat]; }
+size_t util_mem_peak(util_mem_cat cat) { return mem_peak[cat]; }
+void util_mem_reset_peaks(void)
+{
+    for (int i = 0; i < UTIL_MEM_NCAT; i++) mem_peak[i] = mem_cur[i];
+}
+
+const char *util_mem_cat_name(util_mem_cat cat)
+{
+    static const char *names[UTIL_MEM_NCAT] = {
+        "other", "parameters", "gradients", "optimizer", "activations", "comm_buffers"
+    };
+    return (unsigned)cat < UTIL_MEM_NCAT ? names[cat] : "?";
+}
+
+const char *util_fmt_bytes(double bytes, char *buf, size_t n)
+{
+    const char *unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    int u = 0;
+    double v = bytes;
+    while (v >= 1024.0 && u < 4) { v /= 1024.0; u++; }
+    snprintf(buf, n, u == 0 ? "%.0f %s" : "%.2f %s", v, unit[u]);
+    return buf;
+}
+
+double util_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

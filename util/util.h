@@ -1,0 +1,101 @@
+/* util: the lowest layer. One result-code convention for all of dhp, error
+ * message buffers, whole-file I/O with atomic replace, and a counting
+ * allocator with per-category totals (the executor's memory report reads it).
+ *
+ * Convention: every fallible function returns an int result code (UTIL_OK = 0)
+ * and, on failure, writes one human-readable line into `err` (size UTIL_ERR_LEN)
+ * that names the field or file and the problem. */
+#ifndef DHP_UTIL_H
+#define DHP_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#define UTIL_ERR_LEN 512
+
+enum {
+    UTIL_OK = 0,
+    UTIL_EINVAL = 2,   /* bad input: malformed, inconsistent or out-of-range values */
+    UTIL_EIO = 3,      /* file could not be read or written */
+    UTIL_ENOMEM = 4,   /* allocation failed */
+    UTIL_ENOTFOUND = 5,/* unknown name (preset, model, module) */
+    UTIL_EINFEASIBLE = 6, /* nothing fits (planner) */
+    UTIL_EUNSUPPORTED = 7,/* valid request that this build does not implement */
+    UTIL_ERUNTIME = 8  /* numeric failure at run time (NaN loss, MPI error) */
+};
+
+/* Formats into err (if non-NULL) and returns code, so callers can write
+ * `return util_fail(err, UTIL_EINVAL, "model: field '%s' must be > 0", f);` */
+int util_fail(char *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Reads a whole file; *out is NUL-terminated and must be util_free'd. */
+int util_read_file(const char *path, char **out, size_t *len, char *err);
+
+/* Writes path atomically: temp file in the same directory, fsync, rename.
+ * On any failure the temp file is removed and path is untouched. */
+int util_write_atomic(const char *path, const void *data, size_t len, char *err);
+
+/* Counting allocator. Every byte dhp allocates for long-lived data goes
+ * through these so per-category peaks can be reported (redis zmalloc style). */
+typedef enum {
+    UTIL_MEM_OTHER = 0,
+    UTIL_MEM_PARAMS,
+    UTIL_MEM_GRADS,
+    UTIL_MEM_OPTIM,
+    UTIL_MEM_ACTIV,
+    UTIL_MEM_COMM,
+    UTIL_MEM_NCAT
+} util_mem_cat;
+
+void *util_malloc_cat(util_mem_cat cat, size_t n);
+void *util_calloc_cat(util_mem_cat cat, size_t count, size_t size);
+void util_free(void *p);
+static inline void *util_malloc(size_t n) { return util_malloc_cat(UTIL_MEM_OTHER, n); }
+static inline void *util_calloc(size_t c, size_t s) { return util_calloc_cat(UTIL_MEM_OTHER, c, s); }
+void *util_realloc(void *p, size_t n);
+char *util_strdup(const char *s);
+size_t util_mem_current(util_mem_cat cat);
+size_t util_mem_peak(util_mem_cat cat);
+void util_mem_reset_peaks(void);
+const char *util_mem_cat_name(util_mem_cat cat);
+
+/* Bounded string copy that always NUL-terminates. */
+void util_strlcpy(char *dst, const char *src, size_t n);
+
+/* Formats bytes as "12.34 GiB" into buf. */
+const char *util_fmt_bytes(double bytes, char *buf, size_t n);
+
+/* Files under models/zoo, costdb/gpus and costdb/clusters are compiled into
+ * the binary (build/gen/embedded.c) so built-in names work from any cwd.
+ * Lookup by repository-relative path, e.g. "models/zoo/qwen2.5-vl-32b.json". */
+typedef struct { const char *path; const unsigned char *data; size_t len; } util_embedded_file;
+const util_embedded_file *util_embedded_find(const char *path);
+int util_embedded_count(void);
+const util_embedded_file *util_embedded_at(int i);
+
+/* JSON helpers over cJSON. Each getter validates and, on failure, names the
+ * field as "<ctx>.<key>" in err. `required` false means: absent -> dflt.
+ * Integer getters reject non-integral numbers and values outside [lo, hi]. */
+#include <cjson/cJSON.h>
+int util_json_parse(const char *text, const char *what, cJSON **out, char *err);
+int util_json_int(const cJSON *obj, const char *ctx, const char *key, bool required,
+                  long lo, long hi, long dflt, long *out, char *err);
+int util_json_num(const cJSON *obj, const char *ctx, const char *key, bool required,
+                  double lo, double hi, double dflt, double *out, char *err);
+int util_json_str(const cJSON *obj, const char *ctx, const char *key, bool required,
+                  const char *dflt, char *out, size_t n, char *err);
+int util_json_bool(const cJSON *obj, const char *ctx, const char *key, bool required,
+                   bool dflt, bool *out, char *err);
+/* Serialises with cJSON_Print and writes atomically. */
+int util_json_write(const char *path, const cJSON *root, char *err);
+
+/* Monotonic wall time in seconds. */
+double util_now(void);
+
+/* Case-insensitive equality. */
+bool util_streq_nocase(const char *a, const char *b);
+
+#endif
