@@ -15,3 +15,36 @@ int cli_bad_input(const char *msg);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif
+
+#include "models/models.h"
+#include "costdb/costdb.h"
+#include "planner/planner.h"
+
+/* Options shared by plan / memory / compare: model, cluster, workload. */
+typedef struct {
+    const char *model;        /* zoo name or path */
+    const char *cluster;      /* preset or path */
+    int batch, images, vision_tokens, image_size, audio_frames, text_tokens;
+    plan_precision precision;
+    bool json;
+} cli_setup;
+
+void cli_setup_default(cli_setup *s);
+/* Consumes argv[*i] (and its value) if it is a setup option; returns 1 if
+ * consumed, 0 if not a setup option, 2 on a bad value (message printed). */
+int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i);
+/* Loads model and cluster and builds the workload; prints the error and returns 2 on bad input. */
+int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster *c, plan_workload *w);
+extern const char *cli_setup_help;
+
+/* Parses a positive integer option value; prints an error and returns 2 if bad. */
+int cli_int_arg(const char *cmd, const char *opt, const char *val, int lo, int hi, int *out);
+
+/* Printing helpers (cli/print.c). */
+void cli_print_header(const model_t *m, const cost_cluster *c, const plan_workload *w);
+void cli_print_plan(const plan_t *p);
+void cli_print_plan_row_header(void);
+void cli_print_plan_row(const char *name, const plan_t *p);
+cJSON *cli_plan_summary_json(const plan_t *p);
+/* Prints the JSON document (formatted) on stdout and frees it. */
+void cli_emit_json(cJSON *doc);

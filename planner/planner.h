@@ -76,6 +76,159 @@ cJSON *plan_to_json(const plan_t *p);
 int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err);
 int plan_validate(const plan_t *p, char *err);
 
+/* ---- workload: sequence lengths each module sees ---- */
+typedef struct {
+    double samples_units;     /* units the module batches over per sample (images for vision) */
+    double seq;               /* tokens per unit (per image, per audio clip, per LLM sample) */
+    double tokens_per_sample; /* = samples_units * seq */
+    double attn_span_full;    /* keys each query attends to in full layers (causal: seq/2) */
+    double attn_span_window;  /* in window layers */
+    double cross_span;        /* LLM cross-attention layers: encoder tokens per sample */
+} plan_seq;
+int plan_module_seq(const model_t *m, int module, const plan_workload *w, plan_seq *out);
+int plan_workload_validate(const model_t *m, const plan_workload *w, char *err);
+/* Sets image_tokens from a square image side in pixels (patches before merge). */
+int plan_image_tokens_from_pixels(const model_t *m, int pixels, int *tokens, char *err);
+
+/* ---- memory model: bytes per GPU of one module group ---- */
+typedef struct {
+    double params, grads, optim;  /* model states after TP/PP split and ZeRO sharding */
+    double zero_buffers;          /* ZeRO-3 gathered-layer buffers (prefetch) */
+    double activations;           /* saved for backward, all micro-batches in flight */
+    double logits;                /* LM head logits + vocab-parallel cross-entropy workspace */
+    double comm;                  /* communication buffers */
+    double reserved;              /* CUDA context, library workspaces (costdb) */
+    double fragmentation;         /* allocator fragmentation allowance */
+    double total, capacity;
+} plan_mem;
+
+/* Options shared by the memory and cost models. */
+typedef struct {
+    plan_precision precision;
+    double fragmentation;         /* fraction of dynamic memory, default 0.10 */
+    double overlap;               /* fraction of DP communication hidden behind backward, default 0.8 */
+} plan_options;
+void plan_options_default(plan_options *o);
+
+/* Memory of module `mi` under strategy s on pool gpu g; `in_flight` = micro-batches whose
+ * activations are alive at the peak (1 colocated; pipeline depth when disaggregated). */
+void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out);
+const char *plan_mem_dominant(const plan_mem *mm);
+/* Parameters one GPU holds before ZeRO sharding (TP and PP split applied). */
+double plan_local_params(const model_module *mm, const plan_module *s);
+
+/* ---- cost model: seconds for one module group ---- */
+typedef struct {
+    double fwd_s, bwd_s, recompute_s;    /* compute per micro-batch (per dp rank) */
+    double tp_comm_s, sp_comm_s;         /* per micro-batch, not overlapped */
+    double zero_comm_s;                  /* ZeRO-3 param gathers + grad reduce-scatter per micro-batch, exposed */
+    double pp_p2p_s;                     /* per micro-batch stage hand-offs */
+    double micro_s;                      /* one micro-batch through the whole module (all pp stages) */
+    double dp_comm_s, dp_exposed_s;      /* gradient reduction once per step, and its exposed part */
+    double optim_s;                      /* optimizer step */
+    double model_flops;                  /* per step, 6*N*T + attention, no recompute */
+} plan_time;
+
+/* Time for one chunk of `chunk_samples` samples through module mi: the dp ranks
+ * split it, each in micro-steps of s->micro_batch, with pp bubbles. */
+double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples);
+void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                      const cost_cluster *c, const plan_options *o, plan_time *out);
+/* Strategy feasibility independent of memory (divisibility, TP within a node, ...).
+ * Returns UTIL_OK or UTIL_EINVAL with the reason. */
+int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                        const cost_cluster *c, char *err);
+
+/* ---- whole-plan evaluation (the same cost model for the MILP result and baselines) ---- */
+typedef struct {
+    plan_mem mem[MODEL_MAX_MODULES];     /* per GPU of each module group */
+    plan_time time[MODEL_MAX_MODULES];
+    double module_step_s[MODEL_MAX_MODULES];
+    double transfer_s;                   /* encoder -> LLM activation hand-off per step */
+    double peak_mem;                     /* worst GPU: colocated sums the modules */
+    double capacity;
+} plan_eval;
+int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err);
+
+/* ---- search: candidates priced analytically, a GLPK MILP chooses ---- */
+typedef struct {
+    int module;
+    bool colocated;
+    int pool, gpus;
+    int samples_per_step;     /* colocated family key: dp * micro_batch (same for every module) */
+    int n_micro;              /* disaggregated: chunks per step (same for every module) */
+    plan_module s;
+    double time;              /* colocated: module's whole step share; disaggregated: one chunk */
+    double tail;              /* disaggregated: exposed DP communication + optimizer step */
+    double mem;               /* colocated: bytes without the runtime reservation; else total */
+} plan_candidate;
+
+typedef struct {
+    int n, cap;
+    plan_candidate *c;
+    int n_modules;
+    double reserved[COST_MAX_POOLS], capacity[COST_MAX_POOLS];
+    int pool_gpus[COST_MAX_POOLS];
+    int n_pools;
+} plan_candidates;
+typedef struct {
+    plan_options opt;
+    int top_k;                /* alternatives to report besides the best */
+    bool allow_colocated, allow_disaggregated;
+    int max_pp;               /* 0 = default 8 */
+    double time_limit_s;      /* per MILP solve */
+    bool verbose;
+} plan_search_options;
+void plan_search_options_default(plan_search_options *o);
+
+int plan_candidates_build(const model_t *m, const cost_cluster *c, const plan_workload *w,
+                          const plan_search_options *o, plan_candidates *out, char *err);
+void plan_candidates_free(plan_candidates *cs);
+/* The MILP's objective for one candidate per module (chosen[k] indexes cs->c),
+ * evaluated directly; returns false when the choice violates a constraint.
+ * Used to check the MILP against brute force. */
+bool plan_candidates_objective(const plan_candidates *cs, const int *chosen, double *objective);
+/* Solves the MILP over cs; excluded holds n_excluded earlier solutions
+ * (n_modules candidate indices each) to cut off. */
+int plan_milp_solve(const plan_candidates *cs, const int *excluded, int n_excluded, double time_limit_s,
+                    int *chosen, double *objective, int *n_vars, int *n_rows, char *err);
+/* Turns a candidate choice into a plan (ranks assigned) and evaluates it. */
+int plan_from_candidates(const plan_candidates *cs, const int *chosen, const model_t *m, const cost_cluster *c,
+                         const plan_workload *w, const plan_options *o, plan_t *p, char *err);
+
+typedef struct {
+    int n_plans;
+    plan_t plans[16];          /* best first */
+    int n_candidates;          /* candidates priced before the MILP */
+    int n_milp_vars, n_milp_rows;
+    int milp_solves;
+    double search_s;
+} plan_search_result;
+int plan_search(const model_t *m, const cost_cluster *c, const plan_workload *w,
+                const plan_search_options *o, plan_search_result *r, char *err);
+
+/* ---- baselines, evaluated on the same cost model ---- */
+typedef enum { PLAN_BASE_ZERO3 = 0, PLAN_BASE_TP, PLAN_BASE_HOMOGENEOUS, PLAN_BASE_SP_TP, PLAN_NBASE } plan_baseline;
+/* Fills p with the baseline (best recompute / micro-batch that fits; if none fits,
+ * the least-memory variant with pred.fits = false). Returns UTIL_OK, or
+ * UTIL_EINFEASIBLE if the baseline cannot even be formed (e.g. TP not dividing heads). */
+int plan_baseline_make(plan_baseline b, const model_t *m, const cost_cluster *c, const plan_workload *w,
+                       const plan_options *o, plan_t *p, char *err);
+const char *plan_baseline_name(plan_baseline b);
+
+/* Builds a plan from explicit per-module strategies, e.g.
+ * "vision:sp=8;llm:tp=8" (keys dp,tp,sp,pp,zero,mb,rc=none|selective|full,seqpar=0|1,pool=N;
+ * absent dp = GPUs / (tp*sp*pp)); placement colocated uses all GPUs of pool 0 for every module. */
+int plan_from_strategy(const char *spec, const model_t *m, const cost_cluster *c, const plan_workload *w,
+                       plan_placement pl, int gpus, int n_micro, plan_t *p, char *err);
+
+/* Fills names, n_ranks and ranks of p->mod[] from their degrees and pools,
+ * then evaluates (pred filled). */
+int plan_assemble(plan_t *p, const plan_options *o, char *err);
+/* Empty plan for m on c with workload w (no strategies yet). */
+void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_workload *w, const plan_options *o);
+
 const char *plan_placement_name(plan_placement p);
 const char *plan_recompute_name(plan_recompute r);
 

@@ -1,0 +1,62 @@
+/* dhp models / dhp clusters: what is built in. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int cmd_models(int argc, char **argv)
+{
+    bool json = argc > 1 && !strcmp(argv[1], "--json");
+    if (argc > 1 && !json) {
+        /* dhp models NAME: print the description in our schema */
+        model_t m;
+        char err[UTIL_ERR_LEN];
+        if (model_load(argv[1], &m, err)) return cli_usage_error("models", "%s", err);
+        cli_emit_json(model_to_json(&m));
+        return 0;
+    }
+    cJSON *arr = json ? cJSON_CreateArray() : NULL;
+    if (!json) printf("%-24s %10s %10s  modules\n", "model", "params", "published");
+    for (int i = 0; i < model_zoo_count(); i++) {
+        model_t m;
+        char err[UTIL_ERR_LEN];
+        if (model_load(model_zoo_name(i), &m, err)) { fprintf(stderr, "dhp models: %s\n", err); continue; }
+        if (json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "name", m.name);
+            cJSON_AddNumberToObject(o, "params", (double)model_total_params(&m));
+            cJSON_AddNumberToObject(o, "published_params", (double)m.published_params);
+            cJSON_AddItemToArray(arr, o);
+            continue;
+        }
+        printf("%-24s %9.3fB %9.3fB ", m.name, model_total_params(&m) / 1e9, m.published_params / 1e9);
+        for (int k = 0; k < m.n_modules; k++)
+            printf(" %s:%s %dL h%d", m.mod[k].name, model_kind_name(m.mod[k].kind), m.mod[k].layers, m.mod[k].hidden);
+        printf("\n");
+    }
+    if (json) cli_emit_json(arr);
+    return 0;
+}
+
+int cmd_clusters(int argc, char **argv)
+{
+    if (argc > 1) {
+        cost_cluster c;
+        char err[UTIL_ERR_LEN];
+        if (cost_cluster_load(argv[1], &c, err)) return cli_usage_error("clusters", "%s", err);
+        cli_emit_json(cost_cluster_to_json(&c));
+        return 0;
+    }
+    printf("%-20s %6s  pools\n", "preset", "GPUs");
+    for (int i = 0; i < cost_preset_count(); i++) {
+        cost_cluster c;
+        char err[UTIL_ERR_LEN];
+        if (cost_cluster_load(cost_preset_name(i), &c, err)) { fprintf(stderr, "dhp clusters: %s\n", err); continue; }
+        printf("%-20s %6d ", cost_preset_name(i), cost_cluster_gpus(&c));
+        for (int p = 0; p < c.n_pools; p++)
+            printf(" %s%d x %d %s (intra %.0f GB/s, inter %.0f GB/s per GPU)", p ? "+ " : "", c.pool[p].nodes,
+                   c.pool[p].gpus_per_node, c.pool[p].gpu.name, c.pool[p].intra.busbw / 1e9, c.pool[p].inter.busbw / 1e9);
+        printf("\n");
+    }
+    return 0;
+}

@@ -1,0 +1,174 @@
+/* dhp memory: per-GPU memory dry-run of a plan (a plan file, an explicit
+ * strategy, a baseline, or the planner's choice). */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static void usage(void)
+{
+    printf("usage: dhp memory [PLAN.json] [options]\n\n"
+           "Will it fit, and where does the memory go: bytes per GPU of each module group.\n"
+           "Without a plan file: --strategy, --baseline, or else the planner's choice.\n\n%s"
+           "  --strategy SPEC       e.g. 'vision:sp=8,rc=full;llm:tp=8,zero=1' (keys dp tp sp pp zero mb\n"
+           "                        rc seqpar pool gpus)\n"
+           "  --placement P         colocated (default with --strategy) or disaggregated (needs gpus=)\n"
+           "  --n-micro N           chunks pipelined between groups (disaggregated)\n"
+           "  --baseline NAME       zero3, tp, homogeneous or sp-tp\n"
+           "  --check               exit 1 when the plan does not fit\n", cli_setup_help);
+}
+
+
+static void row(const char *name, const double *v, int n, bool colocated)
+{
+    double total = 0;
+    printf("  %-15s", name);
+    for (int k = 0; k < n; k++) { printf(" %11.2f", v[k] / GIB); total += v[k]; }
+    if (colocated && n > 1) printf(" %11.2f", total / GIB);
+    printf("\n");
+}
+
+static void print_table(const plan_t *p, const plan_eval *ev)
+{
+    int n = p->n_modules;
+    bool col = p->placement == PLAN_COLOCATED;
+    printf("memory per GPU, GiB (%s", plan_placement_name(p->placement));
+    printf(col ? ": every GPU holds all modules)\n" : ": each module on its own GPUs)\n");
+    printf("  %-15s", "");
+    for (int k = 0; k < n; k++) printf(" %11s", p->mod[k].module);
+    if (col && n > 1) printf(" %11s", "per GPU");
+    printf("\n");
+    double v[MODEL_MAX_MODULES] = { 0 };
+#define ROW(label, field) do { for (int k = 0; k < n; k++) v[k] = ev->mem[k].field; row(label, v, n, col); } while (0)
+    ROW("parameters", params);
+    ROW("gradients", grads);
+    ROW("optimizer", optim);
+    ROW("zero buffers", zero_buffers);
+    ROW("activations", activations);
+    ROW("logits", logits);
+    ROW("comm buffers", comm);
+    for (int k = 0; k < n; k++) v[k] = col && k > 0 ? 0 : ev->mem[k].reserved;
+    row("reserved", v, n, col);
+    ROW("fragmentation", fragmentation);
+    for (int k = 0; k < n; k++) v[k] = ev->mem[k].total - (col && k > 0 ? ev->mem[k].reserved : 0);
+    row("total", v, n, col);
+#undef ROW
+}
+
+static void dominant(const plan_t *p, const plan_eval *ev, char *buf, size_t len)
+{
+    int worst = 0;
+    for (int k = 1; k < p->n_modules; k++) if (ev->mem[k].total > ev->mem[worst].total) worst = k;
+    snprintf(buf, len, "%s (%s)", plan_mem_dominant(&ev->mem[worst]), p->mod[worst].module);
+}
+
+static cJSON *mem_json(const plan_mem *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "parameters", m->params);
+    cJSON_AddNumberToObject(o, "gradients", m->grads);
+    cJSON_AddNumberToObject(o, "optimizer", m->optim);
+    cJSON_AddNumberToObject(o, "zero_buffers", m->zero_buffers);
+    cJSON_AddNumberToObject(o, "activations", m->activations);
+    cJSON_AddNumberToObject(o, "logits", m->logits);
+    cJSON_AddNumberToObject(o, "comm_buffers", m->comm);
+    cJSON_AddNumberToObject(o, "reserved", m->reserved);
+    cJSON_AddNumberToObject(o, "fragmentation", m->fragmentation);
+    cJSON_AddNumberToObject(o, "total", m->total);
+    cJSON_AddNumberToObject(o, "capacity", m->capacity);
+    return o;
+}
+
+static int report(const plan_t *p, const plan_eval *ev, bool json, bool check)
+{
+    char dom[128];
+    dominant(p, ev, dom, sizeof dom);
+    double margin = ev->capacity - ev->peak_mem;
+    if (json) {
+        cJSON *doc = cJSON_CreateObject();
+        cJSON_AddStringToObject(doc, "placement", plan_placement_name(p->placement));
+        cJSON *mods = cJSON_AddArrayToObject(doc, "modules");
+        for (int k = 0; k < p->n_modules; k++) {
+            cJSON *mo = mem_json(&ev->mem[k]);
+            cJSON_AddStringToObject(mo, "module", p->mod[k].module);
+            cJSON_AddItemToArray(mods, mo);
+        }
+        cJSON_AddNumberToObject(doc, "peak_bytes", ev->peak_mem);
+        cJSON_AddNumberToObject(doc, "capacity_bytes", ev->capacity);
+        cJSON_AddBoolToObject(doc, "fits", p->pred.fits);
+        cJSON_AddStringToObject(doc, "dominant", dom);
+        cli_emit_json(doc);
+    } else {
+        cli_print_plan(p);
+        printf("\n");
+        print_table(p, ev);
+        if (p->pred.fits) printf("\nFITS: peak %.2f GiB of %.2f GiB (%.2f GiB free); largest term: %s\n",
+                                 ev->peak_mem / GIB, ev->capacity / GIB, margin / GIB, dom);
+        else printf("\nOOM by %.2f GiB: peak %.2f GiB of %.2f GiB; largest term: %s\n",
+                    -margin / GIB, ev->peak_mem / GIB, ev->capacity / GIB, dom);
+    }
+    return check && !p->pred.fits ? 1 : 0;
+}
+
+int cmd_memory(int argc, char **argv)
+{
+    cli_setup setup;
+    cli_setup_default(&setup);
+    const char *plan_path = NULL, *strategy = NULL, *baseline = NULL;
+    plan_placement pl = PLAN_COLOCATED;
+    int n_micro = 1;
+    bool check = false;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_setup_arg("memory", &setup, argc, argv, &i);
+        if (r == 2) return 2;
+        if (r == 1) continue;
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(); return 0; }
+        else if (!strcmp(o, "--strategy")) { if (!v) return cli_usage_error("memory", "--strategy needs a value"); strategy = v; i++; }
+        else if (!strcmp(o, "--baseline")) { if (!v) return cli_usage_error("memory", "--baseline needs a value"); baseline = v; i++; }
+        else if (!strcmp(o, "--n-micro")) { if (cli_int_arg("memory", o, v, 1, 1 << 20, &n_micro)) return 2; i++; }
+        else if (!strcmp(o, "--check")) check = true;
+        else if (!strcmp(o, "--placement")) {
+            if (!v) return cli_usage_error("memory", "--placement needs a value");
+            if (!strcmp(v, "colocated")) pl = PLAN_COLOCATED;
+            else if (!strcmp(v, "disaggregated")) pl = PLAN_DISAGGREGATED;
+            else return cli_usage_error("memory", "--placement: '%s' is not colocated or disaggregated", v);
+            i++;
+        } else if (o[0] == '-') return cli_usage_error("memory", "unknown option '%s'", o);
+        else if (plan_path) return cli_usage_error("memory", "more than one plan file given");
+        else plan_path = o;
+    }
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    plan_options opt;
+    plan_options_default(&opt);
+    opt.precision = setup.precision;
+    if (plan_path) {
+        if (plan_read(plan_path, &p, err)) return cli_bad_input(err);
+        opt.precision = p.precision;
+    } else {
+        model_t m; cost_cluster c; plan_workload w;
+        if (cli_setup_load("memory", &setup, &m, &c, &w)) return 2;
+        if (strategy) {
+            if (plan_from_strategy(strategy, &m, &c, &w, pl, 0, n_micro, &p, err)) return cli_usage_error("memory", "%s", err);
+        } else if (baseline) {
+            int b = 0;
+            while (b < PLAN_NBASE && strcmp(baseline, plan_baseline_name((plan_baseline)b))) b++;
+            if (b == PLAN_NBASE) return cli_usage_error("memory", "--baseline: '%s' is not zero3, tp, homogeneous or sp-tp", baseline);
+            if (plan_baseline_make((plan_baseline)b, &m, &c, &w, &opt, &p, err)) return cli_usage_error("memory", "%s", err);
+        } else {
+            static plan_search_result r;
+            plan_search_options so;
+            plan_search_options_default(&so);
+            so.opt = opt;
+            so.top_k = 0;
+            if (plan_search(&m, &c, &w, &so, &r, err)) { fprintf(stderr, "dhp memory: %s\n", err); return 2; }
+            p = r.plans[0];
+        }
+    }
+    plan_eval ev;
+    if (plan_evaluate(&p, &opt, &ev, err)) return cli_usage_error("memory", "%s", err);
+    return report(&p, &ev, setup.json, check);
+}

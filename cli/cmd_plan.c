@@ -1,0 +1,219 @@
+/* dhp plan: the optimal plan, its alternatives and the baselines. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(void)
+{
+    printf("usage: dhp plan [options]\n\n"
+           "Finds the fastest per-module parallel plan that fits (GLPK MILP over priced candidates),\n"
+           "prints it with the next-best alternatives and the baselines on the same cost model,\n"
+           "and writes the plan file the executor runs.\n\n%s"
+           "  --placement P         auto (default), colocated or disaggregated\n"
+           "  --top K               alternatives to show (default 4)\n"
+           "  --no-baselines        skip the baselines\n"
+           "  -o, --out FILE        write the chosen plan (default plan.json; '-' for none)\n"
+           "  --compare             Ray's published grid (1024..65536 vision tokens, batch 8/8/8/8/4/2):\n"
+           "                        zero3, tp, sp-tp and dhp per row\n"
+           "  --grid T:B,...        the grid for --compare, vision tokens:batch pairs\n", cli_setup_help);
+}
+
+typedef struct {
+    cli_setup setup;
+    const char *out;
+    const char *grid;
+    int top;
+    bool baselines, compare;
+    bool colocated, disaggregated;
+} plan_args;
+
+static int parse_args(int argc, char **argv, plan_args *a)
+{
+    cli_setup_default(&a->setup);
+    a->out = "plan.json";
+    a->grid = "1024:8,4096:8,9216:8,16384:8,25600:4,65536:2";
+    a->top = 4;
+    a->baselines = true;
+    a->colocated = a->disaggregated = true;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_setup_arg("plan", &a->setup, argc, argv, &i);
+        if (r == 2) return 2;
+        if (r == 1) continue;
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(); return 1; }
+        else if (!strcmp(o, "--top")) { if (cli_int_arg("plan", o, v, 0, 15, &a->top)) return 2; i++; }
+        else if (!strcmp(o, "--no-baselines")) a->baselines = false;
+        else if (!strcmp(o, "--compare")) a->compare = true;
+        else if (!strcmp(o, "--grid")) { if (!v) return cli_usage_error("plan", "--grid needs a value"); a->grid = v; i++; }
+        else if (!strcmp(o, "-o") || !strcmp(o, "--out")) {
+            if (!v) return cli_usage_error("plan", "%s needs a value", o);
+            a->out = v; i++;
+        } else if (!strcmp(o, "--placement")) {
+            if (!v) return cli_usage_error("plan", "--placement needs a value");
+            if (!strcmp(v, "colocated")) a->disaggregated = false;
+            else if (!strcmp(v, "disaggregated")) a->colocated = false;
+            else if (strcmp(v, "auto")) return cli_usage_error("plan", "--placement: '%s' is not auto, colocated or disaggregated", v);
+            i++;
+        } else return cli_usage_error("plan", "unknown option '%s'", o);
+    }
+    return 0;
+}
+
+static void search_options(const plan_args *a, plan_search_options *so)
+{
+    plan_search_options_default(so);
+    so->opt.precision = a->setup.precision;
+    so->top_k = a->top;
+    so->allow_colocated = a->colocated;
+    so->allow_disaggregated = a->disaggregated;
+}
+
+static int run_baselines(const model_t *m, const cost_cluster *c, const plan_workload *w, const plan_options *o,
+                         plan_t *out, bool *have)
+{
+    for (int b = 0; b < PLAN_NBASE; b++) {
+        char err[UTIL_ERR_LEN];
+        have[b] = plan_baseline_make((plan_baseline)b, m, c, w, o, &out[b], err) == UTIL_OK;
+    }
+    return 0;
+}
+
+static double best_fitting_baseline(const plan_t *base, const bool *have)
+{
+    double best = 0;
+    for (int b = 0; b < PLAN_NBASE; b++)
+        if (have[b] && base[b].pred.fits && (best == 0 || base[b].pred.step_time_s < best)) best = base[b].pred.step_time_s;
+    return best;
+}
+
+static int plan_once(const plan_args *a)
+{
+    model_t m; cost_cluster c; plan_workload w;
+    if (cli_setup_load("plan", &a->setup, &m, &c, &w)) return 2;
+    plan_search_options so;
+    search_options(a, &so);
+    static plan_search_result r;
+    char err[UTIL_ERR_LEN];
+    int rc = plan_search(&m, &c, &w, &so, &r, err);
+    if (rc) { fprintf(stderr, "dhp plan: %s\n", err); return 2; }
+    static plan_t base[PLAN_NBASE];
+    bool have[PLAN_NBASE] = { false };
+    if (a->baselines) run_baselines(&m, &c, &w, &so.opt, base, have);
+    if (strcmp(a->out, "-") && (rc = plan_write(a->out, &r.plans[0], err))) {
+        fprintf(stderr, "dhp plan: %s\n", err);
+        return 2;
+    }
+    double best_base = best_fitting_baseline(base, have);
+    if (a->setup.json) {
+        cJSON *doc = cJSON_CreateObject();
+        cJSON_AddItemToObject(doc, "plan", plan_to_json(&r.plans[0]));
+        cJSON *alts = cJSON_AddArrayToObject(doc, "alternatives");
+        for (int i = 1; i < r.n_plans; i++) cJSON_AddItemToArray(alts, cli_plan_summary_json(&r.plans[i]));
+        cJSON *bs = cJSON_AddArrayToObject(doc, "baselines");
+        for (int b = 0; b < PLAN_NBASE; b++) if (have[b]) cJSON_AddItemToArray(bs, cli_plan_summary_json(&base[b]));
+        cJSON *st = cJSON_AddObjectToObject(doc, "search");
+        cJSON_AddNumberToObject(st, "candidates", r.n_candidates);
+        cJSON_AddNumberToObject(st, "milp_vars", r.n_milp_vars);
+        cJSON_AddNumberToObject(st, "milp_rows", r.n_milp_rows);
+        cJSON_AddNumberToObject(st, "milp_solves", r.milp_solves);
+        cJSON_AddNumberToObject(st, "seconds", r.search_s);
+        if (best_base > 0) cJSON_AddNumberToObject(doc, "speedup_vs_best_baseline", best_base / r.plans[0].pred.step_time_s);
+        cli_emit_json(doc);
+        return 0;
+    }
+    cli_print_header(&m, &c, &w);
+    printf("search   %d candidates priced, MILP %d variables x %d constraints, %d solves, %.2f s\n\n",
+           r.n_candidates, r.n_milp_vars, r.n_milp_rows, r.milp_solves, r.search_s);
+    printf("chosen plan\n");
+    cli_print_plan(&r.plans[0]);
+    printf("\n");
+    cli_print_plan_row_header();
+    cli_print_plan_row("dhp", &r.plans[0]);
+    for (int i = 1; i < r.n_plans; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "alt %d", i);
+        cli_print_plan_row(name, &r.plans[i]);
+    }
+    if (a->baselines) {
+        printf("baselines (same cost model)\n");
+        for (int b = 0; b < PLAN_NBASE; b++) if (have[b]) cli_print_plan_row(plan_baseline_name((plan_baseline)b), &base[b]);
+        if (best_base > 0) printf("\ndhp is %.2fx the best baseline that fits\n", best_base / r.plans[0].pred.step_time_s);
+        else printf("\nno baseline fits; dhp's plan does\n");
+    }
+    if (strcmp(a->out, "-")) printf("wrote %s\n", a->out);
+    return 0;
+}
+
+/* Ray's grid: each row is vision tokens:batch. */
+static int parse_grid(const char *grid, int *tokens, int *batch, int max)
+{
+    int n = 0;
+    const char *p = grid;
+    while (*p && n < max) {
+        char *end;
+        long t = strtol(p, &end, 10);
+        if (end == p || *end != ':' || t < 1) return -1;
+        p = end + 1;
+        long b = strtol(p, &end, 10);
+        if (end == p || b < 1 || (*end && *end != ',')) return -1;
+        tokens[n] = (int)t; batch[n] = (int)b; n++;
+        p = *end ? end + 1 : end;
+    }
+    return *p ? -1 : n;
+}
+
+static int compare(const plan_args *a)
+{
+    int tokens[32], batch[32];
+    int n = parse_grid(a->grid, tokens, batch, 32);
+    if (n <= 0) return cli_usage_error("plan", "--grid: '%s' is not TOKENS:BATCH[,TOKENS:BATCH...]", a->grid);
+    cJSON *rows = cJSON_CreateArray();
+    bool header = false;
+    for (int i = 0; i < n; i++) {
+        cli_setup s = a->setup;
+        s.vision_tokens = tokens[i];
+        s.batch = batch[i];
+        s.image_size = 0;
+        model_t m; cost_cluster c; plan_workload w;
+        if (cli_setup_load("plan", &s, &m, &c, &w)) { cJSON_Delete(rows); return 2; }
+        if (!header && !a->setup.json) { cli_print_header(&m, &c, &w); header = true; }
+        plan_search_options so;
+        search_options(a, &so);
+        so.top_k = 0;
+        plan_baseline order[] = { PLAN_BASE_ZERO3, PLAN_BASE_TP, PLAN_BASE_SP_TP };
+        if (!a->setup.json) { printf("\nvision tokens %d, batch %d\n", tokens[i], batch[i]); cli_print_plan_row_header(); }
+        cJSON *row = cJSON_CreateObject();
+        cJSON_AddNumberToObject(row, "vision_tokens", tokens[i]);
+        cJSON_AddNumberToObject(row, "batch", batch[i]);
+        cJSON *strategies = cJSON_AddArrayToObject(row, "strategies");
+        for (size_t b = 0; b < sizeof order / sizeof order[0]; b++) {
+            static plan_t p;
+            char err[UTIL_ERR_LEN];
+            if (plan_baseline_make(order[b], &m, &c, &w, &so.opt, &p, err)) continue;
+            if (!a->setup.json) cli_print_plan_row(plan_baseline_name(order[b]), &p);
+            cJSON_AddItemToArray(strategies, cli_plan_summary_json(&p));
+        }
+        static plan_search_result r;
+        char err[UTIL_ERR_LEN];
+        if (plan_search(&m, &c, &w, &so, &r, err) == UTIL_OK) {
+            if (!a->setup.json) cli_print_plan_row("dhp", &r.plans[0]);
+            cJSON_AddItemToArray(strategies, cli_plan_summary_json(&r.plans[0]));
+        } else if (!a->setup.json) {
+            printf("  %-12s %s\n", "dhp", err);
+        }
+        cJSON_AddItemToArray(rows, row);
+    }
+    if (a->setup.json) cli_emit_json(rows);
+    else cJSON_Delete(rows);
+    return 0;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    plan_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc == 1 ? 0 : rc;
+    return a.compare ? compare(&a) : plan_once(&a);
+}

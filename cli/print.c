@@ -1,0 +1,123 @@
+/* Human-readable and JSON rendering of plans. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+void cli_emit_json(cJSON *doc)
+{
+    char *text = cJSON_Print(doc);
+    if (text) { fputs(text, stdout); fputc('\n', stdout); free(text); }
+    cJSON_Delete(doc);
+}
+
+static double llm_seq(const model_t *m, const plan_workload *w)
+{
+    plan_seq q;
+    plan_module_seq(m, m->llm, w, &q);
+    return q.seq;
+}
+
+void cli_print_header(const model_t *m, const cost_cluster *c, const plan_workload *w)
+{
+    printf("model    %s, %.2fB parameters", m->name, model_total_params(m) / 1e9);
+    for (int k = 0; k < m->n_modules; k++)
+        printf("%s %s %.2fB", k ? "," : " (", m->mod[k].name, model_module_params(&m->mod[k]) / 1e9);
+    printf(")\ncluster  %s:", c->name);
+    for (int i = 0; i < c->n_pools; i++)
+        printf("%s %d x %d %s", i ? " +" : "", c->pool[i].nodes, c->pool[i].gpus_per_node, c->pool[i].gpu.name);
+    printf("\nworkload batch %d", w->global_batch);
+    if (w->images_per_sample) printf(", %d image%s x %d vision tokens", w->images_per_sample,
+                                     w->images_per_sample > 1 ? "s" : "", w->image_tokens);
+    if (w->audio_frames) printf(", %d audio frames", w->audio_frames);
+    printf(", %d text tokens -> LLM sequence %.0f\n", w->text_tokens, llm_seq(m, w));
+}
+
+static void fmt_ranks(const plan_module *s, char *buf, size_t n)
+{
+    if (s->n_ranks == 1) snprintf(buf, n, "%d", s->first_rank);
+    else snprintf(buf, n, "%d-%d", s->first_rank, s->first_rank + s->n_ranks - 1);
+}
+
+void cli_print_plan(const plan_t *p)
+{
+    const plan_prediction *pr = &p->pred;
+    printf("placement %s", plan_placement_name(p->placement));
+    if (p->placement == PLAN_DISAGGREGATED) printf(", %d micro-batch chunks pipelined between groups", p->n_micro);
+    else printf(", modules run in turn on the same GPUs");
+    printf("\n  %-8s %-6s %5s %4s %4s %4s %4s %4s %4s %-9s %-6s %10s\n", "module", "pool", "ranks", "gpus", "dp",
+           "tp", "sp", "pp", "zero", "recompute", "mb", "mem/GPU");
+    for (int k = 0; k < p->n_modules; k++) {
+        const plan_module *s = &p->mod[k];
+        char ranks[32];
+        fmt_ranks(s, ranks, sizeof ranks);
+        printf("  %-8s %-6s %5s %4d %4d %4d %4d %4d %4d %-9s %-6d %6.1f GiB\n", s->module,
+               p->cluster.pool[s->pool].name, ranks, s->n_ranks, s->dp, s->tp, s->sp, s->pp, s->zero,
+               plan_recompute_name(s->recompute), s->micro_batch, pr->peak_mem_bytes[k] / GIB);
+    }
+    printf("  step %.3f s | %.0f vision tok/s | %.0f tok/s | %.3f samples/s | MFU %.1f%% | %s\n",
+           pr->step_time_s, pr->vision_tokens_per_s, pr->tokens_per_s, pr->samples_per_s, 100 * pr->mfu,
+           pr->fits ? "fits" : "OOM");
+}
+
+void cli_print_plan_row_header(void)
+{
+    printf("  %-12s %-13s %9s %12s %10s %9s %6s %10s  %s\n", "strategy", "placement", "step(s)", "vision tok/s",
+           "tok/s", "samples/s", "MFU", "peak GiB", "");
+}
+
+static double peak_of(const plan_t *p)
+{
+    double peak = 0;
+    for (int k = 0; k < p->n_modules; k++) if (p->pred.peak_mem_bytes[k] > peak) peak = p->pred.peak_mem_bytes[k];
+    return peak;
+}
+
+void cli_print_plan_row(const char *name, const plan_t *p)
+{
+    const plan_prediction *pr = &p->pred;
+    double cap = p->cluster.pool[p->mod[0].pool].gpu.hbm_bytes;
+    char verdict[64] = "";
+    if (!pr->fits) snprintf(verdict, sizeof verdict, "OOM (+%.1f GiB)", (peak_of(p) - cap) / GIB);
+    printf("  %-12s %-13s %9.3f %12.0f %10.0f %9.3f %5.1f%% %10.1f  %s\n", name, plan_placement_name(p->placement),
+           pr->step_time_s, pr->vision_tokens_per_s, pr->tokens_per_s, pr->samples_per_s, 100 * pr->mfu,
+           peak_of(p) / GIB, verdict);
+}
+
+cJSON *cli_plan_summary_json(const plan_t *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "strategy", p->label);
+    cJSON_AddStringToObject(o, "placement", plan_placement_name(p->placement));
+    cJSON_AddNumberToObject(o, "n_micro", p->n_micro);
+    cJSON_AddNumberToObject(o, "global_batch", p->work.global_batch);
+    cJSON_AddNumberToObject(o, "step_time_s", p->pred.step_time_s);
+    cJSON_AddNumberToObject(o, "vision_tokens_per_s", p->pred.vision_tokens_per_s);
+    cJSON_AddNumberToObject(o, "tokens_per_s", p->pred.tokens_per_s);
+    cJSON_AddNumberToObject(o, "samples_per_s", p->pred.samples_per_s);
+    cJSON_AddNumberToObject(o, "mfu", p->pred.mfu);
+    cJSON_AddNumberToObject(o, "peak_mem_bytes", peak_of(p));
+    cJSON_AddBoolToObject(o, "fits", p->pred.fits);
+    cJSON *mods = cJSON_AddArrayToObject(o, "modules");
+    for (int k = 0; k < p->n_modules; k++) {
+        const plan_module *s = &p->mod[k];
+        cJSON *mo = cJSON_CreateObject();
+        cJSON_AddStringToObject(mo, "module", s->module);
+        cJSON_AddNumberToObject(mo, "pool", s->pool);
+        cJSON_AddNumberToObject(mo, "gpus", s->n_ranks);
+        cJSON_AddNumberToObject(mo, "first_rank", s->first_rank);
+        cJSON_AddNumberToObject(mo, "dp", s->dp);
+        cJSON_AddNumberToObject(mo, "tp", s->tp);
+        cJSON_AddNumberToObject(mo, "sp", s->sp);
+        cJSON_AddNumberToObject(mo, "pp", s->pp);
+        cJSON_AddNumberToObject(mo, "zero", s->zero);
+        cJSON_AddNumberToObject(mo, "micro_batch", s->micro_batch);
+        cJSON_AddStringToObject(mo, "recompute", plan_recompute_name(s->recompute));
+        cJSON_AddNumberToObject(mo, "mem_bytes", p->pred.peak_mem_bytes[k]);
+        cJSON_AddItemToArray(mods, mo);
+    }
+    return o;
+}

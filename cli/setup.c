@@ -1,0 +1,93 @@
+/* Option parsing shared by the planning subcommands. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *cli_setup_help =
+    "  --model NAME|PATH     zoo model or model JSON (default qwen2.5-vl-32b; 'dhp models' lists the zoo)\n"
+    "  --cluster NAME|PATH   cluster preset or cluster JSON (default 8xh100; 'dhp clusters' lists presets)\n"
+    "  --batch N             global batch, samples per step (default 8)\n"
+    "  --images N            images per sample (default 1 for models with a vision encoder)\n"
+    "  --vision-tokens N     vision tokens (patches) per image, before the merger (default 16384)\n"
+    "  --image-size PX       square image side in pixels instead of --vision-tokens\n"
+    "  --audio-frames N      audio encoder frames per sample (default 1500 for audio models)\n"
+    "  --text-tokens N       text tokens per sample (default 512)\n"
+    "  --precision P         bf16-mixed (fp32 master weights, default) or bf16-pure\n"
+    "  --json                machine-readable output on stdout\n";
+
+void cli_setup_default(cli_setup *s)
+{
+    memset(s, 0, sizeof *s);
+    s->model = "qwen2.5-vl-32b";
+    s->cluster = "8xh100";
+    s->batch = 8;
+    s->images = -1;
+    s->vision_tokens = 16384;
+    s->audio_frames = -1;
+    s->text_tokens = 512;
+    s->precision = PLAN_OPT_MIXED_FP32;
+}
+
+int cli_int_arg(const char *cmd, const char *opt, const char *val, int lo, int hi, int *out)
+{
+    char *end;
+    if (!val) return cli_usage_error(cmd, "%s needs a value", opt);
+    long v = strtol(val, &end, 10);
+    if (*val == '\0' || *end != '\0')
+        return cli_usage_error(cmd, "%s: '%s' is not an integer", opt, val);
+    if (v < lo || v > hi)
+        return cli_usage_error(cmd, "%s: %ld is out of range [%d, %d]", opt, v, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+
+int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    const char *val = *i + 1 < argc ? argv[*i + 1] : NULL;
+    struct { const char *name; int *dst; int lo; } ints[] = {
+        { "--batch", &s->batch, 1 }, { "--images", &s->images, 0 }, { "--vision-tokens", &s->vision_tokens, 1 },
+        { "--image-size", &s->image_size, 1 }, { "--audio-frames", &s->audio_frames, 0 },
+        { "--text-tokens", &s->text_tokens, 1 },
+    };
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++)
+        if (!strcmp(a, ints[k].name)) {
+            if (cli_int_arg(cmd, a, val, ints[k].lo, 1 << 28, ints[k].dst)) return 2;
+            (*i)++;
+            return 1;
+        }
+    if (!strcmp(a, "--model") || !strcmp(a, "--cluster") || !strcmp(a, "--precision")) {
+        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
+        if (!strcmp(a, "--model")) s->model = val;
+        else if (!strcmp(a, "--cluster")) s->cluster = val;
+        else if (!strcmp(val, "bf16-mixed")) s->precision = PLAN_OPT_MIXED_FP32;
+        else if (!strcmp(val, "bf16-pure")) s->precision = PLAN_OPT_PURE_BF16;
+        else { cli_usage_error(cmd, "--precision: '%s' is not bf16-mixed or bf16-pure", val); return 2; }
+        (*i)++;
+        return 1;
+    }
+    if (!strcmp(a, "--json")) { s->json = true; return 1; }
+    return 0;
+}
+
+int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster *c, plan_workload *w)
+{
+    char err[UTIL_ERR_LEN];
+    if (model_load(s->model, m, err)) return cli_usage_error(cmd, "%s", err);
+    if (cost_cluster_load(s->cluster, c, err)) return cli_usage_error(cmd, "%s", err);
+    memset(w, 0, sizeof *w);
+    w->global_batch = s->batch;
+    w->text_tokens = s->text_tokens;
+    bool vision = model_find_kind(m, MODEL_VISION) >= 0, audio = model_find_kind(m, MODEL_AUDIO) >= 0;
+    w->images_per_sample = s->images >= 0 ? s->images : (vision ? 1 : 0);
+    if (w->images_per_sample > 0) {
+        w->image_tokens = s->vision_tokens;
+        if (s->image_size > 0 && plan_image_tokens_from_pixels(m, s->image_size, &w->image_tokens, err))
+            return cli_usage_error(cmd, "%s", err);
+    }
+    w->audio_frames = s->audio_frames >= 0 ? s->audio_frames : (audio ? 1500 : 0);
+    if (plan_workload_validate(m, w, err)) return cli_usage_error(cmd, "%s", err);
+    return 0;
+}

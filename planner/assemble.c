@@ -1,0 +1,118 @@
+/* Turning module strategies into a whole plan: rank assignment, evaluation,
+ * and the search driver (MILP, then the next-best plans by no-good cuts). */
+#include "planner/planner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Disaggregated groups are packed pool by pool, largest first, so every
+ * group starts on a multiple of its own size (sizes are powers of two
+ * inside a node and whole nodes beyond): no tensor-parallel group straddles
+ * a node boundary. */
+static void assign_ranks(plan_t *p)
+{
+    if (p->placement == PLAN_COLOCATED) {
+        for (int k = 0; k < p->n_modules; k++) p->mod[k].first_rank = 0;
+        p->world_size = p->mod[0].n_ranks;
+        return;
+    }
+    int next = 0;
+    for (int pool = 0; pool < p->cluster.n_pools; pool++) {
+        bool placed[MODEL_MAX_MODULES] = { false };
+        for (;;) {
+            int best = -1;
+            for (int k = 0; k < p->n_modules; k++)
+                if (!placed[k] && p->mod[k].pool == pool && (best < 0 || p->mod[k].n_ranks > p->mod[best].n_ranks))
+                    best = k;
+            if (best < 0) break;
+            placed[best] = true;
+            p->mod[best].first_rank = next;
+            next += p->mod[best].n_ranks;
+        }
+    }
+    p->world_size = next;
+}
+
+void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_workload *w,
+                      const plan_options *o)
+{
+    memset(p, 0, sizeof *p);
+    p->version = PLAN_SCHEMA_VERSION;
+    p->model = *m;
+    p->cluster = *c;
+    p->work = *w;
+    p->precision = o->precision;
+    p->n_modules = m->n_modules;
+    p->n_micro = 1;
+}
+
+int plan_assemble(plan_t *p, const plan_options *o, char *err)
+{
+    for (int k = 0; k < p->n_modules; k++) {
+        plan_module *s = &p->mod[k];
+        s->module_index = k;
+        util_strlcpy(s->module, p->model.mod[k].name, sizeof s->module);
+        s->n_ranks = s->dp * s->tp * s->sp * s->pp;
+    }
+    assign_ranks(p);
+    plan_eval ev;
+    return plan_evaluate(p, o, &ev, err);
+}
+
+int plan_from_candidates(const plan_candidates *cs, const int *chosen, const model_t *m, const cost_cluster *c,
+                         const plan_workload *w, const plan_options *o, plan_t *p, char *err)
+{
+    plan_init(p, m, c, w, o);
+    const plan_candidate *first = &cs->c[chosen[0]];
+    p->placement = first->colocated ? PLAN_COLOCATED : PLAN_DISAGGREGATED;
+    p->n_micro = first->colocated ? 1 : first->n_micro;
+    for (int k = 0; k < m->n_modules; k++) p->mod[k] = cs->c[chosen[k]].s;
+    util_strlcpy(p->label, "dhp", sizeof p->label);
+    return plan_assemble(p, o, err);
+}
+
+static int by_step_time(const void *a, const void *b)
+{
+    const plan_t *x = a, *y = b;
+    if (x->pred.step_time_s != y->pred.step_time_s) return x->pred.step_time_s < y->pred.step_time_s ? -1 : 1;
+    return 0;
+}
+
+int plan_search(const model_t *m, const cost_cluster *c, const plan_workload *w,
+                const plan_search_options *o, plan_search_result *r, char *err)
+{
+    memset(r, 0, sizeof *r);
+    double t0 = util_now();
+    int rc = plan_workload_validate(m, w, err);
+    if (rc) return rc;
+    plan_candidates cs;
+    if ((rc = plan_candidates_build(m, c, w, o, &cs, err))) return rc;
+    r->n_candidates = cs.n;
+    int K = m->n_modules;
+    int want = 1 + (o->top_k < 0 ? 0 : o->top_k);
+    if (want > (int)(sizeof r->plans / sizeof r->plans[0])) want = (int)(sizeof r->plans / sizeof r->plans[0]);
+    int *found = util_malloc(sizeof(int) * (size_t)(K * want));
+    if (!found) { plan_candidates_free(&cs); return util_fail(err, UTIL_ENOMEM, "planner: out of memory"); }
+    for (int i = 0; i < want; i++) {
+        double obj;
+        char e[UTIL_ERR_LEN];
+        rc = plan_milp_solve(&cs, found, i, o->time_limit_s, found + i * K, &obj, &r->n_milp_vars, &r->n_milp_rows, e);
+        r->milp_solves++;
+        if (rc) {
+            if (i == 0) { util_free(found); plan_candidates_free(&cs);
+                return util_fail(err, rc, "%s: %s on cluster '%s'", m->name, e, c->name); }
+            break;
+        }
+        rc = plan_from_candidates(&cs, found + i * K, m, c, w, &o->opt, &r->plans[r->n_plans], e);
+        if (rc) { util_free(found); plan_candidates_free(&cs); return util_fail(err, rc, "planner: %s", e); }
+        r->n_plans++;
+    }
+    util_free(found);
+    plan_candidates_free(&cs);
+    /* The MILP prices hand-offs without knowing the neighbour's placement;
+     * the final order is by the full evaluation. */
+    qsort(r->plans, (size_t)r->n_plans, sizeof r->plans[0], by_step_time);
+    r->search_s = util_now() - t0;
+    return UTIL_OK;
+}

@@ -1,0 +1,260 @@
+/* Cost model: seconds for one module group under one strategy, priced with
+ * costdb. Compute is summed GEMM by GEMM (cost_gemm_time with the local
+ * shapes), attention through cost_attention_time on its FLOPs, element-wise
+ * work through cost_memory_time; communication through cost_collective_time
+ * with each group's placement in the node. */
+#include "planner/planner.h"
+
+#include <math.h>
+#include <string.h>
+
+#define BF16 2.0
+/* FlashAttention-2 backward runs 5 matmuls per tile against 2 forward
+ * (Dao, arXiv 2307.08691, sec. 3.1): 2.5x the forward FLOPs. */
+#define ATTN_BWD_FACTOR 2.5
+/* Kernels launched per block forward (norms, GEMMs, rope, attention, act, adds). */
+#define KERNELS_PER_BLOCK 14.0
+
+typedef struct {
+    const cost_gpu *g;
+    double fwd, bwd;             /* seconds */
+    bool need_weight_grad;       /* false when frozen */
+    bool need_input_grad;        /* false for a frozen first module */
+} pricer;
+
+/* Y[m,n] = X[m,k] W[k,n]; backward dX = dY W^T (m,k,n) and dW = X^T dY (k,n,m). */
+static void price_linear(pricer *p, double m, double n, double k)
+{
+    if (m <= 0 || n <= 0 || k <= 0) return;
+    p->fwd += cost_gemm_time(p->g, m, n, k);
+    if (p->need_input_grad) p->bwd += cost_gemm_time(p->g, m, k, n);
+    if (p->need_weight_grad) p->bwd += cost_gemm_time(p->g, k, n, m);
+}
+
+/* softmax(Q K^T) V over `queries` queries, each attending to `span` keys:
+ * 4 * queries * span * heads * head_dim FLOPs forward. */
+static void price_attention(pricer *p, double queries, double span, double heads, double head_dim)
+{
+    double flops = 4.0 * queries * span * heads * head_dim;
+    p->fwd += cost_attention_time(p->g, flops);
+    if (p->need_input_grad || p->need_weight_grad) p->bwd += ATTN_BWD_FACTOR * cost_attention_time(p->g, flops);
+}
+
+static void price_elementwise(pricer *p, double bytes, double kernels)
+{
+    double t = cost_memory_time(p->g, bytes) + (kernels - 1) * p->g->kernel_launch_s;
+    p->fwd += t;
+    if (p->need_input_grad || p->need_weight_grad) p->bwd += 2 * t;
+}
+
+/* One transformer block on t local tokens (after the Ulysses split, per dp rank). */
+static void price_block(pricer *p, const model_module *mm, const plan_module *s, double t,
+                        double span, bool cross, double cross_tokens)
+{
+    double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
+    if (cross) {
+        price_linear(p, t, H * d / tp, h);
+        price_linear(p, cross_tokens, 2 * KV * d / tp, h);
+        price_attention(p, t, cross_tokens, H / tp, d);
+    } else {
+        price_linear(p, t, (H + 2 * KV) * d / tp, h);
+        price_attention(p, t, span, H / tp, d);
+    }
+    price_linear(p, t, h, H * d / tp);
+    if (mm->ffn_kind == MODEL_FFN_SWIGLU) price_linear(p, t, 2 * f / tp, h);
+    else price_linear(p, t, f / tp, h);
+    price_linear(p, t, h, f / tp);
+    price_elementwise(p, t * BF16 * (12 * h + 6 * f / tp), KERNELS_PER_BLOCK);
+}
+
+static void price_blocks(pricer *p, const model_module *mm, const plan_module *s, double t,
+                         double span, bool cross, double cross_tokens, int count)
+{
+    if (count == 0) return;
+    pricer one = *p;
+    one.fwd = one.bwd = 0;
+    price_block(&one, mm, s, t, span, cross, cross_tokens);
+    p->fwd += count * one.fwd;
+    p->bwd += count * one.bwd;
+}
+
+static double allreduce_tp(const cost_pool *pool, const plan_module *s, double bytes)
+{
+    return cost_collective_time(pool, COST_ALLREDUCE, bytes, s->tp, s->tp);
+}
+
+/* Ranks of a group per node, for a group of n ranks at stride `stride` in the
+ * module's rank order (tp fastest) on nodes of gpn GPUs. */
+static int ranks_per_node(int n, int stride, int gpn)
+{
+    int per = gpn / stride;
+    if (per < 1) per = 1;
+    return per > n ? n : per;
+}
+
+/* Ulysses keeps window layers local when every rank holds whole windows. */
+static bool window_layers_local(const model_module *mm, const plan_module *s, const plan_seq *q)
+{
+    if (mm->window <= 0 || s->sp == 1) return true;
+    double per_rank = q->seq / s->sp;
+    return fmod(per_rank, mm->window) == 0;
+}
+
+/* FLOPs of one sample through the module's forward at tp = sp = 1. */
+static double forward_flops_per_sample(const model_module *mm, const plan_seq *q)
+{
+    double t = q->tokens_per_sample;
+    double flops = 2.0 * t * (double)model_module_params(mm);
+    if (mm->kind == MODEL_LLM) flops -= 2.0 * t * mm->vocab * (double)mm->hidden; /* embedding is a lookup */
+    if (mm->tied_embeddings && mm->kind == MODEL_LLM) flops += 2.0 * t * mm->vocab * (double)mm->hidden;
+    for (int l = 0; l < mm->layers; l++) {
+        double span = model_layer_is_full_attention(mm, l) ? q->attn_span_full : q->attn_span_window;
+        if (model_layer_is_cross(mm, l)) span = q->cross_span;
+        flops += 4.0 * t * span * mm->heads * mm->head_dim;
+    }
+    return flops;
+}
+
+void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                      const cost_cluster *c, const plan_options *o, plan_time *out)
+{
+    const model_module *mm = &m->mod[mi];
+    const cost_pool *pool = &c->pool[s->pool];
+    const cost_gpu *g = &pool->gpu;
+    int gpn = pool->gpus_per_node;
+    plan_seq q;
+    plan_module_seq(m, mi, w, &q);
+    memset(out, 0, sizeof *out);
+
+    pricer p = { .g = g, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM) };
+    double t = (double)s->micro_batch * q.tokens_per_sample / s->sp;
+    double cross_tokens = (double)s->micro_batch * q.cross_span / s->sp;
+    /* Blocks differ only by attention kind: price one of each kind, times its count. */
+    int n_full = 0, n_window = 0, n_cross = 0;
+    for (int l = 0; l < mm->layers; l++) {
+        if (model_layer_is_cross(mm, l)) n_cross++;
+        else if (model_layer_is_full_attention(mm, l)) n_full++;
+        else n_window++;
+    }
+    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, n_full);
+    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window);
+    price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross);
+    int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
+    /* Stem and head. */
+    double h = mm->hidden;
+    if (mm->kind == MODEL_LLM) {
+        price_linear(&p, t, mm->vocab / (double)s->tp, h);
+        price_elementwise(&p, t * (mm->vocab / (double)s->tp) * 8.0, 3);
+    } else {
+        double pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
+        double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
+        price_linear(&p, t, h / s->tp, pix);
+        if (mm->proj_hidden > 0) {
+            price_linear(&p, merged, mm->proj_hidden / (double)s->tp, mm->proj_in);
+            price_linear(&p, merged, mm->out_hidden, mm->proj_hidden / (double)s->tp);
+        } else {
+            price_linear(&p, merged, mm->out_hidden / (double)s->tp, mm->proj_in);
+        }
+    }
+    out->fwd_s = p.fwd;
+    out->bwd_s = p.bwd;
+    if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = p.fwd;
+    else if (s->recompute == PLAN_RECOMP_SELECTIVE)
+        out->recompute_s = cost_memory_time(g, t * BF16 * 3.0 * mm->ffn / s->tp * mm->layers);
+
+    /* Tensor parallel: Megatron's f/g all-reduces (or the equivalent
+     * all-gather + reduce-scatter pair with sequence parallel). */
+    if (s->tp > 1) {
+        /* per block: 2 all-reduces forward (attention, MLP), 2 backward */
+        out->tp_comm_s = mm->layers * 4.0 * allreduce_tp(pool, s, BF16 * t * mm->hidden);
+        if (mm->kind == MODEL_LLM) out->tp_comm_s += 2 * allreduce_tp(pool, s, BF16 * t * h);
+    }
+    /* Ulysses: q, k, v and the output re-sharded forward, their gradients backward. */
+    if (s->sp > 1) {
+        double dims = (2.0 * mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
+        double bytes = BF16 * t * dims;
+        int per = ranks_per_node(s->sp, s->tp, gpn);
+        out->sp_comm_s = 2.0 * n_a2a_layers * cost_collective_time(pool, COST_ALLTOALL, bytes, s->sp, per);
+    }
+    /* Pipeline stage hand-offs, forward activation and backward gradient. */
+    if (s->pp > 1) {
+        bool same_node = (double)s->tp * s->sp * s->dp * s->pp <= gpn;
+        out->pp_p2p_s = 2.0 * (s->pp - 1) * cost_p2p_time(c, s->pool, s->pool, same_node, BF16 * t * h);
+    }
+    double lp = plan_local_params(mm, s);
+    int shard = s->dp * s->sp;
+    int shard_per_node = ranks_per_node(shard, s->tp, gpn);
+    double compute_mb = out->fwd_s + out->bwd_s + out->recompute_s;
+    if (shard > 1 && !mm->frozen) {
+        if (s->zero >= 3) {
+            /* Per micro-batch: gather parameters for forward and again for
+             * backward, reduce-scatter gradients; prefetch hides part of it. */
+            double ag = cost_collective_time(pool, COST_ALLGATHER, BF16 * lp, shard, shard_per_node);
+            double rs = cost_collective_time(pool, COST_REDUCESCATTER, BF16 * lp, shard, shard_per_node);
+            double total = 2 * ag + rs;
+            out->zero_comm_s = fmax(0.0, total - o->overlap * compute_mb);
+            out->dp_comm_s = 0;
+        } else {
+            out->dp_comm_s = cost_collective_time(pool, COST_ALLREDUCE, BF16 * lp, shard, shard_per_node);
+        }
+    } else if (shard > 1 && mm->frozen && s->zero >= 3) {
+        out->zero_comm_s = cost_collective_time(pool, COST_ALLGATHER, BF16 * lp, shard, shard_per_node);
+    }
+    out->micro_s = compute_mb + out->tp_comm_s + out->sp_comm_s + out->zero_comm_s + out->pp_p2p_s;
+    /* Bucketed gradient reduction overlaps the last micro-batch's backward. */
+    out->dp_exposed_s = fmax(0.0, out->dp_comm_s - o->overlap * out->bwd_s / s->pp);
+    if (!mm->frozen) {
+        double bytes_per_param = o->precision == PLAN_OPT_PURE_BF16 ? 14.0 : 30.0;
+        double opt_shard = s->zero >= 1 ? shard : 1;
+        out->optim_s = cost_memory_time(g, lp / opt_shard * bytes_per_param);
+    }
+    double passes = mm->frozen ? (mm->kind == MODEL_LLM ? 2.0 : 1.0) : 3.0;
+    out->model_flops = passes * forward_flops_per_sample(mm, &q) * w->global_batch;
+}
+
+double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples)
+{
+    double per_step = (double)s->dp * s->micro_batch;
+    double steps = ceil(chunk_samples / per_step);
+    if (s->pp == 1) return steps * t->micro_s;
+    double stage = t->micro_s / s->pp;
+    return (steps + s->pp - 1) * stage;
+}
+
+static bool divides(long a, long b) { return a > 0 && b % a == 0; }
+
+int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                        const cost_cluster *c, char *err)
+{
+    const model_module *mm = &m->mod[mi];
+    if (s->dp < 1 || s->tp < 1 || s->sp < 1 || s->pp < 1 || s->micro_batch < 1)
+        return util_fail(err, UTIL_EINVAL, "%s: degrees and micro_batch must be >= 1", mm->name);
+    if (s->zero < 0 || s->zero > 3)
+        return util_fail(err, UTIL_EINVAL, "%s: zero stage must be 0..3 (got %d)", mm->name, s->zero);
+    if (s->pool < 0 || s->pool >= c->n_pools)
+        return util_fail(err, UTIL_EINVAL, "%s: pool %d does not exist", mm->name, s->pool);
+    const cost_pool *pool = &c->pool[s->pool];
+    if (s->tp > pool->gpus_per_node)
+        return util_fail(err, UTIL_EINVAL, "%s: tp %d exceeds the %d GPUs of a node", mm->name, s->tp,
+                         pool->gpus_per_node);
+    if (!divides(s->tp * s->sp, mm->heads) || !divides(s->tp * s->sp, mm->kv_heads))
+        return util_fail(err, UTIL_EINVAL, "%s: tp*sp = %d must divide heads %d and kv_heads %d", mm->name,
+                         s->tp * s->sp, mm->heads, mm->kv_heads);
+    if (mm->kind == MODEL_LLM && mm->vocab % s->tp != 0)
+        return util_fail(err, UTIL_EINVAL, "%s: tp %d does not divide vocab %d", mm->name, s->tp, mm->vocab);
+    if (!divides(s->tp, mm->ffn))
+        return util_fail(err, UTIL_EINVAL, "%s: tp %d does not divide ffn %d", mm->name, s->tp, mm->ffn);
+    if (mm->layers % s->pp != 0)
+        return util_fail(err, UTIL_EINVAL, "%s: pp %d does not divide %d layers", mm->name, s->pp, mm->layers);
+    plan_seq q;
+    plan_module_seq(m, mi, w, &q);
+    if (s->sp > 1 && fmod(q.seq, s->sp) != 0)
+        return util_fail(err, UTIL_EINVAL, "%s: sequence %.0f is not divisible by sp %d", mm->name, q.seq, s->sp);
+    if (mm->kind != MODEL_LLM && s->sp > 1 && mm->merge > 1 && fmod(q.seq / s->sp, mm->merge * mm->merge) != 0)
+        return util_fail(err, UTIL_EINVAL, "%s: sp %d splits merge groups", mm->name, s->sp);
+    int g = s->dp * s->tp * s->sp * s->pp;
+    if (g > cost_pool_gpus(pool))
+        return util_fail(err, UTIL_EINVAL, "%s: %d GPUs exceed pool '%s' (%d)", mm->name, g, pool->name,
+                         cost_pool_gpus(pool));
+    return UTIL_OK;
+}

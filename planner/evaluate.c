@@ -1,0 +1,127 @@
+/* Whole-plan evaluation: the one place where module times and memory are
+ * combined into a step time, throughput, MFU and a fits/OOM verdict. The
+ * MILP's choice, the baselines and `dhp memory` all go through here. */
+#include "planner/planner.h"
+
+#include <math.h>
+#include <string.h>
+
+#define BF16 2.0
+
+/* Encoder output that crosses to the LLM per sample, bytes (bf16). */
+static double handoff_bytes_per_sample(const model_t *m, int mi, const plan_workload *w)
+{
+    const model_module *mm = &m->mod[mi];
+    plan_seq q;
+    plan_module_seq(m, mi, w, &q);
+    double tokens = q.tokens_per_sample / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
+    return BF16 * tokens * mm->out_hidden;
+}
+
+/* Pipeline depth whose activations an encoder keeps alive in the
+ * disaggregated 1F1B flow: its chunk waits for the LLM's gradient while it
+ * already runs the next chunk forward. */
+static int encoder_in_flight(const plan_t *p) { return p->n_micro > 1 ? 2 : 1; }
+
+/* Ranks are numbered pool by pool; a pool's first rank sits on a node boundary. */
+static int pool_base_rank(const plan_t *p, int pool)
+{
+    int base = -1;
+    for (int k = 0; k < p->n_modules; k++)
+        if (p->mod[k].pool == pool && (base < 0 || p->mod[k].first_rank < base)) base = p->mod[k].first_rank;
+    return base;
+}
+
+static bool same_node_groups(const plan_t *p, int a, int b)
+{
+    const plan_module *x = &p->mod[a], *y = &p->mod[b];
+    if (x->pool != y->pool) return false;
+    int gpn = p->cluster.pool[x->pool].gpus_per_node;
+    int base = pool_base_rank(p, x->pool);
+    int lo = (x->first_rank < y->first_rank ? x->first_rank : y->first_rank) - base;
+    int hi_x = x->first_rank + x->n_ranks, hi_y = y->first_rank + y->n_ranks;
+    int hi = (hi_x > hi_y ? hi_x : hi_y) - base;
+    return lo / gpn == (hi - 1) / gpn;
+}
+
+/* Seconds to hand one chunk's encoder output to the LLM and its gradient back:
+ * each encoder data-parallel replica sends its share in parallel. */
+static double transfer_time(const plan_t *p, int mi, int chunk)
+{
+    const plan_module *s = &p->mod[mi];
+    double bytes = handoff_bytes_per_sample(&p->model, mi, &p->work) * chunk / (s->dp * s->sp);
+    int li = p->model.llm;
+    bool same = same_node_groups(p, mi, li);
+    return 2.0 * cost_p2p_time(&p->cluster, s->pool, p->mod[li].pool, same, bytes);
+}
+
+static void fill_prediction(plan_t *p, const plan_eval *ev, double step)
+{
+    plan_prediction *pr = &p->pred;
+    const plan_workload *w = &p->work;
+    double flops = 0, peak_sum = 0;
+    for (int k = 0; k < p->n_modules; k++) {
+        flops += ev->time[k].model_flops;
+        if (p->placement == PLAN_DISAGGREGATED || k == 0)
+            peak_sum += p->mod[k].n_ranks * p->cluster.pool[p->mod[k].pool].gpu.peak_flops;
+    }
+    plan_seq lq;
+    plan_module_seq(&p->model, p->model.llm, w, &lq);
+    pr->step_time_s = step;
+    pr->samples_per_s = w->global_batch / step;
+    pr->vision_tokens_per_s = (double)w->global_batch * w->images_per_sample * w->image_tokens / step;
+    pr->tokens_per_s = (double)w->global_batch * lq.tokens_per_sample / step;
+    pr->mfu = flops / (step * peak_sum);
+}
+
+int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
+{
+    memset(ev, 0, sizeof *ev);
+    int rc = plan_validate(p, err);
+    if (rc) return rc;
+    const plan_workload *w = &p->work;
+    int chunk = p->placement == PLAN_DISAGGREGATED ? w->global_batch / p->n_micro : w->global_batch;
+    double sum_t = 0, max_t = 0, sum_tail = 0, max_tail = 0;
+    bool fits = true;
+    ev->peak_mem = 0;
+    for (int k = 0; k < p->n_modules; k++) {
+        const plan_module *s = &p->mod[k];
+        const cost_cluster *c = &p->cluster;
+        plan_module_time(&p->model, k, s, w, c, o, &ev->time[k]);
+        bool encoder = k != p->model.llm;
+        int in_flight = p->placement == PLAN_DISAGGREGATED && encoder ? encoder_in_flight(p) : 1;
+        plan_module_memory(&p->model, k, s, w, &c->pool[s->pool].gpu, o, in_flight, &ev->mem[k]);
+        double t = plan_chunk_time(&ev->time[k], s, chunk);
+        if (p->placement == PLAN_DISAGGREGATED && encoder) t += transfer_time(p, k, chunk);
+        double tail = ev->time[k].dp_exposed_s + ev->time[k].optim_s;
+        ev->module_step_s[k] = t * (p->placement == PLAN_DISAGGREGATED ? p->n_micro : 1) + tail;
+        sum_t += t; if (t > max_t) max_t = t;
+        sum_tail += tail; if (tail > max_tail) max_tail = tail;
+        p->pred.peak_mem_bytes[k] = ev->mem[k].total;
+    }
+    double step;
+    if (p->placement == PLAN_COLOCATED) {
+        /* Modules run in turn on the same GPUs; memory of all of them is resident,
+         * the runtime reservation counted once. */
+        step = sum_t + sum_tail;
+        double total = 0;
+        for (int k = 0; k < p->n_modules; k++) total += ev->mem[k].total - (k ? ev->mem[k].reserved : 0);
+        ev->peak_mem = total;
+        ev->capacity = ev->mem[0].capacity;
+        fits = total <= ev->capacity;
+        for (int k = 0; k < p->n_modules; k++) p->pred.peak_mem_bytes[k] = total;
+    } else {
+        /* Two-or-more-stage pipeline over n_micro chunks: fill and drain once,
+         * the slowest stage paces the rest; optimizer steps run in parallel. */
+        step = sum_t + (p->n_micro - 1) * max_t + max_tail;
+        for (int k = 0; k < p->n_modules; k++) {
+            if (ev->mem[k].total > ev->mem[k].capacity) fits = false;
+            if (ev->mem[k].total > ev->peak_mem) { ev->peak_mem = ev->mem[k].total; ev->capacity = ev->mem[k].capacity; }
+        }
+        for (int k = 0; k < p->n_modules; k++)
+            if (k != p->model.llm) ev->transfer_s += transfer_time(p, k, chunk) * p->n_micro;
+    }
+    p->pred.fits = fits;
+    fill_prediction(p, ev, step);
+    return UTIL_OK;
+}

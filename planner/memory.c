@@ -1,0 +1,182 @@
+/* Memory model: bytes per GPU of one module group under one strategy.
+ *
+ * Model states follow the mixed-precision AdamW accounting of Rajbhandari et
+ * al., "ZeRO" (arXiv 1910.02054) as Megatron-LM implements it
+ * (megatron/training/theoretical_memory_usage.py): bf16 parameter 2 B, fp32
+ * gradient accumulation buffer 4 B, fp32 master weight + Adam m + v 12 B =
+ * 18 B per parameter; the distributed optimizer (ZeRO-1) gives 6 + 12/DP.
+ * ZeRO-3 adds DeepSpeed's gathered-layer allowance of 4 B x largest layer
+ * (deepspeed/runtime/zero/stage3.py, estimate_zero3_model_states_mem_needs).
+ * Activations are itemised per saved tensor following Korthikanti et al.,
+ * "Reducing Activation Recomputation in Large Transformer Models"
+ * (arXiv 2205.05198), with FlashAttention (no s^2 term, arXiv 2307.08691). */
+#include "planner/planner.h"
+
+#include <math.h>
+#include <string.h>
+
+#define BF16 2.0
+#define FP32 4.0
+
+/* NCCL allocates NCCL_BUFFSIZE (default 4 MiB) per channel and peer
+ * (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-buffsize);
+ * a ring has 2 peers; we assume 8 channels per communicator. */
+#define NCCL_BUFFSIZE (4.0 * 1024 * 1024)
+#define NCCL_CHANNELS 8.0
+/* DeepSpeed ZeRO-2/3 reduce_bucket_size default 5e8 elements
+ * (https://www.deepspeed.ai/docs/config-json/#zero-optimizations-for-fp16-training). */
+#define ZERO_REDUCE_BUCKET 5e8
+/* PyTorch DDP bucket_cap_mb default 25 MB (torch.nn.parallel.DistributedDataParallel docs). */
+#define DDP_BUCKET_BYTES (25.0 * 1e6)
+
+void plan_options_default(plan_options *o)
+{
+    o->precision = PLAN_OPT_MIXED_FP32;
+    /* PyTorch's caching allocator rounds and splits blocks; 10% of the
+     * dynamic (activation) memory is the allowance we keep for that. */
+    o->fragmentation = 0.10;
+    o->overlap = 0.8;
+}
+
+/* Parameters held by one GPU before ZeRO sharding: TP splits every matrix
+ * (norm vectors are replicated, a small overestimate we accept), PP splits
+ * the blocks; with pp > 1 the worst stage holds the larger of embedding/head. */
+double plan_local_params(const model_module *mm, const plan_module *s)
+{
+    double blocks = (double)model_blocks_params(mm);
+    double embed = (double)model_embed_params(mm), head = (double)model_head_params(mm);
+    double per_stage_blocks = blocks * ceil((double)mm->layers / s->pp) / mm->layers;
+    double edge = s->pp > 1 ? fmax(embed, head) : embed + head;
+    return (per_stage_blocks + edge) / s->tp;
+}
+
+static void model_state_bytes(const model_module *mm, const plan_module *s, const plan_options *o,
+                              plan_mem *out)
+{
+    double p = plan_local_params(mm, s);
+    double shard = (double)s->dp * s->sp;   /* ZeRO shards over every replica of the weights */
+    double pb = BF16, gb, ob;
+    if (o->precision == PLAN_OPT_PURE_BF16) { gb = BF16; ob = 2 * BF16; }
+    else { gb = FP32; ob = 3 * FP32; }
+    if (mm->frozen) { gb = 0; ob = 0; }
+    out->params = p * pb / (s->zero >= 3 ? shard : 1);
+    out->grads = p * gb / (s->zero >= 2 ? shard : 1);
+    out->optim = p * ob / (s->zero >= 1 ? shard : 1);
+    out->zero_buffers = s->zero >= 3 && shard > 1 ? 2 * BF16 * model_largest_layer_params(mm) / s->tp : 0;
+}
+
+/* Bytes saved for backward per token of one block, bf16, before dividing by
+ * the sequence split. Shapes per token: residual x [h], normed x [h],
+ * q/k/v [(H + 2 KV) d / tp], attention output [H d / tp] + fp32 LSE [H / tp],
+ * and the MLP: SwiGLU gate, up, act [3 f / tp]; GELU fc1, act [2 f / tp].
+ * Megatron sequence parallel also splits the [h] terms by tp. Selective
+ * recompute drops the activation-function output; full recompute keeps only
+ * the block input. */
+static double block_act_bytes_per_token(const model_module *mm, const plan_module *s, bool cross)
+{
+    double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
+    double hsplit = s->seq_parallel ? tp : 1.0;
+    if (s->recompute == PLAN_RECOMP_FULL) return BF16 * h / hsplit;
+    double attn = BF16 * (2 * h) / hsplit                  /* residual in, normed in */
+                + BF16 * (cross ? H * d : (H + 2 * KV) * d) / tp
+                + BF16 * H * d / tp + FP32 * H / tp;
+    double mlp_terms = mm->ffn_kind == MODEL_FFN_SWIGLU ? 3.0 : 2.0;
+    if (s->recompute == PLAN_RECOMP_SELECTIVE) mlp_terms -= 1.0;
+    double mlp = BF16 * (2 * h) / hsplit + BF16 * mlp_terms * f / tp;
+    return attn + mlp;
+}
+
+/* Tokens one GPU of the group processes per micro-batch. */
+static double local_tokens(const plan_seq *q, const plan_module *s)
+{
+    return (double)s->micro_batch * q->tokens_per_sample / s->sp;
+}
+
+static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
+                               int in_flight)
+{
+    const model_module *mm = &m->mod[mi];
+    double t = local_tokens(q, s);
+    double layers_per_stage = ceil((double)mm->layers / s->pp);
+    double n_cross = 0;
+    for (int l = 0; l < mm->layers; l++) if (model_layer_is_cross(mm, l)) n_cross++;
+    n_cross = n_cross * layers_per_stage / mm->layers;
+    double per_mb = t * (block_act_bytes_per_token(mm, s, false) * (layers_per_stage - n_cross)
+                         + block_act_bytes_per_token(mm, s, true) * n_cross);
+    /* Cross-attention keys/values over the encoder tokens of the micro-batch. */
+    if (n_cross > 0 && s->recompute != PLAN_RECOMP_FULL)
+        per_mb += n_cross * BF16 * 2.0 * mm->kv_heads * mm->head_dim / s->tp * q->cross_span * s->micro_batch;
+    /* During backward with full recompute one block's full activations are live again. */
+    if (s->recompute == PLAN_RECOMP_FULL) {
+        plan_module none = *s;
+        none.recompute = PLAN_RECOMP_NONE;
+        per_mb += t * block_act_bytes_per_token(mm, &none, false);
+    }
+    /* Stem and head: embedding output, final norm; encoders also the merger MLP. */
+    per_mb += t * BF16 * mm->hidden * 2;
+    if (mm->kind != MODEL_LLM) {
+        double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
+        per_mb += t * BF16 * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
+        per_mb += merged * BF16 * (mm->proj_in + 2.0 * mm->proj_hidden);
+    }
+    /* 1F1B: the first stage holds pp micro-batches in flight (Korthikanti et al. sec. 4.2). */
+    double depth = s->pp > 1 ? s->pp : 1;
+    return per_mb * depth * in_flight;
+}
+
+/* LM head logits [t, V/tp] in bf16 plus the fp32 copy vocab-parallel
+ * cross-entropy works on (Megatron's _VocabParallelCrossEntropy). */
+static double logits_bytes(const model_module *mm, const plan_module *s, const plan_seq *q)
+{
+    if (mm->kind != MODEL_LLM) return 0;
+    double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
+    return t * (double)mm->vocab / s->tp * (BF16 + FP32);
+}
+
+static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p)
+{
+    double comms = (s->tp > 1) + (s->sp > 1) + (s->dp * s->sp > 1) + (s->pp > 1);
+    double b = comms * NCCL_BUFFSIZE * 2 * NCCL_CHANNELS;
+    double shard = (double)s->dp * s->sp;
+    if (shard > 1 && !mm->frozen) {
+        if (s->zero >= 2) b += BF16 * fmin(ZERO_REDUCE_BUCKET, local_p);
+        else b += 2 * fmin(DDP_BUCKET_BYTES, BF16 * local_p);
+    }
+    if (s->sp > 1) {
+        /* Ulysses all-to-all needs separate send and receive buffers for q, k, v of one layer. */
+        double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
+        b += 2 * BF16 * t * (mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
+    }
+    return b;
+}
+
+void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
+{
+    const model_module *mm = &m->mod[mi];
+    plan_seq q;
+    plan_module_seq(m, mi, w, &q);
+    memset(out, 0, sizeof *out);
+    model_state_bytes(mm, s, o, out);
+    out->activations = activation_bytes(m, mi, s, &q, in_flight < 1 ? 1 : in_flight);
+    out->logits = logits_bytes(mm, s, &q);
+    out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s));
+    out->reserved = g->reserved_bytes;
+    out->fragmentation = o->fragmentation * (out->activations + out->logits + out->comm + out->zero_buffers);
+    out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations
+               + out->logits + out->comm + out->reserved + out->fragmentation;
+    out->capacity = g->hbm_bytes;
+}
+
+const char *plan_mem_dominant(const plan_mem *mm)
+{
+    struct { const char *name; double v; } t[] = {
+        { "parameters", mm->params }, { "gradients", mm->grads }, { "optimizer", mm->optim },
+        { "zero_buffers", mm->zero_buffers }, { "activations", mm->activations },
+        { "logits", mm->logits }, { "comm_buffers", mm->comm }, { "reserved", mm->reserved },
+        { "fragmentation", mm->fragmentation },
+    };
+    int best = 0;
+    for (int i = 1; i < (int)(sizeof t / sizeof t[0]); i++) if (t[i].v > t[best].v) best = i;
+    return t[best].name;
+}

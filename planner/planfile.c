@@ -1,0 +1,288 @@
+/* The plan file (schema "dhp.plan/1"): everything the executor needs —
+ * model, cluster, workload, placement and each module's ranks and degrees —
+ * plus the planner's predictions. Written atomically. */
+#include "planner/planner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *placement_names[] = { "colocated", "disaggregated" };
+static const char *recompute_names[] = { "none", "selective", "full" };
+static const char *precision_names[] = { "bf16-mixed", "bf16-pure" };
+
+const char *plan_placement_name(plan_placement p) { return placement_names[p]; }
+const char *plan_recompute_name(plan_recompute r) { return recompute_names[r]; }
+
+static int parse_enum(const char *v, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++) if (!strcmp(v, names[i])) return i;
+    return -1;
+}
+
+static cJSON *module_to_json(const plan_module *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "module", s->module);
+    cJSON_AddNumberToObject(o, "pool", s->pool);
+    cJSON_AddNumberToObject(o, "first_rank", s->first_rank);
+    cJSON_AddNumberToObject(o, "n_ranks", s->n_ranks);
+    cJSON_AddNumberToObject(o, "dp", s->dp);
+    cJSON_AddNumberToObject(o, "tp", s->tp);
+    cJSON_AddNumberToObject(o, "sp", s->sp);
+    cJSON_AddNumberToObject(o, "pp", s->pp);
+    cJSON_AddNumberToObject(o, "zero", s->zero);
+    cJSON_AddNumberToObject(o, "micro_batch", s->micro_batch);
+    cJSON_AddStringToObject(o, "recompute", recompute_names[s->recompute]);
+    cJSON_AddBoolToObject(o, "seq_parallel", s->seq_parallel);
+    return o;
+}
+
+static cJSON *prediction_to_json(const plan_t *p)
+{
+    const plan_prediction *pr = &p->pred;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "step_time_s", pr->step_time_s);
+    cJSON_AddNumberToObject(o, "samples_per_s", pr->samples_per_s);
+    cJSON_AddNumberToObject(o, "vision_tokens_per_s", pr->vision_tokens_per_s);
+    cJSON_AddNumberToObject(o, "tokens_per_s", pr->tokens_per_s);
+    cJSON_AddNumberToObject(o, "mfu", pr->mfu);
+    cJSON *mem = cJSON_AddArrayToObject(o, "peak_mem_bytes");
+    for (int k = 0; k < p->n_modules; k++) cJSON_AddItemToArray(mem, cJSON_CreateNumber(pr->peak_mem_bytes[k]));
+    cJSON_AddBoolToObject(o, "fits", pr->fits);
+    return o;
+}
+
+cJSON *plan_to_json(const plan_t *p)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "schema", PLAN_SCHEMA);
+    cJSON_AddStringToObject(root, "label", p->label);
+    cJSON_AddItemToObject(root, "model", model_to_json(&p->model));
+    cJSON_AddItemToObject(root, "cluster", cost_cluster_to_json(&p->cluster));
+    cJSON *w = cJSON_AddObjectToObject(root, "workload");
+    cJSON_AddNumberToObject(w, "global_batch", p->work.global_batch);
+    cJSON_AddNumberToObject(w, "images_per_sample", p->work.images_per_sample);
+    cJSON_AddNumberToObject(w, "image_tokens", p->work.image_tokens);
+    cJSON_AddNumberToObject(w, "audio_frames", p->work.audio_frames);
+    cJSON_AddNumberToObject(w, "text_tokens", p->work.text_tokens);
+    cJSON_AddStringToObject(root, "placement", placement_names[p->placement]);
+    cJSON_AddStringToObject(root, "schedule", p->placement == PLAN_COLOCATED ? "in-turn" : "1f1b-across-modules");
+    cJSON_AddStringToObject(root, "precision", precision_names[p->precision]);
+    cJSON_AddNumberToObject(root, "world_size", p->world_size);
+    cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
+    cJSON *mods = cJSON_AddArrayToObject(root, "modules");
+    for (int k = 0; k < p->n_modules; k++) cJSON_AddItemToArray(mods, module_to_json(&p->mod[k]));
+    cJSON_AddItemToObject(root, "prediction", prediction_to_json(p));
+    return root;
+}
+
+int plan_write(const char *path, const plan_t *p, char *err)
+{
+    cJSON *root = plan_to_json(p);
+    int rc = util_json_write(path, root, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* Re-serialises a sub-object and hands it to its module's text parser. */
+static int parse_sub(const cJSON *root, const char *key, const char *what, bool is_model, void *out, char *err)
+{
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsObject(o)) return util_fail(err, UTIL_EINVAL, "%s: %s: required object is missing", what, key);
+    char *text = cJSON_PrintUnformatted(o);
+    if (!text) return util_fail(err, UTIL_ENOMEM, "%s: out of memory", what);
+    char ctx[300];
+    snprintf(ctx, sizeof ctx, "%s: %s", what, key);
+    int rc = is_model ? model_parse_json(text, ctx, out, err) : cost_cluster_parse_json(text, ctx, out, err);
+    free(text);
+    return rc;
+}
+
+static int parse_module(const cJSON *o, const char *ctx, plan_module *s, char *err)
+{
+    long v;
+    int rc;
+    char buf[MODEL_NAME_LEN];
+    if (!cJSON_IsObject(o)) return util_fail(err, UTIL_EINVAL, "%s: must be an object", ctx);
+    if ((rc = util_json_str(o, ctx, "module", true, NULL, s->module, sizeof s->module, err))) return rc;
+#define INT_FIELD(name, lo, hi, req, dflt) \
+    do { if ((rc = util_json_int(o, ctx, #name, req, lo, hi, dflt, &v, err))) return rc; s->name = (int)v; } while (0);
+    INT_FIELD(pool, 0, COST_MAX_POOLS - 1, false, 0)
+    INT_FIELD(first_rank, 0, 1 << 24, true, 0)
+    INT_FIELD(n_ranks, 1, 1 << 24, true, 1)
+    INT_FIELD(dp, 1, 1 << 24, true, 1)
+    INT_FIELD(tp, 1, 1024, true, 1)
+    INT_FIELD(sp, 1, 1 << 16, true, 1)
+    INT_FIELD(pp, 1, 1024, true, 1)
+    INT_FIELD(zero, 0, 3, true, 0)
+    INT_FIELD(micro_batch, 1, 1 << 20, true, 1)
+#undef INT_FIELD
+    if ((rc = util_json_str(o, ctx, "recompute", false, "none", buf, sizeof buf, err))) return rc;
+    int r = parse_enum(buf, recompute_names, 3);
+    if (r < 0) return util_fail(err, UTIL_EINVAL, "%s.recompute: '%s' is not none, selective or full", ctx, buf);
+    s->recompute = (plan_recompute)r;
+    return util_json_bool(o, ctx, "seq_parallel", false, false, &s->seq_parallel, err);
+}
+
+static int parse_workload(const cJSON *root, const char *what, plan_workload *w, char *err)
+{
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "workload");
+    char ctx[300];
+    snprintf(ctx, sizeof ctx, "%s: workload", what);
+    if (!cJSON_IsObject(o)) return util_fail(err, UTIL_EINVAL, "%s: required object is missing", ctx);
+    long v;
+    int rc;
+#define W(name, lo, req) \
+    do { if ((rc = util_json_int(o, ctx, #name, req, lo, 1L << 30, 0, &v, err))) return rc; w->name = (int)v; } while (0);
+    W(global_batch, 1, true)
+    W(images_per_sample, 0, false)
+    W(image_tokens, 0, false)
+    W(audio_frames, 0, false)
+    W(text_tokens, 1, true)
+#undef W
+    return UTIL_OK;
+}
+
+int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
+{
+    memset(p, 0, sizeof *p);
+    char buf[64];
+    int rc;
+    long v;
+    if ((rc = util_json_str(root, what, "schema", true, NULL, buf, sizeof buf, err))) return rc;
+    if (strcmp(buf, PLAN_SCHEMA))
+        return util_fail(err, UTIL_EINVAL, "%s: schema '%s' is not %s", what, buf, PLAN_SCHEMA);
+    p->version = PLAN_SCHEMA_VERSION;
+    if ((rc = util_json_str(root, what, "label", false, "", p->label, sizeof p->label, err))) return rc;
+    if ((rc = parse_sub(root, "model", what, true, &p->model, err))) return rc;
+    if ((rc = parse_sub(root, "cluster", what, false, &p->cluster, err))) return rc;
+    if ((rc = parse_workload(root, what, &p->work, err))) return rc;
+    if ((rc = util_json_str(root, what, "placement", true, NULL, buf, sizeof buf, err))) return rc;
+    int pl = parse_enum(buf, placement_names, 2);
+    if (pl < 0) return util_fail(err, UTIL_EINVAL, "%s.placement: '%s' is not colocated or disaggregated", what, buf);
+    p->placement = (plan_placement)pl;
+    if ((rc = util_json_str(root, what, "precision", false, "bf16-mixed", buf, sizeof buf, err))) return rc;
+    int pr = parse_enum(buf, precision_names, 2);
+    if (pr < 0) return util_fail(err, UTIL_EINVAL, "%s.precision: '%s' is not bf16-mixed or bf16-pure", what, buf);
+    p->precision = (plan_precision)pr;
+    if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
+    p->world_size = (int)v;
+    if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;
+    p->n_micro = (int)v;
+    const cJSON *mods = cJSON_GetObjectItemCaseSensitive(root, "modules");
+    if (!cJSON_IsArray(mods)) return util_fail(err, UTIL_EINVAL, "%s.modules: required array is missing", what);
+    int n = cJSON_GetArraySize(mods);
+    if (n != p->model.n_modules)
+        return util_fail(err, UTIL_EINVAL, "%s.modules: %d entries but the model has %d modules", what, n,
+                         p->model.n_modules);
+    p->n_modules = n;
+    for (int k = 0; k < n; k++) {
+        char ctx[300];
+        snprintf(ctx, sizeof ctx, "%s.modules[%d]", what, k);
+        if ((rc = parse_module(cJSON_GetArrayItem(mods, k), ctx, &p->mod[k], err))) return rc;
+        p->mod[k].module_index = model_find(&p->model, p->mod[k].module);
+        if (p->mod[k].module_index != k)
+            return util_fail(err, UTIL_EINVAL, "%s.module: '%s' is not module %d of the model", ctx, p->mod[k].module, k);
+    }
+    const cJSON *pred = cJSON_GetObjectItemCaseSensitive(root, "prediction");
+    if (cJSON_IsObject(pred)) {
+        double d;
+        if (!util_json_num(pred, what, "step_time_s", false, 0, 1e30, 0, &d, NULL)) p->pred.step_time_s = d;
+        if (!util_json_num(pred, what, "samples_per_s", false, 0, 1e30, 0, &d, NULL)) p->pred.samples_per_s = d;
+        if (!util_json_num(pred, what, "vision_tokens_per_s", false, 0, 1e30, 0, &d, NULL)) p->pred.vision_tokens_per_s = d;
+        if (!util_json_num(pred, what, "tokens_per_s", false, 0, 1e30, 0, &d, NULL)) p->pred.tokens_per_s = d;
+        if (!util_json_num(pred, what, "mfu", false, 0, 1e30, 0, &d, NULL)) p->pred.mfu = d;
+        const cJSON *mem = cJSON_GetObjectItemCaseSensitive(pred, "peak_mem_bytes");
+        for (int k = 0; k < n && cJSON_IsArray(mem) && k < cJSON_GetArraySize(mem); k++)
+            p->pred.peak_mem_bytes[k] = cJSON_GetArrayItem(mem, k)->valuedouble;
+        bool fits;
+        if (!util_json_bool(pred, what, "fits", false, true, &fits, NULL)) p->pred.fits = fits;
+    }
+    char verr[UTIL_ERR_LEN];
+    if ((rc = plan_validate(p, verr))) return util_fail(err, rc, "%s: %s", what, verr);
+    return UTIL_OK;
+}
+
+int plan_read(const char *path, plan_t *p, char *err)
+{
+    char *text;
+    int rc = util_read_file(path, &text, NULL, err);
+    if (rc) return rc;
+    cJSON *root;
+    rc = util_json_parse(text, path, &root, err);
+    util_free(text);
+    if (rc) return rc;
+    rc = plan_from_json(root, path, p, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+static bool overlaps(const plan_module *a, const plan_module *b)
+{
+    return a->first_rank < b->first_rank + b->n_ranks && b->first_rank < a->first_rank + a->n_ranks;
+}
+
+static int validate_colocated(const plan_t *p, char *err)
+{
+    const plan_module *a = &p->mod[0];
+    if (p->n_micro != 1) return util_fail(err, UTIL_EINVAL, "n_micro: colocated plans run in turn (n_micro 1)");
+    for (int k = 1; k < p->n_modules; k++) {
+        const plan_module *b = &p->mod[k];
+        if (b->first_rank != a->first_rank || b->n_ranks != a->n_ranks || b->pool != a->pool)
+            return util_fail(err, UTIL_EINVAL, "modules[%d]: colocated modules must share the same ranks", k);
+        if (b->dp * b->micro_batch != a->dp * a->micro_batch)
+            return util_fail(err, UTIL_EINVAL,
+                             "modules[%d]: colocated modules must take the same samples per micro-step "
+                             "(dp*micro_batch %d vs %d)", k, b->dp * b->micro_batch, a->dp * a->micro_batch);
+    }
+    if (p->work.global_batch % (a->dp * a->micro_batch) != 0)
+        return util_fail(err, UTIL_EINVAL, "global_batch %d is not a multiple of dp*micro_batch %d",
+                         p->work.global_batch, a->dp * a->micro_batch);
+    return UTIL_OK;
+}
+
+static int validate_disaggregated(const plan_t *p, char *err)
+{
+    if (p->work.global_batch % p->n_micro != 0)
+        return util_fail(err, UTIL_EINVAL, "n_micro: %d does not divide global_batch %d", p->n_micro,
+                         p->work.global_batch);
+    int chunk = p->work.global_batch / p->n_micro;
+    for (int k = 0; k < p->n_modules; k++) {
+        const plan_module *s = &p->mod[k];
+        for (int j = 0; j < k; j++)
+            if (overlaps(s, &p->mod[j]))
+                return util_fail(err, UTIL_EINVAL, "modules[%d]: ranks overlap module %d in a disaggregated plan", k, j);
+        if (chunk % (s->dp * s->micro_batch) != 0)
+            return util_fail(err, UTIL_EINVAL, "modules[%d]: chunk of %d samples is not a multiple of dp*micro_batch %d",
+                             k, chunk, s->dp * s->micro_batch);
+    }
+    return UTIL_OK;
+}
+
+int plan_validate(const plan_t *p, char *err)
+{
+    int rc;
+    if (p->n_modules != p->model.n_modules)
+        return util_fail(err, UTIL_EINVAL, "modules: %d entries for %d model modules", p->n_modules, p->model.n_modules);
+    if ((rc = plan_workload_validate(&p->model, &p->work, err))) return rc;
+    int pool_gpus[COST_MAX_POOLS] = { 0 };
+    for (int k = 0; k < p->n_modules; k++) {
+        const plan_module *s = &p->mod[k];
+        char e[UTIL_ERR_LEN];
+        if ((rc = plan_strategy_check(&p->model, k, s, &p->work, &p->cluster, e)))
+            return util_fail(err, rc, "modules[%d]: %s", k, e);
+        if (s->n_ranks != s->dp * s->tp * s->sp * s->pp)
+            return util_fail(err, UTIL_EINVAL, "modules[%d].n_ranks: %d is not dp*tp*sp*pp = %d", k, s->n_ranks,
+                             s->dp * s->tp * s->sp * s->pp);
+        if (s->first_rank + s->n_ranks > p->world_size)
+            return util_fail(err, UTIL_EINVAL, "modules[%d]: ranks %d..%d exceed world_size %d", k, s->first_rank,
+                             s->first_rank + s->n_ranks - 1, p->world_size);
+        if (p->placement == PLAN_DISAGGREGATED || k == 0) pool_gpus[s->pool] += s->n_ranks;
+    }
+    for (int i = 0; i < p->cluster.n_pools; i++)
+        if (pool_gpus[i] > cost_pool_gpus(&p->cluster.pool[i]))
+            return util_fail(err, UTIL_EINVAL, "plan uses %d GPUs of pool '%s', which has %d", pool_gpus[i],
+                             p->cluster.pool[i].name, cost_pool_gpus(&p->cluster.pool[i]));
+    return p->placement == PLAN_COLOCATED ? validate_colocated(p, err) : validate_disaggregated(p, err);
+}

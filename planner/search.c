@@ -1,0 +1,487 @@
+/* Search: every module's candidate strategies are priced analytically here,
+ * pruned to the useful ones, and a GLPK mixed-integer program chooses one
+ * per module together with the placement:
+ *
+ *   x_c  in {0,1}  candidate c chosen          y in {0,1}  colocated placement
+ *   w_f  in {0,1}  colocated family f = (pool, GPUs, samples per micro-step)
+ *   z_n  in {0,1}  disaggregated with n chunks; M_n >= 0 slowest stage; E >= 0 slowest tail
+ *
+ *   sum_c x_c = 1                                  for every module k
+ *   sum_{c in col(k,f)} x_c = w_f,  sum_f w_f = y   colocated modules share GPUs
+ *   sum_{c in col(f)} mem_c x_c <= cap_f - reserved_f
+ *   sum_{c in dis(k,n)} x_c = z_n,  sum_n z_n = 1 - y
+ *   sum_{c in dis, pool p} gpus_c x_c <= G_p        disjoint groups
+ *   M_n >= sum_{c in dis(k,n)} time_c x_c,  E >= sum_{c in dis(k)} tail_c x_c
+ *
+ *   minimise  sum_{col} time_c x_c + sum_{dis} time_c x_c + sum_n (n-1) M_n + E
+ *
+ * which is the colocated in-turn step (sum of modules) or the pipelined
+ * step (fill/drain + (n-1) x slowest stage + slowest optimizer tail). */
+#include "planner/planner.h"
+
+#include <glpk.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_OPTS 64
+
+void plan_search_options_default(plan_search_options *o)
+{
+    plan_options_default(&o->opt);
+    o->top_k = 4;
+    o->allow_colocated = o->allow_disaggregated = true;
+    o->max_pp = 8;
+    o->time_limit_s = 20;
+    o->verbose = false;
+}
+
+/* GPU counts a module group may take in a pool: powers of two inside a node,
+ * then whole nodes 1, 2, 3, 4, 6, 8, 12, 16, ... (x1.5 / x1.33 steps). */
+static int gpu_count_options(const cost_pool *p, int *out)
+{
+    int n = 0, gpn = p->gpus_per_node;
+    for (int g = 1; g < gpn && n < MAX_OPTS; g *= 2) out[n++] = g;
+    for (int nodes = 1; nodes <= p->nodes && n < MAX_OPTS;) {
+        out[n++] = nodes * gpn;
+        int next_pow = 1;
+        while (next_pow <= nodes) next_pow *= 2;
+        nodes = (nodes >= 2 && nodes * 3 / 2 < next_pow && (nodes & (nodes - 1)) == 0) ? nodes * 3 / 2 : next_pow;
+    }
+    return n;
+}
+
+static int divisors_up_to(int b, int limit, int *out)
+{
+    int n = 0;
+    for (int d = 1; d <= b && d <= limit && n < MAX_OPTS; d++) if (b % d == 0) out[n++] = d;
+    return n;
+}
+
+static int push(plan_candidates *cs, const plan_candidate *c)
+{
+    if (cs->n == cs->cap) {
+        int cap = cs->cap ? cs->cap * 2 : 256;
+        plan_candidate *nc = util_realloc(cs->c, (size_t)cap * sizeof *nc);
+        if (!nc) return UTIL_ENOMEM;
+        cs->c = nc; cs->cap = cap;
+    }
+    cs->c[cs->n++] = *c;
+    return UTIL_OK;
+}
+
+typedef struct {
+    const model_t *m;
+    const cost_cluster *c;
+    const plan_workload *w;
+    const plan_search_options *o;
+    plan_candidates *cs;
+} build_ctx;
+
+static void price(const build_ctx *b, int k, const plan_module *s, int in_flight, plan_time *t, plan_mem *mem)
+{
+    plan_module_time(b->m, k, s, b->w, b->c, &b->o->opt, t);
+    plan_module_memory(b->m, k, s, b->w, &b->c->pool[s->pool].gpu, &b->o->opt, in_flight, mem);
+}
+
+/* Colocated candidates of module k with given degrees, for every samples-per-step. */
+static int add_colocated(const build_ctx *b, int k, plan_module s, int gpus)
+{
+    int B = b->w->global_batch;
+    for (int mb = 1; mb * s.dp <= B; mb *= 2) {
+        int S = mb * s.dp;
+        if (B % S) continue;
+        s.micro_batch = mb;
+        plan_time t; plan_mem mem;
+        price(b, k, &s, 1, &t, &mem);
+        double fixed = mem.total - mem.reserved;
+        if (mem.total > mem.capacity) continue;
+        plan_candidate c = { .module = k, .colocated = true, .pool = s.pool, .gpus = gpus,
+                             .samples_per_step = S, .n_micro = 1, .s = s,
+                             .time = plan_chunk_time(&t, &s, B) + t.dp_exposed_s + t.optim_s,
+                             .mem = fixed };
+        int rc = push(b->cs, &c);
+        if (rc) return rc;
+    }
+    return UTIL_OK;
+}
+
+/* Disaggregated candidates of module k: one per chunk count n. Encoders
+ * process their whole per-rank chunk at once (its activations wait for the
+ * LLM's gradient anyway); the LLM may micro-step inside a chunk. */
+static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
+{
+    int B = b->w->global_batch, ns[MAX_OPTS];
+    int nn = divisors_up_to(B, 32, ns);
+    bool encoder = k != b->m->llm;
+    for (int i = 0; i < nn; i++) {
+        int n = ns[i], chunk = B / n;
+        if (chunk % s.dp) continue;
+        int per_rank = chunk / s.dp;
+        for (int mb = encoder ? per_rank : 1; mb <= per_rank; mb *= 2) {
+            if (per_rank % mb) continue;
+            s.micro_batch = mb;
+            plan_time t; plan_mem mem;
+            price(b, k, &s, encoder && n > 1 ? 2 : 1, &t, &mem);
+            if (mem.total > mem.capacity) continue;
+            double time = plan_chunk_time(&t, &s, chunk);
+            if (encoder) {
+                const model_module *mm = &b->m->mod[k];
+                plan_seq q;
+                plan_module_seq(b->m, k, b->w, &q);
+                double bytes = 2.0 * q.tokens_per_sample * chunk / ((double)s.dp * s.sp)
+                             * mm->out_hidden / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
+                bool one_node = cost_pool_gpus(&b->c->pool[s.pool]) <= b->c->pool[s.pool].gpus_per_node;
+                time += 2.0 * cost_p2p_time(b->c, s.pool, s.pool, one_node, bytes);
+            }
+            plan_candidate c = { .module = k, .colocated = false, .pool = s.pool, .gpus = gpus, .n_micro = n,
+                                 .s = s, .time = time, .tail = t.dp_exposed_s + t.optim_s, .mem = mem.total };
+            int rc = push(b->cs, &c);
+            if (rc) return rc;
+        }
+    }
+    return UTIL_OK;
+}
+
+/* Sorts candidates by key and keeps the fastest per disaggregated key and
+ * the Pareto front per colocated key. */
+static int key_cmp(const void *pa, const void *pb)
+{
+    const plan_candidate *a = pa, *b = pb;
+    if (a->module != b->module) return a->module - b->module;
+    if (a->colocated != b->colocated) return a->colocated - b->colocated;
+    if (a->pool != b->pool) return a->pool - b->pool;
+    if (a->gpus != b->gpus) return a->gpus - b->gpus;
+    int ka = a->colocated ? a->samples_per_step : a->n_micro, kb = b->colocated ? b->samples_per_step : b->n_micro;
+    if (ka != kb) return ka - kb;
+    if (a->time != b->time) return a->time < b->time ? -1 : 1;
+    if (a->mem != b->mem) return a->mem < b->mem ? -1 : 1;
+    return 0;
+}
+
+static bool same_key(const plan_candidate *a, const plan_candidate *b)
+{
+    return a->module == b->module && a->colocated == b->colocated && a->pool == b->pool && a->gpus == b->gpus
+        && (a->colocated ? a->samples_per_step == b->samples_per_step : a->n_micro == b->n_micro);
+}
+
+static void prune(plan_candidates *cs)
+{
+    qsort(cs->c, (size_t)cs->n, sizeof cs->c[0], key_cmp);
+    int out = 0;
+    for (int i = 0; i < cs->n;) {
+        int j = i;
+        while (j < cs->n && same_key(&cs->c[i], &cs->c[j])) j++;
+        /* Sorted by time within the key: the first is the fastest; a later one
+         * survives on the front only if it needs strictly less memory. */
+        double best_mem = INFINITY;
+        for (int t = i; t < j; t++) {
+            if (!cs->c[t].colocated && t > i) break;
+            if (cs->c[t].mem < best_mem) { cs->c[out++] = cs->c[t]; best_mem = cs->c[t].mem; }
+        }
+        i = j;
+    }
+    cs->n = out;
+}
+
+static int build_module(const build_ctx *b, int k)
+{
+    const model_module *mm = &b->m->mod[k];
+    for (int p = 0; p < b->c->n_pools; p++) {
+        const cost_pool *pool = &b->c->pool[p];
+        int gs[MAX_OPTS], ng = gpu_count_options(pool, gs);
+        for (int gi = 0; gi < ng; gi++) {
+            int g = gs[gi];
+            for (int tp = 1; tp <= pool->gpus_per_node && tp <= g; tp *= 2)
+            for (int sp = 1; tp * sp <= g && tp * sp <= mm->heads; sp *= 2)
+            for (int pp = 1; tp * sp * pp <= g && pp <= b->o->max_pp; pp *= 2) {
+                if (g % (tp * sp * pp)) continue;
+                int dp = g / (tp * sp * pp);
+                for (int rc = 0; rc < 3; rc++)
+                for (int zero = 0; zero <= 3; zero++) {
+                    if (zero > 0 && dp * sp == 1) break;
+                    plan_module s = { .module_index = k, .pool = p, .dp = dp, .tp = tp, .sp = sp, .pp = pp,
+                                      .zero = zero, .micro_batch = 1, .recompute = (plan_recompute)rc,
+                                      .seq_parallel = mm->kind == MODEL_LLM && tp > 1, .n_ranks = g };
+                    util_strlcpy(s.module, mm->name, sizeof s.module);
+                    if (plan_strategy_check(b->m, k, &s, b->w, b->c, NULL)) continue;
+                    int err;
+                    if (b->o->allow_colocated && (err = add_colocated(b, k, s, g))) return err;
+                    if (b->o->allow_disaggregated && (err = add_disaggregated(b, k, s, g))) return err;
+                }
+            }
+        }
+    }
+    return UTIL_OK;
+}
+
+int plan_candidates_build(const model_t *m, const cost_cluster *c, const plan_workload *w,
+                          const plan_search_options *o, plan_candidates *out, char *err)
+{
+    memset(out, 0, sizeof *out);
+    out->n_modules = m->n_modules;
+    out->n_pools = c->n_pools;
+    for (int p = 0; p < c->n_pools; p++) {
+        out->reserved[p] = c->pool[p].gpu.reserved_bytes;
+        out->capacity[p] = c->pool[p].gpu.hbm_bytes;
+        out->pool_gpus[p] = cost_pool_gpus(&c->pool[p]);
+    }
+    build_ctx b = { m, c, w, o, out };
+    for (int k = 0; k < m->n_modules; k++) {
+        int before = out->n;
+        if (build_module(&b, k)) { plan_candidates_free(out); return util_fail(err, UTIL_ENOMEM, "planner: out of memory"); }
+        if (out->n == before) {
+            plan_candidates_free(out);
+            return util_fail(err, UTIL_EINFEASIBLE,
+                             "module '%s' of %s fits on no GPU group of cluster '%s' for this workload",
+                             m->mod[k].name, m->name, c->name);
+        }
+    }
+    prune(out);
+    return UTIL_OK;
+}
+
+void plan_candidates_free(plan_candidates *cs)
+{
+    util_free(cs->c);
+    memset(cs, 0, sizeof *cs);
+}
+
+bool plan_candidates_objective(const plan_candidates *cs, const int *chosen, double *objective)
+{
+    const plan_candidate *first = &cs->c[chosen[0]];
+    double sum = 0, max_t = 0, max_tail = 0, mem = 0;
+    int used[COST_MAX_POOLS] = { 0 };
+    for (int k = 0; k < cs->n_modules; k++) {
+        const plan_candidate *c = &cs->c[chosen[k]];
+        if (c->module != k || c->colocated != first->colocated) return false;
+        if (c->colocated) {
+            if (c->pool != first->pool || c->gpus != first->gpus || c->samples_per_step != first->samples_per_step)
+                return false;
+            mem += c->mem;
+        } else {
+            if (c->n_micro != first->n_micro) return false;
+            used[c->pool] += c->gpus;
+            if (c->tail > max_tail) max_tail = c->tail;
+        }
+        sum += c->time;
+        if (c->time > max_t) max_t = c->time;
+    }
+    if (first->colocated) {
+        if (mem > cs->capacity[first->pool] - cs->reserved[first->pool]) return false;
+        *objective = sum;
+    } else {
+        for (int p = 0; p < cs->n_pools; p++) if (used[p] > cs->pool_gpus[p]) return false;
+        *objective = sum + (first->n_micro - 1) * max_t + max_tail;
+    }
+    return true;
+}
+
+/* Column layout of the MILP. */
+typedef struct {
+    int n_x, n_fam, n_n;
+    int fam_pool[4096], fam_gpus[4096], fam_S[4096];
+    int n_values[MAX_OPTS];
+    int col_y, col_w0, col_z0, col_M0, col_E, n_cols;
+    int *fam;                 /* family of each colocated candidate, -1 otherwise */
+} milp_layout;
+
+static int family_of(const milp_layout *L, const plan_candidate *c)
+{
+    for (int f = 0; f < L->n_fam; f++)
+        if (L->fam_pool[f] == c->pool && L->fam_gpus[f] == c->gpus && L->fam_S[f] == c->samples_per_step) return f;
+    return -1;
+}
+
+static int nindex_of(const milp_layout *L, int n)
+{
+    for (int i = 0; i < L->n_n; i++) if (L->n_values[i] == n) return i;
+    return -1;
+}
+
+static int layout_build(const plan_candidates *cs, milp_layout *L)
+{
+    memset(L, 0, sizeof *L);
+    L->n_x = cs->n;
+    L->fam = util_malloc(sizeof(int) * (size_t)(cs->n ? cs->n : 1));
+    if (!L->fam) return UTIL_ENOMEM;
+    for (int i = 0; i < cs->n; i++) {
+        const plan_candidate *c = &cs->c[i];
+        L->fam[i] = -1;
+        if (c->colocated) {
+            /* Candidates are sorted by key, so a family's members are adjacent per module. */
+            int f = family_of(L, c);
+            if (f < 0) {
+                if (L->n_fam == 4096) return UTIL_ENOMEM;
+                f = L->n_fam++;
+                L->fam_pool[f] = c->pool; L->fam_gpus[f] = c->gpus; L->fam_S[f] = c->samples_per_step;
+            }
+            L->fam[i] = f;
+        }
+        if (!c->colocated && nindex_of(L, c->n_micro) < 0) {
+            if (L->n_n == MAX_OPTS) return UTIL_ENOMEM;
+            L->n_values[L->n_n++] = c->n_micro;
+        }
+    }
+    /* GLPK columns are 1-based: x_1..x_n, then y, w_f, z_n, M_n, E. */
+    L->col_y = L->n_x + 1;
+    L->col_w0 = L->col_y + 1;
+    L->col_z0 = L->col_w0 + L->n_fam;
+    L->col_M0 = L->col_z0 + L->n_n;
+    L->col_E = L->col_M0 + L->n_n;
+    L->n_cols = L->col_E;
+    return UTIL_OK;
+}
+
+/* Sparse row builder for glp_set_mat_row. */
+typedef struct { int n, cap; int *ind; double *val; } row_buf;
+
+static int row_add(row_buf *r, int col, double v)
+{
+    if (r->n + 1 >= r->cap) {
+        int cap = r->cap ? r->cap * 2 : 64;
+        int *ni = util_realloc(r->ind, (size_t)cap * sizeof(int));
+        if (!ni) return UTIL_ENOMEM;
+        r->ind = ni;
+        double *nv = util_realloc(r->val, (size_t)cap * sizeof(double));
+        if (!nv) return UTIL_ENOMEM;
+        r->val = nv;
+        r->cap = cap;
+    }
+    r->n++;
+    r->ind[r->n] = col;
+    r->val[r->n] = v;
+    return UTIL_OK;
+}
+
+static int row_emit(glp_prob *lp, row_buf *r, int type, double lo, double hi)
+{
+    int row = glp_add_rows(lp, 1);
+    glp_set_row_bnds(lp, row, type, lo, hi);
+    glp_set_mat_row(lp, row, r->n, r->ind, r->val);
+    r->n = 0;
+    return row;
+}
+
+static int add_rows(glp_prob *lp, const plan_candidates *cs, const milp_layout *L,
+                    const int *excluded, int n_excluded, row_buf *r)
+{
+    int K = cs->n_modules;
+    int rc = 0;
+    /* One candidate per module. */
+    for (int k = 0; k < K; k++) {
+        for (int i = 0; i < cs->n; i++) if (cs->c[i].module == k) rc |= row_add(r, i + 1, 1.0);
+        row_emit(lp, r, GLP_FX, 1.0, 1.0);
+    }
+    /* Colocated families: every module picks the family w_f; sum w_f = y; memory per family. */
+    for (int f = 0; f < L->n_fam; f++) {
+        for (int k = 0; k < K; k++) {
+            for (int i = 0; i < cs->n; i++)
+                if (cs->c[i].colocated && cs->c[i].module == k && L->fam[i] == f) rc |= row_add(r, i + 1, 1.0);
+            rc |= row_add(r, L->col_w0 + f, -1.0);
+            row_emit(lp, r, GLP_FX, 0.0, 0.0);
+        }
+        for (int i = 0; i < cs->n; i++)
+            if (cs->c[i].colocated && L->fam[i] == f) rc |= row_add(r, i + 1, cs->c[i].mem / 1e9);
+        int p = L->fam_pool[f];
+        row_emit(lp, r, GLP_UP, 0.0, (cs->capacity[p] - cs->reserved[p]) / 1e9);
+    }
+    for (int f = 0; f < L->n_fam; f++) rc |= row_add(r, L->col_w0 + f, 1.0);
+    rc |= row_add(r, L->col_y, -1.0);
+    row_emit(lp, r, GLP_FX, 0.0, 0.0);
+    /* Disaggregated: every module picks the same chunk count; sum z_n = 1 - y. */
+    for (int ni = 0; ni < L->n_n; ni++)
+        for (int k = 0; k < K; k++) {
+            for (int i = 0; i < cs->n; i++)
+                if (!cs->c[i].colocated && cs->c[i].module == k && cs->c[i].n_micro == L->n_values[ni])
+                    rc |= row_add(r, i + 1, 1.0);
+            rc |= row_add(r, L->col_z0 + ni, -1.0);
+            row_emit(lp, r, GLP_FX, 0.0, 0.0);
+            /* M_n >= chunk time of module k's pick */
+            for (int i = 0; i < cs->n; i++)
+                if (!cs->c[i].colocated && cs->c[i].module == k && cs->c[i].n_micro == L->n_values[ni])
+                    rc |= row_add(r, i + 1, cs->c[i].time);
+            rc |= row_add(r, L->col_M0 + ni, -1.0);
+            row_emit(lp, r, GLP_UP, 0.0, 0.0);
+        }
+    for (int ni = 0; ni < L->n_n; ni++) rc |= row_add(r, L->col_z0 + ni, 1.0);
+    rc |= row_add(r, L->col_y, 1.0);
+    row_emit(lp, r, GLP_FX, 1.0, 1.0);
+    /* E >= tail of each module's disaggregated pick. */
+    for (int k = 0; k < K; k++) {
+        for (int i = 0; i < cs->n; i++)
+            if (!cs->c[i].colocated && cs->c[i].module == k) rc |= row_add(r, i + 1, cs->c[i].tail);
+        rc |= row_add(r, L->col_E, -1.0);
+        row_emit(lp, r, GLP_UP, 0.0, 0.0);
+    }
+    /* GPU budget per pool for disjoint groups. */
+    for (int p = 0; p < cs->n_pools; p++) {
+        for (int i = 0; i < cs->n; i++)
+            if (!cs->c[i].colocated && cs->c[i].pool == p) rc |= row_add(r, i + 1, cs->c[i].gpus);
+        if (r->n) row_emit(lp, r, GLP_UP, 0.0, cs->pool_gpus[p]);
+    }
+    /* No-good cuts: each earlier solution is excluded. */
+    for (int e = 0; e < n_excluded; e++) {
+        for (int k = 0; k < K; k++) rc |= row_add(r, excluded[e * K + k] + 1, 1.0);
+        row_emit(lp, r, GLP_UP, 0.0, K - 1.0);
+    }
+    return rc;
+}
+
+static void add_columns(glp_prob *lp, const plan_candidates *cs, const milp_layout *L)
+{
+    glp_add_cols(lp, L->n_cols);
+    for (int i = 0; i < cs->n; i++) {
+        glp_set_col_kind(lp, i + 1, GLP_BV);
+        glp_set_obj_coef(lp, i + 1, cs->c[i].time);
+    }
+    glp_set_col_kind(lp, L->col_y, GLP_BV);
+    for (int f = 0; f < L->n_fam; f++) glp_set_col_kind(lp, L->col_w0 + f, GLP_BV);
+    for (int ni = 0; ni < L->n_n; ni++) {
+        glp_set_col_kind(lp, L->col_z0 + ni, GLP_BV);
+        glp_set_col_bnds(lp, L->col_M0 + ni, GLP_LO, 0.0, 0.0);
+        glp_set_obj_coef(lp, L->col_M0 + ni, L->n_values[ni] - 1.0);
+    }
+    glp_set_col_bnds(lp, L->col_E, GLP_LO, 0.0, 0.0);
+    glp_set_obj_coef(lp, L->col_E, 1.0);
+}
+
+int plan_milp_solve(const plan_candidates *cs, const int *excluded, int n_excluded, double time_limit_s,
+                    int *chosen, double *objective, int *n_vars, int *n_rows, char *err)
+{
+    milp_layout *L = util_calloc(1, sizeof *L);
+    if (!L) return util_fail(err, UTIL_ENOMEM, "planner: out of memory");
+    int rc = layout_build(cs, L);
+    if (rc) { util_free(L->fam); util_free(L); return util_fail(err, rc, "planner: too many candidate families"); }
+    glp_prob *lp = glp_create_prob();
+    glp_set_obj_dir(lp, GLP_MIN);
+    add_columns(lp, cs, L);
+    row_buf r = { 0 };
+    rc = add_rows(lp, cs, L, excluded, n_excluded, &r);
+    util_free(r.ind); util_free(r.val);
+    if (rc) { glp_delete_prob(lp); util_free(L->fam); util_free(L); return util_fail(err, UTIL_ENOMEM, "planner: out of memory"); }
+    if (n_vars) *n_vars = glp_get_num_cols(lp);
+    if (n_rows) *n_rows = glp_get_num_rows(lp);
+    glp_iocp parm;
+    glp_init_iocp(&parm);
+    parm.presolve = GLP_ON;
+    parm.msg_lev = GLP_MSG_OFF;
+    parm.tm_lim = (int)(time_limit_s * 1000);
+    parm.mip_gap = 0.0;
+    int ret = glp_intopt(lp, &parm);
+    int status = glp_mip_status(lp);
+    if ((ret != 0 && ret != GLP_ETMLIM) || (status != GLP_OPT && status != GLP_FEAS)) {
+        glp_delete_prob(lp); util_free(L->fam); util_free(L);
+        return util_fail(err, UTIL_EINFEASIBLE, "planner: no plan fits (MILP %s)",
+                         status == GLP_NOFEAS || ret == GLP_ENOPFS ? "infeasible" : "found no solution");
+    }
+    *objective = glp_mip_obj_val(lp);
+    for (int k = 0; k < cs->n_modules; k++) chosen[k] = -1;
+    for (int i = 0; i < cs->n; i++)
+        if (glp_mip_col_val(lp, i + 1) > 0.5) chosen[cs->c[i].module] = i;
+    glp_delete_prob(lp);
+    util_free(L->fam); util_free(L);
+    for (int k = 0; k < cs->n_modules; k++)
+        if (chosen[k] < 0) return util_fail(err, UTIL_ERUNTIME, "planner: MILP left module %d unassigned", k);
+    return UTIL_OK;
+}

@@ -1,0 +1,94 @@
+/* Sequence lengths each module sees for a workload. */
+#include "planner/planner.h"
+
+#include <math.h>
+
+static bool llm_uses_cross_attention(const model_t *m)
+{
+    return m->mod[m->llm].n_cross_layers > 0;
+}
+
+/* Encoder tokens one sample contributes to the LLM, after merge / pooling. */
+static double encoder_tokens_to_llm(const model_t *m, const plan_workload *w)
+{
+    double t = 0;
+    for (int i = 0; i < m->n_modules; i++) {
+        const model_module *mm = &m->mod[i];
+        if (mm->kind == MODEL_VISION)
+            t += (double)w->images_per_sample * w->image_tokens / ((double)mm->merge * mm->merge);
+        else if (mm->kind == MODEL_AUDIO)
+            t += (double)w->audio_frames / (mm->pool > 0 ? mm->pool : 1);
+    }
+    return t;
+}
+
+int plan_module_seq(const model_t *m, int mi, const plan_workload *w, plan_seq *out)
+{
+    const model_module *mm = &m->mod[mi];
+    plan_seq s = { 0 };
+    switch (mm->kind) {
+    case MODEL_VISION:
+        s.samples_units = w->images_per_sample;
+        s.seq = w->image_tokens;
+        s.attn_span_full = s.seq;
+        s.attn_span_window = mm->window > 0 ? fmin(mm->window, s.seq) : s.seq;
+        break;
+    case MODEL_AUDIO:
+        s.samples_units = w->audio_frames > 0 ? 1 : 0;
+        s.seq = w->audio_frames;
+        s.attn_span_full = s.attn_span_window = s.seq;
+        break;
+    case MODEL_LLM:
+        s.samples_units = 1;
+        if (llm_uses_cross_attention(m)) {
+            s.seq = w->text_tokens;
+            s.cross_span = encoder_tokens_to_llm(m, w);
+        } else {
+            s.seq = w->text_tokens + encoder_tokens_to_llm(m, w);
+        }
+        /* Causal attention: FlashAttention skips the masked half of the tiles. */
+        s.attn_span_full = s.attn_span_window = s.seq / 2.0;
+        break;
+    }
+    s.tokens_per_sample = s.samples_units * s.seq;
+    *out = s;
+    return UTIL_OK;
+}
+
+int plan_workload_validate(const model_t *m, const plan_workload *w, char *err)
+{
+    if (w->global_batch < 1)
+        return util_fail(err, UTIL_EINVAL, "workload.global_batch: must be >= 1 (got %d)", w->global_batch);
+    if (w->text_tokens < 1)
+        return util_fail(err, UTIL_EINVAL, "workload.text_tokens: must be >= 1 (got %d)", w->text_tokens);
+    if (w->images_per_sample < 0 || w->image_tokens < 0 || w->audio_frames < 0)
+        return util_fail(err, UTIL_EINVAL, "workload: image and audio sizes must be >= 0");
+    int vi = model_find_kind(m, MODEL_VISION);
+    if (vi >= 0 && w->images_per_sample > 0) {
+        int mg = m->mod[vi].merge;
+        if (w->image_tokens < 1)
+            return util_fail(err, UTIL_EINVAL, "workload.image_tokens: must be >= 1 when images_per_sample > 0");
+        if (w->image_tokens % (mg * mg) != 0)
+            return util_fail(err, UTIL_EINVAL, "workload.image_tokens: %d is not a multiple of the %dx%d merge",
+                             w->image_tokens, mg, mg);
+    }
+    if (vi < 0 && w->images_per_sample > 0)
+        return util_fail(err, UTIL_EINVAL, "workload.images_per_sample: model '%s' has no vision encoder", m->name);
+    if (model_find_kind(m, MODEL_AUDIO) < 0 && w->audio_frames > 0)
+        return util_fail(err, UTIL_EINVAL, "workload.audio_frames: model '%s' has no audio encoder", m->name);
+    return UTIL_OK;
+}
+
+int plan_image_tokens_from_pixels(const model_t *m, int pixels, int *tokens, char *err)
+{
+    int vi = model_find_kind(m, MODEL_VISION);
+    if (vi < 0) return util_fail(err, UTIL_EINVAL, "--image-size: model '%s' has no vision encoder", m->name);
+    const model_module *v = &m->mod[vi];
+    int unit = v->patch * v->merge;
+    if (pixels < unit || pixels % unit != 0)
+        return util_fail(err, UTIL_EINVAL, "--image-size: %d px is not a positive multiple of patch*merge = %d px",
+                         pixels, unit);
+    int side = pixels / v->patch;
+    *tokens = side * side;
+    return UTIL_OK;
+}
