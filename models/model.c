@@ -124,8 +124,8 @@ static int check_keys(const cJSON *obj, const char *ctx, model_kind kind, char *
         bool wrong_kind;
         if (known_key(c->string, kind, &wrong_kind)) continue;
         if (wrong_kind)
-            return util_fail(err, UTIL_EINVAL, "%s.%s: not a field of a %s module", ctx, c->string,
-                             model_kind_name(kind));
+            return util_fail(err, UTIL_EINVAL, "%s.%s: not a field of a%s %s module", ctx, c->string,
+                             kind == MODEL_VISION ? "" : "n", model_kind_name(kind));
         return util_fail(err, UTIL_EINVAL, "%s.%s: unknown field", ctx, c->string);
     }
     return UTIL_OK;
@@ -249,18 +249,20 @@ static int resolve_feeds(model_t *m, char feeds[][MODEL_NAME_LEN], const char *w
     return UTIL_OK;
 }
 
-int model_from_json(const cJSON *root, const char *what, model_t *m, char *err)
+/* util_json_* name a field "ctx.key"; at the top level we want "file: key". */
+static int top_level_error(const char *what, char *err)
 {
-    memset(m, 0, sizeof *m);
-    if (!cJSON_IsObject(root)) return util_fail(err, UTIL_EINVAL, "%s: top level must be an object", what);
-    static const char *top_keys[] = {"schema", "name", "source", "published_params", "published_source",
-                                     "modules"};
-    const cJSON *c;
-    cJSON_ArrayForEach(c, root) {
-        bool known = false;
-        for (int i = 0; i < 6; i++) known |= strcmp(c->string, top_keys[i]) == 0;
-        if (!known) return util_fail(err, UTIL_EINVAL, "%s: %s: unknown field", what, c->string);
+    size_t n = strlen(what), len = strlen(err);
+    if (strncmp(err, what, n) == 0 && err[n] == '.' && len + 2 < UTIL_ERR_LEN) {
+        memmove(err + n + 2, err + n + 1, len - n);
+        err[n] = ':';
+        err[n + 1] = ' ';
     }
+    return UTIL_EINVAL;
+}
+
+static int parse_top(const cJSON *root, const char *what, model_t *m, char *err)
+{
     char buf[64];
     if (util_json_str(root, what, "schema", true, NULL, buf, sizeof buf, err)) return UTIL_EINVAL;
     if (strcmp(buf, MODEL_SCHEMA) != 0)
@@ -278,6 +280,23 @@ int model_from_json(const cJSON *root, const char *what, model_t *m, char *err)
     int n = cJSON_GetArraySize(mods);
     if (n < 1 || n > MODEL_MAX_MODULES)
         return util_fail(err, UTIL_EINVAL, "%s.modules: %d modules, need 1..%d", what, n, MODEL_MAX_MODULES);
+    return UTIL_OK;
+}
+
+int model_from_json(const cJSON *root, const char *what, model_t *m, char *err)
+{
+    memset(m, 0, sizeof *m);
+    if (!cJSON_IsObject(root)) return util_fail(err, UTIL_EINVAL, "%s: top level must be an object", what);
+    static const char *top_keys[] = {"schema", "name", "source", "published_params", "published_source",
+                                     "modules"};
+    const cJSON *c;
+    cJSON_ArrayForEach(c, root) {
+        bool known = false;
+        for (int i = 0; i < 6; i++) known |= strcmp(c->string, top_keys[i]) == 0;
+        if (!known) return util_fail(err, UTIL_EINVAL, "%s: %s: unknown field", what, c->string);
+    }
+    if (parse_top(root, what, m, err)) return top_level_error(what, err);
+    const cJSON *mods = cJSON_GetObjectItemCaseSensitive(root, "modules");
     char feeds[MODEL_MAX_MODULES][MODEL_NAME_LEN];
     const cJSON *mo;
     cJSON_ArrayForEach(mo, mods) {

@@ -233,10 +233,10 @@ TEST(models_rejects_bad_kinds_and_graph)
     CHECK_BAD("\"ffn\": 64,", "\"ffn\": 64, \"cross_layers\": [1],", "modules[0].cross_layers: not a field of a vision");
     CHECK_BAD("\"ffn\": 64,", "\"ffn\": 64, \"hedas\": 4,", "modules[0].hedas: unknown field");
     CHECK_BAD("dhp.model/1", "dhp.model/2", "schema");
-    CHECK_BAD("\"name\": \"t\", ", "", "name: required field is missing");
+    CHECK_BAD("\"name\": \"t\", ", "", "x.json: name: required field is missing");
     CHECK_BAD(",\n {\"name\": \"llm\"", ",\n {\"name\": \"llm2\", \"kind\": \"llm\", \"layers\": 1, \"hidden\": 64, "
               "\"heads\": 4, \"ffn\": 8, \"vocab\": 9},\n {\"name\": \"llm\"", "second llm");
-    CHECK_BAD("\"kind\": \"llm\"", "\"kind\": \"audio\"", "modules[1].vocab: not a field of a audio");
+    CHECK_BAD("\"kind\": \"llm\"", "\"kind\": \"audio\"", "modules[1].vocab: not a field of an audio");
 }
 
 TEST(models_rejects_bad_layer_lists)
