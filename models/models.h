@@ -14,6 +14,7 @@
 #define MODEL_MAX_MODULES 4
 #define MODEL_MAX_LIST 64
 #define MODEL_NAME_LEN 64
+#define MODEL_SCHEMA "dhp.model/1"
 
 typedef enum { MODEL_VISION = 0, MODEL_AUDIO, MODEL_LLM } model_kind;
 typedef enum { MODEL_FFN_GELU = 0, MODEL_FFN_SWIGLU } model_ffn_kind;
@@ -33,7 +34,7 @@ typedef struct {
     bool qkv_bias;               /* bias on q,k,v projections */
     bool out_bias;               /* bias on attention output projection */
     bool mlp_bias;               /* bias on MLP linears */
-    bool qk_norm;                /* per-head RMSNorm on q and k (InternViT) */
+    bool qk_norm;                /* norm on the whole projected q and k vectors (InternViT q_norm/k_norm over heads*head_dim) */
     bool layer_scale;            /* per-channel layer scale gammas (InternViT) */
     bool frozen;                 /* parameters not trained (no grads / optimizer) */
 
@@ -61,12 +62,26 @@ typedef struct {
     int cross_layers[MODEL_MAX_LIST];
 
     int feeds;                   /* index of the module this one feeds; -1 for the LLM */
+
+    /* Parameter-layout details (see models/SCHEMA.md). */
+    bool k_bias;                 /* bias on the k projection; defaults to qkv_bias (Whisper: false) */
+    bool patch_bias;             /* bias on the patch / conv-stem embedding */
+    bool pre_norm;               /* norm on the embeddings before block 0 (CLIP pre_layrnorm, Mllama layernorm_pre) */
+    bool final_norm;             /* norm after the last block (CLIP post_layernorm, Whisper layer_norm; every LLM) */
+    int gated_layers;            /* trailing blocks with two scalar tanh gates (Mllama global transformer) */
+    int max_tiles;               /* Mllama tiles per image: gated tile position embeddings; 0 = none */
+    int aspect_ratios;           /* Mllama aspect-ratio ids (max_aspect_ratio_id + 1) */
+    int proj_norm_width;         /* width of the projector norm: hidden (Qwen ln_q) or proj_in (InternVL mlp1.0) */
+    model_norm_kind proj_norm_kind;
+    bool proj_bias;              /* biases on the projector linears */
+    int vocab_extra;             /* embedding rows beyond vocab that the LM head lacks (Mllama: 8) */
 } model_module;
 
 typedef struct {
     char name[MODEL_NAME_LEN];   /* "qwen2.5-vl-32b" */
     char source[256];            /* where the numbers come from (config.json URL) */
     int64_t published_params;    /* published total parameter count, 0 if unknown */
+    char published_source[256];  /* where published_params comes from */
     int n_modules;
     model_module mod[MODEL_MAX_MODULES];
     int llm;                     /* index of the LLM module */
@@ -77,7 +92,11 @@ typedef struct {
  * layer lists in range, exactly one LLM, encoders' out_hidden == LLM hidden. */
 int model_load(const char *name_or_path, model_t *m, char *err);
 int model_parse_json(const char *text, const char *what, model_t *m, char *err);
+/* Same from an already parsed object (a model embedded in a plan file). */
+int model_from_json(const cJSON *root, const char *what, model_t *m, char *err);
 int model_validate(const model_t *m, char *err);
+/* Same, naming `what` (a file name) in the message instead of the model name. */
+int model_validate_as(const model_t *m, const char *what, char *err);
 /* Serialises to our schema (round-trips through model_parse_json). */
 cJSON *model_to_json(const model_t *m);
 
@@ -106,5 +125,12 @@ int64_t model_largest_layer_params(const model_module *mm);
 int model_import_hf(const char *config_json_text, const char *what, model_t *m, char *err);
 
 const char *model_kind_name(model_kind k);
+const char *model_ffn_kind_name(model_ffn_kind k);
+const char *model_norm_kind_name(model_norm_kind k);
+
+/* Self-attention blocks of the LLM = layers - n_cross_layers. Param helpers
+ * used by the count (elements): one norm of width w; one linear in->out. */
+int64_t model_norm_params(model_norm_kind k, int64_t width);
+int64_t model_linear_params(int64_t in, int64_t out, bool bias);
 
 #endif
