@@ -6,7 +6,7 @@ MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 override CFLAGS += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
            -I. -I$(BUILD)/gen $(MPI_CFLAGS) -MMD -MP
-LDLIBS  += -lglpk -lcjson -lopenblas $(MPI_LIBS) -lm -lpthread
+LDLIBS  += -lglpk -lcjson -lcurl -lopenblas $(MPI_LIBS) -lm -lpthread
 
 MODULES := util models costdb planner executor
 LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))

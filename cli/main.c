@@ -11,12 +11,14 @@ int cmd_plan(int argc, char **argv);
 int cmd_memory(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_clusters(int argc, char **argv);
+int cmd_import(int argc, char **argv);
 
 static const cli_command commands[] = {
     { "plan", cmd_plan, "find the fastest per-module plan that fits; compare with baselines" },
     { "memory", cmd_memory, "memory dry-run: will a plan fit, and where the memory goes" },
     { "models", cmd_models, "list the model zoo, or print one model's description" },
     { "clusters", cmd_clusters, "list cluster presets, or print one" },
+    { "import", cmd_import, "convert a Hugging Face config.json (file or URL) into a model description" },
     { NULL, NULL, NULL }
 };
 

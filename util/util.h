@@ -92,6 +92,9 @@ int util_json_bool(const cJSON *obj, const char *ctx, const char *key, bool requ
 /* Serialises with cJSON_Print and writes atomically. */
 int util_json_write(const char *path, const cJSON *root, char *err);
 
+/* GET url (http or https, 16 MiB at most, 60 s timeout); *out NUL-terminated, util_free it. */
+int util_http_get(const char *url, char **out, size_t *len, char *err);
+
 /* Monotonic wall time in seconds. */
 double util_now(void);
 

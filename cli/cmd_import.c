@@ -1,0 +1,50 @@
+/* dhp import: Hugging Face config.json (file or URL) -> our model schema. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(void)
+{
+    printf("usage: dhp import CONFIG.json|URL [-o MODEL.json] [--name NAME]\n\n"
+           "Converts a Hugging Face config.json (qwen2_5_vl, qwen2_vl, llava, internvl_chat, mllama,\n"
+           "qwen2_audio, llama, qwen2, mistral) into a dhp model description. Prints it, or writes\n"
+           "it atomically with -o. Prints the parameter count on stderr.\n");
+}
+
+int cmd_import(int argc, char **argv)
+{
+    const char *src = NULL, *out = NULL, *name = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(); return 0; }
+        else if (!strcmp(o, "-o") || !strcmp(o, "--out")) { if (!v) return cli_usage_error("import", "%s needs a value", o); out = v; i++; }
+        else if (!strcmp(o, "--name")) { if (!v) return cli_usage_error("import", "--name needs a value"); name = v; i++; }
+        else if (o[0] == '-') return cli_usage_error("import", "unknown option '%s'", o);
+        else if (src) return cli_usage_error("import", "more than one input given");
+        else src = o;
+    }
+    if (!src) return cli_usage_error("import", "missing CONFIG.json or URL");
+    char err[UTIL_ERR_LEN], *text = NULL;
+    bool url = !strncmp(src, "http://", 7) || !strncmp(src, "https://", 8);
+    if ((url ? util_http_get(src, &text, NULL, err) : util_read_file(src, &text, NULL, err)))
+        return cli_bad_input(err);
+    model_t m;
+    int rc = model_import_hf(text, src, &m, err);
+    util_free(text);
+    if (rc) return cli_bad_input(err);
+    if (name) util_strlcpy(m.name, name, sizeof m.name);
+    if (url) util_strlcpy(m.source, src, sizeof m.source);
+    cJSON *doc = model_to_json(&m);
+    if (out) {
+        rc = util_json_write(out, doc, err);
+        cJSON_Delete(doc);
+        if (rc) return cli_bad_input(err);
+    } else {
+        cli_emit_json(doc);
+    }
+    fprintf(stderr, "dhp import: %s: %.3fB parameters", m.name, model_total_params(&m) / 1e9);
+    for (int k = 0; k < m.n_modules; k++) fprintf(stderr, ", %s %.3fB", m.mod[k].name, model_module_params(&m.mod[k]) / 1e9);
+    fprintf(stderr, "%s%s\n", out ? " -> " : "", out ? out : "");
+    return 0;
+}

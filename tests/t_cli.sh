@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# CLI behaviour: the main jobs run, bad input gives one clear line and exit 2,
+# and no partial output file is left behind.
+. "$(dirname "$0")/lib.sh"
+cd "$T"
+
+expect_exit cli_help 0 "$DHP" --help
+expect_err cli_unknown_command "unknown command 'frobnicate'" "$DHP" frobnicate
+
+# plan on the built-in default writes a readable plan
+if "$DHP" plan --top 1 -o "$T/p.json" >"$T/out" 2>"$T/err" && grep -q '"schema": "dhp.plan/1"' "$T/p.json" \
+   && grep -q 'chosen plan' "$T/out" && grep -q 'zero3' "$T/out"; then ok cli_plan_default
+else fail cli_plan_default "$(head -c 400 "$T/err")"; fi
+
+# the plan file is a valid input for memory, and round-trips as JSON
+if "$DHP" memory "$T/p.json" >"$T/out" 2>"$T/err" && grep -qE '^(FITS|OOM)' "$T/out"; then ok cli_memory_of_plan_file
+else fail cli_memory_of_plan_file "$(head -c 400 "$T/err")"; fi
+
+if "$DHP" memory --baseline zero3 --vision-tokens 65536 --batch 8 --check >"$T/out" 2>&1; then
+    fail cli_memory_check_exits_1_on_oom "zero3 at 65536 tokens reported as fitting"
+elif [ $? = 1 ] && grep -q '^OOM by' "$T/out"; then ok cli_memory_check_exits_1_on_oom
+else fail cli_memory_check_exits_1_on_oom "$(head -c 300 "$T/out")"; fi
+
+if "$DHP" memory --strategy 'vision:sp=8,rc=full;llm:tp=8,rc=full' --json >"$T/out" 2>"$T/err" \
+   && /usr/bin/python3 -c "import json,sys; d=json.load(open('$T/out')); assert d['fits'] in (True, False); assert len(d['modules'])==2" 2>>"$T/err"; then
+    ok cli_memory_strategy_json
+else fail cli_memory_strategy_json "$(head -c 400 "$T/err")"; fi
+
+if "$DHP" plan --compare --json --grid 1024:8,65536:2 -o - >"$T/out" 2>"$T/err" \
+   && /usr/bin/python3 - "$T/out" <<'PY' 2>>"$T/err"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["vision_tokens"] for r in rows] == [1024, 65536]
+names = [s["strategy"] for s in rows[1]["strategies"]]
+assert names == ["zero3", "tp", "sp-tp", "dhp"], names
+z = rows[1]["strategies"][0]
+assert z["fits"] is False, "zero3 should not fit at 65536"
+PY
+then ok cli_plan_compare_json; else fail cli_plan_compare_json "$(head -c 400 "$T/err")"; fi
+
+# bad input: one line, exit 2, naming the problem
+expect_err cli_bad_preset "unknown|not found|no cluster" "$DHP" plan --cluster 3xfoo
+expect_err cli_bad_model "unknown|not found|no model" "$DHP" plan --model no-such-model
+expect_err cli_bad_batch "--batch" "$DHP" plan --batch 0
+expect_err cli_bad_batch_text "--batch" "$DHP" plan --batch eight
+expect_err cli_bad_tokens "merge|multiple" "$DHP" plan --vision-tokens 1023
+expect_err cli_bad_image_size "image-size" "$DHP" plan --image-size 100
+expect_err cli_bad_option "unknown option" "$DHP" plan --frobnicate
+expect_err cli_bad_placement "placement" "$DHP" plan --placement sideways
+expect_err cli_bad_strategy_key "unknown key" "$DHP" memory --strategy 'llm:tq=8'
+expect_err cli_bad_strategy_module "no module" "$DHP" memory --strategy 'eye:tp=8'
+expect_err cli_bad_strategy_degree "divide" "$DHP" memory --strategy 'llm:tp=3'
+
+printf '{"schema": "dhp.model/1", "name": "x", "modules": [\n{"name": "llm", "kind": "llm", "layers": 2, "hidden": 64, "heads": 7, "ffn": 128, "vocab": 100}]}\n' >"$T/bad_heads.json"
+expect_err cli_model_heads_not_dividing "heads" "$DHP" plan --model "$T/bad_heads.json" -o "$T/never.json"
+printf '{"schema": "dhp.model/1", "name": "x", "modules": [ {"name": "llm", ' >"$T/trunc.json"
+expect_err cli_model_malformed_json "line 1" "$DHP" plan --model "$T/trunc.json" -o "$T/never.json"
+printf '{"schema": "dhp.cluster/1", "name": "c", "pools": [{"name": "p", "gpu": "H100-SXM-80GB", "nodes": 0, "gpus_per_node": 8}]}\n' >"$T/c0.json"
+expect_err cli_cluster_zero_nodes "nodes" "$DHP" plan --cluster "$T/c0.json" -o "$T/never.json"
+printf '{"schema": "dhp.cluster/1", "name": "tiny", "pools": [{"name": "p", "gpu": "L40S", "nodes": 1, "gpus_per_node": 1, "intra": {"busbw": 1e10, "alpha_s": 1e-5}, "inter": {"busbw": 1e10, "alpha_s": 1e-5}}]}\n' >"$T/c1.json"
+expect_err cli_model_fits_nowhere "fits" "$DHP" plan --model qwen2.5-vl-72b --cluster "$T/c1.json" -o "$T/never.json"
+if [ -e "$T/never.json" ] || ls "$T" | grep -q 'tmp\.'; then fail cli_no_partial_output "a file was left behind"; else ok cli_no_partial_output; fi
+expect_err cli_plan_file_missing "nofile.json" "$DHP" memory "$T/nofile.json"
+printf '{"schema": "dhp.plan/9"}' >"$T/badplan.json"
+expect_err cli_plan_file_bad_schema "schema" "$DHP" memory "$T/badplan.json"
+expect_err cli_plan_unwritable "cannot create|No such file" "$DHP" plan --top 0 --no-baselines -o /nonexistent-dir/p.json

@@ -1,0 +1,373 @@
+#include "test.h"
+#include "planner/planner.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static model_t load_model(const char *name)
+{
+    model_t m;
+    char err[UTIL_ERR_LEN];
+    if (model_load(name, &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
+    return m;
+}
+
+static cost_cluster load_cluster(const char *name)
+{
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    if (cost_cluster_load(name, &c, err)) { fprintf(stderr, "%s\n", err); abort(); }
+    return c;
+}
+
+static plan_workload ray_workload(int vision_tokens, int batch)
+{
+    plan_workload w = { .global_batch = batch, .images_per_sample = 1, .image_tokens = vision_tokens,
+                        .audio_frames = 0, .text_tokens = 512 };
+    return w;
+}
+
+static plan_module strategy(int dp, int tp, int sp, int pp, int zero, int mb, plan_recompute rc)
+{
+    plan_module s = { .dp = dp, .tp = tp, .sp = sp, .pp = pp, .zero = zero, .micro_batch = mb, .recompute = rc,
+                      .n_ranks = dp * tp * sp * pp };
+    return s;
+}
+
+/* DeepSpeed estimate_zero3_model_states_mem_needs (no offload):
+ * 4 * largest_layer + 18 * params / gpus. */
+TEST(memory_zero3_states_match_deepspeed_formula)
+{
+    model_t m = load_model("qwen2.5-vl-32b");
+    cost_cluster c = load_cluster("8xh100");
+    plan_workload w = ray_workload(1024, 8);
+    plan_options o;
+    plan_options_default(&o);
+    plan_module s = strategy(8, 1, 1, 1, 3, 1, PLAN_RECOMP_FULL);
+    plan_mem mem;
+    plan_module_memory(&m, m.llm, &s, &w, &c.pool[0].gpu, &o, 1, &mem);
+    double P = (double)model_module_params(&m.mod[m.llm]);
+    double ds = 4.0 * model_largest_layer_params(&m.mod[m.llm]) + 18.0 * P / 8;
+    CHECK_NEAR(mem.params + mem.grads + mem.optim + mem.zero_buffers, ds, 1e-12);
+}
+
+/* Megatron-LM theoretical_memory_usage.py: 18 B/param, or 6 + 12/DP with the distributed optimizer. */
+TEST(memory_states_match_megatron_formula)
+{
+    model_t m = load_model("qwen2.5-vl-7b");
+    cost_cluster c = load_cluster("8xh100");
+    plan_workload w = ray_workload(1024, 8);
+    plan_options o;
+    plan_options_default(&o);
+    double P = (double)model_module_params(&m.mod[m.llm]);
+    plan_mem mem;
+    plan_module s0 = strategy(8, 1, 1, 1, 0, 1, PLAN_RECOMP_NONE);
+    plan_module_memory(&m, m.llm, &s0, &w, &c.pool[0].gpu, &o, 1, &mem);
+    CHECK_NEAR(mem.params + mem.grads + mem.optim, 18.0 * P, 1e-12);
+    plan_module s1 = strategy(8, 1, 1, 1, 1, 1, PLAN_RECOMP_NONE);
+    plan_module_memory(&m, m.llm, &s1, &w, &c.pool[0].gpu, &o, 1, &mem);
+    CHECK_NEAR(mem.params + mem.grads + mem.optim, (6.0 + 12.0 / 8) * P, 1e-12);
+    /* pure bf16: 2 + 2 + 4 bytes */
+    o.precision = PLAN_OPT_PURE_BF16;
+    plan_module_memory(&m, m.llm, &s0, &w, &c.pool[0].gpu, &o, 1, &mem);
+    CHECK_NEAR(mem.params + mem.grads + mem.optim, 8.0 * P, 1e-12);
+}
+
+TEST(memory_frozen_module_holds_only_bf16_weights)
+{
+    model_t m = load_model("qwen2.5-vl-7b");
+    int v = model_find_kind(&m, MODEL_VISION);
+    m.mod[v].frozen = true;
+    cost_cluster c = load_cluster("8xh100");
+    plan_workload w = ray_workload(1024, 8);
+    plan_options o;
+    plan_options_default(&o);
+    plan_module s = strategy(8, 1, 1, 1, 0, 1, PLAN_RECOMP_NONE);
+    plan_mem mem;
+    plan_module_memory(&m, v, &s, &w, &c.pool[0].gpu, &o, 1, &mem);
+    CHECK_NEAR(mem.params, 2.0 * model_module_params(&m.mod[v]), 1e-12);
+    CHECK(mem.grads == 0 && mem.optim == 0);
+}
+
+TEST(memory_recompute_and_sequence_split_order_activations)
+{
+    model_t m = load_model("qwen2.5-vl-32b");
+    cost_cluster c = load_cluster("8xh100");
+    plan_workload w = ray_workload(16384, 8);
+    plan_options o;
+    plan_options_default(&o);
+    const cost_gpu *g = &c.pool[0].gpu;
+    plan_mem none, sel, full, sp2;
+    plan_module s = strategy(1, 8, 1, 1, 0, 1, PLAN_RECOMP_NONE);
+    s.seq_parallel = true;
+    plan_module_memory(&m, m.llm, &s, &w, g, &o, 1, &none);
+    s.recompute = PLAN_RECOMP_SELECTIVE;
+    plan_module_memory(&m, m.llm, &s, &w, g, &o, 1, &sel);
+    s.recompute = PLAN_RECOMP_FULL;
+    plan_module_memory(&m, m.llm, &s, &w, g, &o, 1, &full);
+    CHECK(full.activations < sel.activations && sel.activations < none.activations);
+    /* Ulysses halves every saved tensor of the vision blocks. */
+    int v = model_find_kind(&m, MODEL_VISION);
+    plan_module a = strategy(8, 1, 1, 1, 0, 1, PLAN_RECOMP_NONE), b = strategy(4, 1, 2, 1, 0, 1, PLAN_RECOMP_NONE);
+    plan_module_memory(&m, v, &a, &w, g, &o, 1, &none);
+    plan_module_memory(&m, v, &b, &w, g, &o, 1, &sp2);
+    CHECK_NEAR(sp2.activations, none.activations / 2, 1e-12);
+    /* two chunks in flight hold twice the activations */
+    plan_module_memory(&m, v, &a, &w, g, &o, 2, &sp2);
+    CHECK_NEAR(sp2.activations, 2 * none.activations, 1e-12);
+}
+
+TEST(memory_logits_are_vocab_parallel)
+{
+    model_t m = load_model("qwen2.5-vl-7b");
+    cost_cluster c = load_cluster("8xh100");
+    plan_workload w = ray_workload(4096, 8);
+    plan_options o;
+    plan_options_default(&o);
+    plan_mem a, b;
+    plan_module s1 = strategy(8, 1, 1, 1, 0, 1, PLAN_RECOMP_FULL), s4 = strategy(2, 4, 1, 1, 0, 1, PLAN_RECOMP_FULL);
+    plan_module_memory(&m, m.llm, &s1, &w, &c.pool[0].gpu, &o, 1, &a);
+    plan_module_memory(&m, m.llm, &s4, &w, &c.pool[0].gpu, &o, 1, &b);
+    /* seq 4096/4 + 512 tokens x vocab x (2 + 4) bytes */
+    double t = 4096 / 4 + 512;
+    CHECK_NEAR(a.logits, t * m.mod[m.llm].vocab * 6.0, 1e-12);
+    CHECK_NEAR(b.logits, a.logits / 4, 1e-12);
+}
+
+TEST(cost_dp_allreduce_is_the_nccl_formula)
+{
+    model_t m = load_model("qwen2.5-vl-7b");
+    cost_cluster c = load_cluster("8xh100");
+    plan_workload w = ray_workload(1024, 8);
+    plan_options o;
+    plan_options_default(&o);
+    plan_module s = strategy(8, 1, 1, 1, 0, 1, PLAN_RECOMP_NONE);
+    plan_time t;
+    plan_module_time(&m, m.llm, &s, &w, &c, &o, &t);
+    double P = (double)model_module_params(&m.mod[m.llm]);
+    CHECK_NEAR(t.dp_comm_s, cost_collective_time(&c.pool[0], COST_ALLREDUCE, 2.0 * P, 8, 8), 1e-12);
+    CHECK(t.tp_comm_s == 0 && t.sp_comm_s == 0 && t.zero_comm_s == 0);
+    /* backward of the GEMMs costs about twice the forward */
+    CHECK(t.bwd_s > 1.8 * t.fwd_s && t.bwd_s < 2.6 * t.fwd_s);
+    /* forward can never beat the peak FLOP rate */
+    double fwd_flops = t.model_flops / 3 / w.global_batch;
+    CHECK(t.fwd_s >= fwd_flops / c.pool[0].gpu.peak_flops);
+}
+
+TEST(cost_tp_comm_counts_four_allreduces_per_block)
+{
+    model_t m = load_model("qwen2.5-vl-7b");
+    cost_cluster c = load_cluster("8xh100");
+    plan_workload w = ray_workload(1024, 8);
+    plan_options o;
+    plan_options_default(&o);
+    plan_module s = strategy(1, 8, 1, 1, 0, 1, PLAN_RECOMP_NONE);
+    plan_time t;
+    plan_module_time(&m, m.llm, &s, &w, &c, &o, &t);
+    const model_module *l = &m.mod[m.llm];
+    double tokens = 1024 / 4 + 512;
+    double ar = cost_collective_time(&c.pool[0], COST_ALLREDUCE, 2.0 * tokens * l->hidden, 8, 8);
+    CHECK_NEAR(t.tp_comm_s, (4.0 * l->layers + 2) * ar, 1e-12);
+}
+
+TEST(cost_ulysses_skips_window_layers_on_window_boundaries)
+{
+    model_t m = load_model("qwen2.5-vl-32b");
+    cost_cluster c = load_cluster("8xh100");
+    plan_workload w = ray_workload(16384, 8);
+    plan_options o;
+    plan_options_default(&o);
+    int v = model_find_kind(&m, MODEL_VISION);
+    plan_module s = strategy(1, 1, 8, 1, 0, 1, PLAN_RECOMP_NONE);
+    plan_time t;
+    plan_module_time(&m, v, &s, &w, &c, &o, &t);
+    const model_module *mv = &m.mod[v];
+    double local = 16384 / 8;
+    double bytes = 2.0 * local * (2.0 * mv->heads + 2.0 * mv->kv_heads) * mv->head_dim;
+    double a2a = cost_collective_time(&c.pool[0], COST_ALLTOALL, bytes, 8, 8);
+    CHECK_NEAR(t.sp_comm_s, 2.0 * mv->n_full_layers * a2a, 1e-12);
+    /* a split that cuts windows needs the all-to-all in every layer */
+    plan_workload odd = ray_workload(16384 + 4 * 8 * 4, 8);   /* per-rank 2064 tokens, not a multiple of 64 */
+    plan_module_time(&m, v, &s, &odd, &c, &o, &t);
+    CHECK(t.sp_comm_s > 7.0 * mv->n_full_layers * a2a);
+}
+
+TEST(cost_small_gemms_make_vision_tp_lose_to_sp)
+{
+    model_t m = load_model("qwen2.5-vl-32b");
+    cost_cluster c = load_cluster("8xh100");
+    plan_workload w = ray_workload(4096, 8);
+    plan_options o;
+    plan_options_default(&o);
+    int v = model_find_kind(&m, MODEL_VISION);
+    plan_module tp = strategy(1, 8, 1, 1, 0, 1, PLAN_RECOMP_NONE), sp = strategy(1, 1, 8, 1, 0, 1, PLAN_RECOMP_NONE);
+    plan_time a, b;
+    plan_module_time(&m, v, &tp, &w, &c, &o, &a);
+    plan_module_time(&m, v, &sp, &w, &c, &o, &b);
+    CHECK_MSG(b.micro_s < a.micro_s, "sp8 %.4f s vs tp8 %.4f s", b.micro_s, a.micro_s);
+}
+
+/* The MILP must find exactly the brute-force optimum over the same candidates. */
+static void check_milp_against_brute_force(const char *model, const char *cluster, plan_workload w)
+{
+    model_t m = load_model(model);
+    cost_cluster c = load_cluster(cluster);
+    plan_search_options so;
+    plan_search_options_default(&so);
+    plan_candidates cs;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(plan_candidates_build(&m, &c, &w, &so, &cs, err));
+    CHECK(m.n_modules == 2);
+    double best = INFINITY, second = INFINITY;
+    int pick[2];
+    for (int a = 0; a < cs.n; a++) {
+        if (cs.c[a].module != 0) continue;
+        for (int b = 0; b < cs.n; b++) {
+            if (cs.c[b].module != 1) continue;
+            pick[0] = a; pick[1] = b;
+            double obj;
+            if (!plan_candidates_objective(&cs, pick, &obj)) continue;
+            if (obj < best) { second = best; best = obj; }
+            else if (obj < second) second = obj;
+        }
+    }
+    int chosen[4 * 2];
+    double obj1, obj2;
+    CHECK_OK(plan_milp_solve(&cs, NULL, 0, 60, chosen, &obj1, NULL, NULL, err));
+    double direct;
+    CHECK(plan_candidates_objective(&cs, chosen, &direct));
+    CHECK_NEAR(obj1, best, 1e-6);
+    CHECK_NEAR(direct, best, 1e-6);
+    CHECK_OK(plan_milp_solve(&cs, chosen, 1, 60, chosen + 2, &obj2, NULL, NULL, err));
+    CHECK_NEAR(obj2, second, 1e-6);
+    plan_candidates_free(&cs);
+}
+
+TEST(milp_matches_brute_force_tiny_on_one_node)
+{
+    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 64 };
+    check_milp_against_brute_force("tiny-vl", "8xh100", w);
+}
+
+TEST(milp_matches_brute_force_qwen7b_long_images)
+{
+    check_milp_against_brute_force("qwen2.5-vl-7b", "8xh100", ray_workload(16384, 8));
+}
+
+TEST(milp_matches_brute_force_two_pools)
+{
+    check_milp_against_brute_force("qwen2.5-vl-7b", "mixed-h100-a100", ray_workload(4096, 16));
+}
+
+TEST(search_reproduces_ray_experiment_shape)
+{
+    /* ray-project/multimodal-training: ZeRO-3 OOMs from 16,384 vision tokens,
+     * SP8 + TP8 fits up to 65,536 and beats TP8 at every length. */
+    model_t m = load_model("qwen2.5-vl-32b");
+    cost_cluster c = load_cluster("8xh100");
+    int tokens[] = { 1024, 4096, 9216, 16384, 25600, 65536 }, batch[] = { 8, 8, 8, 8, 4, 2 };
+    plan_options o;
+    plan_options_default(&o);
+    for (int i = 0; i < 6; i++) {
+        plan_workload w = ray_workload(tokens[i], batch[i]);
+        static plan_t z, tp, sptp;
+        char err[UTIL_ERR_LEN];
+        CHECK_OK(plan_baseline_make(PLAN_BASE_ZERO3, &m, &c, &w, &o, &z, err));
+        CHECK_OK(plan_baseline_make(PLAN_BASE_TP, &m, &c, &w, &o, &tp, err));
+        CHECK_OK(plan_baseline_make(PLAN_BASE_SP_TP, &m, &c, &w, &o, &sptp, err));
+        CHECK_MSG(z.pred.fits == (tokens[i] < 16384), "zero3 at %d tokens: fits=%d", tokens[i], z.pred.fits);
+        CHECK_MSG(sptp.pred.fits, "sp-tp OOM at %d tokens", tokens[i]);
+        CHECK_MSG(!tp.pred.fits || sptp.pred.step_time_s < tp.pred.step_time_s,
+                  "at %d tokens sp-tp %.3f s is not faster than tp %.3f s", tokens[i], sptp.pred.step_time_s,
+                  tp.pred.step_time_s);
+        static plan_search_result r;
+        plan_search_options so;
+        plan_search_options_default(&so);
+        so.top_k = 0;
+        CHECK_OK(plan_search(&m, &c, &w, &so, &r, err));
+        CHECK(r.plans[0].pred.fits);
+        CHECK_MSG(r.plans[0].pred.step_time_s <= sptp.pred.step_time_s * (1 + 1e-9),
+                  "dhp %.3f s slower than sp-tp %.3f s at %d", r.plans[0].pred.step_time_s, sptp.pred.step_time_s, tokens[i]);
+    }
+}
+
+TEST(plan_json_round_trip)
+{
+    model_t m = load_model("qwen2.5-vl-7b");
+    cost_cluster c = load_cluster("2x8xh100");
+    plan_workload w = ray_workload(9216, 16);
+    static plan_search_result r;
+    plan_search_options so;
+    plan_search_options_default(&so);
+    so.top_k = 1;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(plan_search(&m, &c, &w, &so, &r, err));
+    char path[] = "/tmp/dhp-plan-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_OK(plan_write(path, &r.plans[0], err));
+    static plan_t back;
+    CHECK_OK(plan_read(path, &back, err));
+    unlink(path);
+    const plan_t *a = &r.plans[0];
+    CHECK_EQ_INT(back.placement, a->placement);
+    CHECK_EQ_INT(back.n_micro, a->n_micro);
+    CHECK_EQ_INT(back.world_size, a->world_size);
+    for (int k = 0; k < a->n_modules; k++) {
+        CHECK_EQ_INT(back.mod[k].first_rank, a->mod[k].first_rank);
+        CHECK_EQ_INT(back.mod[k].dp, a->mod[k].dp);
+        CHECK_EQ_INT(back.mod[k].tp, a->mod[k].tp);
+        CHECK_EQ_INT(back.mod[k].sp, a->mod[k].sp);
+        CHECK_EQ_INT(back.mod[k].zero, a->mod[k].zero);
+        CHECK_EQ_INT(back.mod[k].micro_batch, a->mod[k].micro_batch);
+        CHECK_EQ_INT(back.mod[k].recompute, a->mod[k].recompute);
+    }
+    CHECK_EQ_INT(model_total_params(&back.model), model_total_params(&a->model));
+    plan_options o;
+    plan_options_default(&o);
+    plan_eval ev;
+    CHECK_OK(plan_evaluate(&back, &o, &ev, err));
+    CHECK_NEAR(back.pred.step_time_s, a->pred.step_time_s, 1e-9);
+}
+
+TEST(plan_validate_rejects_inconsistent_plans)
+{
+    model_t m = load_model("tiny-vl");
+    cost_cluster c = load_cluster("8xh100");
+    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 64 };
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(plan_from_strategy("vision:gpus=2,sp=2;llm:gpus=2,tp=2", &m, &c, &w, PLAN_DISAGGREGATED, 0, 2, &p, err));
+    static plan_t bad;
+    bad = p; bad.mod[1].first_rank = 1;                     /* overlaps vision */
+    CHECK(plan_validate(&bad, err) == UTIL_EINVAL && strstr(err, "overlap"));
+    bad = p; bad.mod[0].n_ranks = 3;
+    CHECK(plan_validate(&bad, err) == UTIL_EINVAL && strstr(err, "n_ranks"));
+    bad = p; bad.mod[1].tp = 3; bad.mod[1].n_ranks = 3 * bad.mod[1].dp;
+    CHECK(plan_validate(&bad, err) == UTIL_EINVAL && strstr(err, "divide"));
+    bad = p; bad.world_size = 3;
+    CHECK(plan_validate(&bad, err) == UTIL_EINVAL && strstr(err, "world_size"));
+    bad = p; bad.n_micro = 3;
+    CHECK(plan_validate(&bad, err) == UTIL_EINVAL && strstr(err, "n_micro"));
+    CHECK(plan_from_strategy("vision:tp=16", &m, &c, &w, PLAN_COLOCATED, 0, 1, &bad, err) == UTIL_EINVAL);
+    CHECK(plan_from_strategy("eye:tp=2", &m, &c, &w, PLAN_COLOCATED, 0, 1, &bad, err) == UTIL_EINVAL);
+    CHECK(strstr(err, "eye") != NULL);
+}
+
+TEST(search_reports_a_model_that_fits_nowhere)
+{
+    model_t m = load_model("qwen2.5-vl-72b");
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(cost_cluster_load("8xh100", &c, err));
+    c.pool[0].nodes = 1;
+    c.pool[0].gpus_per_node = 1;
+    plan_workload w = ray_workload(1024, 1);
+    static plan_search_result r;
+    plan_search_options so;
+    plan_search_options_default(&so);
+    int rc = plan_search(&m, &c, &w, &so, &r, err);
+    CHECK(rc == UTIL_EINFEASIBLE);
+    CHECK(strstr(err, "fits") != NULL);
+}
