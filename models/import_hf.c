@@ -7,6 +7,7 @@
  * {internvl_chat,internlm2}/configuration_*.py and modeling_intern_vit.py. */
 #include "models.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,7 +40,8 @@ static int get_int(const hf_section *s, const char *key, long dflt, int *out, ch
         *out = (int)dflt;
         return UTIL_OK;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble || v->valuedouble < 0)
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > INT_MAX ||
+        v->valuedouble != (double)(int)v->valuedouble)
         return util_fail(err, UTIL_EINVAL, "%s.%s: must be a non-negative integer", s->ctx, key);
     *out = (int)v->valuedouble;
     return UTIL_OK;
@@ -70,7 +72,9 @@ static int get_list(const hf_section *s, const char *key, int *list, int *n, cha
                          MODEL_MAX_LIST);
     const cJSON *v;
     cJSON_ArrayForEach(v, arr) {
-        if (!cJSON_IsNumber(v)) return util_fail(err, UTIL_EINVAL, "%s.%s[%d]: must be an integer", s->ctx, key, *n);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > INT_MAX ||
+            v->valuedouble != (double)(int)v->valuedouble)
+            return util_fail(err, UTIL_EINVAL, "%s.%s[%d]: must be a non-negative integer", s->ctx, key, *n);
         list[(*n)++] = (int)v->valuedouble;
     }
     return UTIL_OK;

@@ -92,7 +92,8 @@ static int parse_int_list(const cJSON *obj, const char *ctx, const char *key, in
         return util_fail(err, UTIL_EINVAL, "%s.%s: %d entries, at most %d", ctx, key, count, MODEL_MAX_LIST);
     const cJSON *v;
     cJSON_ArrayForEach(v, arr) {
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble)
+        if (!cJSON_IsNumber(v) || v->valuedouble < INT_MIN || v->valuedouble > INT_MAX ||
+            v->valuedouble != (double)(int)v->valuedouble)
             return util_fail(err, UTIL_EINVAL, "%s.%s[%d]: must be an integer", ctx, key, *n);
         list[(*n)++] = (int)v->valuedouble;
     }

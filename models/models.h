@@ -47,7 +47,7 @@ typedef struct {
     bool cls_token;              /* class token prepended (CLIP, InternViT) */
     int merge;                   /* spatial merge factor m: m*m tokens -> 1 (Qwen 2, InternVL 2); 1 = none */
     int pool;                    /* audio: average-pool stride after the encoder (Qwen2-Audio 2); 1 = none */
-    int window;                  /* window attention size in tokens (Qwen2.5-VL 112 = 8x8 merged... see zoo); 0 = none */
+    int window;                  /* window attention size in patches (Qwen2.5-VL: (112 px / 14)^2 = 64); 0 = none */
     int n_full_layers;           /* layers with full attention when window > 0 */
     int full_layers[MODEL_MAX_LIST];
     int proj_hidden;             /* projector MLP hidden width; 0 = single linear projector */
