@@ -40,9 +40,9 @@ static int get_int(const hf_section *s, const char *key, long dflt, int *out, ch
         *out = (int)dflt;
         return UTIL_OK;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > INT_MAX ||
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > MODEL_MAX_WIDTH ||
         v->valuedouble != (double)(int)v->valuedouble)
-        return util_fail(err, UTIL_EINVAL, "%s.%s: must be a non-negative integer", s->ctx, key);
+        return util_fail(err, UTIL_EINVAL, "%s.%s: must be an integer in [0, %d]", s->ctx, key, MODEL_MAX_WIDTH);
     *out = (int)v->valuedouble;
     return UTIL_OK;
 }
@@ -77,6 +77,17 @@ static int get_list(const hf_section *s, const char *key, int *list, int *n, cha
             return util_fail(err, UTIL_EINVAL, "%s.%s[%d]: must be a non-negative integer", s->ctx, key, *n);
         list[(*n)++] = (int)v->valuedouble;
     }
+    return UTIL_OK;
+}
+
+/* Derived sizes are products of config values (each <= MODEL_MAX_WIDTH, so
+ * the int64 product is exact); they must fit an int. */
+static int narrow(int64_t v, const hf_section *s, const char *field, int *out, char *err)
+{
+    if (v > MODEL_MAX_WIDTH)
+        return util_fail(err, UTIL_EINVAL, "%s: derived %s = %lld exceeds %d", s->ctx, field, (long long)v,
+                         MODEL_MAX_WIDTH);
+    *out = (int)v;
     return UTIL_OK;
 }
 
@@ -239,14 +250,16 @@ static int import_qwen_vision(const cJSON *root, const char *what, bool v25, mod
         if (get_int(&s, "embed_dim", 1280, &mm->hidden, err) || get_int(&s, "mlp_ratio", 4, &ratio, err) ||
             get_int(&s, "hidden_size", 3584, &mm->out_hidden, err))
             return UTIL_EINVAL;
-        mm->ffn = mm->hidden * ratio;
+        if (narrow((int64_t)mm->hidden * ratio, &s, "intermediate size", &mm->ffn, err)) return UTIL_EINVAL;
     }
     mm->kv_heads = mm->heads;
     mm->k_bias = true;
     if (set_head_dim(mm, &s, err)) return UTIL_EINVAL;
     mm->proj_norm_width = mm->hidden;
     mm->proj_norm_kind = mm->norm;
-    mm->proj_in = mm->proj_hidden = mm->hidden * mm->merge * mm->merge;
+    if (narrow((int64_t)mm->hidden * mm->merge * mm->merge, &s, "merger width", &mm->proj_in, err))
+        return UTIL_EINVAL;
+    mm->proj_hidden = mm->proj_in;
     return UTIL_OK;
 }
 
@@ -272,7 +285,7 @@ static int import_clip_vision(const cJSON *root, const char *what, model_module 
         return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
                          mm->image_size, mm->patch);
     int side = mm->image_size / mm->patch;
-    mm->max_positions = side * side + 1;
+    if (narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
     mm->kv_heads = mm->heads;
     mm->proj_in = mm->hidden;
     return set_head_dim(mm, &s, err);
@@ -305,7 +318,7 @@ static int import_internvit(const cJSON *root, const char *what, model_module *m
         return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
                          mm->image_size, mm->patch);
     int side = mm->image_size / mm->patch;
-    mm->max_positions = side * side + 1;
+    if (narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
     return set_head_dim(mm, &s, err);
 }
 
@@ -336,12 +349,14 @@ static int import_mllama_vision(const cJSON *root, const char *what, model_modul
     if (lookup(&s, "intermediate_layers_indices") &&
         get_list(&s, "intermediate_layers_indices", inter, &n_inter, err))
         return UTIL_EINVAL;
-    if (get_int(&s, "vision_output_dim", (long)mm->hidden * (n_inter + 1), &mm->proj_in, err)) return UTIL_EINVAL;
+    int64_t out_dim = (int64_t)mm->hidden * (n_inter + 1);
+    if (get_int(&s, "vision_output_dim", out_dim > MODEL_MAX_WIDTH ? MODEL_MAX_WIDTH : out_dim, &mm->proj_in, err))
+        return UTIL_EINVAL;
     if (mm->patch <= 0 || mm->image_size % mm->patch)
         return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
                          mm->image_size, mm->patch);
     int side = mm->image_size / mm->patch;
-    mm->max_positions = side * side + 1;
+    if (narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
     mm->kv_heads = mm->heads;
     return set_head_dim(mm, &s, err);
 }
@@ -423,7 +438,9 @@ static int import_internvl(const cJSON *root, const char *what, model_t *m, char
     if (!(r > 0 && r <= 1) || (double)(int)(1.0 / r + 0.5) * r < 0.999 || (double)(int)(1.0 / r + 0.5) * r > 1.001)
         return util_fail(err, UTIL_EINVAL, "%s: downsample_ratio: %g is not 1/integer", what, r);
     v->merge = (int)(1.0 / r + 0.5);
-    v->proj_in = v->hidden * v->merge * v->merge;
+    hf_section vs;
+    section(&vs, sub(root, "vision_config"), NULL, what, "vision_config");
+    if (narrow((int64_t)v->hidden * v->merge * v->merge, &vs, "mlp1 width", &v->proj_in, err)) return UTIL_EINVAL;
     v->proj_norm = true;
     v->proj_norm_kind = MODEL_NORM_LAYERNORM;
     v->proj_norm_width = v->proj_in;

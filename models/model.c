@@ -190,8 +190,13 @@ static int derive_defaults(model_module *mm, const cJSON *obj, const char *ctx, 
     if (!cJSON_GetObjectItemCaseSensitive(obj, "k_bias")) mm->k_bias = mm->qkv_bias;
     if (!cJSON_GetObjectItemCaseSensitive(obj, "proj_norm_kind")) mm->proj_norm_kind = mm->norm;
     if (!cJSON_GetObjectItemCaseSensitive(obj, "proj_norm_width")) mm->proj_norm_width = mm->hidden;
-    if (!cJSON_GetObjectItemCaseSensitive(obj, "proj_in") && mm->kind != MODEL_LLM)
-        mm->proj_in = mm->hidden * mm->merge * mm->merge;
+    if (!cJSON_GetObjectItemCaseSensitive(obj, "proj_in") && mm->kind != MODEL_LLM) {
+        double p = (double)mm->hidden * mm->merge * mm->merge;
+        if (p > MODEL_MAX_WIDTH)
+            return util_fail(err, UTIL_EINVAL, "%s.proj_in: hidden*merge^2 = %.0f exceeds the limit %d", ctx, p,
+                             MODEL_MAX_WIDTH);
+        mm->proj_in = p > 0 ? (int)p : 0;   /* a bad hidden or merge is reported by validation */
+    }
     if (!has_head_dim && mm->heads > 0 && mm->hidden > 0) {
         if (mm->hidden % mm->heads)
             return util_fail(err, UTIL_EINVAL, "%s.heads: %d does not divide hidden %d (give head_dim explicitly)",
@@ -336,6 +341,12 @@ static int check_at_least(const char *what, int i, const char *key, int v, int l
     return BAD("%s: modules[%d].%s: must be >= %d (got %d)", what, i, key, lo, v);
 }
 
+static int check_at_most(const char *what, int i, const char *key, int v, int hi, char *err)
+{
+    if (v <= hi) return UTIL_OK;
+    return BAD("%s: modules[%d].%s: %d exceeds the limit %d", what, i, key, v, hi);
+}
+
 static int check_layer_list(const char *what, int i, const char *key, const int *list, int n, int layers,
                             char *err)
 {
@@ -360,6 +371,22 @@ static int validate_common(const model_module *mm, const char *what, int i, char
     const int vals[] = {mm->layers, mm->hidden, mm->heads, mm->kv_heads, mm->head_dim, mm->ffn};
     for (int k = 0; k < 6; k++)
         if (check_positive(what, i, keys[k], vals[k], err)) return UTIL_EINVAL;
+    if (check_at_most(what, i, "layers", mm->layers, MODEL_MAX_LAYERS, err)) return UTIL_EINVAL;
+    const char *wkeys[] = {"hidden", "ffn", "heads", "head_dim", "vocab", "vocab_extra", "max_positions", "window",
+                           "image_size", "proj_in", "proj_hidden", "out_hidden", "proj_norm_width"};
+    const int wvals[] = {mm->hidden, mm->ffn, mm->heads, mm->head_dim, mm->vocab, mm->vocab_extra,
+                         mm->max_positions, mm->window, mm->image_size, mm->proj_in, mm->proj_hidden,
+                         mm->out_hidden, mm->proj_norm_width};
+    for (int k = 0; k < 13; k++)
+        if (check_at_most(what, i, wkeys[k], wvals[k], MODEL_MAX_WIDTH, err)) return UTIL_EINVAL;
+    const char *fkeys[] = {"in_channels", "patch", "temporal_patch", "merge", "pool", "max_tiles", "aspect_ratios"};
+    const int fvals[] = {mm->in_channels, mm->patch, mm->temporal_patch, mm->merge, mm->pool, mm->max_tiles,
+                         mm->aspect_ratios};
+    for (int k = 0; k < 7; k++)
+        if (check_at_most(what, i, fkeys[k], fvals[k], MODEL_MAX_FACTOR, err)) return UTIL_EINVAL;
+    if ((int64_t)mm->heads * mm->head_dim > MODEL_MAX_WIDTH)
+        return BAD("%s: modules[%d].head_dim: heads*head_dim = %lld exceeds the limit %d", what, i,
+                   (long long)mm->heads * mm->head_dim, MODEL_MAX_WIDTH);
     if (mm->heads % mm->kv_heads)
         return BAD("%s: modules[%d].kv_heads: %d does not divide heads %d", what, i, mm->kv_heads, mm->heads);
     return UTIL_OK;

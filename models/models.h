@@ -15,6 +15,10 @@
 #define MODEL_MAX_LIST 64
 #define MODEL_NAME_LEN 64
 #define MODEL_SCHEMA "dhp.model/1"
+/* Validation limits: keep every parameter count well inside int64. */
+#define MODEL_MAX_WIDTH (1 << 20)    /* hidden, ffn, heads*head_dim, vocab, positions, projector widths */
+#define MODEL_MAX_LAYERS (1 << 17)
+#define MODEL_MAX_FACTOR 1024        /* in_channels, patch, temporal_patch, merge, pool, tiles, aspect ratios */
 
 typedef enum { MODEL_VISION = 0, MODEL_AUDIO, MODEL_LLM } model_kind;
 typedef enum { MODEL_FFN_GELU = 0, MODEL_FFN_SWIGLU } model_ffn_kind;
