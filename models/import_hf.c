@@ -392,6 +392,10 @@ static void connect(model_t *m, model_module *enc, int proj_hidden)
     enc->out_hidden = llm->hidden;
     if (proj_hidden >= 0) enc->proj_hidden = proj_hidden;
     enc->feeds = m->llm;
+    if (!enc->proj_norm) {   /* unused then; the schema's defaults */
+        enc->proj_norm_width = enc->hidden;
+        enc->proj_norm_kind = enc->norm;
+    }
 }
 
 static int import_qwen_vl(const cJSON *root, const char *what, bool v25, model_t *m, char *err)
@@ -516,5 +520,11 @@ int model_import_hf(const char *config_json_text, const char *what, model_t *m, 
     cJSON_Delete(root);
     if (rc) return rc;
     name_from_what(m, what);
-    return model_validate_as(m, what, err);
+    /* Through our schema once: validates, and gives the fields the importer
+     * leaves unset for a kind the same defaults a loaded file gets. */
+    cJSON *ours = model_to_json(m);
+    if (!ours) return util_fail(err, UTIL_ENOMEM, "%s: out of memory", what);
+    rc = model_from_json(ours, what, m, err);
+    cJSON_Delete(ours);
+    return rc;
 }

@@ -315,7 +315,8 @@ TEST(models_import_hf_matches_zoo_counts)
         {"qwen2.5-vl-7b.json", "qwen2.5-vl-7b"}, {"qwen2.5-vl-3b.json", "qwen2.5-vl-3b"},
         {"llava-1.5-7b.json", "llava-1.5-7b"}, {"llava-1.5-13b.json", "llava-1.5-13b"},
         {"internvl2.5-26b.json", "internvl2.5-26b"}, {"llama-3.2-vision-11b.json", "llama-3.2-vision-11b"},
-        {"qwen2-audio-7b.json", "qwen2-audio-7b"},
+        {"qwen2-audio-7b.json", "qwen2-audio-7b"}, {"internvl2.5-78b.json", "internvl2.5-78b"},
+        {"llama-3.2-vision-90b.json", "llama-3.2-vision-90b"},
     };
     char err[UTIL_ERR_LEN];
     for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
@@ -328,6 +329,15 @@ TEST(models_import_hf_matches_zoo_counts)
                       "%s module %s: imported %lld, zoo %lld", pairs[i][0], zoo.mod[k].name,
                       (long long)model_module_params(&imp.mod[k]), (long long)model_module_params(&zoo.mod[k]));
         CHECK(strcmp(imp.name, pairs[i][1]) == 0);
+        for (int k = 0; k < zoo.n_modules; k++)   /* field for field, not only the count */
+            CHECK_MSG(memcmp(&imp.mod[k], &zoo.mod[k], sizeof zoo.mod[k]) == 0, "%s: module %s differs from the zoo",
+                      pairs[i][0], zoo.mod[k].name);
+        cJSON *j = model_to_json(&imp);
+        model_t back;
+        int rc = model_from_json(j, "imported", &back, err);
+        cJSON_Delete(j);
+        CHECK_MSG(rc == UTIL_OK, "%s: %s", pairs[i][0], err);
+        CHECK(memcmp(&back, &imp, sizeof imp) == 0);
     }
 }
 
