@@ -140,7 +140,7 @@ static int family_of(const char *type, llm_family *fam)
     static const struct { const char *type; llm_family fam; } map[] = {
         {"llama", FAM_LLAMA}, {"qwen2", FAM_QWEN2}, {"qwen2_5_vl_text", FAM_QWEN2}, {"qwen2_vl_text", FAM_QWEN2},
         {"mistral", FAM_MISTRAL},
-        {"internlm2", FAM_INTERNLM2}, {"mllama_text_model", FAM_MLLAMA},
+        {"internlm2", FAM_INTERNLM2}, {"mllama_text_model", FAM_MLLAMA}, {"mllama", FAM_MLLAMA},
     };
     for (size_t i = 0; i < sizeof map / sizeof *map; i++)
         if (type && strcmp(type, map[i].type) == 0) { *fam = map[i].fam; return UTIL_OK; }

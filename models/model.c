@@ -61,6 +61,15 @@ static model_norm_kind *norm_at(model_module *mm, const field_desc *f)
 {
     return (model_norm_kind *)((char *)mm + f->off);
 }
+static int int_of(const model_module *mm, const field_desc *f) { return *(const int *)((const char *)mm + f->off); }
+static bool bool_of(const model_module *mm, const field_desc *f)
+{
+    return *(const bool *)((const char *)mm + f->off);
+}
+static model_norm_kind norm_of(const model_module *mm, const field_desc *f)
+{
+    return *(const model_norm_kind *)((const char *)mm + f->off);
+}
 
 /* ---- parsing ---- */
 
@@ -486,13 +495,12 @@ static cJSON *module_to_json(const model_t *m, const model_module *mm)
     cJSON_AddStringToObject(o, "kind", model_kind_name(mm->kind));
     cJSON_AddStringToObject(o, "ffn_kind", model_ffn_kind_name(mm->ffn_kind));
     cJSON_AddStringToObject(o, "norm", model_norm_kind_name(mm->norm));
-    model_module *w = (model_module *)mm;   /* field accessors only read here */
     for (int i = 0; i < N_FIELDS; i++) {
         const field_desc *f = &fields[i];
         if (!group_applies(f->group, mm->kind)) continue;
-        if (f->type == F_INT) cJSON_AddNumberToObject(o, f->key, *int_at(w, f));
-        else if (f->type == F_BOOL) cJSON_AddBoolToObject(o, f->key, *bool_at(w, f));
-        else cJSON_AddStringToObject(o, f->key, model_norm_kind_name(*norm_at(w, f)));
+        if (f->type == F_INT) cJSON_AddNumberToObject(o, f->key, int_of(mm, f));
+        else if (f->type == F_BOOL) cJSON_AddBoolToObject(o, f->key, bool_of(mm, f));
+        else cJSON_AddStringToObject(o, f->key, model_norm_kind_name(norm_of(mm, f)));
     }
     if (mm->kind == MODEL_LLM) {
         add_int_list(o, "cross_layers", mm->cross_layers, mm->n_cross_layers);
