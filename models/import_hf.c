@@ -7,6 +7,7 @@
  * {internvl_chat,internlm2}/configuration_*.py and modeling_intern_vit.py. */
 #include "models.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -39,8 +40,9 @@ static int get_int(const hf_section *s, const char *key, long dflt, int *out, ch
         *out = (int)dflt;
         return UTIL_OK;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble || v->valuedouble < 0)
-        return util_fail(err, UTIL_EINVAL, "%s.%s: must be a non-negative integer", s->ctx, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > MODEL_MAX_WIDTH ||
+        v->valuedouble != (double)(int)v->valuedouble)
+        return util_fail(err, UTIL_EINVAL, "%s.%s: must be an integer in [0, %d]", s->ctx, key, MODEL_MAX_WIDTH);
     *out = (int)v->valuedouble;
     return UTIL_OK;
 }
@@ -70,9 +72,22 @@ static int get_list(const hf_section *s, const char *key, int *list, int *n, cha
                          MODEL_MAX_LIST);
     const cJSON *v;
     cJSON_ArrayForEach(v, arr) {
-        if (!cJSON_IsNumber(v)) return util_fail(err, UTIL_EINVAL, "%s.%s[%d]: must be an integer", s->ctx, key, *n);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > INT_MAX ||
+            v->valuedouble != (double)(int)v->valuedouble)
+            return util_fail(err, UTIL_EINVAL, "%s.%s[%d]: must be a non-negative integer", s->ctx, key, *n);
         list[(*n)++] = (int)v->valuedouble;
     }
+    return UTIL_OK;
+}
+
+/* Derived sizes are products of config values (each <= MODEL_MAX_WIDTH, so
+ * the int64 product is exact); they must fit an int. */
+static int narrow(int64_t v, const hf_section *s, const char *field, int *out, char *err)
+{
+    if (v > MODEL_MAX_WIDTH)
+        return util_fail(err, UTIL_EINVAL, "%s: derived %s = %lld exceeds %d", s->ctx, field, (long long)v,
+                         MODEL_MAX_WIDTH);
+    *out = (int)v;
     return UTIL_OK;
 }
 
@@ -125,7 +140,7 @@ static int family_of(const char *type, llm_family *fam)
     static const struct { const char *type; llm_family fam; } map[] = {
         {"llama", FAM_LLAMA}, {"qwen2", FAM_QWEN2}, {"qwen2_5_vl_text", FAM_QWEN2}, {"qwen2_vl_text", FAM_QWEN2},
         {"mistral", FAM_MISTRAL},
-        {"internlm2", FAM_INTERNLM2}, {"mllama_text_model", FAM_MLLAMA},
+        {"internlm2", FAM_INTERNLM2}, {"mllama_text_model", FAM_MLLAMA}, {"mllama", FAM_MLLAMA},
     };
     for (size_t i = 0; i < sizeof map / sizeof *map; i++)
         if (type && strcmp(type, map[i].type) == 0) { *fam = map[i].fam; return UTIL_OK; }
@@ -235,14 +250,16 @@ static int import_qwen_vision(const cJSON *root, const char *what, bool v25, mod
         if (get_int(&s, "embed_dim", 1280, &mm->hidden, err) || get_int(&s, "mlp_ratio", 4, &ratio, err) ||
             get_int(&s, "hidden_size", 3584, &mm->out_hidden, err))
             return UTIL_EINVAL;
-        mm->ffn = mm->hidden * ratio;
+        if (narrow((int64_t)mm->hidden * ratio, &s, "intermediate size", &mm->ffn, err)) return UTIL_EINVAL;
     }
     mm->kv_heads = mm->heads;
     mm->k_bias = true;
     if (set_head_dim(mm, &s, err)) return UTIL_EINVAL;
     mm->proj_norm_width = mm->hidden;
     mm->proj_norm_kind = mm->norm;
-    mm->proj_in = mm->proj_hidden = mm->hidden * mm->merge * mm->merge;
+    if (narrow((int64_t)mm->hidden * mm->merge * mm->merge, &s, "merger width", &mm->proj_in, err))
+        return UTIL_EINVAL;
+    mm->proj_hidden = mm->proj_in;
     return UTIL_OK;
 }
 
@@ -268,7 +285,7 @@ static int import_clip_vision(const cJSON *root, const char *what, model_module 
         return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
                          mm->image_size, mm->patch);
     int side = mm->image_size / mm->patch;
-    mm->max_positions = side * side + 1;
+    if (narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
     mm->kv_heads = mm->heads;
     mm->proj_in = mm->hidden;
     return set_head_dim(mm, &s, err);
@@ -301,7 +318,7 @@ static int import_internvit(const cJSON *root, const char *what, model_module *m
         return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
                          mm->image_size, mm->patch);
     int side = mm->image_size / mm->patch;
-    mm->max_positions = side * side + 1;
+    if (narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
     return set_head_dim(mm, &s, err);
 }
 
@@ -332,12 +349,14 @@ static int import_mllama_vision(const cJSON *root, const char *what, model_modul
     if (lookup(&s, "intermediate_layers_indices") &&
         get_list(&s, "intermediate_layers_indices", inter, &n_inter, err))
         return UTIL_EINVAL;
-    if (get_int(&s, "vision_output_dim", (long)mm->hidden * (n_inter + 1), &mm->proj_in, err)) return UTIL_EINVAL;
+    int64_t out_dim = (int64_t)mm->hidden * (n_inter + 1);
+    if (get_int(&s, "vision_output_dim", out_dim > MODEL_MAX_WIDTH ? MODEL_MAX_WIDTH : out_dim, &mm->proj_in, err))
+        return UTIL_EINVAL;
     if (mm->patch <= 0 || mm->image_size % mm->patch)
         return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
                          mm->image_size, mm->patch);
     int side = mm->image_size / mm->patch;
-    mm->max_positions = side * side + 1;
+    if (narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
     mm->kv_heads = mm->heads;
     return set_head_dim(mm, &s, err);
 }
@@ -373,6 +392,10 @@ static void connect(model_t *m, model_module *enc, int proj_hidden)
     enc->out_hidden = llm->hidden;
     if (proj_hidden >= 0) enc->proj_hidden = proj_hidden;
     enc->feeds = m->llm;
+    if (!enc->proj_norm) {   /* unused then; the schema's defaults */
+        enc->proj_norm_width = enc->hidden;
+        enc->proj_norm_kind = enc->norm;
+    }
 }
 
 static int import_qwen_vl(const cJSON *root, const char *what, bool v25, model_t *m, char *err)
@@ -419,7 +442,9 @@ static int import_internvl(const cJSON *root, const char *what, model_t *m, char
     if (!(r > 0 && r <= 1) || (double)(int)(1.0 / r + 0.5) * r < 0.999 || (double)(int)(1.0 / r + 0.5) * r > 1.001)
         return util_fail(err, UTIL_EINVAL, "%s: downsample_ratio: %g is not 1/integer", what, r);
     v->merge = (int)(1.0 / r + 0.5);
-    v->proj_in = v->hidden * v->merge * v->merge;
+    hf_section vs;
+    section(&vs, sub(root, "vision_config"), NULL, what, "vision_config");
+    if (narrow((int64_t)v->hidden * v->merge * v->merge, &vs, "mlp1 width", &v->proj_in, err)) return UTIL_EINVAL;
     v->proj_norm = true;
     v->proj_norm_kind = MODEL_NORM_LAYERNORM;
     v->proj_norm_width = v->proj_in;
@@ -495,5 +520,11 @@ int model_import_hf(const char *config_json_text, const char *what, model_t *m, 
     cJSON_Delete(root);
     if (rc) return rc;
     name_from_what(m, what);
-    return model_validate_as(m, what, err);
+    /* Through our schema once: validates, and gives the fields the importer
+     * leaves unset for a kind the same defaults a loaded file gets. */
+    cJSON *ours = model_to_json(m);
+    if (!ours) return util_fail(err, UTIL_ENOMEM, "%s: out of memory", what);
+    rc = model_from_json(ours, what, m, err);
+    cJSON_Delete(ours);
+    return rc;
 }

@@ -61,6 +61,15 @@ static model_norm_kind *norm_at(model_module *mm, const field_desc *f)
 {
     return (model_norm_kind *)((char *)mm + f->off);
 }
+static int int_of(const model_module *mm, const field_desc *f) { return *(const int *)((const char *)mm + f->off); }
+static bool bool_of(const model_module *mm, const field_desc *f)
+{
+    return *(const bool *)((const char *)mm + f->off);
+}
+static model_norm_kind norm_of(const model_module *mm, const field_desc *f)
+{
+    return *(const model_norm_kind *)((const char *)mm + f->off);
+}
 
 /* ---- parsing ---- */
 
@@ -92,7 +101,8 @@ static int parse_int_list(const cJSON *obj, const char *ctx, const char *key, in
         return util_fail(err, UTIL_EINVAL, "%s.%s: %d entries, at most %d", ctx, key, count, MODEL_MAX_LIST);
     const cJSON *v;
     cJSON_ArrayForEach(v, arr) {
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble)
+        if (!cJSON_IsNumber(v) || v->valuedouble < INT_MIN || v->valuedouble > INT_MAX ||
+            v->valuedouble != (double)(int)v->valuedouble)
             return util_fail(err, UTIL_EINVAL, "%s.%s[%d]: must be an integer", ctx, key, *n);
         list[(*n)++] = (int)v->valuedouble;
     }
@@ -189,8 +199,13 @@ static int derive_defaults(model_module *mm, const cJSON *obj, const char *ctx, 
     if (!cJSON_GetObjectItemCaseSensitive(obj, "k_bias")) mm->k_bias = mm->qkv_bias;
     if (!cJSON_GetObjectItemCaseSensitive(obj, "proj_norm_kind")) mm->proj_norm_kind = mm->norm;
     if (!cJSON_GetObjectItemCaseSensitive(obj, "proj_norm_width")) mm->proj_norm_width = mm->hidden;
-    if (!cJSON_GetObjectItemCaseSensitive(obj, "proj_in") && mm->kind != MODEL_LLM)
-        mm->proj_in = mm->hidden * mm->merge * mm->merge;
+    if (!cJSON_GetObjectItemCaseSensitive(obj, "proj_in") && mm->kind != MODEL_LLM) {
+        double p = (double)mm->hidden * mm->merge * mm->merge;
+        if (p > MODEL_MAX_WIDTH)
+            return util_fail(err, UTIL_EINVAL, "%s.proj_in: hidden*merge^2 = %.0f exceeds the limit %d", ctx, p,
+                             MODEL_MAX_WIDTH);
+        mm->proj_in = p > 0 ? (int)p : 0;   /* a bad hidden or merge is reported by validation */
+    }
     if (!has_head_dim && mm->heads > 0 && mm->hidden > 0) {
         if (mm->hidden % mm->heads)
             return util_fail(err, UTIL_EINVAL, "%s.heads: %d does not divide hidden %d (give head_dim explicitly)",
@@ -335,6 +350,12 @@ static int check_at_least(const char *what, int i, const char *key, int v, int l
     return BAD("%s: modules[%d].%s: must be >= %d (got %d)", what, i, key, lo, v);
 }
 
+static int check_at_most(const char *what, int i, const char *key, int v, int hi, char *err)
+{
+    if (v <= hi) return UTIL_OK;
+    return BAD("%s: modules[%d].%s: %d exceeds the limit %d", what, i, key, v, hi);
+}
+
 static int check_layer_list(const char *what, int i, const char *key, const int *list, int n, int layers,
                             char *err)
 {
@@ -359,6 +380,22 @@ static int validate_common(const model_module *mm, const char *what, int i, char
     const int vals[] = {mm->layers, mm->hidden, mm->heads, mm->kv_heads, mm->head_dim, mm->ffn};
     for (int k = 0; k < 6; k++)
         if (check_positive(what, i, keys[k], vals[k], err)) return UTIL_EINVAL;
+    if (check_at_most(what, i, "layers", mm->layers, MODEL_MAX_LAYERS, err)) return UTIL_EINVAL;
+    const char *wkeys[] = {"hidden", "ffn", "heads", "head_dim", "vocab", "vocab_extra", "max_positions", "window",
+                           "image_size", "proj_in", "proj_hidden", "out_hidden", "proj_norm_width"};
+    const int wvals[] = {mm->hidden, mm->ffn, mm->heads, mm->head_dim, mm->vocab, mm->vocab_extra,
+                         mm->max_positions, mm->window, mm->image_size, mm->proj_in, mm->proj_hidden,
+                         mm->out_hidden, mm->proj_norm_width};
+    for (int k = 0; k < 13; k++)
+        if (check_at_most(what, i, wkeys[k], wvals[k], MODEL_MAX_WIDTH, err)) return UTIL_EINVAL;
+    const char *fkeys[] = {"in_channels", "patch", "temporal_patch", "merge", "pool", "max_tiles", "aspect_ratios"};
+    const int fvals[] = {mm->in_channels, mm->patch, mm->temporal_patch, mm->merge, mm->pool, mm->max_tiles,
+                         mm->aspect_ratios};
+    for (int k = 0; k < 7; k++)
+        if (check_at_most(what, i, fkeys[k], fvals[k], MODEL_MAX_FACTOR, err)) return UTIL_EINVAL;
+    if ((int64_t)mm->heads * mm->head_dim > MODEL_MAX_WIDTH)
+        return BAD("%s: modules[%d].head_dim: heads*head_dim = %lld exceeds the limit %d", what, i,
+                   (long long)mm->heads * mm->head_dim, MODEL_MAX_WIDTH);
     if (mm->heads % mm->kv_heads)
         return BAD("%s: modules[%d].kv_heads: %d does not divide heads %d", what, i, mm->kv_heads, mm->heads);
     return UTIL_OK;
@@ -458,13 +495,12 @@ static cJSON *module_to_json(const model_t *m, const model_module *mm)
     cJSON_AddStringToObject(o, "kind", model_kind_name(mm->kind));
     cJSON_AddStringToObject(o, "ffn_kind", model_ffn_kind_name(mm->ffn_kind));
     cJSON_AddStringToObject(o, "norm", model_norm_kind_name(mm->norm));
-    model_module *w = (model_module *)mm;   /* field accessors only read here */
     for (int i = 0; i < N_FIELDS; i++) {
         const field_desc *f = &fields[i];
         if (!group_applies(f->group, mm->kind)) continue;
-        if (f->type == F_INT) cJSON_AddNumberToObject(o, f->key, *int_at(w, f));
-        else if (f->type == F_BOOL) cJSON_AddBoolToObject(o, f->key, *bool_at(w, f));
-        else cJSON_AddStringToObject(o, f->key, model_norm_kind_name(*norm_at(w, f)));
+        if (f->type == F_INT) cJSON_AddNumberToObject(o, f->key, int_of(mm, f));
+        else if (f->type == F_BOOL) cJSON_AddBoolToObject(o, f->key, bool_of(mm, f));
+        else cJSON_AddStringToObject(o, f->key, model_norm_kind_name(norm_of(mm, f)));
     }
     if (mm->kind == MODEL_LLM) {
         add_int_list(o, "cross_layers", mm->cross_layers, mm->n_cross_layers);

@@ -15,6 +15,10 @@
 #define MODEL_MAX_LIST 64
 #define MODEL_NAME_LEN 64
 #define MODEL_SCHEMA "dhp.model/1"
+/* Validation limits: keep every parameter count well inside int64. */
+#define MODEL_MAX_WIDTH (1 << 20)    /* hidden, ffn, heads*head_dim, vocab, positions, projector widths */
+#define MODEL_MAX_LAYERS (1 << 17)
+#define MODEL_MAX_FACTOR 1024        /* in_channels, patch, temporal_patch, merge, pool, tiles, aspect ratios */
 
 typedef enum { MODEL_VISION = 0, MODEL_AUDIO, MODEL_LLM } model_kind;
 typedef enum { MODEL_FFN_GELU = 0, MODEL_FFN_SWIGLU } model_ffn_kind;
@@ -47,7 +51,7 @@ typedef struct {
     bool cls_token;              /* class token prepended (CLIP, InternViT) */
     int merge;                   /* spatial merge factor m: m*m tokens -> 1 (Qwen 2, InternVL 2); 1 = none */
     int pool;                    /* audio: average-pool stride after the encoder (Qwen2-Audio 2); 1 = none */
-    int window;                  /* window attention size in tokens (Qwen2.5-VL 112 = 8x8 merged... see zoo); 0 = none */
+    int window;                  /* window attention size in patches (Qwen2.5-VL: (112 px / 14)^2 = 64); 0 = none */
     int n_full_layers;           /* layers with full attention when window > 0 */
     int full_layers[MODEL_MAX_LIST];
     int proj_hidden;             /* projector MLP hidden width; 0 = single linear projector */

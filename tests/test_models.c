@@ -315,7 +315,8 @@ TEST(models_import_hf_matches_zoo_counts)
         {"qwen2.5-vl-7b.json", "qwen2.5-vl-7b"}, {"qwen2.5-vl-3b.json", "qwen2.5-vl-3b"},
         {"llava-1.5-7b.json", "llava-1.5-7b"}, {"llava-1.5-13b.json", "llava-1.5-13b"},
         {"internvl2.5-26b.json", "internvl2.5-26b"}, {"llama-3.2-vision-11b.json", "llama-3.2-vision-11b"},
-        {"qwen2-audio-7b.json", "qwen2-audio-7b"},
+        {"qwen2-audio-7b.json", "qwen2-audio-7b"}, {"internvl2.5-78b.json", "internvl2.5-78b"},
+        {"llama-3.2-vision-90b.json", "llama-3.2-vision-90b"},
     };
     char err[UTIL_ERR_LEN];
     for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
@@ -328,6 +329,15 @@ TEST(models_import_hf_matches_zoo_counts)
                       "%s module %s: imported %lld, zoo %lld", pairs[i][0], zoo.mod[k].name,
                       (long long)model_module_params(&imp.mod[k]), (long long)model_module_params(&zoo.mod[k]));
         CHECK(strcmp(imp.name, pairs[i][1]) == 0);
+        for (int k = 0; k < zoo.n_modules; k++)   /* field for field, not only the count */
+            CHECK_MSG(memcmp(&imp.mod[k], &zoo.mod[k], sizeof zoo.mod[k]) == 0, "%s: module %s differs from the zoo",
+                      pairs[i][0], zoo.mod[k].name);
+        cJSON *j = model_to_json(&imp);
+        model_t back;
+        int rc = model_from_json(j, "imported", &back, err);
+        cJSON_Delete(j);
+        CHECK_MSG(rc == UTIL_OK, "%s: %s", pairs[i][0], err);
+        CHECK(memcmp(&back, &imp, sizeof imp) == 0);
     }
 }
 
@@ -362,4 +372,51 @@ TEST(models_import_hf_refuses_bad_input)
     CHECK(model_import_hf("{\"model_type\": \"llama\", \"num_attention_heads\": 7}", "c.json", &m, err) ==
           UTIL_EINVAL);
     CHECK_MSG(strstr(err, "head_dim") != NULL, "%s", err);
+}
+
+TEST(models_rejects_sizes_beyond_limits)
+{
+    CHECK_BAD("\"vocab\": 272", "\"vocab\": 2000000000", "modules[1].vocab: 2000000000 exceeds the limit");
+    CHECK_BAD("\"merge\": 2", "\"merge\": 2000000", "modules[0].proj_in");
+    CHECK_BAD("\"patch\": 4", "\"patch\": 5000", "modules[0].patch: 5000 exceeds the limit 1024");
+    CHECK_BAD("\"layers\": 2", "\"layers\": 1000000", "modules[1].layers: 1000000 exceeds");
+    char err[UTIL_ERR_LEN];
+    model_t m;
+    CHECK(model_import_hf("{\"model_type\": \"qwen2\", \"hidden_size\": 3000000000}", "c.json", &m, err) ==
+          UTIL_EINVAL);
+    CHECK(strstr(err, "config.hidden_size") != NULL);
+}
+
+/* Every numeric field of every module set to an extreme value: the loader
+ * either accepts it or names a field; counting an accepted model never
+ * overflows (checked by the UBSan build). */
+TEST(models_extreme_values_never_crash)
+{
+    static const double extremes[] = {0, -1, 3, 1048576, 2147483647.0};
+    const char *names[] = {"tiny-vl-window", "llama-3.2-vision-11b", "qwen2-audio-7b"};
+    char err[UTIL_ERR_LEN];
+    for (int z = 0; z < 3; z++) {
+        model_t m;
+        CHECK_OK(model_load(names[z], &m, err));
+        cJSON *root = model_to_json(&m);
+        cJSON *mods = cJSON_GetObjectItemCaseSensitive(root, "modules");
+        cJSON *mod;
+        cJSON_ArrayForEach(mod, mods) {
+            cJSON *f;
+            cJSON_ArrayForEach(f, mod) {
+                if (!cJSON_IsNumber(f)) continue;
+                double keep = f->valuedouble;
+                for (size_t e = 0; e < sizeof extremes / sizeof *extremes; e++) {
+                    cJSON_SetNumberValue(f, extremes[e]);
+                    model_t t;
+                    int rc = model_from_json(root, "x.json", &t, err);
+                    CHECK_MSG(rc == UTIL_OK || (rc == UTIL_EINVAL && strstr(err, "x.json")),
+                              "%s.%s = %g: rc %d", names[z], f->string, extremes[e], rc);
+                    if (rc == UTIL_OK) CHECK(model_total_params(&t) > 0);
+                }
+                cJSON_SetNumberValue(f, keep);
+            }
+        }
+        cJSON_Delete(root);
+    }
 }
