@@ -14,6 +14,7 @@ static void usage(void)
            "  --placement P         auto (default), colocated or disaggregated\n"
            "  --top K               alternatives to show (default 4)\n"
            "  --no-baselines        skip the baselines\n"
+           "  --exhaustive          enumerate every combination instead of the MILP (small cases)\n"
            "  -o, --out FILE        write the chosen plan (default plan.json; '-' for none)\n"
            "  --compare             Ray's published grid (1024..65536 vision tokens, batch 8/8/8/8/4/2):\n"
            "                        zero3, tp, sp-tp and dhp per row\n"
@@ -25,7 +26,7 @@ typedef struct {
     const char *out;
     const char *grid;
     int top;
-    bool baselines, compare;
+    bool baselines, compare, exhaustive;
     bool colocated, disaggregated;
 } plan_args;
 
@@ -46,6 +47,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
         else if (!strcmp(o, "--top")) { if (cli_int_arg("plan", o, v, 0, 15, &a->top)) return 2; i++; }
         else if (!strcmp(o, "--no-baselines")) a->baselines = false;
         else if (!strcmp(o, "--compare")) a->compare = true;
+        else if (!strcmp(o, "--exhaustive")) a->exhaustive = true;
         else if (!strcmp(o, "--grid")) { if (!v) return cli_usage_error("plan", "--grid needs a value"); a->grid = v; i++; }
         else if (!strcmp(o, "-o") || !strcmp(o, "--out")) {
             if (!v) return cli_usage_error("plan", "%s needs a value", o);
@@ -68,6 +70,7 @@ static void search_options(const plan_args *a, plan_search_options *so)
     so->top_k = a->top;
     so->allow_colocated = a->colocated;
     so->allow_disaggregated = a->disaggregated;
+    so->exhaustive = a->exhaustive;
 }
 
 static int run_baselines(const model_t *m, const cost_cluster *c, const plan_workload *w, const plan_options *o,

@@ -97,7 +97,11 @@ int plan_search(const model_t *m, const cost_cluster *c, const plan_workload *w,
     for (int i = 0; i < want; i++) {
         double obj;
         char e[UTIL_ERR_LEN];
-        rc = plan_milp_solve(&cs, found, i, o->time_limit_s, found + i * K, &obj, &r->n_milp_vars, &r->n_milp_rows, e);
+        if (o->exhaustive)
+            rc = i == 0 ? plan_exhaustive_solve(&cs, 2e8, found, &obj, e) : UTIL_EINFEASIBLE;
+        else
+            rc = plan_milp_solve(&cs, found, i, o->time_limit_s, found + i * K, &obj, &r->n_milp_vars,
+                                 &r->n_milp_rows, e);
         r->milp_solves++;
         if (rc) {
             if (i == 0) { util_free(found); plan_candidates_free(&cs);

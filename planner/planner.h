@@ -178,6 +178,7 @@ typedef struct {
     bool allow_colocated, allow_disaggregated;
     int max_pp;               /* 0 = default 8 */
     double time_limit_s;      /* per MILP solve */
+    bool exhaustive;          /* enumerate combinations instead of the MILP (small cases only) */
     bool verbose;
 } plan_search_options;
 void plan_search_options_default(plan_search_options *o);
@@ -193,6 +194,8 @@ bool plan_candidates_objective(const plan_candidates *cs, const int *chosen, dou
  * (n_modules candidate indices each) to cut off. */
 int plan_milp_solve(const plan_candidates *cs, const int *excluded, int n_excluded, double time_limit_s,
                     int *chosen, double *objective, int *n_vars, int *n_rows, char *err);
+/* Enumerates every combination instead (the benchmark's baseline). */
+int plan_exhaustive_solve(const plan_candidates *cs, double max_combos, int *chosen, double *objective, char *err);
 /* Turns a candidate choice into a plan (ranks assigned) and evaluates it. */
 int plan_from_candidates(const plan_candidates *cs, const int *chosen, const model_t *m, const cost_cluster *c,
                          const plan_workload *w, const plan_options *o, plan_t *p, char *err);

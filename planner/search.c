@@ -485,3 +485,33 @@ int plan_milp_solve(const plan_candidates *cs, const int *excluded, int n_exclud
         if (chosen[k] < 0) return util_fail(err, UTIL_ERUNTIME, "planner: MILP left module %d unassigned", k);
     return UTIL_OK;
 }
+
+/* Exhaustive enumeration of one candidate per module, the Calculon-style
+ * baseline the benchmark times the MILP against. Refuses above max_combos. */
+int plan_exhaustive_solve(const plan_candidates *cs, double max_combos, int *chosen, double *objective, char *err)
+{
+    int K = cs->n_modules;
+    int count[MODEL_MAX_MODULES] = { 0 }, start[MODEL_MAX_MODULES] = { 0 };
+    for (int i = cs->n - 1; i >= 0; i--) { count[cs->c[i].module]++; start[cs->c[i].module] = i; }
+    double combos = 1;
+    for (int k = 0; k < K; k++) combos *= count[k];
+    if (combos > max_combos)
+        return util_fail(err, UTIL_EUNSUPPORTED, "exhaustive search: %.3g combinations exceed the limit %.3g", combos, max_combos);
+    /* Candidates are sorted by module, so module k's are [start[k], start[k] + count[k]). */
+    int idx[MODEL_MAX_MODULES];
+    for (int k = 0; k < K; k++) idx[k] = start[k];
+    double best = INFINITY;
+    for (;;) {
+        double obj;
+        if (plan_candidates_objective(cs, idx, &obj) && obj < best) {
+            best = obj;
+            memcpy(chosen, idx, sizeof(int) * (size_t)K);
+        }
+        int k = K - 1;
+        while (k >= 0 && ++idx[k] == start[k] + count[k]) { idx[k] = start[k]; k--; }
+        if (k < 0) break;
+    }
+    if (best == INFINITY) return util_fail(err, UTIL_EINFEASIBLE, "planner: no plan fits (exhaustive search)");
+    *objective = best;
+    return UTIL_OK;
+}
