@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# All benchmarks. Each prints ratios against a baseline measured in the same run.
+set -euo pipefail
+cd "$(dirname "$0")"
+for b in plan_speed.sh; do echo "== $b"; bash "$b"; done
