@@ -80,8 +80,14 @@ const char *cost_preset_name(int i);
 int cost_cluster_gpus(const cost_cluster *c);
 int cost_pool_gpus(const cost_pool *p);
 cJSON *cost_cluster_to_json(const cost_cluster *c);
+/* A GPU description in the dhp.gpu/1 format (each field a number or
+ * {"value": x, "source": "..."}); what names the text in errors. */
+int cost_gpu_parse_json(const char *text, const char *what, cost_gpu *g, char *err);
+int cost_gpu_validate(const cost_gpu *g, const char *ctx, char *err);
+/* The GPU as a dhp.gpu/1 object with plain numbers (sources stay in the shipped file). */
+cJSON *cost_gpu_to_json(const cost_gpu *g);
 
-/* Compute. */
+/* Compute. Every kernel also pays g->kernel_launch_s; sizes <= 0 cost 0. */
 double cost_gemm_efficiency(const cost_gpu *g, double m, double n, double k);
 double cost_gemm_time(const cost_gpu *g, double m, double n, double k); /* 2mnk FLOPs */
 double cost_attention_time(const cost_gpu *g, double flops);
@@ -92,10 +98,13 @@ double cost_memory_time(const cost_gpu *g, double bytes);   /* element-wise traf
  * hierarchical (intra reduce-scatter, inter all-reduce of 1/per_node of the
  * buffer over each GPU's NIC, intra all-gather) for all-reduce, the analogous
  * two-level form for all-gather / reduce-scatter; all-to-all sends the
- * off-node fraction (n - per_node)/n through each GPU's NIC. n == 1 costs 0. */
+ * off-node fraction (n - per_node)/n through each GPU's NIC. n == 1 costs 0.
+ * An impossible placement (per_node < 1 or not dividing n, more than
+ * gpus_per_node per node, more nodes than the pool has) returns INFINITY. */
 double cost_collective_time(const cost_pool *p, cost_coll op, double bytes, int n, int per_node);
 /* Point-to-point transfer of bytes between two GPUs: same node, across nodes
- * of one pool, or across pools. */
+ * of one pool, or across pools (same_node is ignored then). Bad pool indices
+ * return INFINITY. */
 double cost_p2p_time(const cost_cluster *c, int pool_a, int pool_b, bool same_node, double bytes);
 
 const char *cost_coll_name(cost_coll op);

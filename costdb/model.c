@@ -1,0 +1,127 @@
+/* costdb cost model: roofline-style compute times and alpha-beta collectives.
+ * The derivations of the constants are in costdb/SCHEMA.md. */
+#include "costdb/costdb.h"
+
+#include <math.h>
+
+/* s(x) = x / (x + gemm_half): fraction of the large-shape rate a GEMM keeps
+ * when one of its dimensions is x (tile/wave quantization and the lower
+ * arithmetic intensity of a thin dimension, folded into one smooth factor). */
+static double shape_factor(double x, double half)
+{
+    return x / (x + half);
+}
+
+/* eff(m,n,k) = gemm_eff_max * s(m) * s(n) * s(k); 0 for an empty GEMM. */
+double cost_gemm_efficiency(const cost_gpu *g, double m, double n, double k)
+{
+    if (!(m > 0 && n > 0 && k > 0)) return 0;
+    return g->gemm_eff_max * shape_factor(m, g->gemm_half) * shape_factor(n, g->gemm_half)
+         * shape_factor(k, g->gemm_half);
+}
+
+/* t = 2mnk / (peak_flops * eff(m,n,k)) + kernel_launch_s. */
+double cost_gemm_time(const cost_gpu *g, double m, double n, double k)
+{
+    double eff = cost_gemm_efficiency(g, m, n, k);
+    if (eff <= 0) return 0;
+    return 2.0 * m * n * k / (g->peak_flops * eff) + g->kernel_launch_s;
+}
+
+/* t = flops / (peak_flops * attn_eff) + kernel_launch_s. */
+double cost_attention_time(const cost_gpu *g, double flops)
+{
+    if (!(flops > 0)) return 0;
+    return flops / (g->peak_flops * g->attn_eff) + g->kernel_launch_s;
+}
+
+/* t = bytes / (hbm_bw * mem_eff) + kernel_launch_s. */
+double cost_memory_time(const cost_gpu *g, double bytes)
+{
+    if (!(bytes > 0)) return 0;
+    return bytes / (g->hbm_bw * g->mem_eff) + g->kernel_launch_s;
+}
+
+/* Ring over k ranks of one tier, S = full buffer (nccl-tests doc/PERFORMANCE.md):
+ *   all-reduce      2(k-1) alpha + S/B * 2(k-1)/k
+ *   all-gather, reduce-scatter, all-to-all  (k-1) alpha + S/B * (k-1)/k
+ *   broadcast       (k-1) alpha + S/B        (pipelined chain, busbw = algbw)
+ * k <= 1 costs 0. */
+static double ring_time(const cost_link *l, cost_coll op, double bytes, int k)
+{
+    if (k <= 1) return 0;
+    double steps = k - 1, frac = (double)(k - 1) / k;
+    switch (op) {
+    case COST_ALLREDUCE: return 2 * steps * l->alpha_s + bytes / l->busbw * 2 * frac;
+    case COST_ALLGATHER:
+    case COST_REDUCESCATTER:
+    case COST_ALLTOALL: return steps * l->alpha_s + bytes / l->busbw * frac;
+    case COST_BROADCAST: return steps * l->alpha_s + bytes / l->busbw;
+    }
+    return INFINITY;
+}
+
+/* Two-level forms, g = per_node ranks on each of m nodes, S = full buffer:
+ *   all-reduce:     intra RS(S) + inter AR(S/g over m) + intra AG(S)
+ *   all-gather:     inter AG(S/g over m) + intra AG(S)
+ *   reduce-scatter: intra RS(S) + inter RS(S/g over m)
+ *   broadcast:      (m-1) alpha_e + (g-1) alpha_i + S / min(B_e, B_i)   (one pipelined chain)
+ *   all-to-all:     each rank sends S(g-1)/n over NVLink and S(n-g)/n over its NIC at the
+ *                   same time: max of the two + (g-1) alpha_i + (n-g) alpha_e. */
+static double hierarchical_time(const cost_pool *p, cost_coll op, double bytes, int n, int g)
+{
+    int m = n / g;
+    const cost_link *in = &p->intra, *ex = &p->inter;
+    switch (op) {
+    case COST_ALLREDUCE:
+        return ring_time(in, COST_REDUCESCATTER, bytes, g) + ring_time(ex, COST_ALLREDUCE, bytes / g, m)
+             + ring_time(in, COST_ALLGATHER, bytes, g);
+    case COST_ALLGATHER:
+        return ring_time(ex, COST_ALLGATHER, bytes / g, m) + ring_time(in, COST_ALLGATHER, bytes, g);
+    case COST_REDUCESCATTER:
+        return ring_time(in, COST_REDUCESCATTER, bytes, g) + ring_time(ex, COST_REDUCESCATTER, bytes / g, m);
+    case COST_BROADCAST: {
+        double bw = (g > 1 && in->busbw < ex->busbw) ? in->busbw : ex->busbw;
+        return (m - 1) * ex->alpha_s + (g - 1) * in->alpha_s + bytes / bw;
+    }
+    case COST_ALLTOALL: {
+        double t_in = bytes * (g - 1) / n / in->busbw, t_ex = bytes * (n - g) / n / ex->busbw;
+        return (t_in > t_ex ? t_in : t_ex) + (g - 1) * in->alpha_s + (n - g) * ex->alpha_s;
+    }
+    }
+    return INFINITY;
+}
+
+double cost_collective_time(const cost_pool *p, cost_coll op, double bytes, int n, int per_node)
+{
+    if (n <= 1) return 0;
+    if (per_node < 1 || n % per_node != 0 || per_node > p->gpus_per_node || n / per_node > p->nodes)
+        return INFINITY;
+    if (!(bytes > 0)) return 0;
+    if (n == per_node) return ring_time(&p->intra, op, bytes, n);
+    return hierarchical_time(p, op, bytes, n, per_node);
+}
+
+/* t = alpha + bytes / busbw of the link the two GPUs share. */
+double cost_p2p_time(const cost_cluster *c, int pool_a, int pool_b, bool same_node, double bytes)
+{
+    if (pool_a < 0 || pool_b < 0 || pool_a >= c->n_pools || pool_b >= c->n_pools) return INFINITY;
+    if (!(bytes > 0)) return 0;
+    const cost_link *l;
+    if (pool_a != pool_b) l = &c->cross_pool;
+    else if (same_node) l = &c->pool[pool_a].intra;
+    else l = &c->pool[pool_a].inter;
+    return l->alpha_s + bytes / l->busbw;
+}
+
+const char *cost_coll_name(cost_coll op)
+{
+    switch (op) {
+    case COST_ALLREDUCE: return "all-reduce";
+    case COST_ALLGATHER: return "all-gather";
+    case COST_REDUCESCATTER: return "reduce-scatter";
+    case COST_ALLTOALL: return "all-to-all";
+    case COST_BROADCAST: return "broadcast";
+    }
+    return "unknown";
+}

@@ -1,0 +1,442 @@
+#include "test.h"
+#include "costdb/costdb.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static const char *const expected_gpus[] = {
+    "A100-SXM-40GB", "A100-SXM-80GB", "H100-SXM-80GB", "H200-141GB", "L40S"
+};
+static const char *const expected_presets[] = {
+    "8xh100", "2x8xh100", "128x8xh100", "8xa100-80g", "8xh200", "mixed-h100-a100", "16x8xa100"
+};
+
+static bool listed(const char *name, const char *(*at)(int), int count)
+{
+    for (int i = 0; i < count; i++)
+        if (strcmp(at(i), name) == 0) return true;
+    return false;
+}
+
+static cJSON *embedded_json(const char *path)
+{
+    const util_embedded_file *f = util_embedded_find(path);
+    if (!f) return NULL;
+    char *t = malloc(f->len + 1);
+    memcpy(t, f->data, f->len);
+    t[f->len] = '\0';
+    cJSON *j = cJSON_Parse(t);
+    free(t);
+    return j;
+}
+
+static bool has_source(const cJSON *o)
+{
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "source");
+    return cJSON_IsString(s) && strlen(s->valuestring) > 10;
+}
+
+TEST(costdb_all_gpus_load_with_their_file_name)
+{
+    char err[UTIL_ERR_LEN];
+    for (size_t i = 0; i < sizeof expected_gpus / sizeof *expected_gpus; i++)
+        CHECK_MSG(listed(expected_gpus[i], cost_gpu_name, cost_gpu_count()), "missing GPU %s", expected_gpus[i]);
+    for (int i = 0; i < cost_gpu_count(); i++) {
+        cost_gpu g;
+        int rc = cost_gpu_load(cost_gpu_name(i), &g, err);
+        CHECK_MSG(rc == UTIL_OK, "%s: %s", cost_gpu_name(i), err);
+        CHECK_MSG(strcmp(g.name, cost_gpu_name(i)) == 0, "name %s in file %s", g.name, cost_gpu_name(i));
+        CHECK(g.gemm_eff_max > 0.5 && g.gemm_eff_max <= 1);
+        CHECK(g.reserved_bytes < 0.1 * g.hbm_bytes);
+    }
+}
+
+TEST(costdb_every_gpu_field_cites_a_source)
+{
+    const char *fields[] = {"peak_flops", "gemm_eff_max", "gemm_half", "attn_eff", "hbm_bytes",
+                            "hbm_bw", "mem_eff", "reserved_bytes", "kernel_launch_s"};
+    for (int i = 0; i < cost_gpu_count(); i++) {
+        char path[128];
+        snprintf(path, sizeof path, "costdb/gpus/%s.json", cost_gpu_name(i));
+        cJSON *j = embedded_json(path);
+        CHECK_MSG(j, "%s does not parse", path);
+        for (size_t f = 0; f < sizeof fields / sizeof *fields; f++) {
+            const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, fields[f]);
+            bool ok = cJSON_IsObject(o) && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "value")) && has_source(o);
+            if (!ok) { cJSON_Delete(j); CHECK_MSG(false, "%s: %s has no value+source", path, fields[f]); }
+        }
+        cJSON_Delete(j);
+    }
+}
+
+TEST(costdb_every_cluster_link_cites_a_source)
+{
+    for (int i = 0; i < cost_preset_count(); i++) {
+        char path[128];
+        snprintf(path, sizeof path, "costdb/clusters/%s.json", cost_preset_name(i));
+        cJSON *j = embedded_json(path);
+        CHECK_MSG(j, "%s does not parse", path);
+        const cJSON *pool;
+        bool ok = true;
+        cJSON_ArrayForEach(pool, cJSON_GetObjectItemCaseSensitive(j, "pools"))
+            ok = ok && has_source(cJSON_GetObjectItemCaseSensitive(pool, "intra"))
+                    && has_source(cJSON_GetObjectItemCaseSensitive(pool, "inter"));
+        const cJSON *cross = cJSON_GetObjectItemCaseSensitive(j, "cross_pool");
+        ok = ok && (!cross || has_source(cross));
+        cJSON_Delete(j);
+        CHECK_MSG(ok, "%s: a link lacks its source", path);
+    }
+}
+
+TEST(costdb_all_presets_load_and_validate)
+{
+    char err[UTIL_ERR_LEN];
+    for (size_t i = 0; i < sizeof expected_presets / sizeof *expected_presets; i++)
+        CHECK_MSG(listed(expected_presets[i], cost_preset_name, cost_preset_count()), "missing preset %s",
+                  expected_presets[i]);
+    for (int i = 0; i < cost_preset_count(); i++) {
+        cost_cluster c;
+        int rc = cost_cluster_load(cost_preset_name(i), &c, err);
+        CHECK_MSG(rc == UTIL_OK, "%s: %s", cost_preset_name(i), err);
+        CHECK_MSG(strcmp(c.name, cost_preset_name(i)) == 0, "preset %s names itself %s", cost_preset_name(i), c.name);
+        CHECK_OK(cost_cluster_validate(&c, err));
+    }
+    cost_cluster c;
+    CHECK_OK(cost_cluster_load("128x8xh100", &c, err));
+    CHECK_EQ_INT(cost_cluster_gpus(&c), 1024);
+    CHECK(strcmp(c.pool[0].gpu.name, "H100-SXM-80GB") == 0);
+    CHECK_OK(cost_cluster_load("mixed-h100-a100", &c, err));
+    CHECK_EQ_INT(c.n_pools, 2);
+    CHECK_EQ_INT(cost_cluster_gpus(&c), 32);
+    CHECK_EQ_INT(cost_pool_gpus(&c.pool[1]), 16);
+    CHECK(strcmp(c.pool[1].gpu.name, "A100-SXM-80GB") == 0);
+    CHECK_NEAR(c.cross_pool.busbw, 24e9, 1e-12);
+}
+
+TEST(costdb_names_match_case_insensitively)
+{
+    char err[UTIL_ERR_LEN];
+    cost_gpu g;
+    CHECK_OK(cost_gpu_load("h100-sxm-80gb", &g, err));
+    CHECK(strcmp(g.name, "H100-SXM-80GB") == 0);
+    cost_cluster c;
+    CHECK_OK(cost_cluster_load("8XH100", &c, err));
+    CHECK_EQ_INT(cost_cluster_gpus(&c), 8);
+}
+
+TEST(costdb_unknown_names_are_not_found_and_list_known)
+{
+    char err[UTIL_ERR_LEN];
+    cost_gpu g;
+    CHECK_EQ_INT(cost_gpu_load("B200", &g, err), UTIL_ENOTFOUND);
+    CHECK(strstr(err, "B200") && strstr(err, "H100-SXM-80GB") && strstr(err, "L40S"));
+    cost_cluster c;
+    CHECK_EQ_INT(cost_cluster_load("9xh100", &c, err), UTIL_ENOTFOUND);
+    CHECK(strstr(err, "9xh100") && strstr(err, "8xh100") && strstr(err, "mixed-h100-a100"));
+    CHECK_EQ_INT(cost_cluster_load("/nonexistent-dhp/c.json", &c, err), UTIL_EIO);
+}
+
+static bool link_eq(const cost_link *a, const cost_link *b)
+{
+    return a->busbw == b->busbw && a->alpha_s == b->alpha_s;
+}
+
+static bool gpu_eq(const cost_gpu *a, const cost_gpu *b)
+{
+    return strcmp(a->name, b->name) == 0 && a->peak_flops == b->peak_flops && a->gemm_eff_max == b->gemm_eff_max
+        && a->gemm_half == b->gemm_half && a->attn_eff == b->attn_eff && a->hbm_bytes == b->hbm_bytes
+        && a->hbm_bw == b->hbm_bw && a->mem_eff == b->mem_eff && a->reserved_bytes == b->reserved_bytes
+        && a->kernel_launch_s == b->kernel_launch_s;
+}
+
+static bool cluster_eq(const cost_cluster *a, const cost_cluster *b)
+{
+    if (strcmp(a->name, b->name) || a->n_pools != b->n_pools || !link_eq(&a->cross_pool, &b->cross_pool))
+        return false;
+    for (int i = 0; i < a->n_pools; i++) {
+        const cost_pool *p = &a->pool[i], *q = &b->pool[i];
+        if (strcmp(p->name, q->name) || p->nodes != q->nodes || p->gpus_per_node != q->gpus_per_node
+            || !gpu_eq(&p->gpu, &q->gpu) || !link_eq(&p->intra, &q->intra) || !link_eq(&p->inter, &q->inter))
+            return false;
+    }
+    return true;
+}
+
+TEST(costdb_cluster_to_json_round_trips_self_contained)
+{
+    char err[UTIL_ERR_LEN];
+    for (int i = 0; i < cost_preset_count(); i++) {
+        cost_cluster a, b;
+        CHECK_OK(cost_cluster_load(cost_preset_name(i), &a, err));
+        cJSON *j = cost_cluster_to_json(&a);
+        CHECK(j != NULL);
+        /* Self-contained: the GPU is an object with its numbers, not a name to look up. */
+        const cJSON *gpu = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "pools"), 0), "gpu");
+        bool embedded = cJSON_IsObject(gpu) && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(gpu, "peak_flops"));
+        char *text = cJSON_Print(j);
+        cJSON_Delete(j);
+        CHECK(embedded);
+        int rc = cost_cluster_parse_json(text, "roundtrip.json", &b, err);
+        free(text);
+        CHECK_MSG(rc == UTIL_OK, "%s: %s", cost_preset_name(i), err);
+        CHECK_MSG(cluster_eq(&a, &b), "%s changed in the round trip", cost_preset_name(i));
+    }
+}
+
+TEST(costdb_cluster_loads_from_a_user_path_with_a_gpu_object)
+{
+    char dir[] = "/tmp/dhp-costdb-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/mine.json", dir);
+    const char *text =
+        "{\"schema\": \"dhp.cluster/1\", \"name\": \"mine\", \"pools\": [{\"name\": \"p\", \"gpu\": "
+        "{\"name\": \"X1\", \"peak_flops\": 1e15, \"gemm_eff_max\": 0.8, \"gemm_half\": 50, \"attn_eff\": 0.4, "
+        "\"hbm_bytes\": 1e11, \"hbm_bw\": {\"value\": 5e12, \"source\": \"made up\"}, \"mem_eff\": 0.9, "
+        "\"reserved_bytes\": 1e9, \"kernel_launch_s\": 3e-6}, \"nodes\": 4, \"gpus_per_node\": 4, "
+        "\"intra\": {\"busbw\": 2e11, \"alpha_s\": 1e-6}, \"inter\": {\"busbw\": 5e10, \"alpha_s\": 5e-6}}]}";
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(util_write_atomic(path, text, strlen(text), err));
+    cost_cluster c;
+    int rc = cost_cluster_load(path, &c, err);
+    unlink(path);
+    rmdir(dir);
+    CHECK_MSG(rc == UTIL_OK, "%s", err);
+    CHECK_EQ_INT(cost_cluster_gpus(&c), 16);
+    CHECK_NEAR(c.pool[0].gpu.hbm_bw, 5e12, 0);
+    /* Single pool without cross_pool: it falls back to the pool's inter link. */
+    CHECK(link_eq(&c.cross_pool, &c.pool[0].inter));
+}
+
+TEST(costdb_cross_pool_defaults_to_the_slower_inter_link)
+{
+    const char *text =
+        "{\"schema\": \"dhp.cluster/1\", \"name\": \"mix\", \"pools\": ["
+        "{\"name\": \"a\", \"gpu\": \"H100-SXM-80GB\", \"nodes\": 1, \"gpus_per_node\": 8,"
+        " \"intra\": {\"busbw\": 3.7e11, \"alpha_s\": 2e-6}, \"inter\": {\"busbw\": 4.7e10, \"alpha_s\": 6e-6}},"
+        "{\"name\": \"b\", \"gpu\": \"a100-sxm-80gb\", \"nodes\": 1, \"gpus_per_node\": 8,"
+        " \"intra\": {\"busbw\": 2.4e11, \"alpha_s\": 2e-6}, \"inter\": {\"busbw\": 2.4e10, \"alpha_s\": 5e-6}}]}";
+    char err[UTIL_ERR_LEN];
+    cost_cluster c;
+    CHECK_OK(cost_cluster_parse_json(text, "mix.json", &c, err));
+    CHECK_NEAR(c.cross_pool.busbw, 2.4e10, 0);
+    CHECK_NEAR(c.cross_pool.alpha_s, 6e-6, 0);
+}
+
+/* One valid pool, with a hole for a fault: "%s" is replaced by the pool body. */
+static int parse_with_pool(const char *pool_fields, cost_cluster *c, char *err)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"schema\": \"dhp.cluster/1\", \"name\": \"c\", \"pools\": [{\"name\": \"p\", %s}]}", pool_fields);
+    return cost_cluster_parse_json(text, "c.json", c, err);
+}
+
+#define GOOD_GPU "\"gpu\": \"H100-SXM-80GB\""
+#define GOOD_INTRA "\"intra\": {\"busbw\": 3.7e11, \"alpha_s\": 2e-6}"
+#define GOOD_INTER "\"inter\": {\"busbw\": 4.7e10, \"alpha_s\": 6e-6}"
+
+TEST(costdb_bad_cluster_json_names_file_and_field)
+{
+    struct { const char *pool; const char *want; } cases[] = {
+        {GOOD_GPU ", \"nodes\": 0, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
+         "c.json: pools[0].nodes: must be >= 1"},
+        {GOOD_GPU ", \"nodes\": -3, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER, "c.json: pools[0].nodes:"},
+        {GOOD_GPU ", \"nodes\": 1.5, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
+         "c.json: pools[0].nodes: must be an integer"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 0, " GOOD_INTRA ", " GOOD_INTER,
+         "c.json: pools[0].gpus_per_node: must be >= 1"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": \"8\", " GOOD_INTRA ", " GOOD_INTER,
+         "c.json: pools[0].gpus_per_node: must be a number"},
+        {"\"gpu\": \"B300\", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
+         "c.json: pools[0].gpu: unknown GPU 'B300'"},
+        {"\"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER, "c.json: pools[0].gpu: required"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 8, \"intra\": {\"busbw\": 0, \"alpha_s\": 2e-6}, " GOOD_INTER,
+         "c.json: pools[0].intra.busbw: must be > 0"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", \"inter\": {\"busbw\": -4e10, \"alpha_s\": 1e-6}",
+         "c.json: pools[0].inter.busbw: must be > 0"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", \"inter\": {\"busbw\": 4e10, \"alpha_s\": -1}",
+         "c.json: pools[0].inter.alpha_s: must be >= 0"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA, "c.json: pools[0].inter: required"},
+        {"\"gpu\": {\"name\": \"X\", \"peak_flops\": 1e15, \"gemm_eff_max\": 0.8, \"gemm_half\": 50, "
+         "\"attn_eff\": 0.4, \"hbm_bytes\": 1e11, \"hbm_bw\": 5e12, \"mem_eff\": 1.5, \"reserved_bytes\": 1e9, "
+         "\"kernel_launch_s\": 3e-6}, \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
+         "c.json: pools[0].gpu.mem_eff: must be <= 1"},
+        {"\"gpu\": {\"name\": \"X\", \"peak_flops\": 1e15}, \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
+         "c.json: pools[0].gpu.gemm_eff_max: required"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char err[UTIL_ERR_LEN] = "";
+        cost_cluster c;
+        int rc = parse_with_pool(cases[i].pool, &c, err);
+        CHECK_MSG(rc == UTIL_EINVAL, "case %zu: rc %d (%s)", i, rc, err);
+        CHECK_MSG(strstr(err, cases[i].want) != NULL, "case %zu: got '%s', want '%s'", i, err, cases[i].want);
+        CHECK_MSG(strchr(err, '\n') == NULL, "case %zu: error spans lines", i);
+    }
+}
+
+TEST(costdb_bad_cluster_structure_is_invalid)
+{
+    struct { const char *text; const char *want; } cases[] = {
+        {"{\"schema\": \"dhp.cluster/1\", \"name\": \"c\"}", "c.json: pools: must be an array"},
+        {"{\"schema\": \"dhp.cluster/1\", \"name\": \"c\", \"pools\": []}", "c.json: pools: must have 1 to"},
+        {"{\"schema\": \"dhp.gpu/1\", \"name\": \"c\", \"pools\": []}", "c.json: schema: expected"},
+        {"{\"name\": \"c\", \"pools\": []}", "c.json: schema: required"},
+        {"{\"schema\": \"dhp.cluster/1\", \"name\": \"c\", \"pools\": [\n 3,]}", "c.json: malformed JSON at line 2"},
+        {"{\"schema\": \"dhp.cluster/1\", \"name\": \"c\", \"pools\": [{\"name\": \"p\", " GOOD_GPU
+         ", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER "}, {\"name\": \"P\", " GOOD_GPU
+         ", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER "}]}", "c.json: pools[1].name: 'P' repeats"},
+        {"{\"schema\": \"dhp.cluster/1\", \"name\": \"c\", \"pools\": [{\"name\": \"p\", " GOOD_GPU
+         ", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER "}], \"cross_pool\": {\"busbw\": 0, "
+         "\"alpha_s\": 0}}", "c.json: cross_pool.busbw: must be > 0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char err[UTIL_ERR_LEN] = "";
+        cost_cluster c;
+        int rc = cost_cluster_parse_json(cases[i].text, "c.json", &c, err);
+        CHECK_MSG(rc == UTIL_EINVAL, "case %zu: rc %d (%s)", i, rc, err);
+        CHECK_MSG(strstr(err, cases[i].want) != NULL, "case %zu: got '%s', want '%s'", i, err, cases[i].want);
+    }
+}
+
+TEST(costdb_validate_rejects_a_hand_built_bad_cluster)
+{
+    char err[UTIL_ERR_LEN];
+    cost_cluster c;
+    CHECK_OK(cost_cluster_load("8xh100", &c, err));
+    c.pool[0].gpus_per_node = -2;
+    CHECK_EQ_INT(cost_cluster_validate(&c, err), UTIL_EINVAL);
+    CHECK(strstr(err, "8xh100: pools[0].gpus_per_node") != NULL);
+}
+
+TEST(costdb_gemm_efficiency_is_monotone_and_tends_to_max)
+{
+    char err[UTIL_ERR_LEN];
+    cost_gpu g;
+    CHECK_OK(cost_gpu_load("H100-SXM-80GB", &g, err));
+    double prev_m = 0, prev_n = 0, prev_k = 0;
+    for (double x = 1; x <= 65536; x *= 2) {
+        double em = cost_gemm_efficiency(&g, x, 4096, 4096);
+        double en = cost_gemm_efficiency(&g, 4096, x, 4096);
+        double ek = cost_gemm_efficiency(&g, 4096, 4096, x);
+        CHECK_MSG(em > prev_m && en > prev_n && ek > prev_k, "not increasing at %g", x);
+        CHECK(em < g.gemm_eff_max);
+        prev_m = em; prev_n = en; prev_k = ek;
+    }
+    CHECK_NEAR(cost_gemm_efficiency(&g, 1e9, 1e9, 1e9), g.gemm_eff_max, 1e-6);
+    /* gemm_half is the size at which one dimension alone halves throughput. */
+    CHECK_NEAR(cost_gemm_efficiency(&g, g.gemm_half, 1e12, 1e12), g.gemm_eff_max / 2, 1e-6);
+    CHECK_NEAR(cost_gemm_efficiency(&g, 0, 4096, 4096), 0, 0);
+    CHECK_NEAR(cost_gemm_time(&g, 4096, 0, 4096), 0, 0);
+}
+
+TEST(costdb_h100_gemm_times_match_mamf_and_measured_cublas)
+{
+    char err[UTIL_ERR_LEN];
+    cost_gpu g;
+    CHECK_OK(cost_gpu_load("H100-SXM-80GB", &g, err));
+    double flops = 2.0 * 8192 * 8192 * 8192;
+    /* MAMF (stas00/ml-engineering): 794 TFLOP/s is the best achievable rate. */
+    CHECK_NEAR(cost_gemm_time(&g, 8192, 8192, 8192), flops / 794e12, 0.03);
+    /* cuBLAS BF16 on H100 SXM, pranjalssh/fast.cu README: 8192^3 in 1.378 ms, 6144^3 in 0.626 ms. */
+    CHECK_NEAR(cost_gemm_time(&g, 8192, 8192, 8192), 1.378e-3, 0.04);
+    CHECK_NEAR(cost_gemm_time(&g, 6144, 6144, 6144), 0.626e-3, 0.04);
+    /* A thin GEMM (m = 64 rows) is far from the large-shape rate. */
+    CHECK(cost_gemm_efficiency(&g, 64, 8192, 8192) < 0.6 * g.gemm_eff_max);
+}
+
+static cost_gpu round_gpu(void)
+{
+    cost_gpu g = {.name = "round", .peak_flops = 1e15, .gemm_eff_max = 0.8, .gemm_half = 100,
+                  .attn_eff = 0.5, .hbm_bytes = 1e11, .hbm_bw = 1e12, .mem_eff = 0.5,
+                  .reserved_bytes = 1e9, .kernel_launch_s = 1e-5};
+    return g;
+}
+
+TEST(costdb_memory_attention_gemm_times_by_hand)
+{
+    cost_gpu g = round_gpu();
+    CHECK_NEAR(cost_memory_time(&g, 1e9), 2e-3 + 1e-5, 1e-12);      /* 1e9 / (1e12 * 0.5) */
+    CHECK_NEAR(cost_attention_time(&g, 1e12), 2e-3 + 1e-5, 1e-12);  /* 1e12 / (1e15 * 0.5) */
+    CHECK_NEAR(cost_memory_time(&g, 0), 0, 0);
+    CHECK_NEAR(cost_attention_time(&g, -1), 0, 0);
+    /* 2*100^3 FLOPs at 1e15 * 0.8 * (1/2)^3 = 1e14 FLOP/s -> 2e-8 s, plus launch */
+    CHECK_NEAR(cost_gemm_time(&g, 100, 100, 100), 2e-8 + 1e-5, 1e-9);
+}
+
+static cost_pool round_pool(void)
+{
+    cost_pool p = {.name = "p", .nodes = 4, .gpus_per_node = 8,
+                   .intra = {.alpha_s = 1e-6, .busbw = 100e9}, .inter = {.alpha_s = 5e-6, .busbw = 10e9}};
+    p.gpu = round_gpu();
+    return p;
+}
+
+TEST(costdb_intra_node_collectives_match_alpha_beta_by_hand)
+{
+    cost_pool p = round_pool();
+    double S = 1e9;
+    /* all-reduce 8 ranks: 14 alpha + S/B * 14/8 = 14e-6 + 0.0175 */
+    CHECK_NEAR(cost_collective_time(&p, COST_ALLREDUCE, S, 8, 8), 0.017514, 1e-9);
+    /* all-gather / reduce-scatter / all-to-all: 7 alpha + S/B * 7/8 */
+    CHECK_NEAR(cost_collective_time(&p, COST_ALLGATHER, S, 8, 8), 0.008757, 1e-9);
+    CHECK_NEAR(cost_collective_time(&p, COST_REDUCESCATTER, S, 8, 8), 0.008757, 1e-9);
+    CHECK_NEAR(cost_collective_time(&p, COST_ALLTOALL, S, 8, 8), 0.008757, 1e-9);
+    /* 4 ranks: all-reduce 6 alpha + S/B * 6/4 */
+    CHECK_NEAR(cost_collective_time(&p, COST_ALLREDUCE, S, 4, 4), 0.015006, 1e-9);
+    /* broadcast: 7 alpha + S/B */
+    CHECK_NEAR(cost_collective_time(&p, COST_BROADCAST, S, 8, 8), 0.010007, 1e-9);
+}
+
+TEST(costdb_cross_node_collectives_match_hierarchical_by_hand)
+{
+    cost_pool p = round_pool();
+    double S = 1e9;
+    /* 2 nodes x 8: intra RS (7e-6 + 0.00875) + inter AR of S/8 over 2 (2*5e-6 + 0.0125 * 2/2)
+     * + intra AG (7e-6 + 0.00875) = 0.030024 */
+    CHECK_NEAR(cost_collective_time(&p, COST_ALLREDUCE, S, 16, 8), 0.030024, 1e-9);
+    /* all-gather: inter AG of S/8 over 2 (5e-6 + 0.0125/2) + intra AG (7e-6 + 0.00875) */
+    CHECK_NEAR(cost_collective_time(&p, COST_ALLGATHER, S, 16, 8), 0.015012, 1e-9);
+    CHECK_NEAR(cost_collective_time(&p, COST_REDUCESCATTER, S, 16, 8), 0.015012, 1e-9);
+    /* all-to-all: NIC carries S*8/16 at 10 GB/s = 0.05 (NVLink part 0.004375 overlaps)
+     * + 7 alpha_i + 8 alpha_e = 47e-6 */
+    CHECK_NEAR(cost_collective_time(&p, COST_ALLTOALL, S, 16, 8), 0.050047, 1e-9);
+    /* one GPU per node on 4 nodes: a plain ring over the NICs, 6 alpha_e + S/B_e * 6/4 */
+    CHECK_NEAR(cost_collective_time(&p, COST_ALLREDUCE, S, 4, 1), 0.15003, 1e-9);
+    /* cross-node is slower than the same group inside one node */
+    CHECK(cost_collective_time(&p, COST_ALLREDUCE, S, 8, 4) > cost_collective_time(&p, COST_ALLREDUCE, S, 8, 8));
+}
+
+TEST(costdb_collective_edge_cases)
+{
+    cost_pool p = round_pool();
+    CHECK_NEAR(cost_collective_time(&p, COST_ALLREDUCE, 1e9, 1, 1), 0, 0);
+    CHECK_NEAR(cost_collective_time(&p, COST_ALLREDUCE, 0, 8, 8), 0, 0);
+    CHECK(isinf(cost_collective_time(&p, COST_ALLREDUCE, 1e9, 8, 3)));   /* 3 does not divide 8 */
+    CHECK(isinf(cost_collective_time(&p, COST_ALLREDUCE, 1e9, 16, 16))); /* only 8 per node */
+    CHECK(isinf(cost_collective_time(&p, COST_ALLREDUCE, 1e9, 40, 8)));  /* only 4 nodes */
+    CHECK(isinf(cost_collective_time(&p, COST_ALLGATHER, 1e9, 8, 0)));
+}
+
+TEST(costdb_p2p_uses_the_shared_link)
+{
+    char err[UTIL_ERR_LEN];
+    cost_cluster c;
+    CHECK_OK(cost_cluster_load("mixed-h100-a100", &c, err));
+    double S = 1e9;
+    CHECK_NEAR(cost_p2p_time(&c, 0, 0, true, S), c.pool[0].intra.alpha_s + S / 370e9, 1e-12);
+    CHECK_NEAR(cost_p2p_time(&c, 0, 0, false, S), c.pool[0].inter.alpha_s + S / 47e9, 1e-12);
+    CHECK_NEAR(cost_p2p_time(&c, 0, 1, false, S), c.cross_pool.alpha_s + S / 24e9, 1e-12);
+    CHECK_NEAR(cost_p2p_time(&c, 1, 0, true, S), c.cross_pool.alpha_s + S / 24e9, 1e-12);
+    CHECK(isinf(cost_p2p_time(&c, 0, 2, false, S)));
+    CHECK_NEAR(cost_p2p_time(&c, 0, 0, true, 0), 0, 0);
+}
+
+TEST(costdb_collective_names)
+{
+    CHECK(strcmp(cost_coll_name(COST_ALLREDUCE), "all-reduce") == 0);
+    CHECK(strcmp(cost_coll_name(COST_ALLTOALL), "all-to-all") == 0);
+    CHECK(strcmp(cost_coll_name((cost_coll)99), "unknown") == 0);
+}
