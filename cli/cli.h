@@ -26,6 +26,7 @@ typedef struct {
     const char *cluster;      /* preset or path */
     int batch, images, vision_tokens, image_size, audio_frames, text_tokens;
     plan_precision precision;
+    bool precision_given;
     bool json;
 } cli_setup;
 

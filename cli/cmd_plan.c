@@ -17,7 +17,7 @@ static void usage(void)
            "  --exhaustive          enumerate every combination instead of the MILP (small cases)\n"
            "  -o, --out FILE        write the chosen plan (default plan.json; '-' for none)\n"
            "  --compare             Ray's published grid (1024..65536 vision tokens, batch 8/8/8/8/4/2):\n"
-           "                        zero3, tp, sp-tp and dhp per row\n"
+           "                        zero3, tp, sp-tp and dhp per row (precision bf16-autocast unless given)\n"
            "  --grid T:B,...        the grid for --compare, vision tokens:batch pairs\n", cli_setup_help);
 }
 
@@ -32,6 +32,7 @@ typedef struct {
 
 static int parse_args(int argc, char **argv, plan_args *a)
 {
+    memset(a, 0, sizeof *a);
     cli_setup_default(&a->setup);
     a->out = "plan.json";
     a->grid = "1024:8,4096:8,9216:8,16384:8,25600:4,65536:2";
@@ -167,8 +168,12 @@ static int parse_grid(const char *grid, int *tokens, int *batch, int max)
     return *p ? -1 : n;
 }
 
-static int compare(const plan_args *a)
+/* Ray's experiment trains under torch.autocast with fp32 weights. */
+static int compare(const plan_args *a_in)
 {
+    plan_args copy = *a_in;
+    const plan_args *a = &copy;
+    if (!copy.setup.precision_given) copy.setup.precision = PLAN_OPT_AUTOCAST;
     int tokens[32], batch[32];
     int n = parse_grid(a->grid, tokens, batch, 32);
     if (n <= 0) return cli_usage_error("plan", "--grid: '%s' is not TOKENS:BATCH[,TOKENS:BATCH...]", a->grid);

@@ -14,7 +14,8 @@ const char *cli_setup_help =
     "  --image-size PX       square image side in pixels instead of --vision-tokens\n"
     "  --audio-frames N      audio encoder frames per sample (default 1500 for audio models)\n"
     "  --text-tokens N       text tokens per sample (default 512)\n"
-    "  --precision P         bf16-mixed (fp32 master weights, default) or bf16-pure\n"
+    "  --precision P         bf16-mixed (bf16 weights + fp32 master, Megatron; default), bf16-autocast\n"
+    "                        (fp32 weights, bf16 compute; the --compare default) or bf16-pure\n"
     "  --json                machine-readable output on stdout\n";
 
 void cli_setup_default(cli_setup *s)
@@ -62,9 +63,10 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
         if (!strcmp(a, "--model")) s->model = val;
         else if (!strcmp(a, "--cluster")) s->cluster = val;
-        else if (!strcmp(val, "bf16-mixed")) s->precision = PLAN_OPT_MIXED_FP32;
-        else if (!strcmp(val, "bf16-pure")) s->precision = PLAN_OPT_PURE_BF16;
-        else { cli_usage_error(cmd, "--precision: '%s' is not bf16-mixed or bf16-pure", val); return 2; }
+        else if (plan_precision_parse(val, &s->precision)) {
+            cli_usage_error(cmd, "--precision: '%s' is not bf16-mixed, bf16-pure or bf16-autocast", val);
+            return 2;
+        } else s->precision_given = true;
         (*i)++;
         return 1;
     }

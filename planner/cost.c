@@ -204,7 +204,7 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     /* Bucketed gradient reduction overlaps the last micro-batch's backward. */
     out->dp_exposed_s = fmax(0.0, out->dp_comm_s - o->overlap * out->bwd_s / s->pp);
     if (!mm->frozen) {
-        double bytes_per_param = o->precision == PLAN_OPT_PURE_BF16 ? 14.0 : 30.0;
+        double bytes_per_param = plan_precision_bytes(o->precision).step_traffic;
         double opt_shard = s->zero >= 1 ? shard : 1;
         out->optim_s = cost_memory_time(g, lp / opt_shard * bytes_per_param);
     }

@@ -50,15 +50,27 @@ double plan_local_params(const model_module *mm, const plan_module *s)
     return (per_stage_blocks + edge) / s->tp;
 }
 
+/* Mixed: bf16 param 2 + fp32 grad 4 + fp32 master, m, v 12 = 18 (Megatron-LM).
+ * Autocast: fp32 param 4 + fp32 grad 4 + m, v 8 = 16. Pure bf16: 2 + 2 + 4 = 8.
+ * An AdamW step reads the gradient and reads/writes master (or param), m, v,
+ * and writes the bf16 copy where there is one. */
+plan_state_bytes plan_precision_bytes(plan_precision p)
+{
+    switch (p) {
+    case PLAN_OPT_PURE_BF16: return (plan_state_bytes){ BF16, BF16, 2 * BF16, BF16 + 3 * 2 * BF16 };
+    case PLAN_OPT_AUTOCAST: return (plan_state_bytes){ FP32, FP32, 2 * FP32, FP32 + 3 * 2 * FP32 };
+    default: return (plan_state_bytes){ BF16, FP32, 3 * FP32, FP32 + 3 * 2 * FP32 + BF16 };
+    }
+}
+
 static void model_state_bytes(const model_module *mm, const plan_module *s, const plan_options *o,
                               plan_mem *out)
 {
     double p = plan_local_params(mm, s);
     double shard = (double)s->dp * s->sp;   /* ZeRO shards over every replica of the weights */
-    double pb = BF16, gb, ob;
-    if (o->precision == PLAN_OPT_PURE_BF16) { gb = BF16; ob = 2 * BF16; }
-    else { gb = FP32; ob = 3 * FP32; }
-    if (mm->frozen) { gb = 0; ob = 0; }
+    plan_state_bytes b = plan_precision_bytes(o->precision);
+    double pb = b.param, gb = b.grad, ob = b.optim;
+    if (mm->frozen) { pb = BF16; gb = 0; ob = 0; }
     out->params = p * pb / (s->zero >= 3 ? shard : 1);
     out->grads = p * gb / (s->zero >= 2 ? shard : 1);
     out->optim = p * ob / (s->zero >= 1 ? shard : 1);

@@ -9,7 +9,16 @@
 
 static const char *placement_names[] = { "colocated", "disaggregated" };
 static const char *recompute_names[] = { "none", "selective", "full" };
-static const char *precision_names[] = { "bf16-mixed", "bf16-pure" };
+static const char *precision_names[PLAN_NPRECISION] = { "bf16-mixed", "bf16-pure", "bf16-autocast" };
+
+const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
+
+int plan_precision_parse(const char *s, plan_precision *out)
+{
+    for (int i = 0; i < PLAN_NPRECISION; i++)
+        if (!strcmp(s, precision_names[i])) { *out = (plan_precision)i; return UTIL_OK; }
+    return UTIL_EINVAL;
+}
 
 const char *plan_placement_name(plan_placement p) { return placement_names[p]; }
 const char *plan_recompute_name(plan_recompute r) { return recompute_names[r]; }
@@ -163,9 +172,8 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if (pl < 0) return util_fail(err, UTIL_EINVAL, "%s.placement: '%s' is not colocated or disaggregated", what, buf);
     p->placement = (plan_placement)pl;
     if ((rc = util_json_str(root, what, "precision", false, "bf16-mixed", buf, sizeof buf, err))) return rc;
-    int pr = parse_enum(buf, precision_names, 2);
-    if (pr < 0) return util_fail(err, UTIL_EINVAL, "%s.precision: '%s' is not bf16-mixed or bf16-pure", what, buf);
-    p->precision = (plan_precision)pr;
+    if (plan_precision_parse(buf, &p->precision))
+        return util_fail(err, UTIL_EINVAL, "%s.precision: '%s' is not bf16-mixed, bf16-pure or bf16-autocast", what, buf);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;
