@@ -311,18 +311,21 @@ static int validate_link(const cost_link *l, const char *what, const char *path,
     return check_range(what, path, "alpha_s", l->alpha_s, 0, false, 1, err);
 }
 
+static int check_count(const char *what, const char *path, const char *key, int v, int max, char *err)
+{
+    if (v < 1 || v > max)
+        return util_fail(err, UTIL_EINVAL, "%s: %s.%s: must be >= 1 and <= %d (got %d)", what, path, key, max, v);
+    return UTIL_OK;
+}
+
 static int validate_pool(const cost_pool *p, int i, const char *what, char *err)
 {
     char path[UTIL_ERR_LEN / 2];
     int rc;
     snprintf(path, sizeof path, "pools[%d]", i);
     if (!p->name[0]) return util_fail(err, UTIL_EINVAL, "%s: %s.name: must not be empty", what, path);
-    if (p->nodes < 1 || p->nodes > MAX_NODES)
-        return util_fail(err, UTIL_EINVAL, "%s: %s.nodes: must be >= 1 and <= %d (got %d)",
-                         what, path, MAX_NODES, p->nodes);
-    if (p->gpus_per_node < 1 || p->gpus_per_node > MAX_GPUS_PER_NODE)
-        return util_fail(err, UTIL_EINVAL, "%s: %s.gpus_per_node: must be >= 1 and <= %d (got %d)",
-                         what, path, MAX_GPUS_PER_NODE, p->gpus_per_node);
+    if ((rc = check_count(what, path, "nodes", p->nodes, MAX_NODES, err))) return rc;
+    if ((rc = check_count(what, path, "gpus_per_node", p->gpus_per_node, MAX_GPUS_PER_NODE, err))) return rc;
     snprintf(path, sizeof path, "pools[%d].gpu", i);
     if ((rc = validate_gpu(&p->gpu, what, path, err))) return rc;
     snprintf(path, sizeof path, "pools[%d].intra", i);
@@ -396,8 +399,11 @@ static int parse_pool(const cJSON *obj, const char *what, int i, cost_pool *p, c
     int rc;
     if ((rc = get_str(obj, what, path, "name", p->name, sizeof p->name, err))) return rc;
     if ((rc = parse_pool_gpu(obj, what, path, &p->gpu, err))) return rc;
+    /* Counts are checked as soon as they are read, so the first error is the one a user made first. */
     if ((rc = get_int(obj, what, path, "nodes", &p->nodes, err))) return rc;
+    if ((rc = check_count(what, path, "nodes", p->nodes, MAX_NODES, err))) return rc;
     if ((rc = get_int(obj, what, path, "gpus_per_node", &p->gpus_per_node, err))) return rc;
+    if ((rc = check_count(what, path, "gpus_per_node", p->gpus_per_node, MAX_GPUS_PER_NODE, err))) return rc;
     if ((rc = parse_link(obj, what, path, "intra", &p->intra, err))) return rc;
     return parse_link(obj, what, path, "inter", &p->inter, err);
 }

@@ -243,6 +243,7 @@ TEST(costdb_bad_cluster_json_names_file_and_field)
     struct { const char *pool; const char *want; } cases[] = {
         {GOOD_GPU ", \"nodes\": 0, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
          "c.json: pools[0].nodes: must be >= 1"},
+        {GOOD_GPU ", \"nodes\": 0, \"gpus_per_node\": 8", "c.json: pools[0].nodes: must be >= 1"},
         {GOOD_GPU ", \"nodes\": -3, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER, "c.json: pools[0].nodes:"},
         {GOOD_GPU ", \"nodes\": 1.5, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
          "c.json: pools[0].nodes: must be an integer"},
