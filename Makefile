@@ -27,7 +27,9 @@ DHP_BIN := dhp
 else
 DHP_BIN := $(BUILD)/dhp
 endif
+ifneq ($(DHP_BIN),dhp)
 dhp: $(DHP_BIN)
+endif
 
 $(DHP_BIN): $(LIB_OBJ) $(CLI_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)

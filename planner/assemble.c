@@ -6,10 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Disaggregated groups are packed pool by pool, largest first, so every
- * group starts on a multiple of its own size (sizes are powers of two
- * inside a node and whole nodes beyond): no tensor-parallel group straddles
- * a node boundary. */
+/* Disaggregated groups are packed pool by pool, widest tensor parallelism
+ * first, then largest; plan_validate refuses a packing in which a
+ * tensor-parallel group would straddle a node boundary. */
 static void assign_ranks(plan_t *p)
 {
     if (p->placement == PLAN_COLOCATED) {
@@ -22,9 +21,12 @@ static void assign_ranks(plan_t *p)
         bool placed[MODEL_MAX_MODULES] = { false };
         for (;;) {
             int best = -1;
-            for (int k = 0; k < p->n_modules; k++)
-                if (!placed[k] && p->mod[k].pool == pool && (best < 0 || p->mod[k].n_ranks > p->mod[best].n_ranks))
-                    best = k;
+            for (int k = 0; k < p->n_modules; k++) {
+                if (placed[k] || p->mod[k].pool != pool) continue;
+                const plan_module *a = &p->mod[k];
+                const plan_module *b = best < 0 ? NULL : &p->mod[best];
+                if (!b || a->tp > b->tp || (a->tp == b->tp && a->n_ranks > b->n_ranks)) best = k;
+            }
             if (best < 0) break;
             placed[best] = true;
             p->mod[best].first_rank = next;
@@ -92,27 +94,32 @@ int plan_search(const model_t *m, const cost_cluster *c, const plan_workload *w,
     int K = m->n_modules;
     int want = 1 + (o->top_k < 0 ? 0 : o->top_k);
     if (want > (int)(sizeof r->plans / sizeof r->plans[0])) want = (int)(sizeof r->plans / sizeof r->plans[0]);
-    int *found = util_malloc(sizeof(int) * (size_t)(K * want));
-    if (!found) { plan_candidates_free(&cs); return util_fail(err, UTIL_ENOMEM, "planner: out of memory"); }
-    for (int i = 0; i < want; i++) {
+    /* Every solution found, valid or not, becomes a no-good cut for the next solve. */
+    int max_cuts = want + 64;
+    int *cuts = util_malloc(sizeof(int) * (size_t)(K * max_cuts));
+    if (!cuts) { plan_candidates_free(&cs); return util_fail(err, UTIL_ENOMEM, "planner: out of memory"); }
+    int n_cuts = 0;
+    while (r->n_plans < want && n_cuts < max_cuts) {
         double obj;
         char e[UTIL_ERR_LEN];
+        int *sol = cuts + n_cuts * K;
         if (o->exhaustive)
-            rc = i == 0 ? plan_exhaustive_solve(&cs, 2e8, found, &obj, e) : UTIL_EINFEASIBLE;
+            rc = n_cuts == 0 ? plan_exhaustive_solve(&cs, 2e8, sol, &obj, e) : UTIL_EINFEASIBLE;
         else
-            rc = plan_milp_solve(&cs, found, i, o->time_limit_s, found + i * K, &obj, &r->n_milp_vars,
-                                 &r->n_milp_rows, e);
+            rc = plan_milp_solve(&cs, cuts, n_cuts, o->time_limit_s, sol, &obj, &r->n_milp_vars, &r->n_milp_rows, e);
         r->milp_solves++;
         if (rc) {
-            if (i == 0) { util_free(found); plan_candidates_free(&cs);
+            if (r->n_plans == 0) { util_free(cuts); plan_candidates_free(&cs);
                 return util_fail(err, rc, "%s: %s on cluster '%s'", m->name, e, c->name); }
             break;
         }
-        rc = plan_from_candidates(&cs, found + i * K, m, c, w, &o->opt, &r->plans[r->n_plans], e);
-        if (rc) { util_free(found); plan_candidates_free(&cs); return util_fail(err, rc, "planner: %s", e); }
+        n_cuts++;
+        rc = plan_from_candidates(&cs, sol, m, c, w, &o->opt, &r->plans[r->n_plans], e);
+        if (rc == UTIL_EINVAL && !o->exhaustive) continue;   /* a packing the MILP cannot see: cut, solve again */
+        if (rc) { util_free(cuts); plan_candidates_free(&cs); return util_fail(err, rc, "planner: %s", e); }
         r->n_plans++;
     }
-    util_free(found);
+    util_free(cuts);
     plan_candidates_free(&cs);
     /* The MILP prices hand-offs without knowing the neighbour's placement;
      * the final order is by the full evaluation. */

@@ -143,8 +143,9 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     /* Stem and head. */
     double h = mm->hidden;
     if (mm->kind == MODEL_LLM) {
-        price_linear(&p, t, mm->vocab / (double)s->tp, h);
-        price_elementwise(&p, t * (mm->vocab / (double)s->tp) * 8.0, 3);
+        double shard = ceil((double)mm->vocab / s->tp);
+        price_linear(&p, t, shard, h);
+        price_elementwise(&p, t * shard * 8.0, 3);
     } else {
         double pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
         double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
@@ -214,8 +215,8 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
 
 double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples)
 {
-    double per_step = (double)s->dp * s->micro_batch;
-    double steps = ceil(chunk_samples / per_step);
+    double per_rank = ceil((double)chunk_samples / s->dp);
+    double steps = ceil(per_rank / s->micro_batch);
     if (s->pp == 1) return steps * t->micro_s;
     double stage = t->micro_s / s->pp;
     return (steps + s->pp - 1) * stage;
@@ -240,8 +241,7 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (!divides(s->tp * s->sp, mm->heads) || !divides(s->tp * s->sp, mm->kv_heads))
         return util_fail(err, UTIL_EINVAL, "%s: tp*sp = %d must divide heads %d and kv_heads %d", mm->name,
                          s->tp * s->sp, mm->heads, mm->kv_heads);
-    if (mm->kind == MODEL_LLM && mm->vocab % s->tp != 0)
-        return util_fail(err, UTIL_EINVAL, "%s: tp %d does not divide vocab %d", mm->name, s->tp, mm->vocab);
+    /* A vocab that tp does not divide is padded, as Megatron-LM's --make-vocab-size-divisible-by does. */
     /* ffn need not divide by tp: uneven column shards (Qwen2.5-VL's ViT ffn 3420 under TP8). */
     if (mm->layers % s->pp != 0)
         return util_fail(err, UTIL_EINVAL, "%s: pp %d does not divide %d layers", mm->name, s->pp, mm->layers);

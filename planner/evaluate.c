@@ -23,24 +23,14 @@ static double handoff_bytes_per_sample(const model_t *m, int mi, const plan_work
  * already runs the next chunk forward. */
 static int encoder_in_flight(const plan_t *p) { return p->n_micro > 1 ? 2 : 1; }
 
-/* Ranks are numbered pool by pool; a pool's first rank sits on a node boundary. */
-static int pool_base_rank(const plan_t *p, int pool)
-{
-    int base = -1;
-    for (int k = 0; k < p->n_modules; k++)
-        if (p->mod[k].pool == pool && (base < 0 || p->mod[k].first_rank < base)) base = p->mod[k].first_rank;
-    return base;
-}
-
 static bool same_node_groups(const plan_t *p, int a, int b)
 {
     const plan_module *x = &p->mod[a], *y = &p->mod[b];
     if (x->pool != y->pool) return false;
     int gpn = p->cluster.pool[x->pool].gpus_per_node;
-    int base = pool_base_rank(p, x->pool);
-    int lo = (x->first_rank < y->first_rank ? x->first_rank : y->first_rank) - base;
-    int hi_x = x->first_rank + x->n_ranks, hi_y = y->first_rank + y->n_ranks;
-    int hi = (hi_x > hi_y ? hi_x : hi_y) - base;
+    int ox = plan_pool_offset(p, a), oy = plan_pool_offset(p, b);
+    int lo = ox < oy ? ox : oy;
+    int hi = ox + x->n_ranks > oy + y->n_ranks ? ox + x->n_ranks : oy + y->n_ranks;
     return lo / gpn == (hi - 1) / gpn;
 }
 
@@ -49,7 +39,8 @@ static bool same_node_groups(const plan_t *p, int a, int b)
 static double transfer_time(const plan_t *p, int mi, int chunk)
 {
     const plan_module *s = &p->mod[mi];
-    double bytes = handoff_bytes_per_sample(&p->model, mi, &p->work) * chunk / (s->dp * s->sp);
+    double per_rank = (chunk + s->dp - 1) / s->dp;
+    double bytes = handoff_bytes_per_sample(&p->model, mi, &p->work) * per_rank / s->sp;
     int li = p->model.llm;
     bool same = same_node_groups(p, mi, li);
     return 2.0 * cost_p2p_time(&p->cluster, s->pool, p->mod[li].pool, same, bytes);

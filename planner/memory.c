@@ -142,7 +142,7 @@ static double logits_bytes(const model_module *mm, const plan_module *s, const p
 {
     if (mm->kind != MODEL_LLM) return 0;
     double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
-    return t * (double)mm->vocab / s->tp * (BF16 + FP32);
+    return t * ceil((double)mm->vocab / s->tp) * (BF16 + FP32);
 }
 
 static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p)

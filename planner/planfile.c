@@ -261,10 +261,33 @@ static int validate_disaggregated(const plan_t *p, char *err)
         for (int j = 0; j < k; j++)
             if (overlaps(s, &p->mod[j]))
                 return util_fail(err, UTIL_EINVAL, "modules[%d]: ranks overlap module %d in a disaggregated plan", k, j);
-        if (chunk % (s->dp * s->micro_batch) != 0)
-            return util_fail(err, UTIL_EINVAL, "modules[%d]: chunk of %d samples is not a multiple of dp*micro_batch %d",
-                             k, chunk, s->dp * s->micro_batch);
+        if (chunk < s->dp)
+            return util_fail(err, UTIL_EINVAL, "modules[%d]: chunk of %d samples leaves some of its %d dp replicas idle",
+                             k, chunk, s->dp);
+        if (s->micro_batch > (chunk + s->dp - 1) / s->dp)
+            return util_fail(err, UTIL_EINVAL, "modules[%d]: micro_batch %d exceeds the %d samples a replica gets per chunk",
+                             k, s->micro_batch, (chunk + s->dp - 1) / s->dp);
     }
+    return UTIL_OK;
+}
+
+int plan_pool_offset(const plan_t *p, int k)
+{
+    int base = p->mod[k].first_rank;
+    for (int j = 0; j < p->n_modules; j++)
+        if (p->mod[j].pool == p->mod[k].pool && p->mod[j].first_rank < base) base = p->mod[j].first_rank;
+    return p->mod[k].first_rank - base;
+}
+
+/* Tensor-parallel groups are the module's consecutive runs of tp ranks; each must sit in one node. */
+static int validate_tp_in_node(const plan_t *p, int k, char *err)
+{
+    const plan_module *s = &p->mod[k];
+    int gpn = p->cluster.pool[s->pool].gpus_per_node, off = plan_pool_offset(p, k);
+    for (int g = off; g < off + s->n_ranks; g += s->tp)
+        if (g / gpn != (g + s->tp - 1) / gpn)
+            return util_fail(err, UTIL_EINVAL, "modules[%d]: tp group of ranks %d-%d straddles a node boundary", k,
+                             s->first_rank + g - off, s->first_rank + g - off + s->tp - 1);
     return UTIL_OK;
 }
 
@@ -287,6 +310,7 @@ int plan_validate(const plan_t *p, char *err)
             return util_fail(err, UTIL_EINVAL, "modules[%d]: ranks %d..%d exceed world_size %d", k, s->first_rank,
                              s->first_rank + s->n_ranks - 1, p->world_size);
         if (p->placement == PLAN_DISAGGREGATED || k == 0) pool_gpus[s->pool] += s->n_ranks;
+        if ((rc = validate_tp_in_node(p, k, err))) return rc;
     }
     for (int i = 0; i < p->cluster.n_pools; i++)
         if (pool_gpus[i] > cost_pool_gpus(&p->cluster.pool[i]))

@@ -84,6 +84,8 @@ int plan_read(const char *path, plan_t *p, char *err);
 cJSON *plan_to_json(const plan_t *p);
 int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err);
 int plan_validate(const plan_t *p, char *err);
+/* Rank of module k's first GPU counted from its pool's first rank (pools start on node boundaries). */
+int plan_pool_offset(const plan_t *p, int k);
 
 /* ---- workload: sequence lengths each module sees ---- */
 typedef struct {

@@ -21,6 +21,7 @@
 
 #include <glpk.h>
 #include <math.h>
+#include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,12 +37,18 @@ void plan_search_options_default(plan_search_options *o)
     o->verbose = false;
 }
 
-/* GPU counts a module group may take in a pool: powers of two inside a node,
- * then whole nodes 1, 2, 3, 4, 6, 8, 12, 16, ... (x1.5 / x1.33 steps). */
+/* GPU counts a module group may take in a pool: every count inside a node;
+ * on pools of up to 4 nodes every multiple of a quarter node; beyond, whole
+ * nodes 1, 2, 3, 4, 6, 8, 12, 16, ... (x1.5 / x1.33 steps). */
 static int gpu_count_options(const cost_pool *p, int *out)
 {
     int n = 0, gpn = p->gpus_per_node;
-    for (int g = 1; g < gpn && n < MAX_OPTS; g *= 2) out[n++] = g;
+    for (int g = 1; g < gpn && n < MAX_OPTS; g++) out[n++] = g;
+    if (p->nodes <= 4) {
+        int step = gpn >= 4 ? gpn / 4 : 1;
+        for (int g = gpn; g <= p->nodes * gpn && n < MAX_OPTS; g += step) out[n++] = g;
+        return n;
+    }
     for (int nodes = 1; nodes <= p->nodes && n < MAX_OPTS;) {
         out[n++] = nodes * gpn;
         int next_pow = 1;
@@ -58,8 +65,10 @@ static int divisors_up_to(int b, int limit, int *out)
     return n;
 }
 
+/* A candidate the cost model cannot place (INFINITY from costdb) never enters the MILP. */
 static int push(plan_candidates *cs, const plan_candidate *c)
 {
+    if (!isfinite(c->time) || !isfinite(c->tail) || !isfinite(c->mem)) return UTIL_OK;
     if (cs->n == cs->cap) {
         int cap = cs->cap ? cs->cap * 2 : 256;
         plan_candidate *nc = util_realloc(cs->c, (size_t)cap * sizeof *nc);
@@ -108,7 +117,8 @@ static int add_colocated(const build_ctx *b, int k, plan_module s, int gpus)
 
 /* Disaggregated candidates of module k: one per chunk count n. Encoders
  * process their whole per-rank chunk at once (its activations wait for the
- * LLM's gradient anyway); the LLM may micro-step inside a chunk. */
+ * LLM's gradient anyway); the LLM may micro-step inside a chunk. A chunk
+ * need not divide evenly over dp: the busiest replica paces the group. */
 static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
 {
     int B = b->w->global_batch, ns[MAX_OPTS];
@@ -116,10 +126,10 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
     bool encoder = k != b->m->llm;
     for (int i = 0; i < nn; i++) {
         int n = ns[i], chunk = B / n;
-        if (chunk % s.dp) continue;
-        int per_rank = chunk / s.dp;
+        if (chunk < s.dp) continue;
+        /* Uneven splits are allowed: the busiest rank takes ceil(chunk / dp). */
+        int per_rank = (chunk + s.dp - 1) / s.dp;
         for (int mb = encoder ? per_rank : 1; mb <= per_rank; mb *= 2) {
-            if (per_rank % mb) continue;
             s.micro_batch = mb;
             plan_time t; plan_mem mem;
             price(b, k, &s, encoder && n > 1 ? 2 : 1, &t, &mem);
@@ -129,7 +139,7 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
                 const model_module *mm = &b->m->mod[k];
                 plan_seq q;
                 plan_module_seq(b->m, k, b->w, &q);
-                double bytes = 2.0 * q.tokens_per_sample * chunk / ((double)s.dp * s.sp)
+                double bytes = 2.0 * q.tokens_per_sample * per_rank / s.sp
                              * mm->out_hidden / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
                 bool one_node = cost_pool_gpus(&b->c->pool[s.pool]) <= b->c->pool[s.pool].gpus_per_node;
                 time += 2.0 * cost_p2p_time(b->c, s.pool, s.pool, one_node, bytes);
@@ -446,6 +456,28 @@ static void add_columns(glp_prob *lp, const plan_candidates *cs, const milp_layo
     glp_set_obj_coef(lp, L->col_E, 1.0);
 }
 
+/* GLPK aborts the process on internal errors; its error hook lets us return
+ * an error instead (glp_error_hook, GLPK reference manual sec. 6.1). */
+static jmp_buf glpk_escape;
+static void glpk_error_hook(void *info)
+{
+    (void)info;
+    longjmp(glpk_escape, 1);
+}
+
+static int solve_guarded(glp_prob *lp, glp_iocp *parm, int *ret)
+{
+    glp_error_hook(glpk_error_hook, NULL);
+    if (setjmp(glpk_escape)) {
+        glp_error_hook(NULL, NULL);
+        glp_free_env();   /* the environment is unusable after an error */
+        return UTIL_ERUNTIME;
+    }
+    *ret = glp_intopt(lp, parm);
+    glp_error_hook(NULL, NULL);
+    return UTIL_OK;
+}
+
 int plan_milp_solve(const plan_candidates *cs, const int *excluded, int n_excluded, double time_limit_s,
                     int *chosen, double *objective, int *n_vars, int *n_rows, char *err)
 {
@@ -468,7 +500,11 @@ int plan_milp_solve(const plan_candidates *cs, const int *excluded, int n_exclud
     parm.msg_lev = GLP_MSG_OFF;
     parm.tm_lim = (int)(time_limit_s * 1000);
     parm.mip_gap = 0.0;
-    int ret = glp_intopt(lp, &parm);
+    int ret;
+    if (solve_guarded(lp, &parm, &ret)) {
+        util_free(L->fam); util_free(L);
+        return util_fail(err, UTIL_ERUNTIME, "planner: GLPK failed inside glp_intopt");
+    }
     int status = glp_mip_status(lp);
     if ((ret != 0 && ret != GLP_ETMLIM) || (status != GLP_OPT && status != GLP_FEAS)) {
         glp_delete_prob(lp); util_free(L->fam); util_free(L);
