@@ -35,6 +35,7 @@ void plan_search_options_default(plan_search_options *o)
     o->max_pp = 8;
     o->time_limit_s = 20;
     o->verbose = false;
+    o->exhaustive = false;
 }
 
 /* GPU counts a module group may take in a pool: every count inside a node;

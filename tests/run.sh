@@ -8,7 +8,15 @@ export DHP TEST_BIN
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 {
-    "$TEST_BIN" 2>&1 || true
+    unit_log=$(mktemp)
+    "$TEST_BIN" >"$unit_log" 2>&1
+    status=$?
+    cat "$unit_log"
+    # A crash (sanitizer abort, signal) must not pass silently.
+    if [ "$status" != 0 ] && ! grep -qE '^FAIL ' "$unit_log"; then
+        echo "FAIL unit-tests: $TEST_BIN exited with status $status before finishing"
+    fi
+    rm -f "$unit_log"
     for t in tests/t_*.sh; do
         [ -e "$t" ] || continue
         bash "$t" 2>&1 || echo "FAIL $t: script exited non-zero"
