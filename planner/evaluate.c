@@ -72,7 +72,7 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
     if (rc) return rc;
     const plan_workload *w = &p->work;
     int chunk = p->placement == PLAN_DISAGGREGATED ? w->global_batch / p->n_micro : w->global_batch;
-    double sum_t = 0, max_t = 0, sum_tail = 0, max_tail = 0;
+    double sum_t = 0, max_t = 0, sum_tail = 0, max_tail = 0, max_enc_t = 0, llm_t = 0;
     bool fits = true;
     ev->peak_mem = 0;
     for (int k = 0; k < p->n_modules; k++) {
@@ -87,6 +87,7 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
         double tail = ev->time[k].dp_exposed_s + ev->time[k].optim_s;
         ev->module_step_s[k] = t * (p->placement == PLAN_DISAGGREGATED ? p->n_micro : 1) + tail;
         sum_t += t; if (t > max_t) max_t = t;
+        if (encoder) { if (t > max_enc_t) max_enc_t = t; } else llm_t = t;
         sum_tail += tail; if (tail > max_tail) max_tail = tail;
         p->pred.peak_mem_bytes[k] = ev->mem[k].total;
     }
@@ -102,9 +103,10 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
         fits = total <= ev->capacity;
         for (int k = 0; k < p->n_modules; k++) p->pred.peak_mem_bytes[k] = total;
     } else {
-        /* Two-or-more-stage pipeline over n_micro chunks: fill and drain once,
-         * the slowest stage paces the rest; optimizer steps run in parallel. */
-        step = sum_t + (p->n_micro - 1) * max_t + max_tail;
+        /* Encoders run side by side, each feeding the LLM: a two-stage pipeline
+         * over n_micro chunks fills and drains once (slowest encoder, then the
+         * LLM), the slowest group paces the rest; optimizer steps run in parallel. */
+        step = max_enc_t + llm_t + (p->n_micro - 1) * max_t + max_tail;
         for (int k = 0; k < p->n_modules; k++) {
             if (ev->mem[k].total > ev->mem[k].capacity) fits = false;
             if (ev->mem[k].total > ev->peak_mem) { ev->peak_mem = ev->mem[k].total; ev->capacity = ev->mem[k].capacity; }

@@ -179,6 +179,7 @@ typedef struct {
     int n, cap;
     plan_candidate *c;
     int n_modules;
+    int llm;                  /* index of the LLM module */
     double reserved[COST_MAX_POOLS], capacity[COST_MAX_POOLS];
     int pool_gpus[COST_MAX_POOLS];
     int n_pools;

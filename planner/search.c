@@ -12,11 +12,13 @@
  *   sum_{c in dis(k,n)} x_c = z_n,  sum_n z_n = 1 - y
  *   sum_{c in dis, pool p} gpus_c x_c <= G_p        disjoint groups
  *   M_n >= sum_{c in dis(k,n)} time_c x_c,  E >= sum_{c in dis(k)} tail_c x_c
+ *   Enc >= sum_{c in dis(k)} time_c x_c          for every encoder k
  *
- *   minimise  sum_{col} time_c x_c + sum_{dis} time_c x_c + sum_n (n-1) M_n + E
+ *   minimise  sum_{col} time_c x_c + sum_{dis, LLM} time_c x_c + Enc + sum_n (n-1) M_n + E
  *
  * which is the colocated in-turn step (sum of modules) or the pipelined
- * step (fill/drain + (n-1) x slowest stage + slowest optimizer tail). */
+ * step (fill/drain: slowest encoder + LLM, then (n-1) x slowest group, then
+ * the slowest optimizer tail). */
 #include "planner/planner.h"
 
 #include <glpk.h>
@@ -231,6 +233,7 @@ int plan_candidates_build(const model_t *m, const cost_cluster *c, const plan_wo
 {
     memset(out, 0, sizeof *out);
     out->n_modules = m->n_modules;
+    out->llm = m->llm;
     out->n_pools = c->n_pools;
     for (int p = 0; p < c->n_pools; p++) {
         out->reserved[p] = c->pool[p].gpu.reserved_bytes;
@@ -261,7 +264,7 @@ void plan_candidates_free(plan_candidates *cs)
 bool plan_candidates_objective(const plan_candidates *cs, const int *chosen, double *objective)
 {
     const plan_candidate *first = &cs->c[chosen[0]];
-    double sum = 0, max_t = 0, max_tail = 0, mem = 0;
+    double sum = 0, max_t = 0, max_tail = 0, mem = 0, max_enc = 0, llm = 0;
     int used[COST_MAX_POOLS] = { 0 };
     for (int k = 0; k < cs->n_modules; k++) {
         const plan_candidate *c = &cs->c[chosen[k]];
@@ -277,13 +280,15 @@ bool plan_candidates_objective(const plan_candidates *cs, const int *chosen, dou
         }
         sum += c->time;
         if (c->time > max_t) max_t = c->time;
+        if (k == cs->llm) llm = c->time;
+        else if (c->time > max_enc) max_enc = c->time;
     }
     if (first->colocated) {
         if (mem > cs->capacity[first->pool] - cs->reserved[first->pool]) return false;
         *objective = sum;
     } else {
         for (int p = 0; p < cs->n_pools; p++) if (used[p] > cs->pool_gpus[p]) return false;
-        *objective = sum + (first->n_micro - 1) * max_t + max_tail;
+        *objective = max_enc + llm + (first->n_micro - 1) * max_t + max_tail;
     }
     return true;
 }
@@ -293,7 +298,7 @@ typedef struct {
     int n_x, n_fam, n_n;
     int fam_pool[4096], fam_gpus[4096], fam_S[4096];
     int n_values[MAX_OPTS];
-    int col_y, col_w0, col_z0, col_M0, col_E, n_cols;
+    int col_y, col_w0, col_z0, col_M0, col_E, col_enc, n_cols;
     int *fam;                 /* family of each colocated candidate, -1 otherwise */
 } milp_layout;
 
@@ -340,7 +345,8 @@ static int layout_build(const plan_candidates *cs, milp_layout *L)
     L->col_z0 = L->col_w0 + L->n_fam;
     L->col_M0 = L->col_z0 + L->n_n;
     L->col_E = L->col_M0 + L->n_n;
-    L->n_cols = L->col_E;
+    L->col_enc = L->col_E + 1;
+    L->n_cols = L->col_enc;
     return UTIL_OK;
 }
 
@@ -418,6 +424,14 @@ static int add_rows(glp_prob *lp, const plan_candidates *cs, const milp_layout *
     for (int ni = 0; ni < L->n_n; ni++) rc |= row_add(r, L->col_z0 + ni, 1.0);
     rc |= row_add(r, L->col_y, 1.0);
     row_emit(lp, r, GLP_FX, 1.0, 1.0);
+    /* Enc >= chunk time of each encoder's disaggregated pick (encoders run side by side). */
+    for (int k = 0; k < K; k++) {
+        if (k == cs->llm) continue;
+        for (int i = 0; i < cs->n; i++)
+            if (!cs->c[i].colocated && cs->c[i].module == k) rc |= row_add(r, i + 1, cs->c[i].time);
+        rc |= row_add(r, L->col_enc, -1.0);
+        row_emit(lp, r, GLP_UP, 0.0, 0.0);
+    }
     /* E >= tail of each module's disaggregated pick. */
     for (int k = 0; k < K; k++) {
         for (int i = 0; i < cs->n; i++)
@@ -444,7 +458,9 @@ static void add_columns(glp_prob *lp, const plan_candidates *cs, const milp_layo
     glp_add_cols(lp, L->n_cols);
     for (int i = 0; i < cs->n; i++) {
         glp_set_col_kind(lp, i + 1, GLP_BV);
-        glp_set_obj_coef(lp, i + 1, cs->c[i].time);
+        /* Disaggregated encoders enter the fill/drain through Enc, not directly. */
+        bool via_enc = !cs->c[i].colocated && cs->c[i].module != cs->llm;
+        glp_set_obj_coef(lp, i + 1, via_enc ? 0.0 : cs->c[i].time);
     }
     glp_set_col_kind(lp, L->col_y, GLP_BV);
     for (int f = 0; f < L->n_fam; f++) glp_set_col_kind(lp, L->col_w0 + f, GLP_BV);
@@ -455,6 +471,8 @@ static void add_columns(glp_prob *lp, const plan_candidates *cs, const milp_layo
     }
     glp_set_col_bnds(lp, L->col_E, GLP_LO, 0.0, 0.0);
     glp_set_obj_coef(lp, L->col_E, 1.0);
+    glp_set_col_bnds(lp, L->col_enc, GLP_LO, 0.0, 0.0);
+    glp_set_obj_coef(lp, L->col_enc, 1.0);
 }
 
 /* GLPK aborts the process on internal errors; its error hook lets us return
