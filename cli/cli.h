@@ -42,6 +42,8 @@ extern const char *cli_setup_help;
 int cli_int_arg(const char *cmd, const char *opt, const char *val, int lo, int hi, int *out);
 
 /* Printing helpers (cli/print.c). */
+/* "33.45B", "156.6K", "108.0M"; "-" for 0. */
+const char *cli_fmt_count(double n, char *buf, size_t len);
 void cli_print_header(const model_t *m, const cost_cluster *c, const plan_workload *w);
 void cli_print_plan(const plan_t *p);
 void cli_print_plan_row_header(void);

@@ -29,7 +29,9 @@ int cmd_models(int argc, char **argv)
             cJSON_AddItemToArray(arr, o);
             continue;
         }
-        printf("%-24s %9.3fB %9.3fB ", m.name, model_total_params(&m) / 1e9, m.published_params / 1e9);
+        char a[32], b[32];
+        printf("%-24s %10s %10s ", m.name, cli_fmt_count((double)model_total_params(&m), a, sizeof a),
+               cli_fmt_count((double)m.published_params, b, sizeof b));
         for (int k = 0; k < m.n_modules; k++)
             printf(" %s:%s %dL h%d", m.mod[k].name, model_kind_name(m.mod[k].kind), m.mod[k].layers, m.mod[k].hidden);
         printf("\n");

@@ -21,11 +21,21 @@ static double llm_seq(const model_t *m, const plan_workload *w)
     return q.seq;
 }
 
+const char *cli_fmt_count(double n, char *buf, size_t len)
+{
+    if (n <= 0) snprintf(buf, len, "-");
+    else if (n >= 1e9) snprintf(buf, len, "%.2fB", n / 1e9);
+    else if (n >= 1e6) snprintf(buf, len, "%.1fM", n / 1e6);
+    else snprintf(buf, len, "%.1fK", n / 1e3);
+    return buf;
+}
+
 void cli_print_header(const model_t *m, const cost_cluster *c, const plan_workload *w)
 {
-    printf("model    %s, %.2fB parameters", m->name, model_total_params(m) / 1e9);
+    char b[32];
+    printf("model    %s, %s parameters", m->name, cli_fmt_count((double)model_total_params(m), b, sizeof b));
     for (int k = 0; k < m->n_modules; k++)
-        printf("%s %s %.2fB", k ? "," : " (", m->mod[k].name, model_module_params(&m->mod[k]) / 1e9);
+        printf("%s%s %s", k ? ", " : " (", m->mod[k].name, cli_fmt_count((double)model_module_params(&m->mod[k]), b, sizeof b));
     printf(")\ncluster  %s:", c->name);
     for (int i = 0; i < c->n_pools; i++)
         printf("%s %d x %d %s", i ? " +" : "", c->pool[i].nodes, c->pool[i].gpus_per_node, c->pool[i].gpu.name);
