@@ -7,8 +7,10 @@
 #define DHP_VERSION "0.1.0"
 
 /* Subcommands live in cli/cmd_*.c. */
+int cmd_data(int argc, char **argv);
 
 static const cli_command commands[] = {
+    { "data", cmd_data, "synthesise / inspect data sets, inspect / copy checkpoints" },
     { NULL, NULL, NULL }
 };
 
