@@ -168,7 +168,9 @@ static bool shape_covers(int shape, double dx, double dy, double r)
 typedef struct { int shape, colour, position, size; } sample_label;
 
 /* Sample i is a pure function of (seed, i): its generator state is
- * seed ^ (i + 1) * 0xD1B54A32D192ED03. Record layout: DATASET.md. */
+ * seed ^ (i + 1) * 0xD1B54A32D192ED03 (any odd constant spreads the indexes;
+ * this one and the epoch constant below are dhp's own choice, fixed by the
+ * format). Record layout: DATASET.md. */
 static void render_sample(uint64_t seed, int i, int S, unsigned char *rec)
 {
     uint64_t s = seed ^ ((uint64_t)(i + 1) * 0xD1B54A32D192ED03ull);
@@ -509,6 +511,10 @@ const char *ex_data_caption(const ex_dataset *ds, int i)
 }
 
 /* ---- patch order and batches ---- */
+
+/* Patch vectors are (c, ky, kx), the order of Qwen2-VL's image processor
+ * flatten_patches with temporal patch 1 (huggingface/transformers,
+ * src/transformers/models/qwen2_vl/image_processing_qwen2_vl.py). */
 
 /* Window side w = sqrt(window) (w = grid when window == 0), merge m:
  *   pos = win * w^2 + grp * m^2 + (y%m)*m + x%m
