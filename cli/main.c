@@ -12,6 +12,7 @@ int cmd_memory(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_clusters(int argc, char **argv);
 int cmd_import(int argc, char **argv);
+int cmd_data(int argc, char **argv);
 
 static const cli_command commands[] = {
     { "plan", cmd_plan, "find the fastest per-module plan that fits; compare with baselines" },
@@ -19,6 +20,7 @@ static const cli_command commands[] = {
     { "models", cmd_models, "list the model zoo, or print one model's description" },
     { "clusters", cmd_clusters, "list cluster presets, or print one" },
     { "import", cmd_import, "convert a Hugging Face config.json (file or URL) into a model description" },
+    { "data", cmd_data, "synthesise / inspect data sets, inspect / copy checkpoints" },
     { NULL, NULL, NULL }
 };
 

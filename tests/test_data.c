@@ -1,0 +1,406 @@
+#include "test.h"
+#include "executor/executor.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+/* A fresh data set in a temp dir; caller frees with rm_dir. */
+static int make_set(char *dir, size_t n, const ex_synth_cfg *cfg)
+{
+    snprintf(dir, n, "/tmp/dhp-data-XXXXXX");
+    if (!mkdtemp(dir)) return -1;
+    char err[UTIL_ERR_LEN];
+    int rc = ex_data_synth(dir, cfg, err);
+    if (rc) printf("unit: synth failed: %s\n", err);
+    return rc;
+}
+
+static void rm_dir(const char *dir)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("unit: could not remove %s\n", dir);
+}
+
+static ex_synth_cfg small_cfg(void)
+{
+    ex_synth_cfg c;
+    ex_synth_defaults(&c);
+    c.samples = 24;
+    c.shards = 3;
+    c.image_size = 16;
+    c.patch = 2;
+    c.merge = 2;
+    c.window = 16;
+    c.text_tokens = 40;
+    c.seed = 7;
+    return c;
+}
+
+static unsigned char *read_all(const char *path, size_t *len)
+{
+    char *buf, err[UTIL_ERR_LEN];
+    if (util_read_file(path, &buf, len, err)) return NULL;
+    return (unsigned char *)buf;
+}
+
+static void write_raw(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (f) { fwrite(p, 1, n, f); fclose(f); }
+}
+
+TEST(data_patch_order_formula_examples)
+{
+    /* grid 4, merge 2, no window: 2x2 blocks in row-major order. */
+    CHECK_EQ_INT(ex_patch_order(0, 0, 4, 2, 0), 0);
+    CHECK_EQ_INT(ex_patch_order(0, 1, 4, 2, 0), 1);
+    CHECK_EQ_INT(ex_patch_order(1, 0, 4, 2, 0), 2);
+    CHECK_EQ_INT(ex_patch_order(1, 1, 4, 2, 0), 3);
+    CHECK_EQ_INT(ex_patch_order(0, 2, 4, 2, 0), 4);
+    CHECK_EQ_INT(ex_patch_order(2, 0, 4, 2, 0), 8);
+    /* grid 8, merge 2, window 16 (4x4 patches): 4 windows of 16. */
+    CHECK_EQ_INT(ex_patch_order(0, 4, 8, 2, 16), 16);
+    CHECK_EQ_INT(ex_patch_order(4, 0, 8, 2, 16), 32);
+    CHECK_EQ_INT(ex_patch_order(1, 5, 8, 2, 16), 19);
+    CHECK_EQ_INT(ex_patch_order(2, 6, 8, 2, 16), 28);
+    CHECK_EQ_INT(ex_patch_order(7, 7, 8, 2, 16), 63);
+    /* merge 1, no window: plain row-major. */
+    CHECK_EQ_INT(ex_patch_order(3, 2, 5, 1, 0), 17);
+}
+
+TEST(data_patch_order_groups_are_spatial_blocks)
+{
+    const int grid = 8, merge = 2, window = 16, side = 4;
+    int seen[64] = { 0 }, gy[64], gx[64];
+    for (int y = 0; y < grid; y++)
+        for (int x = 0; x < grid; x++) {
+            int p = ex_patch_order(y, x, grid, merge, window);
+            CHECK(p >= 0 && p < 64);
+            seen[p]++;
+            gy[p] = y; gx[p] = x;
+        }
+    for (int p = 0; p < 64; p++) CHECK_EQ_INT(seen[p], 1);
+    for (int p = 0; p < 64; p++) {
+        int g0 = p / (merge * merge) * (merge * merge), w0 = p / window * window;
+        CHECK_EQ_INT(gy[p] / merge, gy[g0] / merge);
+        CHECK_EQ_INT(gx[p] / merge, gx[g0] / merge);
+        CHECK_EQ_INT(gy[p] / side, gy[w0] / side);
+        CHECK_EQ_INT(gx[p] / side, gx[w0] / side);
+    }
+}
+
+TEST(data_shard_round_trip_pixels_and_tokens)
+{
+    ex_synth_cfg cfg = small_cfg();
+    char dir[64], err[UTIL_ERR_LEN];
+    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
+    ex_dataset *ds;
+    CHECK_OK(ex_data_open(dir, &ds, err));
+    const ex_dataset_info *in = ex_data_info(ds);
+    CHECK_EQ_INT(in->samples, 24);
+    CHECK_EQ_INT(in->shards, 3);
+    CHECK_EQ_INT(in->grid, 8);
+    CHECK_EQ_INT(in->patches, 64);
+    CHECK_EQ_INT(in->patch_dim, 12);
+
+    ex_batch b;
+    CHECK_OK(ex_batch_alloc(&b, ds, 8, err));
+    CHECK_OK(ex_data_batch(ds, 99, 1, 8, 0, 1, &b, err));
+    /* Compare against the raw shard bytes: sample s lives in shard s/8 at record s%8. */
+    size_t rb = 8 + EX_DATA_CAPTION_MAX + 16 * 16 * 3;
+    for (int row = 0; row < b.n; row++) {
+        int s = b.sample_ids[row];
+        char path[128];
+        snprintf(path, sizeof path, "%s/shard-%05d.bin", dir, s / 8);
+        size_t len;
+        unsigned char *raw = read_all(path, &len);
+        CHECK(raw != NULL);
+        const unsigned char *rec = raw + 72 + (size_t)(s % 8) * rb;
+        for (int y = 0; y < 16; y += 3)
+            for (int x = 0; x < 16; x += 5)
+                for (int c = 0; c < 3; c++) {
+                    int pos = ex_patch_order(y / 2, x / 2, 8, 2, 16);
+                    float got = b.pixels[((size_t)row * 64 + pos) * 12 + (c * 2 + y % 2) * 2 + x % 2];
+                    float want = rec[72 + ((size_t)y * 16 + x) * 3 + c] / 255.0f;
+                    if (got != want) { util_free(raw); CHECK_MSG(0, "sample %d pixel (%d,%d,%d)", s, y, x, c); }
+                }
+        const char *cap = ex_data_caption(ds, s);
+        int n = (int)strlen(cap);
+        CHECK(memcmp(cap, rec + 8, (size_t)n) == 0 && rec[4] == n);
+        util_free(raw);
+        const int32_t *tok = b.tokens + row * 40, *tgt = b.targets + row * 40;
+        const float *mask = b.loss_mask + row * 40;
+        CHECK_EQ_INT(tok[0], EX_TOK_BOS);
+        for (int t = 0; t < n; t++) CHECK_EQ_INT(tok[1 + t], (unsigned char)cap[t]);
+        CHECK_EQ_INT(tok[1 + n], EX_TOK_EOS);
+        CHECK_EQ_INT(b.lengths[row], n + 2);
+        float msum = 0;
+        for (int t = 0; t < 40; t++) {
+            if (t >= n + 2) CHECK_EQ_INT(tok[t], EX_TOK_PAD);
+            CHECK_EQ_INT(tgt[t], t + 1 < 40 ? tok[t + 1] : EX_TOK_PAD);
+            CHECK(mask[t] == (tgt[t] != EX_TOK_PAD ? 1.0f : 0.0f));
+            msum += mask[t];
+        }
+        CHECK_EQ_INT((int)msum, n + 1);
+    }
+    ex_batch_free(&b);
+    ex_data_close(ds);
+    rm_dir(dir);
+}
+
+TEST(data_captions_truncate_but_keep_bos_eos)
+{
+    ex_synth_cfg cfg = small_cfg();
+    cfg.text_tokens = 10;
+    char dir[64], err[UTIL_ERR_LEN];
+    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
+    ex_dataset *ds;
+    CHECK_OK(ex_data_open(dir, &ds, err));
+    ex_batch b;
+    CHECK_OK(ex_batch_alloc(&b, ds, 4, err));
+    CHECK_OK(ex_data_batch(ds, 1, 0, 4, 0, 1, &b, err));
+    for (int r = 0; r < 4; r++) {
+        const char *cap = ex_data_caption(ds, b.sample_ids[r]);
+        CHECK(strlen(cap) > 8);
+        CHECK_EQ_INT(b.tokens[r * 10], EX_TOK_BOS);
+        CHECK(memcmp(cap, "a ", 2) == 0 && b.tokens[r * 10 + 1] == 'a');
+        CHECK_EQ_INT(b.tokens[r * 10 + 8], (unsigned char)cap[7]);
+        CHECK_EQ_INT(b.tokens[r * 10 + 9], EX_TOK_EOS);
+        CHECK_EQ_INT(b.lengths[r], 10);
+        CHECK(b.loss_mask[r * 10 + 8] == 1.0f && b.loss_mask[r * 10 + 9] == 0.0f);
+    }
+    ex_batch_free(&b);
+    ex_data_close(ds);
+    rm_dir(dir);
+}
+
+TEST(data_synth_is_deterministic_in_the_seed)
+{
+    ex_synth_cfg cfg = small_cfg();
+    char a[64], b[64], c[64];
+    CHECK(make_set(a, sizeof a, &cfg) == 0);
+    CHECK(make_set(b, sizeof b, &cfg) == 0);
+    cfg.seed = 8;
+    CHECK(make_set(c, sizeof c, &cfg) == 0);
+    char pa[128], pb[128], pc[128];
+    snprintf(pa, sizeof pa, "%s/shard-00001.bin", a);
+    snprintf(pb, sizeof pb, "%s/shard-00001.bin", b);
+    snprintf(pc, sizeof pc, "%s/shard-00001.bin", c);
+    size_t la, lb, lc;
+    unsigned char *da = read_all(pa, &la), *db = read_all(pb, &lb), *dc = read_all(pc, &lc);
+    bool same = da && db && la == lb && !memcmp(da, db, la);
+    bool differs = da && dc && la == lc && memcmp(da + 72, dc + 72, la - 76) != 0;
+    util_free(da); util_free(db); util_free(dc);
+    rm_dir(a); rm_dir(b); rm_dir(c);
+    CHECK(same);
+    CHECK(differs);
+}
+
+/* Corrupts dir's shard 1 with fn and returns the open error. */
+static int open_after(const char *dir, char *err)
+{
+    ex_dataset *ds = NULL;
+    int rc = ex_data_open(dir, &ds, err);
+    ex_data_close(ds);
+    return rc;
+}
+
+TEST(data_corrupted_byte_is_a_crc_error_naming_the_file)
+{
+    ex_synth_cfg cfg = small_cfg();
+    char dir[64], path[128], err[UTIL_ERR_LEN];
+    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
+    snprintf(path, sizeof path, "%s/shard-00001.bin", dir);
+    size_t len;
+    unsigned char *d = read_all(path, &len);
+    CHECK(d != NULL);
+    d[len / 2] ^= 0x10;
+    write_raw(path, d, len);
+    util_free(d);
+    int rc = open_after(dir, err);
+    rm_dir(dir);
+    CHECK_EQ_INT(rc, UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "shard-00001.bin") && strstr(err, "CRC32 mismatch"), "err: %s", err);
+}
+
+TEST(data_truncated_shard_is_reported)
+{
+    ex_synth_cfg cfg = small_cfg();
+    char dir[64], path[128], err[UTIL_ERR_LEN];
+    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
+    snprintf(path, sizeof path, "%s/shard-00002.bin", dir);
+    size_t len;
+    unsigned char *d = read_all(path, &len);
+    CHECK(d != NULL);
+    write_raw(path, d, len - 100);
+    util_free(d);
+    int rc = open_after(dir, err);
+    CHECK_EQ_INT(rc, UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "shard-00002.bin") && strstr(err, "truncated"), "err: %s", err);
+    write_raw(path, "DHPD", 4);
+    rc = open_after(dir, err);
+    rm_dir(dir);
+    CHECK_EQ_INT(rc, UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "shard-00002.bin") && strstr(err, "truncated"), "err: %s", err);
+}
+
+TEST(data_bad_magic_and_missing_shard)
+{
+    ex_synth_cfg cfg = small_cfg();
+    char dir[64], path[128], err[UTIL_ERR_LEN];
+    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
+    snprintf(path, sizeof path, "%s/shard-00000.bin", dir);
+    size_t len;
+    unsigned char *d = read_all(path, &len);
+    CHECK(d != NULL);
+    d[0] = 'X';
+    write_raw(path, d, len);
+    util_free(d);
+    int rc = open_after(dir, err);
+    CHECK_EQ_INT(rc, UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "shard-00000.bin") && strstr(err, "bad magic"), "err: %s", err);
+    unlink(path);
+    rc = open_after(dir, err);
+    CHECK(rc != UTIL_OK);
+    CHECK_MSG(strstr(err, "shard-00000.bin") != NULL, "err: %s", err);
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    unlink(path);
+    rc = open_after(dir, err);
+    rm_dir(dir);
+    CHECK(rc != UTIL_OK);
+    CHECK_MSG(strstr(err, "manifest.json") != NULL, "err: %s", err);
+}
+
+TEST(data_shard_disagreeing_with_manifest_is_rejected)
+{
+    ex_synth_cfg cfg = small_cfg();
+    char a[64], b[64], pa[128], pb[128], err[UTIL_ERR_LEN];
+    CHECK(make_set(a, sizeof a, &cfg) == 0);
+    cfg.seed = 3;
+    CHECK(make_set(b, sizeof b, &cfg) == 0);
+    /* Shard 1 of another (valid, same-shaped) set: CRC fine, seed differs. */
+    snprintf(pa, sizeof pa, "%s/shard-00001.bin", a);
+    snprintf(pb, sizeof pb, "%s/shard-00001.bin", b);
+    size_t len;
+    unsigned char *d = read_all(pb, &len);
+    CHECK(d != NULL);
+    write_raw(pa, d, len);
+    util_free(d);
+    int rc = open_after(a, err);
+    rm_dir(a); rm_dir(b);
+    CHECK_EQ_INT(rc, UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "shard-00001.bin") && strstr(err, "seed"), "err: %s", err);
+}
+
+TEST(data_synth_rejects_bad_layouts)
+{
+    ex_synth_cfg c = small_cfg();
+    char err[UTIL_ERR_LEN];
+    c.window = 12;
+    CHECK(ex_synth_validate(&c, err) == UTIL_EINVAL && strstr(err, "window"));
+    c = small_cfg(); c.window = 9;   /* side 3 not a multiple of merge 2 */
+    CHECK(ex_synth_validate(&c, err) == UTIL_EINVAL && strstr(err, "window"));
+    c = small_cfg(); c.patch = 3;
+    CHECK(ex_synth_validate(&c, err) == UTIL_EINVAL && strstr(err, "patch"));
+    c = small_cfg(); c.merge = 3;
+    CHECK(ex_synth_validate(&c, err) == UTIL_EINVAL && strstr(err, "merge"));
+    c = small_cfg(); c.shards = 25;
+    CHECK(ex_synth_validate(&c, err) == UTIL_EINVAL && strstr(err, "shards"));
+    c = small_cfg(); c.text_tokens = 2;
+    CHECK(ex_synth_validate(&c, err) == UTIL_EINVAL && strstr(err, "text-tokens"));
+    c = small_cfg(); c.window = 0;
+    CHECK_OK(ex_synth_validate(&c, err));
+}
+
+TEST(data_shuffle_is_deterministic_and_covers_each_epoch)
+{
+    ex_synth_cfg cfg = small_cfg();
+    char dir[64], err[UTIL_ERR_LEN];
+    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
+    ex_dataset *ds, *ds2;
+    CHECK_OK(ex_data_open(dir, &ds, err));
+    CHECK_OK(ex_data_open(dir, &ds2, err));
+    ex_batch b, b2;
+    CHECK_OK(ex_batch_alloc(&b, ds, 6, err));
+    CHECK_OK(ex_batch_alloc(&b2, ds, 6, err));
+    CHECK_EQ_INT(ex_data_steps_per_epoch(ds, 6), 4);
+    int ids[2][24];
+    for (int epoch = 0; epoch < 2; epoch++) {
+        int seen[24] = { 0 };
+        for (int k = 0; k < 4; k++) {
+            long step = epoch * 4 + k;
+            CHECK_OK(ex_data_batch(ds, 42, step, 6, 0, 1, &b, err));
+            /* A second loader jumping straight to this step (a resume) agrees. */
+            CHECK_OK(ex_data_batch(ds2, 42, step, 6, 0, 1, &b2, err));
+            CHECK(memcmp(b.sample_ids, b2.sample_ids, 6 * sizeof(int32_t)) == 0);
+            for (int r = 0; r < 6; r++) { seen[b.sample_ids[r]]++; ids[epoch][k * 6 + r] = b.sample_ids[r]; }
+        }
+        for (int s = 0; s < 24; s++) CHECK_EQ_INT(seen[s], 1);
+    }
+    CHECK(memcmp(ids[0], ids[1], sizeof ids[0]) != 0);
+    CHECK_OK(ex_data_batch(ds, 43, 0, 6, 0, 1, &b, err));
+    CHECK(memcmp(ids[0], b.sample_ids, 6 * sizeof(int32_t)) != 0);
+    ex_batch_free(&b); ex_batch_free(&b2);
+    ex_data_close(ds); ex_data_close(ds2);
+    rm_dir(dir);
+}
+
+TEST(data_dp_ranks_partition_the_global_batch)
+{
+    ex_synth_cfg cfg = small_cfg();
+    char dir[64], err[UTIL_ERR_LEN];
+    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
+    ex_dataset *ds;
+    CHECK_OK(ex_data_open(dir, &ds, err));
+    const int G = 8;
+    ex_batch full;
+    CHECK_OK(ex_batch_alloc(&full, ds, G, err));
+    const int dps[] = { 2, 4, 8 };
+    for (long step = 0; step < 5; step++) {   /* crosses the epoch boundary at 3 */
+        CHECK_OK(ex_data_batch(ds, 5, step, G, 0, 1, &full, err));
+        for (size_t k = 0; k < sizeof dps / sizeof dps[0]; k++) {
+            int dp = dps[k], L = G / dp;
+            ex_batch part;
+            CHECK_OK(ex_batch_alloc(&part, ds, L, err));
+            for (int r = 0; r < dp; r++) {
+                CHECK_OK(ex_data_batch(ds, 5, step, G, r, dp, &part, err));
+                size_t px = (size_t)part.patches * part.patch_dim, T = (size_t)part.text_tokens;
+                bool same = !memcmp(part.sample_ids, full.sample_ids + r * L, L * sizeof(int32_t)) &&
+                            !memcmp(part.pixels, full.pixels + r * L * px, L * px * sizeof(float)) &&
+                            !memcmp(part.tokens, full.tokens + r * L * T, L * T * sizeof(int32_t)) &&
+                            !memcmp(part.loss_mask, full.loss_mask + r * L * T, L * T * sizeof(float));
+                if (!same) { ex_batch_free(&part); CHECK_MSG(0, "step %ld dp %d rank %d differs", step, dp, r); }
+            }
+            ex_batch_free(&part);
+        }
+    }
+    ex_batch_free(&full);
+    ex_data_close(ds);
+    rm_dir(dir);
+}
+
+TEST(data_batch_rejects_bad_sharding)
+{
+    ex_synth_cfg cfg = small_cfg();
+    char dir[64], err[UTIL_ERR_LEN];
+    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
+    ex_dataset *ds;
+    CHECK_OK(ex_data_open(dir, &ds, err));
+    ex_batch b;
+    CHECK_OK(ex_batch_alloc(&b, ds, 3, err));
+    int r1 = ex_data_batch(ds, 1, 0, 8, 0, 3, &b, err);
+    bool m1 = strstr(err, "does not divide") != NULL;
+    int r2 = ex_data_batch(ds, 1, 0, 9, 3, 3, &b, err);
+    bool m2 = strstr(err, "rank 3") != NULL;
+    int r3 = ex_data_batch(ds, 1, 0, 12, 0, 3, &b, err);   /* needs 4 rows, buffer has 3 */
+    bool m3 = strstr(err, "buffer") != NULL;
+    int r4 = ex_data_batch(ds, 1, 0, 25, 0, 1, &b, err);
+    ex_batch_free(&b);
+    ex_data_close(ds);
+    rm_dir(dir);
+    CHECK(r1 == UTIL_EINVAL && m1);
+    CHECK(r2 == UTIL_EINVAL && m2);
+    CHECK(r3 == UTIL_EINVAL && m3);
+    CHECK(r4 == UTIL_EINVAL);
+}
