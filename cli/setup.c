@@ -15,7 +15,8 @@ const char *cli_setup_help =
     "  --audio-frames N      audio encoder frames per sample (default 1500 for audio models)\n"
     "  --text-tokens N       text tokens per sample (default 512)\n"
     "  --precision P         bf16-mixed (bf16 weights + fp32 master, Megatron; default), bf16-autocast\n"
-    "                        (fp32 weights, bf16 compute; the --compare default) or bf16-pure\n"
+    "                        (fp32 weights, bf16 compute; the --compare default), bf16-pure, or fp32\n"
+    "                        (everything fp32: the CPU executor)\n"
     "  --json                machine-readable output on stdout\n";
 
 void cli_setup_default(cli_setup *s)
@@ -64,7 +65,7 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         if (!strcmp(a, "--model")) s->model = val;
         else if (!strcmp(a, "--cluster")) s->cluster = val;
         else if (plan_precision_parse(val, &s->precision)) {
-            cli_usage_error(cmd, "--precision: '%s' is not bf16-mixed, bf16-pure or bf16-autocast", val);
+            cli_usage_error(cmd, "--precision: '%s' is not bf16-mixed, bf16-pure, bf16-autocast or fp32", val);
             return 2;
         } else s->precision_given = true;
         (*i)++;

@@ -8,7 +8,6 @@
 #include <math.h>
 #include <string.h>
 
-#define BF16 2.0
 /* FlashAttention-2 backward runs 5 matmuls per tile against 2 forward
  * (Dao, arXiv 2307.08691, sec. 3.1): 2.5x the forward FLOPs. */
 #define ATTN_BWD_FACTOR 2.5
@@ -49,7 +48,7 @@ static void price_elementwise(pricer *p, double bytes, double kernels)
 
 /* One transformer block on t local tokens (after the Ulysses split, per dp rank). */
 static void price_block(pricer *p, const model_module *mm, const plan_module *s, double t,
-                        double span, bool cross, double cross_tokens)
+                        double span, bool cross, double cross_tokens, double A)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     if (cross) {
@@ -64,16 +63,16 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     if (mm->ffn_kind == MODEL_FFN_SWIGLU) price_linear(p, t, 2 * f / tp, h);
     else price_linear(p, t, f / tp, h);
     price_linear(p, t, h, f / tp);
-    price_elementwise(p, t * BF16 * (12 * h + 6 * f / tp), KERNELS_PER_BLOCK);
+    price_elementwise(p, t * A * (12 * h + 6 * f / tp), KERNELS_PER_BLOCK);
 }
 
 static void price_blocks(pricer *p, const model_module *mm, const plan_module *s, double t,
-                         double span, bool cross, double cross_tokens, int count)
+                         double span, bool cross, double cross_tokens, int count, double A)
 {
     if (count == 0) return;
     pricer one = *p;
     one.fwd = one.bwd = 0;
-    price_block(&one, mm, s, t, span, cross, cross_tokens);
+    price_block(&one, mm, s, t, span, cross, cross_tokens, A);
     p->fwd += count * one.fwd;
     p->bwd += count * one.bwd;
 }
@@ -126,6 +125,7 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     plan_module_seq(m, mi, w, &q);
     memset(out, 0, sizeof *out);
 
+    double A = plan_precision_bytes(o->precision).act;   /* activation / communication element */
     pricer p = { .g = g, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM) };
     double t = (double)s->micro_batch * q.tokens_per_sample / s->sp;
     double cross_tokens = (double)s->micro_batch * q.cross_span / s->sp;
@@ -136,9 +136,9 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
         else if (model_layer_is_full_attention(mm, l)) n_full++;
         else n_window++;
     }
-    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, n_full);
-    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window);
-    price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross);
+    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, n_full, A);
+    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window, A);
+    price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross, A);
     int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
     /* Stem and head. */
     double h = mm->hidden;
@@ -161,26 +161,26 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     out->bwd_s = p.bwd;
     if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = p.fwd;
     else if (s->recompute == PLAN_RECOMP_SELECTIVE)
-        out->recompute_s = cost_memory_time(g, t * BF16 * 3.0 * mm->ffn / s->tp * mm->layers);
+        out->recompute_s = cost_memory_time(g, t * A * 3.0 * mm->ffn / s->tp * mm->layers);
 
     /* Tensor parallel: Megatron's f/g all-reduces (or the equivalent
      * all-gather + reduce-scatter pair with sequence parallel). */
     if (s->tp > 1) {
         /* per block: 2 all-reduces forward (attention, MLP), 2 backward */
-        out->tp_comm_s = mm->layers * 4.0 * allreduce_tp(pool, s, BF16 * t * mm->hidden);
-        if (mm->kind == MODEL_LLM) out->tp_comm_s += 2 * allreduce_tp(pool, s, BF16 * t * h);
+        out->tp_comm_s = mm->layers * 4.0 * allreduce_tp(pool, s, A * t * mm->hidden);
+        if (mm->kind == MODEL_LLM) out->tp_comm_s += 2 * allreduce_tp(pool, s, A * t * h);
     }
     /* Ulysses: q, k, v and the output re-sharded forward, their gradients backward. */
     if (s->sp > 1) {
         double dims = (2.0 * mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
-        double bytes = BF16 * t * dims;
+        double bytes = A * t * dims;
         int per = ranks_per_node(s->sp, s->tp, gpn);
         out->sp_comm_s = 2.0 * n_a2a_layers * cost_collective_time(pool, COST_ALLTOALL, bytes, s->sp, per);
     }
     /* Pipeline stage hand-offs, forward activation and backward gradient. */
     if (s->pp > 1) {
         bool same_node = (double)s->tp * s->sp * s->dp * s->pp <= gpn;
-        out->pp_p2p_s = 2.0 * (s->pp - 1) * cost_p2p_time(c, s->pool, s->pool, same_node, BF16 * t * h);
+        out->pp_p2p_s = 2.0 * (s->pp - 1) * cost_p2p_time(c, s->pool, s->pool, same_node, A * t * h);
     }
     double lp = plan_local_params(mm, s);
     int shard = s->dp * s->sp;
@@ -190,16 +190,16 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
         if (s->zero >= 3) {
             /* Per micro-batch: gather parameters for forward and again for
              * backward, reduce-scatter gradients; prefetch hides part of it. */
-            double ag = cost_collective_time(pool, COST_ALLGATHER, BF16 * lp, shard, shard_per_node);
-            double rs = cost_collective_time(pool, COST_REDUCESCATTER, BF16 * lp, shard, shard_per_node);
+            double ag = cost_collective_time(pool, COST_ALLGATHER, A * lp, shard, shard_per_node);
+            double rs = cost_collective_time(pool, COST_REDUCESCATTER, A * lp, shard, shard_per_node);
             double total = 2 * ag + rs;
             out->zero_comm_s = fmax(0.0, total - o->overlap * compute_mb);
             out->dp_comm_s = 0;
         } else {
-            out->dp_comm_s = cost_collective_time(pool, COST_ALLREDUCE, BF16 * lp, shard, shard_per_node);
+            out->dp_comm_s = cost_collective_time(pool, COST_ALLREDUCE, A * lp, shard, shard_per_node);
         }
     } else if (shard > 1 && mm->frozen && s->zero >= 3) {
-        out->zero_comm_s = cost_collective_time(pool, COST_ALLGATHER, BF16 * lp, shard, shard_per_node);
+        out->zero_comm_s = cost_collective_time(pool, COST_ALLGATHER, A * lp, shard, shard_per_node);
     }
     out->micro_s = compute_mb + out->tp_comm_s + out->sp_comm_s + out->zero_comm_s + out->pp_p2p_s;
     /* Bucketed gradient reduction overlaps the last micro-batch's backward. */

@@ -6,16 +6,15 @@
 #include <math.h>
 #include <string.h>
 
-#define BF16 2.0
 
-/* Encoder output that crosses to the LLM per sample, bytes (bf16). */
-static double handoff_bytes_per_sample(const model_t *m, int mi, const plan_workload *w)
+/* Encoder output that crosses to the LLM per sample, bytes (A per element). */
+static double handoff_bytes_per_sample(const model_t *m, int mi, const plan_workload *w, double A)
 {
     const model_module *mm = &m->mod[mi];
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     double tokens = q.tokens_per_sample / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
-    return BF16 * tokens * mm->out_hidden;
+    return A * tokens * mm->out_hidden;
 }
 
 /* Pipeline depth whose activations an encoder keeps alive in the
@@ -40,7 +39,8 @@ static double transfer_time(const plan_t *p, int mi, int chunk)
 {
     const plan_module *s = &p->mod[mi];
     double per_rank = (chunk + s->dp - 1) / s->dp;
-    double bytes = handoff_bytes_per_sample(&p->model, mi, &p->work) * per_rank / s->sp;
+    double bytes = handoff_bytes_per_sample(&p->model, mi, &p->work, plan_precision_bytes(p->precision).act)
+                 * per_rank / s->sp;
     int li = p->model.llm;
     bool same = same_node_groups(p, mi, li);
     return 2.0 * cost_p2p_time(&p->cluster, s->pool, p->mod[li].pool, same, bytes);

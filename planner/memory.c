@@ -51,15 +51,17 @@ double plan_local_params(const model_module *mm, const plan_module *s)
 }
 
 /* Mixed: bf16 param 2 + fp32 grad 4 + fp32 master, m, v 12 = 18 (Megatron-LM).
- * Autocast: fp32 param 4 + fp32 grad 4 + m, v 8 = 16. Pure bf16: 2 + 2 + 4 = 8.
+ * Autocast and fp32: fp32 param 4 + fp32 grad 4 + m, v 8 = 16. Pure bf16: 2 + 2 + 4 = 8.
+ * Activations are bf16 except in fp32 mode.
  * An AdamW step reads the gradient and reads/writes master (or param), m, v,
  * and writes the bf16 copy where there is one. */
 plan_state_bytes plan_precision_bytes(plan_precision p)
 {
     switch (p) {
-    case PLAN_OPT_PURE_BF16: return (plan_state_bytes){ BF16, BF16, 2 * BF16, BF16 + 3 * 2 * BF16 };
-    case PLAN_OPT_AUTOCAST: return (plan_state_bytes){ FP32, FP32, 2 * FP32, FP32 + 3 * 2 * FP32 };
-    default: return (plan_state_bytes){ BF16, FP32, 3 * FP32, FP32 + 3 * 2 * FP32 + BF16 };
+    case PLAN_OPT_PURE_BF16: return (plan_state_bytes){ BF16, BF16, 2 * BF16, BF16 + 3 * 2 * BF16, BF16 };
+    case PLAN_OPT_AUTOCAST: return (plan_state_bytes){ FP32, FP32, 2 * FP32, FP32 + 3 * 2 * FP32, BF16 };
+    case PLAN_OPT_FP32: return (plan_state_bytes){ FP32, FP32, 2 * FP32, FP32 + 3 * 2 * FP32, FP32 };
+    default: return (plan_state_bytes){ BF16, FP32, 3 * FP32, FP32 + 3 * 2 * FP32 + BF16, BF16 };
     }
 }
 
@@ -77,24 +79,24 @@ static void model_state_bytes(const model_module *mm, const plan_module *s, cons
     out->zero_buffers = s->zero >= 3 && shard > 1 ? 2 * BF16 * model_largest_layer_params(mm) / s->tp : 0;
 }
 
-/* Bytes saved for backward per token of one block, bf16, before dividing by
+/* Bytes saved for backward per token of one block (A bytes per element), before dividing by
  * the sequence split. Shapes per token: residual x [h], normed x [h],
  * q/k/v [(H + 2 KV) d / tp], attention output [H d / tp] + fp32 LSE [H / tp],
  * and the MLP: SwiGLU gate, up, act [3 f / tp]; GELU fc1, act [2 f / tp].
  * Megatron sequence parallel also splits the [h] terms by tp. Selective
  * recompute drops the activation-function output; full recompute keeps only
  * the block input. */
-static double block_act_bytes_per_token(const model_module *mm, const plan_module *s, bool cross)
+static double block_act_bytes_per_token(const model_module *mm, const plan_module *s, bool cross, double A)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     double hsplit = s->seq_parallel ? tp : 1.0;
-    if (s->recompute == PLAN_RECOMP_FULL) return BF16 * h / hsplit;
-    double attn = BF16 * (2 * h) / hsplit                  /* residual in, normed in */
-                + BF16 * (cross ? H * d : (H + 2 * KV) * d) / tp
-                + BF16 * H * d / tp + FP32 * H / tp;
+    if (s->recompute == PLAN_RECOMP_FULL) return A * h / hsplit;
+    double attn = A * (2 * h) / hsplit                  /* residual in, normed in */
+                + A * (cross ? H * d : (H + 2 * KV) * d) / tp
+                + A * H * d / tp + FP32 * H / tp;
     double mlp_terms = mm->ffn_kind == MODEL_FFN_SWIGLU ? 3.0 : 2.0;
     if (s->recompute == PLAN_RECOMP_SELECTIVE) mlp_terms -= 1.0;
-    double mlp = BF16 * (2 * h) / hsplit + BF16 * mlp_terms * f / tp;
+    double mlp = A * (2 * h) / hsplit + A * mlp_terms * f / tp;
     return attn + mlp;
 }
 
@@ -105,7 +107,7 @@ static double local_tokens(const plan_seq *q, const plan_module *s)
 }
 
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
-                               int in_flight)
+                               int in_flight, double A)
 {
     const model_module *mm = &m->mod[mi];
     double t = local_tokens(q, s);
@@ -113,23 +115,23 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
     double n_cross = 0;
     for (int l = 0; l < mm->layers; l++) if (model_layer_is_cross(mm, l)) n_cross++;
     n_cross = n_cross * layers_per_stage / mm->layers;
-    double per_mb = t * (block_act_bytes_per_token(mm, s, false) * (layers_per_stage - n_cross)
-                         + block_act_bytes_per_token(mm, s, true) * n_cross);
+    double per_mb = t * (block_act_bytes_per_token(mm, s, false, A) * (layers_per_stage - n_cross)
+                         + block_act_bytes_per_token(mm, s, true, A) * n_cross);
     /* Cross-attention keys/values over the encoder tokens of the micro-batch. */
     if (n_cross > 0 && s->recompute != PLAN_RECOMP_FULL)
-        per_mb += n_cross * BF16 * 2.0 * mm->kv_heads * mm->head_dim / s->tp * q->cross_span * s->micro_batch;
+        per_mb += n_cross * A * 2.0 * mm->kv_heads * mm->head_dim / s->tp * q->cross_span * s->micro_batch;
     /* During backward with full recompute one block's full activations are live again. */
     if (s->recompute == PLAN_RECOMP_FULL) {
         plan_module none = *s;
         none.recompute = PLAN_RECOMP_NONE;
-        per_mb += t * block_act_bytes_per_token(mm, &none, false);
+        per_mb += t * block_act_bytes_per_token(mm, &none, false, A);
     }
     /* Stem and head: embedding output, final norm; encoders also the merger MLP. */
-    per_mb += t * BF16 * mm->hidden * 2;
+    per_mb += t * A * mm->hidden * 2;
     if (mm->kind != MODEL_LLM) {
         double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
-        per_mb += t * BF16 * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
-        per_mb += merged * BF16 * (mm->proj_in + 2.0 * mm->proj_hidden);
+        per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
+        per_mb += merged * A * (mm->proj_in + 2.0 * mm->proj_hidden);
     }
     /* 1F1B: the first stage holds pp micro-batches in flight (Korthikanti et al. sec. 4.2). */
     double depth = s->pp > 1 ? s->pp : 1;
@@ -138,26 +140,26 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
 
 /* LM head logits [t, V/tp] in bf16 plus the fp32 copy vocab-parallel
  * cross-entropy works on (Megatron's _VocabParallelCrossEntropy). */
-static double logits_bytes(const model_module *mm, const plan_module *s, const plan_seq *q)
+static double logits_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double A)
 {
     if (mm->kind != MODEL_LLM) return 0;
     double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
-    return t * ceil((double)mm->vocab / s->tp) * (BF16 + FP32);
+    return t * ceil((double)mm->vocab / s->tp) * (A + FP32);
 }
 
-static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p)
+static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p, double A)
 {
     double comms = (s->tp > 1) + (s->sp > 1) + (s->dp * s->sp > 1) + (s->pp > 1);
     double b = comms * NCCL_BUFFSIZE * 2 * NCCL_CHANNELS;
     double shard = (double)s->dp * s->sp;
     if (shard > 1 && !mm->frozen) {
-        if (s->zero >= 2) b += BF16 * fmin(ZERO_REDUCE_BUCKET, local_p);
-        else b += 2 * fmin(DDP_BUCKET_BYTES, BF16 * local_p);
+        if (s->zero >= 2) b += A * fmin(ZERO_REDUCE_BUCKET, local_p);
+        else b += 2 * fmin(DDP_BUCKET_BYTES, A * local_p);
     }
     if (s->sp > 1) {
         /* Ulysses all-to-all needs separate send and receive buffers for q, k, v of one layer. */
         double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
-        b += 2 * BF16 * t * (mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
+        b += 2 * A * t * (mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
     }
     return b;
 }
@@ -170,9 +172,10 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
     plan_module_seq(m, mi, w, &q);
     memset(out, 0, sizeof *out);
     model_state_bytes(mm, s, o, out);
-    out->activations = activation_bytes(m, mi, s, &q, in_flight < 1 ? 1 : in_flight);
-    out->logits = logits_bytes(mm, s, &q);
-    out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s));
+    double A = plan_precision_bytes(o->precision).act;
+    out->activations = activation_bytes(m, mi, s, &q, in_flight < 1 ? 1 : in_flight, A);
+    out->logits = logits_bytes(mm, s, &q, A);
+    out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A);
     out->reserved = g->reserved_bytes;
     out->fragmentation = o->fragmentation * (out->activations + out->logits + out->comm + out->zero_buffers);
     out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations

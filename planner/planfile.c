@@ -9,7 +9,7 @@
 
 static const char *placement_names[] = { "colocated", "disaggregated" };
 static const char *recompute_names[] = { "none", "selective", "full" };
-static const char *precision_names[PLAN_NPRECISION] = { "bf16-mixed", "bf16-pure", "bf16-autocast" };
+static const char *precision_names[PLAN_NPRECISION] = { "bf16-mixed", "bf16-pure", "bf16-autocast", "fp32" };
 
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
 
@@ -173,7 +173,7 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     p->placement = (plan_placement)pl;
     if ((rc = util_json_str(root, what, "precision", false, "bf16-mixed", buf, sizeof buf, err))) return rc;
     if (plan_precision_parse(buf, &p->precision))
-        return util_fail(err, UTIL_EINVAL, "%s.precision: '%s' is not bf16-mixed, bf16-pure or bf16-autocast", what, buf);
+        return util_fail(err, UTIL_EINVAL, "%s.precision: '%s' is not bf16-mixed, bf16-pure, bf16-autocast or fp32", what, buf);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;

@@ -18,11 +18,12 @@ typedef enum { PLAN_COLOCATED = 0, PLAN_DISAGGREGATED } plan_placement;
 typedef enum { PLAN_RECOMP_NONE = 0, PLAN_RECOMP_SELECTIVE, PLAN_RECOMP_FULL } plan_recompute;
 /* Mixed: bf16 weights + fp32 master/grad accumulation (Megatron-LM, DeepSpeed).
  * Autocast: fp32 weights and grads, bf16 compute (torch.autocast, as Ray's experiment).
- * Pure: everything bf16 (weights, grads, Adam moments). */
-typedef enum { PLAN_OPT_MIXED_FP32 = 0, PLAN_OPT_PURE_BF16, PLAN_OPT_AUTOCAST, PLAN_NPRECISION } plan_precision;
+ * Pure: everything bf16 (weights, grads, Adam moments).
+ * FP32: everything fp32, activations too (the CPU executor). */
+typedef enum { PLAN_OPT_MIXED_FP32 = 0, PLAN_OPT_PURE_BF16, PLAN_OPT_AUTOCAST, PLAN_OPT_FP32, PLAN_NPRECISION } plan_precision;
 /* Bytes per parameter of each model state under a precision, and the bytes
  * an AdamW step moves per parameter. */
-typedef struct { double param, grad, optim, step_traffic; } plan_state_bytes;
+typedef struct { double param, grad, optim, step_traffic, act; } plan_state_bytes;
 plan_state_bytes plan_precision_bytes(plan_precision p);
 const char *plan_precision_name(plan_precision p);
 int plan_precision_parse(const char *s, plan_precision *out);
