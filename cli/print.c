@@ -113,19 +113,7 @@ cJSON *cli_plan_summary_json(const plan_t *p)
     cJSON_AddBoolToObject(o, "fits", p->pred.fits);
     cJSON *mods = cJSON_AddArrayToObject(o, "modules");
     for (int k = 0; k < p->n_modules; k++) {
-        const plan_module *s = &p->mod[k];
-        cJSON *mo = cJSON_CreateObject();
-        cJSON_AddStringToObject(mo, "module", s->module);
-        cJSON_AddNumberToObject(mo, "pool", s->pool);
-        cJSON_AddNumberToObject(mo, "gpus", s->n_ranks);
-        cJSON_AddNumberToObject(mo, "first_rank", s->first_rank);
-        cJSON_AddNumberToObject(mo, "dp", s->dp);
-        cJSON_AddNumberToObject(mo, "tp", s->tp);
-        cJSON_AddNumberToObject(mo, "sp", s->sp);
-        cJSON_AddNumberToObject(mo, "pp", s->pp);
-        cJSON_AddNumberToObject(mo, "zero", s->zero);
-        cJSON_AddNumberToObject(mo, "micro_batch", s->micro_batch);
-        cJSON_AddStringToObject(mo, "recompute", plan_recompute_name(s->recompute));
+        cJSON *mo = plan_module_to_json(&p->mod[k]);
         cJSON_AddNumberToObject(mo, "mem_bytes", p->pred.peak_mem_bytes[k]);
         cJSON_AddItemToArray(mods, mo);
     }

@@ -29,7 +29,7 @@ static int parse_enum(const char *v, const char *const *names, int n)
     return -1;
 }
 
-static cJSON *module_to_json(const plan_module *s)
+cJSON *plan_module_to_json(const plan_module *s)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "module", s->module);
@@ -81,7 +81,7 @@ cJSON *plan_to_json(const plan_t *p)
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
     cJSON *mods = cJSON_AddArrayToObject(root, "modules");
-    for (int k = 0; k < p->n_modules; k++) cJSON_AddItemToArray(mods, module_to_json(&p->mod[k]));
+    for (int k = 0; k < p->n_modules; k++) cJSON_AddItemToArray(mods, plan_module_to_json(&p->mod[k]));
     cJSON_AddItemToObject(root, "prediction", prediction_to_json(p));
     return root;
 }

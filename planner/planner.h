@@ -83,6 +83,7 @@ typedef struct {
 int plan_write(const char *path, const plan_t *p, char *err);
 int plan_read(const char *path, plan_t *p, char *err);
 cJSON *plan_to_json(const plan_t *p);
+cJSON *plan_module_to_json(const plan_module *s);
 int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err);
 int plan_validate(const plan_t *p, char *err);
 /* Rank of module k's first GPU counted from its pool's first rank (pools start on node boundaries). */
