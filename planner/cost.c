@@ -243,6 +243,11 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
                          s->tp * s->sp, mm->heads, mm->kv_heads);
     /* A vocab that tp does not divide is padded, as Megatron-LM's --make-vocab-size-divisible-by does. */
     /* ffn need not divide by tp: uneven column shards (Qwen2.5-VL's ViT ffn 3420 under TP8). */
+    /* DeepSpeed refuses ZeRO-2/3 with pipeline parallelism (gradient and weight
+     * partitions conflict with per-micro-batch stage hand-offs); ZeRO-1 works. */
+    if (s->pp > 1 && s->zero >= 2)
+        return util_fail(err, UTIL_EINVAL, "%s: zero %d does not combine with pp %d (use zero <= 1)", mm->name,
+                         s->zero, s->pp);
     if (mm->layers % s->pp != 0)
         return util_fail(err, UTIL_EINVAL, "%s: pp %d does not divide %d layers", mm->name, s->pp, mm->layers);
     plan_seq q;

@@ -527,7 +527,9 @@ int plan_milp_solve(const plan_candidates *cs, const int *excluded, int n_exclud
     int status = glp_mip_status(lp);
     if ((ret != 0 && ret != GLP_ETMLIM) || (status != GLP_OPT && status != GLP_FEAS)) {
         glp_delete_prob(lp); util_free(L->fam); util_free(L);
-        return util_fail(err, UTIL_EINFEASIBLE, "planner: no plan fits (MILP %s)",
+        return util_fail(err, UTIL_EINFEASIBLE,
+                         "no plan fits: every combination of the %d candidate module strategies exceeds a GPU's memory "
+                         "or the GPU count (MILP %s)", cs->n,
                          status == GLP_NOFEAS || ret == GLP_ENOPFS ? "infeasible" : "found no solution");
     }
     *objective = glp_mip_obj_val(lp);
