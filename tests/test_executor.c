@@ -632,6 +632,9 @@ static void torch_ref_case(bool window)
     CHECK_MSG(eloss < 1e-4, "loss rel err %g", eloss);
     CHECK_MSG(egrad < 1e-4, "grad rel err %g in %s", egrad, wg);
     CHECK_MSG(eadam_loss < 1e-4, "AdamW loss rel err %g", eadam_loss);
+    /* Updates get 1e-3, not 1e-4: AdamW's m / (sqrt(v) + eps) is ill-conditioned for the
+     * few elements whose gradient nears 0 during the run, where the fp32 grad error
+     * (~1e-6 of the tensor norm) moves the step; measured worst 7.6e-4 in 1 of 2048. */
     CHECK_MSG(eparam < 1e-3, "AdamW update rel err %g in %s", eparam, wp);
 }
 
