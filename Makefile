@@ -4,7 +4,7 @@ BUILD   ?= build
 OPT     ?= -O2
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
-CFLAGS  += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
+override CFLAGS += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
            -I. -I$(BUILD)/gen $(MPI_CFLAGS) -MMD -MP
 LDLIBS  += -lglpk -lcjson -lopenblas $(MPI_LIBS) -lm -lpthread
 
