@@ -529,14 +529,18 @@ static double worst_tensor_err(ex_model *em, const double *ref, const float *p0,
     return w;
 }
 
-static void torch_ref_case(bool window)
+/* tied: tied embeddings and a sample without images (images_per_sample {0, 3}). */
+static void torch_ref_case(bool window, bool tied)
 {
     const char *script = getenv("DHP_TORCH_REF_SCRIPT");
     if (!script) { test_skip("driven by tests/t_torch_ref.sh (needs DHP_TORCH_REF_SCRIPT)"); return; }
     model_t m;
     tiny_vl(&m, window);
+    m.mod[1].tied_embeddings = tied;
+    if (tied) strcpy(m.name, "tiny-vl-tied");
     test_batch tb;
     make_batch(&tb, &m);
+    if (tied) { tb.ipb[0] = 0; tb.ipb[1] = 3; }
     ex_model *em;
     char err[UTIL_ERR_LEN], dir[] = "/tmp/dhp-torchref-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -638,5 +642,6 @@ static void torch_ref_case(bool window)
     CHECK_MSG(eparam < 1e-3, "AdamW update rel err %g in %s", eparam, wp);
 }
 
-TEST(executor_torch_ref_tiny_vl) { torch_ref_case(false); }
-TEST(executor_torch_ref_tiny_vl_window) { torch_ref_case(true); }
+TEST(executor_torch_ref_tiny_vl) { torch_ref_case(false, false); }
+TEST(executor_torch_ref_tiny_vl_window) { torch_ref_case(true, false); }
+TEST(executor_torch_ref_tiny_vl_tied_text_only_sample) { torch_ref_case(false, true); }
