@@ -26,6 +26,10 @@
 typedef struct ex_model ex_model;
 
 int ex_model_create(const model_t *m, uint64_t seed, ex_model **out, char *err);
+/* Only the modules whose bit (1u << index in m->mod) is set, e.g. the vision
+ * encoder on its own rank group; init is identical to the full model's. */
+int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, ex_model **out,
+                            char *err);
 void ex_model_free(ex_model *em);
 
 /* One batch. Images all have grid_h x grid_w patches (patches == grid_h *
@@ -60,6 +64,25 @@ int ex_step_forward_backward(ex_model *em, const ex_batch *b, float *loss, char 
 int ex_step_forward(ex_model *em, const ex_batch *b, float *loss, char *err);
 void ex_zero_grads(ex_model *em);
 
+/* The module-level pieces a step is made of, for running the encoder and the
+ * LLM on different rank groups. A step is exactly:
+ *   ex_vision_forward -> vis_out [vis_rows, llm hidden] (merged tokens of all images)
+ *   ex_llm_forward_backward(vis_in = vis_out) -> loss, dvis [vis_rows, llm hidden]
+ *   ex_vision_backward(dvis).
+ * Returned pointers are owned by em and valid until the next call of the same
+ * function. ex_vision_backward needs the batch of the last ex_vision_forward. */
+int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, int *vis_rows,
+                      char *err);
+int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *vis_in, bool backward,
+                            float *loss, const float **dvis, char *err);
+int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char *err);
+
+/* One module's flat parameter or gradient buffer (module_index into m->mod),
+ * e.g. for a data-parallel all-reduce of the gradients. UTIL_ENOTFOUND if the
+ * module is not on this instance. */
+typedef enum { EX_BUF_PARAMS = 0, EX_BUF_GRADS } ex_buffer_kind;
+int ex_module_buffer(ex_model *em, int module_index, ex_buffer_kind kind, float **ptr, size_t *n);
+
 /* AdamW with global gradient-norm clipping and a linear-warmup + cosine LR.
  * Weight decay applies to matrices only (tensors with 2 dimensions: linear
  * weights, patch embedding, token embedding, LM head), never to biases or
@@ -80,6 +103,12 @@ float ex_lr_at(const ex_optim_config *c, int step);
  * (not frozen) module, then zeroes the gradients. grad_norm / lr may be NULL. */
 int ex_optimizer_step(ex_model *em, const ex_optim_config *c, int step, float *grad_norm,
                       float *lr, char *err);
+/* The same in two halves, for parallel runs: the local sum of squares of the
+ * trainable gradients (to be summed over the ranks holding distinct shards),
+ * then clipping with the global norm, the update and zeroing. */
+double ex_grad_sumsq(const ex_model *em);
+int ex_optimizer_apply(ex_model *em, const ex_optim_config *c, int step, double grad_norm,
+                       float *lr, char *err);
 
 /* Named parameter tensors, for checkpoints and tests. Names look like
  * "vision.blocks.0.attn.q.weight", "llm.layers.1.mlp.down.weight". */

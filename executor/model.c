@@ -58,7 +58,7 @@ typedef struct {
     /* llm head */
     float *lnf, *rstdf, *gath, *logits, *dlogits;
     /* backward scratch */
-    float *dres, *dln, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dgath, *dlnf, *dh1, *da1, *dvout;
+    float *dres, *dln, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dgath, *dlnf, *dh1, *da1, *dvis;
 } ex_acts;
 
 typedef struct {
@@ -81,10 +81,10 @@ struct ex_model {
     model_t m;
     const ex_backend *be;
     ex_module vis, llm;
-    bool has_vis;
+    bool has_vis, has_llm;     /* modules instantiated on this rank */
+    int vis_index;             /* vision module in m, -1 if the model has none */
     int adam_t;
     /* last forward's batch geometry */
-    ex_batch batch;
     int merged_per_image, n_pred;
     int32_t *targets;
     int *pred_rows;
@@ -325,6 +325,12 @@ static int module_create(ex_module *md, const model_module *mm, uint64_t seed, c
 
 int ex_model_create(const model_t *m, uint64_t seed, ex_model **out, char *err)
 {
+    return ex_model_create_modules(m, seed, ~0u, out, err);
+}
+
+int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, ex_model **out,
+                            char *err)
+{
     *out = NULL;
     if (m->llm < 0 || m->llm >= m->n_modules || m->mod[m->llm].kind != MODEL_LLM)
         return util_fail(err, UTIL_EINVAL, "executor: model %s: no LLM module", m->name);
@@ -346,8 +352,11 @@ int ex_model_create(const model_t *m, uint64_t seed, ex_model **out, char *err)
     if (!em) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
     em->m = *m;
     em->be = ex_backend_cpu();
-    em->has_vis = vis >= 0;
-    rc = module_create(&em->llm, llm, seed, err);
+    em->vis_index = vis;
+    em->has_vis = vis >= 0 && (modules >> vis & 1u);
+    em->has_llm = modules >> m->llm & 1u;
+    if (!em->has_vis && !em->has_llm) rc = util_fail(err, UTIL_EINVAL, "executor: model %s: no module selected", m->name);
+    if (!rc && em->has_llm) rc = module_create(&em->llm, llm, seed, err);
     if (!rc && em->has_vis) rc = module_create(&em->vis, &m->mod[vis], seed, err);
     if (rc) { ex_model_free(em); return rc; }
     *out = em;
@@ -367,7 +376,7 @@ void ex_model_free(ex_model *em)
 /* ----------------------------------------------------------- activations */
 
 /* Carves the activation block of a module for n rows (vision: m_rows merged
- * rows; llm: n_pred predicted rows). With base == NULL only counts floats. */
+ * rows; llm: m_rows vision-token rows, n_pred predicted rows). With base == NULL only counts floats. */
 static size_t acts_layout(ex_module *md, float *base, int n, int m_rows, int n_pred)
 {
     const model_module *mm = &md->mm;
@@ -392,12 +401,12 @@ static size_t acts_layout(ex_module *md, float *base, int n, int m_rows, int n_p
         size_t M = (size_t)m_rows, ph = mm->proj_hidden, oh = mm->out_hidden;
         TAKE(a->mln, N * d); TAKE(a->mrstd, N);
         TAKE(a->h1, M * ph); TAKE(a->a1, M * ph); TAKE(a->vout, M * oh);
-        TAKE(a->dh1, M * ph); TAKE(a->da1, M * ph); TAKE(a->dvout, M * oh);
+        TAKE(a->dh1, M * ph); TAKE(a->da1, M * ph);
     } else {
         size_t P = (size_t)n_pred, V = mm->vocab;
         TAKE(a->lnf, N * d); TAKE(a->rstdf, N);
         TAKE(a->gath, P * d); TAKE(a->logits, P * V); TAKE(a->dlogits, P * V);
-        TAKE(a->dgath, P * d); TAKE(a->dlnf, N * d);
+        TAKE(a->dgath, P * d); TAKE(a->dlnf, N * d); TAKE(a->dvis, (size_t)m_rows * d);
     }
 #undef TAKE
     return off;
@@ -583,8 +592,8 @@ static int vision_forward(ex_model *em, const ex_batch *b, char *err)
     return UTIL_OK;
 }
 
-/* Vision backward from a->dvout [N/m^2, out] down to the patch embedding weights. */
-static void vision_backward(ex_model *em, const ex_batch *b)
+/* Vision backward from dvout [N/m^2, out] down to the patch embedding weights. */
+static void vision_backward(ex_model *em, const ex_batch *b, const float *dvout)
 {
     ex_module *md = &em->vis;
     const model_module *mm = &md->mm;
@@ -593,7 +602,7 @@ static void vision_backward(ex_model *em, const ex_batch *b)
     int N = md->n_rows, Mr = N / (mm->merge * mm->merge);
     size_t Mph = (size_t)Mr * mm->proj_hidden;
     be->zero(a->da1, Mph);
-    be->linear_backward(a->da1, md->g.m2w, md->g.m2b, a->dvout, a->a1, md->w.m2w, Mr, mm->proj_hidden, mm->out_hidden);
+    be->linear_backward(a->da1, md->g.m2w, md->g.m2b, dvout, a->a1, md->w.m2w, Mr, mm->proj_hidden, mm->out_hidden);
     be->zero(a->dh1, Mph);
     be->gelu_backward(a->dh1, a->da1, a->h1, Mph);
     be->zero(a->dln, (size_t)N * md->d);
@@ -623,10 +632,17 @@ static void llm_rope_tables(ex_module *md)
             }
 }
 
+static int merged_per_image(const ex_model *em, const ex_batch *b)
+{
+    if (b->n_images == 0 || em->vis_index < 0) return 0;
+    int m = em->m.mod[em->vis_index].merge;
+    return b->patches / (m * m);
+}
+
 /* LLM forward: x0 = [vision tokens of sample b's images, wte[text tokens]] per sample,
  * causal blocks, final rmsnorm, logits[P, V] = head(rows of the P predicting text
- * positions), loss = mean CE(logits, next text token). vis_out [n_images * mpi, d]. */
-static int llm_forward(ex_model *em, const ex_batch *b, const float *vis_out, bool backward,
+ * positions), loss = mean CE(logits, next text token). vis_in [n_images * mpi, d]. */
+static int llm_forward(ex_model *em, const ex_batch *b, const float *vis_in, bool backward,
                        float *loss, char *err)
 {
     ex_module *md = &em->llm;
@@ -634,7 +650,7 @@ static int llm_forward(ex_model *em, const ex_batch *b, const float *vis_out, bo
     int T = b->text_tokens, B = b->batch, mpi = em->merged_per_image, d = md->d;
     int V = md->mm.vocab, Np = B * (T - 1), N = 0;
     for (int s = 0; s < B; s++) N += (b->images_per_sample ? b->images_per_sample[s] : 0) * mpi + T;
-    int rc = acts_ensure(md, N, 0, Np, B, err);
+    int rc = acts_ensure(md, N, b->n_images * mpi, Np, B, err);
     if (rc) return rc;
     if (Np > em->targets_cap) {
         util_free(em->targets);
@@ -650,7 +666,7 @@ static int llm_forward(ex_model *em, const ex_batch *b, const float *vis_out, bo
     int img = 0, k = 0;
     for (int s = 0; s < B; s++) {
         int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, r0 = md->cu[s];
-        be->copy(x0 + (size_t)r0 * d, vis_out + (size_t)img * mpi * d, (size_t)nimg * mpi * d);
+        if (nimg) be->copy(x0 + (size_t)r0 * d, vis_in + (size_t)img * mpi * d, (size_t)nimg * mpi * d);
         img += nimg;
         int t0 = r0 + nimg * mpi;
         be->embedding_forward(x0 + (size_t)t0 * d, md->w.wte, b->tokens + (size_t)s * T, T, d);
@@ -670,13 +686,13 @@ static int llm_forward(ex_model *em, const ex_batch *b, const float *vis_out, bo
         be->copy(a->gath + (size_t)i * d, a->lnf + (size_t)em->pred_rows[i] * d, (size_t)d);
     be->linear_forward(a->logits, a->gath, md->w.head, NULL, Np, d, V);
     double total = be->cross_entropy(backward ? a->dlogits : NULL, a->logits, em->targets, Np, V,
-                                     Np ? 1.0f / (float)Np : 0.0f);
-    *loss = Np ? (float)(total / Np) : 0.0f;
+                                     1.0f / (float)Np);
+    *loss = (float)(total / Np);
     return UTIL_OK;
 }
 
-/* LLM backward from dlogits; writes dL/d(vision tokens) into dvis [n_images * mpi, d]. */
-static void llm_backward(ex_model *em, const ex_batch *b, float *dvis)
+/* LLM backward from dlogits; writes dL/d(vision tokens) into a->dvis [n_images * mpi, d]. */
+static void llm_backward(ex_model *em, const ex_batch *b)
 {
     ex_module *md = &em->llm;
     const ex_backend *be = em->be;
@@ -694,7 +710,7 @@ static void llm_backward(ex_model *em, const ex_batch *b, float *dvis)
     int img = 0;
     for (int s = 0; s < md->n_seq; s++) {
         int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, r0 = md->cu[s];
-        if (dvis) be->copy(dvis + (size_t)img * mpi * d, a->dres + (size_t)r0 * d, (size_t)nimg * mpi * d);
+        if (nimg) be->copy(a->dvis + (size_t)img * mpi * d, a->dres + (size_t)r0 * d, (size_t)nimg * mpi * d);
         img += nimg;
         be->embedding_backward(md->g.wte, a->dres + (size_t)(r0 + nimg * mpi) * d,
                                b->tokens + (size_t)s * T, T, d);
@@ -703,24 +719,33 @@ static void llm_backward(ex_model *em, const ex_batch *b, float *dvis)
 
 /* ------------------------------------------------------------------ step */
 
-static int check_batch(const ex_model *em, const ex_batch *b, char *err)
+static int check_images(const ex_model *em, const ex_batch *b, char *err)
 {
-    const model_module *llm = &em->llm.mm;
-    if (b->batch <= 0 || b->text_tokens < 2 || !b->tokens)
-        return util_fail(err, UTIL_EINVAL, "executor: batch: needs batch > 0, text_tokens >= 2 and tokens");
-    for (int64_t i = 0; i < (int64_t)b->batch * b->text_tokens; i++)
-        if (b->tokens[i] < 0 || b->tokens[i] >= llm->vocab)
-            return util_fail(err, UTIL_EINVAL, "executor: batch: tokens[%lld] = %d outside vocab %d", (long long)i, (int)b->tokens[i], llm->vocab);
     if (b->n_images < 0) return util_fail(err, UTIL_EINVAL, "executor: batch: n_images %d < 0", b->n_images);
     if (b->n_images == 0) return UTIL_OK;
-    if (!em->has_vis) return util_fail(err, UTIL_EINVAL, "executor: batch: %d images but the model has no vision encoder", b->n_images);
-    const model_module *vm = &em->vis.mm;
+    if (em->vis_index < 0) return util_fail(err, UTIL_EINVAL, "executor: batch: %d images but the model has no vision encoder", b->n_images);
+    const model_module *vm = &em->m.mod[em->vis_index];
     if (!b->pixels || !b->images_per_sample)
         return util_fail(err, UTIL_EINVAL, "executor: batch: images without pixels or images_per_sample");
     if (b->patches != b->grid_h * b->grid_w)
         return util_fail(err, UTIL_EINVAL, "executor: batch: patches %d != grid %dx%d", b->patches, b->grid_h, b->grid_w);
     if (vm->window > 0 && b->patches % vm->window)
         return util_fail(err, UTIL_EINVAL, "executor: batch: patches %d not a multiple of window %d", b->patches, vm->window);
+    if (b->patches % (vm->merge * vm->merge))
+        return util_fail(err, UTIL_EINVAL, "executor: batch: patches %d not a multiple of merge^2 %d", b->patches, vm->merge * vm->merge);
+    return UTIL_OK;
+}
+
+static int check_text(const ex_model *em, const ex_batch *b, char *err)
+{
+    const model_module *llm = &em->m.mod[em->m.llm];
+    if (b->batch <= 0 || b->text_tokens < 2 || !b->tokens)
+        return util_fail(err, UTIL_EINVAL, "executor: batch: needs batch > 0, text_tokens >= 2 and tokens");
+    for (int64_t i = 0; i < (int64_t)b->batch * b->text_tokens; i++)
+        if (b->tokens[i] < 0 || b->tokens[i] >= llm->vocab)
+            return util_fail(err, UTIL_EINVAL, "executor: batch: tokens[%lld] = %d outside vocab %d", (long long)i, (int)b->tokens[i], llm->vocab);
+    int rc = check_images(em, b, err);
+    if (rc || b->n_images == 0) return rc;
     int sum = 0;
     for (int s = 0; s < b->batch; s++) {
         if (b->images_per_sample[s] < 0) return util_fail(err, UTIL_EINVAL, "executor: batch: images_per_sample[%d] < 0", s);
@@ -731,24 +756,53 @@ static int check_batch(const ex_model *em, const ex_batch *b, char *err)
     return UTIL_OK;
 }
 
+int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, int *vis_rows, char *err)
+{
+    if (!em->has_vis) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_forward: no vision module on this model instance");
+    int rc = check_images(em, b, err);
+    if (rc) return rc;
+    if (b->n_images == 0) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_forward: batch has no images");
+    if ((rc = vision_forward(em, b, err))) return rc;
+    *vis_out = em->vis.a.vout;
+    if (vis_rows) *vis_rows = b->n_images * merged_per_image(em, b);
+    return UTIL_OK;
+}
+
+int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char *err)
+{
+    if (!em->has_vis) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: no vision module on this model instance");
+    if (em->vis.n_rows != b->n_images * b->patches)
+        return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: batch differs from the last ex_vision_forward");
+    if (!em->vis.mm.frozen) vision_backward(em, b, dvis);
+    return UTIL_OK;
+}
+
+int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *vis_in, bool backward,
+                            float *loss, const float **dvis, char *err)
+{
+    if (!em->has_llm) return util_fail(err, UTIL_EINVAL, "executor: ex_llm_forward_backward: no LLM module on this model instance");
+    int rc = check_text(em, b, err);
+    if (rc) return rc;
+    if (b->n_images > 0 && !vis_in) return util_fail(err, UTIL_EINVAL, "executor: ex_llm_forward_backward: batch has images but vis_in is NULL");
+    em->merged_per_image = merged_per_image(em, b);
+    if ((rc = llm_forward(em, b, vis_in, backward, loss, err))) return rc;
+    if (!isfinite(*loss)) return util_fail(err, UTIL_ERUNTIME, "executor: loss is %g", (double)*loss);
+    if (backward) llm_backward(em, b);
+    if (dvis) *dvis = backward ? em->llm.a.dvis : NULL;
+    return UTIL_OK;
+}
+
 static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, char *err)
 {
-    int rc = check_batch(em, b, err);
+    if (!em->has_llm || (em->vis_index >= 0 && !em->has_vis))
+        return util_fail(err, UTIL_EINVAL, "executor: a whole step needs every module on this instance (use the module-level calls)");
+    int rc = check_text(em, b, err);
     if (rc) return rc;
-    em->batch = *b;
-    const float *vis_out = NULL;
-    em->merged_per_image = 0;
-    if (b->n_images > 0) {
-        em->merged_per_image = b->patches / (em->vis.mm.merge * em->vis.mm.merge);
-        if ((rc = vision_forward(em, b, err))) return rc;
-        vis_out = em->vis.a.vout;
-    }
-    if ((rc = llm_forward(em, b, vis_out, backward, loss, err))) return rc;
-    if (!isfinite(*loss)) return util_fail(err, UTIL_ERUNTIME, "executor: loss is %g", (double)*loss);
-    if (!backward) return UTIL_OK;
-    llm_backward(em, b, b->n_images > 0 ? em->vis.a.dvout : NULL);
-    if (b->n_images > 0 && !em->vis.mm.frozen) vision_backward(em, b);
-    return UTIL_OK;
+    const float *vis_out = NULL, *dvis = NULL;
+    if (b->n_images > 0 && (rc = ex_vision_forward(em, b, &vis_out, NULL, err))) return rc;
+    if ((rc = ex_llm_forward_backward(em, b, vis_out, backward, loss, &dvis, err))) return rc;
+    if (backward && b->n_images > 0) rc = ex_vision_backward(em, b, dvis, err);
+    return rc;
 }
 
 int ex_step_forward_backward(ex_model *em, const ex_batch *b, float *loss, char *err)
@@ -763,7 +817,7 @@ int ex_step_forward(ex_model *em, const ex_batch *b, float *loss, char *err)
 
 void ex_zero_grads(ex_model *em)
 {
-    em->be->zero(em->llm.grads, em->llm.n_params);
+    if (em->has_llm) em->be->zero(em->llm.grads, em->llm.n_params);
     if (em->has_vis) em->be->zero(em->vis.grads, em->vis.n_params);
 }
 
@@ -780,21 +834,26 @@ float ex_lr_at(const ex_optim_config *c, int step)
 
 static bool trainable(const ex_module *md) { return md->params && !md->mm.frozen; }
 
-int ex_optimizer_step(ex_model *em, const ex_optim_config *c, int step, float *grad_norm,
-                      float *lr_out, char *err)
+double ex_grad_sumsq(const ex_model *em)
+{
+    const ex_module *mods[2] = { &em->vis, &em->llm };
+    double ss = 0;
+    for (int i = 0; i < 2; i++)
+        if (trainable(mods[i])) ss += em->be->sumsq(mods[i]->grads, mods[i]->n_params);
+    return ss;
+}
+
+int ex_optimizer_apply(ex_model *em, const ex_optim_config *c, int step, double grad_norm,
+                       float *lr_out, char *err)
 {
     if (!(c->lr >= 0) || !(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) || !(c->eps > 0))
         return util_fail(err, UTIL_EINVAL, "executor: optimizer: need lr >= 0, 0 <= beta1, beta2 < 1, eps > 0");
+    if (!isfinite(grad_norm)) return util_fail(err, UTIL_ERUNTIME, "executor: gradient norm is %g", grad_norm);
     const ex_backend *be = em->be;
     ex_module *mods[2] = { &em->vis, &em->llm };
-    double ss = 0;
-    for (int i = 0; i < 2; i++)
-        if (trainable(mods[i])) ss += be->sumsq(mods[i]->grads, mods[i]->n_params);
-    float norm = (float)sqrt(ss);
-    if (!isfinite(norm)) return util_fail(err, UTIL_ERUNTIME, "executor: gradient norm is %g", (double)norm);
     float lr = ex_lr_at(c, step);
     if (c->grad_clip > 0) {
-        float coef = c->grad_clip / (norm + 1e-6f);
+        float coef = c->grad_clip / ((float)grad_norm + 1e-6f);
         if (coef < 1.0f)
             for (int i = 0; i < 2; i++)
                 if (trainable(mods[i])) be->scale_inplace(mods[i]->grads, coef, mods[i]->n_params);
@@ -812,10 +871,29 @@ int ex_optimizer_step(ex_model *em, const ex_optim_config *c, int step, float *g
         }
     }
     ex_zero_grads(em);
-    if (grad_norm) *grad_norm = norm;
     if (lr_out) *lr_out = lr;
     return UTIL_OK;
 }
+
+int ex_optimizer_step(ex_model *em, const ex_optim_config *c, int step, float *grad_norm,
+                      float *lr_out, char *err)
+{
+    double norm = sqrt(ex_grad_sumsq(em));
+    if (grad_norm) *grad_norm = (float)norm;
+    return ex_optimizer_apply(em, c, step, norm, lr_out, err);
+}
+
+int ex_module_buffer(ex_model *em, int module_index, ex_buffer_kind kind, float **ptr, size_t *n)
+{
+    ex_module *md = NULL;
+    if (module_index == em->m.llm && em->has_llm) md = &em->llm;
+    else if (module_index == em->vis_index && em->has_vis) md = &em->vis;
+    if (!md) return UTIL_ENOTFOUND;
+    *ptr = kind == EX_BUF_PARAMS ? md->params : md->grads;
+    *n = md->n_params;
+    return UTIL_OK;
+}
+
 
 /* ------------------------------------------------------------ parameters */
 
