@@ -474,6 +474,50 @@ TEST(executor_model_adamw_overfits_one_batch_and_raw_roundtrips)
     CHECK(l1 == l2);
 }
 
+static bool same_buffer(ex_model *a, ex_model *b, int module, ex_buffer_kind k)
+{
+    float *pa, *pb;
+    size_t na, nb;
+    if (ex_module_buffer(a, module, k, &pa, &na) || ex_module_buffer(b, module, k, &pb, &nb)) return false;
+    return na == nb && !memcmp(pa, pb, na * sizeof(float));
+}
+
+/* The encoder and the LLM on separate instances (as on separate rank groups),
+ * joined by ex_vision_forward / ex_llm_forward_backward / ex_vision_backward,
+ * give exactly the whole-model step: same loss, same gradients. */
+TEST(executor_split_modules_reproduce_the_whole_step)
+{
+    model_t m;
+    tiny_vl(&m, true);
+    test_batch tb;
+    make_batch(&tb, &m);
+    ex_model *whole = NULL, *vis = NULL, *llm = NULL;
+    char err[UTIL_ERR_LEN] = "";
+    float lw = 0, ls = 0;
+    const float *vout, *dvis;
+    int rows = 0;
+    int rc = ex_model_create(&m, 5, &whole, err);
+    if (!rc) rc = ex_model_create_modules(&m, 5, 1u << 0, &vis, err);
+    if (!rc) rc = ex_model_create_modules(&m, 5, 1u << 1, &llm, err);
+    if (!rc) rc = ex_step_forward_backward(whole, &tb.b, &lw, err);
+    if (!rc) rc = ex_vision_forward(vis, &tb.b, &vout, &rows, err);
+    if (!rc) rc = ex_llm_forward_backward(llm, &tb.b, vout, true, &ls, &dvis, err);
+    if (!rc) rc = ex_vision_backward(vis, &tb.b, dvis, err);
+    bool same = !rc && lw == ls && same_buffer(whole, vis, 0, EX_BUF_GRADS) && same_buffer(whole, llm, 1, EX_BUF_GRADS) &&
+                same_buffer(whole, vis, 0, EX_BUF_PARAMS) && same_buffer(whole, llm, 1, EX_BUF_PARAMS);
+    float *p;
+    size_t n;
+    int missing = llm ? ex_module_buffer(llm, 0, EX_BUF_GRADS, &p, &n) : 0;
+    float l3;
+    int whole_step = llm ? ex_step_forward_backward(llm, &tb.b, &l3, err) : 0;
+    ex_model_free(whole); ex_model_free(vis); ex_model_free(llm); free_batch(&tb);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK_EQ_INT(rows, 3 * 16);
+    CHECK(same);
+    CHECK_EQ_INT(missing, UTIL_ENOTFOUND);
+    CHECK_EQ_INT(whole_step, UTIL_EINVAL);
+}
+
 /* --------------------------------------------------- PyTorch reference */
 
 static int write_file(const char *dir, const char *name, const void *data, size_t n)
