@@ -30,6 +30,7 @@ typedef struct ex_backend {
     void (*zero)(float *x, size_t n);
     void (*copy)(float *dst, const float *src, size_t n);
     void (*add_inplace)(float *y, const float *x, size_t n);         /* y += x */
+    void (*add_bias)(float *y, const float *b, int n, int d);         /* y[r, :] += b */
     void (*scale_inplace)(float *y, float s, size_t n);              /* y *= s */
     double (*sumsq)(const float *x, size_t n);                       /* sum x^2 */
 

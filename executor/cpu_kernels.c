@@ -10,6 +10,11 @@
 static void cpu_zero(float *x, size_t n) { if (n) memset(x, 0, n * sizeof *x); }
 static void cpu_copy(float *dst, const float *src, size_t n) { if (n) memmove(dst, src, n * sizeof *dst); }
 static void cpu_add_inplace(float *y, const float *x, size_t n) { for (size_t i = 0; i < n; i++) y[i] += x[i]; }
+static void cpu_add_bias(float *y, const float *b, int n, int d)
+{
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < d; j++) y[(size_t)r * d + j] += b[j];
+}
 static void cpu_scale_inplace(float *y, float s, size_t n) { for (size_t i = 0; i < n; i++) y[i] *= s; }
 
 static double cpu_sumsq(const float *x, size_t n)
@@ -313,6 +318,7 @@ static const ex_backend cpu_backend = {
     .zero = cpu_zero,
     .copy = cpu_copy,
     .add_inplace = cpu_add_inplace,
+    .add_bias = cpu_add_bias,
     .scale_inplace = cpu_scale_inplace,
     .sumsq = cpu_sumsq,
     .linear_forward = cpu_linear_forward,

@@ -30,6 +30,20 @@ int ex_model_create(const model_t *m, uint64_t seed, ex_model **out, char *err);
  * encoder on its own rank group; init is identical to the full model's. */
 int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, ex_model **out,
                             char *err);
+
+/* Megatron-style tensor parallelism of the LLM: rank tp_rank of tp_size holds
+ * heads / tp, kv_heads / tp query / kv heads and ffn / tp MLP columns (q, k, v,
+ * gate, up split by rows; o, down by columns; norms, biases of o / down,
+ * embeddings and LM head replicated). allreduce_sum sums a buffer in place
+ * over the tp group; every rank of the group calls each step function together.
+ * Shards are initialised as slices of the full tensors (same seed). */
+typedef struct {
+    int tp_size, tp_rank;
+    void *ctx;
+    int (*allreduce_sum)(void *ctx, float *buf, size_t n);
+} ex_parallel;
+int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
+                             const ex_parallel *llm_par, ex_model **out, char *err);
 void ex_model_free(ex_model *em);
 
 /* One batch. Images all have grid_h x grid_w patches (patches == grid_h *
@@ -106,7 +120,7 @@ int ex_optimizer_step(ex_model *em, const ex_optim_config *c, int step, float *g
 /* The same in two halves, for parallel runs: the local sum of squares of the
  * trainable gradients (to be summed over the ranks holding distinct shards),
  * then clipping with the global norm, the update and zeroing. */
-double ex_grad_sumsq(const ex_model *em);
+double ex_grad_sumsq(const ex_model *em);   /* replicated tensors (any module) counted on LLM tp_rank 0 only */
 int ex_optimizer_apply(ex_model *em, const ex_optim_config *c, int step, double grad_norm,
                        float *lr, char *err);
 
@@ -115,7 +129,10 @@ int ex_optimizer_apply(ex_model *em, const ex_optim_config *c, int step, double 
 typedef struct {
     const char *name;
     int ndim;
-    int64_t shape[2];
+    int64_t shape[2];          /* this instance's (shard) shape */
+    int64_t full_shape[2];     /* the whole tensor's shape */
+    int64_t start[2];          /* the shard's first row and column in the whole tensor */
+    bool sharded;              /* split over the tensor-parallel group; else replicated */
     int64_t numel;
     float *data;
     float *grad;

@@ -36,7 +36,9 @@ typedef struct {
 typedef struct {
     char name[96];
     int ndim;
-    int64_t shape[2];
+    int64_t shape[2];          /* local shard shape */
+    int64_t full[2], start[2]; /* the full tensor's shape and this shard's first row / column */
+    bool sharded;              /* split over the tensor-parallel group (else replicated) */
     size_t off, numel;
     bool decay;
     float init_std;          /* 0: constant init_const */
@@ -64,6 +66,9 @@ typedef struct {
 typedef struct {
     model_module mm;
     int d, H, Hkv, hd, f;      /* local shard shapes */
+    int tp, tp_rank;           /* tensor-parallel group size and rank (1, 0 = none) */
+    ex_parallel par;
+    int comm_rc;               /* first failing allreduce_sum's code, 0 if none */
     int n_tensors, cap_tensors;
     ex_tensor *t;
     size_t n_params;
@@ -110,6 +115,8 @@ static int add_tensor(ex_module *md, const char *name, int ndim, int64_t d0, int
     t->shape[0] = d0;
     t->shape[1] = ndim > 1 ? d1 : 1;
     t->numel = (size_t)(d0 * t->shape[1]);
+    t->full[0] = t->shape[0];
+    t->full[1] = t->shape[1];
     t->off = md->n_params;
     t->decay = ndim >= 2;
     t->init_std = std;
@@ -120,10 +127,22 @@ static int add_tensor(ex_module *md, const char *name, int ndim, int64_t d0, int
     return UTIL_OK;
 }
 
+/* Marks the last tensor as this rank's tp slice along axis (0 rows, 1 columns). */
+static void shard_last(ex_module *md, int axis)
+{
+    ex_tensor *t = &md->t[md->n_tensors - 1];
+    if (md->tp <= 1) return;
+    t->full[axis] = t->shape[axis] * md->tp;
+    t->start[axis] = t->shape[axis] * md->tp_rank;
+    t->sharded = true;
+}
+
 #define ADD_MAT(nm, o, i, field, std) \
     do { int _rc = add_tensor(md, nm, 2, o, i, &W->field, &G->field, std, 0, err); if (_rc) return _rc; } while (0)
 #define ADD_VEC(nm, n, field, cst) \
     do { int _rc = add_tensor(md, nm, 1, n, 1, &W->field, &G->field, 0, cst, err); if (_rc) return _rc; } while (0)
+#define ADD_MAT_SHARD(nm, o, i, field, std, axis) do { ADD_MAT(nm, o, i, field, std); shard_last(md, axis); } while (0)
+#define ADD_VEC_SHARD(nm, n, field, cst) do { ADD_VEC(nm, n, field, cst); shard_last(md, 0); } while (0)
 
 static int layout_blocks(ex_module *md, char *err)
 {
@@ -136,20 +155,20 @@ static int layout_blocks(ex_module *md, char *err)
         ex_block_w *W = &md->w.blk[l], *G = &md->g.blk[l];
 #define N_(s) (snprintf(nm, sizeof nm, "%s.%d.%s", blk, l, s), nm)
         ADD_VEC(N_("norm1.weight"), d, ln1, 1.0f);
-        ADD_MAT(N_("attn.q.weight"), qd, d, wq, EX_INIT_STD);
-        if (mm->qkv_bias) ADD_VEC(N_("attn.q.bias"), qd, bq, 0.0f);
-        ADD_MAT(N_("attn.k.weight"), kd, d, wk, EX_INIT_STD);
-        if (mm->qkv_bias) ADD_VEC(N_("attn.k.bias"), kd, bk, 0.0f);
-        ADD_MAT(N_("attn.v.weight"), kd, d, wv, EX_INIT_STD);
-        if (mm->qkv_bias) ADD_VEC(N_("attn.v.bias"), kd, bv, 0.0f);
-        ADD_MAT(N_("attn.o.weight"), d, qd, wo, std_out);
+        ADD_MAT_SHARD(N_("attn.q.weight"), qd, d, wq, EX_INIT_STD, 0);
+        if (mm->qkv_bias) ADD_VEC_SHARD(N_("attn.q.bias"), qd, bq, 0.0f);
+        ADD_MAT_SHARD(N_("attn.k.weight"), kd, d, wk, EX_INIT_STD, 0);
+        if (mm->qkv_bias) ADD_VEC_SHARD(N_("attn.k.bias"), kd, bk, 0.0f);
+        ADD_MAT_SHARD(N_("attn.v.weight"), kd, d, wv, EX_INIT_STD, 0);
+        if (mm->qkv_bias) ADD_VEC_SHARD(N_("attn.v.bias"), kd, bv, 0.0f);
+        ADD_MAT_SHARD(N_("attn.o.weight"), d, qd, wo, std_out, 1);
         if (mm->out_bias) ADD_VEC(N_("attn.o.bias"), d, bo, 0.0f);
         ADD_VEC(N_("norm2.weight"), d, ln2, 1.0f);
-        ADD_MAT(N_("mlp.gate.weight"), f, d, wg, EX_INIT_STD);
-        if (mm->mlp_bias) ADD_VEC(N_("mlp.gate.bias"), f, bg, 0.0f);
-        ADD_MAT(N_("mlp.up.weight"), f, d, wu, EX_INIT_STD);
-        if (mm->mlp_bias) ADD_VEC(N_("mlp.up.bias"), f, bu, 0.0f);
-        ADD_MAT(N_("mlp.down.weight"), d, f, wd, std_out);
+        ADD_MAT_SHARD(N_("mlp.gate.weight"), f, d, wg, EX_INIT_STD, 0);
+        if (mm->mlp_bias) ADD_VEC_SHARD(N_("mlp.gate.bias"), f, bg, 0.0f);
+        ADD_MAT_SHARD(N_("mlp.up.weight"), f, d, wu, EX_INIT_STD, 0);
+        if (mm->mlp_bias) ADD_VEC_SHARD(N_("mlp.up.bias"), f, bu, 0.0f);
+        ADD_MAT_SHARD(N_("mlp.down.weight"), d, f, wd, std_out, 1);
         if (mm->mlp_bias) ADD_VEC(N_("mlp.down.bias"), d, bd, 0.0f);
 #undef N_
     }
@@ -202,11 +221,14 @@ static uint64_t fnv1a64(const char *s)
     return h;
 }
 
-/* Standard normal by Box-Muller over two 53-bit uniforms in (0, 1). */
-static double rng_normal(uint64_t *s)
+/* Element j of a tensor's N(0, 1) stream: Box-Muller over the 53-bit uniforms
+ * of splitmix64 outputs 2j and 2j+1 from state s0 (stateless, so any shard
+ * draws exactly its slice of the full tensor). */
+static double rng_normal_at(uint64_t s0, uint64_t j)
 {
-    double u1 = ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-    double u2 = ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    uint64_t a = s0 + 2 * j * 0x9E3779B97F4A7C15ull, b = a + 0x9E3779B97F4A7C15ull;
+    double u1 = ((splitmix64(&a) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double u2 = ((splitmix64(&b) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
@@ -219,9 +241,12 @@ static void init_module(ex_module *md, uint64_t seed)
             for (size_t j = 0; j < t->numel; j++) p[j] = t->init_const;
             continue;
         }
-        uint64_t s = seed ^ fnv1a64(t->name);
-        splitmix64(&s);
-        for (size_t j = 0; j < t->numel; j++) p[j] = (float)(t->init_std * rng_normal(&s));
+        uint64_t s0 = seed ^ fnv1a64(t->name);
+        for (int64_t r = 0; r < t->shape[0]; r++)
+            for (int64_t c = 0; c < t->shape[1]; c++) {
+                uint64_t j = (uint64_t)((t->start[0] + r) * t->full[1] + t->start[1] + c);
+                p[r * t->shape[1] + c] = (float)(t->init_std * rng_normal_at(s0, j));
+            }
     }
 }
 
@@ -286,15 +311,23 @@ static void module_free(ex_module *md)
     memset(md, 0, sizeof *md);
 }
 
-static int module_create(ex_module *md, const model_module *mm, uint64_t seed, char *err)
+static int module_create(ex_module *md, const model_module *mm, uint64_t seed,
+                         const ex_parallel *par, char *err)
 {
     memset(md, 0, sizeof *md);
     md->mm = *mm;
+    md->tp = par && par->tp_size > 1 ? par->tp_size : 1;
+    md->tp_rank = md->tp > 1 ? par->tp_rank : 0;
+    if (par) md->par = *par;
+    if (mm->heads % md->tp || mm->kv_heads % md->tp || mm->ffn % md->tp)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_size %d does not divide heads %d, kv_heads %d and ffn %d", mm->name, md->tp, mm->heads, mm->kv_heads, mm->ffn);
+    if (md->tp > 1 && (md->tp_rank < 0 || md->tp_rank >= md->tp || !par->allreduce_sum))
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_rank %d outside tp_size %d or no allreduce_sum", mm->name, md->tp_rank, md->tp);
     md->d = mm->hidden;
-    md->H = mm->heads;
-    md->Hkv = mm->kv_heads;
+    md->H = mm->heads / md->tp;
+    md->Hkv = mm->kv_heads / md->tp;
     md->hd = mm->head_dim;
-    md->f = mm->ffn;
+    md->f = mm->ffn / md->tp;
     md->w.blk = util_calloc((size_t)mm->layers, sizeof(ex_block_w));
     md->g.blk = util_calloc((size_t)mm->layers, sizeof(ex_block_w));
     md->a.blk = util_calloc((size_t)mm->layers, sizeof(ex_block_acts));
@@ -325,11 +358,17 @@ static int module_create(ex_module *md, const model_module *mm, uint64_t seed, c
 
 int ex_model_create(const model_t *m, uint64_t seed, ex_model **out, char *err)
 {
-    return ex_model_create_modules(m, seed, ~0u, out, err);
+    return ex_model_create_parallel(m, seed, ~0u, NULL, out, err);
 }
 
 int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, ex_model **out,
                             char *err)
+{
+    return ex_model_create_parallel(m, seed, modules, NULL, out, err);
+}
+
+int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
+                             const ex_parallel *llm_par, ex_model **out, char *err)
 {
     *out = NULL;
     if (m->llm < 0 || m->llm >= m->n_modules || m->mod[m->llm].kind != MODEL_LLM)
@@ -356,8 +395,8 @@ int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, e
     em->has_vis = vis >= 0 && (modules >> vis & 1u);
     em->has_llm = modules >> m->llm & 1u;
     if (!em->has_vis && !em->has_llm) rc = util_fail(err, UTIL_EINVAL, "executor: model %s: no module selected", m->name);
-    if (!rc && em->has_llm) rc = module_create(&em->llm, llm, seed, err);
-    if (!rc && em->has_vis) rc = module_create(&em->vis, &m->mod[vis], seed, err);
+    if (!rc && em->has_llm) rc = module_create(&em->llm, llm, seed, llm_par, err);
+    if (!rc && em->has_vis) rc = module_create(&em->vis, &m->mod[vis], seed, NULL, err);
     if (rc) { ex_model_free(em); return rc; }
     *out = em;
     return UTIL_OK;
@@ -438,10 +477,20 @@ static int acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int n_cu, c
 
 /* ---------------------------------------------------------------- blocks */
 
+/* Megatron tensor parallel: sums partial results over the tp group (the
+ * row-parallel output in forward, the column-parallel input grad in backward). */
+static void tp_allreduce(ex_module *md, float *x, size_t n)
+{
+    if (md->tp > 1 && !md->comm_rc) md->comm_rc = md->par.allreduce_sum(md->par.ctx, x, n);
+}
+
 /* Pre-norm transformer block over N local rows, weights of layer l:
  *   xmid = x + Wo attn(rope(Wq n1 + bq), rope(Wk n1 + bk), Wv n1 + bv) + bo,  n1 = rmsnorm(x) w1
  *   out  = xmid + Wd (silu(Wg n2 + bg) * (Wu n2 + bu)) + bd,                   n2 = rmsnorm(xmid) w2
- * q [N, H*hd], k/v [N, Hkv*hd], attention per sequence of cu (nseq), causal or not. */
+ * q [N, H*hd], k/v [N, Hkv*hd], attention per sequence of cu (nseq), causal or not.
+ * With tp > 1, H, Hkv and f are this rank's slice (q/k/v/gate/up split by rows,
+ * o/down by columns) and the o and down outputs are summed over the group
+ * before their (replicated) bias and the residual. */
 static void block_forward(const ex_backend *be, ex_module *md, int l, float *out,
                           const int *cu, int nseq, bool causal)
 {
@@ -455,13 +504,17 @@ static void block_forward(const ex_backend *be, ex_module *md, int l, float *out
     be->rope_forward(a->q, md->a.cos, md->a.sin, N, md->H, md->hd);
     be->rope_forward(a->k, md->a.cos, md->a.sin, N, md->Hkv, md->hd);
     be->attention_forward(a->att, a->lse, a->q, a->k, a->v, cu, nseq, md->H, md->Hkv, md->hd, causal);
-    be->linear_forward(a->xmid, a->att, w->wo, w->bo, N, qd, d);
+    be->linear_forward(a->xmid, a->att, w->wo, NULL, N, qd, d);
+    tp_allreduce(md, a->xmid, (size_t)N * d);
+    if (w->bo) be->add_bias(a->xmid, w->bo, N, d);
     be->add_inplace(a->xmid, a->x, (size_t)N * d);
     be->rmsnorm_forward(a->ln2, a->rstd2, a->xmid, w->ln2, N, d, EX_NORM_EPS);
     be->linear_forward(a->g, a->ln2, w->wg, w->bg, N, d, f);
     be->linear_forward(a->u, a->ln2, w->wu, w->bu, N, d, f);
     be->swiglu_forward(a->h, a->g, a->u, (size_t)N * f);
-    be->linear_forward(out, a->h, w->wd, w->bd, N, f, d);
+    be->linear_forward(out, a->h, w->wd, NULL, N, f, d);
+    tp_allreduce(md, out, (size_t)N * d);
+    if (w->bd) be->add_bias(out, w->bd, N, d);
     be->add_inplace(out, a->xmid, (size_t)N * d);
 }
 
@@ -484,6 +537,7 @@ static void block_backward(const ex_backend *be, ex_module *md, int l, float *dr
     be->zero(s->dln, Nd);
     be->linear_backward(s->dln, gw->wg, gw->bg, s->dg, a->ln2, w->wg, N, d, f);
     be->linear_backward(s->dln, gw->wu, gw->bu, s->du, a->ln2, w->wu, N, d, f);
+    tp_allreduce(md, s->dln, Nd);
     be->rmsnorm_backward(dres, gw->ln2, s->dln, a->xmid, w->ln2, a->rstd2, N, d);
     be->zero(s->datt, (size_t)N * qd);
     be->linear_backward(s->datt, gw->wo, gw->bo, dres, a->att, w->wo, N, qd, d);
@@ -498,6 +552,7 @@ static void block_backward(const ex_backend *be, ex_module *md, int l, float *dr
     be->linear_backward(s->dln, gw->wq, gw->bq, s->dq, a->ln1, w->wq, N, d, qd);
     be->linear_backward(s->dln, gw->wk, gw->bk, s->dk, a->ln1, w->wk, N, d, kd);
     be->linear_backward(s->dln, gw->wv, gw->bv, s->dv, a->ln1, w->wv, N, d, kd);
+    tp_allreduce(md, s->dln, Nd);
     be->rmsnorm_backward(dres, gw->ln1, s->dln, a->x, w->ln1, a->rstd1, N, d);
 }
 
@@ -785,9 +840,12 @@ int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *vis_in
     if (rc) return rc;
     if (b->n_images > 0 && !vis_in) return util_fail(err, UTIL_EINVAL, "executor: ex_llm_forward_backward: batch has images but vis_in is NULL");
     em->merged_per_image = merged_per_image(em, b);
+    em->llm.comm_rc = 0;
     if ((rc = llm_forward(em, b, vis_in, backward, loss, err))) return rc;
-    if (!isfinite(*loss)) return util_fail(err, UTIL_ERUNTIME, "executor: loss is %g", (double)*loss);
     if (backward) llm_backward(em, b);
+    if (em->llm.comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: tensor-parallel allreduce_sum failed with %d", em->llm.comm_rc);
+    if (!isfinite(*loss)) return util_fail(err, UTIL_ERUNTIME, "executor: loss is %g", (double)*loss);
     if (dvis) *dvis = backward ? em->llm.a.dvis : NULL;
     return UTIL_OK;
 }
@@ -838,8 +896,13 @@ double ex_grad_sumsq(const ex_model *em)
 {
     const ex_module *mods[2] = { &em->vis, &em->llm };
     double ss = 0;
-    for (int i = 0; i < 2; i++)
-        if (trainable(mods[i])) ss += em->be->sumsq(mods[i]->grads, mods[i]->n_params);
+    for (int i = 0; i < 2; i++) {
+        const ex_module *md = mods[i];
+        if (!trainable(md)) continue;
+        for (int j = 0; j < md->n_tensors; j++)
+            if (md->t[j].sharded || em->llm.tp_rank == 0)
+                ss += em->be->sumsq(md->grads + md->t[j].off, md->t[j].numel);
+    }
     return ss;
 }
 
@@ -878,7 +941,14 @@ int ex_optimizer_apply(ex_model *em, const ex_optim_config *c, int step, double 
 int ex_optimizer_step(ex_model *em, const ex_optim_config *c, int step, float *grad_norm,
                       float *lr_out, char *err)
 {
-    double norm = sqrt(ex_grad_sumsq(em));
+    double ss = ex_grad_sumsq(em);
+    if (em->has_llm && em->llm.tp > 1) {
+        float f = (float)ss;
+        int rc = em->llm.par.allreduce_sum(em->llm.par.ctx, &f, 1);
+        if (rc) return util_fail(err, UTIL_ERUNTIME, "executor: tensor-parallel allreduce_sum failed with %d", rc);
+        ss = f;
+    }
+    double norm = sqrt(ss);
     if (grad_norm) *grad_norm = (float)norm;
     return ex_optimizer_apply(em, c, step, norm, lr_out, err);
 }
@@ -917,6 +987,11 @@ int ex_param_get(ex_model *em, int i, ex_param *out)
     out->ndim = t->ndim;
     out->shape[0] = t->shape[0];
     out->shape[1] = t->shape[1];
+    out->full_shape[0] = t->full[0];
+    out->full_shape[1] = t->full[1];
+    out->start[0] = t->start[0];
+    out->start[1] = t->start[1];
+    out->sharded = t->sharded;
     out->numel = (int64_t)t->numel;
     out->data = md->params + t->off;
     out->grad = md->grads + t->off;

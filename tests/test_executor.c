@@ -6,6 +6,7 @@
 #include "executor/executor.h"
 #include "executor/backend.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -516,6 +517,110 @@ TEST(executor_split_modules_reproduce_the_whole_step)
     CHECK(same);
     CHECK_EQ_INT(missing, UTIL_ENOTFOUND);
     CHECK_EQ_INT(whole_step, UTIL_EINVAL);
+}
+
+/* Tensor parallel in one process: two threads, a barrier-based allreduce. */
+typedef struct { pthread_barrier_t bar; float *slot[2]; } tp_comm;
+typedef struct { tp_comm *comm; int rank; } tp_ctx;
+
+static int tp_allreduce(void *ctx, float *buf, size_t n)
+{
+    tp_ctx *c = ctx;
+    c->comm->slot[c->rank] = buf;
+    pthread_barrier_wait(&c->comm->bar);
+    if (c->rank == 0)
+        for (size_t i = 0; i < n; i++) {
+            float s = c->comm->slot[0][i] + c->comm->slot[1][i];
+            c->comm->slot[0][i] = c->comm->slot[1][i] = s;
+        }
+    pthread_barrier_wait(&c->comm->bar);
+    return 0;
+}
+
+typedef struct { ex_model *em; const ex_batch *b; const ex_optim_config *oc; float loss, loss2; int rc; } tp_job;
+
+static void *tp_run(void *arg)
+{
+    tp_job *j = arg;
+    char err[UTIL_ERR_LEN];
+    j->rc = ex_step_forward_backward(j->em, j->b, &j->loss, err);
+    if (!j->rc) j->rc = ex_optimizer_step(j->em, j->oc, 0, NULL, NULL, err);
+    if (!j->rc) j->rc = ex_step_forward_backward(j->em, j->b, &j->loss2, err);
+    return NULL;
+}
+
+/* Worst relative error of a shard's tensors (grads or data) vs the slices of the whole model's. */
+static double shard_err(ex_model *whole, ex_model *shard, bool grads)
+{
+    double worst = 0;
+    for (int i = 0; i < ex_param_count(shard); i++) {
+        ex_param s, w;
+        ex_param_get(shard, i, &s);
+        ex_param_get(whole, i, &w);
+        if (strcmp(s.name, w.name) || s.full_shape[0] != w.shape[0] || s.full_shape[1] != w.shape[1]) return 1;
+        double d = 0, r = 0;
+        for (int64_t a = 0; a < s.shape[0]; a++)
+            for (int64_t c = 0; c < s.shape[1]; c++) {
+                double x = (grads ? s.grad : s.data)[a * s.shape[1] + c];
+                double y = (grads ? w.grad : w.data)[(s.start[0] + a) * w.shape[1] + s.start[1] + c];
+                d += (x - y) * (x - y);
+                r += y * y;
+            }
+        double e = r > 0 ? sqrt(d / r) : sqrt(d);
+        if (e > worst) worst = e;
+    }
+    return worst;
+}
+
+/* Two tensor-parallel LLM shards (threads) give the whole model's loss, gradient
+ * slices and AdamW-updated parameter slices. */
+TEST(executor_tensor_parallel_shards_match_the_whole_model)
+{
+    model_t m;
+    tiny_vl(&m, false);
+    m.mod[1].mlp_bias = true;   /* exercise replicated down bias too */
+    m.mod[1].out_bias = true;
+    test_batch tb;
+    make_batch(&tb, &m);
+    char err[UTIL_ERR_LEN] = "";
+    tp_comm comm;
+    pthread_barrier_init(&comm.bar, NULL, 2);
+    tp_ctx ctx[2] = { { &comm, 0 }, { &comm, 1 } };
+    ex_model *whole = NULL, *sh[2] = { NULL, NULL };
+    int rc = ex_model_create(&m, 11, &whole, err);
+    for (int r = 0; r < 2 && !rc; r++) {
+        ex_parallel par = { .tp_size = 2, .tp_rank = r, .ctx = &ctx[r], .allreduce_sum = tp_allreduce };
+        rc = ex_model_create_parallel(&m, 11, ~0u, &par, &sh[r], err);
+    }
+    double init_err = rc ? 1 : fmax(shard_err(whole, sh[0], false), shard_err(whole, sh[1], false));
+    ex_optim_config oc = { .lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 1, .total_steps = 4, .beta1 = 0.9f,
+                           .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 0.5f };
+    tp_job jobs[2] = { { sh[0], &tb.b, &oc, 0, 0, 0 }, { sh[1], &tb.b, &oc, 0, 0, 0 } };
+    float lw = 0, lw2 = 0, gn = 0;
+    double grad_err = 1, param_err = 1;
+    if (!rc) {
+        pthread_t th[2];
+        for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, tp_run, &jobs[r]);
+        for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+        rc = jobs[0].rc ? jobs[0].rc : jobs[1].rc;
+    }
+    if (!rc) rc = ex_step_forward_backward(whole, &tb.b, &lw, err);
+    if (!rc) rc = ex_optimizer_step(whole, &oc, 0, &gn, NULL, err);
+    if (!rc) param_err = fmax(shard_err(whole, sh[0], false), shard_err(whole, sh[1], false));
+    if (!rc) rc = ex_step_forward_backward(whole, &tb.b, &lw2, err);
+    if (!rc) grad_err = fmax(shard_err(whole, sh[0], true), shard_err(whole, sh[1], true));
+    ex_model_free(whole); ex_model_free(sh[0]); ex_model_free(sh[1]); free_batch(&tb);
+    pthread_barrier_destroy(&comm.bar);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, err);
+    CHECK(init_err == 0);
+    CHECK(gn > oc.grad_clip);   /* clipping was active */
+    CHECK_NEAR(jobs[0].loss, lw, 1e-6);
+    CHECK(jobs[0].loss == jobs[1].loss);
+    CHECK_NEAR(jobs[0].loss2, lw2, 1e-5);
+    /* Parameters after one AdamW step get 1e-3 (measured 1.5e-4): the first step
+     * is ~lr * g / (|g| + eps), which amplifies the summation-order noise of
+     * near-zero gradients; the gradients themselves agree to ~1e-6. */
+    CHECK_MSG(param_err < 1e-3 && grad_err < 1e-4, "param rel err %g, grad rel err %g", param_err, grad_err);
 }
 
 /* --------------------------------------------------- PyTorch reference */
