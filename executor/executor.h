@@ -31,19 +31,30 @@ int ex_model_create(const model_t *m, uint64_t seed, ex_model **out, char *err);
 int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, ex_model **out,
                             char *err);
 
-/* Megatron-style tensor parallelism of the LLM: rank tp_rank of tp_size holds
- * heads / tp, kv_heads / tp query / kv heads and ffn / tp MLP columns (q, k, v,
- * gate, up split by rows; o, down by columns; norms, biases of o / down,
- * embeddings and LM head replicated). allreduce_sum sums a buffer in place
- * over the tp group; every rank of the group calls each step function together.
- * Shards are initialised as slices of the full tensors (same seed). */
+/* Parallel layouts inside one instance's modules (data parallelism around
+ * them is the caller's gradient all-reduce, see ex_module_buffer).
+ * LLM, Megatron tensor parallel: rank tp_rank of tp_size holds heads / tp,
+ * kv_heads / tp query / kv heads and ffn / tp MLP columns (q, k, v, gate, up
+ * split by rows; o, down by columns; norms, o / down biases, embeddings and
+ * LM head replicated). allreduce_sum sums a buffer in place over the tp group.
+ * Vision encoder, Ulysses sequence parallel: rank sp_rank of sp_size holds
+ * rows [sp_rank * N / sp, (sp_rank + 1) * N / sp) of the batch's N patches
+ * (ex_batch.pixels then points at those rows only; N / sp must be whole merge
+ * groups); attention runs on all rows x heads / sp after alltoall, which sends
+ * chunk r (`chunk` floats) of send to rank r and receives rank r's into chunk
+ * r of recv. vis_out / dvis are then the local merged rows, and the vision
+ * weight gradients are partial sums to be all-reduced over the sp group.
+ * Every rank of a group calls each step function together. Shards are
+ * initialised as slices of the full tensors (same seed). */
 typedef struct {
     int tp_size, tp_rank;
+    int sp_size, sp_rank;
     void *ctx;
     int (*allreduce_sum)(void *ctx, float *buf, size_t n);
+    int (*alltoall)(void *ctx, const float *send, float *recv, size_t chunk);
 } ex_parallel;
 int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
-                             const ex_parallel *llm_par, ex_model **out, char *err);
+                             const ex_parallel *par, ex_model **out, char *err);
 void ex_model_free(ex_model *em);
 
 /* One batch. Images all have grid_h x grid_w patches (patches == grid_h *

@@ -49,6 +49,7 @@ typedef struct {
 /* Saved activations of one block (all [N, .] with N local rows). */
 typedef struct {
     float *x, *ln1, *rstd1, *q, *k, *v, *att, *lse, *xmid, *ln2, *rstd2, *g, *u, *h;
+    float *att_loc;            /* sp > 1: attention output in local-row layout (q..lse are all-rows, local-heads) */
 } ex_block_acts;
 
 typedef struct {
@@ -61,12 +62,14 @@ typedef struct {
     float *lnf, *rstdf, *gath, *logits, *dlogits;
     /* backward scratch */
     float *dres, *dln, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dgath, *dlnf, *dh1, *da1, *dvis;
+    float *sp_pack, *sp_dq, *sp_dk, *sp_dv, *sp_datt;   /* sp > 1 only */
 } ex_acts;
 
 typedef struct {
     model_module mm;
     int d, H, Hkv, hd, f;      /* local shard shapes */
     int tp, tp_rank;           /* tensor-parallel group size and rank (1, 0 = none) */
+    int sp, sp_rank;           /* Ulysses sequence-parallel group size and rank (1, 0 = none) */
     ex_parallel par;
     int comm_rc;               /* first failing allreduce_sum's code, 0 if none */
     int n_tensors, cap_tensors;
@@ -79,7 +82,7 @@ typedef struct {
     size_t act_cap;
     int *cu, *cu_win;          /* cu_seqlens: per sequence / per window */
     int n_cu_cap;
-    int n_rows, n_seq, n_win;  /* of the last forward */
+    int n_rows, n_seq, n_win;  /* of the last forward; n_rows is the local row count */
 } ex_module;
 
 struct ex_model {
@@ -319,6 +322,12 @@ static int module_create(ex_module *md, const model_module *mm, uint64_t seed,
     md->tp = par && par->tp_size > 1 ? par->tp_size : 1;
     md->tp_rank = md->tp > 1 ? par->tp_rank : 0;
     if (par) md->par = *par;
+    md->sp = par && par->sp_size > 1 ? par->sp_size : 1;
+    md->sp_rank = md->sp > 1 ? par->sp_rank : 0;
+    if (mm->heads % md->sp || mm->kv_heads % md->sp)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: sp_size %d does not divide heads %d and kv_heads %d", mm->name, md->sp, mm->heads, mm->kv_heads);
+    if (md->sp > 1 && (md->sp_rank < 0 || md->sp_rank >= md->sp || !par->alltoall))
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: sp_rank %d outside sp_size %d or no alltoall", mm->name, md->sp_rank, md->sp);
     if (mm->heads % md->tp || mm->kv_heads % md->tp || mm->ffn % md->tp)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_size %d does not divide heads %d, kv_heads %d and ffn %d", mm->name, md->tp, mm->heads, mm->kv_heads, mm->ffn);
     if (md->tp > 1 && (md->tp_rank < 0 || md->tp_rank >= md->tp || !par->allreduce_sum))
@@ -368,7 +377,7 @@ int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, e
 }
 
 int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
-                             const ex_parallel *llm_par, ex_model **out, char *err)
+                             const ex_parallel *par, ex_model **out, char *err)
 {
     *out = NULL;
     if (m->llm < 0 || m->llm >= m->n_modules || m->mod[m->llm].kind != MODEL_LLM)
@@ -395,8 +404,14 @@ int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
     em->has_vis = vis >= 0 && (modules >> vis & 1u);
     em->has_llm = modules >> m->llm & 1u;
     if (!em->has_vis && !em->has_llm) rc = util_fail(err, UTIL_EINVAL, "executor: model %s: no module selected", m->name);
-    if (!rc && em->has_llm) rc = module_create(&em->llm, llm, seed, llm_par, err);
-    if (!rc && em->has_vis) rc = module_create(&em->vis, &m->mod[vis], seed, NULL, err);
+    ex_parallel lp = { 0 }, vp = { 0 };
+    if (par) {
+        lp = vp = *par;
+        lp.sp_size = 1;
+        vp.tp_size = 1;
+    }
+    if (!rc && em->has_llm) rc = module_create(&em->llm, llm, seed, par ? &lp : NULL, err);
+    if (!rc && em->has_vis) rc = module_create(&em->vis, &m->mod[vis], seed, par ? &vp : NULL, err);
     if (rc) { ex_model_free(em); return rc; }
     *out = em;
     return UTIL_OK;
@@ -430,6 +445,12 @@ static size_t acts_layout(ex_module *md, float *base, int n, int m_rows, int n_p
         TAKE(b->att, N * qd); TAKE(b->lse, N * md->H);
         TAKE(b->xmid, N * d); TAKE(b->ln2, N * d); TAKE(b->rstd2, N);
         TAKE(b->g, N * f); TAKE(b->u, N * f); TAKE(b->h, N * f);
+        b->att_loc = NULL;
+        if (md->sp > 1) TAKE(b->att_loc, N * qd);
+    }
+    if (md->sp > 1) {
+        TAKE(a->sp_pack, N * (qd > kd ? qd : kd));
+        TAKE(a->sp_dq, N * qd); TAKE(a->sp_dk, N * kd); TAKE(a->sp_dv, N * kd); TAKE(a->sp_datt, N * qd);
     }
     TAKE(a->x_final, N * d);
     TAKE(a->cos, N * md->hd / 2); TAKE(a->sin, N * md->hd / 2);
@@ -484,13 +505,40 @@ static void tp_allreduce(ex_module *md, float *x, size_t n)
     if (md->tp > 1 && !md->comm_rc) md->comm_rc = md->par.allreduce_sum(md->par.ctx, x, n);
 }
 
+/* Ulysses all-to-all, local rows / all heads -> all rows / local heads:
+ * src [Nl, nh, hd] (this rank's rows) -> dst [sp * Nl, nh / sp, hd]. */
+static void sp_heads_to_rows(ex_module *md, float *dst, const float *src, int nh)
+{
+    int Nl = md->n_rows, sp = md->sp, nhl = nh / sp, hd = md->hd;
+    size_t chunk = (size_t)Nl * nhl * hd;
+    for (int r = 0; r < sp; r++)
+        for (int t = 0; t < Nl; t++)
+            memcpy(md->a.sp_pack + r * chunk + (size_t)t * nhl * hd,
+                   src + ((size_t)t * nh + (size_t)r * nhl) * hd, (size_t)nhl * hd * sizeof(float));
+    if (!md->comm_rc) md->comm_rc = md->par.alltoall(md->par.ctx, md->a.sp_pack, dst, chunk);
+}
+
+/* The inverse: src [sp * Nl, nh / sp, hd] -> dst [Nl, nh, hd]. */
+static void sp_rows_to_heads(ex_module *md, float *dst, const float *src, int nh)
+{
+    int Nl = md->n_rows, sp = md->sp, nhl = nh / sp, hd = md->hd;
+    size_t chunk = (size_t)Nl * nhl * hd;
+    if (!md->comm_rc) md->comm_rc = md->par.alltoall(md->par.ctx, src, md->a.sp_pack, chunk);
+    for (int r = 0; r < sp; r++)
+        for (int t = 0; t < Nl; t++)
+            memcpy(dst + ((size_t)t * nh + (size_t)r * nhl) * hd,
+                   md->a.sp_pack + r * chunk + (size_t)t * nhl * hd, (size_t)nhl * hd * sizeof(float));
+}
+
 /* Pre-norm transformer block over N local rows, weights of layer l:
  *   xmid = x + Wo attn(rope(Wq n1 + bq), rope(Wk n1 + bk), Wv n1 + bv) + bo,  n1 = rmsnorm(x) w1
  *   out  = xmid + Wd (silu(Wg n2 + bg) * (Wu n2 + bu)) + bd,                   n2 = rmsnorm(xmid) w2
  * q [N, H*hd], k/v [N, Hkv*hd], attention per sequence of cu (nseq), causal or not.
  * With tp > 1, H, Hkv and f are this rank's slice (q/k/v/gate/up split by rows,
  * o/down by columns) and the o and down outputs are summed over the group
- * before their (replicated) bias and the residual. */
+ * before their (replicated) bias and the residual. With sp > 1 (Ulysses), rows are
+ * this rank's slice of the sequence; q, k, v go through an all-to-all to all rows x
+ * H/sp heads for attention (cu then counts all rows) and the output comes back. */
 static void block_forward(const ex_backend *be, ex_module *md, int l, float *out,
                           const int *cu, int nseq, bool causal)
 {
@@ -498,13 +546,22 @@ static void block_forward(const ex_backend *be, ex_module *md, int l, float *out
     ex_block_acts *a = &md->a.blk[l];
     int N = md->n_rows, d = md->d, qd = md->H * md->hd, kd = md->Hkv * md->hd, f = md->f;
     be->rmsnorm_forward(a->ln1, a->rstd1, a->x, w->ln1, N, d, EX_NORM_EPS);
-    be->linear_forward(a->q, a->ln1, w->wq, w->bq, N, d, qd);
-    be->linear_forward(a->k, a->ln1, w->wk, w->bk, N, d, kd);
-    be->linear_forward(a->v, a->ln1, w->wv, w->bv, N, d, kd);
-    be->rope_forward(a->q, md->a.cos, md->a.sin, N, md->H, md->hd);
-    be->rope_forward(a->k, md->a.cos, md->a.sin, N, md->Hkv, md->hd);
-    be->attention_forward(a->att, a->lse, a->q, a->k, a->v, cu, nseq, md->H, md->Hkv, md->hd, causal);
-    be->linear_forward(a->xmid, a->att, w->wo, NULL, N, qd, d);
+    bool sp = md->sp > 1;
+    float *q = sp ? md->a.dq : a->q, *k = sp ? md->a.dk : a->k, *v = sp ? md->a.dv : a->v;
+    be->linear_forward(q, a->ln1, w->wq, w->bq, N, d, qd);
+    be->linear_forward(k, a->ln1, w->wk, w->bk, N, d, kd);
+    be->linear_forward(v, a->ln1, w->wv, w->bv, N, d, kd);
+    be->rope_forward(q, md->a.cos, md->a.sin, N, md->H, md->hd);
+    be->rope_forward(k, md->a.cos, md->a.sin, N, md->Hkv, md->hd);
+    if (sp) {
+        sp_heads_to_rows(md, a->q, q, md->H);
+        sp_heads_to_rows(md, a->k, k, md->Hkv);
+        sp_heads_to_rows(md, a->v, v, md->Hkv);
+    }
+    be->attention_forward(a->att, a->lse, a->q, a->k, a->v, cu, nseq, md->H / md->sp,
+                          md->Hkv / md->sp, md->hd, causal);
+    if (sp) sp_rows_to_heads(md, a->att_loc, a->att, md->H);
+    be->linear_forward(a->xmid, sp ? a->att_loc : a->att, w->wo, NULL, N, qd, d);
     tp_allreduce(md, a->xmid, (size_t)N * d);
     if (w->bo) be->add_bias(a->xmid, w->bo, N, d);
     be->add_inplace(a->xmid, a->x, (size_t)N * d);
@@ -539,13 +596,21 @@ static void block_backward(const ex_backend *be, ex_module *md, int l, float *dr
     be->linear_backward(s->dln, gw->wu, gw->bu, s->du, a->ln2, w->wu, N, d, f);
     tp_allreduce(md, s->dln, Nd);
     be->rmsnorm_backward(dres, gw->ln2, s->dln, a->xmid, w->ln2, a->rstd2, N, d);
+    bool sp = md->sp > 1;
     be->zero(s->datt, (size_t)N * qd);
-    be->linear_backward(s->datt, gw->wo, gw->bo, dres, a->att, w->wo, N, qd, d);
-    be->zero(s->dq, (size_t)N * qd);
-    be->zero(s->dk, (size_t)N * kd);
-    be->zero(s->dv, (size_t)N * kd);
-    be->attention_backward(s->dq, s->dk, s->dv, s->datt, a->q, a->k, a->v, a->att, a->lse,
-                           cu, nseq, md->H, md->Hkv, md->hd, causal);
+    be->linear_backward(s->datt, gw->wo, gw->bo, dres, sp ? a->att_loc : a->att, w->wo, N, qd, d);
+    if (sp) sp_heads_to_rows(md, s->sp_datt, s->datt, md->H);
+    float *dq = sp ? s->sp_dq : s->dq, *dk = sp ? s->sp_dk : s->dk, *dv = sp ? s->sp_dv : s->dv;
+    be->zero(dq, (size_t)N * qd);
+    be->zero(dk, (size_t)N * kd);
+    be->zero(dv, (size_t)N * kd);
+    be->attention_backward(dq, dk, dv, sp ? s->sp_datt : s->datt, a->q, a->k, a->v, a->att, a->lse,
+                           cu, nseq, md->H / md->sp, md->Hkv / md->sp, md->hd, causal);
+    if (sp) {
+        sp_rows_to_heads(md, s->dq, dq, md->H);
+        sp_rows_to_heads(md, s->dk, dk, md->Hkv);
+        sp_rows_to_heads(md, s->dv, dv, md->Hkv);
+    }
     be->rope_backward(s->dq, s->cos, s->sin, N, md->H, md->hd);
     be->rope_backward(s->dk, s->cos, s->sin, N, md->Hkv, md->hd);
     be->zero(s->dln, Nd);
@@ -587,11 +652,12 @@ int ex_patch_positions(const model_module *mm, int gh, int gw, int *rows, int *c
 
 /* Qwen2-VL vision rotary: rotary pairs i < hd/4 rotate by row * theta^(-4i/hd),
  * pairs hd/4 <= i < hd/2 by col * theta^(-4(i - hd/4)/hd). cos/sin [n, hd/2]. */
-static void vision_rope_tables(ex_module *md, const int *rows, const int *cols, int patches, int n)
+static void vision_rope_tables(ex_module *md, const int *rows, const int *cols, int patches,
+                               int row0, int n)
 {
     int half = md->hd / 2, quarter = md->hd / 4;
     for (int t = 0; t < n; t++) {
-        int p = t % patches;
+        int p = (row0 + t) % patches;
         for (int i = 0; i < half; i++) {
             int fi = i < quarter ? i : i - quarter;
             double inv = pow(EX_ROPE_THETA, -2.0 * fi / (double)half);
@@ -618,14 +684,17 @@ static int vision_forward(ex_model *em, const ex_batch *b, char *err)
     ex_module *md = &em->vis;
     const model_module *mm = &md->mm;
     const ex_backend *be = em->be;
-    int P = b->patches, N = b->n_images * P, mm2 = mm->merge * mm->merge, Mr = N / mm2;
+    int P = b->patches, N = b->n_images * P, mm2 = mm->merge * mm->merge;
     int n_win = mm->window > 0 ? N / mm->window : 0;
-    int rc = acts_ensure(md, N, Mr, 0, (b->n_images > n_win ? b->n_images : n_win), err);
+    if (N % md->sp || (N / md->sp) % mm2)
+        return util_fail(err, UTIL_EINVAL, "executor: batch: %d patches do not split into sp_size %d parts of whole merge groups", N, md->sp);
+    int Nl = N / md->sp, Mr = Nl / mm2;
+    int rc = acts_ensure(md, Nl, Mr, 0, (b->n_images > n_win ? b->n_images : n_win), err);
     if (rc) return rc;
     int *rows = util_malloc((size_t)P * 2 * sizeof(int));
     if (!rows) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
     rc = ex_patch_positions(mm, b->grid_h, b->grid_w, rows, rows + P, err);
-    if (!rc) vision_rope_tables(md, rows, rows + P, P, N);
+    if (!rc) vision_rope_tables(md, rows, rows + P, P, md->sp_rank * Nl, Nl);
     util_free(rows);
     if (rc) return rc;
     for (int i = 0; i <= b->n_images; i++) md->cu[i] = i * P;
@@ -633,14 +702,15 @@ static int vision_forward(ex_model *em, const ex_batch *b, char *err)
     md->n_seq = b->n_images;
     md->n_win = n_win;
     int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
-    be->linear_forward(md->a.blk[0].x, b->pixels, md->w.patch_w, md->w.patch_b, N, cpp, md->d);
+    md->comm_rc = 0;
+    be->linear_forward(md->a.blk[0].x, b->pixels, md->w.patch_w, md->w.patch_b, Nl, cpp, md->d);
     for (int l = 0; l < mm->layers; l++) {
         bool win = layer_is_window(mm, l);
         block_forward(be, md, l, block_out(md, l), win ? md->cu_win : md->cu,
                       win ? n_win : md->n_seq, false);
     }
     ex_acts *a = &md->a;
-    be->rmsnorm_forward(a->mln, a->mrstd, a->x_final, md->w.merge_ln, N, md->d, EX_NORM_EPS);
+    be->rmsnorm_forward(a->mln, a->mrstd, a->x_final, md->w.merge_ln, Nl, md->d, EX_NORM_EPS);
     be->linear_forward(a->h1, a->mln, md->w.m0w, md->w.m0b, Mr, mm->proj_in, mm->proj_hidden);
     be->gelu_forward(a->a1, a->h1, (size_t)Mr * mm->proj_hidden);
     be->linear_forward(a->vout, a->a1, md->w.m2w, md->w.m2b, Mr, mm->proj_hidden, mm->out_hidden);
@@ -818,17 +888,21 @@ int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, in
     if (rc) return rc;
     if (b->n_images == 0) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_forward: batch has no images");
     if ((rc = vision_forward(em, b, err))) return rc;
+    if (em->vis.comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: sequence-parallel alltoall failed with %d", em->vis.comm_rc);
     *vis_out = em->vis.a.vout;
-    if (vis_rows) *vis_rows = b->n_images * merged_per_image(em, b);
+    if (vis_rows) *vis_rows = b->n_images * merged_per_image(em, b) / em->vis.sp;
     return UTIL_OK;
 }
 
 int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char *err)
 {
     if (!em->has_vis) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: no vision module on this model instance");
-    if (em->vis.n_rows != b->n_images * b->patches)
+    if (em->vis.n_rows * em->vis.sp != b->n_images * b->patches)
         return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: batch differs from the last ex_vision_forward");
     if (!em->vis.mm.frozen) vision_backward(em, b, dvis);
+    if (em->vis.comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: sequence-parallel alltoall failed with %d", em->vis.comm_rc);
     return UTIL_OK;
 }
 
@@ -852,8 +926,8 @@ int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *vis_in
 
 static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, char *err)
 {
-    if (!em->has_llm || (em->vis_index >= 0 && !em->has_vis))
-        return util_fail(err, UTIL_EINVAL, "executor: a whole step needs every module on this instance (use the module-level calls)");
+    if (!em->has_llm || (em->vis_index >= 0 && !em->has_vis) || (em->has_vis && em->vis.sp > 1))
+        return util_fail(err, UTIL_EINVAL, "executor: a whole step needs every module on this instance and no sequence parallelism (use the module-level calls)");
     int rc = check_text(em, b, err);
     if (rc) return rc;
     const float *vis_out = NULL, *dvis = NULL;
