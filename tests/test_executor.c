@@ -623,6 +623,101 @@ TEST(executor_tensor_parallel_shards_match_the_whole_model)
     CHECK_MSG(param_err < 1e-3 && grad_err < 1e-4, "param rel err %g, grad rel err %g", param_err, grad_err);
 }
 
+/* Ulysses in one process: each rank posts its send buffer, then copies chunk
+ * `rank` of every rank's buffer into its recv. */
+typedef struct { pthread_barrier_t bar; const float *send[2]; } sp_comm;
+typedef struct { sp_comm *comm; int rank; } sp_ctx;
+
+static int sp_alltoall(void *ctx, const float *send, float *recv, size_t chunk)
+{
+    sp_ctx *c = ctx;
+    c->comm->send[c->rank] = send;
+    pthread_barrier_wait(&c->comm->bar);
+    for (int r = 0; r < 2; r++)
+        memcpy(recv + r * chunk, c->comm->send[r] + c->rank * chunk, chunk * sizeof(float));
+    pthread_barrier_wait(&c->comm->bar);
+    return 0;
+}
+
+typedef struct { ex_model *em; ex_batch b; const float *dvis, *whole_vout; int rows, rc; double vout_err; } sp_job;
+
+static void *sp_run(void *arg)
+{
+    sp_job *j = arg;
+    char err[UTIL_ERR_LEN];
+    const float *vout;
+    j->rc = ex_vision_forward(j->em, &j->b, &vout, &j->rows, err);
+    if (!j->rc) {
+        double d = 0, r = 0;
+        for (int i = 0; i < j->rows * 64; i++) {
+            d += (vout[i] - j->whole_vout[i]) * (vout[i] - j->whole_vout[i]);
+            r += (double)j->whole_vout[i] * j->whole_vout[i];
+        }
+        j->vout_err = sqrt(d / r);
+        j->rc = ex_vision_backward(j->em, &j->b, j->dvis, err);
+    }
+    return NULL;
+}
+
+/* Two Ulysses sequence-parallel vision ranks (threads), each with half the
+ * patch rows, give the whole encoder's merged outputs and, summed, its gradients. */
+TEST(executor_sequence_parallel_vision_matches_the_whole_encoder)
+{
+    model_t m;
+    tiny_vl(&m, true);
+    test_batch tb;
+    make_batch(&tb, &m);
+    char err[UTIL_ERR_LEN] = "";
+    sp_comm comm;
+    pthread_barrier_init(&comm.bar, NULL, 2);
+    sp_ctx ctx[2] = { { &comm, 0 }, { &comm, 1 } };
+    ex_model *whole = NULL, *sh[2] = { NULL, NULL };
+    int rc = ex_model_create_modules(&m, 21, 1u << 0, &whole, err);
+    for (int r = 0; r < 2 && !rc; r++) {
+        ex_parallel par = { .sp_size = 2, .sp_rank = r, .ctx = &ctx[r], .alltoall = sp_alltoall };
+        rc = ex_model_create_parallel(&m, 21, 1u << 0, &par, &sh[r], err);
+    }
+    const float *vw = NULL;
+    int rows = 0;
+    if (!rc) rc = ex_vision_forward(whole, &tb.b, &vw, &rows, err);
+    float *dvis = rnd((size_t)rows * 64, 1);
+    if (!rc) rc = ex_vision_backward(whole, &tb.b, dvis, err);
+    sp_job jobs[2];
+    int half_rows = 3 * 64 / 2, cpp = 48;
+    for (int r = 0; r < 2; r++) {
+        jobs[r] = (sp_job){ .em = sh[r], .b = tb.b, .dvis = dvis + (size_t)r * (rows / 2) * 64,
+                            .whole_vout = vw + (size_t)r * (rows / 2) * 64, .rc = -1 };
+        jobs[r].b.pixels = tb.pixels + (size_t)r * half_rows * cpp;
+    }
+    if (!rc) {
+        pthread_t th[2];
+        for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, sp_run, &jobs[r]);
+        for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+        rc = jobs[0].rc ? jobs[0].rc : jobs[1].rc;
+    }
+    double gerr = 1;
+    if (!rc) {
+        float *gw, *g0, *g1;
+        size_t n, n0, n1;
+        ex_module_buffer(whole, 0, EX_BUF_GRADS, &gw, &n);
+        ex_module_buffer(sh[0], 0, EX_BUF_GRADS, &g0, &n0);
+        ex_module_buffer(sh[1], 0, EX_BUF_GRADS, &g1, &n1);
+        double d = 0, r2 = 0;
+        for (size_t i = 0; i < n && n0 == n && n1 == n; i++) {
+            double x = (double)g0[i] + g1[i];
+            d += (x - gw[i]) * (x - gw[i]);
+            r2 += (double)gw[i] * gw[i];
+        }
+        gerr = n0 == n && n1 == n ? sqrt(d / r2) : 1;
+    }
+    ex_model_free(whole); ex_model_free(sh[0]); ex_model_free(sh[1]); free_batch(&tb); free(dvis);
+    pthread_barrier_destroy(&comm.bar);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, err);
+    CHECK_EQ_INT(jobs[0].rows, rows / 2);
+    CHECK_MSG(jobs[0].vout_err < 1e-6 && jobs[1].vout_err < 1e-6, "vout rel err %g %g", jobs[0].vout_err, jobs[1].vout_err);
+    CHECK_MSG(gerr < 1e-5, "grad rel err %g", gerr);
+}
+
 /* --------------------------------------------------- PyTorch reference */
 
 static int write_file(const char *dir, const char *name, const void *data, size_t n)
