@@ -17,9 +17,10 @@
  * optional window attention, merger) feeding a decoder LLM (RMSNorm, GQA,
  * 1-D RoPE, SwiGLU, tied or untied LM head). All fp32.
  *
- * Init (deterministic from seed): each tensor draws from its own stream,
- * seeded by splitmix64(seed ^ fnv1a64(tensor name)), so a shard can later
- * reproduce its slice of the full tensor. Linear and embedding weights
+ * Init (deterministic from seed): element j (row-major index in the whole
+ * tensor) of tensor NAME is Box-Muller over splitmix64 outputs 2j and 2j+1
+ * of the stream seeded seed ^ fnv1a64(NAME): stateless, so every shard draws
+ * exactly its slice of the whole tensor. Linear and embedding weights
  * ~ N(0, 0.02); the residual-output linears (attn.o, mlp.down) ~ N(0,
  * 0.02 / sqrt(2 * layers)) (GPT-2, Radford et al. 2019); norm weights 1;
  * biases 0. */
@@ -131,7 +132,11 @@ int ex_optimizer_step(ex_model *em, const ex_optim_config *c, int step, float *g
 /* The same in two halves, for parallel runs: the local sum of squares of the
  * trainable gradients (to be summed over the ranks holding distinct shards),
  * then clipping with the global norm, the update and zeroing. */
-double ex_grad_sumsq(const ex_model *em);   /* replicated tensors (any module) counted on LLM tp_rank 0 only */
+/* Each tensor is counted on one rank of the groups it is replicated over
+ * (tp-sharded: every tp rank; replicated: tp rank 0; vision: sp rank 0, after
+ * the caller's sp all-reduce of its partial gradients), so summing the
+ * results over all model-parallel ranks gives the global squared norm. */
+double ex_grad_sumsq(const ex_model *em);
 int ex_optimizer_apply(ex_model *em, const ex_optim_config *c, int step, double grad_norm,
                        float *lr, char *err);
 

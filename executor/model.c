@@ -966,6 +966,9 @@ float ex_lr_at(const ex_optim_config *c, int step)
 
 static bool trainable(const ex_module *md) { return md->params && !md->mm.frozen; }
 
+/* Counts each tensor on exactly one rank of the groups it is replicated over:
+ * tp-sharded tensors on every tp rank, replicated ones on tp rank 0, vision
+ * tensors (replicated over the sp group once all-reduced) on sp rank 0. */
 double ex_grad_sumsq(const ex_model *em)
 {
     const ex_module *mods[2] = { &em->vis, &em->llm };
@@ -974,7 +977,8 @@ double ex_grad_sumsq(const ex_model *em)
         const ex_module *md = mods[i];
         if (!trainable(md)) continue;
         for (int j = 0; j < md->n_tensors; j++)
-            if (md->t[j].sharded || em->llm.tp_rank == 0)
+            if ((md->t[j].sharded || md->tp_rank == 0) && md->sp_rank == 0 &&
+                (md == &em->llm || em->llm.tp_rank == 0))
                 ss += em->be->sumsq(md->grads + md->t[j].off, md->t[j].numel);
     }
     return ss;
