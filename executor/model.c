@@ -263,8 +263,9 @@ static int check_common(const model_module *mm, char *err)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: layers, hidden, heads, kv_heads, head_dim, ffn must be > 0", n);
     if (mm->heads % mm->kv_heads)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: kv_heads %d does not divide heads %d", n, mm->kv_heads, mm->heads);
-    if (mm->head_dim % 4 || mm->head_dim > EX_MAX_HEAD_DIM)
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: head_dim %d must be a multiple of 4 and <= %d", n, mm->head_dim, EX_MAX_HEAD_DIM);
+    int rot = mm->kind == MODEL_VISION ? 4 : 2;   /* 2-D rotary splits head_dim / 2 pairs in two */
+    if (mm->head_dim % rot || mm->head_dim > EX_MAX_HEAD_DIM)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: head_dim %d must be a multiple of %d and <= %d", n, mm->head_dim, rot, EX_MAX_HEAD_DIM);
     if (mm->ffn_kind != MODEL_FFN_SWIGLU)
         return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: ffn_kind gelu is not implemented (swiglu only)", n);
     if (mm->norm != MODEL_NORM_RMSNORM)

@@ -519,6 +519,40 @@ TEST(executor_split_modules_reproduce_the_whole_step)
     CHECK_EQ_INT(whole_step, UTIL_EINVAL);
 }
 
+TEST(executor_frozen_encoder_keeps_its_weights_and_has_no_optimizer_state)
+{
+    model_t m;
+    tiny_vl(&m, false);
+    m.mod[0].frozen = true;
+    test_batch tb;
+    make_batch(&tb, &m);
+    char err[UTIL_ERR_LEN] = "";
+    size_t o0 = util_mem_current(UTIL_MEM_OPTIM);
+    ex_model *em = NULL;
+    int rc = ex_model_create(&m, 2, &em, err);
+    size_t optim = util_mem_current(UTIL_MEM_OPTIM) - o0;
+    float *vp, *lp, loss;
+    size_t vn = 0, ln = 0;
+    float *v0 = NULL, *l0 = NULL;
+    if (!rc) {
+        ex_module_buffer(em, 0, EX_BUF_PARAMS, &vp, &vn);
+        ex_module_buffer(em, 1, EX_BUF_PARAMS, &lp, &ln);
+        v0 = malloc(vn * 4); l0 = malloc(ln * 4);
+        memcpy(v0, vp, vn * 4); memcpy(l0, lp, ln * 4);
+        ex_optim_config c = { .lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 1, .total_steps = 2,
+                              .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = 1.0f };
+        rc = ex_step_forward_backward(em, &tb.b, &loss, err);
+        if (!rc) rc = ex_optimizer_step(em, &c, 0, NULL, NULL, err);
+    }
+    bool vis_same = !rc && !memcmp(v0, vp, vn * 4), llm_moved = !rc && memcmp(l0, lp, ln * 4) != 0;
+    free(v0); free(l0);
+    ex_model_free(em); free_batch(&tb);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK_EQ_INT(optim, ln * 8);
+    CHECK(vis_same);
+    CHECK(llm_moved);
+}
+
 /* Tensor parallel in one process: two threads, a barrier-based allreduce. */
 typedef struct { pthread_barrier_t bar; float *slot[2]; } tp_comm;
 typedef struct { tp_comm *comm; int rank; } tp_ctx;
