@@ -1080,7 +1080,8 @@ int ex_param_get(ex_model *em, int i, ex_param *out)
 
 static int names_text(ex_model *em, char **out, size_t *len, char *err)
 {
-    size_t cap = 128 * (size_t)(ex_param_count(em) + 1), n = 0;
+    /* A line is at most 95 (name) + 3 + 2 * 20 (int64) + 2 characters. */
+    size_t cap = 160 * (size_t)(ex_param_count(em) + 1), n = 0;
     char *s = util_malloc(cap);
     if (!s) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
     for (int i = 0; i < ex_param_count(em); i++) {
