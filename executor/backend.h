@@ -1,0 +1,70 @@
+/* executor-internal: the kernel interface. The training algorithm
+ * (executor/model.c) calls kernels only through an ex_backend table, so a
+ * CUDA backend (cuBLAS + own kernels) can replace the CPU one (OpenBLAS +
+ * loops, executor/cpu_kernels.c) without touching the algorithm.
+ *
+ * Conventions for every kernel:
+ *  - row-major, token-major tensors: x[n, d] is n rows of d floats;
+ *    attention q is [n, H, hd], k/v are [n, Hkv, hd] (the linear outputs).
+ *  - every shape argument is a LOCAL shard shape (local heads, local kv heads,
+ *    local ffn columns, local rows), so tensor / sequence parallel code calls
+ *    the same kernels with a collective between them.
+ *  - *_backward kernels ACCUMULATE (+=) into every gradient they produce
+ *    (input and parameter gradients, as in llm.c); callers zero buffers.
+ *    A NULL gradient pointer means "not needed" (e.g. no bias, frozen input). */
+#ifndef DHP_EXECUTOR_BACKEND_H
+#define DHP_EXECUTOR_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Upper bound on head_dim the attention kernels handle (per-row accumulators
+ * live on the stack). */
+#define EX_MAX_HEAD_DIM 512
+/* Key tile of the flash-style attention kernels. */
+#define EX_ATT_TILE 64
+
+typedef struct ex_backend {
+    const char *name;
+    void (*zero)(float *x, size_t n);
+    void (*copy)(float *dst, const float *src, size_t n);
+    void (*add_inplace)(float *y, const float *x, size_t n);         /* y += x */
+    void (*add_bias)(float *y, const float *b, int n, int d);         /* y[r, :] += b */
+    void (*scale_inplace)(float *y, float s, size_t n);              /* y *= s */
+    double (*sumsq)(const float *x, size_t n);                       /* sum x^2 */
+
+    void (*linear_forward)(float *out, const float *inp, const float *w, const float *b,
+                           int n, int in, int out_dim);
+    void (*linear_backward)(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, int n, int in, int out_dim);
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w,
+                            int n, int d, float eps);
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
+                             const float *w, const float *rstd, int n, int d);
+    void (*rope_forward)(float *x, const float *cos, const float *sin, int n, int nh, int hd);
+    void (*rope_backward)(float *dx, const float *cos, const float *sin, int n, int nh, int hd);
+    void (*attention_forward)(float *out, float *lse, const float *q, const float *k,
+                              const float *v, const int *cu_seqlens, int nseq,
+                              int H, int Hkv, int hd, bool causal);
+    void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout,
+                               const float *q, const float *k, const float *v,
+                               const float *out, const float *lse, const int *cu_seqlens,
+                               int nseq, int H, int Hkv, int hd, bool causal);
+    void (*swiglu_forward)(float *h, const float *g, const float *u, size_t n);
+    void (*swiglu_backward)(float *dg, float *du, const float *dh, const float *g,
+                            const float *u, size_t n);
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n);
+    void (*embedding_forward)(float *out, const float *wte, const int32_t *tokens, int n, int d);
+    void (*embedding_backward)(float *dwte, const float *dout, const int32_t *tokens, int n, int d);
+    double (*cross_entropy)(float *dlogits, const float *logits, const int32_t *targets,
+                            int n, int vocab, float dscale);
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay,
+                  float bias_c1, float bias_c2);
+} ex_backend;
+
+const ex_backend *ex_backend_cpu(void);
+
+#endif

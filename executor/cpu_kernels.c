@@ -1,0 +1,342 @@
+/* CPU backend: OpenBLAS sgemm for the linears, plain loops for the rest.
+ * Shapes and math of each kernel are stated above it; see executor/backend.h
+ * for the conventions (row-major, local shard shapes, backward accumulates). */
+#include "executor/backend.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+static void cpu_zero(float *x, size_t n) { if (n) memset(x, 0, n * sizeof *x); }
+static void cpu_copy(float *dst, const float *src, size_t n) { if (n) memmove(dst, src, n * sizeof *dst); }
+static void cpu_add_inplace(float *y, const float *x, size_t n) { for (size_t i = 0; i < n; i++) y[i] += x[i]; }
+static void cpu_add_bias(float *y, const float *b, int n, int d)
+{
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < d; j++) y[(size_t)r * d + j] += b[j];
+}
+static void cpu_scale_inplace(float *y, float s, size_t n) { for (size_t i = 0; i < n; i++) y[i] *= s; }
+
+static double cpu_sumsq(const float *x, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+/* linear: out[n, o] = inp[n, i] @ w[o, i]^T + b[o]   (b may be NULL) */
+static void cpu_linear_forward(float *out, const float *inp, const float *w, const float *b,
+                               int n, int in, int o)
+{
+    if (n <= 0 || o <= 0) return;
+    float beta = 0.0f;
+    if (b) {
+        for (int r = 0; r < n; r++) memcpy(out + (size_t)r * o, b, (size_t)o * sizeof *b);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o, in, 1.0f, inp, in, w, in,
+                beta, out, o);
+}
+
+/* linear backward: dinp[n, i] += dout[n, o] @ w[o, i];  dw[o, i] += dout^T @ inp;
+ * db[o] += sum_n dout[n, o] */
+static void cpu_linear_backward(float *dinp, float *dw, float *db, const float *dout,
+                                const float *inp, const float *w, int n, int in, int o)
+{
+    if (n <= 0 || o <= 0) return;
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, o, 1.0f, dout, o, w, in,
+                    1.0f, dinp, in);
+    if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, o, in, n, 1.0f, dout, o, inp, in,
+                    1.0f, dw, in);
+    if (db)
+        for (int r = 0; r < n; r++)
+            for (int j = 0; j < o; j++) db[j] += dout[(size_t)r * o + j];
+}
+
+/* RMSNorm: rstd[r] = 1 / sqrt(mean_j x[r, j]^2 + eps);  out[r, j] = x[r, j] * rstd[r] * w[j] */
+static void cpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
+                                int n, int d, float eps)
+{
+    for (int r = 0; r < n; r++) {
+        const float *x = inp + (size_t)r * d;
+        float *y = out + (size_t)r * d;
+        double ss = 0;
+        for (int j = 0; j < d; j++) ss += (double)x[j] * x[j];
+        float s = (float)(1.0 / sqrt(ss / d + eps));
+        rstd[r] = s;
+        for (int j = 0; j < d; j++) y[j] = x[j] * s * w[j];
+    }
+}
+
+/* RMSNorm backward, xhat = x * rstd, gw = dout * w:
+ * dw[j] += sum_r dout[r, j] * xhat[r, j];
+ * dinp[r, j] += rstd[r] * (gw[r, j] - xhat[r, j] * mean_k(gw[r, k] * xhat[r, k])) */
+static void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                                 const float *w, const float *rstd, int n, int d)
+{
+    for (int r = 0; r < n; r++) {
+        const float *x = inp + (size_t)r * d, *g = dout + (size_t)r * d;
+        float s = rstd[r];
+        double dot = 0;
+        for (int j = 0; j < d; j++) dot += (double)g[j] * w[j] * x[j] * s;
+        float mean = (float)(dot / d);
+        for (int j = 0; j < d; j++) {
+            float xhat = x[j] * s;
+            if (dw) dw[j] += g[j] * xhat;
+            if (dinp) dinp[(size_t)r * d + j] += s * (g[j] * w[j] - xhat * mean);
+        }
+    }
+}
+
+/* RoPE, rotate-half (NeoX / Hugging Face) pairing, in place on x[n, nh, hd]:
+ * with a = x[.., i], b = x[.., i + hd/2], c = cos[t, i], s = sin[t, i] (cos/sin are [n, hd/2]):
+ * a' = a c - b s;  b' = b c + a s */
+static void cpu_rope_forward(float *x, const float *cos, const float *sin, int n, int nh, int hd)
+{
+    int half = hd / 2;
+    for (int t = 0; t < n; t++) {
+        const float *c = cos + (size_t)t * half, *s = sin + (size_t)t * half;
+        for (int h = 0; h < nh; h++) {
+            float *v = x + ((size_t)t * nh + h) * hd;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * c[i] - b * s[i];
+                v[i + half] = b * c[i] + a * s[i];
+            }
+        }
+    }
+}
+
+/* RoPE backward, in place on dx[n, nh, hd] (the transpose rotation):
+ * da = ga c + gb s;  db = gb c - ga s */
+static void cpu_rope_backward(float *dx, const float *cos, const float *sin, int n, int nh, int hd)
+{
+    int half = hd / 2;
+    for (int t = 0; t < n; t++) {
+        const float *c = cos + (size_t)t * half, *s = sin + (size_t)t * half;
+        for (int h = 0; h < nh; h++) {
+            float *v = dx + ((size_t)t * nh + h) * hd;
+            for (int i = 0; i < half; i++) {
+                float ga = v[i], gb = v[i + half];
+                v[i] = ga * c[i] + gb * s[i];
+                v[i + half] = gb * c[i] - ga * s[i];
+            }
+        }
+    }
+}
+
+static float dotf(const float *a, const float *b, int n)
+{
+    float s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Attention over variable-length sequences (flash-attention varlen style):
+ * sequence i holds rows cu_seqlens[i] .. cu_seqlens[i+1]-1; rows attend only within
+ * their sequence (block-diagonal), and if causal only to keys j <= their own row.
+ * q[n, H, hd], k/v[n, Hkv, hd]; query head h reads kv head h / (H / Hkv) (GQA).
+ * out[r, h] = sum_j softmax_j(q[r,h] . k[j] / sqrt(hd)) v[j];  lse[r, h] = log sum_j exp(score).
+ * Online softmax over key tiles of EX_ATT_TILE: only a tile of scores per row is live,
+ * never the s x s matrix. lse[n, H] is kept for the backward pass. */
+static void cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
+                                  const float *v, const int *cu, int nseq, int H, int Hkv,
+                                  int hd, bool causal)
+{
+    float scale = 1.0f / sqrtf((float)hd), sc[EX_ATT_TILE], acc[EX_MAX_HEAD_DIM];
+    int group = H / Hkv;
+    for (int sq = 0; sq < nseq; sq++) {
+        int s0 = cu[sq], len = cu[sq + 1] - cu[sq];
+        for (int r = 0; r < len; r++) {
+            for (int h = 0; h < H; h++) {
+                const float *qr = q + ((size_t)(s0 + r) * H + h) * hd;
+                int kvh = h / group, kend = causal ? r + 1 : len;
+                float m = -INFINITY, l = 0;
+                for (int i = 0; i < hd; i++) acc[i] = 0;
+                for (int j0 = 0; j0 < kend; j0 += EX_ATT_TILE) {
+                    int jn = kend - j0 < EX_ATT_TILE ? kend - j0 : EX_ATT_TILE;
+                    float mt = -INFINITY;
+                    for (int jj = 0; jj < jn; jj++) {
+                        const float *kj = k + ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
+                        sc[jj] = dotf(qr, kj, hd) * scale;
+                        if (sc[jj] > mt) mt = sc[jj];
+                    }
+                    float mnew = m > mt ? m : mt, corr = expf(m - mnew);
+                    l *= corr;
+                    for (int i = 0; i < hd; i++) acc[i] *= corr;
+                    for (int jj = 0; jj < jn; jj++) {
+                        const float *vj = v + ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
+                        float p = expf(sc[jj] - mnew);
+                        l += p;
+                        for (int i = 0; i < hd; i++) acc[i] += p * vj[i];
+                    }
+                    m = mnew;
+                }
+                float *o = out + ((size_t)(s0 + r) * H + h) * hd;
+                for (int i = 0; i < hd; i++) o[i] = acc[i] / l;
+                lse[(size_t)(s0 + r) * H + h] = m + logf(l);
+            }
+        }
+    }
+}
+
+/* Attention backward, recomputing scores per key from q, k and lse (no s x s matrix):
+ * p = exp(q.k/sqrt(hd) - lse), D[r] = dout[r] . out[r],
+ * dv[j] += p dout[r];  ds = p (dout[r] . v[j] - D[r]);
+ * dq[r] += ds k[j] / sqrt(hd);  dk[j] += ds q[r] / sqrt(hd). */
+static void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                                   const float *q, const float *k, const float *v,
+                                   const float *out, const float *lse, const int *cu, int nseq,
+                                   int H, int Hkv, int hd, bool causal)
+{
+    float scale = 1.0f / sqrtf((float)hd);
+    int group = H / Hkv;
+    for (int sq = 0; sq < nseq; sq++) {
+        int s0 = cu[sq], len = cu[sq + 1] - cu[sq];
+        for (int r = 0; r < len; r++) {
+            for (int h = 0; h < H; h++) {
+                size_t qo = ((size_t)(s0 + r) * H + h) * hd;
+                const float *qr = q + qo, *dor = dout + qo;
+                float *dqr = dq + qo;
+                float D = dotf(dor, out + qo, hd), L = lse[(size_t)(s0 + r) * H + h];
+                int kvh = h / group, kend = causal ? r + 1 : len;
+                for (int j = 0; j < kend; j++) {
+                    size_t ko = ((size_t)(s0 + j) * Hkv + kvh) * hd;
+                    const float *kj = k + ko, *vj = v + ko;
+                    float p = expf(dotf(qr, kj, hd) * scale - L);
+                    float ds = p * (dotf(dor, vj, hd) - D) * scale;
+                    float *dkj = dk + ko, *dvj = dv + ko;
+                    for (int i = 0; i < hd; i++) {
+                        dvj[i] += p * dor[i];
+                        dqr[i] += ds * kj[i];
+                        dkj[i] += ds * qr[i];
+                    }
+                }
+            }
+        }
+    }
+}
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* SwiGLU: h = silu(g) * u, silu(g) = g * sigmoid(g); elementwise over n */
+static void cpu_swiglu_forward(float *h, const float *g, const float *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++) h[i] = g[i] * sigmoidf(g[i]) * u[i];
+}
+
+/* SwiGLU backward: du += dh silu(g);  dg += dh u sigmoid(g) (1 + g (1 - sigmoid(g))) */
+static void cpu_swiglu_backward(float *dg, float *du, const float *dh, const float *g,
+                                const float *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float s = sigmoidf(g[i]);
+        du[i] += dh[i] * g[i] * s;
+        dg[i] += dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+    }
+}
+
+/* GELU, exact erf form (torch.nn.GELU() default, the Qwen2.5-VL merger's activation):
+ * out = 0.5 x (1 + erf(x / sqrt 2)) */
+static void cpu_gelu_forward(float *out, const float *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * (float)M_SQRT1_2));
+}
+
+/* GELU backward: dinp += dout (0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)) */
+static void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n)
+{
+    const float inv_sqrt_2pi = 0.3989422804014327f;
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float d = 0.5f * (1.0f + erff(x * (float)M_SQRT1_2)) + x * expf(-0.5f * x * x) * inv_sqrt_2pi;
+        dinp[i] += dout[i] * d;
+    }
+}
+
+/* Embedding: out[t, :] = wte[tokens[t], :] for t < n; wte is [vocab, d] */
+static void cpu_embedding_forward(float *out, const float *wte, const int32_t *tokens, int n, int d)
+{
+    for (int t = 0; t < n; t++)
+        memcpy(out + (size_t)t * d, wte + (size_t)tokens[t] * d, (size_t)d * sizeof *wte);
+}
+
+/* Embedding backward: dwte[tokens[t], :] += dout[t, :] */
+static void cpu_embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int n, int d)
+{
+    for (int t = 0; t < n; t++) {
+        float *row = dwte + (size_t)tokens[t] * d;
+        const float *g = dout + (size_t)t * d;
+        for (int j = 0; j < d; j++) row[j] += g[j];
+    }
+}
+
+/* Cross-entropy, fused forward + backward over logits[n, vocab]:
+ * returns sum_r (logsumexp(logits[r]) - logits[r, targets[r]]) (the caller divides);
+ * if dlogits != NULL: dlogits[r, c] = dscale * (softmax(logits[r])[c] - [c == targets[r]]) */
+static double cpu_cross_entropy(float *dlogits, const float *logits, const int32_t *targets,
+                                int n, int vocab, float dscale)
+{
+    double total = 0;
+    for (int r = 0; r < n; r++) {
+        const float *z = logits + (size_t)r * vocab;
+        float mx = -INFINITY;
+        for (int c = 0; c < vocab; c++) if (z[c] > mx) mx = z[c];
+        double sum = 0;
+        for (int c = 0; c < vocab; c++) sum += exp((double)z[c] - mx);
+        double lse = mx + log(sum);
+        total += lse - z[targets[r]];
+        if (dlogits) {
+            float *dz = dlogits + (size_t)r * vocab;
+            for (int c = 0; c < vocab; c++) dz[c] = dscale * (float)exp((double)z[c] - lse);
+            dz[targets[r]] -= dscale;
+        }
+    }
+    return total;
+}
+
+/* AdamW, the torch.optim.AdamW update (decoupled weight decay):
+ * p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+ * p -= (lr / bias_c1) m / (sqrt(v) / sqrt(bias_c2) + eps), bias_cX = 1 - bX^t */
+static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay,
+                      float bias_c1, float bias_c2)
+{
+    float step = lr / bias_c1, sqrt_c2 = sqrtf(bias_c2);
+    for (size_t i = 0; i < n; i++) {
+        p[i] *= 1.0f - lr * weight_decay;
+        m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
+        v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+        p[i] -= step * m[i] / (sqrtf(v[i]) / sqrt_c2 + eps);
+    }
+}
+
+static const ex_backend cpu_backend = {
+    .name = "cpu",
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .add_inplace = cpu_add_inplace,
+    .add_bias = cpu_add_bias,
+    .scale_inplace = cpu_scale_inplace,
+    .sumsq = cpu_sumsq,
+    .linear_forward = cpu_linear_forward,
+    .linear_backward = cpu_linear_backward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .cross_entropy = cpu_cross_entropy,
+    .adamw = cpu_adamw,
+};
+
+const ex_backend *ex_backend_cpu(void) { return &cpu_backend; }

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Executor vs PyTorch: loss, every parameter gradient and 5 AdamW steps of
+# tiny-vl and tiny-vl-window, against tests/ref/torch_ref.py (float64 torch).
+. "$(dirname "$0")/lib.sh"
+export OPENBLAS_NUM_THREADS=1
+if ! /usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1; then
+    skip executor_torch_ref "/usr/bin/python3 has no torch"
+    exit 0
+fi
+DHP_TORCH_REF_SCRIPT="$(cd "$(dirname "$0")" && pwd)/ref/torch_ref.py" TMPDIR="$T" \
+    "$TEST_BIN" executor_torch_ref 2>&1 | grep -vE '^unit: '
