@@ -528,7 +528,7 @@ int ex_patch_order(int y, int x, int grid, int merge, int window)
     return win * w * w + grp * merge * merge + (ly % merge) * merge + lx % merge;
 }
 
-int ex_batch_alloc(ex_batch *b, const ex_dataset *ds, int n, char *err)
+int ex_batch_alloc(ex_data_rows *b, const ex_dataset *ds, int n, char *err)
 {
     memset(b, 0, sizeof *b);
     if (n < 1) return util_fail(err, UTIL_EINVAL, "batch: rows %d must be >= 1", n);
@@ -551,7 +551,7 @@ int ex_batch_alloc(ex_batch *b, const ex_dataset *ds, int n, char *err)
     return UTIL_OK;
 }
 
-void ex_batch_free(ex_batch *b)
+void ex_batch_free(ex_data_rows *b)
 {
     util_free(b->pixels); util_free(b->tokens); util_free(b->targets);
     util_free(b->loss_mask); util_free(b->lengths); util_free(b->sample_ids);
@@ -580,7 +580,7 @@ static void epoch_order(ex_dataset *ds, uint64_t seed, long epoch)
     ds->order_valid = true;
 }
 
-static void fill_row(const ex_dataset *ds, int sample, int row, ex_batch *b)
+static void fill_row(const ex_dataset *ds, int sample, int row, ex_data_rows *b)
 {
     const ex_dataset_info *in = &ds->info;
     const unsigned char *rec = ds->records + (size_t)sample * ds->record_bytes;
@@ -612,7 +612,7 @@ static void fill_row(const ex_dataset *ds, int sample, int row, ex_batch *b)
 }
 
 int ex_data_batch(ex_dataset *ds, uint64_t shuffle_seed, long step, int global_batch,
-                  int rank, int dp, ex_batch *b, char *err)
+                  int rank, int dp, ex_data_rows *b, char *err)
 {
     const ex_dataset_info *in = &ds->info;
     if (global_batch < 1 || global_batch > in->samples)

@@ -231,10 +231,10 @@ typedef struct {
     int32_t *tokens, *targets;
     float *loss_mask;
     int32_t *lengths, *sample_ids;
-} ex_batch;
+} ex_data_rows;
 
-int ex_batch_alloc(ex_batch *b, const ex_dataset *ds, int n, char *err);
-void ex_batch_free(ex_batch *b);
+int ex_batch_alloc(ex_data_rows *b, const ex_dataset *ds, int n, char *err);
+void ex_batch_free(ex_data_rows *b);
 
 /* Full global batches per epoch (the tail that does not fill one is dropped). */
 long ex_data_steps_per_epoch(const ex_dataset *ds, int global_batch);
@@ -247,7 +247,7 @@ long ex_data_steps_per_epoch(const ex_dataset *ds, int global_batch);
  * are exactly the dp = 1 batch. b must hold L rows. The only state a resume
  * needs is (shuffle_seed, step). */
 int ex_data_batch(ex_dataset *ds, uint64_t shuffle_seed, long step, int global_batch,
-                  int rank, int dp, ex_batch *b, char *err);
+                  int rank, int dp, ex_data_rows *b, char *err);
 
 /* Safetensors checkpoints (https://github.com/huggingface/safetensors):
  * u64 LE header length N, N bytes of JSON, then the raw LE tensor bytes. */

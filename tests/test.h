@@ -11,6 +11,9 @@
 
 typedef void (*test_fn)(void);
 void test_register(const char *name, test_fn fn);
+/* A test a script drives (it needs files or a process the script prepares):
+ * run only when the runner's filter argument names it. */
+void test_register_driven(const char *name, test_fn fn);
 void test_fail_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void test_skip(const char *why);
@@ -20,6 +23,12 @@ int test_failed_now(void);
     static void name(void);                                               \
     __attribute__((constructor)) static void test_reg_##name(void)        \
     { test_register(#name, name); }                                       \
+    static void name(void)
+
+#define TEST_DRIVEN(name)                                                 \
+    static void name(void);                                               \
+    __attribute__((constructor)) static void test_reg_##name(void)        \
+    { test_register_driven(#name, name); }                                \
     static void name(void)
 
 #define CHECK(cond) do { if (!(cond)) { test_fail_at(__FILE__, __LINE__, "%s", #cond); return; } } while (0)

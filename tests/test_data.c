@@ -104,7 +104,7 @@ TEST(data_shard_round_trip_pixels_and_tokens)
     CHECK_EQ_INT(in->patches, 64);
     CHECK_EQ_INT(in->patch_dim, 12);
 
-    ex_batch b;
+    ex_data_rows b;
     CHECK_OK(ex_batch_alloc(&b, ds, 8, err));
     CHECK_OK(ex_data_batch(ds, 99, 1, 8, 0, 1, &b, err));
     /* Compare against the raw shard bytes: sample s lives in shard s/8 at record s%8. */
@@ -157,7 +157,7 @@ TEST(data_captions_truncate_but_keep_bos_eos)
     CHECK(make_set(dir, sizeof dir, &cfg) == 0);
     ex_dataset *ds;
     CHECK_OK(ex_data_open(dir, &ds, err));
-    ex_batch b;
+    ex_data_rows b;
     CHECK_OK(ex_batch_alloc(&b, ds, 4, err));
     CHECK_OK(ex_data_batch(ds, 1, 0, 4, 0, 1, &b, err));
     for (int r = 0; r < 4; r++) {
@@ -321,7 +321,7 @@ TEST(data_shuffle_is_deterministic_and_covers_each_epoch)
     ex_dataset *ds, *ds2;
     CHECK_OK(ex_data_open(dir, &ds, err));
     CHECK_OK(ex_data_open(dir, &ds2, err));
-    ex_batch b, b2;
+    ex_data_rows b, b2;
     CHECK_OK(ex_batch_alloc(&b, ds, 6, err));
     CHECK_OK(ex_batch_alloc(&b2, ds, 6, err));
     CHECK_EQ_INT(ex_data_steps_per_epoch(ds, 6), 4);
@@ -354,14 +354,14 @@ TEST(data_dp_ranks_partition_the_global_batch)
     ex_dataset *ds;
     CHECK_OK(ex_data_open(dir, &ds, err));
     const int G = 8;
-    ex_batch full;
+    ex_data_rows full;
     CHECK_OK(ex_batch_alloc(&full, ds, G, err));
     const int dps[] = { 2, 4, 8 };
     for (long step = 0; step < 5; step++) {   /* crosses the epoch boundary at 3 */
         CHECK_OK(ex_data_batch(ds, 5, step, G, 0, 1, &full, err));
         for (size_t k = 0; k < sizeof dps / sizeof dps[0]; k++) {
             int dp = dps[k], L = G / dp;
-            ex_batch part;
+            ex_data_rows part;
             CHECK_OK(ex_batch_alloc(&part, ds, L, err));
             for (int r = 0; r < dp; r++) {
                 CHECK_OK(ex_data_batch(ds, 5, step, G, r, dp, &part, err));
@@ -387,7 +387,7 @@ TEST(data_batch_rejects_bad_sharding)
     CHECK(make_set(dir, sizeof dir, &cfg) == 0);
     ex_dataset *ds;
     CHECK_OK(ex_data_open(dir, &ds, err));
-    ex_batch b;
+    ex_data_rows b;
     CHECK_OK(ex_batch_alloc(&b, ds, 3, err));
     int r1 = ex_data_batch(ds, 1, 0, 8, 0, 3, &b, err);
     bool m1 = strstr(err, "does not divide") != NULL;

@@ -920,6 +920,6 @@ static void torch_ref_case(bool window, bool tied)
     CHECK_MSG(eparam < 1e-3, "AdamW update rel err %g in %s", eparam, wp);
 }
 
-TEST(executor_torch_ref_tiny_vl) { torch_ref_case(false, false); }
-TEST(executor_torch_ref_tiny_vl_window) { torch_ref_case(true, false); }
-TEST(executor_torch_ref_tiny_vl_tied_text_only_sample) { torch_ref_case(false, true); }
+TEST_DRIVEN(executor_torch_ref_tiny_vl) { torch_ref_case(false, false); }
+TEST_DRIVEN(executor_torch_ref_tiny_vl_window) { torch_ref_case(true, false); }
+TEST_DRIVEN(executor_torch_ref_tiny_vl_tied_text_only_sample) { torch_ref_case(false, true); }
