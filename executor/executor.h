@@ -53,9 +53,21 @@ typedef struct {
     void *ctx;
     int (*allreduce_sum)(void *ctx, float *buf, size_t n);
     int (*alltoall)(void *ctx, const float *send, float *recv, size_t chunk);
+    /* element-wise max over the tp group, in place (vocab-parallel cross-entropy) */
+    int (*allreduce_max)(void *ctx, float *buf, size_t n);
 } ex_parallel;
 int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
                              const ex_parallel *par, ex_model **out, char *err);
+/* The same with one layout per module: par[k] for module k of m (NULL = no
+ * parallelism anywhere), so a vision encoder can be sp- and/or tp-parallel
+ * on its own communicators while the LLM is tp-parallel on others.
+ * LLM tensor parallel is Megatron's with a vocab-parallel embedding, LM head
+ * and cross-entropy: rank t holds vocab rows [t*V/tp, (t+1)*V/tp) of wte and
+ * head (V % tp must be 0), embeddings are summed over the group, and the
+ * cross-entropy combines the shards' max and sum-of-exp (allreduce_max and
+ * allreduce_sum). */
+int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules,
+                               const ex_parallel *par, ex_model **out, char *err);
 void ex_model_free(ex_model *em);
 
 /* One batch. Images all have grid_h x grid_w patches (patches == grid_h *
@@ -72,6 +84,13 @@ typedef struct {
     int batch, text_tokens;
     const int32_t *tokens;              /* [batch, text_tokens] */
     const int *images_per_sample;       /* [batch], sums to n_images; NULL if n_images == 0 */
+    /* [batch, text_tokens]: position t's prediction of token t+1 counts iff
+     * loss_mask[t] != 0 (t = text_tokens - 1 never counts); NULL: all count. */
+    const float *loss_mask;
+    /* The loss is (sum of counted predictions' cross-entropy) / loss_denominator,
+     * and so are the gradients: pass the global batch's count so micro-batches
+     * and data-parallel ranks sum to the global mean. 0: this batch's count. */
+    double loss_denominator;
 } ex_batch;
 
 /* The (row, col) of each stored patch of a grid_h x grid_w image in the
@@ -102,12 +121,31 @@ int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, in
 int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *vis_in, bool backward,
                             float *loss, const float **dvis, char *err);
 int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char *err);
+/* Activation slots of the vision encoder, for pipelined schedules that keep
+ * several micro-batches alive: ex_vision_forward fills the selected slot and
+ * ex_vision_backward reads it (pass the batch of that slot's forward).
+ * 0 <= slot < EX_MAX_SLOTS; a slot's memory is allocated on first use and
+ * kept (UTIL_MEM_ACTIV). The default slot is 0. */
+#define EX_MAX_SLOTS 64
+int ex_vision_set_slot(ex_model *em, int slot, char *err);
 
 /* One module's flat parameter or gradient buffer (module_index into m->mod),
  * e.g. for a data-parallel all-reduce of the gradients. UTIL_ENOTFOUND if the
  * module is not on this instance. */
-typedef enum { EX_BUF_PARAMS = 0, EX_BUF_GRADS } ex_buffer_kind;
+/* EX_BUF_ADAM_M / _V: the AdamW moments this rank holds (after
+ * ex_optimizer_shard: elements [lo, hi) only, *n = hi - lo); UTIL_ENOTFOUND
+ * for a frozen module. */
+typedef enum { EX_BUF_PARAMS = 0, EX_BUF_GRADS, EX_BUF_ADAM_M, EX_BUF_ADAM_V } ex_buffer_kind;
 int ex_module_buffer(ex_model *em, int module_index, ex_buffer_kind kind, float **ptr, size_t *n);
+/* ZeRO-1: module module_index keeps AdamW moments only for elements [lo, hi)
+ * of its flat buffer (the rest are freed, UTIL_MEM_OPTIM counts hi - lo) and
+ * ex_optimizer_apply updates only those parameters, with the clip
+ * coefficient from the global norm it is given; the caller reduce-scatters
+ * the gradients before and all-gathers the parameters after. */
+int ex_optimizer_shard(ex_model *em, int module_index, size_t lo, size_t hi, char *err);
+/* AdamW's step count t (bias correction), for checkpoints. */
+int ex_optimizer_get_t(const ex_model *em);
+void ex_optimizer_set_t(ex_model *em, int t);
 
 /* AdamW with global gradient-norm clipping and a linear-warmup + cosine LR.
  * Weight decay applies to matrices only (tensors with 2 dimensions: linear
@@ -153,6 +191,9 @@ typedef struct {
     float *data;
     float *grad;
     bool decay;        /* AdamW weight decay applies */
+    int module_index;  /* module of m that holds it */
+    size_t offset;     /* first element in that module's flat buffer (ex_module_buffer) */
+    int split_axis;    /* sharded: the axis split over the tp group (0 rows, 1 columns) */
 } ex_param;
 
 int ex_param_count(const ex_model *em);

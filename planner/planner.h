@@ -246,6 +246,79 @@ int plan_assemble(plan_t *p, const plan_options *o, char *err);
 /* Empty plan for m on c with workload w (no strategies yet). */
 void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_workload *w, const plan_options *o);
 
+/* ---- schedule: what every rank does in one step, in order ----
+ * The executor runs it and the simulator prices it, from this one code, so
+ * the two cannot drift. A step's global batch is cut into chunks that flow
+ * encoder -> LLM: disaggregated, p->n_micro chunks of global_batch / n_micro
+ * samples; colocated, chunks of the LLM's dp * micro_batch samples. Each
+ * module's dp rank i takes samples [c0 + i*C/dp, c0 + (i+1)*C/dp) of chunk
+ * [c0, c0 + C) (integer division, so uneven dp splits differ by one) and runs
+ * them in micro-batches of micro_batch samples. An encoder keeps each
+ * micro-batch's activations in a slot until its gradient returns.
+ * Encoder ranks (1F1B): forward chunks 0..W-1 (W = 2 disaggregated with
+ * n_micro > 1, else 1), then per chunk c: receive its gradient, backward,
+ * forward chunk c + W. LLM ranks, per chunk: receive, forward+backward of each
+ * micro-batch, send the gradient back. Colocated ranks interleave both roles
+ * chunk by chunk. Every rank ends with gradient sync, the global gradient
+ * norm and the optimizer. */
+typedef enum {
+    PLAN_OP_FORWARD = 0,      /* encoder forward of one micro-batch into `slot` */
+    PLAN_OP_SEND_ACT,         /* encoder -> LLM: this rank's merged rows of chunk `chunk` */
+    PLAN_OP_RECV_ACT,         /* LLM: every encoder's rows of its samples of chunk `chunk` */
+    PLAN_OP_FORWARD_BACKWARD, /* LLM forward + backward of one micro-batch */
+    PLAN_OP_SEND_GRAD,        /* LLM (tp rank 0) -> encoder: gradient of those rows */
+    PLAN_OP_RECV_GRAD,
+    PLAN_OP_BACKWARD,         /* encoder backward of one micro-batch from `slot` */
+    PLAN_OP_GRAD_SYNC,        /* module's gradient all-reduce over dp x sp (ZeRO-1: reduce-scatter) */
+    PLAN_OP_GRAD_NORM,        /* global gradient norm, all-reduce over every rank */
+    PLAN_OP_OPTIMIZER,        /* module's AdamW (ZeRO-1: on its shard, then all-gather) */
+    PLAN_NOPS
+} plan_op_kind;
+
+typedef struct {
+    plan_op_kind kind;
+    int module;               /* index in model.mod; -1 for PLAN_OP_GRAD_NORM */
+    int chunk;                /* -1 for per-step ops */
+    int sample0, samples;     /* this rank's samples of the step (compute ops, send/recv of its share) */
+    int slot;                 /* encoder activation slot, -1 if none */
+} plan_op;
+
+typedef struct {
+    int rank;
+    int n, cap;
+    plan_op *op;
+    int slots;                /* encoder activation slots this rank needs */
+} plan_schedule;
+
+/* Chunks of one step and the samples of chunk c ([*first, *first + *count)). */
+int plan_chunks(const plan_t *p);
+void plan_chunk_range(const plan_t *p, int c, int *first, int *count);
+/* Module k's dp rank dp_i's share of chunk c. */
+void plan_chunk_share(const plan_t *p, int k, int c, int dp_i, int *first, int *count);
+/* Position of a global rank in module k's group; false if the rank is not in it. */
+typedef struct { int dp, tp, sp, pp; } plan_coord;
+bool plan_rank_coord(const plan_t *p, int k, int rank, plan_coord *out);
+int plan_coord_rank(const plan_t *p, int k, const plan_coord *c);
+/* Merged encoder rows (LLM input rows) per sample of encoder k. */
+int plan_rows_per_sample(const plan_t *p, int k);
+/* Checks that the executor can run p as scheduled (sp slices whole merge
+ * groups in every micro-batch, one LLM, pp == 1, ...); UTIL_EUNSUPPORTED or
+ * UTIL_EINVAL with the reason. */
+int plan_schedule_check(const plan_t *p, char *err);
+int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err);
+void plan_schedule_free(plan_schedule *s);
+const char *plan_op_name(plan_op_kind k);
+
+/* The encoder -> LLM hand-off of chunk c of encoder k as row segments: rows
+ * [enc_off, enc_off + rows) of encoder rank enc_rank's packed chunk buffer
+ * (its micro-batches' local merged rows, in order) go to rows [llm_off, ...)
+ * of LLM rank llm_rank's chunk input (its samples' rows, in order). Every LLM
+ * tp rank receives the rows; gradients go back from llm_tp == 0 only.
+ * Segments are ordered by (enc_rank, llm_rank, enc_off): one message per
+ * (enc_rank, llm_rank) pair is the concatenation of its segments. */
+typedef struct { int enc_rank, llm_rank, llm_tp, rows, enc_off, llm_off; } plan_segment;
+int plan_handoff(const plan_t *p, int k, int c, plan_segment **segs, int *n, char *err);
+
 const char *plan_placement_name(plan_placement p);
 const char *plan_recompute_name(plan_recompute r);
 

@@ -1,0 +1,64 @@
+/* executor-internal: the communicator interface. The training driver
+ * (executor/run.c) talks to other ranks only through these calls, so a
+ * CUDA backend (NCCL) can replace the CPU one (MPI, executor/comm_mpi.c).
+ *
+ * Conventions: every collective is called by all ranks of the communicator
+ * in the same order; counts are in floats unless named bytes; chunked
+ * collectives use equal chunks (callers pad). Every call returns UTIL_OK or
+ * UTIL_ERUNTIME (message in ex_comm_error). Buffers the implementation
+ * allocates are counted as UTIL_MEM_COMM. Bytes moved are counted per
+ * communicator (ex_comm_bytes) for the logs and the simulator's checks. */
+#ifndef DHP_EXECUTOR_COMM_H
+#define DHP_EXECUTOR_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct ex_comm ex_comm;
+typedef struct ex_request ex_request;
+
+/* The world communicator: initialises MPI (MPI_THREAD_FUNNELED) unless it
+ * already is; without mpirun this is a 1-rank world. *out is owned by the
+ * caller (ex_comm_free, then ex_comm_finalize once at exit). */
+int ex_comm_world(int *argc, char ***argv, ex_comm **out, char *err);
+void ex_comm_finalize(void);
+/* A 1-rank communicator that needs no MPI (unit tests, the planner-only CLI). */
+int ex_comm_self(ex_comm **out, char *err);
+int ex_comm_rank(const ex_comm *c);
+int ex_comm_size(const ex_comm *c);
+/* Collective over c: ranks passing the same color >= 0 form a new
+ * communicator ranked by key (ties by rank in c); color < 0 gets *out = NULL. */
+int ex_comm_split(ex_comm *c, int color, int key, ex_comm **out, char *err);
+void ex_comm_free(ex_comm *c);
+/* Last error of c, "" if none. */
+const char *ex_comm_error(const ex_comm *c);
+/* Total bytes this rank sent through c (collectives counted as the bytes the
+ * algorithm sends, point-to-point as the payload). */
+uint64_t ex_comm_bytes(const ex_comm *c);
+
+int ex_comm_barrier(ex_comm *c);
+int ex_comm_allreduce_sum(ex_comm *c, float *buf, size_t n);          /* in place */
+int ex_comm_allreduce_max(ex_comm *c, float *buf, size_t n);          /* in place */
+int ex_comm_allreduce_sum_f64(ex_comm *c, double *buf, size_t n);     /* in place */
+int ex_comm_allreduce_max_int(ex_comm *c, int *buf, size_t n);        /* in place, error agreement */
+/* recv[r * n .. (r+1) * n) = rank r's send[0 .. n) */
+int ex_comm_allgather(ex_comm *c, const float *send, float *recv, size_t n);
+/* recv[0 .. n) = sum over ranks of their send[rank * n .. (rank+1) * n) */
+int ex_comm_reduce_scatter(ex_comm *c, const float *send, float *recv, size_t n);
+/* chunk r of send goes to rank r; chunk r of recv comes from rank r */
+int ex_comm_alltoall(ex_comm *c, const float *send, float *recv, size_t chunk);
+int ex_comm_bcast(ex_comm *c, void *buf, size_t bytes, int root);
+/* Gathers `bytes` from every rank to root's recv[r * bytes ..]; recv unused elsewhere. */
+int ex_comm_gather_bytes(ex_comm *c, const void *send, void *recv, size_t bytes, int root);
+
+/* Point-to-point. Tags >= 0 and < 1<<20. isend / irecv return a request that
+ * ex_comm_wait completes and frees; the buffer must stay valid until then.
+ * Sends to and receives from one's own rank work. */
+int ex_comm_isend(ex_comm *c, const float *buf, size_t n, int peer, int tag, ex_request **req);
+int ex_comm_irecv(ex_comm *c, float *buf, size_t n, int peer, int tag, ex_request **req);
+int ex_comm_wait(ex_comm *c, ex_request *req);
+int ex_comm_send(ex_comm *c, const float *buf, size_t n, int peer, int tag);
+int ex_comm_recv(ex_comm *c, float *buf, size_t n, int peer, int tag);
+
+#endif
