@@ -315,9 +315,14 @@ const char *plan_op_name(plan_op_kind k);
  * of LLM rank llm_rank's chunk input (its samples' rows, in order). Every LLM
  * tp rank receives the rows; gradients go back from llm_tp == 0 only.
  * Segments are ordered by (enc_rank, llm_rank, enc_off): one message per
- * (enc_rank, llm_rank) pair is the concatenation of its segments. */
-typedef struct { int enc_rank, llm_rank, llm_tp, rows, enc_off, llm_off; } plan_segment;
+ * (enc_rank, llm_rank) pair is the concatenation of its segments.
+ * Transfer ops name the encoder in plan_op.module; their message tags are
+ * plan_handoff_tag(k, c, grad). *segs is freed with util_free. */
+/* Encoder tp ranks hold the same rows: activations go from enc_tp == 0 to
+ * every llm_tp; gradients from llm_tp == 0 to every enc_tp. */
+typedef struct { int enc_rank, enc_tp, llm_rank, llm_tp, rows, enc_off, llm_off; } plan_segment;
 int plan_handoff(const plan_t *p, int k, int c, plan_segment **segs, int *n, char *err);
+int plan_handoff_tag(int k, int c, bool grad);
 
 const char *plan_placement_name(plan_placement p);
 const char *plan_recompute_name(plan_recompute r);

@@ -1,0 +1,373 @@
+/* The step schedule: which operations every rank issues, in which order, on
+ * which samples. The executor (executor/run.c) runs exactly these lists and
+ * the simulator (planner/simulate.c) prices them; see planner.h. */
+#include "planner/planner.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const op_names[PLAN_NOPS] = {
+    "forward", "send_act", "recv_act", "forward_backward", "send_grad", "recv_grad",
+    "backward", "grad_sync", "grad_norm", "optimizer",
+};
+
+const char *plan_op_name(plan_op_kind k) { return k >= 0 && k < PLAN_NOPS ? op_names[k] : "?"; }
+
+/* Colocated chunks hold one micro-batch of every LLM dp rank. */
+static int colocated_chunk_samples(const plan_t *p)
+{
+    const plan_module *l = &p->mod[p->model.llm];
+    int c = l->dp * (l->micro_batch > 0 ? l->micro_batch : 1);
+    return c > 0 ? c : 1;
+}
+
+int plan_chunks(const plan_t *p)
+{
+    int B = p->work.global_batch;
+    if (p->placement == PLAN_DISAGGREGATED) return p->n_micro > 0 ? p->n_micro : 1;
+    int C = colocated_chunk_samples(p);
+    return (B + C - 1) / C;
+}
+
+void plan_chunk_range(const plan_t *p, int c, int *first, int *count)
+{
+    int B = p->work.global_batch;
+    if (p->placement == PLAN_DISAGGREGATED) {
+        int n = plan_chunks(p);
+        *first = (int)((long)c * B / n);
+        *count = (int)((long)(c + 1) * B / n) - *first;
+        return;
+    }
+    int C = colocated_chunk_samples(p);
+    *first = c * C;
+    *count = B - *first < C ? B - *first : C;
+}
+
+void plan_chunk_share(const plan_t *p, int k, int c, int dp_i, int *first, int *count)
+{
+    int f, n, dp = p->mod[k].dp;
+    plan_chunk_range(p, c, &f, &n);
+    *first = f + (int)((long)dp_i * n / dp);
+    *count = f + (int)((long)(dp_i + 1) * n / dp) - *first;
+}
+
+bool plan_rank_coord(const plan_t *p, int k, int rank, plan_coord *out)
+{
+    const plan_module *s = &p->mod[k];
+    int local = rank - s->first_rank;
+    if (local < 0 || local >= s->n_ranks) return false;
+    out->tp = local % s->tp;
+    local /= s->tp;
+    out->sp = local % s->sp;
+    local /= s->sp;
+    out->dp = local % s->dp;
+    out->pp = local / s->dp;
+    return true;
+}
+
+int plan_coord_rank(const plan_t *p, int k, const plan_coord *c)
+{
+    const plan_module *s = &p->mod[k];
+    return s->first_rank + ((c->pp * s->dp + c->dp) * s->sp + c->sp) * s->tp + c->tp;
+}
+
+int plan_rows_per_sample(const plan_t *p, int k)
+{
+    const model_module *mm = &p->model.mod[k];
+    int m2 = mm->merge > 0 ? mm->merge * mm->merge : 1;
+    return p->work.images_per_sample * (p->work.image_tokens / m2);
+}
+
+static bool is_encoder(const plan_t *p, int k)
+{
+    return k != p->model.llm && p->work.images_per_sample > 0;
+}
+
+static bool trains(const plan_t *p, int k) { return !p->model.mod[k].frozen; }
+
+/* Micro-batch u of a share [first, first + count): samples of micro_batch size. */
+static int micro_count(const plan_module *s, int count)
+{
+    int mb = s->micro_batch > 0 ? s->micro_batch : 1;
+    return (count + mb - 1) / mb;
+}
+
+static void micro_range(const plan_module *s, int first, int count, int u, int *f, int *n)
+{
+    int mb = s->micro_batch > 0 ? s->micro_batch : 1;
+    *f = first + u * mb;
+    *n = count - u * mb < mb ? count - u * mb : mb;
+}
+
+static int max_micro_per_share(const plan_t *p, int k)
+{
+    int most = 0;
+    for (int c = 0; c < plan_chunks(p); c++)
+        for (int i = 0; i < p->mod[k].dp; i++) {
+            int f, n;
+            plan_chunk_share(p, k, c, i, &f, &n);
+            int m = micro_count(&p->mod[k], n);
+            if (m > most) most = m;
+        }
+    return most;
+}
+
+int plan_schedule_check(const plan_t *p, char *err)
+{
+    const model_t *m = &p->model;
+    if (m->llm < 0 || m->llm >= p->n_modules)
+        return util_fail(err, UTIL_EINVAL, "plan: no LLM module");
+    int encoders = 0;
+    for (int k = 0; k < p->n_modules; k++) {
+        const plan_module *s = &p->mod[k];
+        if (s->pp != 1)
+            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: pipeline parallelism (pp = %d) is not implemented by the executor", s->module, s->pp);
+        if (s->zero > 1)
+            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: ZeRO stage %d is not implemented by the executor (0 and 1 are)", s->module, s->zero);
+        if (s->seq_parallel)
+            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: Megatron sequence parallelism is not implemented by the executor", s->module);
+        if (s->dp < 1 || s->tp < 1 || s->sp < 1 || s->micro_batch < 1)
+            return util_fail(err, UTIL_EINVAL, "plan: module %s: dp, tp, sp and micro_batch must be >= 1", s->module);
+        if (k == m->llm) {
+            if (s->sp != 1)
+                return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: sequence parallelism of the LLM (sp = %d) is not implemented by the executor", s->module, s->sp);
+            continue;
+        }
+        if (m->mod[k].kind != MODEL_VISION)
+            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: only vision encoders are implemented by the executor", s->module);
+        encoders++;
+    }
+    if (encoders > 1)
+        return util_fail(err, UTIL_EUNSUPPORTED, "plan: %d encoders: the executor runs one vision encoder and one LLM", encoders);
+    if (p->placement == PLAN_COLOCATED)
+        for (int k = 0; k < p->n_modules; k++)
+            if (p->mod[k].first_rank != 0 || p->mod[k].n_ranks != p->world_size)
+                return util_fail(err, UTIL_EINVAL, "plan: colocated module %s must use all %d ranks", p->mod[k].module, p->world_size);
+    for (int k = 0; k < p->n_modules; k++) {
+        if (!is_encoder(p, k)) continue;
+        const plan_module *s = &p->mod[k];
+        const model_module *mm = &m->mod[k];
+        int m2 = mm->merge * mm->merge;
+        if (p->work.image_tokens % m2)
+            return util_fail(err, UTIL_EINVAL, "plan: module %s: %d vision tokens per image are not whole %dx%d merge groups", s->module, p->work.image_tokens, mm->merge, mm->merge);
+        for (int c = 0; c < plan_chunks(p); c++)
+            for (int i = 0; i < s->dp; i++) {
+                int f, n;
+                plan_chunk_share(p, k, c, i, &f, &n);
+                for (int u = 0; u < micro_count(s, n); u++) {
+                    int uf, un;
+                    micro_range(s, f, n, u, &uf, &un);
+                    long groups = (long)un * p->work.images_per_sample * p->work.image_tokens / m2;
+                    if (groups % s->sp)
+                        return util_fail(err, UTIL_EINVAL, "plan: module %s: a micro-batch of %d samples has %ld merge groups, not divisible by sp = %d", s->module, un, groups, s->sp);
+                }
+            }
+    }
+    return UTIL_OK;
+}
+
+static int push(plan_schedule *s, plan_op_kind kind, int module, int chunk, int sample0, int samples,
+                int slot, char *err)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 64;
+        plan_op *op = util_realloc(s->op, (size_t)cap * sizeof *op);
+        if (!op) return util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
+        s->op = op;
+        s->cap = cap;
+    }
+    s->op[s->n++] = (plan_op){ kind, module, chunk, sample0, samples, slot };
+    return UTIL_OK;
+}
+
+/* Slots of one in-flight chunk: its micro-batches; chunk c uses window c % W. */
+static int slot_of(int per_chunk, int W, int c, int u) { return (c % W) * per_chunk + u; }
+
+static int encoder_forward(const plan_t *p, int k, const plan_coord *me, int c, int W, int per_chunk,
+                           plan_schedule *s, char *err)
+{
+    const plan_module *m = &p->mod[k];
+    int f, n, rc = UTIL_OK;
+    plan_chunk_share(p, k, c, me->dp, &f, &n);
+    for (int u = 0; !rc && u < micro_count(m, n); u++) {
+        int uf, un;
+        micro_range(m, f, n, u, &uf, &un);
+        rc = push(s, PLAN_OP_FORWARD, k, c, uf, un, trains(p, k) ? slot_of(per_chunk, W, c, u) : 0, err);
+    }
+    return rc ? rc : push(s, PLAN_OP_SEND_ACT, k, c, f, n, -1, err);
+}
+
+static int encoder_backward(const plan_t *p, int k, const plan_coord *me, int c, int W, int per_chunk,
+                            plan_schedule *s, char *err)
+{
+    const plan_module *m = &p->mod[k];
+    int f, n;
+    plan_chunk_share(p, k, c, me->dp, &f, &n);
+    int rc = push(s, PLAN_OP_RECV_GRAD, k, c, f, n, -1, err);
+    for (int u = micro_count(m, n) - 1; !rc && u >= 0; u--) {
+        int uf, un;
+        micro_range(m, f, n, u, &uf, &un);
+        rc = push(s, PLAN_OP_BACKWARD, k, c, uf, un, slot_of(per_chunk, W, c, u), err);
+    }
+    return rc;
+}
+
+/* The LLM's part of chunk c: receive every encoder's rows, run the micro-batches, send gradients. */
+static int llm_chunk(const plan_t *p, const plan_coord *me, int c, plan_schedule *s, char *err)
+{
+    int L = p->model.llm, f, n, rc = UTIL_OK;
+    const plan_module *m = &p->mod[L];
+    plan_chunk_share(p, L, c, me->dp, &f, &n);
+    for (int k = 0; !rc && k < p->n_modules; k++)
+        if (is_encoder(p, k)) rc = push(s, PLAN_OP_RECV_ACT, k, c, f, n, -1, err);
+    for (int u = 0; !rc && u < micro_count(m, n); u++) {
+        int uf, un;
+        micro_range(m, f, n, u, &uf, &un);
+        rc = push(s, PLAN_OP_FORWARD_BACKWARD, L, c, uf, un, -1, err);
+    }
+    for (int k = 0; !rc && k < p->n_modules; k++)
+        if (is_encoder(p, k) && trains(p, k)) rc = push(s, PLAN_OP_SEND_GRAD, k, c, f, n, -1, err);
+    return rc;
+}
+
+static int step_tail(const plan_t *p, const bool *on, plan_schedule *s, char *err)
+{
+    int rc = UTIL_OK;
+    for (int k = 0; !rc && k < p->n_modules; k++)
+        if (on[k] && trains(p, k)) rc = push(s, PLAN_OP_GRAD_SYNC, k, -1, 0, 0, -1, err);
+    if (!rc) rc = push(s, PLAN_OP_GRAD_NORM, -1, -1, 0, 0, -1, err);
+    for (int k = 0; !rc && k < p->n_modules; k++)
+        if (on[k] && trains(p, k)) rc = push(s, PLAN_OP_OPTIMIZER, k, -1, 0, 0, -1, err);
+    return rc;
+}
+
+int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
+{
+    memset(s, 0, sizeof *s);
+    s->rank = rank;
+    int rc = plan_schedule_check(p, err);
+    if (rc) return rc;
+    if (rank < 0 || rank >= p->world_size)
+        return util_fail(err, UTIL_EINVAL, "plan: rank %d outside the plan's %d ranks", rank, p->world_size);
+    bool on[MODEL_MAX_MODULES] = { false };
+    plan_coord me[MODEL_MAX_MODULES];
+    int enc = -1, L = p->model.llm, n = plan_chunks(p);
+    for (int k = 0; k < p->n_modules; k++) {
+        on[k] = plan_rank_coord(p, k, rank, &me[k]);
+        if (is_encoder(p, k)) enc = k;
+    }
+    bool colocated = p->placement == PLAN_COLOCATED;
+    int W = !colocated && n > 1 ? 2 : 1;
+    if (enc >= 0 && !trains(p, enc)) W = 1;
+    int per_chunk = enc >= 0 ? max_micro_per_share(p, enc) : 0;
+    if (enc >= 0 && on[enc]) s->slots = trains(p, enc) ? W * per_chunk : 1;
+    if (colocated) {
+        for (int c = 0; !rc && c < n; c++) {
+            if (enc >= 0) rc = encoder_forward(p, enc, &me[enc], c, W, per_chunk, s, err);
+            if (!rc) rc = llm_chunk(p, &me[L], c, s, err);
+            if (!rc && enc >= 0 && trains(p, enc)) rc = encoder_backward(p, enc, &me[enc], c, W, per_chunk, s, err);
+        }
+    } else if (on[L]) {
+        for (int c = 0; !rc && c < n; c++) rc = llm_chunk(p, &me[L], c, s, err);
+    } else if (enc >= 0 && on[enc]) {
+        bool back = trains(p, enc);
+        int ahead = back ? W : n;
+        for (int c = 0; !rc && c < ahead && c < n; c++) rc = encoder_forward(p, enc, &me[enc], c, W, per_chunk, s, err);
+        for (int c = 0; back && !rc && c < n; c++) {
+            rc = encoder_backward(p, enc, &me[enc], c, W, per_chunk, s, err);
+            if (!rc && c + W < n) rc = encoder_forward(p, enc, &me[enc], c + W, W, per_chunk, s, err);
+        }
+    }
+    if (!rc) rc = step_tail(p, on, s, err);
+    if (rc) plan_schedule_free(s);
+    return rc;
+}
+
+void plan_schedule_free(plan_schedule *s)
+{
+    util_free(s->op);
+    s->op = NULL;
+    s->n = s->cap = 0;
+}
+
+int plan_handoff_tag(int k, int c, bool grad) { return ((c * MODEL_MAX_MODULES + k) << 1 | (grad ? 1 : 0)) & ((1 << 20) - 1); }
+
+static int segment_order(const void *a, const void *b)
+{
+    const plan_segment *x = a, *y = b;
+    if (x->enc_rank != y->enc_rank) return x->enc_rank < y->enc_rank ? -1 : 1;
+    if (x->llm_rank != y->llm_rank) return x->llm_rank < y->llm_rank ? -1 : 1;
+    return x->enc_off < y->enc_off ? -1 : x->enc_off > y->enc_off;
+}
+
+typedef struct { plan_segment *v; int n, cap; } seg_list;
+
+static int seg_push(seg_list *l, plan_segment s, char *err)
+{
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 32;
+        plan_segment *v = util_realloc(l->v, (size_t)cap * sizeof *v);
+        if (!v) return util_fail(err, UTIL_ENOMEM, "plan: out of memory for the hand-off");
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = s;
+    return UTIL_OK;
+}
+
+/* Rows [g0, g0 + rows) of the step (merged-row index) held by one
+ * encoder rank at offset enc_off: split them over the LLM dp shares. */
+static int route_rows(const plan_t *p, int k, int c, const plan_coord *ec, int g0, int rows, int enc_off,
+                      seg_list *l, char *err)
+{
+    int L = p->model.llm, R = plan_rows_per_sample(p, k);
+    const plan_module *lm = &p->mod[L];
+    for (int d = 0; d < lm->dp; d++) {
+        int f, n;
+        plan_chunk_share(p, L, c, d, &f, &n);
+        int lo = f * R > g0 ? f * R : g0, hi = (f + n) * R < g0 + rows ? (f + n) * R : g0 + rows;
+        if (lo >= hi) continue;
+        for (int t = 0; t < lm->tp; t++) {
+            plan_coord lc = { .dp = d, .tp = t, .sp = 0, .pp = 0 };
+            plan_segment sg = { .enc_rank = plan_coord_rank(p, k, ec), .enc_tp = ec->tp,
+                                .llm_rank = plan_coord_rank(p, L, &lc), .llm_tp = t, .rows = hi - lo,
+                                .enc_off = enc_off + (lo - g0), .llm_off = lo - f * R };
+            int rc = seg_push(l, sg, err);
+            if (rc) return rc;
+        }
+    }
+    return UTIL_OK;
+}
+
+int plan_handoff(const plan_t *p, int k, int c, plan_segment **segs, int *n_out, char *err)
+{
+    *segs = NULL;
+    *n_out = 0;
+    if (k < 0 || k >= p->n_modules || !is_encoder(p, k))
+        return util_fail(err, UTIL_EINVAL, "plan: module %d is not an encoder that feeds the LLM", k);
+    const plan_module *e = &p->mod[k];
+    int R = plan_rows_per_sample(p, k);
+    seg_list l = { 0 };
+    int rc = UTIL_OK;
+    for (int i = 0; !rc && i < e->dp; i++) {
+        int f, n;
+        plan_chunk_share(p, k, c, i, &f, &n);
+        for (int j = 0; !rc && j < e->sp; j++)
+            for (int t = 0; !rc && t < e->tp; t++) {
+                plan_coord ec = { .dp = i, .tp = t, .sp = j, .pp = 0 };
+                int off = 0;
+                for (int u = 0; !rc && u < micro_count(e, n); u++) {
+                    int uf, un;
+                    micro_range(e, f, n, u, &uf, &un);
+                    int rows = un * R / e->sp;
+                    rc = route_rows(p, k, c, &ec, uf * R + j * rows, rows, off, &l, err);
+                    off += rows;
+                }
+            }
+    }
+    if (rc) { util_free(l.v); return rc; }
+    qsort(l.v, (size_t)l.n, sizeof *l.v, segment_order);
+    *segs = l.v;
+    *n_out = l.n;
+    return UTIL_OK;
+}

@@ -1,0 +1,136 @@
+/* The step schedule and the encoder -> LLM hand-off (planner/schedule.c). */
+#include "tests/test.h"
+#include "planner/planner.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int make_plan(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, plan_t *p)
+{
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    if (model_load("tiny-vl", &m, err) || cost_cluster_load("8xh100", &c, err)) return UTIL_EINVAL;
+    plan_workload w = { .global_batch = batch, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 16 };
+    return plan_from_strategy(spec, &m, &c, &w, pl, gpus, n_micro, p, err);
+}
+
+/* The ops of one rank as a string of letters: F S r B G b, per-step ops g n o. */
+static void op_string(const plan_schedule *s, char *out)
+{
+    static const char letter[PLAN_NOPS] = { 'F', 'S', 'R', 'X', 'G', 'r', 'B', 'y', 'n', 'o' };
+    for (int i = 0; i < s->n; i++) out[i] = letter[s->op[i].kind];
+    out[s->n] = 0;
+}
+
+TEST(schedule_disaggregated_encoder_runs_1f1b_two_chunks_ahead)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN], ops[256];
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 4, 8, &p));
+    plan_schedule s;
+    CHECK_OK(plan_schedule_rank(&p, 0, &s, err));
+    op_string(&s, ops);
+    /* 4 chunks of 2 samples, one micro-batch each: forward + send, gradient + backward */
+    CHECK_MSG(!strcmp(ops, "FSFSrBFSrBFSrBrByno"), "vision ops %s", ops);
+    int chunk_of_first_recv = -1;
+    for (int i = 0; i < s.n; i++)
+        if (s.op[i].kind == PLAN_OP_RECV_GRAD && chunk_of_first_recv < 0) chunk_of_first_recv = s.op[i].chunk;
+    CHECK_EQ_INT(chunk_of_first_recv, 0);
+    CHECK_EQ_INT(s.op[s.n - 1].kind, PLAN_OP_OPTIMIZER);
+    CHECK(s.slots >= 2);
+    plan_schedule_free(&s);
+    CHECK_OK(plan_schedule_rank(&p, 1, &s, err));
+    op_string(&s, ops);
+    for (int i = 0; i < s.n; i++) CHECK(s.op[i].kind != PLAN_OP_FORWARD && s.op[i].kind != PLAN_OP_BACKWARD);
+    CHECK_EQ_INT(s.op[0].kind, PLAN_OP_RECV_ACT);
+    plan_schedule_free(&s);
+}
+
+/* Every sample of the step is run forward (and backward) exactly once per dp
+ * replica of each module, whatever the dp split. */
+static void check_sample_coverage(const plan_t *p)
+{
+    char err[UTIL_ERR_LEN];
+    for (int k = 0; k < p->n_modules; k++) {
+        int *seen = calloc((size_t)p->work.global_batch, sizeof(int));
+        for (int r = 0; r < p->world_size; r++) {
+            plan_coord cd;
+            if (!plan_rank_coord(p, k, r, &cd) || cd.tp || cd.sp) continue;
+            plan_schedule s;
+            int rc = plan_schedule_rank(p, r, &s, err);
+            CHECK_MSG(rc == UTIL_OK, "rank %d: %s", r, err);
+            for (int i = 0; i < s.n; i++) {
+                const plan_op *o = &s.op[i];
+                bool compute = o->kind == PLAN_OP_FORWARD || o->kind == PLAN_OP_FORWARD_BACKWARD;
+                if (o->module != k || !compute) continue;
+                for (int j = o->sample0; j < o->sample0 + o->samples; j++) seen[j]++;
+            }
+            plan_schedule_free(&s);
+        }
+        for (int j = 0; j < p->work.global_batch; j++) CHECK_EQ_INT(seen[j], 1);
+        free(seen);
+    }
+}
+
+/* Each LLM rank's input rows of a chunk come exactly once from enc_tp 0, and
+ * each encoder rank's packed rows go out exactly once to every LLM tp rank. */
+static void check_handoff(const plan_t *p)
+{
+    char err[UTIL_ERR_LEN];
+    int R = plan_rows_per_sample(p, 0), L = p->model.llm;
+    for (int c = 0; c < plan_chunks(p); c++) {
+        plan_segment *sg;
+        int n;
+        CHECK_OK(plan_handoff(p, 0, c, &sg, &n, err));
+        for (int r = 0; r < p->world_size; r++) {
+            plan_coord lc;
+            if (!plan_rank_coord(p, L, r, &lc)) continue;
+            int f, cnt;
+            plan_chunk_share(p, L, c, lc.dp, &f, &cnt);
+            int *hit = calloc((size_t)cnt * R + 1, sizeof(int));
+            for (int i = 0; i < n; i++)
+                if (sg[i].llm_rank == r && sg[i].enc_tp == 0)
+                    for (int j = 0; j < sg[i].rows; j++) hit[sg[i].llm_off + j]++;
+            for (int j = 0; j < cnt * R; j++) CHECK_EQ_INT(hit[j], 1);
+            free(hit);
+        }
+        for (int i = 1; i < n; i++) CHECK(sg[i - 1].enc_rank <= sg[i].enc_rank);
+        util_free(sg);
+    }
+}
+
+TEST(schedule_covers_every_sample_once_and_handoff_routes_every_row_once)
+{
+    static plan_t p;
+    const struct { const char *spec; plan_placement pl; int gpus, micro, batch; } cases[] = {
+        { "vision:sp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 4 },
+        { "vision:dp=4;llm:tp=2,dp=2,seqpar=0", PLAN_COLOCATED, 4, 1, 8 },
+        { "vision:gpus=1;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 3, 2, 4 },
+        { "vision:gpus=2,dp=2;llm:gpus=1", PLAN_DISAGGREGATED, 3, 2, 6 },
+        { "vision:gpus=3,dp=3;llm:gpus=1,mb=2", PLAN_DISAGGREGATED, 4, 2, 8 },
+        { "vision:gpus=2,sp=2,mb=2;llm:gpus=2,dp=2", PLAN_DISAGGREGATED, 4, 2, 8 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = make_plan(cases[i].spec, cases[i].pl, cases[i].gpus, cases[i].micro, cases[i].batch, &p);
+        CHECK_OK(rc);
+        if (rc) { fprintf(stderr, "case %zu\n", i); continue; }
+        check_sample_coverage(&p);
+        check_handoff(&p);
+    }
+}
+
+TEST(schedule_refuses_what_the_executor_does_not_run)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:sp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 4, &p));
+    p.mod[1].pp = 2;
+    CHECK(plan_schedule_check(&p, err) == UTIL_EUNSUPPORTED && strstr(err, "pipeline"));
+    p.mod[1].pp = 1;
+    p.mod[1].zero = 3;
+    CHECK(plan_schedule_check(&p, err) == UTIL_EUNSUPPORTED && strstr(err, "ZeRO stage 3"));
+    p.mod[1].zero = 0;
+    p.mod[0].sp = 32;    /* 16 merge groups per image cannot split 32 ways */
+    CHECK(plan_schedule_check(&p, err) == UTIL_EINVAL && strstr(err, "sp = 32"));
+}
