@@ -18,13 +18,20 @@ static void usage(void)
            "  -o, --out FILE        write the chosen plan (default plan.json; '-' for none)\n"
            "  --compare             Ray's published grid (1024..65536 vision tokens, batch 8/8/8/8/4/2):\n"
            "                        zero3, tp, sp-tp and dhp per row (precision bf16-autocast unless given)\n"
-           "  --grid T:B,...        the grid for --compare, vision tokens:batch pairs\n", cli_setup_help);
+           "  --grid T:B,...        the grid for --compare, vision tokens:batch pairs\n"
+           "  --strategy SPEC       no search: the plan of explicit per-module strategies, e.g.\n"
+           "                        'vision:gpus=1,sp=1;llm:gpus=2,tp=2' (keys dp tp sp pp zero mb rc seqpar\n"
+           "                        pool gpus), with --placement colocated (default) or disaggregated\n"
+           "  --gpus N              GPUs (ranks) a --strategy plan uses (default: all of pool 0)\n"
+           "  --n-micro N           chunks pipelined between module groups (--strategy, disaggregated)\n", cli_setup_help);
 }
 
 typedef struct {
     cli_setup setup;
     const char *out;
     const char *grid;
+    const char *strategy;
+    int gpus, n_micro;
     int top;
     bool baselines, compare, exhaustive;
     bool colocated, disaggregated;
@@ -37,6 +44,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
     a->out = "plan.json";
     a->grid = "1024:8,4096:8,9216:8,16384:8,25600:4,65536:2";
     a->top = 4;
+    a->n_micro = 1;
     a->baselines = true;
     a->colocated = a->disaggregated = true;
     for (int i = 1; i < argc; i++) {
@@ -49,6 +57,9 @@ static int parse_args(int argc, char **argv, plan_args *a)
         else if (!strcmp(o, "--no-baselines")) a->baselines = false;
         else if (!strcmp(o, "--compare")) a->compare = true;
         else if (!strcmp(o, "--exhaustive")) a->exhaustive = true;
+        else if (!strcmp(o, "--strategy")) { if (!v) return cli_usage_error("plan", "--strategy needs a value"); a->strategy = v; i++; }
+        else if (!strcmp(o, "--gpus")) { if (cli_int_arg("plan", o, v, 1, 1 << 24, &a->gpus)) return 2; i++; }
+        else if (!strcmp(o, "--n-micro")) { if (cli_int_arg("plan", o, v, 1, 1 << 20, &a->n_micro)) return 2; i++; }
         else if (!strcmp(o, "--grid")) { if (!v) return cli_usage_error("plan", "--grid needs a value"); a->grid = v; i++; }
         else if (!strcmp(o, "-o") || !strcmp(o, "--out")) {
             if (!v) return cli_usage_error("plan", "%s needs a value", o);
@@ -92,8 +103,30 @@ static double best_fitting_baseline(const plan_t *base, const bool *have)
     return best;
 }
 
+/* --strategy: the given per-module strategies as a plan, evaluated and written. */
+static int plan_strategy(const plan_args *a)
+{
+    model_t m; cost_cluster c; plan_workload w;
+    if (cli_setup_load("plan", &a->setup, &m, &c, &w)) return 2;
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    plan_placement pl = a->colocated ? PLAN_COLOCATED : PLAN_DISAGGREGATED;
+    if (plan_from_strategy(a->strategy, &m, &c, &w, pl, a->gpus, a->n_micro, &p, err)) return cli_usage_error("plan", "%s", err);
+    if (strcmp(a->out, "-") && plan_write(a->out, &p, err)) { fprintf(stderr, "dhp plan: %s\n", err); return 2; }
+    if (a->setup.json) { cli_emit_json(plan_to_json(&p)); return 0; }
+    cli_print_header(&m, &c, &w);
+    printf("plan from --strategy\n");
+    cli_print_plan(&p);
+    printf("\n");
+    cli_print_plan_row_header();
+    cli_print_plan_row("strategy", &p);
+    if (strcmp(a->out, "-")) printf("wrote %s\n", a->out);
+    return 0;
+}
+
 static int plan_once(const plan_args *a)
 {
+    if (a->strategy) return plan_strategy(a);
     model_t m; cost_cluster c; plan_workload w;
     if (cli_setup_load("plan", &a->setup, &m, &c, &w)) return 2;
     plan_search_options so;

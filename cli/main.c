@@ -13,6 +13,7 @@ int cmd_models(int argc, char **argv);
 int cmd_clusters(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_data(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 
 static const cli_command commands[] = {
     { "plan", cmd_plan, "find the fastest per-module plan that fits; compare with baselines" },
@@ -20,6 +21,7 @@ static const cli_command commands[] = {
     { "models", cmd_models, "list the model zoo, or print one model's description" },
     { "clusters", cmd_clusters, "list cluster presets, or print one" },
     { "import", cmd_import, "convert a Hugging Face config.json (file or URL) into a model description" },
+    { "run", cmd_run, "train the model of a plan file (mpirun -np WORLD dhp run plan.json --data DIR)" },
     { "data", cmd_data, "synthesise / inspect data sets, inspect / copy checkpoints" },
     { NULL, NULL, NULL }
 };

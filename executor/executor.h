@@ -342,4 +342,30 @@ void ex_ckpt_meta_at(const ex_ckpt *c, int i, const char **key, const char **val
 int ex_ckpt_read_f32(ex_ckpt *c, const ex_ckpt_entry *e, float *out, size_t numel, char *err);
 int64_t ex_ckpt_numel(const ex_ckpt_entry *e);
 
+/* ---- dhp run: the training driver (executor/run.c) ----
+ * Every rank of `mpirun -np N dhp run` calls ex_run with the same options.
+ * The plan's module groups become communicators; each rank runs its
+ * plan_schedule_rank op list every step (see planner.h), so what runs is
+ * what the simulator prices. */
+typedef struct {
+    const char *plan_path;
+    const char *data_dir;
+    int steps;                 /* length of the run (the LR schedule's total) */
+    int stop_after;            /* stop once this many steps are done (0 = steps), e.g. to test resume */
+    ex_optim_config optim;     /* total_steps is set from steps */
+    uint64_t seed;             /* weight init */
+    uint64_t shuffle_seed;     /* data order */
+    const char *ckpt_dir;      /* NULL: no checkpoints */
+    int ckpt_every;            /* steps between checkpoints; 0: only at the end */
+    bool resume;               /* continue from ckpt_dir's latest checkpoint */
+    bool log_json;             /* one JSON object per step on stdout instead of text */
+    bool progress;             /* progress bar with ETA on stderr (rank 0, a terminal) */
+    int log_every;             /* text log line every N steps (default 1) */
+    const char *trace_path;    /* Chrome trace of the last step's measured ops, NULL: none */
+} ex_run_options;
+void ex_run_options_default(ex_run_options *o);
+/* Runs the training; returns UTIL_OK or an error code with err filled on
+ * every rank that saw it (ranks agree on failures such as a NaN loss). */
+int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err);
+
 #endif

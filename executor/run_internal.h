@@ -1,0 +1,47 @@
+/* executor-internal: the state of one rank of `dhp run`, shared by the
+ * driver (run.c) and its checkpoints (run_ckpt.c). */
+#ifndef DHP_EXECUTOR_RUN_INTERNAL_H
+#define DHP_EXECUTOR_RUN_INTERNAL_H
+
+#include "executor/executor.h"
+#include "executor/comm.h"
+
+/* Both hooks of a module's ex_parallel go to its own communicators. */
+typedef struct { ex_comm *tp, *sp; } run_hooks;
+
+typedef struct {
+    bool on;                  /* this rank is in the module's group */
+    bool trains;              /* not frozen */
+    plan_coord at;
+    ex_comm *tp, *sp;         /* ranks of one replica that differ only in tp / sp */
+    ex_comm *grad;            /* dp x sp ranks with the same tp index: gradient sync, ZeRO-1 shards */
+    ex_comm *lead;            /* rank 0 of each tp group (sp = 0, dp = 0) x tp: checkpoint gathers */
+    run_hooks hooks;
+    bool zero1;
+    size_t n;                 /* flat parameters on this rank */
+    size_t shard, lo, hi;     /* ZeRO-1: padded shard size and this rank's range */
+    float *stage, *piece;     /* ZeRO-1 staging [grad size * shard] and [shard] (COMM) */
+} run_module;
+
+typedef struct {
+    const ex_run_options *o;
+    plan_t plan;
+    ex_comm *world;
+    int rank, size;
+    run_module mod[MODEL_MAX_MODULES];
+    int enc;                  /* encoder module index, -1 if none */
+    ex_model *em;
+    ex_optim_config optim;
+    int step;                 /* steps done */
+} run_ctx;
+
+/* Checkpoints: DIR/step-NNNNNNNN/<module>.safetensors with every parameter
+ * as a whole tensor and its AdamW moments ("adam_m." / "adam_v." + name),
+ * metadata step, adam_t, seed, shuffle_seed; DIR/latest names the newest
+ * complete step directory. Whole tensors make a checkpoint independent of
+ * the plan's layout. Collective over the world. */
+int run_ckpt_save(run_ctx *r, char *err);
+/* Loads DIR/latest into every rank's shards; sets r->step. */
+int run_ckpt_load(run_ctx *r, char *err);
+
+#endif
