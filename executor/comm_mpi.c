@@ -33,6 +33,7 @@ struct ex_request {
     self_msg *msg;        /* self send still queued */
     ex_request *next;     /* in the comm's list of pending self receives */
     int npieces;
+    size_t piece;         /* max_piece when posted */
     MPI_Request mreq[];   /* one per piece of at most max_piece floats */
 };
 
@@ -344,6 +345,7 @@ static ex_request *req_new(ex_comm *c, req_kind kind, size_t n, int peer, int ta
     r->peer = peer;
     r->tag = tag;
     r->npieces = npieces;
+    r->piece = g_max_piece;
     return r;
 }
 
@@ -397,8 +399,8 @@ static void self_recv(ex_comm *c, ex_request *r)
 static int post_mpi(ex_comm *c, ex_request *r, float *buf, bool send)
 {
     for (int i = 0; i < r->npieces; i++) {
-        size_t o = (size_t)i * g_max_piece;
-        int l = (int)min_sz(g_max_piece, r->n - o), rc;
+        size_t o = (size_t)i * r->piece;
+        int l = (int)min_sz(r->piece, r->n - o), rc;
         float *b = buf ? buf + o : NULL;
         rc = send ? MPI_Isend(b, l, MPI_FLOAT, r->peer, r->tag, c->mpi, &r->mreq[i])
                   : MPI_Irecv(b, l, MPI_FLOAT, r->peer, r->tag, c->mpi, &r->mreq[i]);
@@ -448,7 +450,7 @@ static int wait_mpi(ex_comm *c, ex_request *r)
         MPI_Status st;
         int rc = MPI_Wait(&r->mreq[i], &st), count = 0;
         if (rc == MPI_SUCCESS && r->kind == REQ_MPI_RECV) {
-            size_t want = min_sz(g_max_piece, r->n - (size_t)i * g_max_piece);
+            size_t want = min_sz(r->piece, r->n - (size_t)i * r->piece);
             MPI_Get_count(&st, MPI_FLOAT, &count);
             if ((size_t)count != want)
                 rc = comm_fail(c, "MPI_Wait(recv from %d, tag %d): got %d floats, posted %zu",
