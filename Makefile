@@ -37,6 +37,10 @@ $(DHP_BIN): $(LIB_OBJ) $(CLI_OBJ)
 $(BUILD)/test_dhp: $(LIB_OBJ) $(TEST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
+# Standalone MPI check of the communicator, run by tests/t_comm.sh under mpirun.
+$(BUILD)/comm_check: $(BUILD)/obj/tests/mpi/comm_check.o $(LIB_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
@@ -57,8 +61,8 @@ deps:
 	bash scripts/deps.sh
 
 # The test command (README, CI): unit tests, CLI and integration scripts.
-test: $(DHP_BIN) $(BUILD)/test_dhp
-	DHP=$(abspath $(DHP_BIN)) TEST_BIN=$(abspath $(BUILD)/test_dhp) bash tests/run.sh
+test: $(DHP_BIN) $(BUILD)/test_dhp $(BUILD)/comm_check
+	DHP=$(abspath $(DHP_BIN)) TEST_BIN=$(abspath $(BUILD)/test_dhp) COMM_CHECK=$(abspath $(BUILD)/comm_check) bash tests/run.sh
 
 # Same tests built with AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan sanitize:

@@ -56,10 +56,30 @@ typedef struct ex_backend {
                             const float *u, size_t n);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n);
-    void (*embedding_forward)(float *out, const float *wte, const int32_t *tokens, int n, int d);
-    void (*embedding_backward)(float *dwte, const float *dout, const int32_t *tokens, int n, int d);
+    /* Embeddings over a vocabulary shard: wte holds rows [v0, v0 + vn) of the
+     * full table; tokens outside it give zero rows (forward) and nothing (backward). */
+    void (*embedding_forward)(float *out, const float *wte, const int32_t *tokens, int n, int d,
+                              int v0, int vn);
+    void (*embedding_backward)(float *dwte, const float *dout, const int32_t *tokens, int n, int d,
+                               int v0, int vn);
+    /* Fused cross-entropy of one whole-vocabulary shard (see cpu_kernels.c). */
     double (*cross_entropy)(float *dlogits, const float *logits, const int32_t *targets,
                             int n, int vocab, float dscale);
+    /* Vocab-parallel cross-entropy in three pieces, logits[n, vocab] holding
+     * columns [v0, v0 + vocab) of the full vocabulary, with the group's
+     * collectives between them (Megatron-LM vocab_parallel_cross_entropy):
+     *   ce_row_max:  mx[r] = max_c logits[r, c]                      (then allreduce_max)
+     *   ce_exp_sum:  st[r] = sum_c exp(logits[r, c] - mx[r]),
+     *                st[n + r] = logits[r, targets[r] - v0] if that column is local, else 0;
+     *                if probs != NULL, probs[r, c] = exp(logits[r, c] - mx[r])  (then allreduce_sum of st[2n])
+     *   ce_grad:     dlogits[r, c] = dscale * (dlogits[r, c] / st[r] - [c == targets[r] - v0]),
+     *                in place over the probs ce_exp_sum wrote.
+     * The loss of row r is mx[r] + log(st[r]) - st[n + r]. */
+    void (*ce_row_max)(float *mx, const float *logits, int n, int vocab);
+    void (*ce_exp_sum)(float *probs, float *st, const float *logits, const float *mx,
+                       const int32_t *targets, int n, int vocab, int v0);
+    void (*ce_grad)(float *dlogits, const float *st, const int32_t *targets, int n, int vocab,
+                    int v0, float dscale);
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay,
                   float bias_c1, float bias_c2);

@@ -61,4 +61,12 @@ int ex_comm_wait(ex_comm *c, ex_request *req);
 int ex_comm_send(ex_comm *c, const float *buf, size_t n, int peer, int tag);
 int ex_comm_recv(ex_comm *c, float *buf, size_t n, int peer, int tag);
 
+/* Messages to one's own rank go through an internal queue (a blocking send to
+ * self is buffered; a receive from self with no matching send fails instead
+ * of hanging); sender and receiver must agree on n. Point-to-point bytes
+ * count the payload on the sender, self-sends included.
+ * Testing hook: the largest element count one MPI call is given (default
+ * 1<<30); bigger calls are split in pieces. Set it small to test splitting. */
+void ex_comm_set_max_piece(size_t elems);
+
 #endif

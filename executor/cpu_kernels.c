@@ -256,43 +256,90 @@ static void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, 
     }
 }
 
-/* Embedding: out[t, :] = wte[tokens[t], :] for t < n; wte is [vocab, d] */
-static void cpu_embedding_forward(float *out, const float *wte, const int32_t *tokens, int n, int d)
-{
-    for (int t = 0; t < n; t++)
-        memcpy(out + (size_t)t * d, wte + (size_t)tokens[t] * d, (size_t)d * sizeof *wte);
-}
-
-/* Embedding backward: dwte[tokens[t], :] += dout[t, :] */
-static void cpu_embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int n, int d)
+/* Embedding over vocab rows [v0, v0 + vn) held in wte[vn, d]:
+ * out[t, :] = wte[tokens[t] - v0, :] if the token is in range, else 0 */
+static void cpu_embedding_forward(float *out, const float *wte, const int32_t *tokens, int n, int d,
+                                  int v0, int vn)
 {
     for (int t = 0; t < n; t++) {
-        float *row = dwte + (size_t)tokens[t] * d;
+        int r = tokens[t] - v0;
+        if (r >= 0 && r < vn) memcpy(out + (size_t)t * d, wte + (size_t)r * d, (size_t)d * sizeof *wte);
+        else memset(out + (size_t)t * d, 0, (size_t)d * sizeof *out);
+    }
+}
+
+/* Embedding backward: dwte[tokens[t] - v0, :] += dout[t, :] for in-range tokens */
+static void cpu_embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int n, int d,
+                                   int v0, int vn)
+{
+    for (int t = 0; t < n; t++) {
+        int r = tokens[t] - v0;
+        if (r < 0 || r >= vn) continue;
+        float *row = dwte + (size_t)r * d;
         const float *g = dout + (size_t)t * d;
         for (int j = 0; j < d; j++) row[j] += g[j];
     }
 }
 
-/* Cross-entropy, fused forward + backward over logits[n, vocab]:
+/* ce_row_max: mx[r] = max_c logits[r, c] */
+static void cpu_ce_row_max(float *mx, const float *logits, int n, int vocab)
+{
+    for (int r = 0; r < n; r++) {
+        const float *z = logits + (size_t)r * vocab;
+        float m = -INFINITY;
+        for (int c = 0; c < vocab; c++) m = z[c] > m ? z[c] : m;
+        mx[r] = m;
+    }
+}
+
+/* ce_exp_sum: st[r] = sum_c exp(z[r, c] - mx[r]) (summed in double), st[n + r] = the
+ * target's logit if local (else 0), probs[r, c] = exp(z[r, c] - mx[r]) when wanted. */
+static void cpu_ce_exp_sum(float *probs, float *st, const float *logits, const float *mx,
+                           const int32_t *targets, int n, int vocab, int v0)
+{
+    for (int r = 0; r < n; r++) {
+        const float *z = logits + (size_t)r * vocab;
+        float m = mx[r];
+        double sum = 0;
+        if (probs) {
+            float *p = probs + (size_t)r * vocab;
+            for (int c = 0; c < vocab; c++) { p[c] = expf(z[c] - m); sum += p[c]; }
+        } else {
+            for (int c = 0; c < vocab; c++) sum += expf(z[c] - m);
+        }
+        int t = targets[r] - v0;
+        st[r] = (float)sum;
+        st[n + r] = t >= 0 && t < vocab ? z[t] : 0.0f;
+    }
+}
+
+/* ce_grad: dlogits[r, c] = dscale * (probs[r, c] / st[r] - [c == targets[r] - v0]), in place */
+static void cpu_ce_grad(float *dlogits, const float *st, const int32_t *targets, int n, int vocab,
+                        int v0, float dscale)
+{
+    for (int r = 0; r < n; r++) {
+        float *p = dlogits + (size_t)r * vocab, s = dscale / st[r];
+        for (int c = 0; c < vocab; c++) p[c] *= s;
+        int t = targets[r] - v0;
+        if (t >= 0 && t < vocab) p[t] -= dscale;
+    }
+}
+
+/* Cross-entropy, fused forward + backward over logits[n, vocab] (the whole vocabulary):
  * returns sum_r (logsumexp(logits[r]) - logits[r, targets[r]]) (the caller divides);
- * if dlogits != NULL: dlogits[r, c] = dscale * (softmax(logits[r])[c] - [c == targets[r]]) */
+ * if dlogits != NULL: dlogits[r, c] = dscale * (softmax(logits[r])[c] - [c == targets[r]]).
+ * The three vocab-parallel pieces with a group of one. */
 static double cpu_cross_entropy(float *dlogits, const float *logits, const int32_t *targets,
                                 int n, int vocab, float dscale)
 {
     double total = 0;
     for (int r = 0; r < n; r++) {
-        const float *z = logits + (size_t)r * vocab;
-        float mx = -INFINITY;
-        for (int c = 0; c < vocab; c++) if (z[c] > mx) mx = z[c];
-        double sum = 0;
-        for (int c = 0; c < vocab; c++) sum += exp((double)z[c] - mx);
-        double lse = mx + log(sum);
-        total += lse - z[targets[r]];
-        if (dlogits) {
-            float *dz = dlogits + (size_t)r * vocab;
-            for (int c = 0; c < vocab; c++) dz[c] = dscale * (float)exp((double)z[c] - lse);
-            dz[targets[r]] -= dscale;
-        }
+        float mx, st[2];
+        size_t o = (size_t)r * vocab;
+        cpu_ce_row_max(&mx, logits + o, 1, vocab);
+        cpu_ce_exp_sum(dlogits ? dlogits + o : NULL, st, logits + o, &mx, targets + r, 1, vocab, 0);
+        total += mx + log((double)st[0]) - st[1];
+        if (dlogits) cpu_ce_grad(dlogits + o, st, targets + r, 1, vocab, 0, dscale);
     }
     return total;
 }
@@ -336,6 +383,9 @@ static const ex_backend cpu_backend = {
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward = cpu_embedding_backward,
     .cross_entropy = cpu_cross_entropy,
+    .ce_row_max = cpu_ce_row_max,
+    .ce_exp_sum = cpu_ce_exp_sum,
+    .ce_grad = cpu_ce_grad,
     .adamw = cpu_adamw,
 };
 

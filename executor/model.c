@@ -39,6 +39,7 @@ typedef struct {
     int64_t shape[2];          /* local shard shape */
     int64_t full[2], start[2]; /* the full tensor's shape and this shard's first row / column */
     bool sharded;              /* split over the tensor-parallel group (else replicated) */
+    int split_axis;            /* sharded: 0 rows, 1 columns */
     size_t off, numel;
     bool decay;
     float init_std;          /* 0: constant init_const */
@@ -52,37 +53,56 @@ typedef struct {
     float *att_loc;            /* sp > 1: attention output in local-row layout (q..lse are all-rows, local-heads) */
 } ex_block_acts;
 
+/* Activations: "saved" ones (S) are what a forward leaves for its backward and
+ * live in the module's current slot; the rest (X) are scratch shared by all
+ * slots (backward temporaries, the sp all-to-all buffers). */
 typedef struct {
-    ex_block_acts *blk;        /* [layers]; blk[l].x is layer l's input */
+    ex_block_acts *blk;        /* [layers]; blk[l].x is layer l's input (all S) */
     float *x_final;            /* [N, d] last block's output */
     float *cos, *sin;          /* [N, hd/2] */
     /* vision merger */
     float *mln, *mrstd, *h1, *a1, *vout;
-    /* llm head */
-    float *lnf, *rstdf, *gath, *logits, *dlogits;
-    /* backward scratch */
-    float *dres, *dln, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dgath, *dlnf, *dh1, *da1, *dvis;
+    /* llm head (S), over the n_pred predicting rows: xg = their final hidden
+     * states, gath = rmsnorm(xg), ce_mx / ce_st = cross-entropy row max and
+     * [sum-exp, target logit]; emb (X): vocab-parallel embedding rows [batch * text_tokens, d] */
+    float *xg, *rstdf, *gath, *logits, *dlogits, *ce_mx, *ce_st, *emb;
+    /* backward scratch (X) */
+    float *dres, *dln, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dgath, *dxg, *dh1, *da1, *dvis;
     float *sp_pack, *sp_dq, *sp_dk, *sp_dv, *sp_datt;   /* sp > 1 only */
 } ex_acts;
+
+/* One forward's saved activations and geometry (a vision slot, or the LLM's only one). */
+typedef struct {
+    float *mem;
+    size_t cap;                /* floats */
+    int *cu, *cu_win;          /* cu_seqlens: per sequence / per window */
+    int n_cu_cap;
+    int n_rows, m_rows, n_pred, emb_rows, n_seq, n_win;
+    bool filled;               /* a forward ran in it */
+} ex_slot;
 
 typedef struct {
     model_module mm;
     int d, H, Hkv, hd, f;      /* local shard shapes */
+    int vocab0, vocab_n;       /* llm: this rank's vocab rows [vocab0, vocab0 + vocab_n) */
     int tp, tp_rank;           /* tensor-parallel group size and rank (1, 0 = none) */
     int sp, sp_rank;           /* Ulysses sequence-parallel group size and rank (1, 0 = none) */
     ex_parallel par;
-    int comm_rc;               /* first failing allreduce_sum's code, 0 if none */
+    int comm_rc;               /* first failing collective's code, 0 if none */
     int n_tensors, cap_tensors;
     ex_tensor *t;
     size_t n_params;
     float *params, *grads, *m, *v;
+    size_t m_lo, m_hi;         /* AdamW moments m, v hold elements [m_lo, m_hi) (ZeRO-1) */
     ex_weights w, g;
-    ex_acts a;
-    float *act_mem;
-    size_t act_cap;
-    int *cu, *cu_win;          /* cu_seqlens: per sequence / per window */
-    int n_cu_cap;
-    int n_rows, n_seq, n_win;  /* of the last forward; n_rows is the local row count */
+    ex_acts a;                 /* views into slot[cur] and scratch */
+    ex_slot slot[EX_MAX_SLOTS];
+    int cur;                   /* bound slot */
+    float *scratch;
+    size_t scratch_cap;        /* floats */
+    /* the bound slot's geometry (copies of its fields) */
+    int *cu, *cu_win;
+    int n_rows, n_seq, n_win;  /* n_rows is the local row count */
 } ex_module;
 
 struct ex_model {
@@ -138,6 +158,7 @@ static void shard_last(ex_module *md, int axis)
     t->full[axis] = t->shape[axis] * md->tp;
     t->start[axis] = t->shape[axis] * md->tp_rank;
     t->sharded = true;
+    t->split_axis = axis;
 }
 
 #define ADD_MAT(nm, o, i, field, std) \
@@ -199,11 +220,11 @@ static int layout_llm(ex_module *md, char *err)
 {
     const model_module *mm = &md->mm;
     ex_weights *W = &md->w, *G = &md->g;
-    ADD_MAT("embed_tokens.weight", mm->vocab, md->d, wte, EX_INIT_STD);
+    ADD_MAT_SHARD("embed_tokens.weight", md->vocab_n, md->d, wte, EX_INIT_STD, 0);
     int rc = layout_blocks(md, err);
     if (rc) return rc;
     ADD_VEC("norm.weight", md->d, lnf, 1.0f);
-    if (!mm->tied_embeddings) ADD_MAT("lm_head.weight", mm->vocab, md->d, head, EX_INIT_STD);
+    if (!mm->tied_embeddings) ADD_MAT_SHARD("lm_head.weight", md->vocab_n, md->d, head, EX_INIT_STD, 0);
     return UTIL_OK;
 }
 
@@ -309,10 +330,38 @@ static void module_free(ex_module *md)
     util_free(md->w.blk);
     util_free(md->g.blk);
     util_free(md->a.blk);
-    util_free(md->act_mem);
-    util_free(md->cu);
-    util_free(md->cu_win);
+    for (int i = 0; i < EX_MAX_SLOTS; i++) {
+        util_free(md->slot[i].mem);
+        util_free(md->slot[i].cu);
+        util_free(md->slot[i].cu_win);
+    }
+    util_free(md->scratch);
     memset(md, 0, sizeof *md);
+}
+
+/* Checks one module's parallel layout: tp over heads / kv heads / ffn (and the
+ * vocabulary for the LLM), sp (vision only) over heads of the local tp shard. */
+static int check_layout(const ex_module *md, const ex_parallel *par, char *err)
+{
+    const model_module *mm = &md->mm;
+    const char *n = mm->name;
+    if (mm->kind == MODEL_LLM && md->sp > 1)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: sequence parallelism of the LLM is not implemented (sp_size %d)", n, md->sp);
+    if (md->sp > 1 && (md->sp_rank < 0 || md->sp_rank >= md->sp || !par->alltoall))
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: sp_rank %d outside sp_size %d or no alltoall", n, md->sp_rank, md->sp);
+    if (md->tp > 1 && (md->tp_rank < 0 || md->tp_rank >= md->tp || !par->allreduce_sum))
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_rank %d outside tp_size %d or no allreduce_sum", n, md->tp_rank, md->tp);
+    if (mm->heads % (md->tp * md->sp) || mm->kv_heads % (md->tp * md->sp))
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_size %d x sp_size %d does not divide heads %d and kv_heads %d", n, md->tp, md->sp, mm->heads, mm->kv_heads);
+    if (mm->ffn % md->tp)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_size %d does not divide ffn %d", n, md->tp, mm->ffn);
+    if (mm->kind == MODEL_LLM && md->tp > 1) {
+        if (mm->vocab % md->tp)
+            return util_fail(err, UTIL_EINVAL, "executor: module %s: vocab %d is not a multiple of tp_size %d (vocab-parallel embedding and LM head; pad the vocabulary)", n, mm->vocab, md->tp);
+        if (!par->allreduce_max)
+            return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_size %d needs allreduce_max (vocab-parallel cross-entropy)", n, md->tp);
+    }
+    return UTIL_OK;
 }
 
 static int module_create(ex_module *md, const model_module *mm, uint64_t seed,
@@ -325,25 +374,23 @@ static int module_create(ex_module *md, const model_module *mm, uint64_t seed,
     if (par) md->par = *par;
     md->sp = par && par->sp_size > 1 ? par->sp_size : 1;
     md->sp_rank = md->sp > 1 ? par->sp_rank : 0;
-    if (mm->heads % md->sp || mm->kv_heads % md->sp)
-        return util_fail(err, UTIL_EINVAL, "executor: module %s: sp_size %d does not divide heads %d and kv_heads %d", mm->name, md->sp, mm->heads, mm->kv_heads);
-    if (md->sp > 1 && (md->sp_rank < 0 || md->sp_rank >= md->sp || !par->alltoall))
-        return util_fail(err, UTIL_EINVAL, "executor: module %s: sp_rank %d outside sp_size %d or no alltoall", mm->name, md->sp_rank, md->sp);
-    if (mm->heads % md->tp || mm->kv_heads % md->tp || mm->ffn % md->tp)
-        return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_size %d does not divide heads %d, kv_heads %d and ffn %d", mm->name, md->tp, mm->heads, mm->kv_heads, mm->ffn);
-    if (md->tp > 1 && (md->tp_rank < 0 || md->tp_rank >= md->tp || !par->allreduce_sum))
-        return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_rank %d outside tp_size %d or no allreduce_sum", mm->name, md->tp_rank, md->tp);
+    int rc = check_layout(md, par, err);
+    if (rc) return rc;
     md->d = mm->hidden;
     md->H = mm->heads / md->tp;
     md->Hkv = mm->kv_heads / md->tp;
     md->hd = mm->head_dim;
     md->f = mm->ffn / md->tp;
+    if (mm->kind == MODEL_LLM) {
+        md->vocab_n = mm->vocab / md->tp;
+        md->vocab0 = md->tp_rank * md->vocab_n;
+    }
     md->w.blk = util_calloc((size_t)mm->layers, sizeof(ex_block_w));
     md->g.blk = util_calloc((size_t)mm->layers, sizeof(ex_block_w));
     md->a.blk = util_calloc((size_t)mm->layers, sizeof(ex_block_acts));
     if (!md->w.blk || !md->g.blk || !md->a.blk)
         return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory", mm->name);
-    int rc = mm->kind == MODEL_LLM ? layout_llm(md, err) : layout_vision(md, err);
+    rc = mm->kind == MODEL_LLM ? layout_llm(md, err) : layout_vision(md, err);
     if (rc) return rc;
     size_t bytes = md->n_params * sizeof(float);
     md->params = util_malloc_cat(UTIL_MEM_PARAMS, bytes);
@@ -351,6 +398,7 @@ static int module_create(ex_module *md, const model_module *mm, uint64_t seed,
     if (!mm->frozen) {
         md->m = util_calloc_cat(UTIL_MEM_OPTIM, md->n_params, sizeof(float));
         md->v = util_calloc_cat(UTIL_MEM_OPTIM, md->n_params, sizeof(float));
+        md->m_hi = md->n_params;
     }
     if (!md->params || !md->grads || (!mm->frozen && (!md->m || !md->v)))
         return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for %zu parameters", mm->name, md->n_params);
@@ -368,19 +416,36 @@ static int module_create(ex_module *md, const model_module *mm, uint64_t seed,
 
 int ex_model_create(const model_t *m, uint64_t seed, ex_model **out, char *err)
 {
-    return ex_model_create_parallel(m, seed, ~0u, NULL, out, err);
+    return ex_model_create_per_module(m, seed, ~0u, NULL, out, err);
 }
 
 int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, ex_model **out,
                             char *err)
 {
-    return ex_model_create_parallel(m, seed, modules, NULL, out, err);
+    return ex_model_create_per_module(m, seed, modules, NULL, out, err);
 }
 
+/* One layout for the whole instance: its tp part goes to the LLM, its sp part
+ * to the vision encoder. */
 int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
                              const ex_parallel *par, ex_model **out, char *err)
 {
+    if (!par) return ex_model_create_per_module(m, seed, modules, NULL, out, err);
+    ex_parallel pm[MODEL_MAX_MODULES];
+    for (int k = 0; k < MODEL_MAX_MODULES; k++) {
+        pm[k] = *par;
+        if (k == m->llm) pm[k].sp_size = 1;
+        else pm[k].tp_size = 1;
+    }
+    return ex_model_create_per_module(m, seed, modules, pm, out, err);
+}
+
+int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules,
+                               const ex_parallel *par, ex_model **out, char *err)
+{
     *out = NULL;
+    if (m->n_modules < 1 || m->n_modules > MODEL_MAX_MODULES)
+        return util_fail(err, UTIL_EINVAL, "executor: model %s: %d modules", m->name, m->n_modules);
     if (m->llm < 0 || m->llm >= m->n_modules || m->mod[m->llm].kind != MODEL_LLM)
         return util_fail(err, UTIL_EINVAL, "executor: model %s: no LLM module", m->name);
     const model_module *llm = &m->mod[m->llm];
@@ -405,14 +470,8 @@ int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
     em->has_vis = vis >= 0 && (modules >> vis & 1u);
     em->has_llm = modules >> m->llm & 1u;
     if (!em->has_vis && !em->has_llm) rc = util_fail(err, UTIL_EINVAL, "executor: model %s: no module selected", m->name);
-    ex_parallel lp = { 0 }, vp = { 0 };
-    if (par) {
-        lp = vp = *par;
-        lp.sp_size = 1;
-        vp.tp_size = 1;
-    }
-    if (!rc && em->has_llm) rc = module_create(&em->llm, llm, seed, par ? &lp : NULL, err);
-    if (!rc && em->has_vis) rc = module_create(&em->vis, &m->mod[vis], seed, par ? &vp : NULL, err);
+    if (!rc && em->has_llm) rc = module_create(&em->llm, llm, seed, par ? &par[m->llm] : NULL, err);
+    if (!rc && em->has_vis) rc = module_create(&em->vis, &m->mod[vis], seed, par ? &par[vis] : NULL, err);
     if (rc) { ex_model_free(em); return rc; }
     *out = em;
     return UTIL_OK;
@@ -430,70 +489,125 @@ void ex_model_free(ex_model *em)
 
 /* ----------------------------------------------------------- activations */
 
-/* Carves the activation block of a module for n rows (vision: m_rows merged
- * rows; llm: m_rows vision-token rows, n_pred predicted rows). With base == NULL only counts floats. */
-static size_t acts_layout(ex_module *md, float *base, int n, int m_rows, int n_pred)
+/* Carves a module's activations for n local rows (vision: m_rows merged rows;
+ * llm: m_rows vision-token rows, n_pred predicted rows, emb_rows text rows of
+ * the vocab-parallel embedding) out of saved (the slot) and scratch; with NULL
+ * bases it only counts floats into *n_saved / *n_scratch. */
+static void acts_layout(ex_module *md, float *saved, float *scratch, int n, int m_rows, int n_pred,
+                        int emb_rows, size_t *n_saved, size_t *n_scratch)
 {
     const model_module *mm = &md->mm;
-    size_t off = 0, N = (size_t)n;
+    size_t os = 0, ox = 0, N = (size_t)n;
     size_t d = md->d, qd = (size_t)md->H * md->hd, kd = (size_t)md->Hkv * md->hd, f = md->f;
     ex_acts *a = &md->a;
-#define TAKE(ptr, count) do { size_t _c = (count); (ptr) = base ? base + off : NULL; off += (_c + 15) & ~(size_t)15; } while (0)
+#define TAKE_(base, off, ptr, count) do { size_t _c = (count); (ptr) = base ? base + off : NULL; off += (_c + 15) & ~(size_t)15; } while (0)
+#define S(ptr, count) TAKE_(saved, os, ptr, count)
+#define X(ptr, count) TAKE_(scratch, ox, ptr, count)
     for (int l = 0; l < mm->layers; l++) {
         ex_block_acts *b = &a->blk[l];
-        TAKE(b->x, N * d); TAKE(b->ln1, N * d); TAKE(b->rstd1, N);
-        TAKE(b->q, N * qd); TAKE(b->k, N * kd); TAKE(b->v, N * kd);
-        TAKE(b->att, N * qd); TAKE(b->lse, N * md->H);
-        TAKE(b->xmid, N * d); TAKE(b->ln2, N * d); TAKE(b->rstd2, N);
-        TAKE(b->g, N * f); TAKE(b->u, N * f); TAKE(b->h, N * f);
+        S(b->x, N * d); S(b->ln1, N * d); S(b->rstd1, N);
+        S(b->q, N * qd); S(b->k, N * kd); S(b->v, N * kd);
+        S(b->att, N * qd); S(b->lse, N * md->H);
+        S(b->xmid, N * d); S(b->ln2, N * d); S(b->rstd2, N);
+        S(b->g, N * f); S(b->u, N * f); S(b->h, N * f);
         b->att_loc = NULL;
-        if (md->sp > 1) TAKE(b->att_loc, N * qd);
+        if (md->sp > 1) S(b->att_loc, N * qd);
     }
     if (md->sp > 1) {
-        TAKE(a->sp_pack, N * (qd > kd ? qd : kd));
-        TAKE(a->sp_dq, N * qd); TAKE(a->sp_dk, N * kd); TAKE(a->sp_dv, N * kd); TAKE(a->sp_datt, N * qd);
+        X(a->sp_pack, N * (qd > kd ? qd : kd));
+        X(a->sp_dq, N * qd); X(a->sp_dk, N * kd); X(a->sp_dv, N * kd); X(a->sp_datt, N * qd);
     }
-    TAKE(a->x_final, N * d);
-    TAKE(a->cos, N * md->hd / 2); TAKE(a->sin, N * md->hd / 2);
-    TAKE(a->dres, N * d); TAKE(a->dln, N * d);
-    TAKE(a->dq, N * qd); TAKE(a->dk, N * kd); TAKE(a->dv, N * kd); TAKE(a->datt, N * qd);
-    TAKE(a->dg, N * f); TAKE(a->du, N * f); TAKE(a->dh, N * f);
+    S(a->x_final, N * d);
+    S(a->cos, N * md->hd / 2); S(a->sin, N * md->hd / 2);
+    X(a->dres, N * d); X(a->dln, N * d);
+    X(a->dq, N * qd); X(a->dk, N * kd); X(a->dv, N * kd); X(a->datt, N * qd);
+    X(a->dg, N * f); X(a->du, N * f); X(a->dh, N * f);
     if (mm->kind == MODEL_VISION) {
         size_t M = (size_t)m_rows, ph = mm->proj_hidden, oh = mm->out_hidden;
-        TAKE(a->mln, N * d); TAKE(a->mrstd, N);
-        TAKE(a->h1, M * ph); TAKE(a->a1, M * ph); TAKE(a->vout, M * oh);
-        TAKE(a->dh1, M * ph); TAKE(a->da1, M * ph);
+        S(a->mln, N * d); S(a->mrstd, N);
+        S(a->h1, M * ph); S(a->a1, M * ph); S(a->vout, M * oh);
+        X(a->dh1, M * ph); X(a->da1, M * ph);
     } else {
-        size_t P = (size_t)n_pred, V = mm->vocab;
-        TAKE(a->lnf, N * d); TAKE(a->rstdf, N);
-        TAKE(a->gath, P * d); TAKE(a->logits, P * V); TAKE(a->dlogits, P * V);
-        TAKE(a->dgath, P * d); TAKE(a->dlnf, N * d); TAKE(a->dvis, (size_t)m_rows * d);
+        size_t P = (size_t)n_pred, V = md->vocab_n;
+        S(a->xg, P * d); S(a->rstdf, P);
+        S(a->gath, P * d); S(a->logits, P * V); S(a->dlogits, P * V);
+        S(a->ce_mx, P); S(a->ce_st, 2 * P);
+        X(a->emb, (size_t)emb_rows * d);
+        X(a->dgath, P * d); X(a->dxg, P * d); X(a->dvis, (size_t)m_rows * d);
     }
-#undef TAKE
-    return off;
+#undef S
+#undef X
+#undef TAKE_
+    if (n_saved) *n_saved = os;
+    if (n_scratch) *n_scratch = ox;
 }
 
-static int acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int n_cu, char *err)
+/* Points md->a and the geometry at the current slot's activations. */
+static void slot_bind(ex_module *md)
 {
-    size_t need = acts_layout(md, NULL, n, m_rows, n_pred);
-    if (need > md->act_cap) {
-        util_free(md->act_mem);
-        md->act_cap = 0;
-        md->act_mem = util_malloc_cat(UTIL_MEM_ACTIV, need * sizeof(float));
-        if (!md->act_mem)
-            return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for activations (%zu floats)", md->mm.name, need);
-        md->act_cap = need;
+    ex_slot *s = &md->slot[md->cur];
+    acts_layout(md, s->mem, md->scratch, s->n_rows, s->m_rows, s->n_pred, s->emb_rows, NULL, NULL);
+    md->cu = s->cu;
+    md->cu_win = s->cu_win;
+    md->n_rows = s->n_rows;
+    md->n_seq = s->n_seq;
+    md->n_win = s->n_win;
+}
+
+/* Grows *buf (floats, UTIL_MEM_ACTIV) to hold need; the contents are not kept. */
+static int grow_floats(float **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap && *buf) return UTIL_OK;
+    util_free(*buf);
+    *cap = 0;
+    *buf = util_malloc_cat(UTIL_MEM_ACTIV, need * sizeof(float));
+    if (!*buf) return UTIL_ENOMEM;
+    *cap = need;
+    return UTIL_OK;
+}
+
+/* Sizes the current slot (allocated on first use, grown when a batch needs
+ * more) and the shared scratch for a forward, then binds them. */
+static int acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int emb_rows, int n_cu, char *err)
+{
+    ex_slot *s = &md->slot[md->cur];
+    size_t ns, nx;
+    acts_layout(md, NULL, NULL, n, m_rows, n_pred, emb_rows, &ns, &nx);
+    s->filled = false;
+    if (grow_floats(&s->mem, &s->cap, ns) || grow_floats(&md->scratch, &md->scratch_cap, nx))
+        return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for activations (%zu floats)", md->mm.name, ns + nx);
+    if (n_cu + 1 > s->n_cu_cap) {
+        util_free(s->cu);
+        util_free(s->cu_win);
+        s->cu = util_malloc_cat(UTIL_MEM_ACTIV, (size_t)(n_cu + 1) * sizeof(int));
+        s->cu_win = util_malloc_cat(UTIL_MEM_ACTIV, (size_t)(n_cu + 1) * sizeof(int));
+        s->n_cu_cap = s->cu && s->cu_win ? n_cu + 1 : 0;
+        if (!s->n_cu_cap) return util_fail(err, UTIL_ENOMEM, "executor: out of memory for sequence offsets");
     }
-    acts_layout(md, md->act_mem, n, m_rows, n_pred);
-    if (n_cu + 1 > md->n_cu_cap) {
-        util_free(md->cu);
-        util_free(md->cu_win);
-        md->cu = util_malloc_cat(UTIL_MEM_ACTIV, (size_t)(n_cu + 1) * sizeof(int));
-        md->cu_win = util_malloc_cat(UTIL_MEM_ACTIV, (size_t)(n_cu + 1) * sizeof(int));
-        md->n_cu_cap = md->cu && md->cu_win ? n_cu + 1 : 0;
-        if (!md->n_cu_cap) return util_fail(err, UTIL_ENOMEM, "executor: out of memory for sequence offsets");
-    }
-    md->n_rows = n;
+    s->n_rows = n;
+    s->m_rows = m_rows;
+    s->n_pred = n_pred;
+    s->emb_rows = emb_rows;
+    s->n_seq = s->n_win = 0;
+    slot_bind(md);
+    return UTIL_OK;
+}
+
+/* Records the sequence counts of the forward that just filled the current slot. */
+static void slot_filled(ex_module *md)
+{
+    ex_slot *s = &md->slot[md->cur];
+    s->n_seq = md->n_seq;
+    s->n_win = md->n_win;
+    s->filled = true;
+}
+
+int ex_vision_set_slot(ex_model *em, int slot, char *err)
+{
+    if (!em->has_vis) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_set_slot: no vision module on this model instance");
+    if (slot < 0 || slot >= EX_MAX_SLOTS)
+        return util_fail(err, UTIL_EINVAL, "executor: ex_vision_set_slot: slot %d outside 0..%d", slot, EX_MAX_SLOTS - 1);
+    em->vis.cur = slot;
     return UTIL_OK;
 }
 
@@ -504,6 +618,19 @@ static int acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int n_cu, c
 static void tp_allreduce(ex_module *md, float *x, size_t n)
 {
     if (md->tp > 1 && !md->comm_rc) md->comm_rc = md->par.allreduce_sum(md->par.ctx, x, n);
+}
+
+/* Element-wise max over the tp group (vocab-parallel cross-entropy). */
+static void tp_allreduce_max(ex_module *md, float *x, size_t n)
+{
+    if (md->tp > 1 && !md->comm_rc) md->comm_rc = md->par.allreduce_max(md->par.ctx, x, n);
+}
+
+static const char *comm_what(const ex_module *md)
+{
+    return md->sp > 1 && md->tp > 1 ? "tensor/sequence-parallel collective"
+           : md->sp > 1           ? "sequence-parallel alltoall"
+                                  : "tensor-parallel allreduce";
 }
 
 /* Ulysses all-to-all, local rows / all heads -> all rows / local heads:
@@ -690,7 +817,7 @@ static int vision_forward(ex_model *em, const ex_batch *b, char *err)
     if (N % md->sp || (N / md->sp) % mm2)
         return util_fail(err, UTIL_EINVAL, "executor: batch: %d patches do not split into sp_size %d parts of whole merge groups", N, md->sp);
     int Nl = N / md->sp, Mr = Nl / mm2;
-    int rc = acts_ensure(md, Nl, Mr, 0, (b->n_images > n_win ? b->n_images : n_win), err);
+    int rc = acts_ensure(md, Nl, Mr, 0, 0, (b->n_images > n_win ? b->n_images : n_win), err);
     if (rc) return rc;
     int *rows = util_malloc((size_t)P * 2 * sizeof(int));
     if (!rows) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
@@ -715,6 +842,7 @@ static int vision_forward(ex_model *em, const ex_batch *b, char *err)
     be->linear_forward(a->h1, a->mln, md->w.m0w, md->w.m0b, Mr, mm->proj_in, mm->proj_hidden);
     be->gelu_forward(a->a1, a->h1, (size_t)Mr * mm->proj_hidden);
     be->linear_forward(a->vout, a->a1, md->w.m2w, md->w.m2b, Mr, mm->proj_hidden, mm->out_hidden);
+    slot_filled(md);
     return UTIL_OK;
 }
 
@@ -765,18 +893,78 @@ static int merged_per_image(const ex_model *em, const ex_batch *b)
     return b->patches / (m * m);
 }
 
+/* Predictions the loss counts: position t < T-1 of sample s predicts token
+ * t+1 iff loss_mask[s*T + t] != 0 (all of them without a mask). */
+static int count_predictions(const ex_batch *b)
+{
+    int T = b->text_tokens, n = 0;
+    for (int s = 0; s < b->batch; s++)
+        for (int t = 0; t + 1 < T; t++) n += !b->loss_mask || b->loss_mask[(size_t)s * T + t] != 0;
+    return n;
+}
+
+/* Token embeddings of every text row into x0 (row t0 of sample s is cu[s] +
+ * its vision rows). Vocab-parallel (tp > 1): each rank looks up the tokens of
+ * its vocab rows (others zero) into emb, one allreduce_sum over the group
+ * completes the rows (Megatron VocabParallelEmbedding). */
+static void llm_embed(ex_model *em, const ex_batch *b, const float *vis_in)
+{
+    ex_module *md = &em->llm;
+    const ex_backend *be = em->be;
+    int T = b->text_tokens, B = b->batch, mpi = em->merged_per_image, d = md->d;
+    float *x0 = md->a.blk[0].x, *emb = md->a.emb;
+    bool vp = md->tp > 1;
+    if (vp) {
+        be->embedding_forward(emb, md->w.wte, b->tokens, B * T, d, md->vocab0, md->vocab_n);
+        tp_allreduce(md, emb, (size_t)B * T * d);
+    }
+    int img = 0;
+    md->cu[0] = 0;
+    for (int s = 0; s < B; s++) {
+        int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, r0 = md->cu[s];
+        if (nimg) be->copy(x0 + (size_t)r0 * d, vis_in + (size_t)img * mpi * d, (size_t)nimg * mpi * d);
+        img += nimg;
+        float *xt = x0 + (size_t)(r0 + nimg * mpi) * d;
+        if (vp) be->copy(xt, emb + (size_t)s * T * d, (size_t)T * d);
+        else be->embedding_forward(xt, md->w.wte, b->tokens + (size_t)s * T, T, d, 0, md->vocab_n);
+        md->cu[s + 1] = r0 + nimg * mpi + T;
+    }
+}
+
+/* Vocab-parallel cross-entropy over logits[Np, vocab_n] (this rank's vocab
+ * columns): global row max (allreduce_max), then sum-exp and target logit
+ * (one allreduce_sum of [2 Np]); loss_r = max + log(sum) - target logit.
+ * With backward, dlogits = dscale (softmax - onehot) on the local columns
+ * (no collective). Returns the sum of the rows' losses. */
+static double llm_cross_entropy(ex_model *em, bool backward, float dscale)
+{
+    ex_module *md = &em->llm;
+    const ex_backend *be = em->be;
+    ex_acts *a = &md->a;
+    int Np = em->n_pred, V = md->vocab_n;
+    be->ce_row_max(a->ce_mx, a->logits, Np, V);
+    tp_allreduce_max(md, a->ce_mx, (size_t)Np);
+    be->ce_exp_sum(backward ? a->dlogits : NULL, a->ce_st, a->logits, a->ce_mx, em->targets, Np, V, md->vocab0);
+    tp_allreduce(md, a->ce_st, (size_t)2 * Np);
+    double total = 0;
+    for (int i = 0; i < Np; i++) total += a->ce_mx[i] + log((double)a->ce_st[i]) - a->ce_st[Np + i];
+    if (backward) be->ce_grad(a->dlogits, a->ce_st, em->targets, Np, V, md->vocab0, dscale);
+    return total;
+}
+
 /* LLM forward: x0 = [vision tokens of sample b's images, wte[text tokens]] per sample,
- * causal blocks, final rmsnorm, logits[P, V] = head(rows of the P predicting text
- * positions), loss = mean CE(logits, next text token). vis_in [n_images * mpi, d]. */
+ * causal blocks, then only for the Np counted predicting rows: final rmsnorm,
+ * logits[Np, V] = head(.), loss = sum CE(logits, next text token) / denominator
+ * (loss_denominator, or Np when it is 0; 0 if Np is 0). vis_in [n_images * mpi, d]. */
 static int llm_forward(ex_model *em, const ex_batch *b, const float *vis_in, bool backward,
                        float *loss, char *err)
 {
     ex_module *md = &em->llm;
     const ex_backend *be = em->be;
-    int T = b->text_tokens, B = b->batch, mpi = em->merged_per_image, d = md->d;
-    int V = md->mm.vocab, Np = B * (T - 1), N = 0;
+    int T = b->text_tokens, B = b->batch, mpi = em->merged_per_image, d = md->d, N = 0;
+    int Np = count_predictions(b);
     for (int s = 0; s < B; s++) N += (b->images_per_sample ? b->images_per_sample[s] : 0) * mpi + T;
-    int rc = acts_ensure(md, N, b->n_images * mpi, Np, B, err);
+    int rc = acts_ensure(md, N, b->n_images * mpi, Np, md->tp > 1 ? B * T : 0, B, err);
     if (rc) return rc;
     if (Np > em->targets_cap) {
         util_free(em->targets);
@@ -787,50 +975,54 @@ static int llm_forward(ex_model *em, const ex_batch *b, const float *vis_in, boo
         if (!em->targets_cap) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
     }
     md->n_seq = B;
-    md->cu[0] = 0;
-    float *x0 = md->a.blk[0].x;
-    int img = 0, k = 0;
+    llm_embed(em, b, vis_in);
+    int k = 0;
     for (int s = 0; s < B; s++) {
-        int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, r0 = md->cu[s];
-        if (nimg) be->copy(x0 + (size_t)r0 * d, vis_in + (size_t)img * mpi * d, (size_t)nimg * mpi * d);
-        img += nimg;
-        int t0 = r0 + nimg * mpi;
-        be->embedding_forward(x0 + (size_t)t0 * d, md->w.wte, b->tokens + (size_t)s * T, T, d);
-        for (int j = 0; j + 1 < T; j++, k++) {
-            em->pred_rows[k] = t0 + j;
-            em->targets[k] = b->tokens[(size_t)s * T + j + 1];
-        }
-        md->cu[s + 1] = t0 + T;
+        int t0 = md->cu[s + 1] - T;
+        for (int j = 0; j + 1 < T; j++)
+            if (!b->loss_mask || b->loss_mask[(size_t)s * T + j] != 0) {
+                em->pred_rows[k] = t0 + j;
+                em->targets[k++] = b->tokens[(size_t)s * T + j + 1];
+            }
     }
     em->n_pred = Np;
     llm_rope_tables(md);
     for (int l = 0; l < md->mm.layers; l++)
         block_forward(be, md, l, block_out(md, l), md->cu, B, true);
     ex_acts *a = &md->a;
-    be->rmsnorm_forward(a->lnf, a->rstdf, a->x_final, md->w.lnf, N, d, EX_NORM_EPS);
+    *loss = 0;
+    slot_filled(md);
+    if (Np == 0) return UTIL_OK;
     for (int i = 0; i < Np; i++)
-        be->copy(a->gath + (size_t)i * d, a->lnf + (size_t)em->pred_rows[i] * d, (size_t)d);
-    be->linear_forward(a->logits, a->gath, md->w.head, NULL, Np, d, V);
-    double total = be->cross_entropy(backward ? a->dlogits : NULL, a->logits, em->targets, Np, V,
-                                     1.0f / (float)Np);
-    *loss = (float)(total / Np);
+        be->copy(a->xg + (size_t)i * d, a->x_final + (size_t)em->pred_rows[i] * d, (size_t)d);
+    be->rmsnorm_forward(a->gath, a->rstdf, a->xg, md->w.lnf, Np, d, EX_NORM_EPS);
+    be->linear_forward(a->logits, a->gath, md->w.head, NULL, Np, d, md->vocab_n);
+    double den = b->loss_denominator > 0 ? b->loss_denominator : (double)Np;
+    *loss = (float)(llm_cross_entropy(em, backward, (float)(1.0 / den)) / den);
     return UTIL_OK;
 }
 
-/* LLM backward from dlogits; writes dL/d(vision tokens) into a->dvis [n_images * mpi, d]. */
+/* LLM backward from dlogits; writes dL/d(vision tokens) into a->dvis [n_images * mpi, d].
+ * Vocab-parallel: the head's input gradient is summed over the tp group; the
+ * embedding gradient stays local (rows of this rank's vocab only). */
 static void llm_backward(ex_model *em, const ex_batch *b)
 {
     ex_module *md = &em->llm;
     const ex_backend *be = em->be;
     ex_acts *a = &md->a;
     int T = b->text_tokens, mpi = em->merged_per_image, d = md->d, N = md->n_rows, Np = em->n_pred;
+    if (Np == 0) {   /* nothing counted: the loss is 0 and has no gradient */
+        be->zero(a->dvis, (size_t)b->n_images * mpi * d);
+        return;
+    }
     be->zero(a->dgath, (size_t)Np * d);
-    be->linear_backward(a->dgath, md->g.head, NULL, a->dlogits, a->gath, md->w.head, Np, d, md->mm.vocab);
-    be->zero(a->dlnf, (size_t)N * d);
-    for (int i = 0; i < Np; i++)
-        be->add_inplace(a->dlnf + (size_t)em->pred_rows[i] * d, a->dgath + (size_t)i * d, (size_t)d);
+    be->linear_backward(a->dgath, md->g.head, NULL, a->dlogits, a->gath, md->w.head, Np, d, md->vocab_n);
+    tp_allreduce(md, a->dgath, (size_t)Np * d);
+    be->zero(a->dxg, (size_t)Np * d);
+    be->rmsnorm_backward(a->dxg, md->g.lnf, a->dgath, a->xg, md->w.lnf, a->rstdf, Np, d);
     be->zero(a->dres, (size_t)N * d);
-    be->rmsnorm_backward(a->dres, md->g.lnf, a->dlnf, a->x_final, md->w.lnf, a->rstdf, N, d);
+    for (int i = 0; i < Np; i++)
+        be->add_inplace(a->dres + (size_t)em->pred_rows[i] * d, a->dxg + (size_t)i * d, (size_t)d);
     for (int l = md->mm.layers - 1; l >= 0; l--)
         block_backward(be, md, l, a->dres, md->cu, md->n_seq, true);
     int img = 0;
@@ -839,7 +1031,7 @@ static void llm_backward(ex_model *em, const ex_batch *b)
         if (nimg) be->copy(a->dvis + (size_t)img * mpi * d, a->dres + (size_t)r0 * d, (size_t)nimg * mpi * d);
         img += nimg;
         be->embedding_backward(md->g.wte, a->dres + (size_t)(r0 + nimg * mpi) * d,
-                               b->tokens + (size_t)s * T, T, d);
+                               b->tokens + (size_t)s * T, T, d, md->vocab0, md->vocab_n);
     }
 }
 
@@ -870,6 +1062,8 @@ static int check_text(const ex_model *em, const ex_batch *b, char *err)
     for (int64_t i = 0; i < (int64_t)b->batch * b->text_tokens; i++)
         if (b->tokens[i] < 0 || b->tokens[i] >= llm->vocab)
             return util_fail(err, UTIL_EINVAL, "executor: batch: tokens[%lld] = %d outside vocab %d", (long long)i, (int)b->tokens[i], llm->vocab);
+    if (!(b->loss_denominator >= 0) || !isfinite(b->loss_denominator))
+        return util_fail(err, UTIL_EINVAL, "executor: batch: loss_denominator %g must be finite and >= 0", b->loss_denominator);
     int rc = check_images(em, b, err);
     if (rc || b->n_images == 0) return rc;
     int sum = 0;
@@ -890,7 +1084,7 @@ int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, in
     if (b->n_images == 0) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_forward: batch has no images");
     if ((rc = vision_forward(em, b, err))) return rc;
     if (em->vis.comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: sequence-parallel alltoall failed with %d", em->vis.comm_rc);
+        return util_fail(err, UTIL_ERUNTIME, "executor: vision %s failed with %d", comm_what(&em->vis), em->vis.comm_rc);
     *vis_out = em->vis.a.vout;
     if (vis_rows) *vis_rows = b->n_images * merged_per_image(em, b) / em->vis.sp;
     return UTIL_OK;
@@ -899,11 +1093,16 @@ int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, in
 int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char *err)
 {
     if (!em->has_vis) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: no vision module on this model instance");
-    if (em->vis.n_rows * em->vis.sp != b->n_images * b->patches)
-        return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: batch differs from the last ex_vision_forward");
-    if (!em->vis.mm.frozen) vision_backward(em, b, dvis);
-    if (em->vis.comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: sequence-parallel alltoall failed with %d", em->vis.comm_rc);
+    ex_module *md = &em->vis;
+    if (!md->slot[md->cur].filled)
+        return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: slot %d holds no forward", md->cur);
+    slot_bind(md);
+    if (md->n_rows * md->sp != b->n_images * b->patches)
+        return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: batch differs from slot %d's ex_vision_forward", md->cur);
+    md->comm_rc = 0;
+    if (!md->mm.frozen) vision_backward(em, b, dvis);
+    if (md->comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: vision %s failed with %d", comm_what(md), md->comm_rc);
     return UTIL_OK;
 }
 
@@ -919,7 +1118,7 @@ int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *vis_in
     if ((rc = llm_forward(em, b, vis_in, backward, loss, err))) return rc;
     if (backward) llm_backward(em, b);
     if (em->llm.comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: tensor-parallel allreduce_sum failed with %d", em->llm.comm_rc);
+        return util_fail(err, UTIL_ERUNTIME, "executor: llm tensor-parallel collective failed with %d", em->llm.comm_rc);
     if (!isfinite(*loss)) return util_fail(err, UTIL_ERUNTIME, "executor: loss is %g", (double)*loss);
     if (dvis) *dvis = backward ? em->llm.a.dvis : NULL;
     return UTIL_OK;
@@ -968,8 +1167,10 @@ float ex_lr_at(const ex_optim_config *c, int step)
 static bool trainable(const ex_module *md) { return md->params && !md->mm.frozen; }
 
 /* Counts each tensor on exactly one rank of the groups it is replicated over:
- * tp-sharded tensors on every tp rank, replicated ones on tp rank 0, vision
- * tensors (replicated over the sp group once all-reduced) on sp rank 0. */
+ * tp-sharded tensors on every tp rank of their module, replicated ones on tp
+ * rank 0, vision tensors (replicated over the sp group once all-reduced) on
+ * sp rank 0; a vision encoder without tp of its own on an instance whose LLM
+ * is tp-parallel is replicated over the LLM's group, so counted on its rank 0. */
 double ex_grad_sumsq(const ex_model *em)
 {
     const ex_module *mods[2] = { &em->vis, &em->llm };
@@ -977,12 +1178,29 @@ double ex_grad_sumsq(const ex_model *em)
     for (int i = 0; i < 2; i++) {
         const ex_module *md = mods[i];
         if (!trainable(md)) continue;
+        bool over_llm_group = md == &em->vis && md->tp == 1 && em->has_llm && em->llm.tp_rank != 0;
+        if (md->sp_rank != 0 || over_llm_group) continue;
         for (int j = 0; j < md->n_tensors; j++)
-            if ((md->t[j].sharded || md->tp_rank == 0) && md->sp_rank == 0 &&
-                (md == &em->llm || em->llm.tp_rank == 0))
+            if (md->t[j].sharded || md->tp_rank == 0)
                 ss += em->be->sumsq(md->grads + md->t[j].off, md->t[j].numel);
     }
     return ss;
+}
+
+/* AdamW over the elements [lo, hi) of one module's flat buffer that this rank
+ * holds moments for (all of them unless ZeRO-1 sharded), tensor by tensor so
+ * each element keeps its tensor's weight-decay flag. */
+static void adamw_module(const ex_backend *be, ex_module *md, const ex_optim_config *c, float lr,
+                         float bc1, float bc2)
+{
+    size_t lo = md->m_lo, hi = md->m_hi;
+    for (int j = 0; j < md->n_tensors; j++) {
+        const ex_tensor *t = &md->t[j];
+        size_t a = t->off > lo ? t->off : lo, z = t->off + t->numel < hi ? t->off + t->numel : hi;
+        if (a >= z) continue;
+        be->adamw(md->params + a, md->grads + a, md->m + (a - lo), md->v + (a - lo), z - a, lr,
+                  c->beta1, c->beta2, c->eps, t->decay ? c->weight_decay : 0.0f, bc1, bc2);
+    }
 }
 
 int ex_optimizer_apply(ex_model *em, const ex_optim_config *c, int step, double grad_norm,
@@ -998,32 +1216,29 @@ int ex_optimizer_apply(ex_model *em, const ex_optim_config *c, int step, double 
         float coef = c->grad_clip / ((float)grad_norm + 1e-6f);
         if (coef < 1.0f)
             for (int i = 0; i < 2; i++)
-                if (trainable(mods[i])) be->scale_inplace(mods[i]->grads, coef, mods[i]->n_params);
+                if (trainable(mods[i]))
+                    be->scale_inplace(mods[i]->grads + mods[i]->m_lo, coef, mods[i]->m_hi - mods[i]->m_lo);
     }
     em->adam_t++;
     float bc1 = 1.0f - powf(c->beta1, (float)em->adam_t), bc2 = 1.0f - powf(c->beta2, (float)em->adam_t);
-    for (int i = 0; i < 2; i++) {
-        ex_module *md = mods[i];
-        if (!trainable(md)) continue;
-        for (int j = 0; j < md->n_tensors; j++) {
-            const ex_tensor *t = &md->t[j];
-            be->adamw(md->params + t->off, md->grads + t->off, md->m + t->off, md->v + t->off,
-                      t->numel, lr, c->beta1, c->beta2, c->eps, t->decay ? c->weight_decay : 0.0f,
-                      bc1, bc2);
-        }
-    }
+    for (int i = 0; i < 2; i++)
+        if (trainable(mods[i])) adamw_module(be, mods[i], c, lr, bc1, bc2);
     ex_zero_grads(em);
     if (lr_out) *lr_out = lr;
     return UTIL_OK;
 }
 
+/* The global norm for one instance's group: the LLM's tp group if it is
+ * tp-parallel, else the vision encoder's (sp partial gradients are the
+ * caller's to all-reduce first). */
 int ex_optimizer_step(ex_model *em, const ex_optim_config *c, int step, float *grad_norm,
                       float *lr_out, char *err)
 {
     double ss = ex_grad_sumsq(em);
-    if (em->has_llm && em->llm.tp > 1) {
+    const ex_module *md = em->has_llm && em->llm.tp > 1 ? &em->llm : em->has_vis && em->vis.tp > 1 ? &em->vis : NULL;
+    if (md) {
         float f = (float)ss;
-        int rc = em->llm.par.allreduce_sum(em->llm.par.ctx, &f, 1);
+        int rc = md->par.allreduce_sum(md->par.ctx, &f, 1);
         if (rc) return util_fail(err, UTIL_ERUNTIME, "executor: tensor-parallel allreduce_sum failed with %d", rc);
         ss = f;
     }
@@ -1032,17 +1247,62 @@ int ex_optimizer_step(ex_model *em, const ex_optim_config *c, int step, float *g
     return ex_optimizer_apply(em, c, step, norm, lr_out, err);
 }
 
+static ex_module *module_at(ex_model *em, int module_index)
+{
+    if (module_index == em->m.llm && em->has_llm) return &em->llm;
+    if (module_index == em->vis_index && em->has_vis) return &em->vis;
+    return NULL;
+}
+
 int ex_module_buffer(ex_model *em, int module_index, ex_buffer_kind kind, float **ptr, size_t *n)
 {
-    ex_module *md = NULL;
-    if (module_index == em->m.llm && em->has_llm) md = &em->llm;
-    else if (module_index == em->vis_index && em->has_vis) md = &em->vis;
+    ex_module *md = module_at(em, module_index);
     if (!md) return UTIL_ENOTFOUND;
-    *ptr = kind == EX_BUF_PARAMS ? md->params : md->grads;
-    *n = md->n_params;
+    switch (kind) {
+    case EX_BUF_PARAMS: *ptr = md->params; *n = md->n_params; return UTIL_OK;
+    case EX_BUF_GRADS: *ptr = md->grads; *n = md->n_params; return UTIL_OK;
+    case EX_BUF_ADAM_M:
+    case EX_BUF_ADAM_V:
+        if (!trainable(md)) return UTIL_ENOTFOUND;
+        *ptr = kind == EX_BUF_ADAM_M ? md->m : md->v;
+        *n = md->m_hi - md->m_lo;
+        return UTIL_OK;
+    }
+    return UTIL_EINVAL;
+}
+
+/* Replaces the moments with ones for [lo, hi), keeping the values of the
+ * elements the old and new ranges share (zero elsewhere). */
+int ex_optimizer_shard(ex_model *em, int module_index, size_t lo, size_t hi, char *err)
+{
+    ex_module *md = module_at(em, module_index);
+    if (!md) return util_fail(err, UTIL_ENOTFOUND, "executor: ex_optimizer_shard: module %d is not on this instance", module_index);
+    if (!trainable(md)) return util_fail(err, UTIL_EINVAL, "executor: ex_optimizer_shard: module %s is frozen (no optimizer state)", md->mm.name);
+    if (lo > hi || hi > md->n_params)
+        return util_fail(err, UTIL_EINVAL, "executor: ex_optimizer_shard: range [%zu, %zu) outside module %s's %zu elements", lo, hi, md->mm.name, md->n_params);
+    float *m = util_calloc_cat(UTIL_MEM_OPTIM, hi - lo, sizeof(float));
+    float *v = util_calloc_cat(UTIL_MEM_OPTIM, hi - lo, sizeof(float));
+    if (!m || !v) {
+        util_free(m);
+        util_free(v);
+        return util_fail(err, UTIL_ENOMEM, "executor: out of memory for %zu optimizer elements", hi - lo);
+    }
+    size_t a = lo > md->m_lo ? lo : md->m_lo, z = hi < md->m_hi ? hi : md->m_hi;
+    if (a < z) {
+        memcpy(m + (a - lo), md->m + (a - md->m_lo), (z - a) * sizeof(float));
+        memcpy(v + (a - lo), md->v + (a - md->m_lo), (z - a) * sizeof(float));
+    }
+    util_free(md->m);
+    util_free(md->v);
+    md->m = m;
+    md->v = v;
+    md->m_lo = lo;
+    md->m_hi = hi;
     return UTIL_OK;
 }
 
+int ex_optimizer_get_t(const ex_model *em) { return em->adam_t; }
+void ex_optimizer_set_t(ex_model *em, int t) { em->adam_t = t; }
 
 /* ------------------------------------------------------------ parameters */
 
@@ -1059,7 +1319,8 @@ int64_t ex_model_num_params(const ex_model *em)
 int ex_param_get(ex_model *em, int i, ex_param *out)
 {
     ex_module *md = &em->vis;
-    if (i >= md->n_tensors) { i -= md->n_tensors; md = &em->llm; }
+    int module_index = em->vis_index;
+    if (i >= md->n_tensors) { i -= md->n_tensors; md = &em->llm; module_index = em->m.llm; }
     if (i < 0 || i >= md->n_tensors) return UTIL_EINVAL;
     const ex_tensor *t = &md->t[i];
     out->name = t->name;
@@ -1075,6 +1336,9 @@ int ex_param_get(ex_model *em, int i, ex_param *out)
     out->data = md->params + t->off;
     out->grad = md->grads + t->off;
     out->decay = t->decay;
+    out->module_index = module_index;
+    out->offset = t->off;
+    out->split_axis = t->sharded ? t->split_axis : 0;
     return UTIL_OK;
 }
 

@@ -571,6 +571,20 @@ static int tp_allreduce(void *ctx, float *buf, size_t n)
     return 0;
 }
 
+static int tp_allreduce_max(void *ctx, float *buf, size_t n)
+{
+    tp_ctx *c = ctx;
+    c->comm->slot[c->rank] = buf;
+    pthread_barrier_wait(&c->comm->bar);
+    if (c->rank == 0)
+        for (size_t i = 0; i < n; i++) {
+            float s = fmaxf(c->comm->slot[0][i], c->comm->slot[1][i]);
+            c->comm->slot[0][i] = c->comm->slot[1][i] = s;
+        }
+    pthread_barrier_wait(&c->comm->bar);
+    return 0;
+}
+
 typedef struct { ex_model *em; const ex_batch *b; const ex_optim_config *oc; float loss, loss2; int rc; } tp_job;
 
 static void *tp_run(void *arg)
@@ -623,7 +637,8 @@ TEST(executor_tensor_parallel_shards_match_the_whole_model)
     ex_model *whole = NULL, *sh[2] = { NULL, NULL };
     int rc = ex_model_create(&m, 11, &whole, err);
     for (int r = 0; r < 2 && !rc; r++) {
-        ex_parallel par = { .tp_size = 2, .tp_rank = r, .ctx = &ctx[r], .allreduce_sum = tp_allreduce };
+        ex_parallel par = { .tp_size = 2, .tp_rank = r, .ctx = &ctx[r], .allreduce_sum = tp_allreduce,
+                            .allreduce_max = tp_allreduce_max };
         rc = ex_model_create_parallel(&m, 11, ~0u, &par, &sh[r], err);
     }
     double init_err = rc ? 1 : fmax(shard_err(whole, sh[0], false), shard_err(whole, sh[1], false));
