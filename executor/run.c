@@ -763,8 +763,12 @@ static int train(run_ctx *r, ex_dataset *ds, char *err)
     while (!rc && r->step < stop) {
         step_stats st;
         double t0 = util_now();
-        rc = run_step(r, &s, ds, &d, &h, &st, ev, err);
-        if (rc) break;
+        if ((rc = run_step(r, &s, ds, &d, &h, &st, ev, err))) {
+            char why[UTIL_ERR_LEN];
+            util_strlcpy(why, err, sizeof why);
+            util_fail(err, rc, "step %d: %s", r->step + 1, why);
+            break;
+        }
         r->step++;
         double dt = util_now() - t0;
         if ((rc = gather_report(r, dt, rep, err))) break;
@@ -806,6 +810,9 @@ int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err)
     /* set-up checks are identical on every rank, so communicators are built only when all passed */
     if (!rc) rc = build_comms(r, err);
     if (!rc) rc = agree(r, create_model(r, err), err);
+    /* the log reports the training steps' peaks, not the set-up's (ZeRO-1
+     * frees the moments the model first allocates whole) */
+    util_mem_reset_peaks();
     if (!rc && o->resume) rc = agree(r, run_ckpt_load(r, err), err);
     if (!rc) rc = train(r, ds, err);
     ex_model_free(r->em);

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# dhp run under mpirun: the core equivalence test (plans on 1-4 ranks, both
+# placements, SP / TP / DP / ZeRO-1 mixes, uneven groups give the 1-rank run's
+# losses and final weights), bit-identical resume, and bad input.
+. "$(dirname "$0")/lib.sh"
+if ! command -v mpirun >/dev/null 2>&1; then skip run "mpirun not found"; exit 0; fi
+if ! /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1; then skip run "/usr/bin/python3 has no numpy"; exit 0; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+HERE=$(cd "$(dirname "$0")" && pwd)
+DIFF="/usr/bin/python3 $HERE/tools/ckpt_diff.py"
+STEPS=20
+SETUP="--model tiny-vl --cluster 8xh100 --batch 8 --vision-tokens 64 --text-tokens 48 --precision fp32"
+
+"$DHP" data synth --out "$T/data" --samples 64 --window 0 >/dev/null || { fail run_data "dhp data synth failed"; exit 0; }
+
+# plan NAME PLACEMENT STRATEGY [extra dhp plan options]
+plan() {
+    local name=$1 pl=$2 spec=$3; shift 3
+    "$DHP" plan $SETUP --placement "$pl" --strategy "$spec" "$@" -o "$T/$name.json" >"$T/$name.plan.out" 2>&1 \
+        || { fail "run_plan_$name" "$(head -c 300 "$T/$name.plan.out")"; return 1; }
+}
+
+world() { /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['world_size'])" "$1"; }
+
+# train NAME [dhp run options]: 20 steps, losses to NAME.losses, checkpoint in NAME.ck
+train() {
+    local name=$1; shift
+    local n; n=$(world "$T/$name.json")
+    timeout 300 mpirun --oversubscribe -np "$n" "$DHP" run "$T/$name.json" --data "$T/data" --steps $STEPS \
+        --ckpt "$T/$name.ck" --log-json "$@" >"$T/$name.log" 2>"$T/$name.err"
+}
+
+losses() { /usr/bin/python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if l.startswith('{')))" "$1"; }
+
+# same_losses A B: every step's loss within 1e-5 relative
+same_losses() {
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys
+a = [float(x) for x in open(sys.argv[1]).read().split()]
+b = [float(x) for x in open(sys.argv[2]).read().split()]
+if len(a) != len(b) or not a: sys.exit(f"{len(a)} vs {len(b)} steps")
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"losses: worst relative difference {worst:.2e}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+}
+
+plan ref colocated "vision:dp=1;llm:dp=1" --gpus 1 || exit 0
+if ! train ref; then fail run_reference "$(tail -c 300 "$T/ref.err")"; exit 0; fi
+losses "$T/ref.log" >"$T/ref.losses"
+
+check_plan() {
+    local name=$1
+    if ! train "$name"; then fail "run_equivalence_$name" "dhp run failed: $(tail -c 300 "$T/$name.err")"; return; fi
+    losses "$T/$name.log" >"$T/$name.losses"
+    local lo wo
+    if ! lo=$(same_losses "$T/ref.losses" "$T/$name.losses" 2>&1); then fail "run_equivalence_$name" "$lo"; return; fi
+    if ! wo=$($DIFF "$T/ref.ck" "$T/$name.ck" --skip-key-bias --rtol 1e-5 2>&1); then fail "run_equivalence_$name" "weights: $wo"; return; fi
+    echo "# $name: $lo; weights $(echo "$wo" | head -1)"
+    ok "run_equivalence_$name"
+}
+
+plan dp2 colocated "vision:dp=2;llm:dp=2,zero=0" --gpus 2 && check_plan dp2
+plan sp2_tp2 colocated "vision:sp=2,dp=1;llm:tp=2,dp=1,seqpar=0" --gpus 2 && check_plan sp2_tp2
+plan dp4_zero1 colocated "vision:dp=4,zero=1;llm:dp=4,zero=1" --gpus 4 && check_plan dp4_zero1
+plan vtp2_dp2 colocated "vision:tp=2,dp=2;llm:tp=2,dp=2,seqpar=0" --gpus 4 && check_plan vtp2_dp2
+plan dis_1_tp2 disaggregated "vision:gpus=1;llm:gpus=2,tp=2,seqpar=0" --n-micro 4 && check_plan dis_1_tp2
+plan dis_2_1 disaggregated "vision:gpus=2,dp=2;llm:gpus=1" --n-micro 2 && check_plan dis_2_1
+plan dis_sp2_dp2 disaggregated "vision:gpus=2,sp=2;llm:gpus=2,dp=2,zero=1" --n-micro 2 && check_plan dis_sp2_dp2
+# chunks of 4 samples over 3 vision replicas: shares of 1, 1 and 2
+plan dis_3_1 disaggregated "vision:gpus=3,dp=3,zero=1;llm:gpus=1,mb=1" --n-micro 2 && check_plan dis_3_1
+
+# resume: 10 steps, stop, resume for 10 more == 20 straight (bit for bit)
+R=dis_sp2_dp2
+cp "$T/$R.json" "$T/resumed.json"
+if ! train resumed --stop-after 10; then fail run_resume_is_bit_identical "first half failed: $(tail -c 300 "$T/resumed.err")"
+elif ! train resumed --resume; then fail run_resume_is_bit_identical "resume failed: $(tail -c 300 "$T/resumed.err")"
+else
+    a=$(cat "$T/resumed.ck/latest"); b=$(cat "$T/$R.ck/latest")
+    first=$(grep -m1 '^{' "$T/resumed.log" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+    if [ "$first" != 11 ]; then fail run_resume_is_bit_identical "the resumed run's first step is $first, not 11"
+    elif [ "$a" = "$b" ] && cmp -s "$T/resumed.ck/$a/llm.safetensors" "$T/$R.ck/$b/llm.safetensors" \
+       && cmp -s "$T/resumed.ck/$a/vision.safetensors" "$T/$R.ck/$b/vision.safetensors"; then
+        ok run_resume_is_bit_identical
+    else fail run_resume_is_bit_identical "checkpoints after 10 + resume + 10 differ from 20 straight ($a vs $b)"; fi
+fi
+
+# bad input: one clear line, non-zero exit, no corrupted checkpoint
+expect_err run_rejects_wrong_rank_count "needs 2 ranks, this run has 1" "$DHP" run "$T/dp2.json" --data "$T/data" --steps 2
+cp -r "$T/data" "$T/bad"; truncate -s 1000 "$T/bad/shard-00000.bin"
+expect_err run_rejects_truncated_data "shard-00000.bin: truncated" "$DHP" run "$T/ref.json" --data "$T/bad" --steps 2
+"$DHP" data synth --out "$T/data8" --samples 64 --patch 8 --window 0 >/dev/null
+expect_err run_rejects_data_of_another_model "patch 4, merge 2, window 0; the data set 8" "$DHP" run "$T/ref.json" --data "$T/data8" --steps 2
+plan pp2 colocated "vision:dp=2;llm:dp=1,pp=2" --gpus 2 && \
+    expect_err run_refuses_pipeline_parallel_plans "pipeline parallelism .* not implemented" "$DHP" run "$T/pp2.json" --data "$T/data" --steps 2
+cp -r "$T/ref.ck" "$T/badck"; f="$T/badck/$(cat "$T/badck/latest")/llm.safetensors"; truncate -s 4000 "$f"
+expect_exit run_rejects_a_truncated_checkpoint 2 "$DHP" run "$T/ref.json" --data "$T/data" --steps $STEPS --ckpt "$T/badck" --resume
+grep -q "llm.safetensors" "$T/err" || fail run_truncated_checkpoint_message "stderr does not name the file: $(head -c 200 "$T/err")"
+"$DHP" run "$T/ref.json" --data "$T/data" --steps 30 --lr 1e4 --min-lr 1e4 --grad-clip 0 --warmup 0 \
+    --ckpt "$T/nan.ck" --ckpt-every 1 >"$T/out" 2>"$T/err"
+rc=$?
+last=$(cat "$T/nan.ck/latest" 2>/dev/null)
+if [ "$rc" = 1 ] && grep -qE "step [0-9]+: .*nan|diverged" "$T/err" && [ -n "$last" ] \
+   && $DIFF "$T/nan.ck" "$T/nan.ck" >/dev/null 2>&1; then ok run_stops_on_nan_loss_keeping_the_last_good_checkpoint
+else fail run_stops_on_nan_loss_keeping_the_last_good_checkpoint "exit $rc, latest '$last': $(head -c 300 "$T/err")"; fi
