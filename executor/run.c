@@ -106,10 +106,10 @@ static int check_data(const run_ctx *r, const ex_dataset_info *in, char *err)
 static int check_plan(run_ctx *r, char *err)
 {
     const plan_t *p = &r->plan;
-    if (p->world_size != r->size)
-        return util_fail(err, UTIL_EINVAL, "run: the plan needs %d ranks, this run has %d (mpirun -np %d)", p->world_size, r->size, p->world_size);
     int rc = plan_schedule_check(p, err);
     if (rc) return rc;
+    if (p->world_size != r->size)
+        return util_fail(err, UTIL_EINVAL, "run: the plan needs %d ranks, this run has %d (mpirun -np %d)", p->world_size, r->size, p->world_size);
     r->enc = -1;
     for (int k = 0; k < p->n_modules; k++)
         if (k != p->model.llm && p->work.images_per_sample > 0) r->enc = k;
