@@ -1117,7 +1117,8 @@ TEST(executor_loss_mask_and_denominator_split_a_batch_exactly)
 
 /* Two micro-batches kept alive in two vision slots (forward A, forward B,
  * backward A, backward B) give exactly the gradients of running them one
- * after the other; B is larger, so the shared scratch grows in between. */
+ * after the other; B has other image shapes and more rows, so its slot's
+ * offsets and rotary tables differ and the shared scratch grows in between. */
 TEST(executor_vision_slots_keep_two_micro_batches_alive)
 {
     model_t m;
@@ -1125,9 +1126,10 @@ TEST(executor_vision_slots_keep_two_micro_batches_alive)
     test_batch ta, tb;
     make_batch(&ta, &m);
     make_batch(&tb, &m);
-    int cpp = 48, ipb4[2] = { 2, 2 };
-    float *pix4 = rnd((size_t)4 * 64 * cpp, 1);
-    tb.b.n_images = 4; tb.b.pixels = pix4; tb.b.images_per_sample = ipb4;
+    /* B: 8 images of 4 x 8 patches (other sequence offsets and rotary tables, more rows) */
+    int cpp = 48, ipb4[2] = { 4, 4 };
+    float *pix4 = rnd((size_t)8 * 32 * cpp, 1);
+    tb.b.n_images = 8; tb.b.grid_h = 4; tb.b.patches = 32; tb.b.pixels = pix4; tb.b.images_per_sample = ipb4;
     char err[UTIL_ERR_LEN] = "";
     ex_model *x = NULL, *y = NULL;
     int rc = ex_model_create_modules(&m, 31, 1u << 0, &x, err);
@@ -1293,8 +1295,9 @@ static double worst_tensor_err(ex_model *em, const double *ref, const float *p0,
     return w;
 }
 
-/* tied: tied embeddings and a sample without images (images_per_sample {0, 3}). */
-static void torch_ref_case(bool window, bool tied)
+/* tied: tied embeddings and a sample without images (images_per_sample {0, 3});
+ * mask: the loss mask of the batch (NULL: none), den its loss_denominator. */
+static void torch_ref_case(bool window, bool tied, const float *mask, double den)
 {
     const char *script = getenv("DHP_TORCH_REF_SCRIPT");
     if (!script) { test_skip("driven by tests/t_torch_ref.sh (needs DHP_TORCH_REF_SCRIPT)"); return; }
@@ -1305,6 +1308,11 @@ static void torch_ref_case(bool window, bool tied)
     test_batch tb;
     make_batch(&tb, &m);
     if (tied) { tb.ipb[0] = 0; tb.ipb[1] = 3; }
+    tb.b.loss_mask = mask;
+    tb.b.loss_denominator = den;
+    char mask_json[200] = "null";
+    for (int i = 0, n = 0; mask && i < 20; i++)
+        n += snprintf(mask_json + n, sizeof mask_json - (size_t)n, "%s%g%s", i ? ", " : "[", (double)mask[i], i == 19 ? "]" : "");
     ex_model *em;
     char err[UTIL_ERR_LEN], dir[] = "/tmp/dhp-torchref-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -1343,11 +1351,12 @@ static void torch_ref_case(bool window, bool tied)
     size_t len = strlen(cfg);
     snprintf(cfg + len, sizeof cfg - len,
              "\"batch\": {\"n_images\": %d, \"patches\": %d, \"grid_h\": %d, \"grid_w\": %d, \"batch\": %d, "
-             "\"text_tokens\": %d, \"images_per_sample\": [%d, %d], \"merged_per_image\": %d},\n"
+             "\"text_tokens\": %d, \"images_per_sample\": [%d, %d], \"merged_per_image\": %d, "
+             "\"loss_mask\": %s, \"loss_denominator\": %.17g},\n"
              "\"optim\": {\"lr\": %.9g, \"min_lr\": %.9g, \"warmup_steps\": %d, \"total_steps\": %d, \"beta1\": %.9g, "
              "\"beta2\": %.9g, \"eps\": %.9g, \"weight_decay\": %.9g, \"grad_clip\": %.9g, \"steps\": 5}\n}\n",
              tb.b.n_images, tb.b.patches, tb.b.grid_h, tb.b.grid_w, tb.b.batch, tb.b.text_tokens, tb.ipb[0],
-             tb.ipb[1], tb.b.patches / (m.mod[0].merge * m.mod[0].merge), (double)oc.lr, (double)oc.min_lr,
+             tb.ipb[1], tb.b.patches / (m.mod[0].merge * m.mod[0].merge), mask_json, den, (double)oc.lr, (double)oc.min_lr,
              oc.warmup_steps, oc.total_steps, (double)oc.beta1, (double)oc.beta2, (double)oc.eps,
              (double)oc.weight_decay, (double)oc.grad_clip);
     char path[400];
@@ -1406,6 +1415,8 @@ static void torch_ref_case(bool window, bool tied)
     CHECK_MSG(eparam < 1e-3, "AdamW update rel err %g in %s", eparam, wp);
 }
 
-TEST_DRIVEN(executor_torch_ref_tiny_vl) { torch_ref_case(false, false); }
-TEST_DRIVEN(executor_torch_ref_tiny_vl_window) { torch_ref_case(true, false); }
-TEST_DRIVEN(executor_torch_ref_tiny_vl_tied_text_only_sample) { torch_ref_case(false, true); }
+TEST_DRIVEN(executor_torch_ref_tiny_vl) { torch_ref_case(false, false, NULL, 0); }
+/* masked: the loss counts 14 of the 18 predictions and divides by their count */
+TEST_DRIVEN(executor_torch_ref_tiny_vl_window_masked) { torch_ref_case(true, false, test_mask, 0); }
+/* masked with an explicit denominator (as a micro-batch of a larger global batch) */
+TEST_DRIVEN(executor_torch_ref_tiny_vl_tied_text_only_sample_masked) { torch_ref_case(false, true, test_mask, 25); }
