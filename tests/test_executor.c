@@ -545,10 +545,16 @@ TEST(executor_frozen_encoder_keeps_its_weights_and_has_no_optimizer_state)
         if (!rc) rc = ex_optimizer_step(em, &c, 0, NULL, NULL, err);
     }
     bool vis_same = !rc && !memcmp(v0, vp, vn * 4), llm_moved = !rc && memcmp(l0, lp, ln * 4) != 0;
+    float *mp;
+    size_t mn;
+    int no_moments = em ? ex_module_buffer(em, 0, EX_BUF_ADAM_M, &mp, &mn) : 0;
+    int no_shard = em ? ex_optimizer_shard(em, 0, 0, 1, err) : 0;
     free(v0); free(l0);
     ex_model_free(em); free_batch(&tb);
     CHECK_MSG(rc == 0, "%s", err);
     CHECK_EQ_INT(optim, ln * 8);
+    CHECK_EQ_INT(no_moments, UTIL_ENOTFOUND);
+    CHECK_EQ_INT(no_shard, UTIL_EINVAL);
     CHECK(vis_same);
     CHECK(llm_moved);
 }
