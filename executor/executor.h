@@ -36,8 +36,10 @@ int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, e
  * them is the caller's gradient all-reduce, see ex_module_buffer).
  * LLM, Megatron tensor parallel: rank tp_rank of tp_size holds heads / tp,
  * kv_heads / tp query / kv heads and ffn / tp MLP columns (q, k, v, gate, up
- * split by rows; o, down by columns; norms, o / down biases, embeddings and
- * LM head replicated). allreduce_sum sums a buffer in place over the tp group.
+ * split by rows; o, down by columns; norms and o / down biases replicated;
+ * embeddings and LM head vocab-parallel, see ex_model_create_per_module).
+ * allreduce_sum sums a buffer in place over the tp group; tp > 1 on the LLM
+ * also needs allreduce_max.
  * Vision encoder, Ulysses sequence parallel: rank sp_rank of sp_size holds
  * rows [sp_rank * N / sp, (sp_rank + 1) * N / sp) of the batch's N patches
  * (ex_batch.pixels then points at those rows only; N / sp must be whole merge
@@ -65,7 +67,14 @@ int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
  * and cross-entropy: rank t holds vocab rows [t*V/tp, (t+1)*V/tp) of wte and
  * head (V % tp must be 0), embeddings are summed over the group, and the
  * cross-entropy combines the shards' max and sum-of-exp (allreduce_max and
- * allreduce_sum). */
+ * allreduce_sum). The embedding's backward is local (this rank's rows).
+ * A vision encoder may be tensor parallel the same way (heads, kv heads and
+ * ffn split; patch embedding and merger replicated), sequence parallel, or
+ * both at once: then rank (tp_rank, sp_rank) holds heads / (tp * sp) during
+ * attention (heads and kv_heads must be multiples of tp * sp), allreduce_sum
+ * acts on its tp group and alltoall on its sp group. ex_model_create_parallel
+ * is this with par's tp part on the LLM and its sp part on the vision encoder.
+ * Sequence parallelism of the LLM is refused (EUNSUPPORTED). */
 int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules,
                                const ex_parallel *par, ex_model **out, char *err);
 void ex_model_free(ex_model *em);
@@ -76,8 +85,10 @@ void ex_model_free(ex_model *em);
  * consecutive patches one attention window. pixels is [n_images, patches,
  * in_channels * temporal_patch * patch^2]. Sample b's LLM sequence is the
  * merged tokens of its images_per_sample[b] images (taken in order) followed
- * by its text_tokens tokens; position t of the text predicts text token t+1,
- * and the loss is the mean over batch * (text_tokens - 1) predictions. */
+ * by its text_tokens tokens; position t of the text predicts text token t+1;
+ * the loss is over the predictions loss_mask keeps (all batch *
+ * (text_tokens - 1) without one). Only the kept rows reach the final norm,
+ * LM head and cross-entropy. */
 typedef struct {
     int n_images, patches, grid_h, grid_w;
     const float *pixels;
@@ -102,7 +113,8 @@ int ex_patch_positions(const model_module *mm, int grid_h, int grid_w, int *rows
 
 /* Forward + backward of one batch; gradients ACCUMULATE into the model's
  * gradient buffers (zeroed at create and by ex_optimizer_step / ex_zero_grads),
- * so micro-batches can be summed. *loss gets the batch mean loss. The batch's
+ * so micro-batches can be summed. *loss gets the batch loss (sum of the kept
+ * predictions' cross-entropy / loss_denominator). The batch's
  * arrays must stay valid until the call returns. */
 int ex_step_forward_backward(ex_model *em, const ex_batch *b, float *loss, char *err);
 /* Forward only (evaluation); does not touch gradients. */
@@ -115,7 +127,8 @@ void ex_zero_grads(ex_model *em);
  *   ex_llm_forward_backward(vis_in = vis_out) -> loss, dvis [vis_rows, llm hidden]
  *   ex_vision_backward(dvis).
  * Returned pointers are owned by em and valid until the next call of the same
- * function. ex_vision_backward needs the batch of the last ex_vision_forward. */
+ * function (vis_out: until the next ex_vision_forward into the same slot).
+ * ex_vision_backward needs the batch of the last ex_vision_forward. */
 int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, int *vis_rows,
                       char *err);
 int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *vis_in, bool backward,
@@ -125,7 +138,9 @@ int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char 
  * several micro-batches alive: ex_vision_forward fills the selected slot and
  * ex_vision_backward reads it (pass the batch of that slot's forward).
  * 0 <= slot < EX_MAX_SLOTS; a slot's memory is allocated on first use and
- * kept (UTIL_MEM_ACTIV). The default slot is 0. */
+ * kept (UTIL_MEM_ACTIV). The default slot is 0. A slot holds what a forward
+ * leaves for its backward (activations, sequence offsets, rotary tables);
+ * backward temporaries are one scratch shared by all slots. */
 #define EX_MAX_SLOTS 64
 int ex_vision_set_slot(ex_model *em, int slot, char *err);
 
@@ -171,9 +186,13 @@ int ex_optimizer_step(ex_model *em, const ex_optim_config *c, int step, float *g
  * trainable gradients (to be summed over the ranks holding distinct shards),
  * then clipping with the global norm, the update and zeroing. */
 /* Each tensor is counted on one rank of the groups it is replicated over
- * (tp-sharded: every tp rank; replicated: tp rank 0; vision: sp rank 0, after
- * the caller's sp all-reduce of its partial gradients), so summing the
- * results over all model-parallel ranks gives the global squared norm. */
+ * (tp-sharded: every tp rank of its module; replicated: tp rank 0; vision:
+ * sp rank 0, after the caller's sp all-reduce of its partial gradients; a
+ * vision encoder without tp of its own next to a tp-parallel LLM: the LLM's
+ * tp rank 0), so summing the results over all model-parallel ranks gives the
+ * global squared norm. ex_optimizer_step sums it over the LLM's tp group (or
+ * the vision encoder's when only it is tp-parallel) and nothing else. ZeRO-1
+ * callers compute the norm themselves from the reduce-scattered gradients. */
 double ex_grad_sumsq(const ex_model *em);
 int ex_optimizer_apply(ex_model *em, const ex_optim_config *c, int step, double grad_norm,
                        float *lr, char *err);
@@ -193,7 +212,7 @@ typedef struct {
     bool decay;        /* AdamW weight decay applies */
     int module_index;  /* module of m that holds it */
     size_t offset;     /* first element in that module's flat buffer (ex_module_buffer) */
-    int split_axis;    /* sharded: the axis split over the tp group (0 rows, 1 columns) */
+    int split_axis;    /* sharded: the axis split over the tp group (0 rows, 1 columns); else 0 */
 } ex_param;
 
 int ex_param_count(const ex_model *em);

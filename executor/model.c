@@ -784,14 +784,20 @@ static void vision_rope_tables(ex_module *md, const int *rows, const int *cols, 
                                int row0, int n)
 {
     int half = md->hd / 2, quarter = md->hd / 4;
+    double inv[EX_MAX_HEAD_DIM / 4];
+    for (int i = 0; i < quarter; i++) inv[i] = pow(EX_ROPE_THETA, -2.0 * i / (double)half);
     for (int t = 0; t < n; t++) {
+        float *c = md->a.cos + (size_t)t * half, *sn = md->a.sin + (size_t)t * half;
+        if (t >= patches) {   /* the same patch of the previous image */
+            memcpy(c, c - (size_t)patches * half, (size_t)half * sizeof *c);
+            memcpy(sn, sn - (size_t)patches * half, (size_t)half * sizeof *sn);
+            continue;
+        }
         int p = (row0 + t) % patches;
         for (int i = 0; i < half; i++) {
-            int fi = i < quarter ? i : i - quarter;
-            double inv = pow(EX_ROPE_THETA, -2.0 * fi / (double)half);
-            double ang = (i < quarter ? rows[p] : cols[p]) * inv;
-            md->a.cos[(size_t)t * half + i] = (float)cos(ang);
-            md->a.sin[(size_t)t * half + i] = (float)sin(ang);
+            double ang = (i < quarter ? rows[p] * inv[i] : cols[p] * inv[i - quarter]);
+            c[i] = (float)cos(ang);
+            sn[i] = (float)sin(ang);
         }
     }
 }
@@ -876,14 +882,25 @@ static void vision_backward(ex_model *em, const ex_batch *b, const float *dvout)
 /* 1-D RoPE at position p within each sample: pair i rotates by p * theta^(-2i/hd). */
 static void llm_rope_tables(ex_module *md)
 {
-    int half = md->hd / 2;
-    for (int s = 0; s < md->n_seq; s++)
-        for (int t = md->cu[s]; t < md->cu[s + 1]; t++)
-            for (int i = 0; i < half; i++) {
-                double ang = (t - md->cu[s]) * pow(EX_ROPE_THETA, -2.0 * i / (double)md->hd);
-                md->a.cos[(size_t)t * half + i] = (float)cos(ang);
-                md->a.sin[(size_t)t * half + i] = (float)sin(ang);
-            }
+    int half = md->hd / 2, longest = 0;
+    double inv[EX_MAX_HEAD_DIM / 2];
+    for (int i = 0; i < half; i++) inv[i] = pow(EX_ROPE_THETA, -2.0 * i / (double)md->hd);
+    for (int s = 1; s < md->n_seq; s++)
+        if (md->cu[s + 1] - md->cu[s] > md->cu[longest + 1] - md->cu[longest]) longest = s;
+    float *c0 = md->a.cos + (size_t)md->cu[longest] * half, *s0 = md->a.sin + (size_t)md->cu[longest] * half;
+    for (int p = 0; p < md->cu[longest + 1] - md->cu[longest]; p++)
+        for (int i = 0; i < half; i++) {
+            double ang = p * inv[i];
+            c0[(size_t)p * half + i] = (float)cos(ang);
+            s0[(size_t)p * half + i] = (float)sin(ang);
+        }
+    /* every other sample's positions 0..len-1 are a prefix of the longest one's */
+    for (int s = 0; s < md->n_seq; s++) {
+        if (s == longest) continue;
+        size_t n = (size_t)(md->cu[s + 1] - md->cu[s]) * half;
+        memcpy(md->a.cos + (size_t)md->cu[s] * half, c0, n * sizeof *c0);
+        memcpy(md->a.sin + (size_t)md->cu[s] * half, s0, n * sizeof *s0);
+    }
 }
 
 static int merged_per_image(const ex_model *em, const ex_batch *b)

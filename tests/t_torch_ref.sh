@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Executor vs PyTorch: loss, every parameter gradient and 5 AdamW steps of
-# tiny-vl and tiny-vl-window, against tests/ref/torch_ref.py (float64 torch).
+# tiny-vl, tiny-vl-window (loss mask) and tiny-vl tied (loss mask + explicit
+# denominator), against tests/ref/torch_ref.py (float64 torch).
 . "$(dirname "$0")/lib.sh"
 export OPENBLAS_NUM_THREADS=1
 if ! /usr/bin/python3 -c 'import torch, numpy' >/dev/null 2>&1; then

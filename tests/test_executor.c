@@ -545,10 +545,16 @@ TEST(executor_frozen_encoder_keeps_its_weights_and_has_no_optimizer_state)
         if (!rc) rc = ex_optimizer_step(em, &c, 0, NULL, NULL, err);
     }
     bool vis_same = !rc && !memcmp(v0, vp, vn * 4), llm_moved = !rc && memcmp(l0, lp, ln * 4) != 0;
+    float *mp;
+    size_t mn;
+    int no_moments = em ? ex_module_buffer(em, 0, EX_BUF_ADAM_M, &mp, &mn) : 0;
+    int no_shard = em ? ex_optimizer_shard(em, 0, 0, 1, err) : 0;
     free(v0); free(l0);
     ex_model_free(em); free_batch(&tb);
     CHECK_MSG(rc == 0, "%s", err);
     CHECK_EQ_INT(optim, ln * 8);
+    CHECK_EQ_INT(no_moments, UTIL_ENOTFOUND);
+    CHECK_EQ_INT(no_shard, UTIL_EINVAL);
     CHECK(vis_same);
     CHECK(llm_moved);
 }
@@ -620,16 +626,86 @@ static double shard_err(ex_model *whole, ex_model *shard, bool grads)
     return worst;
 }
 
-/* Two tensor-parallel LLM shards (threads) give the whole model's loss, gradient
- * slices and AdamW-updated parameter slices. */
-TEST(executor_tensor_parallel_shards_match_the_whole_model)
+/* Rebuilds every gradient (or parameter) of whole from the ranks' shards using
+ * ex_param start / shape: sharded tensors from every rank, replicated ones
+ * from tp rank 0 (the others must hold exactly the same values). With
+ * sum_sp, ranks of different sp ranks (sp_rank[i]) add up (partial sequence
+ * gradients); else only sp rank 0 contributes. Returns the worst norm-wise
+ * relative error against whole; *covered = every element came from exactly
+ * one tp rank per sp rank, module_index / offset name the flat buffers. */
+static double gathered_err(ex_model *whole, ex_model **ranks, const int *tp_rank, const int *sp_rank,
+                           int n_ranks, bool grads, bool sum_sp, bool *covered, bool *replicas_equal)
+{
+    double worst = 0;
+    *covered = *replicas_equal = true;
+    int n_sp = 0;
+    for (int r = 0; r < n_ranks; r++) n_sp = sp_rank[r] + 1 > n_sp ? sp_rank[r] + 1 : n_sp;
+    for (int i = 0; i < ex_param_count(whole); i++) {
+        ex_param w;
+        ex_param_get(whole, i, &w);
+        double *full = calloc((size_t)w.numel, sizeof *full);
+        int *cnt = calloc((size_t)w.numel, sizeof *cnt);
+        for (int r = 0; r < n_ranks; r++) {
+            ex_param p, p0;
+            ex_param_get(ranks[r], i, &p);
+            float *buf;
+            size_t n;
+            if (strcmp(p.name, w.name) || p.full_shape[0] != w.shape[0] || p.full_shape[1] != w.shape[1] ||
+                p.module_index != w.module_index || ex_module_buffer(ranks[r], p.module_index, EX_BUF_PARAMS, &buf, &n) ||
+                buf + p.offset != p.data || p.offset + (size_t)p.numel > n)
+                *covered = false;
+            if (!p.sharded && tp_rank[r] != 0) {   /* a replica: same values as its tp rank 0 */
+                for (int q = 0; q < n_ranks; q++)
+                    if (tp_rank[q] == 0 && sp_rank[q] == sp_rank[r]) {
+                        ex_param_get(ranks[q], i, &p0);
+                        if (memcmp(grads ? p.grad : p.data, grads ? p0.grad : p0.data, (size_t)p.numel * 4)) *replicas_equal = false;
+                    }
+                continue;
+            }
+            if (!sum_sp && sp_rank[r] != 0) continue;
+            const float *src = grads ? p.grad : p.data;
+            for (int64_t a = 0; a < p.shape[0]; a++)
+                for (int64_t c = 0; c < p.shape[1]; c++) {
+                    int64_t k = (p.start[0] + a) * w.shape[1] + p.start[1] + c;
+                    if (k < 0 || k >= w.numel) { *covered = false; continue; }
+                    full[k] += src[a * p.shape[1] + c];
+                    cnt[k]++;
+                }
+        }
+        double d = 0, ref = 0;
+        for (int64_t k = 0; k < w.numel; k++) {
+            double y = (grads ? w.grad : w.data)[k];
+            if (cnt[k] != (sum_sp ? n_sp : 1)) *covered = false;
+            d += (full[k] - y) * (full[k] - y);
+            ref += y * y;
+        }
+        double e = ref > 0 ? sqrt(d / ref) : sqrt(d);
+        if (e > worst) worst = e;
+        free(full);
+        free(cnt);
+    }
+    return worst;
+}
+
+/* Loss mask of the test batch [2, 10]: a few positions of each sample dropped. */
+static const float test_mask[20] = { 1, 1, 0, 1, 1, 1, 1, 0, 1, 1,
+                                     0, 1, 1, 1, 1, 0, 0, 1, 1, 1 };
+
+/* Two tensor-parallel LLM shards (threads) give the whole model's loss,
+ * gradients (shards gathered by ex_param start / shape: the vocab-parallel
+ * embedding and head are row shards) and AdamW-updated parameters.
+ * vision_tp: built per module with the vision encoder tensor-parallel on the
+ * same group too; tied / masked: tied embeddings, a loss mask. */
+static void tp_case(bool vision_tp, bool tied, bool masked)
 {
     model_t m;
     tiny_vl(&m, false);
     m.mod[1].mlp_bias = true;   /* exercise replicated down bias too */
     m.mod[1].out_bias = true;
+    m.mod[1].tied_embeddings = tied;
     test_batch tb;
     make_batch(&tb, &m);
+    if (masked) tb.b.loss_mask = test_mask;
     char err[UTIL_ERR_LEN] = "";
     tp_comm comm;
     pthread_barrier_init(&comm.bar, NULL, 2);
@@ -639,7 +715,17 @@ TEST(executor_tensor_parallel_shards_match_the_whole_model)
     for (int r = 0; r < 2 && !rc; r++) {
         ex_parallel par = { .tp_size = 2, .tp_rank = r, .ctx = &ctx[r], .allreduce_sum = tp_allreduce,
                             .allreduce_max = tp_allreduce_max };
-        rc = ex_model_create_parallel(&m, 11, ~0u, &par, &sh[r], err);
+        ex_parallel per[2] = { par, par };
+        if (!vision_tp) per[0] = (ex_parallel){ 0 };
+        rc = vision_tp ? ex_model_create_per_module(&m, 11, ~0u, per, &sh[r], err)
+                       : ex_model_create_parallel(&m, 11, ~0u, &par, &sh[r], err);
+    }
+    bool vocab_sharded = false;
+    for (int i = 0; !rc && i < ex_param_count(sh[1]); i++) {
+        ex_param p;
+        ex_param_get(sh[1], i, &p);
+        if (!strcmp(p.name, "llm.embed_tokens.weight"))
+            vocab_sharded = p.sharded && p.split_axis == 0 && p.shape[0] == 136 && p.start[0] == 136 && p.full_shape[0] == 272;
     }
     double init_err = rc ? 1 : fmax(shard_err(whole, sh[0], false), shard_err(whole, sh[1], false));
     ex_optim_config oc = { .lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 1, .total_steps = 4, .beta1 = 0.9f,
@@ -647,6 +733,8 @@ TEST(executor_tensor_parallel_shards_match_the_whole_model)
     tp_job jobs[2] = { { sh[0], &tb.b, &oc, 0, 0, 0 }, { sh[1], &tb.b, &oc, 0, 0, 0 } };
     float lw = 0, lw2 = 0, gn = 0;
     double grad_err = 1, param_err = 1;
+    bool covered = false, replicas = false;
+    int tpr[2] = { 0, 1 }, spr[2] = { 0, 0 };
     if (!rc) {
         pthread_t th[2];
         for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, tp_run, &jobs[r]);
@@ -655,13 +743,17 @@ TEST(executor_tensor_parallel_shards_match_the_whole_model)
     }
     if (!rc) rc = ex_step_forward_backward(whole, &tb.b, &lw, err);
     if (!rc) rc = ex_optimizer_step(whole, &oc, 0, &gn, NULL, err);
-    if (!rc) param_err = fmax(shard_err(whole, sh[0], false), shard_err(whole, sh[1], false));
+    if (!rc) param_err = gathered_err(whole, sh, tpr, spr, 2, false, false, &covered, &replicas);
     if (!rc) rc = ex_step_forward_backward(whole, &tb.b, &lw2, err);
-    if (!rc) grad_err = fmax(shard_err(whole, sh[0], true), shard_err(whole, sh[1], true));
+    bool cov2 = false, rep2 = false;
+    if (!rc) grad_err = gathered_err(whole, sh, tpr, spr, 2, true, false, &cov2, &rep2);
     ex_model_free(whole); ex_model_free(sh[0]); ex_model_free(sh[1]); free_batch(&tb);
     pthread_barrier_destroy(&comm.bar);
     CHECK_MSG(rc == 0, "rc %d: %s", rc, err);
     CHECK(init_err == 0);
+    CHECK(vocab_sharded);
+    CHECK(covered && cov2);
+    CHECK(replicas && rep2);
     CHECK(gn > oc.grad_clip);   /* clipping was active */
     CHECK_NEAR(jobs[0].loss, lw, 1e-6);
     CHECK(jobs[0].loss == jobs[1].loss);
@@ -671,6 +763,9 @@ TEST(executor_tensor_parallel_shards_match_the_whole_model)
      * near-zero gradients; the gradients themselves agree to ~1e-6. */
     CHECK_MSG(param_err < 1e-3 && grad_err < 1e-4, "param rel err %g, grad rel err %g", param_err, grad_err);
 }
+
+TEST(executor_tensor_parallel_shards_match_the_whole_model) { tp_case(false, false, false); }
+TEST(executor_tensor_parallel_vision_and_vocab_parallel_tied_masked_match_the_whole_model) { tp_case(true, true, true); }
 
 /* Ulysses in one process: each rank posts its send buffer, then copies chunk
  * `rank` of every rank's buffer into its recv. */
@@ -767,6 +862,390 @@ TEST(executor_sequence_parallel_vision_matches_the_whole_encoder)
     CHECK_MSG(gerr < 1e-5, "grad rel err %g", gerr);
 }
 
+/* A 2-D grid of in-process ranks (threads), rank k = sp_rank * tp + tp_rank:
+ * allreduce_sum / _max over the tp group (same sp rank), alltoall over the
+ * sp group (same tp rank). */
+typedef struct { pthread_barrier_t bar; int size; float *slot[4]; const float *send[4]; } grp_t;
+typedef struct { grp_t *tp, *sp; int tr, sr; } grid_ctx;
+
+static int grp_reduce(grp_t *g, int rank, float *buf, size_t n, bool max)
+{
+    g->slot[rank] = buf;
+    pthread_barrier_wait(&g->bar);
+    if (rank == 0)
+        for (size_t i = 0; i < n; i++) {
+            float acc = g->slot[0][i];
+            for (int r = 1; r < g->size; r++) acc = max ? fmaxf(acc, g->slot[r][i]) : acc + g->slot[r][i];
+            for (int r = 0; r < g->size; r++) g->slot[r][i] = acc;
+        }
+    pthread_barrier_wait(&g->bar);
+    return 0;
+}
+static int grid_sum(void *ctx, float *buf, size_t n) { grid_ctx *c = ctx; return grp_reduce(c->tp, c->tr, buf, n, false); }
+static int grid_max(void *ctx, float *buf, size_t n) { grid_ctx *c = ctx; return grp_reduce(c->tp, c->tr, buf, n, true); }
+static int grid_alltoall(void *ctx, const float *send, float *recv, size_t chunk)
+{
+    grid_ctx *c = ctx;
+    grp_t *g = c->sp;
+    g->send[c->sr] = send;
+    pthread_barrier_wait(&g->bar);
+    for (int r = 0; r < g->size; r++)
+        memcpy(recv + r * chunk, g->send[r] + c->sr * chunk, chunk * sizeof(float));
+    pthread_barrier_wait(&g->bar);
+    return 0;
+}
+
+/* tp x sp vision ranks (threads) built per module: merged outputs equal the
+ * whole encoder's rows, gradients (tp shards gathered, sp partials summed)
+ * equal its gradients, replicated tensors agree exactly over the tp group. */
+static void vision_grid_case(int tp, int sp)
+{
+    model_t m;
+    tiny_vl(&m, true);
+    test_batch tb;
+    make_batch(&tb, &m);
+    char err[UTIL_ERR_LEN] = "";
+    int n = tp * sp;
+    grp_t tpg[2], spg[2];
+    for (int i = 0; i < 2; i++) {
+        tpg[i].size = tp; spg[i].size = sp;
+        pthread_barrier_init(&tpg[i].bar, NULL, (unsigned)tp);
+        pthread_barrier_init(&spg[i].bar, NULL, (unsigned)sp);
+    }
+    grid_ctx ctx[4];
+    ex_model *whole = NULL, *rk[4] = { NULL, NULL, NULL, NULL };
+    int tpr[4], spr[4];
+    int rc = ex_model_create_modules(&m, 21, 1u << 0, &whole, err);
+    for (int k = 0; k < n && !rc; k++) {
+        tpr[k] = k % tp; spr[k] = k / tp;
+        ctx[k] = (grid_ctx){ &tpg[spr[k]], &spg[tpr[k]], tpr[k], spr[k] };
+        ex_parallel par[2] = { { .tp_size = tp, .tp_rank = tpr[k], .sp_size = sp, .sp_rank = spr[k], .ctx = &ctx[k],
+                                 .allreduce_sum = grid_sum, .alltoall = grid_alltoall, .allreduce_max = grid_max },
+                               { 0 } };
+        rc = ex_model_create_per_module(&m, 21, 1u << 0, par, &rk[k], err);
+    }
+    const float *vw = NULL;
+    int rows = 0;
+    if (!rc) rc = ex_vision_forward(whole, &tb.b, &vw, &rows, err);
+    float *dvis = rnd((size_t)rows * 64, 1);
+    if (!rc) rc = ex_vision_backward(whole, &tb.b, dvis, err);
+    sp_job jobs[4];
+    int cpp = 48, part = 3 * 64 / sp;
+    for (int k = 0; k < n; k++) {
+        jobs[k] = (sp_job){ .em = rk[k], .b = tb.b, .dvis = dvis + (size_t)spr[k] * (rows / sp) * 64,
+                            .whole_vout = vw + (size_t)spr[k] * (rows / sp) * 64, .rc = -1 };
+        jobs[k].b.pixels = tb.pixels + (size_t)spr[k] * part * cpp;
+    }
+    if (!rc) {
+        pthread_t th[4];
+        for (int k = 0; k < n; k++) pthread_create(&th[k], NULL, sp_run, &jobs[k]);
+        for (int k = 0; k < n; k++) pthread_join(th[k], NULL);
+        for (int k = 0; k < n && !rc; k++) rc = jobs[k].rc;
+    }
+    bool covered = false, replicas = false, sharded = false;
+    double gerr = 1, verr = 0;
+    if (!rc) {
+        gerr = gathered_err(whole, rk, tpr, spr, n, true, true, &covered, &replicas);
+        for (int k = 0; k < n; k++) verr = fmax(verr, jobs[k].vout_err);
+        ex_param p;
+        ex_param_get(rk[n - 1], 3, &p);   /* vision.blocks.0.attn.q.weight */
+        sharded = !strcmp(p.name, "vision.blocks.0.attn.q.weight") && p.sharded == (tp > 1) && p.shape[0] == 32 / tp;
+    }
+    printf("vision tp %d x sp %d: vout rel err %.2e, grad rel err %.2e\n", tp, sp, verr, gerr);
+    ex_model_free(whole);
+    for (int k = 0; k < n; k++) ex_model_free(rk[k]);
+    for (int i = 0; i < 2; i++) { pthread_barrier_destroy(&tpg[i].bar); pthread_barrier_destroy(&spg[i].bar); }
+    free_batch(&tb); free(dvis);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, err);
+    CHECK_EQ_INT(jobs[0].rows, rows / sp);
+    CHECK(sharded);
+    CHECK(covered);
+    CHECK(replicas);
+    CHECK_MSG(verr < 1e-6, "vout rel err %g", verr);
+    CHECK_MSG(gerr < 1e-5, "grad rel err %g", gerr);
+}
+
+TEST(executor_tensor_parallel_vision_matches_the_whole_encoder) { vision_grid_case(2, 1); }
+TEST(executor_tensor_and_sequence_parallel_vision_matches_the_whole_encoder) { vision_grid_case(2, 2); }
+
+TEST(executor_parallel_layouts_refuse_what_they_cannot_run)
+{
+    model_t m;
+    tiny_vl(&m, false);
+    char err[UTIL_ERR_LEN] = "";
+    ex_model *em = NULL;
+    tp_comm comm;
+    tp_ctx ctx = { &comm, 0 };
+    ex_parallel tp2 = { .tp_size = 2, .ctx = &ctx, .allreduce_sum = tp_allreduce, .allreduce_max = tp_allreduce_max };
+    ex_parallel no_max = tp2;
+    no_max.allreduce_max = NULL;
+    CHECK_EQ_INT(ex_model_create_parallel(&m, 1, 1u << 1, &no_max, &em, err), UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "allreduce_max") != NULL, "%s", err);
+    m.mod[1].vocab = 271;
+    CHECK_EQ_INT(ex_model_create_parallel(&m, 1, 1u << 1, &tp2, &em, err), UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "vocab 271") != NULL, "%s", err);
+    tiny_vl(&m, false);
+    ex_parallel per[2] = { { 0 }, { .sp_size = 2, .ctx = &ctx, .alltoall = sp_alltoall } };
+    CHECK_EQ_INT(ex_model_create_per_module(&m, 1, ~0u, per, &em, err), UTIL_EUNSUPPORTED);
+    CHECK_MSG(strstr(err, "sequence parallelism of the LLM") != NULL, "%s", err);
+    per[1] = (ex_parallel){ 0 };
+    per[0] = (ex_parallel){ .tp_size = 2, .sp_size = 4, .ctx = &ctx, .allreduce_sum = tp_allreduce, .alltoall = sp_alltoall };
+    CHECK_EQ_INT(ex_model_create_per_module(&m, 1, ~0u, per, &em, err), UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "tp_size 2 x sp_size 4") != NULL, "%s", err);
+    CHECK(em == NULL);
+}
+
+/* -------------------------------------------------------- loss mask */
+
+/* Worst norm-wise relative error of a's gradients against b's (same layout). */
+static double grads_err(ex_model *a, ex_model *b)
+{
+    double worst = 0;
+    for (int i = 0; i < ex_param_count(a); i++) {
+        ex_param pa, pb;
+        ex_param_get(a, i, &pa);
+        ex_param_get(b, i, &pb);
+        if (pa.numel != pb.numel) return 1;
+        double d = 0, r = 0;
+        for (int64_t j = 0; j < pa.numel; j++) {
+            d += ((double)pa.grad[j] - pb.grad[j]) * ((double)pa.grad[j] - pb.grad[j]);
+            r += (double)pb.grad[j] * pb.grad[j];
+        }
+        double e = r > 0 ? sqrt(d / r) : sqrt(d);
+        if (e > worst) worst = e;
+    }
+    return worst;
+}
+
+static double grads_sumsq(ex_model *em)
+{
+    double s = 0;
+    for (int i = 0; i < ex_param_count(em); i++) {
+        ex_param p;
+        ex_param_get(em, i, &p);
+        for (int64_t j = 0; j < p.numel; j++) s += (double)p.grad[j] * p.grad[j];
+    }
+    return s;
+}
+
+/* Masking the tail of every sample equals the batch cut before it (causal:
+ * later tokens cannot reach counted predictions); an all-ones mask is no mask. */
+TEST(executor_loss_mask_equals_the_batch_without_the_masked_positions)
+{
+    model_t m;
+    tiny_vl(&m, false);
+    test_batch tb;
+    make_batch(&tb, &m);
+    char err[UTIL_ERR_LEN] = "";
+    float tail[20], ones[20];
+    int32_t cut[14];
+    for (int i = 0; i < 20; i++) { tail[i] = i % 10 < 6 ? 1.0f : 0.0f; ones[i] = 1.0f; }
+    for (int s = 0; s < 2; s++) memcpy(cut + s * 7, tb.tokens + s * 10, 7 * sizeof(int32_t));
+    ex_model *a = NULL, *b = NULL, *c = NULL;
+    int rc = ex_model_create(&m, 4, &a, err);
+    if (!rc) rc = ex_model_create(&m, 4, &b, err);
+    if (!rc) rc = ex_model_create(&m, 4, &c, err);
+    ex_batch masked = tb.b, shorter = tb.b, all = tb.b;
+    masked.loss_mask = tail;
+    shorter.tokens = cut;
+    shorter.text_tokens = 7;
+    all.loss_mask = ones;
+    float lm = 0, ls = 0, lo = 0, ln = 0;
+    if (!rc) rc = ex_step_forward_backward(a, &masked, &lm, err);
+    if (!rc) rc = ex_step_forward_backward(b, &shorter, &ls, err);
+    double e = rc ? 1 : grads_err(a, b);
+    bool same = false;
+    if (!rc) {
+        ex_zero_grads(a);
+        rc = ex_step_forward_backward(a, &all, &lo, err);
+        if (!rc) rc = ex_step_forward_backward(c, &tb.b, &ln, err);
+        same = !rc && lo == ln && grads_err(a, c) == 0;
+    }
+    printf("loss mask vs cut batch: loss %.7g vs %.7g, grad rel err %.2e\n", (double)lm, (double)ls, e);
+    ex_model_free(a); ex_model_free(b); ex_model_free(c); free_batch(&tb);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK_NEAR(lm, ls, 1e-6);
+    CHECK_MSG(e < 1e-5, "grad rel err %g", e);
+    CHECK(same);
+}
+
+/* Complementary masks with the whole batch's denominator accumulate to the
+ * unmasked step; the default denominator is the batch's own count; an
+ * all-zero mask gives loss 0 and no gradient; a bad denominator is refused. */
+TEST(executor_loss_mask_and_denominator_split_a_batch_exactly)
+{
+    model_t m;
+    tiny_vl(&m, true);
+    test_batch tb;
+    make_batch(&tb, &m);
+    char err[UTIL_ERR_LEN] = "";
+    float inv[20], none[20] = { 0 };
+    int cnt_a = 0;
+    for (int i = 0; i < 20; i++) {
+        inv[i] = 1.0f - test_mask[i];
+        cnt_a += test_mask[i] != 0 && i % 10 != 9;
+    }
+    ex_model *a = NULL, *b = NULL;
+    int rc = ex_model_create(&m, 8, &a, err);
+    if (!rc) rc = ex_model_create(&m, 8, &b, err);
+    ex_batch ba = tb.b, bb = tb.b, bz = tb.b, bo = tb.b, bad = tb.b;
+    ba.loss_mask = test_mask; ba.loss_denominator = 18;
+    bb.loss_mask = inv; bb.loss_denominator = 18;
+    bz.loss_mask = none;
+    bo.loss_mask = test_mask;   /* own count */
+    bad.loss_denominator = -1;
+    float la = 0, lb = 0, lall = 0, lz = 1, lown = 0, lbad;
+    if (!rc) rc = ex_step_forward_backward(a, &ba, &la, err);
+    if (!rc) rc = ex_step_forward_backward(a, &bb, &lb, err);
+    if (!rc) rc = ex_step_forward_backward(b, &tb.b, &lall, err);
+    double e = rc ? 1 : grads_err(a, b);
+    double zero_ss = 1;
+    if (!rc) {
+        ex_zero_grads(b);
+        rc = ex_step_forward_backward(b, &bz, &lz, err);
+        zero_ss = grads_sumsq(b);
+    }
+    if (!rc) rc = ex_step_forward(b, &bo, &lown, err);
+    int rbad = ex_step_forward_backward(b, &bad, &lbad, err);
+    bool bad_msg = strstr(err, "loss_denominator") != NULL;
+    printf("loss mask split: %.7g + %.7g vs %.7g, grad rel err %.2e\n", (double)la, (double)lb, (double)lall, e);
+    ex_model_free(a); ex_model_free(b); free_batch(&tb);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK_NEAR(la + lb, lall, 1e-6);
+    CHECK_MSG(e < 1e-5, "grad rel err %g", e);
+    CHECK(lz == 0 && zero_ss == 0);
+    CHECK_NEAR(lown, la * 18.0 / cnt_a, 1e-6);
+    CHECK_EQ_INT(rbad, UTIL_EINVAL);
+    CHECK(bad_msg);
+}
+
+/* ---------------------------------------------------- activation slots */
+
+/* Two micro-batches kept alive in two vision slots (forward A, forward B,
+ * backward A, backward B) give exactly the gradients of running them one
+ * after the other; B has other image shapes and more rows, so its slot's
+ * offsets and rotary tables differ and the shared scratch grows in between. */
+TEST(executor_vision_slots_keep_two_micro_batches_alive)
+{
+    model_t m;
+    tiny_vl(&m, true);
+    test_batch ta, tb;
+    make_batch(&ta, &m);
+    make_batch(&tb, &m);
+    /* B: 8 images of 4 x 8 patches (other sequence offsets and rotary tables, more rows) */
+    int cpp = 48, ipb4[2] = { 4, 4 };
+    float *pix4 = rnd((size_t)8 * 32 * cpp, 1);
+    tb.b.n_images = 8; tb.b.grid_h = 4; tb.b.patches = 32; tb.b.pixels = pix4; tb.b.images_per_sample = ipb4;
+    char err[UTIL_ERR_LEN] = "";
+    ex_model *x = NULL, *y = NULL;
+    int rc = ex_model_create_modules(&m, 31, 1u << 0, &x, err);
+    if (!rc) rc = ex_model_create_modules(&m, 31, 1u << 0, &y, err);
+    float *da = rnd((size_t)48 * 64, 1), *db = rnd((size_t)64 * 64, 1), *va = malloc((size_t)48 * 64 * 4);
+    const float *out_a = NULL, *out_b = NULL, *ref;
+    int rows = 0;
+    size_t act0 = util_mem_current(UTIL_MEM_ACTIV), act1 = 0, act2 = 0;
+    /* y: one after the other in slot 0 */
+    if (!rc) rc = ex_vision_forward(y, &ta.b, &ref, &rows, err);
+    if (!rc) { memcpy(va, ref, (size_t)48 * 64 * 4); rc = ex_vision_backward(y, &ta.b, da, err); }
+    if (!rc) rc = ex_vision_forward(y, &tb.b, &ref, &rows, err);
+    if (!rc) rc = ex_vision_backward(y, &tb.b, db, err);
+    /* x: both alive */
+    if (!rc) rc = ex_vision_set_slot(x, 0, err);
+    if (!rc) { act0 = util_mem_current(UTIL_MEM_ACTIV); rc = ex_vision_forward(x, &ta.b, &out_a, &rows, err); }
+    if (!rc) { act1 = util_mem_current(UTIL_MEM_ACTIV); rc = ex_vision_set_slot(x, 1, err); }
+    if (!rc) rc = ex_vision_forward(x, &tb.b, &out_b, &rows, err);
+    act2 = util_mem_current(UTIL_MEM_ACTIV);
+    bool a_kept = !rc && !memcmp(out_a, va, (size_t)48 * 64 * 4);
+    if (!rc) rc = ex_vision_set_slot(x, 0, err);
+    if (!rc) rc = ex_vision_backward(x, &ta.b, da, err);
+    if (!rc) rc = ex_vision_set_slot(x, 1, err);
+    if (!rc) rc = ex_vision_backward(x, &tb.b, db, err);
+    bool same = !rc && same_buffer(x, y, 0, EX_BUF_GRADS);
+    int wrong = ex_vision_backward(x, &ta.b, da, err);   /* slot 1 holds B */
+    int empty = ex_vision_set_slot(x, 5, err) ? -1 : ex_vision_backward(x, &ta.b, da, err);
+    int range = ex_vision_set_slot(x, EX_MAX_SLOTS, err);
+    ex_model_free(x); ex_model_free(y);
+    free_batch(&ta); free_batch(&tb); free(pix4); free(da); free(db); free(va);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK(a_kept);
+    CHECK(same);
+    CHECK(act1 > act0 && act2 > act1);
+    CHECK_EQ_INT(wrong, UTIL_EINVAL);
+    CHECK_EQ_INT(empty, UTIL_EINVAL);
+    CHECK_EQ_INT(range, UTIL_EINVAL);
+}
+
+/* ------------------------------------------------------------- ZeRO-1 */
+
+/* Two "data-parallel ranks" with the same gradients, each holding AdamW
+ * moments for half of every module's buffer (a cut inside a tensor), apply
+ * their halves with the global norm; the halves combined are exactly the
+ * unsharded update, over two steps (moments and t carried). */
+TEST(executor_zero1_optimizer_shards_combine_to_the_unsharded_update)
+{
+    model_t m;
+    tiny_vl(&m, false);
+    test_batch tb;
+    make_batch(&tb, &m);
+    char err[UTIL_ERR_LEN] = "";
+    ex_model *full = NULL, *r[2] = { NULL, NULL };
+    int rc = ex_model_create(&m, 6, &full, err);
+    for (int k = 0; k < 2 && !rc; k++) rc = ex_model_create(&m, 6, &r[k], err);
+    size_t n[2] = { 0, 0 }, cut[2];
+    float *p;
+    for (int mod = 0; mod < 2 && !rc; mod++) { ex_module_buffer(full, mod, EX_BUF_PARAMS, &p, &n[mod]); cut[mod] = n[mod] / 2 + 7; }
+    size_t o0 = util_mem_current(UTIL_MEM_OPTIM), o1 = o0;
+    for (int mod = 0; mod < 2 && !rc; mod++) {
+        rc = ex_optimizer_shard(r[0], mod, 0, cut[mod], err);
+        if (!rc) rc = ex_optimizer_shard(r[1], mod, cut[mod], n[mod], err);
+    }
+    o1 = util_mem_current(UTIL_MEM_OPTIM);
+    size_t mlen = 0;
+    float *mptr = NULL;
+    int mrc = rc ? -1 : ex_module_buffer(r[1], 1, EX_BUF_ADAM_M, &mptr, &mlen);
+    bool same = !rc;
+    double gn_first = 0;
+    for (int s = 0; s < 2 && !rc && same; s++) {
+        float l;
+        rc = ex_step_forward_backward(full, &tb.b, &l, err);
+        for (int k = 0; k < 2 && !rc; k++) rc = ex_step_forward_backward(r[k], &tb.b, &l, err);
+        double gn = sqrt(ex_grad_sumsq(full));
+        if (s == 0) gn_first = gn;
+        ex_optim_config oc = { .lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 1, .total_steps = 4, .beta1 = 0.9f,
+                               .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_clip = (float)(0.5 * gn_first) };
+        if (!rc) rc = ex_optimizer_apply(full, &oc, s, gn, NULL, err);
+        for (int k = 0; k < 2 && !rc; k++) rc = ex_optimizer_apply(r[k], &oc, s, gn, NULL, err);
+        for (int mod = 0; mod < 2 && !rc; mod++) {
+            float *pf, *p0, *p1, *mf, *m0, *m1;
+            size_t nn, nm0, nm1;
+            ex_module_buffer(full, mod, EX_BUF_PARAMS, &pf, &nn);
+            ex_module_buffer(r[0], mod, EX_BUF_PARAMS, &p0, &nn);
+            ex_module_buffer(r[1], mod, EX_BUF_PARAMS, &p1, &nn);
+            ex_module_buffer(full, mod, EX_BUF_ADAM_V, &mf, &nn);
+            ex_module_buffer(r[0], mod, EX_BUF_ADAM_V, &m0, &nm0);
+            ex_module_buffer(r[1], mod, EX_BUF_ADAM_V, &m1, &nm1);
+            same = same && !memcmp(p0, pf, cut[mod] * 4) && !memcmp(p1 + cut[mod], pf + cut[mod], (nn - cut[mod]) * 4) &&
+                   !memcmp(m0, mf, nm0 * 4) && !memcmp(m1, mf + cut[mod], nm1 * 4);
+            /* the all-gather: each rank takes the other's updated half */
+            memcpy(p0 + cut[mod], p1 + cut[mod], (nn - cut[mod]) * 4);
+            memcpy(p1, p0, cut[mod] * 4);
+        }
+    }
+    int t = ex_optimizer_get_t(r[0]);
+    ex_optimizer_set_t(r[0], 9);
+    int t2 = ex_optimizer_get_t(r[0]);
+    int bad = ex_optimizer_shard(r[0], 1, 5, n[1] + 1, err);
+    ex_model_free(full); ex_model_free(r[0]); ex_model_free(r[1]); free_batch(&tb);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK(same);
+    /* each rank dropped the moments (2 floats) of the half it does not own */
+    CHECK_EQ_INT(o0 - o1, (n[0] + n[1]) * 8);
+    CHECK_EQ_INT(mrc, UTIL_OK);
+    CHECK_EQ_INT(mlen, n[1] - cut[1]);
+    CHECK(t == 2 && t2 == 9);
+    CHECK_EQ_INT(bad, UTIL_EINVAL);
+}
+
 /* --------------------------------------------------- PyTorch reference */
 
 static int write_file(const char *dir, const char *name, const void *data, size_t n)
@@ -822,8 +1301,9 @@ static double worst_tensor_err(ex_model *em, const double *ref, const float *p0,
     return w;
 }
 
-/* tied: tied embeddings and a sample without images (images_per_sample {0, 3}). */
-static void torch_ref_case(bool window, bool tied)
+/* tied: tied embeddings and a sample without images (images_per_sample {0, 3});
+ * mask: the loss mask of the batch (NULL: none), den its loss_denominator. */
+static void torch_ref_case(bool window, bool tied, const float *mask, double den)
 {
     const char *script = getenv("DHP_TORCH_REF_SCRIPT");
     if (!script) { test_skip("driven by tests/t_torch_ref.sh (needs DHP_TORCH_REF_SCRIPT)"); return; }
@@ -834,6 +1314,11 @@ static void torch_ref_case(bool window, bool tied)
     test_batch tb;
     make_batch(&tb, &m);
     if (tied) { tb.ipb[0] = 0; tb.ipb[1] = 3; }
+    tb.b.loss_mask = mask;
+    tb.b.loss_denominator = den;
+    char mask_json[200] = "null";
+    for (int i = 0, n = 0; mask && i < 20; i++)
+        n += snprintf(mask_json + n, sizeof mask_json - (size_t)n, "%s%g%s", i ? ", " : "[", (double)mask[i], i == 19 ? "]" : "");
     ex_model *em;
     char err[UTIL_ERR_LEN], dir[] = "/tmp/dhp-torchref-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -872,11 +1357,12 @@ static void torch_ref_case(bool window, bool tied)
     size_t len = strlen(cfg);
     snprintf(cfg + len, sizeof cfg - len,
              "\"batch\": {\"n_images\": %d, \"patches\": %d, \"grid_h\": %d, \"grid_w\": %d, \"batch\": %d, "
-             "\"text_tokens\": %d, \"images_per_sample\": [%d, %d], \"merged_per_image\": %d},\n"
+             "\"text_tokens\": %d, \"images_per_sample\": [%d, %d], \"merged_per_image\": %d, "
+             "\"loss_mask\": %s, \"loss_denominator\": %.17g},\n"
              "\"optim\": {\"lr\": %.9g, \"min_lr\": %.9g, \"warmup_steps\": %d, \"total_steps\": %d, \"beta1\": %.9g, "
              "\"beta2\": %.9g, \"eps\": %.9g, \"weight_decay\": %.9g, \"grad_clip\": %.9g, \"steps\": 5}\n}\n",
              tb.b.n_images, tb.b.patches, tb.b.grid_h, tb.b.grid_w, tb.b.batch, tb.b.text_tokens, tb.ipb[0],
-             tb.ipb[1], tb.b.patches / (m.mod[0].merge * m.mod[0].merge), (double)oc.lr, (double)oc.min_lr,
+             tb.ipb[1], tb.b.patches / (m.mod[0].merge * m.mod[0].merge), mask_json, den, (double)oc.lr, (double)oc.min_lr,
              oc.warmup_steps, oc.total_steps, (double)oc.beta1, (double)oc.beta2, (double)oc.eps,
              (double)oc.weight_decay, (double)oc.grad_clip);
     char path[400];
@@ -935,6 +1421,8 @@ static void torch_ref_case(bool window, bool tied)
     CHECK_MSG(eparam < 1e-3, "AdamW update rel err %g in %s", eparam, wp);
 }
 
-TEST_DRIVEN(executor_torch_ref_tiny_vl) { torch_ref_case(false, false); }
-TEST_DRIVEN(executor_torch_ref_tiny_vl_window) { torch_ref_case(true, false); }
-TEST_DRIVEN(executor_torch_ref_tiny_vl_tied_text_only_sample) { torch_ref_case(false, true); }
+TEST_DRIVEN(executor_torch_ref_tiny_vl) { torch_ref_case(false, false, NULL, 0); }
+/* masked: the loss counts 14 of the 18 predictions and divides by their count */
+TEST_DRIVEN(executor_torch_ref_tiny_vl_window_masked) { torch_ref_case(true, false, test_mask, 0); }
+/* masked with an explicit denominator (as a micro-batch of a larger global batch) */
+TEST_DRIVEN(executor_torch_ref_tiny_vl_tied_text_only_sample_masked) { torch_ref_case(false, true, test_mask, 25); }

@@ -16,7 +16,10 @@ Model: Qwen2.5-VL style (transformers models/qwen2_5_vl/modeling_qwen2_5_vl.py):
 vision patch linear, pre-norm blocks (RMSNorm, attention with 2-D rotary,
 SwiGLU), full or window attention, merger RMSNorm -> concat merge^2 ->
 Linear -> GELU(erf) -> Linear; LLM with 1-D rotary, GQA causal attention,
-SwiGLU, final RMSNorm, LM head, cross-entropy on next text tokens.
+SwiGLU, final RMSNorm, LM head, cross-entropy on next text tokens. With
+batch.loss_mask ([batch * text_tokens], null = none) only positions t with
+mask[t] != 0 count (t = text_tokens - 1 never does) and the loss is their
+summed cross-entropy / batch.loss_denominator (0 = their count).
 """
 import json
 import math
@@ -152,7 +155,12 @@ def llm_forward(P, lm, b, tokens, vout):
     x = rmsnorm(x, P["llm.norm.weight"])
     head = P["llm.embed_tokens.weight"] if lm["tied_embeddings"] else P["llm.lm_head.weight"]
     logits = x[pred] @ head.T
-    return F.cross_entropy(logits, tokens[:, 1:].reshape(-1))
+    ce = F.cross_entropy(logits, tokens[:, 1:].reshape(-1), reduction="none")
+    mask = b.get("loss_mask")
+    if mask is not None:
+        ce = ce[torch.tensor(mask, dtype=DT).view(B, T)[:, :-1].reshape(-1) != 0]
+    den = b.get("loss_denominator") or ce.numel()
+    return ce.sum() / den
 
 
 def model_loss(P, cfg, pixels, tokens):
