@@ -138,7 +138,9 @@ typedef struct {
     double zero_comm_s;                  /* ZeRO-3 param gathers + grad reduce-scatter per micro-batch, exposed */
     double pp_p2p_s;                     /* per micro-batch stage hand-offs */
     double micro_s;                      /* one micro-batch through the whole module (all pp stages) */
+    double fwd_comm_s;                   /* the forward pass's part of tp + sp + zero + pp communication */
     double dp_comm_s, dp_exposed_s;      /* gradient reduction once per step, and its exposed part */
+    double grad_rs_s, param_ag_s;        /* its reduce-scatter and all-gather halves (ZeRO-1), once per step */
     double optim_s;                      /* optimizer step */
     double model_flops;                  /* per step, 6*N*T + attention, no recompute */
 } plan_time;
@@ -148,6 +150,16 @@ typedef struct {
 double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples);
 void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                       const cost_cluster *c, const plan_options *o, plan_time *out);
+/* The per-micro-batch terms of plan_time (fwd_s .. micro_s, fwd_comm_s) for a
+ * micro-batch of `samples` samples instead of s->micro_batch; the per-step
+ * terms stay 0. plan_module_time is this at s->micro_batch plus those. */
+void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                     const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
+/* Seconds of the schedule's encoder FORWARD op (compute + forward half of its
+ * in-op communication) and BACKWARD op (recompute + backward + the rest);
+ * they add up to micro_s, the LLM's FORWARD_BACKWARD. */
+double plan_time_forward_s(const plan_time *t);
+double plan_time_backward_s(const plan_time *t);
 /* Strategy feasibility independent of memory (divisibility, TP within a node, ...).
  * Returns UTIL_OK or UTIL_EINVAL with the reason. */
 int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
