@@ -105,6 +105,8 @@ cJSON *cli_plan_summary_json(const plan_t *p)
     cJSON_AddNumberToObject(o, "n_micro", p->n_micro);
     cJSON_AddNumberToObject(o, "global_batch", p->work.global_batch);
     cJSON_AddNumberToObject(o, "step_time_s", p->pred.step_time_s);
+    cJSON_AddNumberToObject(o, "analytic_step_time_s", p->pred.analytic_step_time_s);
+    cJSON_AddBoolToObject(o, "simulated", p->pred.simulated);
     cJSON_AddNumberToObject(o, "vision_tokens_per_s", p->pred.vision_tokens_per_s);
     cJSON_AddNumberToObject(o, "tokens_per_s", p->pred.tokens_per_s);
     cJSON_AddNumberToObject(o, "samples_per_s", p->pred.samples_per_s);

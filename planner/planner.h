@@ -55,7 +55,9 @@ typedef struct {
 } plan_module;
 
 typedef struct {
-    double step_time_s;
+    double step_time_s;       /* simulated where the schedule runs the plan (simulated), else analytic */
+    double analytic_step_time_s;  /* plan_evaluate's closed form */
+    bool simulated;
     double samples_per_s, vision_tokens_per_s, tokens_per_s;
     double mfu;
     double peak_mem_bytes[MODEL_MAX_MODULES];   /* per GPU of each module group */
@@ -407,6 +409,10 @@ void plan_sim_free(plan_sim_result *r);
 /* The cost model's price of one op of a rank, and of one message. */
 plan_sim_cost plan_sim_op_cost(const plan_t *p, int rank, const plan_op *op);
 double plan_sim_msg_seconds(const plan_t *p, int src, int dst, double bytes);
+/* Simulates p and makes the simulated step its prediction (pred.step_time_s
+ * and the rates; pred.analytic_step_time_s keeps plan_evaluate's, pred.simulated
+ * is set). Returns the schedule's refusal (pred untouched) for plans it does not run. */
+int plan_sim_predict(plan_t *p, char *err);
 /* Memory of one rank with its schedule's activation slots. */
 int plan_sim_memory(const plan_t *p, int rank, plan_sim_mem *out, char *err);
 /* {"step_time_s", "ranks": [{rank, busy_s, comm_s, idle_s, memory}], "critical_path": [...]} */

@@ -805,3 +805,24 @@ int plan_sim_write_trace(const char *path, const plan_t *p, const plan_sim_resul
     util_free(np);
     return rc;
 }
+
+int plan_sim_predict(plan_t *p, char *err)
+{
+    plan_sim_result r;
+    int rc = plan_sim_run(p, NULL, &r, err);
+    if (rc) return rc;
+    plan_prediction *pr = &p->pred;
+    double sim = r.step_time_s;
+    plan_sim_free(&r);
+    if (!(sim > 0)) return util_fail(err, UTIL_EINVAL, "simulate: the step takes no time");
+    /* Rates are work per step over the step time: rescale them to the simulated step. */
+    double scale = pr->step_time_s / sim;
+    pr->analytic_step_time_s = pr->step_time_s;
+    pr->step_time_s = sim;
+    pr->samples_per_s *= scale;
+    pr->vision_tokens_per_s *= scale;
+    pr->tokens_per_s *= scale;
+    pr->mfu *= scale;
+    pr->simulated = true;
+    return UTIL_OK;
+}

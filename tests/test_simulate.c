@@ -390,3 +390,47 @@ TEST(trace_writer_refuses_bad_events_and_leaves_no_file)
     CHECK(strstr(text, "\"ts\":1000000") && strstr(text, "\"dur\":1000000") && strstr(text, "\"bytes\":8"));
     util_free(text);
 }
+
+/* plan_search re-ranks its plans by the simulated step where the schedule
+ * runs them and keeps the analytic step (plan_evaluate's) beside it. */
+TEST(search_ranks_schedulable_plans_by_the_simulated_step)
+{
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(model_load("tiny-vl", &m, err));
+    CHECK_OK(cost_cluster_load("8xh100", &c, err));
+    c.pool[0].gpus_per_node = 2;
+    plan_workload w = { .global_batch = 16, .images_per_sample = 1, .image_tokens = 4096, .text_tokens = 256 };
+    plan_search_options so;
+    plan_search_options_default(&so);
+    so.top_k = 15;
+    static plan_search_result r;
+    CHECK_OK(plan_search(&m, &c, &w, &so, &r, err));
+    CHECK(r.n_plans > 4);
+    int simulated = 0, analytic_only = 0;
+    for (int i = 0; i < r.n_plans; i++) {
+        static plan_t q;
+        q = r.plans[i];
+        plan_options o;
+        plan_options_default(&o);
+        o.precision = q.precision;
+        plan_eval ev;
+        CHECK_OK(plan_evaluate(&q, &o, &ev, err));
+        const plan_prediction *pr = &r.plans[i].pred;
+        CHECK_NEAR(pr->analytic_step_time_s, q.pred.step_time_s, 1e-12);
+        if (i) CHECK(pr->step_time_s >= r.plans[i - 1].pred.step_time_s);
+        if (plan_schedule_check(&r.plans[i], err) == UTIL_OK) {
+            plan_sim_result s;
+            CHECK_OK(plan_sim_run(&r.plans[i], NULL, &s, err));
+            CHECK(pr->simulated && pr->step_time_s == s.step_time_s);
+            CHECK_NEAR(pr->samples_per_s * pr->step_time_s, w.global_batch, 1e-9);
+            plan_sim_free(&s);
+            simulated++;
+        } else {
+            CHECK(!pr->simulated && pr->step_time_s == pr->analytic_step_time_s);
+            analytic_only++;
+        }
+    }
+    CHECK(simulated > 0 && analytic_only > 0);
+}
