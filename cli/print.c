@@ -68,9 +68,10 @@ void cli_print_plan(const plan_t *p)
                p->cluster.pool[s->pool].name, ranks, s->n_ranks, s->dp, s->tp, s->sp, s->pp, s->zero,
                plan_recompute_name(s->recompute), s->micro_batch, pr->peak_mem_bytes[k] / GIB);
     }
-    printf("  step %.3f s | %.0f vision tok/s | %.0f tok/s | %.3f samples/s | MFU %.1f%% | %s\n",
-           pr->step_time_s, pr->vision_tokens_per_s, pr->tokens_per_s, pr->samples_per_s, 100 * pr->mfu,
-           pr->fits ? "fits" : "OOM");
+    printf("  step %.3f s", pr->step_time_s);
+    if (pr->simulated) printf(" (simulated; analytic %.3f s)", pr->analytic_step_time_s);
+    printf(" | %.0f vision tok/s | %.0f tok/s | %.3f samples/s | MFU %.1f%% | %s\n", pr->vision_tokens_per_s,
+           pr->tokens_per_s, pr->samples_per_s, 100 * pr->mfu, pr->fits ? "fits" : "OOM");
 }
 
 void cli_print_plan_row_header(void)

@@ -434,3 +434,34 @@ TEST(search_ranks_schedulable_plans_by_the_simulated_step)
     }
     CHECK(simulated > 0 && analytic_only > 0);
 }
+
+/* The plan file keeps both predictions. */
+TEST(simulate_prediction_round_trips_through_the_plan_file)
+{
+    static plan_t p, back;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
+    double analytic = p.pred.step_time_s;
+    CHECK(!p.pred.simulated && p.pred.analytic_step_time_s == analytic);
+    CHECK_OK(plan_sim_predict(&p, err));
+    CHECK(p.pred.simulated && p.pred.analytic_step_time_s == analytic && p.pred.step_time_s != analytic);
+    CHECK_NEAR(p.pred.samples_per_s * p.pred.step_time_s, 4, 1e-12);
+    char path[] = "/tmp/dhp-plan-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_OK(plan_write(path, &p, err));
+    int rc = plan_read(path, &back, err);
+    unlink(path);
+    CHECK_OK(rc);
+    CHECK(back.pred.simulated);
+    CHECK_NEAR(back.pred.step_time_s, p.pred.step_time_s, 1e-12);
+    CHECK_NEAR(back.pred.analytic_step_time_s, analytic, 1e-12);
+    /* a plan the schedule does not run keeps its analytic prediction */
+    back.mod[1].zero = 3;
+    back.pred = p.pred;
+    back.pred.step_time_s = back.pred.analytic_step_time_s = 1.5;
+    back.pred.simulated = false;
+    CHECK(plan_sim_predict(&back, err) == UTIL_EUNSUPPORTED);
+    CHECK(back.pred.step_time_s == 1.5 && !back.pred.simulated);
+}
