@@ -218,6 +218,22 @@ TEST(simulate_invariants_on_pipelines_and_colocated_groups)
         check_invariants(&p);
         if (!before && test_failed_now()) { fprintf(stderr, "case %zu: %s\n", i, cases[i].spec); return; }
     }
+    /* a frozen encoder only runs forward, ahead of the LLM */
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 4, 8, &p));
+    p.model.mod[0].frozen = true;
+    check_invariants(&p);
+    /* colocated, LLM micro-batches of 2 samples fed by 4 encoder replicas */
+    CHECK_OK(make_plan("vision:dp=4,mb=1;llm:dp=2,tp=2,seqpar=0,mb=2", PLAN_COLOCATED, 4, 1, 8, &p));
+    check_invariants(&p);
+    /* text-only samples: the encoder group idles to its optimizer */
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(model_load("tiny-vl", &m, err));
+    CHECK_OK(cost_cluster_load("8xh100", &c, err));
+    plan_workload w = { .global_batch = 4, .images_per_sample = 0, .text_tokens = 16 };
+    CHECK_OK(plan_from_strategy("vision:gpus=1;llm:gpus=2,dp=2", &m, &c, &w, PLAN_DISAGGREGATED, 0, 2, &p, err));
+    check_invariants(&p);
 }
 
 /* The hand-off bytes are the plan_handoff rows: every LLM rank receives its
