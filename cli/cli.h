@@ -41,6 +41,9 @@ extern const char *cli_setup_help;
 /* Parses a positive integer option value; prints an error and returns 2 if bad. */
 int cli_int_arg(const char *cmd, const char *opt, const char *val, int lo, int hi, int *out);
 
+/* dhp simulate (cli/cmd_simulate.c). */
+int cmd_simulate(int argc, char **argv);
+
 /* Printing helpers (cli/print.c). */
 /* "33.45B", "156.6K", "108.0M"; "-" for 0. */
 const char *cli_fmt_count(double n, char *buf, size_t len);

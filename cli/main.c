@@ -23,6 +23,7 @@ static const cli_command commands[] = {
     { "import", cmd_import, "convert a Hugging Face config.json (file or URL) into a model description" },
     { "run", cmd_run, "train the model of a plan file (mpirun -np WORLD dhp run plan.json --data DIR)" },
     { "data", cmd_data, "synthesise / inspect data sets, inspect / copy checkpoints" },
+    { "simulate", cmd_simulate, "simulate one step of a plan op by op: step time, idle, critical path, trace" },
     { NULL, NULL, NULL }
 };
 

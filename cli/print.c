@@ -68,9 +68,10 @@ void cli_print_plan(const plan_t *p)
                p->cluster.pool[s->pool].name, ranks, s->n_ranks, s->dp, s->tp, s->sp, s->pp, s->zero,
                plan_recompute_name(s->recompute), s->micro_batch, pr->peak_mem_bytes[k] / GIB);
     }
-    printf("  step %.3f s | %.0f vision tok/s | %.0f tok/s | %.3f samples/s | MFU %.1f%% | %s\n",
-           pr->step_time_s, pr->vision_tokens_per_s, pr->tokens_per_s, pr->samples_per_s, 100 * pr->mfu,
-           pr->fits ? "fits" : "OOM");
+    printf("  step %.3f s", pr->step_time_s);
+    if (pr->simulated) printf(" (simulated; analytic %.3f s)", pr->analytic_step_time_s);
+    printf(" | %.0f vision tok/s | %.0f tok/s | %.3f samples/s | MFU %.1f%% | %s\n", pr->vision_tokens_per_s,
+           pr->tokens_per_s, pr->samples_per_s, 100 * pr->mfu, pr->fits ? "fits" : "OOM");
 }
 
 void cli_print_plan_row_header(void)
@@ -105,6 +106,8 @@ cJSON *cli_plan_summary_json(const plan_t *p)
     cJSON_AddNumberToObject(o, "n_micro", p->n_micro);
     cJSON_AddNumberToObject(o, "global_batch", p->work.global_batch);
     cJSON_AddNumberToObject(o, "step_time_s", p->pred.step_time_s);
+    cJSON_AddNumberToObject(o, "analytic_step_time_s", p->pred.analytic_step_time_s);
+    cJSON_AddBoolToObject(o, "simulated", p->pred.simulated);
     cJSON_AddNumberToObject(o, "vision_tokens_per_s", p->pred.vision_tokens_per_s);
     cJSON_AddNumberToObject(o, "tokens_per_s", p->pred.tokens_per_s);
     cJSON_AddNumberToObject(o, "samples_per_s", p->pred.samples_per_s);

@@ -78,6 +78,8 @@ static int by_step_time(const void *a, const void *b)
 {
     const plan_t *x = a, *y = b;
     if (x->pred.step_time_s != y->pred.step_time_s) return x->pred.step_time_s < y->pred.step_time_s ? -1 : 1;
+    if (x->pred.analytic_step_time_s != y->pred.analytic_step_time_s)
+        return x->pred.analytic_step_time_s < y->pred.analytic_step_time_s ? -1 : 1;
     return 0;
 }
 
@@ -121,8 +123,11 @@ int plan_search(const model_t *m, const cost_cluster *c, const plan_workload *w,
     }
     util_free(cuts);
     plan_candidates_free(&cs);
-    /* The MILP prices hand-offs without knowing the neighbour's placement;
-     * the final order is by the full evaluation. */
+    /* The MILP prices hand-offs without knowing the neighbour's placement and
+     * the closed form does not see the schedule's waits: the final order is
+     * by the simulated step where the schedule runs the plan, else by the
+     * full evaluation (pred.analytic_step_time_s keeps it for all). */
+    for (int i = 0; i < r->n_plans; i++) plan_sim_predict(&r->plans[i], NULL);
     qsort(r->plans, (size_t)r->n_plans, sizeof r->plans[0], by_step_time);
     r->search_s = util_now() - t0;
     return UTIL_OK;

@@ -135,6 +135,8 @@ int plan_baseline_make(plan_baseline b, const model_t *m, const cost_cluster *c,
         return util_fail(err, UTIL_EINVAL, "unknown baseline %d", (int)b);
     }
     if (!rc) util_strlcpy(p->label, baseline_names[b], sizeof p->label);
+    /* Priced like plan_search's plans: simulated where the schedule runs it. */
+    if (!rc) plan_sim_predict(p, NULL);
     return rc;
 }
 

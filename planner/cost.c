@@ -114,8 +114,10 @@ static double forward_flops_per_sample(const model_module *mm, const plan_seq *q
     return flops;
 }
 
-void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
-                      const cost_cluster *c, const plan_options *o, plan_time *out)
+/* Compute and in-op communication of one micro-batch of `samples` samples
+ * (per dp rank): the per-micro-batch terms of plan_time. */
+void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                     const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
 {
     const model_module *mm = &m->mod[mi];
     const cost_pool *pool = &c->pool[s->pool];
@@ -127,8 +129,8 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
 
     double A = plan_precision_bytes(o->precision).act;   /* activation / communication element */
     pricer p = { .g = g, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM) };
-    double t = (double)s->micro_batch * q.tokens_per_sample / s->sp;
-    double cross_tokens = (double)s->micro_batch * q.cross_span / s->sp;
+    double t = samples * q.tokens_per_sample / s->sp;
+    double cross_tokens = samples * q.cross_span / s->sp;
     /* Blocks differ only by attention kind: price one of each kind, times its count. */
     int n_full = 0, n_window = 0, n_cross = 0;
     for (int l = 0; l < mm->layers; l++) {
@@ -186,32 +188,63 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     int shard = s->dp * s->sp;
     int shard_per_node = ranks_per_node(shard, s->tp, gpn);
     double compute_mb = out->fwd_s + out->bwd_s + out->recompute_s;
-    if (shard > 1 && !mm->frozen) {
-        if (s->zero >= 3) {
-            /* Per micro-batch: gather parameters for forward and again for
-             * backward, reduce-scatter gradients; prefetch hides part of it. */
-            double ag = cost_collective_time(pool, COST_ALLGATHER, A * lp, shard, shard_per_node);
+    if (shard > 1 && s->zero >= 3) {
+        /* Per micro-batch: gather parameters for forward (and, when trained,
+         * again for backward and reduce-scatter gradients); prefetch hides part of it. */
+        double ag = cost_collective_time(pool, COST_ALLGATHER, A * lp, shard, shard_per_node);
+        if (mm->frozen) out->zero_comm_s = ag;
+        else {
             double rs = cost_collective_time(pool, COST_REDUCESCATTER, A * lp, shard, shard_per_node);
-            double total = 2 * ag + rs;
-            out->zero_comm_s = fmax(0.0, total - o->overlap * compute_mb);
-            out->dp_comm_s = 0;
-        } else {
-            out->dp_comm_s = cost_collective_time(pool, COST_ALLREDUCE, A * lp, shard, shard_per_node);
+            out->zero_comm_s = fmax(0.0, 2 * ag + rs - o->overlap * compute_mb);
         }
-    } else if (shard > 1 && mm->frozen && s->zero >= 3) {
-        out->zero_comm_s = cost_collective_time(pool, COST_ALLGATHER, A * lp, shard, shard_per_node);
     }
     out->micro_s = compute_mb + out->tp_comm_s + out->sp_comm_s + out->zero_comm_s + out->pp_p2p_s;
+    /* The forward pass carries half of the TP / SP / PP exchanges (the cost
+     * model counts as many forward as backward) and one of ZeRO-3's three gathers. */
+    out->fwd_comm_s = 0.5 * (out->tp_comm_s + out->sp_comm_s + out->pp_p2p_s)
+                    + (mm->frozen ? out->zero_comm_s : out->zero_comm_s / 3.0);
+}
+
+/* Once per step over the module's dp*sp replicas of each weight shard:
+ * gradient all-reduce, or its reduce-scatter + all-gather halves (ZeRO). */
+static void price_step_comm(const model_module *mm, const plan_module *s, const cost_pool *pool, double A,
+                            plan_time *out)
+{
+    double lp = plan_local_params(mm, s);
+    int shard = s->dp * s->sp;
+    int shard_per_node = ranks_per_node(shard, s->tp, pool->gpus_per_node);
+    if (shard <= 1 || mm->frozen) return;
+    out->grad_rs_s = cost_collective_time(pool, COST_REDUCESCATTER, A * lp, shard, shard_per_node);
+    out->param_ag_s = cost_collective_time(pool, COST_ALLGATHER, A * lp, shard, shard_per_node);
+    /* ZeRO-3 reduces gradients per micro-batch (zero_comm_s) instead. */
+    if (s->zero < 3) out->dp_comm_s = cost_collective_time(pool, COST_ALLREDUCE, A * lp, shard, shard_per_node);
+}
+
+void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                      const cost_cluster *c, const plan_options *o, plan_time *out)
+{
+    const model_module *mm = &m->mod[mi];
+    const cost_pool *pool = &c->pool[s->pool];
+    plan_micro_time(m, mi, s, w, c, o, s->micro_batch, out);
+    price_step_comm(mm, s, pool, plan_precision_bytes(o->precision).act, out);
     /* Bucketed gradient reduction overlaps the last micro-batch's backward. */
     out->dp_exposed_s = fmax(0.0, out->dp_comm_s - o->overlap * out->bwd_s / s->pp);
     if (!mm->frozen) {
         double bytes_per_param = plan_precision_bytes(o->precision).step_traffic;
-        double opt_shard = s->zero >= 1 ? shard : 1;
-        out->optim_s = cost_memory_time(g, lp / opt_shard * bytes_per_param);
+        double opt_shard = s->zero >= 1 ? (double)s->dp * s->sp : 1;
+        out->optim_s = cost_memory_time(&pool->gpu, plan_local_params(mm, s) / opt_shard * bytes_per_param);
     }
+    plan_seq q;
+    plan_module_seq(m, mi, w, &q);
     double passes = mm->frozen ? (mm->kind == MODEL_LLM ? 2.0 : 1.0) : 3.0;
     out->model_flops = passes * forward_flops_per_sample(mm, &q) * w->global_batch;
 }
+
+/* Durations of the schedule's compute ops from plan_micro_time: an encoder
+ * forward is its compute plus the forward half of its in-op communication,
+ * its backward (with recompute) the rest; an LLM forward+backward is micro_s. */
+double plan_time_forward_s(const plan_time *t) { return t->fwd_s + t->fwd_comm_s; }
+double plan_time_backward_s(const plan_time *t) { return t->micro_s - plan_time_forward_s(t); }
 
 double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples)
 {

@@ -58,7 +58,8 @@ static void fill_prediction(plan_t *p, const plan_eval *ev, double step)
     }
     plan_seq lq;
     plan_module_seq(&p->model, p->model.llm, w, &lq);
-    pr->step_time_s = step;
+    pr->step_time_s = pr->analytic_step_time_s = step;
+    pr->simulated = false;
     pr->samples_per_s = w->global_batch / step;
     pr->vision_tokens_per_s = (double)w->global_batch * w->images_per_sample * w->image_tokens / step;
     pr->tokens_per_s = (double)w->global_batch * lq.tokens_per_sample / step;

@@ -52,6 +52,8 @@ static cJSON *prediction_to_json(const plan_t *p)
     const plan_prediction *pr = &p->pred;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "step_time_s", pr->step_time_s);
+    cJSON_AddNumberToObject(o, "analytic_step_time_s", pr->analytic_step_time_s);
+    cJSON_AddBoolToObject(o, "simulated", pr->simulated);
     cJSON_AddNumberToObject(o, "samples_per_s", pr->samples_per_s);
     cJSON_AddNumberToObject(o, "vision_tokens_per_s", pr->vision_tokens_per_s);
     cJSON_AddNumberToObject(o, "tokens_per_s", pr->tokens_per_s);
@@ -197,6 +199,11 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if (cJSON_IsObject(pred)) {
         double d;
         if (!util_json_num(pred, what, "step_time_s", false, 0, 1e30, 0, &d, NULL)) p->pred.step_time_s = d;
+        p->pred.analytic_step_time_s = p->pred.step_time_s;
+        if (!util_json_num(pred, what, "analytic_step_time_s", false, 0, 1e30, 0, &d, NULL) && d > 0)
+            p->pred.analytic_step_time_s = d;
+        bool simulated = false;
+        if (!util_json_bool(pred, what, "simulated", false, false, &simulated, NULL)) p->pred.simulated = simulated;
         if (!util_json_num(pred, what, "samples_per_s", false, 0, 1e30, 0, &d, NULL)) p->pred.samples_per_s = d;
         if (!util_json_num(pred, what, "vision_tokens_per_s", false, 0, 1e30, 0, &d, NULL)) p->pred.vision_tokens_per_s = d;
         if (!util_json_num(pred, what, "tokens_per_s", false, 0, 1e30, 0, &d, NULL)) p->pred.tokens_per_s = d;

@@ -55,7 +55,9 @@ typedef struct {
 } plan_module;
 
 typedef struct {
-    double step_time_s;
+    double step_time_s;       /* simulated where the schedule runs the plan (simulated), else analytic */
+    double analytic_step_time_s;  /* plan_evaluate's closed form */
+    bool simulated;
     double samples_per_s, vision_tokens_per_s, tokens_per_s;
     double mfu;
     double peak_mem_bytes[MODEL_MAX_MODULES];   /* per GPU of each module group */
@@ -138,7 +140,9 @@ typedef struct {
     double zero_comm_s;                  /* ZeRO-3 param gathers + grad reduce-scatter per micro-batch, exposed */
     double pp_p2p_s;                     /* per micro-batch stage hand-offs */
     double micro_s;                      /* one micro-batch through the whole module (all pp stages) */
+    double fwd_comm_s;                   /* the forward pass's part of tp + sp + zero + pp communication */
     double dp_comm_s, dp_exposed_s;      /* gradient reduction once per step, and its exposed part */
+    double grad_rs_s, param_ag_s;        /* its reduce-scatter and all-gather halves (ZeRO-1), once per step */
     double optim_s;                      /* optimizer step */
     double model_flops;                  /* per step, 6*N*T + attention, no recompute */
 } plan_time;
@@ -148,6 +152,16 @@ typedef struct {
 double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples);
 void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                       const cost_cluster *c, const plan_options *o, plan_time *out);
+/* The per-micro-batch terms of plan_time (fwd_s .. micro_s, fwd_comm_s) for a
+ * micro-batch of `samples` samples instead of s->micro_batch; the per-step
+ * terms stay 0. plan_module_time is this at s->micro_batch plus those. */
+void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                     const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
+/* Seconds of the schedule's encoder FORWARD op (compute + forward half of its
+ * in-op communication) and BACKWARD op (recompute + backward + the rest);
+ * they add up to micro_s, the LLM's FORWARD_BACKWARD. */
+double plan_time_forward_s(const plan_time *t);
+double plan_time_backward_s(const plan_time *t);
 /* Strategy feasibility independent of memory (divisibility, TP within a node, ...).
  * Returns UTIL_OK or UTIL_EINVAL with the reason. */
 int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
@@ -323,6 +337,108 @@ const char *plan_op_name(plan_op_kind k);
 typedef struct { int enc_rank, enc_tp, llm_rank, llm_tp, rows, enc_off, llm_off; } plan_segment;
 int plan_handoff(const plan_t *p, int k, int c, plan_segment **segs, int *n, char *err);
 int plan_handoff_tag(int k, int c, bool grad);
+
+/* ---- simulator: one step of the schedule, op by op, priced by the cost model ----
+ * Every rank walks its plan_schedule_rank list in order. Compute ops take
+ * their cost-model time (plan_micro_time at the op's sample count, in-op
+ * TP/SP communication included). SEND_* does not block: each message (one
+ * per sender/receiver pair of the plan_handoff segments, rows * out_hidden *
+ * activation bytes) travels for cost_p2p_time, after the previous message
+ * between the same pair (one FIFO channel per pair; a rank's message to
+ * itself is a local copy and costs nothing). RECV_* waits for every message
+ * addressed to it. GRAD_SYNC (all-reduce, or ZeRO-1 reduce-scatter over the
+ * module's dp x sp group), GRAD_NORM (8-byte all-reduce over the world) and a
+ * ZeRO-1 OPTIMIZER (AdamW on the shard, then the parameter all-gather) are
+ * collectives: they start when the last participant joins and end together.
+ * No other resource is shared, so the result is exact for these rules. */
+typedef struct { double busy_s, comm_s; } plan_sim_cost;
+typedef struct {
+    /* Replacements for the cost model, NULL for the cost model's own
+     * (plan_sim_op_cost, plan_sim_msg_seconds). op_cost prices one op of a
+     * rank: compute ops run busy then comm; for GRAD_SYNC, GRAD_NORM and a
+     * ZeRO-1 OPTIMIZER busy is the rank's local work before it joins the
+     * collective and comm the collective (the longest of its participants');
+     * SEND/RECV ops are ignored (msg_seconds prices their messages, src != dst). */
+    plan_sim_cost (*op_cost)(void *ctx, const plan_t *p, int rank, const plan_op *op);
+    double (*msg_seconds)(void *ctx, const plan_t *p, int src, int dst, double bytes);
+    void *ctx;
+} plan_sim_hooks;
+
+typedef struct {
+    plan_op op;
+    double start_s;           /* the rank reached it (its previous op ended) */
+    double begin_s;           /* what it waited for was there: messages arrived, last participant joined */
+    double end_s;
+    double busy_s, comm_s;    /* inside [start_s, end_s]; the rest is idle */
+    double bytes;             /* send / recv: bytes of its messages */
+    int dep_rank, dep_op;     /* the op whose end decided begin_s (this rank's previous op unless it
+                                 waited for a message or a collective); -1 for none */
+} plan_sim_op;
+
+/* Peak bytes of one rank per category, from the memory model (colocated ranks
+ * sum their modules, the runtime reservation once). activations: saved for
+ * backward in `slots` live encoder slots (1 per LLM micro-batch); logits: LM
+ * head and cross-entropy; other: ZeRO-3 buffers, reservation, fragmentation. */
+typedef struct {
+    double params, grads, optim, activations, logits, comm, other, total, capacity;
+    int slots;
+} plan_sim_mem;
+
+typedef struct {
+    int n_ops;
+    plan_sim_op *ops;         /* the rank's schedule, timed */
+    double end_s;             /* its last op's end */
+    double busy_s, comm_s, idle_s;   /* idle counts up to the step end */
+    plan_sim_mem mem;
+} plan_sim_rank;
+
+typedef struct { int rank, op; } plan_sim_ref;
+
+typedef struct {
+    double step_time_s;       /* the last op's end over all ranks */
+    int world_size;
+    plan_sim_rank *rank;
+    int n_path;
+    plan_sim_ref *path;       /* critical path, first op first: each op's begin is its predecessor's end */
+} plan_sim_result;
+
+/* Simulates one step of p (plan_schedule_check must accept it); hooks may be NULL.
+ * Free r with plan_sim_free (also after a failure). */
+int plan_sim_run(const plan_t *p, const plan_sim_hooks *hooks, plan_sim_result *r, char *err);
+void plan_sim_free(plan_sim_result *r);
+/* The cost model's price of one op of a rank, and of one message. */
+plan_sim_cost plan_sim_op_cost(const plan_t *p, int rank, const plan_op *op);
+double plan_sim_msg_seconds(const plan_t *p, int src, int dst, double bytes);
+/* Simulates p and makes the simulated step its prediction (pred.step_time_s
+ * and the rates; pred.analytic_step_time_s keeps plan_evaluate's, pred.simulated
+ * is set). Returns the schedule's refusal (pred untouched) for plans it does not run. */
+int plan_sim_predict(plan_t *p, char *err);
+/* Memory of one rank with its schedule's activation slots. */
+int plan_sim_memory(const plan_t *p, int rank, plan_sim_mem *out, char *err);
+/* {"step_time_s", "ranks": [{rank, busy_s, comm_s, idle_s, memory}], "critical_path": [...]} */
+cJSON *plan_sim_to_json(const plan_t *p, const plan_sim_result *r);
+/* "forward vision c1 s4+2" style name of a simulated op, for traces and listings. */
+void plan_sim_op_label(const plan_t *p, const plan_op *op, char *buf, size_t n);
+
+/* ---- traces in the Chrome trace event format (chrome://tracing, Perfetto) ----
+ * A JSON array of complete events {"name", "ph": "X", "ts", "dur" (us), "pid":
+ * rank, "tid": lane, "args"} plus process_name / thread_name metadata; the
+ * simulator and the executor write the same events. */
+typedef enum { PLAN_TRACE_COMPUTE = 0, PLAN_TRACE_COMM, PLAN_TRACE_NLANES } plan_trace_lane;
+typedef struct {
+    int rank;
+    plan_trace_lane lane;
+    char name[64];
+    double start_s, end_s;
+    int chunk, samples;       /* args; -1 leaves them out */
+    double bytes;             /* args; < 0 leaves it out */
+} plan_trace_event;
+/* Writes n events atomically; process r is named names[r] ("rank r" if names or names[r] is NULL). */
+int plan_trace_write(const char *path, const plan_trace_event *ev, int n, int world_size,
+                     const char *const *names, char *err);
+/* The simulated step as a trace: one event per op, compute ops on the compute
+ * lane, hand-offs and collectives on the comm lane. */
+int plan_sim_write_trace(const char *path, const plan_t *p, const plan_sim_result *r, char *err);
 
 const char *plan_placement_name(plan_placement p);
 const char *plan_recompute_name(plan_recompute r);

@@ -1,0 +1,170 @@
+/* dhp simulate: one training step of a plan, op by op, on the cost model:
+ * step time, per-rank busy / communication / idle, the critical path, and
+ * per-rank peak memory; optionally a Chrome trace of every op. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static void usage(void)
+{
+    printf("usage: dhp simulate [PLAN.json] [options]\n\n"
+           "Simulates one step of the plan's schedule (what every rank runs, in order) with each op\n"
+           "priced by the cost model: step time, busy / communication / idle per rank, the critical\n"
+           "path, and peak memory per rank. Without a plan file: --strategy (as dhp memory).\n\n"
+           "  --cluster NAME|PATH   re-price the plan on another cluster (default: the plan's own)\n"
+           "  --trace FILE          write the simulated step as a Chrome trace (chrome://tracing, Perfetto)\n"
+           "  --strategy SPEC       e.g. 'vision:gpus=2;llm:gpus=6,tp=2,seqpar=0' (keys as dhp memory)\n"
+           "  --placement P         colocated (default with --strategy) or disaggregated\n"
+           "  --n-micro N           chunks pipelined between groups (disaggregated)\n%s", cli_setup_help);
+}
+
+typedef struct {
+    cli_setup setup;
+    const char *plan_path, *strategy, *trace;
+    bool cluster_given;
+    plan_placement placement;
+    int n_micro;
+} sim_args;
+
+static int parse_args(int argc, char **argv, sim_args *a)
+{
+    memset(a, 0, sizeof *a);
+    cli_setup_default(&a->setup);
+    a->placement = PLAN_COLOCATED;
+    a->n_micro = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "--cluster")) a->cluster_given = true;
+        int r = cli_setup_arg("simulate", &a->setup, argc, argv, &i);
+        if (r == 2) return 2;
+        if (r == 1) continue;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(); return 1; }
+        else if (!strcmp(o, "--trace")) { if (!v) return cli_usage_error("simulate", "--trace needs a value"); a->trace = v; i++; }
+        else if (!strcmp(o, "--strategy")) { if (!v) return cli_usage_error("simulate", "--strategy needs a value"); a->strategy = v; i++; }
+        else if (!strcmp(o, "--n-micro")) { if (cli_int_arg("simulate", o, v, 1, 1 << 20, &a->n_micro)) return 2; i++; }
+        else if (!strcmp(o, "--placement")) {
+            if (!v) return cli_usage_error("simulate", "--placement needs a value");
+            if (!strcmp(v, "colocated")) a->placement = PLAN_COLOCATED;
+            else if (!strcmp(v, "disaggregated")) a->placement = PLAN_DISAGGREGATED;
+            else return cli_usage_error("simulate", "--placement: '%s' is not colocated or disaggregated", v);
+            i++;
+        } else if (o[0] == '-') return cli_usage_error("simulate", "unknown option '%s'", o);
+        else if (a->plan_path) return cli_usage_error("simulate", "more than one plan file given");
+        else a->plan_path = o;
+    }
+    if (!a->plan_path && !a->strategy) return cli_usage_error("simulate", "give a plan file or --strategy");
+    if (a->plan_path && a->strategy) return cli_usage_error("simulate", "give a plan file or --strategy, not both");
+    return 0;
+}
+
+/* The plan to simulate: read (and re-priced on --cluster) or built from --strategy. */
+static int load_plan(const sim_args *a, plan_t *p)
+{
+    char err[UTIL_ERR_LEN];
+    plan_options opt;
+    plan_options_default(&opt);
+    if (a->plan_path) {
+        if (plan_read(a->plan_path, p, err)) return cli_bad_input(err);
+        if (a->cluster_given) {
+            cost_cluster c;
+            if (cost_cluster_load(a->setup.cluster, &c, err)) return cli_usage_error("simulate", "%s", err);
+            p->cluster = c;
+            if (plan_validate(p, err))
+                return cli_usage_error("simulate", "the plan does not fit cluster '%s': %s", c.name, err);
+        }
+        opt.precision = p->precision;
+        if (plan_assemble(p, &opt, err)) return cli_usage_error("simulate", "%s", err);
+        return 0;
+    }
+    model_t m; cost_cluster c; plan_workload w;
+    if (cli_setup_load("simulate", &a->setup, &m, &c, &w)) return 2;
+    if (plan_from_strategy(a->strategy, &m, &c, &w, a->placement, 0, a->n_micro, p, err))
+        return cli_usage_error("simulate", "%s", err);
+    if (a->setup.precision_given) {
+        p->precision = opt.precision = a->setup.precision;
+        if (plan_assemble(p, &opt, err)) return cli_usage_error("simulate", "%s", err);
+    }
+    return 0;
+}
+
+static void modules_of(const plan_t *p, int rank, char *buf, size_t n)
+{
+    buf[0] = 0;
+    size_t len = 0;
+    for (int k = 0; k < p->n_modules; k++) {
+        plan_coord cd;
+        if (!plan_rank_coord(p, k, rank, &cd)) continue;
+        int w = snprintf(buf + len, n - len, "%s%s", len ? "+" : "", p->mod[k].module);
+        if (w < 0 || (size_t)w >= n - len) break;
+        len += (size_t)w;
+    }
+}
+
+static void print_ranks(const plan_t *p, const plan_sim_result *r)
+{
+    printf("\nper rank: seconds of the step, peak memory GiB (activations: live slots)\n");
+    printf("  %4s %-12s %9s %9s %9s %6s | %7s %7s %7s %7s %5s %7s %7s %7s %8s\n", "rank", "modules", "busy", "comm",
+           "idle", "busy%", "params", "grads", "optim", "activ", "slots", "logits", "comm", "other", "total");
+    for (int i = 0; i < r->world_size; i++) {
+        const plan_sim_rank *rk = &r->rank[i];
+        const plan_sim_mem *m = &rk->mem;
+        char mods[64];
+        modules_of(p, i, mods, sizeof mods);
+        printf("  %4d %-12s %9.5f %9.5f %9.5f %5.1f%% | %7.3f %7.3f %7.3f %7.3f %5d %7.3f %7.3f %7.3f %8.3f%s\n", i, mods,
+               rk->busy_s, rk->comm_s, rk->idle_s, r->step_time_s > 0 ? 100 * rk->busy_s / r->step_time_s : 0,
+               m->params / GIB, m->grads / GIB, m->optim / GIB, m->activations / GIB, m->slots, m->logits / GIB,
+               m->comm / GIB, m->other / GIB, m->total / GIB, m->total > m->capacity ? "  OOM" : "");
+    }
+}
+
+static void print_path(const plan_t *p, const plan_sim_result *r)
+{
+    printf("\ncritical path (%d ops; each begins when the one above ends, or its message arrives)\n", r->n_path);
+    printf("  %4s %-40s %10s %10s %10s\n", "rank", "op", "start", "end", "waited");
+    for (int i = 0; i < r->n_path; i++) {
+        const plan_sim_op *o = &r->rank[r->path[i].rank].ops[r->path[i].op];
+        char name[96];
+        plan_sim_op_label(p, &o->op, name, sizeof name);
+        printf("  %4d %-40s %10.6f %10.6f %10.6f\n", r->path[i].rank, name, o->start_s, o->end_s, o->begin_s - o->start_s);
+    }
+}
+
+int cmd_simulate(int argc, char **argv)
+{
+    sim_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc == 1 ? 0 : rc;
+    static plan_t p;
+    if ((rc = load_plan(&a, &p))) return rc;
+    double analytic = p.pred.step_time_s;
+    char err[UTIL_ERR_LEN];
+    plan_sim_result r;
+    if (plan_sim_run(&p, NULL, &r, err)) return cli_usage_error("simulate", "%s", err);
+    if (a.trace && plan_sim_write_trace(a.trace, &p, &r, err)) {
+        plan_sim_free(&r);
+        return cli_bad_input(err);
+    }
+    if (a.setup.json) {
+        cJSON *doc = plan_sim_to_json(&p, &r);
+        cJSON_AddNumberToObject(doc, "analytic_step_time_s", analytic);
+        cJSON_AddStringToObject(doc, "cluster", p.cluster.name);
+        cJSON_AddStringToObject(doc, "placement", plan_placement_name(p.placement));
+        cJSON_AddNumberToObject(doc, "chunks", plan_chunks(&p));
+        if (a.trace) cJSON_AddStringToObject(doc, "trace", a.trace);
+        cli_emit_json(doc);
+    } else {
+        cli_print_header(&p.model, &p.cluster, &p.work);
+        printf("\n");
+        cli_print_plan(&p);
+        printf("\nsimulated step %.6f s (analytic cost model %.6f s, %+.1f%%), %d chunks, %d ranks\n", r.step_time_s,
+               analytic, analytic > 0 ? 100 * (r.step_time_s / analytic - 1) : 0, plan_chunks(&p), r.world_size);
+        print_ranks(&p, &r);
+        print_path(&p, &r);
+        if (a.trace) printf("\nwrote %s\n", a.trace);
+    }
+    plan_sim_free(&r);
+    return 0;
+}

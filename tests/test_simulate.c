@@ -1,0 +1,483 @@
+/* The step simulator (planner/simulate.c) and the trace writer (planner/trace.c). */
+#include "tests/test.h"
+#include "planner/planner.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int make_plan(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, plan_t *p)
+{
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    if (model_load("tiny-vl", &m, err) || cost_cluster_load("8xh100", &c, err)) return UTIL_EINVAL;
+    plan_workload w = { .global_batch = batch, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 16 };
+    int rc = plan_from_strategy(spec, &m, &c, &w, pl, gpus, n_micro, p, err);
+    if (rc) fprintf(stderr, "make_plan: %s\n", err);
+    return rc;
+}
+
+/* Round-number costs: encoder forward 1 s, backward 2 s, LLM forward+backward
+ * 3 s, gradient sync 0.5 s, norm 0.125 s, optimizer 0.25 s (encoder) / 1 s
+ * (LLM); activations travel 0.5 s, gradients 0.25 s. */
+static plan_sim_cost round_cost(void *ctx, const plan_t *p, int rank, const plan_op *op)
+{
+    (void)ctx; (void)rank;
+    plan_sim_cost c = { 0, 0 };
+    switch (op->kind) {
+    case PLAN_OP_FORWARD: c.busy_s = 1; break;
+    case PLAN_OP_BACKWARD: c.busy_s = 2; break;
+    case PLAN_OP_FORWARD_BACKWARD: c.busy_s = 3; break;
+    case PLAN_OP_GRAD_SYNC: c.comm_s = 0.5; break;
+    case PLAN_OP_GRAD_NORM: c.comm_s = 0.125; break;
+    case PLAN_OP_OPTIMIZER: c.busy_s = op->module == p->model.llm ? 1.0 : 0.25; break;
+    default: break;
+    }
+    return c;
+}
+
+static double round_msg(void *ctx, const plan_t *p, int src, int dst, double bytes)
+{
+    (void)ctx; (void)dst; (void)bytes;
+    plan_coord cd;
+    return plan_rank_coord(p, p->model.llm, src, &cd) ? 0.25 : 0.5;
+}
+
+static const plan_sim_op *path_op(const plan_sim_result *r, int i) { return &r->rank[r->path[i].rank].ops[r->path[i].op]; }
+
+static const plan_sim_hooks round_hooks = { .op_cost = round_cost, .msg_seconds = round_msg };
+
+/* 1 encoder rank + 1 LLM rank, 2 chunks of one micro-batch each.
+ * encoder (rank 0): F0 S0 F1 S1 R0 B0 R1 B1 sync norm opt
+ * LLM (rank 1):     RA0 X0 SG0 RA1 X1 SG1 sync norm opt
+ *   enc F0 [0, 1], S0 at 1 -> arrives 1.5; F1 [1, 2], S1 at 2 -> channel free at 1.5, arrives 2.5
+ *   llm RA0 [0, 1.5], X0 [1.5, 4.5], SG0 at 4.5 -> arrives 4.75
+ *   llm RA1: arrived 2.5 < 4.5, no wait; X1 [4.5, 7.5], SG1 at 7.5 -> arrives 7.75
+ *   llm sync [7.5, 8.0], joins norm at 8.0
+ *   enc R0 [2, 4.75], B0 [4.75, 6.75], R1 [6.75, 7.75], B1 [7.75, 9.75], sync [9.75, 10.25]
+ *   norm: last to join is the encoder at 10.25 -> both [.., 10.375]
+ *   enc opt [10.375, 10.625]; llm opt [10.375, 11.375]  => step 11.375 s
+ * encoder busy 1+1+2+2+0.25 = 6.25, comm 0.25 (R0's message in flight 4.5..4.75) + 0.25 (R1)
+ *   + 0.5 + 0.125 = 1.125, idle 11.375 - 7.375 = 4
+ * LLM busy 3+3+1 = 7, comm 0.5 (RA0) + 0.5 + 0.125 = 1.125, idle 3.25
+ * critical path: enc F0 S0, llm RA0 X0 SG0 RA1 X1 SG1, enc R1 B1 sync norm, llm opt. */
+TEST(simulate_pipeline_matches_hand_computation)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
+    CHECK_EQ_INT(p.mod[0].first_rank, 0);
+    CHECK_EQ_INT(p.mod[1].first_rank, 1);
+    plan_sim_result r;
+    int rc = plan_sim_run(&p, &round_hooks, &r, err);
+    CHECK_MSG(rc == UTIL_OK, "%s", err);
+    CHECK_EQ_INT(r.rank[0].n_ops, 11);
+    CHECK_EQ_INT(r.rank[1].n_ops, 9);
+    CHECK(r.step_time_s == 11.375);
+    CHECK(r.rank[0].busy_s == 6.25 && r.rank[0].comm_s == 1.125 && r.rank[0].idle_s == 4.0);
+    CHECK(r.rank[1].busy_s == 7.0 && r.rank[1].comm_s == 1.125 && r.rank[1].idle_s == 3.25);
+    CHECK(r.rank[0].ops[4].op.kind == PLAN_OP_RECV_GRAD && r.rank[0].ops[4].start_s == 2 && r.rank[0].ops[4].end_s == 4.75);
+    CHECK(r.rank[1].ops[3].op.kind == PLAN_OP_RECV_ACT && r.rank[1].ops[3].end_s == 4.5);
+    CHECK(r.rank[1].ops[7].op.kind == PLAN_OP_GRAD_NORM && r.rank[1].ops[7].begin_s == 10.25);
+    static const struct { int rank; plan_op_kind kind; } want[] = {
+        { 0, PLAN_OP_FORWARD }, { 0, PLAN_OP_SEND_ACT }, { 1, PLAN_OP_RECV_ACT }, { 1, PLAN_OP_FORWARD_BACKWARD },
+        { 1, PLAN_OP_SEND_GRAD }, { 1, PLAN_OP_RECV_ACT }, { 1, PLAN_OP_FORWARD_BACKWARD }, { 1, PLAN_OP_SEND_GRAD },
+        { 0, PLAN_OP_RECV_GRAD }, { 0, PLAN_OP_BACKWARD }, { 0, PLAN_OP_GRAD_SYNC }, { 0, PLAN_OP_GRAD_NORM },
+        { 1, PLAN_OP_OPTIMIZER },
+    };
+    int n = (int)(sizeof want / sizeof want[0]);
+    CHECK_EQ_INT(r.n_path, n);
+    for (int i = 0; i < n; i++) {
+        CHECK_MSG(r.path[i].rank == want[i].rank && path_op(&r, i)->op.kind == want[i].kind,
+                  "path[%d] = rank %d %s, want rank %d %s", i, r.path[i].rank, plan_op_name(path_op(&r, i)->op.kind),
+                  want[i].rank, plan_op_name(want[i].kind));
+    }
+    CHECK(path_op(&r, 5)->op.chunk == 1 && path_op(&r, 8)->op.chunk == 1);
+    plan_sim_free(&r);
+}
+
+/* On one rank nothing waits: the step is the sum of the rank's op costs. */
+TEST(simulate_colocated_one_rank_is_the_sum_of_its_ops)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("", PLAN_COLOCATED, 1, 1, 3, &p));
+    plan_sim_result r;
+    CHECK_OK(plan_sim_run(&p, &round_hooks, &r, err));
+    double sum = 0;
+    for (int i = 0; i < r.rank[0].n_ops; i++) {
+        plan_sim_cost c = round_cost(NULL, &p, 0, &r.rank[0].ops[i].op);
+        sum += c.busy_s + c.comm_s;
+    }
+    /* 3 chunks of F, X, B, then sync x2, norm, optimizers: 3 * 6 + 1 + 0.125 + 1.25 */
+    CHECK(sum == 3 * 6.0 + 1.0 + 0.125 + 1.25);
+    CHECK(r.step_time_s == sum);
+    CHECK(r.rank[0].idle_s == 0);
+    CHECK_EQ_INT(r.n_path, r.rank[0].n_ops);
+    plan_sim_free(&r);
+}
+
+/* With the cost model on one GPU, the simulated step is the analytic one:
+ * both add every micro-batch, the optimizer and nothing else. */
+TEST(simulate_one_gpu_equals_the_analytic_model)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("", PLAN_COLOCATED, 1, 1, 4, &p));
+    plan_sim_result r;
+    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+    CHECK_NEAR(r.step_time_s, p.pred.step_time_s, 1e-12);
+    CHECK(r.rank[0].busy_s > 0);
+    plan_sim_free(&r);
+}
+
+/* The cost model prices the ops from plan_micro_time: an encoder forward and
+ * backward add up to its micro-batch, an LLM op is its micro-batch. */
+TEST(simulate_op_prices_come_from_the_cost_model)
+{
+    static plan_t p;
+    CHECK_OK(make_plan("vision:gpus=2,sp=2;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 4, 2, 8, &p));
+    plan_options o;
+    plan_options_default(&o);
+    o.precision = p.precision;
+    plan_time t;
+    plan_micro_time(&p.model, 0, &p.mod[0], &p.work, &p.cluster, &o, 4, &t);
+    plan_op f = { PLAN_OP_FORWARD, 0, 0, 0, 4, 0 }, b = f, x = { PLAN_OP_FORWARD_BACKWARD, 1, 0, 0, 3, -1 };
+    b.kind = PLAN_OP_BACKWARD;
+    plan_sim_cost cf = plan_sim_op_cost(&p, 0, &f), cb = plan_sim_op_cost(&p, 0, &b);
+    CHECK(cf.comm_s > 0);   /* Ulysses all-to-alls */
+    CHECK_NEAR(cf.busy_s + cf.comm_s + cb.busy_s + cb.comm_s, t.micro_s, 1e-12);
+    plan_time tl;
+    plan_micro_time(&p.model, 1, &p.mod[1], &p.work, &p.cluster, &o, 3, &tl);
+    plan_sim_cost cx = plan_sim_op_cost(&p, 2, &x);
+    CHECK(cx.comm_s > 0);   /* TP all-reduces */
+    CHECK_NEAR(cx.busy_s + cx.comm_s, tl.micro_s, 1e-12);
+    /* a micro-batch of 4 costs more than one of 1 */
+    plan_micro_time(&p.model, 0, &p.mod[0], &p.work, &p.cluster, &o, 1, &tl);
+    CHECK(tl.micro_s < t.micro_s);
+    /* messages: 16 merged rows of 64 bf16 values per sample */
+    double bytes = 2.0 * 16 * 64 * 2;
+    CHECK_NEAR(plan_sim_msg_seconds(&p, 0, 2, bytes),
+               cost_p2p_time(&p.cluster, 0, 0, true, bytes), 1e-12);
+    CHECK(plan_sim_msg_seconds(&p, 1, 1, bytes) == 0);
+}
+
+/* Invariants on multi-rank plans priced by the cost model. */
+static void check_invariants(const plan_t *p)
+{
+    char err[UTIL_ERR_LEN];
+    plan_sim_result r;
+    int rc = plan_sim_run(p, NULL, &r, err);
+    CHECK_MSG(rc == UTIL_OK, "%s", err);
+    CHECK(r.step_time_s > 0);
+    double norm_end = -1;
+    for (int i = 0; i < r.world_size; i++) {
+        const plan_sim_rank *rk = &r.rank[i];
+        CHECK_NEAR(rk->busy_s + rk->comm_s + rk->idle_s, r.step_time_s, 1e-9);
+        double t = 0;
+        for (int j = 0; j < rk->n_ops; j++) {
+            const plan_sim_op *o = &rk->ops[j];
+            CHECK(o->start_s == t && o->begin_s >= o->start_s && o->end_s >= o->begin_s);
+            CHECK(o->busy_s + o->comm_s <= o->end_s - o->start_s + 1e-12);
+            t = o->end_s;
+            if (o->op.kind == PLAN_OP_GRAD_NORM) {
+                if (norm_end < 0) norm_end = o->end_s;
+                CHECK(o->end_s == norm_end);   /* a collective ends together */
+            }
+        }
+        CHECK(rk->mem.total > 0 && rk->mem.params > 0);
+    }
+    /* The critical path starts at 0, runs without gaps other than transfers, and ends the step. */
+    CHECK(r.n_path > 0);
+    CHECK(path_op(&r, 0)->start_s == 0);
+    CHECK(path_op(&r, r.n_path - 1)->end_s == r.step_time_s);
+    for (int i = 1; i < r.n_path; i++) {
+        const plan_sim_op *a = path_op(&r, i - 1), *b = path_op(&r, i);
+        CHECK_MSG(b->begin_s >= a->end_s - 1e-12, "path %d: begins %.9g before %.9g", i, b->begin_s, a->end_s);
+        if (r.path[i].rank == r.path[i - 1].rank) CHECK(b->start_s == a->end_s);
+    }
+    plan_sim_free(&r);
+}
+
+TEST(simulate_invariants_on_pipelines_and_colocated_groups)
+{
+    static plan_t p;
+    const struct { const char *spec; plan_placement pl; int gpus, micro, batch; } cases[] = {
+        { "vision:sp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 4 },
+        { "vision:dp=4;llm:tp=2,dp=2,seqpar=0", PLAN_COLOCATED, 4, 1, 8 },
+        { "vision:gpus=1;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 3, 4, 8 },
+        { "vision:gpus=2,dp=2;llm:gpus=1", PLAN_DISAGGREGATED, 3, 2, 6 },
+        { "vision:gpus=2,sp=2,mb=2;llm:gpus=2,dp=2,zero=1", PLAN_DISAGGREGATED, 4, 2, 8 },
+        { "vision:gpus=4,dp=4,zero=1;llm:gpus=4,dp=2,tp=2,seqpar=0,zero=1", PLAN_DISAGGREGATED, 8, 4, 16 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = make_plan(cases[i].spec, cases[i].pl, cases[i].gpus, cases[i].micro, cases[i].batch, &p);
+        CHECK_OK(rc);
+        int before = test_failed_now();
+        check_invariants(&p);
+        if (!before && test_failed_now()) { fprintf(stderr, "case %zu: %s\n", i, cases[i].spec); return; }
+    }
+    /* a frozen encoder only runs forward, ahead of the LLM */
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 4, 8, &p));
+    p.model.mod[0].frozen = true;
+    check_invariants(&p);
+    /* colocated, LLM micro-batches of 2 samples fed by 4 encoder replicas */
+    CHECK_OK(make_plan("vision:dp=4,mb=1;llm:dp=2,tp=2,seqpar=0,mb=2", PLAN_COLOCATED, 4, 1, 8, &p));
+    check_invariants(&p);
+    /* text-only samples: the encoder group idles to its optimizer */
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(model_load("tiny-vl", &m, err));
+    CHECK_OK(cost_cluster_load("8xh100", &c, err));
+    plan_workload w = { .global_batch = 4, .images_per_sample = 0, .text_tokens = 16 };
+    CHECK_OK(plan_from_strategy("vision:gpus=1;llm:gpus=2,dp=2", &m, &c, &w, PLAN_DISAGGREGATED, 0, 2, &p, err));
+    check_invariants(&p);
+}
+
+/* The hand-off bytes are the plan_handoff rows: every LLM rank receives its
+ * samples' merged rows (16 per sample of 64 values, bf16) once per chunk. */
+TEST(simulate_handoff_bytes_follow_the_segments)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:gpus=2,dp=2;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 4, 2, 8, &p));
+    plan_sim_result r;
+    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+    double row = 64 * plan_precision_bytes(p.precision).act;
+    int L = p.model.llm;
+    for (int rank = p.mod[L].first_rank; rank < p.mod[L].first_rank + p.mod[L].n_ranks; rank++) {
+        double got = 0;
+        for (int j = 0; j < r.rank[rank].n_ops; j++)
+            if (r.rank[rank].ops[j].op.kind == PLAN_OP_RECV_ACT) got += r.rank[rank].ops[j].bytes;
+        CHECK_NEAR(got, 8 * 16 * row, 1e-12);
+    }
+    /* gradients come back from llm tp rank 0 only */
+    double sent = 0;
+    for (int rank = p.mod[L].first_rank; rank < p.mod[L].first_rank + p.mod[L].n_ranks; rank++)
+        for (int j = 0; j < r.rank[rank].n_ops; j++)
+            if (r.rank[rank].ops[j].op.kind == PLAN_OP_SEND_GRAD) sent += r.rank[rank].ops[j].bytes;
+    CHECK_NEAR(sent, 8 * 16 * row, 1e-12);
+    plan_sim_free(&r);
+}
+
+/* ZeRO-1: the optimizer step is followed by the parameter all-gather, a
+ * collective of the dp group; ZeRO-0 steps locally. */
+TEST(simulate_zero1_optimizer_synchronises_its_group)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=2,dp=2,zero=1", PLAN_DISAGGREGATED, 3, 2, 4, &p));
+    plan_sim_result r;
+    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+    int l0 = p.mod[1].first_rank, v = p.mod[0].first_rank;
+    CHECK_EQ_INT(p.mod[1].zero, 1);
+    const plan_sim_op *a = &r.rank[l0].ops[r.rank[l0].n_ops - 1], *b = &r.rank[l0 + 1].ops[r.rank[l0 + 1].n_ops - 1];
+    CHECK(a->op.kind == PLAN_OP_OPTIMIZER && b->op.kind == PLAN_OP_OPTIMIZER);
+    CHECK(a->end_s == b->end_s && a->comm_s > 0 && a->busy_s > 0);
+    const plan_sim_op *e = &r.rank[v].ops[r.rank[v].n_ops - 1];
+    CHECK(e->op.kind == PLAN_OP_OPTIMIZER && e->comm_s == 0 && e->busy_s > 0);
+    CHECK_NEAR(e->end_s - e->start_s, e->busy_s, 1e-9);
+    plan_sim_free(&r);
+}
+
+/* Memory per rank: the memory model with the schedule's live slots. */
+TEST(simulate_memory_per_rank_uses_the_schedule_slots)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:gpus=1,mb=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
+    plan_sim_mem enc, llm;
+    CHECK_OK(plan_sim_memory(&p, 0, &enc, err));
+    CHECK_OK(plan_sim_memory(&p, 1, &llm, err));
+    /* 2 chunks in flight x 2 micro-batches of 1 sample */
+    CHECK_EQ_INT(enc.slots, 4);
+    CHECK_EQ_INT(llm.slots, 0);
+    plan_options o;
+    plan_options_default(&o);
+    o.precision = p.precision;
+    plan_mem one;
+    plan_module_memory(&p.model, 0, &p.mod[0], &p.work, &p.cluster.pool[0].gpu, &o, 1, &one);
+    CHECK_NEAR(enc.activations, 4 * one.activations, 1e-12);
+    CHECK_NEAR(enc.params, one.params, 1e-12);
+    plan_module_memory(&p.model, 1, &p.mod[1], &p.work, &p.cluster.pool[0].gpu, &o, 1, &one);
+    CHECK_NEAR(llm.total, one.total, 1e-12);
+    CHECK(llm.logits > 0 && enc.logits == 0);
+    /* colocated: both modules, the reservation once */
+    static plan_t q;
+    CHECK_OK(make_plan("", PLAN_COLOCATED, 1, 1, 4, &q));
+    plan_sim_mem both;
+    CHECK_OK(plan_sim_memory(&q, 0, &both, err));
+    plan_eval ev;
+    CHECK_OK(plan_evaluate(&q, &o, &ev, err));
+    CHECK_NEAR(both.total, ev.peak_mem, 1e-12);
+}
+
+TEST(simulate_refuses_what_the_schedule_does_not_run)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:sp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 4, &p));
+    p.mod[1].zero = 3;
+    plan_sim_result r;
+    CHECK(plan_sim_run(&p, NULL, &r, err) == UTIL_EUNSUPPORTED && strstr(err, "ZeRO stage 3"));
+    CHECK(r.rank == NULL && r.path == NULL);
+    plan_sim_free(&r);
+}
+
+/* The trace is a JSON array with one complete event per op and names for
+ * every process and lane. */
+TEST(simulate_trace_is_chrome_json_with_one_event_per_op)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 3, 2, 4, &p));
+    plan_sim_result r;
+    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+    char path[] = "/tmp/dhp-trace-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_OK(plan_sim_write_trace(path, &p, &r, err));
+    char *text;
+    size_t len;
+    CHECK_OK(util_read_file(path, &text, &len, err));
+    unlink(path);
+    cJSON *doc;
+    int rc = util_json_parse(text, "trace", &doc, err);
+    util_free(text);
+    CHECK_MSG(rc == UTIL_OK, "%s", err);
+    CHECK(cJSON_IsArray(doc));
+    int ops = 0, events = 0, procs = 0, lanes = 0;
+    for (int i = 0; i < r.world_size; i++) ops += r.rank[i].n_ops;
+    int per_rank[3] = { 0, 0, 0 };
+    const cJSON *e;
+    cJSON_ArrayForEach(e, doc) {
+        const char *ph = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "ph"));
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "name"));
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(e, "pid");
+        if (!ph || !name || !cJSON_IsNumber(pid)) { CHECK_MSG(0, "event without ph/name/pid"); }
+        if (!strcmp(ph, "X")) {
+            events++;
+            const cJSON *ts = cJSON_GetObjectItemCaseSensitive(e, "ts"), *dur = cJSON_GetObjectItemCaseSensitive(e, "dur");
+            const cJSON *tid = cJSON_GetObjectItemCaseSensitive(e, "tid");
+            CHECK(cJSON_IsNumber(ts) && cJSON_IsNumber(dur) && dur->valuedouble >= 0 && cJSON_IsNumber(tid));
+            CHECK(ts->valuedouble + dur->valuedouble <= r.step_time_s * 1e6 * (1 + 1e-12));
+            CHECK(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(e, "args")));
+            CHECK(pid->valueint >= 0 && pid->valueint < 3);
+            per_rank[pid->valueint]++;
+        } else if (!strcmp(ph, "M")) {
+            if (!strcmp(name, "process_name")) procs++;
+            if (!strcmp(name, "thread_name")) lanes++;
+        }
+    }
+    cJSON_Delete(doc);
+    CHECK_EQ_INT(events, ops);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(per_rank[i], r.rank[i].n_ops);
+    CHECK_EQ_INT(procs, 3);
+    CHECK_EQ_INT(lanes, 6);
+    plan_sim_free(&r);
+}
+
+TEST(trace_writer_refuses_bad_events_and_leaves_no_file)
+{
+    char err[UTIL_ERR_LEN];
+    char path[] = "/tmp/dhp-trace-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    unlink(path);
+    plan_trace_event ev[2] = {
+        { .rank = 0, .lane = PLAN_TRACE_COMPUTE, .name = "forward", .start_s = 0, .end_s = 1, .chunk = 0, .samples = 2, .bytes = -1 },
+        { .rank = 2, .lane = PLAN_TRACE_COMM, .name = "recv", .start_s = 1, .end_s = 2, .chunk = -1, .samples = -1, .bytes = 8 },
+    };
+    CHECK(plan_trace_write(path, ev, 2, 2, NULL, err) == UTIL_EINVAL && strstr(err, "rank 2"));
+    CHECK(access(path, F_OK) != 0);
+    ev[1].rank = 1;
+    ev[1].end_s = 0.5;
+    CHECK(plan_trace_write(path, ev, 2, 2, NULL, err) == UTIL_EINVAL && strstr(err, "ends before"));
+    ev[1].end_s = 2;
+    CHECK_OK(plan_trace_write(path, ev, 2, 2, NULL, err));
+    char *text;
+    size_t len;
+    CHECK_OK(util_read_file(path, &text, &len, err));
+    unlink(path);
+    CHECK(strstr(text, "\"ts\":1000000") && strstr(text, "\"dur\":1000000") && strstr(text, "\"bytes\":8"));
+    util_free(text);
+}
+
+/* plan_search re-ranks its plans by the simulated step where the schedule
+ * runs them and keeps the analytic step (plan_evaluate's) beside it. */
+TEST(search_ranks_schedulable_plans_by_the_simulated_step)
+{
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(model_load("tiny-vl", &m, err));
+    CHECK_OK(cost_cluster_load("8xh100", &c, err));
+    c.pool[0].gpus_per_node = 2;
+    plan_workload w = { .global_batch = 16, .images_per_sample = 1, .image_tokens = 4096, .text_tokens = 256 };
+    plan_search_options so;
+    plan_search_options_default(&so);
+    so.top_k = 15;
+    static plan_search_result r;
+    CHECK_OK(plan_search(&m, &c, &w, &so, &r, err));
+    CHECK(r.n_plans > 4);
+    int simulated = 0, analytic_only = 0;
+    for (int i = 0; i < r.n_plans; i++) {
+        static plan_t q;
+        q = r.plans[i];
+        plan_options o;
+        plan_options_default(&o);
+        o.precision = q.precision;
+        plan_eval ev;
+        CHECK_OK(plan_evaluate(&q, &o, &ev, err));
+        const plan_prediction *pr = &r.plans[i].pred;
+        CHECK_NEAR(pr->analytic_step_time_s, q.pred.step_time_s, 1e-12);
+        if (i) CHECK(pr->step_time_s >= r.plans[i - 1].pred.step_time_s);
+        if (plan_schedule_check(&r.plans[i], err) == UTIL_OK) {
+            plan_sim_result s;
+            CHECK_OK(plan_sim_run(&r.plans[i], NULL, &s, err));
+            CHECK(pr->simulated && pr->step_time_s == s.step_time_s);
+            CHECK_NEAR(pr->samples_per_s * pr->step_time_s, w.global_batch, 1e-9);
+            plan_sim_free(&s);
+            simulated++;
+        } else {
+            CHECK(!pr->simulated && pr->step_time_s == pr->analytic_step_time_s);
+            analytic_only++;
+        }
+    }
+    CHECK(simulated > 0 && analytic_only > 0);
+}
+
+/* The plan file keeps both predictions. */
+TEST(simulate_prediction_round_trips_through_the_plan_file)
+{
+    static plan_t p, back;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
+    double analytic = p.pred.step_time_s;
+    CHECK(!p.pred.simulated && p.pred.analytic_step_time_s == analytic);
+    CHECK_OK(plan_sim_predict(&p, err));
+    CHECK(p.pred.simulated && p.pred.analytic_step_time_s == analytic && p.pred.step_time_s != analytic);
+    CHECK_NEAR(p.pred.samples_per_s * p.pred.step_time_s, 4, 1e-12);
+    char path[] = "/tmp/dhp-plan-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_OK(plan_write(path, &p, err));
+    int rc = plan_read(path, &back, err);
+    unlink(path);
+    CHECK_OK(rc);
+    CHECK(back.pred.simulated);
+    CHECK_NEAR(back.pred.step_time_s, p.pred.step_time_s, 1e-12);
+    CHECK_NEAR(back.pred.analytic_step_time_s, analytic, 1e-12);
+    /* a plan the schedule does not run keeps its analytic prediction */
+    back.mod[1].zero = 3;
+    back.pred = p.pred;
+    back.pred.step_time_s = back.pred.analytic_step_time_s = 1.5;
+    back.pred.simulated = false;
+    CHECK(plan_sim_predict(&back, err) == UTIL_EUNSUPPORTED);
+    CHECK(back.pred.step_time_s == 1.5 && !back.pred.simulated);
+}
