@@ -21,6 +21,7 @@ static const cli_command commands[] = {
     { "clusters", cmd_clusters, "list cluster presets, or print one" },
     { "import", cmd_import, "convert a Hugging Face config.json (file or URL) into a model description" },
     { "data", cmd_data, "synthesise / inspect data sets, inspect / copy checkpoints" },
+    { "profile", cmd_profile, "measure this host's CPU backend: write a GPU and a cluster JSON for the planner" },
     { NULL, NULL, NULL }
 };
 
