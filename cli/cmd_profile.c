@@ -3,8 +3,10 @@
  * Run under mpirun to measure the collectives between ranks. */
 #include "cli/cli.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *profile_help =
     "usage: dhp profile [-o GPU.json] [--cluster-out CLUSTER.json] [--quick] [--json]\n"
@@ -22,6 +24,19 @@ static const char *profile_help =
     "  --json              print the GPU and cluster JSON on stdout instead of the summary\n"
     "\n"
     "example: OPENBLAS_NUM_THREADS=1 mpirun -np 2 dhp profile -o cpu.json --cluster-out cpu-2.json\n";
+
+/* Fails early (before a minute of measuring) if path's directory cannot take a new file. */
+static int check_writable(const char *path)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) util_strlcpy(dir, ".", sizeof dir);
+    else if (slash == path) util_strlcpy(dir, "/", sizeof dir);
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (access(dir, W_OK) != 0)
+        return cli_usage_error("profile", "cannot write %s: %s: %s", path, dir, strerror(errno));
+    return 0;
+}
 
 static void print_summary(const cost_profile *p, const char *gpu_path, const char *cluster_path)
 {
@@ -88,6 +103,7 @@ int cmd_profile(int argc, char **argv)
     }
     if (gpu_path && cluster_path && !strcmp(gpu_path, cluster_path))
         return cli_usage_error("profile", "-o and --cluster-out name the same file '%s'", gpu_path);
+    if ((gpu_path && check_writable(gpu_path)) || (cluster_path && check_writable(cluster_path))) return 2;
     cost_profile p;
     char err[UTIL_ERR_LEN];
     int rc = cost_profile_measure(&o, &p, err);

@@ -317,7 +317,7 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
             for (int l = 0; l < nnk && p->n_gemm < COST_PROFILE_MAX_GEMM; l++) {
                 gemm_arg g = {ms[i], nks[j], nks[l], A, B, C};
                 ctx_barrier(c);
-                double t = time_calls(run_gemm, &g, target, 1, 2);
+                double t = time_calls(run_gemm, &g, target, 1, p->quick ? 2 : 3);
                 ctx_max(c, &t);
                 cost_profile_gemm *r = &p->gemm[p->n_gemm++];
                 r->m = g.m; r->n = g.n; r->k = g.k;
@@ -805,8 +805,8 @@ static bool add_gpu_fields(cJSON *o, const cost_profile *p)
     ok = ok && add_field(o, p, "gemm_eff_max", g->gemm_eff_max,
                          "fitted large-shape rate %.4g FLOP/s / peak_flops; least-squares fit (relative error, rms %.1f%%) "
                          "of rate = peak_flops * gemm_eff_max * s(m) s(n) s(k) to fp32 cblas_sgemm (A[m,k] B[n,k]^T, the "
-                         "executor's linear) over %d shapes %s, time less kernel_launch_s, best of 2 batches; %s",
-                         p->gemm_rate_max, 100 * p->gemm_fit_rms, p->n_gemm, shapes, w);
+                         "executor's linear) over %d shapes %s, time less kernel_launch_s, best of %d batches; %s",
+                         p->gemm_rate_max, 100 * p->gemm_fit_rms, p->n_gemm, shapes, p->quick ? 2 : 3, w);
     ok = ok && add_field(o, p, "gemm_half", g->gemm_half, "same least-squares fit as gemm_eff_max, s(x) = x / (x + gemm_half)");
     char at[256] = "";
     size_t u = 0;
