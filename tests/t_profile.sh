@@ -31,8 +31,13 @@ assert 0 < v["reserved_bytes"] < v["hbm_bytes"], v
 assert 0 < v["kernel_launch_s"] < 1e-3, v
 m = g["measurements"]
 assert m["ranks"] == 1 and len(m["gemm"]["shapes"]) == 27 and len(m["attention"]) == 2, m.keys()
-best = max(r["flops_per_s"] for r in m["gemm"]["shapes"])
-assert best <= v["peak_flops"] * 1.5, (best, v["peak_flops"])   # the rule's peak is near what was achieved
+fit = m["gemm"]["rate_max"]
+assert abs(fit / v["peak_flops"] - v["gemm_eff_max"]) < 1e-9, (fit, v)   # gemm_eff_max = fitted rate / peak
+if m["cpu_hz"] > 0:   # peak = a power of two FLOP/cycle x clock x cores, at or above the fitted rate
+    fpc = m["flops_per_cycle"]
+    assert fpc >= 1 and fpc == 2 ** round(__import__("math").log2(fpc)), fpc
+    assert abs(v["peak_flops"] - fpc * m["cpu_hz"] * m["core_share"]) < 1e-6 * v["peak_flops"]
+    assert fit <= v["peak_flops"] < 2 * fit, (fit, v["peak_flops"])
 assert m["stream"]["triad_bw"] <= v["hbm_bw"]
 pool = c["pools"][0]
 assert c["schema"] == "dhp.cluster/1" and c["name"] == "cpu-1" and pool["nodes"] == 1 and pool["gpus_per_node"] == 1
