@@ -13,6 +13,7 @@ typedef struct {
 /* Prints "dhp: <msg>" on stderr and returns 2. */
 int cli_bad_input(const char *msg);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cmd_profile(int argc, char **argv);   /* cli/cmd_profile.c */
 
 #endif
 

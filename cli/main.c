@@ -24,6 +24,7 @@ static const cli_command commands[] = {
     { "run", cmd_run, "train the model of a plan file (mpirun -np WORLD dhp run plan.json --data DIR)" },
     { "data", cmd_data, "synthesise / inspect data sets, inspect / copy checkpoints" },
     { "simulate", cmd_simulate, "simulate one step of a plan op by op: step time, idle, critical path, trace" },
+    { "profile", cmd_profile, "measure this host's CPU backend: write a GPU and a cluster JSON for the planner" },
     { NULL, NULL, NULL }
 };
 

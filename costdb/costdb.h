@@ -109,4 +109,108 @@ double cost_p2p_time(const cost_cluster *c, int pool_a, int pool_b, bool same_no
 
 const char *cost_coll_name(cost_coll op);
 
+/* ---- dhp profile: measuring the local CPU backend (costdb/profile.c) ----
+ *
+ * cost_profile_measure times fp32 GEMMs (cblas_sgemm), a flash-style
+ * attention loop, STREAM kernels and executor-style element-wise kernels on
+ * this host and, under mpirun, MPI collectives between the ranks on it; all
+ * ranks measure at the same time, so every per-rank figure includes the
+ * contention of the others. The results become a dhp.gpu/1 description of
+ * one rank (cost_profile_gpu_json) and a one-node dhp.cluster/1 file whose
+ * intra link is fitted to the collectives (cost_profile_cluster_json). The
+ * derivation rules are in costdb/SCHEMA.md, section "Measured files". */
+
+#define COST_PROFILE_MAX_GEMM 96
+#define COST_PROFILE_MAX_ATTN 4
+#define COST_PROFILE_MAX_COLL 64
+
+typedef enum {
+    COST_PROF_ALLREDUCE = 0,
+    COST_PROF_ALLGATHER,
+    COST_PROF_REDUCESCATTER,
+    COST_PROF_ALLTOALL,
+    COST_PROF_SENDRECV,           /* ring exchange: every rank sends S to rank+1 while receiving from rank-1 */
+    COST_PROF_MEMCPY,             /* 1 rank: a send/recv to itself is a memcpy of S bytes */
+    COST_PROF_NOPS
+} cost_prof_op;
+
+typedef struct { int m, n, k; double seconds, rate; } cost_profile_gemm;   /* rate = 2mnk / seconds */
+typedef struct {
+    int seq, heads, kv_heads, head_dim;
+    double fwd_flops;             /* 4 seq^2 heads head_dim (the planner's count, non-causal) */
+    double fwd_s, bwd_s;
+} cost_profile_attn;
+typedef struct { cost_prof_op op; double bytes, seconds; } cost_profile_coll;   /* bytes: full buffer S */
+typedef struct { bool valid; double alpha_s, busbw, rms_rel; int points; } cost_profile_fit;
+
+typedef struct {
+    bool quick;                   /* a few seconds instead of about a minute */
+} cost_profile_opts;
+
+typedef struct {
+    /* where and how */
+    char host[COST_NAME_LEN], date[32];   /* date: UTC, ISO 8601 */
+    bool quick;
+    int rank, ranks;              /* MPI rank and ranks on this host (0 and 1 without mpirun) */
+    bool mpi;                     /* collectives measured through MPI */
+    int cpus, blas_threads;       /* online CPUs; OpenBLAS threads per rank */
+    double cpu_hz;                /* nominal clock (0 when the OS does not say) */
+    /* GEMM (forward layout of the executor: A[m,k] B[n,k]^T) and its fit */
+    int n_gemm;
+    cost_profile_gemm gemm[COST_PROFILE_MAX_GEMM];
+    double gemm_rate_max;         /* fitted large-shape rate, FLOP/s per rank */
+    double gemm_fit_rms;          /* rms relative error of the fit */
+    double flops_per_cycle;       /* per core, rounded up to a power of two (0 if no clock) */
+    double core_share;            /* cores one rank uses: min(blas_threads, cpus / ranks) */
+    /* attention, memory, element-wise, launch */
+    int n_attn;
+    cost_profile_attn attn[COST_PROFILE_MAX_ATTN];
+    double stream_bytes;          /* size of each STREAM array */
+    double copy_bw, scale_bw, add_bw, triad_bw;   /* B/s per rank */
+    double ew_add_bw, ew_swiglu_bw, ew_rmsnorm_bw, ew_bw;  /* ew_bw: all three, total bytes / total time */
+    double launch_s;              /* one 1x1x1 sgemm call */
+    double phys_bytes, used_bytes;        /* host memory; in use at start (MemTotal - MemAvailable) */
+    bool used_from_meminfo;       /* false: used_bytes is this process's peak RSS */
+    /* collectives */
+    int n_coll;
+    cost_profile_coll coll[COST_PROFILE_MAX_COLL];
+    cost_profile_fit fit[COST_PROF_NOPS];
+    cost_profile_fit link;        /* joint fit over all measured operations */
+    /* the derived description of one rank */
+    cost_gpu gpu;
+} cost_profile;
+
+/* Least squares of t_i ~ alpha * a_i + beta * x_i with relative weights
+ * 1/t_i^2 (times span decades). a_i counts latency steps, x_i the bytes the
+ * bandwidth term moves (nccl-tests factor included). alpha < 0 is refitted
+ * with alpha = 0. Fails (UTIL_EINVAL) with fewer than 2 usable points, a
+ * singular system or beta <= 0. rms_rel may be NULL. */
+int cost_profile_fit_alpha_beta(const double *a, const double *x, const double *t, int n,
+                                double *alpha, double *beta, double *rms_rel, char *err);
+/* Fits rate_i ~ rate_max * s(m_i) s(n_i) s(k_i), s(x) = x / (x + half) (the
+ * cost model's GEMM efficiency), minimising the relative error: rate_max in
+ * closed form for each half, half by a log-scale scan of [0, 1e5] refined by
+ * golden section. */
+int cost_profile_fit_gemm(const double *m, const double *n, const double *k, const double *rate,
+                          int count, double *rate_max, double *half, double *rms_rel, char *err);
+/* The latency steps and bandwidth bytes of op on S bytes over n ranks
+ * (all-reduce 2(n-1) and S 2(n-1)/n; all-gather, reduce-scatter, all-to-all
+ * n-1 and S (n-1)/n; send/recv and memcpy 1 and S). */
+void cost_profile_op_terms(cost_prof_op op, double bytes, int n, double *steps, double *xbytes);
+const char *cost_profile_op_name(cost_prof_op op);
+/* Measures this host. Under mpirun (and MPI not yet initialised) it
+ * initialises MPI and finalises it before returning; every rank must call it,
+ * and every rank gets the same result (p->rank differs). Fills p->gpu, p->fit
+ * and p->link. */
+int cost_profile_measure(const cost_profile_opts *o, cost_profile *p, char *err);
+/* dhp.gpu/1 object: every field {"value", "source"}; with_measurements adds
+ * the raw tables under "measurements" (the loader ignores it). */
+cJSON *cost_profile_gpu_json(const cost_profile *p, bool with_measurements);
+/* dhp.cluster/1 object "cpu-<ranks>": one pool, 1 node x ranks, the GPU
+ * object inline, intra = the joint fit, plus "measurements". */
+cJSON *cost_profile_cluster_json(const cost_profile *p);
+/* Serialises, checks that the costdb loader accepts the text, writes
+ * atomically. Either path may be NULL. */
+int cost_profile_write(const cost_profile *p, const char *gpu_path, const char *cluster_path, char *err);
+
 #endif

@@ -1,0 +1,122 @@
+/* dhp profile: measure this host's CPU backend and write a dhp.gpu/1 file
+ * and a one-node dhp.cluster/1 file for the planner and the simulator.
+ * Run under mpirun to measure the collectives between ranks. */
+#include "cli/cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *profile_help =
+    "usage: dhp profile [-o GPU.json] [--cluster-out CLUSTER.json] [--quick] [--json]\n"
+    "\n"
+    "Measures the local CPU backend: fp32 GEMM (cblas_sgemm) over the tiny / 100M model shapes,\n"
+    "flash-style attention, STREAM and element-wise memory bandwidth, the fixed cost of a BLAS call,\n"
+    "physical memory, and - under mpirun - all-reduce, all-gather, reduce-scatter, all-to-all and\n"
+    "send/recv between the ranks (without mpirun: a memcpy stands in for a send to oneself).\n"
+    "Every field's source says how it was measured (costdb/SCHEMA.md, \"Measured files\").\n"
+    "\n"
+    "  -o FILE             write the description of one rank (schema dhp.gpu/1)\n"
+    "  --cluster-out FILE  write a cluster 'cpu-<ranks>': 1 node x <ranks>, the GPU inline, the intra\n"
+    "                      link fitted to the collectives (use with dhp plan --cluster FILE)\n"
+    "  --quick             a few seconds instead of about a minute (fewer shapes, smaller buffers)\n"
+    "  --json              print the GPU and cluster JSON on stdout instead of the summary\n"
+    "\n"
+    "example: OPENBLAS_NUM_THREADS=1 mpirun -np 2 dhp profile -o cpu.json --cluster-out cpu-2.json\n";
+
+/* Fails early (before a minute of measuring) if path's directory cannot take a new file. */
+static int check_writable(const char *path)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) util_strlcpy(dir, ".", sizeof dir);
+    else if (slash == path) util_strlcpy(dir, "/", sizeof dir);
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (access(dir, W_OK) != 0)
+        return cli_usage_error("profile", "cannot write %s: %s: %s", path, dir, strerror(errno));
+    return 0;
+}
+
+static void print_summary(const cost_profile *p, const char *gpu_path, const char *cluster_path)
+{
+    const cost_gpu *g = &p->gpu;
+    char mem[32], res[32];
+    int best = 0;
+    for (int i = 1; i < p->n_gemm; i++)
+        if (p->gemm[i].rate > p->gemm[best].rate) best = i;
+    printf("dhp profile: %s, %s, %d rank%s, %d CPUs, %d BLAS thread%s per rank%s\n", p->host, p->date, p->ranks,
+           p->ranks > 1 ? "s" : "", p->cpus, p->blas_threads, p->blas_threads > 1 ? "s" : "", p->quick ? ", quick" : "");
+    printf("  %-15s %s\n", "device", g->name);
+    if (p->n_gemm)
+        printf("  %-15s best %.1f GFLOP/s (%dx%dx%d); fit %.1f GFLOP/s large-shape, gemm_half %.1f (rms %.0f%%)\n",
+               "gemm fp32", p->gemm[best].rate / 1e9, p->gemm[best].m, p->gemm[best].n, p->gemm[best].k,
+               p->gemm_rate_max / 1e9, g->gemm_half, 100 * p->gemm_fit_rms);
+    if (p->flops_per_cycle > 0)
+        printf("  %-15s %.1f GFLOP/s (%g FLOP/cycle x %.0f MHz x %.3g cores), gemm_eff_max %.3f\n", "peak",
+               g->peak_flops / 1e9, p->flops_per_cycle, p->cpu_hz / 1e6, p->core_share, g->gemm_eff_max);
+    else
+        printf("  %-15s %.1f GFLOP/s (no clock known: the fitted rate), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e9,
+               g->gemm_eff_max);
+    printf("  %-15s %.2f GFLOP/s fwd+bwd, attn_eff %.4f\n", "attention", g->attn_eff * g->peak_flops / 1e9, g->attn_eff);
+    printf("  %-15s triad %.1f GB/s, best STREAM %.1f GB/s (hbm_bw); element-wise %.1f GB/s, mem_eff %.3f\n", "memory bw",
+           p->triad_bw / 1e9, g->hbm_bw / 1e9, p->ew_bw / 1e9, g->mem_eff);
+    printf("  %-15s %s per rank, %s reserved\n", "memory", util_fmt_bytes(g->hbm_bytes, mem, sizeof mem),
+           util_fmt_bytes(g->reserved_bytes, res, sizeof res));
+    printf("  %-15s %.3g us per BLAS call\n", "launch", g->kernel_launch_s * 1e6);
+    for (int op = 0; op < COST_PROF_NOPS; op++)
+        if (p->fit[op].valid)
+            printf("  %-15s alpha %.3g us, busbw %.2f GB/s (rms %.0f%%, %d sizes)\n", cost_profile_op_name((cost_prof_op)op),
+                   p->fit[op].alpha_s * 1e6, p->fit[op].busbw / 1e9, 100 * p->fit[op].rms_rel, p->fit[op].points);
+    printf("  %-15s alpha %.3g us, busbw %.2f GB/s%s\n", "intra link", p->link.alpha_s * 1e6, p->link.busbw / 1e9,
+           p->mpi ? " (joint fit)" : " (1 rank: memcpy)");
+    if (gpu_path) printf("wrote %s\n", gpu_path);
+    if (cluster_path) printf("wrote %s\n", cluster_path);
+}
+
+static void print_json(const cost_profile *p)
+{
+    cJSON *doc = cJSON_CreateObject();
+    cJSON *g = cost_profile_gpu_json(p, true), *c = cost_profile_cluster_json(p);
+    if (!doc || !g || !c || !cJSON_AddItemToObject(doc, "gpu", g)) { cJSON_Delete(g); cJSON_Delete(c); cJSON_Delete(doc); return; }
+    if (!cJSON_AddItemToObject(doc, "cluster", c)) cJSON_Delete(c);
+    cli_emit_json(doc);
+}
+
+int cmd_profile(int argc, char **argv)
+{
+    const char *gpu_path = NULL, *cluster_path = NULL;
+    cost_profile_opts o = {false};
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(profile_help, stdout); return 0; }
+        if (!strcmp(a, "--quick")) o.quick = true;
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--cluster-out")) {
+            if (i + 1 >= argc || !argv[i + 1][0]) return cli_usage_error("profile", "%s needs a file name", a);
+            if (!strcmp(a, "-o")) gpu_path = argv[++i];
+            else cluster_path = argv[++i];
+        } else {
+            return cli_usage_error("profile", "unknown option '%s'", a);
+        }
+    }
+    if (gpu_path && cluster_path && !strcmp(gpu_path, cluster_path))
+        return cli_usage_error("profile", "-o and --cluster-out name the same file '%s'", gpu_path);
+    if ((gpu_path && check_writable(gpu_path)) || (cluster_path && check_writable(cluster_path))) return 2;
+    cost_profile p;
+    char err[UTIL_ERR_LEN];
+    int rc = cost_profile_measure(&o, &p, err);
+    if (rc) {
+        if (p.rank == 0) fprintf(stderr, "dhp profile: %s\n", err);
+        return rc == UTIL_EINVAL ? 2 : 1;
+    }
+    if (p.rank != 0) return 0;
+    if ((rc = cost_profile_write(&p, gpu_path, cluster_path, err))) {
+        fprintf(stderr, "dhp profile: %s\n", err);
+        return rc == UTIL_EIO ? 2 : 1;
+    }
+    if (json) print_json(&p);
+    else print_summary(&p, gpu_path, cluster_path);
+    return 0;
+}

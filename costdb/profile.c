@@ -1,0 +1,1057 @@
+/* dhp profile: measure the local CPU backend and describe one rank of it in
+ * the dhp.gpu/1 format, and the ranks of this host as a one-node
+ * dhp.cluster/1 file. The rules that turn measurements into cost-model
+ * fields are in costdb/SCHEMA.md ("Measured files") and in each field's
+ * source string. costdb sits below the executor, so the kernels timed here
+ * are local copies of the executor's CPU loops (executor/cpu_kernels.c). */
+#include "costdb/costdb.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ATT_TILE 64          /* key tile of the online softmax, as EX_ATT_TILE */
+#define ATT_MAX_HEAD_DIM 128
+#define ATT_BWD_FACTOR 2.5   /* the planner's backward/forward FLOP ratio (planner/cost.c) */
+#define RMSNORM_DIM 768      /* dhp-100m LLM hidden size */
+#define MAX_COLL_BYTES (16u << 20)
+
+/* ---- fitting ---- */
+
+int cost_profile_fit_alpha_beta(const double *a, const double *x, const double *t, int n,
+                                double *alpha, double *beta, double *rms_rel, char *err)
+{
+    double saa = 0, sax = 0, sxx = 0, sat = 0, sxt = 0;
+    int used = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(t[i] > 0) || !(a[i] >= 0) || !(x[i] >= 0) || !isfinite(t[i] + a[i] + x[i])) continue;
+        double w = 1.0 / (t[i] * t[i]);
+        saa += w * a[i] * a[i];
+        sax += w * a[i] * x[i];
+        sxx += w * x[i] * x[i];
+        sat += w * a[i] * t[i];
+        sxt += w * x[i] * t[i];
+        used++;
+    }
+    if (used < 2) return util_fail(err, UTIL_EINVAL, "alpha-beta fit: needs 2 usable points (got %d)", used);
+    if (!(sxx > 0)) return util_fail(err, UTIL_EINVAL, "alpha-beta fit: every point moves 0 bytes");
+    double det = saa * sxx - sax * sax, al, be;
+    if (det > 1e-12 * saa * sxx) {
+        al = (sat * sxx - sxt * sax) / det;
+        be = (saa * sxt - sax * sat) / det;
+    } else if (saa == 0) {
+        al = 0;
+        be = sxt / sxx;
+    } else {
+        return util_fail(err, UTIL_EINVAL, "alpha-beta fit: latency steps and bytes are proportional; alpha and beta cannot be told apart");
+    }
+    if (al < 0) { al = 0; be = sxt / sxx; }
+    if (!(be > 0) || !isfinite(be))
+        return util_fail(err, UTIL_EINVAL, "alpha-beta fit: the bandwidth term is not positive (%g s/B)", be);
+    if (rms_rel) {
+        double ss = 0;
+        for (int i = 0; i < n; i++) {
+            if (!(t[i] > 0) || !(a[i] >= 0) || !(x[i] >= 0) || !isfinite(t[i] + a[i] + x[i])) continue;
+            double r = (al * a[i] + be * x[i] - t[i]) / t[i];
+            ss += r * r;
+        }
+        *rms_rel = sqrt(ss / used);
+    }
+    *alpha = al;
+    *beta = be;
+    return UTIL_OK;
+}
+
+static double shape_s(double x, double half) { return x / (x + half); }
+
+/* Sum of squared relative errors of rate_i ~ R f_i(half), with R in closed
+ * form: g_i = f_i / rate_i, minimise sum (1 - R g_i)^2 -> R = sum g / sum g^2. */
+static double gemm_objective(const double *m, const double *n, const double *k, const double *rate,
+                             int count, double half, double *R)
+{
+    double sg = 0, sgg = 0;
+    for (int i = 0; i < count; i++) {
+        double g = shape_s(m[i], half) * shape_s(n[i], half) * shape_s(k[i], half) / rate[i];
+        sg += g;
+        sgg += g * g;
+    }
+    double r = sg / sgg, ss = 0;
+    for (int i = 0; i < count; i++) {
+        double g = shape_s(m[i], half) * shape_s(n[i], half) * shape_s(k[i], half) / rate[i];
+        ss += (1 - r * g) * (1 - r * g);
+    }
+    *R = r;
+    return ss;
+}
+
+int cost_profile_fit_gemm(const double *m, const double *n, const double *k, const double *rate,
+                          int count, double *rate_max, double *half, double *rms_rel, char *err)
+{
+    if (count < 2) return util_fail(err, UTIL_EINVAL, "GEMM fit: needs 2 shapes (got %d)", count);
+    for (int i = 0; i < count; i++)
+        if (!(m[i] > 0 && n[i] > 0 && k[i] > 0 && rate[i] > 0 && isfinite(rate[i])))
+            return util_fail(err, UTIL_EINVAL, "GEMM fit: shape %d has a non-positive size or rate", i);
+    /* Scan half = 0 and 10^e, e = -1 .. 5 in steps of 0.05, then refine e by golden section. */
+    const double e_lo = -1, e_hi = 5, step = 0.05;
+    double R, best = gemm_objective(m, n, k, rate, count, 0, &R), best_e = -INFINITY;
+    for (double e = e_lo; e <= e_hi + 1e-9; e += step) {
+        double v = gemm_objective(m, n, k, rate, count, pow(10, e), &R);
+        if (v < best) { best = v; best_e = e; }
+    }
+    double h = 0;
+    if (isfinite(best_e)) {
+        const double gr = 0.6180339887498949;
+        double lo = fmax(e_lo, best_e - step), hi = fmin(e_hi, best_e + step);
+        double c = hi - gr * (hi - lo), d = lo + gr * (hi - lo);
+        double fc = gemm_objective(m, n, k, rate, count, pow(10, c), &R);
+        double fd = gemm_objective(m, n, k, rate, count, pow(10, d), &R);
+        for (int it = 0; it < 200 && hi - lo > 1e-14; it++) {
+            if (fc < fd) { hi = d; d = c; fd = fc; c = hi - gr * (hi - lo); fc = gemm_objective(m, n, k, rate, count, pow(10, c), &R); }
+            else { lo = c; c = d; fc = fd; d = lo + gr * (hi - lo); fd = gemm_objective(m, n, k, rate, count, pow(10, d), &R); }
+        }
+        h = pow(10, 0.5 * (lo + hi));
+        if (gemm_objective(m, n, k, rate, count, h, &R) > best) h = pow(10, best_e);
+    }
+    best = gemm_objective(m, n, k, rate, count, h, &R);
+    *rate_max = R;
+    *half = h;
+    if (rms_rel) *rms_rel = sqrt(best / count);
+    return UTIL_OK;
+}
+
+void cost_profile_op_terms(cost_prof_op op, double bytes, int n, double *steps, double *xbytes)
+{
+    double k = n > 1 ? n : 1;
+    switch (op) {
+    case COST_PROF_ALLREDUCE: *steps = 2 * (k - 1); *xbytes = bytes * 2 * (k - 1) / k; return;
+    case COST_PROF_ALLGATHER:
+    case COST_PROF_REDUCESCATTER:
+    case COST_PROF_ALLTOALL: *steps = k - 1; *xbytes = bytes * (k - 1) / k; return;
+    case COST_PROF_SENDRECV:
+    case COST_PROF_MEMCPY:
+    case COST_PROF_NOPS: break;
+    }
+    *steps = 1;
+    *xbytes = bytes;
+}
+
+const char *cost_profile_op_name(cost_prof_op op)
+{
+    switch (op) {
+    case COST_PROF_ALLREDUCE: return "all-reduce";
+    case COST_PROF_ALLGATHER: return "all-gather";
+    case COST_PROF_REDUCESCATTER: return "reduce-scatter";
+    case COST_PROF_ALLTOALL: return "all-to-all";
+    case COST_PROF_SENDRECV: return "send-recv";
+    case COST_PROF_MEMCPY: return "self-memcpy";
+    case COST_PROF_NOPS: break;
+    }
+    return "unknown";
+}
+
+/* ---- measuring context: MPI or a lone process ---- */
+
+typedef struct {
+    bool mpi;
+    MPI_Comm comm;
+    int rank, size;
+} prof_ctx;
+
+static void ctx_barrier(const prof_ctx *c)
+{
+    if (c->mpi) MPI_Barrier(c->comm);
+}
+
+/* The slowest rank's value: every rank gets max over ranks of *v. */
+static void ctx_max(const prof_ctx *c, double *v)
+{
+    if (c->mpi) MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, MPI_MAX, c->comm);
+}
+
+/* All ranks fail together: the worst result code wins; a rank whose own
+ * code is fine but another's is not reports a generic line. */
+static int ctx_agree(const prof_ctx *c, int rc, char *err)
+{
+    if (!c->mpi) return rc;
+    int worst = rc;
+    MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_INT, MPI_MAX, c->comm);
+    if (worst && !rc) return util_fail(err, worst, "profile: another rank failed (code %d)", worst);
+    return worst;
+}
+
+static bool launched_by_mpirun(void)
+{
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        if (getenv(vars[i])) return true;
+    return false;
+}
+
+/* Best mean seconds per call of fn over `trials` batches; a batch runs at
+ * least min_calls calls and until target_s / trials has passed. One warm-up
+ * call first (caches, page faults, BLAS thread start-up). */
+static double time_calls(void (*fn)(void *), void *arg, double target_s, int min_calls, int trials)
+{
+    fn(arg);
+    double best = INFINITY, per_trial = target_s / trials;
+    for (int t = 0; t < trials; t++) {
+        int calls = 0;
+        double t0 = util_now(), dt;
+        do { fn(arg); calls++; dt = util_now() - t0; } while (calls < min_calls || dt < per_trial);
+        if (dt / calls < best) best = dt / calls;
+    }
+    return best;
+}
+
+static void fill(float *x, size_t n, unsigned seed)
+{
+    unsigned s = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)((s >> 8) * (1.0 / 16777216.0) - 0.5);
+    }
+}
+
+/* ---- host facts ---- */
+
+/* Nominal clock: cpufreq's maximum if the kernel exposes it, else the
+ * largest "cpu MHz" of /proc/cpuinfo; 0 if neither exists. */
+static double cpu_clock_hz(void)
+{
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq", "r");
+    double khz = 0, mhz = 0;
+    if (f) {
+        if (fscanf(f, "%lf", &khz) != 1) khz = 0;
+        fclose(f);
+        if (khz > 0) return khz * 1e3;
+    }
+    if (!(f = fopen("/proc/cpuinfo", "r"))) return 0;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        double v;
+        if (!strncmp(line, "cpu MHz", 7) && sscanf(strchr(line, ':') ? strchr(line, ':') + 1 : "", "%lf", &v) == 1 && v > mhz)
+            mhz = v;
+    }
+    fclose(f);
+    return mhz * 1e6;
+}
+
+/* Bytes in use now: MemTotal - MemAvailable from /proc/meminfo; without it,
+ * this process's peak resident size. */
+static double memory_in_use(bool *from_meminfo)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    double total = -1, avail = -1;
+    if (f) {
+        char line[256];
+        double v;
+        while (fgets(line, sizeof line, f)) {
+            if (sscanf(line, "MemTotal: %lf kB", &v) == 1) total = v * 1024;
+            if (sscanf(line, "MemAvailable: %lf kB", &v) == 1) avail = v * 1024;
+        }
+        fclose(f);
+    }
+    *from_meminfo = total > 0 && avail >= 0 && avail <= total;
+    if (*from_meminfo) return total - avail;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) return (double)ru.ru_maxrss * 1024;
+    return 0;
+}
+
+static void host_facts(cost_profile *p)
+{
+    if (gethostname(p->host, sizeof p->host) != 0 || !p->host[0]) util_strlcpy(p->host, "unknown-host", sizeof p->host);
+    p->host[sizeof p->host - 1] = '\0';
+    time_t now = time(NULL);
+    struct tm tm;
+    if (!gmtime_r(&now, &tm) || !strftime(p->date, sizeof p->date, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        util_strlcpy(p->date, "unknown-date", sizeof p->date);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    p->cpus = cpus > 0 ? (int)cpus : 1;
+    p->blas_threads = openblas_get_num_threads();
+    if (p->blas_threads < 1) p->blas_threads = 1;
+    p->cpu_hz = cpu_clock_hz();
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    p->phys_bytes = pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
+    p->used_bytes = memory_in_use(&p->used_from_meminfo);
+}
+
+/* ---- GEMM: C[m,n] = A[m,k] B[n,k]^T, the executor's linear forward ---- */
+
+typedef struct { int m, n, k; const float *A, *B; float *C; } gemm_arg;
+
+static void run_gemm(void *v)
+{
+    gemm_arg *g = v;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->m, g->n, g->k, 1.0f, g->A, g->k, g->B, g->k,
+                0.0f, g->C, g->n);
+}
+
+static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
+{
+    static const int m_full[] = {64, 256, 1024, 4096}, nk_full[] = {32, 128, 512, 2048};
+    static const int m_quick[] = {64, 256, 1024}, nk_quick[] = {32, 256, 1024};
+    const int *ms = p->quick ? m_quick : m_full, *nks = p->quick ? nk_quick : nk_full;
+    int nm = p->quick ? 3 : 4, nnk = p->quick ? 3 : 4;
+    size_t mmax = (size_t)ms[nm - 1], nkmax = (size_t)nks[nnk - 1];
+    float *A = util_malloc(mmax * nkmax * sizeof *A), *B = util_malloc(nkmax * nkmax * sizeof *B);
+    float *C = util_malloc(mmax * nkmax * sizeof *C);
+    int rc = (A && B && C) ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for GEMM buffers");
+    if ((rc = ctx_agree(c, rc, err))) goto out;
+    fill(A, mmax * nkmax, 1);
+    fill(B, nkmax * nkmax, 2);
+    gemm_arg one = {1, 1, 1, A, B, C};
+    ctx_barrier(c);
+    p->launch_s = time_calls(run_gemm, &one, p->quick ? 0.005 : 0.05, 1000, 3);
+    ctx_max(c, &p->launch_s);
+    /* Passes over the whole grid, best per shape: a burst of load from other
+     * processes spoils one pass of a shape, rarely all of them. */
+    int passes = p->quick ? 1 : 3;
+    double target = p->quick ? 0.004 : 0.015;
+    p->n_gemm = 0;
+    for (int pass = 0; pass < passes; pass++) {
+        int idx = 0;
+        for (int i = 0; i < nm; i++)
+            for (int j = 0; j < nnk; j++)
+                for (int l = 0; l < nnk && idx < COST_PROFILE_MAX_GEMM; l++, idx++) {
+                    gemm_arg g = {ms[i], nks[j], nks[l], A, B, C};
+                    ctx_barrier(c);
+                    double t = time_calls(run_gemm, &g, target, 1, 2);
+                    ctx_max(c, &t);
+                    cost_profile_gemm *r = &p->gemm[idx];
+                    if (pass > 0 && r->seconds <= t) continue;
+                    r->m = g.m; r->n = g.n; r->k = g.k;
+                    r->seconds = t;
+                    r->rate = 2.0 * g.m * g.n * g.k / t;
+                }
+        p->n_gemm = idx;
+    }
+out:
+    util_free(A);
+    util_free(B);
+    util_free(C);
+    return rc;
+}
+
+/* ---- attention: local copy of executor/cpu_kernels.c's loops, one non-causal sequence ---- */
+
+typedef struct {
+    int n, H, Hkv, hd;
+    const float *q, *k, *v, *dout;
+    float *out, *lse, *dq, *dk, *dv;
+} attn_arg;
+
+static float dotf(const float *a, const float *b, int n)
+{
+    float s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* q[n, H, hd], k/v[n, Hkv, hd]; out[r, h] = sum_j softmax_j(q.k_j / sqrt(hd)) v_j
+ * by online softmax over key tiles of ATT_TILE (flash-attention style); lse kept. */
+static void attn_forward(void *arg)
+{
+    attn_arg *a = arg;
+    int hd = a->hd, group = a->H / a->Hkv;
+    float scale = 1.0f / sqrtf((float)hd), sc[ATT_TILE], acc[ATT_MAX_HEAD_DIM];
+    for (int r = 0; r < a->n; r++)
+        for (int h = 0; h < a->H; h++) {
+            const float *qr = a->q + ((size_t)r * a->H + h) * hd;
+            int kvh = h / group;
+            float m = -INFINITY, l = 0;
+            for (int i = 0; i < hd; i++) acc[i] = 0;
+            for (int j0 = 0; j0 < a->n; j0 += ATT_TILE) {
+                int jn = a->n - j0 < ATT_TILE ? a->n - j0 : ATT_TILE;
+                float mt = -INFINITY;
+                for (int jj = 0; jj < jn; jj++) {
+                    sc[jj] = dotf(qr, a->k + ((size_t)(j0 + jj) * a->Hkv + kvh) * hd, hd) * scale;
+                    if (sc[jj] > mt) mt = sc[jj];
+                }
+                float mnew = m > mt ? m : mt, corr = expf(m - mnew);
+                l *= corr;
+                for (int i = 0; i < hd; i++) acc[i] *= corr;
+                for (int jj = 0; jj < jn; jj++) {
+                    const float *vj = a->v + ((size_t)(j0 + jj) * a->Hkv + kvh) * hd;
+                    float pr = expf(sc[jj] - mnew);
+                    l += pr;
+                    for (int i = 0; i < hd; i++) acc[i] += pr * vj[i];
+                }
+                m = mnew;
+            }
+            float *o = a->out + ((size_t)r * a->H + h) * hd;
+            for (int i = 0; i < hd; i++) o[i] = acc[i] / l;
+            a->lse[(size_t)r * a->H + h] = m + logf(l);
+        }
+}
+
+/* Backward recomputing p = exp(q.k / sqrt(hd) - lse) per key, D = dout . out:
+ * dv += p dout; ds = p (dout . v - D) / sqrt(hd); dq += ds k; dk += ds q. */
+static void attn_backward(void *arg)
+{
+    attn_arg *a = arg;
+    int hd = a->hd, group = a->H / a->Hkv;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int r = 0; r < a->n; r++)
+        for (int h = 0; h < a->H; h++) {
+            size_t qo = ((size_t)r * a->H + h) * hd;
+            const float *qr = a->q + qo, *dor = a->dout + qo;
+            float *dqr = a->dq + qo;
+            float D = dotf(dor, a->out + qo, hd), L = a->lse[(size_t)r * a->H + h];
+            int kvh = h / group;
+            for (int j = 0; j < a->n; j++) {
+                size_t ko = ((size_t)j * a->Hkv + kvh) * hd;
+                const float *kj = a->k + ko, *vj = a->v + ko;
+                float pr = expf(dotf(qr, kj, hd) * scale - L);
+                float ds = pr * (dotf(dor, vj, hd) - D) * scale;
+                float *dkj = a->dk + ko, *dvj = a->dv + ko;
+                for (int i = 0; i < hd; i++) {
+                    dvj[i] += pr * dor[i];
+                    dqr[i] += ds * kj[i];
+                    dkj[i] += ds * qr[i];
+                }
+            }
+        }
+}
+
+/* Buffers: q, k, v, dout, out, dq, dk, dv, lse, one after another. */
+static int measure_one_attention(const prof_ctx *c, cost_profile_attn *r, double target, char *err)
+{
+    size_t nq = (size_t)r->seq * r->heads * r->head_dim, nkv = (size_t)r->seq * r->kv_heads * r->head_dim;
+    float *buf = util_calloc(4 * nq + 4 * nkv + (size_t)r->seq * r->heads, sizeof *buf);
+    int rc = buf ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for attention buffers");
+    if ((rc = ctx_agree(c, rc, err))) { util_free(buf); return rc; }
+    attn_arg a = {r->seq, r->heads, r->kv_heads, r->head_dim, buf, buf + nq, buf + nq + nkv,
+                  buf + nq + 2 * nkv, buf + 2 * nq + 2 * nkv, buf + 4 * nq + 4 * nkv,
+                  buf + 3 * nq + 2 * nkv, buf + 4 * nq + 2 * nkv, buf + 4 * nq + 3 * nkv};
+    fill(buf, 2 * nq + 2 * nkv, 3);     /* q, k, v, dout */
+    ctx_barrier(c);
+    r->fwd_s = time_calls(attn_forward, &a, target, 1, 2);
+    ctx_max(c, &r->fwd_s);
+    ctx_barrier(c);
+    r->bwd_s = time_calls(attn_backward, &a, target * ATT_BWD_FACTOR, 1, 2);
+    ctx_max(c, &r->bwd_s);
+    r->fwd_flops = 4.0 * r->seq * r->seq * r->heads * r->head_dim;
+    util_free(buf);
+    return UTIL_OK;
+}
+
+/* Shapes of the tiny-vl LLM and the dhp-100m LLM and ViT (models/zoo). */
+static int measure_attention(const prof_ctx *c, cost_profile *p, char *err)
+{
+    static const cost_profile_attn full[] = {{256, 4, 2, 16, 0, 0, 0}, {512, 12, 4, 64, 0, 0, 0}, {512, 6, 6, 64, 0, 0, 0}};
+    static const cost_profile_attn quick[] = {{128, 4, 2, 16, 0, 0, 0}, {128, 12, 4, 64, 0, 0, 0}};
+    const cost_profile_attn *shapes = p->quick ? quick : full;
+    p->n_attn = p->quick ? 2 : 3;
+    for (int i = 0; i < p->n_attn; i++) {
+        p->attn[i] = shapes[i];
+        int rc = measure_one_attention(c, &p->attn[i], p->quick ? 0.01 : 0.3, err);
+        if (rc) return rc;
+    }
+    return UTIL_OK;
+}
+
+/* ---- memory: STREAM kernels and executor-style element-wise kernels ---- */
+
+typedef struct { float *a, *b, *c, *w; size_t n; } stream_arg;
+
+static void k_copy(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->c[i] = s->a[i]; }
+static void k_scale(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->b[i] = 3.0f * s->c[i]; }
+static void k_add(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->c[i] = s->a[i] + s->b[i]; }
+static void k_triad(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->a[i] = s->b[i] + 3.0f * s->c[i]; }
+/* y += x (the residual add): 12 B per element */
+static void k_add_inplace(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->c[i] += s->b[i]; }
+/* h = g sigmoid(g) u (SwiGLU forward): 12 B per element */
+static void k_swiglu(void *v)
+{
+    stream_arg *s = v;
+    for (size_t i = 0; i < s->n; i++) s->a[i] = s->b[i] / (1.0f + expf(-s->b[i])) * s->c[i];
+}
+/* y[r] = x[r] / rms(x[r]) * w over rows of RMSNORM_DIM: 8 B per element */
+static void k_rmsnorm(void *v)
+{
+    stream_arg *s = v;
+    for (size_t r = 0; r + RMSNORM_DIM <= s->n; r += RMSNORM_DIM) {
+        const float *x = s->b + r;
+        float *y = s->a + r;
+        double ss = 0;
+        for (int j = 0; j < RMSNORM_DIM; j++) ss += (double)x[j] * x[j];
+        float sc = (float)(1.0 / sqrt(ss / RMSNORM_DIM + 1e-6));
+        for (int j = 0; j < RMSNORM_DIM; j++) y[j] = x[j] * sc * s->w[j];
+    }
+}
+
+static double stream_time(const prof_ctx *c, void (*fn)(void *), stream_arg *s, int trials)
+{
+    ctx_barrier(c);
+    double t = time_calls(fn, s, 0, 1, trials);
+    ctx_max(c, &t);
+    return t;
+}
+
+static int measure_memory(const prof_ctx *c, cost_profile *p, char *err)
+{
+    size_t n = p->quick ? (8u << 20) : (32u << 20);       /* floats per array: 32 MiB / 128 MiB */
+    stream_arg s = {util_malloc(n * sizeof(float)), util_malloc(n * sizeof(float)), util_malloc(n * sizeof(float)),
+                    util_malloc(RMSNORM_DIM * sizeof(float)), n};
+    int rc = (s.a && s.b && s.c && s.w) ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for STREAM arrays");
+    if (!(rc = ctx_agree(c, rc, err))) {
+        fill(s.a, n, 4); fill(s.b, n, 5); fill(s.c, n, 6); fill(s.w, RMSNORM_DIM, 7);
+        int trials = p->quick ? 3 : 6;
+        double b = (double)n * sizeof(float);
+        p->stream_bytes = b;
+        p->copy_bw = 2 * b / stream_time(c, k_copy, &s, trials);
+        p->scale_bw = 2 * b / stream_time(c, k_scale, &s, trials);
+        p->add_bw = 3 * b / stream_time(c, k_add, &s, trials);
+        p->triad_bw = 3 * b / stream_time(c, k_triad, &s, trials);
+        double ta = stream_time(c, k_add_inplace, &s, trials), ts = stream_time(c, k_swiglu, &s, trials);
+        double tr = stream_time(c, k_rmsnorm, &s, trials);
+        p->ew_add_bw = 3 * b / ta;
+        p->ew_swiglu_bw = 3 * b / ts;
+        p->ew_rmsnorm_bw = 2 * b / tr;
+        p->ew_bw = 8 * b / (ta + ts + tr);
+    }
+    util_free(s.a); util_free(s.b); util_free(s.c); util_free(s.w);
+    return rc;
+}
+
+/* ---- collectives ---- */
+
+typedef struct {
+    const prof_ctx *c;
+    cost_prof_op op;
+    int count;           /* floats per rank chunk (all-gather, reduce-scatter, all-to-all) or whole buffer */
+    float *send, *recv;
+    int mpi_rc;
+} coll_arg;
+
+static void run_coll(void *v)
+{
+    coll_arg *a = v;
+    MPI_Comm comm = a->c->comm;
+    int rc = MPI_SUCCESS, next = (a->c->rank + 1) % a->c->size, prev = (a->c->rank + a->c->size - 1) % a->c->size;
+    switch (a->op) {
+    case COST_PROF_ALLREDUCE: rc = MPI_Allreduce(a->send, a->recv, a->count, MPI_FLOAT, MPI_SUM, comm); break;
+    case COST_PROF_ALLGATHER: rc = MPI_Allgather(a->send, a->count, MPI_FLOAT, a->recv, a->count, MPI_FLOAT, comm); break;
+    case COST_PROF_REDUCESCATTER: rc = MPI_Reduce_scatter_block(a->send, a->recv, a->count, MPI_FLOAT, MPI_SUM, comm); break;
+    case COST_PROF_ALLTOALL: rc = MPI_Alltoall(a->send, a->count, MPI_FLOAT, a->recv, a->count, MPI_FLOAT, comm); break;
+    case COST_PROF_SENDRECV:
+        rc = MPI_Sendrecv(a->send, a->count, MPI_FLOAT, next, 7, a->recv, a->count, MPI_FLOAT, prev, 7, comm, MPI_STATUS_IGNORE);
+        break;
+    case COST_PROF_MEMCPY: memcpy(a->recv, a->send, (size_t)a->count * sizeof(float)); break;
+    case COST_PROF_NOPS: break;
+    }
+    if (rc != MPI_SUCCESS && a->mpi_rc == MPI_SUCCESS) a->mpi_rc = rc;
+}
+
+/* Seconds of one operation on `bytes` of full buffer: calls per trial are
+ * set from one timed call (the slowest rank's), so all ranks run the same
+ * number; best of 3 trials of the slowest rank's mean. *used gets the bytes
+ * actually moved (rounded down to whole floats per rank). */
+static int time_coll(const prof_ctx *c, cost_prof_op op, size_t bytes, float *send, float *recv,
+                     double target, double *seconds, double *used, char *err)
+{
+    int n = c->size;
+    size_t floats = bytes / sizeof(float);
+    bool chunked = op == COST_PROF_ALLGATHER || op == COST_PROF_REDUCESCATTER || op == COST_PROF_ALLTOALL;
+    coll_arg a = {c, op, (int)(chunked ? floats / (size_t)n : floats), send, recv, MPI_SUCCESS};
+    *used = (double)a.count * (chunked ? n : 1) * sizeof(float);
+    run_coll(&a);
+    ctx_barrier(c);
+    double t0 = util_now();
+    run_coll(&a);
+    double t1 = util_now() - t0;
+    ctx_max(c, &t1);
+    double want = target / 3 / (t1 > 1e-9 ? t1 : 1e-9);
+    int reps = want < 1 ? 1 : want > 10000 ? 10000 : (int)want;
+    double best = INFINITY;
+    for (int trial = 0; trial < 3; trial++) {
+        ctx_barrier(c);
+        t0 = util_now();
+        for (int r = 0; r < reps; r++) run_coll(&a);
+        double t = (util_now() - t0) / reps;
+        ctx_max(c, &t);
+        if (t < best) best = t;
+    }
+    if (a.mpi_rc != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(a.mpi_rc, msg, &len);
+        return util_fail(err, UTIL_ERUNTIME, "profile: %s of %zu bytes failed: %s", cost_profile_op_name(op), bytes, msg);
+    }
+    *seconds = best;
+    return UTIL_OK;
+}
+
+static void fit_points(const cost_profile *p, int op, int ranks, cost_profile_fit *f)
+{
+    double a[COST_PROFILE_MAX_COLL], x[COST_PROFILE_MAX_COLL], t[COST_PROFILE_MAX_COLL], beta;
+    int n = 0;
+    for (int i = 0; i < p->n_coll; i++) {
+        if (op >= 0 && (int)p->coll[i].op != op) continue;
+        cost_profile_op_terms(p->coll[i].op, p->coll[i].bytes, ranks, &a[n], &x[n]);
+        t[n++] = p->coll[i].seconds;
+    }
+    memset(f, 0, sizeof *f);
+    f->points = n;
+    char ignored[UTIL_ERR_LEN];
+    if (n && cost_profile_fit_alpha_beta(a, x, t, n, &f->alpha_s, &beta, &f->rms_rel, ignored) == UTIL_OK) {
+        f->busbw = 1.0 / beta;
+        f->valid = true;
+    }
+}
+
+static int measure_collectives(const prof_ctx *c, cost_profile *p, char *err)
+{
+    static const size_t full[] = {4u << 10, 16u << 10, 64u << 10, 256u << 10, 1u << 20, 4u << 20, 16u << 20};
+    static const size_t quick[] = {4u << 10, 64u << 10, 1u << 20};
+    const size_t *sizes = p->quick ? quick : full;
+    int ns = p->quick ? 3 : 7;
+    float *send = util_malloc_cat(UTIL_MEM_COMM, MAX_COLL_BYTES), *recv = util_malloc_cat(UTIL_MEM_COMM, MAX_COLL_BYTES);
+    int rc = (send && recv) ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for message buffers");
+    if ((rc = ctx_agree(c, rc, err))) goto out;
+    fill(send, MAX_COLL_BYTES / sizeof(float), 8);
+    memset(recv, 0, MAX_COLL_BYTES);
+    int first = c->mpi && c->size > 1 ? COST_PROF_ALLREDUCE : COST_PROF_MEMCPY;
+    int last = c->mpi && c->size > 1 ? COST_PROF_SENDRECV : COST_PROF_MEMCPY;
+    p->n_coll = 0;
+    for (int op = first; op <= last; op++)
+        for (int i = 0; i < ns && p->n_coll < COST_PROFILE_MAX_COLL; i++) {
+            cost_profile_coll *r = &p->coll[p->n_coll];
+            r->op = (cost_prof_op)op;
+            rc = time_coll(c, r->op, sizes[i], send, recv, p->quick ? 0.006 : 0.06, &r->seconds, &r->bytes, err);
+            if ((rc = ctx_agree(c, rc, err))) goto out;
+            p->n_coll++;
+        }
+    for (int op = 0; op < COST_PROF_NOPS; op++) fit_points(p, op, c->size, &p->fit[op]);
+    fit_points(p, -1, c->size, &p->link);
+    if (!p->link.valid) rc = util_fail(err, UTIL_ERUNTIME, "profile: the collective timings do not fit t = alpha + bytes/busbw");
+out:
+    util_free(send);
+    util_free(recv);
+    return rc;
+}
+
+/* ---- from measurements to the cost model's fields ---- */
+
+static int derive(cost_profile *p, char *err)
+{
+    double m[COST_PROFILE_MAX_GEMM], n[COST_PROFILE_MAX_GEMM], k[COST_PROFILE_MAX_GEMM], y[COST_PROFILE_MAX_GEMM];
+    for (int i = 0; i < p->n_gemm; i++) {
+        const cost_profile_gemm *g = &p->gemm[i];
+        double t = g->seconds - p->launch_s;   /* the model adds kernel_launch_s itself */
+        m[i] = g->m; n[i] = g->n; k[i] = g->k;
+        y[i] = 2.0 * g->m * g->n * g->k / (t > 0.5 * g->seconds ? t : g->seconds);
+    }
+    cost_gpu *gpu = &p->gpu;
+    memset(gpu, 0, sizeof *gpu);
+    int rc = cost_profile_fit_gemm(m, n, k, y, p->n_gemm, &p->gemm_rate_max, &gpu->gemm_half, &p->gemm_fit_rms, err);
+    if (rc) return rc;
+    p->core_share = fmin((double)p->blas_threads, (double)p->cpus / p->ranks);
+    if (p->cpu_hz > 0) {
+        double fpc = p->gemm_rate_max / (p->cpu_hz * p->core_share);
+        p->flops_per_cycle = pow(2, ceil(log2(fpc)));
+        gpu->peak_flops = p->flops_per_cycle * p->cpu_hz * p->core_share;
+    } else {
+        p->flops_per_cycle = 0;
+        gpu->peak_flops = p->gemm_rate_max;
+    }
+    gpu->gemm_eff_max = fmin(1.0, p->gemm_rate_max / gpu->peak_flops);
+    double af = 0, at = 0;
+    for (int i = 0; i < p->n_attn; i++) {
+        af += (1 + ATT_BWD_FACTOR) * p->attn[i].fwd_flops;
+        at += p->attn[i].fwd_s + p->attn[i].bwd_s;
+    }
+    gpu->attn_eff = fmin(1.0, af / at / gpu->peak_flops);
+    gpu->hbm_bw = fmax(fmax(p->copy_bw, p->scale_bw), fmax(p->add_bw, p->triad_bw));
+    gpu->mem_eff = fmin(1.0, p->ew_bw / gpu->hbm_bw);
+    gpu->hbm_bytes = p->phys_bytes / p->ranks;
+    gpu->reserved_bytes = p->used_bytes / p->ranks;
+    gpu->kernel_launch_s = p->launch_s;
+    snprintf(gpu->name, sizeof gpu->name, "CPU-%.59s", p->host);
+    return cost_gpu_validate(gpu, "profile", err);
+}
+
+static int init_mpi(prof_ctx *c, bool *we_init, char *err)
+{
+    int inited = 0;
+    MPI_Initialized(&inited);
+    *we_init = false;
+    if (!inited) {
+        if (!launched_by_mpirun()) return UTIL_OK;
+        if (MPI_Init(NULL, NULL) != MPI_SUCCESS) return util_fail(err, UTIL_ERUNTIME, "profile: MPI_Init failed");
+        *we_init = true;
+    }
+    c->mpi = true;
+    c->comm = MPI_COMM_WORLD;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(c->comm, &c->rank);
+    MPI_Comm_size(c->comm, &c->size);
+    MPI_Comm local;
+    int local_size = 0;
+    if (MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+        MPI_Comm_size(local, &local_size);
+        MPI_Comm_free(&local);
+    }
+    if (local_size != c->size)
+        return util_fail(err, UTIL_EINVAL, "profile: measures one host; %d of the %d ranks share this one (run all ranks on one node)",
+                         local_size, c->size);
+    return UTIL_OK;
+}
+
+/* Rank 0's host facts for everybody (the date string and memory in use may differ by rank). */
+static void share_host_facts(const prof_ctx *c, cost_profile *p)
+{
+    if (!c->mpi) return;
+    MPI_Bcast(p->host, sizeof p->host, MPI_CHAR, 0, c->comm);
+    MPI_Bcast(p->date, sizeof p->date, MPI_CHAR, 0, c->comm);
+    double d[3] = {p->cpu_hz, p->phys_bytes, p->used_bytes};
+    MPI_Bcast(d, 3, MPI_DOUBLE, 0, c->comm);
+    p->cpu_hz = d[0]; p->phys_bytes = d[1]; p->used_bytes = d[2];
+    int b = p->used_from_meminfo;
+    MPI_Bcast(&b, 1, MPI_INT, 0, c->comm);
+    p->used_from_meminfo = b;
+}
+
+int cost_profile_measure(const cost_profile_opts *o, cost_profile *p, char *err)
+{
+    memset(p, 0, sizeof *p);
+    p->quick = o && o->quick;
+    prof_ctx c = {false, MPI_COMM_NULL, 0, 1};
+    bool we_init;
+    int rc = init_mpi(&c, &we_init, err);
+    if (!rc) {
+        p->rank = c.rank;
+        p->ranks = c.size;
+        p->mpi = c.mpi && c.size > 1;
+        ctx_barrier(&c);
+        host_facts(p);
+        share_host_facts(&c, p);
+        if (!(rc = measure_gemm(&c, p, err)) && !(rc = measure_attention(&c, p, err)) && !(rc = measure_memory(&c, p, err)))
+            rc = measure_collectives(&c, p, err);
+        if (!rc) rc = derive(p, err);
+    }
+    if (we_init) MPI_Finalize();
+    return rc;
+}
+
+/* ---- JSON ---- */
+
+static bool add_field(cJSON *o, const cost_profile *p, const char *key, double v, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* {"value": v, "source": "measured by dhp profile on HOST DATE, <how>"} */
+static bool add_field(cJSON *o, const cost_profile *p, const char *key, double v, const char *fmt, ...)
+{
+    char how[1024], src[1400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(how, sizeof how, fmt, ap);
+    va_end(ap);
+    snprintf(src, sizeof src, "measured by dhp profile on %s %s, %s", p->host, p->date, how);
+    cJSON *f = cJSON_CreateObject();
+    if (!f || !cJSON_AddNumberToObject(f, "value", v) || !cJSON_AddStringToObject(f, "source", src)
+        || !cJSON_AddItemToObject(o, key, f)) {
+        cJSON_Delete(f);
+        return false;
+    }
+    return true;
+}
+
+static const char *shape_list(const cost_profile *p, char *buf, size_t n)
+{
+    /* The distinct m and the distinct n (= k) values of the measured grid. */
+    int ms[COST_PROFILE_MAX_GEMM], ns[COST_PROFILE_MAX_GEMM], nm = 0, nn = 0;
+    for (int i = 0; i < p->n_gemm; i++) {
+        bool seen = false;
+        for (int j = 0; j < nm; j++) seen = seen || ms[j] == p->gemm[i].m;
+        if (!seen) ms[nm++] = p->gemm[i].m;
+        seen = false;
+        for (int j = 0; j < nn; j++) seen = seen || ns[j] == p->gemm[i].n;
+        if (!seen) ns[nn++] = p->gemm[i].n;
+    }
+    size_t u = 0;
+    u += (size_t)snprintf(buf + u, n - u, "m in {");
+    for (int j = 0; j < nm && u < n; j++) u += (size_t)snprintf(buf + u, n - u, "%s%d", j ? "," : "", ms[j]);
+    if (u < n) u += (size_t)snprintf(buf + u, n - u, "} x n,k in {");
+    for (int j = 0; j < nn && u < n; j++) u += (size_t)snprintf(buf + u, n - u, "%s%d", j ? "," : "", ns[j]);
+    if (u < n) snprintf(buf + u, n - u, "}");
+    return buf;
+}
+
+static const char *who(const cost_profile *p, char *buf, size_t n)
+{
+    snprintf(buf, n, "%d rank%s on %d CPUs, %d OpenBLAS thread%s per rank%s", p->ranks, p->ranks > 1 ? "s" : "",
+             p->cpus, p->blas_threads, p->blas_threads > 1 ? "s" : "",
+             p->ranks > 1 ? ", all ranks measuring at once, slowest rank kept" : "");
+    return buf;
+}
+
+static bool add_gpu_fields(cJSON *o, const cost_profile *p)
+{
+    const cost_gpu *g = &p->gpu;
+    char shapes[256], w[160];
+    shape_list(p, shapes, sizeof shapes);
+    who(p, w, sizeof w);
+    bool ok;
+    if (p->cpu_hz > 0)
+        ok = add_field(o, p, "peak_flops", g->peak_flops,
+                       "fp32 peak of one rank = %g FLOP/cycle x %.0f MHz x %.3g cores; rule: the fitted large-shape "
+                       "cblas_sgemm rate (%.4g FLOP/s, see gemm_eff_max) / (clock x cores), rounded up to a power of two "
+                       "FLOP/cycle; cores = min(BLAS threads, CPUs / ranks); %s",
+                       p->flops_per_cycle, p->cpu_hz / 1e6, p->core_share, p->gemm_rate_max, w);
+    else
+        ok = add_field(o, p, "peak_flops", g->peak_flops,
+                       "the fitted large-shape cblas_sgemm rate (the OS gives no clock, so no theoretical peak: "
+                       "gemm_eff_max is 1); %s", w);
+    ok = ok && add_field(o, p, "gemm_eff_max", g->gemm_eff_max,
+                         "fitted large-shape rate %.4g FLOP/s / peak_flops; least-squares fit (relative error, rms %.1f%%) "
+                         "of rate = peak_flops * gemm_eff_max * s(m) s(n) s(k) to fp32 cblas_sgemm (A[m,k] B[n,k]^T, the "
+                         "executor's linear) over %d shapes %s, time less kernel_launch_s, best of %d batches in %d passes over the grid; %s",
+                         p->gemm_rate_max, 100 * p->gemm_fit_rms, p->n_gemm, shapes, p->quick ? 2 : 6, p->quick ? 1 : 3, w);
+    ok = ok && add_field(o, p, "gemm_half", g->gemm_half, "same least-squares fit as gemm_eff_max, s(x) = x / (x + gemm_half)");
+    char at[256] = "";
+    size_t u = 0;
+    for (int i = 0; i < p->n_attn && u < sizeof at; i++)
+        u += (size_t)snprintf(at + u, sizeof at - u, "%s s=%d H=%d Hkv=%d d=%d", i ? "," : "", p->attn[i].seq,
+                              p->attn[i].heads, p->attn[i].kv_heads, p->attn[i].head_dim);
+    ok = ok && add_field(o, p, "attn_eff", g->attn_eff,
+                         "flash-style attention forward + backward, a local copy of executor/cpu_kernels.c's loops (costdb "
+                         "cannot link the executor), one non-causal sequence each of%s; planner FLOPs (1 + 2.5) x 4 s^2 H d "
+                         "/ measured time / peak_flops; %s", at, w);
+    ok = ok && add_field(o, p, "hbm_bytes", g->hbm_bytes,
+                         "physical memory (sysconf _SC_PHYS_PAGES x _SC_PAGESIZE) %.4g GiB / %d rank%s on this host",
+                         p->phys_bytes / 1073741824.0, p->ranks, p->ranks > 1 ? "s" : "");
+    ok = ok && add_field(o, p, "hbm_bw", g->hbm_bw,
+                         "best per-rank bandwidth of the STREAM kernels over 3 fp32 arrays of %.0f MiB (copy %.3g, scale "
+                         "%.3g, add %.3g, triad %.3g GB/s; bytes read + written, best of several passes); the DRAM's "
+                         "theoretical rate is not visible to the tool; %s",
+                         p->stream_bytes / 1048576.0, p->copy_bw / 1e9, p->scale_bw / 1e9, p->add_bw / 1e9,
+                         p->triad_bw / 1e9, w);
+    ok = ok && add_field(o, p, "mem_eff", g->mem_eff,
+                         "executor-style element-wise kernels over the same arrays (residual add 12 B/element %.3g GB/s, "
+                         "SwiGLU 12 B/element %.3g GB/s, RMSNorm d=%d 8 B/element %.3g GB/s): total bytes / total time "
+                         "%.3g GB/s, / hbm_bw",
+                         p->ew_add_bw / 1e9, p->ew_swiglu_bw / 1e9, RMSNORM_DIM, p->ew_rmsnorm_bw / 1e9, p->ew_bw / 1e9);
+    ok = ok && add_field(o, p, "reserved_bytes", g->reserved_bytes,
+                         p->used_from_meminfo
+                             ? "memory in use before the benchmark buffers (MemTotal - MemAvailable of /proc/meminfo: the OS, "
+                               "other processes, the ranks' libraries and MPI) / ranks on this host"
+                             : "this process's peak resident size before the benchmark buffers (getrusage; /proc/meminfo "
+                               "was not readable)");
+    ok = ok && add_field(o, p, "kernel_launch_s", g->kernel_launch_s,
+                         "mean time of one 1x1x1 cblas_sgemm call (the fixed cost of a BLAS call), best of 3 batches");
+    return ok;
+}
+
+static bool add_num(cJSON *o, const char *k, double v) { return cJSON_AddNumberToObject(o, k, v) != NULL; }
+
+static bool add_obj(cJSON *parent, const char *key, cJSON *child)
+{
+    if (!child) return false;
+    if (!cJSON_AddItemToObject(parent, key, child)) { cJSON_Delete(child); return false; }
+    return true;
+}
+
+static cJSON *gemm_measurements(const cost_profile *p)
+{
+    cJSON *o = cJSON_CreateObject(), *rows = cJSON_CreateArray();
+    bool ok = o && rows && cJSON_AddStringToObject(o, "kernel", "cblas_sgemm RowMajor NoTrans x Trans, fp32")
+        && add_num(o, "rate_max", p->gemm_rate_max) && add_num(o, "gemm_half", p->gpu.gemm_half)
+        && add_num(o, "fit_rms_rel", p->gemm_fit_rms);
+    for (int i = 0; ok && i < p->n_gemm; i++) {
+        const cost_profile_gemm *g = &p->gemm[i];
+        cJSON *r = cJSON_CreateObject();
+        ok = r && add_num(r, "m", g->m) && add_num(r, "n", g->n) && add_num(r, "k", g->k)
+            && add_num(r, "seconds", g->seconds) && add_num(r, "flops_per_s", g->rate)
+            && add_num(r, "model_seconds", cost_gemm_time(&p->gpu, g->m, g->n, g->k));
+        if (!ok || !cJSON_AddItemToArray(rows, r)) { cJSON_Delete(r); ok = false; }
+    }
+    if (ok && add_obj(o, "shapes", rows)) return o;
+    if (!ok) cJSON_Delete(rows);
+    cJSON_Delete(o);
+    return NULL;
+}
+
+static cJSON *attn_measurements(const cost_profile *p)
+{
+    cJSON *rows = cJSON_CreateArray();
+    bool ok = rows != NULL;
+    for (int i = 0; ok && i < p->n_attn; i++) {
+        const cost_profile_attn *a = &p->attn[i];
+        cJSON *r = cJSON_CreateObject();
+        ok = r && add_num(r, "seq", a->seq) && add_num(r, "heads", a->heads) && add_num(r, "kv_heads", a->kv_heads)
+            && add_num(r, "head_dim", a->head_dim) && add_num(r, "fwd_flops", a->fwd_flops)
+            && add_num(r, "fwd_seconds", a->fwd_s) && add_num(r, "bwd_seconds", a->bwd_s)
+            && add_num(r, "fwd_flops_per_s", a->fwd_flops / a->fwd_s) && add_num(r, "bwd_over_fwd", a->bwd_s / a->fwd_s);
+        if (!ok || !cJSON_AddItemToArray(rows, r)) { cJSON_Delete(r); ok = false; }
+    }
+    if (ok) return rows;
+    cJSON_Delete(rows);
+    return NULL;
+}
+
+static cJSON *gpu_measurements(const cost_profile *p)
+{
+    cJSON *o = cJSON_CreateObject(), *st = cJSON_CreateObject(), *ew = cJSON_CreateObject(), *mem = cJSON_CreateObject();
+    bool ok = o && st && ew && mem && cJSON_AddStringToObject(o, "host", p->host) && cJSON_AddStringToObject(o, "date", p->date)
+        && cJSON_AddBoolToObject(o, "quick", p->quick) && add_num(o, "ranks", p->ranks) && add_num(o, "cpus", p->cpus)
+        && add_num(o, "blas_threads", p->blas_threads) && add_num(o, "cpu_hz", p->cpu_hz)
+        && add_num(o, "core_share", p->core_share) && add_num(o, "flops_per_cycle", p->flops_per_cycle)
+        && add_num(o, "kernel_launch_s", p->launch_s)
+        && add_num(st, "array_bytes", p->stream_bytes) && add_num(st, "copy_bw", p->copy_bw)
+        && add_num(st, "scale_bw", p->scale_bw) && add_num(st, "add_bw", p->add_bw) && add_num(st, "triad_bw", p->triad_bw)
+        && add_num(ew, "add_inplace_bw", p->ew_add_bw) && add_num(ew, "swiglu_bw", p->ew_swiglu_bw)
+        && add_num(ew, "rmsnorm_bw", p->ew_rmsnorm_bw) && add_num(ew, "combined_bw", p->ew_bw)
+        && add_num(mem, "phys_bytes", p->phys_bytes) && add_num(mem, "used_at_start_bytes", p->used_bytes)
+        && cJSON_AddStringToObject(mem, "used_from", p->used_from_meminfo ? "/proc/meminfo" : "getrusage");
+    if (ok) { ok = add_obj(o, "stream", st); st = NULL; }
+    if (ok) { ok = add_obj(o, "elementwise", ew); ew = NULL; }
+    if (ok) { ok = add_obj(o, "memory", mem); mem = NULL; }
+    ok = ok && add_obj(o, "gemm", gemm_measurements(p)) && add_obj(o, "attention", attn_measurements(p));
+    cJSON_Delete(st); cJSON_Delete(ew); cJSON_Delete(mem);
+    if (ok) return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
+cJSON *cost_profile_gpu_json(const cost_profile *p, bool with_measurements)
+{
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && cJSON_AddStringToObject(o, "schema", "dhp.gpu/1") && cJSON_AddStringToObject(o, "name", p->gpu.name)
+        && add_gpu_fields(o, p);
+    if (ok && with_measurements) ok = add_obj(o, "measurements", gpu_measurements(p));
+    if (ok) return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
+static const char *sizes_text(const cost_profile *p, char *buf, size_t n)
+{
+    double lo = INFINITY, hi = 0;
+    for (int i = 0; i < p->n_coll; i++) { lo = fmin(lo, p->coll[i].bytes); hi = fmax(hi, p->coll[i].bytes); }
+    snprintf(buf, n, "S = %.0f B .. %.0f B (%d sizes)", p->n_coll ? lo : 0, hi, p->n_coll ? p->n_coll / (p->mpi ? 5 : 1) : 0);
+    return buf;
+}
+
+static cJSON *link_json(const cost_profile *p, bool intra)
+{
+    char how[1024], src[1400], sz[96];
+    sizes_text(p, sz, sizeof sz);
+    if (!intra)
+        snprintf(how, sizeof how, "not measured: dhp profile sees one host; a copy of intra so that the 1-node file "
+                                  "loads (a 1-node pool never uses its inter link)");
+    else if (p->mpi)
+        snprintf(how, sizeof how, "%d ranks on this host: weighted least-squares fit (relative error, rms %.1f%%) of "
+                 "t = steps * alpha_s + S * factor / busbw (nccl-tests factors: all-reduce 2(n-1) steps, 2(n-1)/n; "
+                 "all-gather, reduce-scatter, all-to-all n-1, (n-1)/n; send/recv 1, 1) jointly over MPI_Allreduce, "
+                 "MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall and a ring MPI_Sendrecv, %s, slowest rank, "
+                 "best of 3 trials; per-operation fits and the raw table under measurements",
+                 p->ranks, 100 * p->link.rms_rel, sz);
+    else
+        snprintf(how, sizeof how, "1 process (not under mpirun): a send/recv to oneself, measured as memcpy of %s, "
+                 "least-squares fit (relative error, rms %.1f%%) of t = alpha_s + S / busbw; no inter-process link measured",
+                 sz, 100 * p->link.rms_rel);
+    snprintf(src, sizeof src, "measured by dhp profile on %s %s, %s", p->host, p->date, how);
+    cJSON *o = cJSON_CreateObject();
+    if (o && add_num(o, "busbw", p->link.busbw) && add_num(o, "alpha_s", p->link.alpha_s)
+        && cJSON_AddStringToObject(o, "source", src))
+        return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
+static cJSON *fit_json(const cost_profile_fit *f)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o && add_num(o, "alpha_s", f->alpha_s) && add_num(o, "busbw", f->busbw) && add_num(o, "rms_rel", f->rms_rel)
+        && add_num(o, "points", f->points))
+        return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
+static cJSON *coll_measurements(const cost_profile *p)
+{
+    cJSON *o = cJSON_CreateObject(), *rows = cJSON_CreateArray(), *fits = cJSON_CreateObject();
+    bool ok = o && rows && fits && add_num(o, "ranks", p->ranks)
+        && cJSON_AddStringToObject(o, "method", p->mpi ? "MPI collectives on MPI_COMM_WORLD, slowest rank, best of 3 trials"
+                                                       : "memcpy in one process, best of 3 trials");
+    for (int i = 0; ok && i < p->n_coll; i++) {
+        const cost_profile_coll *c = &p->coll[i];
+        double steps, x;
+        cost_profile_op_terms(c->op, c->bytes, p->ranks, &steps, &x);
+        cJSON *r = cJSON_CreateObject();
+        ok = r && cJSON_AddStringToObject(r, "op", cost_profile_op_name(c->op)) && add_num(r, "bytes", c->bytes)
+            && add_num(r, "seconds", c->seconds) && add_num(r, "algbw", c->bytes / c->seconds)
+            && add_num(r, "busbw", x / c->seconds);
+        if (!ok || !cJSON_AddItemToArray(rows, r)) { cJSON_Delete(r); ok = false; }
+    }
+    for (int op = 0; ok && op < COST_PROF_NOPS; op++)
+        if (p->fit[op].valid) ok = add_obj(fits, cost_profile_op_name((cost_prof_op)op), fit_json(&p->fit[op]));
+    ok = ok && add_obj(fits, "joint", fit_json(&p->link));
+    if (ok) { ok = add_obj(o, "collectives", rows); rows = NULL; }
+    if (ok) { ok = add_obj(o, "fits", fits); fits = NULL; }
+    cJSON_Delete(rows);
+    cJSON_Delete(fits);
+    if (ok) return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
+cJSON *cost_profile_cluster_json(const cost_profile *p)
+{
+    char name[COST_NAME_LEN];
+    snprintf(name, sizeof name, "cpu-%d", p->ranks);
+    cJSON *o = cJSON_CreateObject(), *pools = cJSON_CreateArray(), *pool = cJSON_CreateObject();
+    bool ok = o && pools && pool && cJSON_AddStringToObject(o, "schema", "dhp.cluster/1") && cJSON_AddStringToObject(o, "name", name)
+        && cJSON_AddStringToObject(pool, "name", "cpu") && add_obj(pool, "gpu", cost_profile_gpu_json(p, false))
+        && add_num(pool, "nodes", 1) && add_num(pool, "gpus_per_node", p->ranks)
+        && add_obj(pool, "intra", link_json(p, true)) && add_obj(pool, "inter", link_json(p, false));
+    if (ok) { ok = cJSON_AddItemToArray(pools, pool); if (ok) pool = NULL; }
+    if (ok) { ok = add_obj(o, "pools", pools); pools = NULL; }
+    ok = ok && add_obj(o, "measurements", coll_measurements(p));
+    cJSON_Delete(pool);
+    cJSON_Delete(pools);
+    if (ok) return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
+/* Serialise, parse back with the loader (kind 'g' GPU, 'c' cluster), write atomically. */
+static int write_checked(cJSON *doc, char kind, const char *path, char *err)
+{
+    if (!doc) return util_fail(err, UTIL_ENOMEM, "%s: out of memory building the JSON", path);
+    char *text = cJSON_Print(doc);
+    cJSON_Delete(doc);
+    if (!text) return util_fail(err, UTIL_ENOMEM, "%s: out of memory serialising the JSON", path);
+    size_t len = strlen(text);
+    char *buf = util_malloc(len + 2);
+    int rc = buf ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "%s: out of memory", path);
+    if (!rc) {
+        memcpy(buf, text, len);
+        buf[len] = '\n';
+        buf[len + 1] = '\0';
+        cost_gpu g;
+        cost_cluster c;
+        rc = kind == 'g' ? cost_gpu_parse_json(buf, path, &g, err) : cost_cluster_parse_json(buf, path, &c, err);
+        if (!rc) rc = util_write_atomic(path, buf, len + 1, err);
+    }
+    util_free(buf);
+    cJSON_free(text);
+    return rc;
+}
+
+int cost_profile_write(const cost_profile *p, const char *gpu_path, const char *cluster_path, char *err)
+{
+    int rc = UTIL_OK;
+    if (gpu_path) rc = write_checked(cost_profile_gpu_json(p, true), 'g', gpu_path, err);
+    if (!rc && cluster_path) rc = write_checked(cost_profile_cluster_json(p), 'c', cluster_path, err);
+    return rc;
+}

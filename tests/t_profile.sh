@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# dhp profile: --quick writes a GPU and a cluster file that load through the
+# normal costdb paths, with sane measured fields; under mpirun -np 2 the
+# collectives are measured and fitted; bad options give one line and exit 2.
+# Never asserts a timing: only signs, ranges the hardware cannot leave, and structure.
+. "$(dirname "$0")/lib.sh"
+cd "$T"
+export OPENBLAS_NUM_THREADS=1
+
+if "$DHP" profile --quick -o "$T/g.json" --cluster-out "$T/c.json" >"$T/out" 2>"$T/err" \
+   && [ -s "$T/g.json" ] && [ -s "$T/c.json" ] && grep -q '^  gemm fp32' "$T/out" && grep -q "wrote $T/c.json" "$T/out"; then
+    ok profile_quick_writes_both_files
+else fail profile_quick_writes_both_files "$(head -c 400 "$T/err")"; fi
+
+if /usr/bin/python3 - "$T/g.json" "$T/c.json" "$(hostname)" <<'PY' 2>"$T/err"
+import json, os, sys
+g = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2])); host = sys.argv[3]
+assert g["schema"] == "dhp.gpu/1" and g["name"].startswith("CPU-"), g["name"]
+v = {k: g[k]["value"] for k in ["peak_flops", "gemm_eff_max", "gemm_half", "attn_eff", "hbm_bytes",
+                                 "hbm_bw", "mem_eff", "reserved_bytes", "kernel_launch_s"]}
+for k in v:
+    assert g[k]["source"].startswith("measured by dhp profile on " + host + " "), (k, g[k]["source"])
+# ranges no CPU can leave (a core does 1e8 .. 1e13 FLOP/s, memory moves 1e8 .. 1e13 B/s)
+assert 1e8 < v["peak_flops"] < 1e14, v
+assert 0 < v["gemm_eff_max"] <= 1 and 0 < v["attn_eff"] <= 1 and 0 < v["mem_eff"] <= 1, v
+assert 0 <= v["gemm_half"] <= 1e5, v
+assert 1e8 < v["hbm_bw"] < 1e13, v
+phys = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+assert v["hbm_bytes"] == phys, (v["hbm_bytes"], phys)         # one rank: the whole host
+assert 0 < v["reserved_bytes"] < v["hbm_bytes"], v
+assert 0 < v["kernel_launch_s"] < 1e-3, v
+m = g["measurements"]
+assert m["ranks"] == 1 and len(m["gemm"]["shapes"]) == 27 and len(m["attention"]) == 2, m.keys()
+fit = m["gemm"]["rate_max"]
+assert abs(fit / v["peak_flops"] - v["gemm_eff_max"]) < 1e-9, (fit, v)   # gemm_eff_max = fitted rate / peak
+if m["cpu_hz"] > 0:   # peak = a power of two FLOP/cycle x clock x cores, at or above the fitted rate
+    fpc = m["flops_per_cycle"]
+    assert fpc >= 1 and fpc == 2 ** round(__import__("math").log2(fpc)), fpc
+    assert abs(v["peak_flops"] - fpc * m["cpu_hz"] * m["core_share"]) < 1e-6 * v["peak_flops"]
+    assert fit <= v["peak_flops"] < 2 * fit, (fit, v["peak_flops"])
+assert m["stream"]["triad_bw"] <= v["hbm_bw"]
+pool = c["pools"][0]
+assert c["schema"] == "dhp.cluster/1" and c["name"] == "cpu-1" and pool["nodes"] == 1 and pool["gpus_per_node"] == 1
+assert {k: pool["gpu"][k]["value"] for k in v} == v, "the cluster's GPU differs from the GPU file"
+assert pool["intra"]["busbw"] > 0 and pool["intra"]["alpha_s"] >= 0
+assert "memcpy" in pool["intra"]["source"] and "not measured" in pool["inter"]["source"]
+assert [r["op"] for r in c["measurements"]["collectives"]] == ["self-memcpy"] * 3
+PY
+then ok profile_quick_fields_sane; else fail profile_quick_fields_sane "$(tail -c 400 "$T/err")"; fi
+
+if [ -n "${TEST_BIN:-}" ] && [ -x "$TEST_BIN" ]; then
+    DHP_PROFILE_GPU="$T/g.json" DHP_PROFILE_CLUSTER="$T/c.json" "$TEST_BIN" profile_written_files_load 2>&1 | grep -E '^(ok|FAIL|skipped)'
+else skip profile_written_files_load "TEST_BIN not set"; fi
+
+expect_exit profile_cluster_loads_in_clusters 0 "$DHP" clusters "$T/c.json"
+if "$DHP" plan --model tiny-vl --cluster "$T/c.json" --vision-tokens 64 --batch 2 --top 1 --no-baselines -o "$T/p.json" \
+       >"$T/out" 2>"$T/err" && grep -q 'CPU-' "$T/out" && grep -q '"gpus_per_node":[[:space:]]*1' "$T/p.json"; then
+    ok profile_cluster_prices_a_plan
+else fail profile_cluster_prices_a_plan "$(head -c 400 "$T/err")"; fi
+
+# under mpirun: two ranks measure at once, collectives fitted per operation and jointly
+if command -v mpirun >/dev/null 2>&1; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=detect_leaks=0
+    if mpirun --oversubscribe -np 2 "$DHP" profile --quick --json --cluster-out "$T/c2.json" >"$T/j2.json" 2>"$T/err" \
+       && /usr/bin/python3 - "$T/c2.json" "$T/j2.json" <<'PY' 2>>"$T/err"
+import json, sys
+c = json.load(open(sys.argv[1])); j = json.load(open(sys.argv[2]))
+assert j["cluster"] == c, "--json differs from the written cluster"
+pool = c["pools"][0]
+assert c["name"] == "cpu-2" and pool["gpus_per_node"] == 2 and pool["nodes"] == 1
+assert j["gpu"]["measurements"]["ranks"] == 2
+assert abs(j["gpu"]["hbm_bytes"]["value"] * 2 - j["gpu"]["measurements"]["memory"]["phys_bytes"]) < 2
+intra = pool["intra"]
+assert intra["busbw"] > 0 and intra["alpha_s"] >= 0 and "2 ranks" in intra["source"], intra
+m = c["measurements"]
+ops = ["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv"]
+assert [r["op"] for r in m["collectives"]] == [o for o in ops for _ in range(3)], m["collectives"]
+for r in m["collectives"]:
+    assert r["seconds"] > 0 and r["bytes"] > 0
+    want = {"all-reduce": 2 * (2 - 1) / 2, "send-recv": 1}.get(r["op"], (2 - 1) / 2)
+    assert abs(r["busbw"] - r["algbw"] * want) <= 1e-9 * r["algbw"], r        # nccl-tests definition
+for o in ops:
+    f = m["fits"][o]
+    assert f["busbw"] > 0 and f["alpha_s"] >= 0 and f["points"] == 3, (o, f)
+assert m["fits"]["joint"]["points"] == 15
+assert m["fits"]["joint"]["busbw"] == intra["busbw"] and m["fits"]["joint"]["alpha_s"] == intra["alpha_s"]
+PY
+    then ok profile_mpirun_np2_fits_alpha_busbw; else fail profile_mpirun_np2_fits_alpha_busbw "$(tail -c 600 "$T/err")"; fi
+else skip profile_mpirun_np2_fits_alpha_busbw "mpirun not installed"; fi
+
+expect_err profile_bad_option "unknown option '--frobnicate'" "$DHP" profile --frobnicate
+expect_err profile_missing_file_name "-o needs a file name" "$DHP" profile -o
+expect_err profile_same_file_twice "same file" "$DHP" profile -o "$T/x.json" --cluster-out "$T/x.json"
+expect_err profile_unwritable "nonexistent-dir" "$DHP" profile --quick -o /nonexistent-dir/g.json
+if ls "$T" | grep -q 'tmp'; then fail profile_no_partial_output "a temp file was left behind"; else ok profile_no_partial_output; fi
+expect_exit profile_help 0 "$DHP" profile --help

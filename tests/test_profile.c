@@ -1,0 +1,243 @@
+/* dhp profile: the fits recover known parameters from synthetic data, the
+ * fitted terms are the cost model's, and the JSON it writes loads back. */
+#include "test.h"
+#include "costdb/costdb.h"
+
+#include <stdlib.h>
+
+static const double sizes[] = {4096, 16384, 65536, 262144, 1048576, 4194304, 16777216};
+#define NSIZES ((int)(sizeof sizes / sizeof *sizes))
+
+TEST(profile_fit_recovers_alpha_busbw_of_one_collective)
+{
+    const double alpha = 2.5e-6, busbw = 3.7e11;
+    double a[NSIZES], x[NSIZES], t[NSIZES], al, be, rms;
+    for (int i = 0; i < NSIZES; i++) {
+        cost_profile_op_terms(COST_PROF_ALLREDUCE, sizes[i], 8, &a[i], &x[i]);
+        t[i] = a[i] * alpha + x[i] / busbw;
+    }
+    CHECK_OK(cost_profile_fit_alpha_beta(a, x, t, NSIZES, &al, &be, &rms, NULL));
+    CHECK_NEAR(al, alpha, 1e-9);
+    CHECK_NEAR(1 / be, busbw, 1e-9);
+    CHECK(rms < 1e-12);
+}
+
+TEST(profile_joint_fit_recovers_alpha_busbw_over_all_operations)
+{
+    const double alpha = 1.3e-6, busbw = 9.1e9;
+    double a[5 * NSIZES], x[5 * NSIZES], t[5 * NSIZES], al, be;
+    int n = 0;
+    for (int op = COST_PROF_ALLREDUCE; op <= COST_PROF_SENDRECV; op++)
+        for (int i = 0; i < NSIZES; i++, n++) {
+            cost_profile_op_terms((cost_prof_op)op, sizes[i], 3, &a[n], &x[n]);
+            t[n] = a[n] * alpha + x[n] / busbw;
+        }
+    CHECK_OK(cost_profile_fit_alpha_beta(a, x, t, n, &al, &be, NULL, NULL));
+    CHECK_NEAR(al, alpha, 1e-9);
+    CHECK_NEAR(1 / be, busbw, 1e-9);
+}
+
+TEST(profile_fit_clamps_a_negative_latency_to_zero)
+{
+    /* t = S / B - 1 us for large S: the unconstrained fit wants alpha < 0. */
+    double a[NSIZES], x[NSIZES], t[NSIZES], al, be;
+    for (int i = 0; i < NSIZES; i++) { a[i] = 1; x[i] = sizes[i]; t[i] = sizes[i] / 1e9 - 1e-6; }
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(cost_profile_fit_alpha_beta(a, x, t, NSIZES, &al, &be, NULL, err));
+    CHECK(al == 0);
+    /* with alpha = 0 the weighted least squares slope is sum(x/t) / sum(x^2/t^2) */
+    double sxt = 0, sxx = 0;
+    for (int i = 0; i < NSIZES; i++) { sxt += x[i] / t[i]; sxx += x[i] * x[i] / (t[i] * t[i]); }
+    CHECK_NEAR(be, sxt / sxx, 1e-12);
+}
+
+TEST(profile_fit_rejects_unusable_data)
+{
+    char err[UTIL_ERR_LEN];
+    double a[3] = {1, 1, 1}, x[3] = {4096, 4096, 4096}, t[3] = {1e-6, 1.1e-6, 0.9e-6}, al, be;
+    CHECK_EQ_INT(cost_profile_fit_alpha_beta(a, x, t, 1, &al, &be, NULL, err), UTIL_EINVAL);
+    CHECK(strstr(err, "2 usable points"));
+    CHECK_EQ_INT(cost_profile_fit_alpha_beta(a, x, t, 3, &al, &be, NULL, err), UTIL_EINVAL);
+    CHECK(strstr(err, "proportional"));
+    double z[3] = {0, 0, 0};
+    CHECK_EQ_INT(cost_profile_fit_alpha_beta(a, z, t, 3, &al, &be, NULL, err), UTIL_EINVAL);
+    double x2[3] = {4096, 65536, 1048576}, bad[3] = {-1, 0, NAN};
+    CHECK_EQ_INT(cost_profile_fit_alpha_beta(a, x2, bad, 3, &al, &be, NULL, err), UTIL_EINVAL);
+    /* times that fall with size: no positive bandwidth term */
+    double falling[3] = {3e-3, 2e-3, 1e-3};
+    CHECK_EQ_INT(cost_profile_fit_alpha_beta(a, x2, falling, 3, &al, &be, NULL, err), UTIL_EINVAL);
+}
+
+/* The fit's terms are the planner's: steps * alpha + xbytes / busbw equals
+ * cost_collective_time on one node for every collective the fit uses. */
+TEST(profile_fit_terms_are_the_cost_models)
+{
+    cost_pool pool;
+    memset(&pool, 0, sizeof pool);
+    pool.nodes = 1;
+    pool.gpus_per_node = 8;
+    pool.intra.alpha_s = 3e-6;
+    pool.intra.busbw = 2e11;
+    const cost_prof_op ops[] = {COST_PROF_ALLREDUCE, COST_PROF_ALLGATHER, COST_PROF_REDUCESCATTER, COST_PROF_ALLTOALL};
+    const cost_coll colls[] = {COST_ALLREDUCE, COST_ALLGATHER, COST_REDUCESCATTER, COST_ALLTOALL};
+    for (int i = 0; i < 4; i++)
+        for (int n = 2; n <= 8; n *= 2) {
+            double steps, x;
+            cost_profile_op_terms(ops[i], 1 << 20, n, &steps, &x);
+            CHECK_NEAR(steps * pool.intra.alpha_s + x / pool.intra.busbw,
+                       cost_collective_time(&pool, colls[i], 1 << 20, n, n), 1e-12);
+        }
+    cost_cluster c;
+    memset(&c, 0, sizeof c);
+    c.n_pools = 1;
+    c.pool[0] = pool;
+    double steps, x;
+    cost_profile_op_terms(COST_PROF_SENDRECV, 1 << 20, 2, &steps, &x);
+    CHECK_NEAR(steps * pool.intra.alpha_s + x / pool.intra.busbw, cost_p2p_time(&c, 0, 0, true, 1 << 20), 1e-12);
+}
+
+/* The GEMM grid dhp profile measures (full mode). */
+static int gemm_grid(double *m, double *n, double *k)
+{
+    const double ms[] = {64, 256, 1024, 4096}, nks[] = {32, 128, 512, 2048};
+    int c = 0;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 4; l++, c++) { m[c] = ms[i]; n[c] = nks[j]; k[c] = nks[l]; }
+    return c;
+}
+
+TEST(profile_gemm_fit_recovers_rate_and_half)
+{
+    double m[64], n[64], k[64], r[64], R, h, rms;
+    int c = gemm_grid(m, n, k);
+    const double halves[] = {18.7, 64, 0.5, 900};
+    for (int t = 0; t < 4; t++) {
+        cost_gpu g = {.peak_flops = 3.3e11, .gemm_eff_max = 0.7, .gemm_half = halves[t]};
+        for (int i = 0; i < c; i++) r[i] = g.peak_flops * cost_gemm_efficiency(&g, m[i], n[i], k[i]);
+        CHECK_OK(cost_profile_fit_gemm(m, n, k, r, c, &R, &h, &rms, NULL));
+        CHECK_NEAR(h, halves[t], 1e-6);
+        CHECK_NEAR(R, g.peak_flops * g.gemm_eff_max, 1e-9);
+        CHECK(rms < 1e-6);
+    }
+}
+
+TEST(profile_gemm_fit_of_a_flat_rate_has_no_half)
+{
+    double m[64], n[64], k[64], r[64], R, h;
+    int c = gemm_grid(m, n, k);
+    for (int i = 0; i < c; i++) r[i] = 1.5e11;
+    CHECK_OK(cost_profile_fit_gemm(m, n, k, r, c, &R, &h, NULL, NULL));
+    CHECK(h == 0);
+    CHECK_NEAR(R, 1.5e11, 1e-12);
+}
+
+TEST(profile_gemm_fit_rejects_bad_input)
+{
+    char err[UTIL_ERR_LEN];
+    double m[2] = {64, 128}, n[2] = {64, 64}, k[2] = {64, 64}, r[2] = {1e9, 0}, R, h;
+    CHECK_EQ_INT(cost_profile_fit_gemm(m, n, k, r, 1, &R, &h, NULL, err), UTIL_EINVAL);
+    CHECK_EQ_INT(cost_profile_fit_gemm(m, n, k, r, 2, &R, &h, NULL, err), UTIL_EINVAL);
+    CHECK(strstr(err, "shape 1"));
+}
+
+/* A profile filled by hand (no timing): what the JSON writers turn it into. */
+static void fake_profile(cost_profile *p)
+{
+    memset(p, 0, sizeof *p);
+    util_strlcpy(p->host, "testhost", sizeof p->host);
+    util_strlcpy(p->date, "2025-01-01T00:00:00Z", sizeof p->date);
+    p->ranks = 2;
+    p->mpi = true;
+    p->cpus = 2;
+    p->blas_threads = 1;
+    p->cpu_hz = 2.5e9;
+    p->core_share = 1;
+    p->flops_per_cycle = 64;
+    p->gemm_rate_max = 1.1e11;
+    p->n_gemm = 2;
+    p->gemm[0] = (cost_profile_gemm){64, 32, 32, 1e-6, 2.0 * 64 * 32 * 32 / 1e-6};
+    p->gemm[1] = (cost_profile_gemm){1024, 1024, 1024, 0.02, 2.0 * 1024 * 1024 * 1024 / 0.02};
+    p->n_attn = 1;
+    p->attn[0] = (cost_profile_attn){128, 4, 2, 16, 4.0 * 128 * 128 * 4 * 16, 1e-3, 2e-3};
+    p->stream_bytes = 1 << 25;
+    p->copy_bw = p->scale_bw = p->add_bw = p->triad_bw = 2e10;
+    p->ew_add_bw = p->ew_swiglu_bw = p->ew_rmsnorm_bw = p->ew_bw = 1e10;
+    p->launch_s = 1e-7;
+    p->phys_bytes = 16e9;
+    p->used_bytes = 1e9;
+    p->used_from_meminfo = true;
+    p->n_coll = 2;
+    p->coll[0] = (cost_profile_coll){COST_PROF_ALLREDUCE, 4096, 2e-6};
+    p->coll[1] = (cost_profile_coll){COST_PROF_ALLREDUCE, 1 << 20, 1e-4};
+    p->fit[COST_PROF_ALLREDUCE] = (cost_profile_fit){true, 1e-6, 1e10, 0.05, 2};
+    p->link = p->fit[COST_PROF_ALLREDUCE];
+    cost_gpu g = {"CPU-testhost", 1.6e11, 0.6875, 12, 0.03, 8e9, 2e10, 0.5, 5e8, 1e-7};
+    p->gpu = g;
+}
+
+static bool sourced_by_profile(const cJSON *o, const char *key)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, key);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(f, "source");
+    return cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(f, "value")) && cJSON_IsString(s)
+        && strncmp(s->valuestring, "measured by dhp profile on testhost 2025-01-01T00:00:00Z, ", 58) == 0;
+}
+
+TEST(profile_json_loads_back_through_the_costdb_loader)
+{
+    cost_profile *p = malloc(sizeof *p);
+    CHECK(p);
+    fake_profile(p);
+    char err[UTIL_ERR_LEN];
+    cJSON *gj = cost_profile_gpu_json(p, true), *cj = cost_profile_cluster_json(p);
+    char *gt = gj ? cJSON_Print(gj) : NULL, *ct = cj ? cJSON_Print(cj) : NULL;
+    const char *keys[] = {"peak_flops", "gemm_eff_max", "gemm_half", "attn_eff", "hbm_bytes", "hbm_bw",
+                          "mem_eff", "reserved_bytes", "kernel_launch_s"};
+    bool sourced = gj != NULL;
+    for (int i = 0; sourced && i < 9; i++) sourced = sourced_by_profile(gj, keys[i]);
+    bool has_meas = gj && cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(gj, "measurements"))
+        && cj && cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(cj, "measurements"));
+    cost_gpu g;
+    cost_cluster c;
+    int rg = gt ? cost_gpu_parse_json(gt, "gpu", &g, err) : -1;
+    int rcl = ct ? cost_cluster_parse_json(ct, "cluster", &c, err) : -1;
+    cJSON_free(gt);
+    cJSON_free(ct);
+    cJSON_Delete(gj);
+    cJSON_Delete(cj);
+    cost_profile want = *p;
+    free(p);
+    CHECK(sourced);
+    CHECK(has_meas);
+    CHECK_MSG(rg == 0, "gpu: %s", err);
+    CHECK_MSG(rcl == 0, "cluster: %s", err);
+    CHECK(memcmp(&g, &want.gpu, sizeof g) == 0);
+    CHECK(strcmp(c.name, "cpu-2") == 0);
+    CHECK_EQ_INT(c.n_pools, 1);
+    CHECK_EQ_INT(c.pool[0].nodes, 1);
+    CHECK_EQ_INT(c.pool[0].gpus_per_node, 2);
+    CHECK(memcmp(&c.pool[0].gpu, &want.gpu, sizeof g) == 0);
+    CHECK_NEAR(c.pool[0].intra.alpha_s, 1e-6, 1e-15);
+    CHECK_NEAR(c.pool[0].intra.busbw, 1e10, 1e-15);
+}
+
+/* Driven by tests/t_profile.sh: the files a real `dhp profile` wrote load
+ * through the normal paths, and the cluster carries the same GPU. */
+TEST_DRIVEN(profile_written_files_load)
+{
+    const char *gpath = getenv("DHP_PROFILE_GPU"), *cpath = getenv("DHP_PROFILE_CLUSTER");
+    if (!gpath || !cpath) { test_skip("DHP_PROFILE_GPU / DHP_PROFILE_CLUSTER not set"); return; }
+    char err[UTIL_ERR_LEN], *text = NULL;
+    size_t len;
+    CHECK_MSG(util_read_file(gpath, &text, &len, err) == 0, "%s", err);
+    cost_gpu g;
+    int rc = cost_gpu_parse_json(text, gpath, &g, err);
+    util_free(text);
+    CHECK_MSG(rc == 0, "%s", err);
+    cost_cluster c;
+    CHECK_MSG(cost_cluster_load(cpath, &c, err) == 0, "%s", err);
+    CHECK(memcmp(&c.pool[0].gpu, &g, sizeof g) == 0);
+    CHECK(c.pool[0].gpus_per_node >= 1 && c.pool[0].nodes == 1);
+    CHECK(g.peak_flops > 0 && g.hbm_bw > 0 && c.pool[0].intra.busbw > 0);
+}
