@@ -152,7 +152,7 @@ int cmd_memory(int argc, char **argv)
         model_t m; cost_cluster c; plan_workload w;
         if (cli_setup_load("memory", &setup, &m, &c, &w)) return 2;
         if (strategy) {
-            if (plan_from_strategy(strategy, &m, &c, &w, pl, 0, n_micro, &p, err)) return cli_usage_error("memory", "%s", err);
+            if (plan_from_strategy_opts(strategy, &m, &c, &w, pl, 0, n_micro, &opt, &p, err)) return cli_usage_error("memory", "%s", err);
         } else if (baseline) {
             int b = 0;
             while (b < PLAN_NBASE && strcmp(baseline, plan_baseline_name((plan_baseline)b))) b++;

@@ -111,7 +111,10 @@ static int plan_strategy(const plan_args *a)
     static plan_t p;
     char err[UTIL_ERR_LEN];
     plan_placement pl = a->colocated ? PLAN_COLOCATED : PLAN_DISAGGREGATED;
-    if (plan_from_strategy(a->strategy, &m, &c, &w, pl, a->gpus, a->n_micro, &p, err)) return cli_usage_error("plan", "%s", err);
+    plan_options opt;
+    plan_options_default(&opt);
+    opt.precision = a->setup.precision;
+    if (plan_from_strategy_opts(a->strategy, &m, &c, &w, pl, a->gpus, a->n_micro, &opt, &p, err)) return cli_usage_error("plan", "%s", err);
     if (strcmp(a->out, "-") && plan_write(a->out, &p, err)) { fprintf(stderr, "dhp plan: %s\n", err); return 2; }
     if (a->setup.json) { cli_emit_json(plan_to_json(&p)); return 0; }
     cli_print_header(&m, &c, &w);

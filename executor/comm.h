@@ -6,7 +6,8 @@
  * in the same order; counts are in floats unless named bytes; chunked
  * collectives use equal chunks (callers pad). Every call returns UTIL_OK or
  * UTIL_ERUNTIME (message in ex_comm_error). Buffers the implementation
- * allocates are counted as UTIL_MEM_COMM. Bytes moved are counted per
+ * allocates to hold data are counted as UTIL_MEM_COMM (bookkeeping as
+ * UTIL_MEM_OTHER). Bytes moved are counted per
  * communicator (ex_comm_bytes) for the logs and the simulator's checks. */
 #ifndef DHP_EXECUTOR_COMM_H
 #define DHP_EXECUTOR_COMM_H

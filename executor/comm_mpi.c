@@ -84,9 +84,11 @@ static const char *mpi_message(int rc, char *s)
     return s;
 }
 
+/* Bookkeeping (communicators, requests, self-message nodes) is OTHER memory;
+ * UTIL_MEM_COMM counts only buffers that carry data. */
 static ex_comm *comm_alloc(void)
 {
-    return util_calloc_cat(UTIL_MEM_COMM, 1, sizeof(ex_comm));
+    return util_calloc(1, sizeof(ex_comm));
 }
 
 /* Takes ownership of m (freed on failure): errors return, rank and size cached. */
@@ -338,7 +340,7 @@ static int check_p2p(ex_comm *c, const void *buf, size_t n, int peer, int tag, e
 
 static ex_request *req_new(ex_comm *c, req_kind kind, size_t n, int peer, int tag, int npieces)
 {
-    ex_request *r = util_calloc_cat(UTIL_MEM_COMM, 1, sizeof(ex_request) + (size_t)npieces * sizeof(MPI_Request));
+    ex_request *r = util_calloc(1, sizeof(ex_request) + (size_t)npieces * sizeof(MPI_Request));
     if (!r) { comm_fail(c, "comm: out of memory for a request"); return NULL; }
     r->kind = kind;
     r->n = n;
@@ -366,7 +368,7 @@ static int self_send(ex_comm *c, ex_request *r, const float *buf)
         deliver(recv, buf, r->n);
         return UTIL_OK;
     }
-    self_msg *m = util_calloc_cat(UTIL_MEM_COMM, 1, sizeof *m);
+    self_msg *m = util_calloc(1, sizeof *m);
     if (!m) return comm_fail(c, "comm: out of memory for a self send");
     *m = (self_msg){ .tag = r->tag, .n = r->n, .src = buf, .sender = r };
     self_msg **tail = &c->sends;

@@ -538,7 +538,7 @@ int ex_batch_alloc(ex_data_rows *b, const ex_dataset *ds, int n, char *err)
     b->patch_dim = in->patch_dim;
     b->text_tokens = in->text_tokens;
     size_t nt = (size_t)n * in->text_tokens;
-    b->pixels = util_malloc_cat(UTIL_MEM_ACTIV, (size_t)n * in->patches * in->patch_dim * sizeof(float));
+    b->pixels = util_malloc((size_t)n * in->patches * in->patch_dim * sizeof(float));
     b->tokens = util_malloc(nt * sizeof(int32_t));
     b->targets = util_malloc(nt * sizeof(int32_t));
     b->loss_mask = util_malloc(nt * sizeof(float));

@@ -567,12 +567,15 @@ static int grow_floats(float **buf, size_t *cap, size_t need)
 }
 
 /* Sizes the current slot (allocated on first use, grown when a batch needs
- * more) and the shared scratch for a forward, then binds them. */
-static int acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int emb_rows, int n_cu, char *err)
+ * more) and the shared scratch for a forward, then binds them. The LLM
+ * sizes its head for reserve_pred predictions (every text position) however
+ * many the loss mask counts, so its memory does not depend on the data. */
+static int acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int reserve_pred, int emb_rows, int n_cu,
+                       char *err)
 {
     ex_slot *s = &md->slot[md->cur];
     size_t ns, nx;
-    acts_layout(md, NULL, NULL, n, m_rows, n_pred, emb_rows, &ns, &nx);
+    acts_layout(md, NULL, NULL, n, m_rows, n_pred > reserve_pred ? n_pred : reserve_pred, emb_rows, &ns, &nx);
     s->filled = false;
     if (grow_floats(&s->mem, &s->cap, ns) || grow_floats(&md->scratch, &md->scratch_cap, nx))
         return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for activations (%zu floats)", md->mm.name, ns + nx);
@@ -823,7 +826,7 @@ static int vision_forward(ex_model *em, const ex_batch *b, char *err)
     if (N % md->sp || (N / md->sp) % mm2)
         return util_fail(err, UTIL_EINVAL, "executor: batch: %d patches do not split into sp_size %d parts of whole merge groups", N, md->sp);
     int Nl = N / md->sp, Mr = Nl / mm2;
-    int rc = acts_ensure(md, Nl, Mr, 0, 0, (b->n_images > n_win ? b->n_images : n_win), err);
+    int rc = acts_ensure(md, Nl, Mr, 0, 0, 0, (b->n_images > n_win ? b->n_images : n_win), err);
     if (rc) return rc;
     int *rows = util_malloc((size_t)P * 2 * sizeof(int));
     if (!rows) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
@@ -981,7 +984,7 @@ static int llm_forward(ex_model *em, const ex_batch *b, const float *vis_in, boo
     int T = b->text_tokens, B = b->batch, mpi = em->merged_per_image, d = md->d, N = 0;
     int Np = count_predictions(b);
     for (int s = 0; s < B; s++) N += (b->images_per_sample ? b->images_per_sample[s] : 0) * mpi + T;
-    int rc = acts_ensure(md, N, b->n_images * mpi, Np, md->tp > 1 ? B * T : 0, B, err);
+    int rc = acts_ensure(md, N, b->n_images * mpi, Np, B * (T - 1), md->tp > 1 ? B * T : 0, B, err);
     if (rc) return rc;
     if (Np > em->targets_cap) {
         util_free(em->targets);

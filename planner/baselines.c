@@ -202,6 +202,13 @@ int plan_from_strategy(const char *spec, const model_t *m, const cost_cluster *c
 {
     plan_options o;
     plan_options_default(&o);
+    return plan_from_strategy_opts(spec, m, c, w, pl, gpus, n_micro, &o, p, err);
+}
+
+int plan_from_strategy_opts(const char *spec, const model_t *m, const cost_cluster *c, const plan_workload *w,
+                            plan_placement pl, int gpus, int n_micro, const plan_options *opt, plan_t *p, char *err)
+{
+    plan_options o = *opt;
     plan_init(p, m, c, w, &o);
     p->placement = pl;
     p->n_micro = pl == PLAN_COLOCATED ? 1 : (n_micro > 0 ? n_micro : 1);

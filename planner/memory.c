@@ -164,6 +164,54 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
     return b;
 }
 
+/* ---- fp32: the dhp CPU executor's own allocations ----
+ * In fp32 mode the plan describes the CPU executor, so activations follow
+ * its layout (executor/model.c, acts_layout) tensor by tensor: what one
+ * activation slot saves for backward, times the slots in flight, plus the
+ * backward scratch every slot shares. Each tensor is rounded up to 16 floats
+ * as the executor carves them. */
+static double pad16(double floats) { return ceil(floats / 16.0) * 16.0; }
+
+typedef struct { double saved, scratch, logits; } exec_floats;
+
+static exec_floats executor_act_floats(const model_module *mm, const plan_module *s, const plan_seq *q,
+                                       const plan_workload *w)
+{
+    exec_floats e = { 0, 0, 0 };
+    double tp = s->tp, sp = s->sp, mb = s->micro_batch > 0 ? s->micro_batch : 1;
+    double N = mb * q->tokens_per_sample / sp;
+    double d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
+    double qd = H * hd, kd = mm->kv_heads / tp * hd;
+    double blk = 4 * pad16(N * d) + 2 * pad16(N) + 2 * pad16(N * qd) + 2 * pad16(N * kd) + pad16(N * H)
+               + 3 * pad16(N * f) + (sp > 1 ? pad16(N * qd) : 0);
+    e.saved = mm->layers * blk + pad16(N * d) + 2 * pad16(N * hd / 2);
+    e.scratch = 2 * pad16(N * d) + 2 * pad16(N * qd) + 2 * pad16(N * kd) + 3 * pad16(N * f);
+    if (sp > 1) e.scratch += pad16(N * fmax(qd, kd)) + 2 * pad16(N * qd) + 2 * pad16(N * kd);
+    if (mm->kind != MODEL_LLM) {
+        double M = N / ((double)mm->merge * mm->merge), ph = mm->proj_hidden, oh = mm->out_hidden;
+        e.saved += pad16(N * d) + pad16(N) + 2 * pad16(M * ph) + pad16(M * oh);
+        e.scratch += 2 * pad16(M * ph);
+        return e;
+    }
+    /* the head is sized for every text position's prediction, the loss mask aside */
+    double P = mb * (w->text_tokens - 1), V = ceil((double)mm->vocab / tp);
+    double m_rows = mb * (q->tokens_per_sample - w->text_tokens);
+    e.saved += 2 * pad16(P * d) + pad16(P) + pad16(P) + pad16(2 * P);
+    e.logits = 2 * pad16(P * V);
+    e.scratch += (s->tp > 1 ? pad16(mb * w->text_tokens * d) : 0) + 2 * pad16(P * d) + pad16(m_rows * d);
+    return e;
+}
+
+/* ZeRO-1 staging of the executor's reduce-scatter / all-gather: the padded
+ * flat buffer and one shard (executor/run.c). */
+static double executor_comm_bytes(const model_module *mm, const plan_module *s)
+{
+    double shard = (double)s->dp * s->sp;
+    if (s->zero != 1 || shard <= 1 || mm->frozen) return 0;
+    double n = plan_local_params(mm, s), piece = ceil(n / shard);
+    return FP32 * (shard * piece + piece);
+}
+
 void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                         const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
 {
@@ -173,9 +221,16 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
     memset(out, 0, sizeof *out);
     model_state_bytes(mm, s, o, out);
     double A = plan_precision_bytes(o->precision).act;
-    out->activations = activation_bytes(m, mi, s, &q, in_flight < 1 ? 1 : in_flight, A);
-    out->logits = logits_bytes(mm, s, &q, A);
-    out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A);
+    if (o->precision == PLAN_OPT_FP32) {
+        exec_floats e = executor_act_floats(mm, s, &q, w);
+        out->activations = FP32 * (e.saved * (in_flight < 1 ? 1 : in_flight) + e.scratch);
+        out->logits = FP32 * e.logits;
+        out->comm = executor_comm_bytes(mm, s);
+    } else {
+        out->activations = activation_bytes(m, mi, s, &q, in_flight < 1 ? 1 : in_flight, A);
+        out->logits = logits_bytes(mm, s, &q, A);
+        out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A);
+    }
     out->reserved = g->reserved_bytes;
     out->fragmentation = o->fragmentation * (out->activations + out->logits + out->comm + out->zero_buffers);
     out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations

@@ -253,6 +253,9 @@ const char *plan_baseline_name(plan_baseline b);
  * absent dp = GPUs / (tp*sp*pp)); placement colocated uses all GPUs of pool 0 for every module. */
 int plan_from_strategy(const char *spec, const model_t *m, const cost_cluster *c, const plan_workload *w,
                        plan_placement pl, int gpus, int n_micro, plan_t *p, char *err);
+/* The same under explicit options (precision, fragmentation, overlap). */
+int plan_from_strategy_opts(const char *spec, const model_t *m, const cost_cluster *c, const plan_workload *w,
+                            plan_placement pl, int gpus, int n_micro, const plan_options *o, plan_t *p, char *err);
 
 /* Fills names, n_ranks and ranks of p->mod[] from their degrees and pools,
  * then evaluates (pred filled). */

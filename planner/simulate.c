@@ -3,6 +3,8 @@
  * and collectives synchronising the ranks; see planner.h for the rules. */
 #include "planner/planner.h"
 
+#define FP32_BYTES 4.0
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,8 +184,77 @@ plan_sim_cost plan_sim_op_cost(const plan_t *p, int rank, const plan_op *op)
 
 /* ---- memory ---- */
 
-static void rank_memory(const plan_t *p, int rank, int slots, plan_sim_mem *out)
+static int largest_share(const plan_t *p, int k)
 {
+    int most = 0;
+    for (int c = 0; c < plan_chunks(p); c++)
+        for (int i = 0; i < p->mod[k].dp; i++) {
+            int f, n;
+            plan_chunk_share(p, k, c, i, &f, &n);
+            if (n > most) most = n;
+        }
+    return most;
+}
+
+/* Rows one rank sends (sending) or receives for chunk c of encoder enc, one
+ * entry per peer message, in the executor's order (plan_handoff's). */
+static int chunk_message_rows(const plan_t *p, int enc, int c, int rank, bool grad, bool sending,
+                              double *rows, int cap, int *n_out)
+{
+    plan_segment *sg;
+    int n, m = 0, last_peer = -1;
+    char err[UTIL_ERR_LEN];
+    *n_out = 0;
+    if (plan_handoff(p, enc, c, &sg, &n, err)) return UTIL_EINVAL;
+    for (int i = 0; i < n; i++) {
+        const plan_segment *g = &sg[i];
+        bool from_me = grad ? g->llm_rank == rank && g->llm_tp == 0 : g->enc_rank == rank && g->enc_tp == 0;
+        bool to_me = grad ? g->enc_rank == rank && g->llm_tp == 0 : g->llm_rank == rank && g->enc_tp == 0;
+        if (!(sending ? from_me : to_me)) continue;
+        int peer = sending != grad ? g->llm_rank : g->enc_rank;
+        if (m == 0 || peer != last_peer) { if (m == cap) break; rows[m++] = 0; }
+        last_peer = peer;
+        rows[m - 1] += g->rows;
+    }
+    util_free(sg);
+    *n_out = m;
+    return UTIL_OK;
+}
+
+/* fp32 (the CPU executor, executor/run.c): its hand-off buffers (one chunk
+ * of rows, activations and gradients, on each side) plus the peak of the
+ * messages along the rank's schedule: a sent message is held until the step
+ * ends, a received one only until it is scattered. */
+static double executor_handoff_bytes(const plan_t *p, int rank, const plan_schedule *s)
+{
+    int L = p->model.llm, enc = -1;
+    for (int k = 0; k < p->n_modules; k++)
+        if (k != L && p->work.images_per_sample > 0) enc = k;
+    if (enc < 0) return 0;
+    plan_coord cd;
+    double d = p->model.mod[L].hidden, R = plan_rows_per_sample(p, enc), buffers = 0;
+    if (plan_rank_coord(p, enc, rank, &cd)) buffers += 2 * (double)largest_share(p, enc) * R / p->mod[enc].sp * d;
+    if (plan_rank_coord(p, L, rank, &cd)) buffers += 2 * (double)largest_share(p, L) * R * d;
+    double held = 0, peak = 0, rows[64];
+    for (int i = 0; i < s->n; i++) {
+        const plan_op *o = &s->op[i];
+        bool send = o->kind == PLAN_OP_SEND_ACT || o->kind == PLAN_OP_SEND_GRAD;
+        bool recv = o->kind == PLAN_OP_RECV_ACT || o->kind == PLAN_OP_RECV_GRAD;
+        if (!send && !recv) continue;
+        bool grad = o->kind == PLAN_OP_SEND_GRAD || o->kind == PLAN_OP_RECV_GRAD;
+        int n;
+        if (chunk_message_rows(p, enc, o->chunk, rank, grad, send, rows, 64, &n)) continue;
+        for (int j = 0; j < n; j++) {
+            if (send) held += rows[j] * d;
+            peak = fmax(peak, held + (recv ? rows[j] * d : 0));
+        }
+    }
+    return FP32_BYTES * (buffers + peak);
+}
+
+static void rank_memory(const plan_t *p, int rank, const plan_schedule *sched, plan_sim_mem *out)
+{
+    int slots = sched->slots;
     memset(out, 0, sizeof *out);
     plan_options o = plan_opts(p);
     bool first = true;
@@ -206,6 +277,7 @@ static void rank_memory(const plan_t *p, int rank, int slots, plan_sim_mem *out)
         if (encoder) out->slots += in_flight;
         first = false;
     }
+    if (p->precision == PLAN_OPT_FP32) out->comm += executor_handoff_bytes(p, rank, sched);
     out->total = out->params + out->grads + out->optim + out->activations + out->logits + out->comm + out->other;
 }
 
@@ -214,7 +286,7 @@ int plan_sim_memory(const plan_t *p, int rank, plan_sim_mem *out, char *err)
     plan_schedule s;
     int rc = plan_schedule_rank(p, rank, &s, err);
     if (rc) return rc;
-    rank_memory(p, rank, s.slots, out);
+    rank_memory(p, rank, &s, out);
     plan_schedule_free(&s);
     return UTIL_OK;
 }
@@ -651,7 +723,7 @@ static int setup(sim *S, char *err)
         r->rank[i].n_ops = S->sched[i].n;
         r->rank[i].ops = util_calloc((size_t)(S->sched[i].n ? S->sched[i].n : 1), sizeof(plan_sim_op));
         if (!r->rank[i].ops) return util_fail(err, UTIL_ENOMEM, "simulate: out of memory for rank %d's ops", i);
-        rank_memory(p, i, S->sched[i].slots, &r->rank[i].mem);
+        rank_memory(p, i, &S->sched[i], &r->rank[i].mem);
     }
     int rc = build_messages(p, &S->msg, err);
     return rc ? rc : build_collectives(p, &S->coll, err);
