@@ -57,7 +57,7 @@ def main():
     a = ap.parse_args()
     dhp = os.path.abspath(a.dhp)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OPENBLAS_NUM_THREADS="1")
+               OPENBLAS_NUM_THREADS="1", OMPI_MCA_mpi_yield_when_idle="1")
     tmp = tempfile.mkdtemp(prefix="dhp-fidelity.")
     data = os.path.join(tmp, "data")
     sh([dhp, "data", "synth", "--out", data, "--samples", "1024", "--window", "0"], env)

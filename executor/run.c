@@ -552,8 +552,8 @@ static int count_predictions(run_ctx *r, const plan_schedule *s, const step_data
     return UTIL_OK;
 }
 
-/* Trace of the last step: one event per op. */
-typedef struct { int kind, module, chunk; double t0, t1; } op_event;
+/* Trace of the last step: one event per op, seconds from the step's start. */
+typedef struct { plan_op op; double t0, t1; } op_event;
 
 /* Runs one op; compute errors are remembered in *failed so that the rank
  * still takes part in every communication of the step. */
@@ -600,7 +600,7 @@ static int run_step(run_ctx *r, const plan_schedule *s, ex_dataset *ds, step_dat
         rc = run_op(r, &s->op[i], d, h, st, &applied, &failed, err);
         double t1 = util_now();
         st->op_s[s->op[i].kind] += t1 - t0;
-        if (ev) ev[i] = (op_event){ s->op[i].kind, s->op[i].module, s->op[i].chunk, t0 - t_start, t1 - t_start };
+        if (ev) ev[i] = (op_event){ s->op[i], t0 - t_start, t1 - t_start };
     }
     char werr[UTIL_ERR_LEN];
     int wrc = handoff_wait_all(r, h, werr);
@@ -682,53 +682,41 @@ static int gather_report(run_ctx *r, double step_s, rank_report *all, char *err)
     return UTIL_OK;
 }
 
-/* Chrome trace event format (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU):
- * one complete event ("ph": "X") per op, pid = rank, tid 0 compute / 1 communication. */
+/* The last step's measured ops as a Chrome trace, written by rank 0 with
+ * the simulator's writer and labels, so predicted and measured timelines
+ * line up event for event. */
 static int write_trace(run_ctx *r, const plan_schedule *s, const op_event *ev, char *err)
 {
-    int n = s->n, most = 0;
-    if (ex_comm_allreduce_max_int(r->world, &n, 1)) return util_fail(err, UTIL_ERUNTIME, "run: trace: %s", ex_comm_error(r->world));
-    most = n;
+    int most = s->n;
+    if (ex_comm_allreduce_max_int(r->world, &most, 1)) return util_fail(err, UTIL_ERUNTIME, "run: trace: %s", ex_comm_error(r->world));
     op_event *mine = util_calloc((size_t)most, sizeof *mine), *all = NULL;
     if (!mine) return util_fail(err, UTIL_ENOMEM, "run: out of memory");
     memcpy(mine, ev, (size_t)s->n * sizeof *ev);
-    for (int i = s->n; i < most; i++) mine[i].kind = -1;
+    for (int i = s->n; i < most; i++) mine[i].op.kind = PLAN_NOPS;
     if (r->rank == 0) all = util_malloc((size_t)most * r->size * sizeof *all);
     int rc = ex_comm_gather_bytes(r->world, mine, all, (size_t)most * sizeof *mine, 0)
            ? util_fail(err, UTIL_ERUNTIME, "run: trace: %s", ex_comm_error(r->world)) : UTIL_OK;
-    if (!rc && r->rank == 0) {
-        cJSON *arr = cJSON_CreateArray();
-        for (int q = 0; q < r->size; q++) {
-            cJSON *meta = cJSON_CreateObject();
-            cJSON_AddStringToObject(meta, "name", "process_name");
-            cJSON_AddStringToObject(meta, "ph", "M");
-            cJSON_AddNumberToObject(meta, "pid", q);
-            char nm[32];
-            snprintf(nm, sizeof nm, "rank %d", q);
-            cJSON_AddStringToObject(cJSON_AddObjectToObject(meta, "args"), "name", nm);
-            cJSON_AddItemToArray(arr, meta);
+    plan_trace_event *te = !rc && r->rank == 0 ? util_calloc((size_t)most * r->size, sizeof *te) : NULL;
+    if (!rc && r->rank == 0 && !te) rc = util_fail(err, UTIL_ENOMEM, "run: out of memory");
+    if (te) {
+        int n = 0;
+        for (int q = 0; q < r->size; q++)
             for (int i = 0; i < most; i++) {
                 const op_event *e = &all[(size_t)q * most + i];
-                if (e->kind < 0) continue;
-                bool comm = e->kind != PLAN_OP_FORWARD && e->kind != PLAN_OP_BACKWARD &&
-                            e->kind != PLAN_OP_FORWARD_BACKWARD && e->kind != PLAN_OP_OPTIMIZER;
-                cJSON *o = cJSON_CreateObject();
-                char name[96];
-                const char *mod = e->module >= 0 ? r->plan.mod[e->module].module : "all";
-                if (e->chunk >= 0) snprintf(name, sizeof name, "%s %s c%d", plan_op_name(e->kind), mod, e->chunk);
-                else snprintf(name, sizeof name, "%s %s", plan_op_name(e->kind), mod);
-                cJSON_AddStringToObject(o, "name", name);
-                cJSON_AddStringToObject(o, "ph", "X");
-                cJSON_AddNumberToObject(o, "ts", e->t0 * 1e6);
-                cJSON_AddNumberToObject(o, "dur", (e->t1 - e->t0) * 1e6);
-                cJSON_AddNumberToObject(o, "pid", q);
-                cJSON_AddNumberToObject(o, "tid", comm ? 1 : 0);
-                cJSON_AddItemToArray(arr, o);
+                if (e->op.kind == PLAN_NOPS) continue;
+                plan_trace_event *t = &te[n++];
+                t->rank = q;
+                t->lane = plan_op_lane(e->op.kind);
+                plan_sim_op_label(&r->plan, &e->op, t->name, sizeof t->name);
+                t->start_s = e->t0;
+                t->end_s = e->t1;
+                t->chunk = e->op.chunk;
+                t->samples = e->op.chunk >= 0 ? e->op.samples : -1;
+                t->bytes = -1;
             }
-        }
-        rc = util_json_write(r->o->trace_path, arr, err);
-        cJSON_Delete(arr);
+        rc = plan_trace_write(r->o->trace_path, te, n, r->size, NULL, err);
     }
+    util_free(te);
     util_free(mine);
     util_free(all);
     return rc;

@@ -436,6 +436,8 @@ typedef struct {
     int chunk, samples;       /* args; -1 leaves them out */
     double bytes;             /* args; < 0 leaves it out */
 } plan_trace_event;
+/* Compute ops (forward, backward, optimizer) on the compute lane, the rest on the comm lane. */
+plan_trace_lane plan_op_lane(plan_op_kind k);
 /* Writes n events atomically; process r is named names[r] ("rank r" if names or names[r] is NULL). */
 int plan_trace_write(const char *path, const plan_trace_event *ev, int n, int world_size,
                      const char *const *names, char *err);

@@ -825,7 +825,7 @@ cJSON *plan_sim_to_json(const plan_t *p, const plan_sim_result *r)
     return doc;
 }
 
-static plan_trace_lane lane_of(plan_op_kind k)
+plan_trace_lane plan_op_lane(plan_op_kind k)
 {
     switch (k) {
     case PLAN_OP_FORWARD:
@@ -860,7 +860,7 @@ int plan_sim_write_trace(const char *path, const plan_t *p, const plan_sim_resul
             const plan_sim_op *o = &r->rank[i].ops[j];
             plan_trace_event *e = &ev[n++];
             e->rank = i;
-            e->lane = lane_of(o->op.kind);
+            e->lane = plan_op_lane(o->op.kind);
             plan_sim_op_label(p, &o->op, e->name, sizeof e->name);
             e->start_s = o->start_s;
             e->end_s = o->end_s;

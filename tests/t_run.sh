@@ -104,3 +104,19 @@ last=$(cat "$T/nan.ck/latest" 2>/dev/null)
 if [ "$rc" = 1 ] && grep -qE "step [0-9]+: .*nan|diverged" "$T/err" && [ -n "$last" ] \
    && $DIFF "$T/nan.ck" "$T/nan.ck" >/dev/null 2>&1; then ok run_stops_on_nan_loss_keeping_the_last_good_checkpoint
 else fail run_stops_on_nan_loss_keeping_the_last_good_checkpoint "exit $rc, latest '$last': $(head -c 300 "$T/err")"; fi
+
+# --trace: the measured step in Chrome trace format, event for event the simulator's
+n=$(world "$T/dis_1_tp2.json")
+if timeout 120 mpirun --oversubscribe -np "$n" "$DHP" run "$T/dis_1_tp2.json" --data "$T/data" --steps 2 --trace "$T/run.trace" >/dev/null 2>"$T/err" \
+   && "$DHP" simulate "$T/dis_1_tp2.json" --trace "$T/sim.trace" >/dev/null 2>>"$T/err"; then
+    if /usr/bin/python3 - "$T/run.trace" "$T/sim.trace" <<'PY'
+import json, sys
+def ops(f):
+    e = json.load(open(f))
+    e = e if isinstance(e, list) else e["traceEvents"]
+    return sorted((x["pid"], x["tid"], x["name"]) for x in e if x.get("ph") == "X")
+a, b = ops(sys.argv[1]), ops(sys.argv[2])
+sys.exit(0 if a == b and len(a) > 0 else f"{len(a)} measured vs {len(b)} simulated events differ")
+PY
+    then ok run_trace_matches_the_simulated_events; else fail run_trace_matches_the_simulated_events "events differ"; fi
+else fail run_trace_matches_the_simulated_events "$(head -c 300 "$T/err")"; fi
