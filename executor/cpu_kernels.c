@@ -17,11 +17,16 @@ static void cpu_add_bias(float *y, const float *b, int n, int d)
 }
 static void cpu_scale_inplace(float *y, float s, size_t n) { for (size_t i = 0; i < n; i++) y[i] *= s; }
 
+/* sum_i x[i]^2 in double, in 8 interleaved partial sums (lane l takes i = l mod 8),
+ * so the adds are independent and vectorize; the lanes are summed pairwise. */
 static double cpu_sumsq(const float *x, size_t n)
 {
-    double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
-    return s;
+    double a[8] = { 0 };
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) a[l] += (double)x[i + l] * x[i + l];
+    for (; i < n; i++) a[0] += (double)x[i] * x[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
 /* linear: out[n, o] = inp[n, i] @ w[o, i]^T + b[o]   (b may be NULL) */
@@ -134,49 +139,99 @@ static float dotf(const float *a, const float *b, int n)
     return s;
 }
 
+/* Transposes rows j0 .. j0+jn-1 of head kvh of x[n, Hkv, hd] into xt[hd, EX_ATT_TILE]
+ * (xt[i, jj] = x[j0 + jj, kvh, i]); the unused columns jj >= jn are zero. */
+static void att_tile_transpose(float *xt, const float *x, int j0, int jn, int Hkv, int kvh, int hd)
+{
+    for (int i = 0; i < hd; i++)
+        for (int jj = jn; jj < EX_ATT_TILE; jj++) xt[(size_t)i * EX_ATT_TILE + jj] = 0;
+    for (int jj = 0; jj < jn; jj++) {
+        const float *xj = x + ((size_t)(j0 + jj) * Hkv + kvh) * hd;
+        for (int i = 0; i < hd; i++) xt[(size_t)i * EX_ATT_TILE + jj] = xj[i];
+    }
+}
+
+/* sc[jj] = sum_i a[i] xt[i, jj] for a whole tile, i ascending: each sc[jj] is
+ * bit-identical to dotf(a, x_jj, hd), but the loop runs across the tile's keys
+ * (independent sums, so it vectorizes without reordering any sum). */
+static void att_tile_dots(float *restrict sc, const float *restrict a, const float *restrict xt, int hd)
+{
+    for (int jj = 0; jj < EX_ATT_TILE; jj++) sc[jj] = 0;
+    for (int i = 0; i < hd; i++) {
+        float ai = a[i];
+        const float *row = xt + (size_t)i * EX_ATT_TILE;
+        for (int jj = 0; jj < EX_ATT_TILE; jj++) sc[jj] += ai * row[jj];
+    }
+}
+
+/* y[i] += s x[i] */
+static void axpyf(float *restrict y, float s, const float *restrict x, int n)
+{
+    for (int i = 0; i < n; i++) y[i] += s * x[i];
+}
+
 /* Attention over variable-length sequences (flash-attention varlen style):
  * sequence i holds rows cu_seqlens[i] .. cu_seqlens[i+1]-1; rows attend only within
  * their sequence (block-diagonal), and if causal only to keys j <= their own row.
  * q[n, H, hd], k/v[n, Hkv, hd]; query head h reads kv head h / (H / Hkv) (GQA).
  * out[r, h] = sum_j softmax_j(q[r,h] . k[j] / sqrt(hd)) v[j];  lse[r, h] = log sum_j exp(score).
  * Online softmax over key tiles of EX_ATT_TILE: only a tile of scores per row is live,
- * never the s x s matrix. lse[n, H] is kept for the backward pass. */
+ * never the s x s matrix; out holds each row's running accumulator. Loops run per
+ * (sequence, head, block of EX_ATT_TILE query rows, key tile), the key tile transposed
+ * once for the block so the scores vectorize; each row sees the same operations in
+ * the same order as a row-by-row loop. lse[n, H] is kept for the backward pass. */
 static void cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
                                   const float *v, const int *cu, int nseq, int H, int Hkv,
                                   int hd, bool causal)
 {
-    float scale = 1.0f / sqrtf((float)hd), sc[EX_ATT_TILE], acc[EX_MAX_HEAD_DIM];
+    float scale = 1.0f / sqrtf((float)hd), sc[EX_ATT_TILE], m[EX_ATT_TILE], l[EX_ATT_TILE];
+    float kt[(size_t)hd * EX_ATT_TILE];
     int group = H / Hkv;
     for (int sq = 0; sq < nseq; sq++) {
         int s0 = cu[sq], len = cu[sq + 1] - cu[sq];
-        for (int r = 0; r < len; r++) {
-            for (int h = 0; h < H; h++) {
-                const float *qr = q + ((size_t)(s0 + r) * H + h) * hd;
-                int kvh = h / group, kend = causal ? r + 1 : len;
-                float m = -INFINITY, l = 0;
-                for (int i = 0; i < hd; i++) acc[i] = 0;
-                for (int j0 = 0; j0 < kend; j0 += EX_ATT_TILE) {
-                    int jn = kend - j0 < EX_ATT_TILE ? kend - j0 : EX_ATT_TILE;
-                    float mt = -INFINITY;
-                    for (int jj = 0; jj < jn; jj++) {
-                        const float *kj = k + ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
-                        sc[jj] = dotf(qr, kj, hd) * scale;
-                        if (sc[jj] > mt) mt = sc[jj];
-                    }
-                    float mnew = m > mt ? m : mt, corr = expf(m - mnew);
-                    l *= corr;
-                    for (int i = 0; i < hd; i++) acc[i] *= corr;
-                    for (int jj = 0; jj < jn; jj++) {
-                        const float *vj = v + ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
-                        float p = expf(sc[jj] - mnew);
-                        l += p;
-                        for (int i = 0; i < hd; i++) acc[i] += p * vj[i];
-                    }
-                    m = mnew;
+        for (int h = 0; h < H; h++) {
+            int kvh = h / group;
+            for (int r0 = 0; r0 < len; r0 += EX_ATT_TILE) {
+                int rn = len - r0 < EX_ATT_TILE ? len - r0 : EX_ATT_TILE;
+                int kmax = causal ? r0 + rn : len;   /* keys any row of the block sees */
+                for (int rr = 0; rr < rn; rr++) {
+                    m[rr] = -INFINITY;
+                    l[rr] = 0;
+                    float *o = out + ((size_t)(s0 + r0 + rr) * H + h) * hd;
+                    for (int i = 0; i < hd; i++) o[i] = 0;
                 }
-                float *o = out + ((size_t)(s0 + r) * H + h) * hd;
-                for (int i = 0; i < hd; i++) o[i] = acc[i] / l;
-                lse[(size_t)(s0 + r) * H + h] = m + logf(l);
+                for (int j0 = 0; j0 < kmax; j0 += EX_ATT_TILE) {
+                    int tn = kmax - j0 < EX_ATT_TILE ? kmax - j0 : EX_ATT_TILE;
+                    att_tile_transpose(kt, k + (size_t)s0 * Hkv * hd, j0, tn, Hkv, kvh, hd);
+                    for (int rr = 0; rr < rn; rr++) {
+                        int r = r0 + rr, kend = causal ? r + 1 : len;
+                        if (kend <= j0) continue;
+                        int jn = kend - j0 < tn ? kend - j0 : tn;
+                        const float *qr = q + ((size_t)(s0 + r) * H + h) * hd;
+                        float *acc = out + ((size_t)(s0 + r) * H + h) * hd;
+                        att_tile_dots(sc, qr, kt, hd);
+                        float mt = -INFINITY;
+                        for (int jj = 0; jj < jn; jj++) {
+                            sc[jj] *= scale;
+                            if (sc[jj] > mt) mt = sc[jj];
+                        }
+                        float mnew = m[rr] > mt ? m[rr] : mt, corr = expf(m[rr] - mnew);
+                        l[rr] *= corr;
+                        for (int i = 0; i < hd; i++) acc[i] *= corr;
+                        for (int jj = 0; jj < jn; jj++) {
+                            const float *vj = v + ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
+                            float p = expf(sc[jj] - mnew);
+                            l[rr] += p;
+                            axpyf(acc, p, vj, hd);
+                        }
+                        m[rr] = mnew;
+                    }
+                }
+                for (int rr = 0; rr < rn; rr++) {
+                    float *o = out + ((size_t)(s0 + r0 + rr) * H + h) * hd;
+                    for (int i = 0; i < hd; i++) o[i] /= l[rr];
+                    lse[(size_t)(s0 + r0 + rr) * H + h] = m[rr] + logf(l[rr]);
+                }
             }
         }
     }
@@ -185,37 +240,44 @@ static void cpu_attention_forward(float *out, float *lse, const float *q, const 
 /* Attention backward, recomputing scores per key from q, k and lse (no s x s matrix):
  * p = exp(q.k/sqrt(hd) - lse), D[r] = dout[r] . out[r],
  * dv[j] += p dout[r];  ds = p (dout[r] . v[j] - D[r]);
- * dq[r] += ds k[j] / sqrt(hd);  dk[j] += ds q[r] / sqrt(hd). */
+ * dq[r] += ds k[j] / sqrt(hd);  dk[j] += ds q[r] / sqrt(hd).
+ * Loops run per (sequence, kv head, key tile) with the tile's k and v transposed once,
+ * then over rows r and the group's query heads h: every gradient element receives its
+ * terms in the order of a loop over r, h, j (dk, dv: r-major then h; dq: j ascending). */
 static void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                                    const float *q, const float *k, const float *v,
                                    const float *out, const float *lse, const int *cu, int nseq,
                                    int H, int Hkv, int hd, bool causal)
 {
-    float scale = 1.0f / sqrtf((float)hd);
+    float scale = 1.0f / sqrtf((float)hd), sc[EX_ATT_TILE], dp[EX_ATT_TILE];
+    float kt[(size_t)hd * EX_ATT_TILE], vt[(size_t)hd * EX_ATT_TILE];
     int group = H / Hkv;
     for (int sq = 0; sq < nseq; sq++) {
         int s0 = cu[sq], len = cu[sq + 1] - cu[sq];
-        for (int r = 0; r < len; r++) {
-            for (int h = 0; h < H; h++) {
-                size_t qo = ((size_t)(s0 + r) * H + h) * hd;
-                const float *qr = q + qo, *dor = dout + qo;
-                float *dqr = dq + qo;
-                float D = dotf(dor, out + qo, hd), L = lse[(size_t)(s0 + r) * H + h];
-                int kvh = h / group, kend = causal ? r + 1 : len;
-                for (int j = 0; j < kend; j++) {
-                    size_t ko = ((size_t)(s0 + j) * Hkv + kvh) * hd;
-                    const float *kj = k + ko, *vj = v + ko;
-                    float p = expf(dotf(qr, kj, hd) * scale - L);
-                    float ds = p * (dotf(dor, vj, hd) - D) * scale;
-                    float *dkj = dk + ko, *dvj = dv + ko;
-                    for (int i = 0; i < hd; i++) {
-                        dvj[i] += p * dor[i];
-                        dqr[i] += ds * kj[i];
-                        dkj[i] += ds * qr[i];
+        for (int kvh = 0; kvh < Hkv; kvh++)
+            for (int j0 = 0; j0 < len; j0 += EX_ATT_TILE) {
+                int tn = len - j0 < EX_ATT_TILE ? len - j0 : EX_ATT_TILE;
+                att_tile_transpose(kt, k + (size_t)s0 * Hkv * hd, j0, tn, Hkv, kvh, hd);
+                att_tile_transpose(vt, v + (size_t)s0 * Hkv * hd, j0, tn, Hkv, kvh, hd);
+                for (int r = causal ? j0 : 0; r < len; r++) {
+                    int kend = causal ? r + 1 : len, jn = kend - j0 < tn ? kend - j0 : tn;
+                    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                        size_t qo = ((size_t)(s0 + r) * H + h) * hd;
+                        const float *qr = q + qo, *dor = dout + qo;
+                        float D = dotf(dor, out + qo, hd), L = lse[(size_t)(s0 + r) * H + h];
+                        att_tile_dots(sc, qr, kt, hd);
+                        att_tile_dots(dp, dor, vt, hd);
+                        for (int jj = 0; jj < jn; jj++) {
+                            size_t ko = ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
+                            float p = expf(sc[jj] * scale - L);
+                            float ds = p * (dp[jj] - D) * scale;
+                            axpyf(dv + ko, p, dor, hd);
+                            axpyf(dq + qo, ds, k + ko, hd);
+                            axpyf(dk + ko, ds, qr, hd);
+                        }
                     }
                 }
             }
-        }
     }
 }
 
