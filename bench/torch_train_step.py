@@ -152,6 +152,8 @@ def main():
     ap.add_argument("--text-tokens", type=int, default=64)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--foreach", type=int, default=1, help="AdamW foreach (multi-tensor) implementation")
+    ap.add_argument("--set-to-none", type=int, default=1, help="zero_grad(set_to_none=...)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -178,7 +180,7 @@ def main():
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.999), eps=1e-8, foreach=True)
+                            lr=1e-3, betas=(0.9, 0.999), eps=1e-8, foreach=bool(a.foreach))
     times, first_loss = [], None
     for i in range(a.warmup + a.steps):
         t0 = time.perf_counter()
@@ -186,7 +188,7 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad(set_to_none=bool(a.set_to_none))
         dt = time.perf_counter() - t0
         if first_loss is None:
             first_loss = loss.item()
