@@ -6,7 +6,9 @@
 # in both. Each side: WARMUP steps, then the median of STEPS steps (dhp: step_s of
 # --log-json). Prints threads, geometry, parameters, s/step of each and torch/dhp
 # (> 1: dhp is faster). Environment knobs: MODEL BATCH IMAGE TEXT THREADS WARMUP STEPS
-# PYTHON (default /usr/bin/python3, Debian's python3-torch) DHP.
+# PYTHON (default /usr/bin/python3, Debian's python3-torch) DHP, TORCH_ARGS (extra
+# torch_train_step.py options, e.g. "--foreach 1 --set-to-none 1"; its defaults are
+# the fastest settings measured here).
 #
 # PyTorch threads: torch.set_num_threads(N) (OpenMP element-wise ops) and
 # OPENBLAS_NUM_THREADS=N (its GEMMs call the same OpenBLAS as dhp). Debian's torch
@@ -58,29 +60,33 @@ dhp_step() {
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 times = [r["step_s"] for r in rows[int(sys.argv[2]):]]
-print(statistics.median(times), rows[0]["ranks"][0]["peak_bytes"]["params"] // 4)' "$tmp/dhp.log" "$WARMUP"
+print(statistics.median(times), min(times), max(times), rows[0]["ranks"][0]["peak_bytes"]["params"] // 4)' "$tmp/dhp.log" "$WARMUP"
 }
 
 torch_step() {
     OPENBLAS_NUM_THREADS=$1 OMP_NUM_THREADS=$1 OMP_WAIT_POLICY=PASSIVE "$PY" bench/torch_train_step.py \
         --model "$MODEL_JSON" --threads "$1" --batch "$BATCH" --image-size "$IMAGE" --text-tokens "$TEXT" \
-        --warmup "$WARMUP" --steps "$STEPS" >"$tmp/torch.json"
+        --warmup "$WARMUP" --steps "$STEPS" ${TORCH_ARGS:-} >"$tmp/torch.json"
     "$PY" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(r["step_s"], r["params"], r["torch"])' "$tmp/torch.json"
+t = r["steps_s"]
+print(r["step_s"], min(t), max(t), r["params"], r["torch"])' "$tmp/torch.json"
 }
 
 printf 'train step  %s, batch %d x (1 image %dx%d -> %d patches -> %d merged tokens + %d text tokens), fp32 CPU\n' \
     "$MODEL" "$BATCH" "$IMAGE" "$IMAGE" "$PATCHES" "$MERGED" "$TEXT"
 printf '            median of %d steps after %d warm-up steps, each side in the same run\n' "$STEPS" "$WARMUP"
-printf '%-8s %-12s %-12s %-14s %-14s %s\n' threads dhp-params torch-params "dhp s/step" "torch s/step" "torch/dhp"
+printf '%-8s %-12s %-12s %-22s %-22s %s\n' threads dhp-params torch-params "dhp s/step (min-max)" \
+    "torch s/step (min-max)" "torch/dhp"
 for n in $THREADS; do
-    read -r dhp_s dhp_params < <(dhp_step "$n")
-    read -r torch_s torch_params torch_ver < <(torch_step "$n")
+    read -r dhp_s dhp_lo dhp_hi dhp_params < <(dhp_step "$n")
+    read -r torch_s torch_lo torch_hi torch_params torch_ver < <(torch_step "$n")
     note=
     [ "$dhp_params" = "$torch_params" ] || note="  (parameter counts differ!)"
-    printf '%-8s %-12s %-12s %-14.3f %-14.3f %.2fx%s\n' "$n" "$dhp_params" "$torch_params" "$dhp_s" "$torch_s" \
+    printf '%-8s %-12s %-12s %-22s %-22s %.2fx%s\n' "$n" "$dhp_params" "$torch_params" \
+        "$(printf '%.3f (%.2f-%.2f)' "$dhp_s" "$dhp_lo" "$dhp_hi")" \
+        "$(printf '%.3f (%.2f-%.2f)' "$torch_s" "$torch_lo" "$torch_hi")" \
         "$(awk "BEGIN { print $torch_s / $dhp_s }")" "$note"
 done
 echo "            torch $torch_ver; ratio > 1: dhp is faster (target >= 1)"

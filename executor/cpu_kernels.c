@@ -10,14 +10,15 @@
 #include <string.h>
 
 /* ------------------------------------------------------------ thread pool
- * The GEMMs thread inside OpenBLAS; the loops here (AdamW, attention,
- * element-wise) run on a pool of as many threads as OpenBLAS uses
- * (OPENBLAS_NUM_THREADS), the caller being one of them. Work is split into
- * contiguous index ranges whose results do not depend on the split (element
- * ranges, or attention units that own their outputs), so any thread count
+ * The GEMMs thread inside OpenBLAS; the loops here (AdamW, attention, sums of
+ * squares, element-wise) run on a pool of as many threads as OpenBLAS is set
+ * to use (OPENBLAS_NUM_THREADS, or openblas_set_num_threads, read at each
+ * call), the caller being one of them. Work is split into contiguous index
+ * ranges whose results do not depend on the split (element ranges, attention
+ * units that own their outputs, fixed blocks of a sum), so any thread count
  * gives bit-identical results. Workers sleep on a condition variable between
- * calls (no spinning next to OpenBLAS's own threads). One caller at a time:
- * a second thread calling in while the pool is busy (the in-process
+ * calls (no spinning next to OpenBLAS's own threads). One caller at a time: a
+ * second thread calling in while the pool is busy (the in-process
  * tensor-parallel tests) runs its loop itself. */
 #define CPU_MAX_THREADS 64
 /* Elements per thread below which an element-wise loop stays on the caller:
@@ -27,25 +28,25 @@
 typedef void (*cpu_range_fn)(void *ctx, size_t lo, size_t hi);
 
 static struct {
-    pthread_once_t once;
     pthread_mutex_t call;      /* held by the one caller using the pool */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    int threads;               /* including the caller */
+    int workers;               /* threads besides the caller */
     unsigned long gen;         /* bumped per parallel call */
+    unsigned long start_gen[CPU_MAX_THREADS];
     int pending;               /* workers still running the current call */
     cpu_range_fn fn;
     void *ctx;
     size_t n, chunk;
-} pool = { .once = PTHREAD_ONCE_INIT, .call = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
-           .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER, .threads = 1 };
+} pool = { .call = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
+           .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
 
-/* Worker id (1 .. threads-1) runs range [id * chunk, (id + 1) * chunk) of each call. */
+/* Worker id (1 .. workers) runs range [id * chunk, (id + 1) * chunk) of each call. */
 static void *pool_worker(void *arg)
 {
     size_t id = (size_t)(uintptr_t)arg;
-    unsigned long seen = 0;
     pthread_mutex_lock(&pool.mu);
+    unsigned long seen = pool.start_gen[id];
     for (;;) {
         while (pool.gen == seen) pthread_cond_wait(&pool.go, &pool.mu);
         seen = pool.gen;
@@ -60,30 +61,43 @@ static void *pool_worker(void *arg)
     return NULL;
 }
 
-static void pool_start(void)
+/* Starts workers up to threads - 1 (caller holds pool.call; none is running a call).
+ * Returns the threads available, caller included. */
+static int pool_grow(int threads)
 {
-    int want = openblas_get_num_threads();
-    if (want > CPU_MAX_THREADS) want = CPU_MAX_THREADS;
+    if (threads > CPU_MAX_THREADS) threads = CPU_MAX_THREADS;
     pthread_attr_t attr;
-    if (want < 2 || pthread_attr_init(&attr)) return;
+    if (pool.workers + 1 >= threads || pthread_attr_init(&attr)) return pool.workers + 1;
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    for (int i = 1; i < want; i++) {
+    while (pool.workers + 1 < threads) {
+        int id = pool.workers + 1;
         pthread_t t;
-        if (pthread_create(&t, &attr, pool_worker, (void *)(uintptr_t)i)) break;
-        pool.threads = i + 1;
+        pthread_mutex_lock(&pool.mu);
+        pool.start_gen[id] = pool.gen;
+        int rc = pthread_create(&t, &attr, pool_worker, (void *)(uintptr_t)id);
+        if (!rc) pool.workers = id;
+        pthread_mutex_unlock(&pool.mu);
+        if (rc) break;
     }
     pthread_attr_destroy(&attr);
+    return pool.workers + 1;
 }
 
-/* fn(ctx, lo, hi) over [0, n) in contiguous ranges, one per thread; serial when
- * n < 2 * grain, with one thread, or while another caller holds the pool. */
+/* fn(ctx, lo, hi) over [0, n) in contiguous ranges, one per thread (at most
+ * n / grain threads); serial with one thread or while another caller holds the pool. */
 static void cpu_parallel(size_t n, size_t grain, cpu_range_fn fn, void *ctx)
 {
     if (n == 0) return;
-    pthread_once(&pool.once, pool_start);
-    size_t t = pool.threads, most = n / (grain ? grain : 1);
+    size_t t = (size_t)openblas_get_num_threads(), most = n / (grain ? grain : 1);
     if (t > most) t = most;
     if (t < 2 || pthread_mutex_trylock(&pool.call)) {
+        fn(ctx, 0, n);
+        return;
+    }
+    size_t have = (size_t)pool_grow((int)(t < CPU_MAX_THREADS ? t : CPU_MAX_THREADS));
+    if (t > have) t = have;
+    if (t < 2) {
+        pthread_mutex_unlock(&pool.call);
         fn(ctx, 0, n);
         return;
     }
@@ -93,11 +107,11 @@ static void cpu_parallel(size_t n, size_t grain, cpu_range_fn fn, void *ctx)
     pool.ctx = ctx;
     pool.n = n;
     pool.chunk = chunk;
-    pool.pending = pool.threads - 1;
+    pool.pending = pool.workers;
     pool.gen++;
     pthread_cond_broadcast(&pool.go);
     pthread_mutex_unlock(&pool.mu);
-    fn(ctx, 0, chunk < n ? chunk : n);
+    fn(ctx, 0, chunk);
     pthread_mutex_lock(&pool.mu);
     while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.mu);
     pthread_mutex_unlock(&pool.mu);
@@ -132,7 +146,7 @@ static void cpu_scale_inplace(float *y, float s, size_t n) { ew_args a = { y, NU
 
 /* sum_i x[i]^2 in double, in 8 interleaved partial sums (lane l takes i = l mod 8),
  * so the adds are independent and vectorize; the lanes are summed pairwise. */
-static double cpu_sumsq(const float *x, size_t n)
+static double sumsq_serial(const float *x, size_t n)
 {
     double a[8] = { 0 };
     size_t i = 0;
@@ -140,6 +154,34 @@ static double cpu_sumsq(const float *x, size_t n)
         for (int l = 0; l < 8; l++) a[l] += (double)x[i + l] * x[i + l];
     for (; i < n; i++) a[0] += (double)x[i] * x[i];
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+#define SUMSQ_BLOCKS 256
+typedef struct { const float *x; size_t n, block; double part[SUMSQ_BLOCKS]; } sumsq_args;
+
+static void sumsq_range(void *c, size_t lo, size_t hi)
+{
+    sumsq_args *A = c;
+    for (size_t b = lo; b < hi; b++) {
+        size_t i0 = b * A->block, i1 = i0 + A->block < A->n ? i0 + A->block : A->n;
+        A->part[b] = i0 < i1 ? sumsq_serial(A->x + i0, i1 - i0) : 0;
+    }
+}
+
+/* sum_i x[i]^2: blocks of a size that depends on n only (at most SUMSQ_BLOCKS of
+ * them, at least CPU_GRAIN elements), each summed by sumsq_serial on some thread,
+ * then the block sums added in order, so the result does not depend on the
+ * thread count. */
+static double cpu_sumsq(const float *x, size_t n)
+{
+    sumsq_args A = { .x = x, .n = n };
+    A.block = (n + SUMSQ_BLOCKS - 1) / SUMSQ_BLOCKS;
+    if (A.block < CPU_GRAIN) A.block = CPU_GRAIN;
+    size_t nb = (n + A.block - 1) / A.block;
+    cpu_parallel(nb, 1, sumsq_range, &A);
+    double s = 0;
+    for (size_t b = 0; b < nb; b++) s += A.part[b];
+    return s;
 }
 
 /* linear: out[n, o] = inp[n, i] @ w[o, i]^T + b[o]   (b may be NULL) */
