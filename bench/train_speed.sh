@@ -3,9 +3,11 @@
 # against PyTorch float32 (bench/torch_train_step.py) for the same model, the same
 # batch geometry and the same thread count, measured in this run.
 # A step is forward + backward + gradient-norm clip + AdamW + zeroing the gradients
-# in both. Each side: WARMUP steps, then the median of STEPS steps (dhp: step_s of
-# --log-json). Prints threads, geometry, parameters, s/step of each and torch/dhp
-# (> 1: dhp is faster). Environment knobs: MODEL BATCH IMAGE TEXT THREADS WARMUP STEPS
+# in both. Each side runs ROUNDS processes (dhp and torch alternating, so a noisy
+# neighbour hits both), each WARMUP steps then STEPS timed ones (dhp: step_s of
+# --log-json); the median of all timed steps is reported with min-max. Prints threads,
+# geometry, parameters, s/step of each and torch/dhp (> 1: dhp is faster).
+# Environment knobs: MODEL BATCH IMAGE TEXT THREADS WARMUP STEPS ROUNDS
 # PYTHON (default /usr/bin/python3, Debian's python3-torch) DHP, TORCH_ARGS (extra
 # torch_train_step.py options, e.g. "--foreach 1 --set-to-none 1"; its defaults are
 # the fastest settings measured here).
@@ -14,7 +16,8 @@
 # OPENBLAS_NUM_THREADS=N (its GEMMs call the same OpenBLAS as dhp). Debian's torch
 # links the pthread OpenBLAS next to libgomp; with both spinning on 2 cores a step
 # is ~10x slower, so the torch side runs with OMP_WAIT_POLICY=PASSIVE (its best
-# setting here), dhp (no OpenMP) with OPENBLAS_NUM_THREADS=N only.
+# setting here). dhp runs with OPENBLAS_NUM_THREADS=N, which also sizes the thread
+# pool of its own loops (executor/cpu_kernels.c).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DHP=${DHP:-./dhp}
@@ -26,6 +29,7 @@ TEXT=${TEXT:-64}
 THREADS=${THREADS:-"2 1"}
 WARMUP=${WARMUP:-2}
 STEPS=${STEPS:-5}
+ROUNDS=${ROUNDS:-2}
 MODEL_JSON=models/zoo/$MODEL.json
 
 if ! "$PY" -c 'import torch' 2>/dev/null; then
@@ -52,36 +56,52 @@ MERGED=$((PATCHES / (MERGE * MERGE)))
 "$DHP" data synth --out "$tmp/data" --samples $((BATCH * (WARMUP + STEPS))) --image-size "$IMAGE" \
     --patch "$PATCH" --merge "$MERGE" --window 0 --text-tokens "$TEXT" --shards 1 >/dev/null
 
-# median step_s after the warm-up steps, and the parameter count (params bytes / 4 on one rank)
-dhp_step() {
-    OPENBLAS_NUM_THREADS=$1 OMP_NUM_THREADS=$1 "$DHP" run "$tmp/plan.json" --data "$tmp/data" \
+# Each appends its timed steps' seconds (after the warm-up) to a file, one per line,
+# and prints the parameter count (dhp: params bytes / 4 on one rank).
+dhp_steps() {
+    OPENBLAS_NUM_THREADS=$1 "$DHP" run "$tmp/plan.json" --data "$tmp/data" \
         --steps $((WARMUP + STEPS)) --log-json --no-progress >"$tmp/dhp.log"
     "$PY" -c '
-import json, statistics, sys
+import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-times = [r["step_s"] for r in rows[int(sys.argv[2]):]]
-print(statistics.median(times), min(times), max(times), rows[0]["ranks"][0]["peak_bytes"]["params"] // 4)' "$tmp/dhp.log" "$WARMUP"
+with open(sys.argv[3], "a") as f:
+    f.writelines(str(r["step_s"]) + "\n" for r in rows[int(sys.argv[2]):])
+print(rows[0]["ranks"][0]["peak_bytes"]["params"] // 4)' "$tmp/dhp.log" "$WARMUP" "$2"
 }
 
-torch_step() {
+torch_steps() {
     OPENBLAS_NUM_THREADS=$1 OMP_NUM_THREADS=$1 OMP_WAIT_POLICY=PASSIVE "$PY" bench/torch_train_step.py \
         --model "$MODEL_JSON" --threads "$1" --batch "$BATCH" --image-size "$IMAGE" --text-tokens "$TEXT" \
         --warmup "$WARMUP" --steps "$STEPS" ${TORCH_ARGS:-} >"$tmp/torch.json"
     "$PY" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-t = r["steps_s"]
-print(r["step_s"], min(t), max(t), r["params"], r["torch"])' "$tmp/torch.json"
+with open(sys.argv[2], "a") as f:
+    f.writelines(str(t) + "\n" for t in r["steps_s"])
+print(r["params"], r["torch"])' "$tmp/torch.json" "$2"
 }
+
+# "median min max" of a file of step times
+stats() { "$PY" -c '
+import statistics, sys
+t = [float(x) for x in open(sys.argv[1])]
+print(statistics.median(t), min(t), max(t))' "$1"; }
 
 printf 'train step  %s, batch %d x (1 image %dx%d -> %d patches -> %d merged tokens + %d text tokens), fp32 CPU\n' \
     "$MODEL" "$BATCH" "$IMAGE" "$IMAGE" "$PATCHES" "$MERGED" "$TEXT"
-printf '            median of %d steps after %d warm-up steps, each side in the same run\n' "$STEPS" "$WARMUP"
+printf '            median of %d x %d steps (%d warm-up steps per process, dhp and torch alternating), same run\n' \
+    "$ROUNDS" "$STEPS" "$WARMUP"
 printf '%-8s %-12s %-12s %-22s %-22s %s\n' threads dhp-params torch-params "dhp s/step (min-max)" \
     "torch s/step (min-max)" "torch/dhp"
 for n in $THREADS; do
-    read -r dhp_s dhp_lo dhp_hi dhp_params < <(dhp_step "$n")
-    read -r torch_s torch_lo torch_hi torch_params torch_ver < <(torch_step "$n")
+    : >"$tmp/dhp.$n"
+    : >"$tmp/torch.$n"
+    for _ in $(seq "$ROUNDS"); do
+        dhp_params=$(dhp_steps "$n" "$tmp/dhp.$n")
+        read -r torch_params torch_ver < <(torch_steps "$n" "$tmp/torch.$n")
+    done
+    read -r dhp_s dhp_lo dhp_hi < <(stats "$tmp/dhp.$n")
+    read -r torch_s torch_lo torch_hi < <(stats "$tmp/torch.$n")
     note=
     [ "$dhp_params" = "$torch_params" ] || note="  (parameter counts differ!)"
     printf '%-8s %-12s %-12s %-22s %-22s %.2fx%s\n' "$n" "$dhp_params" "$torch_params" \
