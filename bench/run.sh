@@ -2,4 +2,4 @@
 # All benchmarks. Each prints ratios against a baseline measured in the same run.
 set -euo pipefail
 cd "$(dirname "$0")"
-for b in plan_speed.sh; do echo "== $b"; bash "$b"; done
+for b in plan_speed.sh train_speed.sh; do echo "== $b"; bash "$b"; done

@@ -5,22 +5,182 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
-static void cpu_zero(float *x, size_t n) { if (n) memset(x, 0, n * sizeof *x); }
+/* ------------------------------------------------------------ thread pool
+ * The GEMMs thread inside OpenBLAS; the loops here (AdamW, attention, sums of
+ * squares, element-wise) run on a pool of as many threads as OpenBLAS is set
+ * to use (OPENBLAS_NUM_THREADS, or openblas_set_num_threads, read at each
+ * call), the caller being one of them. Work is split into contiguous index
+ * ranges whose results do not depend on the split (element ranges, attention
+ * units that own their outputs, fixed blocks of a sum), so any thread count
+ * gives bit-identical results. Workers sleep on a condition variable between
+ * calls (no spinning next to OpenBLAS's own threads). One caller at a time: a
+ * second thread calling in while the pool is busy (the in-process
+ * tensor-parallel tests) runs its loop itself. */
+#define CPU_MAX_THREADS 64
+/* Elements per thread below which an element-wise loop stays on the caller:
+ * waking a worker costs some microseconds, 32K floats take about as long. */
+#define CPU_GRAIN 32768
+
+typedef void (*cpu_range_fn)(void *ctx, size_t lo, size_t hi);
+
+static struct {
+    pthread_mutex_t call;      /* held by the one caller using the pool */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    int workers;               /* threads besides the caller */
+    unsigned long gen;         /* bumped per parallel call */
+    unsigned long start_gen[CPU_MAX_THREADS];
+    int pending;               /* workers still running the current call */
+    cpu_range_fn fn;
+    void *ctx;
+    size_t n, chunk;
+} pool = { .call = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
+           .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
+
+/* Worker id (1 .. workers) runs range [id * chunk, (id + 1) * chunk) of each call. */
+static void *pool_worker(void *arg)
+{
+    size_t id = (size_t)(uintptr_t)arg;
+    pthread_mutex_lock(&pool.mu);
+    unsigned long seen = pool.start_gen[id];
+    for (;;) {
+        while (pool.gen == seen) pthread_cond_wait(&pool.go, &pool.mu);
+        seen = pool.gen;
+        cpu_range_fn fn = pool.fn;
+        void *ctx = pool.ctx;
+        size_t lo = id * pool.chunk, hi = lo + pool.chunk < pool.n ? lo + pool.chunk : pool.n;
+        pthread_mutex_unlock(&pool.mu);
+        if (lo < hi) fn(ctx, lo, hi);
+        pthread_mutex_lock(&pool.mu);
+        if (--pool.pending == 0) pthread_cond_signal(&pool.done);
+    }
+    return NULL;
+}
+
+/* Starts workers up to threads - 1 (caller holds pool.call; none is running a call).
+ * Returns the threads available, caller included. */
+static int pool_grow(int threads)
+{
+    if (threads > CPU_MAX_THREADS) threads = CPU_MAX_THREADS;
+    pthread_attr_t attr;
+    if (pool.workers + 1 >= threads || pthread_attr_init(&attr)) return pool.workers + 1;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    while (pool.workers + 1 < threads) {
+        int id = pool.workers + 1;
+        pthread_t t;
+        pthread_mutex_lock(&pool.mu);
+        pool.start_gen[id] = pool.gen;
+        int rc = pthread_create(&t, &attr, pool_worker, (void *)(uintptr_t)id);
+        if (!rc) pool.workers = id;
+        pthread_mutex_unlock(&pool.mu);
+        if (rc) break;
+    }
+    pthread_attr_destroy(&attr);
+    return pool.workers + 1;
+}
+
+/* fn(ctx, lo, hi) over [0, n) in contiguous ranges, one per thread (at most
+ * n / grain threads); serial with one thread or while another caller holds the pool. */
+static void cpu_parallel(size_t n, size_t grain, cpu_range_fn fn, void *ctx)
+{
+    if (n == 0) return;
+    size_t t = (size_t)openblas_get_num_threads(), most = n / (grain ? grain : 1);
+    if (t > most) t = most;
+    if (t < 2 || pthread_mutex_trylock(&pool.call)) {
+        fn(ctx, 0, n);
+        return;
+    }
+    size_t have = (size_t)pool_grow((int)(t < CPU_MAX_THREADS ? t : CPU_MAX_THREADS));
+    if (t > have) t = have;
+    if (t < 2) {
+        pthread_mutex_unlock(&pool.call);
+        fn(ctx, 0, n);
+        return;
+    }
+    size_t chunk = (n + t - 1) / t;
+    pthread_mutex_lock(&pool.mu);
+    pool.fn = fn;
+    pool.ctx = ctx;
+    pool.n = n;
+    pool.chunk = chunk;
+    pool.pending = pool.workers;
+    pool.gen++;
+    pthread_cond_broadcast(&pool.go);
+    pthread_mutex_unlock(&pool.mu);
+    fn(ctx, 0, chunk);
+    pthread_mutex_lock(&pool.mu);
+    while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.mu);
+    pthread_mutex_unlock(&pool.mu);
+    pthread_mutex_unlock(&pool.call);
+}
+
+/* ------------------------------------------------------------ element-wise */
+
+typedef struct { float *y; const float *x; float s; } ew_args;
+
+static void zero_range(void *c, size_t lo, size_t hi) { ew_args *a = c; memset(a->y + lo, 0, (hi - lo) * sizeof(float)); }
+static void add_range(void *c, size_t lo, size_t hi)
+{
+    ew_args *a = c;
+    for (size_t i = lo; i < hi; i++) a->y[i] += a->x[i];
+}
+static void scale_range(void *c, size_t lo, size_t hi)
+{
+    ew_args *a = c;
+    for (size_t i = lo; i < hi; i++) a->y[i] *= a->s;
+}
+
+static void cpu_zero(float *x, size_t n) { ew_args a = { x, NULL, 0 }; cpu_parallel(n, 4 * CPU_GRAIN, zero_range, &a); }
 static void cpu_copy(float *dst, const float *src, size_t n) { if (n) memmove(dst, src, n * sizeof *dst); }
-static void cpu_add_inplace(float *y, const float *x, size_t n) { for (size_t i = 0; i < n; i++) y[i] += x[i]; }
+static void cpu_add_inplace(float *y, const float *x, size_t n) { ew_args a = { y, x, 0 }; cpu_parallel(n, CPU_GRAIN, add_range, &a); }
 static void cpu_add_bias(float *y, const float *b, int n, int d)
 {
     for (int r = 0; r < n; r++)
         for (int j = 0; j < d; j++) y[(size_t)r * d + j] += b[j];
 }
-static void cpu_scale_inplace(float *y, float s, size_t n) { for (size_t i = 0; i < n; i++) y[i] *= s; }
+static void cpu_scale_inplace(float *y, float s, size_t n) { ew_args a = { y, NULL, s }; cpu_parallel(n, CPU_GRAIN, scale_range, &a); }
 
+/* sum_i x[i]^2 in double, in 8 interleaved partial sums (lane l takes i = l mod 8),
+ * so the adds are independent and vectorize; the lanes are summed pairwise. */
+static double sumsq_serial(const float *x, size_t n)
+{
+    double a[8] = { 0 };
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) a[l] += (double)x[i + l] * x[i + l];
+    for (; i < n; i++) a[0] += (double)x[i] * x[i];
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+#define SUMSQ_BLOCKS 256
+typedef struct { const float *x; size_t n, block; double part[SUMSQ_BLOCKS]; } sumsq_args;
+
+static void sumsq_range(void *c, size_t lo, size_t hi)
+{
+    sumsq_args *A = c;
+    for (size_t b = lo; b < hi; b++) {
+        size_t i0 = b * A->block, i1 = i0 + A->block < A->n ? i0 + A->block : A->n;
+        A->part[b] = i0 < i1 ? sumsq_serial(A->x + i0, i1 - i0) : 0;
+    }
+}
+
+/* sum_i x[i]^2: blocks of a size that depends on n only (at most SUMSQ_BLOCKS of
+ * them, at least CPU_GRAIN elements), each summed by sumsq_serial on some thread,
+ * then the block sums added in order, so the result does not depend on the
+ * thread count. */
 static double cpu_sumsq(const float *x, size_t n)
 {
+    sumsq_args A = { .x = x, .n = n };
+    A.block = (n + SUMSQ_BLOCKS - 1) / SUMSQ_BLOCKS;
+    if (A.block < CPU_GRAIN) A.block = CPU_GRAIN;
+    size_t nb = (n + A.block - 1) / A.block;
+    cpu_parallel(nb, 1, sumsq_range, &A);
     double s = 0;
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    for (size_t b = 0; b < nb; b++) s += A.part[b];
     return s;
 }
 
@@ -134,108 +294,242 @@ static float dotf(const float *a, const float *b, int n)
     return s;
 }
 
+/* Transposes rows j0 .. j0+jn-1 of head kvh of x[n, Hkv, hd] into xt[hd, EX_ATT_TILE]
+ * (xt[i, jj] = x[j0 + jj, kvh, i]); the unused columns jj >= jn are zero. */
+static void att_tile_transpose(float *xt, const float *x, int j0, int jn, int Hkv, int kvh, int hd)
+{
+    for (int i = 0; i < hd; i++)
+        for (int jj = jn; jj < EX_ATT_TILE; jj++) xt[(size_t)i * EX_ATT_TILE + jj] = 0;
+    for (int jj = 0; jj < jn; jj++) {
+        const float *xj = x + ((size_t)(j0 + jj) * Hkv + kvh) * hd;
+        for (int i = 0; i < hd; i++) xt[(size_t)i * EX_ATT_TILE + jj] = xj[i];
+    }
+}
+
+/* sc[jj] = sum_i a[i] xt[i, jj] for a whole tile, i ascending: each sc[jj] is
+ * bit-identical to dotf(a, x_jj, hd), but the loop runs across the tile's keys
+ * (independent sums, so it vectorizes without reordering any sum). */
+static void att_tile_dots(float *restrict sc, const float *restrict a, const float *restrict xt, int hd)
+{
+    for (int jj = 0; jj < EX_ATT_TILE; jj++) sc[jj] = 0;
+    for (int i = 0; i < hd; i++) {
+        float ai = a[i];
+        const float *row = xt + (size_t)i * EX_ATT_TILE;
+        for (int jj = 0; jj < EX_ATT_TILE; jj++) sc[jj] += ai * row[jj];
+    }
+}
+
+/* y[i] += s x[i] */
+static void axpyf(float *restrict y, float s, const float *restrict x, int n)
+{
+    for (int i = 0; i < n; i++) y[i] += s * x[i];
+}
+
 /* Attention over variable-length sequences (flash-attention varlen style):
  * sequence i holds rows cu_seqlens[i] .. cu_seqlens[i+1]-1; rows attend only within
  * their sequence (block-diagonal), and if causal only to keys j <= their own row.
  * q[n, H, hd], k/v[n, Hkv, hd]; query head h reads kv head h / (H / Hkv) (GQA).
  * out[r, h] = sum_j softmax_j(q[r,h] . k[j] / sqrt(hd)) v[j];  lse[r, h] = log sum_j exp(score).
  * Online softmax over key tiles of EX_ATT_TILE: only a tile of scores per row is live,
- * never the s x s matrix. lse[n, H] is kept for the backward pass. */
+ * never the s x s matrix; out holds each row's running accumulator. Loops run per
+ * (sequence, head, block of EX_ATT_TILE query rows, key tile), the key tile transposed
+ * once for the block so the scores vectorize; each row sees the same operations in
+ * the same order as a row-by-row loop. lse[n, H] is kept for the backward pass. */
+typedef struct {
+    float *out, *lse, *dq, *dk, *dv;
+    const float *q, *k, *v, *dout, *o, *L;
+    const int *cu;
+    int H, Hkv, hd;
+    bool causal;
+} att_args;
+
+/* Forward of one (sequence sq, query head h) unit: its out rows and lse entries. */
+static void att_forward_unit(const att_args *A, int sq, int h)
+{
+    int H = A->H, Hkv = A->Hkv, hd = A->hd, kvh = h / (H / Hkv);
+    bool causal = A->causal;
+    const float *q = A->q, *v = A->v;
+    float *out = A->out;
+    float scale = 1.0f / sqrtf((float)hd), sc[EX_ATT_TILE], m[EX_ATT_TILE], l[EX_ATT_TILE];
+    float kt[(size_t)hd * EX_ATT_TILE];
+    int s0 = A->cu[sq], len = A->cu[sq + 1] - s0;
+    for (int r0 = 0; r0 < len; r0 += EX_ATT_TILE) {
+        int rn = len - r0 < EX_ATT_TILE ? len - r0 : EX_ATT_TILE;
+        int kmax = causal ? r0 + rn : len;   /* keys any row of the block sees */
+        for (int rr = 0; rr < rn; rr++) {
+            m[rr] = -INFINITY;
+            l[rr] = 0;
+            float *o = out + ((size_t)(s0 + r0 + rr) * H + h) * hd;
+            for (int i = 0; i < hd; i++) o[i] = 0;
+        }
+        for (int j0 = 0; j0 < kmax; j0 += EX_ATT_TILE) {
+            int tn = kmax - j0 < EX_ATT_TILE ? kmax - j0 : EX_ATT_TILE;
+            att_tile_transpose(kt, A->k + (size_t)s0 * Hkv * hd, j0, tn, Hkv, kvh, hd);
+            for (int rr = 0; rr < rn; rr++) {
+                int r = r0 + rr, kend = causal ? r + 1 : len;
+                if (kend <= j0) continue;
+                int jn = kend - j0 < tn ? kend - j0 : tn;
+                const float *qr = q + ((size_t)(s0 + r) * H + h) * hd;
+                float *acc = out + ((size_t)(s0 + r) * H + h) * hd;
+                att_tile_dots(sc, qr, kt, hd);
+                float mt = -INFINITY;
+                for (int jj = 0; jj < jn; jj++) {
+                    sc[jj] *= scale;
+                    if (sc[jj] > mt) mt = sc[jj];
+                }
+                float mnew = m[rr] > mt ? m[rr] : mt, corr = expf(m[rr] - mnew);
+                l[rr] *= corr;
+                for (int i = 0; i < hd; i++) acc[i] *= corr;
+                for (int jj = 0; jj < jn; jj++) {
+                    const float *vj = v + ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
+                    float p = expf(sc[jj] - mnew);
+                    l[rr] += p;
+                    axpyf(acc, p, vj, hd);
+                }
+                m[rr] = mnew;
+            }
+        }
+        for (int rr = 0; rr < rn; rr++) {
+            float *o = out + ((size_t)(s0 + r0 + rr) * H + h) * hd;
+            for (int i = 0; i < hd; i++) o[i] /= l[rr];
+            A->lse[(size_t)(s0 + r0 + rr) * H + h] = m[rr] + logf(l[rr]);
+        }
+    }
+}
+
+static void att_forward_range(void *c, size_t lo, size_t hi)
+{
+    const att_args *A = c;
+    for (size_t u = lo; u < hi; u++) att_forward_unit(A, (int)(u / (size_t)A->H), (int)(u % (size_t)A->H));
+}
+
+/* Units below this many score x head_dim products in all stay on one thread. */
+#define ATT_PAR_WORK 262144.0
+
+/* Rough multiply-adds of an attention call: sum over sequences of len^2 * H * hd. */
+static double att_work(const int *cu, int nseq, int H, int hd)
+{
+    double w = 0;
+    for (int i = 0; i < nseq; i++) w += (double)(cu[i + 1] - cu[i]) * (cu[i + 1] - cu[i]);
+    return w * H * hd;
+}
+
+/* Attention over variable-length sequences (flash-attention varlen style):
+ * sequence i holds rows cu_seqlens[i] .. cu_seqlens[i+1]-1; rows attend only within
+ * their sequence (block-diagonal), and if causal only to keys j <= their own row.
+ * q[n, H, hd], k/v[n, Hkv, hd]; query head h reads kv head h / (H / Hkv) (GQA).
+ * out[r, h] = sum_j softmax_j(q[r,h] . k[j] / sqrt(hd)) v[j];  lse[r, h] = log sum_j exp(score).
+ * Online softmax over key tiles of EX_ATT_TILE: only a tile of scores per row is live,
+ * never the s x s matrix; out holds each row's running accumulator. Loops run per
+ * (sequence, head) unit (the units are spread over the pool), then per block of
+ * EX_ATT_TILE query rows and key tile, the key tile transposed once for the block so
+ * the scores vectorize; each row sees the same operations in the same order as a
+ * row-by-row loop. lse[n, H] is kept for the backward pass. */
 static void cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
                                   const float *v, const int *cu, int nseq, int H, int Hkv,
                                   int hd, bool causal)
 {
-    float scale = 1.0f / sqrtf((float)hd), sc[EX_ATT_TILE], acc[EX_MAX_HEAD_DIM];
-    int group = H / Hkv;
-    for (int sq = 0; sq < nseq; sq++) {
-        int s0 = cu[sq], len = cu[sq + 1] - cu[sq];
-        for (int r = 0; r < len; r++) {
-            for (int h = 0; h < H; h++) {
-                const float *qr = q + ((size_t)(s0 + r) * H + h) * hd;
-                int kvh = h / group, kend = causal ? r + 1 : len;
-                float m = -INFINITY, l = 0;
-                for (int i = 0; i < hd; i++) acc[i] = 0;
-                for (int j0 = 0; j0 < kend; j0 += EX_ATT_TILE) {
-                    int jn = kend - j0 < EX_ATT_TILE ? kend - j0 : EX_ATT_TILE;
-                    float mt = -INFINITY;
-                    for (int jj = 0; jj < jn; jj++) {
-                        const float *kj = k + ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
-                        sc[jj] = dotf(qr, kj, hd) * scale;
-                        if (sc[jj] > mt) mt = sc[jj];
-                    }
-                    float mnew = m > mt ? m : mt, corr = expf(m - mnew);
-                    l *= corr;
-                    for (int i = 0; i < hd; i++) acc[i] *= corr;
-                    for (int jj = 0; jj < jn; jj++) {
-                        const float *vj = v + ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
-                        float p = expf(sc[jj] - mnew);
-                        l += p;
-                        for (int i = 0; i < hd; i++) acc[i] += p * vj[i];
-                    }
-                    m = mnew;
+    att_args A = { .out = out, .lse = lse, .q = q, .k = k, .v = v, .cu = cu, .H = H, .Hkv = Hkv,
+                   .hd = hd, .causal = causal };
+    size_t units = (size_t)nseq * H;
+    cpu_parallel(units, att_work(cu, nseq, H, hd) < ATT_PAR_WORK ? units : 1, att_forward_range, &A);
+}
+
+/* Backward of one (sequence sq, kv head kvh) unit: its dk, dv rows and the dq rows
+ * of the query heads reading kvh. */
+static void att_backward_unit(const att_args *A, int sq, int kvh)
+{
+    int H = A->H, Hkv = A->Hkv, hd = A->hd, group = H / Hkv;
+    bool causal = A->causal;
+    const float *q = A->q, *k = A->k, *dout = A->dout;
+    float scale = 1.0f / sqrtf((float)hd), sc[EX_ATT_TILE], dp[EX_ATT_TILE];
+    float kt[(size_t)hd * EX_ATT_TILE], vt[(size_t)hd * EX_ATT_TILE];
+    int s0 = A->cu[sq], len = A->cu[sq + 1] - s0;
+    for (int j0 = 0; j0 < len; j0 += EX_ATT_TILE) {
+        int tn = len - j0 < EX_ATT_TILE ? len - j0 : EX_ATT_TILE;
+        att_tile_transpose(kt, k + (size_t)s0 * Hkv * hd, j0, tn, Hkv, kvh, hd);
+        att_tile_transpose(vt, A->v + (size_t)s0 * Hkv * hd, j0, tn, Hkv, kvh, hd);
+        for (int r = causal ? j0 : 0; r < len; r++) {
+            int kend = causal ? r + 1 : len, jn = kend - j0 < tn ? kend - j0 : tn;
+            for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                size_t qo = ((size_t)(s0 + r) * H + h) * hd;
+                const float *qr = q + qo, *dor = dout + qo;
+                float D = dotf(dor, A->o + qo, hd), L = A->L[(size_t)(s0 + r) * H + h];
+                att_tile_dots(sc, qr, kt, hd);
+                att_tile_dots(dp, dor, vt, hd);
+                for (int jj = 0; jj < jn; jj++) {
+                    size_t ko = ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
+                    float p = expf(sc[jj] * scale - L);
+                    float ds = p * (dp[jj] - D) * scale;
+                    axpyf(A->dv + ko, p, dor, hd);
+                    axpyf(A->dq + qo, ds, k + ko, hd);
+                    axpyf(A->dk + ko, ds, qr, hd);
                 }
-                float *o = out + ((size_t)(s0 + r) * H + h) * hd;
-                for (int i = 0; i < hd; i++) o[i] = acc[i] / l;
-                lse[(size_t)(s0 + r) * H + h] = m + logf(l);
             }
         }
     }
+}
+
+static void att_backward_range(void *c, size_t lo, size_t hi)
+{
+    const att_args *A = c;
+    for (size_t u = lo; u < hi; u++) att_backward_unit(A, (int)(u / (size_t)A->Hkv), (int)(u % (size_t)A->Hkv));
 }
 
 /* Attention backward, recomputing scores per key from q, k and lse (no s x s matrix):
  * p = exp(q.k/sqrt(hd) - lse), D[r] = dout[r] . out[r],
  * dv[j] += p dout[r];  ds = p (dout[r] . v[j] - D[r]);
- * dq[r] += ds k[j] / sqrt(hd);  dk[j] += ds q[r] / sqrt(hd). */
+ * dq[r] += ds k[j] / sqrt(hd);  dk[j] += ds q[r] / sqrt(hd).
+ * Units (sequence, kv head) own disjoint gradient rows and are spread over the pool;
+ * within one, loops run per key tile with the tile's k and v transposed once, then
+ * over rows r and the group's query heads h: every gradient element receives its
+ * terms in the order of a loop over r, h, j (dk, dv: r-major then h; dq: j ascending). */
 static void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                                    const float *q, const float *k, const float *v,
                                    const float *out, const float *lse, const int *cu, int nseq,
                                    int H, int Hkv, int hd, bool causal)
 {
-    float scale = 1.0f / sqrtf((float)hd);
-    int group = H / Hkv;
-    for (int sq = 0; sq < nseq; sq++) {
-        int s0 = cu[sq], len = cu[sq + 1] - cu[sq];
-        for (int r = 0; r < len; r++) {
-            for (int h = 0; h < H; h++) {
-                size_t qo = ((size_t)(s0 + r) * H + h) * hd;
-                const float *qr = q + qo, *dor = dout + qo;
-                float *dqr = dq + qo;
-                float D = dotf(dor, out + qo, hd), L = lse[(size_t)(s0 + r) * H + h];
-                int kvh = h / group, kend = causal ? r + 1 : len;
-                for (int j = 0; j < kend; j++) {
-                    size_t ko = ((size_t)(s0 + j) * Hkv + kvh) * hd;
-                    const float *kj = k + ko, *vj = v + ko;
-                    float p = expf(dotf(qr, kj, hd) * scale - L);
-                    float ds = p * (dotf(dor, vj, hd) - D) * scale;
-                    float *dkj = dk + ko, *dvj = dv + ko;
-                    for (int i = 0; i < hd; i++) {
-                        dvj[i] += p * dor[i];
-                        dqr[i] += ds * kj[i];
-                        dkj[i] += ds * qr[i];
-                    }
-                }
-            }
-        }
-    }
+    att_args A = { .dq = dq, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .dout = dout, .o = out,
+                   .L = lse, .cu = cu, .H = H, .Hkv = Hkv, .hd = hd, .causal = causal };
+    size_t units = (size_t)nseq * Hkv;
+    cpu_parallel(units, att_work(cu, nseq, H, hd) < ATT_PAR_WORK ? units : 1, att_backward_range, &A);
 }
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* SwiGLU: h = silu(g) * u, silu(g) = g * sigmoid(g); elementwise over n */
+typedef struct { float *y, *y2; const float *a, *b, *c; } act_args;
+
+static void swiglu_fwd_range(void *ctx, size_t lo, size_t hi)
+{
+    act_args *A = ctx;
+    for (size_t i = lo; i < hi; i++) A->y[i] = A->a[i] * sigmoidf(A->a[i]) * A->b[i];
+}
+
 static void cpu_swiglu_forward(float *h, const float *g, const float *u, size_t n)
 {
-    for (size_t i = 0; i < n; i++) h[i] = g[i] * sigmoidf(g[i]) * u[i];
+    act_args A = { .y = h, .a = g, .b = u };
+    cpu_parallel(n, CPU_GRAIN, swiglu_fwd_range, &A);
 }
 
 /* SwiGLU backward: du += dh silu(g);  dg += dh u sigmoid(g) (1 + g (1 - sigmoid(g))) */
-static void cpu_swiglu_backward(float *dg, float *du, const float *dh, const float *g,
-                                const float *u, size_t n)
+static void swiglu_bwd_range(void *ctx, size_t lo, size_t hi)
 {
-    for (size_t i = 0; i < n; i++) {
+    act_args *A = ctx;
+    float *dg = A->y, *du = A->y2;
+    const float *dh = A->a, *g = A->b, *u = A->c;
+    for (size_t i = lo; i < hi; i++) {
         float s = sigmoidf(g[i]);
         du[i] += dh[i] * g[i] * s;
         dg[i] += dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
     }
+}
+
+static void cpu_swiglu_backward(float *dg, float *du, const float *dh, const float *g,
+                                const float *u, size_t n)
+{
+    act_args A = { .y = dg, .y2 = du, .a = dh, .b = g, .c = u };
+    cpu_parallel(n, CPU_GRAIN, swiglu_bwd_range, &A);
 }
 
 /* GELU, exact erf form (torch.nn.GELU() default, the Qwen2.5-VL merger's activation):
@@ -347,17 +641,28 @@ static double cpu_cross_entropy(float *dlogits, const float *logits, const int32
 /* AdamW, the torch.optim.AdamW update (decoupled weight decay):
  * p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
  * p -= (lr / bias_c1) m / (sqrt(v) / sqrt(bias_c2) + eps), bias_cX = 1 - bX^t */
+typedef struct { float *p, *m, *v; const float *g; float lr, beta1, beta2, eps, wd, step, sqrt_c2; } adamw_args;
+
+static void adamw_range(void *ctx, size_t lo, size_t hi)
+{
+    const adamw_args *A = ctx;
+    float *p = A->p, *m = A->m, *v = A->v, lr = A->lr, b1 = A->beta1, b2 = A->beta2;
+    const float *g = A->g;
+    for (size_t i = lo; i < hi; i++) {
+        p[i] *= 1.0f - lr * A->wd;
+        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        p[i] -= A->step * m[i] / (sqrtf(v[i]) / A->sqrt_c2 + A->eps);
+    }
+}
+
 static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
                       float beta1, float beta2, float eps, float weight_decay,
                       float bias_c1, float bias_c2)
 {
-    float step = lr / bias_c1, sqrt_c2 = sqrtf(bias_c2);
-    for (size_t i = 0; i < n; i++) {
-        p[i] *= 1.0f - lr * weight_decay;
-        m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
-        v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-        p[i] -= step * m[i] / (sqrtf(v[i]) / sqrt_c2 + eps);
-    }
+    adamw_args A = { .p = p, .m = m, .v = v, .g = g, .lr = lr, .beta1 = beta1, .beta2 = beta2,
+                     .eps = eps, .wd = weight_decay, .step = lr / bias_c1, .sqrt_c2 = sqrtf(bias_c2) };
+    cpu_parallel(n, CPU_GRAIN, adamw_range, &A);
 }
 
 static const ex_backend cpu_backend = {
