@@ -3,6 +3,7 @@
  * plan_schedule_rank (planner/schedule.c) — the same list the simulator
  * prices — on the data-parallel shares of the step's global batch. */
 #include "executor/run_internal.h"
+#include "executor/backend.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -491,7 +492,7 @@ static double local_grad_sumsq(run_ctx *r)
             lo = lo > m->lo ? lo : m->lo;
             hi = hi < m->hi ? hi : m->hi;
         } else if (m->at.dp != 0 || m->at.sp != 0) continue;
-        for (size_t j = lo; j < hi; j++) ss += (double)t.grad[j - t.offset] * t.grad[j - t.offset];
+        if (lo < hi) ss += ex_backend_cpu()->sumsq(t.grad + (lo - t.offset), hi - lo);
     }
     return ss;
 }
