@@ -3,3 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 for b in plan_speed.sh train_speed.sh; do echo "== $b"; bash "$b"; done
+echo "== fidelity.py"; /usr/bin/python3 fidelity.py --dhp ../dhp

@@ -2,6 +2,7 @@
  * and a one-node dhp.cluster/1 file for the planner and the simulator.
  * Run under mpirun to measure the collectives between ranks. */
 #include "cli/cli.h"
+#include "executor/backend.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -86,7 +87,9 @@ static void print_json(const cost_profile *p)
 int cmd_profile(int argc, char **argv)
 {
     const char *gpu_path = NULL, *cluster_path = NULL;
-    cost_profile_opts o = {false};
+    const ex_backend *be = ex_backend_cpu();
+    cost_profile_opts o = { .quick = false, .attention_forward = be->attention_forward,
+                            .attention_backward = be->attention_backward };
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

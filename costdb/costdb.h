@@ -143,8 +143,18 @@ typedef struct {
 typedef struct { cost_prof_op op; double bytes, seconds; } cost_profile_coll;   /* bytes: full buffer S */
 typedef struct { bool valid; double alpha_s, busbw, rms_rel; int points; } cost_profile_fit;
 
+/* The attention kernels to time, the backend's own (the CLI passes the
+ * executor's, so the figure describes what dhp run executes; costdb cannot
+ * link the executor). Shapes and conventions as executor/backend.h. */
+typedef void (*cost_attn_fwd_fn)(float *out, float *lse, const float *q, const float *k, const float *v,
+                                 const int *cu_seqlens, int nseq, int H, int Hkv, int hd, bool causal);
+typedef void (*cost_attn_bwd_fn)(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                 const float *k, const float *v, const float *out, const float *lse,
+                                 const int *cu_seqlens, int nseq, int H, int Hkv, int hd, bool causal);
 typedef struct {
     bool quick;                   /* a few seconds instead of about a minute */
+    cost_attn_fwd_fn attention_forward;    /* required */
+    cost_attn_bwd_fn attention_backward;   /* required */
 } cost_profile_opts;
 
 typedef struct {

@@ -16,8 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ATT_TILE 64          /* key tile of the online softmax, as EX_ATT_TILE */
-#define ATT_MAX_HEAD_DIM 128
 #define ATT_BWD_FACTOR 2.5   /* the planner's backward/forward FLOP ratio (planner/cost.c) */
 #define RMSNORM_DIM 768      /* dhp-100m LLM hidden size */
 #define MAX_COLL_BYTES (16u << 20)
@@ -161,6 +159,7 @@ typedef struct {
     bool mpi;
     MPI_Comm comm;
     int rank, size;
+    const cost_profile_opts *o;
 } prof_ctx;
 
 static void ctx_barrier(const prof_ctx *c)
@@ -339,85 +338,27 @@ out:
     return rc;
 }
 
-/* ---- attention: local copy of executor/cpu_kernels.c's loops, one non-causal sequence ---- */
+/* ---- attention: the backend's kernels (cost_profile_opts), one non-causal sequence ---- */
 
 typedef struct {
+    const cost_profile_opts *o;
     int n, H, Hkv, hd;
     const float *q, *k, *v, *dout;
     float *out, *lse, *dq, *dk, *dv;
+    int cu[2];
 } attn_arg;
 
-static float dotf(const float *a, const float *b, int n)
-{
-    float s = 0;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* q[n, H, hd], k/v[n, Hkv, hd]; out[r, h] = sum_j softmax_j(q.k_j / sqrt(hd)) v_j
- * by online softmax over key tiles of ATT_TILE (flash-attention style); lse kept. */
 static void attn_forward(void *arg)
 {
     attn_arg *a = arg;
-    int hd = a->hd, group = a->H / a->Hkv;
-    float scale = 1.0f / sqrtf((float)hd), sc[ATT_TILE], acc[ATT_MAX_HEAD_DIM];
-    for (int r = 0; r < a->n; r++)
-        for (int h = 0; h < a->H; h++) {
-            const float *qr = a->q + ((size_t)r * a->H + h) * hd;
-            int kvh = h / group;
-            float m = -INFINITY, l = 0;
-            for (int i = 0; i < hd; i++) acc[i] = 0;
-            for (int j0 = 0; j0 < a->n; j0 += ATT_TILE) {
-                int jn = a->n - j0 < ATT_TILE ? a->n - j0 : ATT_TILE;
-                float mt = -INFINITY;
-                for (int jj = 0; jj < jn; jj++) {
-                    sc[jj] = dotf(qr, a->k + ((size_t)(j0 + jj) * a->Hkv + kvh) * hd, hd) * scale;
-                    if (sc[jj] > mt) mt = sc[jj];
-                }
-                float mnew = m > mt ? m : mt, corr = expf(m - mnew);
-                l *= corr;
-                for (int i = 0; i < hd; i++) acc[i] *= corr;
-                for (int jj = 0; jj < jn; jj++) {
-                    const float *vj = a->v + ((size_t)(j0 + jj) * a->Hkv + kvh) * hd;
-                    float pr = expf(sc[jj] - mnew);
-                    l += pr;
-                    for (int i = 0; i < hd; i++) acc[i] += pr * vj[i];
-                }
-                m = mnew;
-            }
-            float *o = a->out + ((size_t)r * a->H + h) * hd;
-            for (int i = 0; i < hd; i++) o[i] = acc[i] / l;
-            a->lse[(size_t)r * a->H + h] = m + logf(l);
-        }
+    a->o->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->cu, 1, a->H, a->Hkv, a->hd, false);
 }
 
-/* Backward recomputing p = exp(q.k / sqrt(hd) - lse) per key, D = dout . out:
- * dv += p dout; ds = p (dout . v - D) / sqrt(hd); dq += ds k; dk += ds q. */
 static void attn_backward(void *arg)
 {
     attn_arg *a = arg;
-    int hd = a->hd, group = a->H / a->Hkv;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int r = 0; r < a->n; r++)
-        for (int h = 0; h < a->H; h++) {
-            size_t qo = ((size_t)r * a->H + h) * hd;
-            const float *qr = a->q + qo, *dor = a->dout + qo;
-            float *dqr = a->dq + qo;
-            float D = dotf(dor, a->out + qo, hd), L = a->lse[(size_t)r * a->H + h];
-            int kvh = h / group;
-            for (int j = 0; j < a->n; j++) {
-                size_t ko = ((size_t)j * a->Hkv + kvh) * hd;
-                const float *kj = a->k + ko, *vj = a->v + ko;
-                float pr = expf(dotf(qr, kj, hd) * scale - L);
-                float ds = pr * (dotf(dor, vj, hd) - D) * scale;
-                float *dkj = a->dk + ko, *dvj = a->dv + ko;
-                for (int i = 0; i < hd; i++) {
-                    dvj[i] += pr * dor[i];
-                    dqr[i] += ds * kj[i];
-                    dkj[i] += ds * qr[i];
-                }
-            }
-        }
+    a->o->attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->cu, 1,
+                             a->H, a->Hkv, a->hd, false);
 }
 
 /* Buffers: q, k, v, dout, out, dq, dk, dv, lse, one after another. */
@@ -427,9 +368,9 @@ static int measure_one_attention(const prof_ctx *c, cost_profile_attn *r, double
     float *buf = util_calloc(4 * nq + 4 * nkv + (size_t)r->seq * r->heads, sizeof *buf);
     int rc = buf ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for attention buffers");
     if ((rc = ctx_agree(c, rc, err))) { util_free(buf); return rc; }
-    attn_arg a = {r->seq, r->heads, r->kv_heads, r->head_dim, buf, buf + nq, buf + nq + nkv,
+    attn_arg a = {c->o, r->seq, r->heads, r->kv_heads, r->head_dim, buf, buf + nq, buf + nq + nkv,
                   buf + nq + 2 * nkv, buf + 2 * nq + 2 * nkv, buf + 4 * nq + 4 * nkv,
-                  buf + 3 * nq + 2 * nkv, buf + 4 * nq + 2 * nkv, buf + 4 * nq + 3 * nkv};
+                  buf + 3 * nq + 2 * nkv, buf + 4 * nq + 2 * nkv, buf + 4 * nq + 3 * nkv, {0, r->seq}};
     fill(buf, 2 * nq + 2 * nkv, 3);     /* q, k, v, dout */
     ctx_barrier(c);
     r->fwd_s = time_calls(attn_forward, &a, target, 1, 2);
@@ -722,8 +663,10 @@ static void share_host_facts(const prof_ctx *c, cost_profile *p)
 int cost_profile_measure(const cost_profile_opts *o, cost_profile *p, char *err)
 {
     memset(p, 0, sizeof *p);
-    p->quick = o && o->quick;
-    prof_ctx c = {false, MPI_COMM_NULL, 0, 1};
+    if (!o || !o->attention_forward || !o->attention_backward)
+        return util_fail(err, UTIL_EINVAL, "profile: the backend's attention kernels are required (cost_profile_opts)");
+    p->quick = o->quick;
+    prof_ctx c = {false, MPI_COMM_NULL, 0, 1, o};
     bool we_init;
     int rc = init_mpi(&c, &we_init, err);
     if (!rc) {
@@ -822,8 +765,8 @@ static bool add_gpu_fields(cJSON *o, const cost_profile *p)
         u += (size_t)snprintf(at + u, sizeof at - u, "%s s=%d H=%d Hkv=%d d=%d", i ? "," : "", p->attn[i].seq,
                               p->attn[i].heads, p->attn[i].kv_heads, p->attn[i].head_dim);
     ok = ok && add_field(o, p, "attn_eff", g->attn_eff,
-                         "flash-style attention forward + backward, a local copy of executor/cpu_kernels.c's loops (costdb "
-                         "cannot link the executor), one non-causal sequence each of%s; planner FLOPs (1 + 2.5) x 4 s^2 H d "
+                         "flash-style attention forward + backward, the executor's own kernels (executor/cpu_kernels.c, "
+                         "passed in by the CLI), one non-causal sequence each of%s; planner FLOPs (1 + 2.5) x 4 s^2 H d "
                          "/ measured time / peak_flops; %s", at, w);
     ok = ok && add_field(o, p, "hbm_bytes", g->hbm_bytes,
                          "physical memory (sysconf _SC_PHYS_PAGES x _SC_PAGESIZE) %.4g GiB / %d rank%s on this host",
