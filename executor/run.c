@@ -234,18 +234,6 @@ typedef struct {
     int n_pend, cap_pend;
 } handoff;
 
-static int max_share(const plan_t *p, int k)
-{
-    int most = 0;
-    for (int c = 0; c < plan_chunks(p); c++)
-        for (int i = 0; i < p->mod[k].dp; i++) {
-            int f, n;
-            plan_chunk_share(p, k, c, i, &f, &n);
-            if (n > most) most = n;
-        }
-    return most;
-}
-
 static int handoff_init(run_ctx *r, handoff *h, char *err)
 {
     const plan_t *p = &r->plan;
@@ -262,13 +250,13 @@ static int handoff_init(run_ctx *r, handoff *h, char *err)
         if (rc) return rc;
     }
     if (r->mod[r->enc].on) {
-        size_t n = (size_t)max_share(p, r->enc) * h->rows / p->mod[r->enc].sp * h->d;
+        size_t n = (size_t)plan_max_share(p, r->enc) * h->rows / p->mod[r->enc].sp * h->d;
         h->act_pack = util_malloc_cat(UTIL_MEM_COMM, (n ? n : 1) * sizeof(float));
         h->grad_pack = util_malloc_cat(UTIL_MEM_COMM, (n ? n : 1) * sizeof(float));
         if (!h->act_pack || !h->grad_pack) return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");
     }
     if (r->mod[p->model.llm].on) {
-        size_t n = (size_t)max_share(p, p->model.llm) * h->rows * h->d;
+        size_t n = (size_t)plan_max_share(p, p->model.llm) * h->rows * h->d;
         h->act_in = util_malloc_cat(UTIL_MEM_COMM, (n ? n : 1) * sizeof(float));
         h->grad_out = util_malloc_cat(UTIL_MEM_COMM, (n ? n : 1) * sizeof(float));
         if (!h->act_in || !h->grad_out) return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");

@@ -312,6 +312,8 @@ int plan_chunks(const plan_t *p);
 void plan_chunk_range(const plan_t *p, int c, int *first, int *count);
 /* Module k's dp rank dp_i's share of chunk c. */
 void plan_chunk_share(const plan_t *p, int k, int c, int dp_i, int *first, int *count);
+/* The largest share of any chunk over module k's dp ranks (sizes hand-off buffers). */
+int plan_max_share(const plan_t *p, int k);
 /* Position of a global rank in module k's group; false if the rank is not in it. */
 typedef struct { int dp, tp, sp, pp; } plan_coord;
 bool plan_rank_coord(const plan_t *p, int k, int rank, plan_coord *out);

@@ -51,6 +51,18 @@ void plan_chunk_share(const plan_t *p, int k, int c, int dp_i, int *first, int *
     *count = f + (int)((long)(dp_i + 1) * n / dp) - *first;
 }
 
+int plan_max_share(const plan_t *p, int k)
+{
+    int most = 0;
+    for (int c = 0; c < plan_chunks(p); c++)
+        for (int i = 0; i < p->mod[k].dp; i++) {
+            int f, n;
+            plan_chunk_share(p, k, c, i, &f, &n);
+            if (n > most) most = n;
+        }
+    return most;
+}
+
 bool plan_rank_coord(const plan_t *p, int k, int rank, plan_coord *out)
 {
     const plan_module *s = &p->mod[k];

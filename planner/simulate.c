@@ -184,18 +184,6 @@ plan_sim_cost plan_sim_op_cost(const plan_t *p, int rank, const plan_op *op)
 
 /* ---- memory ---- */
 
-static int largest_share(const plan_t *p, int k)
-{
-    int most = 0;
-    for (int c = 0; c < plan_chunks(p); c++)
-        for (int i = 0; i < p->mod[k].dp; i++) {
-            int f, n;
-            plan_chunk_share(p, k, c, i, &f, &n);
-            if (n > most) most = n;
-        }
-    return most;
-}
-
 /* Rows one rank sends (sending) or receives for chunk c of encoder enc, one
  * entry per peer message, in the executor's order (plan_handoff's). */
 static int chunk_message_rows(const plan_t *p, int enc, int c, int rank, bool grad, bool sending,
@@ -233,8 +221,8 @@ static double executor_handoff_bytes(const plan_t *p, int rank, const plan_sched
     if (enc < 0) return 0;
     plan_coord cd;
     double d = p->model.mod[L].hidden, R = plan_rows_per_sample(p, enc), buffers = 0;
-    if (plan_rank_coord(p, enc, rank, &cd)) buffers += 2 * (double)largest_share(p, enc) * R / p->mod[enc].sp * d;
-    if (plan_rank_coord(p, L, rank, &cd)) buffers += 2 * (double)largest_share(p, L) * R * d;
+    if (plan_rank_coord(p, enc, rank, &cd)) buffers += 2 * (double)plan_max_share(p, enc) * R / p->mod[enc].sp * d;
+    if (plan_rank_coord(p, L, rank, &cd)) buffers += 2 * (double)plan_max_share(p, L) * R * d;
     double held = 0, peak = 0, rows[64];
     for (int i = 0; i < s->n; i++) {
         const plan_op *o = &s->op[i];
