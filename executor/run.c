@@ -285,22 +285,6 @@ static void handoff_free(run_ctx *r, handoff *h)
     util_free(h->act_pack); util_free(h->grad_pack); util_free(h->act_in); util_free(h->grad_out);
 }
 
-/* Which segments a rank sends or receives: direction act (enc -> llm) or grad. */
-static bool seg_sender(const plan_segment *s, int me, bool grad)
-{
-    return grad ? s->llm_rank == me && s->llm_tp == 0 : s->enc_rank == me && s->enc_tp == 0;
-}
-
-static bool seg_receiver(const plan_segment *s, int me, bool grad)
-{
-    return grad ? s->enc_rank == me && s->llm_tp == 0 : s->llm_rank == me && s->enc_tp == 0;
-}
-
-static int seg_peer(const plan_segment *s, bool sending, bool grad)
-{
-    return sending != grad ? s->llm_rank : s->enc_rank;
-}
-
 /* Sends this rank's rows of chunk c: one message per peer, the
  * concatenation of its segments in plan order, packed from src (rows of
  * width d at the segment's own-side offset). Messages complete by step end. */
@@ -309,11 +293,9 @@ static int handoff_send(run_ctx *r, handoff *h, int c, bool grad, const float *s
     const plan_segment *sg = h->seg[c];
     int n = h->nseg[c], tag = plan_handoff_tag(r->enc, c, grad);
     size_t d = (size_t)h->d;
-    for (int i = 0; i < n;) {
-        if (!seg_sender(&sg[i], r->rank, grad)) { i++; continue; }
-        int peer = seg_peer(&sg[i], true, grad), j = i;
-        size_t rows = 0;
-        for (; j < n && seg_sender(&sg[j], r->rank, grad) && seg_peer(&sg[j], true, grad) == peer; j++) rows += sg[j].rows;
+    int i, j, peer, nrows;
+    for (int from = 0; plan_handoff_message(sg, n, from, r->rank, grad, true, &i, &j, &peer, &nrows); from = j) {
+        size_t rows = (size_t)nrows;
         float *msg = util_malloc_cat(UTIL_MEM_COMM, (rows ? rows : 1) * d * sizeof(float));
         if (!msg) return util_fail(err, UTIL_ENOMEM, "run: out of memory for a hand-off message");
         size_t at = 0;
@@ -335,7 +317,6 @@ static int handoff_send(run_ctx *r, handoff *h, int c, bool grad, const float *s
             return util_fail(err, UTIL_ERUNTIME, "run: hand-off send to rank %d failed: %s", peer, ex_comm_error(r->world));
         }
         h->pend[h->n_pend++] = (pending){ req, msg };
-        i = j;
     }
     return UTIL_OK;
 }
@@ -346,12 +327,9 @@ static int handoff_recv(run_ctx *r, handoff *h, int c, bool grad, float *dst, ch
     const plan_segment *sg = h->seg[c];
     int n = h->nseg[c], tag = plan_handoff_tag(r->enc, c, grad);
     size_t d = (size_t)h->d;
-    /* segments are sorted by (enc_rank, llm_rank): a receiver's peers are contiguous runs */
-    for (int i = 0; i < n;) {
-        if (!seg_receiver(&sg[i], r->rank, grad)) { i++; continue; }
-        int peer = seg_peer(&sg[i], false, grad), j = i;
-        size_t rows = 0;
-        for (; j < n && seg_receiver(&sg[j], r->rank, grad) && seg_peer(&sg[j], false, grad) == peer; j++) rows += sg[j].rows;
+    int i, j, peer, nrows;
+    for (int from = 0; plan_handoff_message(sg, n, from, r->rank, grad, false, &i, &j, &peer, &nrows); from = j) {
+        size_t rows = (size_t)nrows;
         float *msg = util_malloc_cat(UTIL_MEM_COMM, (rows ? rows : 1) * d * sizeof(float));
         if (!msg) return util_fail(err, UTIL_ENOMEM, "run: out of memory for a hand-off message");
         if (ex_comm_recv(r->world, msg, rows * d, peer, tag)) {
@@ -365,7 +343,6 @@ static int handoff_recv(run_ctx *r, handoff *h, int c, bool grad, float *dst, ch
             at += sg[q].rows;
         }
         util_free(msg);
-        i = j;
     }
     return UTIL_OK;
 }

@@ -342,6 +342,11 @@ const char *plan_op_name(plan_op_kind k);
 typedef struct { int enc_rank, enc_tp, llm_rank, llm_tp, rows, enc_off, llm_off; } plan_segment;
 int plan_handoff(const plan_t *p, int k, int c, plan_segment **segs, int *n, char *err);
 int plan_handoff_tag(int k, int c, bool grad);
+/* The next message rank sends (sending) or receives in direction grad among
+ * segs[from..n): sets *first, *end (its segments are segs[*first..*end)),
+ * *peer and *rows and returns true; false when there is none. */
+bool plan_handoff_message(const plan_segment *segs, int n, int from, int rank, bool grad, bool sending,
+                          int *first, int *end, int *peer, int *rows);
 
 /* ---- simulator: one step of the schedule, op by op, priced by the cost model ----
  * Every rank walks its plan_schedule_rank list in order. Compute ops take

@@ -304,6 +304,35 @@ void plan_schedule_free(plan_schedule *s)
 
 int plan_handoff_tag(int k, int c, bool grad) { return ((c * MODEL_MAX_MODULES + k) << 1 | (grad ? 1 : 0)) & ((1 << 20) - 1); }
 
+/* Activations go from enc_tp 0 to every LLM tp rank, gradients from llm_tp 0 to every encoder tp rank. */
+static bool segment_moves(const plan_segment *s, int rank, bool grad, bool sending)
+{
+    if (grad) return sending ? s->llm_rank == rank && s->llm_tp == 0 : s->enc_rank == rank && s->llm_tp == 0;
+    return sending ? s->enc_rank == rank && s->enc_tp == 0 : s->llm_rank == rank && s->enc_tp == 0;
+}
+
+static int segment_peer(const plan_segment *s, bool grad, bool sending)
+{
+    return sending != grad ? s->llm_rank : s->enc_rank;
+}
+
+/* Segments are sorted by (enc_rank, llm_rank), so one peer's segments are a contiguous run. */
+bool plan_handoff_message(const plan_segment *segs, int n, int from, int rank, bool grad, bool sending,
+                          int *first, int *end, int *peer, int *rows)
+{
+    int i = from;
+    while (i < n && !segment_moves(&segs[i], rank, grad, sending)) i++;
+    if (i >= n) return false;
+    int pr = segment_peer(&segs[i], grad, sending), j = i, total = 0;
+    for (; j < n && segment_moves(&segs[j], rank, grad, sending) && segment_peer(&segs[j], grad, sending) == pr; j++)
+        total += segs[j].rows;
+    *first = i;
+    *end = j;
+    *peer = pr;
+    *rows = total;
+    return true;
+}
+
 static int segment_order(const void *a, const void *b)
 {
     const plan_segment *x = a, *y = b;

@@ -190,20 +190,12 @@ static int chunk_message_rows(const plan_t *p, int enc, int c, int rank, bool gr
                               double *rows, int cap, int *n_out)
 {
     plan_segment *sg;
-    int n, m = 0, last_peer = -1;
+    int n, m = 0, i, j, peer, nrows;
     char err[UTIL_ERR_LEN];
     *n_out = 0;
     if (plan_handoff(p, enc, c, &sg, &n, err)) return UTIL_EINVAL;
-    for (int i = 0; i < n; i++) {
-        const plan_segment *g = &sg[i];
-        bool from_me = grad ? g->llm_rank == rank && g->llm_tp == 0 : g->enc_rank == rank && g->enc_tp == 0;
-        bool to_me = grad ? g->enc_rank == rank && g->llm_tp == 0 : g->llm_rank == rank && g->enc_tp == 0;
-        if (!(sending ? from_me : to_me)) continue;
-        int peer = sending != grad ? g->llm_rank : g->enc_rank;
-        if (m == 0 || peer != last_peer) { if (m == cap) break; rows[m++] = 0; }
-        last_peer = peer;
-        rows[m - 1] += g->rows;
-    }
+    for (int from = 0; m < cap && plan_handoff_message(sg, n, from, rank, grad, sending, &i, &j, &peer, &nrows); from = j)
+        rows[m++] = nrows;
     util_free(sg);
     *n_out = m;
     return UTIL_OK;
