@@ -44,8 +44,7 @@ static int hook_alltoall(void *ctx, const float *send, float *recv, size_t chunk
  * communicator; ranks outside the group pass -1 (every rank must call). */
 static int split(run_ctx *r, int k, int color, int key, ex_comm **out, char *err)
 {
-    int rc = ex_comm_split(r->world, r->mod[k].on ? color : -1, key, out, err);
-    return rc;
+    return ex_comm_split(r->world, r->mod[k].on ? color : -1, key, out, err);
 }
 
 static int build_comms(run_ctx *r, char *err)
@@ -60,7 +59,7 @@ static int build_comms(run_ctx *r, char *err)
         int rc = split(r, k, a.dp * s->sp + a.sp, a.tp, &m->tp, err);
         if (!rc) rc = split(r, k, a.dp * s->tp + a.tp, a.sp, &m->sp, err);
         if (!rc) rc = split(r, k, a.tp, a.dp * s->sp + a.sp, &m->grad, err);
-        if (!rc) rc = ex_comm_split(r->world, m->on && a.dp == 0 && a.sp == 0 ? 0 : -1, a.tp, &m->lead, err);
+        if (!rc) rc = split(r, k, a.dp == 0 && a.sp == 0 ? 0 : -1, a.tp, &m->lead, err);
         if (rc) return rc;
         m->hooks = (run_hooks){ m->tp, m->sp };
     }

@@ -111,17 +111,10 @@ static void micro_range(const plan_module *s, int first, int count, int u, int *
     *n = count - u * mb < mb ? count - u * mb : mb;
 }
 
+/* micro_count grows with the share, so the largest share has the most micro-batches. */
 static int max_micro_per_share(const plan_t *p, int k)
 {
-    int most = 0;
-    for (int c = 0; c < plan_chunks(p); c++)
-        for (int i = 0; i < p->mod[k].dp; i++) {
-            int f, n;
-            plan_chunk_share(p, k, c, i, &f, &n);
-            int m = micro_count(&p->mod[k], n);
-            if (m > most) most = m;
-        }
-    return most;
+    return micro_count(&p->mod[k], plan_max_share(p, k));
 }
 
 int plan_schedule_check(const plan_t *p, char *err)
