@@ -26,6 +26,12 @@ typedef struct {
     double gemm_eff_max;
     double gemm_half;
     double attn_eff;              /* FlashAttention-2 class: achieved/peak on attention FLOPs */
+    /* Seconds per query-key score that do not scale with head_dim (softmax:
+     * max, exp, rescale), forward and backward; 0 when the file has none
+     * (attn_eff then carries all of it). FlashAttention-3 (Shah et al.,
+     * arXiv 2407.08608, sec. 3) shows the exponentials limiting on H100 too. */
+    double attn_score_s;
+    double attn_bwd_score_s;
     double hbm_bytes;             /* device memory */
     double hbm_bw;                /* peak HBM bandwidth, B/s */
     double mem_eff;               /* achieved/peak bandwidth for element-wise kernels */
@@ -42,6 +48,8 @@ typedef struct {
     double busbw;                 /* achieved bus bandwidth, B/s */
 } cost_link;
 
+#define COST_MAX_SPEED 64
+
 typedef struct {
     char name[COST_NAME_LEN];     /* "h100" */
     cost_gpu gpu;
@@ -49,6 +57,13 @@ typedef struct {
     int gpus_per_node;
     cost_link intra;              /* within a node (NVLink / PCIe) */
     cost_link inter;              /* per GPU across nodes (one NIC per GPU) */
+    /* Ranks that share a node's processors (dhp profile on a CPU host):
+     * speed[k-1] is one rank's compute speed while k of the node's ranks
+     * compute at once, relative to all n_speed computing (the condition the
+     * gpu figures were measured in), so speed[n_speed-1] = 1. n_speed 0: each
+     * rank has a device of its own (every GPU pool). */
+    int n_speed;
+    double speed[COST_MAX_SPEED];
 } cost_pool;
 
 typedef struct {
@@ -87,10 +102,17 @@ int cost_gpu_validate(const cost_gpu *g, const char *ctx, char *err);
 /* The GPU as a dhp.gpu/1 object with plain numbers (sources stay in the shipped file). */
 cJSON *cost_gpu_to_json(const cost_gpu *g);
 
+/* FlashAttention-2 backward runs 5 matmuls per tile against 2 forward
+ * (Dao, arXiv 2307.08691, sec. 3.1): 2.5x the forward FLOPs. */
+#define COST_ATTN_BWD_FLOPS 2.5
+
 /* Compute. Every kernel also pays g->kernel_launch_s; sizes <= 0 cost 0. */
 double cost_gemm_efficiency(const cost_gpu *g, double m, double n, double k);
 double cost_gemm_time(const cost_gpu *g, double m, double n, double k); /* 2mnk FLOPs */
-double cost_attention_time(const cost_gpu *g, double flops);
+/* Attention over `scores` query-key pairs of head_dim d: the forward runs
+ * 4 d FLOPs per score, the backward COST_ATTN_BWD_FLOPS times that. */
+double cost_attention_forward_time(const cost_gpu *g, double scores, double head_dim);
+double cost_attention_backward_time(const cost_gpu *g, double scores, double head_dim);
 double cost_memory_time(const cost_gpu *g, double bytes);   /* element-wise traffic */
 
 /* Communication. A group of n ranks placed per_node to a node (n/per_node
@@ -101,6 +123,10 @@ double cost_memory_time(const cost_gpu *g, double bytes);   /* element-wise traf
  * off-node fraction (n - per_node)/n through each GPU's NIC. n == 1 costs 0.
  * An impossible placement (per_node < 1 or not dividing n, more than
  * gpus_per_node per node, more nodes than the pool has) returns INFINITY. */
+/* One rank's compute speed on pool p while `busy` of a node's ranks compute
+ * (cost_pool.speed; beyond the table the processors are shared evenly);
+ * 1 for pools without the table. */
+double cost_compute_speed(const cost_pool *p, int busy);
 double cost_collective_time(const cost_pool *p, cost_coll op, double bytes, int n, int per_node);
 /* Point-to-point transfer of bytes between two GPUs: same node, across nodes
  * of one pool, or across pools (same_node is ignored then). Bad pool indices
@@ -121,7 +147,7 @@ const char *cost_coll_name(cost_coll op);
  * derivation rules are in costdb/SCHEMA.md, section "Measured files". */
 
 #define COST_PROFILE_MAX_GEMM 96
-#define COST_PROFILE_MAX_ATTN 4
+#define COST_PROFILE_MAX_ATTN 8
 #define COST_PROFILE_MAX_COLL 64
 
 typedef enum {
@@ -175,6 +201,11 @@ typedef struct {
     /* attention, memory, element-wise, launch */
     int n_attn;
     cost_profile_attn attn[COST_PROFILE_MAX_ATTN];
+    double attn_fit_rms;          /* rms relative error of cost_profile_fit_attention */
+    /* compute sharing between the ranks of this host (see cost_pool.speed) */
+    int n_speed;
+    double speed[COST_MAX_SPEED];
+    double sharing_unit_s;        /* one unit of the mixed kernel on rank 0 alone */
     double stream_bytes;          /* size of each STREAM array */
     double copy_bw, scale_bw, add_bw, triad_bw;   /* B/s per rank */
     double ew_add_bw, ew_swiglu_bw, ew_rmsnorm_bw, ew_bw;  /* ew_bw: all three, total bytes / total time */
@@ -201,6 +232,12 @@ int cost_profile_fit_alpha_beta(const double *a, const double *x, const double *
  * cost model's GEMM efficiency), minimising the relative error: rate_max in
  * closed form for each half, half by a log-scale scan of [0, 1e5] refined by
  * golden section. */
+/* Attention times (fwd_s, bwd_s of each shape, non-causal) fitted as
+ * fwd = S (score_s + 4 d / (peak attn_eff)), bwd = S (bwd_score_s + 2.5 x 4 d /
+ * (peak attn_eff)), S = seq^2 heads, by least squares in relative error;
+ * negative terms are pinned at 0 (attn_eff at 1) and the rest refitted. */
+int cost_profile_fit_attention(const cost_profile_attn *a, int n, double peak_flops, double *attn_eff,
+                               double *score_s, double *bwd_score_s, double *rms_rel, char *err);
 int cost_profile_fit_gemm(const double *m, const double *n, const double *k, const double *rate,
                           int count, double *rate_max, double *half, double *rms_rel, char *err);
 /* The latency steps and bandwidth bytes of op on S bytes over n ranks

@@ -201,6 +201,8 @@ static int validate_gpu(const cost_gpu *g, const char *what, const char *path, c
     if ((rc = check_range(what, path, "gemm_eff_max", g->gemm_eff_max, 0, true, 1, err))) return rc;
     if ((rc = check_range(what, path, "gemm_half", g->gemm_half, 0, false, HUGE_VAL, err))) return rc;
     if ((rc = check_range(what, path, "attn_eff", g->attn_eff, 0, true, 1, err))) return rc;
+    if ((rc = check_range(what, path, "attn_score_s", g->attn_score_s, 0, false, 1, err))) return rc;
+    if ((rc = check_range(what, path, "attn_bwd_score_s", g->attn_bwd_score_s, 0, false, 1, err))) return rc;
     if ((rc = check_range(what, path, "hbm_bytes", g->hbm_bytes, 0, true, HUGE_VAL, err))) return rc;
     if ((rc = check_range(what, path, "hbm_bw", g->hbm_bw, 0, true, HUGE_VAL, err))) return rc;
     if ((rc = check_range(what, path, "mem_eff", g->mem_eff, 0, true, 1, err))) return rc;
@@ -236,6 +238,12 @@ static int parse_gpu_obj(const cJSON *obj, const char *what, const char *path, b
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if ((rc = gpu_field(obj, what, path, f[i].key, f[i].dst, err))) return rc;
+    struct { const char *key; double *dst; } optional[] = {
+        {"attn_score_s", &g->attn_score_s}, {"attn_bwd_score_s", &g->attn_bwd_score_s},
+    };
+    for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(obj, optional[i].key)
+            && (rc = gpu_field(obj, what, path, optional[i].key, optional[i].dst, err))) return rc;
     return validate_gpu(g, what, path, err);
 }
 
@@ -284,6 +292,8 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && cJSON_AddNumberToObject(o, "gemm_eff_max", g->gemm_eff_max)
         && cJSON_AddNumberToObject(o, "gemm_half", g->gemm_half)
         && cJSON_AddNumberToObject(o, "attn_eff", g->attn_eff)
+        && cJSON_AddNumberToObject(o, "attn_score_s", g->attn_score_s)
+        && cJSON_AddNumberToObject(o, "attn_bwd_score_s", g->attn_bwd_score_s)
         && cJSON_AddNumberToObject(o, "hbm_bytes", g->hbm_bytes)
         && cJSON_AddNumberToObject(o, "hbm_bw", g->hbm_bw)
         && cJSON_AddNumberToObject(o, "mem_eff", g->mem_eff)
@@ -374,6 +384,37 @@ static int parse_link(const cJSON *obj, const char *what, const char *path, cons
     return get_num(v, what, sub, "alpha_s", &l->alpha_s, err);
 }
 
+/* Optional "compute_speed": [speed with 1, 2, ... ranks computing], plain
+ * or as {"value": [...], "source": "..."} (cost_pool.speed). */
+static int parse_speed(const cJSON *pool, const char *what, const char *path, cost_pool *p, char *err)
+{
+    char sub[UTIL_ERR_LEN / 2];
+    field_path(sub, sizeof sub, path, "compute_speed");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(pool, "compute_speed");
+    p->n_speed = 0;
+    if (!v) return UTIL_OK;
+    if (cJSON_IsObject(v)) {
+        int rc = check_source(v, what, sub, err);
+        if (rc) return rc;
+        v = cJSON_GetObjectItemCaseSensitive(v, "value");
+    }
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (n < 1 || n > COST_MAX_SPEED || n > p->gpus_per_node)
+        return util_fail(err, UTIL_EINVAL, "%s: %s: must be an array of 1 to min(%d, gpus_per_node = %d) speeds",
+                         what, sub, COST_MAX_SPEED, p->gpus_per_node);
+    for (int i = 0; i < n; i++) {
+        const cJSON *x = cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || !(x->valuedouble > 0))
+            return util_fail(err, UTIL_EINVAL, "%s: %s[%d]: must be a number > 0", what, sub, i);
+        p->speed[i] = x->valuedouble;
+    }
+    if (fabs(p->speed[n - 1] - 1.0) > 1e-9)
+        return util_fail(err, UTIL_EINVAL, "%s: %s[%d]: must be 1 (speeds are relative to all %d ranks computing; got %g)",
+                         what, sub, n - 1, n, p->speed[n - 1]);
+    p->n_speed = n;
+    return UTIL_OK;
+}
+
 /* "gpu" is a shipped GPU name or an embedded dhp.gpu/1 object (what
  * cost_cluster_to_json writes, so a plan file carries its own numbers). */
 static int parse_pool_gpu(const cJSON *pool, const char *what, const char *path, cost_gpu *g, char *err)
@@ -405,7 +446,8 @@ static int parse_pool(const cJSON *obj, const char *what, int i, cost_pool *p, c
     if ((rc = get_int(obj, what, path, "gpus_per_node", &p->gpus_per_node, err))) return rc;
     if ((rc = check_count(what, path, "gpus_per_node", p->gpus_per_node, MAX_GPUS_PER_NODE, err))) return rc;
     if ((rc = parse_link(obj, what, path, "intra", &p->intra, err))) return rc;
-    return parse_link(obj, what, path, "inter", &p->inter, err);
+    if ((rc = parse_link(obj, what, path, "inter", &p->inter, err))) return rc;
+    return parse_speed(obj, what, path, p, err);
 }
 
 /* Unset cross_pool: the slowest inter link of all pools (for two pools, the slower of the two). */
@@ -508,7 +550,8 @@ static cJSON *pool_to_json(const cost_pool *p)
         && cJSON_AddNumberToObject(o, "nodes", p->nodes)
         && cJSON_AddNumberToObject(o, "gpus_per_node", p->gpus_per_node)
         && add_item(o, "intra", link_to_json(&p->intra))
-        && add_item(o, "inter", link_to_json(&p->inter));
+        && add_item(o, "inter", link_to_json(&p->inter))
+        && (p->n_speed == 0 || add_item(o, "compute_speed", cJSON_CreateDoubleArray(p->speed, p->n_speed)));
     if (ok) return o;
     cJSON_Delete(o);
     return NULL;

@@ -28,11 +28,21 @@ double cost_gemm_time(const cost_gpu *g, double m, double n, double k)
     return 2.0 * m * n * k / (g->peak_flops * eff) + g->kernel_launch_s;
 }
 
-/* t = flops / (peak_flops * attn_eff) + kernel_launch_s. */
-double cost_attention_time(const cost_gpu *g, double flops)
+/* t = scores * (score_s + flops_per_score / (peak_flops * attn_eff)) + kernel_launch_s. */
+static double attention_time(const cost_gpu *g, double scores, double flops_per_score, double score_s)
 {
-    if (!(flops > 0)) return 0;
-    return flops / (g->peak_flops * g->attn_eff) + g->kernel_launch_s;
+    if (!(scores > 0) || !(flops_per_score > 0)) return 0;
+    return scores * (score_s + flops_per_score / (g->peak_flops * g->attn_eff)) + g->kernel_launch_s;
+}
+
+double cost_attention_forward_time(const cost_gpu *g, double scores, double head_dim)
+{
+    return attention_time(g, scores, 4.0 * head_dim, g->attn_score_s);
+}
+
+double cost_attention_backward_time(const cost_gpu *g, double scores, double head_dim)
+{
+    return attention_time(g, scores, COST_ATTN_BWD_FLOPS * 4.0 * head_dim, g->attn_bwd_score_s);
 }
 
 /* t = bytes / (hbm_bw * mem_eff) + kernel_launch_s. */
@@ -124,4 +134,11 @@ const char *cost_coll_name(cost_coll op)
     case COST_BROADCAST: return "broadcast";
     }
     return "unknown";
+}
+
+double cost_compute_speed(const cost_pool *p, int busy)
+{
+    if (p->n_speed <= 0 || busy < 1) return 1.0;
+    if (busy <= p->n_speed) return p->speed[busy - 1];
+    return p->speed[p->n_speed - 1] * p->n_speed / busy;
 }

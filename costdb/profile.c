@@ -16,7 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ATT_BWD_FACTOR 2.5   /* the planner's backward/forward FLOP ratio (planner/cost.c) */
 #define RMSNORM_DIM 768      /* dhp-100m LLM hidden size */
 #define MAX_COLL_BYTES (16u << 20)
 
@@ -63,6 +62,94 @@ int cost_profile_fit_alpha_beta(const double *a, const double *x, const double *
     }
     *alpha = al;
     *beta = be;
+    return UTIL_OK;
+}
+
+/* Solves the k x k system a x = b (row-major, k <= 3) by Gaussian
+ * elimination with partial pivoting; false when it is singular. */
+static bool solve_small(double *a, double *b, int k, double *x)
+{
+    for (int c = 0; c < k; c++) {
+        int piv = c;
+        for (int r = c + 1; r < k; r++) if (fabs(a[r * k + c]) > fabs(a[piv * k + c])) piv = r;
+        if (!(fabs(a[piv * k + c]) > 0)) return false;
+        for (int j = 0; j < k; j++) { double t = a[c * k + j]; a[c * k + j] = a[piv * k + j]; a[piv * k + j] = t; }
+        double t = b[c]; b[c] = b[piv]; b[piv] = t;
+        for (int r = c + 1; r < k; r++) {
+            double f = a[r * k + c] / a[c * k + c];
+            for (int j = c; j < k; j++) a[r * k + j] -= f * a[c * k + j];
+            b[r] -= f * b[c];
+        }
+    }
+    for (int c = k - 1; c >= 0; c--) {
+        double s = b[c];
+        for (int j = c + 1; j < k; j++) s -= a[c * k + j] * x[j];
+        x[c] = s / a[c * k + c];
+    }
+    return true;
+}
+
+/* Rows of the attention fit: unknowns (fwd score s, bwd score s, s per FLOP). */
+static void attn_rows(const cost_profile_attn *a, bool bwd, double *row, double *t)
+{
+    double scores = (double)a->seq * a->seq * a->heads, flops = 4.0 * a->head_dim * scores;
+    row[0] = bwd ? 0 : scores;
+    row[1] = bwd ? scores : 0;
+    row[2] = bwd ? COST_ATTN_BWD_FLOPS * flops : flops;
+    *t = bwd ? a->bwd_s : a->fwd_s;
+}
+
+/* Least squares in relative error over the free unknowns (fixed ones keep x[j]). */
+static bool attn_solve(const cost_profile_attn *a, int n, const bool *free_, double *x)
+{
+    double ata[9] = {0}, atb[3] = {0}, y[3] = {0};
+    int idx[3], k = 0;
+    for (int j = 0; j < 3; j++) if (free_[j]) idx[k++] = j;
+    if (k == 0) return true;
+    for (int i = 0; i < 2 * n; i++) {
+        double row[3], t;
+        attn_rows(&a[i / 2], i % 2, row, &t);
+        if (!(t > 0)) continue;
+        double rhs = 1.0;
+        for (int j = 0; j < 3; j++) { row[j] /= t; if (!free_[j]) rhs -= row[j] * x[j]; }
+        for (int p = 0; p < k; p++) {
+            atb[p] += row[idx[p]] * rhs;
+            for (int q = 0; q < k; q++) ata[p * k + q] += row[idx[p]] * row[idx[q]];
+        }
+    }
+    if (!solve_small(ata, atb, k, y)) return false;
+    for (int p = 0; p < k; p++) x[idx[p]] = y[p];
+    return true;
+}
+
+int cost_profile_fit_attention(const cost_profile_attn *a, int n, double peak_flops, double *attn_eff,
+                               double *score_s, double *bwd_score_s, double *rms_rel, char *err)
+{
+    if (n < 2) return util_fail(err, UTIL_EINVAL, "attention fit: needs 2 shapes (got %d)", n);
+    if (!(peak_flops > 0)) return util_fail(err, UTIL_EINVAL, "attention fit: peak_flops must be > 0");
+    double x[3] = {0, 0, 0};
+    bool free_[3] = {true, true, true};
+    bool ok = attn_solve(a, n, free_, x);
+    /* A negative overhead or FLOP cost is noise: pin it (0, or the peak rate) and refit the rest. */
+    for (int pass = 0; ok && pass < 3; pass++) {
+        bool changed = false;
+        if (x[2] < 1.0 / peak_flops) { x[2] = 1.0 / peak_flops; free_[2] = false; changed = true; }
+        for (int j = 0; j < 2; j++) if (x[j] < 0) { x[j] = 0; free_[j] = false; changed = true; }
+        if (!changed) break;
+        ok = attn_solve(a, n, free_, x);
+    }
+    if (!ok) return util_fail(err, UTIL_EINVAL, "attention fit: the shapes do not separate per-score and per-FLOP cost");
+    double ss = 0;
+    for (int i = 0; i < 2 * n; i++) {
+        double row[3], t;
+        attn_rows(&a[i / 2], i % 2, row, &t);
+        double r = (row[0] * x[0] + row[1] * x[1] + row[2] * x[2] - t) / t;
+        ss += r * r;
+    }
+    *score_s = x[0];
+    *bwd_score_s = x[1];
+    *attn_eff = fmin(1.0, 1.0 / (x[2] * peak_flops));
+    if (rms_rel) *rms_rel = sqrt(ss / (2 * n));
     return UTIL_OK;
 }
 
@@ -311,8 +398,8 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
     ctx_max(c, &p->launch_s);
     /* Passes over the whole grid, best per shape: a burst of load from other
      * processes spoils one pass of a shape, rarely all of them. */
-    int passes = p->quick ? 1 : 3;
-    double target = p->quick ? 0.004 : 0.015;
+    int passes = p->quick ? 2 : 3;
+    double target = p->quick ? 0.003 : 0.015;
     p->n_gemm = 0;
     for (int pass = 0; pass < passes; pass++) {
         int idx = 0;
@@ -376,25 +463,35 @@ static int measure_one_attention(const prof_ctx *c, cost_profile_attn *r, double
     r->fwd_s = time_calls(attn_forward, &a, target, 1, 2);
     ctx_max(c, &r->fwd_s);
     ctx_barrier(c);
-    r->bwd_s = time_calls(attn_backward, &a, target * ATT_BWD_FACTOR, 1, 2);
+    r->bwd_s = time_calls(attn_backward, &a, target * COST_ATTN_BWD_FLOPS, 1, 2);
     ctx_max(c, &r->bwd_s);
     r->fwd_flops = 4.0 * r->seq * r->seq * r->heads * r->head_dim;
     util_free(buf);
     return UTIL_OK;
 }
 
-/* Shapes of the tiny-vl LLM and the dhp-100m LLM and ViT (models/zoo). */
+/* Head shapes of the tiny-vl ViT (d=8) and LLM (d=16) and the dhp-100m LLM
+ * and ViT (d=64, models/zoo), at short and long sequences, so the fit can
+ * tell the per-score cost from the per-FLOP cost. */
 static int measure_attention(const prof_ctx *c, cost_profile *p, char *err)
 {
-    static const cost_profile_attn full[] = {{256, 4, 2, 16, 0, 0, 0}, {512, 12, 4, 64, 0, 0, 0}, {512, 6, 6, 64, 0, 0, 0}};
-    static const cost_profile_attn quick[] = {{128, 4, 2, 16, 0, 0, 0}, {128, 12, 4, 64, 0, 0, 0}};
+    static const cost_profile_attn full[] = {{64, 4, 4, 8, 0, 0, 0},   {256, 4, 4, 8, 0, 0, 0},
+                                             {64, 4, 2, 16, 0, 0, 0},  {256, 4, 2, 16, 0, 0, 0},
+                                             {512, 12, 4, 64, 0, 0, 0}, {512, 6, 6, 64, 0, 0, 0}};
+    static const cost_profile_attn quick[] = {{64, 4, 4, 8, 0, 0, 0}, {128, 4, 2, 16, 0, 0, 0}, {128, 12, 4, 64, 0, 0, 0}};
     const cost_profile_attn *shapes = p->quick ? quick : full;
-    p->n_attn = p->quick ? 2 : 3;
-    for (int i = 0; i < p->n_attn; i++) {
-        p->attn[i] = shapes[i];
-        int rc = measure_one_attention(c, &p->attn[i], p->quick ? 0.01 : 0.3, err);
-        if (rc) return rc;
-    }
+    p->n_attn = p->quick ? 3 : 6;
+    /* Passes over all shapes, best per shape (as for the GEMM grid). */
+    int passes = p->quick ? 2 : 4;
+    for (int pass = 0; pass < passes; pass++)
+        for (int i = 0; i < p->n_attn; i++) {
+            cost_profile_attn r = shapes[i];
+            int rc = measure_one_attention(c, &r, p->quick ? 0.005 : 0.06, err);
+            if (rc) return rc;
+            if (pass == 0) p->attn[i] = r;
+            p->attn[i].fwd_s = fmin(p->attn[i].fwd_s, r.fwd_s);
+            p->attn[i].bwd_s = fmin(p->attn[i].bwd_s, r.bwd_s);
+        }
     return UTIL_OK;
 }
 
@@ -460,6 +557,76 @@ static int measure_memory(const prof_ctx *c, cost_profile *p, char *err)
     }
     util_free(s.a); util_free(s.b); util_free(s.c); util_free(s.w);
     return rc;
+}
+
+/* ---- compute sharing: how ranks on this host slow each other ---- */
+
+/* One unit of executor-like work: a GEMM, an attention forward and a
+ * residual add, in the proportions of a small transformer layer. */
+typedef struct {
+    gemm_arg g;
+    attn_arg a;
+    stream_arg s;
+} mix_arg;
+
+static void run_mix(void *v)
+{
+    mix_arg *m = v;
+    run_gemm(&m->g);
+    attn_forward(&m->a);
+    k_add_inplace(&m->s);
+}
+
+/* Seconds the slowest of ranks 0..k-1 takes for `reps` units while the
+ * others wait in MPI_Barrier (polling, as the executor's waiting ranks do in
+ * MPI_Wait); best of `trials`. */
+static double shared_time(const prof_ctx *c, mix_arg *m, int k, int reps, int trials)
+{
+    double best = INFINITY;
+    for (int t = 0; t < trials; t++) {
+        ctx_barrier(c);
+        double dt = 0;
+        if (c->rank < k) {
+            double t0 = util_now();
+            for (int i = 0; i < reps; i++) run_mix(m);
+            dt = util_now() - t0;
+        }
+        ctx_max(c, &dt);
+        if (dt < best) best = dt;
+    }
+    return best;
+}
+
+static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
+{
+    enum { GM = 256, GN = 256, GK = 64, SEQ = 128, H = 4, D = 16, ADD = 1 << 18 };
+    size_t nq = (size_t)SEQ * H * D;
+    float *buf = util_calloc((size_t)GM * GK + GN * GK + GM * GN + 5 * nq + SEQ * H + 2 * ADD, sizeof *buf);
+    int rc = buf ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for the sharing benchmark");
+    if ((rc = ctx_agree(c, rc, err))) { util_free(buf); return rc; }
+    float *q = buf + (size_t)GM * GK + GN * GK + GM * GN, *add = q + 5 * nq + SEQ * H;
+    mix_arg m = {{GM, GN, GK, buf, buf + (size_t)GM * GK, buf + (size_t)GM * GK + GN * GK},
+                 {c->o, SEQ, H, H, D, q, q + nq, q + 2 * nq, q + 3 * nq, q + 4 * nq, q + 5 * nq,
+                  NULL, NULL, NULL, {0, SEQ}},
+                 {add, add + ADD, add, NULL, ADD}};
+    fill(buf, (size_t)GM * GK + GN * GK, 8);
+    fill(q, 4 * nq, 9);
+    fill(add, 2 * ADD, 10);
+    /* Work sized on rank 0 alone: about 20 ms (5 ms quick) per trial. */
+    double unit = 0;
+    ctx_barrier(c);
+    if (c->rank == 0) unit = time_calls(run_mix, &m, 0.02, 3, 2);
+    ctx_max(c, &unit);
+    int reps = (int)ceil((p->quick ? 0.005 : 0.02) / fmax(unit, 1e-7));
+    int trials = p->quick ? 2 : 4;
+    double t[COST_MAX_SPEED];
+    int n = p->ranks < COST_MAX_SPEED ? p->ranks : COST_MAX_SPEED;
+    for (int k = 1; k <= n; k++) t[k - 1] = shared_time(c, &m, k, reps, trials);
+    p->n_speed = n;
+    for (int k = 1; k <= n; k++) p->speed[k - 1] = t[n - 1] / t[k - 1];
+    p->sharing_unit_s = unit;
+    util_free(buf);
+    return UTIL_OK;
 }
 
 /* ---- collectives ---- */
@@ -604,12 +771,9 @@ static int derive(cost_profile *p, char *err)
         gpu->peak_flops = p->gemm_rate_max;
     }
     gpu->gemm_eff_max = fmin(1.0, p->gemm_rate_max / gpu->peak_flops);
-    double af = 0, at = 0;
-    for (int i = 0; i < p->n_attn; i++) {
-        af += (1 + ATT_BWD_FACTOR) * p->attn[i].fwd_flops;
-        at += p->attn[i].fwd_s + p->attn[i].bwd_s;
-    }
-    gpu->attn_eff = fmin(1.0, af / at / gpu->peak_flops);
+    rc = cost_profile_fit_attention(p->attn, p->n_attn, gpu->peak_flops, &gpu->attn_eff, &gpu->attn_score_s,
+                                    &gpu->attn_bwd_score_s, &p->attn_fit_rms, err);
+    if (rc) return rc;
     gpu->hbm_bw = fmax(fmax(p->copy_bw, p->scale_bw), fmax(p->add_bw, p->triad_bw));
     gpu->mem_eff = fmin(1.0, p->ew_bw / gpu->hbm_bw);
     gpu->hbm_bytes = p->phys_bytes / p->ranks;
@@ -678,6 +842,7 @@ int cost_profile_measure(const cost_profile_opts *o, cost_profile *p, char *err)
         share_host_facts(&c, p);
         if (!(rc = measure_gemm(&c, p, err)) && !(rc = measure_attention(&c, p, err)) && !(rc = measure_memory(&c, p, err)))
             rc = measure_collectives(&c, p, err);
+        if (!rc) rc = measure_sharing(&c, p, err);
         if (!rc) rc = derive(p, err);
     }
     if (we_init) MPI_Finalize();
@@ -765,9 +930,14 @@ static bool add_gpu_fields(cJSON *o, const cost_profile *p)
         u += (size_t)snprintf(at + u, sizeof at - u, "%s s=%d H=%d Hkv=%d d=%d", i ? "," : "", p->attn[i].seq,
                               p->attn[i].heads, p->attn[i].kv_heads, p->attn[i].head_dim);
     ok = ok && add_field(o, p, "attn_eff", g->attn_eff,
-                         "flash-style attention forward + backward, the executor's own kernels (executor/cpu_kernels.c, "
-                         "passed in by the CLI), one non-causal sequence each of%s; planner FLOPs (1 + 2.5) x 4 s^2 H d "
-                         "/ measured time / peak_flops; %s", at, w);
+                         "flash-style attention forward and backward, the executor's own kernels (executor/cpu_kernels.c, "
+                         "passed in by the CLI), one non-causal sequence each of%s; least-squares fit (relative error, rms "
+                         "%.1f%%) of fwd = S (attn_score_s + 4 d / (peak_flops attn_eff)), bwd = S (attn_bwd_score_s + "
+                         "2.5 x 4 d / (peak_flops attn_eff)), S = s^2 H scores; %s", at, 100 * p->attn_fit_rms, w);
+    ok = ok && add_field(o, p, "attn_score_s", g->attn_score_s,
+                         "same fit as attn_eff: forward seconds per score that do not scale with d (max, exp, rescale)");
+    ok = ok && add_field(o, p, "attn_bwd_score_s", g->attn_bwd_score_s,
+                         "same fit as attn_eff: backward seconds per score that do not scale with d (exp recomputed, dS)");
     ok = ok && add_field(o, p, "hbm_bytes", g->hbm_bytes,
                          "physical memory (sysconf _SC_PHYS_PAGES x _SC_PAGESIZE) %.4g GiB / %d rank%s on this host",
                          p->phys_bytes / 1073741824.0, p->ranks, p->ranks > 1 ? "s" : "");
@@ -832,7 +1002,9 @@ static cJSON *attn_measurements(const cost_profile *p)
         ok = r && add_num(r, "seq", a->seq) && add_num(r, "heads", a->heads) && add_num(r, "kv_heads", a->kv_heads)
             && add_num(r, "head_dim", a->head_dim) && add_num(r, "fwd_flops", a->fwd_flops)
             && add_num(r, "fwd_seconds", a->fwd_s) && add_num(r, "bwd_seconds", a->bwd_s)
-            && add_num(r, "fwd_flops_per_s", a->fwd_flops / a->fwd_s) && add_num(r, "bwd_over_fwd", a->bwd_s / a->fwd_s);
+            && add_num(r, "fwd_flops_per_s", a->fwd_flops / a->fwd_s) && add_num(r, "bwd_over_fwd", a->bwd_s / a->fwd_s)
+            && add_num(r, "model_fwd_seconds", cost_attention_forward_time(&p->gpu, (double)a->seq * a->seq * a->heads, a->head_dim))
+            && add_num(r, "model_bwd_seconds", cost_attention_backward_time(&p->gpu, (double)a->seq * a->seq * a->heads, a->head_dim));
         if (!ok || !cJSON_AddItemToArray(rows, r)) { cJSON_Delete(r); ok = false; }
     }
     if (ok) return rows;
@@ -948,6 +1120,26 @@ static cJSON *coll_measurements(const cost_profile *p)
     return NULL;
 }
 
+/* {"value": [speed with 1..ranks computing], "source": ...} */
+static cJSON *speed_json(const cost_profile *p)
+{
+    char who_[160];
+    who(p, who_, sizeof who_);
+    cJSON *o = cJSON_CreateObject();
+    char src[1400];
+    snprintf(src, sizeof src,
+             "measured by dhp profile on %s %s, one rank's speed while k = 1..%d ranks of this host compute at once, "
+             "relative to all %d: k ranks run the same number of units of an executor-like mix (a 256x256x64 "
+             "cblas_sgemm, the executor's attention forward s=128 H=4 d=16, a residual add of 2^18 floats; one unit "
+             "%.3g ms on rank 0 alone), the others wait in MPI_Barrier as the executor's idle ranks wait in MPI_Wait; "
+             "time of the slowest busy rank, best of %d trials; %s",
+             p->host, p->date, p->n_speed, p->n_speed, 1e3 * p->sharing_unit_s, p->quick ? 2 : 4, who_);
+    if (o && cJSON_AddItemToObject(o, "value", cJSON_CreateDoubleArray(p->speed, p->n_speed))
+        && cJSON_AddStringToObject(o, "source", src)) return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
 cJSON *cost_profile_cluster_json(const cost_profile *p)
 {
     char name[COST_NAME_LEN];
@@ -956,7 +1148,8 @@ cJSON *cost_profile_cluster_json(const cost_profile *p)
     bool ok = o && pools && pool && cJSON_AddStringToObject(o, "schema", "dhp.cluster/1") && cJSON_AddStringToObject(o, "name", name)
         && cJSON_AddStringToObject(pool, "name", "cpu") && add_obj(pool, "gpu", cost_profile_gpu_json(p, false))
         && add_num(pool, "nodes", 1) && add_num(pool, "gpus_per_node", p->ranks)
-        && add_obj(pool, "intra", link_json(p, true)) && add_obj(pool, "inter", link_json(p, false));
+        && add_obj(pool, "intra", link_json(p, true)) && add_obj(pool, "inter", link_json(p, false))
+        && (p->n_speed == 0 || add_obj(pool, "compute_speed", speed_json(p)));
     if (ok) { ok = cJSON_AddItemToArray(pools, pool); if (ok) pool = NULL; }
     if (ok) { ok = add_obj(o, "pools", pools); pools = NULL; }
     ok = ok && add_obj(o, "measurements", coll_measurements(p));

@@ -1,6 +1,6 @@
 /* Cost model: seconds for one module group under one strategy, priced with
  * costdb. Compute is summed GEMM by GEMM (cost_gemm_time with the local
- * shapes), attention through cost_attention_time on its FLOPs, element-wise
+ * shapes), attention through cost_attention_*_time on its scores, element-wise
  * work through cost_memory_time; communication through cost_collective_time
  * with each group's placement in the node. */
 #include "planner/planner.h"
@@ -8,9 +8,6 @@
 #include <math.h>
 #include <string.h>
 
-/* FlashAttention-2 backward runs 5 matmuls per tile against 2 forward
- * (Dao, arXiv 2307.08691, sec. 3.1): 2.5x the forward FLOPs. */
-#define ATTN_BWD_FACTOR 2.5
 /* Kernels launched per block forward (norms, GEMMs, rope, attention, act, adds). */
 #define KERNELS_PER_BLOCK 14.0
 
@@ -31,12 +28,12 @@ static void price_linear(pricer *p, double m, double n, double k)
 }
 
 /* softmax(Q K^T) V over `queries` queries, each attending to `span` keys:
- * 4 * queries * span * heads * head_dim FLOPs forward. */
+ * queries * span * heads scores (cost_attention_*_time). */
 static void price_attention(pricer *p, double queries, double span, double heads, double head_dim)
 {
-    double flops = 4.0 * queries * span * heads * head_dim;
-    p->fwd += cost_attention_time(p->g, flops);
-    if (p->need_input_grad || p->need_weight_grad) p->bwd += ATTN_BWD_FACTOR * cost_attention_time(p->g, flops);
+    double scores = queries * span * heads;
+    p->fwd += cost_attention_forward_time(p->g, scores, head_dim);
+    if (p->need_input_grad || p->need_weight_grad) p->bwd += cost_attention_backward_time(p->g, scores, head_dim);
 }
 
 static void price_elementwise(pricer *p, double bytes, double kernels)

@@ -434,6 +434,14 @@ typedef struct {
     double *now;               /* per rank: end of its last op */
     bool *joined;              /* per rank: joined the collective of its next op */
     plan_sim_result *r;
+    /* Processors shared between a node's ranks (cost_pool.speed): the time-ordered walk. */
+    bool shared;
+    bool *computing;           /* per rank: in the compute part of its next op */
+    bool *computed;            /* per rank: its next op was priced, its compute part started */
+    int *node;                 /* per rank: the lowest rank on its node (sharing its processors) */
+    double *work;              /* per rank: compute seconds left at speed 1, as of seg_s */
+    double *seg_s, *speed;     /* per rank: since when it runs at speed */
+    plan_sim_cost *cost;       /* per rank: the price of its next op */
 } sim;
 
 static plan_sim_cost op_cost(sim *S, int rank, const plan_op *op)
@@ -519,7 +527,20 @@ static bool do_recv(sim *S, int rank, const plan_op *op, plan_sim_op *rec)
     return true;
 }
 
-/* Joins the collective once; returns false until every participant has. */
+static void join_collective(sim *S, int rank, collective *c, double join_s, double comm_s)
+{
+    if (c->joined == 0 || join_s > c->last_join_s) {
+        c->last_join_s = join_s;
+        c->last_rank = rank;
+        c->last_op = S->next[rank];
+    }
+    if (comm_s > c->comm_s) c->comm_s = comm_s;
+    c->joined++;
+    S->joined[rank] = true;
+}
+
+/* Joins the collective once (after its compute part, busy_s); returns
+ * false until every participant has. */
 static int do_collective(sim *S, int rank, const plan_op *op, plan_sim_op *rec, bool *done, char *err)
 {
     collective *c = &S->coll.c[collective_index(S->p, &S->coll, rank, op)];
@@ -529,15 +550,7 @@ static int do_collective(sim *S, int rank, const plan_op *op, plan_sim_op *rec, 
         int rc = check_finite(S->p, rank, op, cost.busy_s + cost.comm_s, err);
         if (rc) return rc;
         rec->busy_s = cost.busy_s;
-        double join = S->now[rank] + cost.busy_s;
-        if (c->joined == 0 || join > c->last_join_s) {
-            c->last_join_s = join;
-            c->last_rank = rank;
-            c->last_op = S->next[rank];
-        }
-        if (cost.comm_s > c->comm_s) c->comm_s = cost.comm_s;
-        c->joined++;
-        S->joined[rank] = true;
+        join_collective(S, rank, c, S->now[rank] + cost.busy_s, cost.comm_s);
     }
     if (c->joined < c->expected) return UTIL_OK;
     rec->begin_s = c->last_join_s;
@@ -592,6 +605,18 @@ static int step_rank(sim *S, int rank, bool *progress, char *err)
     return rc;
 }
 
+static int deadlock(const sim *S, char *err)
+{
+    for (int r = 0; r < S->p->world_size; r++)
+        if (S->next[r] < S->sched[r].n) {
+            char name[96];
+            plan_sim_op_label(S->p, &S->sched[r].op[S->next[r]], name, sizeof name);
+            return util_fail(err, UTIL_EINVAL, "simulate: the schedule deadlocks: rank %d waits forever at op %d (%s)",
+                             r, S->next[r], name);
+        }
+    return util_fail(err, UTIL_EINVAL, "simulate: the schedule deadlocks");
+}
+
 static int walk(sim *S, char *err)
 {
     int world = S->p->world_size;
@@ -607,15 +632,125 @@ static int walk(sim *S, char *err)
             if (S->next[r] < S->sched[r].n) all_done = false;
         }
         if (all_done) return UTIL_OK;
-        if (!any) {
+        if (!any) return deadlock(S, err);
+    }
+}
+
+/* ---- the time-ordered walk: processors shared between a node's ranks ----
+ *
+ * On a host whose ranks share cores (cost_pool.speed, measured by dhp
+ * profile), a rank computes faster while others wait: its compute part
+ * (busy_s, priced at the all-ranks-busy speed) advances at
+ * cost_compute_speed(pool, ranks of its node computing now). Ops therefore
+ * run in time order: at each instant every rank that can move does, then
+ * time jumps to the next compute end, message arrival or collective end. */
+
+static bool op_has_compute(plan_op_kind k)
+{
+    return k != PLAN_OP_SEND_ACT && k != PLAN_OP_SEND_GRAD && k != PLAN_OP_RECV_ACT && k != PLAN_OP_RECV_GRAD;
+}
+
+static double compute_end(const sim *S, int r) { return S->seg_s[r] + S->work[r] / S->speed[r]; }
+
+/* Re-rates every computing rank for the ranks computing on its node now. */
+static void update_speeds(sim *S, double t)
+{
+    int world = S->p->world_size;
+    for (int r = 0; r < world; r++) {
+        if (!S->computing[r]) continue;
+        int busy = 0;
+        for (int q = 0; q < world; q++) busy += S->computing[q] && S->node[q] == S->node[r];
+        double v = cost_compute_speed(&S->p->cluster.pool[rank_pool(S->p, r)], busy);
+        if (v == S->speed[r]) continue;
+        S->work[r] -= (t - S->seg_s[r]) * S->speed[r];
+        if (S->work[r] < 0) S->work[r] = 0;
+        S->seg_s[r] = t;
+        S->speed[r] = v;
+    }
+}
+
+/* The part of an op after its compute, which ended at S->now[rank]. */
+static int after_compute(sim *S, int rank, const plan_op *op, plan_sim_op *rec, bool *progress, char *err)
+{
+    const plan_sim_cost *c = &S->cost[rank];
+    if (!S->joined[rank]) rec->busy_s = S->now[rank] - rec->start_s;
+    if (op_is_collective(S->p, op)) {
+        collective *cl = &S->coll.c[collective_index(S->p, &S->coll, rank, op)];
+        if (!S->joined[rank]) join_collective(S, rank, cl, S->now[rank], c->comm_s);
+        return do_collective(S, rank, op, rec, progress, err);
+    }
+    rec->comm_s = c->comm_s;
+    rec->begin_s = rec->start_s;
+    rec->end_s = S->now[rank] + c->comm_s;
+    *progress = true;
+    return UTIL_OK;
+}
+
+/* Moves rank's next op at S->now[rank] if it can: starts its compute part,
+ * or finishes it; *progress tells whether anything changed. */
+static int step_rank_shared(sim *S, int rank, bool *progress, char *err)
+{
+    *progress = false;
+    const plan_schedule *s = &S->sched[rank];
+    int i = S->next[rank];
+    if (i >= s->n) return UTIL_OK;
+    const plan_op *op = &s->op[i];
+    if (!op_has_compute(op->kind)) return step_rank(S, rank, progress, err);
+    plan_sim_op *rec = &S->r->rank[rank].ops[i];
+    int rc = UTIL_OK;
+    if (!S->computed[rank]) {
+        memset(rec, 0, sizeof *rec);
+        rec->op = *op;
+        rec->start_s = S->now[rank];
+        own_dep(rec, rank, i);
+        S->cost[rank] = op_cost(S, rank, op);
+        if ((rc = check_finite(S->p, rank, op, S->cost[rank].busy_s + S->cost[rank].comm_s, err))) return rc;
+        S->computed[rank] = true;
+        if (S->cost[rank].busy_s > 0) {
+            S->computing[rank] = true;
+            S->work[rank] = S->cost[rank].busy_s;
+            S->seg_s[rank] = S->now[rank];
+            S->speed[rank] = 0;      /* rated by update_speeds */
+            *progress = true;
+            return UTIL_OK;
+        }
+    }
+    rc = after_compute(S, rank, op, rec, progress, err);
+    if (!rc && *progress) { finish(S, rank, rec); S->computed[rank] = false; }
+    return rc;
+}
+
+static int walk_shared(sim *S, char *err)
+{
+    int world = S->p->world_size;
+    double t = 0;
+    for (;;) {
+        for (bool moved = true; moved;) {
+            moved = false;
             for (int r = 0; r < world; r++)
-                if (S->next[r] < S->sched[r].n) {
-                    char name[96];
-                    plan_sim_op_label(S->p, &S->sched[r].op[S->next[r]], name, sizeof name);
-                    return util_fail(err, UTIL_EINVAL, "simulate: the schedule deadlocks: rank %d waits forever at op %d (%s)",
-                                     r, S->next[r], name);
+                for (bool m = true; m && !S->computing[r] && S->now[r] <= t;) {
+                    int rc = step_rank_shared(S, r, &m, err);
+                    if (rc) return rc;
+                    moved |= m;
                 }
         }
+        update_speeds(S, t);
+        double next = INFINITY;
+        bool all_done = true;
+        for (int r = 0; r < world; r++) {
+            if (S->next[r] >= S->sched[r].n) continue;
+            all_done = false;
+            if (S->computing[r]) next = fmin(next, compute_end(S, r));
+            else if (S->now[r] > t) next = fmin(next, S->now[r]);
+        }
+        if (all_done) return UTIL_OK;
+        if (!isfinite(next)) return deadlock(S, err);
+        t = next;
+        for (int r = 0; r < world; r++)
+            if (S->computing[r] && compute_end(S, r) <= t) {
+                S->computing[r] = false;
+                S->now[r] = t;
+            }
     }
 }
 
@@ -682,6 +817,43 @@ static void free_sim(sim *S)
     util_free(S->now);
     util_free(S->joined);
     util_free(S->pr.micro);
+    util_free(S->computing);
+    util_free(S->computed);
+    util_free(S->node);
+    util_free(S->work);
+    util_free(S->seg_s);
+    util_free(S->speed);
+    util_free(S->cost);
+}
+
+static bool pools_share_processors(const plan_t *p)
+{
+    for (int i = 0; i < p->cluster.n_pools; i++)
+        if (p->cluster.pool[i].n_speed > 0) return true;
+    return false;
+}
+
+static int setup_sharing(sim *S, char *err)
+{
+    const plan_t *p = S->p;
+    int world = p->world_size;
+    S->shared = pools_share_processors(p);
+    if (!S->shared) return UTIL_OK;
+    S->computing = util_calloc((size_t)world, sizeof *S->computing);
+    S->computed = util_calloc((size_t)world, sizeof *S->computed);
+    S->node = util_calloc((size_t)world, sizeof *S->node);
+    S->work = util_calloc((size_t)world, sizeof *S->work);
+    S->seg_s = util_calloc((size_t)world, sizeof *S->seg_s);
+    S->speed = util_calloc((size_t)world, sizeof *S->speed);
+    S->cost = util_calloc((size_t)world, sizeof *S->cost);
+    if (!S->computing || !S->computed || !S->node || !S->work || !S->seg_s || !S->speed || !S->cost)
+        return util_fail(err, UTIL_ENOMEM, "simulate: out of memory for %d ranks", world);
+    for (int r = 0; r < world; r++) {
+        S->node[r] = r;
+        for (int q = 0; q < r; q++)
+            if (rank_pool(p, q) == rank_pool(p, r) && rank_node(p, q) == rank_node(p, r)) { S->node[r] = q; break; }
+    }
+    return UTIL_OK;
 }
 
 static int setup(sim *S, char *err)
@@ -706,7 +878,8 @@ static int setup(sim *S, char *err)
         rank_memory(p, i, &S->sched[i], &r->rank[i].mem);
     }
     int rc = build_messages(p, &S->msg, err);
-    return rc ? rc : build_collectives(p, &S->coll, err);
+    if (!rc) rc = build_collectives(p, &S->coll, err);
+    return rc ? rc : setup_sharing(S, err);
 }
 
 int plan_sim_run(const plan_t *p, const plan_sim_hooks *hooks, plan_sim_result *r, char *err)
@@ -717,7 +890,7 @@ int plan_sim_run(const plan_t *p, const plan_sim_hooks *hooks, plan_sim_result *
     if (p->world_size < 1) return util_fail(err, UTIL_EINVAL, "simulate: the plan has no ranks");
     sim S = { .p = p, .hooks = hooks, .r = r, .pr = { .p = p, .opt = plan_opts(p) } };
     rc = setup(&S, err);
-    if (!rc) rc = walk(&S, err);
+    if (!rc) rc = S.shared ? walk_shared(&S, err) : walk(&S, err);
     free_sim(&S);
     if (!rc) {
         totals(r);

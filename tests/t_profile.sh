@@ -16,8 +16,9 @@ if /usr/bin/python3 - "$T/g.json" "$T/c.json" "$(hostname)" <<'PY' 2>"$T/err"
 import json, os, sys
 g = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2])); host = sys.argv[3]
 assert g["schema"] == "dhp.gpu/1" and g["name"].startswith("CPU-"), g["name"]
-v = {k: g[k]["value"] for k in ["peak_flops", "gemm_eff_max", "gemm_half", "attn_eff", "hbm_bytes",
-                                 "hbm_bw", "mem_eff", "reserved_bytes", "kernel_launch_s"]}
+v = {k: g[k]["value"] for k in ["peak_flops", "gemm_eff_max", "gemm_half", "attn_eff", "attn_score_s",
+                                 "attn_bwd_score_s", "hbm_bytes", "hbm_bw", "mem_eff", "reserved_bytes",
+                                 "kernel_launch_s"]}
 for k in v:
     assert g[k]["source"].startswith("measured by dhp profile on " + host + " "), (k, g[k]["source"])
 # ranges no CPU can leave (a core does 1e8 .. 1e13 FLOP/s, memory moves 1e8 .. 1e13 B/s)
@@ -30,7 +31,13 @@ assert v["hbm_bytes"] == phys, (v["hbm_bytes"], phys)         # one rank: the wh
 assert 0 < v["reserved_bytes"] < v["hbm_bytes"], v
 assert 0 < v["kernel_launch_s"] < 1e-3, v
 m = g["measurements"]
-assert m["ranks"] == 1 and len(m["gemm"]["shapes"]) == 27 and len(m["attention"]) == 2, m.keys()
+assert m["ranks"] == 1 and len(m["gemm"]["shapes"]) == 27 and len(m["attention"]) == 3, m.keys()
+assert v["attn_score_s"] >= 0 and v["attn_bwd_score_s"] >= 0, v
+for a in m["attention"]:   # the fitted model, evaluated as the planner does, is what the file reports
+    S, d = a["seq"] ** 2 * a["heads"], a["head_dim"]
+    fwd = S * (v["attn_score_s"] + 4 * d / (v["peak_flops"] * v["attn_eff"])) + v["kernel_launch_s"]
+    bwd = S * (v["attn_bwd_score_s"] + 2.5 * 4 * d / (v["peak_flops"] * v["attn_eff"])) + v["kernel_launch_s"]
+    assert abs(a["model_fwd_seconds"] - fwd) <= 1e-9 * fwd and abs(a["model_bwd_seconds"] - bwd) <= 1e-9 * bwd, a
 fit = m["gemm"]["rate_max"]
 assert abs(fit / v["peak_flops"] - v["gemm_eff_max"]) < 1e-9, (fit, v)   # gemm_eff_max = fitted rate / peak
 if m["cpu_hz"] > 0:   # peak = a power of two FLOP/cycle x clock x cores, at or above the fitted rate
@@ -45,6 +52,7 @@ assert {k: pool["gpu"][k]["value"] for k in v} == v, "the cluster's GPU differs 
 assert pool["intra"]["busbw"] > 0 and pool["intra"]["alpha_s"] >= 0
 assert "memcpy" in pool["intra"]["source"] and "not measured" in pool["inter"]["source"]
 assert [r["op"] for r in c["measurements"]["collectives"]] == ["self-memcpy"] * 3
+assert pool["compute_speed"]["value"] == [1], pool["compute_speed"]    # one rank shares with nobody
 PY
 then ok profile_quick_fields_sane; else fail profile_quick_fields_sane "$(tail -c 400 "$T/err")"; fi
 
@@ -84,6 +92,9 @@ for o in ops:
     assert f["busbw"] > 0 and f["alpha_s"] >= 0 and f["points"] == 3, (o, f)
 assert m["fits"]["joint"]["points"] == 15
 assert m["fits"]["joint"]["busbw"] == intra["busbw"] and m["fits"]["joint"]["alpha_s"] == intra["alpha_s"]
+sp = pool["compute_speed"]
+assert len(sp["value"]) == 2 and sp["value"][1] == 1 and sp["value"][0] > 0, sp   # relative to both computing
+assert "2 ranks" in sp["source"] and "MPI_Barrier" in sp["source"], sp["source"]
 PY
     then ok profile_mpirun_np2_fits_alpha_busbw; else fail profile_mpirun_np2_fits_alpha_busbw "$(tail -c 600 "$T/err")"; fi
 else skip profile_mpirun_np2_fits_alpha_busbw "mpirun not installed"; fi

@@ -267,6 +267,14 @@ TEST(costdb_bad_cluster_json_names_file_and_field)
          "c.json: pools[0].gpu.mem_eff: must be <= 1"},
         {"\"gpu\": {\"name\": \"X\", \"peak_flops\": 1e15}, \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
          "c.json: pools[0].gpu.gemm_eff_max: required"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": [2, 1.5, 1]",
+         "c.json: pools[0].compute_speed: must be an array of 1 to min(64, gpus_per_node = 2) speeds"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": [2, 0.5]",
+         "c.json: pools[0].compute_speed[1]: must be 1"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": [0, 1]",
+         "c.json: pools[0].compute_speed[0]: must be a number > 0"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": {\"value\": [1], \"source\": 3}",
+         "c.json: pools[0].compute_speed.source: must be a string"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char err[UTIL_ERR_LEN] = "";
@@ -360,11 +368,41 @@ TEST(costdb_memory_attention_gemm_times_by_hand)
 {
     cost_gpu g = round_gpu();
     CHECK_NEAR(cost_memory_time(&g, 1e9), 2e-3 + 1e-5, 1e-12);      /* 1e9 / (1e12 * 0.5) */
-    CHECK_NEAR(cost_attention_time(&g, 1e12), 2e-3 + 1e-5, 1e-12);  /* 1e12 / (1e15 * 0.5) */
+    /* 1e12 FLOPs = 1e12 / (4 * 125) scores of d = 125: 1e12 / (1e15 * 0.5), backward 2.5x the FLOPs */
+    CHECK_NEAR(cost_attention_forward_time(&g, 2e9, 125), 2e-3 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_attention_backward_time(&g, 2e9, 125), 5e-3 + 1e-5, 1e-12);
+    /* plus 1 ns per score forward, 3 ns backward */
+    g.attn_score_s = 1e-9;
+    g.attn_bwd_score_s = 3e-9;
+    CHECK_NEAR(cost_attention_forward_time(&g, 2e9, 125), 2e-3 + 2.0 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_attention_backward_time(&g, 2e9, 125), 5e-3 + 6.0 + 1e-5, 1e-12);
     CHECK_NEAR(cost_memory_time(&g, 0), 0, 0);
-    CHECK_NEAR(cost_attention_time(&g, -1), 0, 0);
+    CHECK_NEAR(cost_attention_forward_time(&g, -1, 64), 0, 0);
+    CHECK_NEAR(cost_attention_backward_time(&g, 0, 64), 0, 0);
     /* 2*100^3 FLOPs at 1e15 * 0.8 * (1/2)^3 = 1e14 FLOP/s -> 2e-8 s, plus launch */
     CHECK_NEAR(cost_gemm_time(&g, 100, 100, 100), 2e-8 + 1e-5, 1e-9);
+}
+
+/* A measured speed table loads plain or sourced, survives the round trip
+ * through cost_cluster_to_json, and shares processors evenly beyond it. */
+TEST(costdb_compute_speed_loads_and_extends)
+{
+    char err[UTIL_ERR_LEN] = "";
+    cost_cluster c, back;
+    CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 4, " GOOD_INTRA ", " GOOD_INTER
+                             ", \"compute_speed\": {\"value\": [2, 2, 1.25, 1], \"source\": \"test\"}", &c, err));
+    CHECK_EQ_INT(c.pool[0].n_speed, 4);
+    CHECK(cost_compute_speed(&c.pool[0], 1) == 2 && cost_compute_speed(&c.pool[0], 3) == 1.25);
+    CHECK(cost_compute_speed(&c.pool[0], 4) == 1 && cost_compute_speed(&c.pool[0], 8) == 0.5);
+    cJSON *j = cost_cluster_to_json(&c);
+    char *t = j ? cJSON_Print(j) : NULL;
+    int rc = t ? cost_cluster_parse_json(t, "back", &back, err) : -1;
+    cJSON_free(t);
+    cJSON_Delete(j);
+    CHECK_MSG(rc == UTIL_OK, "%s", err);
+    CHECK(back.pool[0].n_speed == 4 && memcmp(back.pool[0].speed, c.pool[0].speed, 4 * sizeof(double)) == 0);
+    CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 4, " GOOD_INTRA ", " GOOD_INTER, &c, err));
+    CHECK(c.pool[0].n_speed == 0 && cost_compute_speed(&c.pool[0], 3) == 1);   /* GPUs: a device per rank */
 }
 
 static cost_pool round_pool(void)

@@ -172,7 +172,9 @@ static void fake_profile(cost_profile *p)
     p->coll[1] = (cost_profile_coll){COST_PROF_ALLREDUCE, 1 << 20, 1e-4};
     p->fit[COST_PROF_ALLREDUCE] = (cost_profile_fit){true, 1e-6, 1e10, 0.05, 2};
     p->link = p->fit[COST_PROF_ALLREDUCE];
-    cost_gpu g = {"CPU-testhost", 1.6e11, 0.6875, 12, 0.03, 8e9, 2e10, 0.5, 5e8, 1e-7};
+    cost_gpu g = {.name = "CPU-testhost", .peak_flops = 1.6e11, .gemm_eff_max = 0.6875, .gemm_half = 12,
+                  .attn_eff = 0.03, .attn_score_s = 2e-9, .attn_bwd_score_s = 3e-9, .hbm_bytes = 8e9,
+                  .hbm_bw = 2e10, .mem_eff = 0.5, .reserved_bytes = 5e8, .kernel_launch_s = 1e-7};
     p->gpu = g;
 }
 
@@ -182,6 +184,31 @@ static bool sourced_by_profile(const cJSON *o, const char *key)
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(f, "source");
     return cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(f, "value")) && cJSON_IsString(s)
         && strncmp(s->valuestring, "measured by dhp profile on testhost 2025-01-01T00:00:00Z, ", 58) == 0;
+}
+
+/* Times made from known terms (1.5 ns fwd and 2 ns bwd per score, 20% of
+ * 1e11 FLOP/s on the FLOPs) come back from the fit; a set where the FLOP
+ * term would need more than the peak is pinned at attn_eff 1. */
+TEST(profile_attention_fit_recovers_its_terms)
+{
+    static const int shape[][3] = {{64, 4, 8}, {256, 4, 8}, {64, 4, 16}, {256, 4, 16}, {512, 12, 64}};
+    cost_profile_attn a[5];
+    double peak = 1e11, per_flop = 1.0 / (0.2 * peak);
+    for (int i = 0; i < 5; i++) {
+        double S = (double)shape[i][0] * shape[i][0] * shape[i][1], d = shape[i][2];
+        a[i] = (cost_profile_attn){shape[i][0], shape[i][1], shape[i][1], shape[i][2], 4 * S * d,
+                                   S * (1.5e-9 + 4 * d * per_flop), S * (2e-9 + 2.5 * 4 * d * per_flop)};
+    }
+    double eff, fs, bs, rms;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(cost_profile_fit_attention(a, 5, peak, &eff, &fs, &bs, &rms, err));
+    CHECK_NEAR(eff, 0.2, 1e-9);
+    CHECK_NEAR(fs, 1.5e-9, 1e-9);
+    CHECK_NEAR(bs, 2e-9, 1e-9);
+    CHECK(rms < 1e-9);
+    CHECK_OK(cost_profile_fit_attention(a, 5, 1e9, &eff, &fs, &bs, &rms, err));   /* a peak below the FLOP rate */
+    CHECK(eff == 1.0 && fs >= 0 && bs >= 0);
+    CHECK_EQ_INT(cost_profile_fit_attention(a, 1, peak, &eff, &fs, &bs, &rms, err), UTIL_EINVAL);
 }
 
 TEST(profile_json_loads_back_through_the_costdb_loader)

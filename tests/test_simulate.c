@@ -97,6 +97,65 @@ TEST(simulate_pipeline_matches_hand_computation)
     plan_sim_free(&r);
 }
 
+/* Processors shared (cost_pool.speed) but never faster alone: the
+ * time-ordered walk gives the plain walk's timeline op for op. */
+TEST(simulate_shared_walk_with_unit_speeds_equals_the_walk)
+{
+    static plan_t p, q;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
+    q = p;
+    q.cluster.pool[0].n_speed = 2;
+    q.cluster.pool[0].speed[0] = q.cluster.pool[0].speed[1] = 1;
+    plan_sim_result a, b;
+    CHECK_OK(plan_sim_run(&p, &round_hooks, &a, err));
+    CHECK_OK(plan_sim_run(&q, &round_hooks, &b, err));
+    CHECK(b.step_time_s == 11.375 && a.step_time_s == b.step_time_s);
+    for (int r = 0; r < 2; r++) {
+        CHECK(a.rank[r].busy_s == b.rank[r].busy_s && a.rank[r].comm_s == b.rank[r].comm_s);
+        for (int i = 0; i < a.rank[r].n_ops; i++) {
+            const plan_sim_op *x = &a.rank[r].ops[i], *y = &b.rank[r].ops[i];
+            CHECK_MSG(x->start_s == y->start_s && x->begin_s == y->begin_s && x->end_s == y->end_s
+                      && x->dep_rank == y->dep_rank && x->dep_op == y->dep_op,
+                      "rank %d op %d (%s): [%g %g %g] vs [%g %g %g]", r, i, plan_op_name(x->op.kind),
+                      x->start_s, x->begin_s, x->end_s, y->start_s, y->begin_s, y->end_s);
+        }
+    }
+    CHECK_EQ_INT(a.n_path, b.n_path);
+    plan_sim_free(&a);
+    plan_sim_free(&b);
+}
+
+/* The pipeline above on one node whose ranks share processors, a rank alone
+ * computing at speed 2 (cost_pool.speed = {2, 1}):
+ *   enc F0 [0, 0.5], S0 -> 1.0; F1 [0.5, 1.0], S1 -> 1.5; llm RA0 ends 1.0
+ *   llm X0 alone [1.0, 2.5], SG0 -> 2.75; RA1 at 2.5; X1 from 2.5 at speed 2
+ *   enc R0 ends 2.75, B0 from 2.75: both compute at speed 1; X1 has 3 - 0.5 = 2.5 left
+ *   B0 ends 4.75; X1 alone again with 0.5 left -> ends 5.0, SG1 -> 5.25
+ *   llm sync [5.0, 5.5]; enc R1 ends 5.25, B1 alone [5.25, 6.25], sync [6.25, 6.75]
+ *   norm: last joins at 6.75 -> 6.875; optimizers from 6.875 together at speed 1:
+ *   enc 0.25 -> 7.125, then the LLM's last 0.75 alone -> 7.5  => step 7.5 s
+ * busy: enc 0.5 + 0.5 + 2 + 1 + 0.25 = 4.25, llm 1.5 + 2.5 + 0.625 = 4.625. */
+TEST(simulate_shared_processors_match_hand_computation)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
+    p.cluster.pool[0].n_speed = 2;
+    p.cluster.pool[0].speed[0] = 2;
+    p.cluster.pool[0].speed[1] = 1;
+    plan_sim_result r;
+    int rc = plan_sim_run(&p, &round_hooks, &r, err);
+    CHECK_MSG(rc == UTIL_OK, "%s", err);
+    CHECK_MSG(r.step_time_s == 7.5, "step %.17g", r.step_time_s);
+    CHECK_MSG(r.rank[0].busy_s == 4.25 && r.rank[1].busy_s == 4.625, "busy %.17g %.17g", r.rank[0].busy_s, r.rank[1].busy_s);
+    CHECK(r.rank[0].ops[5].op.kind == PLAN_OP_BACKWARD && r.rank[0].ops[5].start_s == 2.75 && r.rank[0].ops[5].end_s == 4.75);
+    CHECK(r.rank[1].ops[4].op.kind == PLAN_OP_FORWARD_BACKWARD && r.rank[1].ops[4].start_s == 2.5 && r.rank[1].ops[4].end_s == 5.0);
+    CHECK(r.rank[1].ops[8].op.kind == PLAN_OP_OPTIMIZER && r.rank[1].ops[8].end_s == 7.5);
+    CHECK(r.rank[0].ops[10].op.kind == PLAN_OP_OPTIMIZER && r.rank[0].ops[10].end_s == 7.125);
+    plan_sim_free(&r);
+}
+
 /* On one rank nothing waits: the step is the sum of the rank's op costs. */
 TEST(simulate_colocated_one_rank_is_the_sum_of_its_ops)
 {
