@@ -59,11 +59,16 @@ typedef struct {
     cost_link inter;              /* per GPU across nodes (one NIC per GPU) */
     /* Ranks that share a node's processors (dhp profile on a CPU host):
      * speed[k-1] is one rank's compute speed while k of the node's ranks
-     * compute at once, relative to all n_speed computing (the condition the
-     * gpu figures were measured in), so speed[n_speed-1] = 1. n_speed 0: each
-     * rank has a device of its own (every GPU pool). */
+     * compute at once, relative to one computing alone (the condition the
+     * gpu figures were measured in), so speed[0] = 1, all in (0, 1]. n_speed
+     * 0: each rank has a device of its own (every GPU pool). */
     int n_speed;
     double speed[COST_MAX_SPEED];
+    /* Which ranks of a node share processors: set_of[i] is the lowest local
+     * rank of local rank i's set (ranks bound to one core); has_sets false:
+     * all of a node's ranks share all its processors. */
+    bool has_sets;
+    int set_of[COST_MAX_SPEED];
 } cost_pool;
 
 typedef struct {
@@ -197,7 +202,7 @@ typedef struct {
     double gemm_rate_max;         /* fitted large-shape rate, FLOP/s per rank */
     double gemm_fit_rms;          /* rms relative error of the fit */
     double flops_per_cycle;       /* per core, rounded up to a power of two (0 if no clock) */
-    double core_share;            /* cores one rank uses: min(blas_threads, cpus / ranks) */
+    double core_share;            /* cores the measuring rank uses: min(blas_threads, cpus) */
     /* attention, memory, element-wise, launch */
     int n_attn;
     cost_profile_attn attn[COST_PROFILE_MAX_ATTN];
@@ -206,6 +211,7 @@ typedef struct {
     int n_speed;
     double speed[COST_MAX_SPEED];
     double sharing_unit_s;        /* one unit of the mixed kernel on rank 0 alone */
+    int n_sets, set_of[COST_MAX_SPEED], bound_cpu[COST_MAX_SPEED];   /* processor sets from the CPU binding */
     double stream_bytes;          /* size of each STREAM array */
     double copy_bw, scale_bw, add_bw, triad_bw;   /* B/s per rank */
     double ew_add_bw, ew_swiglu_bw, ew_rmsnorm_bw, ew_bw;  /* ew_bw: all three, total bytes / total time */

@@ -404,14 +404,44 @@ static int parse_speed(const cJSON *pool, const char *what, const char *path, co
                          what, sub, COST_MAX_SPEED, p->gpus_per_node);
     for (int i = 0; i < n; i++) {
         const cJSON *x = cJSON_GetArrayItem(v, i);
-        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || !(x->valuedouble > 0))
-            return util_fail(err, UTIL_EINVAL, "%s: %s[%d]: must be a number > 0", what, sub, i);
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || !(x->valuedouble > 0) || x->valuedouble > 1)
+            return util_fail(err, UTIL_EINVAL, "%s: %s[%d]: must be a number in (0, 1]", what, sub, i);
         p->speed[i] = x->valuedouble;
     }
-    if (fabs(p->speed[n - 1] - 1.0) > 1e-9)
-        return util_fail(err, UTIL_EINVAL, "%s: %s[%d]: must be 1 (speeds are relative to all %d ranks computing; got %g)",
-                         what, sub, n - 1, n, p->speed[n - 1]);
+    if (fabs(p->speed[0] - 1.0) > 1e-9)
+        return util_fail(err, UTIL_EINVAL, "%s: %s[0]: must be 1 (speeds are relative to one rank computing alone; got %g)",
+                         what, sub, p->speed[0]);
     p->n_speed = n;
+    return UTIL_OK;
+}
+
+/* Optional "compute_sets": [lowest local rank of each local rank's processor
+ * set], plain or {"value": [...], "source": "..."} (cost_pool.set_of). */
+static int parse_sets(const cJSON *pool, const char *what, const char *path, cost_pool *p, char *err)
+{
+    char sub[UTIL_ERR_LEN / 2];
+    field_path(sub, sizeof sub, path, "compute_sets");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(pool, "compute_sets");
+    p->has_sets = false;
+    if (!v) return UTIL_OK;
+    if (cJSON_IsObject(v)) {
+        int rc = check_source(v, what, sub, err);
+        if (rc) return rc;
+        v = cJSON_GetObjectItemCaseSensitive(v, "value");
+    }
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (n != p->gpus_per_node || n > COST_MAX_SPEED)
+        return util_fail(err, UTIL_EINVAL, "%s: %s: must be an array of gpus_per_node (%d, at most %d) ranks",
+                         what, sub, p->gpus_per_node, COST_MAX_SPEED);
+    for (int i = 0; i < n; i++) {
+        const cJSON *x = cJSON_GetArrayItem(v, i);
+        int s = cJSON_IsNumber(x) ? (int)x->valuedouble : -1;
+        if (!cJSON_IsNumber(x) || s != x->valuedouble || s < 0 || s > i || (s < i && p->set_of[s] != s))
+            return util_fail(err, UTIL_EINVAL, "%s: %s[%d]: must be the lowest rank of its set (0..%d, itself a set's first)",
+                             what, sub, i, i);
+        p->set_of[i] = s;
+    }
+    p->has_sets = true;
     return UTIL_OK;
 }
 
@@ -447,7 +477,8 @@ static int parse_pool(const cJSON *obj, const char *what, int i, cost_pool *p, c
     if ((rc = check_count(what, path, "gpus_per_node", p->gpus_per_node, MAX_GPUS_PER_NODE, err))) return rc;
     if ((rc = parse_link(obj, what, path, "intra", &p->intra, err))) return rc;
     if ((rc = parse_link(obj, what, path, "inter", &p->inter, err))) return rc;
-    return parse_speed(obj, what, path, p, err);
+    if ((rc = parse_speed(obj, what, path, p, err))) return rc;
+    return parse_sets(obj, what, path, p, err);
 }
 
 /* Unset cross_pool: the slowest inter link of all pools (for two pools, the slower of the two). */
@@ -551,7 +582,8 @@ static cJSON *pool_to_json(const cost_pool *p)
         && cJSON_AddNumberToObject(o, "gpus_per_node", p->gpus_per_node)
         && add_item(o, "intra", link_to_json(&p->intra))
         && add_item(o, "inter", link_to_json(&p->inter))
-        && (p->n_speed == 0 || add_item(o, "compute_speed", cJSON_CreateDoubleArray(p->speed, p->n_speed)));
+        && (p->n_speed == 0 || add_item(o, "compute_speed", cJSON_CreateDoubleArray(p->speed, p->n_speed)))
+        && (!p->has_sets || add_item(o, "compute_sets", cJSON_CreateIntArray(p->set_of, p->gpus_per_node)));
     if (ok) return o;
     cJSON_Delete(o);
     return NULL;

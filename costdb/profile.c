@@ -4,11 +4,13 @@
  * fields are in costdb/SCHEMA.md ("Measured files") and in each field's
  * source string. costdb sits below the executor, so the kernels timed here
  * are local copies of the executor's CPU loops (executor/cpu_kernels.c). */
+#define _GNU_SOURCE   /* sched_getaffinity */
 #include "costdb/costdb.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,6 +297,17 @@ static double time_calls(void (*fn)(void *), void *arg, double target_s, int min
     return best;
 }
 
+/* Kernel figures describe one rank computing alone: rank 0 times fn while
+ * the other ranks wait in MPI_Barrier (as the executor's idle ranks wait in
+ * MPI_Wait); how ranks slow each other is measured apart (measure_sharing). */
+static double alone_time(const prof_ctx *c, void (*fn)(void *), void *arg, double target_s, int min_calls, int trials)
+{
+    ctx_barrier(c);
+    double t = c->rank == 0 ? time_calls(fn, arg, target_s, min_calls, trials) : 0;
+    ctx_max(c, &t);
+    return t;
+}
+
 static void fill(float *x, size_t n, unsigned seed)
 {
     unsigned s = seed * 2654435761u + 1;
@@ -393,9 +406,7 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
     fill(A, mmax * nkmax, 1);
     fill(B, nkmax * nkmax, 2);
     gemm_arg one = {1, 1, 1, A, B, C};
-    ctx_barrier(c);
-    p->launch_s = time_calls(run_gemm, &one, p->quick ? 0.005 : 0.05, 1000, 3);
-    ctx_max(c, &p->launch_s);
+    p->launch_s = alone_time(c, run_gemm, &one, p->quick ? 0.005 : 0.05, 1000, 3);
     /* Passes over the whole grid, best per shape: a burst of load from other
      * processes spoils one pass of a shape, rarely all of them. */
     int passes = p->quick ? 2 : 3;
@@ -407,9 +418,7 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
             for (int j = 0; j < nnk; j++)
                 for (int l = 0; l < nnk && idx < COST_PROFILE_MAX_GEMM; l++, idx++) {
                     gemm_arg g = {ms[i], nks[j], nks[l], A, B, C};
-                    ctx_barrier(c);
-                    double t = time_calls(run_gemm, &g, target, 1, 2);
-                    ctx_max(c, &t);
+                    double t = alone_time(c, run_gemm, &g, target, 1, 2);
                     cost_profile_gemm *r = &p->gemm[idx];
                     if (pass > 0 && r->seconds <= t) continue;
                     r->m = g.m; r->n = g.n; r->k = g.k;
@@ -459,12 +468,8 @@ static int measure_one_attention(const prof_ctx *c, cost_profile_attn *r, double
                   buf + nq + 2 * nkv, buf + 2 * nq + 2 * nkv, buf + 4 * nq + 4 * nkv,
                   buf + 3 * nq + 2 * nkv, buf + 4 * nq + 2 * nkv, buf + 4 * nq + 3 * nkv, {0, r->seq}};
     fill(buf, 2 * nq + 2 * nkv, 3);     /* q, k, v, dout */
-    ctx_barrier(c);
-    r->fwd_s = time_calls(attn_forward, &a, target, 1, 2);
-    ctx_max(c, &r->fwd_s);
-    ctx_barrier(c);
-    r->bwd_s = time_calls(attn_backward, &a, target * COST_ATTN_BWD_FLOPS, 1, 2);
-    ctx_max(c, &r->bwd_s);
+    r->fwd_s = alone_time(c, attn_forward, &a, target, 1, 2);
+    r->bwd_s = alone_time(c, attn_backward, &a, target * COST_ATTN_BWD_FLOPS, 1, 2);
     r->fwd_flops = 4.0 * r->seq * r->seq * r->heads * r->head_dim;
     util_free(buf);
     return UTIL_OK;
@@ -482,11 +487,11 @@ static int measure_attention(const prof_ctx *c, cost_profile *p, char *err)
     const cost_profile_attn *shapes = p->quick ? quick : full;
     p->n_attn = p->quick ? 3 : 6;
     /* Passes over all shapes, best per shape (as for the GEMM grid). */
-    int passes = p->quick ? 2 : 4;
+    int passes = p->quick ? 2 : 6;
     for (int pass = 0; pass < passes; pass++)
         for (int i = 0; i < p->n_attn; i++) {
             cost_profile_attn r = shapes[i];
-            int rc = measure_one_attention(c, &r, p->quick ? 0.005 : 0.06, err);
+            int rc = measure_one_attention(c, &r, p->quick ? 0.005 : 0.04, err);
             if (rc) return rc;
             if (pass == 0) p->attn[i] = r;
             p->attn[i].fwd_s = fmin(p->attn[i].fwd_s, r.fwd_s);
@@ -527,10 +532,7 @@ static void k_rmsnorm(void *v)
 
 static double stream_time(const prof_ctx *c, void (*fn)(void *), stream_arg *s, int trials)
 {
-    ctx_barrier(c);
-    double t = time_calls(fn, s, 0, 1, trials);
-    ctx_max(c, &t);
-    return t;
+    return alone_time(c, fn, s, 0, 1, trials);
 }
 
 static int measure_memory(const prof_ctx *c, cost_profile *p, char *err)
@@ -577,22 +579,29 @@ static void run_mix(void *v)
     k_add_inplace(&m->s);
 }
 
-/* Seconds the slowest of ranks 0..k-1 takes for `reps` units while the
- * others wait in MPI_Barrier (polling, as the executor's waiting ranks do in
- * MPI_Wait); best of `trials`. */
-static double shared_time(const prof_ctx *c, mix_arg *m, int k, int reps, int trials)
+/* Units per second one of ranks 0..k-1 runs, mean over the k, while they
+ * all compute for the same `window_s` of wall time and the others wait in
+ * MPI_Barrier (polling, as the executor's idle ranks do in MPI_Wait); best of
+ * `trials`. A fixed window, not fixed work: no rank finishes early and
+ * leaves the others the processors. */
+static double shared_rate(const prof_ctx *c, const cost_profile *p, mix_arg *m, int k, double window_s, int trials)
 {
-    double best = INFINITY;
+    /* busy: the first k ranks of rank 0's processor set */
+    int pos = -1;
+    for (int r = 0, seen = 0; r <= c->rank && r < p->ranks && r < COST_MAX_SPEED; r++)
+        if (p->set_of[r] == 0) { if (r == c->rank) pos = seen; seen++; }
+    double best = 0;
     for (int t = 0; t < trials; t++) {
         ctx_barrier(c);
-        double dt = 0;
-        if (c->rank < k) {
-            double t0 = util_now();
-            for (int i = 0; i < reps; i++) run_mix(m);
-            dt = util_now() - t0;
+        double rate = 0;
+        if (pos >= 0 && pos < k) {
+            double t0 = util_now(), dt;
+            long units = 0;
+            do { run_mix(m); units++; dt = util_now() - t0; } while (dt < window_s);
+            rate = units / dt;
         }
-        ctx_max(c, &dt);
-        if (dt < best) best = dt;
+        if (c->mpi) MPI_Allreduce(MPI_IN_PLACE, &rate, 1, MPI_DOUBLE, MPI_SUM, c->comm);
+        if (rate / k > best) best = rate / k;
     }
     return best;
 }
@@ -612,18 +621,17 @@ static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
     fill(buf, (size_t)GM * GK + GN * GK, 8);
     fill(q, 4 * nq, 9);
     fill(add, 2 * ADD, 10);
-    /* Work sized on rank 0 alone: about 20 ms (5 ms quick) per trial. */
-    double unit = 0;
-    ctx_barrier(c);
-    if (c->rank == 0) unit = time_calls(run_mix, &m, 0.02, 3, 2);
-    ctx_max(c, &unit);
-    int reps = (int)ceil((p->quick ? 0.005 : 0.02) / fmax(unit, 1e-7));
+    /* Windows of 40 ms (15 ms quick): many scheduler time slices, so the
+     * sharing is seen, not one slice's luck. */
+    double unit = alone_time(c, run_mix, &m, 0.02, 3, 2);
+    double window = p->quick ? 0.015 : 0.04;
     int trials = p->quick ? 2 : 4;
-    double t[COST_MAX_SPEED];
-    int n = p->ranks < COST_MAX_SPEED ? p->ranks : COST_MAX_SPEED;
-    for (int k = 1; k <= n; k++) t[k - 1] = shared_time(c, &m, k, reps, trials);
+    double rate[COST_MAX_SPEED];
+    int n = 0;
+    for (int r = 0; r < p->ranks && r < COST_MAX_SPEED; r++) n += p->set_of[r] == 0;
+    for (int k = 1; k <= n; k++) rate[k - 1] = shared_rate(c, p, &m, k, window, trials);
     p->n_speed = n;
-    for (int k = 1; k <= n; k++) p->speed[k - 1] = t[n - 1] / t[k - 1];
+    for (int k = 1; k <= n; k++) p->speed[k - 1] = k == 1 ? 1.0 : fmin(1.0, rate[k - 1] / rate[0]);
     p->sharing_unit_s = unit;
     util_free(buf);
     return UTIL_OK;
@@ -761,7 +769,7 @@ static int derive(cost_profile *p, char *err)
     memset(gpu, 0, sizeof *gpu);
     int rc = cost_profile_fit_gemm(m, n, k, y, p->n_gemm, &p->gemm_rate_max, &gpu->gemm_half, &p->gemm_fit_rms, err);
     if (rc) return rc;
-    p->core_share = fmin((double)p->blas_threads, (double)p->cpus / p->ranks);
+    p->core_share = fmin((double)p->blas_threads, (double)p->cpus);
     if (p->cpu_hz > 0) {
         double fpc = p->gemm_rate_max / (p->cpu_hz * p->core_share);
         p->flops_per_cycle = pow(2, ceil(log2(fpc)));
@@ -824,6 +832,34 @@ static void share_host_facts(const prof_ctx *c, cost_profile *p)
     p->used_from_meminfo = b;
 }
 
+/* The CPU this process is bound to, -1 when it may run on several. */
+static int bound_cpu(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1) return -1;
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        if (CPU_ISSET(i, &set)) return i;
+    return -1;
+}
+
+/* Ranks bound to the same CPU (mpirun --bind-to core) share it; unbound
+ * ranks share all of the host's. set_of[r] = the lowest rank of r's set. */
+static void find_sets(const prof_ctx *c, cost_profile *p)
+{
+    int n = p->ranks < COST_MAX_SPEED ? p->ranks : COST_MAX_SPEED, cpu[COST_MAX_SPEED], mine = bound_cpu();
+    if (c->mpi && c->size <= COST_MAX_SPEED) MPI_Allgather(&mine, 1, MPI_INT, cpu, 1, MPI_INT, c->comm);
+    else for (int r = 0; r < n; r++) cpu[r] = -1;
+    p->n_sets = 0;
+    for (int r = 0; r < n; r++) {
+        p->set_of[r] = r;
+        for (int q = 0; q < r; q++)
+            if (cpu[q] == cpu[r]) { p->set_of[r] = q; break; }
+        if (p->set_of[r] == r) p->n_sets++;
+        p->bound_cpu[r] = cpu[r];
+    }
+}
+
 int cost_profile_measure(const cost_profile_opts *o, cost_profile *p, char *err)
 {
     memset(p, 0, sizeof *p);
@@ -840,6 +876,7 @@ int cost_profile_measure(const cost_profile_opts *o, cost_profile *p, char *err)
         ctx_barrier(&c);
         host_facts(p);
         share_host_facts(&c, p);
+        find_sets(&c, p);
         if (!(rc = measure_gemm(&c, p, err)) && !(rc = measure_attention(&c, p, err)) && !(rc = measure_memory(&c, p, err)))
             rc = measure_collectives(&c, p, err);
         if (!rc) rc = measure_sharing(&c, p, err);
@@ -897,14 +934,15 @@ static const char *who(const cost_profile *p, char *buf, size_t n)
 {
     snprintf(buf, n, "%d rank%s on %d CPUs, %d OpenBLAS thread%s per rank%s", p->ranks, p->ranks > 1 ? "s" : "",
              p->cpus, p->blas_threads, p->blas_threads > 1 ? "s" : "",
-             p->ranks > 1 ? ", all ranks measuring at once, slowest rank kept" : "");
+             p->ranks > 1 ? ", rank 0 measuring while the others wait in MPI_Barrier (compute_speed says how ranks computing "
+                            "at once slow each other)" : "");
     return buf;
 }
 
 static bool add_gpu_fields(cJSON *o, const cost_profile *p)
 {
     const cost_gpu *g = &p->gpu;
-    char shapes[256], w[160];
+    char shapes[256], w[320];
     shape_list(p, shapes, sizeof shapes);
     who(p, w, sizeof w);
     bool ok;
@@ -912,7 +950,7 @@ static bool add_gpu_fields(cJSON *o, const cost_profile *p)
         ok = add_field(o, p, "peak_flops", g->peak_flops,
                        "fp32 peak of one rank = %g FLOP/cycle x %.0f MHz x %.3g cores; rule: the fitted large-shape "
                        "cblas_sgemm rate (%.4g FLOP/s, see gemm_eff_max) / (clock x cores), rounded up to a power of two "
-                       "FLOP/cycle; cores = min(BLAS threads, CPUs / ranks); %s",
+                       "FLOP/cycle; cores = min(BLAS threads, CPUs); %s",
                        p->flops_per_cycle, p->cpu_hz / 1e6, p->core_share, p->gemm_rate_max, w);
     else
         ok = add_field(o, p, "peak_flops", g->peak_flops,
@@ -1123,18 +1161,37 @@ static cJSON *coll_measurements(const cost_profile *p)
 /* {"value": [speed with 1..ranks computing], "source": ...} */
 static cJSON *speed_json(const cost_profile *p)
 {
-    char who_[160];
+    char who_[320];
     who(p, who_, sizeof who_);
     cJSON *o = cJSON_CreateObject();
     char src[1400];
     snprintf(src, sizeof src,
-             "measured by dhp profile on %s %s, one rank's speed while k = 1..%d ranks of this host compute at once, "
-             "relative to all %d: k ranks run the same number of units of an executor-like mix (a 256x256x64 "
-             "cblas_sgemm, the executor's attention forward s=128 H=4 d=16, a residual add of 2^18 floats; one unit "
-             "%.3g ms on rank 0 alone), the others wait in MPI_Barrier as the executor's idle ranks wait in MPI_Wait; "
-             "time of the slowest busy rank, best of %d trials; %s",
-             p->host, p->date, p->n_speed, p->n_speed, 1e3 * p->sharing_unit_s, p->quick ? 2 : 4, who_);
+             "measured by dhp profile on %s %s, one rank's compute speed while k = 1..%d ranks of its processor set "
+             "(compute_sets; without it, the host) compute at once, relative to one alone (the condition of the gpu "
+             "figures): k ranks run units of an executor-like mix (a 256x256x64 cblas_sgemm, the executor's attention "
+             "forward s=128 H=4 d=16, a residual add of 2^18 floats; one unit %.3g ms on rank 0 alone) for the same %.0f ms window, the others "
+             "wait in MPI_Barrier as the executor's idle ranks wait in MPI_Wait; mean rate of the busy ranks, best of "
+             "%d trials, capped at 1; %s",
+             p->host, p->date, p->n_speed, 1e3 * p->sharing_unit_s, p->quick ? 15.0 : 40.0, p->quick ? 2 : 4, who_);
     if (o && cJSON_AddItemToObject(o, "value", cJSON_CreateDoubleArray(p->speed, p->n_speed))
+        && cJSON_AddStringToObject(o, "source", src)) return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
+/* {"value": [lowest rank of each rank's processor set], "source": ...} */
+static cJSON *sets_json(const cost_profile *p)
+{
+    char src[512], cpus[256] = "";
+    size_t u = 0;
+    for (int r = 0; r < p->ranks && r < COST_MAX_SPEED && u < sizeof cpus; r++)
+        u += (size_t)snprintf(cpus + u, sizeof cpus - u, "%s%d", r ? "," : "", p->bound_cpu[r]);
+    snprintf(src, sizeof src, "measured by dhp profile on %s %s, each rank's CPU binding (sched_getaffinity: %s; -1 "
+             "unbound): ranks bound to one CPU share it, the others share the host", p->host, p->date, cpus);
+    int v[COST_MAX_SPEED];
+    for (int r = 0; r < p->ranks && r < COST_MAX_SPEED; r++) v[r] = p->set_of[r];
+    cJSON *o = cJSON_CreateObject();
+    if (o && cJSON_AddItemToObject(o, "value", cJSON_CreateIntArray(v, p->ranks < COST_MAX_SPEED ? p->ranks : COST_MAX_SPEED))
         && cJSON_AddStringToObject(o, "source", src)) return o;
     cJSON_Delete(o);
     return NULL;
@@ -1149,7 +1206,8 @@ cJSON *cost_profile_cluster_json(const cost_profile *p)
         && cJSON_AddStringToObject(pool, "name", "cpu") && add_obj(pool, "gpu", cost_profile_gpu_json(p, false))
         && add_num(pool, "nodes", 1) && add_num(pool, "gpus_per_node", p->ranks)
         && add_obj(pool, "intra", link_json(p, true)) && add_obj(pool, "inter", link_json(p, false))
-        && (p->n_speed == 0 || add_obj(pool, "compute_speed", speed_json(p)));
+        && (p->n_speed == 0 || add_obj(pool, "compute_speed", speed_json(p)))
+        && (p->n_sets <= 1 || add_obj(pool, "compute_sets", sets_json(p)));
     if (ok) { ok = cJSON_AddItemToArray(pools, pool); if (ok) pool = NULL; }
     if (ok) { ok = add_obj(o, "pools", pools); pools = NULL; }
     ok = ok && add_obj(o, "measurements", coll_measurements(p));

@@ -229,7 +229,9 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     if (!mm->frozen) {
         double bytes_per_param = plan_precision_bytes(o->precision).step_traffic;
         double opt_shard = s->zero >= 1 ? (double)s->dp * s->sp : 1;
-        out->optim_s = cost_memory_time(&pool->gpu, plan_local_params(mm, s) / opt_shard * bytes_per_param);
+        /* AdamW is one fused streaming pass over its state: STREAM-class
+         * bandwidth (hbm_bw), not the element-wise mix that mem_eff describes. */
+        out->optim_s = plan_local_params(mm, s) / opt_shard * bytes_per_param / pool->gpu.hbm_bw + pool->gpu.kernel_launch_s;
     }
     plan_seq q;
     plan_module_seq(m, mi, w, &q);

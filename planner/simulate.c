@@ -640,8 +640,8 @@ static int walk(sim *S, char *err)
  *
  * On a host whose ranks share cores (cost_pool.speed, measured by dhp
  * profile), a rank computes faster while others wait: its compute part
- * (busy_s, priced at the all-ranks-busy speed) advances at
- * cost_compute_speed(pool, ranks of its node computing now). Ops therefore
+ * (busy_s, priced for a rank computing alone) advances at
+ * cost_compute_speed(pool, ranks of its processor set computing now). Ops therefore
  * run in time order: at each instant every rank that can move does, then
  * time jumps to the next compute end, message arrival or collective end. */
 
@@ -652,7 +652,7 @@ static bool op_has_compute(plan_op_kind k)
 
 static double compute_end(const sim *S, int r) { return S->seg_s[r] + S->work[r] / S->speed[r]; }
 
-/* Re-rates every computing rank for the ranks computing on its node now. */
+/* Re-rates every computing rank for the ranks computing on its processors now. */
 static void update_speeds(sim *S, double t)
 {
     int world = S->p->world_size;
@@ -833,6 +833,25 @@ static bool pools_share_processors(const plan_t *p)
     return false;
 }
 
+/* Local rank on its node (pools start on node boundaries). */
+static int rank_local(const plan_t *p, int rank)
+{
+    int k = module_of_rank(p, rank);
+    if (k < 0) return 0;
+    return (plan_pool_offset(p, k) + rank - p->mod[k].first_rank) % p->cluster.pool[p->mod[k].pool].gpus_per_node;
+}
+
+/* Do ranks a and b share processors (same node, same set of it)? */
+static bool same_processors(const plan_t *p, int a, int b)
+{
+    int pa = rank_pool(p, a);
+    if (pa != rank_pool(p, b) || rank_node(p, a) != rank_node(p, b)) return false;
+    const cost_pool *pool = &p->cluster.pool[pa];
+    if (!pool->has_sets) return true;
+    int la = rank_local(p, a), lb = rank_local(p, b);
+    return la < COST_MAX_SPEED && lb < COST_MAX_SPEED && pool->set_of[la] == pool->set_of[lb];
+}
+
 static int setup_sharing(sim *S, char *err)
 {
     const plan_t *p = S->p;
@@ -851,7 +870,7 @@ static int setup_sharing(sim *S, char *err)
     for (int r = 0; r < world; r++) {
         S->node[r] = r;
         for (int q = 0; q < r; q++)
-            if (rank_pool(p, q) == rank_pool(p, r) && rank_node(p, q) == rank_node(p, r)) { S->node[r] = q; break; }
+            if (same_processors(p, q, r)) { S->node[r] = q; break; }
     }
     return UTIL_OK;
 }

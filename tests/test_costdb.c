@@ -267,14 +267,20 @@ TEST(costdb_bad_cluster_json_names_file_and_field)
          "c.json: pools[0].gpu.mem_eff: must be <= 1"},
         {"\"gpu\": {\"name\": \"X\", \"peak_flops\": 1e15}, \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
          "c.json: pools[0].gpu.gemm_eff_max: required"},
-        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": [2, 1.5, 1]",
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": [1, 0.5, 0.4]",
          "c.json: pools[0].compute_speed: must be an array of 1 to min(64, gpus_per_node = 2) speeds"},
-        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": [2, 0.5]",
-         "c.json: pools[0].compute_speed[1]: must be 1"},
-        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": [0, 1]",
-         "c.json: pools[0].compute_speed[0]: must be a number > 0"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": [0.5, 0.5]",
+         "c.json: pools[0].compute_speed[0]: must be 1"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": [1, 0]",
+         "c.json: pools[0].compute_speed[1]: must be a number in (0, 1]"},
         {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": {\"value\": [1], \"source\": 3}",
          "c.json: pools[0].compute_speed.source: must be a string"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_sets\": [0]",
+         "c.json: pools[0].compute_sets: must be an array of gpus_per_node (2, at most 64) ranks"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 3, " GOOD_INTRA ", " GOOD_INTER ", \"compute_sets\": [0, 1, 2, 1]",
+         "c.json: pools[0].compute_sets: must be an array of gpus_per_node"},
+        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 3, " GOOD_INTRA ", " GOOD_INTER ", \"compute_sets\": [0, 2, 1]",
+         "c.json: pools[0].compute_sets[1]: must be the lowest rank of its set"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char err[UTIL_ERR_LEN] = "";
@@ -390,10 +396,10 @@ TEST(costdb_compute_speed_loads_and_extends)
     char err[UTIL_ERR_LEN] = "";
     cost_cluster c, back;
     CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 4, " GOOD_INTRA ", " GOOD_INTER
-                             ", \"compute_speed\": {\"value\": [2, 2, 1.25, 1], \"source\": \"test\"}", &c, err));
+                             ", \"compute_speed\": {\"value\": [1, 1, 0.75, 0.5], \"source\": \"test\"}", &c, err));
     CHECK_EQ_INT(c.pool[0].n_speed, 4);
-    CHECK(cost_compute_speed(&c.pool[0], 1) == 2 && cost_compute_speed(&c.pool[0], 3) == 1.25);
-    CHECK(cost_compute_speed(&c.pool[0], 4) == 1 && cost_compute_speed(&c.pool[0], 8) == 0.5);
+    CHECK(cost_compute_speed(&c.pool[0], 1) == 1 && cost_compute_speed(&c.pool[0], 3) == 0.75);
+    CHECK(cost_compute_speed(&c.pool[0], 4) == 0.5 && cost_compute_speed(&c.pool[0], 8) == 0.25);
     cJSON *j = cost_cluster_to_json(&c);
     char *t = j ? cJSON_Print(j) : NULL;
     int rc = t ? cost_cluster_parse_json(t, "back", &back, err) : -1;
@@ -401,6 +407,17 @@ TEST(costdb_compute_speed_loads_and_extends)
     cJSON_Delete(j);
     CHECK_MSG(rc == UTIL_OK, "%s", err);
     CHECK(back.pool[0].n_speed == 4 && memcmp(back.pool[0].speed, c.pool[0].speed, 4 * sizeof(double)) == 0);
+    CHECK(!back.pool[0].has_sets);
+    CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 4, " GOOD_INTRA ", " GOOD_INTER
+                             ", \"compute_speed\": [1, 0.5], \"compute_sets\": {\"value\": [0, 1, 0, 1], \"source\": \"t\"}", &c, err));
+    CHECK(c.pool[0].has_sets && c.pool[0].set_of[2] == 0 && c.pool[0].set_of[3] == 1);
+    j = cost_cluster_to_json(&c);
+    t = j ? cJSON_Print(j) : NULL;
+    rc = t ? cost_cluster_parse_json(t, "back", &back, err) : -1;
+    cJSON_free(t);
+    cJSON_Delete(j);
+    CHECK_MSG(rc == UTIL_OK, "%s", err);
+    CHECK(back.pool[0].has_sets && memcmp(back.pool[0].set_of, c.pool[0].set_of, 4 * sizeof(int)) == 0);
     CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 4, " GOOD_INTRA ", " GOOD_INTER, &c, err));
     CHECK(c.pool[0].n_speed == 0 && cost_compute_speed(&c.pool[0], 3) == 1);   /* GPUs: a device per rank */
 }

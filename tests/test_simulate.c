@@ -122,37 +122,50 @@ TEST(simulate_shared_walk_with_unit_speeds_equals_the_walk)
         }
     }
     CHECK_EQ_INT(a.n_path, b.n_path);
+    plan_sim_free(&b);
+    /* Half speed when two share, but each rank bound to a core of its own: nobody shares. */
+    q.cluster.pool[0].speed[1] = 0.5;
+    q.cluster.pool[0].has_sets = true;
+    for (int i = 0; i < q.cluster.pool[0].gpus_per_node; i++) q.cluster.pool[0].set_of[i] = i;
+    CHECK_OK(plan_sim_run(&q, &round_hooks, &b, err));
+    CHECK(b.step_time_s == a.step_time_s && b.rank[0].busy_s == a.rank[0].busy_s);
+    /* ... and both on one core: they share (the hand-computed 14.125 s below). */
+    q.cluster.pool[0].set_of[1] = 0;
+    plan_sim_free(&b);
+    CHECK_OK(plan_sim_run(&q, &round_hooks, &b, err));
+    CHECK(b.step_time_s == 14.125);
     plan_sim_free(&a);
     plan_sim_free(&b);
 }
 
-/* The pipeline above on one node whose ranks share processors, a rank alone
- * computing at speed 2 (cost_pool.speed = {2, 1}):
- *   enc F0 [0, 0.5], S0 -> 1.0; F1 [0.5, 1.0], S1 -> 1.5; llm RA0 ends 1.0
- *   llm X0 alone [1.0, 2.5], SG0 -> 2.75; RA1 at 2.5; X1 from 2.5 at speed 2
- *   enc R0 ends 2.75, B0 from 2.75: both compute at speed 1; X1 has 3 - 0.5 = 2.5 left
- *   B0 ends 4.75; X1 alone again with 0.5 left -> ends 5.0, SG1 -> 5.25
- *   llm sync [5.0, 5.5]; enc R1 ends 5.25, B1 alone [5.25, 6.25], sync [6.25, 6.75]
- *   norm: last joins at 6.75 -> 6.875; optimizers from 6.875 together at speed 1:
- *   enc 0.25 -> 7.125, then the LLM's last 0.75 alone -> 7.5  => step 7.5 s
- * busy: enc 0.5 + 0.5 + 2 + 1 + 0.25 = 4.25, llm 1.5 + 2.5 + 0.625 = 4.625. */
+/* The pipeline above on one node whose ranks share processors: two ranks
+ * computing at once each run at half speed (cost_pool.speed = {1, 0.5}):
+ *   enc F0 [0, 1], S0 -> 1.5; F1 from 1: alone to 1.5, then with X0 at half speed -> 2.5, S1 -> 3.0
+ *   llm RA0 ends 1.5; X0 from 1.5: half speed to 2.5 (0.5 done), alone -> 5.0, SG0 -> 5.25
+ *   llm RA1 at 5.0, X1 from 5.0: alone to 5.25 (2.75 left), with B0 at half speed
+ *   enc R0 ends 5.25, B0 [5.25, 9.25] at half speed; X1 then has 0.75 left alone -> 10.0, SG1 -> 10.25
+ *   llm sync [10, 10.5]; enc R1 ends 10.25, B1 alone [10.25, 12.25], sync [12.25, 12.75]
+ *   norm: last joins at 12.75 -> 12.875; optimizers together at half speed:
+ *   enc 0.25 -> 13.375, then the LLM's last 0.75 alone -> 14.125  => step 14.125 s
+ * busy: enc 1 + 1.5 + 4 + 2 + 0.5 = 9, llm 3.5 + 5 + 1.25 = 9.75. */
 TEST(simulate_shared_processors_match_hand_computation)
 {
     static plan_t p;
     char err[UTIL_ERR_LEN];
     CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
     p.cluster.pool[0].n_speed = 2;
-    p.cluster.pool[0].speed[0] = 2;
-    p.cluster.pool[0].speed[1] = 1;
+    p.cluster.pool[0].speed[0] = 1;
+    p.cluster.pool[0].speed[1] = 0.5;
     plan_sim_result r;
     int rc = plan_sim_run(&p, &round_hooks, &r, err);
     CHECK_MSG(rc == UTIL_OK, "%s", err);
-    CHECK_MSG(r.step_time_s == 7.5, "step %.17g", r.step_time_s);
-    CHECK_MSG(r.rank[0].busy_s == 4.25 && r.rank[1].busy_s == 4.625, "busy %.17g %.17g", r.rank[0].busy_s, r.rank[1].busy_s);
-    CHECK(r.rank[0].ops[5].op.kind == PLAN_OP_BACKWARD && r.rank[0].ops[5].start_s == 2.75 && r.rank[0].ops[5].end_s == 4.75);
-    CHECK(r.rank[1].ops[4].op.kind == PLAN_OP_FORWARD_BACKWARD && r.rank[1].ops[4].start_s == 2.5 && r.rank[1].ops[4].end_s == 5.0);
-    CHECK(r.rank[1].ops[8].op.kind == PLAN_OP_OPTIMIZER && r.rank[1].ops[8].end_s == 7.5);
-    CHECK(r.rank[0].ops[10].op.kind == PLAN_OP_OPTIMIZER && r.rank[0].ops[10].end_s == 7.125);
+    CHECK_MSG(r.step_time_s == 14.125, "step %.17g", r.step_time_s);
+    CHECK_MSG(r.rank[0].busy_s == 9 && r.rank[1].busy_s == 9.75, "busy %.17g %.17g", r.rank[0].busy_s, r.rank[1].busy_s);
+    CHECK(r.rank[0].ops[2].op.kind == PLAN_OP_FORWARD && r.rank[0].ops[2].end_s == 2.5);
+    CHECK(r.rank[0].ops[5].op.kind == PLAN_OP_BACKWARD && r.rank[0].ops[5].start_s == 5.25 && r.rank[0].ops[5].end_s == 9.25);
+    CHECK(r.rank[1].ops[4].op.kind == PLAN_OP_FORWARD_BACKWARD && r.rank[1].ops[4].start_s == 5.0 && r.rank[1].ops[4].end_s == 10.0);
+    CHECK(r.rank[1].ops[8].op.kind == PLAN_OP_OPTIMIZER && r.rank[1].ops[8].end_s == 14.125);
+    CHECK(r.rank[0].ops[10].op.kind == PLAN_OP_OPTIMIZER && r.rank[0].ops[10].end_s == 13.375);
     plan_sim_free(&r);
 }
 
