@@ -307,24 +307,19 @@ static int add_message(message_table *t, int src, int dst, double bytes, char *e
     return UTIL_OK;
 }
 
-/* Segments are ordered by (enc_rank, llm_rank): activations from enc_tp 0
- * merge per pair as they come. Gradients (from llm_tp 0 to every enc_tp) are
- * gathered per (llm_rank, enc_rank) pair with a second pass per sender. */
+/* Every message of chunk c of encoder k in one direction, sender by sender,
+ * each the one plan_handoff_message gives the executor (executor/run.c). */
 static int chunk_messages(const plan_t *p, int k, int c, bool grad, message_table *t, char *err)
 {
     plan_segment *sg;
     int n, rc = plan_handoff(p, k, c, &sg, &n, err);
     if (rc) return rc;
     double row_bytes = p->model.mod[k].out_hidden * plan_precision_bytes(p->precision).act;
-    if (!grad) {
-        for (int i = 0; !rc && i < n; i++)
-            if (sg[i].enc_tp == 0) rc = add_message(t, sg[i].enc_rank, sg[i].llm_rank, sg[i].rows * row_bytes, err);
-    } else {
-        int L = p->model.llm;
-        for (int l = p->mod[L].first_rank; !rc && l < p->mod[L].first_rank + p->mod[L].n_ranks; l++)
-            for (int i = 0; !rc && i < n; i++)
-                if (sg[i].llm_rank == l && sg[i].llm_tp == 0)
-                    rc = add_message(t, l, sg[i].enc_rank, sg[i].rows * row_bytes, err);
+    const plan_module *senders = &p->mod[grad ? p->model.llm : k];
+    for (int r = senders->first_rank; !rc && r < senders->first_rank + senders->n_ranks; r++) {
+        int i, j, peer, rows;
+        for (int from = 0; !rc && plan_handoff_message(sg, n, from, r, grad, true, &i, &j, &peer, &rows); from = j)
+            rc = add_message(t, r, peer, rows * row_bytes, err);
     }
     util_free(sg);
     return rc;
