@@ -384,21 +384,36 @@ static int parse_link(const cJSON *obj, const char *what, const char *path, cons
     return get_num(v, what, sub, "alpha_s", &l->alpha_s, err);
 }
 
-/* Optional "compute_speed": [speed with 1, 2, ... ranks computing], plain
- * or as {"value": [...], "source": "..."} (cost_pool.speed). */
-static int parse_speed(const cJSON *pool, const char *what, const char *path, cost_pool *p, char *err)
+/* An optional pool array `key`, plain or {"value": [...], "source": "..."}:
+ * *arr NULL when absent, else the array and *n its length (-1 not an array);
+ * sub gets the field's path for errors. */
+static int optional_array(const cJSON *pool, const char *what, const char *path, const char *key,
+                          char *sub, size_t sub_len, const cJSON **arr, int *n, char *err)
 {
-    char sub[UTIL_ERR_LEN / 2];
-    field_path(sub, sizeof sub, path, "compute_speed");
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(pool, "compute_speed");
-    p->n_speed = 0;
+    field_path(sub, sub_len, path, key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(pool, key);
+    *arr = v;
+    *n = -1;
     if (!v) return UTIL_OK;
     if (cJSON_IsObject(v)) {
         int rc = check_source(v, what, sub, err);
         if (rc) return rc;
         v = cJSON_GetObjectItemCaseSensitive(v, "value");
     }
-    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    *arr = v;
+    if (cJSON_IsArray(v)) *n = cJSON_GetArraySize(v);
+    return UTIL_OK;
+}
+
+/* Optional "compute_speed": [speed with 1, 2, ... ranks computing], plain
+ * or as {"value": [...], "source": "..."} (cost_pool.speed). */
+static int parse_speed(const cJSON *pool, const char *what, const char *path, cost_pool *p, char *err)
+{
+    char sub[UTIL_ERR_LEN / 2];
+    const cJSON *v;
+    int n, rc = optional_array(pool, what, path, "compute_speed", sub, sizeof sub, &v, &n, err);
+    p->n_speed = 0;
+    if (rc || !v) return rc;
     if (n < 1 || n > COST_MAX_SPEED || n > p->gpus_per_node)
         return util_fail(err, UTIL_EINVAL, "%s: %s: must be an array of 1 to min(%d, gpus_per_node = %d) speeds",
                          what, sub, COST_MAX_SPEED, p->gpus_per_node);
@@ -420,16 +435,10 @@ static int parse_speed(const cJSON *pool, const char *what, const char *path, co
 static int parse_sets(const cJSON *pool, const char *what, const char *path, cost_pool *p, char *err)
 {
     char sub[UTIL_ERR_LEN / 2];
-    field_path(sub, sizeof sub, path, "compute_sets");
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(pool, "compute_sets");
+    const cJSON *v;
+    int n, rc = optional_array(pool, what, path, "compute_sets", sub, sizeof sub, &v, &n, err);
     p->has_sets = false;
-    if (!v) return UTIL_OK;
-    if (cJSON_IsObject(v)) {
-        int rc = check_source(v, what, sub, err);
-        if (rc) return rc;
-        v = cJSON_GetObjectItemCaseSensitive(v, "value");
-    }
-    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (rc || !v) return rc;
     if (n != p->gpus_per_node || n > COST_MAX_SPEED)
         return util_fail(err, UTIL_EINVAL, "%s: %s: must be an array of gpus_per_node (%d, at most %d) ranks",
                          what, sub, p->gpus_per_node, COST_MAX_SPEED);
