@@ -48,13 +48,16 @@ static int rank_pool(const plan_t *p, int rank)
     return k < 0 ? 0 : p->mod[k].pool;
 }
 
-/* Node of a rank within its pool (pools start on node boundaries). */
-static int rank_node(const plan_t *p, int rank)
+/* Position of a rank among its pool's GPUs (pools start on node boundaries). */
+static int rank_in_pool(const plan_t *p, int rank)
 {
     int k = module_of_rank(p, rank);
-    if (k < 0) return 0;
-    int gpn = p->cluster.pool[p->mod[k].pool].gpus_per_node;
-    return (plan_pool_offset(p, k) + rank - p->mod[k].first_rank) / gpn;
+    return k < 0 ? 0 : plan_pool_offset(p, k) + rank - p->mod[k].first_rank;
+}
+
+static int rank_node(const plan_t *p, int rank)
+{
+    return rank_in_pool(p, rank) / p->cluster.pool[rank_pool(p, rank)].gpus_per_node;
 }
 
 double plan_sim_msg_seconds(const plan_t *p, int src, int dst, double bytes)
@@ -429,11 +432,11 @@ typedef struct {
     double *now;               /* per rank: end of its last op */
     bool *joined;              /* per rank: joined the collective of its next op */
     plan_sim_result *r;
-    /* Processors shared between a node's ranks (cost_pool.speed): the time-ordered walk. */
+    /* Processors shared between ranks (cost_pool.speed, set_of): the time-ordered walk. */
     bool shared;
     bool *computing;           /* per rank: in the compute part of its next op */
     bool *computed;            /* per rank: its next op was priced, its compute part started */
-    int *node;                 /* per rank: the lowest rank on its node (sharing its processors) */
+    int *set;                  /* per rank: the lowest rank sharing its processors */
     double *work;              /* per rank: compute seconds left at speed 1, as of seg_s */
     double *seg_s, *speed;     /* per rank: since when it runs at speed */
     plan_sim_cost *cost;       /* per rank: the price of its next op */
@@ -654,7 +657,7 @@ static void update_speeds(sim *S, double t)
     for (int r = 0; r < world; r++) {
         if (!S->computing[r]) continue;
         int busy = 0;
-        for (int q = 0; q < world; q++) busy += S->computing[q] && S->node[q] == S->node[r];
+        for (int q = 0; q < world; q++) busy += S->computing[q] && S->set[q] == S->set[r];
         double v = cost_compute_speed(&S->p->cluster.pool[rank_pool(S->p, r)], busy);
         if (v == S->speed[r]) continue;
         S->work[r] -= (t - S->seg_s[r]) * S->speed[r];
@@ -814,7 +817,7 @@ static void free_sim(sim *S)
     util_free(S->pr.micro);
     util_free(S->computing);
     util_free(S->computed);
-    util_free(S->node);
+    util_free(S->set);
     util_free(S->work);
     util_free(S->seg_s);
     util_free(S->speed);
@@ -828,14 +831,6 @@ static bool pools_share_processors(const plan_t *p)
     return false;
 }
 
-/* Local rank on its node (pools start on node boundaries). */
-static int rank_local(const plan_t *p, int rank)
-{
-    int k = module_of_rank(p, rank);
-    if (k < 0) return 0;
-    return (plan_pool_offset(p, k) + rank - p->mod[k].first_rank) % p->cluster.pool[p->mod[k].pool].gpus_per_node;
-}
-
 /* Do ranks a and b share processors (same node, same set of it)? */
 static bool same_processors(const plan_t *p, int a, int b)
 {
@@ -843,7 +838,7 @@ static bool same_processors(const plan_t *p, int a, int b)
     if (pa != rank_pool(p, b) || rank_node(p, a) != rank_node(p, b)) return false;
     const cost_pool *pool = &p->cluster.pool[pa];
     if (!pool->has_sets) return true;
-    int la = rank_local(p, a), lb = rank_local(p, b);
+    int la = rank_in_pool(p, a) % pool->gpus_per_node, lb = rank_in_pool(p, b) % pool->gpus_per_node;
     return la < COST_MAX_SPEED && lb < COST_MAX_SPEED && pool->set_of[la] == pool->set_of[lb];
 }
 
@@ -855,17 +850,17 @@ static int setup_sharing(sim *S, char *err)
     if (!S->shared) return UTIL_OK;
     S->computing = util_calloc((size_t)world, sizeof *S->computing);
     S->computed = util_calloc((size_t)world, sizeof *S->computed);
-    S->node = util_calloc((size_t)world, sizeof *S->node);
+    S->set = util_calloc((size_t)world, sizeof *S->set);
     S->work = util_calloc((size_t)world, sizeof *S->work);
     S->seg_s = util_calloc((size_t)world, sizeof *S->seg_s);
     S->speed = util_calloc((size_t)world, sizeof *S->speed);
     S->cost = util_calloc((size_t)world, sizeof *S->cost);
-    if (!S->computing || !S->computed || !S->node || !S->work || !S->seg_s || !S->speed || !S->cost)
+    if (!S->computing || !S->computed || !S->set || !S->work || !S->seg_s || !S->speed || !S->cost)
         return util_fail(err, UTIL_ENOMEM, "simulate: out of memory for %d ranks", world);
     for (int r = 0; r < world; r++) {
-        S->node[r] = r;
+        S->set[r] = r;
         for (int q = 0; q < r; q++)
-            if (same_processors(p, q, r)) { S->node[r] = q; break; }
+            if (same_processors(p, q, r)) { S->set[r] = q; break; }
     }
     return UTIL_OK;
 }
