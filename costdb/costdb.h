@@ -142,13 +142,14 @@ const char *cost_coll_name(cost_coll op);
 
 /* ---- dhp profile: measuring the local CPU backend (costdb/profile.c) ----
  *
- * cost_profile_measure times fp32 GEMMs (cblas_sgemm), a flash-style
- * attention loop, STREAM kernels and executor-style element-wise kernels on
- * this host and, under mpirun, MPI collectives between the ranks on it; all
- * ranks measure at the same time, so every per-rank figure includes the
- * contention of the others. The results become a dhp.gpu/1 description of
- * one rank (cost_profile_gpu_json) and a one-node dhp.cluster/1 file whose
- * intra link is fitted to the collectives (cost_profile_cluster_json). The
+ * cost_profile_measure times fp32 GEMMs (cblas_sgemm), the backend's
+ * attention kernels, STREAM kernels and executor-style element-wise kernels
+ * on rank 0 while the other ranks wait (one rank computing alone), then how
+ * ranks bound to the same processors slow each other (compute_speed,
+ * compute_sets) and, under mpirun, MPI collectives between all the ranks.
+ * The results become a dhp.gpu/1 description of one rank
+ * (cost_profile_gpu_json) and a one-node dhp.cluster/1 file whose intra link
+ * is fitted to the collectives (cost_profile_cluster_json). The
  * derivation rules are in costdb/SCHEMA.md, section "Measured files". */
 
 #define COST_PROFILE_MAX_GEMM 96
