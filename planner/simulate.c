@@ -559,6 +559,15 @@ static int do_collective(sim *S, int rank, const plan_op *op, plan_sim_op *rec, 
     return UTIL_OK;
 }
 
+/* The record of rank's op i, reached now: it depends on the rank's previous op. */
+static void open_record(const sim *S, int rank, int i, plan_sim_op *rec)
+{
+    memset(rec, 0, sizeof *rec);
+    rec->op = S->sched[rank].op[i];
+    rec->start_s = S->now[rank];
+    own_dep(rec, rank, i);
+}
+
 /* Runs rank's next op if it can; *progress tells whether it did. */
 static int step_rank(sim *S, int rank, bool *progress, char *err)
 {
@@ -568,12 +577,7 @@ static int step_rank(sim *S, int rank, bool *progress, char *err)
     if (i >= s->n) return UTIL_OK;
     const plan_op *op = &s->op[i];
     plan_sim_op *rec = &S->r->rank[rank].ops[i];
-    if (!S->joined[rank]) {
-        memset(rec, 0, sizeof *rec);
-        rec->op = *op;
-        rec->start_s = S->now[rank];
-        own_dep(rec, rank, i);
-    }
+    if (!S->joined[rank]) open_record(S, rank, i, rec);
     int rc = UTIL_OK;
     switch (op->kind) {
     case PLAN_OP_SEND_ACT:
@@ -697,10 +701,7 @@ static int step_rank_shared(sim *S, int rank, bool *progress, char *err)
     plan_sim_op *rec = &S->r->rank[rank].ops[i];
     int rc = UTIL_OK;
     if (!S->computed[rank]) {
-        memset(rec, 0, sizeof *rec);
-        rec->op = *op;
-        rec->start_s = S->now[rank];
-        own_dep(rec, rank, i);
+        open_record(S, rank, i, rec);
         S->cost[rank] = op_cost(S, rank, op);
         if ((rc = check_finite(S->p, rank, op, S->cost[rank].busy_s + S->cost[rank].comm_s, err))) return rc;
         S->computed[rank] = true;
