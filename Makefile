@@ -8,15 +8,37 @@ override CFLAGS += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_POSIX_C_SOURCE=20
            -I. -I$(BUILD)/gen $(MPI_CFLAGS) -MMD -MP
 LDLIBS  += -lglpk -lcjson -lcurl -lopenblas $(MPI_LIBS) -lm -lpthread
 
+# CUDA backend: built when nvcc is found (PATH or /usr/local/cuda); CUDA=0 leaves it out.
+# The kernels (executor/*.cu) go through nvcc; the C files that call the CUDA
+# runtime, cuBLAS and NCCL (their headers are C) through $(CC) with DHP_CUDA=1.
+NVCC      ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+CUDA      ?= $(if $(NVCC),1,0)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+# sm_80 (A100), sm_90 (H100/H200) and PTX for newer GPUs to JIT.
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
+ifeq ($(CUDA),1)
+CUDA_LIBDIRS := $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib)
+override CFLAGS += -DDHP_CUDA=1 -isystem $(CUDA_HOME)/include
+LDLIBS  += $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lnccl -lcublas -lcudart -lstdc++
+CU_SRC  := $(wildcard executor/*.cu)
+else
+CU_SRC  :=
+endif
+NVCCFLAGS ?= -O2 -g
+override NVCCFLAGS += -std=c++17 $(CUDA_ARCH) -I. -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
+
 MODULES := util models costdb planner executor
 LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
 CLI_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 DATA    := $(sort $(wildcard models/zoo/*.json) $(wildcard costdb/gpus/*.json) $(wildcard costdb/clusters/*.json))
 
-LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/gen/embedded.o
+LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC)) \
+            $(BUILD)/obj/gen/embedded.o
 CLI_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC))
-TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC))
+# The tests also run the CUDA kernels' source on the CPU (tests/cudaemu.h), with or without nvcc.
+TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC)) $(BUILD)/obj/tests/cuda_kernels_emu.o
 
 .PHONY: all deps test test-asan sanitize bench clean
 all: dhp
@@ -35,7 +57,7 @@ $(DHP_BIN): $(LIB_OBJ) $(CLI_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/test_dhp: $(LIB_OBJ) $(TEST_OBJ)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lstdc++
 
 # Standalone MPI check of the communicator, run by tests/t_comm.sh under mpirun.
 $(BUILD)/comm_check: $(BUILD)/obj/tests/mpi/comm_check.o $(LIB_OBJ)
@@ -44,6 +66,19 @@ $(BUILD)/comm_check: $(BUILD)/obj/tests/mpi/comm_check.o $(LIB_OBJ)
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+# The CUDA kernels compiled as C++ for the CPU: tests/cudaemu.h runs each
+# launch's blocks one after another, a thread per CUDA thread, with
+# __syncthreads as a barrier, and stands in for cuBLAS with OpenBLAS.
+CXX ?= g++
+$(BUILD)/obj/tests/cuda_kernels_emu.o: executor/cuda_kernels.cu tests/cudaemu.h
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror $(CXXFLAGS) -DEX_CUDA_EMU -I. -MMD -MP -include tests/cudaemu.h \
+	  -x c++ -c -o $@ $<
 
 # The CPU kernels' loops vectorize only at -O3 (GCC 12's -O2 cost model skips loops with
 # a run-time trip count); -fno-math-errno lets sqrtf vectorize. Neither reorders any
@@ -73,6 +108,7 @@ test: $(DHP_BIN) $(BUILD)/test_dhp $(BUILD)/comm_check
 test-asan sanitize:
 	$(MAKE) BUILD=build-asan OPT=-O1 \
 	  CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  CXXFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" test
 
 bench: $(DHP_BIN)

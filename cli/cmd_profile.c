@@ -1,6 +1,7 @@
-/* dhp profile: measure this host's CPU backend and write a dhp.gpu/1 file
- * and a one-node dhp.cluster/1 file for the planner and the simulator.
- * Run under mpirun to measure the collectives between ranks. */
+/* dhp profile: measure this host's CPU backend (or, with --backend cuda, its
+ * GPUs) and write a dhp.gpu/1 file and a one-node dhp.cluster/1 file for the
+ * planner and the simulator. Run under mpirun to measure the collectives
+ * between ranks. */
 #include "cli/cli.h"
 #include "executor/backend.h"
 
@@ -10,7 +11,7 @@
 #include <unistd.h>
 
 static const char *profile_help =
-    "usage: dhp profile [-o GPU.json] [--cluster-out CLUSTER.json] [--quick] [--json]\n"
+    "usage: dhp profile [--backend cpu|cuda] [-o GPU.json] [--cluster-out CLUSTER.json] [--quick] [--json]\n"
     "\n"
     "Measures the local CPU backend: fp32 GEMM (cblas_sgemm) over the tiny / 100M model shapes,\n"
     "the executor's attention kernels, STREAM and element-wise memory bandwidth, the fixed cost of a\n"
@@ -18,15 +19,22 @@ static const char *profile_help =
     "each other (bind them as the real run will, e.g. mpirun --bind-to core:overload-allowed), and -\n"
     "under mpirun - all-reduce, all-gather, reduce-scatter, all-to-all and send/recv between the ranks\n"
     "(without mpirun: a memcpy stands in for a send to oneself).\n"
+    "With --backend cuda it measures this host's GPUs instead, one rank per GPU (rank r on device r):\n"
+    "cuBLAS GEMMs (BF16 tensor cores; --gemm-fp32: fp32 cublasSgemm, what dhp run executes), the CUDA\n"
+    "backend's own attention and element-wise kernels, device-to-device copies, the launch cost, device\n"
+    "memory and - under mpirun - NCCL collectives between the GPUs, all timed with CUDA events.\n"
     "Every field's source says how it was measured (costdb/SCHEMA.md, \"Measured files\").\n"
     "\n"
+    "  --backend B         cpu (default) or cuda\n"
+    "  --gemm-fp32         (cuda) fit the GEMM fields to fp32 cublasSgemm instead of BF16 cublasGemmEx\n"
     "  -o FILE             write the description of one rank (schema dhp.gpu/1)\n"
-    "  --cluster-out FILE  write a cluster 'cpu-<ranks>': 1 node x <ranks>, the GPU inline, the intra\n"
+    "  --cluster-out FILE  write a cluster 'cpu-<ranks>' (cuda: 'cuda-<ranks>'): 1 node x <ranks>, the GPU inline, the intra\n"
     "                      link fitted to the collectives (use with dhp plan --cluster FILE)\n"
     "  --quick             a few seconds instead of about 20 s (fewer shapes and trials, smaller buffers)\n"
     "  --json              print the GPU and cluster JSON on stdout instead of the summary\n"
     "\n"
-    "example: OPENBLAS_NUM_THREADS=1 mpirun -np 2 dhp profile -o cpu.json --cluster-out cpu-2.json\n";
+    "example: OPENBLAS_NUM_THREADS=1 mpirun -np 2 dhp profile -o cpu.json --cluster-out cpu-2.json\n"
+    "         mpirun -np 8 dhp profile --backend cuda -o gpu.json --cluster-out node.json\n";
 
 /* Fails early (before a minute of measuring) if path's directory cannot take a new file. */
 static int check_writable(const char *path)
@@ -41,13 +49,67 @@ static int check_writable(const char *path)
     return 0;
 }
 
-static void print_summary(const cost_profile *p, const char *gpu_path, const char *cluster_path)
+/* Largest relative difference from the CPU backend the CUDA kernels may
+ * show before their timings are refused: fp32 sums in another order differ
+ * by ~1e-6 of the largest value; a wrong index is off by O(1). */
+#define CUDA_CHECK_TOLERANCE 1e-4
+
+static double cuda_check_worst;
+static char cuda_check_what[96];
+
+static int best_gemm(const cost_profile *p)
 {
-    const cost_gpu *g = &p->gpu;
-    char mem[32], res[32];
     int best = 0;
     for (int i = 1; i < p->n_gemm; i++)
         if (p->gemm[i].rate > p->gemm[best].rate) best = i;
+    return best;
+}
+
+static void print_collectives(const cost_profile *p)
+{
+    for (int op = 0; op < COST_PROF_NOPS; op++)
+        if (p->fit[op].valid)
+            printf("  %-15s alpha %.3g us, busbw %.2f GB/s (rms %.0f%%, %d sizes)\n", cost_profile_op_name((cost_prof_op)op),
+                   p->fit[op].alpha_s * 1e6, p->fit[op].busbw / 1e9, 100 * p->fit[op].rms_rel, p->fit[op].points);
+}
+
+static void print_summary_cuda(const cost_profile *p, const char *gpu_path, const char *cluster_path)
+{
+    const cost_gpu *g = &p->gpu;
+    const cost_profile_device *d = &p->dev;
+    char mem[32], res[32];
+    int best = best_gemm(p);
+    printf("dhp profile: %s, %s, %d rank%s, %s (sm_%d%d, %d SMs, %.0f MHz), %d GPU%s on the host%s\n", p->host, p->date,
+           p->ranks, p->ranks > 1 ? "s" : "", d->name, d->cc_major, d->cc_minor, d->sms, d->clock_hz / 1e6, d->devices,
+           d->devices > 1 ? "s" : "", p->quick ? ", quick" : "");
+    if (p->n_gemm)
+        printf("  %-15s best %.1f TFLOP/s (%dx%dx%d); fit %.1f TFLOP/s large-shape, gemm_half %.0f (rms %.0f%%)\n",
+               d->gemm_fp32 ? "gemm fp32" : "gemm bf16", p->gemm[best].rate / 1e12, p->gemm[best].m, p->gemm[best].n,
+               p->gemm[best].k, p->gemm_rate_max / 1e12, g->gemm_half, 100 * p->gemm_fit_rms);
+    printf("  %-15s %.1f TFLOP/s (%g FLOP/cycle/SM), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e12, p->flops_per_cycle,
+           g->gemm_eff_max);
+    printf("  %-15s attn_eff %.4f + %.3g ns fwd, %.3g ns bwd per score (rms %.0f%%, %d shapes)\n", "attention",
+           g->attn_eff, g->attn_score_s * 1e9, g->attn_bwd_score_s * 1e9, 100 * p->attn_fit_rms, p->n_attn);
+    printf("  %-15s hbm_bw %.0f GB/s, device copy %.0f GB/s; element-wise %.0f GB/s, mem_eff %.3f\n", "memory bw",
+           g->hbm_bw / 1e9, d->d2d_bw / 1e9, p->ew_bw / 1e9, g->mem_eff);
+    printf("  %-15s %s, %s reserved\n", "memory", util_fmt_bytes(g->hbm_bytes, mem, sizeof mem),
+           util_fmt_bytes(g->reserved_bytes, res, sizeof res));
+    printf("  %-15s %.3g us per kernel\n", "launch", g->kernel_launch_s * 1e6);
+    printf("  %-15s match the CPU backend within %.2g of the largest value (worst: %s)\n", "cuda kernels",
+           cuda_check_worst, cuda_check_what);
+    print_collectives(p);
+    printf("  %-15s alpha %.3g us, busbw %.2f GB/s%s\n", "intra link", p->link.alpha_s * 1e6, p->link.busbw / 1e9,
+           p->mpi ? " (NCCL, joint fit)" : " (1 rank: device copy)");
+    if (gpu_path) printf("wrote %s\n", gpu_path);
+    if (cluster_path) printf("wrote %s\n", cluster_path);
+}
+
+static void print_summary(const cost_profile *p, const char *gpu_path, const char *cluster_path)
+{
+    if (p->cuda) { print_summary_cuda(p, gpu_path, cluster_path); return; }
+    const cost_gpu *g = &p->gpu;
+    char mem[32], res[32];
+    int best = best_gemm(p);
     printf("dhp profile: %s, %s, %d rank%s, %d CPUs, %d BLAS thread%s per rank%s\n", p->host, p->date, p->ranks,
            p->ranks > 1 ? "s" : "", p->cpus, p->blas_threads, p->blas_threads > 1 ? "s" : "", p->quick ? ", quick" : "");
     printf("  %-15s %s\n", "device", g->name);
@@ -69,10 +131,7 @@ static void print_summary(const cost_profile *p, const char *gpu_path, const cha
     printf("  %-15s %s per rank, %s reserved\n", "memory", util_fmt_bytes(g->hbm_bytes, mem, sizeof mem),
            util_fmt_bytes(g->reserved_bytes, res, sizeof res));
     printf("  %-15s %.3g us per BLAS call\n", "launch", g->kernel_launch_s * 1e6);
-    for (int op = 0; op < COST_PROF_NOPS; op++)
-        if (p->fit[op].valid)
-            printf("  %-15s alpha %.3g us, busbw %.2f GB/s (rms %.0f%%, %d sizes)\n", cost_profile_op_name((cost_prof_op)op),
-                   p->fit[op].alpha_s * 1e6, p->fit[op].busbw / 1e9, 100 * p->fit[op].rms_rel, p->fit[op].points);
+    print_collectives(p);
     printf("  %-15s alpha %.3g us, busbw %.2f GB/s%s\n", "intra link", p->link.alpha_s * 1e6, p->link.busbw / 1e9,
            p->mpi ? " (joint fit)" : " (1 rank: memcpy)");
     if (gpu_path) printf("wrote %s\n", gpu_path);
@@ -88,18 +147,57 @@ static void print_json(const cost_profile *p)
     cli_emit_json(doc);
 }
 
+static int profile_cpu(cost_profile_opts *o, cost_profile *p, char *err)
+{
+    const ex_backend *be = ex_backend_cpu();
+    o->attention_forward = be->attention_forward;
+    o->attention_backward = be->attention_backward;
+    return cost_profile_measure(o, p, err);
+}
+
+static int check_cuda_kernels(char *err)
+{
+    int rc = ex_cuda_check(&cuda_check_worst, cuda_check_what, sizeof cuda_check_what, err);
+    if (rc) return rc;
+    if (!(cuda_check_worst <= CUDA_CHECK_TOLERANCE))
+        return util_fail(err, UTIL_ERUNTIME, "the CUDA kernel %s differs from the CPU backend by %.3g of its largest value "
+                         "(allowed %g): not timing wrong kernels", cuda_check_what, cuda_check_worst, CUDA_CHECK_TOLERANCE);
+    return UTIL_OK;
+}
+
+static int profile_cuda(cost_profile_opts *o, bool gemm_fp32, cost_profile *p, char *err)
+{
+    memset(p, 0, sizeof *p);
+    const ex_backend *be = ex_backend_cuda(err);
+    if (!be) return UTIL_ERUNTIME;
+    o->check_kernels = check_cuda_kernels;
+    o->attention_forward = be->attention_forward;
+    o->attention_backward = be->attention_backward;
+    o->add_inplace = be->add_inplace;
+    o->swiglu_forward = be->swiglu_forward;
+    o->rmsnorm_forward = be->rmsnorm_forward;
+    o->sync = ex_cuda_sync;
+    o->gemm_fp32 = gemm_fp32;
+    return cost_profile_measure_cuda(o, p, err);
+}
+
 int cmd_profile(int argc, char **argv)
 {
     const char *gpu_path = NULL, *cluster_path = NULL;
-    const ex_backend *be = ex_backend_cpu();
-    cost_profile_opts o = { .quick = false, .attention_forward = be->attention_forward,
-                            .attention_backward = be->attention_backward };
-    bool json = false;
+    cost_profile_opts o = { .quick = false };
+    bool json = false, cuda = false, gemm_fp32 = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(profile_help, stdout); return 0; }
         if (!strcmp(a, "--quick")) o.quick = true;
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--gemm-fp32")) gemm_fp32 = true;
+        else if (!strcmp(a, "--backend")) {
+            if (i + 1 >= argc) return cli_usage_error("profile", "--backend needs cpu or cuda");
+            const char *b = argv[++i];
+            if (!strcmp(b, "cuda")) cuda = true;
+            else if (strcmp(b, "cpu")) return cli_usage_error("profile", "unknown backend '%s' (cpu or cuda)", b);
+        }
         else if (!strcmp(a, "-o") || !strcmp(a, "--cluster-out")) {
             if (i + 1 >= argc || !argv[i + 1][0]) return cli_usage_error("profile", "%s needs a file name", a);
             if (!strcmp(a, "-o")) gpu_path = argv[++i];
@@ -110,10 +208,11 @@ int cmd_profile(int argc, char **argv)
     }
     if (gpu_path && cluster_path && !strcmp(gpu_path, cluster_path))
         return cli_usage_error("profile", "-o and --cluster-out name the same file '%s'", gpu_path);
+    if (gemm_fp32 && !cuda) return cli_usage_error("profile", "--gemm-fp32 is for --backend cuda (the CPU GEMMs are fp32)");
     if ((gpu_path && check_writable(gpu_path)) || (cluster_path && check_writable(cluster_path))) return 2;
     cost_profile p;
     char err[UTIL_ERR_LEN];
-    int rc = cost_profile_measure(&o, &p, err);
+    int rc = cuda ? profile_cuda(&o, gemm_fp32, &p, err) : profile_cpu(&o, &p, err);
     if (rc) {
         if (p.rank == 0) fprintf(stderr, "dhp profile: %s\n", err);
         return rc == UTIL_EINVAL ? 2 : 1;

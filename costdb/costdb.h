@@ -187,12 +187,41 @@ typedef struct {
     bool quick;                   /* a few seconds instead of about a minute */
     cost_attn_fwd_fn attention_forward;    /* required */
     cost_attn_bwd_fn attention_backward;   /* required */
+    /* CUDA only (cost_profile_measure_cuda), all required there: the
+     * backend's element-wise kernels on device pointers, asynchronous on the
+     * default stream, and its error check (ex_cuda_sync). */
+    void (*add_inplace)(float *y, const float *x, size_t n);
+    void (*swiglu_forward)(float *h, const float *g, const float *u, size_t n);
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int n, int d, float eps);
+    int (*sync)(char *err);
+    /* CUDA, optional: run once the rank's device is chosen, before any
+     * timing (the CLI checks the kernels against the CPU backend); a
+     * failure stops the profile with its message. */
+    int (*check_kernels)(char *err);
+    /* CUDA: fit the GEMM fields to fp32 cublasSgemm (what dhp run executes)
+     * instead of BF16 tensor-core cublasGemmEx (what the shipped GPU files
+     * describe and the planner prices). */
+    bool gemm_fp32;
 } cost_profile_opts;
+
+/* The device a CUDA profile measured (rank 0's; all ranks must have the same kind). */
+typedef struct {
+    char name[COST_NAME_LEN];     /* cudaDeviceProp.name */
+    int cc_major, cc_minor, sms, devices;
+    double clock_hz;              /* peak SM clock (cudaDevAttrClockRate) */
+    double mem_clock_hz;          /* peak memory clock (cudaDevAttrMemoryClockRate) */
+    int bus_bits;                 /* cudaDevAttrGlobalMemoryBusWidth */
+    double d2d_bw;                /* cudaMemcpy device to device, bytes read + written per second */
+    bool gemm_fp32;               /* the GEMM table is fp32 cublasSgemm (else BF16 cublasGemmEx) */
+    int runtime_version, driver_version, nccl_version;
+} cost_profile_device;
 
 typedef struct {
     /* where and how */
     char host[COST_NAME_LEN], date[32];   /* date: UTC, ISO 8601 */
     bool quick;
+    bool cuda;                    /* measured with cost_profile_measure_cuda: device below, no CPU facts */
+    cost_profile_device dev;
     int rank, ranks;              /* MPI rank and ranks on this host (0 and 1 without mpirun) */
     bool mpi;                     /* collectives measured through MPI */
     int cpus, blas_threads;       /* online CPUs; OpenBLAS threads per rank */
@@ -257,10 +286,17 @@ const char *cost_profile_op_name(cost_prof_op op);
  * and every rank gets the same result (p->rank differs). Fills p->gpu, p->fit
  * and p->link. */
 int cost_profile_measure(const cost_profile_opts *o, cost_profile *p, char *err);
+/* The same for the CUDA backend: one GPU per rank (rank r on device r of
+ * this host): cuBLAS GEMMs, the backend's attention and element-wise
+ * kernels, device-to-device copies, the launch cost and, under mpirun,
+ * NCCL collectives between the ranks' GPUs; each kernel timed with CUDA
+ * events on rank 0 while the others wait. UTIL_EUNSUPPORTED in a build
+ * without CUDA, UTIL_ERUNTIME when no device is usable. */
+int cost_profile_measure_cuda(const cost_profile_opts *o, cost_profile *p, char *err);
 /* dhp.gpu/1 object: every field {"value", "source"}; with_measurements adds
  * the raw tables under "measurements" (the loader ignores it). */
 cJSON *cost_profile_gpu_json(const cost_profile *p, bool with_measurements);
-/* dhp.cluster/1 object "cpu-<ranks>": one pool, 1 node x ranks, the GPU
+/* dhp.cluster/1 object "cpu-<ranks>" ("cuda-<ranks>" for a CUDA profile): one pool, 1 node x ranks, the GPU
  * object inline, intra = the joint fit, plus "measurements". */
 cJSON *cost_profile_cluster_json(const cost_profile *p);
 /* Serialises, checks that the costdb loader accepts the text, writes

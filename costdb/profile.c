@@ -6,6 +6,7 @@
  * are local copies of the executor's CPU loops (executor/cpu_kernels.c). */
 #define _GNU_SOURCE   /* sched_getaffinity */
 #include "costdb/costdb.h"
+#include "costdb/profile_internal.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -244,27 +245,21 @@ const char *cost_profile_op_name(cost_prof_op op)
 
 /* ---- measuring context: MPI or a lone process ---- */
 
-typedef struct {
-    bool mpi;
-    MPI_Comm comm;
-    int rank, size;
-    const cost_profile_opts *o;
-} prof_ctx;
 
-static void ctx_barrier(const prof_ctx *c)
+void cost_prof_barrier(const prof_ctx *c)
 {
     if (c->mpi) MPI_Barrier(c->comm);
 }
 
 /* The slowest rank's value: every rank gets max over ranks of *v. */
-static void ctx_max(const prof_ctx *c, double *v)
+void cost_prof_max(const prof_ctx *c, double *v)
 {
     if (c->mpi) MPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_DOUBLE, MPI_MAX, c->comm);
 }
 
 /* All ranks fail together: the worst result code wins; a rank whose own
  * code is fine but another's is not reports a generic line. */
-static int ctx_agree(const prof_ctx *c, int rc, char *err)
+int cost_prof_agree(const prof_ctx *c, int rc, char *err)
 {
     if (!c->mpi) return rc;
     int worst = rc;
@@ -302,13 +297,13 @@ static double time_calls(void (*fn)(void *), void *arg, double target_s, int min
  * MPI_Wait); how ranks slow each other is measured apart (measure_sharing). */
 static double alone_time(const prof_ctx *c, void (*fn)(void *), void *arg, double target_s, int min_calls, int trials)
 {
-    ctx_barrier(c);
+    cost_prof_barrier(c);
     double t = c->rank == 0 ? time_calls(fn, arg, target_s, min_calls, trials) : 0;
-    ctx_max(c, &t);
+    cost_prof_max(c, &t);
     return t;
 }
 
-static void fill(float *x, size_t n, unsigned seed)
+void cost_prof_fill(float *x, size_t n, unsigned seed)
 {
     unsigned s = seed * 2654435761u + 1;
     for (size_t i = 0; i < n; i++) {
@@ -363,7 +358,7 @@ static double memory_in_use(bool *from_meminfo)
     return 0;
 }
 
-static void host_facts(cost_profile *p)
+void cost_prof_host_id(cost_profile *p)
 {
     if (gethostname(p->host, sizeof p->host) != 0 || !p->host[0]) util_strlcpy(p->host, "unknown-host", sizeof p->host);
     p->host[sizeof p->host - 1] = '\0';
@@ -371,6 +366,11 @@ static void host_facts(cost_profile *p)
     struct tm tm;
     if (!gmtime_r(&now, &tm) || !strftime(p->date, sizeof p->date, "%Y-%m-%dT%H:%M:%SZ", &tm))
         util_strlcpy(p->date, "unknown-date", sizeof p->date);
+}
+
+static void host_facts(cost_profile *p)
+{
+    cost_prof_host_id(p);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     p->cpus = cpus > 0 ? (int)cpus : 1;
     p->blas_threads = openblas_get_num_threads();
@@ -402,9 +402,9 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
     float *A = util_malloc(mmax * nkmax * sizeof *A), *B = util_malloc(nkmax * nkmax * sizeof *B);
     float *C = util_malloc(mmax * nkmax * sizeof *C);
     int rc = (A && B && C) ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for GEMM buffers");
-    if ((rc = ctx_agree(c, rc, err))) goto out;
-    fill(A, mmax * nkmax, 1);
-    fill(B, nkmax * nkmax, 2);
+    if ((rc = cost_prof_agree(c, rc, err))) goto out;
+    cost_prof_fill(A, mmax * nkmax, 1);
+    cost_prof_fill(B, nkmax * nkmax, 2);
     gemm_arg one = {1, 1, 1, A, B, C};
     p->launch_s = alone_time(c, run_gemm, &one, p->quick ? 0.005 : 0.05, 1000, 3);
     /* Passes over the whole grid, best per shape: a burst of load from other
@@ -463,11 +463,11 @@ static int measure_one_attention(const prof_ctx *c, cost_profile_attn *r, double
     size_t nq = (size_t)r->seq * r->heads * r->head_dim, nkv = (size_t)r->seq * r->kv_heads * r->head_dim;
     float *buf = util_calloc(4 * nq + 4 * nkv + (size_t)r->seq * r->heads, sizeof *buf);
     int rc = buf ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for attention buffers");
-    if ((rc = ctx_agree(c, rc, err))) { util_free(buf); return rc; }
+    if ((rc = cost_prof_agree(c, rc, err))) { util_free(buf); return rc; }
     attn_arg a = {c->o, r->seq, r->heads, r->kv_heads, r->head_dim, buf, buf + nq, buf + nq + nkv,
                   buf + nq + 2 * nkv, buf + 2 * nq + 2 * nkv, buf + 4 * nq + 4 * nkv,
                   buf + 3 * nq + 2 * nkv, buf + 4 * nq + 2 * nkv, buf + 4 * nq + 3 * nkv, {0, r->seq}};
-    fill(buf, 2 * nq + 2 * nkv, 3);     /* q, k, v, dout */
+    cost_prof_fill(buf, 2 * nq + 2 * nkv, 3);     /* q, k, v, dout */
     r->fwd_s = alone_time(c, attn_forward, &a, target, 1, 2);
     r->bwd_s = alone_time(c, attn_backward, &a, target * COST_ATTN_BWD_FLOPS, 1, 2);
     r->fwd_flops = 4.0 * r->seq * r->seq * r->heads * r->head_dim;
@@ -541,8 +541,8 @@ static int measure_memory(const prof_ctx *c, cost_profile *p, char *err)
     stream_arg s = {util_malloc(n * sizeof(float)), util_malloc(n * sizeof(float)), util_malloc(n * sizeof(float)),
                     util_malloc(RMSNORM_DIM * sizeof(float)), n};
     int rc = (s.a && s.b && s.c && s.w) ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for STREAM arrays");
-    if (!(rc = ctx_agree(c, rc, err))) {
-        fill(s.a, n, 4); fill(s.b, n, 5); fill(s.c, n, 6); fill(s.w, RMSNORM_DIM, 7);
+    if (!(rc = cost_prof_agree(c, rc, err))) {
+        cost_prof_fill(s.a, n, 4); cost_prof_fill(s.b, n, 5); cost_prof_fill(s.c, n, 6); cost_prof_fill(s.w, RMSNORM_DIM, 7);
         int trials = p->quick ? 3 : 6;
         double b = (double)n * sizeof(float);
         p->stream_bytes = b;
@@ -592,7 +592,7 @@ static double shared_rate(const prof_ctx *c, const cost_profile *p, mix_arg *m, 
         if (p->set_of[r] == 0) { if (r == c->rank) pos = seen; seen++; }
     double best = 0;
     for (int t = 0; t < trials; t++) {
-        ctx_barrier(c);
+        cost_prof_barrier(c);
         double rate = 0;
         if (pos >= 0 && pos < k) {
             double t0 = util_now(), dt;
@@ -612,15 +612,15 @@ static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
     size_t nq = (size_t)SEQ * H * D;
     float *buf = util_calloc((size_t)GM * GK + GN * GK + GM * GN + 5 * nq + SEQ * H + 2 * ADD, sizeof *buf);
     int rc = buf ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for the sharing benchmark");
-    if ((rc = ctx_agree(c, rc, err))) { util_free(buf); return rc; }
+    if ((rc = cost_prof_agree(c, rc, err))) { util_free(buf); return rc; }
     float *q = buf + (size_t)GM * GK + GN * GK + GM * GN, *add = q + 5 * nq + SEQ * H;
     mix_arg m = {{GM, GN, GK, buf, buf + (size_t)GM * GK, buf + (size_t)GM * GK + GN * GK},
                  {c->o, SEQ, H, H, D, q, q + nq, q + 2 * nq, q + 3 * nq, q + 4 * nq, q + 5 * nq,
                   NULL, NULL, NULL, {0, SEQ}},
                  {add, add + ADD, add, NULL, ADD}};
-    fill(buf, (size_t)GM * GK + GN * GK, 8);
-    fill(q, 4 * nq, 9);
-    fill(add, 2 * ADD, 10);
+    cost_prof_fill(buf, (size_t)GM * GK + GN * GK, 8);
+    cost_prof_fill(q, 4 * nq, 9);
+    cost_prof_fill(add, 2 * ADD, 10);
     /* Windows of 40 ms, quick too: many scheduler time slices, so the
      * sharing is seen, not one slice's luck (15 ms windows read 0.6 where
      * 40 ms ones read 0.5 for two ranks on one core). */
@@ -680,20 +680,20 @@ static int time_coll(const prof_ctx *c, cost_prof_op op, size_t bytes, float *se
     coll_arg a = {c, op, (int)(chunked ? floats / (size_t)n : floats), send, recv, MPI_SUCCESS};
     *used = (double)a.count * (chunked ? n : 1) * sizeof(float);
     run_coll(&a);
-    ctx_barrier(c);
+    cost_prof_barrier(c);
     double t0 = util_now();
     run_coll(&a);
     double t1 = util_now() - t0;
-    ctx_max(c, &t1);
+    cost_prof_max(c, &t1);
     double want = target / 3 / (t1 > 1e-9 ? t1 : 1e-9);
     int reps = want < 1 ? 1 : want > 10000 ? 10000 : (int)want;
     double best = INFINITY;
     for (int trial = 0; trial < 3; trial++) {
-        ctx_barrier(c);
+        cost_prof_barrier(c);
         t0 = util_now();
         for (int r = 0; r < reps; r++) run_coll(&a);
         double t = (util_now() - t0) / reps;
-        ctx_max(c, &t);
+        cost_prof_max(c, &t);
         if (t < best) best = t;
     }
     if (a.mpi_rc != MPI_SUCCESS) {
@@ -706,7 +706,7 @@ static int time_coll(const prof_ctx *c, cost_prof_op op, size_t bytes, float *se
     return UTIL_OK;
 }
 
-static void fit_points(const cost_profile *p, int op, int ranks, cost_profile_fit *f)
+void cost_prof_fit_points(const cost_profile *p, int op, int ranks, cost_profile_fit *f)
 {
     double a[COST_PROFILE_MAX_COLL], x[COST_PROFILE_MAX_COLL], t[COST_PROFILE_MAX_COLL], beta;
     int n = 0;
@@ -732,8 +732,8 @@ static int measure_collectives(const prof_ctx *c, cost_profile *p, char *err)
     int ns = p->quick ? 3 : 7;
     float *send = util_malloc_cat(UTIL_MEM_COMM, MAX_COLL_BYTES), *recv = util_malloc_cat(UTIL_MEM_COMM, MAX_COLL_BYTES);
     int rc = (send && recv) ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for message buffers");
-    if ((rc = ctx_agree(c, rc, err))) goto out;
-    fill(send, MAX_COLL_BYTES / sizeof(float), 8);
+    if ((rc = cost_prof_agree(c, rc, err))) goto out;
+    cost_prof_fill(send, MAX_COLL_BYTES / sizeof(float), 8);
     memset(recv, 0, MAX_COLL_BYTES);
     int first = c->mpi && c->size > 1 ? COST_PROF_ALLREDUCE : COST_PROF_MEMCPY;
     int last = c->mpi && c->size > 1 ? COST_PROF_SENDRECV : COST_PROF_MEMCPY;
@@ -743,11 +743,11 @@ static int measure_collectives(const prof_ctx *c, cost_profile *p, char *err)
             cost_profile_coll *r = &p->coll[p->n_coll];
             r->op = (cost_prof_op)op;
             rc = time_coll(c, r->op, sizes[i], send, recv, p->quick ? 0.006 : 0.06, &r->seconds, &r->bytes, err);
-            if ((rc = ctx_agree(c, rc, err))) goto out;
+            if ((rc = cost_prof_agree(c, rc, err))) goto out;
             p->n_coll++;
         }
-    for (int op = 0; op < COST_PROF_NOPS; op++) fit_points(p, op, c->size, &p->fit[op]);
-    fit_points(p, -1, c->size, &p->link);
+    for (int op = 0; op < COST_PROF_NOPS; op++) cost_prof_fit_points(p, op, c->size, &p->fit[op]);
+    cost_prof_fit_points(p, -1, c->size, &p->link);
     if (!p->link.valid) rc = util_fail(err, UTIL_ERUNTIME, "profile: the collective timings do not fit t = alpha + bytes/busbw");
 out:
     util_free(send);
@@ -757,7 +757,7 @@ out:
 
 /* ---- from measurements to the cost model's fields ---- */
 
-static int derive(cost_profile *p, char *err)
+int cost_prof_derive(cost_profile *p, char *err)
 {
     double m[COST_PROFILE_MAX_GEMM], n[COST_PROFILE_MAX_GEMM], k[COST_PROFILE_MAX_GEMM], y[COST_PROFILE_MAX_GEMM];
     for (int i = 0; i < p->n_gemm; i++) {
@@ -770,11 +770,15 @@ static int derive(cost_profile *p, char *err)
     memset(gpu, 0, sizeof *gpu);
     int rc = cost_profile_fit_gemm(m, n, k, y, p->n_gemm, &p->gemm_rate_max, &gpu->gemm_half, &p->gemm_fit_rms, err);
     if (rc) return rc;
-    p->core_share = fmin((double)p->blas_threads, (double)p->cpus);
-    if (p->cpu_hz > 0) {
-        double fpc = p->gemm_rate_max / (p->cpu_hz * p->core_share);
+    /* Peak = FLOP/cycle x clock x units (a CPU rank's cores, a GPU's SMs),
+     * FLOP/cycle per unit being the fitted rate's rounded up to a power of two. */
+    double hz = p->cuda ? p->dev.clock_hz : p->cpu_hz;
+    double units = p->cuda ? p->dev.sms : fmin((double)p->blas_threads, (double)p->cpus);
+    p->core_share = units;
+    if (hz > 0 && units > 0) {
+        double fpc = p->gemm_rate_max / (hz * units);
         p->flops_per_cycle = pow(2, ceil(log2(fpc)));
-        gpu->peak_flops = p->flops_per_cycle * p->cpu_hz * p->core_share;
+        gpu->peak_flops = p->flops_per_cycle * hz * units;
     } else {
         p->flops_per_cycle = 0;
         gpu->peak_flops = p->gemm_rate_max;
@@ -783,16 +787,26 @@ static int derive(cost_profile *p, char *err)
     rc = cost_profile_fit_attention(p->attn, p->n_attn, gpu->peak_flops, &gpu->attn_eff, &gpu->attn_score_s,
                                     &gpu->attn_bwd_score_s, &p->attn_fit_rms, err);
     if (rc) return rc;
-    gpu->hbm_bw = fmax(fmax(p->copy_bw, p->scale_bw), fmax(p->add_bw, p->triad_bw));
+    if (p->cuda) {
+        /* The device's theoretical rate, as the shipped files give it: memory
+         * clock x 2 (double data rate) x bus width; the copy when unknown. */
+        double theory = p->dev.mem_clock_hz * 2 * p->dev.bus_bits / 8;
+        gpu->hbm_bw = theory > 0 ? theory : p->dev.d2d_bw;
+        gpu->hbm_bytes = p->phys_bytes;
+        gpu->reserved_bytes = p->used_bytes;
+        util_strlcpy(gpu->name, p->dev.name, sizeof gpu->name);
+    } else {
+        gpu->hbm_bw = fmax(fmax(p->copy_bw, p->scale_bw), fmax(p->add_bw, p->triad_bw));
+        gpu->hbm_bytes = p->phys_bytes / p->ranks;
+        gpu->reserved_bytes = p->used_bytes / p->ranks;
+        snprintf(gpu->name, sizeof gpu->name, "CPU-%.59s", p->host);
+    }
     gpu->mem_eff = fmin(1.0, p->ew_bw / gpu->hbm_bw);
-    gpu->hbm_bytes = p->phys_bytes / p->ranks;
-    gpu->reserved_bytes = p->used_bytes / p->ranks;
     gpu->kernel_launch_s = p->launch_s;
-    snprintf(gpu->name, sizeof gpu->name, "CPU-%.59s", p->host);
     return cost_gpu_validate(gpu, "profile", err);
 }
 
-static int init_mpi(prof_ctx *c, bool *we_init, char *err)
+int cost_prof_init_mpi(prof_ctx *c, bool *we_init, char *err)
 {
     int inited = 0;
     MPI_Initialized(&inited);
@@ -820,7 +834,7 @@ static int init_mpi(prof_ctx *c, bool *we_init, char *err)
 }
 
 /* Rank 0's host facts for everybody (the date string and memory in use may differ by rank). */
-static void share_host_facts(const prof_ctx *c, cost_profile *p)
+void cost_prof_share_host_facts(const prof_ctx *c, cost_profile *p)
 {
     if (!c->mpi) return;
     MPI_Bcast(p->host, sizeof p->host, MPI_CHAR, 0, c->comm);
@@ -869,19 +883,19 @@ int cost_profile_measure(const cost_profile_opts *o, cost_profile *p, char *err)
     p->quick = o->quick;
     prof_ctx c = {false, MPI_COMM_NULL, 0, 1, o};
     bool we_init;
-    int rc = init_mpi(&c, &we_init, err);
+    int rc = cost_prof_init_mpi(&c, &we_init, err);
     if (!rc) {
         p->rank = c.rank;
         p->ranks = c.size;
         p->mpi = c.mpi && c.size > 1;
-        ctx_barrier(&c);
+        cost_prof_barrier(&c);
         host_facts(p);
-        share_host_facts(&c, p);
+        cost_prof_share_host_facts(&c, p);
         find_sets(&c, p);
         if (!(rc = measure_gemm(&c, p, err)) && !(rc = measure_attention(&c, p, err)) && !(rc = measure_memory(&c, p, err)))
             rc = measure_collectives(&c, p, err);
         if (!rc) rc = measure_sharing(&c, p, err);
-        if (!rc) rc = derive(p, err);
+        if (!rc) rc = cost_prof_derive(p, err);
     }
     if (we_init) MPI_Finalize();
     return rc;
@@ -940,8 +954,81 @@ static const char *who(const cost_profile *p, char *buf, size_t n)
     return buf;
 }
 
+static const char *attn_shape_list(const cost_profile *p, char *buf, size_t n)
+{
+    size_t u = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < p->n_attn && u < n; i++)
+        u += (size_t)snprintf(buf + u, n - u, "%s s=%d H=%d Hkv=%d d=%d", i ? "," : "", p->attn[i].seq,
+                              p->attn[i].heads, p->attn[i].kv_heads, p->attn[i].head_dim);
+    return buf;
+}
+
+/* The fields of a CUDA profile (cost_profile_measure_cuda): one rank's GPU. */
+static bool add_gpu_fields_cuda(cJSON *o, const cost_profile *p)
+{
+    const cost_gpu *g = &p->gpu;
+    const cost_profile_device *d = &p->dev;
+    char shapes[256], at[256], w[256];
+    shape_list(p, shapes, sizeof shapes);
+    attn_shape_list(p, at, sizeof at);
+    snprintf(w, sizeof w, "%s (sm_%d%d, %d SMs), CUDA runtime %d, driver %d, rank 0 of %d timing with CUDA events while "
+             "the others wait", d->name, d->cc_major, d->cc_minor, d->sms, d->runtime_version, d->driver_version, p->ranks);
+    const char *kern = d->gemm_fp32 ? "fp32 cublasSgemm" : "BF16 cublasGemmEx (FP32 accumulate)";
+    bool ok;
+    if (d->clock_hz > 0)
+        ok = add_field(o, p, "peak_flops", g->peak_flops,
+                       "%s peak = %g FLOP/cycle/SM x %.0f MHz (cudaDevAttrClockRate) x %d SMs; rule: the fitted large-shape "
+                       "%s rate (%.4g FLOP/s, see gemm_eff_max) / (clock x SMs), rounded up to a power of two FLOP/cycle; %s",
+                       d->gemm_fp32 ? "fp32" : "dense BF16 tensor-core", p->flops_per_cycle, d->clock_hz / 1e6, d->sms,
+                       kern, p->gemm_rate_max, w);
+    else
+        ok = add_field(o, p, "peak_flops", g->peak_flops,
+                       "the fitted large-shape %s rate (the device gives no clock, so gemm_eff_max is 1); %s", kern, w);
+    ok = ok && add_field(o, p, "gemm_eff_max", g->gemm_eff_max,
+                         "fitted large-shape rate %.4g FLOP/s / peak_flops; least-squares fit (relative error, rms %.1f%%) of "
+                         "rate = peak_flops * gemm_eff_max * s(m) s(n) s(k) to %s (row-major A[m,k] B[n,k]^T, the "
+                         "executor's linear) over %d shapes %s, time less kernel_launch_s, best of 2 batches%s; %s",
+                         p->gemm_rate_max, 100 * p->gemm_fit_rms, kern, p->n_gemm, shapes, p->quick ? "" : " in 2 passes", w);
+    ok = ok && add_field(o, p, "gemm_half", g->gemm_half, "same least-squares fit as gemm_eff_max, s(x) = x / (x + gemm_half)");
+    ok = ok && add_field(o, p, "attn_eff", g->attn_eff,
+                         "the CUDA backend's own fp32 attention kernels (executor/cuda_kernels.cu, passed in by the CLI), "
+                         "forward and backward, one non-causal sequence each of%s; least-squares fit (relative error, rms "
+                         "%.1f%%) of fwd = S (attn_score_s + 4 d / (peak_flops attn_eff)), bwd = S (attn_bwd_score_s + 2.5 x "
+                         "4 d / (peak_flops attn_eff)), S = s^2 H scores; %s", at, 100 * p->attn_fit_rms, w);
+    ok = ok && add_field(o, p, "attn_score_s", g->attn_score_s,
+                         "same fit as attn_eff: forward seconds per score that do not scale with d (max, exp, rescale)");
+    ok = ok && add_field(o, p, "attn_bwd_score_s", g->attn_bwd_score_s,
+                         "same fit as attn_eff: backward seconds per score that do not scale with d (exp recomputed, dS)");
+    ok = ok && add_field(o, p, "hbm_bytes", g->hbm_bytes, "device memory (cudaMemGetInfo total) of %s", d->name);
+    if (d->mem_clock_hz > 0 && d->bus_bits > 0)
+        ok = ok && add_field(o, p, "hbm_bw", g->hbm_bw,
+                             "theoretical: memory clock %.0f MHz (cudaDevAttrMemoryClockRate) x 2 (double data rate) x "
+                             "%d-bit bus (cudaDevAttrGlobalMemoryBusWidth) / 8; a device-to-device cudaMemcpy of %.0f MiB "
+                             "moved %.4g GB/s (read + written)", d->mem_clock_hz / 1e6, d->bus_bits,
+                             p->stream_bytes / 1048576.0, d->d2d_bw / 1e9);
+    else
+        ok = ok && add_field(o, p, "hbm_bw", g->hbm_bw,
+                             "a device-to-device cudaMemcpy of %.0f MiB, bytes read + written per second (the device "
+                             "reports no memory clock)", p->stream_bytes / 1048576.0);
+    ok = ok && add_field(o, p, "mem_eff", g->mem_eff,
+                         "the CUDA backend's element-wise kernels over fp32 arrays of %.0f MiB (residual add 12 B/element "
+                         "%.4g GB/s, SwiGLU 12 B/element %.4g GB/s, RMSNorm d=%d 8 B/element %.4g GB/s): total bytes / "
+                         "total time %.4g GB/s, / hbm_bw",
+                         p->stream_bytes / 1048576.0, p->ew_add_bw / 1e9, p->ew_swiglu_bw / 1e9, COST_PROF_GPU_RMSNORM_DIM, p->ew_rmsnorm_bw / 1e9,
+                         p->ew_bw / 1e9);
+    ok = ok && add_field(o, p, "reserved_bytes", g->reserved_bytes,
+                         "device memory in use once the CUDA context, cuBLAS%s exist, before any buffer (cudaMemGetInfo "
+                         "total - free; includes other processes on the GPU)", p->mpi ? " and NCCL" : "");
+    ok = ok && add_field(o, p, "kernel_launch_s", g->kernel_launch_s,
+                         "mean time per launch of back-to-back one-element add_inplace kernels (the backend's), CUDA "
+                         "events, best of 3 batches");
+    return ok;
+}
+
 static bool add_gpu_fields(cJSON *o, const cost_profile *p)
 {
+    if (p->cuda) return add_gpu_fields_cuda(o, p);
     const cost_gpu *g = &p->gpu;
     char shapes[256], w[320];
     shape_list(p, shapes, sizeof shapes);
@@ -963,11 +1050,8 @@ static bool add_gpu_fields(cJSON *o, const cost_profile *p)
                          "executor's linear) over %d shapes %s, time less kernel_launch_s, best of %d batches in %d passes over the grid; %s",
                          p->gemm_rate_max, 100 * p->gemm_fit_rms, p->n_gemm, shapes, p->quick ? 2 : 6, p->quick ? 1 : 3, w);
     ok = ok && add_field(o, p, "gemm_half", g->gemm_half, "same least-squares fit as gemm_eff_max, s(x) = x / (x + gemm_half)");
-    char at[256] = "";
-    size_t u = 0;
-    for (int i = 0; i < p->n_attn && u < sizeof at; i++)
-        u += (size_t)snprintf(at + u, sizeof at - u, "%s s=%d H=%d Hkv=%d d=%d", i ? "," : "", p->attn[i].seq,
-                              p->attn[i].heads, p->attn[i].kv_heads, p->attn[i].head_dim);
+    char at[256];
+    attn_shape_list(p, at, sizeof at);
     ok = ok && add_field(o, p, "attn_eff", g->attn_eff,
                          "flash-style attention forward and backward, the executor's own kernels (executor/cpu_kernels.c, "
                          "passed in by the CLI), one non-causal sequence each of%s; least-squares fit (relative error, rms "
@@ -1014,7 +1098,10 @@ static bool add_obj(cJSON *parent, const char *key, cJSON *child)
 static cJSON *gemm_measurements(const cost_profile *p)
 {
     cJSON *o = cJSON_CreateObject(), *rows = cJSON_CreateArray();
-    bool ok = o && rows && cJSON_AddStringToObject(o, "kernel", "cblas_sgemm RowMajor NoTrans x Trans, fp32")
+    const char *kernel = !p->cuda ? "cblas_sgemm RowMajor NoTrans x Trans, fp32"
+                         : p->dev.gemm_fp32 ? "cublasSgemm OP_T x OP_N (row-major A[m,k] B[n,k]^T), fp32"
+                                            : "cublasGemmEx OP_T x OP_N (row-major A[m,k] B[n,k]^T), BF16 in and out, FP32 compute";
+    bool ok = o && rows && cJSON_AddStringToObject(o, "kernel", kernel)
         && add_num(o, "rate_max", p->gemm_rate_max) && add_num(o, "gemm_half", p->gpu.gemm_half)
         && add_num(o, "fit_rms_rel", p->gemm_fit_rms);
     for (int i = 0; ok && i < p->n_gemm; i++) {
@@ -1051,8 +1138,34 @@ static cJSON *attn_measurements(const cost_profile *p)
     return NULL;
 }
 
+static cJSON *device_measurements(const cost_profile *p)
+{
+    const cost_profile_device *d = &p->dev;
+    cJSON *o = cJSON_CreateObject(), *ew = cJSON_CreateObject(), *mem = cJSON_CreateObject();
+    bool ok = o && ew && mem && cJSON_AddStringToObject(o, "host", p->host) && cJSON_AddStringToObject(o, "date", p->date)
+        && cJSON_AddBoolToObject(o, "quick", p->quick) && add_num(o, "ranks", p->ranks)
+        && cJSON_AddStringToObject(o, "device", d->name) && add_num(o, "compute_capability", d->cc_major * 10 + d->cc_minor)
+        && add_num(o, "sms", d->sms) && add_num(o, "devices", d->devices) && add_num(o, "clock_hz", d->clock_hz)
+        && add_num(o, "mem_clock_hz", d->mem_clock_hz) && add_num(o, "bus_bits", d->bus_bits)
+        && add_num(o, "cuda_runtime", d->runtime_version) && add_num(o, "driver", d->driver_version)
+        && add_num(o, "nccl", d->nccl_version) && add_num(o, "flops_per_cycle_per_sm", p->flops_per_cycle)
+        && add_num(o, "kernel_launch_s", p->launch_s) && add_num(o, "d2d_copy_bw", d->d2d_bw)
+        && add_num(ew, "array_bytes", p->stream_bytes) && add_num(ew, "add_inplace_bw", p->ew_add_bw)
+        && add_num(ew, "swiglu_bw", p->ew_swiglu_bw) && add_num(ew, "rmsnorm_bw", p->ew_rmsnorm_bw)
+        && add_num(ew, "combined_bw", p->ew_bw)
+        && add_num(mem, "total_bytes", p->phys_bytes) && add_num(mem, "used_at_start_bytes", p->used_bytes);
+    if (ok) { ok = add_obj(o, "elementwise", ew); ew = NULL; }
+    if (ok) { ok = add_obj(o, "memory", mem); mem = NULL; }
+    ok = ok && add_obj(o, "gemm", gemm_measurements(p)) && add_obj(o, "attention", attn_measurements(p));
+    cJSON_Delete(ew); cJSON_Delete(mem);
+    if (ok) return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
 static cJSON *gpu_measurements(const cost_profile *p)
 {
+    if (p->cuda) return device_measurements(p);
     cJSON *o = cJSON_CreateObject(), *st = cJSON_CreateObject(), *ew = cJSON_CreateObject(), *mem = cJSON_CreateObject();
     bool ok = o && st && ew && mem && cJSON_AddStringToObject(o, "host", p->host) && cJSON_AddStringToObject(o, "date", p->date)
         && cJSON_AddBoolToObject(o, "quick", p->quick) && add_num(o, "ranks", p->ranks) && add_num(o, "cpus", p->cpus)
@@ -1101,6 +1214,17 @@ static cJSON *link_json(const cost_profile *p, bool intra)
     if (!intra)
         snprintf(how, sizeof how, "not measured: dhp profile sees one host; a copy of intra so that the 1-node file "
                                   "loads (a 1-node pool never uses its inter link)");
+    else if (p->mpi && p->cuda)
+        snprintf(how, sizeof how, "%d GPUs of this host, one rank each: weighted least-squares fit (relative error, rms "
+                 "%.1f%%) of t = steps * alpha_s + S * factor / busbw (nccl-tests factors: all-reduce 2(n-1) steps, "
+                 "2(n-1)/n; all-gather, reduce-scatter, all-to-all n-1, (n-1)/n; send/recv 1, 1) jointly over "
+                 "ncclAllReduce, ncclAllGather, ncclReduceScatter, grouped ncclSend/ncclRecv all-to-all and ring "
+                 "exchange (NCCL %d), %s, CUDA events, slowest rank, best of 3 trials; per-operation fits and the raw "
+                 "table under measurements", p->ranks, 100 * p->link.rms_rel, p->dev.nccl_version, sz);
+    else if (p->cuda)
+        snprintf(how, sizeof how, "1 process (not under mpirun): a device-to-device cudaMemcpyAsync of %s stands in "
+                 "for a send to oneself, least-squares fit (relative error, rms %.1f%%) of t = alpha_s + S / busbw; no "
+                 "link between GPUs measured (run one rank per GPU under mpirun)", sz, 100 * p->link.rms_rel);
     else if (p->mpi)
         snprintf(how, sizeof how, "%d ranks on this host: weighted least-squares fit (relative error, rms %.1f%%) of "
                  "t = steps * alpha_s + S * factor / busbw (nccl-tests factors: all-reduce 2(n-1) steps, 2(n-1)/n; "
@@ -1131,12 +1255,20 @@ static cJSON *fit_json(const cost_profile_fit *f)
     return NULL;
 }
 
+static const char *coll_method(const cost_profile *p)
+{
+    if (p->cuda)
+        return p->mpi ? "NCCL collectives between the ranks' GPUs, CUDA events, slowest rank, best of 3 trials"
+                      : "device-to-device cudaMemcpyAsync in one process, CUDA events, best of 3 trials";
+    return p->mpi ? "MPI collectives on MPI_COMM_WORLD, slowest rank, best of 3 trials"
+                  : "memcpy in one process, best of 3 trials";
+}
+
 static cJSON *coll_measurements(const cost_profile *p)
 {
     cJSON *o = cJSON_CreateObject(), *rows = cJSON_CreateArray(), *fits = cJSON_CreateObject();
     bool ok = o && rows && fits && add_num(o, "ranks", p->ranks)
-        && cJSON_AddStringToObject(o, "method", p->mpi ? "MPI collectives on MPI_COMM_WORLD, slowest rank, best of 3 trials"
-                                                       : "memcpy in one process, best of 3 trials");
+        && cJSON_AddStringToObject(o, "method", coll_method(p));
     for (int i = 0; ok && i < p->n_coll; i++) {
         const cost_profile_coll *c = &p->coll[i];
         double steps, x;
@@ -1201,10 +1333,10 @@ static cJSON *sets_json(const cost_profile *p)
 cJSON *cost_profile_cluster_json(const cost_profile *p)
 {
     char name[COST_NAME_LEN];
-    snprintf(name, sizeof name, "cpu-%d", p->ranks);
+    snprintf(name, sizeof name, "%s-%d", p->cuda ? "cuda" : "cpu", p->ranks);
     cJSON *o = cJSON_CreateObject(), *pools = cJSON_CreateArray(), *pool = cJSON_CreateObject();
     bool ok = o && pools && pool && cJSON_AddStringToObject(o, "schema", "dhp.cluster/1") && cJSON_AddStringToObject(o, "name", name)
-        && cJSON_AddStringToObject(pool, "name", "cpu") && add_obj(pool, "gpu", cost_profile_gpu_json(p, false))
+        && cJSON_AddStringToObject(pool, "name", p->cuda ? "cuda" : "cpu") && add_obj(pool, "gpu", cost_profile_gpu_json(p, false))
         && add_num(pool, "nodes", 1) && add_num(pool, "gpus_per_node", p->ranks)
         && add_obj(pool, "intra", link_json(p, true)) && add_obj(pool, "inter", link_json(p, false))
         && (p->n_speed == 0 || add_obj(pool, "compute_speed", speed_json(p)))

@@ -87,4 +87,21 @@ typedef struct ex_backend {
 
 const ex_backend *ex_backend_cpu(void);
 
+/* The CUDA backend (executor/cuda_kernels.cu): the same kernels and
+ * conventions on device pointers, cuBLAS (fp32 sgemm) for the linears, own
+ * kernels for the rest, launched asynchronously on the current device's
+ * default stream; sumsq and cross_entropy wait for their result. NULL, with
+ * err saying why, when dhp was built without CUDA (no nvcc) or no device is
+ * usable. */
+const ex_backend *ex_backend_cuda(char *err);
+/* Waits for the device and reports the first failure (a kernel launch, a
+ * cuBLAS call, an allocation) since the previous call: UTIL_OK or
+ * UTIL_ERUNTIME with err filled. */
+int ex_cuda_sync(char *err);
+/* The CUDA backend against the CPU backend on the device (executor/cuda_check.c):
+ * linear, RMSNorm, SwiGLU, add, attention (GQA, two sequences, causal and
+ * not), cross-entropy, AdamW and sumsq on the same random inputs; *worst =
+ * the largest |cuda - cpu| / max |cpu| over their outputs, `what` its name. */
+int ex_cuda_check(double *worst, char *what, size_t what_len, char *err);
+
 #endif

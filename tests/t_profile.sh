@@ -102,6 +102,36 @@ PY
     then ok profile_mpirun_np2_fits_alpha_busbw; else fail profile_mpirun_np2_fits_alpha_busbw "$(tail -c 600 "$T/err")"; fi
 else skip profile_mpirun_np2_fits_alpha_busbw "mpirun not installed"; fi
 
+# --backend cuda: on a host without a GPU (or a build without nvcc) one clear
+# line and exit 1, nothing written; with a GPU, the files load and the fields
+# are in ranges no GPU can leave.
+"$DHP" profile --backend cuda --quick -o "$T/cg.json" --cluster-out "$T/cc.json" >"$T/cout" 2>"$T/cerr"
+cuda_rc=$?
+if [ "$cuda_rc" = 0 ]; then
+    if /usr/bin/python3 - "$T/cg.json" "$T/cc.json" <<'PY' 2>"$T/err"
+import json, sys
+g = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2]))
+v = {k: g[k]["value"] for k in ["peak_flops", "gemm_eff_max", "gemm_half", "attn_eff", "hbm_bytes", "hbm_bw",
+                                 "mem_eff", "reserved_bytes", "kernel_launch_s"]}
+assert not g["name"].startswith("CPU-"), g["name"]
+assert 1e12 < v["peak_flops"] < 1e17 and 0 < v["gemm_eff_max"] <= 1 and 0 < v["attn_eff"] <= 1, v
+assert 1e10 < v["hbm_bw"] < 1e14 and 0 < v["mem_eff"] <= 1 and 1e9 < v["hbm_bytes"] < 1e13, v
+assert 0 <= v["reserved_bytes"] < v["hbm_bytes"] and 0 < v["kernel_launch_s"] < 1e-3, v
+m = g["measurements"]
+assert len(m["gemm"]["shapes"]) == 8 and len(m["attention"]) == 3 and "cublasGemmEx" in m["gemm"]["kernel"], m["gemm"]
+assert c["name"] == "cuda-1" and "compute_speed" not in c["pools"][0], c["name"]
+assert c["measurements"]["collectives"][0]["op"] == "memcpy", c["measurements"]["collectives"][0]
+PY
+    then ok profile_cuda_quick_writes_both_files; else fail profile_cuda_quick_writes_both_files "$(tail -c 600 "$T/err")"; fi
+elif [ "$cuda_rc" = 1 ] && [ "$(wc -l <"$T/cerr")" = 1 ] && grep -qE "no CUDA device|without CUDA" "$T/cerr" \
+     && [ ! -e "$T/cg.json" ] && [ ! -e "$T/cc.json" ]; then
+    ok profile_cuda_without_a_gpu_fails_cleanly
+    skip profile_cuda_quick_writes_both_files "$(cat "$T/cerr")"
+else
+    fail profile_cuda_without_a_gpu_fails_cleanly "exit $cuda_rc: $(head -c 300 "$T/cerr")"
+fi
+expect_err profile_unknown_backend "unknown backend 'tpu'" "$DHP" profile --backend tpu
+expect_err profile_gemm_fp32_is_for_cuda "is for --backend cuda" "$DHP" profile --gemm-fp32
 expect_err profile_bad_option "unknown option '--frobnicate'" "$DHP" profile --frobnicate
 expect_err profile_missing_file_name "-o needs a file name" "$DHP" profile -o
 expect_err profile_same_file_twice "same file" "$DHP" profile -o "$T/x.json" --cluster-out "$T/x.json"

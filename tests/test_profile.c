@@ -2,6 +2,7 @@
  * fitted terms are the cost model's, and the JSON it writes loads back. */
 #include "test.h"
 #include "costdb/costdb.h"
+#include "costdb/profile_internal.h"
 
 #include <stdlib.h>
 
@@ -267,4 +268,109 @@ TEST_DRIVEN(profile_written_files_load)
     CHECK(memcmp(&c.pool[0].gpu, &g, sizeof g) == 0);
     CHECK(c.pool[0].gpus_per_node >= 1 && c.pool[0].nodes == 1);
     CHECK(g.peak_flops > 0 && g.hbm_bw > 0 && c.pool[0].intra.busbw > 0);
+}
+
+/* A CUDA profile made from known terms (an H100-like device: 132 SMs at
+ * 1980 MHz, HBM3 at 2619 MHz on a 5120-bit bus): cost_prof_derive turns it
+ * into the fields the shipped GPU files have, and the files load back. */
+static void fake_cuda_profile(cost_profile *p, double rate, double half)
+{
+    memset(p, 0, sizeof *p);
+    util_strlcpy(p->host, "testhost", sizeof p->host);
+    util_strlcpy(p->date, "2025-01-01T00:00:00Z", sizeof p->date);
+    p->cuda = true;
+    p->ranks = 2;
+    p->mpi = true;
+    p->dev = (cost_profile_device){.name = "NVIDIA H100 80GB HBM3", .cc_major = 9, .cc_minor = 0, .sms = 132,
+                                   .devices = 8, .clock_hz = 1.98e9, .mem_clock_hz = 2.619e9, .bus_bits = 5120,
+                                   .d2d_bw = 2.6e12, .runtime_version = 13000, .driver_version = 13000,
+                                   .nccl_version = 22809};
+    p->launch_s = 3e-6;
+    static const int mk[] = {2048, 4096, 8192};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            double m = mk[i], n = 2 * mk[j], k = mk[(i + j) % 3];
+            double r = rate * (m / (m + half)) * (n / (n + half)) * (k / (k + half));
+            double s = 2 * m * n * k / r + p->launch_s;
+            p->gemm[p->n_gemm++] = (cost_profile_gemm){(int)m, (int)n, (int)k, s, 2 * m * n * k / s};
+        }
+    static const int sh[][4] = {{1024, 16, 16, 80}, {4096, 16, 16, 80}, {1024, 40, 8, 128}, {2048, 16, 16, 64}};
+    double per_flop = 1.0 / 2e13;     /* 20 TFLOP/s on the attention FLOPs */
+    for (int i = 0; i < 4; i++) {
+        double S = (double)sh[i][0] * sh[i][0] * sh[i][1], d = sh[i][3];
+        p->attn[p->n_attn++] = (cost_profile_attn){sh[i][0], sh[i][1], sh[i][2], sh[i][3], 4 * S * d,
+                                                   S * (1e-11 + 4 * d * per_flop), S * (2e-11 + 10 * d * per_flop)};
+    }
+    p->stream_bytes = 256.0 * 1048576;
+    p->copy_bw = p->dev.d2d_bw;
+    p->ew_add_bw = p->ew_swiglu_bw = p->ew_rmsnorm_bw = p->ew_bw = 2.0e12;
+    p->phys_bytes = 85.0e9;
+    p->used_bytes = 0.6e9;
+    p->n_coll = 2;
+    p->coll[0] = (cost_profile_coll){COST_PROF_ALLREDUCE, 8192, 2e-5};
+    p->coll[1] = (cost_profile_coll){COST_PROF_ALLREDUCE, 1 << 28, 1.5e-3};
+    p->fit[COST_PROF_ALLREDUCE] = (cost_profile_fit){true, 8e-6, 3.6e11, 0.05, 2};
+    p->link = p->fit[COST_PROF_ALLREDUCE];
+}
+
+TEST(profile_cuda_fields_follow_the_device_and_load_back)
+{
+    cost_profile *p = malloc(sizeof *p);
+    CHECK(p);
+    fake_cuda_profile(p, 7.0e14, 96);
+    char err[UTIL_ERR_LEN];
+    int rc = cost_prof_derive(p, err);
+    cJSON *gj = rc ? NULL : cost_profile_gpu_json(p, true), *cj = rc ? NULL : cost_profile_cluster_json(p);
+    char *gt = gj ? cJSON_Print(gj) : NULL, *ct = cj ? cJSON_Print(cj) : NULL;
+    cost_gpu g;
+    cost_cluster c;
+    int rg = gt ? cost_gpu_parse_json(gt, "gpu", &g, err) : -1;
+    int rcl = ct ? cost_cluster_parse_json(ct, "cluster", &c, err) : -1;
+    bool nccl_src = ct && strstr(ct, "ncclAllReduce") && strstr(ct, "NCCL 22809");
+    bool dev_src = gt && strstr(gt, "132 SMs") && strstr(gt, "BF16 cublasGemmEx") && strstr(gt, "cudaMemGetInfo");
+    cJSON_free(gt);
+    cJSON_free(ct);
+    cJSON_Delete(gj);
+    cJSON_Delete(cj);
+    cost_profile want = *p;
+    free(p);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK_MSG(rg == 0, "gpu: %s", err);
+    CHECK_MSG(rcl == 0, "cluster: %s", err);
+    /* 7e14 / (1.98e9 x 132) = 2678 FLOP/cycle/SM, rounded up to 4096 */
+    CHECK_MSG(fabs(want.flops_per_cycle - 4096) < 1e-9, "fpc %g rate %g half %g", want.flops_per_cycle, want.gemm_rate_max, want.gpu.gemm_half);
+    CHECK_NEAR(g.peak_flops, 4096 * 1.98e9 * 132, 1e-12);
+    CHECK_NEAR(g.gemm_eff_max, 7.0e14 / (4096 * 1.98e9 * 132), 1e-3);
+    CHECK_NEAR(g.gemm_half, 96, 2e-2);
+    CHECK_NEAR(g.hbm_bw, 2.619e9 * 2 * 5120 / 8, 1e-12);   /* 3.35 TB/s, H100 SXM's datasheet figure */
+    CHECK_NEAR(g.mem_eff, 2.0e12 / (2.619e9 * 2 * 5120 / 8), 1e-12);
+    CHECK_NEAR(g.hbm_bytes, 85.0e9, 1e-12);
+    CHECK_NEAR(g.reserved_bytes, 0.6e9, 1e-12);
+    CHECK_NEAR(g.attn_score_s, 1e-11, 1e-6);
+    CHECK_NEAR(g.attn_bwd_score_s, 2e-11, 1e-6);
+    CHECK_NEAR(g.attn_eff * g.peak_flops, 2e13, 1e-6);
+    CHECK(strcmp(g.name, "NVIDIA H100 80GB HBM3") == 0);
+    CHECK(memcmp(&g, &want.gpu, sizeof g) == 0);
+    CHECK(nccl_src && dev_src);
+    CHECK(strcmp(c.name, "cuda-2") == 0);
+    CHECK_EQ_INT(c.pool[0].gpus_per_node, 2);
+    CHECK_EQ_INT(c.pool[0].n_speed, 0);     /* a GPU per rank: no processor sharing */
+    CHECK(!c.pool[0].has_sets);
+}
+
+TEST(profile_cuda_without_a_device_fails_with_one_clear_line)
+{
+    cost_profile_opts o = {.quick = true};
+    cost_profile *p = malloc(sizeof *p);
+    CHECK(p);
+    char err[UTIL_ERR_LEN] = "";
+    int rc = cost_profile_measure_cuda(&o, p, err);   /* no kernels: refused before touching a device */
+    free(p);
+#ifdef DHP_CUDA
+    CHECK_EQ_INT(rc, UTIL_EINVAL);
+    CHECK(strstr(err, "kernels") != NULL);
+#else
+    CHECK_EQ_INT(rc, UTIL_EUNSUPPORTED);
+    CHECK(strstr(err, "without CUDA") != NULL);
+#endif
 }

@@ -1,0 +1,41 @@
+/* costdb-internal: what the CPU (costdb/profile.c) and CUDA
+ * (costdb/profile_cuda.c) measurements of dhp profile share: the MPI
+ * context of the ranks, the host's identity, the fits and the derivation of
+ * the cost-model fields. Not part of the module's face (costdb.h). */
+#ifndef DHP_COSTDB_PROFILE_INTERNAL_H
+#define DHP_COSTDB_PROFILE_INTERNAL_H
+
+#include "costdb/costdb.h"
+
+#include <mpi.h>
+
+/* Hidden size of the RMSNorm rows a CUDA profile times: Qwen2.5-32B's LLM (models/zoo). */
+#define COST_PROF_GPU_RMSNORM_DIM 5120
+
+typedef struct {
+    bool mpi;
+    MPI_Comm comm;
+    int rank, size;
+    const cost_profile_opts *o;
+} prof_ctx;
+
+void cost_prof_barrier(const prof_ctx *c);
+/* The slowest rank's value: every rank gets max over ranks of *v. */
+void cost_prof_max(const prof_ctx *c, double *v);
+/* All ranks fail together: the worst result code wins. */
+int cost_prof_agree(const prof_ctx *c, int rc, char *err);
+/* Under mpirun (MPI not yet initialised) initialises MPI (*we_init tells
+ * the caller to finalise it); fails unless all ranks share this host. */
+int cost_prof_init_mpi(prof_ctx *c, bool *we_init, char *err);
+/* p->host and p->date (UTC, ISO 8601). */
+void cost_prof_host_id(cost_profile *p);
+/* Rank 0's host facts for everybody. */
+void cost_prof_share_host_facts(const prof_ctx *c, cost_profile *p);
+/* Deterministic values in [-0.5, 0.5). */
+void cost_prof_fill(float *x, size_t n, unsigned seed);
+/* Alpha-beta fit of the measured operations op (-1: all of them) over ranks. */
+void cost_prof_fit_points(const cost_profile *p, int op, int ranks, cost_profile_fit *f);
+/* The cost-model fields (p->gpu) from the measurements, either backend. */
+int cost_prof_derive(cost_profile *p, char *err);
+
+#endif

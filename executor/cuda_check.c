@@ -1,0 +1,227 @@
+/* The CUDA backend checked against the CPU backend on the device itself:
+ * the kernels dhp profile times and the executor's hardest ones run on the
+ * same random inputs through both tables, and the largest difference is
+ * reported. The tests run the CUDA source on the CPU (tests/cudaemu.h); this
+ * is the check that needs a real GPU (threads really concurrent, shared
+ * memory and launch limits real). */
+#include "executor/backend.h"
+#include "util/util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifndef DHP_CUDA
+
+int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
+{
+    (void)worst; (void)what; (void)what_len;
+    return util_fail(err, UTIL_EUNSUPPORTED, "this dhp was built without CUDA");
+}
+
+#else
+
+#include <cuda_runtime_api.h>
+
+#define CHECK_MAX_BUFS 24
+
+typedef struct {
+    const ex_backend *cpu, *gpu;
+    void *dev[CHECK_MAX_BUFS];
+    float *host[CHECK_MAX_BUFS];
+    int n_dev, n_host;
+    double worst;
+    char what[96];
+    char *err;
+    int rc;
+} checker;
+
+static float *host_buf(checker *c, size_t n, unsigned seed, float scale)
+{
+    float *h = c->n_host < CHECK_MAX_BUFS ? util_calloc(n ? n : 1, sizeof *h) : NULL;
+    if (!h) { if (!c->rc) c->rc = util_fail(c->err, UTIL_ENOMEM, "cuda check: out of host memory"); return NULL; }
+    c->host[c->n_host++] = h;
+    unsigned s = seed * 2654435761u + 7;
+    for (size_t i = 0; seed && i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        h[i] = scale * (float)((s >> 8) * (1.0 / 16777216.0) - 0.5);
+    }
+    return h;
+}
+
+/* A device copy of n elements of size el at src. */
+static void *dev_copy(checker *c, const void *src, size_t n, size_t el)
+{
+    void *d = NULL;
+    if (c->rc) return NULL;
+    size_t bytes = n * el > 0 ? n * el : 1;
+    cudaError_t e = c->n_dev < CHECK_MAX_BUFS ? cudaMalloc(&d, bytes) : cudaErrorMemoryAllocation;
+    if (e == cudaSuccess) { c->dev[c->n_dev++] = d; e = cudaMemcpy(d, src, n * el, cudaMemcpyHostToDevice); }
+    if (e != cudaSuccess) { c->rc = util_fail(c->err, UTIL_ERUNTIME, "cuda check: %s", cudaGetErrorString(e)); return NULL; }
+    return d;
+}
+
+static float *dev_f(checker *c, const float *src, size_t n) { return dev_copy(c, src, n, sizeof(float)); }
+
+/* Compares n floats on the device with the CPU's; the largest difference
+ * relative to the reference's largest magnitude is kept with its name. */
+static void compare(checker *c, const char *name, const float *dev, const float *ref, size_t n)
+{
+    if (c->rc) return;
+    char e2[UTIL_ERR_LEN];
+    if (c->gpu && ex_cuda_sync(e2)) { c->rc = util_fail(c->err, UTIL_ERUNTIME, "cuda check: %s: %s", name, e2); return; }
+    float *h = util_malloc(n * sizeof *h);
+    if (!h) { c->rc = util_fail(c->err, UTIL_ENOMEM, "cuda check: out of host memory"); return; }
+    cudaError_t e = cudaMemcpy(h, dev, n * sizeof *h, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) { util_free(h); c->rc = util_fail(c->err, UTIL_ERUNTIME, "cuda check: %s", cudaGetErrorString(e)); return; }
+    double scale = 1e-30, diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        scale = fmax(scale, fabs(ref[i]));
+        diff = fmax(diff, isfinite(h[i]) ? fabs((double)h[i] - ref[i]) : INFINITY);
+    }
+    util_free(h);
+    if (diff / scale > c->worst || !isfinite(diff)) {
+        c->worst = isfinite(diff) ? diff / scale : INFINITY;
+        snprintf(c->what, sizeof c->what, "%s", name);
+    }
+}
+
+static void release(checker *c)
+{
+    for (int i = 0; i < c->n_dev; i++) cudaFree(c->dev[i]);
+    for (int i = 0; i < c->n_host; i++) util_free(c->host[i]);
+    c->n_dev = c->n_host = 0;
+}
+
+/* out[n, o] = inp[n, i] W[o, i]^T + b, and its backward into pre-filled gradients. */
+static void check_linear(checker *c)
+{
+    enum { N = 37, I = 70, O = 45 };
+    float *x = host_buf(c, N * I, 1, 2), *w = host_buf(c, O * I, 2, 0.4f), *b = host_buf(c, O, 3, 1);
+    float *dy = host_buf(c, N * O, 4, 1), *y = host_buf(c, N * O, 0, 0), *dx = host_buf(c, N * I, 5, 1);
+    float *dw = host_buf(c, O * I, 6, 1), *db = host_buf(c, O, 7, 1);
+    if (c->rc) return;
+    float *Dx = dev_f(c, x, N * I), *Dw = dev_f(c, w, O * I), *Db = dev_f(c, b, O), *Ddy = dev_f(c, dy, N * O);
+    float *Dy = dev_f(c, y, N * O), *Ddx = dev_f(c, dx, N * I), *Ddw = dev_f(c, dw, O * I), *Ddb = dev_f(c, db, O);
+    if (c->rc) return;
+    c->cpu->linear_forward(y, x, w, b, N, I, O);
+    c->gpu->linear_forward(Dy, Dx, Dw, Db, N, I, O);
+    compare(c, "linear_forward", Dy, y, N * O);
+    c->cpu->linear_backward(dx, dw, db, dy, x, w, N, I, O);
+    c->gpu->linear_backward(Ddx, Ddw, Ddb, Ddy, Dx, Dw, N, I, O);
+    compare(c, "linear_backward dinp", Ddx, dx, N * I);
+    compare(c, "linear_backward dw", Ddw, dw, O * I);
+    compare(c, "linear_backward db", Ddb, db, O);
+}
+
+static void check_rmsnorm_swiglu(checker *c)
+{
+    enum { N = 29, D = 200 };
+    float *x = host_buf(c, N * D, 1, 2), *w = host_buf(c, D, 2, 1), *y = host_buf(c, N * D, 0, 0);
+    float *r = host_buf(c, N, 0, 0), *dy = host_buf(c, N * D, 3, 1), *dx = host_buf(c, N * D, 4, 1);
+    float *dw = host_buf(c, D, 5, 1), *h = host_buf(c, N * D, 0, 0), *dg = host_buf(c, N * D, 6, 1);
+    float *du = host_buf(c, N * D, 7, 1);
+    if (c->rc) return;
+    float *Dx = dev_f(c, x, N * D), *Dw = dev_f(c, w, D), *Dy = dev_f(c, y, N * D), *Dr = dev_f(c, r, N);
+    float *Ddy = dev_f(c, dy, N * D), *Ddx = dev_f(c, dx, N * D), *Ddw = dev_f(c, dw, D), *Dh = dev_f(c, h, N * D);
+    float *Ddg = dev_f(c, dg, N * D), *Ddu = dev_f(c, du, N * D);
+    if (c->rc) return;
+    c->cpu->rmsnorm_forward(y, r, x, w, N, D, 1e-6f);
+    c->gpu->rmsnorm_forward(Dy, Dr, Dx, Dw, N, D, 1e-6f);
+    compare(c, "rmsnorm_forward", Dy, y, N * D);
+    compare(c, "rmsnorm_forward rstd", Dr, r, N);
+    c->cpu->rmsnorm_backward(dx, dw, dy, x, w, r, N, D);
+    c->gpu->rmsnorm_backward(Ddx, Ddw, Ddy, Dx, Dw, Dr, N, D);
+    compare(c, "rmsnorm_backward dinp", Ddx, dx, N * D);
+    compare(c, "rmsnorm_backward dw", Ddw, dw, D);
+    c->cpu->swiglu_forward(h, x, dy, N * D);
+    c->gpu->swiglu_forward(Dh, Dx, Ddy, N * D);
+    compare(c, "swiglu_forward", Dh, h, N * D);
+    c->cpu->swiglu_backward(dg, du, y, x, dy, N * D);
+    c->gpu->swiglu_backward(Ddg, Ddu, Dy, Dx, Ddy, N * D);
+    compare(c, "swiglu_backward dg", Ddg, dg, N * D);
+    compare(c, "swiglu_backward du", Ddu, du, N * D);
+    c->cpu->add_inplace(y, x, N * D);
+    c->gpu->add_inplace(Dy, Dx, N * D);
+    compare(c, "add_inplace", Dy, y, N * D);
+}
+
+/* Two sequences (one longer than a key tile), GQA 4/2, causal and not. */
+static void check_attention(checker *c, bool causal)
+{
+    enum { N = 150, H = 4, HKV = 2, HD = 24 };
+    const int cu[3] = {0, 97, N};
+    size_t qn = (size_t)N * H * HD, kn = (size_t)N * HKV * HD;
+    float *q = host_buf(c, qn, 1, 2), *k = host_buf(c, kn, 2, 2), *v = host_buf(c, kn, 3, 1);
+    float *g = host_buf(c, qn, 4, 1), *o = host_buf(c, qn, 0, 0), *l = host_buf(c, (size_t)N * H, 0, 0);
+    float *dq = host_buf(c, qn, 5, 1), *dk = host_buf(c, kn, 6, 1), *dv = host_buf(c, kn, 7, 1);
+    if (c->rc) return;
+    float *Dq = dev_f(c, q, qn), *Dk = dev_f(c, k, kn), *Dv = dev_f(c, v, kn), *Dg = dev_f(c, g, qn);
+    float *Do = dev_f(c, o, qn), *Dl = dev_f(c, l, (size_t)N * H), *Ddq = dev_f(c, dq, qn);
+    float *Ddk = dev_f(c, dk, kn), *Ddv = dev_f(c, dv, kn);
+    int *Dcu = dev_copy(c, cu, 3, sizeof(int));
+    if (c->rc) return;
+    c->cpu->attention_forward(o, l, q, k, v, cu, 2, H, HKV, HD, causal);
+    c->gpu->attention_forward(Do, Dl, Dq, Dk, Dv, Dcu, 2, H, HKV, HD, causal);
+    compare(c, causal ? "attention_forward causal" : "attention_forward", Do, o, qn);
+    compare(c, "attention_forward lse", Dl, l, (size_t)N * H);
+    c->cpu->attention_backward(dq, dk, dv, g, q, k, v, o, l, cu, 2, H, HKV, HD, causal);
+    c->gpu->attention_backward(Ddq, Ddk, Ddv, Dg, Dq, Dk, Dv, Do, Dl, Dcu, 2, H, HKV, HD, causal);
+    compare(c, "attention_backward dq", Ddq, dq, qn);
+    compare(c, "attention_backward dk", Ddk, dk, kn);
+    compare(c, "attention_backward dv", Ddv, dv, kn);
+}
+
+static void check_cross_entropy_adamw(checker *c)
+{
+    enum { N = 13, V = 1000 };
+    float *logits = host_buf(c, N * V, 1, 8), *dl = host_buf(c, N * V, 0, 0);
+    int32_t t[N];
+    for (int r = 0; r < N; r++) t[r] = (r * 389 + 17) % V;
+    if (c->rc) return;
+    float *Dlog = dev_f(c, logits, N * V), *Ddl = dev_f(c, dl, N * V);
+    int32_t *Dt = dev_copy(c, t, N, sizeof *t);
+    if (c->rc) return;
+    double ref = c->cpu->cross_entropy(dl, logits, t, N, V, 0.25f);
+    double got = c->gpu->cross_entropy(Ddl, Dlog, Dt, N, V, 0.25f);
+    compare(c, "cross_entropy dlogits", Ddl, dl, N * V);
+    float lref = (float)ref, lgot = (float)got;
+    float *Dl = dev_f(c, &lgot, 1);
+    compare(c, "cross_entropy loss", Dl, &lref, 1);
+    enum { P = 5003 };
+    float *p = host_buf(c, P, 2, 1), *g = host_buf(c, P, 3, 1), *m = host_buf(c, P, 4, 0.1f), *v = host_buf(c, P, 5, 0.1f);
+    if (c->rc) return;
+    for (int i = 0; i < P; i++) v[i] *= v[i];
+    float *Dp = dev_f(c, p, P), *Dg = dev_f(c, g, P), *Dm = dev_f(c, m, P), *Dv = dev_f(c, v, P);
+    if (c->rc) return;
+    c->cpu->adamw(p, g, m, v, P, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.271f, 0.00399f);
+    c->gpu->adamw(Dp, Dg, Dm, Dv, P, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.271f, 0.00399f);
+    compare(c, "adamw p", Dp, p, P);
+    compare(c, "adamw m", Dm, m, P);
+    compare(c, "adamw v", Dv, v, P);
+    double sref = c->cpu->sumsq(g, P), sgot = c->gpu->sumsq(Dg, P);
+    float fref = (float)sref, fgot = (float)sgot;
+    float *Ds = dev_f(c, &fgot, 1);
+    compare(c, "sumsq", Ds, &fref, 1);
+}
+
+int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
+{
+    checker c = {ex_backend_cpu(), ex_backend_cuda(err), {0}, {0}, 0, 0, 0, "", err, UTIL_OK};
+    if (!c.gpu) return UTIL_ERUNTIME;
+    check_linear(&c);
+    release(&c);
+    check_rmsnorm_swiglu(&c);
+    release(&c);
+    check_attention(&c, false);
+    release(&c);
+    check_attention(&c, true);
+    release(&c);
+    check_cross_entropy_adamw(&c);
+    release(&c);
+    *worst = c.worst;
+    if (what && what_len) snprintf(what, what_len, "%s", c.what[0] ? c.what : "none");
+    return c.rc;
+}
+
+#endif

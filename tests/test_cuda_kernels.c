@@ -1,0 +1,406 @@
+/* The CUDA backend's kernels (executor/cuda_kernels.cu), run on the CPU by the
+ * emulator (tests/cudaemu.h: the same source compiled as C++ with each launch's
+ * blocks run one after another, a std::thread per CUDA thread), against the
+ * CPU backend on small random inputs. Sizes are odd on purpose (not multiples
+ * of the 128-thread blocks or the 32-row attention tiles), and the emulated
+ * build caps its grids low, so the grid-stride and tile-stride loops run too.
+ * Emulated "device" memory is host memory, so the tests pass host arrays.
+ *
+ * Tolerances are relative, per element, against max(|ref|, 1% of the largest
+ * |ref|) (entries that cancel to near zero are judged on the array's scale):
+ * 1e-6 for element-wise kernels (the same float operations as the CPU loops;
+ * 0 seen) and 1e-4 for everything that sums (GEMMs, column sums, attention,
+ * where the kernels add in lanes, trees or other tiles than the CPU's
+ * one-by-one float loops; up to 1.8e-5 seen, on entries near the floor).
+ * DHP_TEST_SHOW_ERR=1 prints every measured error to stderr. */
+#include "test.h"
+#include "executor/backend.h"
+#include "util/util.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+/* The emulated build of executor/cuda_kernels.cu (build/obj/tests/cuda_kernels_emu.o). */
+const ex_backend *ex_backend_cuda_emu(char *err);
+int ex_cuda_sync_emu(char *err);
+
+static uint64_t rs = 11;
+static float ur(void)  /* uniform in [-1, 1) */
+{
+    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rs >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+static float *rnd(size_t n, float scale)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = scale * ur();
+    return x;
+}
+static float *dup(const float *x, size_t n)
+{
+    float *y = malloc((n ? n : 1) * sizeof *y);
+    memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+/* max_i |a[i] - ref[i]| / max(|ref[i]|, 0.01 max_k |ref[k]|) */
+static double max_rel_err(const float *a, const float *ref, size_t n)
+{
+    double scale = 0, worst = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)ref[i]));
+    double floor_ = scale > 0 ? 0.01 * scale : 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - ref[i]) / fmax(fabs((double)ref[i]), floor_);
+        if (!(e <= worst)) worst = e;   /* NaN counts as worst */
+    }
+    return worst;
+}
+
+static void show_err(const char *what, double e)
+{
+    if (getenv("DHP_TEST_SHOW_ERR")) fprintf(stderr, "  %-44s max rel err %.3g\n", what, e);
+}
+
+/* Checks a[n] against ref[n] within tol (see max_rel_err). */
+#define CHECK_CLOSE(a, ref, n, tol, what) do { double _e = max_rel_err((a), (ref), (n)); show_err((what), _e); \
+    CHECK_MSG(_e <= (tol), "%s: max rel err %.3g > %g", (what), _e, (double)(tol)); } while (0)
+
+#define CHECK_SYNC() do { char _err[UTIL_ERR_LEN] = ""; int _rc = ex_cuda_sync_emu(_err); \
+    CHECK_MSG(_rc == 0, "ex_cuda_sync_emu returned %d: %s", _rc, _err); } while (0)
+
+static const ex_backend *emu(void)
+{
+    char err[UTIL_ERR_LEN] = "";
+    return ex_backend_cuda_emu(err);
+}
+
+TEST(cuda_kernels_emu_table_complete_and_sync_reports_errors)
+{
+    const ex_backend *be = emu();
+    CHECK(be != NULL);
+    CHECK(!strcmp(be->name, "cuda-emu"));
+    CHECK(be->zero && be->copy && be->add_inplace && be->add_bias && be->scale_inplace && be->sumsq);
+    CHECK(be->linear_forward && be->linear_backward && be->rmsnorm_forward && be->rmsnorm_backward);
+    CHECK(be->rope_forward && be->rope_backward && be->attention_forward && be->attention_backward);
+    CHECK(be->swiglu_forward && be->swiglu_backward && be->gelu_forward && be->gelu_backward);
+    CHECK(be->embedding_forward && be->embedding_backward && be->cross_entropy);
+    CHECK(be->ce_row_max && be->ce_exp_sum && be->ce_grad && be->adamw);
+    CHECK_SYNC();
+    /* A bad shape is a sticky error: the next sync reports it, the one after is clean. */
+    const int cu[2] = { 0, 1 };
+    float buf[4] = { 0 };
+    be->attention_forward(buf, buf, buf, buf, buf, cu, 1, 1, 1, EX_MAX_HEAD_DIM + 1, false);
+    be->attention_forward(buf, buf, buf, buf, buf, cu, 1, 3, 2, 8, false);   /* H % Hkv != 0: not the first */
+    char err[UTIL_ERR_LEN] = "";
+    int rc = ex_cuda_sync_emu(err);
+    CHECK_MSG(rc != 0 && strstr(err, "attention") && strstr(err, "head_dim 513"), "rc %d, err '%s'", rc, err);
+    CHECK_SYNC();
+}
+
+TEST(cuda_kernels_emu_elementwise_match_cpu)
+{
+    const size_t n = 4099;   /* > the emulated grid cap x 128 threads: grid-stride loops */
+    const ex_backend *be = emu(), *cpu = ex_backend_cpu();
+    CHECK(be != NULL);
+    float *x = rnd(n, 2), *y0 = rnd(n, 1), *g = rnd(n, 3), *u = rnd(n, 2), *dh = rnd(n, 1);
+    float *a = dup(y0, n), *b = dup(y0, n);
+    /* zero, copy, add, scale */
+    be->zero(a, n);
+    for (size_t i = 0; i < n; i++) CHECK_MSG(a[i] == 0.0f, "zero left a[%zu] = %g", i, a[i]);
+    be->copy(a, x, n);
+    CHECK(!memcmp(a, x, n * sizeof *a));
+    memcpy(a, y0, n * sizeof *a);
+    be->add_inplace(a, x, n);
+    be->scale_inplace(a, 0.37f, n);
+    cpu->add_inplace(b, x, n);
+    cpu->scale_inplace(b, 0.37f, n);
+    CHECK_SYNC();
+    CHECK_CLOSE(a, b, n, 1e-6, "add_inplace + scale_inplace");
+    /* add_bias over 37 rows of 110 (the tail of the buffers stays) */
+    memcpy(a, y0, n * sizeof *a);
+    memcpy(b, y0, n * sizeof *b);
+    be->add_bias(a, x, 37, 110);
+    cpu->add_bias(b, x, 37, 110);
+    CHECK_SYNC();
+    CHECK_CLOSE(a, b, n, 1e-6, "add_bias");
+    /* SwiGLU forward, backward accumulating into pre-filled gradients, NULL du */
+    be->swiglu_forward(a, g, u, n);
+    cpu->swiglu_forward(b, g, u, n);
+    CHECK_SYNC();
+    CHECK_CLOSE(a, b, n, 1e-6, "swiglu_forward");
+    float *dg = dup(y0, n), *du = dup(x, n), *dg_ref = dup(y0, n), *du_ref = dup(x, n), *dg2 = dup(y0, n);
+    be->swiglu_backward(dg, du, dh, g, u, n);
+    be->swiglu_backward(dg2, NULL, dh, g, u, n);
+    cpu->swiglu_backward(dg_ref, du_ref, dh, g, u, n);
+    CHECK_SYNC();
+    CHECK_CLOSE(dg, dg_ref, n, 1e-6, "swiglu_backward dg (+=)");
+    CHECK_CLOSE(du, du_ref, n, 1e-6, "swiglu_backward du (+=)");
+    CHECK_CLOSE(dg2, dg_ref, n, 1e-6, "swiglu_backward dg, du NULL");
+    /* GELU forward, backward (+=) */
+    be->gelu_forward(a, g, n);
+    cpu->gelu_forward(b, g, n);
+    CHECK_SYNC();
+    CHECK_CLOSE(a, b, n, 1e-6, "gelu_forward");
+    memcpy(a, y0, n * sizeof *a);
+    memcpy(b, y0, n * sizeof *b);
+    be->gelu_backward(a, dh, g, n);
+    cpu->gelu_backward(b, dh, g, n);
+    CHECK_SYNC();
+    CHECK_CLOSE(a, b, n, 1e-6, "gelu_backward (+=)");
+    /* AdamW (two steps, so m and v are non-trivial) */
+    float *p = dup(x, n), *m = rnd(n, 0.1f), *v = rnd(n, 0.1f);
+    for (size_t i = 0; i < n; i++) v[i] *= v[i];
+    float *p_ref = dup(p, n), *m_ref = dup(m, n), *v_ref = dup(v, n);
+    for (int step = 1; step <= 2; step++) {
+        float c1 = 1.0f - powf(0.9f, (float)step), c2 = 1.0f - powf(0.999f, (float)step);
+        be->adamw(p, g, m, v, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, c1, c2);
+        cpu->adamw(p_ref, g, m_ref, v_ref, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, c1, c2);
+    }
+    CHECK_SYNC();
+    CHECK_CLOSE(p, p_ref, n, 1e-6, "adamw p");
+    CHECK_CLOSE(m, m_ref, n, 1e-6, "adamw m");
+    CHECK_CLOSE(v, v_ref, n, 1e-6, "adamw v");
+    free(x); free(y0); free(g); free(u); free(dh); free(a); free(b);
+    free(dg); free(du); free(dg_ref); free(du_ref); free(dg2);
+    free(p); free(m); free(v); free(p_ref); free(m_ref); free(v_ref);
+}
+
+TEST(cuda_kernels_emu_rope_match_cpu)
+{
+    const ex_backend *be = emu(), *cpu = ex_backend_cpu();
+    CHECK(be != NULL);
+    const int n = 37, nh = 3, hds[2] = { 10, 7 };   /* 7: odd, the last column stays */
+    for (int c = 0; c < 2; c++) {
+        int hd = hds[c], half = hd / 2;
+        size_t nx = (size_t)n * nh * hd;
+        float *x = rnd(nx, 1), *cs = rnd((size_t)n * half, 1), *sn = rnd((size_t)n * half, 1);
+        float *a = dup(x, nx), *b = dup(x, nx);
+        be->rope_forward(a, cs, sn, n, nh, hd);
+        cpu->rope_forward(b, cs, sn, n, nh, hd);
+        CHECK_SYNC();
+        CHECK_CLOSE(a, b, nx, 1e-6, hd == 10 ? "rope_forward hd 10" : "rope_forward hd 7");
+        be->rope_backward(a, cs, sn, n, nh, hd);
+        cpu->rope_backward(b, cs, sn, n, nh, hd);
+        CHECK_SYNC();
+        CHECK_CLOSE(a, b, nx, 1e-6, hd == 10 ? "rope_backward hd 10" : "rope_backward hd 7");
+        free(x); free(cs); free(sn); free(a); free(b);
+    }
+}
+
+TEST(cuda_kernels_emu_sumsq_matches_cpu)
+{
+    const ex_backend *be = emu(), *cpu = ex_backend_cpu();
+    CHECK(be != NULL);
+    const size_t n = 100003;
+    float *x = rnd(n, 1);
+    double s = be->sumsq(x, n), ref = cpu->sumsq(x, n), small = be->sumsq(x, 5), none = be->sumsq(x, 0);
+    double small_ref = cpu->sumsq(x, 5);
+    free(x);
+    CHECK_SYNC();
+    show_err("sumsq (100003, double)", fabs(s - ref) / ref);
+    CHECK_NEAR(s, ref, 1e-12);
+    CHECK_NEAR(small, small_ref, 1e-15);
+    CHECK(none == 0);
+}
+
+/* One linear case: forward with or without bias; backward with the given
+ * gradients (1 = wanted, 0 = NULL), pre-filled. */
+static void linear_case(const ex_backend *be, int n, int in, int o, bool bias, bool want_dinp, bool want_dw,
+                        bool want_db)
+{
+    const ex_backend *cpu = ex_backend_cpu();
+    float *inp = rnd((size_t)n * in, 1), *w = rnd((size_t)o * in, 0.5f), *b = rnd((size_t)o, 1);
+    float *out = rnd((size_t)n * o, 9), *out_ref = rnd((size_t)n * o, 9), *dout = rnd((size_t)n * o, 1);
+    float *dinp = rnd((size_t)n * in, 1), *dw = rnd((size_t)o * in, 1), *db = rnd((size_t)o, 1);
+    float *dinp_ref = dup(dinp, (size_t)n * in), *dw_ref = dup(dw, (size_t)o * in), *db_ref = dup(db, (size_t)o);
+    be->linear_forward(out, inp, w, bias ? b : NULL, n, in, o);
+    cpu->linear_forward(out_ref, inp, w, bias ? b : NULL, n, in, o);
+    be->linear_backward(want_dinp ? dinp : NULL, want_dw ? dw : NULL, want_db ? db : NULL, dout, inp, w, n, in, o);
+    cpu->linear_backward(want_dinp ? dinp_ref : NULL, want_dw ? dw_ref : NULL, want_db ? db_ref : NULL, dout, inp,
+                         w, n, in, o);
+    char what[96];
+    CHECK_SYNC();
+    snprintf(what, sizeof what, "linear_forward %dx%d->%d bias %d", n, in, o, bias);
+    CHECK_CLOSE(out, out_ref, (size_t)n * o, 1e-4, what);
+    snprintf(what, sizeof what, "linear_backward dinp (+=) want %d", want_dinp);
+    CHECK_CLOSE(dinp, dinp_ref, (size_t)n * in, 1e-4, what);
+    snprintf(what, sizeof what, "linear_backward dw (+=) want %d", want_dw);
+    CHECK_CLOSE(dw, dw_ref, (size_t)o * in, 1e-4, what);
+    snprintf(what, sizeof what, "linear_backward db (+=) want %d", want_db);
+    CHECK_CLOSE(db, db_ref, (size_t)o, 1e-4, what);
+    free(inp); free(w); free(b); free(out); free(out_ref); free(dout);
+    free(dinp); free(dw); free(db); free(dinp_ref); free(dw_ref); free(db_ref);
+}
+
+TEST(cuda_kernels_emu_linear_match_cpu)
+{
+    const ex_backend *be = emu();
+    CHECK(be != NULL);
+    linear_case(be, 37, 29, 23, true, true, true, true);
+    linear_case(be, 37, 29, 45, false, true, true, true);   /* db over two 32-column blocks */
+    linear_case(be, 19, 50, 600, true, true, false, true); /* more column blocks than the grid cap */
+    linear_case(be, 19, 50, 33, true, false, true, false);
+    linear_case(be, 5, 3, 7, true, false, false, true);
+}
+
+TEST(cuda_kernels_emu_rmsnorm_match_cpu)
+{
+    const ex_backend *be = emu(), *cpu = ex_backend_cpu();
+    CHECK(be != NULL);
+    const int n = 19, d = 150;   /* rows > the grid cap; d > one block of threads */
+    const size_t nd = (size_t)n * d;
+    float *x = rnd(nd, 2), *w = rnd((size_t)d, 1), *dout = rnd(nd, 1);
+    float *out = rnd(nd, 1), *out_ref = rnd(nd, 1), *rstd = rnd((size_t)n, 1), *rstd_ref = rnd((size_t)n, 1);
+    be->rmsnorm_forward(out, rstd, x, w, n, d, 1e-5f);
+    cpu->rmsnorm_forward(out_ref, rstd_ref, x, w, n, d, 1e-5f);
+    CHECK_SYNC();
+    CHECK_CLOSE(out, out_ref, nd, 1e-6, "rmsnorm_forward out");
+    CHECK_CLOSE(rstd, rstd_ref, (size_t)n, 1e-6, "rmsnorm_forward rstd");
+    float *dinp = rnd(nd, 1), *dw = rnd((size_t)d, 1);
+    float *dinp_ref = dup(dinp, nd), *dw_ref = dup(dw, (size_t)d), *dinp2 = dup(dinp, nd), *dw2 = dup(dw, (size_t)d);
+    be->rmsnorm_backward(dinp, dw, dout, x, w, rstd_ref, n, d);
+    be->rmsnorm_backward(dinp2, NULL, dout, x, w, rstd_ref, n, d);
+    be->rmsnorm_backward(NULL, dw2, dout, x, w, rstd_ref, n, d);
+    cpu->rmsnorm_backward(dinp_ref, dw_ref, dout, x, w, rstd_ref, n, d);
+    CHECK_SYNC();
+    CHECK_CLOSE(dinp, dinp_ref, nd, 1e-4, "rmsnorm_backward dinp (+=)");
+    CHECK_CLOSE(dw, dw_ref, (size_t)d, 1e-4, "rmsnorm_backward dw (+=)");
+    CHECK_CLOSE(dinp2, dinp_ref, nd, 1e-4, "rmsnorm_backward dinp, dw NULL");
+    CHECK_CLOSE(dw2, dw_ref, (size_t)d, 1e-4, "rmsnorm_backward dw, dinp NULL");
+    free(x); free(w); free(dout); free(out); free(out_ref); free(rstd); free(rstd_ref);
+    free(dinp); free(dw); free(dinp_ref); free(dw_ref); free(dinp2); free(dw2);
+}
+
+/* One attention case on sequences cu[0..nseq]: forward (out, lse) and backward
+ * into pre-filled gradients (both from the CPU's out and lse); with nulls, also
+ * the backward with dq NULL and with dk, dv NULL. */
+static void attention_case(const ex_backend *be, const int *cu, int nseq, int H, int Hkv, int hd, bool causal,
+                           bool nulls)
+{
+    const ex_backend *cpu = ex_backend_cpu();
+    int n = cu[nseq];
+    size_t qn = (size_t)n * H * hd, kn = (size_t)n * Hkv * hd, ln = (size_t)n * H;
+    float *q = rnd(qn, 2), *k = rnd(kn, 2), *v = rnd(kn, 1), *g = rnd(qn, 1);
+    float *o = rnd(qn, 5), *l = rnd(ln, 5), *o_ref = rnd(qn, 5), *l_ref = rnd(ln, 5);
+    float *dq = rnd(qn, 1), *dk = rnd(kn, 1), *dv = rnd(kn, 1);
+    float *dq_ref = dup(dq, qn), *dk_ref = dup(dk, kn), *dv_ref = dup(dv, kn);
+    float *dq2 = dup(dq, qn), *dk2 = dup(dk, kn), *dv2 = dup(dv, kn);
+    be->attention_forward(o, l, q, k, v, cu, nseq, H, Hkv, hd, causal);
+    cpu->attention_forward(o_ref, l_ref, q, k, v, cu, nseq, H, Hkv, hd, causal);
+    be->attention_backward(dq, dk, dv, g, q, k, v, o_ref, l_ref, cu, nseq, H, Hkv, hd, causal);
+    if (nulls) {
+        be->attention_backward(NULL, dk2, dv2, g, q, k, v, o_ref, l_ref, cu, nseq, H, Hkv, hd, causal);
+        be->attention_backward(dq2, NULL, NULL, g, q, k, v, o_ref, l_ref, cu, nseq, H, Hkv, hd, causal);
+    }
+    cpu->attention_backward(dq_ref, dk_ref, dv_ref, g, q, k, v, o_ref, l_ref, cu, nseq, H, Hkv, hd, causal);
+    char what[96];
+    CHECK_SYNC();
+#define ATT_CHECK(a, ref, cnt, name) snprintf(what, sizeof what, "attention %s H %d/%d hd %d causal %d", name, H, \
+                                          Hkv, hd, causal); CHECK_CLOSE(a, ref, cnt, 1e-4, what)
+    ATT_CHECK(o, o_ref, qn, "out");
+    ATT_CHECK(l, l_ref, ln, "lse");
+    ATT_CHECK(dq, dq_ref, qn, "dq (+=)");
+    ATT_CHECK(dk, dk_ref, kn, "dk (+=)");
+    ATT_CHECK(dv, dv_ref, kn, "dv (+=)");
+    if (nulls) {
+        ATT_CHECK(dq2, dq_ref, qn, "dq, dk/dv NULL");
+        ATT_CHECK(dk2, dk_ref, kn, "dk, dq NULL");
+        ATT_CHECK(dv2, dv_ref, kn, "dv, dq NULL");
+    }
+#undef ATT_CHECK
+    free(q); free(k); free(v); free(g); free(o); free(l); free(o_ref); free(l_ref);
+    free(dq); free(dk); free(dv); free(dq_ref); free(dk_ref); free(dv_ref); free(dq2); free(dk2); free(dv2);
+}
+
+TEST(cuda_kernels_emu_attention_match_cpu)
+{
+    const ex_backend *be = emu();
+    CHECK(be != NULL);
+    /* Lengths 70 (three 32-row tiles; more than the CPU's 64-key tile), 45 and
+     * 6 (shorter than a tile); GQA H 4 / Hkv 2; head_dim below, at, between and
+     * above the kernels' 32-column chunks; causal and not. (Each emulated
+     * __syncthreads costs a round of 128 threads, so the cases are few.) */
+    const int cu[4] = { 0, 70, 115, 121 };
+    const struct { int hd; bool causal, nulls; } cases[5] = {
+        { 8, true, false }, { 16, false, false }, { 24, true, true }, { 24, false, false }, { 40, true, false },
+    };
+    for (int c = 0; c < 5 && !test_failed_now(); c++)
+        attention_case(be, cu, 3, 4, 2, cases[c].hd, cases[c].causal, cases[c].nulls);
+    /* Two sequences, one kv head for three query heads. */
+    if (!test_failed_now()) attention_case(be, cu, 2, 3, 1, 16, false, true);
+}
+
+TEST(cuda_kernels_emu_embedding_match_cpu)
+{
+    const ex_backend *be = emu(), *cpu = ex_backend_cpu();
+    CHECK(be != NULL);
+    const int n = 40, d = 133, v0 = 5, vn = 11;   /* tokens 0..24: below, in and above the shard, repeated */
+    int32_t tokens[40];
+    for (int t = 0; t < n; t++) tokens[t] = (t * 7 + 3) % 25;
+    float *wte = rnd((size_t)vn * d, 1), *dout = rnd((size_t)n * d, 1);
+    float *out = rnd((size_t)n * d, 3), *out_ref = rnd((size_t)n * d, 3);
+    float *dwte = rnd((size_t)vn * d, 1), *dwte_ref = dup(dwte, (size_t)vn * d);
+    be->embedding_forward(out, wte, tokens, n, d, v0, vn);
+    cpu->embedding_forward(out_ref, wte, tokens, n, d, v0, vn);
+    be->embedding_backward(dwte, dout, tokens, n, d, v0, vn);
+    cpu->embedding_backward(dwte_ref, dout, tokens, n, d, v0, vn);
+    CHECK_SYNC();
+    CHECK(!memcmp(out, out_ref, (size_t)n * d * sizeof *out));
+    CHECK_CLOSE(dwte, dwte_ref, (size_t)vn * d, 1e-6, "embedding_backward (+=, shard v0 5)");
+    free(wte); free(dout); free(out); free(out_ref); free(dwte); free(dwte_ref);
+}
+
+TEST(cuda_kernels_emu_cross_entropy_match_cpu)
+{
+    const ex_backend *be = emu(), *cpu = ex_backend_cpu();
+    CHECK(be != NULL);
+    /* Vocab-parallel pieces on a shard [50, 350) of the vocabulary. */
+    const int n = 7, vocab = 300, v0 = 50;
+    const int32_t targets[7] = { 50, 349, 10, 200, 351, 120, 0 };   /* in, in, out, in, out, in, out */
+    const size_t nv = (size_t)n * vocab;
+    float *z = rnd(nv, 4), *mx = rnd(n, 1), *mx_ref = rnd(n, 1), *st = rnd(2 * n, 1), *st_ref = rnd(2 * n, 1);
+    float *st2 = rnd(2 * n, 1), *probs = rnd(nv, 1), *probs_ref = rnd(nv, 1);
+    be->ce_row_max(mx, z, n, vocab);
+    cpu->ce_row_max(mx_ref, z, n, vocab);
+    be->ce_exp_sum(probs, st, z, mx_ref, targets, n, vocab, v0);
+    be->ce_exp_sum(NULL, st2, z, mx_ref, targets, n, vocab, v0);
+    cpu->ce_exp_sum(probs_ref, st_ref, z, mx_ref, targets, n, vocab, v0);
+    CHECK_SYNC();
+    CHECK(!memcmp(mx, mx_ref, n * sizeof *mx));
+    CHECK_CLOSE(st, st_ref, 2 * (size_t)n, 1e-6, "ce_exp_sum st (sum, target logit)");
+    CHECK_CLOSE(st2, st_ref, 2 * (size_t)n, 1e-6, "ce_exp_sum st, probs NULL");
+    CHECK_CLOSE(probs, probs_ref, nv, 1e-6, "ce_exp_sum probs");
+    memcpy(probs, probs_ref, nv * sizeof *probs);
+    be->ce_grad(probs, st_ref, targets, n, vocab, v0, 0.25f);
+    cpu->ce_grad(probs_ref, st_ref, targets, n, vocab, v0, 0.25f);
+    CHECK_SYNC();
+    CHECK_CLOSE(probs, probs_ref, nv, 1e-6, "ce_grad");
+    /* Fused, whole vocabulary: 9 rows (> the emulated grid cap), one target out of range. */
+    const int n2 = 9;
+    const int32_t t2[9] = { 0, 299, 5, 150, 77, 300, 3, 298, 42 };
+    float *z2 = rnd((size_t)n2 * vocab, 5), *dl = rnd((size_t)n2 * vocab, 1), *dl_ref = rnd((size_t)n2 * vocab, 1);
+    double loss = be->cross_entropy(dl, z2, t2, n2, vocab, 0.5f);
+    double loss_nograd = be->cross_entropy(NULL, z2, t2, n2, vocab, 0.5f);
+    double loss_ref = cpu->cross_entropy(dl_ref, z2, t2, n2, vocab, 0.5f);
+    CHECK_SYNC();
+    show_err("cross_entropy loss", fabs(loss - loss_ref) / fabs(loss_ref));
+    CHECK_NEAR(loss, loss_ref, 1e-6);
+    CHECK_NEAR(loss_nograd, loss_ref, 1e-6);
+    CHECK_CLOSE(dl, dl_ref, (size_t)n2 * vocab, 1e-6, "cross_entropy dlogits");
+    free(z); free(mx); free(mx_ref); free(st); free(st_ref); free(st2); free(probs); free(probs_ref);
+    free(z2); free(dl); free(dl_ref);
+}
+
+/* The real entry point (the nvcc object, or executor/cuda_none.c without nvcc):
+ * a table and a clean sync where a GPU is usable, else NULL and a reason. */
+TEST(cuda_backend_entry_point_gives_table_or_reason)
+{
+    char err[UTIL_ERR_LEN] = "";
+    const ex_backend *be = ex_backend_cuda(err);
+    if (!be) {
+        CHECK_MSG(strstr(err, "CUDA") != NULL, "no table and err '%s'", err);
+        return;
+    }
+    CHECK(!strcmp(be->name, "cuda"));
+    CHECK_OK(ex_cuda_sync(err));
+}
