@@ -114,6 +114,7 @@ def main():
            + extra + ["-o", plan], env)
         sims[name] = json.loads(sh([dhp, "simulate", plan, "--json"], env))
     times = {name: [] for name in plans}
+    per_round = {name: [] for name in plans}   # each round's 10th percentile
     last = {}
     for rnd in range(a.rounds):
         for name, *_ in PLANS:
@@ -121,6 +122,7 @@ def main():
                                           "--steps", str(a.steps), "--log-json"]), env)
             steps = [json.loads(l) for l in log.splitlines() if l.startswith("{")]
             times[name] += [s["step_s"] for s in steps[a.warmup:]]
+            per_round[name].append(quantile([s["step_s"] for s in steps[a.warmup:]], 0.1))
             last[name] = steps[-1]
     rows = []
     for name, *_ in PLANS:
@@ -133,6 +135,7 @@ def main():
         measured = quantile(times[name], 0.1)
         rows.append({"plan": name, "ranks": n, "predicted_s": sim["step_time_s"], "measured_s": measured,
                      "median_s": statistics.median(times[name]), "steps": len(times[name]),
+                     "round_p10_s": per_round[name],
                      "error": sim["step_time_s"] / measured - 1, "memory": mem})
 
     print(f"profile {'--quick' if a.quick_profile else 'full'}, ranks {'unbound' if a.no_bind else 'bound to cores'}; "
@@ -162,6 +165,21 @@ def main():
     print("ranking by predicted step time:", " < ".join(pred_rank))
     print("ranking by measured step time: ", " < ".join(meas_rank))
     print(f"ranking matches: {'yes' if pred_rank == meas_rank else 'no'} (Kendall tau {kendall_tau(pred_rank, meas_rank):+.2f})")
+    # A pair the measurement resolves: every round orders the two plans the same way.
+    pred = {r["plan"]: r["predicted_s"] for r in rows}
+    names = [r["plan"] for r in rows]
+    resolved, agree, unresolved = 0, 0, []
+    for i in range(len(names)):
+        for j in range(i + 1, len(names)):
+            x, y = per_round[names[i]], per_round[names[j]]
+            signs = {(u > v) - (u < v) for u, v in zip(x, y)}
+            if len(signs) == 1 and 0 not in signs:
+                resolved += 1
+                agree += (pred[names[i]] > pred[names[j]]) == (signs == {1})
+            else:
+                unresolved.append(f"{names[i]}/{names[j]}")
+    print(f"pairs every round orders the same way: {resolved} of {resolved + len(unresolved)}; the predicted order "
+          f"agrees on {agree} of them" + (f" (unresolved: {', '.join(unresolved)})" if unresolved else ""))
     print(f"worst step-time error {worst_t:.1%} (target 15%); worst memory error per category: "
           + ", ".join(f"{c} {v:.1%}" for c, v in worst_m.items()) + " (target 5%)")
     if a.json:

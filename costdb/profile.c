@@ -606,6 +606,16 @@ static double shared_rate(const prof_ctx *c, const cost_profile *p, mix_arg *m, 
     return best;
 }
 
+#define SHARING_TRIALS 6
+
+/* Median of x[0..n) (n <= SHARING_TRIALS), x reordered. */
+static double median(double *x, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && x[j - 1] > x[j]; j--) { double t = x[j]; x[j] = x[j - 1]; x[j - 1] = t; }
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
 static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
 {
     enum { GM = 256, GN = 256, GK = 64, SEQ = 128, H = 4, D = 16, ADD = 1 << 18 };
@@ -626,13 +636,21 @@ static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
      * 40 ms ones read 0.5 for two ranks on one core). */
     double unit = alone_time(c, run_mix, &m, 0.02, 3, 2);
     double window = 0.04;
-    int trials = p->quick ? 2 : 4;
-    double rate[COST_MAX_SPEED];
     int n = 0;
     for (int r = 0; r < p->ranks && r < COST_MAX_SPEED; r++) n += p->set_of[r] == 0;
-    for (int k = 1; k <= n; k++) rate[k - 1] = shared_rate(c, p, &m, k, window, trials);
+    /* Each trial measures k = 1 .. n in adjacent windows and keeps the
+     * ratios to k = 1: adjacent windows see the same state of the host (this
+     * VM's speed changes by up to 1.4x every few seconds, which a ratio of
+     * rates measured seconds apart would carry); the median over the trials. */
+    double ratio[COST_MAX_SPEED][SHARING_TRIALS];
+    int trials = p->quick ? SHARING_TRIALS / 2 : SHARING_TRIALS;
+    for (int t = 0; t < trials; t++) {
+        double alone = shared_rate(c, p, &m, 1, window, 1);
+        for (int k = 2; k <= n; k++) ratio[k - 1][t] = shared_rate(c, p, &m, k, window, 1) / alone;
+    }
     p->n_speed = n;
-    for (int k = 1; k <= n; k++) p->speed[k - 1] = k == 1 ? 1.0 : fmin(1.0, rate[k - 1] / rate[0]);
+    p->speed[0] = 1.0;
+    for (int k = 2; k <= n; k++) p->speed[k - 1] = fmin(1.0, median(ratio[k - 1], trials));
     p->sharing_unit_s = unit;
     util_free(buf);
     return UTIL_OK;
@@ -1303,9 +1321,9 @@ static cJSON *speed_json(const cost_profile *p)
              "(compute_sets; without it, the host) compute at once, relative to one alone (the condition of the gpu "
              "figures): k ranks run units of an executor-like mix (a 256x256x64 cblas_sgemm, the executor's attention "
              "forward s=128 H=4 d=16, a residual add of 2^18 floats; one unit %.3g ms on rank 0 alone) for the same %.0f ms window, the others "
-             "wait in MPI_Barrier as the executor's idle ranks wait in MPI_Wait; mean rate of the busy ranks, best of "
-             "%d trials, capped at 1; %s",
-             p->host, p->date, p->n_speed, 1e3 * p->sharing_unit_s, 40.0, p->quick ? 2 : 4, who_);
+             "wait in MPI_Barrier as the executor's idle ranks wait in MPI_Wait; mean rate of the busy ranks over the rate of "
+             "one alone in the window just before (the same state of the host), median of %d trials, capped at 1; %s",
+             p->host, p->date, p->n_speed, 1e3 * p->sharing_unit_s, 40.0, p->quick ? SHARING_TRIALS / 2 : SHARING_TRIALS, who_);
     if (o && cJSON_AddItemToObject(o, "value", cJSON_CreateDoubleArray(p->speed, p->n_speed))
         && cJSON_AddStringToObject(o, "source", src)) return o;
     cJSON_Delete(o);
