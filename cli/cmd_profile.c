@@ -121,7 +121,7 @@ static void print_summary(const cost_profile *p, const char *gpu_path, const cha
         printf("  %-15s %.1f GFLOP/s (%g FLOP/cycle x %.0f MHz x %.3g cores), gemm_eff_max %.3f\n", "peak",
                g->peak_flops / 1e9, p->flops_per_cycle, p->cpu_hz / 1e6, p->core_share, g->gemm_eff_max);
     else
-        printf("  %-15s %.1f GFLOP/s (no clock known: the fitted rate), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e9,
+        printf("  %-15s %.1f GFLOP/s (no clock known: the best measured rate), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e9,
                g->gemm_eff_max);
     printf("  %-15s %.2f GFLOP/s on the FLOPs (attn_eff %.4f) + %.3g ns fwd, %.3g ns bwd per score (rms %.0f%%, %d shapes)\n",
            "attention", g->attn_eff * g->peak_flops / 1e9, g->attn_eff, g->attn_score_s * 1e9, g->attn_bwd_score_s * 1e9,

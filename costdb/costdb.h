@@ -15,6 +15,16 @@
 
 #define COST_NAME_LEN 64
 #define COST_MAX_POOLS 8
+#define COST_GEMM_GRID 8
+
+/* Measured GEMM efficiency on a grid of shapes (dhp profile writes it):
+ * eff[(i * n_n + j) * n_k + l] is achieved / peak_flops at (m[i], n[j], k[l]),
+ * each axis ascending. n_m == 0: no grid (the shipped files). */
+typedef struct {
+    int n_m, n_n, n_k;
+    double m[COST_GEMM_GRID], n[COST_GEMM_GRID], k[COST_GEMM_GRID];
+    double eff[COST_GEMM_GRID * COST_GEMM_GRID * COST_GEMM_GRID];
+} cost_gemm_grid;
 
 typedef struct {
     char name[COST_NAME_LEN];     /* "H100-SXM-80GB" */
@@ -37,6 +47,10 @@ typedef struct {
     double mem_eff;               /* achieved/peak bandwidth for element-wise kernels */
     double reserved_bytes;        /* CUDA context + library workspaces not available to tensors */
     double kernel_launch_s;       /* per-kernel fixed overhead */
+    /* Optional measured efficiencies: inside the grid the GEMM efficiency
+     * is interpolated from them (linear in log m, log n, log k); outside,
+     * the grid's edge value times the formula's ratio of shape factors. */
+    cost_gemm_grid grid;
 } cost_gpu;
 
 /* One link tier in the alpha-beta model: a step costs alpha, and a collective
@@ -106,12 +120,16 @@ int cost_gpu_parse_json(const char *text, const char *what, cost_gpu *g, char *e
 int cost_gpu_validate(const cost_gpu *g, const char *ctx, char *err);
 /* The GPU as a dhp.gpu/1 object with plain numbers (sources stay in the shipped file). */
 cJSON *cost_gpu_to_json(const cost_gpu *g);
+/* Adds G as "gemm_grid" to o (with "source" unless NULL); false when out of memory. */
+bool cost_gemm_grid_add(cJSON *o, const cost_gemm_grid *G, const char *source);
 
 /* FlashAttention-2 backward runs 5 matmuls per tile against 2 forward
  * (Dao, arXiv 2307.08691, sec. 3.1): 2.5x the forward FLOPs. */
 #define COST_ATTN_BWD_FLOPS 2.5
 
-/* Compute. Every kernel also pays g->kernel_launch_s; sizes <= 0 cost 0. */
+/* Compute. Every kernel also pays g->kernel_launch_s; sizes <= 0 cost 0.
+ * cost_gemm_efficiency is the formula above, or the measured grid where the
+ * GPU has one (cost_gemm_grid). */
 double cost_gemm_efficiency(const cost_gpu *g, double m, double n, double k);
 double cost_gemm_time(const cost_gpu *g, double m, double n, double k); /* 2mnk FLOPs */
 /* Attention over `scores` query-key pairs of head_dim d: the forward runs

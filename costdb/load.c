@@ -221,6 +221,60 @@ int cost_gpu_validate(const cost_gpu *g, const char *ctx, char *err)
     return validate_gpu(g, ctx ? ctx : g->name, "", err);
 }
 
+/* One ascending axis of a GEMM grid: 2 .. COST_GEMM_GRID positive sizes. */
+static int grid_axis(const cJSON *grid, const char *what, const char *sub, const char *key, double *a, int *n,
+                     char *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(grid, key);
+    int len = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (len < 2 || len > COST_GEMM_GRID)
+        return util_fail(err, UTIL_EINVAL, "%s: %s.%s: must be an array of 2 to %d sizes", what, sub, key, COST_GEMM_GRID);
+    for (int i = 0; i < len; i++) {
+        const cJSON *x = cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || !(x->valuedouble > 0) || (i && !(x->valuedouble > a[i - 1])))
+            return util_fail(err, UTIL_EINVAL, "%s: %s.%s[%d]: sizes must be positive and ascending", what, sub, key, i);
+        a[i] = x->valuedouble;
+    }
+    *n = len;
+    return UTIL_OK;
+}
+
+/* Optional "gemm_grid": {"m": [...], "n": [...], "k": [...], "eff": [n_m x n_n x n_k,
+ * k fastest], "source": "..."} (cost_gemm_grid). */
+static int parse_gemm_grid(const cJSON *obj, const char *what, const char *path, cost_gemm_grid *G, char *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "gemm_grid");
+    if (!v) return UTIL_OK;
+    char sub[UTIL_ERR_LEN / 2];
+    field_path(sub, sizeof sub, path, "gemm_grid");
+    if (!cJSON_IsObject(v)) return util_fail(err, UTIL_EINVAL, "%s: %s: must be an object", what, sub);
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(v, "source");
+    if (src && !cJSON_IsString(src)) return util_fail(err, UTIL_EINVAL, "%s: %s.source: must be a string", what, sub);
+    int rc;
+    if ((rc = grid_axis(v, what, sub, "m", G->m, &G->n_m, err)) || (rc = grid_axis(v, what, sub, "n", G->n, &G->n_n, err))
+        || (rc = grid_axis(v, what, sub, "k", G->k, &G->n_k, err))) {
+        G->n_m = 0;
+        return rc;
+    }
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(v, "eff");
+    int want = G->n_m * G->n_n * G->n_k;
+    if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != want) {
+        rc = util_fail(err, UTIL_EINVAL, "%s: %s.eff: must be an array of %d x %d x %d = %d efficiencies", what, sub,
+                       G->n_m, G->n_n, G->n_k, want);
+        G->n_m = 0;
+        return rc;
+    }
+    for (int i = 0; i < want; i++) {
+        const cJSON *x = cJSON_GetArrayItem(e, i);
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || !(x->valuedouble > 0) || x->valuedouble > 1) {
+            G->n_m = 0;
+            return util_fail(err, UTIL_EINVAL, "%s: %s.eff[%d]: must be a number in (0, 1]", what, sub, i);
+        }
+        G->eff[i] = x->valuedouble;
+    }
+    return UTIL_OK;
+}
+
 static int parse_gpu_obj(const cJSON *obj, const char *what, const char *path, bool need_schema,
                          cost_gpu *g, char *err)
 {
@@ -244,6 +298,7 @@ static int parse_gpu_obj(const cJSON *obj, const char *what, const char *path, b
     for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
         if (cJSON_GetObjectItemCaseSensitive(obj, optional[i].key)
             && (rc = gpu_field(obj, what, path, optional[i].key, optional[i].dst, err))) return rc;
+    if ((rc = parse_gemm_grid(obj, what, path, &g->grid, err))) return rc;
     return validate_gpu(g, what, path, err);
 }
 
@@ -283,6 +338,19 @@ int cost_gpu_load(const char *name, cost_gpu *g, char *err)
     return rc;
 }
 
+bool cost_gemm_grid_add(cJSON *o, const cost_gemm_grid *G, const char *source)
+{
+    cJSON *v = cJSON_CreateObject();
+    bool ok = v && cJSON_AddItemToObject(v, "m", cJSON_CreateDoubleArray(G->m, G->n_m))
+        && cJSON_AddItemToObject(v, "n", cJSON_CreateDoubleArray(G->n, G->n_n))
+        && cJSON_AddItemToObject(v, "k", cJSON_CreateDoubleArray(G->k, G->n_k))
+        && cJSON_AddItemToObject(v, "eff", cJSON_CreateDoubleArray(G->eff, G->n_m * G->n_n * G->n_k))
+        && (!source || cJSON_AddStringToObject(v, "source", source));
+    if (ok && cJSON_AddItemToObject(o, "gemm_grid", v)) return true;
+    cJSON_Delete(v);
+    return false;
+}
+
 cJSON *cost_gpu_to_json(const cost_gpu *g)
 {
     cJSON *o = cJSON_CreateObject();
@@ -298,7 +366,8 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && cJSON_AddNumberToObject(o, "hbm_bw", g->hbm_bw)
         && cJSON_AddNumberToObject(o, "mem_eff", g->mem_eff)
         && cJSON_AddNumberToObject(o, "reserved_bytes", g->reserved_bytes)
-        && cJSON_AddNumberToObject(o, "kernel_launch_s", g->kernel_launch_s);
+        && cJSON_AddNumberToObject(o, "kernel_launch_s", g->kernel_launch_s)
+        && (g->grid.n_m == 0 || cost_gemm_grid_add(o, &g->grid, NULL));
     if (!ok) { cJSON_Delete(o); return NULL; }
     return o;
 }

@@ -12,12 +12,55 @@ static double shape_factor(double x, double half)
     return x / (x + half);
 }
 
-/* eff(m,n,k) = gemm_eff_max * s(m) * s(n) * s(k); 0 for an empty GEMM. */
+/* eff(m,n,k) = gemm_eff_max * s(m) * s(n) * s(k) */
+static double formula_efficiency(const cost_gpu *g, double m, double n, double k)
+{
+    return g->gemm_eff_max * shape_factor(m, g->gemm_half) * shape_factor(n, g->gemm_half)
+         * shape_factor(k, g->gemm_half);
+}
+
+/* Where x falls on an ascending axis a[0..n), n >= 2, clamped to it:
+ * between a[*i] and a[*i + 1] at weight *w (linear in log x). */
+static void axis_position(const double *a, int n, double x, int *i, double *w)
+{
+    if (x <= a[0]) { *i = 0; *w = 0; return; }
+    if (x >= a[n - 1]) { *i = n - 2; *w = 1; return; }
+    int j = 0;
+    while (x > a[j + 1]) j++;
+    *i = j;
+    *w = log(x / a[j]) / log(a[j + 1] / a[j]);
+}
+
+static double clamp_to(const double *a, int n, double x) { return x < a[0] ? a[0] : x > a[n - 1] ? a[n - 1] : x; }
+
+/* Trilinear interpolation of the measured grid, outside it the edge value
+ * scaled by the formula (so thinner or larger shapes than measured follow
+ * the fitted shape factors). */
+static double grid_efficiency(const cost_gpu *g, double m, double n, double k)
+{
+    const cost_gemm_grid *G = &g->grid;
+    int i, j, l;
+    double wm, wn, wk, e = 0;
+    axis_position(G->m, G->n_m, m, &i, &wm);
+    axis_position(G->n, G->n_n, n, &j, &wn);
+    axis_position(G->k, G->n_k, k, &l, &wk);
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 2; c++) {
+                double w = (a ? wm : 1 - wm) * (b ? wn : 1 - wn) * (c ? wk : 1 - wk);
+                if (w > 0) e += w * G->eff[((i + a) * G->n_n + (j + b)) * G->n_k + (l + c)];
+            }
+    double cm = clamp_to(G->m, G->n_m, m), cn = clamp_to(G->n, G->n_n, n), ck = clamp_to(G->k, G->n_k, k);
+    if (cm == m && cn == n && ck == k) return e;
+    return e * formula_efficiency(g, m, n, k) / formula_efficiency(g, cm, cn, ck);
+}
+
+/* 0 for an empty GEMM. */
 double cost_gemm_efficiency(const cost_gpu *g, double m, double n, double k)
 {
     if (!(m > 0 && n > 0 && k > 0)) return 0;
-    return g->gemm_eff_max * shape_factor(m, g->gemm_half) * shape_factor(n, g->gemm_half)
-         * shape_factor(k, g->gemm_half);
+    if (g->grid.n_m > 0) return grid_efficiency(g, m, n, k);
+    return formula_efficiency(g, m, n, k);
 }
 
 /* t = 2mnk / (peak_flops * eff(m,n,k)) + kernel_launch_s. */

@@ -775,6 +775,39 @@ out:
 
 /* ---- from measurements to the cost model's fields ---- */
 
+/* Position of v in a[0..*n), appended if new (the grid's axes in measuring order). */
+static int axis_index(double *a, int *n, double v)
+{
+    for (int i = 0; i < *n; i++)
+        if (a[i] == v) return i;
+    if (*n >= COST_GEMM_GRID) return -1;
+    a[*n] = v;
+    return (*n)++;
+}
+
+/* The measured GEMM grid: rate[i] (launch cost removed, as the fit saw it) /
+ * peak at each measured shape; none unless the shapes form a full grid with
+ * ascending axes (how measure_gemm runs them). */
+static void measured_grid(const cost_profile *p, const double *rate, cost_gemm_grid *G)
+{
+    memset(G, 0, sizeof *G);
+    int nm = 0, nn = 0, nk = 0;
+    for (int i = 0; i < p->n_gemm; i++)
+        if (axis_index(G->m, &nm, p->gemm[i].m) < 0 || axis_index(G->n, &nn, p->gemm[i].n) < 0
+            || axis_index(G->k, &nk, p->gemm[i].k) < 0) { memset(G, 0, sizeof *G); return; }
+    bool ascending = nm >= 2 && nn >= 2 && nk >= 2 && nm * nn * nk == p->n_gemm;
+    for (int i = 1; ascending && i < nm; i++) ascending = G->m[i] > G->m[i - 1];
+    for (int i = 1; ascending && i < nn; i++) ascending = G->n[i] > G->n[i - 1];
+    for (int i = 1; ascending && i < nk; i++) ascending = G->k[i] > G->k[i - 1];
+    if (!ascending) { memset(G, 0, sizeof *G); return; }
+    G->n_m = nm; G->n_n = nn; G->n_k = nk;
+    for (int i = 0; i < p->n_gemm; i++) {
+        const cost_profile_gemm *g = &p->gemm[i];
+        int a = axis_index(G->m, &nm, g->m), b = axis_index(G->n, &nn, g->n), c = axis_index(G->k, &nk, g->k);
+        G->eff[(a * G->n_n + b) * G->n_k + c] = fmin(1.0, rate[i] / p->gpu.peak_flops);
+    }
+}
+
 int cost_prof_derive(cost_profile *p, char *err)
 {
     double m[COST_PROFILE_MAX_GEMM], n[COST_PROFILE_MAX_GEMM], k[COST_PROFILE_MAX_GEMM], y[COST_PROFILE_MAX_GEMM];
@@ -789,17 +822,19 @@ int cost_prof_derive(cost_profile *p, char *err)
     int rc = cost_profile_fit_gemm(m, n, k, y, p->n_gemm, &p->gemm_rate_max, &gpu->gemm_half, &p->gemm_fit_rms, err);
     if (rc) return rc;
     /* Peak = FLOP/cycle x clock x units (a CPU rank's cores, a GPU's SMs),
-     * FLOP/cycle per unit being the fitted rate's rounded up to a power of two. */
-    double hz = p->cuda ? p->dev.clock_hz : p->cpu_hz;
+     * FLOP/cycle per unit being that of the fitted large-shape rate or of the
+     * best measured shape, whichever is higher, rounded up to a power of two. */
+    double hz = p->cuda ? p->dev.clock_hz : p->cpu_hz, best = p->gemm_rate_max;
+    for (int i = 0; i < p->n_gemm; i++) best = fmax(best, y[i]);
     double units = p->cuda ? p->dev.sms : fmin((double)p->blas_threads, (double)p->cpus);
     p->core_share = units;
     if (hz > 0 && units > 0) {
-        double fpc = p->gemm_rate_max / (hz * units);
+        double fpc = best / (hz * units);
         p->flops_per_cycle = pow(2, ceil(log2(fpc)));
         gpu->peak_flops = p->flops_per_cycle * hz * units;
     } else {
         p->flops_per_cycle = 0;
-        gpu->peak_flops = p->gemm_rate_max;
+        gpu->peak_flops = best;
     }
     gpu->gemm_eff_max = fmin(1.0, p->gemm_rate_max / gpu->peak_flops);
     rc = cost_profile_fit_attention(p->attn, p->n_attn, gpu->peak_flops, &gpu->attn_eff, &gpu->attn_score_s,
@@ -821,6 +856,7 @@ int cost_prof_derive(cost_profile *p, char *err)
     }
     gpu->mem_eff = fmin(1.0, p->ew_bw / gpu->hbm_bw);
     gpu->kernel_launch_s = p->launch_s;
+    measured_grid(p, y, &gpu->grid);
     return cost_gpu_validate(gpu, "profile", err);
 }
 
@@ -996,13 +1032,14 @@ static bool add_gpu_fields_cuda(cJSON *o, const cost_profile *p)
     bool ok;
     if (d->clock_hz > 0)
         ok = add_field(o, p, "peak_flops", g->peak_flops,
-                       "%s peak = %g FLOP/cycle/SM x %.0f MHz (cudaDevAttrClockRate) x %d SMs; rule: the fitted large-shape "
-                       "%s rate (%.4g FLOP/s, see gemm_eff_max) / (clock x SMs), rounded up to a power of two FLOP/cycle; %s",
+                       "%s peak = %g FLOP/cycle/SM x %.0f MHz (cudaDevAttrClockRate) x %d SMs; rule: the higher of the fitted "
+                       "large-shape %s rate (%.4g FLOP/s, see gemm_eff_max) and the best measured shape's, / (clock x SMs), "
+                       "rounded up to a power of two FLOP/cycle; %s",
                        d->gemm_fp32 ? "fp32" : "dense BF16 tensor-core", p->flops_per_cycle, d->clock_hz / 1e6, d->sms,
                        kern, p->gemm_rate_max, w);
     else
         ok = add_field(o, p, "peak_flops", g->peak_flops,
-                       "the fitted large-shape %s rate (the device gives no clock, so gemm_eff_max is 1); %s", kern, w);
+                       "the best measured %s rate (the device gives no clock, so no theoretical peak); %s", kern, w);
     ok = ok && add_field(o, p, "gemm_eff_max", g->gemm_eff_max,
                          "fitted large-shape rate %.4g FLOP/s / peak_flops; least-squares fit (relative error, rms %.1f%%) of "
                          "rate = peak_flops * gemm_eff_max * s(m) s(n) s(k) to %s (row-major A[m,k] B[n,k]^T, the "
@@ -1044,9 +1081,8 @@ static bool add_gpu_fields_cuda(cJSON *o, const cost_profile *p)
     return ok;
 }
 
-static bool add_gpu_fields(cJSON *o, const cost_profile *p)
+static bool add_gpu_fields_cpu(cJSON *o, const cost_profile *p)
 {
-    if (p->cuda) return add_gpu_fields_cuda(o, p);
     const cost_gpu *g = &p->gpu;
     char shapes[256], w[320];
     shape_list(p, shapes, sizeof shapes);
@@ -1054,14 +1090,13 @@ static bool add_gpu_fields(cJSON *o, const cost_profile *p)
     bool ok;
     if (p->cpu_hz > 0)
         ok = add_field(o, p, "peak_flops", g->peak_flops,
-                       "fp32 peak of one rank = %g FLOP/cycle x %.0f MHz x %.3g cores; rule: the fitted large-shape "
-                       "cblas_sgemm rate (%.4g FLOP/s, see gemm_eff_max) / (clock x cores), rounded up to a power of two "
-                       "FLOP/cycle; cores = min(BLAS threads, CPUs); %s",
+                       "fp32 peak of one rank = %g FLOP/cycle x %.0f MHz x %.3g cores; rule: the higher of the fitted "
+                       "large-shape cblas_sgemm rate (%.4g FLOP/s, see gemm_eff_max) and the best measured shape's, / (clock "
+                       "x cores), rounded up to a power of two FLOP/cycle; cores = min(BLAS threads, CPUs); %s",
                        p->flops_per_cycle, p->cpu_hz / 1e6, p->core_share, p->gemm_rate_max, w);
     else
         ok = add_field(o, p, "peak_flops", g->peak_flops,
-                       "the fitted large-shape cblas_sgemm rate (the OS gives no clock, so no theoretical peak: "
-                       "gemm_eff_max is 1); %s", w);
+                       "the best measured cblas_sgemm rate (the OS gives no clock, so no theoretical peak); %s", w);
     ok = ok && add_field(o, p, "gemm_eff_max", g->gemm_eff_max,
                          "fitted large-shape rate %.4g FLOP/s / peak_flops; least-squares fit (relative error, rms %.1f%%) "
                          "of rate = peak_flops * gemm_eff_max * s(m) s(n) s(k) to fp32 cblas_sgemm (A[m,k] B[n,k]^T, the "
@@ -1102,6 +1137,17 @@ static bool add_gpu_fields(cJSON *o, const cost_profile *p)
     ok = ok && add_field(o, p, "kernel_launch_s", g->kernel_launch_s,
                          "mean time of one 1x1x1 cblas_sgemm call (the fixed cost of a BLAS call), best of 3 batches");
     return ok;
+}
+
+static bool add_gpu_fields(cJSON *o, const cost_profile *p)
+{
+    if (!(p->cuda ? add_gpu_fields_cuda(o, p) : add_gpu_fields_cpu(o, p))) return false;
+    if (p->gpu.grid.n_m == 0) return true;
+    char src[600];
+    snprintf(src, sizeof src, "measured by dhp profile on %s %s, the GEMM shapes of gemm_eff_max's fit: each shape's rate "
+             "(time less kernel_launch_s) / peak_flops, k fastest; the cost model interpolates them linearly in log m, "
+             "log n, log k and, outside the grid, scales the edge value by the fitted s(m) s(n) s(k)", p->host, p->date);
+    return cost_gemm_grid_add(o, &p->gpu.grid, src);
 }
 
 static bool add_num(cJSON *o, const char *k, double v) { return cJSON_AddNumberToObject(o, k, v) != NULL; }

@@ -142,12 +142,26 @@ static bool link_eq(const cost_link *a, const cost_link *b)
     return a->busbw == b->busbw && a->alpha_s == b->alpha_s;
 }
 
+/* cJSON prints a number with 15 digits when that reads back within an ulp or two. */
+static bool near_ulps(double a, double b) { return fabs(a - b) <= 4e-16 * fmax(fabs(a), fabs(b)); }
+
+static bool grid_eq(const cost_gemm_grid *a, const cost_gemm_grid *b)
+{
+    if (a->n_m != b->n_m || a->n_n != b->n_n || a->n_k != b->n_k) return false;
+    bool eq = true;
+    for (int i = 0; i < a->n_m; i++) eq = eq && a->m[i] == b->m[i];
+    for (int i = 0; i < a->n_n; i++) eq = eq && a->n[i] == b->n[i];
+    for (int i = 0; i < a->n_k; i++) eq = eq && a->k[i] == b->k[i];
+    for (int i = 0; i < a->n_m * a->n_n * a->n_k; i++) eq = eq && near_ulps(a->eff[i], b->eff[i]);
+    return eq;
+}
+
 static bool gpu_eq(const cost_gpu *a, const cost_gpu *b)
 {
     return strcmp(a->name, b->name) == 0 && a->peak_flops == b->peak_flops && a->gemm_eff_max == b->gemm_eff_max
         && a->gemm_half == b->gemm_half && a->attn_eff == b->attn_eff && a->hbm_bytes == b->hbm_bytes
         && a->hbm_bw == b->hbm_bw && a->mem_eff == b->mem_eff && a->reserved_bytes == b->reserved_bytes
-        && a->kernel_launch_s == b->kernel_launch_s;
+        && a->kernel_launch_s == b->kernel_launch_s && grid_eq(&a->grid, &b->grid);
 }
 
 static bool cluster_eq(const cost_cluster *a, const cost_cluster *b)
@@ -387,6 +401,68 @@ TEST(costdb_memory_attention_gemm_times_by_hand)
     CHECK_NEAR(cost_attention_backward_time(&g, 0, 64), 0, 0);
     /* 2*100^3 FLOPs at 1e15 * 0.8 * (1/2)^3 = 1e14 FLOP/s -> 2e-8 s, plus launch */
     CHECK_NEAR(cost_gemm_time(&g, 100, 100, 100), 2e-8 + 1e-5, 1e-9);
+}
+
+/* A 2 x 2 x 2 measured grid on round_gpu: m, n, k in {100, 400}, eff 0.1 at
+ * the small corner rising by 0.1, 0.2, 0.4 along m, n, k. */
+static cost_gpu grid_gpu(void)
+{
+    cost_gpu g = round_gpu();
+    cost_gemm_grid *G = &g.grid;
+    G->n_m = G->n_n = G->n_k = 2;
+    G->m[0] = G->n[0] = G->k[0] = 100;
+    G->m[1] = G->n[1] = G->k[1] = 400;
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 2; c++) G->eff[(a * 2 + b) * 2 + c] = 0.1 + 0.1 * a + 0.2 * b + 0.4 * c;
+    return g;
+}
+
+TEST(costdb_gemm_grid_interpolates_in_log_size_and_extends_by_the_formula)
+{
+    cost_gpu g = grid_gpu();
+    CHECK_NEAR(cost_gemm_efficiency(&g, 100, 100, 100), 0.1, 1e-12);
+    CHECK_NEAR(cost_gemm_efficiency(&g, 400, 400, 400), 0.8, 1e-12);
+    CHECK_NEAR(cost_gemm_efficiency(&g, 400, 100, 400), 0.6, 1e-12);
+    /* 200 is half-way between 100 and 400 in log size: 0.1 + 0.05 + 0.1 + 0.2 */
+    CHECK_NEAR(cost_gemm_efficiency(&g, 200, 200, 200), 0.45, 1e-12);
+    /* below the grid: the edge value x s(50) / s(100), s(x) = x / (x + 100) */
+    CHECK_NEAR(cost_gemm_efficiency(&g, 50, 100, 100), 0.1 * (50.0 / 150) / (100.0 / 200), 1e-12);
+    /* above it: x s(1600) / s(400) */
+    CHECK_NEAR(cost_gemm_efficiency(&g, 400, 400, 1600), 0.8 * (1600.0 / 1700) / (400.0 / 500), 1e-12);
+    /* 2 x 200^3 FLOPs at 1e15 x 0.45, plus launch */
+    CHECK_NEAR(cost_gemm_time(&g, 200, 200, 200), 1.6e7 / 4.5e14 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_gemm_efficiency(&g, 0, 200, 200), 0, 0);
+}
+
+TEST(costdb_gemm_grid_round_trips_and_bad_grids_are_named)
+{
+    cost_gpu g = grid_gpu(), back;
+    char err[UTIL_ERR_LEN];
+    cJSON *o = cost_gpu_to_json(&g);
+    char *text = o ? cJSON_Print(o) : NULL;
+    int rc = text ? cost_gpu_parse_json(text, "grid.json", &back, err) : -1;
+    cJSON_free(text);
+    cJSON_Delete(o);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK(gpu_eq(&g, &back));
+    static const struct { const char *grid, *want; } bad[] = {
+        {"{\"m\": [100], \"n\": [1, 2], \"k\": [1, 2], \"eff\": [0.5, 0.5]}", "gemm_grid.m: must be an array of 2 to 8"},
+        {"{\"m\": [2, 1], \"n\": [1, 2], \"k\": [1, 2], \"eff\": []}", "gemm_grid.m[1]: sizes must be positive and ascending"},
+        {"{\"m\": [1, 2], \"n\": [1, 2], \"k\": [1, 2], \"eff\": [0.5]}", "gemm_grid.eff: must be an array of 2 x 2 x 2 = 8"},
+        {"{\"m\": [1, 2], \"n\": [1, 2], \"k\": [1, 2], \"eff\": [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.5]}",
+         "gemm_grid.eff[7]: must be a number in (0, 1]"},
+        {"{\"m\": [1, 2], \"n\": [1, 2], \"k\": [1, 2], \"eff\": [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5], \"source\": 3}",
+         "gemm_grid.source: must be a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char doc[1024];
+        snprintf(doc, sizeof doc, "{\"schema\": \"dhp.gpu/1\", \"name\": \"x\", \"peak_flops\": 1e15, \"gemm_eff_max\": 0.8, "
+                 "\"gemm_half\": 100, \"attn_eff\": 0.5, \"hbm_bytes\": 1e11, \"hbm_bw\": 1e12, \"mem_eff\": 0.5, "
+                 "\"reserved_bytes\": 1e9, \"kernel_launch_s\": 1e-5, \"gemm_grid\": %s}", bad[i].grid);
+        CHECK_EQ_INT(cost_gpu_parse_json(doc, "bad.json", &back, err), UTIL_EINVAL);
+        CHECK_MSG(strstr(err, bad[i].want) != NULL, "case %zu: '%s'", i, err);
+    }
 }
 
 /* A measured speed table loads plain or sourced, survives the round trip

@@ -356,6 +356,7 @@ TEST(profile_cuda_fields_follow_the_device_and_load_back)
     CHECK_EQ_INT(c.pool[0].gpus_per_node, 2);
     CHECK_EQ_INT(c.pool[0].n_speed, 0);     /* a GPU per rank: no processor sharing */
     CHECK(!c.pool[0].has_sets);
+    CHECK_EQ_INT(want.gpu.grid.n_m, 0);     /* the shapes are not a full grid */
 }
 
 TEST(profile_cuda_without_a_device_fails_with_one_clear_line)
@@ -373,4 +374,46 @@ TEST(profile_cuda_without_a_device_fails_with_one_clear_line)
     CHECK_EQ_INT(rc, UTIL_EUNSUPPORTED);
     CHECK(strstr(err, "without CUDA") != NULL);
 #endif
+}
+
+/* A full grid of measured GEMMs (rates no s(m)s(n)s(k) curve fits): the
+ * derived GPU prices every measured shape at its measured time. */
+TEST(profile_gemm_grid_prices_measured_shapes_as_measured)
+{
+    cost_profile *p = malloc(sizeof *p);
+    CHECK(p);
+    fake_profile(p);
+    static const int ms[] = {64, 256, 1024}, nks[] = {32, 256, 1024};
+    p->n_gemm = 0;
+    unsigned s = 7;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++)
+            for (int l = 0; l < 3; l++) {
+                s = s * 1664525u + 1013904223u;
+                double m = ms[i], n = nks[j], k = nks[l], rate = 1e11 * (0.5 + 0.5 * (s >> 8) / 16777216.0);
+                double t = 2 * m * n * k / rate + p->launch_s;
+                p->gemm[p->n_gemm++] = (cost_profile_gemm){ms[i], nks[j], nks[l], t, 2 * m * n * k / t};
+            }
+    static const int sh[][3] = {{64, 4, 8}, {256, 4, 8}, {64, 4, 16}, {256, 4, 16}};
+    p->n_attn = 4;
+    for (int i = 0; i < 4; i++) {
+        double S = (double)sh[i][0] * sh[i][0] * sh[i][1], d = sh[i][2];
+        p->attn[i] = (cost_profile_attn){sh[i][0], sh[i][1], sh[i][1], sh[i][2], 4 * S * d, S * (2e-9 + 4 * d / 2e10),
+                                         S * (3e-9 + 10 * d / 2e10)};
+    }
+    char err[UTIL_ERR_LEN];
+    int rc = cost_prof_derive(p, err);
+    double worst = 0;
+    for (int i = 0; !rc && i < p->n_gemm; i++) {
+        const cost_profile_gemm *g = &p->gemm[i];
+        worst = fmax(worst, fabs(cost_gemm_time(&p->gpu, g->m, g->n, g->k) / g->seconds - 1));
+    }
+    cost_gemm_grid G = p->gpu.grid;
+    free(p);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK_EQ_INT(G.n_m, 3);
+    CHECK_EQ_INT(G.n_n, 3);
+    CHECK_EQ_INT(G.n_k, 3);
+    CHECK(G.m[0] == 64 && G.m[2] == 1024 && G.k[1] == 256);
+    CHECK_MSG(worst < 1e-9, "worst relative difference %g", worst);
 }
