@@ -392,6 +392,13 @@ static void run_gemm(void *v)
                 0.0f, g->C, g->n);
 }
 
+void cost_prof_keep_gemm(cost_profile *p, int idx, int pass, int m, int n, int k, double t)
+{
+    cost_profile_gemm *r = &p->gemm[idx];
+    if (pass > 0 && r->seconds <= t) return;
+    *r = (cost_profile_gemm){m, n, k, t, 2.0 * m * n * k / t};
+}
+
 static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
 {
     static const int m_full[] = {64, 256, 1024, 4096}, nk_full[] = {32, 128, 512, 2048};
@@ -418,12 +425,7 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
             for (int j = 0; j < nnk; j++)
                 for (int l = 0; l < nnk && idx < COST_PROFILE_MAX_GEMM; l++, idx++) {
                     gemm_arg g = {ms[i], nks[j], nks[l], A, B, C};
-                    double t = alone_time(c, run_gemm, &g, target, 1, 2);
-                    cost_profile_gemm *r = &p->gemm[idx];
-                    if (pass > 0 && r->seconds <= t) continue;
-                    r->m = g.m; r->n = g.n; r->k = g.k;
-                    r->seconds = t;
-                    r->rate = 2.0 * g.m * g.n * g.k / t;
+                    cost_prof_keep_gemm(p, idx, pass, g.m, g.n, g.k, alone_time(c, run_gemm, &g, target, 1, 2));
                 }
         p->n_gemm = idx;
     }

@@ -262,11 +262,7 @@ static int measure_gemm(gpu_ctx *g, cost_profile *p, char *err)
                     timed_call tc = {run_gemm, &a, &a.status, fp32 ? "cublasSgemm" : "cublasGemmEx"};
                     double t;
                     rc = alone_on_device(g, &tc, p->quick ? 0.01 : 0.05, 2, &t, err);
-                    cost_profile_gemm *r = &p->gemm[idx];
-                    if (rc || (pass > 0 && r->seconds <= t)) continue;
-                    r->m = a.m; r->n = a.n; r->k = a.k;
-                    r->seconds = t;
-                    r->rate = 2.0 * a.m * a.n * a.k / t;
+                    if (!rc) cost_prof_keep_gemm(p, idx, pass, a.m, a.n, a.k, t);
                 }
     }
     p->n_gemm = idx;

@@ -35,6 +35,9 @@ void cost_prof_share_host_facts(const prof_ctx *c, cost_profile *p);
 void cost_prof_fill(float *x, size_t n, unsigned seed);
 /* Alpha-beta fit of the measured operations op (-1: all of them) over ranks. */
 void cost_prof_fit_points(const cost_profile *p, int op, int ranks, cost_profile_fit *f);
+/* Keeps t seconds as GEMM idx's time (m x n x k) if it is the first pass or
+ * faster than the passes before: the best of the passes over the grid. */
+void cost_prof_keep_gemm(cost_profile *p, int idx, int pass, int m, int n, int k, double t);
 /* The cost-model fields (p->gpu) from the measurements, either backend. */
 int cost_prof_derive(cost_profile *p, char *err);
 

@@ -155,37 +155,29 @@ static unsigned grid_for(size_t items, size_t per_block)
 static __device__ __forceinline__ size_t gs_first(void) { return (size_t)blockIdx.x * blockDim.x + threadIdx.x; }
 static __device__ __forceinline__ size_t gs_stride(void) { return (size_t)gridDim.x * blockDim.x; }
 
-/* Block reduction (THREADS threads): every thread passes v and gets the sum /
- * max over the block, combined in a fixed tree order. */
-static __device__ double block_sum(double v)
+/* Block reduction (THREADS threads): every thread passes v and gets op over
+ * the block's values, combined in a fixed tree order. */
+template <typename T, typename Op>
+static __device__ T block_reduce(T v, Op op)
 {
-    __shared__ double buf[THREADS];
+    __shared__ T buf[THREADS];
     int t = threadIdx.x;
     buf[t] = v;
     __syncthreads();
     for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if (t < s) buf[t] += buf[t + s];
+        if (t < s) buf[t] = op(buf[t], buf[t + s]);
         __syncthreads();
     }
-    double total = buf[0];
+    T r = buf[0];
     __syncthreads();
-    return total;
+    return r;
 }
 
-static __device__ float block_max(float v)
-{
-    __shared__ float buf[THREADS];
-    int t = threadIdx.x;
-    buf[t] = v;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if (t < s) buf[t] = fmaxf(buf[t], buf[t + s]);
-        __syncthreads();
-    }
-    float m = buf[0];
-    __syncthreads();
-    return m;
-}
+struct sum_op { __device__ double operator()(double a, double b) const { return a + b; } };
+struct max_op { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+
+static __device__ double block_sum(double v) { return block_reduce(v, sum_op()); }
+static __device__ float block_max(float v) { return block_reduce(v, max_op()); }
 
 /* ------------------------------------------------------------ element-wise */
 
