@@ -18,6 +18,9 @@ How it measures, and why:
   one-second `--quick` profile (`--quick-profile`) often sees only the slow one.
 - Rounds: each plan runs in `--rounds` interleaved rounds of `--steps` steps,
   its step times pooled, so every plan sees the host's fast and slow phases.
+- The profiles are taken again after the runs and the plans re-simulated on
+  them ("profile after"): the difference says how far the host's speed moved
+  while the bench ran, the scale below which an error says nothing.
 - Ranks are bound to cores (`mpirun --bind-to core:overload-allowed`, ranks
   round-robin over the cores), for the profile and the run alike: ranks that
   share a core then share it for the whole run, which the profile records
@@ -102,17 +105,21 @@ def main():
                    + extra + ["-o", os.path.join(tmp, name + ".json"), "--json"], env)
         plans[name] = json.loads(probe)["world_size"]
 
-    clusters = {}
-    for n in sorted(set(plans.values())):
-        clusters[n] = os.path.join(tmp, f"cpu-{n}.json")
-        sh(mpirun(n, [dhp, "profile", "-o", os.path.join(tmp, f"gpu-{n}.json"), "--cluster-out", clusters[n]]
-                  + (["--quick"] if a.quick_profile else [])), env)
-    sims = {}
-    for name, placement, spec, extra in PLANS:
-        plan = os.path.join(tmp, f"{name}.json")
-        sh([dhp, "plan"] + SETUP + ["--cluster", clusters[plans[name]], "--placement", placement, "--strategy", spec]
-           + extra + ["-o", plan], env)
-        sims[name] = json.loads(sh([dhp, "simulate", plan, "--json"], env))
+    def profile_and_simulate(tag):
+        """Profiles every rank count, plans and simulates every plan on it: {plan: simulate JSON}."""
+        clusters = {}
+        for n in sorted(set(plans.values())):
+            clusters[n] = os.path.join(tmp, f"cpu-{n}{tag}.json")
+            sh(mpirun(n, [dhp, "profile", "--cluster-out", clusters[n]] + (["--quick"] if a.quick_profile else [])), env)
+        out = {}
+        for name, placement, spec, extra in PLANS:
+            plan = os.path.join(tmp, f"{name}{tag}.json")
+            sh([dhp, "plan"] + SETUP + ["--cluster", clusters[plans[name]], "--placement", placement, "--strategy", spec]
+               + extra + ["-o", plan], env)
+            out[name] = json.loads(sh([dhp, "simulate", plan, "--json"], env))
+        return out
+
+    sims = profile_and_simulate("")
     times = {name: [] for name in plans}
     per_round = {name: [] for name in plans}   # each round's 10th percentile
     last = {}
@@ -124,6 +131,8 @@ def main():
             times[name] += [s["step_s"] for s in steps[a.warmup:]]
             per_round[name].append(quantile([s["step_s"] for s in steps[a.warmup:]], 0.1))
             last[name] = steps[-1]
+    # The same profiles again after the runs: how far the host drifted while they ran.
+    again = profile_and_simulate("-after")
     rows = []
     for name, *_ in PLANS:
         n, sim = plans[name], sims[name]
@@ -135,17 +144,21 @@ def main():
         measured = quantile(times[name], 0.1)
         rows.append({"plan": name, "ranks": n, "predicted_s": sim["step_time_s"], "measured_s": measured,
                      "median_s": statistics.median(times[name]), "steps": len(times[name]),
-                     "round_p10_s": per_round[name],
+                     "round_p10_s": per_round[name], "predicted_after_s": again[name]["step_time_s"],
                      "error": sim["step_time_s"] / measured - 1, "memory": mem})
 
     print(f"profile {'--quick' if a.quick_profile else 'full'}, ranks {'unbound' if a.no_bind else 'bound to cores'}; "
           f"measured = 10th percentile of {a.rounds} rounds x {a.steps - a.warmup} steps")
-    print(f"{'plan':<13} {'ranks':>5} {'predicted s':>12} {'measured s':>11} {'median s':>9} {'error':>7}")
+    print(f"{'plan':<13} {'ranks':>5} {'predicted s':>12} {'measured s':>11} {'median s':>9} {'error':>7} "
+          f"{'profile after':>14}")
     worst_t = 0.0
     for r in rows:
         worst_t = max(worst_t, abs(r["error"]))
+        drift = r["predicted_after_s"] / r["predicted_s"] - 1
         print(f"{r['plan']:<13} {r['ranks']:>5} {r['predicted_s']:>12.5f} {r['measured_s']:>11.5f} "
-              f"{r['median_s']:>9.5f} {r['error']:>+7.1%}")
+              f"{r['median_s']:>9.5f} {r['error']:>+7.1%} {drift:>+14.1%}")
+    print("(profile after: the prediction from profiles taken again after the runs, relative to the first: "
+          "how much the host's speed moved while they ran)")
     print()
     print("peak memory per rank, KiB predicted / measured (error)")
     print(f"{'plan':<13} {'rank':>4} " + " ".join(f"{c:>24}" for c, _ in CATS))
