@@ -152,6 +152,9 @@ static int profile_cpu(cost_profile_opts *o, cost_profile *p, char *err)
     const ex_backend *be = ex_backend_cpu();
     o->attention_forward = be->attention_forward;
     o->attention_backward = be->attention_backward;
+    o->add_inplace = be->add_inplace;
+    o->swiglu_forward = be->swiglu_forward;
+    o->rmsnorm_forward = be->rmsnorm_forward;
     return cost_profile_measure(o, p, err);
 }
 

@@ -161,7 +161,7 @@ const char *cost_coll_name(cost_coll op);
 /* ---- dhp profile: measuring the local CPU backend (costdb/profile.c) ----
  *
  * cost_profile_measure times fp32 GEMMs (cblas_sgemm), the backend's
- * attention kernels, STREAM kernels and executor-style element-wise kernels
+ * attention and element-wise kernels, STREAM kernels
  * on rank 0 while the other ranks wait (one rank computing alone), then how
  * ranks bound to the same processors slow each other (compute_speed,
  * compute_sets) and, under mpirun, MPI collectives between all the ranks.
@@ -205,9 +205,9 @@ typedef struct {
     bool quick;                   /* a few seconds instead of about a minute */
     cost_attn_fwd_fn attention_forward;    /* required */
     cost_attn_bwd_fn attention_backward;   /* required */
-    /* CUDA only (cost_profile_measure_cuda), all required there: the
-     * backend's element-wise kernels on device pointers, asynchronous on the
-     * default stream, and its error check (ex_cuda_sync). */
+    /* The backend's element-wise kernels, required (on device pointers,
+     * asynchronous on the default stream, for CUDA), and, CUDA only and
+     * required there, its error check (ex_cuda_sync). */
     void (*add_inplace)(float *y, const float *x, size_t n);
     void (*swiglu_forward)(float *h, const float *g, const float *u, size_t n);
     void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int n, int d, float eps);

@@ -2,8 +2,9 @@
  * the dhp.gpu/1 format, and the ranks of this host as a one-node
  * dhp.cluster/1 file. The rules that turn measurements into cost-model
  * fields are in costdb/SCHEMA.md ("Measured files") and in each field's
- * source string. costdb sits below the executor, so the kernels timed here
- * are local copies of the executor's CPU loops (executor/cpu_kernels.c). */
+ * source string. costdb sits below the executor, so the executor's kernels
+ * timed here (attention, element-wise) come in through cost_profile_opts
+ * from the CLI; the STREAM loops are the profile's own. */
 #define _GNU_SOURCE   /* sched_getaffinity */
 #include "costdb/costdb.h"
 #include "costdb/profile_internal.h"
@@ -502,34 +503,23 @@ static int measure_attention(const prof_ctx *c, cost_profile *p, char *err)
     return UTIL_OK;
 }
 
-/* ---- memory: STREAM kernels and executor-style element-wise kernels ---- */
+/* ---- memory: STREAM kernels and the backend's element-wise kernels ---- */
 
-typedef struct { float *a, *b, *c, *w; size_t n; } stream_arg;
+typedef struct { float *a, *b, *c, *w, *rstd; size_t n; const cost_profile_opts *o; } stream_arg;
 
 static void k_copy(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->c[i] = s->a[i]; }
 static void k_scale(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->b[i] = 3.0f * s->c[i]; }
 static void k_add(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->c[i] = s->a[i] + s->b[i]; }
 static void k_triad(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->a[i] = s->b[i] + 3.0f * s->c[i]; }
-/* y += x (the residual add): 12 B per element */
-static void k_add_inplace(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->c[i] += s->b[i]; }
-/* h = g sigmoid(g) u (SwiGLU forward): 12 B per element */
-static void k_swiglu(void *v)
-{
-    stream_arg *s = v;
-    for (size_t i = 0; i < s->n; i++) s->a[i] = s->b[i] / (1.0f + expf(-s->b[i])) * s->c[i];
-}
-/* y[r] = x[r] / rms(x[r]) * w over rows of RMSNORM_DIM: 8 B per element */
+/* The backend's y += x (the residual add): 12 B per element */
+static void k_add_inplace(void *v) { stream_arg *s = v; s->o->add_inplace(s->c, s->b, s->n); }
+/* The backend's h = g sigmoid(g) u (SwiGLU forward): 12 B per element */
+static void k_swiglu(void *v) { stream_arg *s = v; s->o->swiglu_forward(s->a, s->b, s->c, s->n); }
+/* The backend's RMSNorm over rows of RMSNORM_DIM: 8 B per element */
 static void k_rmsnorm(void *v)
 {
     stream_arg *s = v;
-    for (size_t r = 0; r + RMSNORM_DIM <= s->n; r += RMSNORM_DIM) {
-        const float *x = s->b + r;
-        float *y = s->a + r;
-        double ss = 0;
-        for (int j = 0; j < RMSNORM_DIM; j++) ss += (double)x[j] * x[j];
-        float sc = (float)(1.0 / sqrt(ss / RMSNORM_DIM + 1e-6));
-        for (int j = 0; j < RMSNORM_DIM; j++) y[j] = x[j] * sc * s->w[j];
-    }
+    s->o->rmsnorm_forward(s->a, s->rstd, s->b, s->w, (int)(s->n / RMSNORM_DIM), RMSNORM_DIM, 1e-6f);
 }
 
 static double stream_time(const prof_ctx *c, void (*fn)(void *), stream_arg *s, int trials)
@@ -541,8 +531,9 @@ static int measure_memory(const prof_ctx *c, cost_profile *p, char *err)
 {
     size_t n = p->quick ? (8u << 20) : (32u << 20);       /* floats per array: 32 MiB / 128 MiB */
     stream_arg s = {util_malloc(n * sizeof(float)), util_malloc(n * sizeof(float)), util_malloc(n * sizeof(float)),
-                    util_malloc(RMSNORM_DIM * sizeof(float)), n};
-    int rc = (s.a && s.b && s.c && s.w) ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for STREAM arrays");
+                    util_malloc(RMSNORM_DIM * sizeof(float)), util_malloc((n / RMSNORM_DIM + 1) * sizeof(float)), n, c->o};
+    int rc = (s.a && s.b && s.c && s.w && s.rstd) ? UTIL_OK
+                                                  : util_fail(err, UTIL_ENOMEM, "profile: out of memory for STREAM arrays");
     if (!(rc = cost_prof_agree(c, rc, err))) {
         cost_prof_fill(s.a, n, 4); cost_prof_fill(s.b, n, 5); cost_prof_fill(s.c, n, 6); cost_prof_fill(s.w, RMSNORM_DIM, 7);
         int trials = p->quick ? 3 : 6;
@@ -559,7 +550,7 @@ static int measure_memory(const prof_ctx *c, cost_profile *p, char *err)
         p->ew_rmsnorm_bw = 2 * b / tr;
         p->ew_bw = 8 * b / (ta + ts + tr);
     }
-    util_free(s.a); util_free(s.b); util_free(s.c); util_free(s.w);
+    util_free(s.a); util_free(s.b); util_free(s.c); util_free(s.w); util_free(s.rstd);
     return rc;
 }
 
@@ -629,7 +620,7 @@ static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
     mix_arg m = {{GM, GN, GK, buf, buf + (size_t)GM * GK, buf + (size_t)GM * GK + GN * GK},
                  {c->o, SEQ, H, H, D, q, q + nq, q + 2 * nq, q + 3 * nq, q + 4 * nq, q + 5 * nq,
                   NULL, NULL, NULL, {0, SEQ}},
-                 {add, add + ADD, add, NULL, ADD}};
+                 {add, add + ADD, add, NULL, NULL, ADD, c->o}};
     cost_prof_fill(buf, (size_t)GM * GK + GN * GK, 8);
     cost_prof_fill(q, 4 * nq, 9);
     cost_prof_fill(add, 2 * ADD, 10);
@@ -934,8 +925,8 @@ static void find_sets(const prof_ctx *c, cost_profile *p)
 int cost_profile_measure(const cost_profile_opts *o, cost_profile *p, char *err)
 {
     memset(p, 0, sizeof *p);
-    if (!o || !o->attention_forward || !o->attention_backward)
-        return util_fail(err, UTIL_EINVAL, "profile: the backend's attention kernels are required (cost_profile_opts)");
+    if (!o || !o->attention_forward || !o->attention_backward || !o->add_inplace || !o->swiglu_forward || !o->rmsnorm_forward)
+        return util_fail(err, UTIL_EINVAL, "profile: the backend's attention and element-wise kernels are required (cost_profile_opts)");
     p->quick = o->quick;
     prof_ctx c = {false, MPI_COMM_NULL, 0, 1, o};
     bool we_init;
@@ -1126,7 +1117,7 @@ static bool add_gpu_fields_cpu(cJSON *o, const cost_profile *p)
                          p->stream_bytes / 1048576.0, p->copy_bw / 1e9, p->scale_bw / 1e9, p->add_bw / 1e9,
                          p->triad_bw / 1e9, w);
     ok = ok && add_field(o, p, "mem_eff", g->mem_eff,
-                         "executor-style element-wise kernels over the same arrays (residual add 12 B/element %.3g GB/s, "
+                         "the executor's element-wise kernels (executor/cpu_kernels.c, passed in by the CLI) over the same arrays (residual add 12 B/element %.3g GB/s, "
                          "SwiGLU 12 B/element %.3g GB/s, RMSNorm d=%d 8 B/element %.3g GB/s): total bytes / total time "
                          "%.3g GB/s, / hbm_bw",
                          p->ew_add_bw / 1e9, p->ew_swiglu_bw / 1e9, RMSNORM_DIM, p->ew_rmsnorm_bw / 1e9, p->ew_bw / 1e9);
