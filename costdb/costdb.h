@@ -63,6 +63,9 @@ typedef struct {
 } cost_link;
 
 #define COST_MAX_SPEED 64
+/* Collective kinds with a link of their own (cost_coll: all-reduce ..
+ * broadcast). */
+#define COST_N_COLL 5
 
 typedef struct {
     char name[COST_NAME_LEN];     /* "h100" */
@@ -83,6 +86,12 @@ typedef struct {
      * all of a node's ranks share all its processors. */
     bool has_sets;
     int set_of[COST_MAX_SPEED];
+    /* Optional per-collective fits of the intra link (dhp profile measures
+     * each): intra_op[op] prices op inside one node where has_intra_op[op];
+     * the other operations, and the intra-node steps of multi-node groups,
+     * use intra. */
+    bool has_intra_op[COST_N_COLL];
+    cost_link intra_op[COST_N_COLL];
 } cost_pool;
 
 typedef struct {

@@ -409,6 +409,11 @@ static int validate_pool(const cost_pool *p, int i, const char *what, char *err)
     if ((rc = validate_gpu(&p->gpu, what, path, err))) return rc;
     snprintf(path, sizeof path, "pools[%d].intra", i);
     if ((rc = validate_link(&p->intra, what, path, err))) return rc;
+    for (int k = 0; k < COST_N_COLL; k++) {
+        if (!p->has_intra_op[k]) continue;
+        snprintf(path, sizeof path, "pools[%d].intra_ops.%s", i, cost_coll_name((cost_coll)k));
+        if ((rc = validate_link(&p->intra_op[k], what, path, err))) return rc;
+    }
     snprintf(path, sizeof path, "pools[%d].inter", i);
     return validate_link(&p->inter, what, path, err);
 }
@@ -451,6 +456,35 @@ static int parse_link(const cJSON *obj, const char *what, const char *path, cons
     if (rc) return rc;
     if ((rc = get_num(v, what, sub, "busbw", &l->busbw, err))) return rc;
     return get_num(v, what, sub, "alpha_s", &l->alpha_s, err);
+}
+
+/* Optional "intra_ops": {"source": "...", "<collective>": {"alpha_s", "busbw"}, ...}
+ * with cost_coll_name's names (cost_pool.intra_op). */
+static int parse_intra_ops(const cJSON *pool, const char *what, const char *path, cost_pool *p, char *err)
+{
+    memset(p->has_intra_op, 0, sizeof p->has_intra_op);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(pool, "intra_ops");
+    if (!v) return UTIL_OK;
+    char sub[UTIL_ERR_LEN / 2];
+    field_path(sub, sizeof sub, path, "intra_ops");
+    if (!cJSON_IsObject(v)) return util_fail(err, UTIL_EINVAL, "%s: %s: must be an object", what, sub);
+    const cJSON *item;
+    cJSON_ArrayForEach(item, v) {
+        if (!strcmp(item->string, "source")) {
+            if (!cJSON_IsString(item)) return util_fail(err, UTIL_EINVAL, "%s: %s.source: must be a string", what, sub);
+            continue;
+        }
+        int op = -1;
+        for (int k = 0; k < COST_N_COLL; k++)
+            if (!strcmp(item->string, cost_coll_name((cost_coll)k))) op = k;
+        if (op < 0)
+            return util_fail(err, UTIL_EINVAL, "%s: %s.%s: not a collective (all-reduce, all-gather, reduce-scatter, "
+                             "all-to-all, broadcast)", what, sub, item->string);
+        int rc = parse_link(v, what, sub, item->string, &p->intra_op[op], err);
+        if (rc) return rc;
+        p->has_intra_op[op] = true;
+    }
+    return UTIL_OK;
 }
 
 /* An optional pool array `key`, plain or {"value": [...], "source": "..."}:
@@ -555,6 +589,7 @@ static int parse_pool(const cJSON *obj, const char *what, int i, cost_pool *p, c
     if ((rc = check_count(what, path, "gpus_per_node", p->gpus_per_node, MAX_GPUS_PER_NODE, err))) return rc;
     if ((rc = parse_link(obj, what, path, "intra", &p->intra, err))) return rc;
     if ((rc = parse_link(obj, what, path, "inter", &p->inter, err))) return rc;
+    if ((rc = parse_intra_ops(obj, what, path, p, err))) return rc;
     if ((rc = parse_speed(obj, what, path, p, err))) return rc;
     return parse_sets(obj, what, path, p, err);
 }
@@ -651,6 +686,17 @@ static bool add_item(cJSON *parent, const char *key, cJSON *item)
     return true;
 }
 
+static bool add_intra_ops(cJSON *o, const cost_pool *p)
+{
+    cJSON *ops = NULL;
+    for (int k = 0; k < COST_N_COLL; k++) {
+        if (!p->has_intra_op[k]) continue;
+        if (!ops && !(ops = cJSON_CreateObject())) return false;
+        if (!add_item(ops, cost_coll_name((cost_coll)k), link_to_json(&p->intra_op[k]))) { cJSON_Delete(ops); return false; }
+    }
+    return !ops || add_item(o, "intra_ops", ops);
+}
+
 static cJSON *pool_to_json(const cost_pool *p)
 {
     cJSON *o = cJSON_CreateObject();
@@ -661,7 +707,8 @@ static cJSON *pool_to_json(const cost_pool *p)
         && add_item(o, "intra", link_to_json(&p->intra))
         && add_item(o, "inter", link_to_json(&p->inter))
         && (p->n_speed == 0 || add_item(o, "compute_speed", cJSON_CreateDoubleArray(p->speed, p->n_speed)))
-        && (!p->has_sets || add_item(o, "compute_sets", cJSON_CreateIntArray(p->set_of, p->gpus_per_node)));
+        && (!p->has_sets || add_item(o, "compute_sets", cJSON_CreateIntArray(p->set_of, p->gpus_per_node)))
+        && add_intra_ops(o, p);
     if (ok) return o;
     cJSON_Delete(o);
     return NULL;

@@ -151,7 +151,7 @@ double cost_collective_time(const cost_pool *p, cost_coll op, double bytes, int 
     if (per_node < 1 || n % per_node != 0 || per_node > p->gpus_per_node || n / per_node > p->nodes)
         return INFINITY;
     if (!(bytes > 0)) return 0;
-    if (n == per_node) return ring_time(&p->intra, op, bytes, n);
+    if (n == per_node) return ring_time(p->has_intra_op[op] ? &p->intra_op[op] : &p->intra, op, bytes, n);
     return hierarchical_time(p, op, bytes, n, per_node);
 }
 

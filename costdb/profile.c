@@ -1387,6 +1387,32 @@ static cJSON *sets_json(const cost_profile *p)
     return NULL;
 }
 
+/* The per-operation fits as the pool's intra_ops (cost_pool.intra_op): each
+ * collective priced by its own alpha and busbw inside the node. */
+static cJSON *intra_ops_json(const cost_profile *p)
+{
+    static const struct { cost_prof_op prof; cost_coll op; } map[] = {
+        {COST_PROF_ALLREDUCE, COST_ALLREDUCE}, {COST_PROF_ALLGATHER, COST_ALLGATHER},
+        {COST_PROF_REDUCESCATTER, COST_REDUCESCATTER}, {COST_PROF_ALLTOALL, COST_ALLTOALL}};
+    char src[512];
+    snprintf(src, sizeof src, "measured by dhp profile on %s %s, each collective's own weighted least-squares fit of "
+             "t = steps * alpha_s + S * factor / busbw over its sizes (the per-operation fits under measurements); the "
+             "cost model prices these operations inside a node with them, the rest with intra", p->host, p->date);
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && cJSON_AddStringToObject(o, "source", src);
+    for (size_t i = 0; ok && i < sizeof map / sizeof *map; i++) {
+        const cost_profile_fit *f = &p->fit[map[i].prof];
+        if (!f->valid) continue;
+        cJSON *l = cJSON_CreateObject();
+        ok = l && add_num(l, "busbw", f->busbw) && add_num(l, "alpha_s", f->alpha_s)
+            && cJSON_AddItemToObject(o, cost_coll_name(map[i].op), l);
+        if (!ok) cJSON_Delete(l);
+    }
+    if (ok) return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
 cJSON *cost_profile_cluster_json(const cost_profile *p)
 {
     char name[COST_NAME_LEN];
@@ -1397,7 +1423,8 @@ cJSON *cost_profile_cluster_json(const cost_profile *p)
         && add_num(pool, "nodes", 1) && add_num(pool, "gpus_per_node", p->ranks)
         && add_obj(pool, "intra", link_json(p, true)) && add_obj(pool, "inter", link_json(p, false))
         && (p->n_speed == 0 || add_obj(pool, "compute_speed", speed_json(p)))
-        && (p->n_sets <= 1 || add_obj(pool, "compute_sets", sets_json(p)));
+        && (p->n_sets <= 1 || add_obj(pool, "compute_sets", sets_json(p)))
+        && (!p->mpi || add_obj(pool, "intra_ops", intra_ops_json(p)));
     if (ok) { ok = cJSON_AddItemToArray(pools, pool); if (ok) pool = NULL; }
     if (ok) { ok = add_obj(o, "pools", pools); pools = NULL; }
     ok = ok && add_obj(o, "measurements", coll_measurements(p));

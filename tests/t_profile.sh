@@ -92,6 +92,9 @@ for o in ops:
     assert f["busbw"] > 0 and f["alpha_s"] >= 0 and f["points"] == 3, (o, f)
 assert m["fits"]["joint"]["points"] == 15
 assert m["fits"]["joint"]["busbw"] == intra["busbw"] and m["fits"]["joint"]["alpha_s"] == intra["alpha_s"]
+ops = pool["intra_ops"]   # each collective's own fit, as the cost model prices it inside the node
+for o in ["all-reduce", "all-gather", "reduce-scatter", "all-to-all"]:
+    assert ops[o]["busbw"] == m["fits"][o]["busbw"] and ops[o]["alpha_s"] == m["fits"][o]["alpha_s"], (o, ops)
 sp = pool["compute_speed"]
 sets = pool.get("compute_sets", {"value": [0, 0]})["value"]   # mpirun binds 2 ranks to a core each by default
 assert len(sets) == 2 and sets[0] == 0 and sets[1] in (0, 1), sets

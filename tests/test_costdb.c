@@ -572,3 +572,35 @@ TEST(costdb_collective_names)
     CHECK(strcmp(cost_coll_name(COST_ALLTOALL), "all-to-all") == 0);
     CHECK(strcmp(cost_coll_name((cost_coll)99), "unknown") == 0);
 }
+
+/* Per-collective intra links (dhp profile's per-operation fits): a listed
+ * operation inside one node uses its own alpha and busbw, the others and
+ * multi-node groups keep intra; they load, round-trip, and bad ones are named. */
+TEST(costdb_intra_ops_price_their_collective_inside_a_node)
+{
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 2, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER
+                             ", \"intra_ops\": {\"source\": \"test\", \"reduce-scatter\": {\"busbw\": 1e11, \"alpha_s\": 4e-6}}",
+                             &c, err));
+    const cost_pool *p = &c.pool[0];
+    CHECK(p->has_intra_op[COST_REDUCESCATTER] && !p->has_intra_op[COST_ALLREDUCE]);
+    /* 8 ranks, 1e9 B: 7 x 4 us + 1e9 / 1e11 x 7/8 */
+    CHECK_NEAR(cost_collective_time(p, COST_REDUCESCATTER, 1e9, 8, 8), 7 * 4e-6 + 1e9 / 1e11 * 7 / 8, 1e-12);
+    /* all-gather keeps intra: 7 x 2 us + 1e9 / 3.7e11 x 7/8 */
+    CHECK_NEAR(cost_collective_time(p, COST_ALLGATHER, 1e9, 8, 8), 7 * 2e-6 + 1e9 / 3.7e11 * 7 / 8, 1e-12);
+    cJSON *o = cost_cluster_to_json(&c);
+    char *text = o ? cJSON_Print(o) : NULL;
+    cost_cluster back;
+    int rc = text ? cost_cluster_parse_json(text, "back.json", &back, err) : -1;
+    cJSON_free(text);
+    cJSON_Delete(o);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK(back.pool[0].has_intra_op[COST_REDUCESCATTER] && back.pool[0].intra_op[COST_REDUCESCATTER].busbw == 1e11);
+    CHECK_EQ_INT(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER
+                                 ", \"intra_ops\": {\"all-scatter\": {\"busbw\": 1e11, \"alpha_s\": 0}}", &c, err), UTIL_EINVAL);
+    CHECK(strstr(err, "pools[0].intra_ops.all-scatter: not a collective") != NULL);
+    CHECK_EQ_INT(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER
+                                 ", \"intra_ops\": {\"all-reduce\": {\"busbw\": -1, \"alpha_s\": 0}}", &c, err), UTIL_EINVAL);
+    CHECK(strstr(err, "intra_ops.all-reduce") != NULL);
+}
