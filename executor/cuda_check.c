@@ -69,7 +69,7 @@ static void compare(checker *c, const char *name, const float *dev, const float 
 {
     if (c->rc) return;
     char e2[UTIL_ERR_LEN];
-    if (c->gpu && ex_cuda_sync(e2)) { c->rc = util_fail(c->err, UTIL_ERUNTIME, "cuda check: %s: %s", name, e2); return; }
+    if (ex_cuda_sync(e2)) { c->rc = util_fail(c->err, UTIL_ERUNTIME, "cuda check: %s: %s", name, e2); return; }
     float *h = util_malloc(n * sizeof *h);
     if (!h) { c->rc = util_fail(c->err, UTIL_ENOMEM, "cuda check: out of host memory"); return; }
     cudaError_t e = cudaMemcpy(h, dev, n * sizeof *h, cudaMemcpyDeviceToHost);
