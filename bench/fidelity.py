@@ -18,6 +18,9 @@ How it measures, and why:
   one-second `--quick` profile (`--quick-profile`) often sees only the slow one.
 - Rounds: each plan runs in `--rounds` interleaved rounds of `--steps` steps,
   its step times pooled, so every plan sees the host's fast and slow phases.
+  Many short rounds rather than a few long ones: a round of a 13 ms plan lasts
+  a fraction of a second, inside one phase of each core (the two cores change
+  phase independently), and with 5 rounds c2_dp once had none with both fast.
 - The profiles are taken again after the runs and the plans re-simulated on
   them: the two columns say how far the host's speed moved while the bench
   ran. A disturbance only slows a profile down (which is why the profile
@@ -28,7 +31,7 @@ How it measures, and why:
   (compute_sets, compute_speed) and the simulator models; unbound, the OS
   moves 3-4 ranks over 2 cores as it likes and no two runs agree.
 
-Usage: bench/fidelity.py [--dhp ./dhp] [--rounds 5] [--steps 30] [--quick-profile] [--no-bind] [--json OUT]
+Usage: bench/fidelity.py [--dhp ./dhp] [--rounds 10] [--steps 15] [--warmup 3] [--quick-profile] [--no-bind] [--json OUT]
 """
 import argparse
 import json
@@ -82,9 +85,9 @@ def kendall_tau(a, b):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dhp", default=os.path.join(os.path.dirname(__file__), "..", "dhp"))
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=3)   # the first 2-3 steps allocate
     ap.add_argument("--quick-profile", action="store_true")
     ap.add_argument("--no-bind", action="store_true")
     ap.add_argument("--json")

@@ -97,6 +97,8 @@ int util_http_get(const char *url, char **out, size_t *len, char *err);
 
 /* Monotonic wall time in seconds. */
 double util_now(void);
+/* Sleeps until util_now() reaches t (returns at once if it has). */
+void util_sleep_until(double t);
 
 /* Case-insensitive equality. */
 bool util_streq_nocase(const char *a, const char *b);
