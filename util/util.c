@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,12 +103,22 @@ int util_write_atomic(const char *path, const void *data, size_t len, char *err)
 /* Each block carries a 16-byte header with its size and category so frees
  * can be charged back without a lookup table. */
 typedef struct { size_t size; size_t cat; } mem_header;
-static size_t mem_cur[UTIL_MEM_NCAT], mem_peak[UTIL_MEM_NCAT];
+/* Atomic: the kernels' worker threads and the tests' in-process ranks
+ * allocate concurrently. Relaxed order: the counts are statistics, not
+ * synchronisation. */
+static _Atomic size_t mem_cur[UTIL_MEM_NCAT], mem_peak[UTIL_MEM_NCAT];
 
 static void mem_charge(size_t cat, size_t n)
 {
-    mem_cur[cat] += n;
-    if (mem_cur[cat] > mem_peak[cat]) mem_peak[cat] = mem_cur[cat];
+    size_t now = atomic_fetch_add_explicit(&mem_cur[cat], n, memory_order_relaxed) + n;
+    size_t peak = atomic_load_explicit(&mem_peak[cat], memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak_explicit(&mem_peak[cat], &peak, now, memory_order_relaxed,
+                                                                memory_order_relaxed)) {}
+}
+
+static void mem_discharge(size_t cat, size_t n)
+{
+    atomic_fetch_sub_explicit(&mem_cur[cat], n, memory_order_relaxed);
 }
 
 void *util_malloc_cat(util_mem_cat cat, size_t n)
@@ -131,7 +142,7 @@ void util_free(void *p)
 {
     if (!p) return;
     mem_header *h = (mem_header *)p - 1;
-    mem_cur[h->cat] -= h->size;
+    mem_discharge(h->cat, h->size);
     free(h);
 }
 
@@ -142,7 +153,7 @@ void *util_realloc(void *p, size_t n)
     size_t old = h->size, cat = h->cat;
     mem_header *nh = realloc(h, sizeof(mem_header) + (n ? n : 1));
     if (!nh) return NULL;
-    mem_cur[cat] -= old;
+    mem_discharge(cat, old);
     nh->size = n;
     mem_charge(cat, n);
     return nh + 1;
@@ -156,11 +167,12 @@ char *util_strdup(const char *s)
     return d;
 }
 
-size_t util_mem_current(util_mem_cat cat) { return mem_cur[cat]; }
-size_t util_mem_peak(util_mem_cat cat) { return mem_peak[cat]; }
+size_t util_mem_current(util_mem_cat cat) { return atomic_load_explicit(&mem_cur[cat], memory_order_relaxed); }
+size_t util_mem_peak(util_mem_cat cat) { return atomic_load_explicit(&mem_peak[cat], memory_order_relaxed); }
 void util_mem_reset_peaks(void)
 {
-    for (int i = 0; i < UTIL_MEM_NCAT; i++) mem_peak[i] = mem_cur[i];
+    for (int i = 0; i < UTIL_MEM_NCAT; i++)
+        atomic_store_explicit(&mem_peak[i], atomic_load_explicit(&mem_cur[i], memory_order_relaxed), memory_order_relaxed);
 }
 
 const char *util_mem_cat_name(util_mem_cat cat)
