@@ -111,6 +111,20 @@ static double forward_flops_per_sample(const model_module *mm, const plan_seq *q
     return flops;
 }
 
+/* What weights and gradients travel in: their own dtypes, as the memory
+ * model holds them (frozen weights in bf16). Under bf16-mixed, gradients go
+ * in fp32: Megatron-LM forces accumulate_allreduce_grads_in_fp32 for
+ * bfloat16 ("bfloat16 requires gradient accumulation and all-reduce to be
+ * done in fp32", megatron/training/arguments.py) and its distributed
+ * optimizer all-gathers the bf16 weights. Under autocast the weights and
+ * their gradients are fp32 (PyTorch DDP / DeepSpeed reduce what they hold). */
+static plan_state_bytes wire_bytes(const model_module *mm, plan_precision precision)
+{
+    plan_state_bytes b = plan_precision_bytes(precision);
+    if (mm->frozen) { b.param = 2.0; b.grad = 0; }
+    return b;
+}
+
 /* Compute and in-op communication of one micro-batch of `samples` samples
  * (per dp rank): the per-micro-batch terms of plan_time. */
 void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
@@ -188,10 +202,11 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     if (shard > 1 && s->zero >= 3) {
         /* Per micro-batch: gather parameters for forward (and, when trained,
          * again for backward and reduce-scatter gradients); prefetch hides part of it. */
-        double ag = cost_collective_time(pool, COST_ALLGATHER, A * lp, shard, shard_per_node);
+        plan_state_bytes b = wire_bytes(mm, o->precision);
+        double ag = cost_collective_time(pool, COST_ALLGATHER, b.param * lp, shard, shard_per_node);
         if (mm->frozen) out->zero_comm_s = ag;
         else {
-            double rs = cost_collective_time(pool, COST_REDUCESCATTER, A * lp, shard, shard_per_node);
+            double rs = cost_collective_time(pool, COST_REDUCESCATTER, b.grad * lp, shard, shard_per_node);
             out->zero_comm_s = fmax(0.0, 2 * ag + rs - o->overlap * compute_mb);
         }
     }
@@ -203,18 +218,20 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
 }
 
 /* Once per step over the module's dp*sp replicas of each weight shard:
- * gradient all-reduce, or its reduce-scatter + all-gather halves (ZeRO). */
-static void price_step_comm(const model_module *mm, const plan_module *s, const cost_pool *pool, double A,
-                            plan_time *out)
+ * gradient all-reduce, or its reduce-scatter (gradients) + all-gather
+ * (updated weights) halves (ZeRO). */
+static void price_step_comm(const model_module *mm, const plan_module *s, const cost_pool *pool,
+                            plan_precision precision, plan_time *out)
 {
     double lp = plan_local_params(mm, s);
     int shard = s->dp * s->sp;
     int shard_per_node = ranks_per_node(shard, s->tp, pool->gpus_per_node);
     if (shard <= 1 || mm->frozen) return;
-    out->grad_rs_s = cost_collective_time(pool, COST_REDUCESCATTER, A * lp, shard, shard_per_node);
-    out->param_ag_s = cost_collective_time(pool, COST_ALLGATHER, A * lp, shard, shard_per_node);
+    plan_state_bytes b = wire_bytes(mm, precision);
+    out->grad_rs_s = cost_collective_time(pool, COST_REDUCESCATTER, b.grad * lp, shard, shard_per_node);
+    out->param_ag_s = cost_collective_time(pool, COST_ALLGATHER, b.param * lp, shard, shard_per_node);
     /* ZeRO-3 reduces gradients per micro-batch (zero_comm_s) instead. */
-    if (s->zero < 3) out->dp_comm_s = cost_collective_time(pool, COST_ALLREDUCE, A * lp, shard, shard_per_node);
+    if (s->zero < 3) out->dp_comm_s = cost_collective_time(pool, COST_ALLREDUCE, b.grad * lp, shard, shard_per_node);
 }
 
 void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
@@ -223,7 +240,7 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     const model_module *mm = &m->mod[mi];
     const cost_pool *pool = &c->pool[s->pool];
     plan_micro_time(m, mi, s, w, c, o, s->micro_batch, out);
-    price_step_comm(mm, s, pool, plan_precision_bytes(o->precision).act, out);
+    price_step_comm(mm, s, pool, o->precision, out);
     /* Bucketed gradient reduction overlaps the last micro-batch's backward. */
     out->dp_exposed_s = fmax(0.0, out->dp_comm_s - o->overlap * out->bwd_s / s->pp);
     if (!mm->frozen) {

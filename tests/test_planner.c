@@ -145,8 +145,16 @@ TEST(cost_dp_allreduce_is_the_nccl_formula)
     plan_time t;
     plan_module_time(&m, m.llm, &s, &w, &c, &o, &t);
     double P = (double)model_module_params(&m.mod[m.llm]);
-    CHECK_NEAR(t.dp_comm_s, cost_collective_time(&c.pool[0], COST_ALLREDUCE, 2.0 * P, 8, 8), 1e-12);
+    /* bf16-mixed reduces fp32 gradients (Megatron-LM) and gathers bf16 weights */
+    CHECK_NEAR(t.dp_comm_s, cost_collective_time(&c.pool[0], COST_ALLREDUCE, 4.0 * P, 8, 8), 1e-12);
+    CHECK_NEAR(t.grad_rs_s, cost_collective_time(&c.pool[0], COST_REDUCESCATTER, 4.0 * P, 8, 8), 1e-12);
+    CHECK_NEAR(t.param_ag_s, cost_collective_time(&c.pool[0], COST_ALLGATHER, 2.0 * P, 8, 8), 1e-12);
     CHECK(t.tp_comm_s == 0 && t.sp_comm_s == 0 && t.zero_comm_s == 0);
+    plan_time pure;
+    o.precision = PLAN_OPT_PURE_BF16;
+    plan_module_time(&m, m.llm, &s, &w, &c, &o, &pure);
+    CHECK_NEAR(pure.dp_comm_s, cost_collective_time(&c.pool[0], COST_ALLREDUCE, 2.0 * P, 8, 8), 1e-12);
+    o.precision = PLAN_OPT_MIXED_FP32;
     /* backward of the GEMMs costs about twice the forward */
     CHECK(t.bwd_s > 1.8 * t.fwd_s && t.bwd_s < 2.6 * t.fwd_s);
     /* forward can never beat the peak FLOP rate */
