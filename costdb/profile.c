@@ -616,7 +616,7 @@ static double shared_rate(const prof_ctx *c, const cost_profile *p, mix_arg *m, 
     return best;
 }
 
-#define SHARING_TRIALS 6
+#define SHARING_TRIALS 8
 
 /* Median of x[0..n) (n <= SHARING_TRIALS), x reordered. */
 static double median(double *x, int n)
@@ -647,15 +647,18 @@ static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
     double window = 0.04;
     int n = 0;
     for (int r = 0; r < p->ranks && r < COST_MAX_SPEED; r++) n += p->set_of[r] == 0;
-    /* Each trial measures k = 1 .. n in adjacent windows and keeps the
-     * ratios to k = 1: adjacent windows see the same state of the host (this
-     * VM's speed changes by up to 1.4x every few seconds, which a ratio of
-     * rates measured seconds apart would carry); the median over the trials. */
-    double ratio[COST_MAX_SPEED][SHARING_TRIALS];
+    /* Each trial measures k = 2 .. n in adjacent windows between two windows
+     * of k = 1 and keeps the ratios to the mean of those two: adjacent
+     * windows see the same state of the host (this VM's speed changes by up
+     * to 1.4x every few seconds, which a ratio of rates measured seconds
+     * apart would carry), and the one after cancels a drift the one before
+     * alone would read as sharing; the median over the trials. */
+    double ratio[COST_MAX_SPEED][SHARING_TRIALS], rate[COST_MAX_SPEED + 1];
     int trials = p->quick ? SHARING_TRIALS / 2 : SHARING_TRIALS;
     for (int t = 0; t < trials; t++) {
-        double alone = shared_rate(c, p, &m, 1, window, 1);
-        for (int k = 2; k <= n; k++) ratio[k - 1][t] = shared_rate(c, p, &m, k, window, 1) / alone;
+        for (int k = 1; k <= n; k++) rate[k] = shared_rate(c, p, &m, k, window, 1);
+        double alone = 0.5 * (rate[1] + shared_rate(c, p, &m, 1, window, 1));
+        for (int k = 2; k <= n; k++) ratio[k - 1][t] = rate[k] / alone;
     }
     p->n_speed = n;
     p->speed[0] = 1.0;
@@ -1378,7 +1381,7 @@ static cJSON *speed_json(const cost_profile *p)
              "forward s=128 H=4 d=16, a residual add of 2^18 floats; one unit %.3g ms on rank 0 alone) for one common %.0f ms window (its start "
              "sent ahead by rank 0, the busy ranks sleeping until it), the others wait in MPI_Allreduce as the executor's "
              "idle ranks wait in MPI_Wait; mean rate of the busy ranks over the rate of "
-             "one alone in the window just before (the same state of the host), median of %d trials, capped at 1; %s",
+             "one alone in the windows just before and after (the same state of the host), median of %d trials, capped at 1; %s",
              p->host, p->date, p->n_speed, 1e3 * p->sharing_unit_s, 40.0, p->quick ? SHARING_TRIALS / 2 : SHARING_TRIALS, who_);
     if (o && cJSON_AddItemToObject(o, "value", cJSON_CreateDoubleArray(p->speed, p->n_speed))
         && cJSON_AddStringToObject(o, "source", src)) return o;
