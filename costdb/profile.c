@@ -574,9 +574,9 @@ static void run_mix(void *v)
 
 /* Units per second one of ranks 0..k-1 runs, mean over the k, while they
  * all compute in one common window of wall time and the others wait in
- * MPI_Allreduce (polling, as the executor's idle ranks do in MPI_Wait); best
- * of `trials`. A fixed window, not fixed work: no rank finishes early and
- * leaves the others the processors.
+ * MPI_Allreduce (polling, as the executor's idle ranks do in MPI_Wait). A
+ * fixed window, not fixed work: no rank finishes early and leaves the others
+ * the processors.
  *
  * The window is common to the k: rank 0 sends a start time a little ahead
  * (CLOCK_MONOTONIC, one clock for the ranks of a host, and the set is rank
@@ -585,17 +585,17 @@ static void run_mix(void *v)
  * skip the slices its set-mates ran first and run on after some of them had
  * stopped: the k windows then cover 40 ms plus k-1 first slices of CPU time,
  * and the speeds came out high by that much (four ranks on one CPU read 0.28
- * each, 1.12 in all). A trial whose start some busy rank learnt of too late
+ * each, 1.12 in all). A window whose start some busy rank learnt of too late
  * is run again with more lead. */
-static double shared_rate(const prof_ctx *c, const cost_profile *p, mix_arg *m, int k, double window_s, int trials)
+static double shared_rate(const prof_ctx *c, const cost_profile *p, mix_arg *m, int k, double window_s)
 {
     /* busy: the first k ranks of rank 0's processor set */
     int pos = -1;
     for (int r = 0, seen = 0; r <= c->rank && r < p->ranks && r < COST_MAX_SPEED; r++)
         if (p->set_of[r] == 0) { if (r == c->rank) pos = seen; seen++; }
     bool busy = pos >= 0 && pos < k;
-    double best = 0, lead = 0.005;
-    for (int t = 0, tries = 0; t < trials; tries++) {
+    double lead = 0.005;
+    for (int tries = 0;; tries++, lead *= 2) {
         cost_prof_barrier(c);
         double start = util_now() + lead, rate = 0, late = 0;
         if (c->mpi) MPI_Bcast(&start, 1, MPI_DOUBLE, 0, c->comm);
@@ -608,12 +608,10 @@ static double shared_rate(const prof_ctx *c, const cost_profile *p, mix_arg *m, 
             rate = units / dt;
         }
         cost_prof_max(c, &late);
-        if (late && tries < 4) { lead *= 2; continue; }
+        if (late && tries < 4) continue;
         if (c->mpi) MPI_Allreduce(MPI_IN_PLACE, &rate, 1, MPI_DOUBLE, MPI_SUM, c->comm);
-        if (rate / k > best) best = rate / k;
-        t++;
+        return rate / k;
     }
-    return best;
 }
 
 #define SHARING_TRIALS 8
@@ -656,8 +654,8 @@ static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
     double ratio[COST_MAX_SPEED][SHARING_TRIALS], rate[COST_MAX_SPEED + 1];
     int trials = p->quick ? SHARING_TRIALS / 2 : SHARING_TRIALS;
     for (int t = 0; t < trials; t++) {
-        for (int k = 1; k <= n; k++) rate[k] = shared_rate(c, p, &m, k, window, 1);
-        double alone = 0.5 * (rate[1] + shared_rate(c, p, &m, 1, window, 1));
+        for (int k = 1; k <= n; k++) rate[k] = shared_rate(c, p, &m, k, window);
+        double alone = 0.5 * (rate[1] + shared_rate(c, p, &m, 1, window));
         for (int k = 2; k <= n; k++) ratio[k - 1][t] = rate[k] / alone;
     }
     p->n_speed = n;

@@ -111,19 +111,13 @@ static double forward_flops_per_sample(const model_module *mm, const plan_seq *q
     return flops;
 }
 
-/* What weights and gradients travel in: their own dtypes, as the memory
- * model holds them (frozen weights in bf16). Under bf16-mixed, gradients go
- * in fp32: Megatron-LM forces accumulate_allreduce_grads_in_fp32 for
- * bfloat16 ("bfloat16 requires gradient accumulation and all-reduce to be
- * done in fp32", megatron/training/arguments.py) and its distributed
- * optimizer all-gathers the bf16 weights. Under autocast the weights and
- * their gradients are fp32 (PyTorch DDP / DeepSpeed reduce what they hold). */
-static plan_state_bytes wire_bytes(const model_module *mm, plan_precision precision)
-{
-    plan_state_bytes b = plan_precision_bytes(precision);
-    if (mm->frozen) { b.param = 2.0; b.grad = 0; }
-    return b;
-}
+/* Weights and gradients travel in the dtypes the memory model holds them
+ * in (plan_module_state_bytes). Under bf16-mixed, gradients go in fp32:
+ * Megatron-LM forces accumulate_allreduce_grads_in_fp32 for bfloat16
+ * ("bfloat16 requires gradient accumulation and all-reduce to be done in
+ * fp32", megatron/training/arguments.py) and its distributed optimizer
+ * all-gathers the bf16 weights. Under autocast the weights and their
+ * gradients are fp32 (PyTorch DDP / DeepSpeed reduce what they hold). */
 
 /* Compute and in-op communication of one micro-batch of `samples` samples
  * (per dp rank): the per-micro-batch terms of plan_time. */
@@ -202,7 +196,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     if (shard > 1 && s->zero >= 3) {
         /* Per micro-batch: gather parameters for forward (and, when trained,
          * again for backward and reduce-scatter gradients); prefetch hides part of it. */
-        plan_state_bytes b = wire_bytes(mm, o->precision);
+        plan_state_bytes b = plan_module_state_bytes(mm, o->precision);
         double ag = cost_collective_time(pool, COST_ALLGATHER, b.param * lp, shard, shard_per_node);
         if (mm->frozen) out->zero_comm_s = ag;
         else {
@@ -227,7 +221,7 @@ static void price_step_comm(const model_module *mm, const plan_module *s, const 
     int shard = s->dp * s->sp;
     int shard_per_node = ranks_per_node(shard, s->tp, pool->gpus_per_node);
     if (shard <= 1 || mm->frozen) return;
-    plan_state_bytes b = wire_bytes(mm, precision);
+    plan_state_bytes b = plan_module_state_bytes(mm, precision);
     out->grad_rs_s = cost_collective_time(pool, COST_REDUCESCATTER, b.grad * lp, shard, shard_per_node);
     out->param_ag_s = cost_collective_time(pool, COST_ALLGATHER, b.param * lp, shard, shard_per_node);
     /* ZeRO-3 reduces gradients per micro-batch (zero_comm_s) instead. */

@@ -65,17 +65,23 @@ plan_state_bytes plan_precision_bytes(plan_precision p)
     }
 }
 
+/* A frozen module keeps bf16 weights and no gradients or optimizer state. */
+plan_state_bytes plan_module_state_bytes(const model_module *mm, plan_precision p)
+{
+    plan_state_bytes b = plan_precision_bytes(p);
+    if (mm->frozen) { b.param = BF16; b.grad = 0; b.optim = 0; }
+    return b;
+}
+
 static void model_state_bytes(const model_module *mm, const plan_module *s, const plan_options *o,
                               plan_mem *out)
 {
     double p = plan_local_params(mm, s);
     double shard = (double)s->dp * s->sp;   /* ZeRO shards over every replica of the weights */
-    plan_state_bytes b = plan_precision_bytes(o->precision);
-    double pb = b.param, gb = b.grad, ob = b.optim;
-    if (mm->frozen) { pb = BF16; gb = 0; ob = 0; }
-    out->params = p * pb / (s->zero >= 3 ? shard : 1);
-    out->grads = p * gb / (s->zero >= 2 ? shard : 1);
-    out->optim = p * ob / (s->zero >= 1 ? shard : 1);
+    plan_state_bytes b = plan_module_state_bytes(mm, o->precision);
+    out->params = p * b.param / (s->zero >= 3 ? shard : 1);
+    out->grads = p * b.grad / (s->zero >= 2 ? shard : 1);
+    out->optim = p * b.optim / (s->zero >= 1 ? shard : 1);
     out->zero_buffers = s->zero >= 3 && shard > 1 ? 2 * BF16 * model_largest_layer_params(mm) / s->tp : 0;
 }
 

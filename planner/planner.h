@@ -25,6 +25,8 @@ typedef enum { PLAN_OPT_MIXED_FP32 = 0, PLAN_OPT_PURE_BF16, PLAN_OPT_AUTOCAST, P
  * an AdamW step moves per parameter. */
 typedef struct { double param, grad, optim, step_traffic, act; } plan_state_bytes;
 plan_state_bytes plan_precision_bytes(plan_precision p);
+/* The same for one module: a frozen one holds bf16 weights only. */
+plan_state_bytes plan_module_state_bytes(const model_module *mm, plan_precision p);
 const char *plan_precision_name(plan_precision p);
 int plan_precision_parse(const char *s, plan_precision *out);
 
