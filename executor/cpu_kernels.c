@@ -306,16 +306,22 @@ static void att_tile_transpose(float *xt, const float *x, int j0, int jn, int Hk
     }
 }
 
-/* sc[jj] = sum_i a[i] xt[i, jj] for a whole tile, i ascending: each sc[jj] is
- * bit-identical to dotf(a, x_jj, hd), but the loop runs across the tile's keys
- * (independent sums, so it vectorizes without reordering any sum). */
-static void att_tile_dots(float *restrict sc, const float *restrict a, const float *restrict xt, int hd)
+/* sc[jj] = sum_i a[i] xt[i, jj] for the tile's first n keys (rounded up to 16;
+ * a causal row sees only keys up to its own), i ascending: each sc[jj] is
+ * bit-identical to dotf(a, x_jj, hd), but the loop runs across 16 keys at a
+ * time (independent sums in one register, so it vectorizes without
+ * reordering any sum). */
+_Static_assert(EX_ATT_TILE % 16 == 0, "attention key tile is a multiple of 16");
+static void att_tile_dots(float *restrict sc, const float *restrict a, const float *restrict xt, int hd, int n)
 {
-    for (int jj = 0; jj < EX_ATT_TILE; jj++) sc[jj] = 0;
-    for (int i = 0; i < hd; i++) {
-        float ai = a[i];
-        const float *row = xt + (size_t)i * EX_ATT_TILE;
-        for (int jj = 0; jj < EX_ATT_TILE; jj++) sc[jj] += ai * row[jj];
+    for (int c0 = 0; c0 < n; c0 += 16) {
+        float acc[16] = {0};
+        for (int i = 0; i < hd; i++) {
+            float ai = a[i];
+            const float *row = xt + (size_t)i * EX_ATT_TILE + c0;
+            for (int jj = 0; jj < 16; jj++) acc[jj] += ai * row[jj];
+        }
+        for (int jj = 0; jj < 16; jj++) sc[c0 + jj] = acc[jj];
     }
 }
 
@@ -371,7 +377,7 @@ static void att_forward_unit(const att_args *A, int sq, int h)
                 int jn = kend - j0 < tn ? kend - j0 : tn;
                 const float *qr = q + ((size_t)(s0 + r) * H + h) * hd;
                 float *acc = out + ((size_t)(s0 + r) * H + h) * hd;
-                att_tile_dots(sc, qr, kt, hd);
+                att_tile_dots(sc, qr, kt, hd, jn);
                 float mt = -INFINITY;
                 for (int jj = 0; jj < jn; jj++) {
                     sc[jj] *= scale;
@@ -455,8 +461,8 @@ static void att_backward_unit(const att_args *A, int sq, int kvh)
                 size_t qo = ((size_t)(s0 + r) * H + h) * hd;
                 const float *qr = q + qo, *dor = dout + qo;
                 float D = dotf(dor, A->o + qo, hd), L = A->L[(size_t)(s0 + r) * H + h];
-                att_tile_dots(sc, qr, kt, hd);
-                att_tile_dots(dp, dor, vt, hd);
+                att_tile_dots(sc, qr, kt, hd, jn);
+                att_tile_dots(dp, dor, vt, hd, jn);
                 for (int jj = 0; jj < jn; jj++) {
                     size_t ko = ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
                     float p = expf(sc[jj] * scale - L);
