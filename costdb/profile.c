@@ -1028,14 +1028,31 @@ static const char *attn_shape_list(const cost_profile *p, char *buf, size_t n)
     return buf;
 }
 
+/* gemm_half and the attention fit's fields, the same fit for both backends;
+ * `kernels` names the attention kernels timed, `w` who measured. */
+static bool add_fit_fields(cJSON *o, const cost_profile *p, const char *kernels, const char *w)
+{
+    const cost_gpu *g = &p->gpu;
+    char at[256];
+    attn_shape_list(p, at, sizeof at);
+    return add_field(o, p, "gemm_half", g->gemm_half, "same least-squares fit as gemm_eff_max, s(x) = x / (x + gemm_half)")
+        && add_field(o, p, "attn_eff", g->attn_eff,
+                     "%s, one non-causal sequence each of%s; least-squares fit (relative error, rms %.1f%%) of fwd = S "
+                     "(attn_score_s + 4 d / (peak_flops attn_eff)), bwd = S (attn_bwd_score_s + 2.5 x 4 d / (peak_flops "
+                     "attn_eff)), S = s^2 H scores; %s", kernels, at, 100 * p->attn_fit_rms, w)
+        && add_field(o, p, "attn_score_s", g->attn_score_s,
+                     "same fit as attn_eff: forward seconds per score that do not scale with d (max, exp, rescale)")
+        && add_field(o, p, "attn_bwd_score_s", g->attn_bwd_score_s,
+                     "same fit as attn_eff: backward seconds per score that do not scale with d (exp recomputed, dS)");
+}
+
 /* The fields of a CUDA profile (cost_profile_measure_cuda): one rank's GPU. */
 static bool add_gpu_fields_cuda(cJSON *o, const cost_profile *p)
 {
     const cost_gpu *g = &p->gpu;
     const cost_profile_device *d = &p->dev;
-    char shapes[256], at[256], w[256];
+    char shapes[256], w[256];
     shape_list(p, shapes, sizeof shapes);
-    attn_shape_list(p, at, sizeof at);
     snprintf(w, sizeof w, "%s (sm_%d%d, %d SMs), CUDA runtime %d, driver %d, rank 0 of %d timing with CUDA events while "
              "the others wait", d->name, d->cc_major, d->cc_minor, d->sms, d->runtime_version, d->driver_version, p->ranks);
     const char *kern = d->gemm_fp32 ? "fp32 cublasSgemm" : "BF16 cublasGemmEx (FP32 accumulate)";
@@ -1055,16 +1072,8 @@ static bool add_gpu_fields_cuda(cJSON *o, const cost_profile *p)
                          "rate = peak_flops * gemm_eff_max * s(m) s(n) s(k) to %s (row-major A[m,k] B[n,k]^T, the "
                          "executor's linear) over %d shapes %s, time less kernel_launch_s, best of 2 batches%s; %s",
                          p->gemm_rate_max, 100 * p->gemm_fit_rms, kern, p->n_gemm, shapes, p->quick ? "" : " in 2 passes", w);
-    ok = ok && add_field(o, p, "gemm_half", g->gemm_half, "same least-squares fit as gemm_eff_max, s(x) = x / (x + gemm_half)");
-    ok = ok && add_field(o, p, "attn_eff", g->attn_eff,
-                         "the CUDA backend's own fp32 attention kernels (executor/cuda_kernels.cu, passed in by the CLI), "
-                         "forward and backward, one non-causal sequence each of%s; least-squares fit (relative error, rms "
-                         "%.1f%%) of fwd = S (attn_score_s + 4 d / (peak_flops attn_eff)), bwd = S (attn_bwd_score_s + 2.5 x "
-                         "4 d / (peak_flops attn_eff)), S = s^2 H scores; %s", at, 100 * p->attn_fit_rms, w);
-    ok = ok && add_field(o, p, "attn_score_s", g->attn_score_s,
-                         "same fit as attn_eff: forward seconds per score that do not scale with d (max, exp, rescale)");
-    ok = ok && add_field(o, p, "attn_bwd_score_s", g->attn_bwd_score_s,
-                         "same fit as attn_eff: backward seconds per score that do not scale with d (exp recomputed, dS)");
+    ok = ok && add_fit_fields(o, p, "the CUDA backend's own fp32 attention kernels (executor/cuda_kernels.cu, passed in by "
+                                    "the CLI), forward and backward", w);
     ok = ok && add_field(o, p, "hbm_bytes", g->hbm_bytes, "device memory (cudaMemGetInfo total) of %s", d->name);
     if (d->mem_clock_hz > 0 && d->bus_bits > 0)
         ok = ok && add_field(o, p, "hbm_bw", g->hbm_bw,
@@ -1112,18 +1121,8 @@ static bool add_gpu_fields_cpu(cJSON *o, const cost_profile *p)
                          "of rate = peak_flops * gemm_eff_max * s(m) s(n) s(k) to fp32 cblas_sgemm (A[m,k] B[n,k]^T, the "
                          "executor's linear) over %d shapes %s, time less kernel_launch_s, best of %d batches in %d passes over the grid; %s",
                          p->gemm_rate_max, 100 * p->gemm_fit_rms, p->n_gemm, shapes, p->quick ? 2 : 6, p->quick ? 1 : 3, w);
-    ok = ok && add_field(o, p, "gemm_half", g->gemm_half, "same least-squares fit as gemm_eff_max, s(x) = x / (x + gemm_half)");
-    char at[256];
-    attn_shape_list(p, at, sizeof at);
-    ok = ok && add_field(o, p, "attn_eff", g->attn_eff,
-                         "flash-style attention forward and backward, the executor's own kernels (executor/cpu_kernels.c, "
-                         "passed in by the CLI), one non-causal sequence each of%s; least-squares fit (relative error, rms "
-                         "%.1f%%) of fwd = S (attn_score_s + 4 d / (peak_flops attn_eff)), bwd = S (attn_bwd_score_s + "
-                         "2.5 x 4 d / (peak_flops attn_eff)), S = s^2 H scores; %s", at, 100 * p->attn_fit_rms, w);
-    ok = ok && add_field(o, p, "attn_score_s", g->attn_score_s,
-                         "same fit as attn_eff: forward seconds per score that do not scale with d (max, exp, rescale)");
-    ok = ok && add_field(o, p, "attn_bwd_score_s", g->attn_bwd_score_s,
-                         "same fit as attn_eff: backward seconds per score that do not scale with d (exp recomputed, dS)");
+    ok = ok && add_fit_fields(o, p, "flash-style attention forward and backward, the executor's own kernels "
+                                    "(executor/cpu_kernels.c, passed in by the CLI)", w);
     ok = ok && add_field(o, p, "hbm_bytes", g->hbm_bytes,
                          "physical memory (sysconf _SC_PHYS_PAGES x _SC_PAGESIZE) %.4g GiB / %d rank%s on this host",
                          p->phys_bytes / 1073741824.0, p->ranks, p->ranks > 1 ? "s" : "");
