@@ -73,6 +73,20 @@ static void print_collectives(const cost_profile *p)
                    p->fit[op].alpha_s * 1e6, p->fit[op].busbw / 1e9, 100 * p->fit[op].rms_rel, p->fit[op].points);
 }
 
+/* A few of the per-kernel element-wise rates, as ns per fp32 element (all are in the file). */
+static void print_elementwise(const cost_ew_table *T)
+{
+    static const cost_ew shown[] = {COST_EW_ADD, COST_EW_RMSNORM, COST_EW_ROPE, COST_EW_SWIGLU, COST_EW_SWIGLU_BWD,
+                                    COST_EW_GELU, COST_EW_CE};
+    if (T->n != COST_EW_SIZES) return;
+    printf("  %-15s ns per element at %.0fK / %.0fM elements:", "element-wise", T->elements[0] / 1e3, T->elements[1] / 1e6);
+    for (size_t i = 0; i < sizeof shown / sizeof *shown; i++) {
+        double per = cost_ew_accesses(shown[i]) * 4 * 1e9;
+        printf("%s %s %.3g/%.3g", i ? "," : "", cost_ew_name(shown[i]), per / T->bw[shown[i]][0], per / T->bw[shown[i]][1]);
+    }
+    printf("\n");
+}
+
 static void print_summary_cuda(const cost_profile *p, const char *gpu_path, const char *cluster_path)
 {
     const cost_gpu *g = &p->gpu;
@@ -128,6 +142,7 @@ static void print_summary(const cost_profile *p, const char *gpu_path, const cha
            100 * p->attn_fit_rms, p->n_attn);
     printf("  %-15s triad %.1f GB/s, best STREAM %.1f GB/s (hbm_bw); element-wise %.1f GB/s, mem_eff %.3f\n", "memory bw",
            p->triad_bw / 1e9, g->hbm_bw / 1e9, p->ew_bw / 1e9, g->mem_eff);
+    print_elementwise(&g->ew);
     printf("  %-15s %s per rank, %s reserved\n", "memory", util_fmt_bytes(g->hbm_bytes, mem, sizeof mem),
            util_fmt_bytes(g->reserved_bytes, res, sizeof res));
     printf("  %-15s %.3g us per BLAS call\n", "launch", g->kernel_launch_s * 1e6);
@@ -155,6 +170,19 @@ static int profile_cpu(cost_profile_opts *o, cost_profile *p, char *err)
     o->add_inplace = be->add_inplace;
     o->swiglu_forward = be->swiglu_forward;
     o->rmsnorm_forward = be->rmsnorm_forward;
+    o->zero = be->zero;
+    o->copy = be->copy;
+    o->add_bias = be->add_bias;
+    o->linear_backward = be->linear_backward;
+    o->rmsnorm_backward = be->rmsnorm_backward;
+    o->rope_forward = be->rope_forward;
+    o->rope_backward = be->rope_backward;
+    o->swiglu_backward = be->swiglu_backward;
+    o->gelu_forward = be->gelu_forward;
+    o->gelu_backward = be->gelu_backward;
+    o->ce_row_max = be->ce_row_max;
+    o->ce_exp_sum = be->ce_exp_sum;
+    o->ce_grad = be->ce_grad;
     return cost_profile_measure(o, p, err);
 }
 

@@ -11,6 +11,7 @@
 #define DHP_COSTDB_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include "util/util.h"
 
 #define COST_NAME_LEN 64
@@ -25,6 +26,40 @@ typedef struct {
     double m[COST_GEMM_GRID], n[COST_GEMM_GRID], k[COST_GEMM_GRID];
     double eff[COST_GEMM_GRID * COST_GEMM_GRID * COST_GEMM_GRID];
 } cost_gemm_grid;
+
+/* The element-wise kernels the executors run (executor/backend.h), each
+ * priced at its own rate where the costdb measured one. On a GPU they are all
+ * bound by memory; on a CPU the ones with transcendentals (SwiGLU, GELU, the
+ * cross-entropy's exp) are bound by compute and run 10-50x slower per byte
+ * than an add, which one element-wise figure cannot say. */
+typedef enum {
+    COST_EW_ZERO = 0,     /* x = 0 */
+    COST_EW_COPY,         /* y = x (embedding rows, hand-offs) */
+    COST_EW_ADD,          /* y += x (residuals, embedding gradients) */
+    COST_EW_BIAS,         /* y[r, :] += b (a linear's bias; its bias init) */
+    COST_EW_BIAS_GRAD,    /* db += column sums of dy (a linear's bias gradient) */
+    COST_EW_RMSNORM,      /* forward, per element of the normalised rows */
+    COST_EW_RMSNORM_BWD,
+    COST_EW_ROPE,         /* per element of q or k */
+    COST_EW_ROPE_BWD,
+    COST_EW_SWIGLU,       /* per element of the gated output */
+    COST_EW_SWIGLU_BWD,
+    COST_EW_GELU,
+    COST_EW_GELU_BWD,
+    COST_EW_CE,           /* per logit: row max, exp-sum and gradient passes together */
+    COST_N_EW
+} cost_ew;
+
+#define COST_EW_SIZES 2
+/* Measured element-wise rates (dhp profile on a CPU writes them):
+ * bw[k][i] is kernel k's rate in its nominal bytes (cost_ew_accesses x 4 B
+ * per element) per second at elements[i] elements; bw 0 = not measured.
+ * n == 0: no table (the shipped files). */
+typedef struct {
+    int n;
+    double elements[COST_EW_SIZES];
+    double bw[COST_N_EW][COST_EW_SIZES];
+} cost_ew_table;
 
 typedef struct {
     char name[COST_NAME_LEN];     /* "H100-SXM-80GB" */
@@ -51,6 +86,8 @@ typedef struct {
      * is interpolated from them (linear in log m, log n, log k); outside,
      * the grid's edge value times the formula's ratio of shape factors. */
     cost_gemm_grid grid;
+    /* Optional measured element-wise rates (cost_elementwise_time). */
+    cost_ew_table ew;
 } cost_gpu;
 
 /* One link tier in the alpha-beta model: a step costs alpha, and a collective
@@ -146,6 +183,18 @@ double cost_gemm_time(const cost_gpu *g, double m, double n, double k); /* 2mnk 
 double cost_attention_forward_time(const cost_gpu *g, double scores, double head_dim);
 double cost_attention_backward_time(const cost_gpu *g, double scores, double head_dim);
 double cost_memory_time(const cost_gpu *g, double bytes);   /* element-wise traffic */
+/* One call of element-wise kernel k over `elements` elements of elem_bytes
+ * each: its nominal bytes (elements x cost_ew_accesses(k) x elem_bytes) at
+ * the kernel's measured rate, interpolated between the table's sizes
+ * (linear in log bytes and log rate, clamped to the ends), or at hbm_bw x mem_eff where
+ * the GPU has none for k; plus kernel_launch_s. */
+double cost_elementwise_time(const cost_gpu *g, cost_ew k, double elements, double elem_bytes);
+/* Tensor elements kernel k reads plus writes per element it processes. */
+double cost_ew_accesses(cost_ew k);
+/* "add", "swiglu_bwd", ...: the key of kernel k in the JSON (NULL outside the enum). */
+const char *cost_ew_name(cost_ew k);
+/* Adds T as "elementwise" to o (with "source" unless NULL); false when out of memory. */
+bool cost_ew_table_add(cJSON *o, const cost_ew_table *T, const char *source);
 
 /* Communication. A group of n ranks placed per_node to a node (n/per_node
  * nodes) of pool p. Inside one node: ring over intra. Across nodes:
@@ -220,6 +269,26 @@ typedef struct {
     void (*add_inplace)(float *y, const float *x, size_t n);
     void (*swiglu_forward)(float *h, const float *g, const float *u, size_t n);
     void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int n, int d, float eps);
+    /* The rest of the element-wise kernels, for the per-kernel table
+     * (cost_ew_table): required by the CPU profile, unused by the CUDA one
+     * (a GPU's element-wise kernels are all bound by memory: mem_eff). */
+    void (*zero)(float *x, size_t n);
+    void (*copy)(float *dst, const float *src, size_t n);
+    void (*add_bias)(float *y, const float *b, int n, int d);
+    void (*linear_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *w, int n, int in, int out_dim);   /* db only: the bias gradient */
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                             const float *rstd, int n, int d);
+    void (*rope_forward)(float *x, const float *cos, const float *sin, int n, int nh, int hd);
+    void (*rope_backward)(float *dx, const float *cos, const float *sin, int n, int nh, int hd);
+    void (*swiglu_backward)(float *dg, float *du, const float *dh, const float *g, const float *u, size_t n);
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n);
+    void (*ce_row_max)(float *mx, const float *logits, int n, int vocab);
+    void (*ce_exp_sum)(float *probs, float *st, const float *logits, const float *mx, const int32_t *targets,
+                       int n, int vocab, int v0);
+    void (*ce_grad)(float *dlogits, const float *st, const int32_t *targets, int n, int vocab, int v0,
+                    float dscale);
     int (*sync)(char *err);
     /* CUDA, optional: run once the rank's device is chosen, before any
      * timing (the CLI checks the kernels against the CPU backend); a
@@ -272,6 +341,7 @@ typedef struct {
     double stream_bytes;          /* size of each STREAM array */
     double copy_bw, scale_bw, add_bw, triad_bw;   /* B/s per rank */
     double ew_add_bw, ew_swiglu_bw, ew_rmsnorm_bw, ew_bw;  /* ew_bw: all three, total bytes / total time */
+    cost_ew_table ew;             /* every element-wise kernel at two sizes (CPU) */
     double launch_s;              /* one 1x1x1 sgemm call */
     double phys_bytes, used_bytes;        /* host memory; in use at start (MemTotal - MemAvailable) */
     bool used_from_meminfo;       /* false: used_bytes is this process's peak RSS */

@@ -275,6 +275,49 @@ static int parse_gemm_grid(const cJSON *obj, const char *what, const char *path,
     return UTIL_OK;
 }
 
+/* Optional "elementwise": {"elements": [n0, n1], "<kernel>": [B/s at n0, at n1], ...,
+ * "source": "..."} (cost_ew_table); kernels absent are priced at hbm_bw x mem_eff. */
+static int parse_ew_table(const cJSON *obj, const char *what, const char *path, cost_ew_table *T, char *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "elementwise");
+    if (!v) return UTIL_OK;
+    char sub[UTIL_ERR_LEN / 2];
+    field_path(sub, sizeof sub, path, "elementwise");
+    if (!cJSON_IsObject(v)) return util_fail(err, UTIL_EINVAL, "%s: %s: must be an object", what, sub);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(v, "elements");
+    int n = cJSON_IsArray(e) ? cJSON_GetArraySize(e) : -1;
+    if (n < 1 || n > COST_EW_SIZES)
+        return util_fail(err, UTIL_EINVAL, "%s: %s.elements: must be an array of 1 to %d sizes", what, sub, COST_EW_SIZES);
+    for (int i = 0; i < n; i++) {
+        const cJSON *x = cJSON_GetArrayItem(e, i);
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || !(x->valuedouble > 0)
+            || (i && !(x->valuedouble > T->elements[i - 1])))
+            return util_fail(err, UTIL_EINVAL, "%s: %s.elements[%d]: sizes must be positive and ascending", what, sub, i);
+        T->elements[i] = x->valuedouble;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v) {
+        if (!strcmp(it->string, "elements")) continue;
+        if (!strcmp(it->string, "source")) {
+            if (!cJSON_IsString(it)) return util_fail(err, UTIL_EINVAL, "%s: %s.source: must be a string", what, sub);
+            continue;
+        }
+        int k = 0;
+        while (k < COST_N_EW && strcmp(it->string, cost_ew_name((cost_ew)k))) k++;
+        if (k == COST_N_EW) return util_fail(err, UTIL_EINVAL, "%s: %s.%s: not an element-wise kernel", what, sub, it->string);
+        if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != n)
+            return util_fail(err, UTIL_EINVAL, "%s: %s.%s: must be an array of %d rates", what, sub, it->string, n);
+        for (int i = 0; i < n; i++) {
+            const cJSON *x = cJSON_GetArrayItem(it, i);
+            if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || !(x->valuedouble > 0))
+                return util_fail(err, UTIL_EINVAL, "%s: %s.%s[%d]: must be a positive rate (B/s)", what, sub, it->string, i);
+            T->bw[k][i] = x->valuedouble;
+        }
+    }
+    T->n = n;
+    return UTIL_OK;
+}
+
 static int parse_gpu_obj(const cJSON *obj, const char *what, const char *path, bool need_schema,
                          cost_gpu *g, char *err)
 {
@@ -299,6 +342,7 @@ static int parse_gpu_obj(const cJSON *obj, const char *what, const char *path, b
         if (cJSON_GetObjectItemCaseSensitive(obj, optional[i].key)
             && (rc = gpu_field(obj, what, path, optional[i].key, optional[i].dst, err))) return rc;
     if ((rc = parse_gemm_grid(obj, what, path, &g->grid, err))) return rc;
+    if ((rc = parse_ew_table(obj, what, path, &g->ew, err))) return rc;
     return validate_gpu(g, what, path, err);
 }
 
@@ -351,6 +395,18 @@ bool cost_gemm_grid_add(cJSON *o, const cost_gemm_grid *G, const char *source)
     return false;
 }
 
+bool cost_ew_table_add(cJSON *o, const cost_ew_table *T, const char *source)
+{
+    cJSON *v = cJSON_CreateObject();
+    bool ok = v && cJSON_AddItemToObject(v, "elements", cJSON_CreateDoubleArray(T->elements, T->n));
+    for (int k = 0; ok && k < COST_N_EW; k++)
+        if (T->bw[k][0] > 0) ok = cJSON_AddItemToObject(v, cost_ew_name((cost_ew)k), cJSON_CreateDoubleArray(T->bw[k], T->n));
+    ok = ok && (!source || cJSON_AddStringToObject(v, "source", source));
+    if (ok && cJSON_AddItemToObject(o, "elementwise", v)) return true;
+    cJSON_Delete(v);
+    return false;
+}
+
 cJSON *cost_gpu_to_json(const cost_gpu *g)
 {
     cJSON *o = cJSON_CreateObject();
@@ -367,7 +423,8 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && cJSON_AddNumberToObject(o, "mem_eff", g->mem_eff)
         && cJSON_AddNumberToObject(o, "reserved_bytes", g->reserved_bytes)
         && cJSON_AddNumberToObject(o, "kernel_launch_s", g->kernel_launch_s)
-        && (g->grid.n_m == 0 || cost_gemm_grid_add(o, &g->grid, NULL));
+        && (g->grid.n_m == 0 || cost_gemm_grid_add(o, &g->grid, NULL))
+        && (g->ew.n == 0 || cost_ew_table_add(o, &g->ew, NULL));
     if (!ok) { cJSON_Delete(o); return NULL; }
     return o;
 }

@@ -95,6 +95,52 @@ double cost_memory_time(const cost_gpu *g, double bytes)
     return bytes / (g->hbm_bw * g->mem_eff) + g->kernel_launch_s;
 }
 
+static const struct { const char *name; double accesses; } ew_kernels[COST_N_EW] = {
+    [COST_EW_ZERO] = {"zero", 1},               /* write x */
+    [COST_EW_COPY] = {"copy", 2},               /* read x, write y */
+    [COST_EW_ADD] = {"add", 3},                 /* read x and y, write y */
+    [COST_EW_BIAS] = {"bias", 2},               /* read and write y (b stays in cache) */
+    [COST_EW_BIAS_GRAD] = {"bias_grad", 1},     /* read dy (db stays in cache) */
+    [COST_EW_RMSNORM] = {"rmsnorm", 2},         /* read x, write out */
+    [COST_EW_RMSNORM_BWD] = {"rmsnorm_bwd", 4}, /* read dout and x, read and write dinp */
+    [COST_EW_ROPE] = {"rope", 2},               /* x in place */
+    [COST_EW_ROPE_BWD] = {"rope_bwd", 2},
+    [COST_EW_SWIGLU] = {"swiglu", 3},           /* read g and u, write h */
+    [COST_EW_SWIGLU_BWD] = {"swiglu_bwd", 7},   /* read dh, g, u, read and write dg, du */
+    [COST_EW_GELU] = {"gelu", 2},
+    [COST_EW_GELU_BWD] = {"gelu_bwd", 4},       /* read dout and x, read and write dinp */
+    [COST_EW_CE] = {"cross_entropy", 5},        /* max: read; exp-sum: read, write p; grad: p in place */
+};
+
+double cost_ew_accesses(cost_ew k) { return k >= 0 && k < COST_N_EW ? ew_kernels[k].accesses : 0; }
+const char *cost_ew_name(cost_ew k) { return k >= 0 && k < COST_N_EW ? ew_kernels[k].name : NULL; }
+
+/* Kernel k's rate at `bytes` nominal bytes from the table; 0 when it has none. */
+static double ew_table_rate(const cost_ew_table *T, cost_ew k, double bytes)
+{
+    if (T->n == 0) return 0;
+    const double *bw = T->bw[k];
+    for (int i = 0; i < T->n; i++)
+        if (!(bw[i] > 0)) return 0;
+    double per = ew_kernels[k].accesses * 4.0;   /* the table's bytes per element (fp32) */
+    if (T->n == 1 || bytes <= T->elements[0] * per) return bw[0];
+    if (bytes >= T->elements[T->n - 1] * per) return bw[T->n - 1];
+    int j = 0;
+    while (bytes > T->elements[j + 1] * per) j++;
+    double w = log(bytes / (T->elements[j] * per)) / log(T->elements[j + 1] / T->elements[j]);
+    return exp((1 - w) * log(bw[j]) + w * log(bw[j + 1]));
+}
+
+/* t = elements x accesses x elem_bytes / rate + kernel_launch_s. */
+double cost_elementwise_time(const cost_gpu *g, cost_ew k, double elements, double elem_bytes)
+{
+    if (!(elements > 0) || k < 0 || k >= COST_N_EW) return 0;
+    double bytes = elements * ew_kernels[k].accesses * elem_bytes;
+    double rate = ew_table_rate(&g->ew, k, bytes);
+    if (!(rate > 0)) rate = g->hbm_bw * g->mem_eff;
+    return bytes / rate + g->kernel_launch_s;
+}
+
 /* Ring over k ranks of one tier, S = full buffer (nccl-tests doc/PERFORMANCE.md):
  *   all-reduce      2(k-1) alpha + S/B * 2(k-1)/k
  *   all-gather, reduce-scatter, all-to-all  (k-1) alpha + S/B * (k-1)/k

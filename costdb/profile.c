@@ -554,6 +554,106 @@ static int measure_memory(const prof_ctx *c, cost_profile *p, char *err)
     return rc;
 }
 
+/* ---- element-wise kernels one by one, at two sizes (cost_ew_table) ---- */
+
+#define EW_ROW 768            /* rows of RMSNorm and the bias kernels: dhp-100m's hidden size */
+#define EW_HEADS 8            /* RoPE rows of 8 heads x 64 */
+#define EW_HEAD_DIM 64
+#define EW_VOCAB 1024         /* cross-entropy rows */
+#define EW_SMALL 24576        /* 96 KiB per array: a kernel's arrays stay in a core's L2 */
+#define EW_UNIT (3 * 1024)    /* sizes are multiples of every row length above */
+
+typedef struct {
+    const cost_profile_opts *o;
+    cost_ew k;
+    size_t n;
+    float *x[5], *w, *db, *rstd, *st, *cs, *sn;
+    int32_t *targets;
+} ew_arg;
+
+/* One call of kernel a->k over a->n elements, on the arrays the executor would pass. */
+static void run_ew(void *v)
+{
+    const ew_arg *a = v;
+    const cost_profile_opts *o = a->o;
+    float *const *x = a->x;
+    int rows = (int)(a->n / EW_ROW), rope_rows = (int)(a->n / (EW_HEADS * EW_HEAD_DIM)), ce_rows = (int)(a->n / EW_VOCAB);
+    switch (a->k) {
+    case COST_EW_ZERO: o->zero(x[4], a->n); break;
+    case COST_EW_COPY: o->copy(x[1], x[0], a->n); break;
+    case COST_EW_ADD: o->add_inplace(x[1], x[0], a->n); break;
+    case COST_EW_BIAS: o->add_bias(x[1], a->w, rows, EW_ROW); break;
+    case COST_EW_BIAS_GRAD: o->linear_backward(NULL, NULL, a->db, x[0], NULL, NULL, rows, 1, EW_ROW); break;
+    case COST_EW_RMSNORM: o->rmsnorm_forward(x[1], a->rstd, x[0], a->w, rows, EW_ROW, 1e-6f); break;
+    case COST_EW_RMSNORM_BWD: o->rmsnorm_backward(x[2], a->db, x[1], x[0], a->w, a->rstd, rows, EW_ROW); break;
+    case COST_EW_ROPE: o->rope_forward(x[0], a->cs, a->sn, rope_rows, EW_HEADS, EW_HEAD_DIM); break;
+    case COST_EW_ROPE_BWD: o->rope_backward(x[0], a->cs, a->sn, rope_rows, EW_HEADS, EW_HEAD_DIM); break;
+    case COST_EW_SWIGLU: o->swiglu_forward(x[2], x[0], x[1], a->n); break;
+    case COST_EW_SWIGLU_BWD: o->swiglu_backward(x[3], x[4], x[2], x[0], x[1], a->n); break;
+    case COST_EW_GELU: o->gelu_forward(x[1], x[0], a->n); break;
+    case COST_EW_GELU_BWD: o->gelu_backward(x[2], x[1], x[0], a->n); break;
+    case COST_EW_CE:
+        o->ce_row_max(a->rstd, x[0], ce_rows, EW_VOCAB);
+        o->ce_exp_sum(x[1], a->st, x[0], a->rstd, a->targets, ce_rows, EW_VOCAB, 0);
+        o->ce_grad(x[1], a->st, a->targets, ce_rows, EW_VOCAB, 0, 1.0f);
+        break;
+    case COST_N_EW: break;
+    }
+}
+
+static bool ew_kernels_given(const cost_profile_opts *o)
+{
+    return o->zero && o->copy && o->add_inplace && o->add_bias && o->linear_backward && o->rmsnorm_forward
+        && o->rmsnorm_backward && o->rope_forward && o->rope_backward && o->swiglu_forward && o->swiglu_backward
+        && o->gelu_forward && o->gelu_backward && o->ce_row_max && o->ce_exp_sum && o->ce_grad;
+}
+
+/* Every kernel at EW_SMALL elements (cache-resident) and at the STREAM
+ * arrays' size (memory), best of a few passes: a pass in one of the host's
+ * slow moments spoils that pass only. */
+static int measure_elementwise(const prof_ctx *c, cost_profile *p, char *err)
+{
+    size_t big = (p->quick ? (8u << 20) : (32u << 20)) / EW_UNIT * EW_UNIT;
+    ew_arg a = {.o = c->o, .w = util_malloc(EW_ROW * sizeof(float)), .db = util_malloc(EW_ROW * sizeof(float)),
+                .rstd = util_malloc((big / EW_ROW + 1) * sizeof(float)), .st = util_malloc((2 * big / EW_VOCAB + 2) * sizeof(float)),
+                .cs = util_malloc(big / EW_HEADS / 2 * sizeof(float)), .sn = util_malloc(big / EW_HEADS / 2 * sizeof(float)),
+                .targets = util_malloc((big / EW_VOCAB + 1) * sizeof(int32_t))};
+    bool ok = a.w && a.db && a.rstd && a.st && a.cs && a.sn && a.targets;
+    for (int i = 0; i < 5; i++) ok = (a.x[i] = util_malloc(big * sizeof(float))) && ok;
+    int rc = ok ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for the element-wise arrays");
+    if (!(rc = cost_prof_agree(c, rc, err))) {
+        for (int i = 0; i < 5; i++) cost_prof_fill(a.x[i], big, 11 + (unsigned)i);
+        cost_prof_fill(a.w, EW_ROW, 16);
+        /* A rotation, so that RoPE called again and again keeps its values' size (no denormals). */
+        for (size_t i = 0; i < big / EW_HEADS / 2; i++) {
+            a.cs[i] = (float)cos(0.001 * (double)i);
+            a.sn[i] = (float)sin(0.001 * (double)i);
+        }
+        cost_prof_fill(a.rstd, big / EW_ROW + 1, 17);
+        memset(a.db, 0, EW_ROW * sizeof(float));
+        for (size_t r = 0; r <= big / EW_VOCAB; r++) a.targets[r] = (int32_t)(r * 7919 % EW_VOCAB);
+        cost_ew_table *T = &p->ew;
+        memset(T, 0, sizeof *T);
+        T->n = 2;
+        T->elements[0] = EW_SMALL;
+        T->elements[1] = (double)big;
+        int passes = p->quick ? 2 : 3;
+        for (int pass = 0; pass < passes; pass++)
+            for (int k = 0; k < COST_N_EW; k++)
+                for (int s = 0; s < 2; s++) {
+                    a.k = (cost_ew)k;
+                    a.n = s ? big : EW_SMALL;
+                    /* In-place kernels start from the same values each call; the accumulating ones drift slowly. */
+                    double t = s ? alone_time(c, run_ew, &a, 0, 1, 2) : alone_time(c, run_ew, &a, p->quick ? 0.002 : 0.006, 3, 2);
+                    double bw = (double)a.n * cost_ew_accesses(a.k) * sizeof(float) / t;
+                    if (bw > T->bw[k][s]) T->bw[k][s] = bw;
+                }
+    }
+    for (int i = 0; i < 5; i++) util_free(a.x[i]);
+    util_free(a.w); util_free(a.db); util_free(a.rstd); util_free(a.st); util_free(a.cs); util_free(a.sn); util_free(a.targets);
+    return rc;
+}
+
 /* ---- compute sharing: how ranks on this host slow each other ---- */
 
 /* One unit of executor-like work: a GEMM, an attention forward and a
@@ -867,6 +967,7 @@ int cost_prof_derive(cost_profile *p, char *err)
     gpu->mem_eff = fmin(1.0, p->ew_bw / gpu->hbm_bw);
     gpu->kernel_launch_s = p->launch_s;
     measured_grid(p, y, &gpu->grid);
+    gpu->ew = p->ew;
     return cost_gpu_validate(gpu, "profile", err);
 }
 
@@ -942,7 +1043,7 @@ static void find_sets(const prof_ctx *c, cost_profile *p)
 int cost_profile_measure(const cost_profile_opts *o, cost_profile *p, char *err)
 {
     memset(p, 0, sizeof *p);
-    if (!o || !o->attention_forward || !o->attention_backward || !o->add_inplace || !o->swiglu_forward || !o->rmsnorm_forward)
+    if (!o || !o->attention_forward || !o->attention_backward || !ew_kernels_given(o))
         return util_fail(err, UTIL_EINVAL, "profile: the backend's attention and element-wise kernels are required (cost_profile_opts)");
     p->quick = o->quick;
     prof_ctx c = {false, MPI_COMM_NULL, 0, 1, o};
@@ -956,7 +1057,8 @@ int cost_profile_measure(const cost_profile_opts *o, cost_profile *p, char *err)
         host_facts(p);
         cost_prof_share_host_facts(&c, p);
         find_sets(&c, p);
-        if (!(rc = measure_gemm(&c, p, err)) && !(rc = measure_attention(&c, p, err)) && !(rc = measure_memory(&c, p, err)))
+        if (!(rc = measure_gemm(&c, p, err)) && !(rc = measure_attention(&c, p, err)) && !(rc = measure_memory(&c, p, err))
+            && !(rc = measure_elementwise(&c, p, err)))
             rc = measure_collectives(&c, p, err);
         if (!rc) rc = measure_sharing(&c, p, err);
         if (!rc) rc = cost_prof_derive(p, err);
@@ -1151,12 +1253,22 @@ static bool add_gpu_fields_cpu(cJSON *o, const cost_profile *p)
 static bool add_gpu_fields(cJSON *o, const cost_profile *p)
 {
     if (!(p->cuda ? add_gpu_fields_cuda(o, p) : add_gpu_fields_cpu(o, p))) return false;
-    if (p->gpu.grid.n_m == 0) return true;
     char src[600];
-    snprintf(src, sizeof src, "measured by dhp profile on %s %s, the GEMM shapes of gemm_eff_max's fit: each shape's rate "
-             "(time less kernel_launch_s) / peak_flops, k fastest; the cost model interpolates them linearly in log m, "
-             "log n, log k and, outside the grid, scales the edge value by the fitted s(m) s(n) s(k)", p->host, p->date);
-    return cost_gemm_grid_add(o, &p->gpu.grid, src);
+    if (p->gpu.grid.n_m > 0) {
+        snprintf(src, sizeof src, "measured by dhp profile on %s %s, the GEMM shapes of gemm_eff_max's fit: each shape's "
+                 "rate (time less kernel_launch_s) / peak_flops, k fastest; the cost model interpolates them linearly in "
+                 "log m, log n, log k and, outside the grid, scales the edge value by the fitted s(m) s(n) s(k)",
+                 p->host, p->date);
+        if (!cost_gemm_grid_add(o, &p->gpu.grid, src)) return false;
+    }
+    if (p->gpu.ew.n == 0) return true;
+    snprintf(src, sizeof src, "measured by dhp profile on %s %s: each of the executor's element-wise kernels "
+             "(executor/cpu_kernels.c, passed in by the CLI) over fp32 arrays of `elements` elements, its nominal bytes "
+             "(tensor elements read + written per element, costdb/model.c ew_kernels, x 4 B) / time, best of %d passes; "
+             "rows of %d (RMSNorm, bias), %d heads x %d (RoPE), vocabulary %d (cross-entropy); the cost model "
+             "interpolates in log bytes between the two sizes", p->host, p->date, p->quick ? 2 : 3, EW_ROW, EW_HEADS,
+             EW_HEAD_DIM, EW_VOCAB);
+    return cost_ew_table_add(o, &p->gpu.ew, src);
 }
 
 static bool add_num(cJSON *o, const char *k, double v) { return cJSON_AddNumberToObject(o, k, v) != NULL; }

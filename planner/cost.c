@@ -1,22 +1,22 @@
 /* Cost model: seconds for one module group under one strategy, priced with
  * costdb. Compute is summed GEMM by GEMM (cost_gemm_time with the local
  * shapes), attention through cost_attention_*_time on its scores, element-wise
- * work through cost_memory_time; communication through cost_collective_time
- * with each group's placement in the node. */
+ * work kernel by kernel through cost_elementwise_time; communication through
+ * cost_collective_time with each group's placement in the node. */
 #include "planner/planner.h"
 
 #include <math.h>
 #include <string.h>
 
-/* Kernels launched per block forward (norms, GEMMs, rope, attention, act, adds). */
-#define KERNELS_PER_BLOCK 14.0
-
 typedef struct {
     const cost_gpu *g;
+    double A;                    /* bytes per activation element */
     double fwd, bwd;             /* seconds */
     bool need_weight_grad;       /* false when frozen */
     bool need_input_grad;        /* false for a frozen first module */
 } pricer;
+
+static bool runs_backward(const pricer *p) { return p->need_input_grad || p->need_weight_grad; }
 
 /* Y[m,n] = X[m,k] W[k,n]; backward dX = dY W^T (m,k,n) and dW = X^T dY (k,n,m). */
 static void price_linear(pricer *p, double m, double n, double k)
@@ -33,19 +33,70 @@ static void price_attention(pricer *p, double queries, double span, double heads
 {
     double scores = queries * span * heads;
     p->fwd += cost_attention_forward_time(p->g, scores, head_dim);
-    if (p->need_input_grad || p->need_weight_grad) p->bwd += cost_attention_backward_time(p->g, scores, head_dim);
+    if (runs_backward(p)) p->bwd += cost_attention_backward_time(p->g, scores, head_dim);
 }
 
-static void price_elementwise(pricer *p, double bytes, double kernels)
+/* One call of element-wise kernel k over n elements, in the forward pass. */
+static void ew_fwd(pricer *p, cost_ew k, double n)
 {
-    double t = cost_memory_time(p->g, bytes) + (kernels - 1) * p->g->kernel_launch_s;
-    p->fwd += t;
-    if (p->need_input_grad || p->need_weight_grad) p->bwd += 2 * t;
+    if (n > 0) p->fwd += cost_elementwise_time(p->g, k, n, p->A);
+}
+
+/* The same in the backward pass, which runs when the module passes or keeps gradients. */
+static void ew_bwd(pricer *p, cost_ew k, double n)
+{
+    if (n > 0 && runs_backward(p)) p->bwd += cost_elementwise_time(p->g, k, n, p->A);
+}
+
+/* A bias gradient (db = column sums of dY), only where the weights train. */
+static void ew_bias_grad(pricer *p, bool has_bias, double n)
+{
+    if (has_bias && p->need_weight_grad) ew_bwd(p, COST_EW_BIAS_GRAD, n);
+}
+
+/* The element-wise kernels of one pre-norm block on t rows, call by call in
+ * the order of executor/model.c (block_forward, block_backward): norms,
+ * biases, RoPE on q and k (none in cross-attention blocks), the residual
+ * adds, the MLP activation; backward, the zeroed gradient buffers the
+ * backward accumulates into, the kernels' backward and the bias gradients.
+ * qd, kd, f: this rank's q, k (= v) and MLP widths. LayerNorm models are
+ * priced as RMSNorm. */
+static void price_block_elementwise(pricer *p, const model_module *mm, double t, double qd, double kd, double f,
+                                    bool rope)
+{
+    double h = mm->hidden;
+    bool swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
+    double mlp_in = swiglu ? 2 : 1;                      /* gate and up, or the one up projection */
+    ew_fwd(p, COST_EW_RMSNORM, t * h);
+    if (mm->qkv_bias) { ew_fwd(p, COST_EW_BIAS, t * qd); ew_fwd(p, COST_EW_BIAS, t * kd); ew_fwd(p, COST_EW_BIAS, t * kd); }
+    if (rope) { ew_fwd(p, COST_EW_ROPE, t * qd); ew_fwd(p, COST_EW_ROPE, t * kd); }
+    if (mm->out_bias) ew_fwd(p, COST_EW_BIAS, t * h);
+    ew_fwd(p, COST_EW_ADD, t * h);
+    ew_fwd(p, COST_EW_RMSNORM, t * h);
+    if (mm->mlp_bias) for (int i = 0; i < mlp_in; i++) ew_fwd(p, COST_EW_BIAS, t * f);
+    ew_fwd(p, swiglu ? COST_EW_SWIGLU : COST_EW_GELU, t * f);
+    if (mm->mlp_bias) ew_fwd(p, COST_EW_BIAS, t * h);
+    ew_fwd(p, COST_EW_ADD, t * h);
+
+    ew_bwd(p, COST_EW_ZERO, t * f);
+    ew_bias_grad(p, mm->mlp_bias, t * h);
+    for (int i = 0; i < mlp_in; i++) ew_bwd(p, COST_EW_ZERO, t * f);
+    ew_bwd(p, swiglu ? COST_EW_SWIGLU_BWD : COST_EW_GELU_BWD, t * f);
+    ew_bwd(p, COST_EW_ZERO, t * h);
+    for (int i = 0; i < mlp_in; i++) ew_bias_grad(p, mm->mlp_bias, t * f);
+    ew_bwd(p, COST_EW_RMSNORM_BWD, t * h);
+    ew_bwd(p, COST_EW_ZERO, t * qd);
+    ew_bias_grad(p, mm->out_bias, t * h);
+    ew_bwd(p, COST_EW_ZERO, t * qd); ew_bwd(p, COST_EW_ZERO, t * kd); ew_bwd(p, COST_EW_ZERO, t * kd);
+    if (rope) { ew_bwd(p, COST_EW_ROPE_BWD, t * qd); ew_bwd(p, COST_EW_ROPE_BWD, t * kd); }
+    ew_bwd(p, COST_EW_ZERO, t * h);
+    if (mm->qkv_bias) { ew_bias_grad(p, true, t * qd); ew_bias_grad(p, true, t * kd); ew_bias_grad(p, true, t * kd); }
+    ew_bwd(p, COST_EW_RMSNORM_BWD, t * h);
 }
 
 /* One transformer block on t local tokens (after the Ulysses split, per dp rank). */
 static void price_block(pricer *p, const model_module *mm, const plan_module *s, double t,
-                        double span, bool cross, double cross_tokens, double A)
+                        double span, bool cross, double cross_tokens)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     if (cross) {
@@ -60,18 +111,75 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     if (mm->ffn_kind == MODEL_FFN_SWIGLU) price_linear(p, t, 2 * f / tp, h);
     else price_linear(p, t, f / tp, h);
     price_linear(p, t, h, f / tp);
-    price_elementwise(p, t * A * (12 * h + 6 * f / tp), KERNELS_PER_BLOCK);
+    price_block_elementwise(p, mm, t, H * d / tp, KV * d / tp, f / tp, !cross);
 }
 
 static void price_blocks(pricer *p, const model_module *mm, const plan_module *s, double t,
-                         double span, bool cross, double cross_tokens, int count, double A)
+                         double span, bool cross, double cross_tokens, int count)
 {
     if (count == 0) return;
     pricer one = *p;
     one.fwd = one.bwd = 0;
-    price_block(&one, mm, s, t, span, cross, cross_tokens, A);
+    price_block(&one, mm, s, t, span, cross, cross_tokens);
     p->fwd += count * one.fwd;
     p->bwd += count * one.bwd;
+}
+
+/* The LLM's stem and head (executor/model.c, llm_forward / llm_backward):
+ * embedding rows in, then over the `rows` predicting rows the final norm,
+ * the vocabulary shard's head GEMM and the cross-entropy, whose gradient
+ * the forward computes. */
+static void price_llm_ends(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
+{
+    double h = mm->hidden, shard = ceil((double)mm->vocab / s->tp);
+    ew_fwd(p, COST_EW_COPY, t * h);
+    ew_fwd(p, COST_EW_COPY, rows * h);
+    ew_fwd(p, COST_EW_RMSNORM, rows * h);
+    price_linear(p, rows, shard, h);
+    ew_fwd(p, COST_EW_CE, rows * shard);
+    ew_bwd(p, COST_EW_ZERO, rows * h);
+    ew_bwd(p, COST_EW_ZERO, rows * h);
+    ew_bwd(p, COST_EW_ZERO, t * h);
+    ew_bwd(p, COST_EW_RMSNORM_BWD, rows * h);
+    ew_bwd(p, COST_EW_ADD, rows * h);
+    if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, t * h);   /* embedding gradient rows */
+}
+
+/* The vision / audio stem and merger (executor/model.c, vision_forward /
+ * vision_backward): patch embedding, then over the merged rows the norm, the
+ * two-layer GELU projector (or one linear). */
+static void price_encoder_ends(pricer *p, const model_module *mm, const plan_module *s, double t)
+{
+    double h = mm->hidden, pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
+    double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
+    pricer stem = *p;                 /* the pixels need no gradient */
+    stem.need_input_grad = false;
+    price_linear(&stem, t, h / s->tp, pix);
+    p->fwd = stem.fwd;
+    p->bwd = stem.bwd;
+    ew_fwd(p, COST_EW_BIAS, t * h / s->tp);
+    ew_bias_grad(p, true, t * h / s->tp);
+    ew_fwd(p, COST_EW_RMSNORM, t * h);
+    ew_bwd(p, COST_EW_ZERO, t * h);
+    ew_bwd(p, COST_EW_ZERO, t * h);
+    ew_bwd(p, COST_EW_RMSNORM_BWD, t * h);
+    if (mm->proj_hidden > 0) {
+        double ph = mm->proj_hidden / (double)s->tp;
+        price_linear(p, merged, ph, mm->proj_in);
+        price_linear(p, merged, mm->out_hidden, ph);
+        ew_fwd(p, COST_EW_BIAS, merged * ph);
+        ew_fwd(p, COST_EW_GELU, merged * ph);
+        ew_fwd(p, COST_EW_BIAS, merged * mm->out_hidden);
+        ew_bwd(p, COST_EW_ZERO, merged * ph);
+        ew_bwd(p, COST_EW_ZERO, merged * ph);
+        ew_bwd(p, COST_EW_GELU_BWD, merged * ph);
+        ew_bias_grad(p, true, merged * ph);
+        ew_bias_grad(p, true, merged * mm->out_hidden);
+    } else {
+        price_linear(p, merged, mm->out_hidden / (double)s->tp, mm->proj_in);
+        ew_fwd(p, COST_EW_BIAS, merged * mm->out_hidden / s->tp);
+        ew_bias_grad(p, true, merged * mm->out_hidden / s->tp);
+    }
 }
 
 static double allreduce_tp(const cost_pool *pool, const plan_module *s, double bytes)
@@ -133,7 +241,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     memset(out, 0, sizeof *out);
 
     double A = plan_precision_bytes(o->precision).act;   /* activation / communication element */
-    pricer p = { .g = g, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM) };
+    pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM) };
     double t = samples * q.tokens_per_sample / s->sp;
     double cross_tokens = samples * q.cross_span / s->sp;
     /* Blocks differ only by attention kind: price one of each kind, times its count. */
@@ -143,27 +251,13 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
         else if (model_layer_is_full_attention(mm, l)) n_full++;
         else n_window++;
     }
-    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, n_full, A);
-    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window, A);
-    price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross, A);
+    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, n_full);
+    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window);
+    price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross);
     int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
-    /* Stem and head. */
     double h = mm->hidden;
-    if (mm->kind == MODEL_LLM) {
-        double shard = ceil((double)mm->vocab / s->tp);
-        price_linear(&p, t, shard, h);
-        price_elementwise(&p, t * shard * 8.0, 3);
-    } else {
-        double pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
-        double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
-        price_linear(&p, t, h / s->tp, pix);
-        if (mm->proj_hidden > 0) {
-            price_linear(&p, merged, mm->proj_hidden / (double)s->tp, mm->proj_in);
-            price_linear(&p, merged, mm->out_hidden, mm->proj_hidden / (double)s->tp);
-        } else {
-            price_linear(&p, merged, mm->out_hidden / (double)s->tp, mm->proj_in);
-        }
-    }
+    if (mm->kind == MODEL_LLM) price_llm_ends(&p, mm, s, t, plan_head_rows(w, o->precision, samples, t));
+    else price_encoder_ends(&p, mm, s, t);
     out->fwd_s = p.fwd;
     out->bwd_s = p.bwd;
     if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = p.fwd;

@@ -146,11 +146,12 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
 
 /* LM head logits [t, V/tp] in bf16 plus the fp32 copy vocab-parallel
  * cross-entropy works on (Megatron's _VocabParallelCrossEntropy). */
-static double logits_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double A)
+static double logits_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, const plan_workload *w,
+                           plan_precision pr, double A)
 {
     if (mm->kind != MODEL_LLM) return 0;
     double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
-    return t * ceil((double)mm->vocab / s->tp) * (A + FP32);
+    return plan_head_rows(w, pr, s->micro_batch, t) * ceil((double)mm->vocab / s->tp) * (A + FP32);
 }
 
 static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p, double A)
@@ -200,7 +201,7 @@ static exec_floats executor_act_floats(const model_module *mm, const plan_module
         return e;
     }
     /* the head is sized for every text position's prediction, the loss mask aside */
-    double P = mb * (w->text_tokens - 1), V = ceil((double)mm->vocab / tp);
+    double P = plan_head_rows(w, PLAN_OPT_FP32, mb, N), V = ceil((double)mm->vocab / tp);
     double m_rows = mb * (q->tokens_per_sample - w->text_tokens);
     e.saved += 2 * pad16(P * d) + pad16(P) + pad16(P) + pad16(2 * P);
     e.logits = 2 * pad16(P * V);
@@ -234,7 +235,7 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
         out->comm = executor_comm_bytes(mm, s);
     } else {
         out->activations = activation_bytes(m, mi, s, &q, in_flight < 1 ? 1 : in_flight, A);
-        out->logits = logits_bytes(mm, s, &q, A);
+        out->logits = logits_bytes(mm, s, &q, w, o->precision, A);
         out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A);
     }
     out->reserved = g->reserved_bytes;

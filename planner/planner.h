@@ -103,6 +103,11 @@ typedef struct {
     double cross_span;        /* LLM cross-attention layers: encoder tokens per sample */
 } plan_seq;
 int plan_module_seq(const model_t *m, int module, const plan_workload *w, plan_seq *out);
+/* Rows the LM head (logits, cross-entropy) runs over for `samples` samples
+ * of the LLM's `tokens` local rows: with the fp32 executor, the rows that
+ * predict a next text token (executor/model.c, count_predictions); under the
+ * bf16 precisions, which describe Megatron-LM, every position. */
+double plan_head_rows(const plan_workload *w, plan_precision pr, double samples, double tokens);
 int plan_workload_validate(const model_t *m, const plan_workload *w, char *err);
 /* Sets image_tokens from a square image side in pixels (patches before merge). */
 int plan_image_tokens_from_pixels(const model_t *m, int pixels, int *tokens, char *err);

@@ -156,12 +156,22 @@ static bool grid_eq(const cost_gemm_grid *a, const cost_gemm_grid *b)
     return eq;
 }
 
+static bool ew_eq(const cost_ew_table *a, const cost_ew_table *b)
+{
+    bool eq = a->n == b->n;
+    for (int i = 0; eq && i < a->n; i++) {
+        eq = near_ulps(a->elements[i], b->elements[i]);
+        for (int k = 0; k < COST_N_EW; k++) eq = eq && near_ulps(a->bw[k][i], b->bw[k][i]);
+    }
+    return eq;
+}
+
 static bool gpu_eq(const cost_gpu *a, const cost_gpu *b)
 {
     return strcmp(a->name, b->name) == 0 && a->peak_flops == b->peak_flops && a->gemm_eff_max == b->gemm_eff_max
         && a->gemm_half == b->gemm_half && a->attn_eff == b->attn_eff && a->hbm_bytes == b->hbm_bytes
         && a->hbm_bw == b->hbm_bw && a->mem_eff == b->mem_eff && a->reserved_bytes == b->reserved_bytes
-        && a->kernel_launch_s == b->kernel_launch_s && grid_eq(&a->grid, &b->grid);
+        && a->kernel_launch_s == b->kernel_launch_s && grid_eq(&a->grid, &b->grid) && ew_eq(&a->ew, &b->ew);
 }
 
 static bool cluster_eq(const cost_cluster *a, const cost_cluster *b)
@@ -603,4 +613,74 @@ TEST(costdb_intra_ops_price_their_collective_inside_a_node)
     CHECK_EQ_INT(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER
                                  ", \"intra_ops\": {\"all-reduce\": {\"busbw\": -1, \"alpha_s\": 0}}", &c, err), UTIL_EINVAL);
     CHECK(strstr(err, "intra_ops.all-reduce") != NULL);
+}
+
+/* A table with SwiGLU measured at 1e3 and 1e6 elements (4 and 1 GB/s of its
+ * 12 nominal bytes per fp32 element); the other kernels are not in it. */
+static cost_gpu ew_gpu(void)
+{
+    cost_gpu g = round_gpu();
+    g.ew.n = 2;
+    g.ew.elements[0] = 1e3;
+    g.ew.elements[1] = 1e6;
+    g.ew.bw[COST_EW_SWIGLU][0] = 4e9;
+    g.ew.bw[COST_EW_SWIGLU][1] = 1e9;
+    return g;
+}
+
+TEST(costdb_elementwise_kernels_priced_at_their_own_rate)
+{
+    cost_gpu g = ew_gpu();
+    /* not measured: its nominal bytes at hbm_bw x mem_eff, 1e8 x 3 x 2 B / 5e11 */
+    CHECK_NEAR(cost_elementwise_time(&g, COST_EW_ADD, 1e8, 2), 1.2e-3 + 1e-5, 1e-12);
+    /* at the table's sizes, its rates: 12e3 B / 4e9, 12e6 B / 1e9 */
+    CHECK_NEAR(cost_elementwise_time(&g, COST_EW_SWIGLU, 1e3, 4), 3e-6 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_elementwise_time(&g, COST_EW_SWIGLU, 1e6, 4), 1.2e-2 + 1e-5, 1e-12);
+    /* half-way in log bytes: the geometric mean of the rates, 2e9 */
+    double mid = sqrt(1e9);
+    CHECK_NEAR(cost_elementwise_time(&g, COST_EW_SWIGLU, mid, 4), mid * 12 / 2e9 + 1e-5, 1e-12);
+    /* bf16 elements move half the bytes: 1e6 of them sit where 5e5 fp32 ones do */
+    double w = log(6e6 / 12e3) / log(1e3), rate = exp((1 - w) * log(4e9) + w * log(1e9));
+    CHECK_NEAR(cost_elementwise_time(&g, COST_EW_SWIGLU, 1e6, 2), 6e6 / rate + 1e-5, 1e-12);
+    /* outside the table: clamped to the end rates */
+    CHECK_NEAR(cost_elementwise_time(&g, COST_EW_SWIGLU, 1e7, 4), 0.12 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_elementwise_time(&g, COST_EW_SWIGLU, 10, 4), 120 / 4e9 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_elementwise_time(&g, COST_EW_SWIGLU, 0, 4), 0, 0);
+    /* every kernel has a name of its own and a positive access count */
+    for (int k = 0; k < COST_N_EW; k++) {
+        CHECK(cost_ew_name((cost_ew)k) != NULL && cost_ew_accesses((cost_ew)k) >= 1);
+        for (int j = 0; j < k; j++) CHECK(strcmp(cost_ew_name((cost_ew)k), cost_ew_name((cost_ew)j)) != 0);
+    }
+    CHECK(cost_ew_name(COST_N_EW) == NULL);
+}
+
+TEST(costdb_elementwise_table_round_trips_and_bad_tables_are_named)
+{
+    cost_gpu g = ew_gpu(), back;
+    char err[UTIL_ERR_LEN];
+    cJSON *o = cost_gpu_to_json(&g);
+    char *text = o ? cJSON_Print(o) : NULL;
+    int rc = text ? cost_gpu_parse_json(text, "ew.json", &back, err) : -1;
+    cJSON_free(text);
+    cJSON_Delete(o);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK(gpu_eq(&g, &back));
+    CHECK(back.ew.bw[COST_EW_ADD][0] == 0);
+    static const struct { const char *table, *want; } bad[] = {
+        {"[1, 2]", "elementwise: must be an object"},
+        {"{\"swiglu\": [1e9]}", "elementwise.elements: must be an array of 1 to 2 sizes"},
+        {"{\"elements\": [10, 5], \"swiglu\": [1e9, 1e9]}", "elementwise.elements[1]: sizes must be positive and ascending"},
+        {"{\"elements\": [10, 50], \"swigloo\": [1e9, 1e9]}", "elementwise.swigloo: not an element-wise kernel"},
+        {"{\"elements\": [10, 50], \"swiglu\": [1e9]}", "elementwise.swiglu: must be an array of 2 rates"},
+        {"{\"elements\": [10, 50], \"add\": [1e9, 0]}", "elementwise.add[1]: must be a positive rate"},
+        {"{\"elements\": [10, 50], \"add\": [1e9, 1e9], \"source\": 1}", "elementwise.source: must be a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char doc[1024];
+        snprintf(doc, sizeof doc, "{\"schema\": \"dhp.gpu/1\", \"name\": \"x\", \"peak_flops\": 1e15, \"gemm_eff_max\": 0.8, "
+                 "\"gemm_half\": 100, \"attn_eff\": 0.5, \"hbm_bytes\": 1e11, \"hbm_bw\": 1e12, \"mem_eff\": 0.5, "
+                 "\"reserved_bytes\": 1e9, \"kernel_launch_s\": 1e-5, \"elementwise\": %s}", bad[i].table);
+        CHECK_EQ_INT(cost_gpu_parse_json(doc, "bad.json", &back, err), UTIL_EINVAL);
+        CHECK_MSG(strstr(err, bad[i].want) != NULL, "case %zu: '%s'", i, err);
+    }
 }

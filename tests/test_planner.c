@@ -383,3 +383,40 @@ TEST(search_reports_a_model_that_fits_nowhere)
     CHECK(rc == UTIL_EINFEASIBLE);
     CHECK(strstr(err, "fits") != NULL);
 }
+
+/* Each element-wise kernel the executor runs is priced at its own rate:
+ * slowing SwiGLU alone in the table adds exactly its bytes x (1/new - 1/old)
+ * per block, and the cross-entropy runs over the predicting text rows (the
+ * fp32 executor) or every position (bf16, Megatron-LM). */
+TEST(cost_prices_each_elementwise_kernel_at_its_rate)
+{
+    model_t m = load_model("tiny-vl");
+    cost_cluster c = load_cluster("8xh100");
+    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
+    plan_options o;
+    plan_options_default(&o);
+    o.precision = PLAN_OPT_FP32;
+    plan_module s = strategy(1, 1, 1, 1, 0, 8, PLAN_RECOMP_NONE);
+    const model_module *llm = &m.mod[m.llm];
+    double samples = 8, t = samples * (48 + 64 / 4), old_rate = c.pool[0].gpu.hbm_bw * c.pool[0].gpu.mem_eff;
+    plan_time base, slow;
+    plan_micro_time(&m, m.llm, &s, &w, &c, &o, samples, &base);
+    cost_gpu *g = &c.pool[0].gpu;
+    g->ew.n = 1;
+    g->ew.elements[0] = 1e6;
+    g->ew.bw[COST_EW_SWIGLU][0] = 1e9;
+    plan_micro_time(&m, m.llm, &s, &w, &c, &o, samples, &slow);
+    double swiglu_bytes = t * llm->ffn * 3 * 4.0;   /* read gate and up, write h; fp32 */
+    CHECK_NEAR(slow.fwd_s - base.fwd_s, llm->layers * swiglu_bytes * (1 / 1e9 - 1 / old_rate), 1e-12);
+    CHECK_NEAR(slow.bwd_s, base.bwd_s, 1e-12);
+    g->ew.bw[COST_EW_SWIGLU][0] = 0;
+    g->ew.bw[COST_EW_CE][0] = 1e9;
+    plan_micro_time(&m, m.llm, &s, &w, &c, &o, samples, &slow);
+    double ce_bytes = samples * (48 - 1) * llm->vocab * 5 * 4.0;
+    CHECK_NEAR(slow.fwd_s - base.fwd_s, ce_bytes * (1 / 1e9 - 1 / old_rate), 1e-12);
+    o.precision = PLAN_OPT_PURE_BF16;
+    plan_micro_time(&m, m.llm, &s, &w, &c, &o, samples, &slow);
+    g->ew.n = 0;
+    plan_micro_time(&m, m.llm, &s, &w, &c, &o, samples, &base);
+    CHECK_NEAR(slow.fwd_s - base.fwd_s, t * llm->vocab * 5 * 2.0 * (1 / 1e9 - 1 / old_rate), 1e-12);
+}
