@@ -559,13 +559,12 @@ static int run_step(run_ctx *r, const plan_schedule *s, ex_dataset *ds, step_dat
     if (rc) return rc;
     bool applied = false;
     int failed = 0;
-    double t_start = util_now();
     for (int i = 0; i < s->n && !rc; i++) {
         double t0 = util_now();
         rc = run_op(r, &s->op[i], d, h, st, &applied, &failed, err);
         double t1 = util_now();
         st->op_s[s->op[i].kind] += t1 - t0;
-        if (ev) ev[i] = (op_event){ s->op[i], t0 - t_start, t1 - t_start };
+        if (ev) ev[i] = (op_event){ s->op[i], t0 - r->t_origin, t1 - r->t_origin };
     }
     char werr[UTIL_ERR_LEN];
     int wrc = handoff_wait_all(r, h, werr);
@@ -664,6 +663,9 @@ static int write_trace(run_ctx *r, const plan_schedule *s, const op_event *ev, c
     plan_trace_event *te = !rc && r->rank == 0 ? util_calloc((size_t)most * r->size, sizeof *te) : NULL;
     if (!rc && r->rank == 0 && !te) rc = util_fail(err, UTIL_ENOMEM, "run: out of memory");
     if (te) {
+        double first = INFINITY;   /* the step's first op on any rank is the trace's time 0 */
+        for (size_t i = 0; i < (size_t)most * r->size; i++)
+            if (all[i].op.kind != PLAN_NOPS && all[i].t0 < first) first = all[i].t0;
         int n = 0;
         for (int q = 0; q < r->size; q++)
             for (int i = 0; i < most; i++) {
@@ -673,8 +675,8 @@ static int write_trace(run_ctx *r, const plan_schedule *s, const op_event *ev, c
                 t->rank = q;
                 t->lane = plan_op_lane(e->op.kind);
                 plan_sim_op_label(&r->plan, &e->op, t->name, sizeof t->name);
-                t->start_s = e->t0;
-                t->end_s = e->t1;
+                t->start_s = e->t0 - first;
+                t->end_s = e->t1 - first;
                 t->chunk = e->op.chunk;
                 t->samples = e->op.chunk >= 0 ? e->op.samples : -1;
                 t->bytes = -1;
@@ -708,6 +710,7 @@ static int train(run_ctx *r, ex_dataset *ds, char *err)
     if (!rc) rc = data_init(r, &s, ds, &d, err);
     if (!rc) rc = handoff_init(r, &h, err);
     rc = agree(r, rc, err);
+    r->t_origin = util_now();
     op_event *ev = rc ? NULL : util_calloc((size_t)s.n + 1, sizeof *ev);
     rank_report *rep = util_calloc((size_t)r->size, sizeof *rep);
     int stop = r->o->stop_after > 0 && r->o->stop_after < r->o->steps ? r->o->stop_after : r->o->steps;

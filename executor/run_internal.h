@@ -33,6 +33,11 @@ typedef struct {
     ex_model *em;
     ex_optim_config optim;
     int step;                 /* steps done */
+    /* util_now() when the ranks left one collective together at start-up:
+     * the trace's op times count from it on every rank, so they line up
+     * across ranks (each rank's own step start does not: the ranks of a
+     * step start apart, by whatever the previous step left between them). */
+    double t_origin;
 } run_ctx;
 
 /* Checkpoints: DIR/step-NNNNNNNN/<module>.safetensors with every parameter
