@@ -221,14 +221,14 @@ int cost_gpu_validate(const cost_gpu *g, const char *ctx, char *err)
     return validate_gpu(g, ctx ? ctx : g->name, "", err);
 }
 
-/* One ascending axis of a GEMM grid: 2 .. COST_GEMM_GRID positive sizes. */
-static int grid_axis(const cJSON *grid, const char *what, const char *sub, const char *key, double *a, int *n,
-                     char *err)
+/* An array of lo .. hi positive ascending sizes at sub.key (a GEMM grid's axis, an element-wise table's sizes). */
+static int size_axis(const cJSON *obj, const char *what, const char *sub, const char *key, int lo, int hi, double *a,
+                     int *n, char *err)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(grid, key);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     int len = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
-    if (len < 2 || len > COST_GEMM_GRID)
-        return util_fail(err, UTIL_EINVAL, "%s: %s.%s: must be an array of 2 to %d sizes", what, sub, key, COST_GEMM_GRID);
+    if (len < lo || len > hi)
+        return util_fail(err, UTIL_EINVAL, "%s: %s.%s: must be an array of %d to %d sizes", what, sub, key, lo, hi);
     for (int i = 0; i < len; i++) {
         const cJSON *x = cJSON_GetArrayItem(v, i);
         if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || !(x->valuedouble > 0) || (i && !(x->valuedouble > a[i - 1])))
@@ -239,20 +239,31 @@ static int grid_axis(const cJSON *grid, const char *what, const char *sub, const
     return UTIL_OK;
 }
 
+/* An optional measured table obj.key: *v NULL when absent; else an object
+ * whose "source", if any, is a string; sub receives its path for messages. */
+static int optional_table(const cJSON *obj, const char *what, const char *path, const char *key, const cJSON **v,
+                          char *sub, size_t sub_len, char *err)
+{
+    *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!*v) return UTIL_OK;
+    field_path(sub, sub_len, path, key);
+    if (!cJSON_IsObject(*v)) return util_fail(err, UTIL_EINVAL, "%s: %s: must be an object", what, sub);
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(*v, "source");
+    if (src && !cJSON_IsString(src)) return util_fail(err, UTIL_EINVAL, "%s: %s.source: must be a string", what, sub);
+    return UTIL_OK;
+}
+
 /* Optional "gemm_grid": {"m": [...], "n": [...], "k": [...], "eff": [n_m x n_n x n_k,
  * k fastest], "source": "..."} (cost_gemm_grid). */
 static int parse_gemm_grid(const cJSON *obj, const char *what, const char *path, cost_gemm_grid *G, char *err)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "gemm_grid");
-    if (!v) return UTIL_OK;
+    const cJSON *v;
     char sub[UTIL_ERR_LEN / 2];
-    field_path(sub, sizeof sub, path, "gemm_grid");
-    if (!cJSON_IsObject(v)) return util_fail(err, UTIL_EINVAL, "%s: %s: must be an object", what, sub);
-    const cJSON *src = cJSON_GetObjectItemCaseSensitive(v, "source");
-    if (src && !cJSON_IsString(src)) return util_fail(err, UTIL_EINVAL, "%s: %s.source: must be a string", what, sub);
-    int rc;
-    if ((rc = grid_axis(v, what, sub, "m", G->m, &G->n_m, err)) || (rc = grid_axis(v, what, sub, "n", G->n, &G->n_n, err))
-        || (rc = grid_axis(v, what, sub, "k", G->k, &G->n_k, err))) {
+    int rc = optional_table(obj, what, path, "gemm_grid", &v, sub, sizeof sub, err);
+    if (rc || !v) return rc;
+    if ((rc = size_axis(v, what, sub, "m", 2, COST_GEMM_GRID, G->m, &G->n_m, err))
+        || (rc = size_axis(v, what, sub, "n", 2, COST_GEMM_GRID, G->n, &G->n_n, err))
+        || (rc = size_axis(v, what, sub, "k", 2, COST_GEMM_GRID, G->k, &G->n_k, err))) {
         G->n_m = 0;
         return rc;
     }
@@ -279,29 +290,14 @@ static int parse_gemm_grid(const cJSON *obj, const char *what, const char *path,
  * "source": "..."} (cost_ew_table); kernels absent are priced at hbm_bw x mem_eff. */
 static int parse_ew_table(const cJSON *obj, const char *what, const char *path, cost_ew_table *T, char *err)
 {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "elementwise");
-    if (!v) return UTIL_OK;
+    const cJSON *v;
     char sub[UTIL_ERR_LEN / 2];
-    field_path(sub, sizeof sub, path, "elementwise");
-    if (!cJSON_IsObject(v)) return util_fail(err, UTIL_EINVAL, "%s: %s: must be an object", what, sub);
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(v, "elements");
-    int n = cJSON_IsArray(e) ? cJSON_GetArraySize(e) : -1;
-    if (n < 1 || n > COST_EW_SIZES)
-        return util_fail(err, UTIL_EINVAL, "%s: %s.elements: must be an array of 1 to %d sizes", what, sub, COST_EW_SIZES);
-    for (int i = 0; i < n; i++) {
-        const cJSON *x = cJSON_GetArrayItem(e, i);
-        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || !(x->valuedouble > 0)
-            || (i && !(x->valuedouble > T->elements[i - 1])))
-            return util_fail(err, UTIL_EINVAL, "%s: %s.elements[%d]: sizes must be positive and ascending", what, sub, i);
-        T->elements[i] = x->valuedouble;
-    }
+    int n, rc = optional_table(obj, what, path, "elementwise", &v, sub, sizeof sub, err);
+    if (rc || !v) return rc;
+    if ((rc = size_axis(v, what, sub, "elements", 1, COST_EW_SIZES, T->elements, &n, err))) return rc;
     const cJSON *it;
     cJSON_ArrayForEach(it, v) {
-        if (!strcmp(it->string, "elements")) continue;
-        if (!strcmp(it->string, "source")) {
-            if (!cJSON_IsString(it)) return util_fail(err, UTIL_EINVAL, "%s: %s.source: must be a string", what, sub);
-            continue;
-        }
+        if (!strcmp(it->string, "elements") || !strcmp(it->string, "source")) continue;
         int k = 0;
         while (k < COST_N_EW && strcmp(it->string, cost_ew_name((cost_ew)k))) k++;
         if (k == COST_N_EW) return util_fail(err, UTIL_EINVAL, "%s: %s.%s: not an element-wise kernel", what, sub, it->string);

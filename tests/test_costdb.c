@@ -445,17 +445,33 @@ TEST(costdb_gemm_grid_interpolates_in_log_size_and_extends_by_the_formula)
     CHECK_NEAR(cost_gemm_efficiency(&g, 0, 200, 200), 0, 0);
 }
 
+/* g written by cost_gpu_to_json parses back to the same GPU. */
+static bool gpu_round_trips(const cost_gpu *g, cost_gpu *back, char *err)
+{
+    cJSON *o = cost_gpu_to_json(g);
+    char *text = o ? cJSON_Print(o) : NULL;
+    int rc = text ? cost_gpu_parse_json(text, "gpu.json", back, err) : -1;
+    cJSON_free(text);
+    cJSON_Delete(o);
+    return rc == 0 && gpu_eq(g, back);
+}
+
+/* A valid GPU with `"<key>": <value>` added must be refused with `want` in the message. */
+static bool gpu_field_refused(const char *key, const char *value, const char *want, char *err)
+{
+    char doc[1024];
+    cost_gpu back;
+    snprintf(doc, sizeof doc, "{\"schema\": \"dhp.gpu/1\", \"name\": \"x\", \"peak_flops\": 1e15, \"gemm_eff_max\": 0.8, "
+             "\"gemm_half\": 100, \"attn_eff\": 0.5, \"hbm_bytes\": 1e11, \"hbm_bw\": 1e12, \"mem_eff\": 0.5, "
+             "\"reserved_bytes\": 1e9, \"kernel_launch_s\": 1e-5, \"%s\": %s}", key, value);
+    return cost_gpu_parse_json(doc, "bad.json", &back, err) == UTIL_EINVAL && strstr(err, want) != NULL;
+}
+
 TEST(costdb_gemm_grid_round_trips_and_bad_grids_are_named)
 {
     cost_gpu g = grid_gpu(), back;
-    char err[UTIL_ERR_LEN];
-    cJSON *o = cost_gpu_to_json(&g);
-    char *text = o ? cJSON_Print(o) : NULL;
-    int rc = text ? cost_gpu_parse_json(text, "grid.json", &back, err) : -1;
-    cJSON_free(text);
-    cJSON_Delete(o);
-    CHECK_MSG(rc == 0, "%s", err);
-    CHECK(gpu_eq(&g, &back));
+    char err[UTIL_ERR_LEN] = "";
+    CHECK_MSG(gpu_round_trips(&g, &back, err), "%s", err);
     static const struct { const char *grid, *want; } bad[] = {
         {"{\"m\": [100], \"n\": [1, 2], \"k\": [1, 2], \"eff\": [0.5, 0.5]}", "gemm_grid.m: must be an array of 2 to 8"},
         {"{\"m\": [2, 1], \"n\": [1, 2], \"k\": [1, 2], \"eff\": []}", "gemm_grid.m[1]: sizes must be positive and ascending"},
@@ -465,14 +481,8 @@ TEST(costdb_gemm_grid_round_trips_and_bad_grids_are_named)
         {"{\"m\": [1, 2], \"n\": [1, 2], \"k\": [1, 2], \"eff\": [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5], \"source\": 3}",
          "gemm_grid.source: must be a string"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        char doc[1024];
-        snprintf(doc, sizeof doc, "{\"schema\": \"dhp.gpu/1\", \"name\": \"x\", \"peak_flops\": 1e15, \"gemm_eff_max\": 0.8, "
-                 "\"gemm_half\": 100, \"attn_eff\": 0.5, \"hbm_bytes\": 1e11, \"hbm_bw\": 1e12, \"mem_eff\": 0.5, "
-                 "\"reserved_bytes\": 1e9, \"kernel_launch_s\": 1e-5, \"gemm_grid\": %s}", bad[i].grid);
-        CHECK_EQ_INT(cost_gpu_parse_json(doc, "bad.json", &back, err), UTIL_EINVAL);
-        CHECK_MSG(strstr(err, bad[i].want) != NULL, "case %zu: '%s'", i, err);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_MSG(gpu_field_refused("gemm_grid", bad[i].grid, bad[i].want, err), "case %zu: '%s'", i, err);
 }
 
 /* A measured speed table loads plain or sourced, survives the round trip
@@ -657,14 +667,8 @@ TEST(costdb_elementwise_kernels_priced_at_their_own_rate)
 TEST(costdb_elementwise_table_round_trips_and_bad_tables_are_named)
 {
     cost_gpu g = ew_gpu(), back;
-    char err[UTIL_ERR_LEN];
-    cJSON *o = cost_gpu_to_json(&g);
-    char *text = o ? cJSON_Print(o) : NULL;
-    int rc = text ? cost_gpu_parse_json(text, "ew.json", &back, err) : -1;
-    cJSON_free(text);
-    cJSON_Delete(o);
-    CHECK_MSG(rc == 0, "%s", err);
-    CHECK(gpu_eq(&g, &back));
+    char err[UTIL_ERR_LEN] = "";
+    CHECK_MSG(gpu_round_trips(&g, &back, err), "%s", err);
     CHECK(back.ew.bw[COST_EW_ADD][0] == 0);
     static const struct { const char *table, *want; } bad[] = {
         {"[1, 2]", "elementwise: must be an object"},
@@ -675,12 +679,6 @@ TEST(costdb_elementwise_table_round_trips_and_bad_tables_are_named)
         {"{\"elements\": [10, 50], \"add\": [1e9, 0]}", "elementwise.add[1]: must be a positive rate"},
         {"{\"elements\": [10, 50], \"add\": [1e9, 1e9], \"source\": 1}", "elementwise.source: must be a string"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        char doc[1024];
-        snprintf(doc, sizeof doc, "{\"schema\": \"dhp.gpu/1\", \"name\": \"x\", \"peak_flops\": 1e15, \"gemm_eff_max\": 0.8, "
-                 "\"gemm_half\": 100, \"attn_eff\": 0.5, \"hbm_bytes\": 1e11, \"hbm_bw\": 1e12, \"mem_eff\": 0.5, "
-                 "\"reserved_bytes\": 1e9, \"kernel_launch_s\": 1e-5, \"elementwise\": %s}", bad[i].table);
-        CHECK_EQ_INT(cost_gpu_parse_json(doc, "bad.json", &back, err), UTIL_EINVAL);
-        CHECK_MSG(strstr(err, bad[i].want) != NULL, "case %zu: '%s'", i, err);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_MSG(gpu_field_refused("elementwise", bad[i].table, bad[i].want, err), "case %zu: '%s'", i, err);
 }
