@@ -6,6 +6,7 @@
 #include "executor/backend.h"
 
 #include <math.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -564,7 +565,7 @@ static int run_step(run_ctx *r, const plan_schedule *s, ex_dataset *ds, step_dat
         rc = run_op(r, &s->op[i], d, h, st, &applied, &failed, err);
         double t1 = util_now();
         st->op_s[s->op[i].kind] += t1 - t0;
-        if (ev) ev[i] = (op_event){ s->op[i], t0 - r->t_origin, t1 - r->t_origin };
+        if (ev) ev[i] = (op_event){ s->op[i], t0 + r->wall_offset, t1 + r->wall_offset };
     }
     char werr[UTIL_ERR_LEN];
     int wrc = handoff_wait_all(r, h, werr);
@@ -691,6 +692,14 @@ static int write_trace(run_ctx *r, const plan_schedule *s, const op_event *ev, c
 
 /* ------------------------------------------------------------ driver */
 
+static double wall_minus_monotonic(void)
+{
+    struct timespec w;
+    double m = util_now();
+    clock_gettime(CLOCK_REALTIME, &w);
+    return (double)w.tv_sec + 1e-9 * (double)w.tv_nsec - m;
+}
+
 static int agree(run_ctx *r, int rc, char *err)
 {
     int v = rc;
@@ -710,7 +719,7 @@ static int train(run_ctx *r, ex_dataset *ds, char *err)
     if (!rc) rc = data_init(r, &s, ds, &d, err);
     if (!rc) rc = handoff_init(r, &h, err);
     rc = agree(r, rc, err);
-    r->t_origin = util_now();
+    r->wall_offset = wall_minus_monotonic();
     op_event *ev = rc ? NULL : util_calloc((size_t)s.n + 1, sizeof *ev);
     rank_report *rep = util_calloc((size_t)r->size, sizeof *rep);
     int stop = r->o->stop_after > 0 && r->o->stop_after < r->o->steps ? r->o->stop_after : r->o->steps;

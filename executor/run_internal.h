@@ -33,11 +33,14 @@ typedef struct {
     ex_model *em;
     ex_optim_config optim;
     int step;                 /* steps done */
-    /* util_now() when the ranks left one collective together at start-up:
-     * the trace's op times count from it on every rank, so they line up
-     * across ranks (each rank's own step start does not: the ranks of a
-     * step start apart, by whatever the previous step left between them). */
-    double t_origin;
+    /* CLOCK_REALTIME - util_now() on this rank: the trace's op times are
+     * wall-clock times, which every process of a host reads from one clock
+     * and NTP keeps close across hosts, so ranks line up. (Each rank's own
+     * step start does not: the ranks of a step start apart, by whatever the
+     * previous step left between them; nor does the exit of a start-up
+     * collective, which a rank descheduled right after it misses by a time
+     * slice.) */
+    double wall_offset;
 } run_ctx;
 
 /* Checkpoints: DIR/step-NNNNNNNN/<module>.safetensors with every parameter

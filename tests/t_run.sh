@@ -119,7 +119,7 @@ a, b = ops(sys.argv[1]), ops(sys.argv[2])
 if a != b or not a:
     sys.exit(f"{len(a)} measured vs {len(b)} simulated events differ")
 # One time base for all ranks: no hand-off is received before it was sent
-# (1 ms for the clocks' start-up skew), and the step starts at 0.
+# (1 ms of slack; a host's ranks read one clock), and the step starts at 0.
 import re
 ev = json.load(open(sys.argv[1]))
 ev = [x for x in (ev if isinstance(ev, list) else ev["traceEvents"]) if x.get("ph") == "X"]
