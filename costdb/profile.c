@@ -20,7 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RMSNORM_DIM 768      /* dhp-100m LLM hidden size */
 #define MAX_COLL_BYTES (16u << 20)
 
 /* ---- fitting ---- */
@@ -400,6 +399,9 @@ void cost_prof_keep_gemm(cost_profile *p, int idx, int pass, int m, int n, int k
     *r = (cost_profile_gemm){m, n, k, t, 2.0 * m * n * k / t};
 }
 
+#define GEMM_BATCHES 2   /* timed batches of a shape per pass */
+static int gemm_passes(const cost_profile *p) { return p->quick ? 2 : 3; }
+
 static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
 {
     static const int m_full[] = {64, 256, 1024, 4096}, nk_full[] = {32, 128, 512, 2048};
@@ -417,16 +419,15 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
     p->launch_s = alone_time(c, run_gemm, &one, p->quick ? 0.005 : 0.05, 1000, 3);
     /* Passes over the whole grid, best per shape: a burst of load from other
      * processes spoils one pass of a shape, rarely all of them. */
-    int passes = p->quick ? 2 : 3;
     double target = p->quick ? 0.003 : 0.015;
     p->n_gemm = 0;
-    for (int pass = 0; pass < passes; pass++) {
+    for (int pass = 0; pass < gemm_passes(p); pass++) {
         int idx = 0;
         for (int i = 0; i < nm; i++)
             for (int j = 0; j < nnk; j++)
                 for (int l = 0; l < nnk && idx < COST_PROFILE_MAX_GEMM; l++, idx++) {
                     gemm_arg g = {ms[i], nks[j], nks[l], A, B, C};
-                    cost_prof_keep_gemm(p, idx, pass, g.m, g.n, g.k, alone_time(c, run_gemm, &g, target, 1, 2));
+                    cost_prof_keep_gemm(p, idx, pass, g.m, g.n, g.k, alone_time(c, run_gemm, &g, target, 1, GEMM_BATCHES));
                 }
         p->n_gemm = idx;
     }
@@ -503,9 +504,9 @@ static int measure_attention(const prof_ctx *c, cost_profile *p, char *err)
     return UTIL_OK;
 }
 
-/* ---- memory: STREAM kernels and the backend's element-wise kernels ---- */
+/* ---- memory: the STREAM kernels ---- */
 
-typedef struct { float *a, *b, *c, *w, *rstd; size_t n; const cost_profile_opts *o; } stream_arg;
+typedef struct { float *a, *b, *c; size_t n; const cost_profile_opts *o; } stream_arg;
 
 static void k_copy(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->c[i] = s->a[i]; }
 static void k_scale(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->b[i] = 3.0f * s->c[i]; }
@@ -513,29 +514,23 @@ static void k_add(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++
 static void k_triad(void *v) { stream_arg *s = v; for (size_t i = 0; i < s->n; i++) s->a[i] = s->b[i] + 3.0f * s->c[i]; }
 /* The backend's y += x (the residual add): 12 B per element */
 static void k_add_inplace(void *v) { stream_arg *s = v; s->o->add_inplace(s->c, s->b, s->n); }
-/* The backend's h = g sigmoid(g) u (SwiGLU forward): 12 B per element */
-static void k_swiglu(void *v) { stream_arg *s = v; s->o->swiglu_forward(s->a, s->b, s->c, s->n); }
-/* The backend's RMSNorm over rows of RMSNORM_DIM: 8 B per element */
-static void k_rmsnorm(void *v)
-{
-    stream_arg *s = v;
-    s->o->rmsnorm_forward(s->a, s->rstd, s->b, s->w, (int)(s->n / RMSNORM_DIM), RMSNORM_DIM, 1e-6f);
-}
 
 static double stream_time(const prof_ctx *c, void (*fn)(void *), stream_arg *s, int trials)
 {
     return alone_time(c, fn, s, 0, 1, trials);
 }
 
+/* Floats per STREAM array: at least 4x the last-level cache (STREAM's own
+ * rule; 32 MiB here), 128 MiB, or 32 MiB when quick. */
+static size_t stream_floats(const cost_profile *p) { return p->quick ? (8u << 20) : (32u << 20); }
+
 static int measure_memory(const prof_ctx *c, cost_profile *p, char *err)
 {
-    size_t n = p->quick ? (8u << 20) : (32u << 20);       /* floats per array: 32 MiB / 128 MiB */
-    stream_arg s = {util_malloc(n * sizeof(float)), util_malloc(n * sizeof(float)), util_malloc(n * sizeof(float)),
-                    util_malloc(RMSNORM_DIM * sizeof(float)), util_malloc((n / RMSNORM_DIM + 1) * sizeof(float)), n, c->o};
-    int rc = (s.a && s.b && s.c && s.w && s.rstd) ? UTIL_OK
-                                                  : util_fail(err, UTIL_ENOMEM, "profile: out of memory for STREAM arrays");
+    size_t n = stream_floats(p);
+    stream_arg s = {util_malloc(n * sizeof(float)), util_malloc(n * sizeof(float)), util_malloc(n * sizeof(float)), n, c->o};
+    int rc = (s.a && s.b && s.c) ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for STREAM arrays");
     if (!(rc = cost_prof_agree(c, rc, err))) {
-        cost_prof_fill(s.a, n, 4); cost_prof_fill(s.b, n, 5); cost_prof_fill(s.c, n, 6); cost_prof_fill(s.w, RMSNORM_DIM, 7);
+        cost_prof_fill(s.a, n, 4); cost_prof_fill(s.b, n, 5); cost_prof_fill(s.c, n, 6);
         int trials = p->quick ? 3 : 6;
         double b = (double)n * sizeof(float);
         p->stream_bytes = b;
@@ -543,14 +538,8 @@ static int measure_memory(const prof_ctx *c, cost_profile *p, char *err)
         p->scale_bw = 2 * b / stream_time(c, k_scale, &s, trials);
         p->add_bw = 3 * b / stream_time(c, k_add, &s, trials);
         p->triad_bw = 3 * b / stream_time(c, k_triad, &s, trials);
-        double ta = stream_time(c, k_add_inplace, &s, trials), ts = stream_time(c, k_swiglu, &s, trials);
-        double tr = stream_time(c, k_rmsnorm, &s, trials);
-        p->ew_add_bw = 3 * b / ta;
-        p->ew_swiglu_bw = 3 * b / ts;
-        p->ew_rmsnorm_bw = 2 * b / tr;
-        p->ew_bw = 8 * b / (ta + ts + tr);
     }
-    util_free(s.a); util_free(s.b); util_free(s.c); util_free(s.w); util_free(s.rstd);
+    util_free(s.a); util_free(s.b); util_free(s.c);
     return rc;
 }
 
@@ -562,6 +551,21 @@ static int measure_memory(const prof_ctx *c, cost_profile *p, char *err)
 #define EW_VOCAB 1024         /* cross-entropy rows */
 #define EW_SMALL 24576        /* 96 KiB per array: a kernel's arrays stay in a core's L2 */
 #define EW_UNIT (3 * 1024)    /* sizes are multiples of every row length above */
+
+/* Passes over the kernels, best per kernel and size. */
+static int ew_passes(const cost_profile *p) { return p->quick ? 2 : 3; }
+
+/* mem_eff's inputs, from the table's large size: the residual add, SwiGLU
+ * and RMSNorm, and the three together (total bytes / total time). */
+static void derive_ew_rates(cost_profile *p)
+{
+    const cost_ew_table *T = &p->ew;
+    p->ew_add_bw = T->bw[COST_EW_ADD][1];
+    p->ew_swiglu_bw = T->bw[COST_EW_SWIGLU][1];
+    p->ew_rmsnorm_bw = T->bw[COST_EW_RMSNORM][1];
+    double ba = cost_ew_accesses(COST_EW_ADD), bs = cost_ew_accesses(COST_EW_SWIGLU), br = cost_ew_accesses(COST_EW_RMSNORM);
+    p->ew_bw = (ba + bs + br) / (ba / p->ew_add_bw + bs / p->ew_swiglu_bw + br / p->ew_rmsnorm_bw);
+}
 
 typedef struct {
     const cost_profile_opts *o;
@@ -613,7 +617,7 @@ static bool ew_kernels_given(const cost_profile_opts *o)
  * slow moments spoils that pass only. */
 static int measure_elementwise(const prof_ctx *c, cost_profile *p, char *err)
 {
-    size_t big = (p->quick ? (8u << 20) : (32u << 20)) / EW_UNIT * EW_UNIT;
+    size_t big = stream_floats(p) / EW_UNIT * EW_UNIT;
     ew_arg a = {.o = c->o, .w = util_malloc(EW_ROW * sizeof(float)), .db = util_malloc(EW_ROW * sizeof(float)),
                 .rstd = util_malloc((big / EW_ROW + 1) * sizeof(float)), .st = util_malloc((2 * big / EW_VOCAB + 2) * sizeof(float)),
                 .cs = util_malloc(big / EW_HEADS / 2 * sizeof(float)), .sn = util_malloc(big / EW_HEADS / 2 * sizeof(float)),
@@ -637,8 +641,7 @@ static int measure_elementwise(const prof_ctx *c, cost_profile *p, char *err)
         T->n = 2;
         T->elements[0] = EW_SMALL;
         T->elements[1] = (double)big;
-        int passes = p->quick ? 2 : 3;
-        for (int pass = 0; pass < passes; pass++)
+        for (int pass = 0; pass < ew_passes(p); pass++)
             for (int k = 0; k < COST_N_EW; k++)
                 for (int s = 0; s < 2; s++) {
                     a.k = (cost_ew)k;
@@ -648,6 +651,7 @@ static int measure_elementwise(const prof_ctx *c, cost_profile *p, char *err)
                     double bw = (double)a.n * cost_ew_accesses(a.k) * sizeof(float) / t;
                     if (bw > T->bw[k][s]) T->bw[k][s] = bw;
                 }
+        derive_ew_rates(p);
     }
     for (int i = 0; i < 5; i++) util_free(a.x[i]);
     util_free(a.w); util_free(a.db); util_free(a.rstd); util_free(a.st); util_free(a.cs); util_free(a.sn); util_free(a.targets);
@@ -735,7 +739,7 @@ static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
     mix_arg m = {{GM, GN, GK, buf, buf + (size_t)GM * GK, buf + (size_t)GM * GK + GN * GK},
                  {c->o, SEQ, H, H, D, q, q + nq, q + 2 * nq, q + 3 * nq, q + 4 * nq, q + 5 * nq,
                   NULL, NULL, NULL, {0, SEQ}},
-                 {add, add + ADD, add, NULL, NULL, ADD, c->o}};
+                 {add, add + ADD, add, ADD, c->o}};
     cost_prof_fill(buf, (size_t)GM * GK + GN * GK, 8);
     cost_prof_fill(q, 4 * nq, 9);
     cost_prof_fill(add, 2 * ADD, 10);
@@ -1222,7 +1226,7 @@ static bool add_gpu_fields_cpu(cJSON *o, const cost_profile *p)
                          "fitted large-shape rate %.4g FLOP/s / peak_flops; least-squares fit (relative error, rms %.1f%%) "
                          "of rate = peak_flops * gemm_eff_max * s(m) s(n) s(k) to fp32 cblas_sgemm (A[m,k] B[n,k]^T, the "
                          "executor's linear) over %d shapes %s, time less kernel_launch_s, best of %d batches in %d passes over the grid; %s",
-                         p->gemm_rate_max, 100 * p->gemm_fit_rms, p->n_gemm, shapes, p->quick ? 2 : 6, p->quick ? 1 : 3, w);
+                         p->gemm_rate_max, 100 * p->gemm_fit_rms, p->n_gemm, shapes, GEMM_BATCHES * gemm_passes(p), gemm_passes(p), w);
     ok = ok && add_fit_fields(o, p, "flash-style attention forward and backward, the executor's own kernels "
                                     "(executor/cpu_kernels.c, passed in by the CLI)", w);
     ok = ok && add_field(o, p, "hbm_bytes", g->hbm_bytes,
@@ -1235,10 +1239,12 @@ static bool add_gpu_fields_cpu(cJSON *o, const cost_profile *p)
                          p->stream_bytes / 1048576.0, p->copy_bw / 1e9, p->scale_bw / 1e9, p->add_bw / 1e9,
                          p->triad_bw / 1e9, w);
     ok = ok && add_field(o, p, "mem_eff", g->mem_eff,
-                         "the executor's element-wise kernels (executor/cpu_kernels.c, passed in by the CLI) over the same arrays (residual add 12 B/element %.3g GB/s, "
+                         "three of the executor's element-wise kernels (executor/cpu_kernels.c, passed in by the CLI) at "
+                         "the elementwise table's large size, %.0f MiB per array (residual add 12 B/element %.3g GB/s, "
                          "SwiGLU 12 B/element %.3g GB/s, RMSNorm d=%d 8 B/element %.3g GB/s): total bytes / total time "
                          "%.3g GB/s, / hbm_bw",
-                         p->ew_add_bw / 1e9, p->ew_swiglu_bw / 1e9, RMSNORM_DIM, p->ew_rmsnorm_bw / 1e9, p->ew_bw / 1e9);
+                         g->ew.elements[1] * sizeof(float) / 1048576.0, p->ew_add_bw / 1e9, p->ew_swiglu_bw / 1e9, EW_ROW,
+                         p->ew_rmsnorm_bw / 1e9, p->ew_bw / 1e9);
     ok = ok && add_field(o, p, "reserved_bytes", g->reserved_bytes,
                          p->used_from_meminfo
                              ? "memory in use before the benchmark buffers (MemTotal - MemAvailable of /proc/meminfo: the OS, "
@@ -1266,7 +1272,7 @@ static bool add_gpu_fields(cJSON *o, const cost_profile *p)
              "(executor/cpu_kernels.c, passed in by the CLI) over fp32 arrays of `elements` elements, its nominal bytes "
              "(tensor elements read + written per element, costdb/model.c ew_kernels, x 4 B) / time, best of %d passes; "
              "rows of %d (RMSNorm, bias), %d heads x %d (RoPE), vocabulary %d (cross-entropy); the cost model "
-             "interpolates in log bytes between the two sizes", p->host, p->date, p->quick ? 2 : 3, EW_ROW, EW_HEADS,
+             "interpolates in log bytes between the two sizes", p->host, p->date, ew_passes(p), EW_ROW, EW_HEADS,
              EW_HEAD_DIM, EW_VOCAB);
     return cost_ew_table_add(o, &p->gpu.ew, src);
 }

@@ -61,6 +61,9 @@ assert len(ew["elements"]) == 2 and 0 < ew["elements"][0] < ew["elements"][1], e
 assert all(len(ew[k]) == 2 and all(1e7 < b < 1e13 for b in ew[k]) for k in kernels), ew
 assert ew["source"].startswith("measured by dhp profile on " + host + " "), ew["source"]
 assert pool["gpu"]["elementwise"] == ew
+# mem_eff: the add, SwiGLU and RMSNorm (12, 12, 8 B/element) at the table's large size, not a second measurement
+combined = 32 / (12 / ew["add"][1] + 12 / ew["swiglu"][1] + 8 / ew["rmsnorm"][1])
+assert abs(g["mem_eff"]["value"] - min(1, combined / g["hbm_bw"]["value"])) < 1e-9 * g["mem_eff"]["value"], g["mem_eff"]
 PY
 then ok profile_quick_fields_sane; else fail profile_quick_fields_sane "$(tail -c 400 "$T/err")"; fi
 
