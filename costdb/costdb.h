@@ -173,6 +173,11 @@ bool cost_gemm_grid_add(cJSON *o, const cost_gemm_grid *G, const char *source);
  * (Dao, arXiv 2307.08691, sec. 3.1): 2.5x the forward FLOPs. */
 #define COST_ATTN_BWD_FLOPS 2.5
 
+/* Keys one query of a sequence of seq tokens attends to, on average: seq, or
+ * with a causal mask (row r sees keys 0..r) (seq + 1) / 2. Scores = queries x
+ * this x heads, as the kernels compute them. */
+double cost_attention_mean_span(double seq, bool causal);
+
 /* Compute. Every kernel also pays g->kernel_launch_s; sizes <= 0 cost 0.
  * cost_gemm_efficiency is the formula above, or the measured grid where the
  * GPU has one (cost_gemm_grid). */
@@ -229,7 +234,7 @@ const char *cost_coll_name(cost_coll op);
  * derivation rules are in costdb/SCHEMA.md, section "Measured files". */
 
 #define COST_PROFILE_MAX_GEMM 96
-#define COST_PROFILE_MAX_ATTN 8
+#define COST_PROFILE_MAX_ATTN 12
 #define COST_PROFILE_MAX_COLL 64
 
 typedef enum {
@@ -245,8 +250,9 @@ typedef enum {
 typedef struct { int m, n, k; double seconds, rate; } cost_profile_gemm;   /* rate = 2mnk / seconds */
 typedef struct {
     int seq, heads, kv_heads, head_dim;
-    double fwd_flops;             /* 4 seq^2 heads head_dim (the planner's count, non-causal) */
+    double fwd_flops;             /* 4 head_dim x scores (cost_attention_mean_span) */
     double fwd_s, bwd_s;
+    bool causal;
 } cost_profile_attn;
 typedef struct { cost_prof_op op; double bytes, seconds; } cost_profile_coll;   /* bytes: full buffer S */
 typedef struct { bool valid; double alpha_s, busbw, rms_rel; int points; } cost_profile_fit;
@@ -365,9 +371,10 @@ int cost_profile_fit_alpha_beta(const double *a, const double *x, const double *
  * cost model's GEMM efficiency), minimising the relative error: rate_max in
  * closed form for each half, half by a log-scale scan of [0, 1e5] refined by
  * golden section. */
-/* Attention times (fwd_s, bwd_s of each shape, non-causal) fitted as
+/* Attention times (fwd_s, bwd_s of each shape) fitted as
  * fwd = S (score_s + 4 d / (peak attn_eff)), bwd = S (bwd_score_s + 2.5 x 4 d /
- * (peak attn_eff)), S = seq^2 heads, by least squares in relative error;
+ * (peak attn_eff)), S = seq x cost_attention_mean_span x heads (seq^2 heads,
+ * causal seq (seq + 1) / 2 heads), by least squares in relative error;
  * negative terms are pinned at 0 (attn_eff at 1) and the rest refitted. */
 int cost_profile_fit_attention(const cost_profile_attn *a, int n, double peak_flops, double *attn_eff,
                                double *score_s, double *bwd_score_s, double *rms_rel, char *err);

@@ -88,6 +88,8 @@ double cost_attention_backward_time(const cost_gpu *g, double scores, double hea
     return attention_time(g, scores, COST_ATTN_BWD_FLOPS * 4.0 * head_dim, g->attn_bwd_score_s);
 }
 
+double cost_attention_mean_span(double seq, bool causal) { return causal ? (seq + 1) / 2 : seq; }
+
 /* t = bytes / (hbm_bw * mem_eff) + kernel_launch_s. */
 double cost_memory_time(const cost_gpu *g, double bytes)
 {

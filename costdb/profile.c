@@ -93,9 +93,14 @@ static bool solve_small(double *a, double *b, int k, double *x)
 }
 
 /* Rows of the attention fit: unknowns (fwd score s, bwd score s, s per FLOP). */
+static double attn_scores(const cost_profile_attn *a)
+{
+    return (double)a->seq * cost_attention_mean_span(a->seq, a->causal) * a->heads;
+}
+
 static void attn_rows(const cost_profile_attn *a, bool bwd, double *row, double *t)
 {
-    double scores = (double)a->seq * a->seq * a->heads, flops = 4.0 * a->head_dim * scores;
+    double scores = attn_scores(a), flops = 4.0 * a->head_dim * scores;
     row[0] = bwd ? 0 : scores;
     row[1] = bwd ? scores : 0;
     row[2] = bwd ? COST_ATTN_BWD_FLOPS * flops : flops;
@@ -438,7 +443,7 @@ out:
     return rc;
 }
 
-/* ---- attention: the backend's kernels (cost_profile_opts), one non-causal sequence ---- */
+/* ---- attention: the backend's kernels (cost_profile_opts), one sequence, causal or not ---- */
 
 typedef struct {
     const cost_profile_opts *o;
@@ -446,19 +451,20 @@ typedef struct {
     const float *q, *k, *v, *dout;
     float *out, *lse, *dq, *dk, *dv;
     int cu[2];
+    bool causal;
 } attn_arg;
 
 static void attn_forward(void *arg)
 {
     attn_arg *a = arg;
-    a->o->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->cu, 1, a->H, a->Hkv, a->hd, false);
+    a->o->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->cu, 1, a->H, a->Hkv, a->hd, a->causal);
 }
 
 static void attn_backward(void *arg)
 {
     attn_arg *a = arg;
     a->o->attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->cu, 1,
-                             a->H, a->Hkv, a->hd, false);
+                             a->H, a->Hkv, a->hd, a->causal);
 }
 
 /* Buffers: q, k, v, dout, out, dq, dk, dv, lse, one after another. */
@@ -470,26 +476,30 @@ static int measure_one_attention(const prof_ctx *c, cost_profile_attn *r, double
     if ((rc = cost_prof_agree(c, rc, err))) { util_free(buf); return rc; }
     attn_arg a = {c->o, r->seq, r->heads, r->kv_heads, r->head_dim, buf, buf + nq, buf + nq + nkv,
                   buf + nq + 2 * nkv, buf + 2 * nq + 2 * nkv, buf + 4 * nq + 4 * nkv,
-                  buf + 3 * nq + 2 * nkv, buf + 4 * nq + 2 * nkv, buf + 4 * nq + 3 * nkv, {0, r->seq}};
+                  buf + 3 * nq + 2 * nkv, buf + 4 * nq + 2 * nkv, buf + 4 * nq + 3 * nkv, {0, r->seq}, r->causal};
     cost_prof_fill(buf, 2 * nq + 2 * nkv, 3);     /* q, k, v, dout */
     r->fwd_s = alone_time(c, attn_forward, &a, target, 1, 2);
     r->bwd_s = alone_time(c, attn_backward, &a, target * COST_ATTN_BWD_FLOPS, 1, 2);
-    r->fwd_flops = 4.0 * r->seq * r->seq * r->heads * r->head_dim;
+    r->fwd_flops = 4.0 * r->head_dim * attn_scores(r);
     util_free(buf);
     return UTIL_OK;
 }
 
 /* Head shapes of the tiny-vl ViT (d=8) and LLM (d=16) and the dhp-100m LLM
  * and ViT (d=64, models/zoo), at short and long sequences, so the fit can
- * tell the per-score cost from the per-FLOP cost. */
+ * tell the per-score cost from the per-FLOP cost; the LLMs' shapes causal
+ * too, as their layers run (a causal row's fixed costs spread over half the
+ * keys). */
 static int measure_attention(const prof_ctx *c, cost_profile *p, char *err)
 {
-    static const cost_profile_attn full[] = {{64, 4, 4, 8, 0, 0, 0},   {256, 4, 4, 8, 0, 0, 0},
-                                             {64, 4, 2, 16, 0, 0, 0},  {256, 4, 2, 16, 0, 0, 0},
-                                             {512, 12, 4, 64, 0, 0, 0}, {512, 6, 6, 64, 0, 0, 0}};
-    static const cost_profile_attn quick[] = {{64, 4, 4, 8, 0, 0, 0}, {128, 4, 2, 16, 0, 0, 0}, {128, 12, 4, 64, 0, 0, 0}};
+    static const cost_profile_attn full[] = {
+        {64, 4, 4, 8, 0, 0, 0, false},    {256, 4, 4, 8, 0, 0, 0, false},   {64, 4, 2, 16, 0, 0, 0, false},
+        {256, 4, 2, 16, 0, 0, 0, false},  {512, 12, 4, 64, 0, 0, 0, false}, {512, 6, 6, 64, 0, 0, 0, false},
+        {64, 4, 2, 16, 0, 0, 0, true},    {256, 4, 2, 16, 0, 0, 0, true},   {512, 12, 4, 64, 0, 0, 0, true}};
+    static const cost_profile_attn quick[] = {{64, 4, 4, 8, 0, 0, 0, false}, {128, 4, 2, 16, 0, 0, 0, false},
+                                              {128, 12, 4, 64, 0, 0, 0, false}, {128, 4, 2, 16, 0, 0, 0, true}};
     const cost_profile_attn *shapes = p->quick ? quick : full;
-    p->n_attn = p->quick ? 3 : 6;
+    p->n_attn = p->quick ? 4 : 9;
     /* Passes over all shapes, best per shape (as for the GEMM grid). */
     int passes = p->quick ? 2 : 6;
     for (int pass = 0; pass < passes; pass++)
@@ -738,7 +748,7 @@ static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
     float *q = buf + (size_t)GM * GK + GN * GK + GM * GN, *add = q + 5 * nq + SEQ * H;
     mix_arg m = {{GM, GN, GK, buf, buf + (size_t)GM * GK, buf + (size_t)GM * GK + GN * GK},
                  {c->o, SEQ, H, H, D, q, q + nq, q + 2 * nq, q + 3 * nq, q + 4 * nq, q + 5 * nq,
-                  NULL, NULL, NULL, {0, SEQ}},
+                  NULL, NULL, NULL, {0, SEQ}, false},
                  {add, add + ADD, add, ADD, c->o}};
     cost_prof_fill(buf, (size_t)GM * GK + GN * GK, 8);
     cost_prof_fill(q, 4 * nq, 9);
@@ -1129,8 +1139,8 @@ static const char *attn_shape_list(const cost_profile *p, char *buf, size_t n)
     size_t u = 0;
     buf[0] = '\0';
     for (int i = 0; i < p->n_attn && u < n; i++)
-        u += (size_t)snprintf(buf + u, n - u, "%s s=%d H=%d Hkv=%d d=%d", i ? "," : "", p->attn[i].seq,
-                              p->attn[i].heads, p->attn[i].kv_heads, p->attn[i].head_dim);
+        u += (size_t)snprintf(buf + u, n - u, "%s s=%d H=%d Hkv=%d d=%d%s", i ? "," : "", p->attn[i].seq,
+                              p->attn[i].heads, p->attn[i].kv_heads, p->attn[i].head_dim, p->attn[i].causal ? " causal" : "");
     return buf;
 }
 
@@ -1139,13 +1149,13 @@ static const char *attn_shape_list(const cost_profile *p, char *buf, size_t n)
 static bool add_fit_fields(cJSON *o, const cost_profile *p, const char *kernels, const char *w)
 {
     const cost_gpu *g = &p->gpu;
-    char at[256];
+    char at[512];
     attn_shape_list(p, at, sizeof at);
     return add_field(o, p, "gemm_half", g->gemm_half, "same least-squares fit as gemm_eff_max, s(x) = x / (x + gemm_half)")
         && add_field(o, p, "attn_eff", g->attn_eff,
-                     "%s, one non-causal sequence each of%s; least-squares fit (relative error, rms %.1f%%) of fwd = S "
+                     "%s, one sequence each of%s; least-squares fit (relative error, rms %.1f%%) of fwd = S "
                      "(attn_score_s + 4 d / (peak_flops attn_eff)), bwd = S (attn_bwd_score_s + 2.5 x 4 d / (peak_flops "
-                     "attn_eff)), S = s^2 H scores; %s", kernels, at, 100 * p->attn_fit_rms, w)
+                     "attn_eff)), S = s^2 H scores, causal s (s + 1) / 2 H; %s", kernels, at, 100 * p->attn_fit_rms, w)
         && add_field(o, p, "attn_score_s", g->attn_score_s,
                      "same fit as attn_eff: forward seconds per score that do not scale with d (max, exp, rescale)")
         && add_field(o, p, "attn_bwd_score_s", g->attn_bwd_score_s,
@@ -1317,11 +1327,12 @@ static cJSON *attn_measurements(const cost_profile *p)
         const cost_profile_attn *a = &p->attn[i];
         cJSON *r = cJSON_CreateObject();
         ok = r && add_num(r, "seq", a->seq) && add_num(r, "heads", a->heads) && add_num(r, "kv_heads", a->kv_heads)
-            && add_num(r, "head_dim", a->head_dim) && add_num(r, "fwd_flops", a->fwd_flops)
+            && add_num(r, "head_dim", a->head_dim) && cJSON_AddBoolToObject(r, "causal", a->causal)
+            && add_num(r, "fwd_flops", a->fwd_flops)
             && add_num(r, "fwd_seconds", a->fwd_s) && add_num(r, "bwd_seconds", a->bwd_s)
             && add_num(r, "fwd_flops_per_s", a->fwd_flops / a->fwd_s) && add_num(r, "bwd_over_fwd", a->bwd_s / a->fwd_s)
-            && add_num(r, "model_fwd_seconds", cost_attention_forward_time(&p->gpu, (double)a->seq * a->seq * a->heads, a->head_dim))
-            && add_num(r, "model_bwd_seconds", cost_attention_backward_time(&p->gpu, (double)a->seq * a->seq * a->heads, a->head_dim));
+            && add_num(r, "model_fwd_seconds", cost_attention_forward_time(&p->gpu, attn_scores(a), a->head_dim))
+            && add_num(r, "model_bwd_seconds", cost_attention_backward_time(&p->gpu, attn_scores(a), a->head_dim));
         if (!ok || !cJSON_AddItemToArray(rows, r)) { cJSON_Delete(r); ok = false; }
     }
     if (ok) return rows;

@@ -292,7 +292,7 @@ static int measure_launch(gpu_ctx *g, cost_profile *p, char *err)
     return rc;
 }
 
-/* ---- attention: the backend's kernels, one non-causal sequence ---- */
+/* ---- attention: the backend's kernels, one sequence, causal or not ---- */
 
 typedef struct {
     const cost_profile_opts *o;
@@ -300,19 +300,20 @@ typedef struct {
     const float *q, *k, *v, *dout;
     float *out, *lse, *dq, *dk, *dv;
     int *cu;            /* device: {0, n} */
+    bool causal;
 } attn_arg;
 
 static void attn_forward(void *v)
 {
     attn_arg *a = v;
-    a->o->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->cu, 1, a->H, a->Hkv, a->hd, false);
+    a->o->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->cu, 1, a->H, a->Hkv, a->hd, a->causal);
 }
 
 static void attn_backward(void *v)
 {
     attn_arg *a = v;
     a->o->attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->cu, 1, a->H, a->Hkv,
-                             a->hd, false);
+                             a->hd, a->causal);
 }
 
 static int measure_one_attention(gpu_ctx *g, cost_profile_attn *r, double target, char *err)
@@ -333,11 +334,11 @@ static int measure_one_attention(gpu_ctx *g, cost_profile_attn *r, double target
     if (!(rc = cost_prof_agree(g->c, rc, err))) {
         attn_arg a = {g->o, r->seq, r->heads, r->kv_heads, r->head_dim, buf, buf + nq, buf + nq + nkv,
                       buf + nq + 2 * nkv, buf + 2 * nq + 2 * nkv, buf + 4 * nq + 4 * nkv, buf + 3 * nq + 2 * nkv,
-                      buf + 4 * nq + 2 * nkv, buf + 4 * nq + 3 * nkv, cu};
+                      buf + 4 * nq + 2 * nkv, buf + 4 * nq + 3 * nkv, cu, r->causal};
         timed_call f = {attn_forward, &a, NULL, "attention_forward"}, b = {attn_backward, &a, NULL, "attention_backward"};
         rc = alone_on_device(g, &f, target, 2, &r->fwd_s, err);
         if (!rc) rc = alone_on_device(g, &b, target * COST_ATTN_BWD_FLOPS, 2, &r->bwd_s, err);
-        r->fwd_flops = 4.0 * r->seq * r->seq * r->heads * r->head_dim;
+        r->fwd_flops = 4.0 * r->head_dim * r->seq * cost_attention_mean_span(r->seq, r->causal) * r->heads;
     }
     cudaFree(buf);
     cudaFree(cu);
@@ -345,16 +346,18 @@ static int measure_one_attention(gpu_ctx *g, cost_profile_attn *r, double target
 }
 
 /* Head shapes of Qwen2.5-VL's ViT (d=80) and 32B LLM (d=128, GQA 40/8) and a
- * d=64 model, at two lengths, so the fit can tell per-score from per-FLOP cost. */
+ * d=64 model, at two lengths, so the fit can tell per-score from per-FLOP
+ * cost; the LLM shapes causal too, as LLM layers run. */
 static int measure_attention(gpu_ctx *g, cost_profile *p, char *err)
 {
-    static const cost_profile_attn full[] = {{1024, 16, 16, 80, 0, 0, 0}, {4096, 16, 16, 80, 0, 0, 0},
-                                             {1024, 40, 8, 128, 0, 0, 0}, {4096, 40, 8, 128, 0, 0, 0},
-                                             {2048, 16, 16, 64, 0, 0, 0}, {2048, 32, 8, 64, 0, 0, 0}};
-    static const cost_profile_attn quick[] = {{1024, 16, 16, 80, 0, 0, 0}, {1024, 40, 8, 128, 0, 0, 0},
-                                              {2048, 16, 16, 64, 0, 0, 0}};
+    static const cost_profile_attn full[] = {
+        {1024, 16, 16, 80, 0, 0, 0, false}, {4096, 16, 16, 80, 0, 0, 0, false}, {1024, 40, 8, 128, 0, 0, 0, false},
+        {4096, 40, 8, 128, 0, 0, 0, false}, {2048, 16, 16, 64, 0, 0, 0, false}, {2048, 32, 8, 64, 0, 0, 0, false},
+        {1024, 40, 8, 128, 0, 0, 0, true},  {4096, 40, 8, 128, 0, 0, 0, true},  {2048, 32, 8, 64, 0, 0, 0, true}};
+    static const cost_profile_attn quick[] = {{1024, 16, 16, 80, 0, 0, 0, false}, {1024, 40, 8, 128, 0, 0, 0, false},
+                                              {2048, 16, 16, 64, 0, 0, 0, false}, {1024, 40, 8, 128, 0, 0, 0, true}};
     const cost_profile_attn *shapes = p->quick ? quick : full;
-    p->n_attn = p->quick ? 3 : 6;
+    p->n_attn = p->quick ? 4 : 9;
     for (int i = 0; i < p->n_attn; i++) {
         p->attn[i] = shapes[i];
         int rc = measure_one_attention(g, &p->attn[i], p->quick ? 0.02 : 0.1, err);

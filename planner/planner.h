@@ -98,7 +98,7 @@ typedef struct {
     double samples_units;     /* units the module batches over per sample (images for vision) */
     double seq;               /* tokens per unit (per image, per audio clip, per LLM sample) */
     double tokens_per_sample; /* = samples_units * seq */
-    double attn_span_full;    /* keys each query attends to in full layers (causal: seq/2) */
+    double attn_span_full;    /* keys each query attends to in full layers (causal: (seq + 1) / 2) */
     double attn_span_window;  /* in window layers */
     double cross_span;        /* LLM cross-attention layers: encoder tokens per sample */
 } plan_seq;

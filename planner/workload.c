@@ -46,8 +46,8 @@ int plan_module_seq(const model_t *m, int mi, const plan_workload *w, plan_seq *
         } else {
             s.seq = w->text_tokens + encoder_tokens_to_llm(m, w);
         }
-        /* Causal attention: FlashAttention skips the masked half of the tiles. */
-        s.attn_span_full = s.attn_span_window = s.seq / 2.0;
+        /* Causal attention: row r attends to keys 0..r (FlashAttention skips the masked tiles). */
+        s.attn_span_full = s.attn_span_window = cost_attention_mean_span(s.seq, true);
         break;
     }
     s.tokens_per_sample = s.samples_units * s.seq;

@@ -31,10 +31,12 @@ assert v["hbm_bytes"] == phys, (v["hbm_bytes"], phys)         # one rank: the wh
 assert 0 < v["reserved_bytes"] < v["hbm_bytes"], v
 assert 0 < v["kernel_launch_s"] < 1e-3, v
 m = g["measurements"]
-assert m["ranks"] == 1 and len(m["gemm"]["shapes"]) == 27 and len(m["attention"]) == 3, m.keys()
+assert m["ranks"] == 1 and len(m["gemm"]["shapes"]) == 27 and len(m["attention"]) == 4, m.keys()
+assert [a["causal"] for a in m["attention"]] == [False, False, False, True], m["attention"]   # the LLM's kind too
 assert v["attn_score_s"] >= 0 and v["attn_bwd_score_s"] >= 0, v
 for a in m["attention"]:   # the fitted model, evaluated as the planner does, is what the file reports
-    S, d = a["seq"] ** 2 * a["heads"], a["head_dim"]
+    span = (a["seq"] + 1) / 2 if a["causal"] else a["seq"]   # row r of a causal sequence sees r + 1 keys
+    S, d = a["seq"] * span * a["heads"], a["head_dim"]
     fwd = S * (v["attn_score_s"] + 4 * d / (v["peak_flops"] * v["attn_eff"])) + v["kernel_launch_s"]
     bwd = S * (v["attn_bwd_score_s"] + 2.5 * 4 * d / (v["peak_flops"] * v["attn_eff"])) + v["kernel_launch_s"]
     assert abs(a["model_fwd_seconds"] - fwd) <= 1e-9 * fwd and abs(a["model_bwd_seconds"] - bwd) <= 1e-9 * bwd, a
@@ -149,7 +151,7 @@ assert 1e12 < v["peak_flops"] < 1e17 and 0 < v["gemm_eff_max"] <= 1 and 0 < v["a
 assert 1e10 < v["hbm_bw"] < 1e14 and 0 < v["mem_eff"] <= 1 and 1e9 < v["hbm_bytes"] < 1e13, v
 assert 0 <= v["reserved_bytes"] < v["hbm_bytes"] and 0 < v["kernel_launch_s"] < 1e-3, v
 m = g["measurements"]
-assert len(m["gemm"]["shapes"]) == 8 and len(m["attention"]) == 3 and "cublasGemmEx" in m["gemm"]["kernel"], m["gemm"]
+assert len(m["gemm"]["shapes"]) == 8 and len(m["attention"]) == 4 and "cublasGemmEx" in m["gemm"]["kernel"], m["gemm"]
 assert c["name"] == "cuda-1" and "compute_speed" not in c["pools"][0], c["name"]
 assert c["measurements"]["collectives"][0]["op"] == "memcpy", c["measurements"]["collectives"][0]
 PY
