@@ -102,8 +102,9 @@ static void print_summary_cuda(const cost_profile *p, const char *gpu_path, cons
                p->gemm[best].k, p->gemm_rate_max / 1e12, g->gemm_half, 100 * p->gemm_fit_rms);
     printf("  %-15s %.1f TFLOP/s (%g FLOP/cycle/SM), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e12, p->flops_per_cycle,
            g->gemm_eff_max);
-    printf("  %-15s attn_eff %.4f + %.3g ns fwd, %.3g ns bwd per score (rms %.0f%%, %d shapes)\n", "attention",
-           g->attn_eff, g->attn_score_s * 1e9, g->attn_bwd_score_s * 1e9, 100 * p->attn_fit_rms, p->n_attn);
+    printf("  %-15s attn_eff %.4f + %.3g ns fwd, %.3g ns bwd per score + %.3g ns fwd, %.3g ns bwd per row (rms %.0f%%, "
+           "%d shapes)\n", "attention", g->attn_eff, g->attn_score_s * 1e9, g->attn_bwd_score_s * 1e9, g->attn_row_s * 1e9,
+           g->attn_bwd_row_s * 1e9, 100 * p->attn_fit_rms, p->n_attn);
     printf("  %-15s hbm_bw %.0f GB/s, device copy %.0f GB/s; element-wise %.0f GB/s, mem_eff %.3f\n", "memory bw",
            g->hbm_bw / 1e9, d->d2d_bw / 1e9, p->ew_bw / 1e9, g->mem_eff);
     printf("  %-15s %s, %s reserved\n", "memory", util_fmt_bytes(g->hbm_bytes, mem, sizeof mem),
@@ -137,8 +138,9 @@ static void print_summary(const cost_profile *p, const char *gpu_path, const cha
     else
         printf("  %-15s %.1f GFLOP/s (no clock known: the best measured rate), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e9,
                g->gemm_eff_max);
-    printf("  %-15s %.2f GFLOP/s on the FLOPs (attn_eff %.4f) + %.3g ns fwd, %.3g ns bwd per score (rms %.0f%%, %d shapes)\n",
-           "attention", g->attn_eff * g->peak_flops / 1e9, g->attn_eff, g->attn_score_s * 1e9, g->attn_bwd_score_s * 1e9,
+    printf("  %-15s %.2f GFLOP/s on the FLOPs (attn_eff %.4f) + %.3g ns fwd, %.3g ns bwd per score + %.3g ns fwd, %.3g ns "
+           "bwd per row (rms %.0f%%, %d shapes)\n", "attention", g->attn_eff * g->peak_flops / 1e9, g->attn_eff,
+           g->attn_score_s * 1e9, g->attn_bwd_score_s * 1e9, g->attn_row_s * 1e9, g->attn_bwd_row_s * 1e9,
            100 * p->attn_fit_rms, p->n_attn);
     printf("  %-15s triad %.1f GB/s, best STREAM %.1f GB/s (hbm_bw); element-wise %.1f GB/s, mem_eff %.3f\n", "memory bw",
            p->triad_bw / 1e9, g->hbm_bw / 1e9, p->ew_bw / 1e9, g->mem_eff);

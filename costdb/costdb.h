@@ -77,6 +77,12 @@ typedef struct {
      * arXiv 2407.08608, sec. 3) shows the exponentials limiting on H100 too. */
     double attn_score_s;
     double attn_bwd_score_s;
+    /* Seconds per query row and head that do not scale with the keys it sees
+     * (the online softmax's set-up and final normalization, lse; backward
+     * dout . out), forward and backward; 0 when the file has none. They
+     * matter where rows see few keys: short or causal sequences. */
+    double attn_row_s;
+    double attn_bwd_row_s;
     double hbm_bytes;             /* device memory */
     double hbm_bw;                /* peak HBM bandwidth, B/s */
     double mem_eff;               /* achieved/peak bandwidth for element-wise kernels */
@@ -183,10 +189,12 @@ double cost_attention_mean_span(double seq, bool causal);
  * GPU has one (cost_gemm_grid). */
 double cost_gemm_efficiency(const cost_gpu *g, double m, double n, double k);
 double cost_gemm_time(const cost_gpu *g, double m, double n, double k); /* 2mnk FLOPs */
-/* Attention over `scores` query-key pairs of head_dim d: the forward runs
- * 4 d FLOPs per score, the backward COST_ATTN_BWD_FLOPS times that. */
-double cost_attention_forward_time(const cost_gpu *g, double scores, double head_dim);
-double cost_attention_backward_time(const cost_gpu *g, double scores, double head_dim);
+/* Attention of `rows` query rows x heads over `scores` query-key pairs of
+ * head_dim d: the forward runs 4 d FLOPs per score, the backward
+ * COST_ATTN_BWD_FLOPS times that; each row also pays attn_row_s (backward
+ * attn_bwd_row_s). */
+double cost_attention_forward_time(const cost_gpu *g, double rows, double scores, double head_dim);
+double cost_attention_backward_time(const cost_gpu *g, double rows, double scores, double head_dim);
 double cost_memory_time(const cost_gpu *g, double bytes);   /* element-wise traffic */
 /* One call of element-wise kernel k over `elements` elements of elem_bytes
  * each: its nominal bytes (elements x cost_ew_accesses(k) x elem_bytes) at
@@ -372,12 +380,14 @@ int cost_profile_fit_alpha_beta(const double *a, const double *x, const double *
  * closed form for each half, half by a log-scale scan of [0, 1e5] refined by
  * golden section. */
 /* Attention times (fwd_s, bwd_s of each shape) fitted as
- * fwd = S (score_s + 4 d / (peak attn_eff)), bwd = S (bwd_score_s + 2.5 x 4 d /
- * (peak attn_eff)), S = seq x cost_attention_mean_span x heads (seq^2 heads,
- * causal seq (seq + 1) / 2 heads), by least squares in relative error;
- * negative terms are pinned at 0 (attn_eff at 1) and the rest refitted. */
-int cost_profile_fit_attention(const cost_profile_attn *a, int n, double peak_flops, double *attn_eff,
-                               double *score_s, double *bwd_score_s, double *rms_rel, char *err);
+ * fwd = S (score_s + 4 d / (peak attn_eff)) + R row_s, bwd = S (bwd_score_s +
+ * 2.5 x 4 d / (peak attn_eff)) + R bwd_row_s, S = seq x
+ * cost_attention_mean_span x heads scores (seq^2 heads, causal seq (seq + 1)
+ * / 2 heads), R = seq x heads rows, by least squares in relative error;
+ * negative terms are pinned at 0 (attn_eff at 1) and the rest refitted; shapes
+ * that cannot tell rows from scores (one span) are fitted without row terms. */
+typedef struct { double attn_eff, score_s, bwd_score_s, row_s, bwd_row_s, rms_rel; } cost_attn_fit;
+int cost_profile_fit_attention(const cost_profile_attn *a, int n, double peak_flops, cost_attn_fit *out, char *err);
 int cost_profile_fit_gemm(const double *m, const double *n, const double *k, const double *rate,
                           int count, double *rate_max, double *half, double *rms_rel, char *err);
 /* The latency steps and bandwidth bytes of op on S bytes over n ranks

@@ -203,6 +203,8 @@ static int validate_gpu(const cost_gpu *g, const char *what, const char *path, c
     if ((rc = check_range(what, path, "attn_eff", g->attn_eff, 0, true, 1, err))) return rc;
     if ((rc = check_range(what, path, "attn_score_s", g->attn_score_s, 0, false, 1, err))) return rc;
     if ((rc = check_range(what, path, "attn_bwd_score_s", g->attn_bwd_score_s, 0, false, 1, err))) return rc;
+    if ((rc = check_range(what, path, "attn_row_s", g->attn_row_s, 0, false, 1, err))) return rc;
+    if ((rc = check_range(what, path, "attn_bwd_row_s", g->attn_bwd_row_s, 0, false, 1, err))) return rc;
     if ((rc = check_range(what, path, "hbm_bytes", g->hbm_bytes, 0, true, HUGE_VAL, err))) return rc;
     if ((rc = check_range(what, path, "hbm_bw", g->hbm_bw, 0, true, HUGE_VAL, err))) return rc;
     if ((rc = check_range(what, path, "mem_eff", g->mem_eff, 0, true, 1, err))) return rc;
@@ -333,6 +335,7 @@ static int parse_gpu_obj(const cJSON *obj, const char *what, const char *path, b
         if ((rc = gpu_field(obj, what, path, f[i].key, f[i].dst, err))) return rc;
     struct { const char *key; double *dst; } optional[] = {
         {"attn_score_s", &g->attn_score_s}, {"attn_bwd_score_s", &g->attn_bwd_score_s},
+        {"attn_row_s", &g->attn_row_s}, {"attn_bwd_row_s", &g->attn_bwd_row_s},
     };
     for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
         if (cJSON_GetObjectItemCaseSensitive(obj, optional[i].key)
@@ -414,6 +417,8 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && cJSON_AddNumberToObject(o, "attn_eff", g->attn_eff)
         && cJSON_AddNumberToObject(o, "attn_score_s", g->attn_score_s)
         && cJSON_AddNumberToObject(o, "attn_bwd_score_s", g->attn_bwd_score_s)
+        && cJSON_AddNumberToObject(o, "attn_row_s", g->attn_row_s)
+        && cJSON_AddNumberToObject(o, "attn_bwd_row_s", g->attn_bwd_row_s)
         && cJSON_AddNumberToObject(o, "hbm_bytes", g->hbm_bytes)
         && cJSON_AddNumberToObject(o, "hbm_bw", g->hbm_bw)
         && cJSON_AddNumberToObject(o, "mem_eff", g->mem_eff)

@@ -71,21 +71,22 @@ double cost_gemm_time(const cost_gpu *g, double m, double n, double k)
     return 2.0 * m * n * k / (g->peak_flops * eff) + g->kernel_launch_s;
 }
 
-/* t = scores * (score_s + flops_per_score / (peak_flops * attn_eff)) + kernel_launch_s. */
-static double attention_time(const cost_gpu *g, double scores, double flops_per_score, double score_s)
+/* t = scores * (score_s + flops_per_score / (peak_flops * attn_eff)) + rows * row_s + kernel_launch_s. */
+static double attention_time(const cost_gpu *g, double rows, double scores, double flops_per_score, double score_s,
+                             double row_s)
 {
     if (!(scores > 0) || !(flops_per_score > 0)) return 0;
-    return scores * (score_s + flops_per_score / (g->peak_flops * g->attn_eff)) + g->kernel_launch_s;
+    return scores * (score_s + flops_per_score / (g->peak_flops * g->attn_eff)) + fmax(rows, 0) * row_s + g->kernel_launch_s;
 }
 
-double cost_attention_forward_time(const cost_gpu *g, double scores, double head_dim)
+double cost_attention_forward_time(const cost_gpu *g, double rows, double scores, double head_dim)
 {
-    return attention_time(g, scores, 4.0 * head_dim, g->attn_score_s);
+    return attention_time(g, rows, scores, 4.0 * head_dim, g->attn_score_s, g->attn_row_s);
 }
 
-double cost_attention_backward_time(const cost_gpu *g, double scores, double head_dim)
+double cost_attention_backward_time(const cost_gpu *g, double rows, double scores, double head_dim)
 {
-    return attention_time(g, scores, COST_ATTN_BWD_FLOPS * 4.0 * head_dim, g->attn_bwd_score_s);
+    return attention_time(g, rows, scores, COST_ATTN_BWD_FLOPS * 4.0 * head_dim, g->attn_bwd_score_s, g->attn_bwd_row_s);
 }
 
 double cost_attention_mean_span(double seq, bool causal) { return causal ? (seq + 1) / 2 : seq; }

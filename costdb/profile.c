@@ -68,14 +68,27 @@ int cost_profile_fit_alpha_beta(const double *a, const double *x, const double *
     return UTIL_OK;
 }
 
-/* Solves the k x k system a x = b (row-major, k <= 3) by Gaussian
- * elimination with partial pivoting; false when it is singular. */
+/* Solves the k x k normal equations a x = b (row-major, symmetric, k <= 5)
+ * by Gaussian elimination with partial pivoting, rows and columns first scaled
+ * to a unit diagonal (the unknowns differ by orders of magnitude); false when
+ * it is singular, a pivot lost to rounding (below 1e-10 after scaling) too. */
 static bool solve_small(double *a, double *b, int k, double *x)
 {
+    double d[5];
+    if (k > 5) return false;
+    for (int i = 0; i < k; i++) {
+        if (!(a[i * k + i] > 0)) return false;
+        d[i] = sqrt(a[i * k + i]);
+    }
+    for (int i = 0; i < k; i++) {
+        b[i] /= d[i];
+        for (int j = 0; j < k; j++) a[i * k + j] /= d[i] * d[j];
+    }
+    const double tiny = 1e-10;
     for (int c = 0; c < k; c++) {
         int piv = c;
         for (int r = c + 1; r < k; r++) if (fabs(a[r * k + c]) > fabs(a[piv * k + c])) piv = r;
-        if (!(fabs(a[piv * k + c]) > 0)) return false;
+        if (!(fabs(a[piv * k + c]) > tiny)) return false;
         for (int j = 0; j < k; j++) { double t = a[c * k + j]; a[c * k + j] = a[piv * k + j]; a[piv * k + j] = t; }
         double t = b[c]; b[c] = b[piv]; b[piv] = t;
         for (int r = c + 1; r < k; r++) {
@@ -89,10 +102,14 @@ static bool solve_small(double *a, double *b, int k, double *x)
         for (int j = c + 1; j < k; j++) s -= a[c * k + j] * x[j];
         x[c] = s / a[c * k + c];
     }
+    for (int c = 0; c < k; c++) x[c] /= d[c];
     return true;
 }
 
-/* Rows of the attention fit: unknowns (fwd score s, bwd score s, s per FLOP). */
+/* The attention fit's unknowns: fwd and bwd seconds per score, seconds per
+ * FLOP, fwd and bwd seconds per row (query row x head). */
+enum { ATT_SCORE, ATT_BWD_SCORE, ATT_FLOP, ATT_ROW, ATT_BWD_ROW, ATT_N };
+
 static double attn_scores(const cost_profile_attn *a)
 {
     return (double)a->seq * cost_attention_mean_span(a->seq, a->causal) * a->heads;
@@ -100,26 +117,28 @@ static double attn_scores(const cost_profile_attn *a)
 
 static void attn_rows(const cost_profile_attn *a, bool bwd, double *row, double *t)
 {
-    double scores = attn_scores(a), flops = 4.0 * a->head_dim * scores;
-    row[0] = bwd ? 0 : scores;
-    row[1] = bwd ? scores : 0;
-    row[2] = bwd ? COST_ATTN_BWD_FLOPS * flops : flops;
+    double scores = attn_scores(a), flops = 4.0 * a->head_dim * scores, rows = (double)a->seq * a->heads;
+    row[ATT_SCORE] = bwd ? 0 : scores;
+    row[ATT_BWD_SCORE] = bwd ? scores : 0;
+    row[ATT_FLOP] = bwd ? COST_ATTN_BWD_FLOPS * flops : flops;
+    row[ATT_ROW] = bwd ? 0 : rows;
+    row[ATT_BWD_ROW] = bwd ? rows : 0;
     *t = bwd ? a->bwd_s : a->fwd_s;
 }
 
 /* Least squares in relative error over the free unknowns (fixed ones keep x[j]). */
 static bool attn_solve(const cost_profile_attn *a, int n, const bool *free_, double *x)
 {
-    double ata[9] = {0}, atb[3] = {0}, y[3] = {0};
-    int idx[3], k = 0;
-    for (int j = 0; j < 3; j++) if (free_[j]) idx[k++] = j;
+    double ata[ATT_N * ATT_N] = {0}, atb[ATT_N] = {0}, y[ATT_N] = {0};
+    int idx[ATT_N], k = 0;
+    for (int j = 0; j < ATT_N; j++) if (free_[j]) idx[k++] = j;
     if (k == 0) return true;
     for (int i = 0; i < 2 * n; i++) {
-        double row[3], t;
+        double row[ATT_N], t;
         attn_rows(&a[i / 2], i % 2, row, &t);
         if (!(t > 0)) continue;
         double rhs = 1.0;
-        for (int j = 0; j < 3; j++) { row[j] /= t; if (!free_[j]) rhs -= row[j] * x[j]; }
+        for (int j = 0; j < ATT_N; j++) { row[j] /= t; if (!free_[j]) rhs -= row[j] * x[j]; }
         for (int p = 0; p < k; p++) {
             atb[p] += row[idx[p]] * rhs;
             for (int q = 0; q < k; q++) ata[p * k + q] += row[idx[p]] * row[idx[q]];
@@ -130,34 +149,48 @@ static bool attn_solve(const cost_profile_attn *a, int n, const bool *free_, dou
     return true;
 }
 
-int cost_profile_fit_attention(const cost_profile_attn *a, int n, double peak_flops, double *attn_eff,
-                               double *score_s, double *bwd_score_s, double *rms_rel, char *err)
+/* Solves with the free unknowns, pinning a negative overhead (at 0) or a
+ * FLOP cost above the peak rate (at 1 / peak), noise either way, and refitting the rest. */
+static bool attn_fit_pinned(const cost_profile_attn *a, int n, double peak_flops, bool *free_, double *x)
+{
+    bool ok = attn_solve(a, n, free_, x);
+    for (int pass = 0; ok && pass < ATT_N; pass++) {
+        bool changed = false;
+        if (free_[ATT_FLOP] && x[ATT_FLOP] < 1.0 / peak_flops) { x[ATT_FLOP] = 1.0 / peak_flops; free_[ATT_FLOP] = false; changed = true; }
+        for (int j = 0; j < ATT_N; j++)
+            if (j != ATT_FLOP && free_[j] && x[j] < 0) { x[j] = 0; free_[j] = false; changed = true; }
+        if (!changed) break;
+        ok = attn_solve(a, n, free_, x);
+    }
+    return ok;
+}
+
+int cost_profile_fit_attention(const cost_profile_attn *a, int n, double peak_flops, cost_attn_fit *out, char *err)
 {
     if (n < 2) return util_fail(err, UTIL_EINVAL, "attention fit: needs 2 shapes (got %d)", n);
     if (!(peak_flops > 0)) return util_fail(err, UTIL_EINVAL, "attention fit: peak_flops must be > 0");
-    double x[3] = {0, 0, 0};
-    bool free_[3] = {true, true, true};
-    bool ok = attn_solve(a, n, free_, x);
-    /* A negative overhead or FLOP cost is noise: pin it (0, or the peak rate) and refit the rest. */
-    for (int pass = 0; ok && pass < 3; pass++) {
-        bool changed = false;
-        if (x[2] < 1.0 / peak_flops) { x[2] = 1.0 / peak_flops; free_[2] = false; changed = true; }
-        for (int j = 0; j < 2; j++) if (x[j] < 0) { x[j] = 0; free_[j] = false; changed = true; }
-        if (!changed) break;
-        ok = attn_solve(a, n, free_, x);
+    double x[ATT_N] = {0};
+    bool free_[ATT_N] = {true, true, true, true, true};
+    bool ok = attn_fit_pinned(a, n, peak_flops, free_, x);
+    if (!ok) {   /* shapes of one span cannot tell a row's cost from its keys': without the row terms */
+        bool no_rows[ATT_N] = {true, true, true, false, false};
+        memset(x, 0, sizeof x);
+        ok = attn_fit_pinned(a, n, peak_flops, no_rows, x);
     }
     if (!ok) return util_fail(err, UTIL_EINVAL, "attention fit: the shapes do not separate per-score and per-FLOP cost");
     double ss = 0;
     for (int i = 0; i < 2 * n; i++) {
-        double row[3], t;
+        double row[ATT_N], t, m = 0;
         attn_rows(&a[i / 2], i % 2, row, &t);
-        double r = (row[0] * x[0] + row[1] * x[1] + row[2] * x[2] - t) / t;
-        ss += r * r;
+        for (int j = 0; j < ATT_N; j++) m += row[j] * x[j];
+        ss += (m - t) * (m - t) / (t * t);
     }
-    *score_s = x[0];
-    *bwd_score_s = x[1];
-    *attn_eff = fmin(1.0, 1.0 / (x[2] * peak_flops));
-    if (rms_rel) *rms_rel = sqrt(ss / (2 * n));
+    out->score_s = x[ATT_SCORE];
+    out->bwd_score_s = x[ATT_BWD_SCORE];
+    out->row_s = x[ATT_ROW];
+    out->bwd_row_s = x[ATT_BWD_ROW];
+    out->attn_eff = fmin(1.0, 1.0 / (x[ATT_FLOP] * peak_flops));
+    out->rms_rel = sqrt(ss / (2 * n));
     return UTIL_OK;
 }
 
@@ -961,9 +994,14 @@ int cost_prof_derive(cost_profile *p, char *err)
         gpu->peak_flops = best;
     }
     gpu->gemm_eff_max = fmin(1.0, p->gemm_rate_max / gpu->peak_flops);
-    rc = cost_profile_fit_attention(p->attn, p->n_attn, gpu->peak_flops, &gpu->attn_eff, &gpu->attn_score_s,
-                                    &gpu->attn_bwd_score_s, &p->attn_fit_rms, err);
-    if (rc) return rc;
+    cost_attn_fit af;
+    if ((rc = cost_profile_fit_attention(p->attn, p->n_attn, gpu->peak_flops, &af, err))) return rc;
+    gpu->attn_eff = af.attn_eff;
+    gpu->attn_score_s = af.score_s;
+    gpu->attn_bwd_score_s = af.bwd_score_s;
+    gpu->attn_row_s = af.row_s;
+    gpu->attn_bwd_row_s = af.bwd_row_s;
+    p->attn_fit_rms = af.rms_rel;
     if (p->cuda) {
         /* The device's theoretical rate, as the shipped files give it: memory
          * clock x 2 (double data rate) x bus width; the copy when unknown. */
@@ -1154,12 +1192,19 @@ static bool add_fit_fields(cJSON *o, const cost_profile *p, const char *kernels,
     return add_field(o, p, "gemm_half", g->gemm_half, "same least-squares fit as gemm_eff_max, s(x) = x / (x + gemm_half)")
         && add_field(o, p, "attn_eff", g->attn_eff,
                      "%s, one sequence each of%s; least-squares fit (relative error, rms %.1f%%) of fwd = S "
-                     "(attn_score_s + 4 d / (peak_flops attn_eff)), bwd = S (attn_bwd_score_s + 2.5 x 4 d / (peak_flops "
-                     "attn_eff)), S = s^2 H scores, causal s (s + 1) / 2 H; %s", kernels, at, 100 * p->attn_fit_rms, w)
+                     "(attn_score_s + 4 d / (peak_flops attn_eff)) + R attn_row_s, bwd = S (attn_bwd_score_s + 2.5 x 4 d "
+                     "/ (peak_flops attn_eff)) + R attn_bwd_row_s, S = s^2 H scores, causal s (s + 1) / 2 H, R = s H "
+                     "rows; %s", kernels, at, 100 * p->attn_fit_rms, w)
         && add_field(o, p, "attn_score_s", g->attn_score_s,
                      "same fit as attn_eff: forward seconds per score that do not scale with d (max, exp, rescale)")
         && add_field(o, p, "attn_bwd_score_s", g->attn_bwd_score_s,
-                     "same fit as attn_eff: backward seconds per score that do not scale with d (exp recomputed, dS)");
+                     "same fit as attn_eff: backward seconds per score that do not scale with d (exp recomputed, dS)")
+        && add_field(o, p, "attn_row_s", g->attn_row_s,
+                     "same fit as attn_eff: forward seconds per query row and head that do not scale with the keys "
+                     "(online-softmax set-up, final normalization, lse)")
+        && add_field(o, p, "attn_bwd_row_s", g->attn_bwd_row_s,
+                     "same fit as attn_eff: backward seconds per query row and head that do not scale with the keys "
+                     "(dout . out, the row's loads)");
 }
 
 /* The fields of a CUDA profile (cost_profile_measure_cuda): one rank's GPU. */
@@ -1331,8 +1376,8 @@ static cJSON *attn_measurements(const cost_profile *p)
             && add_num(r, "fwd_flops", a->fwd_flops)
             && add_num(r, "fwd_seconds", a->fwd_s) && add_num(r, "bwd_seconds", a->bwd_s)
             && add_num(r, "fwd_flops_per_s", a->fwd_flops / a->fwd_s) && add_num(r, "bwd_over_fwd", a->bwd_s / a->fwd_s)
-            && add_num(r, "model_fwd_seconds", cost_attention_forward_time(&p->gpu, attn_scores(a), a->head_dim))
-            && add_num(r, "model_bwd_seconds", cost_attention_backward_time(&p->gpu, attn_scores(a), a->head_dim));
+            && add_num(r, "model_fwd_seconds", cost_attention_forward_time(&p->gpu, (double)a->seq * a->heads, attn_scores(a), a->head_dim))
+            && add_num(r, "model_bwd_seconds", cost_attention_backward_time(&p->gpu, (double)a->seq * a->heads, attn_scores(a), a->head_dim));
         if (!ok || !cJSON_AddItemToArray(rows, r)) { cJSON_Delete(r); ok = false; }
     }
     if (ok) return rows;

@@ -28,12 +28,12 @@ static void price_linear(pricer *p, double m, double n, double k)
 }
 
 /* softmax(Q K^T) V over `queries` queries, each attending to `span` keys:
- * queries * span * heads scores (cost_attention_*_time). */
+ * queries * heads rows, queries * span * heads scores (cost_attention_*_time). */
 static void price_attention(pricer *p, double queries, double span, double heads, double head_dim)
 {
-    double scores = queries * span * heads;
-    p->fwd += cost_attention_forward_time(p->g, scores, head_dim);
-    if (runs_backward(p)) p->bwd += cost_attention_backward_time(p->g, scores, head_dim);
+    double rows = queries * heads, scores = rows * span;
+    p->fwd += cost_attention_forward_time(p->g, rows, scores, head_dim);
+    if (runs_backward(p)) p->bwd += cost_attention_backward_time(p->g, rows, scores, head_dim);
 }
 
 /* One call of element-wise kernel k over n elements, in the forward pass. */

@@ -17,7 +17,7 @@ import json, os, sys
 g = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2])); host = sys.argv[3]
 assert g["schema"] == "dhp.gpu/1" and g["name"].startswith("CPU-"), g["name"]
 v = {k: g[k]["value"] for k in ["peak_flops", "gemm_eff_max", "gemm_half", "attn_eff", "attn_score_s",
-                                 "attn_bwd_score_s", "hbm_bytes", "hbm_bw", "mem_eff", "reserved_bytes",
+                                 "attn_bwd_score_s", "attn_row_s", "attn_bwd_row_s", "hbm_bytes", "hbm_bw", "mem_eff", "reserved_bytes",
                                  "kernel_launch_s"]}
 for k in v:
     assert g[k]["source"].startswith("measured by dhp profile on " + host + " "), (k, g[k]["source"])
@@ -33,12 +33,13 @@ assert 0 < v["kernel_launch_s"] < 1e-3, v
 m = g["measurements"]
 assert m["ranks"] == 1 and len(m["gemm"]["shapes"]) == 27 and len(m["attention"]) == 4, m.keys()
 assert [a["causal"] for a in m["attention"]] == [False, False, False, True], m["attention"]   # the LLM's kind too
-assert v["attn_score_s"] >= 0 and v["attn_bwd_score_s"] >= 0, v
+assert min(v["attn_score_s"], v["attn_bwd_score_s"], v["attn_row_s"], v["attn_bwd_row_s"]) >= 0, v
 for a in m["attention"]:   # the fitted model, evaluated as the planner does, is what the file reports
     span = (a["seq"] + 1) / 2 if a["causal"] else a["seq"]   # row r of a causal sequence sees r + 1 keys
-    S, d = a["seq"] * span * a["heads"], a["head_dim"]
-    fwd = S * (v["attn_score_s"] + 4 * d / (v["peak_flops"] * v["attn_eff"])) + v["kernel_launch_s"]
-    bwd = S * (v["attn_bwd_score_s"] + 2.5 * 4 * d / (v["peak_flops"] * v["attn_eff"])) + v["kernel_launch_s"]
+    S, R, d = a["seq"] * span * a["heads"], a["seq"] * a["heads"], a["head_dim"]
+    fwd = S * (v["attn_score_s"] + 4 * d / (v["peak_flops"] * v["attn_eff"])) + R * v["attn_row_s"] + v["kernel_launch_s"]
+    bwd = (S * (v["attn_bwd_score_s"] + 2.5 * 4 * d / (v["peak_flops"] * v["attn_eff"])) + R * v["attn_bwd_row_s"]
+           + v["kernel_launch_s"])
     assert abs(a["model_fwd_seconds"] - fwd) <= 1e-9 * fwd and abs(a["model_bwd_seconds"] - bwd) <= 1e-9 * bwd, a
 fit = m["gemm"]["rate_max"]
 assert abs(fit / v["peak_flops"] - v["gemm_eff_max"]) < 1e-9, (fit, v)   # gemm_eff_max = fitted rate / peak

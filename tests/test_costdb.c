@@ -399,16 +399,21 @@ TEST(costdb_memory_attention_gemm_times_by_hand)
     cost_gpu g = round_gpu();
     CHECK_NEAR(cost_memory_time(&g, 1e9), 2e-3 + 1e-5, 1e-12);      /* 1e9 / (1e12 * 0.5) */
     /* 1e12 FLOPs = 1e12 / (4 * 125) scores of d = 125: 1e12 / (1e15 * 0.5), backward 2.5x the FLOPs */
-    CHECK_NEAR(cost_attention_forward_time(&g, 2e9, 125), 2e-3 + 1e-5, 1e-12);
-    CHECK_NEAR(cost_attention_backward_time(&g, 2e9, 125), 5e-3 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_attention_forward_time(&g, 1e6, 2e9, 125), 2e-3 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_attention_backward_time(&g, 1e6, 2e9, 125), 5e-3 + 1e-5, 1e-12);
     /* plus 1 ns per score forward, 3 ns backward */
     g.attn_score_s = 1e-9;
     g.attn_bwd_score_s = 3e-9;
-    CHECK_NEAR(cost_attention_forward_time(&g, 2e9, 125), 2e-3 + 2.0 + 1e-5, 1e-12);
-    CHECK_NEAR(cost_attention_backward_time(&g, 2e9, 125), 5e-3 + 6.0 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_attention_forward_time(&g, 1e6, 2e9, 125), 2e-3 + 2.0 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_attention_backward_time(&g, 1e6, 2e9, 125), 5e-3 + 6.0 + 1e-5, 1e-12);
+    /* plus 10 ns per row forward, 30 ns backward, over 1e6 rows */
+    g.attn_row_s = 1e-8;
+    g.attn_bwd_row_s = 3e-8;
+    CHECK_NEAR(cost_attention_forward_time(&g, 1e6, 2e9, 125), 2e-3 + 2.0 + 1e-2 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_attention_backward_time(&g, 1e6, 2e9, 125), 5e-3 + 6.0 + 3e-2 + 1e-5, 1e-12);
     CHECK_NEAR(cost_memory_time(&g, 0), 0, 0);
-    CHECK_NEAR(cost_attention_forward_time(&g, -1, 64), 0, 0);
-    CHECK_NEAR(cost_attention_backward_time(&g, 0, 64), 0, 0);
+    CHECK_NEAR(cost_attention_forward_time(&g, 1, -1, 64), 0, 0);
+    CHECK_NEAR(cost_attention_backward_time(&g, 1, 0, 64), 0, 0);
     /* 2*100^3 FLOPs at 1e15 * 0.8 * (1/2)^3 = 1e14 FLOP/s -> 2e-8 s, plus launch */
     CHECK_NEAR(cost_gemm_time(&g, 100, 100, 100), 2e-8 + 1e-5, 1e-9);
 }
