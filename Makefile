@@ -63,6 +63,10 @@ $(BUILD)/test_dhp: $(LIB_OBJ) $(TEST_OBJ)
 $(BUILD)/comm_check: $(BUILD)/obj/tests/mpi/comm_check.o $(LIB_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
+# Attention kernels' thread scaling (bench/run.sh).
+$(BUILD)/attn_threads: $(BUILD)/obj/bench/attn_threads.o $(LIB_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
@@ -113,7 +117,7 @@ test-asan sanitize:
 	  CXXFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" test
 
-bench: $(DHP_BIN)
+bench: $(DHP_BIN) $(BUILD)/attn_threads
 	bash bench/run.sh
 
 clean:

@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 for b in plan_speed.sh train_speed.sh; do echo "== $b"; bash "$b"; done
+echo "== attn_threads"; ../build/attn_threads
 echo "== fidelity.py"; /usr/bin/python3 fidelity.py --dhp ../dhp

@@ -441,8 +441,27 @@ static void cpu_attention_forward(float *out, float *lse, const float *q, const 
     cpu_parallel(units, att_work(cu, nseq, H, hd) < ATT_PAR_WORK ? units : 1, att_forward_range, &A);
 }
 
+/* Copies rows j0 .. j0+jn-1 of head kvh of x[n, Hkv, hd] to or from the
+ * contiguous tile xs[jn, hd]. */
+static void att_rows_load(float *xs, const float *x, int j0, int jn, int Hkv, int kvh, int hd)
+{
+    for (int jj = 0; jj < jn; jj++)
+        memcpy(xs + (size_t)jj * hd, x + ((size_t)(j0 + jj) * Hkv + kvh) * hd, (size_t)hd * sizeof *xs);
+}
+
+static void att_rows_store(float *x, const float *xs, int j0, int jn, int Hkv, int kvh, int hd)
+{
+    for (int jj = 0; jj < jn; jj++)
+        memcpy(x + ((size_t)(j0 + jj) * Hkv + kvh) * hd, xs + (size_t)jj * hd, (size_t)hd * sizeof *xs);
+}
+
 /* Backward of one (sequence sq, kv head kvh) unit: its dk, dv rows and the dq rows
- * of the query heads reading kvh. */
+ * of the query heads reading kvh. The key tile's dk, dv rows are accumulated in a
+ * contiguous local copy and written back once per tile: the units of one sequence
+ * own interleaved hd-float slices of the same dk, dv rows, and threads adding into
+ * neighbouring slices for every (row, key) ran 2 threads 2-2.3x slower than 1
+ * (bench/attn_threads: s=256, H=4 and 8, Hkv=2 and 4, hd=16). The same additions
+ * in the same order: the same bits. */
 static void att_backward_unit(const att_args *A, int sq, int kvh)
 {
     int H = A->H, Hkv = A->Hkv, hd = A->hd, group = H / Hkv;
@@ -450,11 +469,15 @@ static void att_backward_unit(const att_args *A, int sq, int kvh)
     const float *q = A->q, *k = A->k, *dout = A->dout;
     float scale = 1.0f / sqrtf((float)hd), sc[EX_ATT_TILE], dp[EX_ATT_TILE];
     float kt[(size_t)hd * EX_ATT_TILE], vt[(size_t)hd * EX_ATT_TILE];
+    float dkt[(size_t)hd * EX_ATT_TILE], dvt[(size_t)hd * EX_ATT_TILE];
     int s0 = A->cu[sq], len = A->cu[sq + 1] - s0;
+    float *dk = A->dk + (size_t)s0 * Hkv * hd, *dv = A->dv + (size_t)s0 * Hkv * hd;
     for (int j0 = 0; j0 < len; j0 += EX_ATT_TILE) {
         int tn = len - j0 < EX_ATT_TILE ? len - j0 : EX_ATT_TILE;
         att_tile_transpose(kt, k + (size_t)s0 * Hkv * hd, j0, tn, Hkv, kvh, hd);
         att_tile_transpose(vt, A->v + (size_t)s0 * Hkv * hd, j0, tn, Hkv, kvh, hd);
+        att_rows_load(dkt, dk, j0, tn, Hkv, kvh, hd);
+        att_rows_load(dvt, dv, j0, tn, Hkv, kvh, hd);
         for (int r = causal ? j0 : 0; r < len; r++) {
             int kend = causal ? r + 1 : len, jn = kend - j0 < tn ? kend - j0 : tn;
             for (int h = kvh * group; h < (kvh + 1) * group; h++) {
@@ -467,12 +490,14 @@ static void att_backward_unit(const att_args *A, int sq, int kvh)
                     size_t ko = ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
                     float p = expf(sc[jj] * scale - L);
                     float ds = p * (dp[jj] - D) * scale;
-                    axpyf(A->dv + ko, p, dor, hd);
+                    axpyf(dvt + (size_t)jj * hd, p, dor, hd);
                     axpyf(A->dq + qo, ds, k + ko, hd);
-                    axpyf(A->dk + ko, ds, qr, hd);
+                    axpyf(dkt + (size_t)jj * hd, ds, qr, hd);
                 }
             }
         }
+        att_rows_store(dk, dkt, j0, tn, Hkv, kvh, hd);
+        att_rows_store(dv, dvt, j0, tn, Hkv, kvh, hd);
     }
 }
 

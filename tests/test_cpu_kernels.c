@@ -105,8 +105,9 @@ static void att_backward_ref(float *dq, float *dk, float *dv, const float *dout,
 TEST(cpu_kernels_attention_bit_identical_to_row_loops_at_1_2_3_threads)
 {
     /* Sequences longer than a tile (online softmax and causal tiles cross), GQA,
-     * and enough work for the threaded path. */
-    const int cu[3] = { 0, 150, 220 }, n = 220, H = 4, Hkv = 2, hd = 16;
+     * and enough work for the threaded path; two sequences, then one (its heads
+     * split over the threads, each writing its slice of the same dk, dv rows). */
+    const int cus[2][3] = { { 0, 150, 220 }, { 0, 220, 220 } }, n = 220, H = 4, Hkv = 2, hd = 16;
     size_t qn = (size_t)n * H * hd, kn = (size_t)n * Hkv * hd, ln = (size_t)n * H;
     float *q = rnd(qn, 2), *k = rnd(kn, 2), *v = rnd(kn, 1), *g = rnd(qn, 1);
     float *o_ref = calloc(qn, 4), *l_ref = calloc(ln, 4), *o = calloc(qn, 4), *l = calloc(ln, 4);
@@ -116,20 +117,21 @@ TEST(cpu_kernels_attention_bit_identical_to_row_loops_at_1_2_3_threads)
     int saved = openblas_get_num_threads();
     bool ok = true;
     char what[160] = "";
-    for (int c = 0; c < 2 && ok; c++) {
-        bool causal = c == 1;
-        att_forward_ref(o_ref, l_ref, q, k, v, cu, 2, H, Hkv, hd, causal);
+    for (int c = 0; c < 4 && ok; c++) {
+        bool causal = c % 2 == 1;
+        const int *cu = cus[c / 2], nseq = c < 2 ? 2 : 1;
+        att_forward_ref(o_ref, l_ref, q, k, v, cu, nseq, H, Hkv, hd, causal);
         memset(dq_ref, 0, qn * 4); memset(dk_ref, 0, kn * 4); memset(dv_ref, 0, kn * 4);
-        att_backward_ref(dq_ref, dk_ref, dv_ref, g, q, k, v, o_ref, l_ref, cu, 2, H, Hkv, hd, causal);
+        att_backward_ref(dq_ref, dk_ref, dv_ref, g, q, k, v, o_ref, l_ref, cu, nseq, H, Hkv, hd, causal);
         for (int t = 1; t <= 3 && ok; t++) {
             openblas_set_num_threads(t);
-            be->attention_forward(o, l, q, k, v, cu, 2, H, Hkv, hd, causal);
+            be->attention_forward(o, l, q, k, v, cu, nseq, H, Hkv, hd, causal);
             memset(dq, 0, qn * 4); memset(dk, 0, kn * 4); memset(dv, 0, kn * 4);
-            be->attention_backward(dq, dk, dv, g, q, k, v, o, l, cu, 2, H, Hkv, hd, causal);
+            be->attention_backward(dq, dk, dv, g, q, k, v, o, l, cu, nseq, H, Hkv, hd, causal);
             ok = same(o, o_ref, qn) && same(l, l_ref, ln) && same(dq, dq_ref, qn) &&
                  same(dk, dk_ref, kn) && same(dv, dv_ref, kn);
-            if (!ok) snprintf(what, sizeof what, "causal %d, %d threads: out %d lse %d dq %d dk %d dv %d", c, t,
-                              same(o, o_ref, qn), same(l, l_ref, ln), same(dq, dq_ref, qn),
+            if (!ok) snprintf(what, sizeof what, "%d sequences, causal %d, %d threads: out %d lse %d dq %d dk %d dv %d",
+                              nseq, c % 2, t, same(o, o_ref, qn), same(l, l_ref, ln), same(dq, dq_ref, qn),
                               same(dk, dk_ref, kn), same(dv, dv_ref, kn));
         }
     }
