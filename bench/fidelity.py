@@ -31,7 +31,12 @@ How it measures, and why:
   (compute_sets, compute_speed) and the simulator models; unbound, the OS
   moves 3-4 ranks over 2 cores as it likes and no two runs agree.
 
-Usage: bench/fidelity.py [--dhp ./dhp] [--rounds 10] [--steps 15] [--warmup 3] [--quick-profile] [--no-bind] [--json OUT]
+- One OpenBLAS (and kernel) thread per rank by default, as the tests run;
+  `--threads 2 --plans c1` checks the one-rank plan on both cores, the way a
+  user who runs `dhp profile` and `dhp run` without OPENBLAS_NUM_THREADS does.
+
+Usage: bench/fidelity.py [--dhp ./dhp] [--rounds 10] [--steps 15] [--warmup 3] [--quick-profile] [--no-bind]
+                         [--threads 1] [--plans c1,d2_1_1,...] [--json OUT]
 """
 import argparse
 import json
@@ -90,12 +95,23 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)   # the first 2-3 steps allocate
     ap.add_argument("--quick-profile", action="store_true")
     ap.add_argument("--no-bind", action="store_true")
+    ap.add_argument("--threads", type=int, default=1, help="OpenBLAS threads per rank")
+    ap.add_argument("--plans", help="comma-separated subset of: " + ",".join(p[0] for p in PLANS))
     ap.add_argument("--json")
     a = ap.parse_args()
+    if a.threads < 1:
+        sys.exit("--threads must be at least 1")
+    if a.plans:
+        wanted = a.plans.split(",")
+        unknown = [w for w in wanted if w not in {p[0] for p in PLANS}]
+        if unknown:
+            sys.exit(f"unknown plan(s): {', '.join(unknown)}")
+        PLANS[:] = [p for p in PLANS if p[0] in wanted]
     dhp = os.path.abspath(a.dhp)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OPENBLAS_NUM_THREADS="1", OMPI_MCA_mpi_yield_when_idle="1")
-    bind = [] if a.no_bind else ["--bind-to", "core:overload-allowed"]
+               OPENBLAS_NUM_THREADS=str(a.threads), OMPI_MCA_mpi_yield_when_idle="1")
+    # A rank of several threads is not bound to one core (its threads would share it).
+    bind = [] if a.no_bind else ["--bind-to", "none"] if a.threads > 1 else ["--bind-to", "core:overload-allowed"]
 
     def mpirun(n, args):
         return ["mpirun", "--oversubscribe"] + bind + ["-np", str(n)] + args
@@ -154,7 +170,8 @@ def main():
                      "median_s": statistics.median(times[name]), "steps": len(times[name]),
                      "round_p10_s": per_round[name], "error": min(first, after) / measured - 1, "memory": mem})
 
-    print(f"profile {'--quick' if a.quick_profile else 'full'}, ranks {'unbound' if a.no_bind else 'bound to cores'}; "
+    print(f"profile {'--quick' if a.quick_profile else 'full'}, ranks {'unbound' if a.no_bind or a.threads > 1 else 'bound to cores'}, "
+          f"{a.threads} thread{'s' if a.threads > 1 else ''} per rank; "
           f"measured = 10th percentile of {a.rounds} rounds x {a.steps - a.warmup} steps")
     print(f"{'plan':<13} {'ranks':>5} {'profile 1 s':>12} {'profile 2 s':>12} {'predicted s':>12} {'measured s':>11} "
           f"{'median s':>9} {'error':>7}")

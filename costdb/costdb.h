@@ -259,8 +259,9 @@ typedef struct { int m, n, k; double seconds, rate; } cost_profile_gemm;   /* ra
 typedef struct {
     int seq, heads, kv_heads, head_dim;
     double fwd_flops;             /* 4 head_dim x scores (cost_attention_mean_span) */
-    double fwd_s, bwd_s;
+    double fwd_s, bwd_s;          /* per sequence: a timed call's time / seqs */
     bool causal;
+    int seqs;                     /* sequences of seq tokens in each timed call */
 } cost_profile_attn;
 typedef struct { cost_prof_op op; double bytes, seconds; } cost_profile_coll;   /* bytes: full buffer S */
 typedef struct { bool valid; double alpha_s, busbw, rms_rel; int points; } cost_profile_fit;

@@ -476,43 +476,67 @@ out:
     return rc;
 }
 
-/* ---- attention: the backend's kernels (cost_profile_opts), one sequence, causal or not ---- */
+/* ---- attention: the backend's kernels (cost_profile_opts), causal or not ---- */
+
+/* Each timed call holds enough sequences of a shape for ATTN_CALL_ROWS rows,
+ * as the executor's calls hold a micro-batch's: one short sequence alone falls
+ * below the kernels' threading threshold and spreads the call's fixed cost
+ * over few rows, neither as the executor's calls run (on 2 threads the 9-shape fit
+ * was 6.6% rms with one sequence per call, 2.4% with these). */
+#define ATTN_CALL_ROWS 1024
+#define ATTN_MAX_SEQS 16
+
+cost_profile_attn cost_prof_attn_of(cost_prof_attn_shape s)
+{
+    return (cost_profile_attn){.seq = s.seq, .heads = s.heads, .kv_heads = s.kv_heads, .head_dim = s.head_dim,
+                               .causal = s.causal, .seqs = 1};
+}
+
+static int attn_call_seqs(int seq)
+{
+    int n = (ATTN_CALL_ROWS + seq - 1) / seq;
+    return n < 1 ? 1 : n > ATTN_MAX_SEQS ? ATTN_MAX_SEQS : n;
+}
 
 typedef struct {
     const cost_profile_opts *o;
     int n, H, Hkv, hd;
     const float *q, *k, *v, *dout;
     float *out, *lse, *dq, *dk, *dv;
-    int cu[2];
+    int cu[ATTN_MAX_SEQS + 1], nseq;
     bool causal;
 } attn_arg;
 
 static void attn_forward(void *arg)
 {
     attn_arg *a = arg;
-    a->o->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->cu, 1, a->H, a->Hkv, a->hd, a->causal);
+    a->o->attention_forward(a->out, a->lse, a->q, a->k, a->v, a->cu, a->nseq, a->H, a->Hkv, a->hd, a->causal);
 }
 
 static void attn_backward(void *arg)
 {
     attn_arg *a = arg;
-    a->o->attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->cu, 1,
+    a->o->attention_backward(a->dq, a->dk, a->dv, a->dout, a->q, a->k, a->v, a->out, a->lse, a->cu, a->nseq,
                              a->H, a->Hkv, a->hd, a->causal);
 }
 
 /* Buffers: q, k, v, dout, out, dq, dk, dv, lse, one after another. */
 static int measure_one_attention(const prof_ctx *c, cost_profile_attn *r, double target, char *err)
 {
-    size_t nq = (size_t)r->seq * r->heads * r->head_dim, nkv = (size_t)r->seq * r->kv_heads * r->head_dim;
-    float *buf = util_calloc(4 * nq + 4 * nkv + (size_t)r->seq * r->heads, sizeof *buf);
+    int ns = r->seqs = attn_call_seqs(r->seq);
+    size_t nq = (size_t)ns * r->seq * r->heads * r->head_dim, nkv = (size_t)ns * r->seq * r->kv_heads * r->head_dim;
+    float *buf = util_calloc(4 * nq + 4 * nkv + (size_t)ns * r->seq * r->heads, sizeof *buf);
     int rc = buf ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for attention buffers");
     if ((rc = cost_prof_agree(c, rc, err))) { util_free(buf); return rc; }
     attn_arg a = {c->o, r->seq, r->heads, r->kv_heads, r->head_dim, buf, buf + nq, buf + nq + nkv,
                   buf + nq + 2 * nkv, buf + 2 * nq + 2 * nkv, buf + 4 * nq + 4 * nkv,
-                  buf + 3 * nq + 2 * nkv, buf + 4 * nq + 2 * nkv, buf + 4 * nq + 3 * nkv, {0, r->seq}, r->causal};
+                  buf + 3 * nq + 2 * nkv, buf + 4 * nq + 2 * nkv, buf + 4 * nq + 3 * nkv, {0}, ns, r->causal};
+    for (int i = 0; i <= ns; i++) a.cu[i] = i * r->seq;
     cost_prof_fill(buf, 2 * nq + 2 * nkv, 3);     /* q, k, v, dout */
     r->fwd_s = alone_time(c, attn_forward, &a, target, 1, 2);
     r->bwd_s = alone_time(c, attn_backward, &a, target * COST_ATTN_BWD_FLOPS, 1, 2);
+    r->fwd_s /= ns;
+    r->bwd_s /= ns;
     r->fwd_flops = 4.0 * r->head_dim * attn_scores(r);
     util_free(buf);
     return UTIL_OK;
@@ -525,19 +549,19 @@ static int measure_one_attention(const prof_ctx *c, cost_profile_attn *r, double
  * keys). */
 static int measure_attention(const prof_ctx *c, cost_profile *p, char *err)
 {
-    static const cost_profile_attn full[] = {
-        {64, 4, 4, 8, 0, 0, 0, false},    {256, 4, 4, 8, 0, 0, 0, false},   {64, 4, 2, 16, 0, 0, 0, false},
-        {256, 4, 2, 16, 0, 0, 0, false},  {512, 12, 4, 64, 0, 0, 0, false}, {512, 6, 6, 64, 0, 0, 0, false},
-        {64, 4, 2, 16, 0, 0, 0, true},    {256, 4, 2, 16, 0, 0, 0, true},   {512, 12, 4, 64, 0, 0, 0, true}};
-    static const cost_profile_attn quick[] = {{64, 4, 4, 8, 0, 0, 0, false}, {128, 4, 2, 16, 0, 0, 0, false},
-                                              {128, 12, 4, 64, 0, 0, 0, false}, {128, 4, 2, 16, 0, 0, 0, true}};
-    const cost_profile_attn *shapes = p->quick ? quick : full;
+    static const cost_prof_attn_shape full[] = {
+        {64, 4, 4, 8, false},   {256, 4, 4, 8, false},  {64, 4, 2, 16, false},
+        {256, 4, 2, 16, false}, {512, 12, 4, 64, false}, {512, 6, 6, 64, false},
+        {64, 4, 2, 16, true},   {256, 4, 2, 16, true},  {512, 12, 4, 64, true}};
+    static const cost_prof_attn_shape quick[] = {{64, 4, 4, 8, false}, {128, 4, 2, 16, false},
+                                                 {128, 12, 4, 64, false}, {128, 4, 2, 16, true}};
+    const cost_prof_attn_shape *shapes = p->quick ? quick : full;
     p->n_attn = p->quick ? 4 : 9;
     /* Passes over all shapes, best per shape (as for the GEMM grid). */
     int passes = p->quick ? 2 : 6;
     for (int pass = 0; pass < passes; pass++)
         for (int i = 0; i < p->n_attn; i++) {
-            cost_profile_attn r = shapes[i];
+            cost_profile_attn r = cost_prof_attn_of(shapes[i]);
             int rc = measure_one_attention(c, &r, p->quick ? 0.005 : 0.04, err);
             if (rc) return rc;
             if (pass == 0) p->attn[i] = r;
@@ -781,7 +805,7 @@ static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
     float *q = buf + (size_t)GM * GK + GN * GK + GM * GN, *add = q + 5 * nq + SEQ * H;
     mix_arg m = {{GM, GN, GK, buf, buf + (size_t)GM * GK, buf + (size_t)GM * GK + GN * GK},
                  {c->o, SEQ, H, H, D, q, q + nq, q + 2 * nq, q + 3 * nq, q + 4 * nq, q + 5 * nq,
-                  NULL, NULL, NULL, {0, SEQ}, false},
+                  NULL, NULL, NULL, {0, SEQ}, 1, false},
                  {add, add + ADD, add, ADD, c->o}};
     cost_prof_fill(buf, (size_t)GM * GK + GN * GK, 8);
     cost_prof_fill(q, 4 * nq, 9);
@@ -1177,8 +1201,9 @@ static const char *attn_shape_list(const cost_profile *p, char *buf, size_t n)
     size_t u = 0;
     buf[0] = '\0';
     for (int i = 0; i < p->n_attn && u < n; i++)
-        u += (size_t)snprintf(buf + u, n - u, "%s s=%d H=%d Hkv=%d d=%d%s", i ? "," : "", p->attn[i].seq,
-                              p->attn[i].heads, p->attn[i].kv_heads, p->attn[i].head_dim, p->attn[i].causal ? " causal" : "");
+        u += (size_t)snprintf(buf + u, n - u, "%s %d x s=%d H=%d Hkv=%d d=%d%s", i ? "," : "", p->attn[i].seqs,
+                              p->attn[i].seq, p->attn[i].heads, p->attn[i].kv_heads, p->attn[i].head_dim,
+                              p->attn[i].causal ? " causal" : "");
     return buf;
 }
 
@@ -1187,11 +1212,12 @@ static const char *attn_shape_list(const cost_profile *p, char *buf, size_t n)
 static bool add_fit_fields(cJSON *o, const cost_profile *p, const char *kernels, const char *w)
 {
     const cost_gpu *g = &p->gpu;
-    char at[512];
+    char at[768];
     attn_shape_list(p, at, sizeof at);
     return add_field(o, p, "gemm_half", g->gemm_half, "same least-squares fit as gemm_eff_max, s(x) = x / (x + gemm_half)")
         && add_field(o, p, "attn_eff", g->attn_eff,
-                     "%s, one sequence each of%s; least-squares fit (relative error, rms %.1f%%) of fwd = S "
+                     "%s, timed calls of (sequences x shape)%s, the times per sequence; least-squares fit (relative "
+                     "error, rms %.1f%%) of fwd = S "
                      "(attn_score_s + 4 d / (peak_flops attn_eff)) + R attn_row_s, bwd = S (attn_bwd_score_s + 2.5 x 4 d "
                      "/ (peak_flops attn_eff)) + R attn_bwd_row_s, S = s^2 H scores, causal s (s + 1) / 2 H, R = s H "
                      "rows; %s", kernels, at, 100 * p->attn_fit_rms, w)
@@ -1373,6 +1399,7 @@ static cJSON *attn_measurements(const cost_profile *p)
         cJSON *r = cJSON_CreateObject();
         ok = r && add_num(r, "seq", a->seq) && add_num(r, "heads", a->heads) && add_num(r, "kv_heads", a->kv_heads)
             && add_num(r, "head_dim", a->head_dim) && cJSON_AddBoolToObject(r, "causal", a->causal)
+            && add_num(r, "sequences_per_call", a->seqs)
             && add_num(r, "fwd_flops", a->fwd_flops)
             && add_num(r, "fwd_seconds", a->fwd_s) && add_num(r, "bwd_seconds", a->bwd_s)
             && add_num(r, "fwd_flops_per_s", a->fwd_flops / a->fwd_s) && add_num(r, "bwd_over_fwd", a->bwd_s / a->fwd_s)

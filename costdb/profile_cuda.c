@@ -350,16 +350,16 @@ static int measure_one_attention(gpu_ctx *g, cost_profile_attn *r, double target
  * cost; the LLM shapes causal too, as LLM layers run. */
 static int measure_attention(gpu_ctx *g, cost_profile *p, char *err)
 {
-    static const cost_profile_attn full[] = {
-        {1024, 16, 16, 80, 0, 0, 0, false}, {4096, 16, 16, 80, 0, 0, 0, false}, {1024, 40, 8, 128, 0, 0, 0, false},
-        {4096, 40, 8, 128, 0, 0, 0, false}, {2048, 16, 16, 64, 0, 0, 0, false}, {2048, 32, 8, 64, 0, 0, 0, false},
-        {1024, 40, 8, 128, 0, 0, 0, true},  {4096, 40, 8, 128, 0, 0, 0, true},  {2048, 32, 8, 64, 0, 0, 0, true}};
-    static const cost_profile_attn quick[] = {{1024, 16, 16, 80, 0, 0, 0, false}, {1024, 40, 8, 128, 0, 0, 0, false},
-                                              {2048, 16, 16, 64, 0, 0, 0, false}, {1024, 40, 8, 128, 0, 0, 0, true}};
-    const cost_profile_attn *shapes = p->quick ? quick : full;
+    static const cost_prof_attn_shape full[] = {
+        {1024, 16, 16, 80, false}, {4096, 16, 16, 80, false}, {1024, 40, 8, 128, false},
+        {4096, 40, 8, 128, false}, {2048, 16, 16, 64, false}, {2048, 32, 8, 64, false},
+        {1024, 40, 8, 128, true},  {4096, 40, 8, 128, true},  {2048, 32, 8, 64, true}};
+    static const cost_prof_attn_shape quick[] = {{1024, 16, 16, 80, false}, {1024, 40, 8, 128, false},
+                                                 {2048, 16, 16, 64, false}, {1024, 40, 8, 128, true}};
+    const cost_prof_attn_shape *shapes = p->quick ? quick : full;
     p->n_attn = p->quick ? 4 : 9;
     for (int i = 0; i < p->n_attn; i++) {
-        p->attn[i] = shapes[i];
+        p->attn[i] = cost_prof_attn_of(shapes[i]);
         int rc = measure_one_attention(g, &p->attn[i], p->quick ? 0.02 : 0.1, err);
         if (rc) return rc;
     }

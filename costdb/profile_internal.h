@@ -38,6 +38,9 @@ void cost_prof_fit_points(const cost_profile *p, int op, int ranks, cost_profile
 /* Keeps t seconds as GEMM idx's time (m x n x k) if it is the first pass or
  * faster than the passes before: the best of the passes over the grid. */
 void cost_prof_keep_gemm(cost_profile *p, int idx, int pass, int m, int n, int k, double t);
+/* An attention shape to time; cost_prof_attn_of makes its measurement record. */
+typedef struct { int seq, heads, kv_heads, head_dim; bool causal; } cost_prof_attn_shape;
+cost_profile_attn cost_prof_attn_of(cost_prof_attn_shape s);
 /* The cost-model fields (p->gpu) from the measurements, either backend. */
 int cost_prof_derive(cost_profile *p, char *err);
 

@@ -35,6 +35,7 @@ assert m["ranks"] == 1 and len(m["gemm"]["shapes"]) == 27 and len(m["attention"]
 assert [a["causal"] for a in m["attention"]] == [False, False, False, True], m["attention"]   # the LLM's kind too
 assert min(v["attn_score_s"], v["attn_bwd_score_s"], v["attn_row_s"], v["attn_bwd_row_s"]) >= 0, v
 for a in m["attention"]:   # the fitted model, evaluated as the planner does, is what the file reports
+    assert a["sequences_per_call"] == min(16, -(-1024 // a["seq"])), a   # a micro-batch's 1024 rows per call
     span = (a["seq"] + 1) / 2 if a["causal"] else a["seq"]   # row r of a causal sequence sees r + 1 keys
     S, R, d = a["seq"] * span * a["heads"], a["seq"] * a["heads"], a["head_dim"]
     fwd = S * (v["attn_score_s"] + 4 * d / (v["peak_flops"] * v["attn_eff"])) + R * v["attn_row_s"] + v["kernel_launch_s"]

@@ -160,7 +160,7 @@ static void fake_profile(cost_profile *p)
     p->gemm[0] = (cost_profile_gemm){64, 32, 32, 1e-6, 2.0 * 64 * 32 * 32 / 1e-6};
     p->gemm[1] = (cost_profile_gemm){1024, 1024, 1024, 0.02, 2.0 * 1024 * 1024 * 1024 / 0.02};
     p->n_attn = 1;
-    p->attn[0] = (cost_profile_attn){128, 4, 2, 16, 4.0 * 128 * 128 * 4 * 16, 1e-3, 2e-3, false};
+    p->attn[0] = (cost_profile_attn){128, 4, 2, 16, 4.0 * 128 * 128 * 4 * 16, 1e-3, 2e-3, false, 1};
     p->stream_bytes = 1 << 25;
     p->copy_bw = p->scale_bw = p->add_bw = p->triad_bw = 2e10;
     p->ew_add_bw = p->ew_swiglu_bw = p->ew_rmsnorm_bw = p->ew_bw = 1e10;
@@ -201,7 +201,7 @@ TEST(profile_attention_fit_recovers_its_terms)
         double s = shape[i][0], R = s * shape[i][1], S = R * (shape[i][3] ? (s + 1) / 2 : s), d = shape[i][2];
         a[i] = (cost_profile_attn){shape[i][0], shape[i][1], shape[i][1], shape[i][2], 4 * S * d,
                                    S * (1.5e-9 + 4 * d * per_flop) + R * 8e-9,
-                                   S * (2e-9 + 2.5 * 4 * d * per_flop) + R * 2e-8, shape[i][3]};
+                                   S * (2e-9 + 2.5 * 4 * d * per_flop) + R * 2e-8, shape[i][3], 1};
     }
     cost_attn_fit f;
     char err[UTIL_ERR_LEN];
@@ -344,7 +344,7 @@ static void fake_cuda_profile(cost_profile *p, double rate, double half)
     for (int i = 0; i < 4; i++) {
         double S = (double)sh[i][0] * sh[i][0] * sh[i][1], d = sh[i][3];
         p->attn[p->n_attn++] = (cost_profile_attn){sh[i][0], sh[i][1], sh[i][2], sh[i][3], 4 * S * d,
-                                                   S * (1e-11 + 4 * d * per_flop), S * (2e-11 + 10 * d * per_flop), false};
+                                                   S * (1e-11 + 4 * d * per_flop), S * (2e-11 + 10 * d * per_flop), false, 1};
     }
     p->stream_bytes = 256.0 * 1048576;
     p->copy_bw = p->dev.d2d_bw;
@@ -444,7 +444,7 @@ TEST(profile_gemm_grid_prices_measured_shapes_as_measured)
     for (int i = 0; i < 4; i++) {
         double S = (double)sh[i][0] * sh[i][0] * sh[i][1], d = sh[i][2];
         p->attn[i] = (cost_profile_attn){sh[i][0], sh[i][1], sh[i][1], sh[i][2], 4 * S * d, S * (2e-9 + 4 * d / 2e10),
-                                         S * (3e-9 + 10 * d / 2e10), false};
+                                         S * (3e-9 + 10 * d / 2e10), false, 1};
     }
     char err[UTIL_ERR_LEN];
     int rc = cost_prof_derive(p, err);
