@@ -241,7 +241,7 @@ const char *cost_coll_name(cost_coll op);
  * is fitted to the collectives (cost_profile_cluster_json). The
  * derivation rules are in costdb/SCHEMA.md, section "Measured files". */
 
-#define COST_PROFILE_MAX_GEMM 96
+#define COST_PROFILE_MAX_GEMM 128
 #define COST_PROFILE_MAX_ATTN 12
 #define COST_PROFILE_MAX_COLL 64
 
@@ -340,6 +340,7 @@ typedef struct {
     /* GEMM (forward layout of the executor: A[m,k] B[n,k]^T) and its fit */
     int n_gemm;
     cost_profile_gemm gemm[COST_PROFILE_MAX_GEMM];
+    double gemm_arena_bytes;      /* where the grid's B and C come from (rank 0's) */
     double gemm_rate_max;         /* fitted large-shape rate, FLOP/s per rank */
     double gemm_fit_rms;          /* rms relative error of the fit */
     double flops_per_cycle;       /* per core, rounded up to a power of two (0 if no clock) */
