@@ -13,9 +13,9 @@ How it measures, and why:
 - The profile keeps the best of several trials of every kernel, spread over
   its run: the machine undisturbed. The measured step is read the same way:
   the 10th percentile of the plan's step times (the median is printed too).
-- The full profile by default (about 20 s per rank count): this shared VM
+- The full profile by default (about 40 s per rank count): this shared VM
   switches between a fast and a ~1.4x slower state every few seconds, and the
-  one-second `--quick` profile (`--quick-profile`) often sees only the slow one.
+  few-second `--quick` profile (`--quick-profile`) often sees only the slow one.
 - Rounds: each plan runs in `--rounds` interleaved rounds of `--steps` steps,
   its step times pooled, so every plan sees the host's fast and slow phases.
   Many short rounds rather than a few long ones: a round of a 13 ms plan lasts

@@ -30,7 +30,7 @@ static const char *profile_help =
     "  -o FILE             write the description of one rank (schema dhp.gpu/1)\n"
     "  --cluster-out FILE  write a cluster 'cpu-<ranks>' (cuda: 'cuda-<ranks>'): 1 node x <ranks>, the GPU inline, the intra\n"
     "                      link fitted to the collectives (use with dhp plan --cluster FILE)\n"
-    "  --quick             a few seconds instead of about 20 s (fewer shapes and trials, smaller buffers)\n"
+    "  --quick             a few seconds instead of about 40 s (fewer shapes and trials, smaller buffers)\n"
     "  --json              print the GPU and cluster JSON on stdout instead of the summary\n"
     "\n"
     "example: OPENBLAS_NUM_THREADS=1 mpirun -np 2 dhp profile -o cpu.json --cluster-out cpu-2.json\n"
