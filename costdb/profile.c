@@ -473,7 +473,7 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
     size_t largest = gemm_shape(NULL, 0, (int)mmax, (int)nkmax, (int)nkmax).slot_n;
     size_t arena_n = (size_t)((p->quick ? GEMM_ARENA_QUICK_BYTES : GEMM_ARENA_BYTES) / sizeof(float));
     if (arena_n < 2 * largest) arena_n = 2 * largest;
-    if (c->rank != 0) arena_n = largest;   /* only rank 0 times; the others wait */
+    if (c->rank != 0) arena_n = 16;   /* only rank 0 times; the others wait */
     float *arena = util_malloc(arena_n * sizeof *arena);
     int rc = arena ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for the GEMM arena (%.0f MiB)",
                                          (double)arena_n * sizeof *arena / 1048576);
