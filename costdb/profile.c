@@ -471,7 +471,9 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
     int nm = p->quick ? 3 : 4, nnk = p->quick ? 3 : 5;
     size_t mmax = (size_t)ms[nm - 1], nkmax = (size_t)nks[nnk - 1];
     size_t largest = gemm_shape(NULL, 0, (int)mmax, (int)nkmax, (int)nkmax).slot_n;
-    size_t arena_n = (size_t)((p->quick ? GEMM_ARENA_QUICK_BYTES : GEMM_ARENA_BYTES) / sizeof(float));
+    double bytes = p->quick ? GEMM_ARENA_QUICK_BYTES : GEMM_ARENA_BYTES;
+    if (p->phys_bytes > 0 && bytes > p->phys_bytes / 16) bytes = p->phys_bytes / 16;   /* a small host */
+    size_t arena_n = (size_t)(bytes / sizeof(float));
     if (arena_n < 2 * largest) arena_n = 2 * largest;
     if (c->rank != 0) arena_n = 16;   /* only rank 0 times; the others wait */
     float *arena = util_malloc(arena_n * sizeof *arena);
