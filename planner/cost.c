@@ -227,6 +227,25 @@ static double forward_flops_per_sample(const model_module *mm, const plan_seq *q
  * all-gathers the bf16 weights. Under autocast the weights and their
  * gradients are fp32 (PyTorch DDP / DeepSpeed reduce what they hold). */
 
+/* Ulysses re-shards around each all-to-all by copying (executor/model.c
+ * sp_heads_to_rows, sp_rows_to_heads): forward q, k, v packed into the send
+ * buffer and the attention output unpacked from the receive buffer, backward
+ * the output's gradient packed and dq, dk, dv unpacked; t local rows. */
+static void price_ulysses_copies(pricer *p, const model_module *mm, const plan_module *s, double t, int layers)
+{
+    double q_elems = t * mm->heads * mm->head_dim / s->tp, kv_elems = t * mm->kv_heads * mm->head_dim / s->tp;
+    for (int l = 0; l < layers; l++) {
+        ew_fwd(p, COST_EW_COPY, q_elems);    /* q */
+        ew_fwd(p, COST_EW_COPY, kv_elems);   /* k */
+        ew_fwd(p, COST_EW_COPY, kv_elems);   /* v */
+        ew_fwd(p, COST_EW_COPY, q_elems);    /* attention output */
+        ew_bwd(p, COST_EW_COPY, q_elems);    /* its gradient */
+        ew_bwd(p, COST_EW_COPY, q_elems);    /* dq */
+        ew_bwd(p, COST_EW_COPY, kv_elems);   /* dk */
+        ew_bwd(p, COST_EW_COPY, kv_elems);   /* dv */
+    }
+}
+
 /* Compute and in-op communication of one micro-batch of `samples` samples
  * (per dp rank): the per-micro-batch terms of plan_time. */
 void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
@@ -255,6 +274,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window);
     price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross);
     int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
+    if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
     double h = mm->hidden;
     if (mm->kind == MODEL_LLM) price_llm_ends(&p, mm, s, t, plan_head_rows(w, o->precision, samples, t));
     else price_encoder_ends(&p, mm, s, t);

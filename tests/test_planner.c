@@ -384,6 +384,33 @@ TEST(search_reports_a_model_that_fits_nowhere)
     CHECK(strstr(err, "fits") != NULL);
 }
 
+/* Ulysses' re-sharding copies are priced where the executor makes them: at
+ * sp = 2 a rank holds half the rows and half the heads, the same GEMM,
+ * attention and element-wise work as sp = 1 over half the samples, plus per
+ * block 4 copies forward (q, k, v, the output) and 4 backward. */
+TEST(cost_prices_the_ulysses_copies)
+{
+    model_t m = load_model("tiny-vl");
+    cost_cluster c = load_cluster("8xh100");
+    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
+    plan_options o;
+    plan_options_default(&o);
+    o.precision = PLAN_OPT_FP32;
+    int vi = m.llm == 0 ? 1 : 0;   /* tiny-vl: the vision encoder and the LLM */
+    const model_module *v = &m.mod[vi];
+    plan_module one = strategy(1, 1, 1, 1, 0, 4, PLAN_RECOMP_NONE), two = strategy(1, 1, 2, 1, 0, 8, PLAN_RECOMP_NONE);
+    plan_time a, b;
+    plan_micro_time(&m, vi, &one, &w, &c, &o, 4, &a);
+    plan_micro_time(&m, vi, &two, &w, &c, &o, 8, &b);
+    const cost_gpu *g = &c.pool[0].gpu;
+    double t = 4 * 64, q = cost_elementwise_time(g, COST_EW_COPY, t * v->heads * v->head_dim, 4),
+           kv = cost_elementwise_time(g, COST_EW_COPY, t * v->kv_heads * v->head_dim, 4);
+    CHECK(q > 0 && kv > 0);
+    CHECK_NEAR(b.fwd_s - a.fwd_s, v->layers * (2 * q + 2 * kv), 1e-12);
+    CHECK_NEAR(b.bwd_s - a.bwd_s, v->layers * (2 * q + 2 * kv), 1e-12);
+    CHECK(b.sp_comm_s > 0 && a.sp_comm_s == 0);
+}
+
 /* Each element-wise kernel the executor runs is priced at its own rate:
  * slowing SwiGLU alone in the table adds exactly its bytes x (1/new - 1/old)
  * per block, and the cross-entropy runs over the predicting text rows (the
