@@ -384,18 +384,27 @@ TEST(search_reports_a_model_that_fits_nowhere)
     CHECK(strstr(err, "fits") != NULL);
 }
 
+/* tiny-vl on 8xh100, batch 8 of 64 vision + 48 text tokens, the fp32 executor's precision. */
+static void tiny_vl_fp32(model_t *m, cost_cluster *c, plan_workload *w, plan_options *o)
+{
+    *m = load_model("tiny-vl");
+    *c = load_cluster("8xh100");
+    *w = (plan_workload){ .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
+    plan_options_default(o);
+    o->precision = PLAN_OPT_FP32;
+}
+
 /* Ulysses' re-sharding copies are priced where the executor makes them: at
  * sp = 2 a rank holds half the rows and half the heads, the same GEMM,
  * attention and element-wise work as sp = 1 over half the samples, plus per
  * block 4 copies forward (q, k, v, the output) and 4 backward. */
 TEST(cost_prices_the_ulysses_copies)
 {
-    model_t m = load_model("tiny-vl");
-    cost_cluster c = load_cluster("8xh100");
-    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
+    model_t m;
+    cost_cluster c;
+    plan_workload w;
     plan_options o;
-    plan_options_default(&o);
-    o.precision = PLAN_OPT_FP32;
+    tiny_vl_fp32(&m, &c, &w, &o);
     int vi = m.llm == 0 ? 1 : 0;   /* tiny-vl: the vision encoder and the LLM */
     const model_module *v = &m.mod[vi];
     plan_module one = strategy(1, 1, 1, 1, 0, 4, PLAN_RECOMP_NONE), two = strategy(1, 1, 2, 1, 0, 8, PLAN_RECOMP_NONE);
@@ -417,12 +426,11 @@ TEST(cost_prices_the_ulysses_copies)
  * fp32 executor) or every position (bf16, Megatron-LM). */
 TEST(cost_prices_each_elementwise_kernel_at_its_rate)
 {
-    model_t m = load_model("tiny-vl");
-    cost_cluster c = load_cluster("8xh100");
-    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
+    model_t m;
+    cost_cluster c;
+    plan_workload w;
     plan_options o;
-    plan_options_default(&o);
-    o.precision = PLAN_OPT_FP32;
+    tiny_vl_fp32(&m, &c, &w, &o);
     plan_module s = strategy(1, 1, 1, 1, 0, 8, PLAN_RECOMP_NONE);
     const model_module *llm = &m.mod[m.llm];
     double samples = 8, t = samples * (48 + 64 / 4), old_rate = c.pool[0].gpu.hbm_bw * c.pool[0].gpu.mem_eff;
