@@ -129,6 +129,12 @@ typedef struct {
      * all of a node's ranks share all its processors. */
     bool has_sets;
     int set_of[COST_MAX_SPEED];
+    /* Mean seconds a rank that waited in MPI (polling, yielding the
+     * processor) takes to get its processor back from a computing set-mate:
+     * the scheduler runs the mate to the end of its time slice. 0: not
+     * measured; ranks then share a processor evenly (speed). See
+     * cost_share_weight. */
+    double handoff_s;
     /* Optional per-collective fits of the intra link (dhp profile measures
      * each): intra_op[op] prices op inside one node where has_intra_op[op];
      * the other operations, and the intra-node steps of multi-node groups,
@@ -221,6 +227,15 @@ bool cost_ew_table_add(cJSON *o, const cost_ew_table *T, const char *source);
  * (cost_pool.speed; beyond the table the processors are shared evenly);
  * 1 for pools without the table. */
 double cost_compute_speed(const cost_pool *p, int busy);
+/* The share weight of a rank computing on a processor it shares with
+ * set-mates that compute too, when it stops to wait in a blocking exchange
+ * every `interval_s` of its compute (INFINITY: never): min(interval_s,
+ * handoff_s). Each wait hands the processor to a mate for handoff_s on
+ * average and wins it back for about as long, so a rank that waits more
+ * often than handoff_s gets interval / (interval + handoff) of the
+ * processor against a mate that never waits; two ranks that both wait
+ * rarely share evenly. handoff_s 0: weight 1 (even sharing). */
+double cost_share_weight(const cost_pool *p, double interval_s);
 double cost_collective_time(const cost_pool *p, cost_coll op, double bytes, int n, int per_node);
 /* Point-to-point transfer of bytes between two GPUs: same node, across nodes
  * of one pool, or across pools (same_node is ignored then). Bad pool indices
@@ -354,6 +369,11 @@ typedef struct {
     double speed[COST_MAX_SPEED];
     double sharing_unit_s;        /* one unit of the mixed kernel on rank 0 alone */
     int n_sets, set_of[COST_MAX_SPEED], bound_cpu[COST_MAX_SPEED];   /* processor sets from the CPU binding */
+    /* cost_pool.handoff_s and what it came from: rank 0's mean exchange round
+     * trip with a rank of another set while its set-mate computes, and while
+     * the mate waits too; 0 where no set holds two ranks or none is outside */
+    double handoff_s, handoff_busy_rtt_s, handoff_idle_rtt_s;
+    int handoff_mate, handoff_partner, handoff_exchanges;
     double stream_bytes;          /* size of each STREAM array */
     double copy_bw, scale_bw, add_bw, triad_bw;   /* B/s per rank */
     double ew_add_bw, ew_swiglu_bw, ew_rmsnorm_bw, ew_bw;  /* ew_bw: all three, total bytes / total time */

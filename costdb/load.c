@@ -615,6 +615,23 @@ static int parse_sets(const cJSON *pool, const char *what, const char *path, cos
     return UTIL_OK;
 }
 
+/* Optional "compute_handoff_s": seconds, plain or {"value": s, "source":
+ * "..."} (cost_pool.handoff_s); only meaningful where ranks share processors. */
+static int parse_handoff(const cJSON *pool, const char *what, const char *path, cost_pool *p, char *err)
+{
+    p->handoff_s = 0;
+    if (!cJSON_GetObjectItemCaseSensitive(pool, "compute_handoff_s")) return UTIL_OK;
+    int rc = gpu_field(pool, what, path, "compute_handoff_s", &p->handoff_s, err);
+    if (rc) return rc;
+    if (!isfinite(p->handoff_s) || p->handoff_s < 0 || p->handoff_s > 1)
+        return util_fail(err, UTIL_EINVAL, "%s: %s.compute_handoff_s: must be seconds in [0, 1] (got %g)", what, path,
+                         p->handoff_s);
+    if (p->handoff_s > 0 && p->n_speed == 0)
+        return util_fail(err, UTIL_EINVAL, "%s: %s.compute_handoff_s: needs compute_speed (ranks that share processors)",
+                         what, path);
+    return UTIL_OK;
+}
+
 /* "gpu" is a shipped GPU name or an embedded dhp.gpu/1 object (what
  * cost_cluster_to_json writes, so a plan file carries its own numbers). */
 static int parse_pool_gpu(const cJSON *pool, const char *what, const char *path, cost_gpu *g, char *err)
@@ -649,7 +666,8 @@ static int parse_pool(const cJSON *obj, const char *what, int i, cost_pool *p, c
     if ((rc = parse_link(obj, what, path, "inter", &p->inter, err))) return rc;
     if ((rc = parse_intra_ops(obj, what, path, p, err))) return rc;
     if ((rc = parse_speed(obj, what, path, p, err))) return rc;
-    return parse_sets(obj, what, path, p, err);
+    if ((rc = parse_sets(obj, what, path, p, err))) return rc;
+    return parse_handoff(obj, what, path, p, err);
 }
 
 /* Unset cross_pool: the slowest inter link of all pools (for two pools, the slower of the two). */
@@ -766,6 +784,7 @@ static cJSON *pool_to_json(const cost_pool *p)
         && add_item(o, "inter", link_to_json(&p->inter))
         && (p->n_speed == 0 || add_item(o, "compute_speed", cJSON_CreateDoubleArray(p->speed, p->n_speed)))
         && (!p->has_sets || add_item(o, "compute_sets", cJSON_CreateIntArray(p->set_of, p->gpus_per_node)))
+        && (!(p->handoff_s > 0) || cJSON_AddNumberToObject(o, "compute_handoff_s", p->handoff_s))
         && add_intra_ops(o, p);
     if (ok) return o;
     cJSON_Delete(o);

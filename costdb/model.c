@@ -228,6 +228,12 @@ const char *cost_coll_name(cost_coll op)
     return "unknown";
 }
 
+double cost_share_weight(const cost_pool *p, double interval_s)
+{
+    if (!(p->handoff_s > 0)) return 1.0;
+    return interval_s < p->handoff_s ? interval_s : p->handoff_s;
+}
+
 double cost_compute_speed(const cost_pool *p, int busy)
 {
     if (p->n_speed <= 0 || busy < 1) return 1.0;

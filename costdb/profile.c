@@ -822,6 +822,8 @@ static double median(double *x, int n)
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+static int measure_handoff(const prof_ctx *c, cost_profile *p, mix_arg *m);
+
 static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
 {
     enum { GM = 256, GN = 256, GK = 64, SEQ = 128, H = 4, D = 16, ADD = 1 << 18 };
@@ -860,7 +862,118 @@ static int measure_sharing(const prof_ctx *c, cost_profile *p, char *err)
     p->speed[0] = 1.0;
     for (int k = 2; k <= n; k++) p->speed[k - 1] = fmin(1.0, median(ratio[k - 1], trials));
     p->sharing_unit_s = unit;
+    rc = measure_handoff(c, p, &m);
     util_free(buf);
+    return rc;
+}
+
+/* ---- handing a shared processor back ----
+ *
+ * A rank that waits in MPI polls and yields its processor (the executor's
+ * ranks run with mpi_yield_when_idle); a set-mate that computes then keeps
+ * it to the end of the scheduler's time slice, which can be milliseconds
+ * (on this kind of host, HZ=250 ticks: up to 4 ms). A rank that exchanges
+ * every layer (tensor or sequence parallel) loses its processor at nearly
+ * every exchange, far more than the even split compute_speed measures.
+ * Measured as the executor meets it: rank 0 computes HANDOFF_WORK_S, then a
+ * round trip with a rank bound elsewhere, over and over, while rank 0's
+ * set-mate computes without a pause, and again while the mate waits too;
+ * the difference of the mean round trips is the time the processor takes to
+ * come back (cost_pool.handoff_s). */
+#define HANDOFF_WORK_S 100e-6
+#define HANDOFF_TRIALS 3
+
+enum { HANDOFF_PING = 11, HANDOFF_STOP = 12 };
+
+static void spin_for(double s)
+{
+    double t0 = util_now();
+    while (util_now() - t0 < s) {}
+}
+
+/* Rank 0's side: exchanges until the window is all but over; returns the
+ * mean round trip (0 if none), *n their count. */
+static double handoff_pings(const prof_ctx *c, int partner, double until, long *n)
+{
+    double buf = 0, sum = 0;
+    *n = 0;
+    while (util_now() < until) {
+        spin_for(HANDOFF_WORK_S);
+        double t = util_now();
+        MPI_Send(&buf, 1, MPI_DOUBLE, partner, HANDOFF_PING, c->comm);
+        MPI_Recv(&buf, 1, MPI_DOUBLE, partner, HANDOFF_PING, c->comm, MPI_STATUS_IGNORE);
+        sum += util_now() - t;
+        ++*n;
+    }
+    MPI_Send(&buf, 1, MPI_DOUBLE, partner, HANDOFF_STOP, c->comm);
+    return *n ? sum / *n : 0;
+}
+
+static void handoff_echo(const prof_ctx *c)
+{
+    for (;;) {
+        double buf;
+        MPI_Status st;
+        MPI_Recv(&buf, 1, MPI_DOUBLE, 0, MPI_ANY_TAG, c->comm, &st);
+        if (st.MPI_TAG == HANDOFF_STOP) return;
+        MPI_Send(&buf, 1, MPI_DOUBLE, 0, HANDOFF_PING, c->comm);
+    }
+}
+
+/* One window of window_s, its start sent ahead by rank 0 (as shared_rate's):
+ * rank 0's mean round trip, every rank gets it; *n the exchanges. */
+static double handoff_window(const prof_ctx *c, const cost_profile *p, mix_arg *m, bool mate_busy, double window_s,
+                             long *n)
+{
+    cost_prof_barrier(c);
+    double start = util_now() + 0.005, rtt = 0;
+    *n = 0;
+    MPI_Bcast(&start, 1, MPI_DOUBLE, 0, c->comm);
+    if (c->rank == p->handoff_mate && mate_busy) {
+        util_sleep_until(start);
+        while (util_now() < start + window_s) run_mix(m);
+    } else if (c->rank == 0) {
+        util_sleep_until(start + 0.1 * window_s);   /* the mate has the processor */
+        rtt = handoff_pings(c, p->handoff_partner, start + 0.9 * window_s, n);
+    } else if (c->rank == p->handoff_partner) {
+        handoff_echo(c);
+    }
+    double cnt = (double)*n;
+    MPI_Bcast(&rtt, 1, MPI_DOUBLE, 0, c->comm);
+    MPI_Bcast(&cnt, 1, MPI_DOUBLE, 0, c->comm);
+    *n = (long)cnt;
+    return rtt;
+}
+
+/* Rank 0's set-mate (the next rank bound to its CPU) and a rank bound to
+ * another set; false if the host has no such pair. */
+static bool handoff_ranks(cost_profile *p)
+{
+    p->handoff_mate = p->handoff_partner = -1;
+    for (int r = 1; r < p->ranks && r < COST_MAX_SPEED; r++) {
+        if (p->set_of[r] == 0 && p->handoff_mate < 0) p->handoff_mate = r;
+        if (p->set_of[r] != 0 && p->handoff_partner < 0) p->handoff_partner = r;
+    }
+    return p->mpi && p->n_sets > 1 && p->handoff_mate > 0 && p->handoff_partner > 0;
+}
+
+static int measure_handoff(const prof_ctx *c, cost_profile *p, mix_arg *m)
+{
+    p->handoff_s = p->handoff_busy_rtt_s = p->handoff_idle_rtt_s = 0;
+    p->handoff_exchanges = 0;
+    if (!handoff_ranks(p)) return UTIL_OK;
+    /* Windows of hundreds of time slices; trials adjacent in time, the median. */
+    double window = p->quick ? 0.15 : 0.3, busy[HANDOFF_TRIALS], idle[HANDOFF_TRIALS];
+    int trials = p->quick ? 1 : HANDOFF_TRIALS;
+    long n;
+    for (int t = 0; t < trials; t++) {
+        busy[t] = handoff_window(c, p, m, true, window, &n);
+        p->handoff_exchanges += (int)n;
+        idle[t] = handoff_window(c, p, m, false, 0.25 * window, &n);
+    }
+    p->handoff_busy_rtt_s = median(busy, trials);
+    p->handoff_idle_rtt_s = median(idle, trials);
+    p->handoff_s = fmax(0.0, p->handoff_busy_rtt_s - p->handoff_idle_rtt_s);
     return UTIL_OK;
 }
 
@@ -1617,6 +1730,25 @@ static cJSON *speed_json(const cost_profile *p)
     return NULL;
 }
 
+/* {"value": seconds, "source": ...} (cost_pool.handoff_s) */
+static cJSON *handoff_json(const cost_profile *p)
+{
+    char src[900];
+    snprintf(src, sizeof src,
+             "measured by dhp profile on %s %s, the time a rank that waited in MPI (polling, yielding its CPU) takes to "
+             "get its CPU back from a set-mate that computes: rank 0 computes %.0f us then exchanges 8 bytes with rank "
+             "%d (bound elsewhere), over and over, while its set-mate rank %d runs the compute_speed mix without a "
+             "pause (mean round trip %.3f ms over %d exchanges, median of %d windows) and while the mate waits in MPI "
+             "too (%.4f ms); the difference. The simulator gives a rank that waits every interval of compute "
+             "min(interval, this) of a shared CPU against a mate's min(its interval, this)",
+             p->host, p->date, 1e6 * HANDOFF_WORK_S, p->handoff_partner, p->handoff_mate, 1e3 * p->handoff_busy_rtt_s,
+             p->handoff_exchanges, p->quick ? 1 : HANDOFF_TRIALS, 1e3 * p->handoff_idle_rtt_s);
+    cJSON *o = cJSON_CreateObject();
+    if (o && add_num(o, "value", p->handoff_s) && cJSON_AddStringToObject(o, "source", src)) return o;
+    cJSON_Delete(o);
+    return NULL;
+}
+
 /* {"value": [lowest rank of each rank's processor set], "source": ...} */
 static cJSON *sets_json(const cost_profile *p)
 {
@@ -1672,6 +1804,7 @@ cJSON *cost_profile_cluster_json(const cost_profile *p)
         && add_obj(pool, "intra", link_json(p, true)) && add_obj(pool, "inter", link_json(p, false))
         && (p->n_speed == 0 || add_obj(pool, "compute_speed", speed_json(p)))
         && (p->n_sets <= 1 || add_obj(pool, "compute_sets", sets_json(p)))
+        && (!(p->handoff_s > 0) || p->n_speed == 0 || add_obj(pool, "compute_handoff_s", handoff_json(p)))
         && (!p->mpi || add_obj(pool, "intra_ops", intra_ops_json(p)));
     if (ok) { ok = cJSON_AddItemToArray(pools, pool); if (ok) pool = NULL; }
     if (ok) { ok = add_obj(o, "pools", pools); pools = NULL; }

@@ -290,6 +290,10 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
         /* per block: 2 all-reduces forward (attention, MLP), 2 backward */
         out->tp_comm_s = mm->layers * 4.0 * allreduce_tp(pool, s, A * t * mm->hidden);
         if (mm->kind == MODEL_LLM) out->tp_comm_s += 2 * allreduce_tp(pool, s, A * t * h);
+        /* the LLM's ends: the embedding's and the loss statistics' all-reduces
+         * forward, the head gradient's backward (executor/model.c) */
+        out->fwd_syncs += 2 * mm->layers + (mm->kind == MODEL_LLM ? 2 : 0);
+        out->bwd_syncs += 2 * mm->layers + (mm->kind == MODEL_LLM ? 1 : 0);
     }
     /* Ulysses: q, k, v and the output re-sharded forward, their gradients backward. */
     if (s->sp > 1) {
@@ -297,7 +301,11 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
         double bytes = A * t * dims;
         int per = ranks_per_node(s->sp, s->tp, gpn);
         out->sp_comm_s = 2.0 * n_a2a_layers * cost_collective_time(pool, COST_ALLTOALL, bytes, s->sp, per);
+        /* one all-to-all each for q, k, v and the output, and for their gradients */
+        out->fwd_syncs += 4 * n_a2a_layers;
+        out->bwd_syncs += 4 * n_a2a_layers;
     }
+    if (s->recompute == PLAN_RECOMP_FULL) out->bwd_syncs += out->fwd_syncs;
     /* Pipeline stage hand-offs, forward activation and backward gradient. */
     if (s->pp > 1) {
         bool same_node = (double)s->tp * s->sp * s->dp * s->pp <= gpn;

@@ -144,6 +144,10 @@ double plan_local_params(const model_module *mm, const plan_module *s);
 typedef struct {
     double fwd_s, bwd_s, recompute_s;    /* compute per micro-batch (per dp rank) */
     double tp_comm_s, sp_comm_s;         /* per micro-batch, not overlapped */
+    /* Blocking exchanges inside one micro-batch's forward / backward (TP
+     * all-reduces, Ulysses all-to-alls, as the executor issues them): each
+     * is a wait that can hand a shared processor to a set-mate. */
+    int fwd_syncs, bwd_syncs;
     double zero_comm_s;                  /* ZeRO-3 param gathers + grad reduce-scatter per micro-batch, exposed */
     double pp_p2p_s;                     /* per micro-batch stage hand-offs */
     double micro_s;                      /* one micro-batch through the whole module (all pp stages) */
@@ -368,7 +372,10 @@ bool plan_handoff_message(const plan_segment *segs, int n, int from, int rank, b
  * ZeRO-1 OPTIMIZER (AdamW on the shard, then the parameter all-gather) are
  * collectives: they start when the last participant joins and end together.
  * No other resource is shared, so the result is exact for these rules. */
-typedef struct { double busy_s, comm_s; } plan_sim_cost;
+/* syncs: the blocking exchanges inside the compute part (plan_time.fwd_syncs);
+ * on processors shared between ranks they set the rank's share
+ * (cost_share_weight). */
+typedef struct { double busy_s, comm_s; int syncs; } plan_sim_cost;
 typedef struct {
     /* Replacements for the cost model, NULL for the cost model's own
      * (plan_sim_op_cost, plan_sim_msg_seconds). op_cost prices one op of a

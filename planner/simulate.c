@@ -137,7 +137,7 @@ static const plan_time *micro_time(pricer *pr, int k, int samples, plan_time *sc
 
 static plan_sim_cost price(pricer *pr, const plan_op *op)
 {
-    plan_sim_cost c = { 0, 0 };
+    plan_sim_cost c = { 0, 0, 0 };
     plan_time scratch;
     const plan_time *t;
     switch (op->kind) {
@@ -145,16 +145,19 @@ static plan_sim_cost price(pricer *pr, const plan_op *op)
         t = micro_time(pr, op->module, op->samples, &scratch);
         c.busy_s = t->fwd_s;
         c.comm_s = t->fwd_comm_s;
+        c.syncs = t->fwd_syncs;
         break;
     case PLAN_OP_BACKWARD:
         t = micro_time(pr, op->module, op->samples, &scratch);
         c.busy_s = t->bwd_s + t->recompute_s;
         c.comm_s = plan_time_backward_s(t) - c.busy_s;
+        c.syncs = t->bwd_syncs;
         break;
     case PLAN_OP_FORWARD_BACKWARD:
         t = micro_time(pr, op->module, op->samples, &scratch);
         c.busy_s = t->fwd_s + t->bwd_s + t->recompute_s;
         c.comm_s = t->micro_s - c.busy_s;
+        c.syncs = t->fwd_syncs + t->bwd_syncs;
         break;
     case PLAN_OP_GRAD_SYNC:
         t = step_time(pr, op->module);
@@ -439,6 +442,8 @@ typedef struct {
     int *set;                  /* per rank: the lowest rank sharing its processors */
     double *work;              /* per rank: compute seconds left at speed 1, as of seg_s */
     double *seg_s, *speed;     /* per rank: since when it runs at speed */
+    bool *active;              /* per rank: computing, not held at an exchange by a peer (shared_rates) */
+    double *rate, *coupled;    /* per rank: shared_rates' scratch */
     plan_sim_cost *cost;       /* per rank: the price of its next op */
 } sim;
 
@@ -652,17 +657,84 @@ static bool op_has_compute(plan_op_kind k)
     return k != PLAN_OP_SEND_ACT && k != PLAN_OP_SEND_GRAD && k != PLAN_OP_RECV_ACT && k != PLAN_OP_RECV_GRAD;
 }
 
-static double compute_end(const sim *S, int r) { return S->seg_s[r] + S->work[r] / S->speed[r]; }
+static double compute_end(const sim *S, int r)
+{
+    return S->speed[r] > 0 ? S->seg_s[r] + S->work[r] / S->speed[r] : INFINITY;   /* 0: held by a peer */
+}
+
+/* Rank r's weight in sharing its processors (cost_share_weight): its
+ * compute seconds between blocking exchanges. */
+static double share_weight(const sim *S, int r)
+{
+    const plan_sim_cost *c = &S->cost[r];
+    double interval = c->syncs > 0 ? c->busy_s / c->syncs : INFINITY;
+    return cost_share_weight(&S->p->cluster.pool[rank_pool(S->p, r)], interval);
+}
+
+/* Rank r's speed while `busy` ranks of its set compute, of total weight
+ * `weight`: the set's throughput, busy x compute_speed(busy), split by
+ * weight; at most one processor's worth. */
+static double shared_speed(const sim *S, int r, int busy, double weight)
+{
+    double even = cost_compute_speed(&S->p->cluster.pool[rank_pool(S->p, r)], busy);
+    if (busy < 2) return even;
+    double v = busy * even * share_weight(S, r) / weight;
+    return v < 1 ? v : 1;
+}
+
+/* Does q exchange with r inside r's next op (a rank of the same module
+ * replica: its tensor- and sequence-parallel peers)? */
+static bool exchange_peer(const sim *S, int r, int q)
+{
+    if (q == r || S->cost[r].syncs <= 0) return false;
+    int k = S->sched[r].op[S->next[r]].module;
+    plan_coord a, b;
+    return plan_rank_coord(S->p, k, r, &a) && plan_rank_coord(S->p, k, q, &b) && a.dp == b.dp && a.pp == b.pp;
+}
+
+/* Rank r's op exchanges with a peer that has not reached its compute: r
+ * waits at its first exchange (a module's peers run the same list of ops). */
+static bool waits_for_peer(const sim *S, int r)
+{
+    for (int q = 0; q < S->p->world_size; q++)
+        if (exchange_peer(S, r, q) && (S->next[q] < S->next[r] || (S->next[q] == S->next[r] && !S->computed[q])))
+            return true;
+    return false;
+}
+
+/* Every computing rank's speed now, in S->rate: its set's share among the
+ * ranks not held by a peer, then an op with exchanges at its slowest peer's
+ * (the peers meet at every exchange). */
+static void shared_rates(sim *S)
+{
+    int world = S->p->world_size;
+    for (int r = 0; r < world; r++) S->active[r] = S->computing[r] && !waits_for_peer(S, r);
+    for (int r = 0; r < world; r++) {
+        S->rate[r] = 0;
+        if (!S->active[r]) continue;
+        int busy = 0;
+        double weight = 0;
+        for (int q = 0; q < world; q++)
+            if (S->active[q] && S->set[q] == S->set[r]) { busy++; weight += share_weight(S, q); }
+        S->rate[r] = shared_speed(S, r, busy, weight);
+    }
+    for (int r = 0; r < world; r++) {
+        S->coupled[r] = S->rate[r];
+        if (!S->active[r]) continue;
+        for (int q = 0; q < world; q++)
+            if (S->active[q] && S->next[q] == S->next[r] && exchange_peer(S, r, q) && S->rate[q] < S->coupled[r])
+                S->coupled[r] = S->rate[q];
+    }
+    for (int r = 0; r < world; r++) S->rate[r] = S->coupled[r];
+}
 
 /* Re-rates every computing rank for the ranks computing on its processors now. */
 static void update_speeds(sim *S, double t)
 {
-    int world = S->p->world_size;
-    for (int r = 0; r < world; r++) {
+    shared_rates(S);
+    for (int r = 0; r < S->p->world_size; r++) {
         if (!S->computing[r]) continue;
-        int busy = 0;
-        for (int q = 0; q < world; q++) busy += S->computing[q] && S->set[q] == S->set[r];
-        double v = cost_compute_speed(&S->p->cluster.pool[rank_pool(S->p, r)], busy);
+        double v = S->rate[r];
         if (v == S->speed[r]) continue;
         S->work[r] -= (t - S->seg_s[r]) * S->speed[r];
         if (S->work[r] < 0) S->work[r] = 0;
@@ -822,6 +894,9 @@ static void free_sim(sim *S)
     util_free(S->work);
     util_free(S->seg_s);
     util_free(S->speed);
+    util_free(S->active);
+    util_free(S->rate);
+    util_free(S->coupled);
     util_free(S->cost);
 }
 
@@ -856,7 +931,11 @@ static int setup_sharing(sim *S, char *err)
     S->seg_s = util_calloc((size_t)world, sizeof *S->seg_s);
     S->speed = util_calloc((size_t)world, sizeof *S->speed);
     S->cost = util_calloc((size_t)world, sizeof *S->cost);
-    if (!S->computing || !S->computed || !S->set || !S->work || !S->seg_s || !S->speed || !S->cost)
+    S->active = util_calloc((size_t)world, sizeof *S->active);
+    S->rate = util_calloc((size_t)world, sizeof *S->rate);
+    S->coupled = util_calloc((size_t)world, sizeof *S->coupled);
+    if (!S->computing || !S->computed || !S->set || !S->work || !S->seg_s || !S->speed || !S->cost || !S->active
+        || !S->rate || !S->coupled)
         return util_fail(err, UTIL_ENOMEM, "simulate: out of memory for %d ranks", world);
     for (int r = 0; r < world; r++) {
         S->set[r] = r;

@@ -523,6 +523,42 @@ TEST(costdb_compute_speed_loads_and_extends)
     CHECK(c.pool[0].n_speed == 0 && cost_compute_speed(&c.pool[0], 3) == 1);   /* GPUs: a device per rank */
 }
 
+/* The handoff time loads plain or sourced, survives the round trip, sets
+ * the share weight min(interval, handoff), and is refused out of range or
+ * without a speed table. */
+TEST(costdb_compute_handoff_loads_and_weighs)
+{
+    char err[UTIL_ERR_LEN] = "";
+    cost_cluster c, back;
+    CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER
+                             ", \"compute_speed\": [1, 0.5], \"compute_handoff_s\": {\"value\": 0.002, \"source\": \"t\"}",
+                             &c, err));
+    CHECK(c.pool[0].handoff_s == 0.002);
+    CHECK(cost_share_weight(&c.pool[0], 0.0005) == 0.0005);
+    CHECK(cost_share_weight(&c.pool[0], 0.01) == 0.002 && cost_share_weight(&c.pool[0], INFINITY) == 0.002);
+    cJSON *j = cost_cluster_to_json(&c);
+    char *t = j ? cJSON_Print(j) : NULL;
+    int rc = t ? cost_cluster_parse_json(t, "back", &back, err) : -1;
+    cJSON_free(t);
+    cJSON_Delete(j);
+    CHECK_MSG(rc == UTIL_OK, "%s", err);
+    CHECK(back.pool[0].handoff_s == 0.002);
+    CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER
+                             ", \"compute_speed\": [1, 0.5]", &c, err));
+    CHECK(c.pool[0].handoff_s == 0 && cost_share_weight(&c.pool[0], 0.0005) == 1);   /* unmeasured: even */
+    static const struct { const char *extra, *want; } bad[] = {
+        { ", \"compute_speed\": [1, 0.5], \"compute_handoff_s\": -0.001", "must be seconds in [0, 1]" },
+        { ", \"compute_speed\": [1, 0.5], \"compute_handoff_s\": \"2 ms\"", "must be a number" },
+        { ", \"compute_handoff_s\": 0.002", "needs compute_speed" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char pool[1024];
+        snprintf(pool, sizeof pool, GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER "%s", bad[i].extra);
+        rc = parse_with_pool(pool, &c, err);
+        CHECK_MSG(rc == UTIL_EINVAL && strstr(err, bad[i].want) && strstr(err, "compute_handoff_s"), "case %zu: '%s'", i, err);
+    }
+}
+
 static cost_pool round_pool(void)
 {
     cost_pool p = {.name = "p", .nodes = 4, .gpus_per_node = 8,

@@ -267,6 +267,49 @@ TEST(profile_json_loads_back_through_the_costdb_loader)
     CHECK_NEAR(c.pool[0].intra.busbw, 1e10, 1e-15);
 }
 
+/* The handoff time (cost_pool.handoff_s) goes out sourced with what it came
+ * from and loads back; unmeasured (0), the pool has none. */
+TEST(profile_handoff_loads_back_and_is_absent_unmeasured)
+{
+    cost_profile *p = malloc(sizeof *p);
+    CHECK(p);
+    fake_profile(p);
+    p->n_speed = 2;
+    p->speed[0] = 1;
+    p->speed[1] = 0.5;
+    p->n_sets = 2;
+    p->set_of[0] = 0;
+    p->set_of[1] = 1;
+    char err[UTIL_ERR_LEN];
+    cost_cluster c, none;
+    int rc[2];
+    const char *src = NULL;
+    for (int i = 0; i < 2; i++) {
+        p->handoff_s = i == 0 ? 0.0015 : 0;
+        p->handoff_busy_rtt_s = p->handoff_s + 2e-6;
+        p->handoff_idle_rtt_s = 2e-6;
+        p->handoff_mate = 2;
+        p->handoff_partner = 1;
+        p->handoff_exchanges = 200;
+        cJSON *cj = cost_profile_cluster_json(p);
+        const cJSON *h = cj ? cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cj, "pools"), 0),
+                                                                "compute_handoff_s") : NULL;
+        const cJSON *hs = h ? cJSON_GetObjectItemCaseSensitive(h, "source") : NULL;
+        if (i == 0 && cJSON_IsString(hs) && strstr(hs->valuestring, "mean round trip 1.502 ms over 200 exchanges"))
+            src = "ok";
+        if (i == 1 && h) src = NULL;
+        char *ct = cj ? cJSON_Print(cj) : NULL;
+        rc[i] = ct ? cost_cluster_parse_json(ct, "cluster", i == 0 ? &c : &none, err) : -1;
+        cJSON_free(ct);
+        cJSON_Delete(cj);
+    }
+    free(p);
+    CHECK_MSG(rc[0] == 0 && rc[1] == 0, "%s", err);
+    CHECK(src != NULL);
+    CHECK(c.pool[0].handoff_s == 0.0015);
+    CHECK(none.pool[0].handoff_s == 0 && none.pool[0].n_speed == 2);
+}
+
 /* Driven by tests/t_profile.sh: the files a real `dhp profile` wrote load
  * through the normal paths, and the cluster carries the same GPU. */
 TEST_DRIVEN(profile_written_files_load)

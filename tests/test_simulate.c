@@ -24,7 +24,7 @@ static int make_plan(const char *spec, plan_placement pl, int gpus, int n_micro,
 static plan_sim_cost round_cost(void *ctx, const plan_t *p, int rank, const plan_op *op)
 {
     (void)ctx; (void)rank;
-    plan_sim_cost c = { 0, 0 };
+    plan_sim_cost c = { 0, 0, 0 };
     switch (op->kind) {
     case PLAN_OP_FORWARD: c.busy_s = 1; break;
     case PLAN_OP_BACKWARD: c.busy_s = 2; break;
@@ -167,6 +167,111 @@ TEST(simulate_shared_processors_match_hand_computation)
     CHECK(r.rank[1].ops[8].op.kind == PLAN_OP_OPTIMIZER && r.rank[1].ops[8].end_s == 14.125);
     CHECK(r.rank[0].ops[10].op.kind == PLAN_OP_OPTIMIZER && r.rank[0].ops[10].end_s == 13.375);
     plan_sim_free(&r);
+}
+
+/* round_cost, with the LLM's forward+backward stopping 12 times for an
+ * exchange: every 0.25 s of its compute. */
+static plan_sim_cost syncing_cost(void *ctx, const plan_t *p, int rank, const plan_op *op)
+{
+    plan_sim_cost c = round_cost(ctx, p, rank, op);
+    if (op->kind == PLAN_OP_FORWARD_BACKWARD) c.syncs = 12;
+    return c;
+}
+
+/* The shared pipeline above with a handoff time (cost_pool.handoff_s) of
+ * 1 s: computing together, the LLM (weight min(0.25, 1)) and the encoder
+ * (min(inf, 1)) split the set's 2 x 0.5 by weight: 0.2 and 0.8.
+ *   enc F0 [0, 1]; F1 alone to 1.5 (0.5 left), with X0 at 0.8 -> 2.125, S1 -> 2.625
+ *   llm X0 from 1.5: 0.125 done by 2.125, 2.875 alone -> 5.0, SG0 -> 5.25
+ *   llm X1 from 5.0: alone to 5.25 (2.75 left); enc B0 [5.25, 7.75] at 0.8,
+ *   X1 0.5 done with it, 2.25 alone -> 10.0: the LLM's ops end as with even
+ *   sharing (the processor does the same work), the encoder's earlier;
+ *   then as before (no syncs in the optimizers)  => step 14.125 s
+ * busy: enc 1 + 1.125 + 2.5 + 2 + 0.5 = 7.125, llm 3.5 + 5 + 1.25 = 9.75. */
+TEST(simulate_shared_processors_with_handoff_match_hand_computation)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
+    p.cluster.pool[0].n_speed = 2;
+    p.cluster.pool[0].speed[0] = 1;
+    p.cluster.pool[0].speed[1] = 0.5;
+    p.cluster.pool[0].handoff_s = 1;
+    const plan_sim_hooks hooks = { .op_cost = syncing_cost, .msg_seconds = round_msg };
+    plan_sim_result r;
+    int rc = plan_sim_run(&p, &hooks, &r, err);
+    CHECK_MSG(rc == UTIL_OK, "%s", err);
+    CHECK_MSG(r.step_time_s == 14.125, "step %.17g", r.step_time_s);
+    CHECK_MSG(r.rank[0].busy_s == 7.125 && r.rank[1].busy_s == 9.75, "busy %.17g %.17g", r.rank[0].busy_s, r.rank[1].busy_s);
+    CHECK(r.rank[0].ops[2].op.kind == PLAN_OP_FORWARD && r.rank[0].ops[2].end_s == 2.125);
+    CHECK(r.rank[0].ops[5].op.kind == PLAN_OP_BACKWARD && r.rank[0].ops[5].start_s == 5.25 && r.rank[0].ops[5].end_s == 7.75);
+    CHECK(r.rank[1].ops[1].op.kind == PLAN_OP_FORWARD_BACKWARD && r.rank[1].ops[1].end_s == 5.0);
+    CHECK(r.rank[1].ops[4].op.kind == PLAN_OP_FORWARD_BACKWARD && r.rank[1].ops[4].end_s == 10.0);
+    plan_sim_free(&r);
+    /* Without syncs the handoff changes nothing: even sharing, 14.125 s and B0 [5.25, 9.25] as above. */
+    CHECK_OK(plan_sim_run(&p, &round_hooks, &r, err));
+    CHECK(r.step_time_s == 14.125 && r.rank[0].ops[5].end_s == 9.25);
+    plan_sim_free(&r);
+}
+
+/* Tensor-parallel peers meet at every exchange inside an op: bound to
+ * unequal processors (LLM rank 0 shares the encoder's core, rank 1 has one
+ * of its own), they end each forward+backward together, at the shared one's
+ * pace; without exchanges the lone one runs ahead. */
+TEST(simulate_exchange_peers_advance_together)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 3, 2, 4, &p));
+    CHECK_EQ_INT(p.mod[p.model.llm].first_rank, 0);   /* the encoder is rank 2 */
+    cost_pool *pool = &p.cluster.pool[0];
+    pool->n_speed = 2;
+    pool->speed[0] = 1;
+    pool->speed[1] = 0.5;
+    pool->has_sets = true;
+    for (int i = 0; i < pool->gpus_per_node; i++) pool->set_of[i] = i;
+    pool->set_of[2] = 0;
+    const plan_sim_hooks syncing = { .op_cost = syncing_cost, .msg_seconds = round_msg };
+    plan_sim_result a, b;
+    int rc = plan_sim_run(&p, &syncing, &a, err);
+    CHECK_MSG(rc == UTIL_OK, "%s", err);
+    CHECK_OK(plan_sim_run(&p, &round_hooks, &b, err));
+    int together = 0, ahead = 0;
+    for (int i = 0; i < a.rank[1].n_ops; i++) {
+        /* 0: shares a core, 1: alone */
+        const plan_sim_op *x0 = &a.rank[0].ops[i], *x1 = &a.rank[1].ops[i], *y0 = &b.rank[0].ops[i], *y1 = &b.rank[1].ops[i];
+        if (x1->op.kind != PLAN_OP_FORWARD_BACKWARD) continue;
+        CHECK(x0->op.kind == PLAN_OP_FORWARD_BACKWARD);
+        together += x1->end_s == x0->end_s && x0->end_s - x0->start_s > 3;
+        ahead += y1->end_s - y1->start_s == 3 && y0->end_s > y1->end_s;
+    }
+    CHECK_EQ_INT(together, 2);
+    CHECK_EQ_INT(ahead, 2);
+    plan_sim_free(&a);
+    plan_sim_free(&b);
+}
+
+/* The cost model counts the exchanges the executor makes: TP's two
+ * all-reduces per block each way plus the LLM's ends (embedding, loss
+ * statistics forward; head gradient backward), Ulysses' four all-to-alls
+ * per block each way. */
+TEST(simulate_ops_count_their_blocking_exchanges)
+{
+    static plan_t p;
+    CHECK_OK(make_plan("vision:gpus=2,sp=2;llm:gpus=2,tp=2", PLAN_DISAGGREGATED, 4, 2, 4, &p));
+    int enc = p.model.llm == 0 ? 1 : 0, L = p.model.llm;
+    int enc_layers = p.model.mod[enc].layers, llm_layers = p.model.mod[L].layers;
+    plan_op f = { .kind = PLAN_OP_FORWARD, .module = enc, .samples = 2 };
+    plan_op b = { .kind = PLAN_OP_BACKWARD, .module = enc, .samples = 2 };
+    plan_op x = { .kind = PLAN_OP_FORWARD_BACKWARD, .module = L, .samples = 2 };
+    plan_op o = { .kind = PLAN_OP_OPTIMIZER, .module = L };
+    CHECK_EQ_INT(plan_sim_op_cost(&p, 0, &f).syncs, 4 * enc_layers);
+    CHECK_EQ_INT(plan_sim_op_cost(&p, 0, &b).syncs, 4 * enc_layers);
+    CHECK_EQ_INT(plan_sim_op_cost(&p, 2, &x).syncs, 4 * llm_layers + 3);
+    CHECK_EQ_INT(plan_sim_op_cost(&p, 2, &o).syncs, 0);
+    static plan_t q;
+    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &q));
+    CHECK_EQ_INT(plan_sim_op_cost(&q, 1, &x).syncs, 0);
 }
 
 /* On one rank nothing waits: the step is the sum of the rank's op costs. */
