@@ -119,6 +119,17 @@ static void print_summary_cuda(const cost_profile *p, const char *gpu_path, cons
     if (cluster_path) printf("wrote %s\n", cluster_path);
 }
 
+/* How the ranks of one core share it (compute_speed, compute_handoff_s). */
+static void print_sharing(const cost_profile *p)
+{
+    if (p->n_speed < 2) return;
+    printf("  %-15s speed per rank with 1..%d of a core's ranks computing:", "sharing", p->n_speed);
+    for (int k = 0; k < p->n_speed; k++) printf(" %.3g", p->speed[k]);
+    if (p->handoff_s > 0)
+        printf("; a rank that waited gets its core back from a computing mate after %.3g ms", p->handoff_s * 1e3);
+    printf("\n");
+}
+
 static void print_summary(const cost_profile *p, const char *gpu_path, const char *cluster_path)
 {
     if (p->cuda) { print_summary_cuda(p, gpu_path, cluster_path); return; }
@@ -148,6 +159,7 @@ static void print_summary(const cost_profile *p, const char *gpu_path, const cha
     printf("  %-15s %s per rank, %s reserved\n", "memory", util_fmt_bytes(g->hbm_bytes, mem, sizeof mem),
            util_fmt_bytes(g->reserved_bytes, res, sizeof res));
     printf("  %-15s %.3g us per BLAS call\n", "launch", g->kernel_launch_s * 1e6);
+    print_sharing(p);
     print_collectives(p);
     printf("  %-15s alpha %.3g us, busbw %.2f GB/s%s\n", "intra link", p->link.alpha_s * 1e6, p->link.busbw / 1e9,
            p->mpi ? " (joint fit)" : " (1 rank: memcpy)");
