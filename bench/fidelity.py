@@ -28,7 +28,7 @@ How it measures, and why:
 - Ranks are bound to cores (`mpirun --bind-to core:overload-allowed`, ranks
   round-robin over the cores), for the profile and the run alike: ranks that
   share a core then share it for the whole run, which the profile records
-  (compute_sets, compute_speed) and the simulator models; unbound, the OS
+  (compute_sets, compute_speed, compute_handoff_s) and the simulator models; unbound, the OS
   moves 3-4 ranks over 2 cores as it likes and no two runs agree.
 
 - One OpenBLAS (and kernel) thread per rank by default, as the tests run;

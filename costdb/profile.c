@@ -115,9 +115,11 @@ static double attn_scores(const cost_profile_attn *a)
     return (double)a->seq * cost_attention_mean_span(a->seq, a->causal) * a->heads;
 }
 
+double cost_prof_attn_fwd_flops(const cost_profile_attn *a) { return 4.0 * a->head_dim * attn_scores(a); }
+
 static void attn_rows(const cost_profile_attn *a, bool bwd, double *row, double *t)
 {
-    double scores = attn_scores(a), flops = 4.0 * a->head_dim * scores, rows = (double)a->seq * a->heads;
+    double scores = attn_scores(a), flops = cost_prof_attn_fwd_flops(a), rows = (double)a->seq * a->heads;
     row[ATT_SCORE] = bwd ? 0 : scores;
     row[ATT_BWD_SCORE] = bwd ? scores : 0;
     row[ATT_FLOP] = bwd ? COST_ATTN_BWD_FLOPS * flops : flops;
@@ -564,7 +566,7 @@ static int measure_one_attention(const prof_ctx *c, cost_profile_attn *r, double
     r->bwd_s = alone_time(c, attn_backward, &a, target * COST_ATTN_BWD_FLOPS, 1, 2);
     r->fwd_s /= ns;
     r->bwd_s /= ns;
-    r->fwd_flops = 4.0 * r->head_dim * attn_scores(r);
+    r->fwd_flops = cost_prof_attn_fwd_flops(r);
     util_free(buf);
     return UTIL_OK;
 }

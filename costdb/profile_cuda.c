@@ -338,7 +338,7 @@ static int measure_one_attention(gpu_ctx *g, cost_profile_attn *r, double target
         timed_call f = {attn_forward, &a, NULL, "attention_forward"}, b = {attn_backward, &a, NULL, "attention_backward"};
         rc = alone_on_device(g, &f, target, 2, &r->fwd_s, err);
         if (!rc) rc = alone_on_device(g, &b, target * COST_ATTN_BWD_FLOPS, 2, &r->bwd_s, err);
-        r->fwd_flops = 4.0 * r->head_dim * r->seq * cost_attention_mean_span(r->seq, r->causal) * r->heads;
+        r->fwd_flops = cost_prof_attn_fwd_flops(r);
     }
     cudaFree(buf);
     cudaFree(cu);

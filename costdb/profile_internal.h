@@ -41,6 +41,8 @@ void cost_prof_keep_gemm(cost_profile *p, int idx, int pass, int m, int n, int k
 /* An attention shape to time; cost_prof_attn_of makes its measurement record. */
 typedef struct { int seq, heads, kv_heads, head_dim; bool causal; } cost_prof_attn_shape;
 cost_profile_attn cost_prof_attn_of(cost_prof_attn_shape s);
+/* One sequence's attention forward FLOPs, 4 head_dim x scores (cost_profile_attn.fwd_flops). */
+double cost_prof_attn_fwd_flops(const cost_profile_attn *a);
 /* The cost-model fields (p->gpu) from the measurements, either backend. */
 int cost_prof_derive(cost_profile *p, char *err);
 
