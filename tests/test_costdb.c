@@ -490,6 +490,17 @@ TEST(costdb_gemm_grid_round_trips_and_bad_grids_are_named)
         CHECK_MSG(gpu_field_refused("gemm_grid", bad[i].grid, bad[i].want, err), "case %zu: '%s'", i, err);
 }
 
+/* c written by cost_cluster_to_json and parsed back into *back. */
+static int json_round_trip(const cost_cluster *c, cost_cluster *back, char *err)
+{
+    cJSON *j = cost_cluster_to_json(c);
+    char *t = j ? cJSON_Print(j) : NULL;
+    int rc = t ? cost_cluster_parse_json(t, "back", back, err) : -1;
+    cJSON_free(t);
+    cJSON_Delete(j);
+    return rc;
+}
+
 /* A measured speed table loads plain or sourced, survives the round trip
  * through cost_cluster_to_json, and shares processors evenly beyond it. */
 TEST(costdb_compute_speed_loads_and_extends)
@@ -501,22 +512,14 @@ TEST(costdb_compute_speed_loads_and_extends)
     CHECK_EQ_INT(c.pool[0].n_speed, 4);
     CHECK(cost_compute_speed(&c.pool[0], 1) == 1 && cost_compute_speed(&c.pool[0], 3) == 0.75);
     CHECK(cost_compute_speed(&c.pool[0], 4) == 0.5 && cost_compute_speed(&c.pool[0], 8) == 0.25);
-    cJSON *j = cost_cluster_to_json(&c);
-    char *t = j ? cJSON_Print(j) : NULL;
-    int rc = t ? cost_cluster_parse_json(t, "back", &back, err) : -1;
-    cJSON_free(t);
-    cJSON_Delete(j);
+    int rc = json_round_trip(&c, &back, err);
     CHECK_MSG(rc == UTIL_OK, "%s", err);
     CHECK(back.pool[0].n_speed == 4 && memcmp(back.pool[0].speed, c.pool[0].speed, 4 * sizeof(double)) == 0);
     CHECK(!back.pool[0].has_sets);
     CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 4, " GOOD_INTRA ", " GOOD_INTER
                              ", \"compute_speed\": [1, 0.5], \"compute_sets\": {\"value\": [0, 1, 0, 1], \"source\": \"t\"}", &c, err));
     CHECK(c.pool[0].has_sets && c.pool[0].set_of[2] == 0 && c.pool[0].set_of[3] == 1);
-    j = cost_cluster_to_json(&c);
-    t = j ? cJSON_Print(j) : NULL;
-    rc = t ? cost_cluster_parse_json(t, "back", &back, err) : -1;
-    cJSON_free(t);
-    cJSON_Delete(j);
+    rc = json_round_trip(&c, &back, err);
     CHECK_MSG(rc == UTIL_OK, "%s", err);
     CHECK(back.pool[0].has_sets && memcmp(back.pool[0].set_of, c.pool[0].set_of, 4 * sizeof(int)) == 0);
     CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 4, " GOOD_INTRA ", " GOOD_INTER, &c, err));
@@ -536,11 +539,7 @@ TEST(costdb_compute_handoff_loads_and_weighs)
     CHECK(c.pool[0].handoff_s == 0.002);
     CHECK(cost_share_weight(&c.pool[0], 0.0005) == 0.0005);
     CHECK(cost_share_weight(&c.pool[0], 0.01) == 0.002 && cost_share_weight(&c.pool[0], INFINITY) == 0.002);
-    cJSON *j = cost_cluster_to_json(&c);
-    char *t = j ? cJSON_Print(j) : NULL;
-    int rc = t ? cost_cluster_parse_json(t, "back", &back, err) : -1;
-    cJSON_free(t);
-    cJSON_Delete(j);
+    int rc = json_round_trip(&c, &back, err);
     CHECK_MSG(rc == UTIL_OK, "%s", err);
     CHECK(back.pool[0].handoff_s == 0.002);
     CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER

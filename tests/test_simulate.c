@@ -138,6 +138,14 @@ TEST(simulate_shared_walk_with_unit_speeds_equals_the_walk)
     plan_sim_free(&b);
 }
 
+/* Two ranks computing at once on the pool's processors each run at half speed. */
+static void share_half(cost_pool *pool)
+{
+    pool->n_speed = 2;
+    pool->speed[0] = 1;
+    pool->speed[1] = 0.5;
+}
+
 /* The pipeline above on one node whose ranks share processors: two ranks
  * computing at once each run at half speed (cost_pool.speed = {1, 0.5}):
  *   enc F0 [0, 1], S0 -> 1.5; F1 from 1: alone to 1.5, then with X0 at half speed -> 2.5, S1 -> 3.0
@@ -153,9 +161,7 @@ TEST(simulate_shared_processors_match_hand_computation)
     static plan_t p;
     char err[UTIL_ERR_LEN];
     CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
-    p.cluster.pool[0].n_speed = 2;
-    p.cluster.pool[0].speed[0] = 1;
-    p.cluster.pool[0].speed[1] = 0.5;
+    share_half(&p.cluster.pool[0]);
     plan_sim_result r;
     int rc = plan_sim_run(&p, &round_hooks, &r, err);
     CHECK_MSG(rc == UTIL_OK, "%s", err);
@@ -193,9 +199,7 @@ TEST(simulate_shared_processors_with_handoff_match_hand_computation)
     static plan_t p;
     char err[UTIL_ERR_LEN];
     CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
-    p.cluster.pool[0].n_speed = 2;
-    p.cluster.pool[0].speed[0] = 1;
-    p.cluster.pool[0].speed[1] = 0.5;
+    share_half(&p.cluster.pool[0]);
     p.cluster.pool[0].handoff_s = 1;
     const plan_sim_hooks hooks = { .op_cost = syncing_cost, .msg_seconds = round_msg };
     plan_sim_result r;
@@ -225,9 +229,7 @@ TEST(simulate_exchange_peers_advance_together)
     CHECK_OK(make_plan("vision:gpus=1;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 3, 2, 4, &p));
     CHECK_EQ_INT(p.mod[p.model.llm].first_rank, 0);   /* the encoder is rank 2 */
     cost_pool *pool = &p.cluster.pool[0];
-    pool->n_speed = 2;
-    pool->speed[0] = 1;
-    pool->speed[1] = 0.5;
+    share_half(pool);
     pool->has_sets = true;
     for (int i = 0; i < pool->gpus_per_node; i++) pool->set_of[i] = i;
     pool->set_of[2] = 0;
