@@ -135,6 +135,23 @@ assert all(0.7 <= x <= 1.3 for x in cpus) and sp[1] > sp[2] > sp[3], (cpus, sp)
 PY
         then ok profile_four_ranks_on_one_cpu_share_it; else fail profile_four_ranks_on_one_cpu_share_it "$(tail -c 600 "$T/err")"; fi
     else skip profile_four_ranks_on_one_cpu_share_it "taskset not installed"; fi
+    # three ranks bound to two CPUs (0 and 2 share one): rank 0 measures how
+    # long its CPU takes to come back from computing rank 2 (compute_handoff_s).
+    # Its value is the scheduler's, so only its presence, sign and bound.
+    if command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
+        if taskset -c 0,1 mpirun --oversubscribe --bind-to core:overload-allowed -np 3 "$DHP" profile --quick \
+               --cluster-out "$T/c3.json" >"$T/out3" 2>"$T/err" && /usr/bin/python3 - "$T/c3.json" "$T/out3" <<'PY' 2>>"$T/err"
+import json, sys
+pool = json.load(open(sys.argv[1]))["pools"][0]
+assert pool["compute_sets"]["value"] == [0, 1, 0], pool["compute_sets"]
+h = pool["compute_handoff_s"]
+assert 0 < h["value"] < 0.1, h
+assert "exchanges 8 bytes with rank 1" in h["source"] and "set-mate rank 2" in h["source"], h["source"]
+assert "gets its core back from a computing mate after" in open(sys.argv[2]).read()
+PY
+        then ok profile_three_ranks_on_two_cpus_measure_the_handoff
+        else fail profile_three_ranks_on_two_cpus_measure_the_handoff "$(tail -c 600 "$T/err")"; fi
+    else skip profile_three_ranks_on_two_cpus_measure_the_handoff "taskset not installed or one CPU"; fi
 else skip profile_mpirun_np2_fits_alpha_busbw "mpirun not installed"; fi
 
 # --backend cuda: on a host without a GPU (or a build without nvcc) one clear
