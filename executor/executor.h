@@ -196,6 +196,14 @@ int ex_optimizer_step(ex_model *em, const ex_optim_config *c, int step, float *g
 double ex_grad_sumsq(const ex_model *em);
 int ex_optimizer_apply(ex_model *em, const ex_optim_config *c, int step, double grad_norm,
                        float *lr, char *err);
+/* ex_optimizer_apply one module at a time, as the schedule's OPTIMIZER ops
+ * run (each module's ZeRO-1 all-gather can then follow its own update):
+ * ex_optimizer_begin once per step (AdamW's step count), then
+ * ex_optimizer_apply_module for each trained module this instance holds,
+ * which clips, updates and zeroes that module's gradients only. */
+void ex_optimizer_begin(ex_model *em);
+int ex_optimizer_apply_module(ex_model *em, const ex_optim_config *c, int step, double grad_norm,
+                              int module_index, float *lr, char *err);
 
 /* Named parameter tensors, for checkpoints and tests. Names look like
  * "vision.blocks.0.attn.q.weight", "llm.layers.1.mlp.down.weight". */

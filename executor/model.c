@@ -1223,27 +1223,61 @@ static void adamw_module(const ex_backend *be, ex_module *md, const ex_optim_con
     }
 }
 
-int ex_optimizer_apply(ex_model *em, const ex_optim_config *c, int step, double grad_norm,
-                       float *lr_out, char *err)
+static ex_module *module_at(ex_model *em, int module_index)
+{
+    if (module_index == em->m.llm && em->has_llm) return &em->llm;
+    if (module_index == em->vis_index && em->has_vis) return &em->vis;
+    return NULL;
+}
+
+static int check_optim(const ex_optim_config *c, double grad_norm, char *err)
 {
     if (!(c->lr >= 0) || !(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) || !(c->eps > 0))
         return util_fail(err, UTIL_EINVAL, "executor: optimizer: need lr >= 0, 0 <= beta1, beta2 < 1, eps > 0");
     if (!isfinite(grad_norm)) return util_fail(err, UTIL_ERUNTIME, "executor: gradient norm is %g", grad_norm);
+    return UTIL_OK;
+}
+
+/* Clip with the global norm, one AdamW update at the step count em->adam_t,
+ * zero the gradients: one module. */
+static void update_module(ex_model *em, ex_module *md, const ex_optim_config *c, float lr, double grad_norm)
+{
     const ex_backend *be = em->be;
-    ex_module *mods[2] = { &em->vis, &em->llm };
-    float lr = ex_lr_at(c, step);
-    if (c->grad_clip > 0) {
-        float coef = c->grad_clip / ((float)grad_norm + 1e-6f);
-        if (coef < 1.0f)
-            for (int i = 0; i < 2; i++)
-                if (trainable(mods[i]))
-                    be->scale_inplace(mods[i]->grads + mods[i]->m_lo, coef, mods[i]->m_hi - mods[i]->m_lo);
+    if (trainable(md)) {
+        if (c->grad_clip > 0) {
+            float coef = c->grad_clip / ((float)grad_norm + 1e-6f);
+            if (coef < 1.0f) be->scale_inplace(md->grads + md->m_lo, coef, md->m_hi - md->m_lo);
+        }
+        float bc1 = 1.0f - powf(c->beta1, (float)em->adam_t), bc2 = 1.0f - powf(c->beta2, (float)em->adam_t);
+        adamw_module(be, md, c, lr, bc1, bc2);
     }
-    em->adam_t++;
-    float bc1 = 1.0f - powf(c->beta1, (float)em->adam_t), bc2 = 1.0f - powf(c->beta2, (float)em->adam_t);
-    for (int i = 0; i < 2; i++)
-        if (trainable(mods[i])) adamw_module(be, mods[i], c, lr, bc1, bc2);
-    ex_zero_grads(em);
+    be->zero(md->grads, md->n_params);
+}
+
+void ex_optimizer_begin(ex_model *em) { em->adam_t++; }
+
+int ex_optimizer_apply_module(ex_model *em, const ex_optim_config *c, int step, double grad_norm,
+                              int module_index, float *lr_out, char *err)
+{
+    int rc = check_optim(c, grad_norm, err);
+    if (rc) return rc;
+    ex_module *md = module_at(em, module_index);
+    if (!md) return util_fail(err, UTIL_EINVAL, "executor: optimizer: module %d is not on this instance", module_index);
+    float lr = ex_lr_at(c, step);
+    update_module(em, md, c, lr, grad_norm);
+    if (lr_out) *lr_out = lr;
+    return UTIL_OK;
+}
+
+int ex_optimizer_apply(ex_model *em, const ex_optim_config *c, int step, double grad_norm,
+                       float *lr_out, char *err)
+{
+    int rc = check_optim(c, grad_norm, err);
+    if (rc) return rc;
+    float lr = ex_lr_at(c, step);
+    ex_optimizer_begin(em);
+    if (em->has_vis) update_module(em, &em->vis, c, lr, grad_norm);
+    if (em->has_llm) update_module(em, &em->llm, c, lr, grad_norm);
     if (lr_out) *lr_out = lr;
     return UTIL_OK;
 }
@@ -1265,13 +1299,6 @@ int ex_optimizer_step(ex_model *em, const ex_optim_config *c, int step, float *g
     double norm = sqrt(ss);
     if (grad_norm) *grad_norm = (float)norm;
     return ex_optimizer_apply(em, c, step, norm, lr_out, err);
-}
-
-static ex_module *module_at(ex_model *em, int module_index)
-{
-    if (module_index == em->m.llm && em->has_llm) return &em->llm;
-    if (module_index == em->vis_index && em->has_vis) return &em->vis;
-    return NULL;
 }
 
 int ex_module_buffer(ex_model *em, int module_index, ex_buffer_kind kind, float **ptr, size_t *n)

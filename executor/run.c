@@ -482,10 +482,11 @@ static int op_grad_norm(run_ctx *r, step_stats *st, int failed, char *err)
 static int op_optimizer(run_ctx *r, int k, bool *applied, step_stats *st, char *err)
 {
     if (!*applied) {
-        int rc = ex_optimizer_apply(r->em, &r->optim, r->step, st->grad_norm, &st->lr, err);
-        if (rc) return rc;
+        ex_optimizer_begin(r->em);
         *applied = true;
     }
+    int rc = ex_optimizer_apply_module(r->em, &r->optim, r->step, st->grad_norm, k, &st->lr, err);
+    if (rc) return rc;
     run_module *m = &r->mod[k];
     if (!m->zero1) return UTIL_OK;
     float *p;
