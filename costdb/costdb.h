@@ -47,6 +47,7 @@ typedef enum {
     COST_EW_GELU,
     COST_EW_GELU_BWD,
     COST_EW_CE,           /* per logit: row max, exp-sum and gradient passes together */
+    COST_EW_SUMSQ,        /* per gradient element: the global norm's local sum of squares */
     COST_N_EW
 } cost_ew;
 
@@ -319,6 +320,7 @@ typedef struct {
                        int n, int vocab, int v0);
     void (*ce_grad)(float *dlogits, const float *st, const int32_t *targets, int n, int vocab, int v0,
                     float dscale);
+    double (*sumsq)(const float *x, size_t n);
     int (*sync)(char *err);
     /* CUDA, optional: run once the rank's device is chosen, before any
      * timing (the CLI checks the kernels against the CPU backend); a

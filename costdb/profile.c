@@ -669,12 +669,13 @@ typedef struct {
     size_t n;
     float *x[5], *w, *db, *rstd, *st, *cs, *sn;
     int32_t *targets;
+    double sum;           /* sumsq's result, kept */
 } ew_arg;
 
 /* One call of kernel a->k over a->n elements, on the arrays the executor would pass. */
 static void run_ew(void *v)
 {
-    const ew_arg *a = v;
+    ew_arg *a = v;
     const cost_profile_opts *o = a->o;
     float *const *x = a->x;
     int rows = (int)(a->n / EW_ROW), rope_rows = (int)(a->n / (EW_HEADS * EW_HEAD_DIM)), ce_rows = (int)(a->n / EW_VOCAB);
@@ -697,6 +698,7 @@ static void run_ew(void *v)
         o->ce_exp_sum(x[1], a->st, x[0], a->rstd, a->targets, ce_rows, EW_VOCAB, 0);
         o->ce_grad(x[1], a->st, a->targets, ce_rows, EW_VOCAB, 0, 1.0f);
         break;
+    case COST_EW_SUMSQ: a->sum += o->sumsq(x[0], a->n); break;
     case COST_N_EW: break;
     }
 }
@@ -705,7 +707,7 @@ static bool ew_kernels_given(const cost_profile_opts *o)
 {
     return o->zero && o->copy && o->add_inplace && o->add_bias && o->linear_backward && o->rmsnorm_forward
         && o->rmsnorm_backward && o->rope_forward && o->rope_backward && o->swiglu_forward && o->swiglu_backward
-        && o->gelu_forward && o->gelu_backward && o->ce_row_max && o->ce_exp_sum && o->ce_grad;
+        && o->gelu_forward && o->gelu_backward && o->ce_row_max && o->ce_exp_sum && o->ce_grad && o->sumsq;
 }
 
 /* Every kernel at EW_SMALL elements (cache-resident) and at the STREAM

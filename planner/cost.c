@@ -365,6 +365,10 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
         /* AdamW is one fused streaming pass over its state: STREAM-class
          * bandwidth (hbm_bw), not the element-wise mix that mem_eff describes. */
         out->optim_s = plan_local_params(mm, s) / opt_shard * bytes_per_param / pool->gpu.hbm_bw + pool->gpu.kernel_launch_s;
+        /* The clip's norm: a sum of squares over the gradients the rank counts
+         * (executor/run.c local_grad_sumsq), its shard with ZeRO, else all of them. */
+        out->norm_s = cost_elementwise_time(&pool->gpu, COST_EW_SUMSQ, plan_local_params(mm, s) / opt_shard,
+                                            plan_module_state_bytes(mm, o->precision).grad);
     }
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
@@ -377,6 +381,8 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
  * its backward (with recompute) the rest; an LLM forward+backward is micro_s. */
 double plan_time_forward_s(const plan_time *t) { return t->fwd_s + t->fwd_comm_s; }
 double plan_time_backward_s(const plan_time *t) { return t->micro_s - plan_time_forward_s(t); }
+
+double plan_time_tail_s(const plan_time *t) { return t->dp_exposed_s + t->norm_s + t->optim_s; }
 
 double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples)
 {

@@ -85,7 +85,7 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
         plan_module_memory(&p->model, k, s, w, &c->pool[s->pool].gpu, o, in_flight, &ev->mem[k]);
         double t = plan_chunk_time(&ev->time[k], s, chunk);
         if (p->placement == PLAN_DISAGGREGATED && encoder) t += transfer_time(p, k, chunk);
-        double tail = ev->time[k].dp_exposed_s + ev->time[k].optim_s;
+        double tail = plan_time_tail_s(&ev->time[k]);
         ev->module_step_s[k] = t * (p->placement == PLAN_DISAGGREGATED ? p->n_micro : 1) + tail;
         sum_t += t; if (t > max_t) max_t = t;
         if (encoder) { if (t > max_enc_t) max_enc_t = t; } else llm_t = t;

@@ -155,6 +155,9 @@ typedef struct {
     double dp_comm_s, dp_exposed_s;      /* gradient reduction once per step, and its exposed part */
     double grad_rs_s, param_ag_s;        /* its reduce-scatter and all-gather halves (ZeRO-1), once per step */
     double optim_s;                      /* optimizer step */
+    /* the global gradient norm's pass over this module's gradients on the
+     * rank that sums the most (its ZeRO-1 shard, else all its local ones) */
+    double norm_s;
     double model_flops;                  /* per step, 6*N*T + attention, no recompute */
 } plan_time;
 
@@ -173,6 +176,9 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
  * they add up to micro_s, the LLM's FORWARD_BACKWARD. */
 double plan_time_forward_s(const plan_time *t);
 double plan_time_backward_s(const plan_time *t);
+/* Once per step after the last micro-batch: the exposed gradient reduction,
+ * the gradient norm's local pass and the optimizer. */
+double plan_time_tail_s(const plan_time *t);
 /* Strategy feasibility independent of memory (divisibility, TP within a node, ...).
  * Returns UTIL_OK or UTIL_EINVAL with the reason. */
 int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
@@ -368,7 +374,8 @@ bool plan_handoff_message(const plan_segment *segs, int n, int from, int rank, b
  * between the same pair (one FIFO channel per pair; a rank's message to
  * itself is a local copy and costs nothing). RECV_* waits for every message
  * addressed to it. GRAD_SYNC (all-reduce, or ZeRO-1 reduce-scatter over the
- * module's dp x sp group), GRAD_NORM (8-byte all-reduce over the world) and a
+ * module's dp x sp group), GRAD_NORM (the rank's sum of squares over the
+ * gradients it counts, plan_time.norm_s, then an 8-byte all-reduce over the world) and a
  * ZeRO-1 OPTIMIZER (AdamW on the shard, then the parameter all-gather) are
  * collectives: they start when the last participant joins and end together.
  * No other resource is shared, so the result is exact for these rules. */

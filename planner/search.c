@@ -110,7 +110,7 @@ static int add_colocated(const build_ctx *b, int k, plan_module s, int gpus)
         if (mem.total > mem.capacity) continue;
         plan_candidate c = { .module = k, .colocated = true, .pool = s.pool, .gpus = gpus,
                              .samples_per_step = S, .n_micro = 1, .s = s,
-                             .time = plan_chunk_time(&t, &s, B) + t.dp_exposed_s + t.optim_s,
+                             .time = plan_chunk_time(&t, &s, B) + plan_time_tail_s(&t),
                              .mem = fixed };
         int rc = push(b->cs, &c);
         if (rc) return rc;
@@ -148,7 +148,7 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
                 time += 2.0 * cost_p2p_time(b->c, s.pool, s.pool, one_node, bytes);
             }
             plan_candidate c = { .module = k, .colocated = false, .pool = s.pool, .gpus = gpus, .n_micro = n,
-                                 .s = s, .time = time, .tail = t.dp_exposed_s + t.optim_s, .mem = mem.total };
+                                 .s = s, .time = time, .tail = plan_time_tail_s(&t), .mem = mem.total };
             int rc = push(b->cs, &c);
             if (rc) return rc;
         }

@@ -135,7 +135,22 @@ static const plan_time *micro_time(pricer *pr, int k, int samples, plan_time *sc
     return &pr->micro[pr->n_micro++].t;
 }
 
-static plan_sim_cost price(pricer *pr, const plan_op *op)
+/* The rank's part of the gradient norm's local pass: each trained module on
+ * it whose gradients it counts (executor/run.c local_grad_sumsq: its ZeRO-1
+ * shard, else only on the replica at dp and sp coordinate 0). */
+static double norm_busy_s(pricer *pr, int rank)
+{
+    double s = 0;
+    for (int k = 0; k < pr->p->n_modules; k++) {
+        plan_coord cd;
+        if (!plan_rank_coord(pr->p, k, rank, &cd)) continue;
+        if (pr->p->mod[k].zero < 1 && (cd.dp != 0 || cd.sp != 0)) continue;
+        s += step_time(pr, k)->norm_s;
+    }
+    return s;
+}
+
+static plan_sim_cost price(pricer *pr, int rank, const plan_op *op)
 {
     plan_sim_cost c = { 0, 0, 0 };
     plan_time scratch;
@@ -165,6 +180,7 @@ static plan_sim_cost price(pricer *pr, const plan_op *op)
         break;
     case PLAN_OP_GRAD_NORM:
         if (!pr->have_norm) { pr->norm_s = world_allreduce_s(pr->p, 8.0); pr->have_norm = true; }
+        c.busy_s = norm_busy_s(pr, rank);
         c.comm_s = pr->norm_s;
         break;
     case PLAN_OP_OPTIMIZER:
@@ -181,9 +197,8 @@ static plan_sim_cost price(pricer *pr, const plan_op *op)
 
 plan_sim_cost plan_sim_op_cost(const plan_t *p, int rank, const plan_op *op)
 {
-    (void)rank;   /* every rank of a module group runs the same shapes */
     pricer pr = { .p = p, .opt = plan_opts(p) };
-    plan_sim_cost c = price(&pr, op);
+    plan_sim_cost c = price(&pr, rank, op);
     util_free(pr.micro);
     return c;
 }
@@ -450,7 +465,7 @@ typedef struct {
 static plan_sim_cost op_cost(sim *S, int rank, const plan_op *op)
 {
     if (S->hooks && S->hooks->op_cost) return S->hooks->op_cost(S->hooks->ctx, S->p, rank, op);
-    return price(&S->pr, op);
+    return price(&S->pr, rank, op);
 }
 
 static double msg_cost(sim *S, const message *m)

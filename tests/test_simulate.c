@@ -276,6 +276,33 @@ TEST(simulate_ops_count_their_blocking_exchanges)
     CHECK_EQ_INT(plan_sim_op_cost(&q, 1, &x).syncs, 0);
 }
 
+/* The gradient norm's local pass is priced on the ranks that make it
+ * (executor/run.c local_grad_sumsq): without ZeRO only the dp rank 0 sums
+ * its modules' gradients (plan_time.norm_s, the 8-byte all-reduce after);
+ * with ZeRO-1 every rank sums its shard, less than the whole. */
+TEST(simulate_gradient_norm_is_priced_where_it_is_summed)
+{
+    static plan_t p, q;
+    CHECK_OK(make_plan("vision:gpus=2,dp=2,zero=0;llm:gpus=2,dp=2,zero=0", PLAN_COLOCATED, 2, 1, 4, &p));
+    CHECK_OK(make_plan("vision:gpus=2,dp=2,zero=1;llm:gpus=2,dp=2,zero=1", PLAN_COLOCATED, 2, 1, 4, &q));
+    plan_options o;
+    plan_options_default(&o);
+    o.precision = p.precision;
+    double whole = 0;
+    for (int k = 0; k < p.n_modules; k++) {
+        plan_time t;
+        plan_module_time(&p.model, k, &p.mod[k], &p.work, &p.cluster, &o, &t);
+        CHECK(t.norm_s > 0);
+        whole += t.norm_s;
+    }
+    plan_op norm = { .kind = PLAN_OP_GRAD_NORM, .module = -1, .chunk = -1 };
+    plan_sim_cost r0 = plan_sim_op_cost(&p, 0, &norm), r1 = plan_sim_op_cost(&p, 1, &norm);
+    CHECK_MSG(r0.busy_s == whole && r1.busy_s == 0, "%g %g (want %g, 0)", r0.busy_s, r1.busy_s, whole);
+    CHECK(r0.comm_s == r1.comm_s && r0.comm_s > 0);
+    plan_sim_cost z0 = plan_sim_op_cost(&q, 0, &norm), z1 = plan_sim_op_cost(&q, 1, &norm);
+    CHECK_MSG(z0.busy_s == z1.busy_s && z0.busy_s > 0 && z0.busy_s < whole, "%g %g (whole %g)", z0.busy_s, z1.busy_s, whole);
+}
+
 /* On one rank nothing waits: the step is the sum of the rank's op costs. */
 TEST(simulate_colocated_one_rank_is_the_sum_of_its_ops)
 {
