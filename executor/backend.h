@@ -56,6 +56,31 @@ typedef struct ex_backend {
                             const float *u, size_t n);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n);
+    /* LayerNorm with bias (torch.nn.LayerNorm): mean[r] = mean_j x[r, j],
+     * rstd[r] = 1 / sqrt(mean_j (x[r, j] - mean[r])^2 + eps) (the biased
+     * variance; sums in double), out[r, j] = (x[r, j] - mean[r]) rstd[r] w[j] + b[j]. */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                              const float *b, int n, int d, float eps);
+    /* xhat = (x - mean) rstd, g = dout w:  dw[j] += sum_r dout xhat;  db[j] += sum_r dout;
+     * dinp[r, j] += rstd[r] (g[r, j] - mean_k g[r, k] - xhat[r, j] mean_k(g[r, k] xhat[r, k])) */
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                               const float *w, const float *mean, const float *rstd, int n, int d);
+    /* A 1-D convolution as im2col + linear. x[nx, C] holds frames [x0, x0 + nx)
+     * of one sequence (frame-major); output frame t0 + i (i < n) reads input
+     * frames s = (t0 + i) stride - pad + j, j < k:
+     *   col[i, c k + j] = x[s - x0, c] if x0 <= s < x0 + nx, else 0 (the padding),
+     * so col[n, C k] times a torch Conv1d weight [out, C, k] viewed as
+     * [out, C k] is the convolution. */
+    void (*im2col1d)(float *col, const float *x, int n, int C, int k, int stride, int pad, int t0, int x0,
+                     int nx);
+    /* Its backward: dx[s - x0, c] += dcol[i, c k + j] over the same (i, j, s). */
+    void (*col2im1d)(float *dx, const float *dcol, int n, int C, int k, int stride, int pad, int t0, int x0,
+                     int nx);
+    /* Average pooling of consecutive rows (torch AvgPool1d(p, stride p) along
+     * the rows): out[r, :] = sum_{i < p} inp[r p + i, :] / p, r < m;
+     * backward dinp[r p + i, :] += dout[r, :] / p. */
+    void (*avgpool_rows_forward)(float *out, const float *inp, int m, int p, int d);
+    void (*avgpool_rows_backward)(float *dinp, const float *dout, int m, int p, int d);
     /* Embeddings over a vocabulary shard: wte holds rows [v0, v0 + vn) of the
      * full table; tokens outside it give zero rows (forward) and nothing (backward). */
     void (*embedding_forward)(float *out, const float *wte, const int32_t *tokens, int n, int d,
@@ -99,8 +124,9 @@ const ex_backend *ex_backend_cuda(char *err);
  * UTIL_ERUNTIME with err filled. */
 int ex_cuda_sync(char *err);
 /* The CUDA backend against the CPU backend on the device (executor/cuda_check.c):
- * linear, RMSNorm, SwiGLU, add, attention (GQA, two sequences, causal and
- * not), cross-entropy, AdamW and sumsq on the same random inputs; *worst =
+ * linear, RMSNorm, SwiGLU, add, LayerNorm, im2col / col2im, row pooling,
+ * attention (GQA, two sequences, causal and not), cross-entropy, AdamW and
+ * sumsq on the same random inputs; *worst =
  * the largest |cuda - cpu| / max |cpu| over their outputs, `what` its name. */
 int ex_cuda_check(double *worst, char *what, size_t what_len, char *err);
 

@@ -39,6 +39,20 @@ const char *ex_comm_what(const ex_module *md)
 
 int ex_norm_rows(const ex_module *md) { return md->seqpar ? md->n_rows / md->tp : md->n_rows; }
 
+void ex_norm_forward(const ex_backend *be, const ex_module *md, float *out, float *mean, float *rstd, const float *x,
+                     const float *w, const float *b, int n)
+{
+    if (md->mm.norm == MODEL_NORM_LAYERNORM) be->layernorm_forward(out, mean, rstd, x, w, b, n, md->d, EX_LAYERNORM_EPS);
+    else be->rmsnorm_forward(out, rstd, x, w, n, md->d, EX_NORM_EPS);
+}
+
+void ex_norm_backward(const ex_backend *be, const ex_module *md, float *dinp, float *dw, float *db, const float *dout,
+                      const float *x, const float *w, const float *mean, const float *rstd, int n)
+{
+    if (md->mm.norm == MODEL_NORM_LAYERNORM) be->layernorm_backward(dinp, dw, db, dout, x, w, mean, rstd, n, md->d);
+    else be->rmsnorm_backward(dinp, dw, dout, x, w, rstd, n, md->d);
+}
+
 /* ------------------------------------------------------ tensor-parallel regions
  * Entering: the column-parallel linears' input, all N rows (under sequence
  * parallelism all-gathered from every rank's rows); its gradient leaves
@@ -108,9 +122,12 @@ static void sp_rows_to_heads(ex_module *md, float *dst, const float *src, int nh
 /* ---------------------------------------------------------------- blocks */
 
 /* Pre-norm transformer block over N rows, weights of layer l:
- *   xmid = x + Wo attn(rope(Wq n1 + bq), rope(Wk n1 + bk), Wv n1 + bv) + bo,  n1 = rmsnorm(x) w1
- *   out  = xmid + Wd (silu(Wg n2 + bg) * (Wu n2 + bu)) + bd,                   n2 = rmsnorm(xmid) w2
+ *   xmid = x + Wo attn(rope(Wq n1 + bq), rope(Wk n1 + bk), Wv n1 + bv) + bo,  n1 = norm1(x)
+ *   out  = xmid + Wd (silu(Wg n2 + bg) * (Wu n2 + bu)) + bd,                   n2 = norm2(xmid)
  * q [N, H*hd], k/v [N, Hkv*hd], attention per sequence of cu (nseq), causal or not.
+ * The norms are RMSNorm, or LayerNorm with a bias (Whisper's); a GELU MLP
+ * (Whisper's fc1, fc2) is out = xmid + Wd gelu(Wu n2 + bu) + bd, and a
+ * module without rotary positions (audio) skips the rope.
  * With tp > 1, H, Hkv and f are this rank's slice (q/k/v/gate/up split by rows,
  * o/down by columns) and the o and down outputs are summed over the group
  * before their (replicated) bias and the residual; under sequence
@@ -124,14 +141,16 @@ void ex_block_forward(const ex_backend *be, ex_module *md, int l, float *out, co
     ex_block_acts *a = &md->a.blk[l];
     int N = md->n_rows, Nl = ex_norm_rows(md), d = md->d, qd = md->H * md->hd, kd = md->Hkv * md->hd, f = md->f;
     bool sp = md->sp > 1;
-    be->rmsnorm_forward(a->ln1, a->rstd1, a->x, w->ln1, Nl, d, EX_NORM_EPS);
+    ex_norm_forward(be, md, a->ln1, a->mean1, a->rstd1, a->x, w->ln1, w->ln1b, Nl);
     const float *in = region_enter(md, a->ln1);
     float *q = sp ? md->a.dq : a->q, *k = sp ? md->a.dk : a->k, *v = sp ? md->a.dv : a->v;
     be->linear_forward(q, in, w->wq, w->bq, N, d, qd);
     be->linear_forward(k, in, w->wk, w->bk, N, d, kd);
     be->linear_forward(v, in, w->wv, w->bv, N, d, kd);
-    be->rope_forward(q, md->a.cos, md->a.sin, N, md->H, md->hd);
-    be->rope_forward(k, md->a.cos, md->a.sin, N, md->Hkv, md->hd);
+    if (md->rope) {
+        be->rope_forward(q, md->a.cos, md->a.sin, N, md->H, md->hd);
+        be->rope_forward(k, md->a.cos, md->a.sin, N, md->Hkv, md->hd);
+    }
     if (sp) {
         sp_heads_to_rows(md, a->q, q, md->H);
         sp_heads_to_rows(md, a->k, k, md->Hkv);
@@ -144,11 +163,16 @@ void ex_block_forward(const ex_backend *be, ex_module *md, int l, float *out, co
     region_leave(md, part, a->xmid);
     if (w->bo) be->add_bias(a->xmid, w->bo, Nl, d);
     be->add_inplace(a->xmid, a->x, (size_t)Nl * d);
-    be->rmsnorm_forward(a->ln2, a->rstd2, a->xmid, w->ln2, Nl, d, EX_NORM_EPS);
+    ex_norm_forward(be, md, a->ln2, a->mean2, a->rstd2, a->xmid, w->ln2, w->ln2b, Nl);
     in = region_enter(md, a->ln2);
-    be->linear_forward(a->g, in, w->wg, w->bg, N, d, f);
-    be->linear_forward(a->u, in, w->wu, w->bu, N, d, f);
-    be->swiglu_forward(a->h, a->g, a->u, (size_t)N * f);
+    if (md->mm.ffn_kind == MODEL_FFN_SWIGLU) {
+        be->linear_forward(a->g, in, w->wg, w->bg, N, d, f);
+        be->linear_forward(a->u, in, w->wu, w->bu, N, d, f);
+        be->swiglu_forward(a->h, a->g, a->u, (size_t)N * f);
+    } else {
+        be->linear_forward(a->g, in, w->wu, w->bu, N, d, f);   /* fc1 */
+        be->gelu_forward(a->h, a->g, (size_t)N * f);
+    }
     part = region_partial(md, out);
     be->linear_forward(part, a->h, w->wd, NULL, N, f, d);
     region_leave(md, part, out);
@@ -159,9 +183,10 @@ void ex_block_forward(const ex_backend *be, ex_module *md, int l, float *out, co
 /* Block backward: dres [Nl, d] holds dL/d(out) on entry and dL/d(x) on return;
  * weight gradients accumulate into the module's gradient views of layer l
  * (NULL views, a frozen module's, are skipped by the kernels). Under sequence
- * parallelism the norms' weight gradients are partial sums over the group's
- * rows: they are summed over it (Megatron all-reduces them in
- * finalize_model_grads) before they accumulate. */
+ * parallelism the norms' weight (and LayerNorm bias) gradients are partial
+ * sums over the group's rows: they are summed over it (Megatron all-reduces
+ * them in finalize_model_grads) before they accumulate; tp_grads holds them
+ * as [norm1 w, norm2 w, norm1 b, norm2 b]. */
 void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, const int *cu, int nseq, bool causal)
 {
     const ex_block_w *w = &md->w.blk[l];
@@ -170,22 +195,34 @@ void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, 
     ex_acts *s = &md->a;
     int N = md->n_rows, Nl = ex_norm_rows(md), d = md->d, qd = md->H * md->hd, kd = md->Hkv * md->hd, f = md->f;
     size_t Nd = (size_t)N * d, Nf = (size_t)N * f;
-    bool partial_norms = md->seqpar && gw->ln1;
+    bool partial_norms = md->seqpar && gw->ln1, ln = md->mm.norm == MODEL_NORM_LAYERNORM;
+    bool swiglu = md->mm.ffn_kind == MODEL_FFN_SWIGLU;
+    size_t n_norm = (ln ? 4 : 2) * (size_t)d;
     float *dln1 = partial_norms ? s->tp_grads : gw->ln1, *dln2 = partial_norms ? s->tp_grads + d : gw->ln2;
-    if (partial_norms) be->zero(s->tp_grads, 2 * (size_t)d);
+    float *dln1b = partial_norms && ln ? s->tp_grads + 2 * d : gw->ln1b;
+    float *dln2b = partial_norms && ln ? s->tp_grads + 3 * d : gw->ln2b;
+    if (partial_norms) be->zero(s->tp_grads, n_norm);
     const float *dout = region_leave_grad(md, dres);
     be->zero(s->dh, Nf);
     be->linear_backward(s->dh, gw->wd, gw->bd, dout, a->h, w->wd, N, f, d);
     be->zero(s->dg, Nf);
-    be->zero(s->du, Nf);
-    be->swiglu_backward(s->dg, s->du, s->dh, a->g, a->u, Nf);
+    if (swiglu) {
+        be->zero(s->du, Nf);
+        be->swiglu_backward(s->dg, s->du, s->dh, a->g, a->u, Nf);
+    } else {
+        be->gelu_backward(s->dg, s->dh, a->g, Nf);
+    }
     const float *in = region_enter(md, a->ln2);
     float *dpart = region_grad_partial(md);
     be->zero(dpart, Nd);
-    be->linear_backward(dpart, gw->wg, gw->bg, s->dg, in, w->wg, N, d, f);
-    be->linear_backward(dpart, gw->wu, gw->bu, s->du, in, w->wu, N, d, f);
+    if (swiglu) {
+        be->linear_backward(dpart, gw->wg, gw->bg, s->dg, in, w->wg, N, d, f);
+        be->linear_backward(dpart, gw->wu, gw->bu, s->du, in, w->wu, N, d, f);
+    } else {
+        be->linear_backward(dpart, gw->wu, gw->bu, s->dg, in, w->wu, N, d, f);   /* fc1 */
+    }
     region_enter_grad(md, dpart);
-    be->rmsnorm_backward(dres, dln2, s->dln, a->xmid, w->ln2, a->rstd2, Nl, d);
+    ex_norm_backward(be, md, dres, dln2, dln2b, s->dln, a->xmid, w->ln2, a->mean2, a->rstd2, Nl);
     bool sp = md->sp > 1;
     dout = region_leave_grad(md, dres);
     be->zero(s->datt, (size_t)N * qd);
@@ -202,19 +239,25 @@ void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, 
         sp_rows_to_heads(md, s->dk, dk, md->Hkv);
         sp_rows_to_heads(md, s->dv, dv, md->Hkv);
     }
-    be->rope_backward(s->dq, s->cos, s->sin, N, md->H, md->hd);
-    be->rope_backward(s->dk, s->cos, s->sin, N, md->Hkv, md->hd);
+    if (md->rope) {
+        be->rope_backward(s->dq, s->cos, s->sin, N, md->H, md->hd);
+        be->rope_backward(s->dk, s->cos, s->sin, N, md->Hkv, md->hd);
+    }
     in = region_enter(md, a->ln1);
     be->zero(dpart, Nd);
     be->linear_backward(dpart, gw->wq, gw->bq, s->dq, in, w->wq, N, d, qd);
     be->linear_backward(dpart, gw->wk, gw->bk, s->dk, in, w->wk, N, d, kd);
     be->linear_backward(dpart, gw->wv, gw->bv, s->dv, in, w->wv, N, d, kd);
     region_enter_grad(md, dpart);
-    be->rmsnorm_backward(dres, dln1, s->dln, a->x, w->ln1, a->rstd1, Nl, d);
+    ex_norm_backward(be, md, dres, dln1, dln1b, s->dln, a->x, w->ln1, a->mean1, a->rstd1, Nl);
     if (partial_norms) {
-        ex_tp_allreduce(md, s->tp_grads, 2 * (size_t)d);
+        ex_tp_allreduce(md, s->tp_grads, n_norm);
         be->add_inplace(gw->ln1, s->tp_grads, (size_t)d);
         be->add_inplace(gw->ln2, s->tp_grads + d, (size_t)d);
+        if (ln) {
+            be->add_inplace(gw->ln1b, s->tp_grads + 2 * d, (size_t)d);
+            be->add_inplace(gw->ln2b, s->tp_grads + 3 * d, (size_t)d);
+        }
     }
 }
 
@@ -242,7 +285,8 @@ static void recompute(const ex_backend *be, ex_module *md, int l, const int *cu,
     } else if (md->recompute == PLAN_RECOMP_SELECTIVE) {
         be->attention_forward(a->att, a->lse, a->q, a->k, a->v, cu, nseq, md->H / md->sp, md->Hkv / md->sp, md->hd,
                               causal);
-        be->swiglu_forward(a->h, a->g, a->u, (size_t)md->n_rows * md->f);
+        if (md->mm.ffn_kind == MODEL_FFN_SWIGLU) be->swiglu_forward(a->h, a->g, a->u, (size_t)md->n_rows * md->f);
+        else be->gelu_forward(a->h, a->g, (size_t)md->n_rows * md->f);
     }
 }
 

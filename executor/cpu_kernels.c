@@ -2,6 +2,7 @@
  * Shapes and math of each kernel are stated above it; see executor/backend.h
  * for the conventions (row-major, local shard shapes, backward accumulates). */
 #include "executor/backend.h"
+#include "executor/cpu_kernels_int.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -716,6 +717,12 @@ static const ex_backend cpu_backend = {
     .swiglu_backward = cpu_swiglu_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
+    .layernorm_forward = ex_cpu_layernorm_forward,
+    .layernorm_backward = ex_cpu_layernorm_backward,
+    .im2col1d = ex_cpu_im2col1d,
+    .col2im1d = ex_cpu_col2im1d,
+    .avgpool_rows_forward = ex_cpu_avgpool_rows_forward,
+    .avgpool_rows_backward = ex_cpu_avgpool_rows_backward,
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward = cpu_embedding_backward,
     .cross_entropy = cpu_cross_entropy,

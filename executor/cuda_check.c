@@ -146,6 +146,45 @@ static void check_rmsnorm_swiglu(checker *c)
     compare(c, "add_inplace", Dy, y, N * D);
 }
 
+/* The audio encoder's kernels: LayerNorm, the conv stem's im2col / col2im
+ * (stride 2, an output range starting inside the sequence) and row pooling. */
+static void check_whisper(checker *c)
+{
+    enum { N = 29, D = 200, C = 24, K = 3, NX = 40, R = 17 };
+    float *x = host_buf(c, N * D, 1, 2), *w = host_buf(c, D, 2, 1), *b = host_buf(c, D, 3, 1);
+    float *y = host_buf(c, N * D, 0, 0), *mu = host_buf(c, N, 0, 0), *r = host_buf(c, N, 0, 0);
+    float *dy = host_buf(c, N * D, 4, 1), *dx = host_buf(c, N * D, 5, 1), *dw = host_buf(c, D, 6, 1);
+    float *db = host_buf(c, D, 7, 1), *col = host_buf(c, R * C * K, 0, 0), *dxc = host_buf(c, NX * C, 8, 1);
+    float *pool = host_buf(c, N / 2 * D, 0, 0);
+    if (c->rc) return;
+    float *Dx = dev_f(c, x, N * D), *Dw = dev_f(c, w, D), *Db = dev_f(c, b, D), *Dy = dev_f(c, y, N * D);
+    float *Dmu = dev_f(c, mu, N), *Dr = dev_f(c, r, N), *Ddy = dev_f(c, dy, N * D), *Ddx = dev_f(c, dx, N * D);
+    float *Ddw = dev_f(c, dw, D), *Ddb = dev_f(c, db, D), *Dcol = dev_f(c, col, R * C * K);
+    float *Ddxc = dev_f(c, dxc, NX * C), *Dpool = dev_f(c, pool, N / 2 * D);
+    if (c->rc) return;
+    c->cpu->layernorm_forward(y, mu, r, x, w, b, N, D, 1e-5f);
+    c->gpu->layernorm_forward(Dy, Dmu, Dr, Dx, Dw, Db, N, D, 1e-5f);
+    compare(c, "layernorm_forward", Dy, y, N * D);
+    compare(c, "layernorm_forward rstd", Dr, r, N);
+    c->cpu->layernorm_backward(dx, dw, db, dy, x, w, mu, r, N, D);
+    c->gpu->layernorm_backward(Ddx, Ddw, Ddb, Ddy, Dx, Dw, Dmu, Dr, N, D);
+    compare(c, "layernorm_backward dinp", Ddx, dx, N * D);
+    compare(c, "layernorm_backward dw", Ddw, dw, D);
+    compare(c, "layernorm_backward db", Ddb, db, D);
+    c->cpu->im2col1d(col, x, R, C, K, 2, 1, 2, 3, NX);
+    c->gpu->im2col1d(Dcol, Dx, R, C, K, 2, 1, 2, 3, NX);
+    compare(c, "im2col1d", Dcol, col, R * C * K);
+    c->cpu->col2im1d(dxc, dy, R, C, K, 2, 1, 2, 3, NX);
+    c->gpu->col2im1d(Ddxc, Ddy, R, C, K, 2, 1, 2, 3, NX);
+    compare(c, "col2im1d", Ddxc, dxc, NX * C);
+    c->cpu->avgpool_rows_forward(pool, x, N / 2, 2, D);
+    c->gpu->avgpool_rows_forward(Dpool, Dx, N / 2, 2, D);
+    compare(c, "avgpool_rows_forward", Dpool, pool, N / 2 * D);
+    c->cpu->avgpool_rows_backward(dx, pool, N / 2, 2, D);
+    c->gpu->avgpool_rows_backward(Ddx, Dpool, N / 2, 2, D);
+    compare(c, "avgpool_rows_backward", Ddx, dx, N * D);
+}
+
 /* Two sequences (one longer than a key tile), GQA 4/2, causal and not. */
 static void check_attention(checker *c, bool causal)
 {
@@ -212,6 +251,8 @@ int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
     check_linear(&c);
     release(&c);
     check_rmsnorm_swiglu(&c);
+    release(&c);
+    check_whisper(&c);
     release(&c);
     check_attention(&c, false);
     release(&c);

@@ -268,14 +268,14 @@ static double cuda_sumsq(const float *x, size_t n)
 
 /* ------------------------------------------------------------ linear */
 
-/* Column sums over rows: dst[j] += sum_r a[r, j] * (x ? x[r, j] * rstd[r] : 1),
- * a[n, d]. A block takes 32 columns; its 4 row lanes sum rows lane, lane + 4, ...
- * and lane 0 adds the 4 partials in order. (Linear db; RMSNorm dw with
- * xhat = x * rstd.) */
+/* Column sums over rows: dst[j] += sum_r a[r, j] * (x ? xhat[r, j] : 1), a[n, d],
+ * xhat = x * rstd (RMSNorm) or (x - mean) * rstd (LayerNorm, mean given).
+ * A block takes 32 columns; its 4 row lanes sum rows lane, lane + 4, ...
+ * and lane 0 adds the 4 partials in order. (Linear db; the norms' dw.) */
 #define COL_WIDTH 32
 #define COL_LANES (THREADS / COL_WIDTH)
-static __global__ void column_sum_kernel(float *dst, const float *a, const float *x, const float *rstd,
-                                         int n, int d)
+static __global__ void column_sum_kernel(float *dst, const float *a, const float *x, const float *mean,
+                                         const float *rstd, int n, int d)
 {
     __shared__ float part[COL_LANES][COL_WIDTH];
     int c = threadIdx.x % COL_WIDTH, lane = threadIdx.x / COL_WIDTH;
@@ -285,7 +285,7 @@ static __global__ void column_sum_kernel(float *dst, const float *a, const float
         if (j < d)
             for (int r = lane; r < n; r += COL_LANES) {
                 size_t o = (size_t)r * d + j;
-                s += x ? a[o] * (x[o] * rstd[r]) : a[o];
+                s += x ? a[o] * ((mean ? x[o] - mean[r] : x[o]) * rstd[r]) : a[o];
             }
         part[lane][c] = s;
         __syncthreads();
@@ -298,9 +298,10 @@ static __global__ void column_sum_kernel(float *dst, const float *a, const float
     }
 }
 
-static void column_sum(float *dst, const float *a, const float *x, const float *rstd, int n, int d)
+static void column_sum(float *dst, const float *a, const float *x, const float *mean, const float *rstd, int n,
+                       int d)
 {
-    EX_LAUNCH(column_sum_kernel, grid_for((size_t)d, COL_WIDTH), THREADS, dst, a, x, rstd, n, d);
+    EX_LAUNCH(column_sum_kernel, grid_for((size_t)d, COL_WIDTH), THREADS, dst, a, x, mean, rstd, n, d);
 }
 
 /* linear: out[n, o] = inp[n, i] @ w[o, i]^T + b[o]   (b may be NULL).
@@ -342,7 +343,7 @@ static void cuda_linear_backward(float *dinp, float *dw, float *db, const float 
             note_blas(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, o, n, &one, inp, ld, dout, o, &one, dw, ld),
                       "cublasSgemm (linear_backward dw)");
     }
-    if (db) column_sum(db, dout, NULL, NULL, n, o);
+    if (db) column_sum(db, dout, NULL, NULL, NULL, n, o);
 }
 
 /* ------------------------------------------------------------ RMSNorm */
@@ -394,9 +395,13 @@ static void cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, con
                                   const float *w, const float *rstd, int n, int d)
 {
     if (n <= 0 || d <= 0) return;
-    if (dw) column_sum(dw, dout, inp, rstd, n, d);
+    if (dw) column_sum(dw, dout, inp, NULL, rstd, n, d);
     if (dinp) EX_LAUNCH(rmsnorm_backward_kernel, grid_for((size_t)n, 1), THREADS, dinp, dout, inp, w, rstd, n, d);
 }
+
+/* ------------------------------------------------------------ LayerNorm, conv stem, pooling */
+
+#include "executor/cuda_kernels_whisper.cuh"
 
 /* ------------------------------------------------------------ RoPE */
 
@@ -1017,6 +1022,12 @@ static ex_backend make_table(void)
     t.swiglu_backward = cuda_swiglu_backward;
     t.gelu_forward = cuda_gelu_forward;
     t.gelu_backward = cuda_gelu_backward;
+    t.layernorm_forward = cuda_layernorm_forward;
+    t.layernorm_backward = cuda_layernorm_backward;
+    t.im2col1d = cuda_im2col1d;
+    t.col2im1d = cuda_col2im1d;
+    t.avgpool_rows_forward = cuda_avgpool_rows_forward;
+    t.avgpool_rows_backward = cuda_avgpool_rows_backward;
     t.embedding_forward = cuda_embedding_forward;
     t.embedding_backward = cuda_embedding_backward;
     t.cross_entropy = cuda_cross_entropy;

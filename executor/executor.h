@@ -14,8 +14,10 @@
  * activations of each module, each in one allocation of its util_mem_cat
  * (PARAMS, GRADS, OPTIM, ACTIV) so per-category memory can be reported.
  * Supported: a Qwen2.5-VL style vision encoder (RMSNorm, SwiGLU, 2-D RoPE,
- * optional window attention, merger) feeding a decoder LLM (RMSNorm, GQA,
- * 1-D RoPE, SwiGLU, tied or untied LM head). All fp32.
+ * optional window attention, merger) and / or a Whisper-style audio encoder
+ * (conv stem, absolute positions, LayerNorm, GELU MLP, pooling, projector:
+ * Qwen2-Audio, Qwen2.5-Omni) feeding a decoder LLM (RMSNorm, GQA, 1-D RoPE,
+ * SwiGLU or GELU MLP, tied or untied LM head). All fp32.
  *
  * Init (deterministic from seed): element j (row-major index in the whole
  * tensor) of tensor NAME is Box-Muller over splitmix64 outputs 2j and 2j+1
@@ -179,6 +181,16 @@ typedef struct {
      * and so are the gradients: pass the global batch's count so micro-batches
      * and data-parallel ranks sum to the global mean. 0: this batch's count. */
     double loss_denominator;
+    /* Audio clips (a model with an audio encoder): n_audio clips of
+     * mel_frames log-mel frames each (even: the stride-2 conv stem leaves
+     * mel_frames / 2 rows, a multiple of the encoder's pool), mel
+     * [n_audio, mel_frames, mel_bins] frame-major (a frame's in_channels bins
+     * contiguous; the transpose of Whisper's input_features), every clip whole
+     * on every rank of the encoder's sp group; sample b owns the next
+     * audio_per_sample[b] clips (sums to n_audio; NULL if n_audio == 0). */
+    int n_audio, mel_frames;
+    const float *mel;
+    const int *audio_per_sample;
 } ex_batch;
 
 /* The (row, col) of each stored patch of a grid_h x grid_w image in the
@@ -225,6 +237,27 @@ int ex_llm_empty_pass(ex_model *em, bool backward, char *err);
  * backward temporaries are one scratch shared by all slots. */
 #define EX_MAX_SLOTS 64
 int ex_vision_set_slot(ex_model *em, int slot, char *err);
+
+/* The audio encoder, the same way (executor/audio.c): ex_audio_forward runs
+ * the conv stem, blocks, pooling, final norm and projector of the batch's
+ * clips and returns aud_out [aud_rows, llm hidden]: clip after clip (in
+ * batch order), each clip's mel_frames / 2 / pool pooled rows in time order
+ * (ex_audio_rows_per_clip), so sample b's rows follow its audio_per_sample
+ * count; under sp > 1 this rank's contiguous 1 / sp of those rows (rank r
+ * holds rows [r * R / sp, (r + 1) * R / sp) of the R), whose encoder weight
+ * gradients are then partial sums over the sp group, as the vision
+ * encoder's. ex_audio_backward takes dL/d(aud_out) in the same layout.
+ * Slots, frozen modules and empty passes as the vision calls. */
+int ex_audio_forward(ex_model *em, const ex_batch *b, const float **aud_out, int *aud_rows, char *err);
+int ex_audio_backward(ex_model *em, const ex_batch *b, const float *daud, char *err);
+int ex_audio_set_slot(ex_model *em, int slot, char *err);
+int ex_audio_empty_pass(ex_model *em, ex_unit_use use, char *err);
+/* Pooled rows each clip gives the LLM (mel_frames / 2 / pool; 0 without audio). */
+int ex_audio_rows_per_clip(const ex_model *em, const ex_batch *b);
+/* The batch's audio fields against the model: UTIL_OK without clips;
+ * clips for a model without an audio encoder, odd mel_frames, rows that are
+ * no multiple of pool or exceed learned positions are refused by name. */
+int ex_check_audio(const ex_model *em, const ex_batch *b, char *err);
 
 /* One module's flat parameter or gradient buffer (module_index into m->mod),
  * e.g. for a data-parallel all-reduce of the gradients; EX_BUF_ADAM_M / _V:

@@ -44,6 +44,16 @@ static float **view_of(ex_weights *W, plan_tensor_role role, int layer)
     case PLAN_TW_M2B: return &W->m2b;
     case PLAN_TW_LNF: return &W->lnf;
     case PLAN_TW_HEAD: return &W->head;
+    case PLAN_TW_LN1_B: return &b->ln1b;
+    case PLAN_TW_LN2_B: return &b->ln2b;
+    case PLAN_TW_LNF_B: return &W->lnf_b;
+    case PLAN_TW_CONV1_W: return &W->conv1w;
+    case PLAN_TW_CONV1_B: return &W->conv1b;
+    case PLAN_TW_CONV2_W: return &W->conv2w;
+    case PLAN_TW_CONV2_B: return &W->conv2b;
+    case PLAN_TW_POS: return &W->pos;
+    case PLAN_TW_PROJ_W: return &W->proj_w;
+    case PLAN_TW_PROJ_B: return &W->proj_b;
     default: return NULL;
     }
 }
@@ -160,15 +170,17 @@ static int check_common(const model_module *mm, char *err)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: layers, hidden, heads, kv_heads, head_dim, ffn must be > 0", n);
     if (mm->heads % mm->kv_heads)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: kv_heads %d does not divide heads %d", n, mm->kv_heads, mm->heads);
-    int rot = mm->kind == MODEL_VISION ? 4 : 2;   /* 2-D rotary splits head_dim / 2 pairs in two */
+    /* 2-D rotary splits head_dim / 2 pairs in two; no rotary (audio): any width */
+    int rot = !plan_module_rotary(mm) ? 1 : mm->kind == MODEL_VISION ? 4 : 2;
     if (mm->head_dim % rot || mm->head_dim > EX_MAX_HEAD_DIM)
         return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: head_dim %d must be a multiple of %d and <= %d", n, mm->head_dim, rot, EX_MAX_HEAD_DIM);
-    if (mm->ffn_kind != MODEL_FFN_SWIGLU)
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: ffn_kind gelu is not implemented (swiglu only)", n);
-    if (mm->norm != MODEL_NORM_RMSNORM)
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: layernorm is not implemented (rmsnorm only)", n);
-    if (mm->qk_norm || mm->layer_scale || mm->n_cross_layers || mm->cls_token || mm->max_positions)
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: qk_norm, layer_scale, cross layers, cls_token and learned positions are not implemented", n);
+    /* The blocks run RMSNorm or LayerNorm, SwiGLU or GELU MLPs (block.c); the
+     * LLM's head and the vision merger are RMSNorm models (llm.c, vision.c). */
+    if (mm->kind != MODEL_AUDIO && mm->norm != MODEL_NORM_RMSNORM)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: layernorm is implemented for the audio encoder only", n);
+    if (mm->qk_norm || mm->layer_scale || mm->n_cross_layers || mm->cls_token || mm->gated_layers ||
+        (mm->max_positions && mm->kind != MODEL_AUDIO))
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: qk_norm, layer_scale, cross layers, gated layers, cls_token and learned positions outside an audio encoder are not implemented", n);
     return UTIL_OK;
 }
 
@@ -280,6 +292,7 @@ static int module_create(ex_module *md, const model_module *mm, int index, uint6
     md->sp_rank = md->sp > 1 ? par->sp_rank : 0;
     md->seqpar = par && par->seq_parallel && md->tp > 1;
     md->recompute = par ? par->recompute : PLAN_RECOMP_NONE;
+    md->rope = plan_module_rotary(mm);
     int rc = check_layout(md, par, err);
     if (rc) return rc;
     md->d = mm->hidden;
@@ -341,15 +354,19 @@ int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules
     int rc = check_common(llm, err);
     if (rc) return rc;
     if (llm->vocab <= 0) return util_fail(err, UTIL_EINVAL, "executor: module %s: vocab must be > 0", llm->name);
-    int vis = -1;
+    int vis = -1, aud = -1;
     for (int i = 0; i < m->n_modules; i++) {
         if (i == m->llm) continue;
-        if (m->mod[i].kind != MODEL_VISION || vis >= 0)
-            return util_fail(err, UTIL_EUNSUPPORTED, "executor: model %s: module %s: only one vision encoder + one LLM is implemented", m->name, m->mod[i].name);
-        vis = i;
+        int *slot = m->mod[i].kind == MODEL_VISION ? &vis : m->mod[i].kind == MODEL_AUDIO ? &aud : NULL;
+        if (!slot || *slot >= 0)
+            return util_fail(err, UTIL_EUNSUPPORTED, "executor: model %s: module %s: at most one vision and one audio encoder feed the LLM", m->name, m->mod[i].name);
+        *slot = i;
     }
     if (vis >= 0) {
         if ((rc = check_common(&m->mod[vis], err)) || (rc = check_vision(&m->mod[vis], llm, err))) return rc;
+    }
+    if (aud >= 0) {
+        if ((rc = check_common(&m->mod[aud], err)) || (rc = ex_check_audio_module(&m->mod[aud], llm, err))) return rc;
     }
     bool any = false;
     for (int k = 0; k < m->n_modules; k++) any |= (modules >> k & 1u) != 0;
@@ -359,6 +376,7 @@ int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules
     em->m = *m;
     em->be = ex_backend_cpu();
     em->vis_index = vis;
+    em->aud_index = aud;
     for (int k = 0; !rc && k < m->n_modules; k++)
         if (modules >> k & 1u) rc = module_create(&em->mod[k], &m->mod[k], k, seed, par ? &par[k] : NULL, err);
     if (rc) { ex_model_free(em); return rc; }
@@ -404,6 +422,31 @@ void ex_unit_end(ex_module *md, int u, ex_unit_use use, bool last)
 {
     if (!md->hooks.end || md->comm_rc) return;
     md->comm_rc = md->hooks.end(md->hooks.ctx, md->index, u, use, last);
+}
+
+int ex_module_set_slot(ex_module *md, int slot, const char *what, char *err)
+{
+    if (!md) return util_fail(err, UTIL_EINVAL, "executor: %s: no such module on this model instance", what);
+    if (slot < 0 || slot >= EX_MAX_SLOTS)
+        return util_fail(err, UTIL_EINVAL, "executor: %s: slot %d outside 0..%d", what, slot, EX_MAX_SLOTS - 1);
+    md->cur = slot;
+    return UTIL_OK;
+}
+
+int ex_encoder_empty_pass(ex_module *md, ex_unit_use use, const char *what, char *err)
+{
+    if (!md) return util_fail(err, UTIL_EINVAL, "executor: %s: no such module on this model instance", what);
+    int last = md->mm.layers + 1;
+    bool back = use == EX_USE_BACKWARD;
+    md->comm_rc = 0;
+    if (back && md->mm.frozen) return UTIL_OK;
+    for (int i = 0; i <= last; i++) {
+        int u = back ? last - i : i;
+        ex_unit_begin(md, u, use);
+        ex_unit_end(md, u, use, back);
+    }
+    return md->comm_rc ? util_fail(err, UTIL_ERUNTIME, "executor: %s: an empty pass's collective failed with %d", what, md->comm_rc)
+                       : UTIL_OK;
 }
 
 /* The order vision.c and llm.c call the unit hooks in (llm.c's head_begin

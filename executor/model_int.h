@@ -14,16 +14,24 @@
  * modeling_qwen2_5_vl.py); models.h has no rope_theta field yet, so the LLM
  * uses 10000 too (the tiny zoo models' value). */
 #define EX_ROPE_THETA 10000.0
+/* LayerNorm eps: torch.nn.LayerNorm's default 1e-5, which Whisper's and
+ * Qwen2-Audio's encoder layers use (nn.LayerNorm(embed_dim) in
+ * modeling_qwen2_audio.py). */
+#define EX_LAYERNORM_EPS 1e-5f
 
+/* A GELU MLP's fc1 and fc2 are the up (wu, bu) and down (wd, bd) views;
+ * ln1b, ln2b are LayerNorm biases. */
 typedef struct {
-    float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
-    float *ln2, *wg, *bg, *wu, *bu, *wd, *bd;
+    float *ln1, *ln1b, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
+    float *ln2, *ln2b, *wg, *bg, *wu, *bu, *wd, *bd;
 } ex_block_w;
 
 typedef struct {
     float *patch_w, *patch_b;                 /* vision */
     float *merge_ln, *m0w, *m0b, *m2w, *m2b;  /* vision merger */
     float *wte, *lnf, *head;                  /* llm; head == wte when tied */
+    /* audio: conv stem, learned positions (NULL: sinusoids), final norm's bias, projector */
+    float *conv1w, *conv1b, *conv2w, *conv2b, *pos, *lnf_b, *proj_w, *proj_b;
     ex_block_w *blk;                          /* [layers] */
 } ex_weights;
 
@@ -38,6 +46,7 @@ typedef struct {
 /* Saved activations of one block (see plan_module_acts for their shapes). */
 typedef struct {
     float *x, *ln1, *rstd1, *q, *k, *v, *att, *lse, *xmid, *ln2, *rstd2, *g, *u, *h;
+    float *mean1, *mean2;      /* LayerNorm */
     float *att_loc;            /* sp > 1: attention output in local-row layout (q..lse are all-rows, local-heads) */
 } ex_block_acts;
 
@@ -59,6 +68,9 @@ typedef struct {
      * output before its reduce-scatter, the gathered output gradient, and the
      * norms' partial weight gradients [2, d] */
     float *tp_full, *tp_part, *tp_dfull, *tp_grads;
+    /* audio (plan_module_acts): the conv stem, pooling, final norm, projector */
+    float *c1pre, *c1out, *c2pre, *col, *dcol, *dc1out, *dc1pre;
+    float *pooled, *fln, *fmean, *frstd, *aout, *dpooled;
 } ex_acts;
 
 /* One forward's saved activations and geometry (a vision slot, or the LLM's only one). */
@@ -81,6 +93,7 @@ typedef struct {
     int sp, sp_rank;           /* Ulysses sequence-parallel group size and rank (1, 0 = none) */
     bool seqpar;               /* Megatron sequence parallelism (tp > 1, LLM) */
     plan_recompute recompute;
+    bool rope;                 /* rotary positions in attention (plan_module_rotary) */
     ex_parallel par;
     int comm_rc;               /* first failing collective's (or unit hook's) code, 0 if none */
     int n_tensors;
@@ -111,6 +124,7 @@ struct ex_model {
     const ex_backend *be;
     ex_module mod[MODEL_MAX_MODULES];
     int vis_index;             /* vision module in m, -1 if the model has none */
+    int aud_index;             /* audio module in m, -1 if the model has none */
     int adam_t;
     /* last LLM forward's batch geometry */
     int merged_per_image, n_pred;
@@ -125,6 +139,15 @@ bool ex_module_trains(const ex_module *md);
 /* Unit hooks around the use of unit u (no-ops without hooks); failures land in md->comm_rc. */
 void ex_unit_begin(ex_module *md, int u, ex_unit_use use);
 void ex_unit_end(ex_module *md, int u, ex_unit_use use, bool last);
+/* Selects an encoder's activation slot (md NULL: the module is not on this
+ * instance; `what` names the call in errors). */
+int ex_module_set_slot(ex_module *md, int slot, const char *what, char *err);
+/* An encoder's pass over a micro-batch with no samples on this rank, while
+ * its shard group's other ranks run one: only the unit hooks, in the order
+ * a real forward (0 .. layers + 1) or backward (the reverse; none when
+ * frozen) calls them, so every collective a ZeRO strategy issues in them is
+ * matched (the Join of PyTorch's uneven-input DDP / FSDP). */
+int ex_encoder_empty_pass(ex_module *md, ex_unit_use use, const char *what, char *err);
 
 /* acts.c */
 int ex_acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int reserve_pred, int emb_rows, int n_cu, char *err);
@@ -134,6 +157,11 @@ void ex_slot_filled(ex_module *md);
 /* block.c: the rows the norms and the residual stream hold (N / tp under
  * sequence parallelism), and one transformer block forward / backward. */
 int ex_norm_rows(const ex_module *md);
+/* The module's block norm (RMSNorm, or LayerNorm with bias b and row means) over n rows. */
+void ex_norm_forward(const ex_backend *be, const ex_module *md, float *out, float *mean, float *rstd, const float *x,
+                     const float *w, const float *b, int n);
+void ex_norm_backward(const ex_backend *be, const ex_module *md, float *dinp, float *dw, float *db, const float *dout,
+                      const float *x, const float *w, const float *mean, const float *rstd, int n);
 void ex_block_forward(const ex_backend *be, ex_module *md, int l, float *out, const int *cu, int nseq, bool causal);
 void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, const int *cu, int nseq, bool causal);
 /* The blocks of a module forward from md->a.blk[0].x, and backward from md->a.dres, each block inside its unit hooks. */
@@ -142,6 +170,9 @@ void ex_blocks_backward(const ex_backend *be, ex_module *md, const int *cu, cons
 /* vision.c: the batch's images checked against the model, merged rows per image. */
 int ex_check_images(const ex_model *em, const ex_batch *b, char *err);
 int ex_merged_per_image(const ex_model *em, const ex_batch *b);
+/* audio.c: what the executor supports of an audio module; the batch's clips
+ * checked against the model. */
+int ex_check_audio_module(const model_module *mm, const model_module *llm, char *err);
 
 /* Collectives of the tensor-parallel group (no-ops at tp = 1); failures land in md->comm_rc. */
 void ex_tp_allreduce(ex_module *md, float *x, size_t n);

@@ -131,12 +131,7 @@ static void vision_backward(ex_model *em, ex_module *md, const ex_batch *b, cons
 
 int ex_vision_set_slot(ex_model *em, int slot, char *err)
 {
-    ex_module *md = vision_of(em);
-    if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_set_slot: no vision module on this model instance");
-    if (slot < 0 || slot >= EX_MAX_SLOTS)
-        return util_fail(err, UTIL_EINVAL, "executor: ex_vision_set_slot: slot %d outside 0..%d", slot, EX_MAX_SLOTS - 1);
-    md->cur = slot;
-    return UTIL_OK;
+    return ex_module_set_slot(vision_of(em), slot, "ex_vision_set_slot", err);
 }
 
 int ex_check_images(const ex_model *em, const ex_batch *b, char *err)
@@ -194,23 +189,8 @@ int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char 
     return UTIL_OK;
 }
 
-/* A micro-batch this rank has no samples of, while its shard group's other
- * ranks do: the unit hooks of a forward or a backward in the same order as
- * vision_forward and vision_backward, so every collective they issue is
- * matched (the Join of PyTorch's uneven-input DDP / FSDP). */
+/* A micro-batch this rank has no samples of (ex_encoder_empty_pass). */
 int ex_vision_empty_pass(ex_model *em, ex_unit_use use, char *err)
 {
-    ex_module *md = vision_of(em);
-    if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_empty_pass: no vision module on this model instance");
-    int last = md->mm.layers + 1;
-    bool back = use == EX_USE_BACKWARD;
-    md->comm_rc = 0;
-    if (back && md->mm.frozen) return UTIL_OK;
-    for (int i = 0; i <= last; i++) {
-        int u = back ? last - i : i;
-        ex_unit_begin(md, u, use);
-        ex_unit_end(md, u, use, back);
-    }
-    return md->comm_rc ? util_fail(err, UTIL_ERUNTIME, "executor: vision: an empty pass's collective failed with %d", md->comm_rc)
-                       : UTIL_OK;
+    return ex_encoder_empty_pass(vision_of(em), use, "ex_vision_empty_pass", err);
 }

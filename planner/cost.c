@@ -69,19 +69,22 @@ static void ew_bias_grad(pricer *p, bool has_bias, double n)
  * qd, kd, f: this rank's q, k (= v) and MLP widths; tn the rows the norms,
  * the row-parallel biases and the residual hold (t / tp under sequence
  * parallelism, whose norms' partial weight gradients are summed and added
- * once per block). LayerNorm models are priced as RMSNorm. */
+ * once per block). A LayerNorm model's norms are the LayerNorm kernel
+ * (mean and variance, the bias), priced at its own rate. */
 static void price_block_elementwise(pricer *p, const model_module *mm, double t, double tn, double qd, double kd,
                                     double f, bool rope, bool seqpar)
 {
     double h = mm->hidden;
-    bool swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
+    bool swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU, ln = mm->norm == MODEL_NORM_LAYERNORM;
+    cost_ew norm = ln ? COST_EW_LAYERNORM : COST_EW_RMSNORM, norm_bwd = ln ? COST_EW_LAYERNORM_BWD : COST_EW_RMSNORM_BWD;
     double mlp_in = swiglu ? 2 : 1;                      /* gate and up, or the one up projection */
-    ew_fwd(p, COST_EW_RMSNORM, tn * h);
-    if (mm->qkv_bias) { ew_fwd(p, COST_EW_BIAS, t * qd); ew_fwd(p, COST_EW_BIAS, t * kd); ew_fwd(p, COST_EW_BIAS, t * kd); }
+    ew_fwd(p, norm, tn * h);
+    if (mm->qkv_bias) { ew_fwd(p, COST_EW_BIAS, t * qd); ew_fwd(p, COST_EW_BIAS, t * kd); }
+    if (mm->k_bias) ew_fwd(p, COST_EW_BIAS, t * kd);
     if (rope) { ew_fwd(p, COST_EW_ROPE, t * qd); ew_fwd(p, COST_EW_ROPE, t * kd); }
     if (mm->out_bias) ew_fwd(p, COST_EW_BIAS, tn * h);
     ew_fwd(p, COST_EW_ADD, tn * h);
-    ew_fwd(p, COST_EW_RMSNORM, tn * h);
+    ew_fwd(p, norm, tn * h);
     if (mm->mlp_bias) for (int i = 0; i < mlp_in; i++) ew_fwd(p, COST_EW_BIAS, t * f);
     ew_fwd(p, swiglu ? COST_EW_SWIGLU : COST_EW_GELU, t * f);
     if (mm->mlp_bias) ew_fwd(p, COST_EW_BIAS, tn * h);
@@ -95,14 +98,15 @@ static void price_block_elementwise(pricer *p, const model_module *mm, double t,
     ew_bwd(p, swiglu ? COST_EW_SWIGLU_BWD : COST_EW_GELU_BWD, t * f);
     ew_bwd(p, COST_EW_ZERO, t * h);
     for (int i = 0; i < mlp_in; i++) ew_bias_grad(p, mm->mlp_bias, t * f);
-    ew_bwd(p, COST_EW_RMSNORM_BWD, tn * h);
+    ew_bwd(p, norm_bwd, tn * h);
     ew_bwd(p, COST_EW_ZERO, t * qd);
     ew_bias_grad(p, mm->out_bias, t * h);
     ew_bwd(p, COST_EW_ZERO, t * qd); ew_bwd(p, COST_EW_ZERO, t * kd); ew_bwd(p, COST_EW_ZERO, t * kd);
     if (rope) { ew_bwd(p, COST_EW_ROPE_BWD, t * qd); ew_bwd(p, COST_EW_ROPE_BWD, t * kd); }
     ew_bwd(p, COST_EW_ZERO, t * h);
-    if (mm->qkv_bias) { ew_bias_grad(p, true, t * qd); ew_bias_grad(p, true, t * kd); ew_bias_grad(p, true, t * kd); }
-    ew_bwd(p, COST_EW_RMSNORM_BWD, tn * h);
+    if (mm->qkv_bias) { ew_bias_grad(p, true, t * qd); ew_bias_grad(p, true, t * kd); }
+    ew_bias_grad(p, mm->k_bias, t * kd);
+    ew_bwd(p, norm_bwd, tn * h);
     if (partial_norms) { ew_bwd(p, COST_EW_ADD, h); ew_bwd(p, COST_EW_ADD, h); }
 }
 
@@ -131,7 +135,7 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     if (mm->ffn_kind == MODEL_FFN_SWIGLU) price_linear(p, t, 2 * f / tp, h);
     else price_linear(p, t, f / tp, h);
     price_linear(p, t, h, f / tp);
-    price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross, seqpar);
+    price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross && plan_module_rotary(mm), seqpar);
     *selective = core.fwd + cost_elementwise_time(p->g, mm->ffn_kind == MODEL_FFN_SWIGLU ? COST_EW_SWIGLU : COST_EW_GELU,
                                                   t * f / tp, p->A);
 }
@@ -212,6 +216,57 @@ static void price_encoder_ends(pricer *p, const model_module *mm, const plan_mod
         ew_fwd(p, COST_EW_BIAS, merged * mm->out_hidden / s->tp);
         ew_bias_grad(p, true, merged * mm->out_hidden / s->tp);
     }
+}
+
+/* The audio stem and head (executor/audio.c, Whisper's encoder) on t rows:
+ * conv1 over R1 = plan_audio_conv1_rows rows (C mel bins x k taps -> h) and
+ * conv2 (h x k -> h, stride 2) as im2col + GEMM, each with its bias and
+ * GELU, the positions added; then the t / pool pooled rows' LayerNorm and
+ * projector. Backward: conv2's and conv1's weight gradients and conv2's
+ * input gradient (col2im), conv1's im2col rebuilt (the mel frames need no
+ * gradient). im2col, col2im and the pooling are gathers priced as copies
+ * of their nominal bytes: im2col reads and writes its rows x C k; col2im
+ * reads the columns and updates the frames; pooling reads pool rows per
+ * output row and writes one (backward: reads one, updates pool). */
+static void price_audio_ends(pricer *p, const model_module *mm, const plan_module *s, double t)
+{
+    double h = mm->hidden, k = mm->patch, C = mm->in_channels, pool = mm->pool > 0 ? mm->pool : 1;
+    double R1 = plan_audio_conv1_rows(mm, s, t), M = t / pool, O = mm->out_hidden;
+    pricer stem = *p;                 /* conv1's input, the mel frames, needs no gradient */
+    stem.need_input_grad = false;
+    price_linear(&stem, R1, h, C * k);
+    p->fwd = stem.fwd;
+    p->bwd = stem.bwd;
+    price_linear(p, t, h, h * k);
+    ew_fwd(p, COST_EW_COPY, R1 * C * k);                 /* conv1 im2col */
+    ew_fwd(p, COST_EW_BIAS, R1 * h);
+    ew_fwd(p, COST_EW_GELU, R1 * h);
+    ew_fwd(p, COST_EW_COPY, t * h * k);                  /* conv2 im2col */
+    ew_fwd(p, COST_EW_BIAS, t * h);
+    ew_fwd(p, COST_EW_GELU, t * h);
+    ew_fwd(p, COST_EW_ADD, t * h);                       /* positions */
+    ew_fwd(p, COST_EW_COPY, M * h * (pool + 1) / 2);     /* pooling */
+    ew_fwd(p, COST_EW_LAYERNORM, M * h);
+    price_linear(p, M, O, h);
+    ew_fwd(p, COST_EW_BIAS, M * O);
+    ew_bwd(p, COST_EW_ZERO, M * h);
+    ew_bias_grad(p, mm->proj_bias, M * O);
+    ew_bwd(p, COST_EW_ZERO, M * h);
+    ew_bwd(p, COST_EW_LAYERNORM_BWD, M * h);
+    ew_bwd(p, COST_EW_ZERO, t * h);
+    ew_bwd(p, COST_EW_COPY, M * h * (2 * pool + 1) / 2); /* pooling's backward */
+    if (mm->max_positions > 0 && p->need_weight_grad) ew_bwd(p, COST_EW_ADD, t * h);
+    ew_bwd(p, COST_EW_ZERO, t * h);
+    ew_bwd(p, COST_EW_GELU_BWD, t * h);
+    ew_bwd(p, COST_EW_COPY, t * h * k);                  /* conv2 im2col again */
+    ew_bwd(p, COST_EW_ZERO, t * h * k);
+    ew_bias_grad(p, mm->patch_bias, t * h);
+    ew_bwd(p, COST_EW_COPY, R1 * C * k);                 /* conv1 im2col again */
+    ew_bwd(p, COST_EW_ZERO, R1 * h);
+    ew_bwd(p, COST_EW_COPY, t * h * k / 2 + R1 * h);     /* col2im */
+    ew_bwd(p, COST_EW_ZERO, R1 * h);
+    ew_bwd(p, COST_EW_GELU_BWD, R1 * h);
+    ew_bias_grad(p, mm->patch_bias, R1 * h);
 }
 
 /* One collective of op over module s's group on `axes` (plan_group_shape places it in the node). */
@@ -395,6 +450,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
     double head_rows = mm->kind == MODEL_LLM ? plan_head_rows(w, o->target, samples, t) : 0;
     if (mm->kind == MODEL_LLM) price_llm_ends(&p, mm, s, t, head_rows);
+    else if (mm->kind == MODEL_AUDIO) price_audio_ends(&p, mm, s, t);
     else price_encoder_ends(&p, mm, s, t);
     out->fwd_s = p.fwd;
     out->bwd_s = p.bwd;
@@ -514,6 +570,10 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
         return util_fail(err, UTIL_EINVAL, "%s: sequence %.0f is not divisible by sp %d", mm->name, q.seq, s->sp);
     if (mm->kind != MODEL_LLM && s->sp > 1 && mm->merge > 1 && fmod(q.seq / s->sp, mm->merge * mm->merge) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sp %d splits merge groups", mm->name, s->sp);
+    /* The audio encoder pools each rank's rows on their own (executor/audio.c). */
+    if (mm->kind == MODEL_AUDIO && mm->pool > 1 && fmod(q.seq / s->sp, mm->pool) != 0)
+        return util_fail(err, UTIL_EINVAL, "%s: sp %d splits the %.0f frames into parts that are not whole pool groups of %d",
+                         mm->name, s->sp, q.seq, mm->pool);
     /* Megatron's sequence parallelism splits the LLM blocks' norm and residual
      * rows over the tp group (Korthikanti et al., arXiv 2205.05198, sec. 4.2.2),
      * which needs whole rows per rank. */

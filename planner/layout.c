@@ -65,30 +65,60 @@ static void blocks(tensor_list *l, const model_module *mm)
     int f = mm->ffn / l->tp;
     float std_out = INIT_STD / sqrtf(2.0f * (float)mm->layers);
     const char *blk = mm->kind == MODEL_LLM ? "layers" : "blocks";
+    bool ln = mm->norm == MODEL_NORM_LAYERNORM, swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
     for (int b = 0; b < mm->layers; b++) {
         l->layer = b;
         l->unit = 1 + b;
         snprintf(l->prefix, sizeof l->prefix, "%s.%d.", blk, b);
         seq_partial(l, add(l, "norm1.weight", PLAN_TW_LN1, 1, d, 1, 0, 1));
+        if (ln) seq_partial(l, add(l, "norm1.bias", PLAN_TW_LN1_B, 1, d, 1, 0, 0));
         split(l, add(l, "attn.q.weight", PLAN_TW_WQ, 2, qd, d, INIT_STD, 0), 0);
         if (mm->qkv_bias) split(l, add(l, "attn.q.bias", PLAN_TW_BQ, 1, qd, 1, 0, 0), 0);
         split(l, add(l, "attn.k.weight", PLAN_TW_WK, 2, kd, d, INIT_STD, 0), 0);
-        if (mm->qkv_bias) split(l, add(l, "attn.k.bias", PLAN_TW_BK, 1, kd, 1, 0, 0), 0);
+        if (mm->k_bias) split(l, add(l, "attn.k.bias", PLAN_TW_BK, 1, kd, 1, 0, 0), 0);
         split(l, add(l, "attn.v.weight", PLAN_TW_WV, 2, kd, d, INIT_STD, 0), 0);
         if (mm->qkv_bias) split(l, add(l, "attn.v.bias", PLAN_TW_BV, 1, kd, 1, 0, 0), 0);
         split(l, add(l, "attn.o.weight", PLAN_TW_WO, 2, d, qd, std_out, 0), 1);
         if (mm->out_bias) seq_partial(l, add(l, "attn.o.bias", PLAN_TW_BO, 1, d, 1, 0, 0));
         seq_partial(l, add(l, "norm2.weight", PLAN_TW_LN2, 1, d, 1, 0, 1));
-        split(l, add(l, "mlp.gate.weight", PLAN_TW_WG, 2, f, d, INIT_STD, 0), 0);
-        if (mm->mlp_bias) split(l, add(l, "mlp.gate.bias", PLAN_TW_BG, 1, f, 1, 0, 0), 0);
-        split(l, add(l, "mlp.up.weight", PLAN_TW_WU, 2, f, d, INIT_STD, 0), 0);
-        if (mm->mlp_bias) split(l, add(l, "mlp.up.bias", PLAN_TW_BU, 1, f, 1, 0, 0), 0);
-        split(l, add(l, "mlp.down.weight", PLAN_TW_WD, 2, d, f, std_out, 0), 1);
-        if (mm->mlp_bias) seq_partial(l, add(l, "mlp.down.bias", PLAN_TW_BD, 1, d, 1, 0, 0));
+        if (ln) seq_partial(l, add(l, "norm2.bias", PLAN_TW_LN2_B, 1, d, 1, 0, 0));
+        if (swiglu) {
+            split(l, add(l, "mlp.gate.weight", PLAN_TW_WG, 2, f, d, INIT_STD, 0), 0);
+            if (mm->mlp_bias) split(l, add(l, "mlp.gate.bias", PLAN_TW_BG, 1, f, 1, 0, 0), 0);
+        }
+        split(l, add(l, swiglu ? "mlp.up.weight" : "mlp.fc1.weight", PLAN_TW_WU, 2, f, d, INIT_STD, 0), 0);
+        if (mm->mlp_bias) split(l, add(l, swiglu ? "mlp.up.bias" : "mlp.fc1.bias", PLAN_TW_BU, 1, f, 1, 0, 0), 0);
+        split(l, add(l, swiglu ? "mlp.down.weight" : "mlp.fc2.weight", PLAN_TW_WD, 2, d, f, std_out, 0), 1);
+        if (mm->mlp_bias)
+            seq_partial(l, add(l, swiglu ? "mlp.down.bias" : "mlp.fc2.bias", PLAN_TW_BD, 1, d, 1, 0, 0));
     }
     l->layer = -1;
     l->unit = mm->layers + 1;
     l->prefix[0] = 0;
+}
+
+/* The Whisper-style audio encoder as Qwen2-Audio holds it (modeling_qwen2_audio.py,
+ * Qwen2AudioEncoder): conv1 C -> d and conv2 d -> d (kernel k, torch Conv1d
+ * weights [d, C, k] viewed as [d, C k]), learned positions [max_positions, d]
+ * when the model has them (Qwen2.5-Omni's are a fixed sinusoid table, no
+ * parameter), the blocks, the final LayerNorm and the projector (Qwen2-Audio's
+ * multi_modal_projector, Qwen2.5-Omni's proj). Qwen2AudioPreTrainedModel
+ * initialises Conv1d and Embedding weights N(0, init_std = 0.02). */
+static void audio_tensors(tensor_list *l, const model_module *mm)
+{
+    int d = mm->hidden, k = mm->patch;
+    add(l, "conv1.weight", PLAN_TW_CONV1_W, 2, d, (int64_t)mm->in_channels * k, INIT_STD, 0);
+    if (mm->patch_bias) add(l, "conv1.bias", PLAN_TW_CONV1_B, 1, d, 1, 0, 0);
+    add(l, "conv2.weight", PLAN_TW_CONV2_W, 2, d, (int64_t)d * k, INIT_STD, 0);
+    if (mm->patch_bias) add(l, "conv2.bias", PLAN_TW_CONV2_B, 1, d, 1, 0, 0);
+    if (mm->max_positions > 0) add(l, "embed_positions.weight", PLAN_TW_POS, 2, mm->max_positions, d, INIT_STD, 0);
+    blocks(l, mm);
+    if (mm->final_norm) {
+        add(l, "layer_norm.weight", PLAN_TW_LNF, 1, d, 1, 0, 1);
+        if (mm->norm == MODEL_NORM_LAYERNORM) add(l, "layer_norm.bias", PLAN_TW_LNF_B, 1, d, 1, 0, 0);
+    }
+    add(l, "proj.weight", PLAN_TW_PROJ_W, 2, mm->out_hidden, mm->proj_in, INIT_STD, 0);
+    if (mm->proj_bias) add(l, "proj.bias", PLAN_TW_PROJ_B, 1, mm->out_hidden, 1, 0, 0);
 }
 
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, plan_tensor *out, int cap)
@@ -102,6 +132,10 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
         blocks(&l, mm);
         add(&l, "norm.weight", PLAN_TW_LNF, 1, d, 1, 0, 1);
         if (!mm->tied_embeddings) split(&l, add(&l, "lm_head.weight", PLAN_TW_HEAD, 2, vocab_n, d, INIT_STD, 0), 0);
+        return l.n;
+    }
+    if (mm->kind == MODEL_AUDIO) {
+        audio_tensors(&l, mm);
         return l.n;
     }
     int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
@@ -207,14 +241,48 @@ static void block_acts(act_list *l, const model_module *mm, const plan_module *s
         [PLAN_ACT_ATT] = N * qd, [PLAN_ACT_LSE] = N * H,
         [PLAN_ACT_XMID] = Nl * d, [PLAN_ACT_LN2] = Nl * d, [PLAN_ACT_RSTD2] = Nl,
         [PLAN_ACT_G] = N * f, [PLAN_ACT_U] = N * f, [PLAN_ACT_H] = N * f,
-        [PLAN_ACT_ATT_LOC] = s->sp > 1 ? N * qd : 0,
+        [PLAN_ACT_ATT_LOC] = s->sp > 1 ? N * qd : 0, [PLAN_ACT_MEAN1] = Nl, [PLAN_ACT_MEAN2] = Nl,
     };
     for (int id = 0; id < PLAN_NACT_BLOCK; id++) {
         if (id == PLAN_ACT_ATT_LOC && s->sp <= 1) continue;
+        if ((id == PLAN_ACT_MEAN1 || id == PLAN_ACT_MEAN2) && mm->norm != MODEL_NORM_LAYERNORM) continue;
+        if (id == PLAN_ACT_U && mm->ffn_kind != MODEL_FFN_SWIGLU) continue;
         bool per_layer = kept_per_layer((plan_act_id)id, s->recompute);
         if (layer >= 0 && per_layer) act(l, (plan_act_id)id, layer, true, size[id]);
         if (layer < 0 && !per_layer) act(l, (plan_act_id)id, -1, false, size[id]);
     }
+}
+
+/* Rows conv1 computes on a rank holding N of the frames after the stem
+ * (executor/audio.c): 2 N of them for whole clips (conv2 has stride 2), and
+ * under Ulysses k - 2 more at most, the halo a rank whose rows start or end
+ * inside a clip adds for conv2's kernel k. */
+double plan_audio_conv1_rows(const model_module *mm, const plan_module *s, double N)
+{
+    return 2 * N + (s->sp > 1 ? mm->patch - 2 : 0);
+}
+
+/* The audio stem's and head's tensors on N rows (executor/audio.c): conv1 on
+ * R1 rows and conv2 on N, each before and after its GELU (conv2's after is
+ * the first block's input), the im2col rows, then the N / pool pooled rows,
+ * their final LayerNorm and the projector's output. */
+static void audio_acts(act_list *l, const model_module *mm, const plan_module *s, double N)
+{
+    double d = mm->hidden, k = mm->patch, C = mm->in_channels, R1 = plan_audio_conv1_rows(mm, s, N);
+    double M = floor(N / (mm->pool > 0 ? mm->pool : 1));
+    act(l, PLAN_ACT_C1PRE, -1, true, R1 * d);
+    act(l, PLAN_ACT_C1OUT, -1, true, R1 * d);
+    act(l, PLAN_ACT_C2PRE, -1, true, N * d);
+    act(l, PLAN_ACT_POOLED, -1, true, M * d);
+    act(l, PLAN_ACT_FLN, -1, true, M * d);
+    act(l, PLAN_ACT_FMEAN, -1, true, M);
+    act(l, PLAN_ACT_FRSTD, -1, true, M);
+    act(l, PLAN_ACT_AOUT, -1, true, M * mm->out_hidden);
+    act(l, PLAN_ACT_COL, -1, false, fmax(R1 * C * k, N * d * k));
+    act(l, PLAN_ACT_DCOL, -1, false, N * d * k);
+    act(l, PLAN_ACT_DC1OUT, -1, false, R1 * d);
+    act(l, PLAN_ACT_DC1PRE, -1, false, R1 * d);
+    act(l, PLAN_ACT_DPOOLED, -1, false, M * d);
 }
 
 int plan_module_acts(const model_module *mm, const plan_module *s, const plan_act_rows *rows, plan_act *out, int cap)
@@ -240,8 +308,10 @@ int plan_module_acts(const model_module *mm, const plan_module *s, const plan_ac
         act(&l, PLAN_ACT_TP_GRADS, -1, false, 4 * d);
     }
     act(&l, PLAN_ACT_X_FINAL, -1, true, Nl * d);
-    act(&l, PLAN_ACT_COS, -1, true, N * hd / 2);
-    act(&l, PLAN_ACT_SIN, -1, true, N * hd / 2);
+    if (plan_module_rotary(mm)) {
+        act(&l, PLAN_ACT_COS, -1, true, N * hd / 2);
+        act(&l, PLAN_ACT_SIN, -1, true, N * hd / 2);
+    }
     if (s->recompute == PLAN_RECOMP_FULL) act(&l, PLAN_ACT_RC_OUT, -1, false, Nl * d);
     act(&l, PLAN_ACT_DRES, -1, false, Nl * d);
     act(&l, PLAN_ACT_DLN, -1, false, Nl * d);
@@ -250,8 +320,12 @@ int plan_module_acts(const model_module *mm, const plan_module *s, const plan_ac
     act(&l, PLAN_ACT_DV, -1, false, N * kd);
     act(&l, PLAN_ACT_DATT, -1, false, N * qd);
     act(&l, PLAN_ACT_DG, -1, false, N * f);
-    act(&l, PLAN_ACT_DU, -1, false, N * f);
+    if (mm->ffn_kind == MODEL_FFN_SWIGLU) act(&l, PLAN_ACT_DU, -1, false, N * f);
     act(&l, PLAN_ACT_DH, -1, false, N * f);
+    if (mm->kind == MODEL_AUDIO) {
+        audio_acts(&l, mm, s, N);
+        return l.n;
+    }
     if (mm->kind != MODEL_LLM) {
         double M = rows->merged_rows, ph = mm->proj_hidden, oh = mm->out_hidden;
         act(&l, PLAN_ACT_MLN, -1, true, N * d);

@@ -216,13 +216,20 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
 /* Parameter tensors of one module on one tensor-parallel rank, in the order
  * of the module's flat buffer. Units are contiguous runs of tensors that are
  * used (and, under ZeRO-3, gathered) together: 0 the stem (patch embedding,
- * or the token embedding), 1..layers the blocks, layers + 1 the head (the
- * merger, or the final norm and LM head). */
+ * the audio conv stem and positions, or the token embedding), 1..layers the
+ * blocks, layers + 1 the head (the merger, the audio final norm and
+ * projector, or the final norm and LM head). Blocks hold norm weights (and
+ * biases for LayerNorm), attention, and a SwiGLU MLP (gate, up, down) or a
+ * GELU MLP (fc1, fc2: the up and down roles; tensor parallel as Megatron's
+ * ParallelMLP, fc1 split by rows, fc2 by columns). */
 typedef enum {
     PLAN_TW_PATCH_W = 0, PLAN_TW_PATCH_B, PLAN_TW_WTE,
     PLAN_TW_LN1, PLAN_TW_WQ, PLAN_TW_BQ, PLAN_TW_WK, PLAN_TW_BK, PLAN_TW_WV, PLAN_TW_BV, PLAN_TW_WO, PLAN_TW_BO,
     PLAN_TW_LN2, PLAN_TW_WG, PLAN_TW_BG, PLAN_TW_WU, PLAN_TW_BU, PLAN_TW_WD, PLAN_TW_BD,
     PLAN_TW_MERGE_LN, PLAN_TW_M0W, PLAN_TW_M0B, PLAN_TW_M2W, PLAN_TW_M2B, PLAN_TW_LNF, PLAN_TW_HEAD,
+    /* LayerNorm biases (blocks, final norm); the audio stem (two convolutions, positions) and projector */
+    PLAN_TW_LN1_B, PLAN_TW_LN2_B, PLAN_TW_LNF_B,
+    PLAN_TW_CONV1_W, PLAN_TW_CONV1_B, PLAN_TW_CONV2_W, PLAN_TW_CONV2_B, PLAN_TW_POS, PLAN_TW_PROJ_W, PLAN_TW_PROJ_B,
     PLAN_NTW
 } plan_tensor_role;
 typedef struct {
@@ -243,6 +250,9 @@ typedef struct {
 /* Fills out[0 .. min(n, cap)) and returns n, the module's tensor count. */
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, plan_tensor *out, int cap);
 static inline int plan_module_units(const model_module *mm) { return mm->layers + 2; }
+/* Whether the module's attention uses rotary positions (vision 2-D, LLM 1-D);
+ * the audio encoder adds absolute positions to its input instead. */
+static inline bool plan_module_rotary(const model_module *mm) { return mm->kind != MODEL_AUDIO; }
 /* Elements of each unit on one tp rank (units[plan_module_units]); returns the module's total. */
 int64_t plan_unit_sizes(const model_module *mm, int tp, int64_t *units);
 
@@ -269,6 +279,7 @@ plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s)
 typedef enum {
     PLAN_ACT_X = 0, PLAN_ACT_LN1, PLAN_ACT_RSTD1, PLAN_ACT_Q, PLAN_ACT_K, PLAN_ACT_V, PLAN_ACT_ATT, PLAN_ACT_LSE,
     PLAN_ACT_XMID, PLAN_ACT_LN2, PLAN_ACT_RSTD2, PLAN_ACT_G, PLAN_ACT_U, PLAN_ACT_H, PLAN_ACT_ATT_LOC,
+    PLAN_ACT_MEAN1, PLAN_ACT_MEAN2,   /* LayerNorm's row means */
     PLAN_NACT_BLOCK,
     PLAN_ACT_X_FINAL = PLAN_NACT_BLOCK, PLAN_ACT_COS, PLAN_ACT_SIN, PLAN_ACT_RC_OUT,
     PLAN_ACT_SP_PACK, PLAN_ACT_SP_DQ, PLAN_ACT_SP_DK, PLAN_ACT_SP_DV, PLAN_ACT_SP_DATT,
@@ -278,6 +289,12 @@ typedef enum {
     PLAN_ACT_MLN, PLAN_ACT_MRSTD, PLAN_ACT_H1, PLAN_ACT_A1, PLAN_ACT_VOUT, PLAN_ACT_DH1, PLAN_ACT_DA1,
     PLAN_ACT_XG, PLAN_ACT_RSTDF, PLAN_ACT_GATH, PLAN_ACT_LOGITS, PLAN_ACT_DLOGITS, PLAN_ACT_CE_MX, PLAN_ACT_CE_ST,
     PLAN_ACT_EMB, PLAN_ACT_DGATH, PLAN_ACT_DXG, PLAN_ACT_DVIS,
+    /* audio: conv1 and conv2 outputs before GELU and conv1's after it (saved),
+     * the im2col rows and the stem's gradients (scratch); the pooled rows,
+     * the final LayerNorm's output and statistics, the projector's output
+     * (saved) and the pooled rows' gradient (scratch) */
+    PLAN_ACT_C1PRE, PLAN_ACT_C1OUT, PLAN_ACT_C2PRE, PLAN_ACT_COL, PLAN_ACT_DCOL, PLAN_ACT_DC1OUT, PLAN_ACT_DC1PRE,
+    PLAN_ACT_POOLED, PLAN_ACT_FLN, PLAN_ACT_FMEAN, PLAN_ACT_FRSTD, PLAN_ACT_AOUT, PLAN_ACT_DPOOLED,
     PLAN_NACT
 } plan_act_id;
 typedef struct {
@@ -288,10 +305,15 @@ typedef struct {
 } plan_act;
 typedef struct {
     int rows;                 /* token rows of the micro-batch on this rank (after the Ulysses split) */
-    int merged_rows;          /* vision: merged rows out of the merger; LLM: vision-token rows in */
+    int merged_rows;          /* vision: merged rows out of the merger; LLM: encoder-token rows in
+                                 (audio: the rows / pool pooled rows, whatever this says) */
     int pred_rows;            /* LLM: rows the head is sized for (every text position's prediction) */
     int emb_rows;             /* LLM with tp > 1: text rows of the vocab-parallel embedding */
 } plan_act_rows;
+/* Rows the audio encoder's first convolution computes on a rank holding N
+ * rows after the stem (its stride-2 second convolution's input, with the
+ * Ulysses halo). */
+double plan_audio_conv1_rows(const model_module *mm, const plan_module *s, double N);
 /* Fills out[0 .. min(n, cap)) and returns n. */
 int plan_module_acts(const model_module *mm, const plan_module *s, const plan_act_rows *rows, plan_act *out, int cap);
 /* The same summed: saved and scratch floats, and the LM head's logits part of the saved ones. */

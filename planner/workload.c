@@ -79,8 +79,13 @@ int plan_workload_validate(const model_t *m, const plan_workload *w, char *err)
     }
     if (vi < 0 && w->images_per_sample > 0)
         return util_fail(err, UTIL_EINVAL, "workload.images_per_sample: model '%s' has no vision encoder", m->name);
-    if (model_find_kind(m, MODEL_AUDIO) < 0 && w->audio_frames > 0)
+    int ai = model_find_kind(m, MODEL_AUDIO);
+    if (ai < 0 && w->audio_frames > 0)
         return util_fail(err, UTIL_EINVAL, "workload.audio_frames: model '%s' has no audio encoder", m->name);
+    /* Each clip's frames pool in whole groups (AvgPool1d(pool, pool) would drop a remainder). */
+    if (ai >= 0 && w->audio_frames > 0 && m->mod[ai].pool > 1 && w->audio_frames % m->mod[ai].pool)
+        return util_fail(err, UTIL_EINVAL, "workload.audio_frames: %d is not a multiple of the audio encoder's pool %d",
+                         w->audio_frames, m->mod[ai].pool);
     return UTIL_OK;
 }
 

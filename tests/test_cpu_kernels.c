@@ -2,7 +2,10 @@
  * threaded kernels (attention forward/backward, AdamW, SwiGLU, scale/add) give the
  * same bits as plain row-by-row float loops, at 1, 2 and 3 threads (the pool
  * follows openblas_set_num_threads); the blocked sum of squares gives the same
- * value at every thread count and matches a long-double sum. */
+ * value at every thread count and matches a long-double sum. The Whisper-style
+ * kernels: LayerNorm against its definition and central finite differences,
+ * im2col + linear against a written-out conv1d (with the halo of a slice),
+ * col2im and the row pooling's backward as adjoints of their forwards. */
 #include "test.h"
 #include "executor/backend.h"
 
@@ -211,4 +214,137 @@ TEST(cpu_kernels_sumsq_same_at_every_thread_count)
     CHECK(s[0] == s[1] && s[0] == s[2]);
     CHECK_NEAR(s[0], (double)ref, 1e-13);
     CHECK(small > 0);
+}
+
+/* ---- Whisper-style kernels (executor/cpu_kernels_whisper.c) ---- */
+
+static double dotd(const float *a, const float *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+/* ||num - g|| / ||num|| for central differences of loss() in each element of x. */
+static double fd_err(double (*loss)(void), float *x, const float *g, size_t n, float eps)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        float old = x[i];
+        x[i] = old + eps;
+        double lp = loss();
+        x[i] = old - eps;
+        double lm = loss();
+        x[i] = old;
+        double num = (lp - lm) / (2.0 * eps);
+        d += (num - g[i]) * (num - g[i]);
+        r += num * num;
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+static struct { int n, d; float *x, *w, *b, *r, *out, *mean, *rstd; } LN;
+static double loss_layernorm(void)
+{
+    ex_backend_cpu()->layernorm_forward(LN.out, LN.mean, LN.rstd, LN.x, LN.w, LN.b, LN.n, LN.d, 1e-5f);
+    return dotd(LN.out, LN.r, (size_t)LN.n * LN.d);
+}
+
+TEST(cpu_kernels_layernorm_matches_definition_and_finite_differences)
+{
+    LN.n = 5; LN.d = 11;
+    size_t nd = (size_t)LN.n * LN.d;
+    LN.x = rnd(nd, 2); LN.w = rnd((size_t)LN.d, 1); LN.b = rnd((size_t)LN.d, 1); LN.r = rnd(nd, 1);
+    LN.out = calloc(nd, 4); LN.mean = calloc((size_t)LN.n, 4); LN.rstd = calloc((size_t)LN.n, 4);
+    loss_layernorm();
+    /* the definition (torch.nn.LayerNorm, biased variance) in double */
+    double worst = 0;
+    for (int r = 0; r < LN.n; r++) {
+        double mu = 0, var = 0;
+        for (int j = 0; j < LN.d; j++) mu += LN.x[r * LN.d + j];
+        mu /= LN.d;
+        for (int j = 0; j < LN.d; j++) var += (LN.x[r * LN.d + j] - mu) * (LN.x[r * LN.d + j] - mu);
+        var /= LN.d;
+        for (int j = 0; j < LN.d; j++) {
+            double y = (LN.x[r * LN.d + j] - mu) / sqrt(var + 1e-5) * LN.w[j] + LN.b[j];
+            worst = fmax(worst, fabs(y - LN.out[r * LN.d + j]));
+        }
+    }
+    float *dx = calloc(nd, 4), *dw = calloc((size_t)LN.d, 4), *db = calloc((size_t)LN.d, 4);
+    float *dx2 = calloc(nd, 4), *db2 = calloc((size_t)LN.d, 4);
+    ex_backend_cpu()->layernorm_backward(dx, dw, db, LN.r, LN.x, LN.w, LN.mean, LN.rstd, LN.n, LN.d);
+    ex_backend_cpu()->layernorm_backward(dx2, NULL, NULL, LN.r, LN.x, LN.w, LN.mean, LN.rstd, LN.n, LN.d);
+    ex_backend_cpu()->layernorm_backward(NULL, NULL, db2, LN.r, LN.x, LN.w, LN.mean, LN.rstd, LN.n, LN.d);
+    double ex = fd_err(loss_layernorm, LN.x, dx, nd, 1e-2f);
+    double ew = fd_err(loss_layernorm, LN.w, dw, (size_t)LN.d, 1e-2f);
+    double eb = fd_err(loss_layernorm, LN.b, db, (size_t)LN.d, 1e-2f);
+    bool nulls_same = same(dx, dx2, nd) && same(db, db2, (size_t)LN.d);
+    free(LN.x); free(LN.w); free(LN.b); free(LN.r); free(LN.out); free(LN.mean); free(LN.rstd);
+    free(dx); free(dw); free(db); free(dx2); free(db2);
+    CHECK_MSG(worst < 1e-5, "forward differs from the definition by %g", worst);
+    CHECK_MSG(ex < 1e-2 && ew < 1e-2 && eb < 1e-2, "rel err x %g w %g b %g", ex, ew, eb);
+    CHECK_MSG(nulls_same, "NULL gradients changed the others");
+}
+
+/* conv1d through im2col + linear equals the convolution written out (torch
+ * Conv1d: weight [o, C, k], zero padding), at stride 1 and 2, also for an
+ * output range that starts inside the sequence over an input slice (the
+ * Ulysses halo); col2im is im2col's adjoint. */
+TEST(cpu_kernels_im2col_is_conv1d_and_col2im_its_adjoint)
+{
+    const ex_backend *be = ex_backend_cpu();
+    const int T = 13, C = 5, k = 3, pad = 1, O = 4;
+    float *x = rnd((size_t)T * C, 1), *w = rnd((size_t)O * C * k, 1), *bias = rnd((size_t)O, 1);
+    char what[96] = "";
+    for (int stride = 1; stride <= 2 && !what[0]; stride++) {
+        int Tout = (T + 2 * pad - k) / stride + 1;
+        /* rows [t0, t0 + n) from the input slice [x0, x0 + nx) that covers them */
+        int cases[2][2] = { { 0, Tout }, { 2, Tout - 3 } };
+        for (int c = 0; c < 2 && !what[0]; c++) {
+            int t0 = cases[c][0], n = cases[c][1];
+            int x0 = t0 * stride - pad > 0 ? t0 * stride - pad : 0;
+            int xe = (t0 + n - 1) * stride - pad + k < T ? (t0 + n - 1) * stride - pad + k : T;
+            float *col = calloc((size_t)n * C * k, 4), *y = calloc((size_t)n * O, 4);
+            be->im2col1d(col, x + (size_t)x0 * C, n, C, k, stride, pad, t0, x0, xe - x0);
+            be->linear_forward(y, col, w, bias, n, C * k, O);
+            for (int i = 0; i < n && !what[0]; i++)
+                for (int o = 0; o < O; o++) {
+                    double ref = bias[o];
+                    for (int ch = 0; ch < C; ch++)
+                        for (int j = 0; j < k; j++) {
+                            int s = (t0 + i) * stride - pad + j;
+                            if (s >= 0 && s < T) ref += (double)w[(o * C + ch) * k + j] * x[s * C + ch];
+                        }
+                    if (fabs(ref - y[i * O + o]) > 1e-5)
+                        snprintf(what, sizeof what, "stride %d case %d: out[%d, %d] %g vs %g", stride, c, i, o, y[i * O + o], ref);
+                }
+            /* adjoint: <im2col(x), r> == <x, col2im(r)> */
+            float *r = rnd((size_t)n * C * k, 1), *dx = calloc((size_t)(xe - x0) * C, 4);
+            be->col2im1d(dx, r, n, C, k, stride, pad, t0, x0, xe - x0);
+            double lhs = dotd(col, r, (size_t)n * C * k), rhs = dotd(x + (size_t)x0 * C, dx, (size_t)(xe - x0) * C);
+            if (!what[0] && fabs(lhs - rhs) > 1e-5 * (fabs(lhs) + 1))
+                snprintf(what, sizeof what, "stride %d case %d: <im2col x, r> %g != <x, col2im r> %g", stride, c, lhs, rhs);
+            free(col); free(y); free(r); free(dx);
+        }
+    }
+    free(x); free(w); free(bias);
+    CHECK_MSG(!what[0], "%s", what);
+}
+
+TEST(cpu_kernels_avgpool_rows_mean_and_adjoint)
+{
+    const ex_backend *be = ex_backend_cpu();
+    const int m = 6, p = 3, d = 7;
+    float *x = rnd((size_t)m * p * d, 1), *y = calloc((size_t)m * d, 4), *r = rnd((size_t)m * d, 1);
+    float *dx = calloc((size_t)m * p * d, 4);
+    be->avgpool_rows_forward(y, x, m, p, d);
+    double worst = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < d; j++)
+            worst = fmax(worst, fabs(y[i * d + j] - (x[(i * p) * d + j] + x[(i * p + 1) * d + j] + x[(i * p + 2) * d + j]) / 3.0));
+    be->avgpool_rows_backward(dx, r, m, p, d);
+    double lhs = dotd(y, r, (size_t)m * d), rhs = dotd(x, dx, (size_t)m * p * d);
+    free(x); free(y); free(r); free(dx);
+    CHECK_MSG(worst < 1e-6, "pooled rows differ from the mean by %g", worst);
+    CHECK_MSG(fabs(lhs - rhs) < 1e-5 * (fabs(lhs) + 1), "<pool x, r> %g != <x, pool^T r> %g", lhs, rhs);
 }
