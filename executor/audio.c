@@ -49,12 +49,16 @@ int ex_check_audio(const ex_model *em, const ex_batch *b, char *err)
     if (b->n_audio < 0) return util_fail(err, UTIL_EINVAL, "executor: batch: n_audio %d < 0", b->n_audio);
     if (b->n_audio == 0) return UTIL_OK;
     if (em->aud_index < 0) return util_fail(err, UTIL_EINVAL, "executor: batch: %d audio clips but the model has no audio encoder", b->n_audio);
-    const model_module *am = &em->m.mod[em->aud_index];
     if (!b->mel || !b->audio_per_sample)
         return util_fail(err, UTIL_EINVAL, "executor: batch: audio clips without mel or audio_per_sample");
-    if (b->mel_frames < 2 || b->mel_frames % 2)
-        return util_fail(err, UTIL_EINVAL, "executor: batch: mel_frames %d must be even and >= 2 (the stride-2 conv stem halves it)", b->mel_frames);
-    int F = b->mel_frames / 2;
+    return ex_audio_check_frames(&em->m.mod[em->aud_index], b->mel_frames, err);
+}
+
+int ex_audio_check_frames(const model_module *am, int mel_frames, char *err)
+{
+    if (mel_frames < 2 || mel_frames % 2)
+        return util_fail(err, UTIL_EINVAL, "executor: batch: mel_frames %d must be even and >= 2 (the stride-2 conv stem halves it)", mel_frames);
+    int F = mel_frames / 2;
     if (F % am->pool)
         return util_fail(err, UTIL_EINVAL, "executor: batch: %d frames after the conv stem are not a multiple of pool %d", F, am->pool);
     if (am->max_positions > 0 && F > am->max_positions)

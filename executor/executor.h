@@ -258,6 +258,8 @@ int ex_audio_rows_per_clip(const ex_model *em, const ex_batch *b);
  * clips for a model without an audio encoder, odd mel_frames, rows that are
  * no multiple of pool or exceed learned positions are refused by name. */
 int ex_check_audio(const ex_model *em, const ex_batch *b, char *err);
+/* The frame rules alone: mel_frames clips for audio module am. */
+int ex_audio_check_frames(const model_module *am, int mel_frames, char *err);
 
 /* One module's flat parameter or gradient buffer (module_index into m->mod),
  * e.g. for a data-parallel all-reduce of the gradients; EX_BUF_ADAM_M / _V:
@@ -345,7 +347,9 @@ int ex_params_load_raw(ex_model *em, const char *path, char *err);
 
 /* ---- data set and checkpoints ---- */
 
-/* Synthetic image-caption data set (format: executor/DATASET.md).
+/* Synthetic image-caption data set (format: executor/DATASET.md), with
+ * optional synthetic audio (log-mel-like frames of tones, chirps and noise
+ * bursts) whose sound the caption describes too.
  * Text is byte-level: token = byte value 0..255, plus the specials below;
  * EX_VOCAB ids are reserved (259..271 unused). */
 #define EX_TOK_BOS 256
@@ -357,13 +361,16 @@ int ex_params_load_raw(ex_model *em, const char *path, char *err);
 
 typedef struct {
     int samples;      /* total samples, >= 1 */
-    int image_size;   /* S: images are S x S RGB */
+    int image_size;   /* S: images are S x S RGB; 0 = no images (audio only) */
     int patch;        /* P: S % P == 0 */
     int merge;        /* M: patch-merger side, (S/P) % M == 0 */
     int window;       /* patches per attention window (a square, side % M == 0), 0 = none */
     int text_tokens;  /* T: token row length incl. BOS/EOS, >= 3 */
     int shards;       /* 1..samples */
     uint64_t seed;
+    bool audio;       /* every sample has a clip (format version 2) */
+    int mel_bins;     /* B: bins per frame (the audio encoder's in_channels) */
+    int mel_frames;   /* F: frames per clip, even (the encoder's stride-2 stem halves it) */
 } ex_synth_cfg;
 
 /* Defaults used by `dhp data synth` when an option is not given. */
@@ -376,10 +383,12 @@ int ex_data_synth(const char *dir, const ex_synth_cfg *cfg, char *err);
 
 typedef struct {
     int samples, image_size, channels, patch, merge, window, text_tokens, shards;
-    int grid;          /* S / P patches per side */
-    int patches;       /* grid * grid patches per image */
+    int grid;          /* S / P patches per side (0 without images) */
+    int patches;       /* grid * grid patches per image (0 without images) */
     int patch_dim;     /* C * P * P */
     uint64_t seed;     /* the synth seed (not the shuffle seed) */
+    int version;       /* format version: 1 images only, 2 with the audio section */
+    int mel_bins, mel_frames;   /* each sample's clip; 0 = no audio */
 } ex_dataset_info;
 
 typedef struct ex_dataset ex_dataset;
@@ -396,8 +405,16 @@ const char *ex_data_caption(const ex_dataset *ds, int i);
  * g x g, merge m and window w (patches, 0 = the whole image); see DATASET.md. */
 int ex_patch_order(int y, int x, int grid, int merge, int window);
 
+/* The data set's audio against a model before anything is allocated: clips
+ * for a model without an audio encoder, an encoder without clips, mel_bins
+ * other than its in_channels and frames it cannot take (ex_check_audio's
+ * rules) are refused, naming the field. */
+int ex_data_check_audio(const ex_dataset_info *in, const model_t *m, char *err);
+
 /* One rank's batch. Layouts (row-major):
  *   pixels    [n, patches, patch_dim]  float in [0,1], patch vector index c*P*P + py*P + px
+ *   mel       [n, mel_frames, mel_bins] float in [-1, 1] (audio sets; NULL otherwise):
+ *             sample row's clip, frame-major, as ex_batch.mel takes it
  *   tokens    [n, T]  BOS, caption bytes (truncated to T-2), EOS, PAD...
  *   targets   [n, T]  targets[t] = tokens[t+1]; PAD at t = T-1
  *   loss_mask [n, T]  1 where targets[t] != PAD, else 0
@@ -409,6 +426,8 @@ typedef struct {
     int32_t *tokens, *targets;
     float *loss_mask;
     int32_t *lengths, *sample_ids;
+    int mel_frames, mel_bins;
+    float *mel;
 } ex_data_rows;
 
 int ex_batch_alloc(ex_data_rows *b, const ex_dataset *ds, int n, char *err);
