@@ -86,8 +86,13 @@ int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
  * ffn split; patch embedding and merger replicated), sequence parallel, or
  * both at once: then rank (tp_rank, sp_rank) holds heads / (tp * sp) during
  * attention (heads and kv_heads must be multiples of tp * sp), allreduce_sum
- * acts on its tp group and alltoall on its sp group. ex_model_create_parallel
- * is this with par's tp part on the LLM and its sp part on the vision encoder.
+ * acts on its tp group and alltoall on its sp group. An audio encoder too
+ * (its GELU MLP's fc1 split by rows, fc2 by columns; the conv stem,
+ * positions, final norm and projector replicated); under sp its rank holds
+ * rows [sp_rank * N / sp, ...) of the batch's N frames after the stem, which
+ * it computes from the whole clips' mel frames (ex_batch.mel), so N / sp must
+ * be whole pool groups. ex_model_create_parallel is this with par's tp part
+ * on the LLM and its sp part on the encoders.
  * Sequence parallelism of the LLM is refused (EUNSUPPORTED). */
 int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules,
                                const ex_parallel *par, ex_model **out, char *err);

@@ -3,9 +3,9 @@
  * same bits as plain row-by-row float loops, at 1, 2 and 3 threads (the pool
  * follows openblas_set_num_threads); the blocked sum of squares gives the same
  * value at every thread count and matches a long-double sum. The Whisper-style
- * kernels: LayerNorm against its definition and central finite differences,
- * im2col + linear against a written-out conv1d (with the halo of a slice),
- * col2im and the row pooling's backward as adjoints of their forwards. */
+ * kernels: im2col + linear against a written-out conv1d (with the halo of a
+ * slice), col2im and the row pooling's backward as adjoints of their
+ * forwards (LayerNorm's finite differences: test_executor.c). */
 #include "test.h"
 #include "executor/backend.h"
 
@@ -223,67 +223,6 @@ static double dotd(const float *a, const float *b, size_t n)
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
     return s;
-}
-
-/* ||num - g|| / ||num|| for central differences of loss() in each element of x. */
-static double fd_err(double (*loss)(void), float *x, const float *g, size_t n, float eps)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        float old = x[i];
-        x[i] = old + eps;
-        double lp = loss();
-        x[i] = old - eps;
-        double lm = loss();
-        x[i] = old;
-        double num = (lp - lm) / (2.0 * eps);
-        d += (num - g[i]) * (num - g[i]);
-        r += num * num;
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
-
-static struct { int n, d; float *x, *w, *b, *r, *out, *mean, *rstd; } LN;
-static double loss_layernorm(void)
-{
-    ex_backend_cpu()->layernorm_forward(LN.out, LN.mean, LN.rstd, LN.x, LN.w, LN.b, LN.n, LN.d, 1e-5f);
-    return dotd(LN.out, LN.r, (size_t)LN.n * LN.d);
-}
-
-TEST(cpu_kernels_layernorm_matches_definition_and_finite_differences)
-{
-    LN.n = 5; LN.d = 11;
-    size_t nd = (size_t)LN.n * LN.d;
-    LN.x = rnd(nd, 2); LN.w = rnd((size_t)LN.d, 1); LN.b = rnd((size_t)LN.d, 1); LN.r = rnd(nd, 1);
-    LN.out = calloc(nd, 4); LN.mean = calloc((size_t)LN.n, 4); LN.rstd = calloc((size_t)LN.n, 4);
-    loss_layernorm();
-    /* the definition (torch.nn.LayerNorm, biased variance) in double */
-    double worst = 0;
-    for (int r = 0; r < LN.n; r++) {
-        double mu = 0, var = 0;
-        for (int j = 0; j < LN.d; j++) mu += LN.x[r * LN.d + j];
-        mu /= LN.d;
-        for (int j = 0; j < LN.d; j++) var += (LN.x[r * LN.d + j] - mu) * (LN.x[r * LN.d + j] - mu);
-        var /= LN.d;
-        for (int j = 0; j < LN.d; j++) {
-            double y = (LN.x[r * LN.d + j] - mu) / sqrt(var + 1e-5) * LN.w[j] + LN.b[j];
-            worst = fmax(worst, fabs(y - LN.out[r * LN.d + j]));
-        }
-    }
-    float *dx = calloc(nd, 4), *dw = calloc((size_t)LN.d, 4), *db = calloc((size_t)LN.d, 4);
-    float *dx2 = calloc(nd, 4), *db2 = calloc((size_t)LN.d, 4);
-    ex_backend_cpu()->layernorm_backward(dx, dw, db, LN.r, LN.x, LN.w, LN.mean, LN.rstd, LN.n, LN.d);
-    ex_backend_cpu()->layernorm_backward(dx2, NULL, NULL, LN.r, LN.x, LN.w, LN.mean, LN.rstd, LN.n, LN.d);
-    ex_backend_cpu()->layernorm_backward(NULL, NULL, db2, LN.r, LN.x, LN.w, LN.mean, LN.rstd, LN.n, LN.d);
-    double ex = fd_err(loss_layernorm, LN.x, dx, nd, 1e-2f);
-    double ew = fd_err(loss_layernorm, LN.w, dw, (size_t)LN.d, 1e-2f);
-    double eb = fd_err(loss_layernorm, LN.b, db, (size_t)LN.d, 1e-2f);
-    bool nulls_same = same(dx, dx2, nd) && same(db, db2, (size_t)LN.d);
-    free(LN.x); free(LN.w); free(LN.b); free(LN.r); free(LN.out); free(LN.mean); free(LN.rstd);
-    free(dx); free(dw); free(db); free(dx2); free(db2);
-    CHECK_MSG(worst < 1e-5, "forward differs from the definition by %g", worst);
-    CHECK_MSG(ex < 1e-2 && ew < 1e-2 && eb < 1e-2, "rel err x %g w %g b %g", ex, ew, eb);
-    CHECK_MSG(nulls_same, "NULL gradients changed the others");
 }
 
 /* conv1d through im2col + linear equals the convolution written out (torch

@@ -9,6 +9,11 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+/* Uniform in [-1, 1) from a state of its own (an LCG's top 24 bits), and n
+ * such values times scale (free them). */
+float test_urand(void);
+float *test_rnd(size_t n, float scale);
+
 /* A 2-D grid of in-process ranks (threads), rank k = sp_rank * tp + tp_rank:
  * allreduce_sum / _max over the tp group (same sp rank), alltoall over the
  * sp group (same tp rank). */
@@ -27,6 +32,42 @@ int grid_alltoall(void *ctx, const float *send, float *recv, size_t chunk);
  * one tp rank per sp rank, module_index / offset name the flat buffers. */
 double gathered_err(ex_model *whole, ex_model **ranks, const int *tp_rank, const int *sp_rank,
                     int n_ranks, bool grads, bool sum_sp, bool *covered, bool *replicas_equal);
+
+/* One encoder rank's work (a thread): forward of b (audio: the clips, else
+ * the images), its `width`-wide rows compared with whole (norm-wise
+ * relative error into out_err), then backward from dout. */
+typedef struct {
+    ex_model *em;
+    ex_batch b;
+    bool audio;
+    int width;
+    const float *dout, *whole;
+    int rows, rc;
+    double out_err;
+} enc_job;
+void *enc_run(void *job);
+
+/* tp x sp in-process ranks (threads) of encoder module k of m, rank j =
+ * sp_rank * tp + tp_rank (4 ranks at most), against the
+ * whole module from the same seed: the whole module runs forward and backward
+ * (from random dout rows) on b, then every rank on its part of b (slice sets
+ * the rank's inputs; NULL: every rank reads all of b) and its rows of dout.
+ * Fills the rows' worst error, the gathered gradients' (gathered_err, sp
+ * partials summed), and keeps the models for the caller's checks until
+ * encoder_grid_free (which keeps the figures). */
+typedef struct {
+    int rc;
+    char err[UTIL_ERR_LEN];
+    int n, tpr[4], spr[4], rows, rank_rows;
+    ex_model *whole, *rk[4];
+    float *dout;
+    double out_err, grad_err;
+    bool covered, replicas;
+} encoder_grid;
+void encoder_grid_run(encoder_grid *g, const model_t *m, int k, int tp, int sp, uint64_t seed, const ex_batch *b,
+                      void (*slice)(ex_batch *b, int sp_rank, int sp, const void *ctx), const void *ctx,
+                      float (*urand)(void));
+void encoder_grid_free(encoder_grid *g);
 
 /* ---- the PyTorch reference (tests/t_torch_ref.sh) ---- */
 
@@ -58,6 +99,10 @@ typedef struct {
  * Removes dir. */
 void test_torch_compare(ex_model *em, const char *script, const char *dir, float loss0, const float *p0,
                         const ex_optim_config *oc, test_ref_pass pass, void *ctx, test_ref_result *out, char *err);
+/* Prints the comparison's figures as "<label> <name>: ..." and judges them
+ * by the reference tests' tolerances; false with why filled otherwise. */
+bool test_ref_verdict(const char *label, const char *name, float loss, const test_ref_result *r, const char *err,
+                      char *why, size_t why_len);
 /* The clipped AdamW every reference comparison runs (clip at half the first
  * gradient norm, so clipping is active), and its JSON for the script. */
 ex_optim_config test_ref_optim(double grad_norm);

@@ -13,6 +13,17 @@ static plan_workload audio_work(int frames)
                             .text_tokens = 48 };
 }
 
+/* A zoo model on 8xh100 under the fp32 executor's target; its audio module. */
+static int fp32_case(const char *name, model_t *m, cost_cluster *c, plan_options *o)
+{
+    char err[UTIL_ERR_LEN];
+    if (model_load(name, m, err) || cost_cluster_load("8xh100", c, err)) return -1;
+    plan_options_default(o);
+    o->precision = PLAN_OPT_FP32;
+    o->target = PLAN_TARGET_DHP;
+    return model_find_kind(m, MODEL_AUDIO);
+}
+
 /* Both tiny models plan on cpu-4 under the executor's fp32 target; the omni
  * plan has a group for each of its three modules and validates. */
 TEST(planner_plans_tiny_audio_and_tiny_omni_on_cpu_4)
@@ -77,18 +88,13 @@ TEST(planner_audio_sp_keeps_whole_pool_groups)
  * pooled rows, forward; the RMSNorm LLM does not move. */
 TEST(cost_prices_layernorm_at_its_own_rate)
 {
-    char err[UTIL_ERR_LEN];
     model_t m;
     cost_cluster c;
-    CHECK_OK(model_load("tiny-omni", &m, err));
-    CHECK_OK(cost_cluster_load("8xh100", &c, err));
     plan_options o;
-    plan_options_default(&o);
-    o.precision = PLAN_OPT_FP32;
-    o.target = PLAN_TARGET_DHP;
+    int ai = fp32_case("tiny-omni", &m, &c, &o);
+    CHECK(ai >= 0);
     plan_workload w = audio_work(32);
     plan_module s = { .dp = 1, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 4, .n_ranks = 1 };
-    int ai = model_find_kind(&m, MODEL_AUDIO);
     const model_module *am = &m.mod[ai];
     cost_gpu *g = &c.pool[0].gpu;
     double old_rate = g->hbm_bw * g->mem_eff, samples = 4, t = samples * 32, M = t / am->pool;
@@ -130,19 +136,14 @@ TEST(costdb_layernorm_falls_back_to_the_rmsnorm_rate)
  * grows with the mel bins (conv1's input) and nothing else does. */
 TEST(cost_prices_the_audio_conv_stem)
 {
-    char err[UTIL_ERR_LEN];
     model_t m;
     cost_cluster c;
-    CHECK_OK(model_load("tiny-audio", &m, err));
-    CHECK_OK(cost_cluster_load("8xh100", &c, err));
     plan_options o;
-    plan_options_default(&o);
-    o.precision = PLAN_OPT_FP32;
-    o.target = PLAN_TARGET_DHP;
+    int ai = fp32_case("tiny-audio", &m, &c, &o);
+    CHECK(ai >= 0);
     plan_workload w = audio_work(32);
     w.images_per_sample = w.image_tokens = 0;
     plan_module s = { .dp = 1, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 2, .n_ranks = 1 };
-    int ai = model_find_kind(&m, MODEL_AUDIO);
     plan_time a, b;
     plan_micro_time(&m, ai, &s, &w, &c, &o, 2, &a);
     m.mod[ai].in_channels *= 4;

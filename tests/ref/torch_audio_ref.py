@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_ref import DT, lr_at, load_params, write_f64  # noqa: E402
+from torch_ref import DT, load_params, write_reference  # noqa: E402
 
 LN_EPS = 1e-5   # torch.nn.LayerNorm's default, Whisper's
 
@@ -98,33 +98,7 @@ def main():
         out = encoder(P, m, b, mel)
         return (out.reshape(-1) * dout).sum()
 
-    P = {k: v.clone().requires_grad_(True) for k, v in P0.items()}
-    loss = loss_of(P)
-    loss.backward()
-    with open(f"{d}/ref_loss.txt", "w") as f:
-        f.write(f"{loss.item():.17g}\n")
-    write_f64(f"{d}/ref_grads.bin", [P[n].grad for n, _ in names])
-
-    o = cfg["optim"]
-    P = {k: v.clone().requires_grad_(True) for k, v in P0.items()}
-    decay = [P[n] for n, s in names if len(s) >= 2]
-    no_decay = [P[n] for n, s in names if len(s) < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": o["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"])
-    losses = []
-    for step in range(o["steps"]):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(o, step)
-        opt.zero_grad()
-        loss = loss_of(P)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([P[n] for n, _ in names], o["grad_clip"])
-        opt.step()
-        losses.append(loss.item())
-    with open(f"{d}/ref_adam_losses.txt", "w") as f:
-        f.write("".join(f"{x:.17g}\n" for x in losses))
-    write_f64(f"{d}/ref_adam_params.bin", [P[n] for n, _ in names])
+    write_reference(d, names, P0, cfg["optim"], loss_of)
 
 
 if __name__ == "__main__":
