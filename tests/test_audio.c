@@ -267,6 +267,48 @@ TEST(audio_slots_keep_two_micro_batches_and_allocate_what_the_plan_lists)
     CHECK(logits == 0);
 }
 
+/* Selective (attention core and GELU re-run) and full recomputation (each
+ * block re-run from its input, LayerNorm statistics and all) give the
+ * gradients of keeping every activation, bit for bit, and keep less. */
+TEST(audio_recomputation_gives_the_same_gradients)
+{
+    model_t m;
+    int a = load("tiny-audio", &m);
+    CHECK(a >= 0);
+    audio_batch ab;
+    make_clips(&ab, &m.mod[a], 3, 16);
+    float *dout = rnd((size_t)12 * 64, 1);
+    char err[UTIL_ERR_LEN] = "";
+    const plan_recompute modes[3] = { PLAN_RECOMP_NONE, PLAN_RECOMP_SELECTIVE, PLAN_RECOMP_FULL };
+    float *g[3] = { NULL, NULL, NULL };
+    size_t n[3] = { 0, 0, 0 }, act[3] = { 0, 0, 0 };
+    int rc = 0;
+    for (int i = 0; i < 3 && !rc; i++) {
+        ex_parallel par[MODEL_MAX_MODULES];
+        memset(par, 0, sizeof par);
+        par[a].recompute = modes[i];
+        ex_model *em = NULL;
+        rc = ex_model_create_per_module(&m, 4, 1u << a, par, &em, err);
+        size_t before = util_mem_current(UTIL_MEM_ACTIV);
+        audio_pass_ctx pc = { &ab.b, dout, 0 };
+        float l, *gb;
+        if (!rc) rc = audio_pass(&pc, em, &l, err);
+        act[i] = util_mem_current(UTIL_MEM_ACTIV) - before;
+        if (!rc && !ex_module_buffer(em, a, EX_BUF_GRADS, &gb, &n[i])) {
+            g[i] = malloc(n[i] * sizeof(float));
+            memcpy(g[i], gb, n[i] * sizeof(float));
+        }
+        ex_model_free(em);
+    }
+    bool same = g[0] && g[1] && g[2] && n[1] == n[0] && n[2] == n[0] && !memcmp(g[0], g[1], n[0] * 4) &&
+                !memcmp(g[0], g[2], n[0] * 4);
+    for (int i = 0; i < 3; i++) free(g[i]);
+    free(dout); free(ab.mel);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK(same);
+    CHECK_MSG(act[1] < act[0] && act[2] < act[1], "activation bytes %zu, %zu, %zu", act[0], act[1], act[2]);
+}
+
 /* ----------------------------------------------- frozen, hooks, bad input */
 
 static int log_hook_begin(void *ctx, int module, int unit, ex_unit_use use)
