@@ -154,14 +154,19 @@ static void price_blocks(pricer *p, const model_module *mm, const plan_module *s
 }
 
 /* The LLM's stem and head (executor/llm.c, llm_forward / llm_backward):
- * embedding rows in, then over the `rows` predicting rows the final norm,
- * the vocabulary shard's head GEMM and the cross-entropy, whose gradient
- * the forward computes. Under sequence parallelism the first block's rows
- * are sliced out of all t rows, and the head's gradient back into them. */
-static void price_llm_ends(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
+ * embedding rows in (under tensor parallelism every rank first looks up
+ * all `text` rows in its vocabulary shard), then over the `rows` predicting
+ * rows the final norm, the vocabulary shard's head GEMM and the
+ * cross-entropy, whose gradient the forward computes. Under sequence
+ * parallelism the first block's rows are sliced out of all t rows, and the
+ * head's gradient back into them. Backward, the encoder rows' gradient is
+ * copied out for the encoder and the text rows' is added to the embedding. */
+static void price_llm_ends(pricer *p, const model_module *mm, const plan_module *s, double t, double text,
+                           double rows)
 {
     double h = mm->hidden, shard = ceil((double)mm->vocab / s->tp);
     bool seqpar = s->seq_parallel && s->tp > 1;
+    if (s->tp > 1) ew_fwd(p, COST_EW_COPY, text * h);
     ew_fwd(p, COST_EW_COPY, t * h);
     if (seqpar) ew_fwd(p, COST_EW_COPY, t / s->tp * h);
     ew_fwd(p, COST_EW_COPY, rows * h);
@@ -174,7 +179,8 @@ static void price_llm_ends(pricer *p, const model_module *mm, const plan_module 
     ew_bwd(p, COST_EW_RMSNORM_BWD, rows * h);
     ew_bwd(p, COST_EW_ADD, rows * h);
     if (seqpar) ew_bwd(p, COST_EW_COPY, t / s->tp * h);
-    if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, t * h);   /* embedding gradient rows */
+    ew_bwd(p, COST_EW_COPY, (t - text) * h);
+    if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, text * h);   /* embedding gradient rows */
 }
 
 /* The vision / audio stem and merger (executor/model.c, vision_forward /
@@ -394,7 +400,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
     if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
     double head_rows = mm->kind == MODEL_LLM ? plan_head_rows(w, o->target, samples, t) : 0;
-    if (mm->kind == MODEL_LLM) price_llm_ends(&p, mm, s, t, head_rows);
+    if (mm->kind == MODEL_LLM) price_llm_ends(&p, mm, s, t, samples * w->text_tokens, head_rows);
     else price_encoder_ends(&p, mm, s, t);
     out->fwd_s = p.fwd;
     out->bwd_s = p.bwd;
