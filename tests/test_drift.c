@@ -8,7 +8,7 @@
  * collective its calls and elements, and the blocking exchanges.
  *
  * Every difference must be listed in the case's `pinned` lines, word for
- * word: a drift found and reported, not yet fixed (the cause tags D1..D6
+ * word: a drift found and reported, not yet fixed (the cause tags D1..D5
  * below). A difference not listed fails, and so does a listed one that no
  * longer happens (its fix then removes the line). Known drifts:
  *  D1  the executor runs q, k, v as three GEMMs and SwiGLU's gate and up as
