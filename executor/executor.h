@@ -160,6 +160,11 @@ double ex_module_grad_sumsq(ex_model *em, int module_index);
 /* The backend the model computes with (for strategies that copy its buffers). */
 struct ex_backend;
 const struct ex_backend *ex_model_backend(const ex_model *em);
+/* Replaces the backend the model computes with (the CPU one from create):
+ * for tests, which wrap it to count the kernels a step calls
+ * (tests/test_drift.c), and for future backends. The model's buffers stay
+ * where they are, so the new backend must work on the same memory. */
+void ex_model_set_backend(ex_model *em, const struct ex_backend *be);
 
 /* One batch. Images all have grid_h x grid_w patches (patches == grid_h *
  * grid_w), stored in the window / merge order of ex_patch_positions: every

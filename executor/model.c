@@ -393,6 +393,7 @@ void ex_model_free(ex_model *em)
 }
 
 const ex_backend *ex_model_backend(const ex_model *em) { return em->be; }
+void ex_model_set_backend(ex_model *em, const ex_backend *be) { em->be = be; }
 
 ex_module *ex_module_at(ex_model *em, int module_index)
 {

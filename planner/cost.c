@@ -153,18 +153,21 @@ static void price_blocks(pricer *p, const model_module *mm, const plan_module *s
     *selective += count * sel;
 }
 
-/* The LLM's stem and head (executor/llm.c, llm_forward / llm_backward):
- * embedding rows in, then over the `rows` predicting rows the final norm,
- * the vocabulary shard's head GEMM and the cross-entropy, whose gradient
- * the forward computes. Under sequence parallelism the first block's rows
- * are sliced out of all t rows, and the head's gradient back into them. */
-static void price_llm_stem(pricer *p, const model_module *mm, const plan_module *s, double t)
+/* The LLM's stem (executor/llm.c, llm_embed / llm_embed_backward): the
+ * embedding rows in (under tensor parallelism every rank first looks up
+ * all `text` rows in its vocabulary shard); under sequence parallelism the
+ * first block's rows are sliced out of all t rows. Backward, the encoder
+ * rows' gradient is copied out for the encoder and the text rows' is added
+ * to the embedding. */
+static void price_llm_stem(pricer *p, const model_module *mm, const plan_module *s, double t, double text)
 {
     double h = mm->hidden;
     bool seqpar = s->seq_parallel && s->tp > 1;
+    if (s->tp > 1) ew_fwd(p, COST_EW_COPY, text * h);
     ew_fwd(p, COST_EW_COPY, t * h);
     if (seqpar) ew_fwd(p, COST_EW_COPY, t / s->tp * h);
-    if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, t * h);   /* embedding gradient rows */
+    ew_bwd(p, COST_EW_COPY, (t - text) * h);
+    if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, text * h);   /* embedding gradient rows */
 }
 
 static void price_llm_head(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
@@ -406,12 +409,17 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
     double head_rows = mm->kind == MODEL_LLM ? plan_head_rows(w, o->target, samples, t) : 0;
     if (mm->kind == MODEL_LLM) {
-        if (st->stem) price_llm_stem(&p, mm, s, t);
+        if (st->stem) price_llm_stem(&p, mm, s, t, samples * w->text_tokens);
         if (st->head) price_llm_head(&p, mm, s, t, head_rows);
     } else {
         if (st->stem) price_encoder_stem(&p, mm, s, t);
         if (st->head) price_encoder_head(&p, mm, s, t);
     }
+    /* a pipeline stage's input rows in from the previous stage's message,
+     * its output's gradient in from the next one's (executor/llm.c, vision.c) */
+    double boundary = t / (s->seq_parallel && s->tp > 1 ? s->tp : 1) * mm->hidden;
+    if (!st->stem) ew_fwd(&p, COST_EW_COPY, boundary);
+    if (!st->head) ew_bwd(&p, COST_EW_COPY, boundary);
     out->fwd_s = p.fwd;
     out->bwd_s = p.bwd;
     if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = blocks_fwd;
