@@ -162,7 +162,7 @@ static void positions(const ex_backend *be, ex_module *md, const ex_batch *b, fl
     }
 }
 
-static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b)
+static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b, float *x0)
 {
     ex_acts *a = &md->a;
     int d = md->d, C = md->mm.in_channels, k = md->mm.patch, N = md->n_rows;
@@ -171,8 +171,8 @@ static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b)
     be->gelu_forward(a->c1out, a->c1pre, (size_t)R1 * d);
     conv2_cols(be, md, b, a->c1out, a->col, NULL, NULL);
     be->linear_forward(a->c2pre, a->col, md->w.conv2w, md->w.conv2b, N, d * k, d);
-    be->gelu_forward(a->blk[0].x, a->c2pre, (size_t)N * d);
-    positions(be, md, b, a->blk[0].x, NULL);
+    be->gelu_forward(x0, a->c2pre, (size_t)N * d);
+    positions(be, md, b, x0, NULL);
 }
 
 /* From dres = dL/d(x0): the positions', conv2's and conv1's weight gradients
@@ -213,65 +213,111 @@ static int audio_geometry(ex_module *md, const ex_batch *b, char *err)
     return UTIL_OK;
 }
 
-/* Forward: the stem, the blocks, then aout[M, out] = proj(layernorm(avgpool(xL))), M = N / pool. */
-static int audio_forward(ex_model *em, ex_module *md, const ex_batch *b, char *err)
+int ex_audio_rows(const ex_module *md, const ex_batch *b) { return b->n_audio * (b->mel_frames / 2) / md->sp; }
+
+/* Audio forward of this stage: x0 from the conv stem on the first stage
+ * (else the previous stage's rows), the stage's blocks, then on the last
+ * stage aout[M, out] = proj(layernorm(avgpool(xL))), M = N / pool. */
+int ex_audio_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
 {
+    const model_module *mm = &md->mm;
     const ex_backend *be = em->be;
-    int rc = audio_geometry(md, b, err);
+    int rc = ex_check_audio(em, b, err);
+    if (!rc && b->n_audio == 0) rc = util_fail(err, UTIL_EINVAL, "executor: %s forward: batch has no audio", mm->name);
+    if (!rc && !md->stage.stem && !io->in) rc = util_fail(err, UTIL_EINVAL, "executor: %s stage %d forward: no input rows", mm->name, md->stage_index);
+    if (!rc) rc = audio_geometry(md, b, err);
     if (rc) return rc;
     ex_acts *a = &md->a;
-    int L = md->mm.layers, M = md->n_rows / md->mm.pool;
+    int L = mm->layers, N = md->n_rows, M = N / mm->pool;
+    float *x0 = a->blk[md->stage.first].x;
     md->comm_rc = 0;
-    ex_unit_begin(md, 0, EX_USE_FORWARD);
-    stem_forward(be, md, b);
-    ex_unit_end(md, 0, EX_USE_FORWARD, false);
+    if (md->stage.stem) {
+        ex_unit_begin(md, 0, EX_USE_FORWARD);
+        stem_forward(be, md, b, x0);
+        ex_unit_end(md, 0, EX_USE_FORWARD, false);
+    } else {
+        be->copy(x0, io->in, (size_t)N * md->d);
+    }
     ex_blocks_forward(be, md, md->cu, md->cu_win, false);
-    ex_unit_begin(md, L + 1, EX_USE_FORWARD);
-    be->avgpool_rows_forward(a->pooled, a->x_final, M, md->mm.pool, md->d);
-    ex_norm_forward(be, md, a->fln, a->fmean, a->frstd, a->pooled, md->w.lnf, md->w.lnf_b, M);
-    be->linear_forward(a->aout, a->fln, md->w.proj_w, md->w.proj_b, M, md->d, md->mm.out_hidden);
-    ex_unit_end(md, L + 1, EX_USE_FORWARD, false);
+    io->out = a->x_final;
+    io->out_rows = N;
+    if (md->stage.head) {
+        ex_unit_begin(md, L + 1, EX_USE_FORWARD);
+        be->avgpool_rows_forward(a->pooled, a->x_final, M, mm->pool, md->d);
+        ex_norm_forward(be, md, a->fln, a->fmean, a->frstd, a->pooled, md->w.lnf, md->w.lnf_b, M);
+        be->linear_forward(a->aout, a->fln, md->w.proj_w, md->w.proj_b, M, md->d, mm->out_hidden);
+        ex_unit_end(md, L + 1, EX_USE_FORWARD, false);
+        io->out = a->aout;
+        io->out_rows = M;
+    }
     ex_slot_filled(md);
+    if (md->comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
     return UTIL_OK;
 }
 
-/* Backward from daout [M, out] down to the conv stem's weights. */
-static void audio_backward(ex_model *em, ex_module *md, const ex_batch *b, const float *daout)
+/* Audio backward of this stage, from daout [M, out] on the last stage (else
+ * the next stage's gradient of this stage's rows), down to the conv stem's
+ * weights on the first stage (else the gradient of the stage's input rows). */
+int ex_audio_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
 {
+    const model_module *mm = &md->mm;
     const ex_backend *be = em->be;
+    if (!md->slot[md->cur].filled)
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: slot %d holds no forward", mm->name, md->cur);
+    ex_slot_bind(md);
+    int rc = ex_check_audio(em, b, err);
+    if (rc) return rc;
+    if (md->n_rows * md->sp != b->n_audio * (b->mel_frames / 2) || md->n_seq != b->n_audio)
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: batch differs from slot %d's forward", mm->name, md->cur);
+    if (!io->in) return util_fail(err, UTIL_EINVAL, "executor: %s stage %d backward: no output gradient", mm->name, md->stage_index);
+    io->out = NULL;
+    io->out_rows = 0;
+    md->comm_rc = 0;
+    if (mm->frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
     ex_acts *a = &md->a;
-    int L = md->mm.layers, d = md->d, N = md->n_rows, M = N / md->mm.pool;
-    ex_unit_begin(md, L + 1, EX_USE_BACKWARD);
-    be->zero(a->dln, (size_t)M * d);
-    be->linear_backward(a->dln, md->g.proj_w, md->g.proj_b, daout, a->fln, md->w.proj_w, M, d, md->mm.out_hidden);
-    be->zero(a->dpooled, (size_t)M * d);
-    ex_norm_backward(be, md, a->dpooled, md->g.lnf, md->g.lnf_b, a->dln, a->pooled, md->w.lnf, a->fmean, a->frstd, M);
-    be->zero(a->dres, (size_t)N * d);
-    be->avgpool_rows_backward(a->dres, a->dpooled, M, md->mm.pool, d);
-    ex_unit_end(md, L + 1, EX_USE_BACKWARD, true);
+    int L = mm->layers, d = md->d, N = md->n_rows, M = N / mm->pool;
+    if (md->stage.head) {
+        ex_unit_begin(md, L + 1, EX_USE_BACKWARD);
+        be->zero(a->dln, (size_t)M * d);
+        be->linear_backward(a->dln, md->g.proj_w, md->g.proj_b, io->in, a->fln, md->w.proj_w, M, d, mm->out_hidden);
+        be->zero(a->dpooled, (size_t)M * d);
+        ex_norm_backward(be, md, a->dpooled, md->g.lnf, md->g.lnf_b, a->dln, a->pooled, md->w.lnf, a->fmean, a->frstd, M);
+        be->zero(a->dres, (size_t)N * d);
+        be->avgpool_rows_backward(a->dres, a->dpooled, M, mm->pool, d);
+        ex_unit_end(md, L + 1, EX_USE_BACKWARD, true);
+    } else {
+        be->copy(a->dres, io->in, (size_t)N * d);
+    }
     ex_blocks_backward(be, md, md->cu, md->cu_win, false);
-    ex_unit_begin(md, 0, EX_USE_BACKWARD);
-    stem_backward(be, md, b);
-    ex_unit_end(md, 0, EX_USE_BACKWARD, true);
+    if (md->stage.stem) {
+        ex_unit_begin(md, 0, EX_USE_BACKWARD);
+        stem_backward(be, md, b);
+        ex_unit_end(md, 0, EX_USE_BACKWARD, true);
+    } else {
+        io->out = a->dres;
+        io->out_rows = N;
+    }
+    if (md->comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
+    return UTIL_OK;
 }
 
 int ex_audio_set_slot(ex_model *em, int slot, char *err)
 {
-    return ex_module_set_slot(audio_of(em), slot, "ex_audio_set_slot", err);
+    if (em->aud_index < 0) return util_fail(err, UTIL_EINVAL, "executor: ex_audio_set_slot: no audio module on this model instance");
+    return ex_module_set_slot(em, em->aud_index, slot, err);
 }
 
 int ex_audio_forward(ex_model *em, const ex_batch *b, const float **aud_out, int *aud_rows, char *err)
 {
     ex_module *md = audio_of(em);
     if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_audio_forward: no audio module on this model instance");
-    int rc = ex_check_audio(em, b, err);
+    ex_stage_io io = { 0 };
+    int rc = ex_audio_stage_forward(em, md, b, &io, err);
     if (rc) return rc;
-    if (b->n_audio == 0) return util_fail(err, UTIL_EINVAL, "executor: ex_audio_forward: batch has no audio");
-    if ((rc = audio_forward(em, md, b, err))) return rc;
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: audio %s failed with %d", ex_comm_what(md), md->comm_rc);
-    *aud_out = md->a.aout;
-    if (aud_rows) *aud_rows = md->n_rows / md->mm.pool;
+    *aud_out = io.out;
+    if (aud_rows) *aud_rows = io.out_rows;
     return UTIL_OK;
 }
 
@@ -279,22 +325,14 @@ int ex_audio_backward(ex_model *em, const ex_batch *b, const float *daud, char *
 {
     ex_module *md = audio_of(em);
     if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_audio_backward: no audio module on this model instance");
-    if (!md->slot[md->cur].filled)
-        return util_fail(err, UTIL_EINVAL, "executor: ex_audio_backward: slot %d holds no forward", md->cur);
-    ex_slot_bind(md);
-    int rc = ex_check_audio(em, b, err);
-    if (rc) return rc;
-    if (md->n_rows * md->sp != b->n_audio * (b->mel_frames / 2) || md->n_seq != b->n_audio)
-        return util_fail(err, UTIL_EINVAL, "executor: ex_audio_backward: batch differs from slot %d's ex_audio_forward", md->cur);
-    md->comm_rc = 0;
-    if (!md->mm.frozen) audio_backward(em, md, b, daud);
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: audio %s failed with %d", ex_comm_what(md), md->comm_rc);
-    return UTIL_OK;
+    ex_stage_io io = { .in = daud };
+    return ex_audio_stage_backward(em, md, b, &io, err);
 }
 
-/* A micro-batch this rank has no samples of (ex_encoder_empty_pass). */
+/* A micro-batch this rank has no samples of, while its shard group's other
+ * ranks do: only the unit hooks (ex_stage_empty_pass). */
 int ex_audio_empty_pass(ex_model *em, ex_unit_use use, char *err)
 {
-    return ex_encoder_empty_pass(audio_of(em), use, "ex_audio_empty_pass", err);
+    if (em->aud_index < 0) return util_fail(err, UTIL_EINVAL, "executor: ex_audio_empty_pass: no audio module on this model instance");
+    return ex_stage_empty_pass(em, em->aud_index, use, err);
 }

@@ -94,6 +94,9 @@ typedef struct {
     bool seqpar;               /* Megatron sequence parallelism (tp > 1, LLM) */
     plan_recompute recompute;
     bool rope;                 /* rotary positions in attention (plan_module_rotary) */
+    plan_module strat;         /* tp, sp, pp, stage_layers, seq_parallel, recompute as the planner describes them */
+    int stage_index;           /* this instance's pipeline stage (0 .. pp - 1) */
+    plan_stage stage;          /* its blocks, and whether it holds the stem and the head */
     ex_parallel par;
     int comm_rc;               /* first failing collective's (or unit hook's) code, 0 if none */
     int n_tensors;
@@ -139,15 +142,6 @@ bool ex_module_trains(const ex_module *md);
 /* Unit hooks around the use of unit u (no-ops without hooks); failures land in md->comm_rc. */
 void ex_unit_begin(ex_module *md, int u, ex_unit_use use);
 void ex_unit_end(ex_module *md, int u, ex_unit_use use, bool last);
-/* Selects an encoder's activation slot (md NULL: the module is not on this
- * instance; `what` names the call in errors). */
-int ex_module_set_slot(ex_module *md, int slot, const char *what, char *err);
-/* An encoder's pass over a micro-batch with no samples on this rank, while
- * its shard group's other ranks run one: only the unit hooks, in the order
- * a real forward (0 .. layers + 1) or backward (the reverse; none when
- * frozen) calls them, so every collective a ZeRO strategy issues in them is
- * matched (the Join of PyTorch's uneven-input DDP / FSDP). */
-int ex_encoder_empty_pass(ex_module *md, ex_unit_use use, const char *what, char *err);
 
 /* acts.c */
 int ex_acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int reserve_pred, int emb_rows, int n_cu, char *err);
@@ -155,7 +149,8 @@ void ex_slot_bind(ex_module *md);
 void ex_slot_filled(ex_module *md);
 
 /* block.c: the rows the norms and the residual stream hold (N / tp under
- * sequence parallelism), and one transformer block forward / backward. */
+ * sequence parallelism), and one transformer block forward / backward over
+ * the stage's blocks. */
 int ex_norm_rows(const ex_module *md);
 /* The module's block norm (RMSNorm, or LayerNorm with bias b and row means) over n rows. */
 void ex_norm_forward(const ex_backend *be, const ex_module *md, float *out, float *mean, float *rstd, const float *x,
@@ -170,9 +165,19 @@ void ex_blocks_backward(const ex_backend *be, ex_module *md, const int *cu, cons
 /* vision.c: the batch's images checked against the model, merged rows per image. */
 int ex_check_images(const ex_model *em, const ex_batch *b, char *err);
 int ex_merged_per_image(const ex_model *em, const ex_batch *b);
-/* audio.c: what the executor supports of an audio module; the batch's clips
- * checked against the model. */
+int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_vision_rows(const ex_module *md, const ex_batch *b);
+/* audio.c: what the executor supports of an audio module; a stage's passes
+ * and its rows at the stage boundary (as vision.c's). */
 int ex_check_audio_module(const model_module *mm, const model_module *llm, char *err);
+int ex_audio_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_audio_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_audio_rows(const ex_module *md, const ex_batch *b);
+/* llm.c */
+int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_llm_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_llm_rows(const ex_model *em, const ex_module *md, const ex_batch *b);
 
 /* Collectives of the tensor-parallel group (no-ops at tp = 1); failures land in md->comm_rc. */
 void ex_tp_allreduce(ex_module *md, float *x, size_t n);

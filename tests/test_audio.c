@@ -96,7 +96,7 @@ TEST(audio_layout_is_the_model_param_count_with_whisper_tensors)
         a = load(names[i], &m);
         CHECK(a >= 0);
         int64_t units[MODEL_MAX_LAYERS + 2];
-        CHECK_MSG(plan_unit_sizes(&m.mod[a], 1, units) == model_module_params(&m.mod[a]), "%s", names[i]);
+        CHECK_MSG(plan_unit_sizes(&m.mod[a], 1, NULL, units) == model_module_params(&m.mod[a]), "%s", names[i]);
     }
 }
 
@@ -214,6 +214,64 @@ TEST(audio_sequence_parallel_2_matches_the_whole_encoder) { audio_grid_case("tin
 TEST(audio_sequence_parallel_4_sinusoids_matches_the_whole_encoder) { audio_grid_case("tiny-omni", 1, 4); }
 TEST(audio_tensor_and_sequence_parallel_match_the_whole_encoder) { audio_grid_case("tiny-audio", 2, 2); }
 
+/* Two pipeline stages of the audio encoder (the stem and block 0; block 1
+ * and the head), chained through ex_stage_forward / ex_stage_backward, give
+ * the whole encoder's rows and, tensor by tensor, its gradients. */
+TEST(audio_pipeline_stages_match_the_whole_encoder)
+{
+    model_t m;
+    int a = load("tiny-audio", &m);
+    CHECK(a >= 0);
+    audio_batch ab;
+    make_clips(&ab, &m.mod[a], 3, 16);
+    char err[UTIL_ERR_LEN] = "";
+    ex_model *whole = NULL, *st[2] = { NULL, NULL };
+    int rc = ex_model_create_modules(&m, 8, 1u << a, &whole, err);
+    for (int r = 0; r < 2 && !rc; r++) {
+        ex_parallel par[MODEL_MAX_MODULES];
+        memset(par, 0, sizeof par);
+        par[a].pp_size = 2;
+        par[a].pp_rank = r;
+        rc = ex_model_create_per_module(&m, 8, 1u << a, par, &st[r], err);
+    }
+    float *dout = rnd((size_t)12 * 64, 1);
+    audio_pass_ctx pc = { &ab.b, dout, 0 };
+    float l;
+    if (!rc) rc = audio_pass(&pc, whole, &l, err);
+    const float *ref = NULL;
+    int rows = 0;
+    if (!rc) rc = ex_audio_forward(whole, &ab.b, &ref, &rows, err);
+    ex_stage_io f0 = { 0 }, f1 = { 0 }, b1 = { .in = dout }, b0 = { 0 };
+    if (!rc) rc = ex_stage_forward(st[0], a, &ab.b, &f0, err);
+    f1.in = f0.out;
+    if (!rc) rc = ex_stage_forward(st[1], a, &ab.b, &f1, err);
+    double oerr = 0;
+    for (int i = 0; !rc && i < rows * 64; i++) oerr = fmax(oerr, fabs(f1.out[i] - ref[i]));
+    if (!rc) rc = ex_stage_backward(st[1], a, &ab.b, &b1, err);
+    b0.in = b1.out;
+    if (!rc) rc = ex_stage_backward(st[0], a, &ab.b, &b0, err);
+    /* every stage tensor's gradient against the whole model's of the same name */
+    double gerr = 0;
+    int seen = 0;
+    for (int r = 0; r < 2 && !rc; r++)
+        for (int i = 0; i < ex_param_count(st[r]); i++) {
+            ex_param p, w;
+            ex_param_get(st[r], i, &p);
+            if (!find_param(whole, p.name, &w) || w.numel != p.numel) { gerr = 1; continue; }
+            seen++;
+            for (int64_t j = 0; j < p.numel; j++) gerr = fmax(gerr, fabs(p.grad[j] - w.grad[j]) / (fabs(w.grad[j]) + 1e-3));
+        }
+    bool split = f0.out_rows == 24 && f1.out_rows == 12 && b1.out_rows == 24 && b0.out == NULL;
+    int n_whole = whole ? ex_param_count(whole) : -1;
+    ex_model_free(whole); ex_model_free(st[0]); ex_model_free(st[1]);
+    free(dout); free(ab.mel);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK(split);
+    CHECK_EQ_INT(seen, n_whole);   /* the stages hold every tensor once */
+    CHECK_MSG(oerr < 1e-6, "stage rows differ by %g", oerr);
+    CHECK_MSG(gerr < 1e-5, "stage gradients differ by %g (relative)", gerr);
+}
+
 /* -------------------------------------------------------- slots, memory */
 
 /* Two micro-batches alive in slots 0 and 1 (other clip counts and lengths)
@@ -256,7 +314,7 @@ TEST(audio_slots_keep_two_micro_batches_and_allocate_what_the_plan_lists)
     plan_module s = { .dp = 1, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 1 };
     plan_act_rows r = { .rows = 24, .merged_rows = 12 };
     double saved, scratch, logits;
-    plan_module_act_floats(&m.mod[a], &s, &r, &saved, &scratch, &logits);
+    plan_module_act_floats(&m.mod[a], &s, 0, &r, &saved, &scratch, &logits);
     size_t want = (size_t)(saved + scratch) * sizeof(float) + 2 * 4 * sizeof(int);
     ex_model_free(x); ex_model_free(y);
     free(A.mel); free(B.mel); free(da); free(db);
