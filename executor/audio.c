@@ -74,31 +74,16 @@ int ex_audio_rows_per_clip(const ex_model *em, const ex_batch *b)
 
 /* ---------------------------------------------------------------- stem */
 
-/* The part of this rank's rows in clip c: frames [t0, t0 + n) of the clip
- * after the stem at local row `row`, and the conv1 frames [s0, s0 + ns) of
- * the clip its conv2 reads (clipped to the clip: the rest is padding). */
-typedef struct { int t0, n, row, s0, ns; } audio_seg;
-
-static bool audio_seg_of(const ex_module *md, int F, int Tm, int c, audio_seg *s)
+/* This rank's segment of clip c (plan_audio_segment). */
+static bool audio_seg_of(const ex_module *md, int F, int c, plan_audio_seg *s)
 {
-    int k = md->mm.patch, pad = k / 2, g0 = md->sp_rank * md->n_rows, g1 = g0 + md->n_rows;
-    int lo = c * F > g0 ? c * F : g0, hi = (c + 1) * F < g1 ? (c + 1) * F : g1;
-    if (lo >= hi) return false;
-    s->t0 = lo - c * F;
-    s->n = hi - lo;
-    s->row = lo - g0;
-    int a = 2 * s->t0 - pad, e = 2 * (s->t0 + s->n - 1) - pad + k;
-    s->s0 = a > 0 ? a : 0;
-    s->ns = (e < Tm ? e : Tm) - s->s0;
-    return true;
+    return plan_audio_segment(&md->mm, F, md->sp_rank * md->n_rows, md->n_rows, c, s);
 }
 
 /* The clips this rank's rows touch: [*c0, *c1). */
 static void audio_clips(const ex_module *md, int F, int *c0, int *c1)
 {
-    int g0 = md->sp_rank * md->n_rows;
-    *c0 = g0 / F;
-    *c1 = (g0 + md->n_rows + F - 1) / F;
+    plan_audio_clips(F, md->sp_rank * md->n_rows, md->n_rows, c0, c1);
 }
 
 /* im2col of every segment's conv1 frames (stride 1 over the mel frames) into
@@ -108,8 +93,8 @@ static int conv1_cols(const ex_backend *be, ex_module *md, const ex_batch *b, fl
     int C = md->mm.in_channels, k = md->mm.patch, Tm = b->mel_frames, F = Tm / 2, c0, c1, r = 0;
     audio_clips(md, F, &c0, &c1);
     for (int c = c0; c < c1; c++) {
-        audio_seg s;
-        if (!audio_seg_of(md, F, Tm, c, &s)) continue;
+        plan_audio_seg s;
+        if (!audio_seg_of(md, F, c, &s)) continue;
         be->im2col1d(col + (size_t)r * C * k, b->mel + (size_t)c * Tm * C, s.ns, C, k, 1, k / 2, s.s0, 0, Tm);
         r += s.ns;
     }
@@ -124,8 +109,8 @@ static void conv2_cols(const ex_backend *be, ex_module *md, const ex_batch *b, c
     int d = md->d, k = md->mm.patch, Tm = b->mel_frames, F = Tm / 2, c0, c1n, r = 0;
     audio_clips(md, F, &c0, &c1n);
     for (int c = c0; c < c1n; c++) {
-        audio_seg s;
-        if (!audio_seg_of(md, F, Tm, c, &s)) continue;
+        plan_audio_seg s;
+        if (!audio_seg_of(md, F, c, &s)) continue;
         size_t at = (size_t)s.row * d * k;
         if (dc1) be->col2im1d(dc1 + (size_t)r * d, dcol + at, s.n, d, k, 2, k / 2, s.t0, s.s0, s.ns);
         else be->im2col1d(col + at, c1 + (size_t)r * d, s.n, d, k, 2, k / 2, s.t0, s.s0, s.ns);
@@ -135,30 +120,38 @@ static void conv2_cols(const ex_backend *be, ex_module *md, const ex_batch *b, c
 
 /* Whisper's sinusoids (modeling_qwen2_5_omni.py SinusoidsPositionEmbedding,
  * whisper/model.py sinusoids): row t = [sin(t inv_i), cos(t inv_i)], i < d/2,
- * inv_i = exp(-i ln(10000) / (d/2 - 1)); added to n rows of clip frames t0.. */
-static void add_sinusoids(float *x, int t0, int n, int d)
+ * inv_i = exp(-i ln(10000) / (d/2 - 1)); the n rows of clip frames t0.. into tab. */
+static void sinusoids(float *tab, int t0, int n, int d)
 {
     int half = d / 2;
     double inc = log(10000.0) / (half - 1);
     for (int r = 0; r < n; r++)
         for (int i = 0; i < half; i++) {
             double ang = (t0 + r) * exp(-inc * i);
-            x[(size_t)r * d + i] += (float)sin(ang);
-            x[(size_t)r * d + half + i] += (float)cos(ang);
+            tab[(size_t)r * d + i] = (float)sin(ang);
+            tab[(size_t)r * d + half + i] = (float)cos(ang);
         }
 }
 
-/* Positions of this rank's rows added to x0 (or, backward, dx0 into the learned rows' gradient). */
+/* Positions of this rank's rows added to x0, one add per segment (the
+ * learned table's rows, or sinusoids written into the dln scratch, free
+ * during a forward); backward (dx0), the learned rows' gradient. */
 static void positions(const ex_backend *be, ex_module *md, const ex_batch *b, float *x0, const float *dx0)
 {
     int d = md->d, Tm = b->mel_frames, F = Tm / 2, c0, c1;
     audio_clips(md, F, &c0, &c1);
     for (int c = c0; c < c1; c++) {
-        audio_seg s;
-        if (!audio_seg_of(md, F, Tm, c, &s)) continue;
-        if (dx0) be->add_inplace(md->g.pos + (size_t)s.t0 * d, dx0 + (size_t)s.row * d, (size_t)s.n * d);
-        else if (md->w.pos) be->add_inplace(x0 + (size_t)s.row * d, md->w.pos + (size_t)s.t0 * d, (size_t)s.n * d);
-        else add_sinusoids(x0 + (size_t)s.row * d, s.t0, s.n, d);
+        plan_audio_seg s;
+        if (!audio_seg_of(md, F, c, &s)) continue;
+        size_t n = (size_t)s.n * d;
+        if (dx0) {
+            be->add_inplace(md->g.pos + (size_t)s.t0 * d, dx0 + (size_t)s.row * d, n);
+        } else if (md->w.pos) {
+            be->add_inplace(x0 + (size_t)s.row * d, md->w.pos + (size_t)s.t0 * d, n);
+        } else {
+            sinusoids(md->a.dln, s.t0, s.n, d);
+            be->add_inplace(x0 + (size_t)s.row * d, md->a.dln, n);
+        }
     }
 }
 

@@ -233,38 +233,50 @@ static void price_encoder_head(pricer *p, const model_module *mm, const plan_mod
 }
 
 /* The audio stem on the first stage (executor/audio.c, Whisper's encoder)
- * on t rows: conv1 over R1 = plan_audio_conv1_rows rows (C mel bins x k taps
- * -> h) and conv2 (h x k -> h, stride 2) as im2col + GEMM, each with its
- * bias and GELU, the positions added; backward conv2's and conv1's weight
- * gradients and conv2's input gradient (col2im), conv1's im2col rebuilt (the
- * mel frames need no gradient). im2col and col2im are gathers priced as
- * copies of their nominal bytes: im2col reads and writes its rows x C k,
- * col2im reads the columns and updates the frames. */
-static void price_audio_stem(pricer *p, const model_module *mm, const plan_module *s, double t)
+ * on t rows, `segments` clip segments (plan_audio_stem_work): conv1 over its
+ * R1 rows (C mel bins x k taps -> h) and conv2 (h x k -> h, stride 2) as
+ * im2col (one call per segment) + GEMM, each with its bias and GELU, the
+ * positions added per segment; backward conv2's and conv1's weight
+ * gradients and conv2's input gradient (col2im per segment), the im2col
+ * rebuilt (the mel frames need no gradient), the learned positions'
+ * gradient per segment. im2col and col2im are gathers priced as copies of
+ * their nominal bytes: im2col reads and writes its rows x C k, col2im reads
+ * the columns and updates the frames. */
+static void ew_fwd_split(pricer *p, cost_ew k, double n, double calls)
 {
-    double h = mm->hidden, k = mm->patch, C = mm->in_channels, R1 = plan_audio_conv1_rows(mm, s, t);
+    for (int i = 0; i < calls; i++) ew_fwd(p, k, n / calls);
+}
+
+static void ew_bwd_split(pricer *p, cost_ew k, double n, double calls)
+{
+    for (int i = 0; i < calls; i++) ew_bwd(p, k, n / calls);
+}
+
+static void price_audio_stem(pricer *p, const model_module *mm, double t, double R1, double segments)
+{
+    double h = mm->hidden, k = mm->patch, C = mm->in_channels;
     pricer stem = *p;
     stem.need_input_grad = false;
     price_linear(&stem, R1, h, C * k);
     p->fwd = stem.fwd;
     p->bwd = stem.bwd;
     price_linear(p, t, h, h * k);
-    ew_fwd(p, COST_EW_COPY, R1 * C * k);                 /* conv1 im2col */
+    ew_fwd_split(p, COST_EW_COPY, R1 * C * k, segments);              /* conv1 im2col */
     ew_fwd(p, COST_EW_BIAS, R1 * h);
     ew_fwd(p, COST_EW_GELU, R1 * h);
-    ew_fwd(p, COST_EW_COPY, t * h * k);                  /* conv2 im2col */
+    ew_fwd_split(p, COST_EW_COPY, t * h * k, segments);               /* conv2 im2col */
     ew_fwd(p, COST_EW_BIAS, t * h);
     ew_fwd(p, COST_EW_GELU, t * h);
-    ew_fwd(p, COST_EW_ADD, t * h);                       /* positions */
-    if (mm->max_positions > 0 && p->need_weight_grad) ew_bwd(p, COST_EW_ADD, t * h);
+    ew_fwd_split(p, COST_EW_ADD, t * h, segments);                    /* positions */
+    if (mm->max_positions > 0 && p->need_weight_grad) ew_bwd_split(p, COST_EW_ADD, t * h, segments);
     ew_bwd(p, COST_EW_ZERO, t * h);
     ew_bwd(p, COST_EW_GELU_BWD, t * h);
-    ew_bwd(p, COST_EW_COPY, t * h * k);                  /* conv2 im2col again */
+    ew_bwd_split(p, COST_EW_COPY, t * h * k, segments);               /* conv2 im2col again */
     ew_bwd(p, COST_EW_ZERO, t * h * k);
     ew_bias_grad(p, mm->patch_bias, t * h);
-    ew_bwd(p, COST_EW_COPY, R1 * C * k);                 /* conv1 im2col again */
+    ew_bwd_split(p, COST_EW_COPY, R1 * C * k, segments);              /* conv1 im2col again */
     ew_bwd(p, COST_EW_ZERO, R1 * h);
-    ew_bwd(p, COST_EW_COPY, t * h * k / 2 + R1 * h);     /* col2im */
+    ew_bwd_split(p, COST_EW_COPY, t * h * k / 2 + R1 * h, segments);  /* col2im */
     ew_bwd(p, COST_EW_ZERO, R1 * h);
     ew_bwd(p, COST_EW_GELU_BWD, R1 * h);
     ew_bias_grad(p, mm->patch_bias, R1 * h);
@@ -472,7 +484,11 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
         if (st->stem) price_llm_stem(&p, mm, s, t, samples * w->text_tokens);
         if (st->head) price_llm_head(&p, mm, s, t, head_rows);
     } else if (mm->kind == MODEL_AUDIO) {
-        if (st->stem) price_audio_stem(&p, mm, s, t);
+        if (st->stem) {
+            double R1, segments;
+            plan_audio_stem_work(mm, (int)samples, (int)q.seq, s->sp, &R1, &segments);
+            price_audio_stem(&p, mm, t, R1, segments);
+        }
         if (st->head) price_audio_head(&p, mm, t);
     } else {
         if (st->stem) price_encoder_stem(&p, mm, s, t);

@@ -294,15 +294,6 @@ static void block_acts(act_list *l, const model_module *mm, const plan_module *s
     }
 }
 
-/* Rows conv1 computes on a rank holding N of the frames after the stem
- * (executor/audio.c): 2 N of them for whole clips (conv2 has stride 2), and
- * under Ulysses k - 2 more at most, the halo a rank whose rows start or end
- * inside a clip adds for conv2's kernel k. */
-double plan_audio_conv1_rows(const model_module *mm, const plan_module *s, double N)
-{
-    return 2 * N + (s->sp > 1 ? mm->patch - 2 : 0);
-}
-
 /* The audio stem's tensors on the first stage (executor/audio.c): conv1 on
  * R1 rows and conv2 on N, each before and after its GELU (conv2's after is
  * the first block's input), the im2col rows and the stem's gradients; the

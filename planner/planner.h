@@ -348,9 +348,21 @@ typedef struct {
     int pred_rows;            /* LLM: rows the head is sized for (every text position's prediction) */
     int emb_rows;             /* LLM with tp > 1: text rows of the vocab-parallel embedding */
 } plan_act_rows;
-/* Rows the audio encoder's first convolution computes on a rank holding N
- * rows after the stem (its stride-2 second convolution's input, with the
- * Ulysses halo). */
+/* The audio encoder's conv stem geometry (planner/audio.c): a rank holds
+ * rows [lo, lo + rows) of the batch's clips of F rows each (2F mel frames);
+ * its segment of clip c is the clip's rows [t0, t0 + n) at the rank's row
+ * `row`, whose conv2 reads the clip's conv1 frames [s0, s0 + ns) (clipped to
+ * the clip: the rest is padding). plan_audio_segment is false where the
+ * rank holds none of clip c; plan_audio_clips gives the clips [c0, c1) its
+ * rows touch. */
+typedef struct { int t0, n, row, s0, ns; } plan_audio_seg;
+bool plan_audio_segment(const model_module *mm, int F, int lo, int rows, int clip, plan_audio_seg *s);
+void plan_audio_clips(int F, int lo, int rows, int *c0, int *c1);
+/* The conv1 rows and segments of the rank of `sp` computing the most conv1
+ * rows, for `samples` clips of F rows (the cost model's). */
+void plan_audio_stem_work(const model_module *mm, int samples, int F, int sp, double *conv1_rows, double *segments);
+/* The conv1 rows a slot holds for N rows after the stem: at least every
+ * rank's (the layout's). */
 double plan_audio_conv1_rows(const model_module *mm, const plan_module *s, double N);
 /* Of pipeline stage `stage` (its blocks, the stem's and the head's tensors
  * where it holds them); fills out[0 .. min(n, cap)) and returns n. */

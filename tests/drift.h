@@ -11,8 +11,10 @@ enum { DRIFT_FWD = 0, DRIFT_BWD, DRIFT_NPH };
 /* The collectives as the cost model names them (allreduce_max is an all-reduce). */
 enum { DRIFT_AR = 0, DRIFT_AG, DRIFT_RS, DRIFT_A2A, DRIFT_NCOLL };
 
-/* The micro-batch: 2 samples of 1 image of 8 x 8 patches and 10 text tokens each. */
-enum { DRIFT_SAMPLES = 2, DRIFT_IMAGES = 2, DRIFT_GRID = 8, DRIFT_PATCHES = 64, DRIFT_TEXT = 10, DRIFT_MAX_RANKS = 2 };
+/* The micro-batch: 2 samples of 1 image of 8 x 8 patches (or one audio clip
+ * of 16 mel frames) and 10 text tokens each. */
+enum { DRIFT_SAMPLES = 2, DRIFT_IMAGES = 2, DRIFT_GRID = 8, DRIFT_PATCHES = 64, DRIFT_TEXT = 10, DRIFT_MAX_RANKS = 2,
+       DRIFT_MEL_FRAMES = 16 };
 
 #define DRIFT_MAX_SHAPES 64
 
@@ -42,6 +44,7 @@ typedef struct {
     const char *name;
     const char *model;         /* zoo name */
     bool vision;               /* the vision encoder, else the LLM */
+    bool audio;                /* the audio encoder */
     int tp, sp;                /* >= 1 */
     bool seqpar, frozen;
     bool biases;               /* attention-output and MLP biases on (the zoo's tiny-vl LLM has none) */

@@ -11,7 +11,10 @@
  * vocab-parallel cross-entropy's row-max, exp-sum and gradient passes are
  * one CE over the logits ("row max, exp-sum and gradient passes together"),
  * counted at its row-max pass; attention is rows = queries x heads and
- * scores = the keys each query sees x heads. The passes are told apart by
+ * scores = the keys each query sees x heads; the audio stem's im2col,
+ * col2im and the row pooling are COPY of their nominal bytes as
+ * planner/cost.c prices them (price_audio_stem, price_audio_head), LayerNorm
+ * its own kind. The passes are told apart by
  * the model's unit hooks: a module enters its units with EX_USE_BACKWARD
  * from the first kernel of its backward on (recomputation included). */
 #include "tests/drift.h"
@@ -187,6 +190,46 @@ static void k_ce_grad(float *dl, const float *st, const int32_t *t, int n, int v
     cpu()->ce_grad(dl, st, t, n, vocab, v0, dscale);
 }
 
+static void k_ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int n, int d,
+                     float eps)
+{
+    count_ew(COST_EW_LAYERNORM, (double)n * d);
+    cpu()->layernorm_forward(out, mean, rstd, inp, w, b, n, d, eps);
+}
+
+static void k_ln_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                     const float *mean, const float *rstd, int n, int d)
+{
+    count_ew(COST_EW_LAYERNORM_BWD, (double)n * d);
+    cpu()->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, n, d);
+}
+
+/* im2col reads and writes n x C k; col2im reads n x C k and updates nx x C */
+static void k_im2col(float *col, const float *x, int n, int C, int k, int stride, int pad, int t0, int x0, int nx)
+{
+    count_ew(COST_EW_COPY, (double)n * C * k);
+    cpu()->im2col1d(col, x, n, C, k, stride, pad, t0, x0, nx);
+}
+
+static void k_col2im(float *dx, const float *dcol, int n, int C, int k, int stride, int pad, int t0, int x0, int nx)
+{
+    count_ew(COST_EW_COPY, (double)n * C * k / 2 + (double)nx * C);
+    cpu()->col2im1d(dx, dcol, n, C, k, stride, pad, t0, x0, nx);
+}
+
+/* pooling reads p rows per output row and writes one; backward reads one and updates p */
+static void k_pool_fwd(float *out, const float *inp, int m, int p, int d)
+{
+    count_ew(COST_EW_COPY, (double)m * d * (p + 1) / 2);
+    cpu()->avgpool_rows_forward(out, inp, m, p, d);
+}
+
+static void k_pool_bwd(float *dinp, const float *dout, int m, int p, int d)
+{
+    count_ew(COST_EW_COPY, (double)m * d * (2 * p + 1) / 2);
+    cpu()->avgpool_rows_backward(dinp, dout, m, p, d);
+}
+
 static void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
                     float wd, float c1, float c2)
 {
@@ -202,6 +245,8 @@ static const ex_backend counting_backend = {
     .swiglu_forward = k_swiglu_fwd, .swiglu_backward = k_swiglu_bwd, .gelu_forward = k_gelu_fwd,
     .gelu_backward = k_gelu_bwd, .embedding_forward = k_emb_fwd, .embedding_backward = k_emb_bwd,
     .cross_entropy = k_ce, .ce_row_max = k_ce_max, .ce_exp_sum = k_ce_exp, .ce_grad = k_ce_grad, .adamw = k_adamw,
+    .layernorm_forward = k_ln_fwd, .layernorm_backward = k_ln_bwd, .im2col1d = k_im2col, .col2im1d = k_col2im,
+    .avgpool_rows_forward = k_pool_fwd, .avgpool_rows_backward = k_pool_bwd,
 };
 
 static int hook_begin(void *ctx, int module, int unit, ex_unit_use use)
@@ -324,11 +369,13 @@ static void *run_rank(void *arg)
     memset(j->t, 0, sizeof *j->t);
     tl_tally = j->t;
     tl_pass = DRIFT_FWD;
-    if (!j->rc && j->dc->vision) {
+    if (!j->rc && (j->dc->vision || j->dc->audio)) {
         const float *out;
         int rows;
-        j->rc = ex_vision_forward(em, &j->b, &out, &rows, j->err);
-        if (!j->rc) j->rc = ex_vision_backward(em, &j->b, j->dvis, j->err);
+        j->rc = j->dc->audio ? ex_audio_forward(em, &j->b, &out, &rows, j->err)
+                             : ex_vision_forward(em, &j->b, &out, &rows, j->err);
+        if (!j->rc) j->rc = j->dc->audio ? ex_audio_backward(em, &j->b, j->dvis, j->err)
+                                         : ex_vision_backward(em, &j->b, j->dvis, j->err);
     } else if (!j->rc) {
         float loss;
         const float *dvis;
@@ -351,12 +398,18 @@ static float *random_floats(size_t n, uint64_t seed)
 
 /* The batch every rank runs: under Ulysses rank r holds the r-th part of the
  * patch rows (pixels) and of the merged rows' gradient (dvis); the LLM's
- * ranks all take the same vision rows (vis_in). */
+ * ranks all take the same vision rows (vis_in). An audio encoder's ranks
+ * read every clip's mel frames and the r-th part of the pooled rows' gradient. */
 int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally *t, char *err)
 {
-    const model_module *vm = &m->mod[model_find_kind(m, MODEL_VISION)], *lm = &m->mod[m->llm];
+    int vi = model_find_kind(m, MODEL_VISION), ai = model_find_kind(m, MODEL_AUDIO);
+    const model_module *vm = &m->mod[vi >= 0 ? vi : module], *lm = &m->mod[m->llm];
     int n_ranks = dc->tp * dc->sp, cpp = vm->in_channels * vm->temporal_patch * vm->patch * vm->patch;
     int merged = DRIFT_PATCHES / (vm->merge * vm->merge);
+    if (dc->audio) merged = DRIFT_MEL_FRAMES / 2 / m->mod[ai].pool;   /* a clip's pooled rows stand where an image's merged rows do */
+    int aps[DRIFT_SAMPLES];
+    for (int s = 0; s < DRIFT_SAMPLES; s++) aps[s] = 1;
+    float *mel = ai >= 0 ? random_floats((size_t)DRIFT_SAMPLES * DRIFT_MEL_FRAMES * m->mod[ai].in_channels, 3) : NULL;
     if (n_ranks > DRIFT_MAX_RANKS) return util_fail(err, UTIL_EINVAL, "%s: %d ranks", dc->name, n_ranks);
     int ipb[DRIFT_SAMPLES];
     for (int s = 0; s < DRIFT_SAMPLES; s++) ipb[s] = DRIFT_IMAGES / DRIFT_SAMPLES;
@@ -365,7 +418,8 @@ int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally 
     float *pixels = random_floats((size_t)DRIFT_IMAGES * DRIFT_PATCHES * cpp, 1);
     float *vis = random_floats((size_t)DRIFT_IMAGES * merged * lm->hidden, 2);
     rank_job *jobs = calloc(DRIFT_MAX_RANKS, sizeof *jobs);
-    if (!pixels || !vis || !jobs) {
+    if (!pixels || !vis || !jobs || (ai >= 0 && !mel)) {
+        free(mel);
         free(pixels);
         free(vis);
         free(jobs);
@@ -390,6 +444,11 @@ int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally 
                      .reduce_scatter = g_reduce_scatter, .recompute = dc->recompute },
         };
     }
+    for (int r = 0; dc->audio && r < n_ranks; r++) {
+        jobs[r].b = (ex_batch){ .n_audio = DRIFT_SAMPLES, .mel_frames = DRIFT_MEL_FRAMES, .mel = mel,
+                                .audio_per_sample = aps, .batch = DRIFT_SAMPLES, .text_tokens = DRIFT_TEXT,
+                                .tokens = tokens };
+    }
     pthread_t th[DRIFT_MAX_RANKS];
     for (int r = 0; r < n_ranks; r++) pthread_create(&th[r], NULL, run_rank, &jobs[r]);
     for (int r = 0; r < n_ranks; r++) pthread_join(th[r], NULL);
@@ -397,6 +456,7 @@ int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally 
     int rc = UTIL_OK;
     for (int r = 0; r < n_ranks && !rc; r++)
         if (jobs[r].rc) rc = util_fail(err, jobs[r].rc, "%s: rank %d: %s", dc->name, r, jobs[r].err);
+    free(mel);
     free(pixels);
     free(vis);
     free(jobs);

@@ -273,7 +273,9 @@ int drift_price(const drift_case *dc, const model_t *m, int module, drift_tally 
                           .seq_parallel = dc->seqpar };
     snprintf(pr.s.module, sizeof pr.s.module, "%s", m->mod[module].name);
     pr.w = (plan_workload){ .global_batch = DRIFT_SAMPLES, .images_per_sample = DRIFT_IMAGES / DRIFT_SAMPLES,
-                            .image_tokens = DRIFT_PATCHES, .text_tokens = DRIFT_TEXT };
+                            .image_tokens = DRIFT_PATCHES, .text_tokens = DRIFT_TEXT,
+                            .audio_frames = model_find_kind(m, MODEL_AUDIO) >= 0 ? DRIFT_MEL_FRAMES / 2 : 0 };
+    if (model_find_kind(m, MODEL_VISION) < 0) pr.w.images_per_sample = pr.w.image_tokens = 0;
     memset(mt, 0, sizeof *mt);
     pr.c = malloc(sizeof *pr.c);
     if (!pr.c) return UTIL_ENOMEM;

@@ -120,7 +120,7 @@ static void drift_check(const drift_case *in, const char *const *pinned)
     char err[UTIL_ERR_LEN] = "";
     model_t m;
     CHECK_MSG(model_load(dc->model, &m, err) == UTIL_OK, "%s", err);
-    int module = dc->vision ? model_find_kind(&m, MODEL_VISION) : m.llm;
+    int module = dc->vision ? model_find_kind(&m, MODEL_VISION) : dc->audio ? model_find_kind(&m, MODEL_AUDIO) : m.llm;
     CHECK(module >= 0);
     model_module *mm = &m.mod[module];
     mm->frozen = dc->frozen;
@@ -489,4 +489,89 @@ TEST(drift_vision_tp2)
         NULL
     };
     drift_check(CASE(.name = "vision tp2", .model = "tiny-vl", .vision = true, .tp = 2), pinned);
+}
+
+/* tiny-audio's audio encoder on one rank: 2 clips of 16 mel frames, 16 rows
+ * after the conv stem, q, k, v 32 wide, a GELU MLP of 64, 2 LayerNorm
+ * blocks, 8 pooled rows. The conv stem, positions, pooling, final norm and
+ * projector agree call for call. */
+#define AUDIO_FWD                                                       \
+    "fwd GEMM calls: cost model 11, executor 15",                 /* D1 */ \
+    "fwd GEMM (16, 32, 32) calls: cost model 2, executor 8",      /* D1 */ \
+    "fwd GEMM (16, 96, 32) calls: cost model 2, executor 0"       /* D1 */
+#define AUDIO_BWD                                                       \
+    "bwd GEMM calls: cost model 21, executor 29",                 /* D1 */ \
+    "bwd GEMM (16, 32, 32) calls: cost model 2, executor 8",      /* D1 */ \
+    "bwd GEMM (16, 32, 96) calls: cost model 2, executor 0",      /* D1 */ \
+    "bwd GEMM (32, 32, 16) calls: cost model 2, executor 8",      /* D1 */ \
+    "bwd GEMM (32, 96, 16) calls: cost model 2, executor 0"       /* D1 */
+
+TEST(drift_audio)
+{
+    static const char *const pinned[] = { AUDIO_FWD, AUDIO_BWD, NULL };
+    drift_check(CASE(.name = "audio", .model = "tiny-audio", .audio = true), pinned);
+}
+
+/* Qwen2.5-Omni's sinusoids (through the backend's add, as the learned
+ * table's rows) and every block re-run from its input in backward. */
+TEST(drift_audio_sinusoids_full_recompute)
+{
+    static const char *const pinned[] = {
+        AUDIO_FWD,
+        "bwd GEMM calls: cost model 29, executor 41",                 /* D1 */
+        "bwd GEMM (16, 32, 32) calls: cost model 4, executor 16",     /* D1 */
+        "bwd GEMM (16, 32, 96) calls: cost model 2, executor 0",      /* D1 */
+        "bwd GEMM (16, 96, 32) calls: cost model 3, executor 1",      /* D1 */
+        "bwd GEMM (32, 32, 16) calls: cost model 2, executor 8",      /* D1 */
+        "bwd GEMM (32, 96, 16) calls: cost model 2, executor 0",      /* D1 */
+        NULL
+    };
+    drift_check(CASE(.name = "audio omni full", .model = "tiny-omni", .audio = true, .recompute = PLAN_RECOMP_FULL), pinned);
+}
+
+/* A frozen encoder runs no backward. */
+TEST(drift_audio_frozen)
+{
+    static const char *const pinned[] = { AUDIO_FWD, NULL };
+    drift_check(CASE(.name = "audio frozen", .model = "tiny-audio", .audio = true, .frozen = true), pinned);
+}
+
+/* Ulysses over 2 ranks of one clip each: the stem's segments and the
+ * pooling per rank; the re-sharding copies outside the backend (D3). */
+TEST(drift_audio_ulysses_sp2)
+{
+    static const char *const pinned[] = {
+        "fwd copy calls: cost model 11, executor 3",                  /* D3 */
+        "fwd copy elements: cost model 3776, executor 1728",          /* D3 */
+        "fwd GEMM calls: cost model 11, executor 15",                 /* D1 */
+        "fwd GEMM (8, 32, 32) calls: cost model 2, executor 8",       /* D1 */
+        "fwd GEMM (8, 96, 32) calls: cost model 2, executor 0",       /* D1 */
+        "bwd copy calls: cost model 12, executor 4",                  /* D3 */
+        "bwd copy elements: cost model 4800, executor 2752",          /* D3 */
+        "bwd GEMM calls: cost model 21, executor 29",                 /* D1 */
+        "bwd GEMM (8, 32, 32) calls: cost model 2, executor 8",       /* D1 */
+        "bwd GEMM (8, 32, 96) calls: cost model 2, executor 0",       /* D1 */
+        "bwd GEMM (32, 32, 8) calls: cost model 2, executor 8",       /* D1 */
+        "bwd GEMM (32, 96, 8) calls: cost model 2, executor 0",       /* D1 */
+        NULL
+    };
+    drift_check(CASE(.name = "audio sp2", .model = "tiny-audio", .audio = true, .sp = 2), pinned);
+}
+
+/* Tensor parallel: heads and the GELU MLP's columns split; the stem, the
+ * final norm and the projector whole on every rank, as priced. */
+TEST(drift_audio_tp2)
+{
+    static const char *const pinned[] = {
+        "fwd GEMM calls: cost model 11, executor 15",                 /* D1 */
+        "fwd GEMM (16, 16, 32) calls: cost model 0, executor 6",      /* D1 */
+        "fwd GEMM (16, 48, 32) calls: cost model 2, executor 0",      /* D1 */
+        "bwd GEMM calls: cost model 21, executor 29",                 /* D1 */
+        "bwd GEMM (16, 32, 16) calls: cost model 2, executor 8",      /* D1 */
+        "bwd GEMM (16, 32, 48) calls: cost model 2, executor 0",      /* D1 */
+        "bwd GEMM (32, 48, 16) calls: cost model 2, executor 0",      /* D1 */
+        "bwd GEMM (32, 16, 16) calls: cost model 0, executor 6",      /* D1 */
+        NULL
+    };
+    drift_check(CASE(.name = "audio tp2", .model = "tiny-audio", .audio = true, .tp = 2), pinned);
 }
