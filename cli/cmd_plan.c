@@ -21,8 +21,9 @@ static void usage(void)
            "                        zero3, tp, sp-tp and dhp per row (precision bf16-autocast unless given)\n"
            "  --grid T:B,...        the grid for --compare, vision tokens:batch pairs\n"
            "  --strategy SPEC       no search: the plan of explicit per-module strategies, e.g.\n"
-           "                        'vision:gpus=1,sp=1;llm:gpus=2,tp=2' (keys dp tp sp pp zero mb rc seqpar\n"
-           "                        pool gpus), with --placement colocated (default) or disaggregated\n"
+           "                        'vision:gpus=1,sp=1;llm:gpus=2,tp=2' (keys dp tp sp pp vp zero mb rc\n"
+           "                        seqpar pool gpus; vp: interleaved stages per pp rank), with --placement\n"
+           "                        colocated (default) or disaggregated\n"
            "  --gpus N              GPUs (ranks) a --strategy plan uses (default: all of pool 0)\n"
            "  --n-micro N           chunks pipelined between module groups (--strategy, disaggregated)\n", cli_setup_help);
 }

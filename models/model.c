@@ -38,6 +38,7 @@ static const field_desc fields[] = {
     FD(kv_heads, F_INT, G_ALL), FD(head_dim, F_INT, G_ALL), FI(ffn, G_ALL),
     FB(qkv_bias, G_ALL), FD(k_bias, F_BOOL, G_ALL), FB(out_bias, G_ALL), FB(mlp_bias, G_ALL),
     FB(qk_norm, G_ALL), FB(layer_scale, G_ALL), FB(frozen, G_ALL),
+    FB(unfused_attention, G_ALL), FB(dropout, G_ALL),
     FB(pre_norm, G_ALL), FB(final_norm, G_ALL),
     FI(in_channels, G_ENCODER), FI(patch, G_ENCODER), FB(patch_bias, G_ENCODER),
     FI(temporal_patch, G_ENCODER), FI(image_size, G_ENCODER), FI(max_positions, G_ENCODER),

@@ -41,6 +41,14 @@ typedef struct {
     bool qk_norm;                /* norm on the whole projected q and k vectors (InternViT q_norm/k_norm over heads*head_dim) */
     bool layer_scale;            /* per-channel layer scale gammas (InternViT) */
     bool frozen;                 /* parameters not trained (no grads / optimizer) */
+    /* How the training software runs the block (priced by the Megatron
+     * target; dhp's executor refuses both): attention as separate GEMMs and
+     * a fused softmax over the whole s x s score matrix, as Megatron-LM did
+     * before FlashAttention (Korthikanti et al., arXiv 2205.05198, sec. 4.1);
+     * dropout after the attention probabilities, the attention output and
+     * the MLP output (GPT-3's attention_dropout, hidden_dropout). */
+    bool unfused_attention;
+    bool dropout;
 
     /* encoders */
     int in_channels;             /* vision: 3. audio: mel bins */

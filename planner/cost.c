@@ -14,6 +14,7 @@ typedef struct {
     double fwd, bwd;             /* seconds */
     bool need_weight_grad;       /* false when frozen */
     bool need_input_grad;        /* false for a frozen first module */
+    bool megatron;               /* PLAN_TARGET_MEGATRON: Megatron-LM's kernels and recomputation */
 } pricer;
 
 void plan_comm_add(plan_comm *c, bool backward, double seconds, int count)
@@ -106,11 +107,41 @@ static void price_block_elementwise(pricer *p, const model_module *mm, double t,
     if (partial_norms) { ew_bwd(p, COST_EW_ADD, h); ew_bwd(p, COST_EW_ADD, h); }
 }
 
+/* Attention without FlashAttention (model_module.unfused_attention), as
+ * Megatron-LM ran it before 2022 (Korthikanti et al., arXiv 2205.05198,
+ * sec. 4.1, and its FusedScaleMaskSoftmax): Q K^T and P V as batched GEMMs
+ * over the whole `keys` x `keys` score matrix of each sequence (the causal
+ * mask is applied, not skipped), the fused scale-mask-softmax reading and
+ * writing every score, then dropout on the probabilities (its 1-byte mask).
+ * Backward: four GEMMs (dP, dV, dQ, dK), the dropout and softmax gradients.
+ * The score passes are bound by memory (cost_memory_time). */
+static void price_attention_unfused(pricer *p, const model_module *mm, double queries, double keys, double heads,
+                                    double head_dim)
+{
+    double rows = queries * heads, scores = rows * keys, A = p->A;
+    double drop_fwd = mm->dropout ? 2 * A + 1 : 0, drop_bwd = mm->dropout ? 2 * A + 1 : 0;
+    p->fwd += cost_gemm_time(p->g, rows, keys, head_dim) + cost_gemm_time(p->g, rows, head_dim, keys);
+    p->fwd += cost_memory_time(p->g, scores * (2 * A + drop_fwd));
+    if (!runs_backward(p)) return;
+    p->bwd += 2 * cost_gemm_time(p->g, rows, keys, head_dim) + 2 * cost_gemm_time(p->g, rows, head_dim, keys);
+    p->bwd += cost_memory_time(p->g, scores * (3 * A + drop_bwd));
+}
+
+/* Dropout on n elements of the block's hidden rows (after the attention
+ * output and the MLP output, model_module.dropout): forward reads x, writes
+ * y and the 1-byte mask; backward reads dy and the mask, writes dx. */
+static void price_hidden_dropout(pricer *p, double n)
+{
+    if (!(n > 0)) return;
+    p->fwd += cost_memory_time(p->g, n * (2 * p->A + 1));
+    if (runs_backward(p)) p->bwd += cost_memory_time(p->g, n * (2 * p->A + 1));
+}
+
 /* One transformer block on t local tokens (after the Ulysses split, per dp
  * rank); *selective gets what selective recomputation re-runs of it in
  * backward: the attention core's forward and the MLP activation. */
 static void price_block(pricer *p, const model_module *mm, const plan_module *s, double t,
-                        double span, bool cross, double cross_tokens, double *selective)
+                        double span, double keys, bool cross, double cross_tokens, double *selective)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     bool seqpar = s->seq_parallel && s->tp > 1;
@@ -123,7 +154,8 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
         price_attention(&core, t, cross_tokens, H / tp, d);
     } else {
         price_linear(p, t, (H + 2 * KV) * d / tp, h);
-        price_attention(&core, t, span, H / tp, d);
+        if (mm->unfused_attention) price_attention_unfused(&core, mm, t, keys, H / tp, d);
+        else price_attention(&core, t, span, H / tp, d);
     }
     p->fwd += core.fwd;
     p->bwd += core.bwd;
@@ -132,6 +164,11 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     else price_linear(p, t, f / tp, h);
     price_linear(p, t, h, f / tp);
     price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross, seqpar);
+    if (mm->dropout) { price_hidden_dropout(p, tn * h); price_hidden_dropout(p, tn * h); }
+    /* Megatron-LM's selective recomputation re-runs the attention core only
+     * (Korthikanti et al. sec. 5; Megatron-Core recompute_modules
+     * ["core_attn"]); dhp's executor re-runs the MLP activation too. */
+    if (p->megatron) { *selective = core.fwd; return; }
     *selective = core.fwd + cost_elementwise_time(p->g, mm->ffn_kind == MODEL_FFN_SWIGLU ? COST_EW_SWIGLU : COST_EW_GELU,
                                                   t * f / tp, p->A);
 }
@@ -139,14 +176,14 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
 /* count blocks of one kind: their compute into p, their forward (what full
  * recomputation re-runs) into *blocks_fwd, selective's re-run into *selective. */
 static void price_blocks(pricer *p, const model_module *mm, const plan_module *s, double t,
-                         double span, bool cross, double cross_tokens, int count, double *blocks_fwd,
+                         double span, double keys, bool cross, double cross_tokens, int count, double *blocks_fwd,
                          double *selective)
 {
     if (count == 0) return;
     pricer one = *p;
     one.fwd = one.bwd = 0;
     double sel = 0;
-    price_block(&one, mm, s, t, span, cross, cross_tokens, &sel);
+    price_block(&one, mm, s, t, span, keys, cross, cross_tokens, &sel);
     p->fwd += count * one.fwd;
     p->bwd += count * one.bwd;
     *blocks_fwd += count * one.fwd;
@@ -366,7 +403,8 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     memset(out, 0, sizeof *out);
 
     double A = plan_precision_bytes(o->precision).act;   /* activation / communication element */
-    pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM) };
+    pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM),
+                 .megatron = o->target == PLAN_TARGET_MEGATRON };
     bool backward = runs_backward(&p);
     if (samples <= 0) {   /* an empty micro-batch (planner/schedule.c, micro_ops): the strategy's collectives only */
         plan_comm dp = { 0 };
@@ -388,9 +426,11 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
         else n_window++;
     }
     double blocks_fwd = 0, selective = 0;
-    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, n_full, &blocks_fwd, &selective);
-    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window, &blocks_fwd, &selective);
-    price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross, &blocks_fwd, &selective);
+    /* Keys of the whole score matrix the unfused attention materialises: the sequence (window). */
+    double keys_full = q.seq, keys_window = mm->window > 0 ? fmin(mm->window, q.seq) : q.seq;
+    price_blocks(&p, mm, s, t, q.attn_span_full, keys_full, false, cross_tokens, n_full, &blocks_fwd, &selective);
+    price_blocks(&p, mm, s, t, q.attn_span_window, keys_window, false, cross_tokens, n_window, &blocks_fwd, &selective);
+    price_blocks(&p, mm, s, t, 0, 0, true, cross_tokens, n_cross, &blocks_fwd, &selective);
     int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
     if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
     double head_rows = mm->kind == MODEL_LLM ? plan_head_rows(w, o->target, samples, t) : 0;
@@ -414,12 +454,18 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     }
     merge_fwd(&tp_fwd, &tp);
     merge_fwd(&sp_fwd, &sp);
-    /* Pipeline stage hand-offs, forward activation and backward gradient. */
+    /* Pipeline stage hand-offs, forward activation and backward gradient:
+     * pp - 1 per micro-batch, pp * vp - 1 with interleaving (every model
+     * chunk hands off to the next rank; Narayanan et al. SC'21 sec. 2.2.2). */
+    out->stage_frac = 1.0;
     if (s->pp > 1) {
         bool same_node = (double)s->tp * s->sp * s->dp * s->pp <= gpn;
         double hop = cost_p2p_time(c, s->pool, s->pool, same_node, A * t * mm->hidden);
-        pp.fwd_s = (s->pp - 1) * hop;
-        pp.bwd_s = backward ? (s->pp - 1) * hop : 0;
+        int hops = s->pp * plan_vp(s) - 1;
+        pp.fwd_s = hops * hop;
+        pp.bwd_s = backward ? hops * hop : 0;
+        /* uneven stages: the first ones hold ceil(layers / pp) blocks and pace the pipeline */
+        out->stage_frac = ceil((double)mm->layers / s->pp) / mm->layers;
     }
     double dp_busy;
     plan_price_dp_micro(mm, s, pool, o, backward, out->fwd_s, out->bwd_s + out->recompute_s, &dp, &dp_busy);
@@ -476,8 +522,11 @@ double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_sampl
     double per_rank = ceil((double)chunk_samples / s->dp);
     double steps = ceil(per_rank / s->micro_batch);
     if (s->pp == 1) return steps * t->micro_s;
-    double stage = t->micro_s / s->pp;
-    return (steps + s->pp - 1) * stage;
+    /* 1F1B: the pipeline fills and drains once, pp - 1 stage times; with vp
+     * interleaved chunks per rank the bubble is (pp - 1) / vp of them
+     * (Narayanan et al. SC'21, sec. 2.2.2: bubble fraction (p - 1) / (v m)). */
+    double stage = t->micro_s * (t->stage_frac > 0 ? t->stage_frac : 1.0 / s->pp);
+    return (steps + (double)(s->pp - 1) / plan_vp(s)) * stage;
 }
 
 static bool divides(long a, long b) { return a > 0 && b % a == 0; }
@@ -506,8 +555,14 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (s->pp > 1 && s->zero >= 2)
         return util_fail(err, UTIL_EINVAL, "%s: zero %d does not combine with pp %d (use zero <= 1)", mm->name,
                          s->zero, s->pp);
-    if (mm->layers % s->pp != 0)
-        return util_fail(err, UTIL_EINVAL, "%s: pp %d does not divide %d layers", mm->name, s->pp, mm->layers);
+    /* Uneven stages are allowed (Llama 3 405B: 126 layers over 16 stages);
+     * interleaving needs every stage's blocks in vp equal chunks, as
+     * Megatron-LM asks (layers divisible by pp x vp). */
+    if (s->pp > mm->layers)
+        return util_fail(err, UTIL_EINVAL, "%s: pp %d exceeds %d layers", mm->name, s->pp, mm->layers);
+    if (plan_vp(s) > 1 && (s->pp == 1 || mm->layers % (s->pp * plan_vp(s)) != 0))
+        return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and layers %d divisible by pp x vp", mm->name,
+                         plan_vp(s), mm->layers);
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     if (s->sp > 1 && fmod(q.seq, s->sp) != 0)

@@ -56,6 +56,7 @@ cJSON *plan_module_to_json(const plan_module *s)
     cJSON_AddNumberToObject(o, "micro_batch", s->micro_batch);
     cJSON_AddStringToObject(o, "recompute", recompute_names[s->recompute]);
     cJSON_AddBoolToObject(o, "seq_parallel", s->seq_parallel);
+    if (plan_vp(s) > 1) cJSON_AddNumberToObject(o, "vp", s->vp);
     return o;
 }
 
@@ -141,6 +142,7 @@ static int parse_module(const cJSON *o, const char *ctx, plan_module *s, char *e
     INT_FIELD(pp, 1, 1024, true, 1)
     INT_FIELD(zero, 0, 3, true, 0)
     INT_FIELD(micro_batch, 1, 1 << 20, true, 1)
+    INT_FIELD(vp, 1, 1024, false, 1)
 #undef INT_FIELD
     if ((rc = util_json_str(o, ctx, "recompute", false, "none", buf, sizeof buf, err))) return rc;
     int r = parse_enum(buf, recompute_names, 3);

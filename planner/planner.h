@@ -61,7 +61,12 @@ typedef struct {
     int micro_batch;          /* samples per micro-batch per dp rank */
     plan_recompute recompute;
     bool seq_parallel;        /* Megatron sequence parallelism on top of tp (LLM) */
+    /* Interleaved pipeline: model chunks per pp rank (Megatron-LM's virtual
+     * pipeline stages, Narayanan et al. SC'21 sec. 2.2.2); 0 or 1 = none. */
+    int vp;
 } plan_module;
+/* The virtual stages of s (1 when unset). */
+static inline int plan_vp(const plan_module *s) { return s->vp > 1 ? s->vp : 1; }
 
 /* A rank's position in a module group (see plan_module). */
 typedef struct { int dp, tp, sp, pp; } plan_coord;
@@ -171,6 +176,9 @@ typedef struct {
      * reduce-scatters (plan_dp_rules), the part compute does not hide */
     double zero_comm_s;
     double pp_p2p_s;                     /* per micro-batch stage hand-offs */
+    /* The slowest pipeline stage's share of micro_s: its blocks over all of
+     * them (ceil(layers / pp) / layers; 1 / pp when pp divides the layers). */
+    double stage_frac;
     double micro_s;                      /* one micro-batch through the whole module (all pp stages) */
     double fwd_comm_s;                   /* the forward pass's part of tp + sp + zero + pp communication */
     /* Once per step: the GRAD_SYNC op (all-reduce, or ZeRO-1's unit

@@ -209,6 +209,7 @@ static int build_module(const build_ctx *b, int k)
             for (int sp = 1; tp * sp <= g && tp * sp <= mm->heads; sp *= 2)
             for (int pp = 1; tp * sp * pp <= g && pp <= b->o->max_pp; pp *= 2) {
                 if (g % (tp * sp * pp)) continue;
+                if (mm->layers % pp) continue;   /* the search keeps to even stages */
                 int dp = g / (tp * sp * pp);
                 for (int rc = 0; rc < 3; rc++)
                 for (int zero = 0; zero <= 3; zero++) {
