@@ -510,10 +510,63 @@ def main():
             c["est"] = est.get(str(c["idx"]), {})
             c["meg"] = megatron_theoretical(c)
     report(cases, skipped)
+    fit_rows(a.dhp, skipped)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"cases": cases, "skipped": [dict(row=i, kind=k, reason=w, source=r["source"], model=r["model"])
                                                    for i, r, k, w in skipped]}, f, indent=1, default=str)
+
+
+# ---------------------------------------------------------------- fit rows
+def fit_rows(dhp, skipped):
+    """The kernel and collective rows set costdb numbers (which ones: the
+    'fit' column); dhp's price of each next to the measurement. Rows whose
+    hardware the costdb does not describe are listed as such."""
+    out = []
+    for i, r, kind, _ in skipped:
+        if kind != "fit":
+            continue
+        fam, gpu, v = family(r["source"]), r["gpu"], num(r["value"])
+        preset, spec, fit, unit = None, None, "", 1e12
+        if fam == "gemm":
+            shape = re.search(r"(\d+)x(\d+)x(\d+)", r["model"])
+            preset = "8xa100-80g" if gpu.startswith("A100") else "8xh100" if gpu.startswith("H100") else None
+            spec = "gemm:" + ",".join(shape.groups())
+            fit = "gemm_eff_max" if preset else ""
+        elif fam == "attention" and "head_dim" in r["model"]:
+            d = int(re.search(r"head_dim (\d+)", r["model"]).group(1))
+            preset, spec, fit = "8xh100", f"attention:{int(num(r['seq']))},{int(num(r['heads']))},{d},0", "attn_hd_half (ratio to d=128)"
+        elif fam == "attention":   # FlashAttention-2's best case on A100, head dim 128
+            preset, spec = "8xa100-80g", "attention:16384,16,128,0"
+        elif fam == "nccl":
+            n = int(num(r["gpus"]))
+            S = float(re.search(r"payload (\d+)", r["model"]).group(1)) * {"MiB": 2**20, "GiB": 2**30}[
+                re.search(r"payload \d+(MiB|GiB)", r["model"]).group(1)]
+            preset = "8xa100-80g" if gpu.startswith("A100") else "8xh200" if gpu.startswith("H200") else None
+            spec, unit = f"allreduce:{int(S)},{n}", 1e9
+            fit = "intra link" if preset and n == 8 and "SHARP" not in r["source"] else ""
+        row = {"row": i, "what": r["model"][:34], "gpu": gpu.split(" (")[0][:22], "measured": v, "fit": fit}
+        if preset:
+            q = subprocess.run([dhp, "clusters", preset, "--price", spec], capture_output=True, text=True)
+            if q.returncode == 0:
+                j = json.loads(q.stdout)
+                row["dhp"] = (j.get("flops_per_s") or j.get("busbw")) / unit
+        out.append(row)
+    ref = {x["row"]: x for x in out}
+    base = next((dict(x) for x in out if "head_dim 128" in x["what"] and "dhp" in x), None)
+    for x in out:   # the attention rows are fitted as ratios to head dim 128 (FlashAttention-3 there, FA2 in dhp)
+        if "head_dim" in x["what"] and base and "dhp" in x:
+            x["measured"], x["dhp"] = x["measured"] / base["measured"], x["dhp"] / base["dhp"]
+    print("\nfit rows: kernel and collective measurements that set costdb numbers (the training rows above are held out)")
+    print(f"{'row':>3} {'what':<34} {'gpu':<22} {'measured':>9} {'dhp':>9} {'error':>7}  used to fit")
+    for x in out:
+        d = x.get("dhp")
+        e = err(d, x["measured"])
+        print(f"{x['row']:>3} {x['what']:<34} {x['gpu']:<22} {x['measured']:9.3f} " +
+              (f"{d:9.3f} {fmt_err(e)}" if d is not None else f"{'-':>9} {'-':>7}") +
+              f"  {x['fit'] or ('no costdb entry for this GPU' if d is None else 'check only')}")
+    print("  (GEMM, attention: TFLOP/s; attention rows as ratios to head dim 128; all-reduce: bus bandwidth GB/s)")
+    return ref
 
 
 def report(cases, skipped):
