@@ -324,6 +324,21 @@ def interpret(r, idx):
     return c
 
 
+def stated_ooms(rows, n):
+    """Runs a source says did not fit, as cases of their own (after the table's rows):
+    Narayanan et al. Table 2's note, 529.6B under ZeRO-3 on 560 GPUs (global batch 2240,
+    so 4 samples per GPU), the configuration of its 640-GPU row otherwise."""
+    out = []
+    for i, r in enumerate(rows, 1):
+        if family(r["source"]) == "narayanan-t2" and "ZeRO-3 at 560 GPUs did not fit" in r["notes"] \
+                and r["model"] == "GPT-529.6B" and r["zero_or_fsdp"] == "ZeRO-3" and r["gpus"] == "640":
+            c = interpret(r, i)
+            c.update(idx=n + 1, gpus=560, dp=560, mb=4, gb=2240, pub_step_s=None, stated_oom=True,
+                     name="GPT-529.6B OOM", inferred=c["inferred"] + [f"row {i}'s configuration on 560 GPUs, gbs 2240"])
+            out.append(c)
+    return out
+
+
 def published_step(c):
     """The published figure as seconds per step, with the source's own FLOP formula."""
     m, metric, v = c["model"], c["metric"], c["value"]
@@ -497,6 +512,7 @@ def main():
             cases.append(interpret(r, i))
         except Skip as s:
             skipped.append((i, r, s.kind, str(s)))
+    cases += stated_ooms(rows, len(rows))
     py, failed = (None, []) if a.no_estimators else estimator_venv(a.venv)
     est = {"_missing": {}} if a.no_estimators else run_estimators(py, cases)
     missing = sorted(set(failed) | set(est.get("_missing", {})))
@@ -627,6 +643,12 @@ def report(cases, skipped):
     stated = [c for c in cases if c["mem"].get("peak_gib") and "error" not in c["dhp"]]
     ok = sum(1 for c in stated if c["dhp"]["fits"])
     print(f"  rows stating per-GPU peak memory: fits on {ok} of {len(stated)}")
+    for c in cases:
+        if c.get("stated_oom") and "error" not in c["dhp"]:
+            mem = c["dhp"]["mem"]
+            print(f"  stated OOM: {c['name']} on {c['gpus']} GPUs (ZeRO-3, micro-batch {c['mb']}): dhp predicts "
+                  f"{'OOM' if not c['dhp']['fits'] else 'fits'} ({mem.get('total', 0) / GIB:.1f} of "
+                  f"{mem.get('capacity', 0) / GIB:.0f} GiB) -> {'agrees' if not c['dhp']['fits'] else 'disagrees'}")
     print("\nsummary: |step-time error| per source (check rows; no training row was used to fit anything)")
     allerr = []
     for fam, es in sorted(by_fam.items()):
