@@ -269,9 +269,12 @@ def interpret(r, idx):
             seq = 8192
             inferred.append("global batch = local batch x dp (torchtitan's batch_size is per dp rank)")
         if "selective (layer)" in r["recompute"]:
-            inferred.append("layer-wise SAC priced as selective recomputation (attention core)")
-        elif c["rc"] == "selective":
-            inferred.append("per-op SAC priced as selective recomputation (attention core)")
+            raise Skip("unexpressible", "layer-wise SAC (every second block fully recomputed): dhp applies one "
+                                        "recomputation to every block")
+        if c["rc"] == "selective":   # torchtitan's selective_ac_option 'op' (train_configs/llama3_*.toml)
+            c["rc"] = "op"
+            if "per-op" not in r["recompute"] and "(op)" not in r["recompute"]:
+                inferred.append("selective = torchtitan's per-op SAC (selective_ac_option 'op' of its Llama 3 configs)")
         if "torchtitan-a100" == fam:
             inferred.append("A100 cluster links as the 16x8xa100 preset")
         if tp > 1:
@@ -429,9 +432,10 @@ def megatron_theoretical(c):
 
 
 # ---------------------------------------------------------------- estimators' environment
-EST_PACKAGES = [("deepspeed", ["deepspeed==0.19.8", "einops", "hjson", "msgpack", "ninja", "psutil", "py-cpuinfo",
-                               "pydantic>=2", "tqdm"]),
-                ("llm-analysis", ["llm-analysis==0.2.2", "fire>=0.5,<0.6", "termcolor", "six"])]
+# (name, module to import, the package itself, installed without its pins; its other requirements)
+EST_PACKAGES = [("deepspeed", "deepspeed.runtime.zero.stage3", "deepspeed==0.19.8",
+                 ["einops", "hjson", "msgpack", "ninja", "packaging", "psutil", "py-cpuinfo", "pydantic>=2", "tqdm"]),
+                ("llm-analysis", "llm_analysis.analysis", "llm-analysis==0.2.2", ["fire>=0.5,<0.6"])]
 
 
 def estimator_venv(venv):
@@ -445,13 +449,13 @@ def estimator_venv(venv):
         r = subprocess.run(["/usr/bin/python3", "-m", "venv", "--system-site-packages", venv], capture_output=True)
         if r.returncode:
             return None, ["the virtual environment (python3 -m venv failed)"]
-    for name, pkgs in EST_PACKAGES:
-        mod = "deepspeed" if name == "deepspeed" else "llm_analysis"
-        if subprocess.run([py, "-c", f"import importlib.util,sys; sys.exit(importlib.util.find_spec('{mod}') is None)"],
-                          capture_output=True).returncode == 0:
+    env = dict(os.environ, DS_ACCELERATOR="cpu")
+    for name, mod, pkg, deps in EST_PACKAGES:
+        if subprocess.run([py, "-c", f"import {mod}"], capture_output=True, env=env).returncode == 0:
             continue
-        r = subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps"] + pkgs, capture_output=True, text=True)
-        if r.returncode:
+        pip = [py, "-m", "pip", "install", "-q"]
+        if subprocess.run(pip + deps, capture_output=True).returncode or \
+                subprocess.run(pip + ["--no-deps", pkg], capture_output=True).returncode:
             failed.append(name)
     return py, failed
 
@@ -520,6 +524,8 @@ def main():
         print("estimators: skipped (--no-estimators)")
     elif missing:
         print(f"estimators: could not install or import {', '.join(missing)}; going on without")
+    else:
+        print(f"estimators: {', '.join(p for _, _, p, _ in EST_PACKAGES)} in {os.path.relpath(a.venv, ROOT)}")
     with tempfile.TemporaryDirectory() as tmp:
         for c in cases:
             c["dhp"] = run_dhp(a.dhp, c, tmp)

@@ -41,7 +41,7 @@ def llm_analysis_case(c):
                            sp_size=c["tp"] if c["seqpar"] else 1)
     la = LLMAnalysis(mc, gc, DtypeConfig(), pc, flops_efficiency=c["gemm_eff"],
                      hbm_memory_efficiency=c["mem_eff"])
-    rc = {"none": 0, "selective": 1, "full": 2}[c["rc"]]
+    rc = {"none": 0, "selective": 1, "full": 2, "op": 1}[c["rc"]]   # per-op SAC: its nearest, selective
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         s = la.training(batch_size_per_gpu=c["mb"], global_batch_size=c["gb"], seq_len=c["seq"],
                         activation_recomputation=ActivationRecomputation(rc), ds_zero=DSZeRO(min(c["zero"], 3)),

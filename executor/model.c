@@ -282,6 +282,8 @@ static int module_create(ex_module *md, const model_module *mm, int index, uint6
     md->sp_rank = md->sp > 1 ? par->sp_rank : 0;
     md->seqpar = par && par->seq_parallel && md->tp > 1;
     md->recompute = par ? par->recompute : PLAN_RECOMP_NONE;
+    if (md->recompute == PLAN_RECOMP_OP)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: recompute 'op' (torchtitan's per-op checkpointing) is priced, not run", mm->name);
     int rc = check_layout(md, par, err);
     if (rc) return rc;
     md->d = mm->hidden;

@@ -149,7 +149,8 @@ static int parse_kv(plan_module *s, const char *key, const char *val, int *gpus,
         if (!strcmp(val, "none")) s->recompute = PLAN_RECOMP_NONE;
         else if (!strcmp(val, "selective")) s->recompute = PLAN_RECOMP_SELECTIVE;
         else if (!strcmp(val, "full")) s->recompute = PLAN_RECOMP_FULL;
-        else return util_fail(err, UTIL_EINVAL, "--strategy: %s=%s: use none, selective or full", key, val);
+        else if (!strcmp(val, "op")) s->recompute = PLAN_RECOMP_OP;
+        else return util_fail(err, UTIL_EINVAL, "--strategy: %s=%s: use none, selective, full or op", key, val);
         return UTIL_OK;
     }
     long v = strtol(val, &end, 10);

@@ -146,6 +146,7 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     bool seqpar = s->seq_parallel && s->tp > 1;
     double tn = seqpar ? t / tp : t;
+    double fwd0 = p->fwd;
     pricer core = *p;
     core.fwd = core.bwd = 0;
     if (cross) {
@@ -165,6 +166,17 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     price_linear(p, t, h, f / tp);
     price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross, seqpar);
     if (mm->dropout) { price_hidden_dropout(p, tn * h); price_hidden_dropout(p, tn * h); }
+    if (s->recompute == PLAN_RECOMP_OP) {
+        /* torchtitan's per-op checkpointing re-runs the block's forward but
+         * the attention core and the saved matmuls (plan_recompute): wq, wv,
+         * and w1, w2 (SwiGLU) or fc1 (GELU), priced as the separate GEMMs
+         * they are there. */
+        double saved = cost_gemm_time(p->g, t, H * d / tp, h) + (cross ? 0 : cost_gemm_time(p->g, t, KV * d / tp, h))
+                     + cost_gemm_time(p->g, t, f / tp, h)
+                     + (mm->ffn_kind == MODEL_FFN_SWIGLU ? cost_gemm_time(p->g, t, h, f / tp) : 0);
+        *selective = fmax(0.0, p->fwd - fwd0 - core.fwd - saved);
+        return;
+    }
     /* Megatron-LM's selective recomputation re-runs the attention core only
      * (Korthikanti et al. sec. 5; Megatron-Core recompute_modules
      * ["core_attn"]); dhp's executor re-runs the MLP activation too. */
@@ -439,7 +451,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     out->fwd_s = p.fwd;
     out->bwd_s = p.bwd;
     if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = blocks_fwd;
-    else if (s->recompute == PLAN_RECOMP_SELECTIVE) out->recompute_s = selective;
+    else if (s->recompute == PLAN_RECOMP_SELECTIVE || s->recompute == PLAN_RECOMP_OP) out->recompute_s = selective;
     if (!backward) out->recompute_s = 0;
 
     /* In-op communication: the blocks' forward exchanges (re-issued by full

@@ -109,6 +109,14 @@ static double block_act_bytes_per_token(const model_module *mm, const plan_modul
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     double hsplit = s->seq_parallel ? tp : 1.0;
     if (s->recompute == PLAN_RECOMP_FULL) return A * h / hsplit;
+    if (s->recompute == PLAN_RECOMP_OP) {
+        /* torchtitan's per-op checkpointing: the block input, the attention
+         * output and its fp32 log-sum-exp, and the outputs of the 1st, 3rd,
+         * 5th and 7th matmul in forward order: wq, wv, w1 (gate) and w2
+         * (SwiGLU: wq wk wv wo w1 w3 w2), or wq, wv, fc1 (GELU). */
+        double mlp_saved = mm->ffn_kind == MODEL_FFN_SWIGLU ? f / tp + h / hsplit : f / tp;
+        return A * (h / hsplit + H * d / tp + (cross ? 0 : KV * d / tp) + mlp_saved + H * d / tp) + FP32 * H / tp;
+    }
     bool core_saved = s->recompute != PLAN_RECOMP_SELECTIVE;
     bool scores = mm->unfused_attention && !cross;
     double lse = core_saved && !scores ? FP32 * H / tp : 0;
@@ -157,7 +165,7 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
     /* During backward with full recompute one block's full activations are
      * live again: one block of one micro-batch, however many are in flight. */
     double live = 0;
-    if (s->recompute == PLAN_RECOMP_FULL) {
+    if (s->recompute == PLAN_RECOMP_FULL || s->recompute == PLAN_RECOMP_OP) {
         plan_module none = *s;
         none.recompute = PLAN_RECOMP_NONE;
         live = t * block_act_bytes_per_token(mm, &none, false, q->seq, A);

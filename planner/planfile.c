@@ -8,7 +8,7 @@
 #include <string.h>
 
 static const char *placement_names[] = { "colocated", "disaggregated" };
-static const char *recompute_names[] = { "none", "selective", "full" };
+static const char *recompute_names[] = { "none", "selective", "full", "op" };
 static const char *precision_names[PLAN_NPRECISION] = { "bf16-mixed", "bf16-pure", "bf16-autocast", "fp32" };
 
 static const char *target_names[PLAN_NTARGET] = { "megatron", "dhp" };
@@ -145,8 +145,8 @@ static int parse_module(const cJSON *o, const char *ctx, plan_module *s, char *e
     INT_FIELD(vp, 1, 1024, false, 1)
 #undef INT_FIELD
     if ((rc = util_json_str(o, ctx, "recompute", false, "none", buf, sizeof buf, err))) return rc;
-    int r = parse_enum(buf, recompute_names, 3);
-    if (r < 0) return util_fail(err, UTIL_EINVAL, "%s.recompute: '%s' is not none, selective or full", ctx, buf);
+    int r = parse_enum(buf, recompute_names, 4);
+    if (r < 0) return util_fail(err, UTIL_EINVAL, "%s.recompute: '%s' is not none, selective, full or op", ctx, buf);
     s->recompute = (plan_recompute)r;
     return util_json_bool(o, ctx, "seq_parallel", false, false, &s->seq_parallel, err);
 }

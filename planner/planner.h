@@ -15,7 +15,12 @@
 #define PLAN_SCHEMA_VERSION 1
 
 typedef enum { PLAN_COLOCATED = 0, PLAN_DISAGGREGATED } plan_placement;
-typedef enum { PLAN_RECOMP_NONE = 0, PLAN_RECOMP_SELECTIVE, PLAN_RECOMP_FULL } plan_recompute;
+/* OP: torchtitan's per-op selective checkpointing (priced by the Megatron
+ * target only; dhp run refuses it): every block keeps its input, the
+ * attention's output and every second matmul's output, and re-runs the rest
+ * (pytorch/torchtitan, torchtitan/parallelisms/parallelize_llama.py,
+ * _save_list: "Saves output of all compute ops, except every second mm"). */
+typedef enum { PLAN_RECOMP_NONE = 0, PLAN_RECOMP_SELECTIVE, PLAN_RECOMP_FULL, PLAN_RECOMP_OP } plan_recompute;
 /* Mixed: bf16 weights + fp32 master/grad accumulation (Megatron-LM, DeepSpeed).
  * Autocast: fp32 weights and grads, bf16 compute (torch.autocast, as Ray's experiment).
  * Pure: everything bf16 (weights, grads, Adam moments).

@@ -287,3 +287,48 @@ TEST(calib_zero3_collectives_per_unit)
     /* each of the 3 x 6 collectives pays 15 ring steps across the nodes */
     CHECK(t.zero_comm_s > 3 * n * 15 * c.pool[0].inter.alpha_s);
 }
+
+/* A Llama-style block: RMSNorm, SwiGLU, GQA (16 heads, 4 kv heads of 64), no biases. */
+static model_t llama(int layers)
+{
+    char text[512], err[UTIL_ERR_LEN];
+    snprintf(text, sizeof text,
+             "{\"schema\": \"dhp.model/1\", \"name\": \"l\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\","
+             " \"layers\": %d, \"hidden\": 1024, \"heads\": 16, \"kv_heads\": 4, \"ffn\": 2816, \"vocab\": 1000}]}", layers);
+    model_t m;
+    if (model_parse_json(text, "llama", &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
+    return m;
+}
+
+/* torchtitan's per-op checkpointing keeps, per token of a block, its input
+ * [h], wq's [H d], wv's [KV d], w1's [f], w2's [h] outputs and the attention
+ * output [H d] (2 bytes each) plus the fp32 log-sum-exp [H]; during backward
+ * one block's full activations are live again. */
+TEST(calib_torchtitan_op_checkpointing_memory_and_recompute)
+{
+    cost_cluster c = one_node();
+    const cost_gpu *g = &c.pool[0].gpu;
+    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
+    plan_options o;
+    plan_options_default(&o);
+    model_t m = llama(4);
+    double t = 512, h = 1024, stem = 4 * t * h;
+    plan_mem none, op;
+    plan_module sn = strat(1, 1, 1, 0, 2, PLAN_RECOMP_NONE, false), so = strat(1, 1, 1, 0, 2, PLAN_RECOMP_OP, false);
+    plan_module_memory(&m, 0, &sn, &w, &c.pool[0].gpu, &o, 1, &none);
+    plan_module_memory(&m, 0, &so, &w, &c.pool[0].gpu, &o, 1, &op);
+    double per_token = 2 * (1024 + 1024 + 256 + 2816 + 1024 + 1024) + 4 * 16;   /* 14392 bytes */
+    CHECK_NEAR(op.activations, 4 * t * per_token + stem + (none.activations - stem) / 4, 1e-12);
+    /* recompute: each block's forward less its attention core and the saved wq, wv, w1, w2 GEMMs;
+     * a block's forward is what a second layer adds */
+    model_t m1 = llama(1), m2 = llama(2);
+    plan_time t1, t2;
+    plan_micro_time(&m1, 0, &so, &w, &c, &o, 2, &t1);
+    plan_micro_time(&m2, 0, &so, &w, &c, &o, 2, &t2);
+    double block = t2.fwd_s - t1.fwd_s;
+    double core = cost_attention_forward_time(g, t * 16, t * 16 * 128.5, 64);
+    double saved = cost_gemm_time(g, t, 1024, 1024) + cost_gemm_time(g, t, 256, 1024) + cost_gemm_time(g, t, 2816, 1024)
+                 + cost_gemm_time(g, t, 1024, 2816);
+    CHECK_NEAR(t2.recompute_s, 2 * (block - core - saved), 1e-9);
+    CHECK(t2.recompute_s > 0);
+}
