@@ -70,3 +70,16 @@ else
 fi
 expect_err clusters_price_rejects_unknown_kind "unknown kind 'bcast'" "$DHP" clusters 8xh100 --price bcast:1,2
 expect_err clusters_price_needs_kind_args "is not KIND:ARGS" "$DHP" clusters 8xh100 --price gemm
+
+# What only the Megatron target prices, dhp run refuses with one line.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+SETUP="--cluster 8xh100 --batch 8 --vision-tokens 64 --text-tokens 48 --precision fp32 --gpus 1"
+"$DHP" data synth --out "$T/data" --samples 16 --window 0 >/dev/null
+"$DHP" plan --model tiny-vl $SETUP --strategy 'vision:rc=none;llm:rc=op' -o "$T/op.json" >/dev/null
+expect_err run_refuses_op_checkpointing "recompute 'op'" "$DHP" run "$T/op.json" --data "$T/data" --steps 1
+"$DHP" models tiny-vl >"$T/tv.json"
+"$PY" -c "import json,sys; m=json.load(open(sys.argv[1])); m['modules'][-1]['dropout']=True; json.dump(m, open(sys.argv[2],'w'))" \
+    "$T/tv.json" "$T/tvd.json"
+"$DHP" plan --model "$T/tvd.json" $SETUP --strategy 'vision:rc=none' -o "$T/d.json" >/dev/null
+expect_err run_refuses_dropout "unfused_attention and dropout are priced, not run" "$DHP" run "$T/d.json" --data "$T/data" --steps 1
