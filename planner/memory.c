@@ -130,22 +130,20 @@ static double block_act_bytes_per_token(const model_module *mm, const plan_modul
     return attn + mlp + masks;
 }
 
-/* Micro-batches whose activations the first pipeline stage holds: pp with
- * 1F1B, fewer when the step has fewer micro-batches; interleaving with vp
- * chunks per rank raises it by 1 + (pp - 1) / (pp vp) (Korthikanti et al.
- * sec. 4.2.3; megatron/training/theoretical_memory_usage.py). */
-static double pipeline_depth(const plan_module *s, const plan_workload *w)
+/* Blocks' worth of one micro-batch's activations the busiest pipeline stage
+ * holds at its peak: 1F1B keeps min(pp - i, micro-batches) in flight on
+ * stage i (Korthikanti et al. sec. 4.2.3), of its plan_stage_of blocks;
+ * interleaving with vp chunks per rank keeps the first stage's
+ * pp (1 + (pp - 1) / (pp vp)) (megatron/training/theoretical_memory_usage.py). */
+static double pipeline_blocks_in_flight(const model_module *mm, const plan_module *s, const plan_workload *w)
 {
-    if (s->pp <= 1) return 1;
-    double micro = ceil((double)w->global_batch / ((double)s->dp * s->micro_batch));
-    if (plan_vp(s) > 1) return s->pp * (1 + (s->pp - 1.0) / (s->pp * plan_vp(s)));
-    return fmin(s->pp, fmax(micro, 1));
-}
-
-/* Tokens one GPU of the group processes per micro-batch. */
-static double local_tokens(const plan_seq *q, const plan_module *s)
-{
-    return (double)s->micro_batch * q->tokens_per_sample / s->sp;
+    if (s->pp <= 1) return mm->layers;
+    double micro = fmax(1, ceil((double)w->global_batch / ((double)s->dp * s->micro_batch)));
+    if (plan_vp(s) > 1)
+        return plan_stage_of(mm, s, 0).count * s->pp * (1 + (s->pp - 1.0) / (s->pp * plan_vp(s)));
+    double most = 0;
+    for (int i = 0; i < s->pp; i++) most = fmax(most, plan_stage_of(mm, s, i).count * fmin(s->pp - i, micro));
+    return most;
 }
 
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
@@ -153,15 +151,16 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
 {
     const model_module *mm = &m->mod[mi];
     double t = local_tokens(q, s);
-    double layers_per_stage = ceil((double)mm->layers / s->pp);
+    double blocks = pipeline_blocks_in_flight(mm, s, w);
     double n_cross = 0;
     for (int l = 0; l < mm->layers; l++) if (model_layer_is_cross(mm, l)) n_cross++;
-    n_cross = n_cross * layers_per_stage / mm->layers;
-    double per_mb = t * (block_act_bytes_per_token(mm, s, false, q->seq, A) * (layers_per_stage - n_cross)
-                         + block_act_bytes_per_token(mm, s, true, 0, A) * n_cross);
+    n_cross = n_cross * blocks / mm->layers;
+    double saved = t * (block_act_bytes_per_token(mm, s, false, q->seq, A) * (blocks - n_cross)
+                        + block_act_bytes_per_token(mm, s, true, 0, A) * n_cross);
+    double per_mb = 0;
     /* Cross-attention keys/values over the encoder tokens of the micro-batch. */
     if (n_cross > 0 && s->recompute != PLAN_RECOMP_FULL)
-        per_mb += n_cross * A * 2.0 * mm->kv_heads * mm->head_dim / s->tp * q->cross_span * s->micro_batch;
+        saved += n_cross * A * 2.0 * mm->kv_heads * mm->head_dim / s->tp * q->cross_span * s->micro_batch;
     /* During backward with full recompute one block's full activations are
      * live again: one block of one micro-batch, however many are in flight. */
     double live = 0;
@@ -179,7 +178,7 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
         per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
         per_mb += merged * A * (mm->proj_in + 2.0 * mm->proj_hidden);
     }
-    return per_mb * pipeline_depth(s, w) * in_flight + live;
+    return (saved + per_mb) * in_flight + live;
 }
 
 /* LM head logits [t, V/tp] in bf16 plus the fp32 copy vocab-parallel
@@ -214,10 +213,11 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
  * from the executor's own list (plan_module_acts): what one activation slot
  * saves for backward, times the slots in flight, plus the scratch every
  * slot shares. */
-static void executor_states(const model_module *mm, const plan_module *s, const plan_options *o, plan_mem *out)
+static void executor_states(const model_module *mm, const plan_module *s, int stage, const plan_options *o,
+                            plan_mem *out)
 {
     plan_dp_rules r = plan_dp_rules_of(mm, s);
-    plan_dp_buffers b = plan_dp_buffers_of(mm, s);
+    plan_dp_buffers b = plan_dp_buffers_of(mm, s, stage);
     plan_state_bytes sb = plan_module_state_bytes(mm, o);
     double local = (double)b.local, shard = (double)b.shard_elems, unit = (double)r.shard * b.max_piece;
     out->params = (r.shard_params ? shard : local) * sb.param;
@@ -227,7 +227,7 @@ static void executor_states(const model_module *mm, const plan_module *s, const 
     out->comm = (double)(b.staging + b.pieces) * fmax(sb.param, sb.grad);
 }
 
-static void executor_activations(const model_module *mm, const plan_module *s, const plan_seq *q,
+static void executor_activations(const model_module *mm, const plan_module *s, int stage, const plan_seq *q,
                                  const plan_workload *w, double A, int in_flight, plan_mem *out)
 {
     double mb = s->micro_batch > 0 ? s->micro_batch : 1, N = mb * q->tokens_per_sample / s->sp;
@@ -241,13 +241,21 @@ static void executor_activations(const model_module *mm, const plan_module *s, c
         rows.emb_rows = s->tp > 1 ? (int)(mb * w->text_tokens) : 0;
     }
     double saved, scratch, logits;
-    plan_module_act_floats(mm, s, &rows, &saved, &scratch, &logits);
+    plan_module_act_floats(mm, s, stage, &rows, &saved, &scratch, &logits);
     out->activations = A * (saved * in_flight + scratch);
     out->logits = A * logits;
+    /* A stage's edges (executor/run_stage.c): to each neighbouring stage a
+     * buffer the micro-batch's rows go out or come in through, and where
+     * the module runs a backward one for their gradient. */
+    if (s->pp > 1) {
+        double Nl = N / (s->seq_parallel && s->tp > 1 ? s->tp : 1);
+        int per_edge = mm->kind == MODEL_LLM || !mm->frozen ? 2 : 1;
+        out->comm += A * Nl * mm->hidden * per_edge * ((stage < s->pp - 1) + (stage > 0));
+    }
 }
 
-void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
-                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
+void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
+                       const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
 {
     const model_module *mm = &m->mod[mi];
     plan_seq q;
@@ -256,8 +264,8 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
     double A = plan_precision_bytes(o->precision).act;
     if (in_flight < 1) in_flight = 1;
     if (o->target == PLAN_TARGET_DHP) {
-        executor_states(mm, s, o, out);
-        executor_activations(mm, s, &q, w, A, in_flight, out);
+        executor_states(mm, s, stage, o, out);
+        executor_activations(mm, s, stage, &q, w, A, in_flight, out);
     } else {
         model_state_bytes(mm, s, o, out);
         out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A);
@@ -269,6 +277,22 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
     out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations
                + out->logits + out->comm + out->reserved + out->fragmentation;
     out->capacity = g->hbm_bytes;
+}
+
+/* The module's busiest stage. The Megatron target's formulas already take
+ * the worst stage (its layers, the larger end, the first stage's pp
+ * micro-batches in flight); for dhp's executor every stage is priced, stage
+ * i of a 1F1B pipeline keeping pp - i micro-batches in flight. */
+void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
+{
+    int stages = o->target == PLAN_TARGET_DHP && s->pp > 1 ? s->pp : 1;
+    plan_stage_memory(m, mi, s, 0, w, g, o, in_flight * (stages > 1 ? stages : 1), out);
+    for (int i = 1; i < stages; i++) {
+        plan_mem t;
+        plan_stage_memory(m, mi, s, i, w, g, o, in_flight * (stages - i), &t);
+        if (t.total > out->total) *out = t;
+    }
 }
 
 plan_options plan_options_of(const plan_t *p)

@@ -152,25 +152,27 @@ TEST(calib_pipeline_depth_interleaving_and_live_block)
     CHECK_NEAR(full4.activations - full1.activations, 2 * 4 * 2 * 256 * 1024.0, 1e-12);
 }
 
-TEST(calib_interleaved_and_uneven_pipeline_time)
+TEST(calib_interleaved_pipeline_time)
 {
-    plan_time t = { .micro_s = 8, .stage_frac = 0.25 };
+    plan_time t = { .micro_s = 8, .stage_max_s = 2 };
     plan_module s = strat(1, 1, 4, 0, 1, PLAN_RECOMP_NONE, false);
     /* 8 micro-batches of a 2 s stage: (8 + 3) x 2 */
     CHECK_NEAR(plan_chunk_time(&t, &s, 8), 22, 1e-12);
     s.vp = 2;    /* the bubble shrinks to 3/2 stage times: (8 + 1.5) x 2 */
     CHECK_NEAR(plan_chunk_time(&t, &s, 8), 19, 1e-12);
-    /* 10 layers over 4 stages: the first stages hold 3, stage_frac 0.3 */
-    model_t m = gpt(false, false, 10);
+    /* 4 stages x 2 chunks hand off 7 times each way instead of 3 */
+    model_t m = gpt(false, false, 16);
     cost_cluster c = one_node();
     plan_workload w = { .global_batch = 8, .text_tokens = 256 };
     plan_options o;
     plan_options_default(&o);
     plan_module u = strat(1, 1, 4, 0, 1, PLAN_RECOMP_NONE, false);
-    plan_time pt;
-    plan_micro_time(&m, 0, &u, &w, &c, &o, 1, &pt);
-    CHECK_NEAR(pt.stage_frac, 0.3, 1e-12);
-    CHECK_NEAR(plan_chunk_time(&pt, &u, 8), (8 + 3) * pt.micro_s * 0.3, 1e-12);
+    plan_time a, b;
+    plan_micro_time(&m, 0, &u, &w, &c, &o, 1, &a);
+    u.vp = 2;
+    plan_micro_time(&m, 0, &u, &w, &c, &o, 1, &b);
+    CHECK(a.pp_p2p_s > 0);
+    CHECK_NEAR(b.pp_p2p_s, a.pp_p2p_s * 7 / 3, 1e-12);
 }
 
 TEST(calib_strategy_check_interleaving_and_uneven_stages)
