@@ -146,6 +146,12 @@ static double pipeline_blocks_in_flight(const model_module *mm, const plan_modul
     return most;
 }
 
+/* Tokens one GPU of the group processes per micro-batch. */
+static double local_tokens(const plan_seq *q, const plan_module *s)
+{
+    return (double)s->micro_batch * q->tokens_per_sample / s->sp;
+}
+
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
                                const plan_workload *w, int in_flight, double A)
 {

@@ -280,7 +280,8 @@ TEST(calib_zero3_collectives_per_unit)
     plan_micro_time(&m, 0, &s, &w, &c, &o, 1, &t);
     int64_t units[8];
     int n = plan_module_units(&m.mod[0]);
-    plan_unit_sizes(&m.mod[0], 1, units);
+    plan_stage whole = plan_stage_of(&m.mod[0], &s, 0);
+    plan_unit_sizes(&m.mod[0], 1, &whole, units);
     double want = 0;
     for (int u = 0; u < n; u++)   /* bf16 weights gathered, fp32 gradients reduced (bf16-mixed) */
         want += 2 * cost_collective_time(&c.pool[0], COST_ALLGATHER, 2.0 * units[u], 16, 8)
