@@ -126,6 +126,7 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
         if (r.step_grad_sync)
             out->grad_sync_s = module_coll(&d, r.stage == 0 ? COST_ALLREDUCE : COST_REDUCESCATTER, d.grad_bytes);
         if (r.step_param_gather) out->param_gather_s = module_coll(&d, COST_ALLGATHER, d.param_bytes);
+        free(d.units);
         return;
     }
     double local = 0;
