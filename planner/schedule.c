@@ -107,34 +107,35 @@ void plan_micro_range(const plan_module *s, int first, int count, int u, int *f,
  * units inside every micro-batch (ZeRO-2/3), as many as the module's busiest
  * dp rank of the chunk, the extra ones empty, so every collective of the
  * shard group is matched (PyTorch's Join for uneven inputs). */
+/* The largest dp share of chunk c for module k: plan_chunk_share's split
+ * differs by at most one sample, so ceil(chunk / dp). */
+static int busiest_share(const plan_t *p, int k, int c)
+{
+    int f, n, dp = p->mod[k].dp;
+    plan_chunk_range(p, c, &f, &n);
+    return (n + dp - 1) / dp;
+}
+
 static int micro_ops(const plan_t *p, int k, int c, int count)
 {
     const plan_module *s = &p->mod[k];
     int n = plan_micro_count(s, count);
     plan_dp_rules r = plan_dp_rules_of(&p->model.mod[k], s);
     if (!r.unit_param_gather && !r.unit_grad_reduce) return n;
-    for (int i = 0; i < s->dp; i++) {
-        int f, share;
-        plan_chunk_share(p, k, c, i, &f, &share);
-        if (plan_micro_count(s, share) > n) n = plan_micro_count(s, share);
-    }
-    return n;
+    int busiest = plan_micro_count(s, busiest_share(p, k, c));
+    return busiest > n ? busiest : n;
 }
 
 /* The most micro-batches module k runs of any chunk (activation slots per chunk). */
 static int max_micro_per_share(const plan_t *p, int k)
 {
     int most = 0;
-    for (int c = 0; c < plan_chunks(p); c++)
-        for (int i = 0; i < p->mod[k].dp; i++) {
-            int f, n;
-            plan_chunk_share(p, k, c, i, &f, &n);
-            int m = micro_ops(p, k, c, n);
-            if (m > most) most = m;
-        }
+    for (int c = 0; c < plan_chunks(p); c++) {
+        int m = micro_ops(p, k, c, busiest_share(p, k, c));
+        if (m > most) most = m;
+    }
     return most;
 }
-
 
 int plan_schedule_check(const plan_t *p, char *err)
 {
