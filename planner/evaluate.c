@@ -66,21 +66,12 @@ static void fill_prediction(plan_t *p, const plan_eval *ev, double step)
     pr->mfu = flops / (step * peak_sum);
 }
 
-/* Megatron-LM runs one module's pipeline over the whole batch, its 1F1B
- * schedule filling and draining once per step (Narayanan et al. SC'21,
- * sec. 2.2): for the Megatron target's model of a single module (a
- * text-only LLM) there are no modules to take turns with. */
-bool plan_whole_batch_pipeline(const model_t *m, plan_target t)
-{
-    return t == PLAN_TARGET_MEGATRON && m->n_modules == 1;
-}
-
 /* Colocated modules run the schedule's chunks in turn (plan_chunks: one
  * micro-batch per LLM dp rank each), a pipelined module filling and
  * draining its stages in every chunk. */
 static double colocated_time(const plan_t *p, const plan_time *t, const plan_module *s)
 {
-    if (plan_whole_batch_pipeline(&p->model, p->target)) return plan_chunk_time(t, s, p->work.global_batch);
+    if (plan_whole_batch_pipeline(&p->model, &p->work)) return plan_chunk_time(t, s, p->work.global_batch);
     double sum = 0;
     for (int c = 0; c < plan_chunks(p); c++) {
         int first, count;

@@ -215,10 +215,14 @@ typedef struct {
 /* Time for one chunk of `chunk_samples` samples through module mi: the dp ranks
  * split it, each in micro-steps of s->micro_batch, with pp bubbles. */
 double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples);
-/* Whether a colocated plan's module runs its pipeline over the whole batch
- * at once (the Megatron target's single-module model) rather than in the
- * schedule's chunks (planner/evaluate.c). */
-bool plan_whole_batch_pipeline(const model_t *m, plan_target t);
+/* Does module k of m feed the LLM its rows in workload w (an encoder whose
+ * inputs the samples carry)? */
+bool plan_feeds_llm(const model_t *m, const plan_workload *w, int k);
+/* Whether a colocated plan runs the LLM's pipeline over the whole batch at
+ * once (Megatron-LM's 1F1B, Narayanan et al. SC'21 sec. 2.2) rather than
+ * chunk by chunk in turn with its encoders: when no encoder feeds it (a
+ * text-only workload or model). The schedule and the cost model both ask. */
+bool plan_whole_batch_pipeline(const model_t *m, const plan_workload *w);
 void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                       const cost_cluster *c, const plan_options *o, plan_time *out);
 /* The per-micro-batch terms of plan_time (fwd_s .. micro_s, fwd_comm_s) for a

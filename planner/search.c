@@ -111,7 +111,7 @@ static int add_colocated(const build_ctx *b, int k, plan_module s, int gpus)
         /* the schedule's B / S chunks of S samples, a pipelined module filling and draining in each */
         plan_candidate c = { .module = k, .colocated = true, .pool = s.pool, .gpus = gpus,
                              .samples_per_step = S, .n_micro = 1, .s = s,
-                             .time = (plan_whole_batch_pipeline(b->m, b->o->opt.target) ? plan_chunk_time(&t, &s, B)
+                             .time = (plan_whole_batch_pipeline(b->m, b->w) ? plan_chunk_time(&t, &s, B)
                                       : (double)(B / S) * plan_chunk_time(&t, &s, S)) + plan_time_tail_s(&t),
                              .mem = fixed };
         int rc = push(b->cs, &c);
@@ -211,7 +211,6 @@ static int build_module(const build_ctx *b, int k)
             for (int sp = 1; tp * sp <= g && tp * sp <= mm->heads; sp *= 2)
             for (int pp = 1; tp * sp * pp <= g && pp <= b->o->max_pp; pp *= 2) {
                 if (g % (tp * sp * pp)) continue;
-                if (mm->layers % pp) continue;   /* the search keeps to even stages */
                 int dp = g / (tp * sp * pp);
                 for (int rc = 0; rc < 3; rc++)
                 for (int zero = 0; zero <= 3; zero++) {
