@@ -5,6 +5,7 @@
  * modeling_<type>.py (and siglip/ for the SigLIP vision towers). */
 #include "models/import_hf_int.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,9 +48,11 @@ static int import_siglip(const cJSON *root, const char *what, const siglip_defau
     int side = mm->image_size / mm->patch;
     if (hf_narrow((int64_t)side * side, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
     if (use_head) {
-        int64_t h = mm->hidden, f = mm->ffn;
-        if (hf_narrow(4 * h * h + 2 * h * f + 7 * h + f, &s, "pooling head parameters", &mm->extra_params, err))
-            return UTIL_EINVAL;
+        int64_t h = mm->hidden, f = mm->ffn, n = 4 * h * h + 2 * h * f + 7 * h + f;   /* h, f <= 2^20: exact */
+        if (n > INT_MAX)
+            return util_fail(err, UTIL_EINVAL, "%s: the pooling head's %lld parameters exceed %d", s.ctx,
+                             (long long)n, INT_MAX);
+        mm->extra_params = (int)n;
     }
     mm->kv_heads = mm->heads;
     mm->proj_in = mm->hidden;
