@@ -6,8 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
-
 static void usage(void)
 {
     printf("usage: dhp simulate [PLAN.json] [options]\n\n"
@@ -105,18 +103,20 @@ static void modules_of(const plan_t *p, int rank, char *buf, size_t n)
 
 static void print_ranks(const plan_t *p, const plan_sim_result *r)
 {
-    printf("\nper rank: seconds of the step, peak memory GiB (activations: live slots)\n");
-    printf("  %4s %-12s %9s %9s %9s %6s | %7s %7s %7s %7s %5s %7s %7s %7s %8s\n", "rank", "modules", "busy", "comm",
+    printf("\nper rank: seconds of the step, peak memory (activations: live slots)\n");
+    printf("  %4s %-12s %9s %9s %9s %6s | %9s %9s %9s %9s %5s %9s %9s %9s %9s\n", "rank", "modules", "busy", "comm",
            "idle", "busy%", "params", "grads", "optim", "activ", "slots", "logits", "comm", "other", "total");
     for (int i = 0; i < r->world_size; i++) {
         const plan_sim_rank *rk = &r->rank[i];
         const plan_sim_mem *m = &rk->mem;
         char mods[64];
         modules_of(p, i, mods, sizeof mods);
-        printf("  %4d %-12s %9.5f %9.5f %9.5f %5.1f%% | %7.3f %7.3f %7.3f %7.3f %5d %7.3f %7.3f %7.3f %8.3f%s\n", i, mods,
+        char b[8][32];
+        const double v[8] = { m->params, m->grads, m->optim, m->activations, m->logits, m->comm, m->other, m->total };
+        for (int c = 0; c < 8; c++) util_fmt_bytes(v[c], b[c], sizeof b[c]);
+        printf("  %4d %-12s %9.5f %9.5f %9.5f %5.1f%% | %9s %9s %9s %9s %5d %9s %9s %9s %9s%s\n", i, mods,
                rk->busy_s, rk->comm_s, rk->idle_s, r->step_time_s > 0 ? 100 * rk->busy_s / r->step_time_s : 0,
-               m->params / GIB, m->grads / GIB, m->optim / GIB, m->activations / GIB, m->slots, m->logits / GIB,
-               m->comm / GIB, m->other / GIB, m->total / GIB, m->total > m->capacity ? "  OOM" : "");
+               b[0], b[1], b[2], b[3], m->slots, b[4], b[5], b[6], b[7], m->total > m->capacity ? "  OOM" : "");
     }
 }
 

@@ -581,8 +581,6 @@ static const char *const log_cat_keys[5] = { "params", "grads", "optim", "activa
 
 typedef struct { double step_s; double mem[5]; } rank_report;
 
-static void fmt_mib(double bytes, char *buf, size_t n) { snprintf(buf, n, "%.2fM", bytes / (1024.0 * 1024.0)); }
-
 static void log_step(const run_ctx *r, const step_stats *st, const rank_report *rep, double eta_s)
 {
     const plan_t *p = &r->plan;
@@ -625,7 +623,7 @@ static void log_step(const run_ctx *r, const step_stats *st, const rank_report *
     int shown = r->size <= 4 ? r->size : 1;
     for (int q = 0; q < shown; q++) {
         char b[5][24];
-        for (int c = 0; c < 5; c++) fmt_mib(rep[q].mem[c], b[c], sizeof b[c]);
+        for (int c = 0; c < 5; c++) util_fmt_bytes(rep[q].mem[c], b[c], sizeof b[c]);
         printf("%s r%d P %s G %s O %s A %s C %s", q ? " |" : "", q, b[0], b[1], b[2], b[3], b[4]);
     }
     if (shown < r->size) printf(" (rank 0 of %d; --log-json has all)", r->size);
