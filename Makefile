@@ -105,6 +105,7 @@ $(BUILD)/obj/gen/embedded.o: $(BUILD)/gen/embedded.c
 
 deps:
 	bash scripts/deps.sh
+	bash scripts/venv.sh
 
 # The test command (README, CI): unit tests, CLI and integration scripts.
 test: $(DHP_BIN) $(BUILD)/test_dhp $(BUILD)/comm_check
