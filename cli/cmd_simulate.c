@@ -14,6 +14,8 @@ static void usage(void)
            "path, and peak memory per rank. Without a plan file: --strategy (as dhp memory).\n\n"
            "  --cluster NAME|PATH   re-price the plan on another cluster (default: the plan's own)\n"
            "  --trace FILE          write the simulated step as a Chrome trace (chrome://tracing, Perfetto)\n"
+           "  --report FILE.html    write a self-contained HTML report (GPU map, memory, timeline, baselines)\n"
+           "  --measured TRACE      with --report: draw a dhp run --trace file beside the simulated step\n"
            "  --strategy SPEC       e.g. 'vision:gpus=2;llm:gpus=6,tp=2,seqpar=0' (keys as dhp memory)\n"
            "  --placement P         colocated (default with --strategy) or disaggregated\n"
            "  --n-micro N           chunks pipelined between groups (disaggregated)\n%s", cli_setup_help);
@@ -21,7 +23,7 @@ static void usage(void)
 
 typedef struct {
     cli_setup setup;
-    const char *plan_path, *strategy, *trace;
+    const char *plan_path, *strategy, *trace, *report, *measured;
     bool cluster_given;
     plan_placement placement;
     int n_micro;
@@ -41,6 +43,8 @@ static int parse_args(int argc, char **argv, sim_args *a)
         if (r == 1) continue;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(); return 1; }
         else if (!strcmp(o, "--trace")) { if (!v) return cli_usage_error("simulate", "--trace needs a value"); a->trace = v; i++; }
+        else if (!strcmp(o, "--report")) { if (!v) return cli_usage_error("simulate", "--report needs a value"); a->report = v; i++; }
+        else if (!strcmp(o, "--measured")) { if (!v) return cli_usage_error("simulate", "--measured needs a value"); a->measured = v; i++; }
         else if (!strcmp(o, "--strategy")) { if (!v) return cli_usage_error("simulate", "--strategy needs a value"); a->strategy = v; i++; }
         else if (!strcmp(o, "--n-micro")) { if (cli_int_arg("simulate", o, v, 1, 1 << 20, &a->n_micro)) return 2; i++; }
         else if (!strcmp(o, "--placement")) {
@@ -55,6 +59,7 @@ static int parse_args(int argc, char **argv, sim_args *a)
     }
     if (!a->plan_path && !a->strategy) return cli_usage_error("simulate", "give a plan file or --strategy");
     if (a->plan_path && a->strategy) return cli_usage_error("simulate", "give a plan file or --strategy, not both");
+    if (a->measured && !a->report) return cli_usage_error("simulate", "--measured goes with --report");
     return 0;
 }
 
@@ -143,7 +148,8 @@ int cmd_simulate(int argc, char **argv)
     char err[UTIL_ERR_LEN];
     plan_sim_result r;
     if (plan_sim_run(&p, NULL, &r, err)) return cli_usage_error("simulate", "%s", err);
-    if (a.trace && plan_sim_write_trace(a.trace, &p, &r, err)) {
+    if ((a.trace && plan_sim_write_trace(a.trace, &p, &r, err)) ||
+        (a.report && cli_report_write(a.report, &p, NULL, 0, true, a.measured, err))) {
         plan_sim_free(&r);
         return cli_bad_input(err);
     }
