@@ -53,6 +53,14 @@ int cli_report_write(const char *path, const plan_t *p, const cli_report_row *ro
 /* dhp simulate (cli/cmd_simulate.c). */
 int cmd_simulate(int argc, char **argv);
 
+/* A growing string (cli/strbuf.c): s is NUL-terminated (NULL until the first add). */
+typedef struct { char *s; size_t len, cap; } cli_buf;
+void cli_buf_add(cli_buf *b, const char *s);
+void cli_buf_printf(cli_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends w as one POSIX shell word (single-quoted when needed). */
+void cli_buf_word(cli_buf *b, const char *w);
+void cli_buf_free(cli_buf *b);
+
 /* Printing helpers (cli/print.c). */
 /* "33.45B", "156.6K", "108.0M"; "-" for 0. */
 const char *cli_fmt_count(double n, char *buf, size_t len);

@@ -21,102 +21,60 @@ static void usage(void)
            "  --json      the structured form for every trainer\n");
 }
 
-/* A shell word: quoted when it holds anything but safe characters. */
-static void shell_word(char **buf, size_t *len, size_t *cap, const char *w)
-{
-    bool plain = *w != '\0';
-    for (const char *c = w; *c; c++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.,/=+:", *c)) plain = false;
-    size_t need = strlen(w) * 4 + 4;
-    if (*len + need + 1 > *cap) {
-        *cap = (*len + need + 1) * 2;
-        *buf = realloc(*buf, *cap);
-    }
-    if (plain) *len += (size_t)sprintf(*buf + *len, "%s", w);
-    else {
-        (*buf)[(*len)++] = '\'';
-        for (const char *c = w; *c; c++) {
-            if (*c == '\'') { memcpy(*buf + *len, "'\\''", 4); *len += 4; }
-            else (*buf)[(*len)++] = *c;
-        }
-        (*buf)[(*len)++] = '\'';
-        (*buf)[*len] = '\0';
-    }
-}
-
-static void append(char **buf, size_t *len, size_t *cap, const char *s)
-{
-    size_t n = strlen(s);
-    if (*len + n + 1 > *cap) { *cap = (*len + n + 1) * 2; *buf = realloc(*buf, *cap); }
-    memcpy(*buf + *len, s, n + 1);
-    *len += n;
-}
-
-static void append_notes(char **b, size_t *len, size_t *cap, const cJSON *doc)
+static void append_notes(cli_buf *b, const cJSON *doc)
 {
     const cJSON *n;
-    cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(doc, "notes")) {
-        append(b, len, cap, "# note: ");
-        append(b, len, cap, n->valuestring);
-        append(b, len, cap, "\n");
-    }
+    cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(doc, "notes")) cli_buf_printf(b, "# note: %s\n", n->valuestring);
 }
 
-/* Megatron: "# ..." lines, then the arguments, two per line (flag value). */
+/* Megatron: "# ..." lines, then the arguments, a flag and its value per line. */
 static char *render_megatron(const cJSON *doc, const char *plan)
 {
-    size_t len = 0, cap = 4096;
-    char *b = calloc(1, cap), line[512];
-    snprintf(line, sizeof line, "# dhp export --to megatron %s: Megatron-LM arguments for the language model\n"
-             "# (megatron/training/arguments.py, Megatron-LM core_v0.15.0), world size %d\n", plan,
-             cJSON_GetObjectItemCaseSensitive(doc, "world_size")->valueint);
-    append(&b, &len, &cap, line);
-    const cJSON *a, *args = cJSON_GetObjectItemCaseSensitive(doc, "args");
+    cli_buf b = { 0 };
+    cli_buf_printf(&b, "# dhp export --to megatron %s: Megatron-LM arguments for the language model\n"
+                   "# (megatron/training/arguments.py, Megatron-LM core_v0.15.0), world size %d\n", plan,
+                   cJSON_GetObjectItemCaseSensitive(doc, "world_size")->valueint);
+    const cJSON *a;
     bool first = true;
-    cJSON_ArrayForEach(a, args) {
+    cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(doc, "args")) {
         bool flag = !strncmp(a->valuestring, "--", 2);
-        if (flag && !first) append(&b, &len, &cap, " \\\n");
-        else if (!first) append(&b, &len, &cap, " ");
-        if (flag) append(&b, &len, &cap, "    ");
-        shell_word(&b, &len, &cap, a->valuestring);
+        if (!first) cli_buf_add(&b, flag ? " \\\n    " : " ");
+        else cli_buf_add(&b, "    ");
+        cli_buf_word(&b, a->valuestring);
         first = false;
     }
-    append(&b, &len, &cap, "\n# Megatron Core MIMO per-module grids (examples/mimo/training/topology.py ModuleGridSpec):\n");
+    cli_buf_add(&b, "\n# Megatron Core MIMO per-module grids (examples/mimo/training/topology.py ModuleGridSpec):\n");
     const cJSON *g;
-    cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(doc, "mimo_module_grid_specs")) {
-        snprintf(line, sizeof line, "#   ModuleGridSpec(name=\"%s\", num_ranks=%d, tp=%d, cp=%d, pp=%d, rank_offset=%d)\n",
-                 cJSON_GetObjectItemCaseSensitive(g, "name")->valuestring,
-                 cJSON_GetObjectItemCaseSensitive(g, "num_ranks")->valueint,
-                 cJSON_GetObjectItemCaseSensitive(g, "tp")->valueint, cJSON_GetObjectItemCaseSensitive(g, "cp")->valueint,
-                 cJSON_GetObjectItemCaseSensitive(g, "pp")->valueint,
-                 cJSON_GetObjectItemCaseSensitive(g, "rank_offset")->valueint);
-        append(&b, &len, &cap, line);
-    }
-    append_notes(&b, &len, &cap, doc);
-    return b;
+    cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(doc, "mimo_module_grid_specs"))
+        cli_buf_printf(&b, "#   ModuleGridSpec(name=\"%s\", num_ranks=%d, tp=%d, cp=%d, pp=%d, rank_offset=%d)\n",
+                       cJSON_GetObjectItemCaseSensitive(g, "name")->valuestring,
+                       cJSON_GetObjectItemCaseSensitive(g, "num_ranks")->valueint,
+                       cJSON_GetObjectItemCaseSensitive(g, "tp")->valueint,
+                       cJSON_GetObjectItemCaseSensitive(g, "cp")->valueint,
+                       cJSON_GetObjectItemCaseSensitive(g, "pp")->valueint,
+                       cJSON_GetObjectItemCaseSensitive(g, "rank_offset")->valueint);
+    append_notes(&b, doc);
+    return b.s;
 }
 
 /* torchtitan: TOML sections with the plan's notes as comments. */
 static char *render_torchtitan(const cJSON *doc, const char *plan)
 {
-    size_t len = 0, cap = 4096;
-    char *b = calloc(1, cap), line[512];
-    snprintf(line, sizeof line, "# dhp export --to torchtitan %s: torchtitan --job.config_file (torchtitan 0.2.2\n"
-             "# torchtitan/config/job_config.py); add the [model], [optimizer] and data sections of your run\n", plan);
-    append(&b, &len, &cap, line);
-    append_notes(&b, &len, &cap, doc);
+    cli_buf b = { 0 };
+    cli_buf_printf(&b, "# dhp export --to torchtitan %s: torchtitan --job.config_file (torchtitan 0.2.2\n"
+                   "# torchtitan/config/job_config.py); add the [model], [optimizer] and data sections of your run\n",
+                   plan);
+    append_notes(&b, doc);
     const cJSON *sec, *kv;
     cJSON_ArrayForEach(sec, cJSON_GetObjectItemCaseSensitive(doc, "toml")) {
-        snprintf(line, sizeof line, "\n[%s]\n", sec->string);
-        append(&b, &len, &cap, line);
+        cli_buf_printf(&b, "\n[%s]\n", sec->string);
         cJSON_ArrayForEach(kv, sec) {
-            if (cJSON_IsString(kv)) snprintf(line, sizeof line, "%s = \"%s\"\n", kv->string, kv->valuestring);
-            else if (cJSON_IsBool(kv)) snprintf(line, sizeof line, "%s = %s\n", kv->string, cJSON_IsTrue(kv) ? "true" : "false");
-            else snprintf(line, sizeof line, "%s = %d\n", kv->string, kv->valueint);
-            append(&b, &len, &cap, line);
+            if (cJSON_IsString(kv)) cli_buf_printf(&b, "%s = \"%s\"\n", kv->string, kv->valuestring);
+            else if (cJSON_IsBool(kv)) cli_buf_printf(&b, "%s = %s\n", kv->string, cJSON_IsTrue(kv) ? "true" : "false");
+            else cli_buf_printf(&b, "%s = %d\n", kv->string, kv->valueint);
         }
     }
-    return b;
+    return b.s;
 }
 
 int cmd_export(int argc, char **argv)
@@ -151,10 +109,11 @@ int cmd_export(int argc, char **argv)
     }
     char *text;
     if (json || t == CLI_DEEPSPEED) {
+        cli_buf b = { 0 };
         char *j = cJSON_Print(doc);
-        text = malloc(strlen(j) + 2);
-        sprintf(text, "%s\n", j);
+        cli_buf_printf(&b, "%s\n", j);
         free(j);
+        text = b.s;
     } else {
         text = t == CLI_MEGATRON ? render_megatron(doc, plan_path) : render_torchtitan(doc, plan_path);
     }
