@@ -137,6 +137,7 @@ int cli_clusters_from_ray(const char *address, const char *gpu, const char *link
         c->pool[k].nodes++;
     }
     if (c->n_pools == 0) return util_fail(err, UTIL_EINVAL, "%s: no alive node with GPUs", address);
+    c->cross_pool = cost_cluster_default_cross_pool(c);
     return cost_cluster_validate(c, err);
 }
 
