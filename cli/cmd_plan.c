@@ -82,7 +82,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
 static void search_options(const plan_args *a, plan_search_options *so)
 {
     plan_search_options_default(so);
-    so->opt.precision = a->setup.precision;
+    cli_setup_options(&a->setup, &so->opt);
     so->top_k = a->top;
     so->allow_colocated = a->colocated;
     so->allow_disaggregated = a->disaggregated;
@@ -116,8 +116,7 @@ static int plan_strategy(const plan_args *a)
     char err[UTIL_ERR_LEN];
     plan_placement pl = a->colocated ? PLAN_COLOCATED : PLAN_DISAGGREGATED;
     plan_options opt;
-    plan_options_default(&opt);
-    opt.precision = a->setup.precision;
+    cli_setup_options(&a->setup, &opt);
     if (plan_from_strategy_opts(a->strategy, &m, &c, &w, pl, a->gpus, a->n_micro, &opt, &p, err)) return cli_usage_error("plan", "%s", err);
     if (strcmp(a->out, "-") && plan_write(a->out, &p, err)) { fprintf(stderr, "dhp plan: %s\n", err); return 2; }
     if (a->report && cli_report_write(a->report, &p, NULL, 0, a->baselines, NULL, err)) return cli_bad_input(err);

@@ -78,18 +78,15 @@ static int load_plan(const sim_args *a, plan_t *p)
             if (plan_validate(p, err))
                 return cli_usage_error("simulate", "the plan does not fit cluster '%s': %s", c.name, err);
         }
-        opt.precision = p->precision;
+        opt = plan_options_of(p);
         if (plan_assemble(p, &opt, err)) return cli_usage_error("simulate", "%s", err);
         return 0;
     }
     model_t m; cost_cluster c; plan_workload w;
     if (cli_setup_load("simulate", &a->setup, &m, &c, &w)) return 2;
-    if (plan_from_strategy(a->strategy, &m, &c, &w, a->placement, 0, a->n_micro, p, err))
+    cli_setup_options(&a->setup, &opt);
+    if (plan_from_strategy_opts(a->strategy, &m, &c, &w, a->placement, 0, a->n_micro, &opt, p, err))
         return cli_usage_error("simulate", "%s", err);
-    if (a->setup.precision_given) {
-        p->precision = opt.precision = a->setup.precision;
-        if (plan_assemble(p, &opt, err)) return cli_usage_error("simulate", "%s", err);
-    }
     return 0;
 }
 

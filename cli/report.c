@@ -207,7 +207,7 @@ static int timeline_json(const plan_t *p, const char *measured, cJSON *doc, char
                 char name[96];
                 plan_sim_op_label(p, &o->op, name, sizeof name);
                 if (o->end_s > o->begin_s)
-                    cJSON_AddItemToArray(evs, event(r, plan_op_lane(o->op.kind), name, o->begin_s, o->end_s));
+                    cJSON_AddItemToArray(evs, event(r, plan_op_props(o->op.kind)->lane, name, o->begin_s, o->end_s));
             }
         cJSON_AddNumberToObject(tl, "predicted_step_s", sr.step_time_s);
         plan_sim_free(&sr);

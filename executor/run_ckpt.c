@@ -17,23 +17,6 @@ static int make_dir(const char *path, char *err)
     return UTIL_OK;
 }
 
-/* Module k's flat AdamW moments for this rank's tp shard (all n elements):
- * ZeRO-1 ranks all-gather their ranges over the gradient group. */
-static int full_moments(run_ctx *r, int k, ex_buffer_kind kind, float *flat, char *err)
-{
-    run_module *m = &r->mod[k];
-    float *mom;
-    size_t n;
-    if (ex_module_buffer(r->em, k, kind, &mom, &n)) return util_fail(err, UTIL_EINVAL, "checkpoint: module %d has no optimizer state", k);
-    if (!m->zero1) { memcpy(flat, mom, m->n * sizeof(float)); return UTIL_OK; }
-    memset(m->piece, 0, m->shard * sizeof(float));
-    memcpy(m->piece, mom, n * sizeof(float));
-    if (ex_comm_allgather(m->grad, m->piece, m->stage, m->shard))
-        return util_fail(err, UTIL_ERUNTIME, "checkpoint: moment all-gather failed: %s", ex_comm_error(m->grad));
-    memcpy(flat, m->stage, m->n * sizeof(float));
-    return UTIL_OK;
-}
-
 /* The whole tensor from every tp rank's shard `local` (numel each):
  * row-split shards concatenate; column-split ones interleave per row. */
 static int gather_whole(run_module *m, const ex_param *t, const float *local, float *whole, float *tmp, char *err)
@@ -105,20 +88,21 @@ static int step_dir(const run_ctx *r, int step, char *out, size_t n)
     return snprintf(out, n, "%s/step-%08d", r->o->ckpt_dir, step) >= (int)n ? UTIL_EINVAL : UTIL_OK;
 }
 
-/* Gathers module k's tensors (and moments) into whole tensors; the lead
- * tp-0 rank writes them. */
+/* Module k's state of this tp rank, gathered out of its data-parallel
+ * strategy's shards (every rank of the module), then its tensors gathered
+ * whole over the first replica's tp group; that group's rank 0 writes them. */
 static int save_module(run_ctx *r, int k, const char *dir, char *err)
 {
     run_module *m = &r->mod[k];
-    float *flat_m = NULL, *flat_v = NULL, *tmp = NULL;
+    float *flat[3] = { NULL, NULL, NULL }, *tmp = NULL;
+    const ex_buffer_kind kinds[3] = { EX_BUF_PARAMS, EX_BUF_ADAM_M, EX_BUF_ADAM_V };
+    const char *prefix[3] = { "", "adam_m.", "adam_v." };
     tensor_set set = { 0 };
-    int rc = UTIL_OK;
-    if (m->trains) {
-        flat_m = util_malloc(m->n * sizeof(float));
-        flat_v = util_malloc(m->n * sizeof(float));
-        if (!flat_m || !flat_v) rc = util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
-        if (!rc) rc = full_moments(r, k, EX_BUF_ADAM_M, flat_m, err);
-        if (!rc) rc = full_moments(r, k, EX_BUF_ADAM_V, flat_v, err);
+    int rc = UTIL_OK, n_state = m->trains ? 3 : 1;
+    for (int j = 0; !rc && j < n_state; j++) {
+        flat[j] = util_malloc((m->n ? m->n : 1) * sizeof(float));
+        rc = flat[j] ? run_dp_gather_state(&m->dp, kinds[j], flat[j], err)
+                     : util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
     }
     bool lead = m->lead != NULL;
     for (int i = 0; lead && !rc && i < ex_param_count(r->em); i++) {
@@ -126,13 +110,10 @@ static int save_module(run_ctx *r, int k, const char *dir, char *err)
         if (ex_param_get(r->em, i, &t) || t.module_index != k) continue;
         util_free(tmp);
         tmp = util_malloc((size_t)t.numel * ex_comm_size(m->lead) * sizeof(float));
-        const float *src[3] = { t.data, flat_m ? flat_m + t.offset : NULL, flat_v ? flat_v + t.offset : NULL };
-        const char *prefix[3] = { "", "adam_m.", "adam_v." };
-        for (int j = 0; !rc && j < 3; j++) {
-            if (!src[j]) continue;
+        for (int j = 0; !rc && j < n_state; j++) {
             float *whole = set_add(&set, prefix[j], &t);
             if (!whole || !tmp) rc = util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
-            else rc = gather_whole(m, &t, src[j], whole, tmp, err);
+            else rc = gather_whole(m, &t, flat[j] + t.offset, whole, tmp, err);
         }
     }
     if (!rc && lead && ex_comm_rank(m->lead) == 0) {
@@ -147,7 +128,8 @@ static int save_module(run_ctx *r, int k, const char *dir, char *err)
         rc = ex_ckpt_write(path, set.t, set.n, meta, 7, err);
     }
     set_free(&set);
-    util_free(tmp); util_free(flat_m); util_free(flat_v);
+    util_free(tmp);
+    for (int j = 0; j < 3; j++) util_free(flat[j]);
     return rc;
 }
 
@@ -235,6 +217,8 @@ static int load_tensor(ex_ckpt *c, const char *path, const char *name, const ex_
     return rc;
 }
 
+/* Every tensor's whole copy from the file, this rank's tp slice of it into
+ * the module's flat state, then into the data-parallel strategy's shards. */
 static int load_module(run_ctx *r, int k, const char *dir, long long *step, char *err)
 {
     run_module *m = &r->mod[k];
@@ -245,37 +229,28 @@ static int load_module(run_ctx *r, int k, const char *dir, long long *step, char
     if (rc) return rc;
     long long adam_t = 0;
     rc = check_meta(r, c, path, k, step, &adam_t, err);
-    float *flat_m = m->trains ? util_calloc(m->n, sizeof(float)) : NULL;
-    float *flat_v = m->trains ? util_calloc(m->n, sizeof(float)) : NULL;
-    float *whole = NULL;
-    if (!rc && m->trains && (!flat_m || !flat_v)) rc = util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
+    float *flat[3] = { NULL, NULL, NULL }, *whole = NULL;
+    const ex_buffer_kind kinds[3] = { EX_BUF_PARAMS, EX_BUF_ADAM_M, EX_BUF_ADAM_V };
+    const char *prefix[3] = { "", "adam_m.", "adam_v." };
+    int n_state = m->trains ? 3 : 1;
+    for (int j = 0; !rc && j < n_state; j++)
+        if (!(flat[j] = util_calloc(m->n ? m->n : 1, sizeof(float)))) rc = util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
     for (int i = 0; !rc && i < ex_param_count(r->em); i++) {
         ex_param t;
         if (ex_param_get(r->em, i, &t) || t.module_index != k) continue;
         util_free(whole);
         whole = util_malloc((size_t)(t.full_shape[0] * (t.ndim > 1 ? t.full_shape[1] : 1)) * sizeof(float));
         if (!whole) { rc = util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory"); break; }
-        char name[256];
-        rc = load_tensor(c, path, t.name, &t, whole, t.data, err);
-        if (!rc && m->trains) {
-            snprintf(name, sizeof name, "adam_m.%s", t.name);
-            rc = load_tensor(c, path, name, &t, whole, flat_m + t.offset, err);
-        }
-        if (!rc && m->trains) {
-            snprintf(name, sizeof name, "adam_v.%s", t.name);
-            rc = load_tensor(c, path, name, &t, whole, flat_v + t.offset, err);
+        for (int j = 0; !rc && j < n_state; j++) {
+            char name[256];
+            snprintf(name, sizeof name, "%s%s", prefix[j], t.name);
+            rc = load_tensor(c, path, name, &t, whole, flat[j] + t.offset, err);
         }
     }
-    if (!rc && m->trains) {
-        float *mom;
-        size_t n;
-        ex_module_buffer(r->em, k, EX_BUF_ADAM_M, &mom, &n);
-        memcpy(mom, flat_m + (m->zero1 ? m->lo : 0), n * sizeof(float));
-        ex_module_buffer(r->em, k, EX_BUF_ADAM_V, &mom, &n);
-        memcpy(mom, flat_v + (m->zero1 ? m->lo : 0), n * sizeof(float));
-        ex_optimizer_set_t(r->em, (int)adam_t);
-    }
-    util_free(whole); util_free(flat_m); util_free(flat_v);
+    for (int j = 0; !rc && j < n_state; j++) rc = run_dp_scatter_state(&m->dp, kinds[j], flat[j], err);
+    if (!rc && m->trains) ex_optimizer_set_t(r->em, (int)adam_t);
+    util_free(whole);
+    for (int j = 0; j < 3; j++) util_free(flat[j]);
     ex_ckpt_close(c);
     return rc;
 }

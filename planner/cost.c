@@ -3,7 +3,7 @@
  * shapes), attention through cost_attention_*_time on its scores, element-wise
  * work kernel by kernel through cost_elementwise_time; communication through
  * cost_collective_time with each group's placement in the node. */
-#include "planner/planner.h"
+#include "planner/planner_int.h"
 
 #include <math.h>
 #include <string.h>
@@ -15,6 +15,13 @@ typedef struct {
     bool need_weight_grad;       /* false when frozen */
     bool need_input_grad;        /* false for a frozen first module */
 } pricer;
+
+void plan_comm_add(plan_comm *c, bool backward, double seconds, int count)
+{
+    if (count <= 0) return;
+    if (backward) { c->bwd_s += count * seconds; c->bwd_syncs += count; }
+    else { c->fwd_s += count * seconds; c->fwd_syncs += count; }
+}
 
 static bool runs_backward(const pricer *p) { return p->need_input_grad || p->need_weight_grad; }
 
@@ -55,93 +62,118 @@ static void ew_bias_grad(pricer *p, bool has_bias, double n)
 }
 
 /* The element-wise kernels of one pre-norm block on t rows, call by call in
- * the order of executor/model.c (block_forward, block_backward): norms,
+ * the order of executor/block.c (ex_block_forward, ex_block_backward): norms,
  * biases, RoPE on q and k (none in cross-attention blocks), the residual
  * adds, the MLP activation; backward, the zeroed gradient buffers the
  * backward accumulates into, the kernels' backward and the bias gradients.
- * qd, kd, f: this rank's q, k (= v) and MLP widths. LayerNorm models are
- * priced as RMSNorm. */
-static void price_block_elementwise(pricer *p, const model_module *mm, double t, double qd, double kd, double f,
-                                    bool rope)
+ * qd, kd, f: this rank's q, k (= v) and MLP widths; tn the rows the norms,
+ * the row-parallel biases and the residual hold (t / tp under sequence
+ * parallelism, whose norms' partial weight gradients are summed and added
+ * once per block). LayerNorm models are priced as RMSNorm. */
+static void price_block_elementwise(pricer *p, const model_module *mm, double t, double tn, double qd, double kd,
+                                    double f, bool rope, bool seqpar)
 {
     double h = mm->hidden;
     bool swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
     double mlp_in = swiglu ? 2 : 1;                      /* gate and up, or the one up projection */
-    ew_fwd(p, COST_EW_RMSNORM, t * h);
+    ew_fwd(p, COST_EW_RMSNORM, tn * h);
     if (mm->qkv_bias) { ew_fwd(p, COST_EW_BIAS, t * qd); ew_fwd(p, COST_EW_BIAS, t * kd); ew_fwd(p, COST_EW_BIAS, t * kd); }
     if (rope) { ew_fwd(p, COST_EW_ROPE, t * qd); ew_fwd(p, COST_EW_ROPE, t * kd); }
-    if (mm->out_bias) ew_fwd(p, COST_EW_BIAS, t * h);
-    ew_fwd(p, COST_EW_ADD, t * h);
-    ew_fwd(p, COST_EW_RMSNORM, t * h);
+    if (mm->out_bias) ew_fwd(p, COST_EW_BIAS, tn * h);
+    ew_fwd(p, COST_EW_ADD, tn * h);
+    ew_fwd(p, COST_EW_RMSNORM, tn * h);
     if (mm->mlp_bias) for (int i = 0; i < mlp_in; i++) ew_fwd(p, COST_EW_BIAS, t * f);
     ew_fwd(p, swiglu ? COST_EW_SWIGLU : COST_EW_GELU, t * f);
-    if (mm->mlp_bias) ew_fwd(p, COST_EW_BIAS, t * h);
-    ew_fwd(p, COST_EW_ADD, t * h);
+    if (mm->mlp_bias) ew_fwd(p, COST_EW_BIAS, tn * h);
+    ew_fwd(p, COST_EW_ADD, tn * h);
 
+    bool partial_norms = seqpar && p->need_weight_grad;
+    if (partial_norms) ew_bwd(p, COST_EW_ZERO, 2 * h);
     ew_bwd(p, COST_EW_ZERO, t * f);
     ew_bias_grad(p, mm->mlp_bias, t * h);
     for (int i = 0; i < mlp_in; i++) ew_bwd(p, COST_EW_ZERO, t * f);
     ew_bwd(p, swiglu ? COST_EW_SWIGLU_BWD : COST_EW_GELU_BWD, t * f);
     ew_bwd(p, COST_EW_ZERO, t * h);
     for (int i = 0; i < mlp_in; i++) ew_bias_grad(p, mm->mlp_bias, t * f);
-    ew_bwd(p, COST_EW_RMSNORM_BWD, t * h);
+    ew_bwd(p, COST_EW_RMSNORM_BWD, tn * h);
     ew_bwd(p, COST_EW_ZERO, t * qd);
     ew_bias_grad(p, mm->out_bias, t * h);
     ew_bwd(p, COST_EW_ZERO, t * qd); ew_bwd(p, COST_EW_ZERO, t * kd); ew_bwd(p, COST_EW_ZERO, t * kd);
     if (rope) { ew_bwd(p, COST_EW_ROPE_BWD, t * qd); ew_bwd(p, COST_EW_ROPE_BWD, t * kd); }
     ew_bwd(p, COST_EW_ZERO, t * h);
     if (mm->qkv_bias) { ew_bias_grad(p, true, t * qd); ew_bias_grad(p, true, t * kd); ew_bias_grad(p, true, t * kd); }
-    ew_bwd(p, COST_EW_RMSNORM_BWD, t * h);
+    ew_bwd(p, COST_EW_RMSNORM_BWD, tn * h);
+    if (partial_norms) { ew_bwd(p, COST_EW_ADD, h); ew_bwd(p, COST_EW_ADD, h); }
 }
 
-/* One transformer block on t local tokens (after the Ulysses split, per dp rank). */
+/* One transformer block on t local tokens (after the Ulysses split, per dp
+ * rank); *selective gets what selective recomputation re-runs of it in
+ * backward: the attention core's forward and the MLP activation. */
 static void price_block(pricer *p, const model_module *mm, const plan_module *s, double t,
-                        double span, bool cross, double cross_tokens)
+                        double span, bool cross, double cross_tokens, double *selective)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
+    bool seqpar = s->seq_parallel && s->tp > 1;
+    double tn = seqpar ? t / tp : t;
+    pricer core = *p;
+    core.fwd = core.bwd = 0;
     if (cross) {
         price_linear(p, t, H * d / tp, h);
         price_linear(p, cross_tokens, 2 * KV * d / tp, h);
-        price_attention(p, t, cross_tokens, H / tp, d);
+        price_attention(&core, t, cross_tokens, H / tp, d);
     } else {
         price_linear(p, t, (H + 2 * KV) * d / tp, h);
-        price_attention(p, t, span, H / tp, d);
+        price_attention(&core, t, span, H / tp, d);
     }
+    p->fwd += core.fwd;
+    p->bwd += core.bwd;
     price_linear(p, t, h, H * d / tp);
     if (mm->ffn_kind == MODEL_FFN_SWIGLU) price_linear(p, t, 2 * f / tp, h);
     else price_linear(p, t, f / tp, h);
     price_linear(p, t, h, f / tp);
-    price_block_elementwise(p, mm, t, H * d / tp, KV * d / tp, f / tp, !cross);
+    price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross, seqpar);
+    *selective = core.fwd + cost_elementwise_time(p->g, mm->ffn_kind == MODEL_FFN_SWIGLU ? COST_EW_SWIGLU : COST_EW_GELU,
+                                                  t * f / tp, p->A);
 }
 
+/* count blocks of one kind: their compute into p, their forward (what full
+ * recomputation re-runs) into *blocks_fwd, selective's re-run into *selective. */
 static void price_blocks(pricer *p, const model_module *mm, const plan_module *s, double t,
-                         double span, bool cross, double cross_tokens, int count)
+                         double span, bool cross, double cross_tokens, int count, double *blocks_fwd,
+                         double *selective)
 {
     if (count == 0) return;
     pricer one = *p;
     one.fwd = one.bwd = 0;
-    price_block(&one, mm, s, t, span, cross, cross_tokens);
+    double sel = 0;
+    price_block(&one, mm, s, t, span, cross, cross_tokens, &sel);
     p->fwd += count * one.fwd;
     p->bwd += count * one.bwd;
+    *blocks_fwd += count * one.fwd;
+    *selective += count * sel;
 }
 
-/* The LLM's stem and head (executor/model.c, llm_forward / llm_backward):
+/* The LLM's stem and head (executor/llm.c, llm_forward / llm_backward):
  * embedding rows in, then over the `rows` predicting rows the final norm,
  * the vocabulary shard's head GEMM and the cross-entropy, whose gradient
- * the forward computes. */
+ * the forward computes. Under sequence parallelism the first block's rows
+ * are sliced out of all t rows, and the head's gradient back into them. */
 static void price_llm_ends(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
 {
     double h = mm->hidden, shard = ceil((double)mm->vocab / s->tp);
+    bool seqpar = s->seq_parallel && s->tp > 1;
     ew_fwd(p, COST_EW_COPY, t * h);
+    if (seqpar) ew_fwd(p, COST_EW_COPY, t / s->tp * h);
     ew_fwd(p, COST_EW_COPY, rows * h);
     ew_fwd(p, COST_EW_RMSNORM, rows * h);
     price_linear(p, rows, shard, h);
     ew_fwd(p, COST_EW_CE, rows * shard);
-    ew_bwd(p, COST_EW_ZERO, rows * h);
-    ew_bwd(p, COST_EW_ZERO, rows * h);
     ew_bwd(p, COST_EW_ZERO, t * h);
+    ew_bwd(p, COST_EW_ZERO, rows * h);
+    ew_bwd(p, COST_EW_ZERO, rows * h);
     ew_bwd(p, COST_EW_RMSNORM_BWD, rows * h);
     ew_bwd(p, COST_EW_ADD, rows * h);
+    if (seqpar) ew_bwd(p, COST_EW_COPY, t / s->tp * h);
     if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, t * h);   /* embedding gradient rows */
 }
 
@@ -182,18 +214,12 @@ static void price_encoder_ends(pricer *p, const model_module *mm, const plan_mod
     }
 }
 
-static double allreduce_tp(const cost_pool *pool, const plan_module *s, double bytes)
+/* One collective of op over module s's group on `axes` (plan_group_shape places it in the node). */
+static double group_coll(const cost_pool *pool, const plan_module *s, unsigned axes, cost_coll op, double bytes)
 {
-    return cost_collective_time(pool, COST_ALLREDUCE, bytes, s->tp, s->tp);
-}
-
-/* Ranks of a group per node, for a group of n ranks at stride `stride` in the
- * module's rank order (tp fastest) on nodes of gpn GPUs. */
-static int ranks_per_node(int n, int stride, int gpn)
-{
-    int per = gpn / stride;
-    if (per < 1) per = 1;
-    return per > n ? n : per;
+    int n, per_node;
+    plan_group_shape(s, axes, pool->gpus_per_node, &n, &per_node);
+    return cost_collective_time(pool, op, bytes, n, per_node);
 }
 
 /* Ulysses keeps window layers local when every rank holds whole windows. */
@@ -227,7 +253,7 @@ static double forward_flops_per_sample(const model_module *mm, const plan_seq *q
  * all-gathers the bf16 weights. Under autocast the weights and their
  * gradients are fp32 (PyTorch DDP / DeepSpeed reduce what they hold). */
 
-/* Ulysses re-shards around each all-to-all by copying (executor/model.c
+/* Ulysses re-shards around each all-to-all by copying (executor/block.c
  * sp_heads_to_rows, sp_rows_to_heads): forward q, k, v packed into the send
  * buffer and the attention output unpacked from the receive buffer, backward
  * the output's gradient packed and dq, dk, dv unpacked; t local rows. */
@@ -246,6 +272,86 @@ static void price_ulysses_copies(pricer *p, const model_module *mm, const plan_m
     }
 }
 
+/* The tensor-parallel regions of the blocks (executor/block.c): per block,
+ * the attention and the MLP each enter (column-parallel) and leave
+ * (row-parallel) one. Without sequence parallelism leaving is an all-reduce
+ * forward and entering one backward; with it, an all-gather entering and a
+ * reduce-scatter leaving forward, and backward an all-gather of the output
+ * gradient, an all-gather re-gathering the saved norm rows, a reduce-scatter
+ * of the input gradient, and once per block the norms' partial weight
+ * gradients summed. t rows per micro-batch. fwd gets the forward's, which
+ * full recomputation issues again in backward. */
+static void price_tp_blocks(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,
+                            bool backward, bool weight_grads, plan_comm *c, plan_comm *fwd)
+{
+    if (s->tp <= 1) return;
+    int L = mm->layers;
+    double rows = A * t * mm->hidden;
+    if (s->seq_parallel) {
+        double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, rows);
+        double rs = group_coll(pool, s, PLAN_AX_TP, COST_REDUCESCATTER, rows);
+        plan_comm_add(fwd, false, ag, 2 * L);
+        plan_comm_add(fwd, false, rs, 2 * L);
+        if (!backward) return;
+        plan_comm_add(c, true, ag, 4 * L);
+        plan_comm_add(c, true, rs, 2 * L);
+        if (weight_grads) plan_comm_add(c, true, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * 2 * mm->hidden), L);
+        return;
+    }
+    double ar = group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, rows);
+    plan_comm_add(fwd, false, ar, 2 * L);
+    if (backward) plan_comm_add(c, true, ar, 2 * L);
+}
+
+/* The LLM's ends under tensor parallelism (executor/llm.c): forward, the
+ * vocab-parallel embedding's all-reduce of the text rows and the
+ * cross-entropy's row maxima and [sum-exp, target logit] (fp32); backward,
+ * the head's input gradient. Under sequence parallelism the final hidden
+ * rows are all-gathered for the head, and the blocks' input gradient for the
+ * embedding's backward. */
+static void price_tp_llm_ends(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,
+                              double text_rows, double head_rows, bool backward, plan_comm *c)
+{
+    if (s->tp <= 1 || mm->kind != MODEL_LLM) return;
+    double h = mm->hidden;
+    plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * text_rows * h), 1);
+    plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * head_rows), 1);
+    plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * 2 * head_rows), 1);
+    if (backward) plan_comm_add(c, true, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * head_rows * h), 1);
+    if (!s->seq_parallel) return;
+    double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, A * t * h);
+    plan_comm_add(c, false, ag, 1);
+    if (backward) plan_comm_add(c, true, ag, 1);
+}
+
+/* Ulysses: q, k, v and the output re-sharded forward, one all-to-all each,
+ * and their gradients backward, in every layer that crosses ranks. */
+static void price_ulysses(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,
+                          int layers, bool backward, plan_comm *fwd, plan_comm *c)
+{
+    if (s->sp <= 1) return;
+    double q = A * t * mm->heads * mm->head_dim / s->tp, kv = A * t * mm->kv_heads * mm->head_dim / s->tp;
+    double aq = group_coll(pool, s, PLAN_AX_SP, COST_ALLTOALL, q), akv = group_coll(pool, s, PLAN_AX_SP, COST_ALLTOALL, kv);
+    plan_comm_add(fwd, false, aq, 2 * layers);
+    plan_comm_add(fwd, false, akv, 2 * layers);
+    if (!backward) return;
+    plan_comm_add(c, true, aq, 2 * layers);
+    plan_comm_add(c, true, akv, 2 * layers);
+}
+
+/* What full recomputation re-runs in backward: the blocks' forward, its exchanges too. */
+static void recompute_comm(const plan_comm *fwd, plan_comm *c)
+{
+    c->bwd_s += fwd->fwd_s;
+    c->bwd_syncs += fwd->fwd_syncs;
+}
+
+static void merge_fwd(const plan_comm *fwd, plan_comm *c)
+{
+    c->fwd_s += fwd->fwd_s;
+    c->fwd_syncs += fwd->fwd_syncs;
+}
+
 /* Compute and in-op communication of one micro-batch of `samples` samples
  * (per dp rank): the per-micro-batch terms of plan_time. */
 void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
@@ -261,6 +367,17 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
 
     double A = plan_precision_bytes(o->precision).act;   /* activation / communication element */
     pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM) };
+    bool backward = runs_backward(&p);
+    if (samples <= 0) {   /* an empty micro-batch (planner/schedule.c, micro_ops): the strategy's collectives only */
+        plan_comm dp = { 0 };
+        plan_price_dp_micro(mm, s, pool, o, backward, 0, 0, &dp, &out->bwd_s);
+        out->zero_comm_s = dp.fwd_s + dp.bwd_s;
+        out->fwd_comm_s = dp.fwd_s;
+        out->fwd_syncs = dp.fwd_syncs;
+        out->bwd_syncs = dp.bwd_syncs;
+        out->micro_s = out->bwd_s + out->zero_comm_s;
+        return;
+    }
     double t = samples * q.tokens_per_sample / s->sp;
     double cross_tokens = samples * q.cross_span / s->sp;
     /* Blocks differ only by attention kind: price one of each kind, times its count. */
@@ -270,84 +387,52 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
         else if (model_layer_is_full_attention(mm, l)) n_full++;
         else n_window++;
     }
-    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, n_full);
-    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window);
-    price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross);
+    double blocks_fwd = 0, selective = 0;
+    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, n_full, &blocks_fwd, &selective);
+    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window, &blocks_fwd, &selective);
+    price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross, &blocks_fwd, &selective);
     int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
     if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
-    double h = mm->hidden;
-    if (mm->kind == MODEL_LLM) price_llm_ends(&p, mm, s, t, plan_head_rows(w, o->precision, samples, t));
+    double head_rows = mm->kind == MODEL_LLM ? plan_head_rows(w, o->target, samples, t) : 0;
+    if (mm->kind == MODEL_LLM) price_llm_ends(&p, mm, s, t, head_rows);
     else price_encoder_ends(&p, mm, s, t);
     out->fwd_s = p.fwd;
     out->bwd_s = p.bwd;
-    if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = p.fwd;
-    else if (s->recompute == PLAN_RECOMP_SELECTIVE)
-        out->recompute_s = cost_memory_time(g, t * A * 3.0 * mm->ffn / s->tp * mm->layers);
+    if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = blocks_fwd;
+    else if (s->recompute == PLAN_RECOMP_SELECTIVE) out->recompute_s = selective;
+    if (!backward) out->recompute_s = 0;
 
-    /* Tensor parallel: Megatron's f/g all-reduces (or the equivalent
-     * all-gather + reduce-scatter pair with sequence parallel). */
-    if (s->tp > 1) {
-        /* per block: 2 all-reduces forward (attention, MLP), 2 backward */
-        out->tp_comm_s = mm->layers * 4.0 * allreduce_tp(pool, s, A * t * mm->hidden);
-        if (mm->kind == MODEL_LLM) out->tp_comm_s += 2 * allreduce_tp(pool, s, A * t * h);
-        /* the LLM's ends: the embedding's and the loss statistics' all-reduces
-         * forward, the head gradient's backward (executor/model.c) */
-        out->fwd_syncs += 2 * mm->layers + (mm->kind == MODEL_LLM ? 2 : 0);
-        out->bwd_syncs += 2 * mm->layers + (mm->kind == MODEL_LLM ? 1 : 0);
+    /* In-op communication: the blocks' forward exchanges (re-issued by full
+     * recomputation), then everything else. */
+    plan_comm tp_fwd = { 0 }, tp = { 0 }, sp_fwd = { 0 }, sp = { 0 }, pp = { 0 }, dp = { 0 };
+    price_tp_blocks(mm, s, pool, A, t, backward, !mm->frozen, &tp, &tp_fwd);
+    price_tp_llm_ends(mm, s, pool, A, t, samples * w->text_tokens, head_rows, backward, &tp);
+    price_ulysses(mm, s, pool, A, t, n_a2a_layers, backward, &sp_fwd, &sp);
+    if (s->recompute == PLAN_RECOMP_FULL && backward) {
+        recompute_comm(&tp_fwd, &tp);
+        recompute_comm(&sp_fwd, &sp);
     }
-    /* Ulysses: q, k, v and the output re-sharded forward, their gradients backward. */
-    if (s->sp > 1) {
-        double dims = (2.0 * mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
-        double bytes = A * t * dims;
-        int per = ranks_per_node(s->sp, s->tp, gpn);
-        out->sp_comm_s = 2.0 * n_a2a_layers * cost_collective_time(pool, COST_ALLTOALL, bytes, s->sp, per);
-        /* one all-to-all each for q, k, v and the output, and for their gradients */
-        out->fwd_syncs += 4 * n_a2a_layers;
-        out->bwd_syncs += 4 * n_a2a_layers;
-    }
-    if (s->recompute == PLAN_RECOMP_FULL) out->bwd_syncs += out->fwd_syncs;
+    merge_fwd(&tp_fwd, &tp);
+    merge_fwd(&sp_fwd, &sp);
     /* Pipeline stage hand-offs, forward activation and backward gradient. */
     if (s->pp > 1) {
         bool same_node = (double)s->tp * s->sp * s->dp * s->pp <= gpn;
-        out->pp_p2p_s = 2.0 * (s->pp - 1) * cost_p2p_time(c, s->pool, s->pool, same_node, A * t * h);
+        double hop = cost_p2p_time(c, s->pool, s->pool, same_node, A * t * mm->hidden);
+        pp.fwd_s = (s->pp - 1) * hop;
+        pp.bwd_s = backward ? (s->pp - 1) * hop : 0;
     }
-    double lp = plan_local_params(mm, s);
-    int shard = s->dp * s->sp;
-    int shard_per_node = ranks_per_node(shard, s->tp, gpn);
-    double compute_mb = out->fwd_s + out->bwd_s + out->recompute_s;
-    if (shard > 1 && s->zero >= 3) {
-        /* Per micro-batch: gather parameters for forward (and, when trained,
-         * again for backward and reduce-scatter gradients); prefetch hides part of it. */
-        plan_state_bytes b = plan_module_state_bytes(mm, o->precision);
-        double ag = cost_collective_time(pool, COST_ALLGATHER, b.param * lp, shard, shard_per_node);
-        if (mm->frozen) out->zero_comm_s = ag;
-        else {
-            double rs = cost_collective_time(pool, COST_REDUCESCATTER, b.grad * lp, shard, shard_per_node);
-            out->zero_comm_s = fmax(0.0, 2 * ag + rs - o->overlap * compute_mb);
-        }
-    }
-    out->micro_s = compute_mb + out->tp_comm_s + out->sp_comm_s + out->zero_comm_s + out->pp_p2p_s;
-    /* The forward pass carries half of the TP / SP / PP exchanges (the cost
-     * model counts as many forward as backward) and one of ZeRO-3's three gathers. */
-    out->fwd_comm_s = 0.5 * (out->tp_comm_s + out->sp_comm_s + out->pp_p2p_s)
-                    + (mm->frozen ? out->zero_comm_s : out->zero_comm_s / 3.0);
-}
-
-/* Once per step over the module's dp*sp replicas of each weight shard:
- * gradient all-reduce, or its reduce-scatter (gradients) + all-gather
- * (updated weights) halves (ZeRO). */
-static void price_step_comm(const model_module *mm, const plan_module *s, const cost_pool *pool,
-                            plan_precision precision, plan_time *out)
-{
-    double lp = plan_local_params(mm, s);
-    int shard = s->dp * s->sp;
-    int shard_per_node = ranks_per_node(shard, s->tp, pool->gpus_per_node);
-    if (shard <= 1 || mm->frozen) return;
-    plan_state_bytes b = plan_module_state_bytes(mm, precision);
-    out->grad_rs_s = cost_collective_time(pool, COST_REDUCESCATTER, b.grad * lp, shard, shard_per_node);
-    out->param_ag_s = cost_collective_time(pool, COST_ALLGATHER, b.param * lp, shard, shard_per_node);
-    /* ZeRO-3 reduces gradients per micro-batch (zero_comm_s) instead. */
-    if (s->zero < 3) out->dp_comm_s = cost_collective_time(pool, COST_ALLREDUCE, b.grad * lp, shard, shard_per_node);
+    double dp_busy;
+    plan_price_dp_micro(mm, s, pool, o, backward, out->fwd_s, out->bwd_s + out->recompute_s, &dp, &dp_busy);
+    out->bwd_s += dp_busy;
+    out->tp_comm_s = tp.fwd_s + tp.bwd_s;
+    out->sp_comm_s = sp.fwd_s + sp.bwd_s;
+    out->zero_comm_s = dp.fwd_s + dp.bwd_s;
+    out->pp_p2p_s = pp.fwd_s + pp.bwd_s;
+    out->fwd_syncs = tp.fwd_syncs + sp.fwd_syncs + dp.fwd_syncs;
+    out->bwd_syncs = tp.bwd_syncs + sp.bwd_syncs + dp.bwd_syncs;
+    out->fwd_comm_s = tp.fwd_s + sp.fwd_s + dp.fwd_s + pp.fwd_s;
+    out->micro_s = out->fwd_s + out->bwd_s + out->recompute_s + out->tp_comm_s + out->sp_comm_s + out->zero_comm_s
+                 + out->pp_p2p_s;
 }
 
 void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
@@ -356,19 +441,21 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     const model_module *mm = &m->mod[mi];
     const cost_pool *pool = &c->pool[s->pool];
     plan_micro_time(m, mi, s, w, c, o, s->micro_batch, out);
-    price_step_comm(mm, s, pool, o->precision, out);
+    plan_price_dp_step(mm, s, pool, o, out);
     /* Bucketed gradient reduction overlaps the last micro-batch's backward. */
-    out->dp_exposed_s = fmax(0.0, out->dp_comm_s - o->overlap * out->bwd_s / s->pp);
-    if (!mm->frozen) {
-        double bytes_per_param = plan_precision_bytes(o->precision).step_traffic;
-        double opt_shard = s->zero >= 1 ? (double)s->dp * s->sp : 1;
+    double step_comm = out->grad_sync_s + out->grad_sync_busy_s + out->param_gather_s + out->param_gather_busy_s;
+    out->dp_exposed_s = fmax(0.0, step_comm - o->overlap * out->bwd_s / s->pp);
+    plan_dp_rules r = plan_dp_rules_of(mm, s);
+    if (r.trains) {
+        plan_state_bytes b = plan_module_state_bytes(mm, o);
+        double updated = o->target == PLAN_TARGET_DHP ? (double)plan_dp_buffers_of(mm, s).shard_elems
+                                                      : plan_local_params(mm, s) / (r.shard_optim ? r.shard : 1);
         /* AdamW is one fused streaming pass over its state: STREAM-class
          * bandwidth (hbm_bw), not the element-wise mix that mem_eff describes. */
-        out->optim_s = plan_local_params(mm, s) / opt_shard * bytes_per_param / pool->gpu.hbm_bw + pool->gpu.kernel_launch_s;
-        /* The clip's norm: a sum of squares over the gradients the rank counts
-         * (executor/run.c local_grad_sumsq), its shard with ZeRO, else all of them. */
-        out->norm_s = cost_elementwise_time(&pool->gpu, COST_EW_SUMSQ, plan_local_params(mm, s) / opt_shard,
-                                            plan_module_state_bytes(mm, o->precision).grad);
+        out->optim_s = updated * b.step_traffic / pool->gpu.hbm_bw + pool->gpu.kernel_launch_s;
+        /* The clip's norm: a sum of squares over the gradients the rank
+         * counts (plan_dp_counts_norm): its shard with ZeRO, else all of them. */
+        out->norm_s = cost_elementwise_time(&pool->gpu, COST_EW_SUMSQ, updated, b.grad);
     }
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
@@ -427,6 +514,13 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
         return util_fail(err, UTIL_EINVAL, "%s: sequence %.0f is not divisible by sp %d", mm->name, q.seq, s->sp);
     if (mm->kind != MODEL_LLM && s->sp > 1 && mm->merge > 1 && fmod(q.seq / s->sp, mm->merge * mm->merge) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sp %d splits merge groups", mm->name, s->sp);
+    /* Megatron's sequence parallelism splits the LLM blocks' norm and residual
+     * rows over the tp group (Korthikanti et al., arXiv 2205.05198, sec. 4.2.2),
+     * which needs whole rows per rank. */
+    if (s->seq_parallel && mm->kind != MODEL_LLM)
+        return util_fail(err, UTIL_EINVAL, "%s: Megatron sequence parallelism (seqpar) applies to the LLM's tensor-parallel blocks", mm->name);
+    if (s->seq_parallel && s->tp > 1 && fmod(q.seq, s->tp) != 0)
+        return util_fail(err, UTIL_EINVAL, "%s: sequence parallelism needs the sequence (%.0f tokens) divisible by tp %d", mm->name, q.seq, s->tp);
     int g = s->dp * s->tp * s->sp * s->pp;
     if (g > cost_pool_gpus(pool))
         return util_fail(err, UTIL_EINVAL, "%s: %d GPUs exceed pool '%s' (%d)", mm->name, g, pool->name,

@@ -11,7 +11,19 @@ static const char *placement_names[] = { "colocated", "disaggregated" };
 static const char *recompute_names[] = { "none", "selective", "full" };
 static const char *precision_names[PLAN_NPRECISION] = { "bf16-mixed", "bf16-pure", "bf16-autocast", "fp32" };
 
+static const char *target_names[PLAN_NTARGET] = { "megatron", "dhp" };
+
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
+const char *plan_target_name(plan_target t) { return t >= 0 && t < PLAN_NTARGET ? target_names[t] : "?"; }
+
+int plan_target_parse(const char *s, plan_target *out)
+{
+    for (int i = 0; i < PLAN_NTARGET; i++)
+        if (!strcmp(s, target_names[i])) { *out = (plan_target)i; return UTIL_OK; }
+    return UTIL_EINVAL;
+}
+
+plan_target plan_target_default(plan_precision p) { return p == PLAN_OPT_FP32 ? PLAN_TARGET_DHP : PLAN_TARGET_MEGATRON; }
 
 int plan_precision_parse(const char *s, plan_precision *out)
 {
@@ -80,6 +92,7 @@ cJSON *plan_to_json(const plan_t *p)
     cJSON_AddStringToObject(root, "placement", placement_names[p->placement]);
     cJSON_AddStringToObject(root, "schedule", p->placement == PLAN_COLOCATED ? "in-turn" : "1f1b-across-modules");
     cJSON_AddStringToObject(root, "precision", precision_names[p->precision]);
+    cJSON_AddStringToObject(root, "target", plan_target_name(p->target));
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
     cJSON *mods = cJSON_AddArrayToObject(root, "modules");
@@ -176,6 +189,10 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if ((rc = util_json_str(root, what, "precision", false, "bf16-mixed", buf, sizeof buf, err))) return rc;
     if (plan_precision_parse(buf, &p->precision))
         return util_fail(err, UTIL_EINVAL, "%s.precision: '%s' is not bf16-mixed, bf16-pure, bf16-autocast or fp32", what, buf);
+    if ((rc = util_json_str(root, what, "target", false, plan_target_name(plan_target_default(p->precision)), buf,
+                            sizeof buf, err))) return rc;
+    if (plan_target_parse(buf, &p->target))
+        return util_fail(err, UTIL_EINVAL, "%s.target: '%s' is not megatron or dhp", what, buf);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;

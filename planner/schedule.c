@@ -6,13 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const op_names[PLAN_NOPS] = {
-    "forward", "send_act", "recv_act", "forward_backward", "send_grad", "recv_grad",
-    "backward", "grad_sync", "grad_norm", "optimizer",
-};
-
-const char *plan_op_name(plan_op_kind k) { return k >= 0 && k < PLAN_NOPS ? op_names[k] : "?"; }
-
 /* Colocated chunks hold one micro-batch of every LLM dp rank. */
 static int colocated_chunk_samples(const plan_t *p)
 {
@@ -104,17 +97,45 @@ static int micro_count(const plan_module *s, int count)
     return (count + mb - 1) / mb;
 }
 
+/* Micro-batch u of a share; past the share's end an empty one (no samples) at its end. */
 static void micro_range(const plan_module *s, int first, int count, int u, int *f, int *n)
 {
-    int mb = s->micro_batch > 0 ? s->micro_batch : 1;
-    *f = first + u * mb;
-    *n = count - u * mb < mb ? count - u * mb : mb;
+    int mb = s->micro_batch > 0 ? s->micro_batch : 1, left = count - u * mb;
+    *f = left > 0 ? first + u * mb : first + count;
+    *n = left <= 0 ? 0 : left < mb ? left : mb;
 }
 
-/* micro_count grows with the share, so the largest share has the most micro-batches. */
+/* Micro-batches module k runs of chunk c on a rank whose share is `count`
+ * samples: its own, or where the data-parallel strategy gathers or reduces
+ * units inside every micro-batch (ZeRO-2/3), as many as the module's busiest
+ * dp rank of the chunk, the extra ones empty, so every collective of the
+ * shard group is matched (PyTorch's Join for uneven inputs). */
+static int micro_ops(const plan_t *p, int k, int c, int count)
+{
+    const plan_module *s = &p->mod[k];
+    int n = micro_count(s, count);
+    plan_dp_rules r = plan_dp_rules_of(&p->model.mod[k], s);
+    if (!r.unit_param_gather && !r.unit_grad_reduce) return n;
+    for (int i = 0; i < s->dp; i++) {
+        int f, share;
+        plan_chunk_share(p, k, c, i, &f, &share);
+        if (micro_count(s, share) > n) n = micro_count(s, share);
+    }
+    return n;
+}
+
+/* The most micro-batches module k runs of any chunk (activation slots per chunk). */
 static int max_micro_per_share(const plan_t *p, int k)
 {
-    return micro_count(&p->mod[k], plan_max_share(p, k));
+    int most = 0;
+    for (int c = 0; c < plan_chunks(p); c++)
+        for (int i = 0; i < p->mod[k].dp; i++) {
+            int f, n;
+            plan_chunk_share(p, k, c, i, &f, &n);
+            int m = micro_ops(p, k, c, n);
+            if (m > most) most = m;
+        }
+    return most;
 }
 
 int plan_schedule_check(const plan_t *p, char *err)
@@ -127,10 +148,6 @@ int plan_schedule_check(const plan_t *p, char *err)
         const plan_module *s = &p->mod[k];
         if (s->pp != 1)
             return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: pipeline parallelism (pp = %d) is not implemented by the executor", s->module, s->pp);
-        if (s->zero > 1)
-            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: ZeRO stage %d is not implemented by the executor (0 and 1 are)", s->module, s->zero);
-        if (s->seq_parallel)
-            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: Megatron sequence parallelism is not implemented by the executor", s->module);
         if (s->dp < 1 || s->tp < 1 || s->sp < 1 || s->micro_batch < 1)
             return util_fail(err, UTIL_EINVAL, "plan: module %s: dp, tp, sp and micro_batch must be >= 1", s->module);
         if (k == m->llm) {
@@ -146,6 +163,9 @@ int plan_schedule_check(const plan_t *p, char *err)
     }
     if (encoders > 1)
         return util_fail(err, UTIL_EUNSUPPORTED, "plan: %d encoders: the executor runs one vision encoder and one LLM", encoders);
+    bool any_trains = false;
+    for (int k = 0; k < p->n_modules; k++) any_trains |= trains(p, k);
+    if (!any_trains) return util_fail(err, UTIL_EINVAL, "plan: every module of %s is frozen: nothing to train", m->name);
     if (p->placement == PLAN_COLOCATED)
         for (int k = 0; k < p->n_modules; k++)
             if (p->mod[k].first_rank != 0 || p->mod[k].n_ranks != p->world_size)
@@ -196,10 +216,11 @@ static int encoder_forward(const plan_t *p, int k, const plan_coord *me, int c, 
     const plan_module *m = &p->mod[k];
     int f, n, rc = UTIL_OK;
     plan_chunk_share(p, k, c, me->dp, &f, &n);
-    for (int u = 0; !rc && u < micro_count(m, n); u++) {
+    for (int u = 0; !rc && u < micro_ops(p, k, c, n); u++) {
         int uf, un;
         micro_range(m, f, n, u, &uf, &un);
-        rc = push(s, PLAN_OP_FORWARD, k, c, uf, un, trains(p, k) ? slot_of(per_chunk, W, c, u) : 0, err);
+        int slot = un == 0 ? -1 : trains(p, k) ? slot_of(per_chunk, W, c, u) : 0;
+        rc = push(s, PLAN_OP_FORWARD, k, c, uf, un, slot, err);
     }
     return rc ? rc : push(s, PLAN_OP_SEND_ACT, k, c, f, n, -1, err);
 }
@@ -211,10 +232,10 @@ static int encoder_backward(const plan_t *p, int k, const plan_coord *me, int c,
     int f, n;
     plan_chunk_share(p, k, c, me->dp, &f, &n);
     int rc = push(s, PLAN_OP_RECV_GRAD, k, c, f, n, -1, err);
-    for (int u = micro_count(m, n) - 1; !rc && u >= 0; u--) {
+    for (int u = micro_ops(p, k, c, n) - 1; !rc && u >= 0; u--) {
         int uf, un;
         micro_range(m, f, n, u, &uf, &un);
-        rc = push(s, PLAN_OP_BACKWARD, k, c, uf, un, slot_of(per_chunk, W, c, u), err);
+        rc = push(s, PLAN_OP_BACKWARD, k, c, uf, un, un == 0 ? -1 : slot_of(per_chunk, W, c, u), err);
     }
     return rc;
 }
@@ -227,7 +248,7 @@ static int llm_chunk(const plan_t *p, const plan_coord *me, int c, plan_schedule
     plan_chunk_share(p, L, c, me->dp, &f, &n);
     for (int k = 0; !rc && k < p->n_modules; k++)
         if (is_encoder(p, k)) rc = push(s, PLAN_OP_RECV_ACT, k, c, f, n, -1, err);
-    for (int u = 0; !rc && u < micro_count(m, n); u++) {
+    for (int u = 0; !rc && u < micro_ops(p, L, c, n); u++) {
         int uf, un;
         micro_range(m, f, n, u, &uf, &un);
         rc = push(s, PLAN_OP_FORWARD_BACKWARD, L, c, uf, un, -1, err);
@@ -237,14 +258,22 @@ static int llm_chunk(const plan_t *p, const plan_coord *me, int c, plan_schedule
     return rc;
 }
 
+/* After the last micro-batch, as each module's data-parallel strategy says
+ * (plan_dp_rules_of): the gradient sync, the global norm, the update, the
+ * gather of the updated weights. */
 static int step_tail(const plan_t *p, const bool *on, plan_schedule *s, char *err)
 {
     int rc = UTIL_OK;
+    plan_dp_rules dp[MODEL_MAX_MODULES];
+    for (int k = 0; k < p->n_modules; k++) dp[k] = plan_dp_rules_of(&p->model.mod[k], &p->mod[k]);
     for (int k = 0; !rc && k < p->n_modules; k++)
-        if (on[k] && trains(p, k)) rc = push(s, PLAN_OP_GRAD_SYNC, k, -1, 0, 0, -1, err);
+        if (on[k] && dp[k].step_grad_sync) rc = push(s, PLAN_OP_GRAD_SYNC, k, -1, 0, 0, -1, err);
     if (!rc) rc = push(s, PLAN_OP_GRAD_NORM, -1, -1, 0, 0, -1, err);
-    for (int k = 0; !rc && k < p->n_modules; k++)
-        if (on[k] && trains(p, k)) rc = push(s, PLAN_OP_OPTIMIZER, k, -1, 0, 0, -1, err);
+    for (int k = 0; !rc && k < p->n_modules; k++) {
+        if (!on[k] || !dp[k].trains) continue;
+        rc = push(s, PLAN_OP_OPTIMIZER, k, -1, 0, 0, -1, err);
+        if (!rc && dp[k].step_param_gather) rc = push(s, PLAN_OP_PARAM_GATHER, k, -1, 0, 0, -1, err);
+    }
     return rc;
 }
 

@@ -10,28 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static plan_options plan_opts(const plan_t *p)
-{
-    plan_options o;
-    plan_options_default(&o);
-    o.precision = p->precision;
-    return o;
-}
-
-static bool is_collective_kind(plan_op_kind k)
-{
-    return k == PLAN_OP_GRAD_SYNC || k == PLAN_OP_GRAD_NORM || k == PLAN_OP_OPTIMIZER;
-}
-
-/* ZeRO-1 shards the optimizer over dp x sp and all-gathers the parameters after it. */
-static bool optimizer_gathers(const plan_module *s) { return s->zero >= 1 && s->dp * s->sp > 1; }
-
-/* Does rank `rank`'s op synchronise with other ranks (start when the last joins)? */
-static bool op_is_collective(const plan_t *p, const plan_op *op)
-{
-    if (op->kind == PLAN_OP_OPTIMIZER) return optimizer_gathers(&p->mod[op->module]);
-    return op->kind == PLAN_OP_GRAD_SYNC || op->kind == PLAN_OP_GRAD_NORM;
-}
+static bool is_collective(const plan_op *op) { return plan_op_props(op->kind)->collective; }
 
 /* ---- where ranks are ---- */
 
@@ -136,16 +115,15 @@ static const plan_time *micro_time(pricer *pr, int k, int samples, plan_time *sc
 }
 
 /* The rank's part of the gradient norm's local pass: each trained module on
- * it whose gradients it counts (executor/run.c local_grad_sumsq: its ZeRO-1
- * shard, else only on the replica at dp and sp coordinate 0). */
+ * it whose gradients it counts (plan_dp_counts_norm). */
 static double norm_busy_s(pricer *pr, int rank)
 {
     double s = 0;
     for (int k = 0; k < pr->p->n_modules; k++) {
         plan_coord cd;
         if (!plan_rank_coord(pr->p, k, rank, &cd)) continue;
-        if (pr->p->mod[k].zero < 1 && (cd.dp != 0 || cd.sp != 0)) continue;
-        s += step_time(pr, k)->norm_s;
+        plan_dp_rules r = plan_dp_rules_of(&pr->p->model.mod[k], &pr->p->mod[k]);
+        if (plan_dp_counts_norm(&r, &cd)) s += step_time(pr, k)->norm_s;
     }
     return s;
 }
@@ -176,7 +154,13 @@ static plan_sim_cost price(pricer *pr, int rank, const plan_op *op)
         break;
     case PLAN_OP_GRAD_SYNC:
         t = step_time(pr, op->module);
-        c.comm_s = pr->p->mod[op->module].zero >= 1 ? t->grad_rs_s : t->dp_comm_s;
+        c.busy_s = t->grad_sync_busy_s;
+        c.comm_s = t->grad_sync_s;
+        break;
+    case PLAN_OP_PARAM_GATHER:
+        t = step_time(pr, op->module);
+        c.busy_s = t->param_gather_busy_s;
+        c.comm_s = t->param_gather_s;
         break;
     case PLAN_OP_GRAD_NORM:
         if (!pr->have_norm) { pr->norm_s = world_allreduce_s(pr->p, 8.0); pr->have_norm = true; }
@@ -184,9 +168,7 @@ static plan_sim_cost price(pricer *pr, int rank, const plan_op *op)
         c.comm_s = pr->norm_s;
         break;
     case PLAN_OP_OPTIMIZER:
-        t = step_time(pr, op->module);
-        c.busy_s = t->optim_s;
-        if (optimizer_gathers(&pr->p->mod[op->module])) c.comm_s = t->param_ag_s;
+        c.busy_s = step_time(pr, op->module)->optim_s;
         break;
     default:
         break;
@@ -197,7 +179,7 @@ static plan_sim_cost price(pricer *pr, int rank, const plan_op *op)
 
 plan_sim_cost plan_sim_op_cost(const plan_t *p, int rank, const plan_op *op)
 {
-    pricer pr = { .p = p, .opt = plan_opts(p) };
+    pricer pr = { .p = p, .opt = plan_options_of(p) };
     plan_sim_cost c = price(&pr, rank, op);
     util_free(pr.micro);
     return c;
@@ -257,7 +239,7 @@ static void rank_memory(const plan_t *p, int rank, const plan_schedule *sched, p
 {
     int slots = sched->slots;
     memset(out, 0, sizeof *out);
-    plan_options o = plan_opts(p);
+    plan_options o = plan_options_of(p);
     bool first = true;
     for (int k = 0; k < p->n_modules; k++) {
         plan_coord cd;
@@ -273,13 +255,15 @@ static void rank_memory(const plan_t *p, int rank, const plan_schedule *sched, p
         out->activations += m.activations;
         out->logits += m.logits;
         out->comm += m.comm;
-        out->other += m.zero_buffers + m.fragmentation + (first ? m.reserved : 0);
+        out->zero_buffers += m.zero_buffers;
+        out->other += m.fragmentation + (first ? m.reserved : 0);
         out->capacity = m.capacity;
         if (encoder) out->slots += in_flight;
         first = false;
     }
-    if (p->precision == PLAN_OPT_FP32) out->comm += executor_handoff_bytes(p, rank, sched);
-    out->total = out->params + out->grads + out->optim + out->activations + out->logits + out->comm + out->other;
+    if (p->target == PLAN_TARGET_DHP) out->comm += executor_handoff_bytes(p, rank, sched);
+    out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations + out->logits + out->comm
+               + out->other;
 }
 
 int plan_sim_memory(const plan_t *p, int rank, plan_sim_mem *out, char *err)
@@ -398,8 +382,8 @@ static void free_messages(message_table *t)
 
 /* ---- collectives ---- */
 
-/* One collective instance: GRAD_NORM, or GRAD_SYNC / gathering OPTIMIZER of
- * module k among the ranks of one tp position (all dp x sp replicas). */
+/* One collective instance: GRAD_NORM over the world, or an op of module k
+ * over one of its groups (plan_op_info.group, plan_group_of). */
 typedef struct {
     int expected, joined;
     double last_join_s, comm_s;
@@ -408,31 +392,35 @@ typedef struct {
 
 typedef struct {
     collective *c;
-    int n, max_tp;
+    int n, max_groups;
 } collective_table;
 
 static int collective_index(const plan_t *p, const collective_table *t, int rank, const plan_op *op)
 {
-    if (op->kind == PLAN_OP_GRAD_NORM) return 0;
-    plan_coord cd = { 0 };
-    plan_rank_coord(p, op->module, rank, &cd);
-    int which = op->kind == PLAN_OP_OPTIMIZER ? 1 : 0;
-    return 1 + ((which * p->n_modules + op->module) * t->max_tp + cd.tp);
+    if (plan_op_props(op->kind)->group == PLAN_GROUP_WORLD) return 0;
+    plan_group g = { 0 };
+    plan_group_of(p, op->module, PLAN_AX_SHARD, rank, &g);
+    return 1 + ((int)op->kind * p->n_modules + op->module) * t->max_groups + g.color;
 }
 
 static int build_collectives(const plan_t *p, collective_table *t, char *err)
 {
-    t->max_tp = 1;
-    for (int k = 0; k < p->n_modules; k++) if (p->mod[k].tp > t->max_tp) t->max_tp = p->mod[k].tp;
-    t->n = 1 + 2 * p->n_modules * t->max_tp;
+    t->max_groups = 1;
+    for (int k = 0; k < p->n_modules; k++) {
+        plan_group g;
+        if (plan_group_of(p, k, PLAN_AX_SHARD, p->mod[k].first_rank, &g) && g.n_groups > t->max_groups)
+            t->max_groups = g.n_groups;
+    }
+    t->n = 1 + PLAN_NOPS * p->n_modules * t->max_groups;
     t->c = util_calloc((size_t)t->n, sizeof *t->c);
     if (!t->c) return util_fail(err, UTIL_ENOMEM, "simulate: out of memory for collectives");
     t->c[0].expected = p->world_size;
     for (int k = 0; k < p->n_modules; k++) {
-        const plan_module *s = &p->mod[k];
-        for (int which = 0; which < 2; which++)
-            for (int tp = 0; tp < s->tp; tp++)
-                t->c[1 + ((which * p->n_modules + k) * t->max_tp + tp)].expected = s->dp * s->sp * s->pp;
+        plan_group g;
+        if (!plan_group_of(p, k, PLAN_AX_SHARD, p->mod[k].first_rank, &g)) continue;
+        for (int kind = 0; kind < PLAN_NOPS; kind++)
+            for (int color = 0; color < g.n_groups; color++)
+                t->c[1 + (kind * p->n_modules + k) * t->max_groups + color].expected = g.size;
     }
     return UTIL_OK;
 }
@@ -610,7 +598,7 @@ static int step_rank(sim *S, int rank, bool *progress, char *err)
         *progress = do_recv(S, rank, op, rec);
         break;
     default:
-        if (op_is_collective(S->p, op)) {
+        if (is_collective(op)) {
             rc = do_collective(S, rank, op, rec, progress, err);
         } else {
             plan_sim_cost c = op_cost(S, rank, op);
@@ -667,10 +655,8 @@ static int walk(sim *S, char *err)
  * run in time order: at each instant every rank that can move does, then
  * time jumps to the next compute end, message arrival or collective end. */
 
-static bool op_has_compute(plan_op_kind k)
-{
-    return k != PLAN_OP_SEND_ACT && k != PLAN_OP_SEND_GRAD && k != PLAN_OP_RECV_ACT && k != PLAN_OP_RECV_GRAD;
-}
+/* Every op but a hand-off transfer has a part the rank computes before it exchanges (busy_s, possibly 0). */
+static bool op_has_compute(plan_op_kind k) { return !plan_op_props(k)->transfer; }
 
 static double compute_end(const sim *S, int r)
 {
@@ -697,14 +683,22 @@ static double shared_speed(const sim *S, int r, int busy, double weight)
     return v < 1 ? v : 1;
 }
 
-/* Does q exchange with r inside r's next op (a rank of the same module
- * replica: its tensor- and sequence-parallel peers)? */
+static bool same_group(const plan_t *p, int k, unsigned axes, int r, int q)
+{
+    plan_group a, b;
+    return plan_group_of(p, k, axes, r, &a) && plan_group_of(p, k, axes, q, &b) && a.color == b.color;
+}
+
+/* Does q exchange with r inside r's next op? Its tensor- and
+ * sequence-parallel peers (the same module replica) do, and under ZeRO-2/3
+ * the ranks of its shard group, whose units it gathers or reduces with. */
 static bool exchange_peer(const sim *S, int r, int q)
 {
     if (q == r || S->cost[r].syncs <= 0) return false;
     int k = S->sched[r].op[S->next[r]].module;
-    plan_coord a, b;
-    return plan_rank_coord(S->p, k, r, &a) && plan_rank_coord(S->p, k, q, &b) && a.dp == b.dp && a.pp == b.pp;
+    if (same_group(S->p, k, PLAN_AX_TP | PLAN_AX_SP, r, q)) return true;
+    plan_dp_rules dp = plan_dp_rules_of(&S->p->model.mod[k], &S->p->mod[k]);
+    return (dp.unit_param_gather || dp.unit_grad_reduce) && same_group(S->p, k, PLAN_AX_SHARD, r, q);
 }
 
 /* Rank r's op exchanges with a peer that has not reached its compute: r
@@ -763,7 +757,7 @@ static int after_compute(sim *S, int rank, const plan_op *op, plan_sim_op *rec, 
 {
     const plan_sim_cost *c = &S->cost[rank];
     if (!S->joined[rank]) rec->busy_s = S->now[rank] - rec->start_s;
-    if (op_is_collective(S->p, op)) {
+    if (is_collective(op)) {
         collective *cl = &S->coll.c[collective_index(S->p, &S->coll, rank, op)];
         if (!S->joined[rank]) join_collective(S, rank, cl, S->now[rank], c->comm_s);
         return do_collective(S, rank, op, rec, progress, err);
@@ -842,7 +836,7 @@ static int walk_shared(sim *S, char *err)
 
 static bool same_collective(const plan_sim_op *a, const plan_sim_op *b)
 {
-    return is_collective_kind(a->op.kind) && a->op.kind == b->op.kind && a->op.module == b->op.module
+    return plan_op_props(a->op.kind)->collective && a->op.kind == b->op.kind && a->op.module == b->op.module
         && a->end_s == b->end_s;
 }
 
@@ -992,7 +986,7 @@ int plan_sim_run(const plan_t *p, const plan_sim_hooks *hooks, plan_sim_result *
     int rc = plan_schedule_check(p, err);
     if (rc) return rc;
     if (p->world_size < 1) return util_fail(err, UTIL_EINVAL, "simulate: the plan has no ranks");
-    sim S = { .p = p, .hooks = hooks, .r = r, .pr = { .p = p, .opt = plan_opts(p) } };
+    sim S = { .p = p, .hooks = hooks, .r = r, .pr = { .p = p, .opt = plan_options_of(p) } };
     rc = setup(&S, err);
     if (!rc) rc = S.shared ? walk_shared(&S, err) : walk(&S, err);
     free_sim(&S);
@@ -1028,6 +1022,7 @@ static cJSON *mem_json(const plan_sim_mem *m)
     cJSON_AddNumberToObject(o, "params", m->params);
     cJSON_AddNumberToObject(o, "grads", m->grads);
     cJSON_AddNumberToObject(o, "optim", m->optim);
+    cJSON_AddNumberToObject(o, "zero_buffers", m->zero_buffers);
     cJSON_AddNumberToObject(o, "activations", m->activations);
     cJSON_AddNumberToObject(o, "slots", m->slots);
     cJSON_AddNumberToObject(o, "logits", m->logits);
@@ -1082,17 +1077,6 @@ cJSON *plan_sim_to_json(const plan_t *p, const plan_sim_result *r)
     return doc;
 }
 
-plan_trace_lane plan_op_lane(plan_op_kind k)
-{
-    switch (k) {
-    case PLAN_OP_FORWARD:
-    case PLAN_OP_BACKWARD:
-    case PLAN_OP_FORWARD_BACKWARD:
-    case PLAN_OP_OPTIMIZER: return PLAN_TRACE_COMPUTE;
-    default: return PLAN_TRACE_COMM;
-    }
-}
-
 int plan_sim_write_trace(const char *path, const plan_t *p, const plan_sim_result *r, char *err)
 {
     int total = 0;
@@ -1117,15 +1101,13 @@ int plan_sim_write_trace(const char *path, const plan_t *p, const plan_sim_resul
             const plan_sim_op *o = &r->rank[i].ops[j];
             plan_trace_event *e = &ev[n++];
             e->rank = i;
-            e->lane = plan_op_lane(o->op.kind);
+            e->lane = plan_op_props(o->op.kind)->lane;
             plan_sim_op_label(p, &o->op, e->name, sizeof e->name);
             e->start_s = o->start_s;
             e->end_s = o->end_s;
             e->chunk = o->op.chunk;
             e->samples = o->op.chunk >= 0 ? o->op.samples : -1;
-            bool transfer = o->op.kind == PLAN_OP_SEND_ACT || o->op.kind == PLAN_OP_SEND_GRAD
-                         || o->op.kind == PLAN_OP_RECV_ACT || o->op.kind == PLAN_OP_RECV_GRAD;
-            e->bytes = transfer ? o->bytes : -1;
+            e->bytes = plan_op_props(o->op.kind)->transfer ? o->bytes : -1;
         }
     }
     int rc = plan_trace_write(path, ev, n, r->world_size, np, err);

@@ -70,7 +70,7 @@ expect_err simulate_missing_file "nofile.json" "$DHP" simulate "$T/nofile.json"
 expect_err simulate_unknown_option "unknown option" "$DHP" simulate "$T/p.json" --frobnicate
 expect_err simulate_bad_cluster "not found|unknown|no cluster" "$DHP" simulate "$T/p.json" --cluster 3xfoo
 expect_err simulate_cluster_too_small "does not fit cluster 'one'" "$DHP" simulate "$T/p.json" --cluster "$T/one.json"
-expect_err simulate_zero3_unsupported "ZeRO stage 3" "$DHP" simulate $W --cluster "$T/two.json" --strategy 'vision:zero=3;llm:zero=3'
+expect_err simulate_pipeline_unsupported "pipeline parallelism" "$DHP" simulate $W --cluster "$T/two.json" --strategy 'vision:dp=2;llm:pp=2'
 expect_err simulate_bad_strategy "unknown key" "$DHP" simulate --model tiny-vl --strategy 'llm:tq=2'
 expect_err simulate_trace_unwritable "cannot create|No such file" "$DHP" simulate "$T/p.json" --trace /nonexistent-dir/t.json
 if ls "$T" | grep -q 'tmp\.'; then fail simulate_no_partial_output "a temp file was left behind"; else ok simulate_no_partial_output; fi

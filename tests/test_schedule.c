@@ -2,6 +2,7 @@
 #include "tests/test.h"
 #include "planner/planner.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,10 +16,10 @@ static int make_plan(const char *spec, plan_placement pl, int gpus, int n_micro,
     return plan_from_strategy(spec, &m, &c, &w, pl, gpus, n_micro, p, err);
 }
 
-/* The ops of one rank as a string of letters: F S r B G b, per-step ops g n o. */
+/* The ops of one rank as a string of letters (per-step ops y n o P). */
 static void op_string(const plan_schedule *s, char *out)
 {
-    static const char letter[PLAN_NOPS] = { 'F', 'S', 'R', 'X', 'G', 'r', 'B', 'y', 'n', 'o' };
+    static const char letter[PLAN_NOPS] = { 'F', 'S', 'R', 'X', 'G', 'r', 'B', 'y', 'n', 'o', 'P' };
     for (int i = 0; i < s->n; i++) out[i] = letter[s->op[i].kind];
     out[s->n] = 0;
 }
@@ -31,8 +32,9 @@ TEST(schedule_disaggregated_encoder_runs_1f1b_two_chunks_ahead)
     plan_schedule s;
     CHECK_OK(plan_schedule_rank(&p, 0, &s, err));
     op_string(&s, ops);
-    /* 4 chunks of 2 samples, one micro-batch each: forward + send, gradient + backward */
-    CHECK_MSG(!strcmp(ops, "FSFSrBFSrBFSrBrByno"), "vision ops %s", ops);
+    /* 4 chunks of 2 samples, one micro-batch each: forward + send, gradient + backward;
+     * one replica: no gradient sync */
+    CHECK_MSG(!strcmp(ops, "FSFSrBFSrBFSrBrBno"), "vision ops %s", ops);
     int chunk_of_first_recv = -1;
     for (int i = 0; i < s.n; i++)
         if (s.op[i].kind == PLAN_OP_RECV_GRAD && chunk_of_first_recv < 0) chunk_of_first_recv = s.op[i].chunk;
@@ -129,8 +131,61 @@ TEST(schedule_refuses_what_the_executor_does_not_run)
     CHECK(plan_schedule_check(&p, err) == UTIL_EUNSUPPORTED && strstr(err, "pipeline"));
     p.mod[1].pp = 1;
     p.mod[1].zero = 3;
-    CHECK(plan_schedule_check(&p, err) == UTIL_EUNSUPPORTED && strstr(err, "ZeRO stage 3"));
-    p.mod[1].zero = 0;
+    p.mod[1].recompute = PLAN_RECOMP_FULL;
+    p.mod[1].seq_parallel = true;
+    CHECK_OK(plan_schedule_check(&p, err));
     p.mod[0].sp = 32;    /* 16 merge groups per image cannot split 32 ways */
     CHECK(plan_schedule_check(&p, err) == UTIL_EINVAL && strstr(err, "sp = 32"));
+    p.mod[0].sp = 2;
+    p.model.mod[0].frozen = p.model.mod[1].frozen = true;
+    CHECK(plan_schedule_check(&p, err) == UTIL_EINVAL && strstr(err, "nothing to train"));
+}
+
+/* Each strategy's per-step ops: a replicated module syncs its gradients,
+ * ZeRO-1 reduce-scatters them and gathers the updated weights, ZeRO-2 only
+ * gathers (its gradients were reduced unit by unit), ZeRO-3 does neither. */
+TEST(schedule_step_ops_follow_the_data_parallel_strategy)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN], ops[256];
+    const char *tails[4] = { "ynoo", "ynoPoP", "noPoP", "noo" };
+    for (int zero = 0; zero <= 3; zero++) {
+        char spec[96];
+        snprintf(spec, sizeof spec, "vision:dp=2,zero=%d;llm:dp=2,zero=%d", zero, zero);
+        CHECK_OK(make_plan(spec, PLAN_COLOCATED, 2, 1, 4, &p));
+        plan_schedule s;
+        CHECK_OK(plan_schedule_rank(&p, 1, &s, err));
+        op_string(&s, ops);
+        const char *tail = ops + strlen(ops) - strlen(tails[zero]);
+        /* zero 0: one grad_sync per module */
+        if (zero == 0) tail = ops + strlen(ops) - 5;
+        CHECK_MSG(!strcmp(tail, zero == 0 ? "yynoo" : tails[zero]), "zero %d: ops %s", zero, ops);
+        plan_schedule_free(&s);
+    }
+}
+
+/* Under ZeRO-3 every rank of a shard group gathers each unit in every
+ * micro-batch: a replica with fewer samples runs empty micro-batches so the
+ * groups' collectives match (PyTorch's Join). */
+TEST(schedule_zero3_gives_uneven_replicas_empty_micro_batches)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    /* chunks of 4 samples over 3 vision replicas: shares of 1, 1 and 2 */
+    CHECK_OK(make_plan("vision:gpus=3,dp=3,zero=3,mb=1;llm:gpus=1,mb=1", PLAN_DISAGGREGATED, 4, 2, 8, &p));
+    int fwd[3] = { 0 }, empty[3] = { 0 };
+    for (int r = 0; r < 3; r++) {
+        plan_schedule s;
+        CHECK_OK(plan_schedule_rank(&p, p.mod[0].first_rank + r, &s, err));
+        for (int i = 0; i < s.n; i++)
+            if (s.op[i].kind == PLAN_OP_FORWARD || s.op[i].kind == PLAN_OP_BACKWARD) {
+                fwd[r]++;
+                empty[r] += s.op[i].samples == 0;
+                CHECK(s.op[i].samples > 0 || s.op[i].slot == -1);
+            }
+        plan_schedule_free(&s);
+    }
+    CHECK(fwd[0] == fwd[1] && fwd[1] == fwd[2] && fwd[0] == 8);
+    CHECK(empty[0] == 4 && empty[1] == 4 && empty[2] == 0);
+    check_sample_coverage(&p);
 }
