@@ -55,7 +55,7 @@ expect_err hub_malformed "hf:broken/Model config.json: .*line" "$DHP" import hf:
 no_entry hub_malformed broken
 expect_err hub_oversized "hf:google/gemma-3-4b-it: .*larger than the 100-byte cap" \
     env DHP_HTTP_MAX_BYTES=100 XDG_CACHE_HOME="$T/cache2" "$DHP" import hf:google/gemma-3-4b-it
-[ -e "$T/cache2/dhp/hf/google" ] && fail hub_oversized-no-cache "cache entry written"
+if [ -e "$T/cache2/dhp/hf/google" ]; then fail hub_oversized-no-cache "cache entry written"; fi
 expect_err hub_timeout "hf:x/y: .*timed out" env HF_ENDPOINT="$HF_ENDPOINT/never" DHP_HTTP_LOW_SPEED_TIME=2 \
     timeout 60 "$DHP" import hf:x/y
 no_entry hub_timeout x

@@ -15,7 +15,7 @@ net_case() {
     shift
     rm -f "$T/out.json"
     expect_err "$name" "$pat" env "${envs[@]}" timeout 60 "$DHP" import "$1" -o "$T/out.json"
-    [ -e "$T/out.json" ] && fail "$name-no-output" "$T/out.json was written"
+    if [ -e "$T/out.json" ]; then fail "$name-no-output" "$T/out.json was written"; fi
 }
 net_case net_never_answers "never/x.json: timed out" DHP_HTTP_LOW_SPEED_TIME=2 -- "$U/never/x.json"
 net_case net_slow_answer "slow/x.json: timed out" DHP_HTTP_TIMEOUT=3 DHP_HTTP_LOW_SPEED_TIME=100 -- "$U/slow/x.json"

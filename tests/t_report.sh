@@ -60,5 +60,5 @@ else fail report_escapes_names "$(head -c 300 "$T/err")"; fi
 printf '{"traceEvents": 3}' >"$T/bad.trace"
 expect_err report_bad_trace "bad.trace: not a JSON array of trace events" \
     "$DHP" simulate "$T/tiny.json" --report "$T/x.html" --measured "$T/bad.trace"
-[ -e "$T/x.html" ] && fail report_bad_trace_no_file "report written despite the bad trace"
+if [ -e "$T/x.html" ]; then fail report_bad_trace_no_file "report written despite the bad trace"; fi
 expect_err report_measured_needs_report "--measured goes with --report" "$DHP" simulate "$T/tiny.json" --measured "$T/run.trace"
