@@ -215,29 +215,11 @@ static int timeline_json(const plan_t *p, const char *measured, cJSON *doc, char
     return measured ? measured_events(measured, shown, tl, err) : UTIL_OK;
 }
 
-static cJSON *prediction_json(const plan_t *p)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "step_time_s", p->pred.step_time_s);
-    cJSON_AddBoolToObject(o, "simulated", p->pred.simulated);
-    cJSON_AddNumberToObject(o, "samples_per_s", p->pred.samples_per_s);
-    cJSON_AddNumberToObject(o, "tokens_per_s", p->pred.tokens_per_s);
-    cJSON_AddNumberToObject(o, "mfu", p->pred.mfu);
-    cJSON_AddBoolToObject(o, "fits", p->pred.fits);
-    return o;
-}
-
+/* The plan summary every JSON output uses, with the chart's label. */
 static void throughput_row(cJSON *rows, const char *label, const plan_t *p, bool chosen)
 {
-    double peak = 0;
-    for (int k = 0; k < p->n_modules; k++) if (p->pred.peak_mem_bytes[k] > peak) peak = p->pred.peak_mem_bytes[k];
-    cJSON *o = cJSON_CreateObject();
+    cJSON *o = cli_plan_summary_json(p);
     cJSON_AddStringToObject(o, "label", label);
-    cJSON_AddStringToObject(o, "placement", plan_placement_name(p->placement));
-    cJSON_AddNumberToObject(o, "samples_per_s", p->pred.samples_per_s);
-    cJSON_AddNumberToObject(o, "step_s", p->pred.step_time_s);
-    cJSON_AddBoolToObject(o, "fits", p->pred.fits);
-    cJSON_AddNumberToObject(o, "peak_bytes", peak);
     cJSON_AddBoolToObject(o, "chosen", chosen);
     cJSON_AddItemToArray(rows, o);
 }
@@ -258,7 +240,7 @@ int cli_report_write(const char *path, const plan_t *p, const cli_report_row *ro
     cJSON_AddStringToObject(doc, "precision", plan_precision_name(p->precision));
     cJSON_AddStringToObject(doc, "workload", wl);
     cJSON_AddNumberToObject(doc, "world_size", p->world_size);
-    cJSON_AddItemToObject(doc, "prediction", prediction_json(p));
+    cJSON_AddItemToObject(doc, "prediction", cli_plan_summary_json(p));
     cJSON_AddItemToObject(doc, "modules", modules_json(p));
     int rc = nodes_json(p, doc, err);
     if (!rc) rc = memory_json(p, doc, err);

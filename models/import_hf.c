@@ -317,7 +317,7 @@ static int import_qwen_vl(const cJSON *root, const char *what, bool v25, model_t
 }
 
 /* multi_modal_projector: Linear(vision hidden -> text hidden), GELU, Linear(text -> text). */
-static int import_llava(const cJSON *root, const char *what, model_t *m, char *err)
+int hf_import_llava(const cJSON *root, const char *what, model_t *m, char *err)
 {
     m->n_modules = 2;
     m->llm = 1;
@@ -396,7 +396,7 @@ static int import_root(const cJSON *root, const char *what, model_t *m, char *er
     const char *type = t->valuestring;
     if (strcmp(type, "qwen2_5_vl") == 0) return import_qwen_vl(root, what, true, m, err);
     if (strcmp(type, "qwen2_vl") == 0) return import_qwen_vl(root, what, false, m, err);
-    if (strcmp(type, "llava") == 0) return import_llava(root, what, m, err);
+    if (strcmp(type, "llava") == 0) return hf_import_llava(root, what, m, err);
     if (strcmp(type, "internvl_chat") == 0) return import_internvl(root, what, m, err);
     if (strcmp(type, "mllama") == 0) return import_mllama(root, what, m, err);
     if (strcmp(type, "qwen2_audio") == 0) return import_qwen2_audio(root, what, m, err);

@@ -153,18 +153,14 @@ static int import_idefics3(const cJSON *root, const char *what, model_t *m, char
  * counted although vision_feature_layer -2 reads the one before it. */
 static int import_llava_next(const cJSON *root, const char *what, model_t *m, char *err)
 {
-    m->n_modules = 2;
-    m->llm = 1;
-    model_module *v = &m->mod[0];
-    if (hf_import_clip_vision(root, what, v, err)) return UTIL_EINVAL;
-    v->frozen = false;
-    int rc = hf_import_text_config(root, "text_config", "llama", false, what, &m->mod[1], err);
+    int rc = hf_import_llava(root, what, m, err);
     if (rc) return rc;
+    model_module *v = &m->mod[0];
+    v->frozen = false;
     hf_section top;
     hf_sec(&top, root, NULL, what, "config");
     if (hf_bool(&top, "multimodal_projector_bias", true, &v->proj_bias, err)) return UTIL_EINVAL;
     v->extra_params = m->mod[1].hidden;
-    hf_connect(m, v, m->mod[1].hidden);
     return UTIL_OK;
 }
 
