@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS="build-essential make pkg-config libglpk-dev glpk-utils libcjson-dev libopenblas-dev
       libopenmpi-dev openmpi-bin libcurl4-openssl-dev python3 python3-numpy python3-torch
-      python3-venv openssl chromium"
+      python3-venv openssl chromium iproute2"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO=sudo
 missing=""
