@@ -4,6 +4,7 @@
 # placement is checked with stand-ins for scontrol and srun.
 . "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's own allocations under the ASan build
 
 # 16 ranks on two nodes of 8 GPUs: vision on 4 GPUs of node 0, the LLM on the rest.
 "$DHP" plan --model qwen2.5-vl-7b --cluster 2x8xh100 --batch 32 --vision-tokens 4096 --placement disaggregated \

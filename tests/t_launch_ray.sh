@@ -13,6 +13,7 @@ if [ -z "${DHP_IN_NETNS:-}" ]; then
 fi
 ip link set lo up
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 RAY_USAGE_STATS_ENABLED=0
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's own allocations under the ASan build
 # Ray's socket paths must stay short.
 RT=$(mktemp -d /tmp/dhpray.XXXX)
 trap '"$RAY" stop --force >/dev/null 2>&1; rm -rf "$RT" "$T"' EXIT
