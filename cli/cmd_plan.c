@@ -16,6 +16,7 @@ static void usage(void)
            "  --no-baselines        skip the baselines\n"
            "  --exhaustive          enumerate every combination instead of the MILP (small cases)\n"
            "  -o, --out FILE        write the chosen plan (default plan.json; '-' for none)\n"
+           "  --pick N              write alternative N instead (0 = the chosen plan, 1..--top the next best)\n"
            "  --compare             Ray's published grid (1024..65536 vision tokens, batch 8/8/8/8/4/2):\n"
            "                        zero3, tp, sp-tp and dhp per row (precision bf16-autocast unless given)\n"
            "  --grid T:B,...        the grid for --compare, vision tokens:batch pairs\n"
@@ -35,7 +36,7 @@ typedef struct {
     const char *strategy;
     const char *report;
     int gpus, n_micro;
-    int top;
+    int top, pick;
     bool baselines, compare, exhaustive;
     bool colocated, disaggregated;
 } plan_args;
@@ -57,6 +58,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(); return 1; }
         else if (!strcmp(o, "--top")) { if (cli_int_arg("plan", o, v, 0, 15, &a->top)) return 2; i++; }
+        else if (!strcmp(o, "--pick")) { if (cli_int_arg("plan", o, v, 0, 15, &a->pick)) return 2; i++; }
         else if (!strcmp(o, "--no-baselines")) a->baselines = false;
         else if (!strcmp(o, "--compare")) a->compare = true;
         else if (!strcmp(o, "--exhaustive")) a->exhaustive = true;
@@ -160,7 +162,9 @@ static int plan_once(const plan_args *a)
     static plan_t base[PLAN_NBASE];
     bool have[PLAN_NBASE] = { false };
     if (a->baselines) run_baselines(&m, &c, &w, &so.opt, base, have);
-    if (strcmp(a->out, "-") && (rc = plan_write(a->out, &r.plans[0], err))) {
+    if (a->pick >= r.n_plans)
+        return cli_usage_error("plan", "--pick %d: the search found %d plan(s) (0 .. %d)", a->pick, r.n_plans, r.n_plans - 1);
+    if (strcmp(a->out, "-") && (rc = plan_write(a->out, &r.plans[a->pick], err))) {
         fprintf(stderr, "dhp plan: %s\n", err);
         return 2;
     }
@@ -202,7 +206,7 @@ static int plan_once(const plan_args *a)
         if (best_base > 0) printf("\ndhp is %.2fx the best baseline that fits\n", best_base / r.plans[0].pred.step_time_s);
         else printf("\nno baseline fits; dhp's plan does\n");
     }
-    if (strcmp(a->out, "-")) printf("wrote %s\n", a->out);
+    if (strcmp(a->out, "-")) printf("wrote %s%s\n", a->out, a->pick ? " (the alternative --pick names)" : "");
     return 0;
 }
 

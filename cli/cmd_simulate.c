@@ -106,19 +106,20 @@ static void modules_of(const plan_t *p, int rank, char *buf, size_t n)
 static void print_ranks(const plan_t *p, const plan_sim_result *r)
 {
     printf("\nper rank: seconds of the step, peak memory (activations: live slots)\n");
-    printf("  %4s %-12s %9s %9s %9s %6s | %9s %9s %9s %9s %5s %9s %9s %9s %9s\n", "rank", "modules", "busy", "comm",
-           "idle", "busy%", "params", "grads", "optim", "activ", "slots", "logits", "comm", "other", "total");
+    printf("  %4s %-12s %9s %9s %9s %6s | %9s %9s %9s %9s %9s %5s %9s %9s %9s %9s\n", "rank", "modules", "busy", "comm",
+           "idle", "busy%", "params", "grads", "optim", "zero", "activ", "slots", "logits", "comm", "other", "total");
     for (int i = 0; i < r->world_size; i++) {
         const plan_sim_rank *rk = &r->rank[i];
         const plan_sim_mem *m = &rk->mem;
         char mods[64];
         modules_of(p, i, mods, sizeof mods);
-        char b[8][32];
-        const double v[8] = { m->params, m->grads, m->optim, m->activations, m->logits, m->comm, m->other, m->total };
-        for (int c = 0; c < 8; c++) util_fmt_bytes(v[c], b[c], sizeof b[c]);
-        printf("  %4d %-12s %9.5f %9.5f %9.5f %5.1f%% | %9s %9s %9s %9s %5d %9s %9s %9s %9s%s\n", i, mods,
+        char b[9][32];
+        const double v[9] = { m->params, m->grads, m->optim, m->zero_buffers, m->activations, m->logits, m->comm,
+                              m->other, m->total };
+        for (int c = 0; c < 9; c++) util_fmt_bytes(v[c], b[c], sizeof b[c]);
+        printf("  %4d %-12s %9.5f %9.5f %9.5f %5.1f%% | %9s %9s %9s %9s %9s %5d %9s %9s %9s %9s%s\n", i, mods,
                rk->busy_s, rk->comm_s, rk->idle_s, r->step_time_s > 0 ? 100 * rk->busy_s / r->step_time_s : 0,
-               b[0], b[1], b[2], b[3], m->slots, b[4], b[5], b[6], b[7], m->total > m->capacity ? "  OOM" : "");
+               b[0], b[1], b[2], b[3], b[4], m->slots, b[5], b[6], b[7], b[8], m->total > m->capacity ? "  OOM" : "");
     }
 }
 

@@ -121,6 +121,9 @@ static int check_plan(run_ctx *r, char *err)
     const plan_t *p = &r->plan;
     int rc = plan_schedule_check(p, err);
     if (rc) return rc;
+    const plan_module *llm = &p->mod[p->model.llm];
+    if (llm->sp > 1)
+        return util_fail(err, UTIL_EUNSUPPORTED, "run: module %s: sequence (context) parallelism of the LLM (sp = %d) is not implemented by the executor", llm->module, llm->sp);
     if (p->world_size != r->size)
         return util_fail(err, UTIL_EINVAL, "run: the plan needs %d ranks, this run has %d (mpirun -np %d)", p->world_size, r->size, p->world_size);
     r->enc = -1;

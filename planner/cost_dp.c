@@ -91,9 +91,12 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
         if (reduce) { raw.bwd_s += module_coll(&d, COST_REDUCESCATTER, d.grad_bytes); raw.bwd_syncs += U; }
     }
     free(d.units);
-    /* Prefetched gathers and bucketed reductions run beside the compute. */
-    comm->fwd_s += fmax(0.0, raw.fwd_s - o->overlap * fwd_compute);
-    comm->bwd_s += fmax(0.0, raw.bwd_s - o->overlap * bwd_compute);
+    /* Prefetched gathers and bucketed reductions run beside the compute: as
+     * much as the pool measures for dhp's executor (dhp profile), else the
+     * planner's allowance. */
+    double overlap = d.dhp && pool->has_overlap ? pool->overlap : o->overlap;
+    comm->fwd_s += fmax(0.0, raw.fwd_s - overlap * fwd_compute);
+    comm->bwd_s += fmax(0.0, raw.bwd_s - overlap * bwd_compute);
     comm->fwd_syncs += raw.fwd_syncs;
     comm->bwd_syncs += raw.bwd_syncs;
 }

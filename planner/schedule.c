@@ -150,11 +150,7 @@ int plan_schedule_check(const plan_t *p, char *err)
             return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: pipeline parallelism (pp = %d) is not implemented by the executor", s->module, s->pp);
         if (s->dp < 1 || s->tp < 1 || s->sp < 1 || s->micro_batch < 1)
             return util_fail(err, UTIL_EINVAL, "plan: module %s: dp, tp, sp and micro_batch must be >= 1", s->module);
-        if (k == m->llm) {
-            if (s->sp != 1)
-                return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: sequence parallelism of the LLM (sp = %d) is not implemented by the executor", s->module, s->sp);
-            continue;
-        }
+        if (k == m->llm) continue;
         if (m->mod[k].kind != MODEL_VISION)
             return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: only vision encoders are implemented by the executor", s->module);
         if (m->mod[k].pool > 1)
@@ -277,6 +273,25 @@ static int step_tail(const plan_t *p, const bool *on, plan_schedule *s, char *er
     return rc;
 }
 
+/* The activation slots this rank's forwards fill, each allocated at its first
+ * use (an empty micro-batch fills none). */
+static int count_slots(plan_schedule *s, char *err)
+{
+    int most = -1;
+    for (int i = 0; i < s->n; i++)
+        if (s->op[i].kind == PLAN_OP_FORWARD && s->op[i].slot > most) most = s->op[i].slot;
+    if (most < 0) return UTIL_OK;
+    bool *used = util_calloc((size_t)most + 1, sizeof *used);
+    if (!used) return util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
+    for (int i = 0; i < s->n; i++)
+        if (s->op[i].kind == PLAN_OP_FORWARD && s->op[i].slot >= 0 && !used[s->op[i].slot]) {
+            used[s->op[i].slot] = true;
+            s->slots++;
+        }
+    util_free(used);
+    return UTIL_OK;
+}
+
 int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
 {
     memset(s, 0, sizeof *s);
@@ -296,7 +311,6 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
     int W = !colocated && n > 1 ? 2 : 1;
     if (enc >= 0 && !trains(p, enc)) W = 1;
     int per_chunk = enc >= 0 ? max_micro_per_share(p, enc) : 0;
-    if (enc >= 0 && on[enc]) s->slots = trains(p, enc) ? W * per_chunk : 1;
     if (colocated) {
         for (int c = 0; !rc && c < n; c++) {
             if (enc >= 0) rc = encoder_forward(p, enc, &me[enc], c, W, per_chunk, s, err);
@@ -315,6 +329,7 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
         }
     }
     if (!rc) rc = step_tail(p, on, s, err);
+    if (!rc) rc = count_slots(s, err);
     if (rc) plan_schedule_free(s);
     return rc;
 }
@@ -380,28 +395,59 @@ static int seg_push(seg_list *l, plan_segment s, char *err)
     return UTIL_OK;
 }
 
-/* Rows [g0, g0 + rows) of the step (merged-row index) held by one
- * encoder rank at offset enc_off: split them over the LLM dp shares. */
+/* Appends a segment, extending the previous one when it continues it on both sides. */
+static int seg_append(seg_list *l, plan_segment sg, char *err)
+{
+    plan_segment *e = l->n ? &l->v[l->n - 1] : NULL;
+    if (e && e->enc_rank == sg.enc_rank && e->enc_tp == sg.enc_tp && e->llm_rank == sg.llm_rank && e->llm_tp == sg.llm_tp
+        && e->enc_off + e->rows == sg.enc_off && e->llm_off + e->rows == sg.llm_off) {
+        e->rows += sg.rows;
+        return UTIL_OK;
+    }
+    return seg_push(l, sg, err);
+}
+
+/* Rows [g0, g0 + rows) of the step (merged-row index, R per sample) held by
+ * one encoder rank at offset enc_off: split them over the LLM dp shares and,
+ * under the LLM's sequence parallelism, over the sp ranks: rank j of sp holds
+ * positions [j S / sp, (j + 1) S / sp) of each sample's S-token sequence,
+ * whose first R are the encoder's rows (R_j of them on rank j, kept sample
+ * after sample in its input buffer). */
 static int route_rows(const plan_t *p, int k, int c, const plan_coord *ec, int g0, int rows, int enc_off,
                       seg_list *l, char *err)
 {
     int L = p->model.llm, R = plan_rows_per_sample(p, k);
     const plan_module *lm = &p->mod[L];
-    for (int d = 0; d < lm->dp; d++) {
+    plan_seq q;
+    plan_module_seq(&p->model, L, &p->work, &q);
+    long S = (long)q.seq;
+    int rc = UTIL_OK;
+    for (int t = 0; !rc && t < lm->tp; t++)
+    for (int d = 0; !rc && d < lm->dp; d++) {
         int f, n;
         plan_chunk_share(p, L, c, d, &f, &n);
-        int lo = f * R > g0 ? f * R : g0, hi = (f + n) * R < g0 + rows ? (f + n) * R : g0 + rows;
-        if (lo >= hi) continue;
-        for (int t = 0; t < lm->tp; t++) {
-            plan_coord lc = { .dp = d, .tp = t, .sp = 0, .pp = 0 };
-            plan_segment sg = { .enc_rank = plan_coord_rank(p, k, ec), .enc_tp = ec->tp,
-                                .llm_rank = plan_coord_rank(p, L, &lc), .llm_tp = t, .rows = hi - lo,
-                                .enc_off = enc_off + (lo - g0), .llm_off = lo - f * R };
-            int rc = seg_push(l, sg, err);
-            if (rc) return rc;
+        for (int i = f; !rc && i < f + n; i++) {
+            long a = (long)i * R > g0 ? (long)i * R : g0, b = (long)(i + 1) * R < (long)g0 + rows ? (long)(i + 1) * R : (long)g0 + rows;
+            if (a >= b) continue;
+            a -= (long)i * R;
+            b -= (long)i * R;
+            for (int j = 0; !rc && j < lm->sp; j++) {
+                long s0 = j * S / lm->sp, s1 = (j + 1) * S / lm->sp;
+                long lo = a > s0 ? a : s0, hi = b < s1 ? b : s1;
+                if (lo >= hi) continue;
+                long r0 = s0 < R ? s0 : R, r1 = s1 < R ? s1 : R;   /* the encoder rows rank j holds */
+                {
+                    plan_coord lc = { .dp = d, .tp = t, .sp = j, .pp = 0 };
+                    plan_segment sg = { .enc_rank = plan_coord_rank(p, k, ec), .enc_tp = ec->tp,
+                                        .llm_rank = plan_coord_rank(p, L, &lc), .llm_tp = t, .rows = (int)(hi - lo),
+                                        .enc_off = enc_off + (int)((long)i * R + lo - g0),
+                                        .llm_off = (int)((long)(i - f) * (r1 - r0) + (lo - r0)) };
+                    rc = seg_append(l, sg, err);
+                }
+            }
         }
     }
-    return UTIL_OK;
+    return rc;
 }
 
 int plan_handoff(const plan_t *p, int k, int c, plan_segment **segs, int *n_out, char *err)

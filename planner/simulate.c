@@ -246,9 +246,10 @@ static void rank_memory(const plan_t *p, int rank, const plan_schedule *sched, p
         if (!plan_rank_coord(p, k, rank, &cd)) continue;
         const plan_module *s = &p->mod[k];
         bool encoder = k != p->model.llm;
-        int in_flight = encoder && slots > 0 ? slots : 1;
+        int in_flight = encoder ? slots : 1;
         plan_mem m;
         plan_module_memory(&p->model, k, s, &p->work, &p->cluster.pool[s->pool].gpu, &o, in_flight, &m);
+        if (in_flight == 0) m.activations = m.logits = 0;   /* no forward of the encoder runs here */
         out->params += m.params;
         out->grads += m.grads;
         out->optim += m.optim;

@@ -559,6 +559,82 @@ TEST(executor_frozen_encoder_keeps_its_weights_and_has_no_optimizer_state)
     CHECK(llm_moved);
 }
 
+/* The unit hooks (where the ZeRO strategies gather and reduce) are called in
+ * the order ex_module_unit_order says, each begin closed by its end, by the
+ * real passes and by the empty ones alike; the backward's last use of every
+ * unit is flagged. */
+typedef struct { int n; int unit[64]; int use[64]; bool begin[64], last[64]; } hook_log;
+
+static int log_begin(void *ctx, int module, int unit, ex_unit_use use)
+{
+    hook_log *h = (hook_log *)ctx + module;
+    if (h->n < 64) { h->unit[h->n] = unit; h->use[h->n] = use; h->begin[h->n] = true; h->last[h->n] = false; h->n++; }
+    return 0;
+}
+
+static int log_end(void *ctx, int module, int unit, ex_unit_use use, bool last)
+{
+    hook_log *h = (hook_log *)ctx + module;
+    if (h->n < 64) { h->unit[h->n] = unit; h->use[h->n] = use; h->begin[h->n] = false; h->last[h->n] = last; h->n++; }
+    return 0;
+}
+
+/* The begins of one pass of log h, from entry *at, must be the model's order; their ends follow. */
+static bool pass_follows_order(ex_model *em, int k, const hook_log *h, int *at, ex_unit_use use)
+{
+    int order[64], n = ex_module_unit_order(em, k, use, order, 64), open = 0, seen = 0, lasts = 0;
+    for (; *at < h->n && seen < n; (*at)++) {
+        if (h->use[*at] != (int)use) return false;
+        if (h->begin[*at]) { if (h->unit[*at] != order[seen++]) return false; open++; }
+        else { open--; lasts += h->last[*at]; }
+    }
+    while (*at < h->n && !h->begin[*at] && h->use[*at] == (int)use) { open--; lasts += h->last[(*at)++]; }
+    const size_t *off;
+    int units;
+    ex_module_units(em, k, &off, &units);
+    return seen == n && open == 0 && lasts == (use == EX_USE_FORWARD ? 0 : units);
+}
+
+static void unit_order_case(bool tied)
+{
+    model_t m;
+    tiny_vl(&m, false);
+    m.mod[m.llm].tied_embeddings = tied;
+    test_batch tb;
+    make_batch(&tb, &m);
+    char err[UTIL_ERR_LEN] = "";
+    ex_model *em = NULL;
+    hook_log logs[2];
+    memset(logs, 0, sizeof logs);
+    int rc = ex_model_create(&m, 3, &em, err);
+    ex_unit_hooks h = { logs, log_begin, log_end };
+    for (int k = 0; k < 2 && !rc; k++) rc = ex_model_set_unit_hooks(em, k, &h);
+    float loss;
+    if (!rc) rc = ex_step_forward_backward(em, &tb.b, &loss, err);
+    if (!rc) rc = ex_llm_empty_pass(em, true, err);
+    if (!rc) rc = ex_vision_empty_pass(em, EX_USE_FORWARD, err);
+    if (!rc) rc = ex_vision_empty_pass(em, EX_USE_BACKWARD, err);
+    CHECK_MSG(rc == 0, "%s", err);
+    int at = 0;
+    /* vision: a forward and a backward, then the empty ones */
+    CHECK(pass_follows_order(em, 0, &logs[0], &at, EX_USE_FORWARD));
+    CHECK(pass_follows_order(em, 0, &logs[0], &at, EX_USE_BACKWARD));
+    CHECK(pass_follows_order(em, 0, &logs[0], &at, EX_USE_FORWARD));
+    CHECK(pass_follows_order(em, 0, &logs[0], &at, EX_USE_BACKWARD));
+    CHECK_EQ_INT(at, logs[0].n);
+    at = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        CHECK(pass_follows_order(em, 1, &logs[1], &at, EX_USE_FORWARD));
+        CHECK(pass_follows_order(em, 1, &logs[1], &at, EX_USE_BACKWARD));
+    }
+    CHECK_EQ_INT(at, logs[1].n);
+    ex_model_free(em);
+    free_batch(&tb);
+}
+
+TEST(executor_unit_hooks_follow_the_unit_order) { unit_order_case(false); }
+TEST(executor_unit_hooks_follow_the_unit_order_with_a_tied_head) { unit_order_case(true); }
+
 /* Tensor parallel in one process: two threads, a barrier-based allreduce. */
 typedef struct { pthread_barrier_t bar; float *slot[2]; } tp_comm;
 typedef struct { tp_comm *comm; int rank; } tp_ctx;
