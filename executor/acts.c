@@ -63,24 +63,16 @@ static float **act_view(ex_acts *a, plan_act_id id, int layer)
     }
 }
 
-/* The module's strategy as plan_module_acts reads it. */
-static plan_module act_strategy(const ex_module *md)
-{
-    return (plan_module){ .dp = 1, .tp = md->tp, .sp = md->sp, .pp = 1, .micro_batch = 1,
-                          .recompute = md->recompute, .seq_parallel = md->seqpar };
-}
-
 /* Carves a module's activations for one slot's geometry out of saved (the
  * slot) and scratch; with NULL bases it only counts floats. */
 static int acts_layout(ex_module *md, float *saved, float *scratch, const ex_slot *g, size_t *n_saved,
                        size_t *n_scratch)
 {
-    plan_module s = act_strategy(md);
     plan_act_rows rows = { g->n_rows, g->m_rows, g->n_pred, g->emb_rows };
-    int n = plan_module_acts(&md->mm, &s, &rows, NULL, 0);
+    int n = plan_module_acts(&md->mm, &md->strat, md->stage_index, &rows, NULL, 0);
     plan_act *list = util_malloc((size_t)n * sizeof *list);
     if (!list) return UTIL_ENOMEM;
-    plan_module_acts(&md->mm, &s, &rows, list, n);
+    plan_module_acts(&md->mm, &md->strat, md->stage_index, &rows, list, n);
     size_t os = 0, ox = 0;
     for (int i = 0; i < n; i++) {
         const plan_act *a = &list[i];

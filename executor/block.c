@@ -226,9 +226,10 @@ static bool layer_is_window(const model_module *mm, int l)
     return true;
 }
 
+/* Block l's output: the next block's input, or the stage's last output. */
 static float *block_out(ex_module *md, int l)
 {
-    return l + 1 < md->mm.layers ? md->a.blk[l + 1].x : md->a.x_final;
+    return l + 1 < md->stage.first + md->stage.count ? md->a.blk[l + 1].x : md->a.x_final;
 }
 
 /* What a recomputing backward re-runs of layer l's forward first: the whole
@@ -248,7 +249,7 @@ static void recompute(const ex_backend *be, ex_module *md, int l, const int *cu,
 
 void ex_blocks_forward(const ex_backend *be, ex_module *md, const int *cu, const int *cu_win, bool causal)
 {
-    for (int l = 0; l < md->mm.layers; l++) {
+    for (int l = md->stage.first; l < md->stage.first + md->stage.count; l++) {
         bool win = layer_is_window(&md->mm, l);
         ex_unit_begin(md, 1 + l, EX_USE_FORWARD);
         ex_block_forward(be, md, l, block_out(md, l), win ? cu_win : cu, win ? md->n_win : md->n_seq, causal);
@@ -258,7 +259,7 @@ void ex_blocks_forward(const ex_backend *be, ex_module *md, const int *cu, const
 
 void ex_blocks_backward(const ex_backend *be, ex_module *md, const int *cu, const int *cu_win, bool causal)
 {
-    for (int l = md->mm.layers - 1; l >= 0; l--) {
+    for (int l = md->stage.first + md->stage.count - 1; l >= md->stage.first; l--) {
         bool win = layer_is_window(&md->mm, l);
         const int *c = win ? cu_win : cu;
         int n = win ? md->n_win : md->n_seq;

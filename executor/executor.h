@@ -69,6 +69,11 @@ typedef struct {
      * MLP activation in backward; full keeps each block's input only and
      * re-runs the block's forward inside its backward (plan_module_acts). */
     plan_recompute recompute;
+    /* Pipeline parallelism: this instance holds stage pp_rank of pp_size
+     * (plan_stage_of over stage_layers): its blocks, the stem on the first
+     * stage, the head on the last. pp_size 0 or 1: the whole module. */
+    int pp_size, pp_rank;
+    int stage_layers[PLAN_MAX_PP];
 } ex_parallel;
 int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
                              const ex_parallel *par, ex_model **out, char *err);
@@ -155,6 +160,11 @@ double ex_module_grad_sumsq(ex_model *em, int module_index);
 /* The backend the model computes with (for strategies that copy its buffers). */
 struct ex_backend;
 const struct ex_backend *ex_model_backend(const ex_model *em);
+/* Replaces the backend the model computes with (the CPU one from create):
+ * for tests, which wrap it to count the kernels a step calls
+ * (tests/test_drift.c), and for future backends. The model's buffers stay
+ * where they are, so the new backend must work on the same memory. */
+void ex_model_set_backend(ex_model *em, const struct ex_backend *be);
 
 /* One batch. Images all have grid_h x grid_w patches (patches == grid_h *
  * grid_w), stored in the window / merge order of ex_patch_positions: every
@@ -216,6 +226,43 @@ int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char 
  * a ZeRO-2/3 strategy's collectives are matched (PyTorch's Join). */
 int ex_vision_empty_pass(ex_model *em, ex_unit_use use, char *err);
 int ex_llm_empty_pass(ex_model *em, bool backward, char *err);
+/* ---- one pipeline stage of any module ----
+ * A stage's pass reads and gives: the first stage reads the batch (the
+ * LLM's also its encoders' rows, vis_in), the others the previous stage's
+ * output rows (in); the last stage gives the module's output (an encoder's
+ * merged rows, the LLM's loss), the others their rows for the next stage.
+ * Backward mirrors it: the last stage starts from the module's output
+ * gradient (an encoder's: in = the LLM's gradient of its rows; the LLM's:
+ * its loss), the others from the next stage's gradient (in); every stage but
+ * the first gives its input's gradient (out), the LLM's first stage the
+ * gradient of its vision rows (out). Rows are the stage boundary's: all the
+ * micro-batch's rows this rank holds (N / tp under sequence parallelism),
+ * the hidden width wide. Pointers returned are the model's, valid until the
+ * module's next pass. */
+typedef struct {
+    const float *in;          /* see above; NULL where the stage reads the batch or starts at its loss */
+    const float *vis_in;      /* the LLM's first stage: its encoders' rows */
+    bool backward;            /* the LLM's last stage, forward: a backward follows (the loss's gradient is computed) */
+    const float *out;         /* see above */
+    int out_rows;
+    float loss;               /* the LLM's last stage */
+} ex_stage_io;
+int ex_stage_forward(ex_model *em, int module_index, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_stage_backward(ex_model *em, int module_index, const ex_batch *b, ex_stage_io *io, char *err);
+/* The unit hooks of a pass with no samples (see ex_vision_empty_pass). */
+int ex_stage_empty_pass(ex_model *em, int module_index, ex_unit_use use, char *err);
+/* The activation slot the module's next forward fills and backward reads (see ex_vision_set_slot). */
+int ex_module_set_slot(ex_model *em, int module_index, int slot, char *err);
+/* This instance's stage of the module (plan_stage_of), and its rows at the
+ * stage boundary for a batch (the size of in / out above), and whether the
+ * module has a stage before (first == false) or after (last == false). */
+int ex_module_stage(ex_model *em, int module_index, plan_stage *st, bool *first, bool *last);
+int ex_stage_rows(ex_model *em, int module_index, const ex_batch *b);
+/* The gradient of a tied embedding on this stage (the first stage's, or the
+ * last stage's copy under the head), this tp rank's vocabulary rows:
+ * NULL where the stage holds neither or the module keeps no gradients. */
+float *ex_module_embedding_grad(ex_model *em, int module_index, size_t *n);
+
 /* Activation slots of the vision encoder, for pipelined schedules that keep
  * several micro-batches alive: ex_vision_forward fills the selected slot and
  * ex_vision_backward reads it (pass the batch of that slot's forward).
@@ -298,6 +345,7 @@ typedef struct {
     int module_index;  /* module of m that holds it */
     size_t offset;     /* first element in that module's flat buffer (ex_module_buffer) */
     int split_axis;    /* sharded: the axis split over the tp group (0 rows, 1 columns); else 0 */
+    bool tied_copy;    /* a pipeline's last stage's copy of the tied embedding (same name; checkpoints keep the first stage's) */
 } ex_param;
 
 int ex_param_count(const ex_model *em);

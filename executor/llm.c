@@ -61,7 +61,6 @@ static void llm_embed(ex_model *em, ex_module *md, const ex_batch *b, const floa
         ex_tp_allreduce(md, emb, (size_t)B * T * d);
     }
     int img = 0;
-    md->cu[0] = 0;
     for (int s = 0; s < B; s++) {
         int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, r0 = md->cu[s];
         if (nimg) be->copy(x0 + (size_t)r0 * d, vis_in + (size_t)img * mpi * d, (size_t)nimg * mpi * d);
@@ -69,10 +68,18 @@ static void llm_embed(ex_model *em, ex_module *md, const ex_batch *b, const floa
         float *xt = x0 + (size_t)(r0 + nimg * mpi) * d;
         if (vp) be->copy(xt, emb + (size_t)s * T * d, (size_t)T * d);
         else be->embedding_forward(xt, md->w.wte, b->tokens + (size_t)s * T, T, d, 0, md->vocab_n);
-        md->cu[s + 1] = r0 + nimg * mpi + T;
     }
     size_t Nl = (size_t)ex_norm_rows(md);
     if (md->seqpar) be->copy(md->a.blk[0].x, x0 + (size_t)md->tp_rank * Nl * d, Nl * d);
+}
+
+/* Sample s's rows: its images' merged rows, then its text (cu_seqlens). */
+static void llm_sequences(const ex_model *em, ex_module *md, const ex_batch *b)
+{
+    md->cu[0] = 0;
+    for (int s = 0; s < b->batch; s++)
+        md->cu[s + 1] = md->cu[s] + (b->images_per_sample ? b->images_per_sample[s] : 0) * em->merged_per_image + b->text_tokens;
+    md->n_seq = b->batch;
 }
 
 /* The embedding's backward from dL/d(x0) of all N rows: the vision rows'
@@ -111,17 +118,20 @@ static double llm_cross_entropy(ex_model *em, ex_module *md, bool backward, floa
     return total;
 }
 
-/* The head's units: its own, and the stem's embedding when the head is tied to it. */
+/* The head's units: its own, and the stem's embedding when the head is tied
+ * to it on the same stage (a pipeline's last stage holds a copy in its own unit). */
+static bool head_uses_stem(const ex_module *md) { return md->mm.tied_embeddings && md->stage.stem; }
+
 static void head_begin(ex_module *md, ex_unit_use use)
 {
     ex_unit_begin(md, md->mm.layers + 1, use);
-    if (md->mm.tied_embeddings) ex_unit_begin(md, 0, use);
+    if (head_uses_stem(md)) ex_unit_begin(md, 0, use);
 }
 
 static void head_end(ex_module *md, ex_unit_use use)
 {
     ex_unit_end(md, md->mm.layers + 1, use, use == EX_USE_BACKWARD);
-    if (md->mm.tied_embeddings) ex_unit_end(md, 0, use, false);
+    if (head_uses_stem(md)) ex_unit_end(md, 0, use, false);
 }
 
 /* The rows and targets the loss counts. */
@@ -149,32 +159,24 @@ static int collect_predictions(ex_model *em, ex_module *md, const ex_batch *b, i
     return UTIL_OK;
 }
 
-/* LLM forward: x0 = [vision tokens of sample b's images, wte[text tokens]] per sample,
- * causal blocks, then only for the Np counted predicting rows: final rmsnorm,
- * logits[Np, V] = head(.), loss = sum CE(logits, next text token) / denominator
- * (loss_denominator, or Np when it is 0; 0 if Np is 0). vis_in [n_images * mpi, d].
- * The head's units are entered whatever Np is: a ZeRO-3 gather is collective. */
-static int llm_forward(ex_model *em, ex_module *md, const ex_batch *b, const float *vis_in, bool backward, float *loss,
-                       char *err)
+int ex_llm_rows(const ex_model *em, const ex_module *md, const ex_batch *b)
+{
+    int N = 0;
+    for (int s = 0; s < b->batch; s++)
+        N += (b->images_per_sample ? b->images_per_sample[s] : 0) * ex_merged_per_image(em, b) + b->text_tokens;
+    return md->seqpar ? N / md->tp : N;
+}
+
+/* The head's forward over the Np counted predicting rows of the final
+ * hidden states: final rmsnorm, logits[Np, V] = head(.), loss = sum
+ * CE(logits, next text token) / denominator (loss_denominator, or Np when it
+ * is 0; 0 if Np is 0). Its units are entered whatever Np is: a ZeRO-3
+ * gather is collective. */
+static void llm_head_forward(ex_model *em, ex_module *md, const ex_batch *b, bool backward, float *loss)
 {
     const ex_backend *be = em->be;
-    int T = b->text_tokens, B = b->batch, mpi = em->merged_per_image, d = md->d, N = 0;
-    int Np = count_predictions(b);
-    for (int s = 0; s < B; s++) N += (b->images_per_sample ? b->images_per_sample[s] : 0) * mpi + T;
-    if (md->seqpar && N % md->tp)
-        return util_fail(err, UTIL_EINVAL, "executor: module %s: %d rows do not split over the %d ranks of sequence parallelism", md->mm.name, N, md->tp);
-    int rc = ex_acts_ensure(md, N, b->n_images * mpi, Np, B * (T - 1), md->tp > 1 ? B * T : 0, B, err);
-    if (rc) return rc;
-    md->n_seq = B;
-    ex_unit_begin(md, 0, EX_USE_FORWARD);
-    llm_embed(em, md, b, vis_in);
-    ex_unit_end(md, 0, EX_USE_FORWARD, false);
-    if ((rc = collect_predictions(em, md, b, Np, err))) return rc;
-    llm_rope_tables(md);
-    ex_blocks_forward(be, md, md->cu, md->cu, true);
     ex_acts *a = &md->a;
-    *loss = 0;
-    ex_slot_filled(md);
+    int d = md->d, Np = em->n_pred;
     head_begin(md, EX_USE_FORWARD);
     const float *final = a->x_final;
     if (md->seqpar) {
@@ -189,38 +191,6 @@ static int llm_forward(ex_model *em, ex_module *md, const ex_batch *b, const flo
         *loss = (float)(llm_cross_entropy(em, md, backward, (float)(1.0 / den)) / den);
     }
     head_end(md, EX_USE_FORWARD);
-    return UTIL_OK;
-}
-
-/* LLM backward from dlogits; writes dL/d(vision tokens) into a->dvis [n_images * mpi, d].
- * Vocab-parallel: the head's input gradient is summed over the tp group; the
- * embedding gradient stays local (rows of this rank's vocab only). Under
- * sequence parallelism the head's and the embedding's rows are all N rows:
- * the blocks get this rank's slice, and their input gradient is gathered. */
-static void llm_backward(ex_model *em, ex_module *md, const ex_batch *b)
-{
-    const ex_backend *be = em->be;
-    ex_acts *a = &md->a;
-    int d = md->d, N = md->n_rows, Nl = ex_norm_rows(md), Np = em->n_pred;
-    float *dfull = md->seqpar ? a->tp_dfull : a->dres;   /* dL/d(final hidden) of all N rows */
-    head_begin(md, EX_USE_BACKWARD);
-    be->zero(dfull, (size_t)N * d);
-    if (Np > 0) {
-        be->zero(a->dgath, (size_t)Np * d);
-        be->linear_backward(a->dgath, md->g.head, NULL, a->dlogits, a->gath, md->w.head, Np, d, md->vocab_n);
-        ex_tp_allreduce(md, a->dgath, (size_t)Np * d);
-        be->zero(a->dxg, (size_t)Np * d);
-        be->rmsnorm_backward(a->dxg, md->g.lnf, a->dgath, a->xg, md->w.lnf, a->rstdf, Np, d);
-        for (int i = 0; i < Np; i++)
-            be->add_inplace(dfull + (size_t)em->pred_rows[i] * d, a->dxg + (size_t)i * d, (size_t)d);
-    }
-    head_end(md, EX_USE_BACKWARD);
-    if (md->seqpar) be->copy(a->dres, dfull + (size_t)md->tp_rank * Nl * d, (size_t)Nl * d);
-    ex_blocks_backward(be, md, md->cu, md->cu, true);
-    if (md->seqpar) ex_tp_allgather(md, a->dres, a->tp_dfull, (size_t)Nl * d);
-    ex_unit_begin(md, 0, EX_USE_BACKWARD);
-    llm_embed_backward(em, md, b, md->seqpar ? a->tp_dfull : a->dres);
-    ex_unit_end(md, 0, EX_USE_BACKWARD, true);
 }
 
 static int check_text(const ex_model *em, const ex_batch *b, char *err)
@@ -245,55 +215,128 @@ static int check_text(const ex_model *em, const ex_batch *b, char *err)
     return UTIL_OK;
 }
 
+/* LLM forward of this stage: on the first stage x0 = [vision tokens of
+ * sample b's images, wte[text tokens]] per sample (vis_in [n_images * mpi,
+ * d]), on the others the previous stage's rows; the stage's causal blocks;
+ * on the last stage the head and the loss. */
+int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
+{
+    const ex_backend *be = em->be;
+    int rc = check_text(em, b, err);
+    if (rc) return rc;
+    if (md->stage.stem && b->n_images > 0 && !io->vis_in)
+        return util_fail(err, UTIL_EINVAL, "executor: %s forward: batch has images but no vision rows", md->mm.name);
+    if (!md->stage.stem && !io->in)
+        return util_fail(err, UTIL_EINVAL, "executor: %s stage %d forward: no input rows", md->mm.name, md->stage_index);
+    em->merged_per_image = ex_merged_per_image(em, b);
+    int T = b->text_tokens, B = b->batch, mpi = em->merged_per_image, N = 0;
+    int Np = count_predictions(b);
+    for (int s = 0; s < B; s++) N += (b->images_per_sample ? b->images_per_sample[s] : 0) * mpi + T;
+    if (md->seqpar && N % md->tp)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: %d rows do not split over the %d ranks of sequence parallelism", md->mm.name, N, md->tp);
+    rc = ex_acts_ensure(md, N, b->n_images * mpi, Np, B * (T - 1), md->tp > 1 ? B * T : 0, B, err);
+    if (rc) return rc;
+    md->comm_rc = 0;
+    llm_sequences(em, md, b);
+    if (md->stage.stem) {
+        ex_unit_begin(md, 0, EX_USE_FORWARD);
+        llm_embed(em, md, b, io->vis_in);
+        ex_unit_end(md, 0, EX_USE_FORWARD, false);
+    } else {
+        be->copy(md->a.blk[md->stage.first].x, io->in, (size_t)ex_norm_rows(md) * md->d);
+    }
+    llm_rope_tables(md);
+    ex_blocks_forward(be, md, md->cu, md->cu, true);
+    io->loss = 0;
+    io->out = md->a.x_final;
+    io->out_rows = ex_norm_rows(md);
+    if (md->stage.head) {
+        if ((rc = collect_predictions(em, md, b, Np, err))) return rc;
+        llm_head_forward(em, md, b, io->backward, &io->loss);
+        io->out = NULL;
+        io->out_rows = 0;
+    }
+    ex_slot_filled(md);
+    if (md->comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", md->mm.name, ex_comm_what(md), md->comm_rc);
+    if (!isfinite(io->loss)) return util_fail(err, UTIL_ERUNTIME, "executor: loss is %g", (double)io->loss);
+    return UTIL_OK;
+}
+
+/* LLM backward of this stage: on the last stage from dlogits (the head's
+ * input gradient summed over the tp group, vocab-parallel), else from the
+ * next stage's gradient of this stage's rows; the blocks; on the first stage
+ * the embedding's gradient (this rank's vocabulary rows) and dL/d(vision
+ * tokens) into a->dvis [n_images * mpi, d], else the gradient of the stage's
+ * input rows. Under sequence parallelism the head's and the embedding's
+ * rows are all N rows: the blocks get this rank's slice, and their input
+ * gradient is gathered. */
+int ex_llm_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
+{
+    const ex_backend *be = em->be;
+    if (!md->slot[md->cur].filled)
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: slot %d holds no forward", md->mm.name, md->cur);
+    ex_slot_bind(md);
+    if (!md->stage.head && !io->in)
+        return util_fail(err, UTIL_EINVAL, "executor: %s stage %d backward: no output gradient", md->mm.name, md->stage_index);
+    ex_acts *a = &md->a;
+    int d = md->d, N = md->n_rows, Nl = ex_norm_rows(md), Np = em->n_pred;
+    md->comm_rc = 0;
+    if (md->stage.head) {
+        float *dfull = md->seqpar ? a->tp_dfull : a->dres;   /* dL/d(final hidden) of all N rows */
+        head_begin(md, EX_USE_BACKWARD);
+        be->zero(dfull, (size_t)N * d);
+        if (Np > 0) {
+            be->zero(a->dgath, (size_t)Np * d);
+            be->linear_backward(a->dgath, md->g.head, NULL, a->dlogits, a->gath, md->w.head, Np, d, md->vocab_n);
+            ex_tp_allreduce(md, a->dgath, (size_t)Np * d);
+            be->zero(a->dxg, (size_t)Np * d);
+            be->rmsnorm_backward(a->dxg, md->g.lnf, a->dgath, a->xg, md->w.lnf, a->rstdf, Np, d);
+            for (int i = 0; i < Np; i++)
+                be->add_inplace(dfull + (size_t)em->pred_rows[i] * d, a->dxg + (size_t)i * d, (size_t)d);
+        }
+        head_end(md, EX_USE_BACKWARD);
+        if (md->seqpar) be->copy(a->dres, dfull + (size_t)md->tp_rank * Nl * d, (size_t)Nl * d);
+    } else {
+        be->copy(a->dres, io->in, (size_t)Nl * d);
+    }
+    ex_blocks_backward(be, md, md->cu, md->cu, true);
+    io->out = a->dres;
+    io->out_rows = Nl;
+    if (md->stage.stem) {
+        if (md->seqpar) ex_tp_allgather(md, a->dres, a->tp_dfull, (size_t)Nl * d);
+        ex_unit_begin(md, 0, EX_USE_BACKWARD);
+        llm_embed_backward(em, md, b, md->seqpar ? a->tp_dfull : a->dres);
+        ex_unit_end(md, 0, EX_USE_BACKWARD, true);
+        io->out = a->dvis;
+        io->out_rows = b->n_images * em->merged_per_image;
+    }
+    if (md->comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", md->mm.name, ex_comm_what(md), md->comm_rc);
+    return UTIL_OK;
+}
+
 int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *vis_in, bool backward,
                             float *loss, const float **dvis, char *err)
 {
     ex_module *md = llm_of(em);
     if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_llm_forward_backward: no LLM module on this model instance");
-    int rc = check_text(em, b, err);
+    ex_stage_io io = { .vis_in = vis_in, .backward = backward };
+    int rc = ex_llm_stage_forward(em, md, b, &io, err);
     if (rc) return rc;
-    if (b->n_images > 0 && !vis_in) return util_fail(err, UTIL_EINVAL, "executor: ex_llm_forward_backward: batch has images but vis_in is NULL");
-    em->merged_per_image = ex_merged_per_image(em, b);
-    md->comm_rc = 0;
-    if ((rc = llm_forward(em, md, b, vis_in, backward, loss, err))) return rc;
-    if (backward) llm_backward(em, md, b);
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: llm %s failed with %d", ex_comm_what(md), md->comm_rc);
-    if (!isfinite(*loss)) return util_fail(err, UTIL_ERUNTIME, "executor: loss is %g", (double)*loss);
-    if (dvis) *dvis = backward ? md->a.dvis : NULL;
+    *loss = io.loss;
+    ex_stage_io back = { 0 };
+    if (backward && (rc = ex_llm_stage_backward(em, md, b, &back, err))) return rc;
+    if (dvis) *dvis = backward ? back.out : NULL;
     return UTIL_OK;
 }
 
 /* A micro-batch this rank has no samples of, while its shard group's other
- * ranks do: the unit hooks of a forward (and backward) in the same order as
- * llm_forward and llm_backward, so every collective they issue is matched
- * (the Join of PyTorch's uneven-input DDP / FSDP). */
+ * ranks do: only the unit hooks of a forward (and backward) (ex_stage_empty_pass). */
 int ex_llm_empty_pass(ex_model *em, bool backward, char *err)
 {
-    ex_module *md = llm_of(em);
-    if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_llm_empty_pass: no LLM module on this model instance");
-    int L = md->mm.layers;
-    md->comm_rc = 0;
-    ex_unit_begin(md, 0, EX_USE_FORWARD);
-    ex_unit_end(md, 0, EX_USE_FORWARD, false);
-    for (int u = 1; u <= L; u++) {
-        ex_unit_begin(md, u, EX_USE_FORWARD);
-        ex_unit_end(md, u, EX_USE_FORWARD, false);
-    }
-    head_begin(md, EX_USE_FORWARD);
-    head_end(md, EX_USE_FORWARD);
-    if (backward) {
-        head_begin(md, EX_USE_BACKWARD);
-        head_end(md, EX_USE_BACKWARD);
-        for (int u = L; u >= 1; u--) {
-            ex_unit_begin(md, u, EX_USE_BACKWARD);
-            ex_unit_end(md, u, EX_USE_BACKWARD, true);
-        }
-        ex_unit_begin(md, 0, EX_USE_BACKWARD);
-        ex_unit_end(md, 0, EX_USE_BACKWARD, true);
-    }
-    return md->comm_rc ? util_fail(err, UTIL_ERUNTIME, "executor: llm: an empty pass's collective failed with %d", md->comm_rc)
-                       : UTIL_OK;
+    int rc = ex_stage_empty_pass(em, em->m.llm, EX_USE_FORWARD, err);
+    return rc || !backward ? rc : ex_stage_empty_pass(em, em->m.llm, EX_USE_BACKWARD, err);
 }
 
 static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, char *err)

@@ -51,7 +51,7 @@ static float **view_of(ex_weights *W, plan_tensor_role role, int layer)
 static int layout(ex_module *md, char *err)
 {
     const model_module *mm = &md->mm;
-    int n = plan_module_tensors(mm, md->tp, md->tp_rank, md->seqpar, NULL, 0);
+    int n = plan_module_tensors(mm, md->tp, md->tp_rank, md->seqpar, &md->stage, NULL, 0);
     plan_tensor *pt = util_malloc((size_t)n * sizeof *pt);
     md->t = util_calloc((size_t)n, sizeof *md->t);
     md->n_units = plan_module_units(mm);
@@ -60,7 +60,7 @@ static int layout(ex_module *md, char *err)
         util_free(pt);
         return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the tensor table", mm->name);
     }
-    plan_module_tensors(mm, md->tp, md->tp_rank, md->seqpar, pt, n);
+    plan_module_tensors(mm, md->tp, md->tp_rank, md->seqpar, &md->stage, pt, n);
     md->n_tensors = n;
     for (int i = 0; i < n; i++) {
         ex_tensor *t = &md->t[i];
@@ -79,10 +79,11 @@ static int layout(ex_module *md, char *err)
     return UTIL_OK;
 }
 
-/* The tied LLM head reads the embedding's views. */
+/* The tied LLM head reads the embedding's views (where one stage holds both;
+ * a pipeline's last stage holds a copy of its own, plan_tensor.tied_copy). */
 static void tie_head(ex_module *md)
 {
-    if (md->mm.kind != MODEL_LLM || !md->mm.tied_embeddings) return;
+    if (md->mm.kind != MODEL_LLM || !md->mm.tied_embeddings || !md->stage.stem) return;
     md->w.head = md->w.wte;
     md->g.head = md->g.wte;
 }
@@ -220,6 +221,8 @@ static int check_layout(const ex_module *md, const ex_parallel *par, char *err)
     }
     if (md->seqpar && mm->kind != MODEL_LLM)
         return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: Megatron sequence parallelism applies to the LLM only", n);
+    if (par && par->pp_size > 1 && par->pp_size > mm->layers)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: %d pipeline stages for %d blocks", n, par->pp_size, mm->layers);
     if (md->seqpar && (!par->allgather || !par->reduce_scatter))
         return util_fail(err, UTIL_EINVAL, "executor: module %s: sequence parallelism needs allgather and reduce_scatter", n);
     return UTIL_OK;
@@ -281,6 +284,20 @@ static int module_create(ex_module *md, const model_module *mm, int index, uint6
     md->sp_rank = md->sp > 1 ? par->sp_rank : 0;
     md->seqpar = par && par->seq_parallel && md->tp > 1;
     md->recompute = par ? par->recompute : PLAN_RECOMP_NONE;
+    md->strat = (plan_module){ .dp = 1, .tp = md->tp, .sp = md->sp, .pp = 1, .micro_batch = 1,
+                               .recompute = md->recompute, .seq_parallel = md->seqpar };
+    if (par && par->pp_size > 1) {
+        if (par->pp_size > PLAN_MAX_PP || par->pp_rank < 0 || par->pp_rank >= par->pp_size)
+            return util_fail(err, UTIL_EINVAL, "executor: module %s: pp_rank %d outside pp_size %d (at most %d)", mm->name,
+                             par->pp_rank, par->pp_size, PLAN_MAX_PP);
+        md->strat.pp = par->pp_size;
+        memcpy(md->strat.stage_layers, par->stage_layers, sizeof md->strat.stage_layers);
+        md->stage_index = par->pp_rank;
+    }
+    md->stage = plan_stage_of(mm, &md->strat, md->stage_index);
+    if (md->stage.count < 1 || md->stage.first < 0 || md->stage.first + md->stage.count > mm->layers)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: pipeline stage %d holds blocks %d..%d of %d", mm->name,
+                         md->stage_index, md->stage.first, md->stage.first + md->stage.count - 1, mm->layers);
     int rc = check_layout(md, par, err);
     if (rc) return rc;
     md->d = mm->hidden;
@@ -377,6 +394,7 @@ void ex_model_free(ex_model *em)
 }
 
 const ex_backend *ex_model_backend(const ex_model *em) { return em->be; }
+void ex_model_set_backend(ex_model *em, const ex_backend *be) { em->be = be; }
 
 ex_module *ex_module_at(ex_model *em, int module_index)
 {
@@ -413,19 +431,110 @@ int ex_module_unit_order(ex_model *em, int module_index, ex_unit_use use, int *o
 {
     ex_module *md = ex_module_at(em, module_index);
     if (!md) return 0;
+    const plan_stage *st = &md->stage;
     int head = md->mm.layers + 1, n = 0;
-    bool tied = md->mm.kind == MODEL_LLM && md->mm.tied_embeddings;
+    bool tied = md->mm.kind == MODEL_LLM && md->mm.tied_embeddings && st->stem && st->head;
 #define PUT(u) do { if (n < cap) order[n] = (u); n++; } while (0)
     if (use == EX_USE_FORWARD) {
-        for (int u = 0; u <= head; u++) PUT(u);
+        if (st->stem) PUT(0);
+        for (int l = st->first; l < st->first + st->count; l++) PUT(1 + l);
+        if (st->head) PUT(head);
         if (tied) PUT(0);
     } else {
-        PUT(head);
+        if (st->head) PUT(head);
         if (tied) PUT(0);
-        for (int u = head - 1; u >= 0; u--) PUT(u);
+        for (int l = st->first + st->count - 1; l >= st->first; l--) PUT(1 + l);
+        if (st->stem) PUT(0);
     }
 #undef PUT
     return n;
+}
+
+int ex_module_stage(ex_model *em, int module_index, plan_stage *st, bool *first, bool *last)
+{
+    ex_module *md = ex_module_at(em, module_index);
+    if (!md) return UTIL_ENOTFOUND;
+    if (st) *st = md->stage;
+    if (first) *first = md->stage_index == 0;
+    if (last) *last = md->stage_index == md->strat.pp - 1;
+    return UTIL_OK;
+}
+
+int ex_module_set_slot(ex_model *em, int module_index, int slot, char *err)
+{
+    ex_module *md = ex_module_at(em, module_index);
+    if (!md) return util_fail(err, UTIL_EINVAL, "executor: module %d is not on this model instance", module_index);
+    if (slot < 0 || slot >= EX_MAX_SLOTS)
+        return util_fail(err, UTIL_EINVAL, "executor: slot %d outside 0..%d", slot, EX_MAX_SLOTS - 1);
+    md->cur = slot;
+    return UTIL_OK;
+}
+
+int ex_stage_rows(ex_model *em, int module_index, const ex_batch *b)
+{
+    ex_module *md = ex_module_at(em, module_index);
+    if (!md) return 0;
+    return md->mm.kind == MODEL_LLM ? ex_llm_rows(em, md, b) : ex_vision_rows(md, b);
+}
+
+float *ex_module_embedding_grad(ex_model *em, int module_index, size_t *n)
+{
+    ex_module *md = ex_module_at(em, module_index);
+    *n = 0;
+    if (!md || md->mm.kind != MODEL_LLM || !md->mm.tied_embeddings) return NULL;
+    float *g = md->stage.stem ? md->g.wte : md->stage.head ? md->g.head : NULL;
+    if (g) *n = (size_t)md->vocab_n * md->d;
+    return g;
+}
+
+int ex_stage_forward(ex_model *em, int module_index, const ex_batch *b, ex_stage_io *io, char *err)
+{
+    ex_module *md = ex_module_at(em, module_index);
+    if (!md) return util_fail(err, UTIL_EINVAL, "executor: module %d is not on this model instance", module_index);
+    return md->mm.kind == MODEL_LLM ? ex_llm_stage_forward(em, md, b, io, err) : ex_vision_stage_forward(em, md, b, io, err);
+}
+
+int ex_stage_backward(ex_model *em, int module_index, const ex_batch *b, ex_stage_io *io, char *err)
+{
+    ex_module *md = ex_module_at(em, module_index);
+    if (!md) return util_fail(err, UTIL_EINVAL, "executor: module %d is not on this model instance", module_index);
+    return md->mm.kind == MODEL_LLM ? ex_llm_stage_backward(em, md, b, io, err) : ex_vision_stage_backward(em, md, b, io, err);
+}
+
+/* The unit hooks of a pass in the order ex_module_unit_order gives, each
+ * begin closed by its end, the backward's last use of each unit flagged: as
+ * the real passes call them (vision.c, llm.c; the unit-order test checks both). */
+int ex_stage_empty_pass(ex_model *em, int module_index, ex_unit_use use, char *err)
+{
+    ex_module *md = ex_module_at(em, module_index);
+    if (!md) return util_fail(err, UTIL_EINVAL, "executor: module %d is not on this model instance", module_index);
+    bool back = use == EX_USE_BACKWARD;
+    md->comm_rc = 0;
+    if (back && md->mm.frozen && md->mm.kind != MODEL_LLM) return UTIL_OK;   /* a frozen encoder runs no backward */
+    int n = ex_module_unit_order(em, module_index, use, NULL, 0);
+    int *seq = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *seq);
+    if (!seq) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
+    ex_module_unit_order(em, module_index, use, seq, n);
+    /* a unit's hooks nest around the next ones where it is used with them: the tied head uses the stem inside it */
+    bool tied = md->mm.kind == MODEL_LLM && md->mm.tied_embeddings && md->stage.stem && md->stage.head;
+    int head = md->mm.layers + 1;
+    for (int i = 0; i < n; i++) {
+        int u = seq[i];
+        bool paired = tied && u == head && i + 1 < n && seq[i + 1] == 0;
+        ex_unit_begin(md, u, use);
+        if (paired) {
+            ex_unit_begin(md, 0, use);
+            ex_unit_end(md, u, use, back);
+            ex_unit_end(md, 0, use, false);
+            i++;
+            continue;
+        }
+        ex_unit_end(md, u, use, back);
+    }
+    util_free(seq);
+    return md->comm_rc ? util_fail(err, UTIL_ERUNTIME, "executor: %s: an empty pass's collective failed with %d", md->mm.name,
+                                   md->comm_rc)
+                       : UTIL_OK;
 }
 
 int ex_module_units(ex_model *em, int module_index, const size_t **offsets, int *n_units)
@@ -581,6 +690,7 @@ int ex_param_get(ex_model *em, int i, ex_param *out)
         out->module_index = k;
         out->offset = t->off;
         out->split_axis = t->d.split_axis > 0 ? t->d.split_axis : 0;
+        out->tied_copy = t->d.tied_copy;
         return UTIL_OK;
     }
     return UTIL_EINVAL;

@@ -81,6 +81,9 @@ typedef struct {
     int sp, sp_rank;           /* Ulysses sequence-parallel group size and rank (1, 0 = none) */
     bool seqpar;               /* Megatron sequence parallelism (tp > 1, LLM) */
     plan_recompute recompute;
+    plan_module strat;         /* tp, sp, pp, stage_layers, seq_parallel, recompute as the planner describes them */
+    int stage_index;           /* this instance's pipeline stage (0 .. pp - 1) */
+    plan_stage stage;          /* its blocks, and whether it holds the stem and the head */
     ex_parallel par;
     int comm_rc;               /* first failing collective's (or unit hook's) code, 0 if none */
     int n_tensors;
@@ -132,7 +135,8 @@ void ex_slot_bind(ex_module *md);
 void ex_slot_filled(ex_module *md);
 
 /* block.c: the rows the norms and the residual stream hold (N / tp under
- * sequence parallelism), and one transformer block forward / backward. */
+ * sequence parallelism), and one transformer block forward / backward over
+ * the stage's blocks. */
 int ex_norm_rows(const ex_module *md);
 void ex_block_forward(const ex_backend *be, ex_module *md, int l, float *out, const int *cu, int nseq, bool causal);
 void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, const int *cu, int nseq, bool causal);
@@ -142,6 +146,13 @@ void ex_blocks_backward(const ex_backend *be, ex_module *md, const int *cu, cons
 /* vision.c: the batch's images checked against the model, merged rows per image. */
 int ex_check_images(const ex_model *em, const ex_batch *b, char *err);
 int ex_merged_per_image(const ex_model *em, const ex_batch *b);
+int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_vision_rows(const ex_module *md, const ex_batch *b);
+/* llm.c */
+int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_llm_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_llm_rows(const ex_model *em, const ex_module *md, const ex_batch *b);
 
 /* Collectives of the tensor-parallel group (no-ops at tp = 1); failures land in md->comm_rc. */
 void ex_tp_allreduce(ex_module *md, float *x, size_t n);

@@ -43,8 +43,13 @@ static void for_each_segment(ex_module *md, void (*fn)(ex_module *md, const segm
 }
 
 /* Tensors a tp rank counts in the global norm: its own shard of a split
- * tensor, a replicated one on tp rank 0 only. */
-static bool tp_counts(const ex_module *md, const ex_tensor *t) { return t->d.split_axis >= 0 || md->tp_rank == 0; }
+ * tensor, a replicated one on tp rank 0 only; a pipeline's last stage's copy
+ * of a tied embedding not at all (the first stage counts the one gradient
+ * both hold after EMBED_SYNC). */
+static bool tp_counts(const ex_module *md, const ex_tensor *t)
+{
+    return !t->d.tied_copy && (t->d.split_axis >= 0 || md->tp_rank == 0);
+}
 
 typedef struct { const ex_backend *be; double ss; } sumsq_ctx;
 

@@ -51,14 +51,31 @@ static int hook_alltoall(void *ctx, const float *send, float *recv, size_t chunk
     return ex_comm_alltoall(((run_hooks *)ctx)->sp, send, recv, chunk);
 }
 
+/* Which of a group's instances a communicator is built for. */
+typedef enum {
+    GROUPS_ALL,               /* every group over the axes */
+    GROUPS_FIRST_REPLICA,     /* those of each stage's first replica (dp = sp = 0) */
+    GROUPS_FIRST              /* group color 0 only */
+} group_pick;
+
 /* Module k's communicator over `axes` (plan_group_of): every rank of the
- * world calls it, those outside the module pass no color. */
-static int group_comm(run_ctx *r, int k, unsigned axes, bool first_only, ex_comm **out, char *err)
+ * world calls it, those outside the module or the picked groups pass no color. */
+static int group_comm(run_ctx *r, int k, unsigned axes, group_pick pick, ex_comm **out, char *err)
 {
     plan_group g = { -1, 0, 0, 0, 0 };
     bool in = plan_group_of(&r->plan, k, axes, r->rank, &g);
-    int color = in && (!first_only || g.color == 0) ? g.color : -1;
-    return ex_comm_split(r->world, color, g.key, out, err);
+    const plan_coord *at = &r->mod[k].at;
+    if (pick == GROUPS_FIRST_REPLICA) in = in && at->dp == 0 && at->sp == 0;
+    if (pick == GROUPS_FIRST) in = in && g.color == 0;
+    return ex_comm_split(r->world, in ? g.color : -1, g.key, out, err);
+}
+
+/* The tied LLM's embedding group: the first and the last stage (plan_embed_group_of). */
+static int embed_comm(run_ctx *r, int k, ex_comm **out, char *err)
+{
+    plan_group g = { -1, 0, 0, 0, 0 };
+    bool in = plan_embed_group_of(&r->plan, k, r->rank, &g);
+    return ex_comm_split(r->world, in ? g.color : -1, g.key, out, err);
 }
 
 static int build_comms(run_ctx *r, char *err)
@@ -67,12 +84,17 @@ static int build_comms(run_ctx *r, char *err)
     for (int k = 0; k < p->n_modules; k++) {
         run_module *m = &r->mod[k];
         m->on = plan_rank_coord(p, k, r->rank, &m->at);
+        m->first = m->at.pp == 0;
+        m->last = m->at.pp == p->mod[k].pp - 1;
         m->trains = !p->model.mod[k].frozen;
         m->rules = plan_dp_rules_of(&p->model.mod[k], &p->mod[k]);
-        int rc = group_comm(r, k, PLAN_AX_TP, false, &m->tp, err);
-        if (!rc) rc = group_comm(r, k, PLAN_AX_SP, false, &m->sp, err);
-        if (!rc) rc = group_comm(r, k, PLAN_AX_SHARD, false, &m->shard, err);
-        if (!rc) rc = group_comm(r, k, PLAN_AX_TP, true, &m->lead, err);
+        int rc = group_comm(r, k, PLAN_AX_TP, GROUPS_ALL, &m->tp, err);
+        if (!rc) rc = group_comm(r, k, PLAN_AX_SP, GROUPS_ALL, &m->sp, err);
+        if (!rc) rc = group_comm(r, k, PLAN_AX_SHARD, GROUPS_ALL, &m->shard, err);
+        if (!rc) rc = group_comm(r, k, PLAN_AX_TP, GROUPS_FIRST_REPLICA, &m->lead, err);
+        if (!rc) rc = group_comm(r, k, PLAN_AX_PP, GROUPS_FIRST, &m->stage_leads, err);
+        if (!rc) rc = group_comm(r, k, PLAN_AX_PP, GROUPS_ALL, &m->st.pp, err);
+        if (!rc) rc = embed_comm(r, k, &m->embed, err);
         if (rc) return rc;
         m->hooks = (run_hooks){ m->tp, m->sp };
     }
@@ -84,7 +106,9 @@ static void free_comms(run_ctx *r)
     for (int k = 0; k < MODEL_MAX_MODULES; k++) {
         run_module *m = &r->mod[k];
         run_dp_free(&m->dp);
+        run_stage_free(r, k);
         ex_comm_free(m->tp); ex_comm_free(m->sp); ex_comm_free(m->shard); ex_comm_free(m->lead);
+        ex_comm_free(m->stage_leads); ex_comm_free(m->embed);
     }
 }
 
@@ -134,8 +158,9 @@ static int check_plan(run_ctx *r, char *err)
 
 /* ------------------------------------------------------------ model setup */
 
-/* Each module's layout on this rank (its tp and sp coordinates, sequence
- * parallelism, recomputation), then its data-parallel strategy. */
+/* Each module's layout on this rank (its tp, sp and stage coordinates,
+ * sequence parallelism, recomputation), then its data-parallel strategy
+ * and its pipeline stage's edges. */
 static int create_model(run_ctx *r, char *err)
 {
     const plan_t *p = &r->plan;
@@ -151,7 +176,8 @@ static int create_model(run_ctx *r, char *err)
                                 .ctx = &m->hooks, .allreduce_sum = hook_allreduce_sum, .alltoall = hook_alltoall,
                                 .allreduce_max = hook_allreduce_max, .seq_parallel = s->seq_parallel,
                                 .allgather = hook_allgather, .reduce_scatter = hook_reduce_scatter,
-                                .recompute = s->recompute };
+                                .recompute = s->recompute, .pp_size = s->pp, .pp_rank = m->at.pp };
+        memcpy(par[k].stage_layers, s->stage_layers, sizeof par[k].stage_layers);
     }
     int rc = ex_model_create_per_module(&p->model, r->o->seed, mask, par, &r->em, err);
     for (int k = 0; !rc && k < p->n_modules; k++) {
@@ -159,8 +185,9 @@ static int create_model(run_ctx *r, char *err)
         if (!m->on) continue;
         float *buf;
         ex_module_buffer(r->em, k, EX_BUF_PARAMS, &buf, &m->n);
-        plan_dp_buffers b = plan_dp_buffers_of(&p->model.mod[k], &p->mod[k]);
+        plan_dp_buffers b = plan_dp_buffers_of(&p->model.mod[k], &p->mod[k], m->at.pp);
         rc = run_dp_init(&m->dp, r->em, k, m->shard, &m->rules, &b, err);
+        if (!rc) rc = run_stage_init(r, k, err);
     }
     return rc;
 }
@@ -229,7 +256,7 @@ static int count_predictions(run_ctx *r, const plan_schedule *s, const run_data 
     double cnt = 0;
     for (int i = 0; i < s->n; i++) {
         const plan_op *o = &s->op[i];
-        if (o->kind != PLAN_OP_FORWARD_BACKWARD) continue;
+        if (o->module != L || (o->kind != PLAN_OP_FORWARD && o->kind != PLAN_OP_FORWARD_BACKWARD)) continue;
         for (int j = o->sample0; j < o->sample0 + o->samples; j++)
             for (int t = 0; t + 1 < d->T; t++) cnt += d->mask[(size_t)d->row_of[j] * d->T + t] != 0;
     }
@@ -260,6 +287,7 @@ static int run_step(run_ctx *r, const plan_schedule *s, ex_dataset *ds, run_data
     }
     char werr[UTIL_ERR_LEN];
     int wrc = run_handoff_wait_all(r, h, werr);
+    if (!wrc) wrc = run_stage_wait_all(r, werr);
     if (!rc && wrc) rc = util_fail(err, wrc, "%s", werr);
     return rc;
 }

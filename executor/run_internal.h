@@ -87,16 +87,33 @@ int run_dp_scatter_state(run_dp *d, ex_buffer_kind kind, const float *flat, char
 /* The collectives a module's layout calls, on its own communicators. */
 typedef struct { ex_comm *tp, *sp; } run_hooks;
 
+/* A pipelined module's stage edges on this rank (run_stage.c): a buffer
+ * per direction and neighbour, each send left in flight until the next
+ * one on its edge (or the step's end) waits for it. */
+typedef struct {
+    ex_comm *pp;              /* the module's ranks that differ only in the stage: key = stage */
+    int prev, next;           /* neighbours' keys in pp, -1 at the ends */
+    float *act_in, *grad_out; /* from / to the previous stage */
+    float *act_out, *grad_in; /* to / from the next stage */
+    size_t cap;               /* floats of each buffer */
+    ex_request *act_req, *grad_req;   /* the last send down / up */
+    const float *pending;     /* the last compute op's output for the next SEND_STAGE(_GRAD), NULL after a failure */
+} run_stage;
+
 typedef struct {
     bool on;                  /* this rank is in the module's group */
     bool trains;              /* not frozen */
+    bool first, last;         /* its first / last pipeline stage (both without pipelining) */
     plan_coord at;
     ex_comm *tp, *sp;         /* ranks of one replica that differ only in tp / sp */
-    ex_comm *shard;           /* dp x sp ranks with the same tp index: gradient sync, ZeRO shards */
-    ex_comm *lead;            /* the first replica's tp group (dp = sp = 0): checkpoint gathers */
+    ex_comm *shard;           /* dp x sp ranks with the same tp (and stage) index: gradient sync, ZeRO shards */
+    ex_comm *lead;            /* each stage's first replica's tp group (dp = sp = 0): checkpoint gathers */
+    ex_comm *stage_leads;     /* those groups' tp rank 0 of every stage: the checkpoint's writer gathers them */
+    ex_comm *embed;           /* the first and the last stage of a tied LLM (plan_embed_group_of) */
     run_hooks hooks;
     plan_dp_rules rules;
     run_dp dp;
+    run_stage st;
     size_t n;                 /* flat parameters on this rank */
 } run_module;
 
@@ -165,6 +182,17 @@ typedef struct {
     float lr;
     double op_s[PLAN_NOPS];   /* seconds per op kind on this rank */
 } run_stats;
+
+/* run_stage.c: a pipelined module's stage edges. init allocates the buffers
+ * of module k on this rank; send sends `rows` rows (hidden wide) from src
+ * (NULL: whatever the edge's buffer holds, after a failed compute op) down
+ * the pipeline (activations) or up it (grad); recv receives them into the
+ * edge's buffer and returns it. wait_all completes every send of the step. */
+int run_stage_init(run_ctx *r, int k, char *err);
+void run_stage_free(run_ctx *r, int k);
+int run_stage_send(run_ctx *r, int k, bool grad, const float *src, int rows, char *err);
+int run_stage_recv(run_ctx *r, int k, bool grad, int rows, const float **out, char *err);
+int run_stage_wait_all(run_ctx *r, char *err);
 
 int run_handoff_init(run_ctx *r, run_handoff *h, char *err);
 void run_handoff_free(run_ctx *r, run_handoff *h);

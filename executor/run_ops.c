@@ -38,29 +38,13 @@ static int share_first(const run_ctx *r, int k, int c)
     return f;
 }
 
-/* An encoder micro-batch's forward into its slot, its merged rows packed for the hand-off. */
-static int op_forward(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, char *err)
+/* Where a micro-batch's merged rows sit in the chunk's hand-off buffers:
+ * the encoder's packed rows (its sp slice), the LLM's input rows. */
+static size_t handoff_offset(const run_ctx *r, const run_handoff *h, const plan_op *o)
 {
-    const run_module *m = &r->mod[o->module];
-    int sp = r->plan.mod[o->module].sp, rc = ex_vision_set_slot(r->em, o->slot, err);
-    if (rc) return rc;
-    ex_batch b = make_batch(r, d, o->sample0, o->samples, sp, m->at.sp);
-    const float *out;
-    int rows;
-    if ((rc = ex_vision_forward(r->em, &b, &out, &rows, err))) return rc;
-    size_t off = (size_t)(o->sample0 - share_first(r, o->module, o->chunk)) * h->rows / sp;
-    memcpy(h->act_pack + off * h->d, out, (size_t)rows * h->d * sizeof(float));
-    return UTIL_OK;
-}
-
-static int op_backward(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, char *err)
-{
-    const run_module *m = &r->mod[o->module];
-    int sp = r->plan.mod[o->module].sp, rc = ex_vision_set_slot(r->em, o->slot, err);
-    if (rc) return rc;
-    ex_batch b = make_batch(r, d, o->sample0, o->samples, sp, m->at.sp);
-    size_t off = (size_t)(o->sample0 - share_first(r, o->module, o->chunk)) * h->rows / sp;
-    return ex_vision_backward(r->em, &b, h->grad_pack + off * h->d, err);
+    bool llm = o->module == r->plan.model.llm;
+    size_t rows = (size_t)(o->sample0 - share_first(r, o->module, o->chunk)) * h->rows;
+    return (llm ? rows : rows / r->plan.mod[o->module].sp) * h->d;
 }
 
 /* The LLM backpropagates when it trains or a trained encoder waits for its input's gradient. */
@@ -69,23 +53,91 @@ static bool llm_backward(const run_ctx *r)
     return r->mod[r->plan.model.llm].trains || (r->enc >= 0 && r->mod[r->enc].trains);
 }
 
-static int op_forward_backward(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, run_stats *st,
-                               char *err)
+static ex_batch op_batch(const run_ctx *r, const plan_op *o, const run_data *d, const run_stats *st)
 {
-    ex_batch b = make_batch(r, d, o->sample0, o->samples, 1, 0);
-    b.loss_denominator = st->denominator;
-    const float *vis_in = NULL, *dvis = NULL;
-    size_t off = 0;
-    if (r->enc >= 0) {
-        off = (size_t)(o->sample0 - share_first(r, o->module, o->chunk)) * h->rows * h->d;
-        vis_in = h->act_in + off;
-    }
-    float loss;
-    int rc = ex_llm_forward_backward(r->em, &b, vis_in, llm_backward(r), &loss, &dvis, err);
+    const run_module *m = &r->mod[o->module];
+    bool llm = o->module == r->plan.model.llm;
+    ex_batch b = make_batch(r, d, o->sample0, o->samples, llm ? 1 : r->plan.mod[o->module].sp, llm ? 0 : m->at.sp);
+    if (llm) b.loss_denominator = st->denominator;
+    return b;
+}
+
+/* A stage's forward of one micro-batch into the op's slot: its input from
+ * the previous stage (received by the RECV_STAGE before it), the LLM's
+ * first stage's from the encoders' hand-off; its output kept for the
+ * SEND_STAGE after it, an encoder's last stage's packed for the hand-off,
+ * the LLM's last stage's loss counted (tp rank 0). */
+static int stage_forward(run_ctx *r, const plan_op *o, const ex_batch *b, run_handoff *h, run_stats *st, char *err)
+{
+    int k = o->module, L = r->plan.model.llm;
+    run_module *m = &r->mod[k];
+    ex_stage_io io = { .in = m->first ? NULL : m->st.act_in, .backward = o->kind == PLAN_OP_FORWARD_BACKWARD && llm_backward(r) };
+    if (k == L && m->first && r->enc >= 0) io.vis_in = h->act_in + handoff_offset(r, h, o);
+    int rc = ex_stage_forward(r->em, k, b, &io, err);
     if (rc) return rc;
-    if (r->mod[o->module].at.tp == 0) st->loss += loss;
-    if (dvis && r->enc >= 0 && r->mod[r->enc].trains)
-        memcpy(h->grad_out + off, dvis, (size_t)o->samples * h->rows * h->d * sizeof(float));
+    if (k == L && m->last && m->at.tp == 0) st->loss += io.loss;
+    if (!m->last) m->st.pending = io.out;
+    else if (k != L) memcpy(h->act_pack + handoff_offset(r, h, o), io.out, (size_t)io.out_rows * h->d * sizeof(float));
+    return UTIL_OK;
+}
+
+/* A stage's backward of the micro-batch in the op's slot: from the next
+ * stage's gradient (received before it), an encoder's last stage's from
+ * the LLM's hand-off; its input's gradient kept for the SEND_STAGE_GRAD
+ * after it, the LLM's first stage's vision rows' gradient packed for the
+ * hand-off back. */
+static int stage_backward(run_ctx *r, const plan_op *o, const ex_batch *b, run_handoff *h, char *err)
+{
+    int k = o->module, L = r->plan.model.llm;
+    run_module *m = &r->mod[k];
+    ex_stage_io io = { .in = !m->last ? m->st.grad_in : k != L ? h->grad_pack + handoff_offset(r, h, o) : NULL };
+    int rc = ex_stage_backward(r->em, k, b, &io, err);
+    if (rc) return rc;
+    if (!m->first) m->st.pending = io.out;
+    else if (k == L && r->enc >= 0 && r->mod[r->enc].trains)
+        memcpy(h->grad_out + handoff_offset(r, h, o), io.out, (size_t)o->samples * h->rows * h->d * sizeof(float));
+    return UTIL_OK;
+}
+
+/* FORWARD, BACKWARD or (the LLM's last stage) FORWARD_BACKWARD of one micro-batch. */
+static int op_compute(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, run_stats *st, char *err)
+{
+    int rc = ex_module_set_slot(r->em, o->module, o->slot >= 0 ? o->slot : 0, err);
+    if (rc) return rc;
+    ex_batch b = op_batch(r, o, d, st);
+    if (o->kind != PLAN_OP_BACKWARD) rc = stage_forward(r, o, &b, h, st, err);
+    if (!rc && (o->kind == PLAN_OP_BACKWARD || (o->kind == PLAN_OP_FORWARD_BACKWARD && llm_backward(r))))
+        rc = stage_backward(r, o, &b, h, err);
+    return rc;
+}
+
+/* SEND_STAGE(_GRAD) of the last compute op's output; RECV_STAGE(_GRAD) into
+ * the edge's buffer, which the next compute op reads. Rows are the
+ * micro-batch's at the stage boundary. */
+static int op_hop(run_ctx *r, const plan_op *o, const run_data *d, run_stats *st, char *err)
+{
+    const plan_op_info *in = plan_op_props(o->kind);
+    run_module *m = &r->mod[o->module];
+    ex_batch b = op_batch(r, o, d, st);
+    int rows = ex_stage_rows(r->em, o->module, &b);
+    if (in->sends) {
+        int rc = run_stage_send(r, o->module, in->grad, m->st.pending, rows, err);
+        m->st.pending = NULL;
+        return rc;
+    }
+    const float *buf;
+    return run_stage_recv(r, o->module, in->grad, rows, &buf, err);
+}
+
+/* A tied embedding's gradient summed between the first and the last stage. */
+static int op_embed_sync(run_ctx *r, int k, char *err)
+{
+    run_module *m = &r->mod[k];
+    size_t n;
+    float *g = ex_module_embedding_grad(r->em, k, &n);
+    if (!g || !m->embed) return util_fail(err, UTIL_EINVAL, "run: module %s: no tied embedding on this stage to sync", r->plan.mod[k].module);
+    if (ex_comm_allreduce_sum(m->embed, g, n))
+        return util_fail(err, UTIL_ERUNTIME, "run: module %s: embedding all-reduce failed: %s", r->plan.mod[k].module, ex_comm_error(m->embed));
     return UTIL_OK;
 }
 
@@ -140,8 +192,11 @@ static int op_dp(run_ctx *r, const plan_op *o, char *err)
  * the module's unit hooks, so that its shard group's collectives still match. */
 static int empty_pass(run_ctx *r, const plan_op *o, char *err)
 {
-    if (o->kind == PLAN_OP_FORWARD_BACKWARD) return ex_llm_empty_pass(r->em, llm_backward(r), err);
-    return ex_vision_empty_pass(r->em, o->kind == PLAN_OP_FORWARD ? EX_USE_FORWARD : EX_USE_BACKWARD, err);
+    int rc = UTIL_OK;
+    if (o->kind != PLAN_OP_BACKWARD) rc = ex_stage_empty_pass(r->em, o->module, EX_USE_FORWARD, err);
+    if (!rc && (o->kind == PLAN_OP_BACKWARD || (o->kind == PLAN_OP_FORWARD_BACKWARD && llm_backward(r))))
+        rc = ex_stage_empty_pass(r->em, o->module, EX_USE_BACKWARD, err);
+    return rc;
 }
 
 int run_op(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, run_stats *st, bool *applied,
@@ -152,13 +207,14 @@ int run_op(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, run_
         if (*failed) {
             char ignored[UTIL_ERR_LEN];
             empty_pass(r, o, ignored);
+            r->mod[o->module].st.pending = NULL;
             return UTIL_OK;
         }
-        if (o->samples == 0) rc = empty_pass(r, o, err);
-        else if (o->kind == PLAN_OP_FORWARD) rc = op_forward(r, o, d, h, err);
-        else if (o->kind == PLAN_OP_BACKWARD) rc = op_backward(r, o, d, h, err);
-        else rc = op_forward_backward(r, o, d, h, st, err);
-        if (rc) *failed = op_failed(r, o->module, rc, err);
+        rc = o->samples == 0 ? empty_pass(r, o, err) : op_compute(r, o, d, h, st, err);
+        if (rc) {
+            *failed = op_failed(r, o->module, rc, err);
+            r->mod[o->module].st.pending = NULL;
+        }
         return UTIL_OK;
     }
     switch (o->kind) {
@@ -166,6 +222,11 @@ int run_op(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, run_
     case PLAN_OP_RECV_ACT: return run_handoff_recv(r, h, o->chunk, false, h->act_in, err);
     case PLAN_OP_SEND_GRAD: return run_handoff_send(r, h, o->chunk, true, h->grad_out, err);
     case PLAN_OP_RECV_GRAD: return run_handoff_recv(r, h, o->chunk, true, h->grad_pack, err);
+    case PLAN_OP_SEND_STAGE:
+    case PLAN_OP_RECV_STAGE:
+    case PLAN_OP_SEND_STAGE_GRAD:
+    case PLAN_OP_RECV_STAGE_GRAD: return op_hop(r, o, d, st, err);
+    case PLAN_OP_EMBED_SYNC: return op_embed_sync(r, o->module, err);
     case PLAN_OP_GRAD_SYNC:
     case PLAN_OP_PARAM_GATHER: return op_dp(r, o, err);
     case PLAN_OP_GRAD_NORM: return op_grad_norm(r, st, *failed, err);

@@ -78,55 +78,99 @@ static int vision_geometry(ex_module *md, const ex_batch *b, char *err)
     return UTIL_OK;
 }
 
-/* Vision forward: x0 = pixels[N, cpp] Wp^T + bp, the blocks, then the merger:
+int ex_vision_rows(const ex_module *md, const ex_batch *b) { return b->n_images * b->patches / md->sp; }
+
+/* Vision forward of this stage: x0 = pixels[N, cpp] Wp^T + bp on the first
+ * stage (else the previous stage's rows), the stage's blocks, then on the
+ * last stage the merger:
  * vout[N/m^2, out] = fc2(gelu(fc1(rmsnorm(xL) viewed as [N/m^2, m^2 d]))). */
-static int vision_forward(ex_model *em, ex_module *md, const ex_batch *b, char *err)
+int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
 {
     const model_module *mm = &md->mm;
     const ex_backend *be = em->be;
-    int rc = vision_geometry(md, b, err);
+    int rc = ex_check_images(em, b, err);
+    if (!rc && b->n_images == 0) rc = util_fail(err, UTIL_EINVAL, "executor: %s forward: batch has no images", mm->name);
+    if (!rc && !md->stage.stem && !io->in) rc = util_fail(err, UTIL_EINVAL, "executor: %s stage %d forward: no input rows", mm->name, md->stage_index);
+    if (!rc) rc = vision_geometry(md, b, err);
     if (rc) return rc;
-    int Nl = md->n_rows, Mr = Nl / (mm->merge * mm->merge), L = mm->layers;
+    int Nl = md->n_rows, Mr = Nl / (mm->merge * mm->merge), L = mm->layers, first = md->stage.first;
     int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
     ex_acts *a = &md->a;
     md->comm_rc = 0;
-    ex_unit_begin(md, 0, EX_USE_FORWARD);
-    be->linear_forward(a->blk[0].x, b->pixels, md->w.patch_w, md->w.patch_b, Nl, cpp, md->d);
-    ex_unit_end(md, 0, EX_USE_FORWARD, false);
+    if (md->stage.stem) {
+        ex_unit_begin(md, 0, EX_USE_FORWARD);
+        be->linear_forward(a->blk[first].x, b->pixels, md->w.patch_w, md->w.patch_b, Nl, cpp, md->d);
+        ex_unit_end(md, 0, EX_USE_FORWARD, false);
+    } else {
+        be->copy(a->blk[first].x, io->in, (size_t)Nl * md->d);
+    }
     ex_blocks_forward(be, md, md->cu, md->cu_win, false);
-    ex_unit_begin(md, L + 1, EX_USE_FORWARD);
-    be->rmsnorm_forward(a->mln, a->mrstd, a->x_final, md->w.merge_ln, Nl, md->d, EX_NORM_EPS);
-    be->linear_forward(a->h1, a->mln, md->w.m0w, md->w.m0b, Mr, mm->proj_in, mm->proj_hidden);
-    be->gelu_forward(a->a1, a->h1, (size_t)Mr * mm->proj_hidden);
-    be->linear_forward(a->vout, a->a1, md->w.m2w, md->w.m2b, Mr, mm->proj_hidden, mm->out_hidden);
-    ex_unit_end(md, L + 1, EX_USE_FORWARD, false);
+    io->out = a->x_final;
+    io->out_rows = Nl;
+    if (md->stage.head) {
+        ex_unit_begin(md, L + 1, EX_USE_FORWARD);
+        be->rmsnorm_forward(a->mln, a->mrstd, a->x_final, md->w.merge_ln, Nl, md->d, EX_NORM_EPS);
+        be->linear_forward(a->h1, a->mln, md->w.m0w, md->w.m0b, Mr, mm->proj_in, mm->proj_hidden);
+        be->gelu_forward(a->a1, a->h1, (size_t)Mr * mm->proj_hidden);
+        be->linear_forward(a->vout, a->a1, md->w.m2w, md->w.m2b, Mr, mm->proj_hidden, mm->out_hidden);
+        ex_unit_end(md, L + 1, EX_USE_FORWARD, false);
+        io->out = a->vout;
+        io->out_rows = Mr;
+    }
     ex_slot_filled(md);
+    if (md->comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
     return UTIL_OK;
 }
 
-/* Vision backward from dvout [N/m^2, out] down to the patch embedding weights. */
-static void vision_backward(ex_model *em, ex_module *md, const ex_batch *b, const float *dvout)
+/* Vision backward of this stage, from the merged rows' gradient dvout
+ * [N/m^2, out] on the last stage (else the next stage's gradient of this
+ * stage's rows), down to the patch embedding's weights on the first stage
+ * (else the gradient of the stage's input rows). */
+int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
 {
     const model_module *mm = &md->mm;
     const ex_backend *be = em->be;
+    if (!md->slot[md->cur].filled)
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: slot %d holds no forward", mm->name, md->cur);
+    ex_slot_bind(md);
+    if (md->n_rows * md->sp != b->n_images * b->patches)
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: batch differs from slot %d's forward", mm->name, md->cur);
+    if (!io->in) return util_fail(err, UTIL_EINVAL, "executor: %s stage %d backward: no output gradient", mm->name, md->stage_index);
+    io->out = NULL;
+    io->out_rows = 0;
+    md->comm_rc = 0;
+    if (mm->frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
     ex_acts *a = &md->a;
     int N = md->n_rows, Mr = N / (mm->merge * mm->merge), L = mm->layers;
     size_t Mph = (size_t)Mr * mm->proj_hidden;
-    ex_unit_begin(md, L + 1, EX_USE_BACKWARD);
-    be->zero(a->da1, Mph);
-    be->linear_backward(a->da1, md->g.m2w, md->g.m2b, dvout, a->a1, md->w.m2w, Mr, mm->proj_hidden, mm->out_hidden);
-    be->zero(a->dh1, Mph);
-    be->gelu_backward(a->dh1, a->da1, a->h1, Mph);
-    be->zero(a->dln, (size_t)N * md->d);
-    be->linear_backward(a->dln, md->g.m0w, md->g.m0b, a->dh1, a->mln, md->w.m0w, Mr, mm->proj_in, mm->proj_hidden);
-    be->zero(a->dres, (size_t)N * md->d);
-    be->rmsnorm_backward(a->dres, md->g.merge_ln, a->dln, a->x_final, md->w.merge_ln, a->mrstd, N, md->d);
-    ex_unit_end(md, L + 1, EX_USE_BACKWARD, true);
+    if (md->stage.head) {
+        ex_unit_begin(md, L + 1, EX_USE_BACKWARD);
+        be->zero(a->da1, Mph);
+        be->linear_backward(a->da1, md->g.m2w, md->g.m2b, io->in, a->a1, md->w.m2w, Mr, mm->proj_hidden, mm->out_hidden);
+        be->zero(a->dh1, Mph);
+        be->gelu_backward(a->dh1, a->da1, a->h1, Mph);
+        be->zero(a->dln, (size_t)N * md->d);
+        be->linear_backward(a->dln, md->g.m0w, md->g.m0b, a->dh1, a->mln, md->w.m0w, Mr, mm->proj_in, mm->proj_hidden);
+        be->zero(a->dres, (size_t)N * md->d);
+        be->rmsnorm_backward(a->dres, md->g.merge_ln, a->dln, a->x_final, md->w.merge_ln, a->mrstd, N, md->d);
+        ex_unit_end(md, L + 1, EX_USE_BACKWARD, true);
+    } else {
+        be->copy(a->dres, io->in, (size_t)N * md->d);
+    }
     ex_blocks_backward(be, md, md->cu, md->cu_win, false);
-    int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
-    ex_unit_begin(md, 0, EX_USE_BACKWARD);
-    be->linear_backward(NULL, md->g.patch_w, md->g.patch_b, a->dres, b->pixels, md->w.patch_w, N, cpp, md->d);
-    ex_unit_end(md, 0, EX_USE_BACKWARD, true);
+    if (md->stage.stem) {
+        int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
+        ex_unit_begin(md, 0, EX_USE_BACKWARD);
+        be->linear_backward(NULL, md->g.patch_w, md->g.patch_b, a->dres, b->pixels, md->w.patch_w, N, cpp, md->d);
+        ex_unit_end(md, 0, EX_USE_BACKWARD, true);
+    } else {
+        io->out = a->dres;
+        io->out_rows = N;
+    }
+    if (md->comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
+    return UTIL_OK;
 }
 
 int ex_vision_set_slot(ex_model *em, int slot, char *err)
@@ -167,14 +211,11 @@ int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, in
 {
     ex_module *md = vision_of(em);
     if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_forward: no vision module on this model instance");
-    int rc = ex_check_images(em, b, err);
+    ex_stage_io io = { 0 };
+    int rc = ex_vision_stage_forward(em, md, b, &io, err);
     if (rc) return rc;
-    if (b->n_images == 0) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_forward: batch has no images");
-    if ((rc = vision_forward(em, md, b, err))) return rc;
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: vision %s failed with %d", ex_comm_what(md), md->comm_rc);
-    *vis_out = md->a.vout;
-    if (vis_rows) *vis_rows = b->n_images * ex_merged_per_image(em, b) / md->sp;
+    *vis_out = io.out;
+    if (vis_rows) *vis_rows = io.out_rows;
     return UTIL_OK;
 }
 
@@ -182,35 +223,14 @@ int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char 
 {
     ex_module *md = vision_of(em);
     if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: no vision module on this model instance");
-    if (!md->slot[md->cur].filled)
-        return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: slot %d holds no forward", md->cur);
-    ex_slot_bind(md);
-    if (md->n_rows * md->sp != b->n_images * b->patches)
-        return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: batch differs from slot %d's ex_vision_forward", md->cur);
-    md->comm_rc = 0;
-    if (!md->mm.frozen) vision_backward(em, md, b, dvis);
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: vision %s failed with %d", ex_comm_what(md), md->comm_rc);
-    return UTIL_OK;
+    ex_stage_io io = { .in = dvis };
+    return ex_vision_stage_backward(em, md, b, &io, err);
 }
 
 /* A micro-batch this rank has no samples of, while its shard group's other
- * ranks do: the unit hooks of a forward or a backward in the same order as
- * vision_forward and vision_backward, so every collective they issue is
- * matched (the Join of PyTorch's uneven-input DDP / FSDP). */
+ * ranks do: only the unit hooks (ex_stage_empty_pass). */
 int ex_vision_empty_pass(ex_model *em, ex_unit_use use, char *err)
 {
-    ex_module *md = vision_of(em);
-    if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_empty_pass: no vision module on this model instance");
-    int last = md->mm.layers + 1;
-    bool back = use == EX_USE_BACKWARD;
-    md->comm_rc = 0;
-    if (back && md->mm.frozen) return UTIL_OK;
-    for (int i = 0; i <= last; i++) {
-        int u = back ? last - i : i;
-        ex_unit_begin(md, u, use);
-        ex_unit_end(md, u, use, back);
-    }
-    return md->comm_rc ? util_fail(err, UTIL_ERUNTIME, "executor: vision: an empty pass's collective failed with %d", md->comm_rc)
-                       : UTIL_OK;
+    if (em->vis_index < 0) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_empty_pass: no vision module on this model instance");
+    return ex_stage_empty_pass(em, em->vis_index, use, err);
 }

@@ -153,17 +153,27 @@ static void price_blocks(pricer *p, const model_module *mm, const plan_module *s
     *selective += count * sel;
 }
 
-/* The LLM's stem and head (executor/llm.c, llm_forward / llm_backward):
- * embedding rows in, then over the `rows` predicting rows the final norm,
- * the vocabulary shard's head GEMM and the cross-entropy, whose gradient
- * the forward computes. Under sequence parallelism the first block's rows
- * are sliced out of all t rows, and the head's gradient back into them. */
-static void price_llm_ends(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
+/* The LLM's stem (executor/llm.c, llm_embed / llm_embed_backward): the
+ * embedding rows in (under tensor parallelism every rank first looks up
+ * all `text` rows in its vocabulary shard); under sequence parallelism the
+ * first block's rows are sliced out of all t rows. Backward, the encoder
+ * rows' gradient is copied out for the encoder and the text rows' is added
+ * to the embedding. */
+static void price_llm_stem(pricer *p, const model_module *mm, const plan_module *s, double t, double text)
+{
+    double h = mm->hidden;
+    bool seqpar = s->seq_parallel && s->tp > 1;
+    if (s->tp > 1) ew_fwd(p, COST_EW_COPY, text * h);
+    ew_fwd(p, COST_EW_COPY, t * h);
+    if (seqpar) ew_fwd(p, COST_EW_COPY, t / s->tp * h);
+    ew_bwd(p, COST_EW_COPY, (t - text) * h);
+    if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, text * h);   /* embedding gradient rows */
+}
+
+static void price_llm_head(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
 {
     double h = mm->hidden, shard = ceil((double)mm->vocab / s->tp);
     bool seqpar = s->seq_parallel && s->tp > 1;
-    ew_fwd(p, COST_EW_COPY, t * h);
-    if (seqpar) ew_fwd(p, COST_EW_COPY, t / s->tp * h);
     ew_fwd(p, COST_EW_COPY, rows * h);
     ew_fwd(p, COST_EW_RMSNORM, rows * h);
     price_linear(p, rows, shard, h);
@@ -174,16 +184,14 @@ static void price_llm_ends(pricer *p, const model_module *mm, const plan_module 
     ew_bwd(p, COST_EW_RMSNORM_BWD, rows * h);
     ew_bwd(p, COST_EW_ADD, rows * h);
     if (seqpar) ew_bwd(p, COST_EW_COPY, t / s->tp * h);
-    if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, t * h);   /* embedding gradient rows */
 }
 
 /* The vision / audio stem and merger (executor/model.c, vision_forward /
  * vision_backward): patch embedding, then over the merged rows the norm, the
  * two-layer GELU projector (or one linear). */
-static void price_encoder_ends(pricer *p, const model_module *mm, const plan_module *s, double t)
+static void price_encoder_stem(pricer *p, const model_module *mm, const plan_module *s, double t)
 {
     double h = mm->hidden, pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
-    double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
     pricer stem = *p;                 /* the pixels need no gradient */
     stem.need_input_grad = false;
     price_linear(&stem, t, h / s->tp, pix);
@@ -191,6 +199,12 @@ static void price_encoder_ends(pricer *p, const model_module *mm, const plan_mod
     p->bwd = stem.bwd;
     ew_fwd(p, COST_EW_BIAS, t * h / s->tp);
     ew_bias_grad(p, true, t * h / s->tp);
+}
+
+static void price_encoder_head(pricer *p, const model_module *mm, const plan_module *s, double t)
+{
+    double h = mm->hidden;
+    double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
     ew_fwd(p, COST_EW_RMSNORM, t * h);
     ew_bwd(p, COST_EW_ZERO, t * h);
     ew_bwd(p, COST_EW_ZERO, t * h);
@@ -281,11 +295,10 @@ static void price_ulysses_copies(pricer *p, const model_module *mm, const plan_m
  * of the input gradient, and once per block the norms' partial weight
  * gradients summed. t rows per micro-batch. fwd gets the forward's, which
  * full recomputation issues again in backward. */
-static void price_tp_blocks(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,
-                            bool backward, bool weight_grads, plan_comm *c, plan_comm *fwd)
+static void price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool, double A,
+                            double t, bool backward, bool weight_grads, plan_comm *c, plan_comm *fwd)
 {
     if (s->tp <= 1) return;
-    int L = mm->layers;
     double rows = A * t * mm->hidden;
     if (s->seq_parallel) {
         double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, rows);
@@ -309,19 +322,20 @@ static void price_tp_blocks(const model_module *mm, const plan_module *s, const 
  * the head's input gradient. Under sequence parallelism the final hidden
  * rows are all-gathered for the head, and the blocks' input gradient for the
  * embedding's backward. */
-static void price_tp_llm_ends(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,
-                              double text_rows, double head_rows, bool backward, plan_comm *c)
+static void price_tp_llm_ends(const model_module *mm, const plan_module *s, const plan_stage *st, const cost_pool *pool,
+                              double A, double t, double text_rows, double head_rows, bool backward, plan_comm *c)
 {
     if (s->tp <= 1 || mm->kind != MODEL_LLM) return;
-    double h = mm->hidden;
-    plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * text_rows * h), 1);
+    double h = mm->hidden, ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, A * t * h);
+    if (st->stem) {
+        plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * text_rows * h), 1);
+        if (s->seq_parallel && backward) plan_comm_add(c, true, ag, 1);
+    }
+    if (!st->head) return;
     plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * head_rows), 1);
     plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * 2 * head_rows), 1);
     if (backward) plan_comm_add(c, true, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * head_rows * h), 1);
-    if (!s->seq_parallel) return;
-    double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, A * t * h);
-    plan_comm_add(c, false, ag, 1);
-    if (backward) plan_comm_add(c, true, ag, 1);
+    if (s->seq_parallel) plan_comm_add(c, false, ag, 1);
 }
 
 /* Ulysses: q, k, v and the output re-sharded forward, one all-to-all each,
@@ -353,14 +367,14 @@ static void merge_fwd(const plan_comm *fwd, plan_comm *c)
 }
 
 /* Compute and in-op communication of one micro-batch of `samples` samples
- * (per dp rank): the per-micro-batch terms of plan_time. */
-void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
-                     const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
+ * (per dp rank) through the layers of stage st: its blocks, and the stem and
+ * head where it holds them. */
+static void price_micro(const model_t *m, int mi, const plan_module *s, const plan_stage *st, const plan_workload *w,
+                        const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
 {
     const model_module *mm = &m->mod[mi];
     const cost_pool *pool = &c->pool[s->pool];
     const cost_gpu *g = &pool->gpu;
-    int gpn = pool->gpus_per_node;
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     memset(out, 0, sizeof *out);
@@ -382,7 +396,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     double cross_tokens = samples * q.cross_span / s->sp;
     /* Blocks differ only by attention kind: price one of each kind, times its count. */
     int n_full = 0, n_window = 0, n_cross = 0;
-    for (int l = 0; l < mm->layers; l++) {
+    for (int l = st->first; l < st->first + st->count; l++) {
         if (model_layer_is_cross(mm, l)) n_cross++;
         else if (model_layer_is_full_attention(mm, l)) n_full++;
         else n_window++;
@@ -394,8 +408,18 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
     if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
     double head_rows = mm->kind == MODEL_LLM ? plan_head_rows(w, o->target, samples, t) : 0;
-    if (mm->kind == MODEL_LLM) price_llm_ends(&p, mm, s, t, head_rows);
-    else price_encoder_ends(&p, mm, s, t);
+    if (mm->kind == MODEL_LLM) {
+        if (st->stem) price_llm_stem(&p, mm, s, t, samples * w->text_tokens);
+        if (st->head) price_llm_head(&p, mm, s, t, head_rows);
+    } else {
+        if (st->stem) price_encoder_stem(&p, mm, s, t);
+        if (st->head) price_encoder_head(&p, mm, s, t);
+    }
+    /* a pipeline stage's input rows in from the previous stage's message,
+     * its output's gradient in from the next one's (executor/llm.c, vision.c) */
+    double boundary = t / (s->seq_parallel && s->tp > 1 ? s->tp : 1) * mm->hidden;
+    if (!st->stem) ew_fwd(&p, COST_EW_COPY, boundary);
+    if (!st->head) ew_bwd(&p, COST_EW_COPY, boundary);
     out->fwd_s = p.fwd;
     out->bwd_s = p.bwd;
     if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = blocks_fwd;
@@ -404,9 +428,9 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
 
     /* In-op communication: the blocks' forward exchanges (re-issued by full
      * recomputation), then everything else. */
-    plan_comm tp_fwd = { 0 }, tp = { 0 }, sp_fwd = { 0 }, sp = { 0 }, pp = { 0 }, dp = { 0 };
-    price_tp_blocks(mm, s, pool, A, t, backward, !mm->frozen, &tp, &tp_fwd);
-    price_tp_llm_ends(mm, s, pool, A, t, samples * w->text_tokens, head_rows, backward, &tp);
+    plan_comm tp_fwd = { 0 }, tp = { 0 }, sp_fwd = { 0 }, sp = { 0 }, dp = { 0 };
+    price_tp_blocks(mm, s, st->count, pool, A, t, backward, !mm->frozen, &tp, &tp_fwd);
+    price_tp_llm_ends(mm, s, st, pool, A, t, samples * w->text_tokens, head_rows, backward, &tp);
     price_ulysses(mm, s, pool, A, t, n_a2a_layers, backward, &sp_fwd, &sp);
     if (s->recompute == PLAN_RECOMP_FULL && backward) {
         recompute_comm(&tp_fwd, &tp);
@@ -414,25 +438,88 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     }
     merge_fwd(&tp_fwd, &tp);
     merge_fwd(&sp_fwd, &sp);
-    /* Pipeline stage hand-offs, forward activation and backward gradient. */
-    if (s->pp > 1) {
-        bool same_node = (double)s->tp * s->sp * s->dp * s->pp <= gpn;
-        double hop = cost_p2p_time(c, s->pool, s->pool, same_node, A * t * mm->hidden);
-        pp.fwd_s = (s->pp - 1) * hop;
-        pp.bwd_s = backward ? (s->pp - 1) * hop : 0;
-    }
     double dp_busy;
     plan_price_dp_micro(mm, s, pool, o, backward, out->fwd_s, out->bwd_s + out->recompute_s, &dp, &dp_busy);
     out->bwd_s += dp_busy;
     out->tp_comm_s = tp.fwd_s + tp.bwd_s;
     out->sp_comm_s = sp.fwd_s + sp.bwd_s;
     out->zero_comm_s = dp.fwd_s + dp.bwd_s;
-    out->pp_p2p_s = pp.fwd_s + pp.bwd_s;
     out->fwd_syncs = tp.fwd_syncs + sp.fwd_syncs + dp.fwd_syncs;
     out->bwd_syncs = tp.bwd_syncs + sp.bwd_syncs + dp.bwd_syncs;
-    out->fwd_comm_s = tp.fwd_s + sp.fwd_s + dp.fwd_s + pp.fwd_s;
-    out->micro_s = out->fwd_s + out->bwd_s + out->recompute_s + out->tp_comm_s + out->sp_comm_s + out->zero_comm_s
-                 + out->pp_p2p_s;
+    out->fwd_comm_s = tp.fwd_s + sp.fwd_s + dp.fwd_s;
+    out->micro_s = out->fwd_s + out->bwd_s + out->recompute_s + out->tp_comm_s + out->sp_comm_s + out->zero_comm_s;
+    out->stage_max_s = out->micro_s;
+}
+
+void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
+                           const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
+{
+    plan_stage st = plan_stage_of(&m->mod[mi], s, stage);
+    price_micro(m, mi, s, &st, w, c, o, samples, out);
+}
+
+/* One stage's activation to the next (or its gradient back): the rank's
+ * block rows (its sequence-parallel share of them) between two ranks of the
+ * module, in a node when the module's group fits one. */
+double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                            const plan_options *o, double samples)
+{
+    plan_seq q;
+    plan_module_seq(m, mi, w, &q);
+    double rows = samples * q.tokens_per_sample / s->sp / (s->seq_parallel && s->tp > 1 ? s->tp : 1);
+    return plan_precision_bytes(o->precision).act * rows * m->mod[mi].hidden;
+}
+
+double plan_stage_hop_s(const model_t *m, int mi, const plan_module *s, const plan_workload *w, const cost_cluster *c,
+                        const plan_options *o, double samples)
+{
+    /* neighbouring stages are dp * sp * tp ranks apart */
+    bool same_node = (double)s->tp * s->sp * s->dp * s->pp <= c->pool[s->pool].gpus_per_node;
+    return cost_p2p_time(c, s->pool, s->pool, same_node, plan_stage_hop_bytes(m, mi, s, w, o, samples));
+}
+
+/* The whole module: every stage's compute and in-op communication plus the
+ * hand-offs between stages; stage_max_s is the busiest stage with its hops,
+ * which paces a pipeline. */
+void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                     const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
+{
+    plan_stage whole = plan_stage_of(&m->mod[mi], s, -1);
+    price_micro(m, mi, s, &whole, w, c, o, samples, out);
+    if (s->pp <= 1 || samples <= 0) return;
+    bool backward = !m->mod[mi].frozen || m->mod[mi].kind == MODEL_LLM;
+    double hop = plan_stage_hop_s(m, mi, s, w, c, o, samples);
+    double fwd_hops = (s->pp - 1) * hop, bwd_hops = backward ? (s->pp - 1) * hop : 0;
+    out->pp_p2p_s = fwd_hops + bwd_hops;
+    out->fwd_comm_s += fwd_hops;
+    out->micro_s += out->pp_p2p_s;
+    out->stage_max_s = 0;
+    for (int i = 0; i < s->pp; i++) {
+        plan_time st;
+        plan_stage_micro_time(m, mi, s, i, w, c, o, samples, &st);
+        double t = st.micro_s + hop + (backward ? hop : 0);
+        if (t > out->stage_max_s) out->stage_max_s = t;
+    }
+}
+
+/* Once per step, for pipeline stage `stage`: the data-parallel strategy's
+ * GRAD_SYNC and PARAM_GATHER, the gradient norm's pass and the optimizer. */
+void plan_stage_step_time(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
+                          const plan_options *o, plan_time *out)
+{
+    plan_price_dp_step(mm, s, stage, pool, o, out);
+    plan_dp_rules r = plan_dp_rules_of(mm, s);
+    out->optim_s = out->norm_s = 0;
+    if (!r.trains) return;
+    plan_state_bytes b = plan_module_state_bytes(mm, o);
+    double updated = o->target == PLAN_TARGET_DHP ? (double)plan_dp_buffers_of(mm, s, stage).shard_elems
+                                                  : plan_local_params(mm, s) / (r.shard_optim ? r.shard : 1);
+    /* AdamW is one fused streaming pass over its state: STREAM-class
+     * bandwidth (hbm_bw), not the element-wise mix that mem_eff describes. */
+    out->optim_s = updated * b.step_traffic / pool->gpu.hbm_bw + pool->gpu.kernel_launch_s;
+    /* The clip's norm: a sum of squares over the gradients the rank
+     * counts (plan_dp_counts_norm): its shard with ZeRO, else all of them. */
+    out->norm_s = cost_elementwise_time(&pool->gpu, COST_EW_SUMSQ, updated, b.grad);
 }
 
 void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
@@ -441,22 +528,23 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     const model_module *mm = &m->mod[mi];
     const cost_pool *pool = &c->pool[s->pool];
     plan_micro_time(m, mi, s, w, c, o, s->micro_batch, out);
-    plan_price_dp_step(mm, s, pool, o, out);
+    /* the stages step side by side: the slowest one's */
+    for (int i = 0; i < (s->pp > 1 ? s->pp : 1); i++) {
+        plan_time st = *out;
+        plan_stage_step_time(mm, s, i, pool, o, &st);
+        if (i == 0 || plan_time_tail_s(&st) + st.grad_sync_s + st.param_gather_s
+                      > plan_time_tail_s(out) + out->grad_sync_s + out->param_gather_s) {
+            out->grad_sync_s = st.grad_sync_s;
+            out->grad_sync_busy_s = st.grad_sync_busy_s;
+            out->param_gather_s = st.param_gather_s;
+            out->param_gather_busy_s = st.param_gather_busy_s;
+            out->optim_s = st.optim_s;
+            out->norm_s = st.norm_s;
+        }
+    }
     /* Bucketed gradient reduction overlaps the last micro-batch's backward. */
     double step_comm = out->grad_sync_s + out->grad_sync_busy_s + out->param_gather_s + out->param_gather_busy_s;
     out->dp_exposed_s = fmax(0.0, step_comm - o->overlap * out->bwd_s / s->pp);
-    plan_dp_rules r = plan_dp_rules_of(mm, s);
-    if (r.trains) {
-        plan_state_bytes b = plan_module_state_bytes(mm, o);
-        double updated = o->target == PLAN_TARGET_DHP ? (double)plan_dp_buffers_of(mm, s).shard_elems
-                                                      : plan_local_params(mm, s) / (r.shard_optim ? r.shard : 1);
-        /* AdamW is one fused streaming pass over its state: STREAM-class
-         * bandwidth (hbm_bw), not the element-wise mix that mem_eff describes. */
-        out->optim_s = updated * b.step_traffic / pool->gpu.hbm_bw + pool->gpu.kernel_launch_s;
-        /* The clip's norm: a sum of squares over the gradients the rank
-         * counts (plan_dp_counts_norm): its shard with ZeRO, else all of them. */
-        out->norm_s = cost_elementwise_time(&pool->gpu, COST_EW_SUMSQ, updated, b.grad);
-    }
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     double passes = mm->frozen ? (mm->kind == MODEL_LLM ? 2.0 : 1.0) : 3.0;
@@ -476,8 +564,7 @@ double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_sampl
     double per_rank = ceil((double)chunk_samples / s->dp);
     double steps = ceil(per_rank / s->micro_batch);
     if (s->pp == 1) return steps * t->micro_s;
-    double stage = t->micro_s / s->pp;
-    return (steps + s->pp - 1) * stage;
+    return (steps + s->pp - 1) * t->stage_max_s;
 }
 
 static bool divides(long a, long b) { return a > 0 && b % a == 0; }
@@ -506,8 +593,19 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (s->pp > 1 && s->zero >= 2)
         return util_fail(err, UTIL_EINVAL, "%s: zero %d does not combine with pp %d (use zero <= 1)", mm->name,
                          s->zero, s->pp);
-    if (mm->layers % s->pp != 0)
-        return util_fail(err, UTIL_EINVAL, "%s: pp %d does not divide %d layers", mm->name, s->pp, mm->layers);
+    if (s->pp > PLAN_MAX_PP || s->pp > mm->layers)
+        return util_fail(err, UTIL_EINVAL, "%s: pp %d: at most %d stages, and one block each (%d layers)", mm->name, s->pp,
+                         PLAN_MAX_PP, mm->layers);
+    int total = 0;
+    for (int i = 0; i < s->pp; i++) {
+        plan_stage st = plan_stage_of(mm, s, i);
+        if (st.count < 1)
+            return util_fail(err, UTIL_EINVAL, "%s: stage_layers: pipeline stage %d has no block", mm->name, i);
+        total += st.count;
+    }
+    if (total != mm->layers)
+        return util_fail(err, UTIL_EINVAL, "%s: stage_layers: the stages hold %d blocks, the module has %d", mm->name, total,
+                         mm->layers);
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     if (s->sp > 1 && fmod(q.seq, s->sp) != 0)

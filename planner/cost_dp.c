@@ -25,7 +25,7 @@ typedef struct {
     double local;                     /* Megatron: parameters one rank holds before sharding */
 } dp_pricer;
 
-static int dp_pricer_init(dp_pricer *d, const model_module *mm, const plan_module *s, const cost_pool *pool,
+static int dp_pricer_init(dp_pricer *d, const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
                           const plan_options *o)
 {
     plan_state_bytes b = plan_module_state_bytes(mm, o);
@@ -38,7 +38,8 @@ static int dp_pricer_init(dp_pricer *d, const model_module *mm, const plan_modul
     d->n_units = plan_module_units(mm);
     d->units = malloc((size_t)d->n_units * sizeof *d->units);
     if (!d->units) return UTIL_ENOMEM;
-    plan_unit_sizes(mm, s->tp, d->units);
+    plan_stage st = plan_stage_of(mm, s, stage);
+    plan_unit_sizes(mm, s->tp, &st, d->units);
     return UTIL_OK;
 }
 
@@ -68,7 +69,7 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
     *bwd_busy = 0;
     if (!r.unit_param_gather && !r.unit_grad_reduce) return;
     dp_pricer d;
-    if (dp_pricer_init(&d, mm, s, pool, o)) return;
+    if (dp_pricer_init(&d, mm, s, 0, pool, o)) return;   /* ZeRO-2/3 run without pipeline stages */
     bool reduce = r.unit_grad_reduce && backward;
     bool gather_back = r.unit_param_gather && backward;
     plan_comm raw = { 0 };
@@ -101,14 +102,14 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
     comm->bwd_syncs += raw.bwd_syncs;
 }
 
-void plan_price_dp_step(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
-                        plan_time *out)
+void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
+                        const plan_options *o, plan_time *out)
 {
     plan_dp_rules r = plan_dp_rules_of(mm, s);
     out->grad_sync_s = out->grad_sync_busy_s = out->param_gather_s = out->param_gather_busy_s = 0;
     if (!r.step_grad_sync && !r.step_param_gather) return;
     dp_pricer d;
-    if (dp_pricer_init(&d, mm, s, pool, o)) return;
+    if (dp_pricer_init(&d, mm, s, stage, pool, o)) return;
     if (!d.dhp) {
         if (r.step_grad_sync)
             out->grad_sync_s = module_coll(&d, r.stage == 0 ? COST_ALLREDUCE : COST_REDUCESCATTER, d.grad_bytes);
@@ -134,4 +135,18 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, const cost
         }
     }
     free(d.units);
+}
+
+double plan_embed_sync_s(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
+                         int per_node)
+{
+    plan_dp_rules r = plan_dp_rules_of(mm, s);
+    if (!r.step_embed_sync) return 0;
+    int64_t *units = malloc((size_t)plan_module_units(mm) * sizeof *units);
+    if (!units) return 0;
+    plan_stage first = plan_stage_of(mm, s, 0);
+    plan_unit_sizes(mm, s->tp, &first, units);
+    double elems = (double)units[0];   /* unit 0: the stem, the embedding alone */
+    free(units);
+    return cost_collective_time(pool, COST_ALLREDUCE, elems * plan_module_state_bytes(mm, o).grad, 2, per_node);
 }

@@ -20,6 +20,11 @@ plan_dp_rules plan_dp_rules_of(const model_module *mm, const plan_module *s)
     r.step_grad_sync = r.shard > 1 && r.stage <= 1;
     r.unit_grad_reduce = r.stage >= 2;
     r.step_param_gather = r.stage == 1 || r.stage == 2;
+    /* Megatron-LM keeps a tied word embedding on the first stage and a copy
+     * as the head on the last, and all-reduces their gradients over its
+     * embedding group before the data-parallel sync (so both copies take the
+     * same update). */
+    r.step_embed_sync = mm->kind == MODEL_LLM && mm->tied_embeddings && s->pp > 1;
     return r;
 }
 

@@ -97,3 +97,27 @@ int plan_group_member(const plan_t *p, int k, unsigned axes, int color, int key)
     member_digits(size, axes, color, key, digit);
     return s->first_rank + local_index(size, digit);
 }
+
+bool plan_embed_group_of(const plan_t *p, int k, int rank, plan_group *g)
+{
+    plan_coord c;
+    const plan_module *s = &p->mod[k];
+    if (!plan_rank_coord(p, k, rank, &c) || !plan_dp_rules_of(&p->model.mod[k], s).step_embed_sync) return false;
+    if (c.pp != 0 && c.pp != s->pp - 1) return false;
+    plan_group pg;
+    plan_group_of(p, k, PLAN_AX_PP, rank, &pg);
+    /* the two ends of one pipeline: (pp - 1) * dp * sp * tp ranks apart */
+    int gap = (s->pp - 1) * s->dp * s->sp * s->tp, gpn = p->cluster.pool[s->pool].gpus_per_node;
+    *g = (plan_group){ .color = pg.color, .key = c.pp == 0 ? 0 : 1, .size = 2, .n_groups = pg.n_groups,
+                       .per_node = gap < gpn ? 2 : 1 };
+    return true;
+}
+
+int plan_stage_peer(const plan_t *p, int k, int rank, int dir)
+{
+    plan_coord c;
+    if (!plan_rank_coord(p, k, rank, &c)) return -1;
+    c.pp += dir;
+    if (c.pp < 0 || c.pp >= p->mod[k].pp) return -1;
+    return plan_coord_rank(p, k, &c);
+}

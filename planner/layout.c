@@ -12,6 +12,30 @@
  * embeddings, the residual-output linears scaled by 1 / sqrt(2 * layers). */
 #define INIT_STD 0.02f
 
+/* ---------------------------------------------------------------- stages */
+
+plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
+{
+    int pp = s && s->pp > 1 ? s->pp : 1, L = mm->layers;
+    if (pp == 1 || i < 0) return (plan_stage){ 0, L, true, true };
+    int count[PLAN_MAX_PP];
+    bool given = false;
+    for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) given |= s->stage_layers[j] > 0;
+    if (given) {
+        for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) count[j] = s->stage_layers[j];
+    } else {
+        int base = (L + pp - 1) / pp, short_by = base * pp - L;
+        for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) count[j] = base;
+        /* the shortfall comes off the ends first: stage 0, pp - 1, 1, pp - 2, ... */
+        for (int t = 0; t < short_by; t++) count[t % 2 ? pp - 1 - t / 2 : t / 2]--;
+    }
+    int first = 0;
+    for (int j = 0; j < i && j < PLAN_MAX_PP; j++) first += count[j];
+    return (plan_stage){ first, i < PLAN_MAX_PP ? count[i] : 0, i == 0, i == pp - 1 };
+}
+
+/* ---------------------------------------------------------------- tensors */
+
 typedef struct {
     plan_tensor *out;
     int cap, n;
@@ -59,13 +83,13 @@ static void seq_partial(tensor_list *l, plan_tensor *t)
     if (t && l->tp > 1 && l->seq_parallel) t->seq_partial = true;
 }
 
-static void blocks(tensor_list *l, const model_module *mm)
+static void blocks(tensor_list *l, const model_module *mm, const plan_stage *st)
 {
     int d = mm->hidden, qd = mm->heads / l->tp * mm->head_dim, kd = mm->kv_heads / l->tp * mm->head_dim;
     int f = mm->ffn / l->tp;
     float std_out = INIT_STD / sqrtf(2.0f * (float)mm->layers);
     const char *blk = mm->kind == MODEL_LLM ? "layers" : "blocks";
-    for (int b = 0; b < mm->layers; b++) {
+    for (int b = st->first; b < st->first + st->count; b++) {
         l->layer = b;
         l->unit = 1 + b;
         snprintf(l->prefix, sizeof l->prefix, "%s.%d.", blk, b);
@@ -91,23 +115,35 @@ static void blocks(tensor_list *l, const model_module *mm)
     l->prefix[0] = 0;
 }
 
-int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, plan_tensor *out, int cap)
+int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *stage,
+                        plan_tensor *out, int cap)
 {
     tensor_list l = { .out = out, .cap = cap, .tp = tp > 0 ? tp : 1, .tp_rank = tp_rank,
                       .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1, .unit = 0 };
+    plan_stage whole = { 0, mm->layers, true, true }, *st = stage ? (plan_stage *)stage : &whole;
     int d = mm->hidden;
     if (mm->kind == MODEL_LLM) {
         int vocab_n = mm->vocab / l.tp;
-        split(&l, add(&l, "embed_tokens.weight", PLAN_TW_WTE, 2, vocab_n, d, INIT_STD, 0), 0);
-        blocks(&l, mm);
+        if (st->stem) split(&l, add(&l, "embed_tokens.weight", PLAN_TW_WTE, 2, vocab_n, d, INIT_STD, 0), 0);
+        blocks(&l, mm, st);
+        if (!st->head) return l.n;
         add(&l, "norm.weight", PLAN_TW_LNF, 1, d, 1, 0, 1);
-        if (!mm->tied_embeddings) split(&l, add(&l, "lm_head.weight", PLAN_TW_HEAD, 2, vocab_n, d, INIT_STD, 0), 0);
+        if (!mm->tied_embeddings) {
+            split(&l, add(&l, "lm_head.weight", PLAN_TW_HEAD, 2, vocab_n, d, INIT_STD, 0), 0);
+        } else if (!st->stem) {
+            plan_tensor *t = add(&l, "embed_tokens.weight", PLAN_TW_HEAD, 2, vocab_n, d, INIT_STD, 0);
+            split(&l, t, 0);
+            if (t) t->tied_copy = true;
+        }
         return l.n;
     }
     int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
-    add(&l, "patch_embed.weight", PLAN_TW_PATCH_W, 2, d, cpp, INIT_STD, 0);
-    add(&l, "patch_embed.bias", PLAN_TW_PATCH_B, 1, d, 1, 0, 0);
-    blocks(&l, mm);
+    if (st->stem) {
+        add(&l, "patch_embed.weight", PLAN_TW_PATCH_W, 2, d, cpp, INIT_STD, 0);
+        add(&l, "patch_embed.bias", PLAN_TW_PATCH_B, 1, d, 1, 0, 0);
+    }
+    blocks(&l, mm, st);
+    if (!st->head) return l.n;
     add(&l, "merger.norm.weight", PLAN_TW_MERGE_LN, 1, d, 1, 0, 1);
     add(&l, "merger.fc1.weight", PLAN_TW_M0W, 2, mm->proj_hidden, mm->proj_in, INIT_STD, 0);
     add(&l, "merger.fc1.bias", PLAN_TW_M0B, 1, mm->proj_hidden, 1, 0, 0);
@@ -116,14 +152,14 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
     return l.n;
 }
 
-int64_t plan_unit_sizes(const model_module *mm, int tp, int64_t *units)
+int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, int64_t *units)
 {
-    int n = plan_module_tensors(mm, tp, 0, false, NULL, 0);
+    int n = plan_module_tensors(mm, tp, 0, false, st, NULL, 0);
     plan_tensor *t = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
     int U = plan_module_units(mm);
     for (int u = 0; u < U; u++) units[u] = 0;
     if (!t) return -1;
-    plan_module_tensors(mm, tp, 0, false, t, n);
+    plan_module_tensors(mm, tp, 0, false, st, t, n);
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
         int64_t e = t[i].shape[0] * t[i].shape[1];
@@ -138,14 +174,15 @@ int64_t plan_unit_sizes(const model_module *mm, int tp, int64_t *units)
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s)
+plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s, int stage)
 {
     plan_dp_buffers b = { 0 };
     plan_dp_rules r = plan_dp_rules_of(mm, s);
     int U = plan_module_units(mm), G = r.shard > 0 ? r.shard : 1;
     int64_t *u = util_malloc((size_t)U * sizeof *u);
     if (!u) return b;
-    b.local = plan_unit_sizes(mm, s->tp, u);
+    plan_stage st = plan_stage_of(mm, s, stage);
+    b.local = plan_unit_sizes(mm, s->tp, &st, u);
     for (int i = 0; i < U; i++) {
         int64_t piece = ceil_div(u[i], G);
         b.shard_elems += piece;
@@ -156,7 +193,7 @@ plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s)
     /* The tied LLM's head uses the stem's embedding too: one more unit live
      * while the head runs, and its gradient bucket held until the embedding's
      * backward ends the micro-batch. */
-    int tied = mm->kind == MODEL_LLM && mm->tied_embeddings;
+    int tied = mm->kind == MODEL_LLM && mm->tied_embeddings && st.stem && st.head;
     if (r.unit_param_gather) b.gather_slots = 2 + tied;      /* gathers go straight from the weight shard */
     if (r.unit_grad_reduce) {
         b.bucket_slots = 2 + tied;                            /* the unit computing, the one reducing */
@@ -217,14 +254,16 @@ static void block_acts(act_list *l, const model_module *mm, const plan_module *s
     }
 }
 
-int plan_module_acts(const model_module *mm, const plan_module *s, const plan_act_rows *rows, plan_act *out, int cap)
+int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
+                     int cap)
 {
     act_list l = { out, cap, 0 };
+    plan_stage st = plan_stage_of(mm, s, stage);
     double tp = s->tp, N = rows->rows, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
     bool seqpar = s->seq_parallel && s->tp > 1;
     double Nl = seqpar ? N / tp : N;
-    for (int b = 0; b < mm->layers; b++) block_acts(&l, mm, s, N, b);
+    for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, N, b);
     block_acts(&l, mm, s, N, -1);
     if (s->sp > 1) {
         act(&l, PLAN_ACT_SP_PACK, -1, false, N * fmax(qd, kd));
@@ -253,6 +292,7 @@ int plan_module_acts(const model_module *mm, const plan_module *s, const plan_ac
     act(&l, PLAN_ACT_DU, -1, false, N * f);
     act(&l, PLAN_ACT_DH, -1, false, N * f);
     if (mm->kind != MODEL_LLM) {
+        if (!st.head) return l.n;   /* the merger is the last stage's */
         double M = rows->merged_rows, ph = mm->proj_hidden, oh = mm->out_hidden;
         act(&l, PLAN_ACT_MLN, -1, true, N * d);
         act(&l, PLAN_ACT_MRSTD, -1, true, N);
@@ -264,28 +304,32 @@ int plan_module_acts(const model_module *mm, const plan_module *s, const plan_ac
         return l.n;
     }
     double P = rows->pred_rows, V = mm->vocab / tp;
-    act(&l, PLAN_ACT_XG, -1, true, P * d);
-    act(&l, PLAN_ACT_RSTDF, -1, true, P);
-    act(&l, PLAN_ACT_GATH, -1, true, P * d);
-    act(&l, PLAN_ACT_LOGITS, -1, true, P * V);
-    act(&l, PLAN_ACT_DLOGITS, -1, true, P * V);
-    act(&l, PLAN_ACT_CE_MX, -1, true, P);
-    act(&l, PLAN_ACT_CE_ST, -1, true, 2 * P);
-    act(&l, PLAN_ACT_EMB, -1, false, s->tp > 1 ? (double)rows->emb_rows * d : 0);
-    act(&l, PLAN_ACT_DGATH, -1, false, P * d);
-    act(&l, PLAN_ACT_DXG, -1, false, P * d);
-    act(&l, PLAN_ACT_DVIS, -1, false, (double)rows->merged_rows * d);
+    if (st.head) {   /* the final norm, the LM head and the cross-entropy: the last stage's */
+        act(&l, PLAN_ACT_XG, -1, true, P * d);
+        act(&l, PLAN_ACT_RSTDF, -1, true, P);
+        act(&l, PLAN_ACT_GATH, -1, true, P * d);
+        act(&l, PLAN_ACT_LOGITS, -1, true, P * V);
+        act(&l, PLAN_ACT_DLOGITS, -1, true, P * V);
+        act(&l, PLAN_ACT_CE_MX, -1, true, P);
+        act(&l, PLAN_ACT_CE_ST, -1, true, 2 * P);
+    }
+    if (st.stem) act(&l, PLAN_ACT_EMB, -1, false, s->tp > 1 ? (double)rows->emb_rows * d : 0);
+    if (st.head) {
+        act(&l, PLAN_ACT_DGATH, -1, false, P * d);
+        act(&l, PLAN_ACT_DXG, -1, false, P * d);
+    }
+    if (st.stem) act(&l, PLAN_ACT_DVIS, -1, false, (double)rows->merged_rows * d);
     return l.n;
 }
 
-void plan_module_act_floats(const model_module *mm, const plan_module *s, const plan_act_rows *rows,
+void plan_module_act_floats(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
                             double *saved, double *scratch, double *logits)
 {
-    int n = plan_module_acts(mm, s, rows, NULL, 0);
+    int n = plan_module_acts(mm, s, stage, rows, NULL, 0);
     plan_act *a = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *a);
     *saved = *scratch = *logits = 0;
     if (!a) return;
-    plan_module_acts(mm, s, rows, a, n);
+    plan_module_acts(mm, s, stage, rows, a, n);
     for (int i = 0; i < n; i++) {
         if (a[i].id == PLAN_ACT_LOGITS || a[i].id == PLAN_ACT_DLOGITS) *logits += (double)a[i].floats;
         else if (a[i].saved) *saved += (double)a[i].floats;

@@ -183,10 +183,11 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
  * from the executor's own list (plan_module_acts): what one activation slot
  * saves for backward, times the slots in flight, plus the scratch every
  * slot shares. */
-static void executor_states(const model_module *mm, const plan_module *s, const plan_options *o, plan_mem *out)
+static void executor_states(const model_module *mm, const plan_module *s, int stage, const plan_options *o,
+                            plan_mem *out)
 {
     plan_dp_rules r = plan_dp_rules_of(mm, s);
-    plan_dp_buffers b = plan_dp_buffers_of(mm, s);
+    plan_dp_buffers b = plan_dp_buffers_of(mm, s, stage);
     plan_state_bytes sb = plan_module_state_bytes(mm, o);
     double local = (double)b.local, shard = (double)b.shard_elems, unit = (double)r.shard * b.max_piece;
     out->params = (r.shard_params ? shard : local) * sb.param;
@@ -196,7 +197,7 @@ static void executor_states(const model_module *mm, const plan_module *s, const 
     out->comm = (double)(b.staging + b.pieces) * fmax(sb.param, sb.grad);
 }
 
-static void executor_activations(const model_module *mm, const plan_module *s, const plan_seq *q,
+static void executor_activations(const model_module *mm, const plan_module *s, int stage, const plan_seq *q,
                                  const plan_workload *w, double A, int in_flight, plan_mem *out)
 {
     double mb = s->micro_batch > 0 ? s->micro_batch : 1, N = mb * q->tokens_per_sample / s->sp;
@@ -210,13 +211,21 @@ static void executor_activations(const model_module *mm, const plan_module *s, c
         rows.emb_rows = s->tp > 1 ? (int)(mb * w->text_tokens) : 0;
     }
     double saved, scratch, logits;
-    plan_module_act_floats(mm, s, &rows, &saved, &scratch, &logits);
+    plan_module_act_floats(mm, s, stage, &rows, &saved, &scratch, &logits);
     out->activations = A * (saved * in_flight + scratch);
     out->logits = A * logits;
+    /* A stage's edges (executor/run_stage.c): to each neighbouring stage a
+     * buffer the micro-batch's rows go out or come in through, and where
+     * the module runs a backward one for their gradient. */
+    if (s->pp > 1) {
+        double Nl = N / (s->seq_parallel && s->tp > 1 ? s->tp : 1);
+        int per_edge = mm->kind == MODEL_LLM || !mm->frozen ? 2 : 1;
+        out->comm += A * Nl * mm->hidden * per_edge * ((stage < s->pp - 1) + (stage > 0));
+    }
 }
 
-void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
-                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
+void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
+                       const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
 {
     const model_module *mm = &m->mod[mi];
     plan_seq q;
@@ -225,8 +234,8 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
     double A = plan_precision_bytes(o->precision).act;
     if (in_flight < 1) in_flight = 1;
     if (o->target == PLAN_TARGET_DHP) {
-        executor_states(mm, s, o, out);
-        executor_activations(mm, s, &q, w, A, in_flight, out);
+        executor_states(mm, s, stage, o, out);
+        executor_activations(mm, s, stage, &q, w, A, in_flight, out);
     } else {
         model_state_bytes(mm, s, o, out);
         out->activations = activation_bytes(m, mi, s, &q, in_flight, A);
@@ -238,6 +247,22 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
     out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations
                + out->logits + out->comm + out->reserved + out->fragmentation;
     out->capacity = g->hbm_bytes;
+}
+
+/* The module's busiest stage. The Megatron target's formulas already take
+ * the worst stage (its layers, the larger end, the first stage's pp
+ * micro-batches in flight); for dhp's executor every stage is priced, stage
+ * i of a 1F1B pipeline keeping pp - i micro-batches in flight. */
+void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
+{
+    int stages = o->target == PLAN_TARGET_DHP && s->pp > 1 ? s->pp : 1;
+    plan_stage_memory(m, mi, s, 0, w, g, o, in_flight * (stages > 1 ? stages : 1), out);
+    for (int i = 1; i < stages; i++) {
+        plan_mem t;
+        plan_stage_memory(m, mi, s, i, w, g, o, in_flight * (stages - i), &t);
+        if (t.total > out->total) *out = t;
+    }
 }
 
 plan_options plan_options_of(const plan_t *p)

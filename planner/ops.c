@@ -17,6 +17,11 @@ static const plan_op_info op_table[PLAN_NOPS] = {
     [PLAN_OP_GRAD_NORM]        = { "grad_norm",        PLAN_TRACE_COMM,    true,  true,  false, false, false, PLAN_GROUP_WORLD },
     [PLAN_OP_OPTIMIZER]        = { "optimizer",        PLAN_TRACE_COMPUTE, true,  false, false, false, false, PLAN_GROUP_NONE },
     [PLAN_OP_PARAM_GATHER]     = { "param_gather",     PLAN_TRACE_COMM,    false, true,  false, false, false, PLAN_GROUP_SHARD },
+    [PLAN_OP_SEND_STAGE]       = { "send_stage",       PLAN_TRACE_COMM,    false, false, true,  true,  false, PLAN_GROUP_STAGE },
+    [PLAN_OP_RECV_STAGE]       = { "recv_stage",       PLAN_TRACE_COMM,    false, false, true,  false, false, PLAN_GROUP_STAGE },
+    [PLAN_OP_SEND_STAGE_GRAD]  = { "send_stage_grad",  PLAN_TRACE_COMM,    false, false, true,  true,  true,  PLAN_GROUP_STAGE },
+    [PLAN_OP_RECV_STAGE_GRAD]  = { "recv_stage_grad",  PLAN_TRACE_COMM,    false, false, true,  false, true,  PLAN_GROUP_STAGE },
+    [PLAN_OP_EMBED_SYNC]       = { "embed_sync",       PLAN_TRACE_COMM,    false, true,  false, false, false, PLAN_GROUP_EMBED },
 };
 
 static const plan_op_info unknown_op = { "?", PLAN_TRACE_COMM, false, false, false, false, false, PLAN_GROUP_NONE };

@@ -56,6 +56,12 @@ cJSON *plan_module_to_json(const plan_module *s)
     cJSON_AddNumberToObject(o, "micro_batch", s->micro_batch);
     cJSON_AddStringToObject(o, "recompute", recompute_names[s->recompute]);
     cJSON_AddBoolToObject(o, "seq_parallel", s->seq_parallel);
+    bool split = false;
+    for (int i = 0; i < s->pp && i < PLAN_MAX_PP; i++) split |= s->stage_layers[i] > 0;
+    if (split) {   /* an explicit split; otherwise plan_stage_of's default */
+        cJSON *a = cJSON_AddArrayToObject(o, "stage_layers");
+        for (int i = 0; i < s->pp && i < PLAN_MAX_PP; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(s->stage_layers[i]));
+    }
     return o;
 }
 
@@ -146,7 +152,19 @@ static int parse_module(const cJSON *o, const char *ctx, plan_module *s, char *e
     int r = parse_enum(buf, recompute_names, 3);
     if (r < 0) return util_fail(err, UTIL_EINVAL, "%s.recompute: '%s' is not none, selective or full", ctx, buf);
     s->recompute = (plan_recompute)r;
-    return util_json_bool(o, ctx, "seq_parallel", false, false, &s->seq_parallel, err);
+    if ((rc = util_json_bool(o, ctx, "seq_parallel", false, false, &s->seq_parallel, err))) return rc;
+    memset(s->stage_layers, 0, sizeof s->stage_layers);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "stage_layers");
+    if (!a) return UTIL_OK;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != s->pp || s->pp > PLAN_MAX_PP)
+        return util_fail(err, UTIL_EINVAL, "%s.stage_layers: must be an array of pp = %d block counts (at most %d)", ctx, s->pp, PLAN_MAX_PP);
+    int i = 0;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > (1 << 20) || e->valuedouble != (int)e->valuedouble)
+            return util_fail(err, UTIL_EINVAL, "%s.stage_layers[%d]: must be a whole number of blocks >= 1", ctx, i);
+        s->stage_layers[i] = (int)e->valuedouble;
+    }
+    return UTIL_OK;
 }
 
 static int parse_workload(const cJSON *root, const char *what, plan_workload *w, char *err)

@@ -48,6 +48,9 @@ typedef struct {
     int text_tokens;          /* text tokens per sample */
 } plan_workload;
 
+/* Pipeline stages of a module: at most PLAN_MAX_PP. */
+#define PLAN_MAX_PP 64
+
 /* One module's strategy. Ranks of the module group are the contiguous global
  * ranks [first_rank, first_rank + n_ranks) with n_ranks = dp*tp*sp*pp, laid out
  *   local = ((pp_i * dp + dp_i) * sp + sp_i) * tp + tp_i     (tp fastest). */
@@ -61,7 +64,17 @@ typedef struct {
     int micro_batch;          /* samples per micro-batch per dp rank */
     plan_recompute recompute;
     bool seq_parallel;        /* Megatron sequence parallelism on top of tp (LLM) */
+    int stage_layers[PLAN_MAX_PP];  /* blocks of each pipeline stage; all 0: plan_stage_of's split */
 } plan_module;
+
+/* Stage i (0 .. pp - 1) of a module's pipeline: blocks [first, first +
+ * count), the stem (embedding) on the first stage and the head on the last.
+ * The split is s->stage_layers where given, else as even as the layers
+ * allow with the first and the last stage a block short where pp does not
+ * divide them, as Llama 3 was trained (they carry the embedding and the
+ * head: 126 layers over 16 stages are 7 + 14 x 8 + 7). pp = 1: the whole module. */
+typedef struct { int first, count; bool stem, head; } plan_stage;
+plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i);
 
 /* A rank's position in a module group (see plan_module). */
 typedef struct { int dp, tp, sp, pp; } plan_coord;
@@ -159,6 +172,9 @@ plan_options plan_options_of(const plan_t *p);
  * activations are alive at the peak (1 colocated; pipeline depth when disaggregated). */
 void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                         const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out);
+/* The same for pipeline stage `stage` of the module (0 when pp = 1). */
+void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
+                       const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out);
 const char *plan_mem_dominant(const plan_mem *mm);
 /* Parameters one GPU holds before ZeRO sharding (TP and PP split applied). */
 double plan_local_params(const model_module *mm, const plan_module *s);
@@ -177,6 +193,7 @@ typedef struct {
     double zero_comm_s;
     double pp_p2p_s;                     /* per micro-batch stage hand-offs */
     double micro_s;                      /* one micro-batch through the whole module (all pp stages) */
+    double stage_max_s;                  /* the busiest pipeline stage's share of micro_s, with its hops */
     double fwd_comm_s;                   /* the forward pass's part of tp + sp + zero + pp communication */
     /* Once per step: the GRAD_SYNC op (all-reduce, or ZeRO-1's unit
      * reduce-scatters), the PARAM_GATHER op (ZeRO-1/2's unit all-gathers),
@@ -200,6 +217,20 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
  * terms stay 0. plan_module_time is this at s->micro_batch plus those. */
 void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                      const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
+/* The per-step terms of plan_time (grad_sync_s .. norm_s) for one pipeline stage. */
+void plan_stage_step_time(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
+                          const plan_options *o, plan_time *out);
+/* The same for one pipeline stage (0 when pp = 1): its blocks, and the stem
+ * and head where it holds them; no hops. */
+void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
+                           const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
+/* One hop of a micro-batch's activations (or gradients) between two stages:
+ * the rows a rank holds at the stage boundary (its sp share, its tp share
+ * under sequence parallelism), hidden wide; its bytes and its seconds. */
+double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                            const plan_options *o, double samples);
+double plan_stage_hop_s(const model_t *m, int mi, const plan_module *s, const plan_workload *w, const cost_cluster *c,
+                        const plan_options *o, double samples);
 /* Seconds of the schedule's encoder FORWARD op (compute + forward half of its
  * in-op communication) and BACKWARD op (recompute + backward + the rest);
  * they add up to micro_s, the LLM's FORWARD_BACKWARD. */
@@ -243,13 +274,20 @@ typedef struct {
                                  Megatron sequence parallelism (norms and row-parallel biases, whose
                                  rows each tp rank holds a slice of) */
     bool decay;               /* AdamW weight decay applies (matrices) */
+    bool tied_copy;           /* the last pipeline stage's copy of a tied embedding (named as the embedding) */
     float init_std, init_const;  /* N(0, std) when std > 0, else the constant */
 } plan_tensor;
-/* Fills out[0 .. min(n, cap)) and returns n, the module's tensor count. */
-int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, plan_tensor *out, int cap);
+/* The tensors of pipeline stage st (NULL: the whole module) on one tp rank;
+ * fills out[0 .. min(n, cap)) and returns n. The last stage of a pipelined
+ * LLM whose head is tied to its embedding holds a copy of the embedding
+ * (tied_copy), whose gradient is summed with the first stage's (Megatron's
+ * embedding group). */
+int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *st,
+                        plan_tensor *out, int cap);
 static inline int plan_module_units(const model_module *mm) { return mm->layers + 2; }
-/* Elements of each unit on one tp rank (units[plan_module_units]); returns the module's total. */
-int64_t plan_unit_sizes(const model_module *mm, int tp, int64_t *units);
+/* Elements of each unit of stage st (NULL: all) on one tp rank (units[plan_module_units], 0 for the
+ * units another stage holds); returns the stage's total. */
+int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, int64_t *units);
 
 /* The ZeRO buffers of one module under the executor's strategies
  * (executor/dp_*.c), in elements: units of n_u elements are split in `shard`
@@ -263,7 +301,7 @@ typedef struct {
     int64_t staging;          /* ZeRO-1/2: a unit's padded gradient (reduce-scatter) or weights (all-gather) */
     int64_t pieces;           /* reduce-scatter results and gather sends */
 } plan_dp_buffers;
-plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s);
+plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s, int stage);
 
 /* Activations of one forward of a module on `rows` rows (a micro-batch's
  * tokens on this rank, after the Ulysses split): what the forward saves for
@@ -297,10 +335,12 @@ typedef struct {
     int pred_rows;            /* LLM: rows the head is sized for (every text position's prediction) */
     int emb_rows;             /* LLM with tp > 1: text rows of the vocab-parallel embedding */
 } plan_act_rows;
-/* Fills out[0 .. min(n, cap)) and returns n. */
-int plan_module_acts(const model_module *mm, const plan_module *s, const plan_act_rows *rows, plan_act *out, int cap);
+/* Of pipeline stage `stage` (its blocks, the stem's and the head's tensors
+ * where it holds them); fills out[0 .. min(n, cap)) and returns n. */
+int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
+                     int cap);
 /* The same summed: saved and scratch floats, and the LM head's logits part of the saved ones. */
-void plan_module_act_floats(const model_module *mm, const plan_module *s, const plan_act_rows *rows,
+void plan_module_act_floats(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
                             double *saved, double *scratch, double *logits);
 
 /* ---- whole-plan evaluation (the same cost model for the MILP result and baselines) ---- */
@@ -406,26 +446,43 @@ void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_wo
  * samples; colocated, chunks of the LLM's dp * micro_batch samples. Each
  * module's dp rank i takes samples [c0 + i*C/dp, c0 + (i+1)*C/dp) of chunk
  * [c0, c0 + C) (integer division, so uneven dp splits differ by one) and runs
- * them in micro-batches of micro_batch samples. An encoder keeps each
- * micro-batch's activations in a slot until its gradient returns.
- * Encoder ranks (1F1B): forward chunks 0..W-1 (W = 2 disaggregated with
- * n_micro > 1, else 1), then per chunk c: receive its gradient, backward,
- * forward chunk c + W. LLM ranks, per chunk: receive, forward+backward of each
- * micro-batch, send the gradient back. Colocated ranks interleave both roles
- * chunk by chunk. Every rank ends with gradient sync, the global gradient
- * norm and the optimizer. */
+ * them in micro-batches of micro_batch samples. A module split into pp
+ * stages runs each micro-batch through them in turn, rank to rank at the
+ * same dp, sp and tp position; every stage keeps a micro-batch's
+ * activations in a slot until its gradient returns.
+ * Encoder ranks: forward chunks 0..W-1, then per chunk c: receive its
+ * gradient, backward, forward chunk c + W (W = 1 colocated or frozen,
+ * disaggregated the chunks the LLM's first stage forwards before it sends
+ * chunk 0's gradient back: 2 with pp = 1). LLM ranks: each chunk's encoder
+ * rows received before its first forward, its gradient sent after its last
+ * backward; the micro-batches in 1F1B order (Narayanan et al., PipeDream-
+ * Flush, arXiv 2006.09503): stage i forwards pp - 1 - i ahead, then
+ * alternates one forward, one backward; the last stage runs each
+ * micro-batch's forward and backward as one op. Disaggregated LLM ranks
+ * pipeline over the whole step's micro-batches, colocated ranks flush after
+ * each chunk, interleaving both roles chunk by chunk. Every rank ends with
+ * the embedding sync, gradient sync, the global gradient norm and the
+ * optimizer. */
 typedef enum {
-    PLAN_OP_FORWARD = 0,      /* encoder forward of one micro-batch into `slot` */
+    PLAN_OP_FORWARD = 0,      /* a stage's forward of one micro-batch into `slot` */
     PLAN_OP_SEND_ACT,         /* encoder -> LLM: this rank's merged rows of chunk `chunk` */
     PLAN_OP_RECV_ACT,         /* LLM: every encoder's rows of its samples of chunk `chunk` */
-    PLAN_OP_FORWARD_BACKWARD, /* LLM forward + backward of one micro-batch */
+    PLAN_OP_FORWARD_BACKWARD, /* the LLM's last stage: forward + backward of one micro-batch */
     PLAN_OP_SEND_GRAD,        /* LLM (tp rank 0) -> encoder: gradient of those rows */
     PLAN_OP_RECV_GRAD,
-    PLAN_OP_BACKWARD,         /* encoder backward of one micro-batch from `slot` */
+    PLAN_OP_BACKWARD,         /* a stage's backward of one micro-batch from `slot` */
     PLAN_OP_GRAD_SYNC,        /* module's gradients over its shard group: all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1) */
     PLAN_OP_GRAD_NORM,        /* global gradient norm, all-reduce over every rank */
     PLAN_OP_OPTIMIZER,        /* module's AdamW on the elements this rank updates */
     PLAN_OP_PARAM_GATHER,     /* ZeRO-1/2: all-gather of the updated weights over the shard group */
+    /* Pipeline parallelism: a stage's output rows of one micro-batch to the
+     * next stage of the module (and their gradient back), rank to rank at the
+     * same dp, sp and tp coordinates; each channel is FIFO. */
+    PLAN_OP_SEND_STAGE,
+    PLAN_OP_RECV_STAGE,
+    PLAN_OP_SEND_STAGE_GRAD,
+    PLAN_OP_RECV_STAGE_GRAD,
+    PLAN_OP_EMBED_SYNC,       /* a tied LLM embedding split over the first and last stages: their gradients summed */
     PLAN_NOPS
 } plan_op_kind;
 
@@ -437,7 +494,9 @@ typedef enum {
     PLAN_GROUP_NONE = 0,      /* this rank alone */
     PLAN_GROUP_SHARD,         /* the op's module's shard group: dp x sp at one tp (and pp) position */
     PLAN_GROUP_WORLD,         /* every rank of the plan */
-    PLAN_GROUP_HANDOFF        /* point-to-point between an encoder's and the LLM's ranks */
+    PLAN_GROUP_HANDOFF,       /* point-to-point between an encoder's and the LLM's ranks */
+    PLAN_GROUP_STAGE,         /* point-to-point between neighbouring pipeline stages of the op's module */
+    PLAN_GROUP_EMBED          /* the first and the last pipeline stage of the LLM (plan_embed_group_of) */
 } plan_op_group;
 typedef enum { PLAN_TRACE_COMPUTE = 0, PLAN_TRACE_COMM, PLAN_TRACE_NLANES } plan_trace_lane;
 typedef struct {
@@ -468,6 +527,12 @@ typedef struct { int color, key, size, n_groups, per_node; } plan_group;
 bool plan_group_of(const plan_t *p, int k, unsigned axes, int rank, plan_group *g);
 /* Global rank of member `key` of module k's group `color` over `axes`. */
 int plan_group_member(const plan_t *p, int k, unsigned axes, int color, int key);
+/* The LLM's embedding group (Megatron's): the first and the last pipeline
+ * stage at one dp, sp and tp position, where a tied embedding is split over
+ * them (plan_dp_rules.step_embed_sync); false for other ranks. */
+bool plan_embed_group_of(const plan_t *p, int k, int rank, plan_group *g);
+/* The rank at the same dp, sp and tp position of module k's stage pp + dir (dir = +1 or -1); -1 if none. */
+int plan_stage_peer(const plan_t *p, int k, int rank, int dir);
 /* Size and members per node of a group over `axes` of strategy s on nodes
  * of gpus_per_node (the group holding the module's first rank). */
 void plan_group_shape(const plan_module *s, unsigned axes, int gpus_per_node, int *size, int *per_node);
@@ -487,6 +552,7 @@ typedef struct {
     bool unit_grad_reduce;    /* each unit's gradient reduce-scattered as its backward ends, every micro-batch */
     bool unit_param_gather;   /* each unit's weights all-gathered before its forward and its backward */
     bool step_param_gather;   /* PARAM_GATHER after the optimizer */
+    bool step_embed_sync;     /* EMBED_SYNC before GRAD_SYNC: a tied embedding on two pipeline stages */
 } plan_dp_rules;
 plan_dp_rules plan_dp_rules_of(const model_module *mm, const plan_module *s);
 /* Does the rank at coordinate c of module s count its gradients in the
@@ -499,14 +565,14 @@ typedef struct {
     int module;               /* index in model.mod; -1 for PLAN_OP_GRAD_NORM */
     int chunk;                /* -1 for per-step ops */
     int sample0, samples;     /* this rank's samples of the step (compute ops, send/recv of its share) */
-    int slot;                 /* encoder activation slot, -1 if none */
+    int slot;                 /* activation slot of a FORWARD or BACKWARD, -1 if none */
 } plan_op;
 
 typedef struct {
     int rank;
     int n, cap;
     plan_op *op;
-    int slots;                /* encoder activation slots this rank needs */
+    int slots[MODEL_MAX_MODULES];   /* activation slots each module's forwards fill on this rank */
 } plan_schedule;
 
 /* Chunks of one step and the samples of chunk c ([*first, *first + *count)). */
@@ -522,7 +588,7 @@ int plan_coord_rank(const plan_t *p, int k, const plan_coord *c);
 /* Merged encoder rows (LLM input rows) per sample of encoder k. */
 int plan_rows_per_sample(const plan_t *p, int k);
 /* Checks that the executor can run p as scheduled (sp slices whole merge
- * groups in every micro-batch, one LLM, pp == 1, ...); UTIL_EUNSUPPORTED or
+ * groups in every micro-batch, one LLM, ...); UTIL_EUNSUPPORTED or
  * UTIL_EINVAL with the reason. */
 int plan_schedule_check(const plan_t *p, char *err);
 int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err);

@@ -107,7 +107,7 @@ import json, sys
 m = json.load(open(sys.argv[4]))
 key, value = sys.argv[2].split("=")
 for mod in m["modules"]:
-    if mod["kind"] == sys.argv[3]: mod[key] = value == "true"
+    if mod["kind"] == sys.argv[3]: mod[key] = value == "true" if value in ("true", "false") else int(value)
 m["name"] = "tiny-vl-" + key
 json.dump(m, open(sys.argv[1], "w"))
 PY
@@ -126,20 +126,44 @@ MODEL="$T/frozen_vision.model.json" plan frozen_vision_z2_tp disaggregated "visi
 MODEL="$T/tied.model.json" plan tied_z2_seqpar colocated "vision:dp=2,zero=2;llm:tp=2,seqpar=1,rc=full" --gpus 2 \
     && check_plan tied_z2_seqpar ref_tied
 
-# resume: 10 steps, stop, resume for 10 more == 20 straight (bit for bit)
-R=dis_sp2_dp2
-cp "$T/$R.json" "$T/resumed.json"
-if ! train resumed --stop-after 10; then fail run_resume_is_bit_identical "first half failed: $(tail -c 300 "$T/resumed.err")"
-elif ! train resumed --resume; then fail run_resume_is_bit_identical "resume failed: $(tail -c 300 "$T/resumed.err")"
-else
-    a=$(cat "$T/resumed.ck/latest"); b=$(cat "$T/$R.ck/latest")
-    first=$(grep -m1 '^{' "$T/resumed.log" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
-    if [ "$first" != 11 ]; then fail run_resume_is_bit_identical "the resumed run's first step is $first, not 11"
-    elif [ "$a" = "$b" ] && cmp -s "$T/resumed.ck/$a/llm.safetensors" "$T/$R.ck/$b/llm.safetensors" \
-       && cmp -s "$T/resumed.ck/$a/vision.safetensors" "$T/$R.ck/$b/vision.safetensors"; then
-        ok run_resume_is_bit_identical
-    else fail run_resume_is_bit_identical "checkpoints after 10 + resume + 10 differ from 20 straight ($a vs $b)"; fi
-fi
+# Pipeline parallelism (1F1B): both modules on stages, with ZeRO-1 and data
+# parallelism, disaggregated with the LLM's pipeline over the step's
+# micro-batches, an encoder pipeline feeding an LLM pipeline, TP with sequence
+# parallelism and recomputation on stages, a tied embedding split over the
+# first and the last stage, and an uneven split of a 3-block LLM.
+plan pp_z1 colocated "vision:dp=2,pp=2,zero=1;llm:pp=2,dp=2,zero=1" --gpus 4 && check_plan pp_z1
+plan pp_dis disaggregated "vision:gpus=1;llm:gpus=2,pp=2,mb=1" --n-micro 4 && check_plan pp_dis
+plan pp_enc_dis disaggregated "vision:gpus=2,pp=2;llm:gpus=2,pp=2" --n-micro 2 && check_plan pp_enc_dis
+plan pp_tp_seqpar colocated "vision:dp=4;llm:pp=2,tp=2,seqpar=1,rc=selective" --gpus 4 && check_plan pp_tp_seqpar
+MODEL="$T/tied.model.json" plan tied_pp colocated "vision:dp=4;llm:pp=2,dp=2,zero=1" --gpus 4 && check_plan tied_pp ref_tied
+variant deep layers=3 llm
+export MODEL="$T/deep.model.json"
+if plan ref_deep colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_deep; then
+    losses "$T/ref_deep.log" >"$T/ref_deep.losses"
+    plan deep_split disaggregated "vision:gpus=1;llm:gpus=2,split=1:2,mb=1" --n-micro 4 && check_plan deep_split ref_deep
+else fail run_reference_deep "$(tail -c 300 "$T/ref_deep.err")"; fi
+unset MODEL
+
+# resume: 10 steps, stop, resume for 10 more == 20 straight (bit for bit), on
+# stages too (each stage loads its blocks from the whole-tensor checkpoint)
+resume_check() {   # resume_check PLAN TEST
+    local R=$1 t=$2
+    cp "$T/$R.json" "$T/resumed_$R.json"
+    if ! train "resumed_$R" --stop-after 10; then fail "$t" "first half failed: $(tail -c 300 "$T/resumed_$R.err")"
+    elif ! train "resumed_$R" --resume; then fail "$t" "resume failed: $(tail -c 300 "$T/resumed_$R.err")"
+    else
+        local a b first
+        a=$(cat "$T/resumed_$R.ck/latest"); b=$(cat "$T/$R.ck/latest")
+        first=$(grep -m1 '^{' "$T/resumed_$R.log" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+        if [ "$first" != 11 ]; then fail "$t" "the resumed run's first step is $first, not 11"
+        elif [ "$a" = "$b" ] && cmp -s "$T/resumed_$R.ck/$a/llm.safetensors" "$T/$R.ck/$b/llm.safetensors" \
+           && cmp -s "$T/resumed_$R.ck/$a/vision.safetensors" "$T/$R.ck/$b/vision.safetensors"; then
+            ok "$t"
+        else fail "$t" "checkpoints after 10 + resume + 10 differ from 20 straight ($a vs $b)"; fi
+    fi
+}
+resume_check dis_sp2_dp2 run_resume_is_bit_identical
+resume_check pp_enc_dis run_resume_on_pipeline_stages_is_bit_identical
 
 # bad input: one clear line, non-zero exit, no corrupted checkpoint
 expect_err run_rejects_wrong_rank_count "needs 2 ranks, this run has 1" "$DHP" run "$T/dp2.json" --data "$T/data" --steps 2
@@ -147,8 +171,8 @@ cp -r "$T/data" "$T/bad"; truncate -s 1000 "$T/bad/shard-00000.bin"
 expect_err run_rejects_truncated_data "shard-00000.bin: truncated" "$DHP" run "$T/ref.json" --data "$T/bad" --steps 2
 "$DHP" data synth --out "$T/data8" --samples 64 --patch 8 --window 0 >/dev/null
 expect_err run_rejects_data_of_another_model "patch 4, merge 2, window 0; the data set 8" "$DHP" run "$T/ref.json" --data "$T/data8" --steps 2
-plan pp2 colocated "vision:dp=2;llm:dp=1,pp=2" --gpus 2 && \
-    expect_err run_refuses_pipeline_parallel_plans "pipeline parallelism .* not implemented" "$DHP" run "$T/pp2.json" --data "$T/data" --steps 2
+expect_err plan_refuses_a_split_that_does_not_hold_the_blocks "the stages hold 3 blocks, the module has 2" \
+    "$DHP" plan --model tiny-vl --cluster 8xh100 --batch 8 --placement colocated --strategy "vision:dp=2;llm:split=1:2" --gpus 2
 plan llm_sp2 colocated "vision:sp=2;llm:sp=2" --gpus 2 && \
     expect_err run_refuses_llm_context_parallel_plans "module llm: sequence \(context\) parallelism of the LLM \(sp = 2\)" \
         "$DHP" run "$T/llm_sp2.json" --data "$T/data" --steps 2
