@@ -264,12 +264,12 @@ static int import_mllama_vision(const cJSON *root, const char *what, model_modul
     return hf_set_head_dim(mm, &s, err);
 }
 
-/* Whisper-style audio encoder of Qwen2-Audio: conv stem (kernel 3, bias),
- * learned positions, k_proj without bias, final LayerNorm, avg-pool 2. */
-static int import_whisper(const cJSON *root, const char *what, model_module *mm, char *err)
+/* Whisper-style audio encoder: conv stem (kernel 3, bias), blocks with
+ * k_proj without bias, final LayerNorm, avg-pool 2, projector one linear.
+ * Learned positions (Qwen2-Audio's embed_positions) when learned_positions;
+ * Qwen2.5-Omni's are a sinusoidal buffer. */
+int hf_import_whisper(const hf_section *s, bool learned_positions, model_module *mm, char *err)
 {
-    hf_section s;
-    hf_sec(&s, hf_sub(root, "audio_config"), NULL, what, "audio_config");
     hf_init_module(mm, "audio", MODEL_AUDIO);
     mm->ffn_kind = MODEL_FFN_GELU;
     mm->norm = MODEL_NORM_LAYERNORM;
@@ -277,14 +277,14 @@ static int import_whisper(const cJSON *root, const char *what, model_module *mm,
     mm->k_bias = false;
     mm->patch = 3;
     mm->pool = 2;
-    if (hf_int(&s, "d_model", 1280, &mm->hidden, err) || hf_int(&s, "encoder_layers", 32, &mm->layers, err) ||
-        hf_int(&s, "encoder_attention_heads", 20, &mm->heads, err) ||
-        hf_int(&s, "encoder_ffn_dim", 5120, &mm->ffn, err) || hf_int(&s, "num_mel_bins", 128, &mm->in_channels, err) ||
-        hf_int(&s, "max_source_positions", 1500, &mm->max_positions, err))
+    if (hf_int(s, "d_model", 1280, &mm->hidden, err) || hf_int(s, "encoder_layers", 32, &mm->layers, err) ||
+        hf_int(s, "encoder_attention_heads", 20, &mm->heads, err) ||
+        hf_int(s, "encoder_ffn_dim", 5120, &mm->ffn, err) || hf_int(s, "num_mel_bins", 128, &mm->in_channels, err) ||
+        (learned_positions && hf_int(s, "max_source_positions", 1500, &mm->max_positions, err)))
         return UTIL_EINVAL;
     mm->kv_heads = mm->heads;
     mm->proj_in = mm->hidden;
-    return hf_set_head_dim(mm, &s, err);
+    return hf_set_head_dim(mm, s, err);
 }
 
 /* ---- model types ---- */
@@ -372,7 +372,9 @@ static int import_qwen2_audio(const cJSON *root, const char *what, model_t *m, c
 {
     m->n_modules = 2;
     m->llm = 1;
-    if (import_whisper(root, what, &m->mod[0], err)) return UTIL_EINVAL;
+    hf_section s;
+    hf_sec(&s, hf_sub(root, "audio_config"), NULL, what, "audio_config");
+    if (hf_import_whisper(&s, true, &m->mod[0], err)) return UTIL_EINVAL;
     int rc = hf_import_text_config(root, "text_config", "qwen2", false, what, &m->mod[1], err);
     if (rc) return rc;
     hf_connect(m, &m->mod[0], 0);

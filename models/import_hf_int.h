@@ -30,6 +30,8 @@ int hf_import_text_config(const cJSON *root, const char *key, const char *dflt_t
                           const char *what, model_module *mm, char *err);
 int hf_import_qwen_vision(const cJSON *root, const char *what, bool v25, model_module *mm, char *err);
 int hf_import_clip_vision(const cJSON *root, const char *what, model_module *mm, char *err);
+/* Whisper-style audio encoder from section s (Qwen2-Audio's and Qwen2.5-Omni's). */
+int hf_import_whisper(const hf_section *s, bool learned_positions, model_module *mm, char *err);
 /* LLaVA: CLIP tower, two-layer projector, text model (text_config, default llama). */
 int hf_import_llava(const cJSON *root, const char *what, model_t *m, char *err);
 /* Encoder enc feeds the LLM: out_hidden = LLM hidden; proj_hidden >= 0 sets the projector's hidden width. */

@@ -173,24 +173,11 @@ static int import_omni_audio(const cJSON *thinker, const char *what, model_modul
     hf_section s;
     hf_sec(&s, hf_sub(thinker, "audio_config"), NULL, what, "thinker_config.audio_config");
     if (!s.obj) return util_fail(err, UTIL_EINVAL, "%s: thinker_config.audio_config: required object is missing", what);
-    hf_init_module(mm, "audio", MODEL_AUDIO);
-    mm->ffn_kind = MODEL_FFN_GELU;
-    mm->norm = MODEL_NORM_LAYERNORM;
-    mm->qkv_bias = mm->out_bias = mm->mlp_bias = mm->patch_bias = mm->final_norm = true;
-    mm->k_bias = false;
-    mm->patch = 3;
-    mm->pool = 2;
     int out;
-    if (hf_int(&s, "d_model", 1280, &mm->hidden, err) || hf_int(&s, "encoder_layers", 32, &mm->layers, err) ||
-        hf_int(&s, "encoder_attention_heads", 20, &mm->heads, err) ||
-        hf_int(&s, "encoder_ffn_dim", 5120, &mm->ffn, err) || hf_int(&s, "num_mel_bins", 128, &mm->in_channels, err) ||
-        hf_int(&s, "output_dim", 3584, &out, err))
-        return UTIL_EINVAL;
+    if (hf_import_whisper(&s, false, mm, err) || hf_int(&s, "output_dim", 3584, &out, err)) return UTIL_EINVAL;
     mm->extra_params = 2 * out;
     mm->out_hidden = out;
-    mm->kv_heads = mm->heads;
-    mm->proj_in = mm->hidden;
-    return hf_set_head_dim(mm, &s, err);
+    return UTIL_OK;
 }
 
 /* Qwen2.5-Omni: the Thinker (Qwen2.5-VL vision tower, the audio tower above,
