@@ -1,5 +1,5 @@
 /* dhp models / dhp clusters: what is built in. */
-#include "cli/cli.h"
+#include "cli/cli_launch.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -87,8 +87,44 @@ static int price(const cost_cluster *c, const char *spec)
     return 0;
 }
 
+/* dhp clusters --from-ray ADDRESS [--gpu NAME] [--links-from PRESET] [-o FILE] */
+static int clusters_from_ray(int argc, char **argv)
+{
+    const char *address = NULL, *gpu = NULL, *links = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char **dst = !strcmp(o, "--from-ray") ? &address : !strcmp(o, "--gpu") ? &gpu
+                         : !strcmp(o, "--links-from") ? &links : !strcmp(o, "-o") ? &out : NULL;
+        if (!dst) return cli_usage_error("clusters", "unknown option '%s'", o);
+        if (!v) return cli_usage_error("clusters", "%s needs a value", o);
+        *dst = v;
+        i++;
+    }
+    static cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    if (cli_clusters_from_ray(address, gpu, links, &c, err)) return cli_bad_input(err);
+    cJSON *doc = cost_cluster_to_json(&c);
+    if (!out) { cli_emit_json(doc); return 0; }
+    int rc = util_json_write(out, doc, err);
+    cJSON_Delete(doc);
+    if (rc) return cli_bad_input(err);
+    printf("wrote %s: %d pool(s)", out, c.n_pools);
+    for (int p = 0; p < c.n_pools; p++) printf("%s %d x %d %s", p ? "," : "", c.pool[p].nodes, c.pool[p].gpus_per_node, c.pool[p].gpu.name);
+    printf("\n");
+    return 0;
+}
+
 int cmd_clusters(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--from-ray")) return clusters_from_ray(argc, argv);
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: dhp clusters [PRESET|FILE [--price KIND:ARGS]]\n       dhp clusters --from-ray http://HEAD:8265 [--gpu NAME] "
+               "[--links-from PRESET] [-o FILE]\n\nLists the presets, prints one, or reads a Ray cluster's alive "
+               "nodes and GPUs (its State API)\ninto a cluster description; the links come from a preset with the "
+               "same GPU.\n");
+        return 0;
+    }
     if (argc > 1) {
         cost_cluster c;
         char err[UTIL_ERR_LEN];

@@ -183,6 +183,8 @@ const char *cost_gpu_name(int i);
 int cost_cluster_load(const char *name_or_path, cost_cluster *c, char *err);
 int cost_cluster_parse_json(const char *text, const char *what, cost_cluster *c, char *err);
 int cost_cluster_validate(const cost_cluster *c, char *err);
+/* What an unset cross_pool means: the slowest inter link of all pools. */
+cost_link cost_cluster_default_cross_pool(const cost_cluster *c);
 int cost_preset_count(void);
 const char *cost_preset_name(int i);
 int cost_cluster_gpus(const cost_cluster *c);

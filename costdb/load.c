@@ -692,7 +692,7 @@ static int parse_pool(const cJSON *obj, const char *what, int i, cost_pool *p, c
 }
 
 /* Unset cross_pool: the slowest inter link of all pools (for two pools, the slower of the two). */
-static cost_link slowest_inter(const cost_cluster *c)
+cost_link cost_cluster_default_cross_pool(const cost_cluster *c)
 {
     cost_link l = c->pool[0].inter;
     for (int i = 1; i < c->n_pools; i++) {
@@ -720,7 +720,7 @@ static int parse_cluster_obj(const cJSON *root, const char *what, cost_cluster *
     if (cJSON_GetObjectItemCaseSensitive(root, "cross_pool")) {
         if ((rc = parse_link(root, what, "", "cross_pool", &c->cross_pool, err))) return rc;
     } else {
-        c->cross_pool = slowest_inter(c);
+        c->cross_pool = cost_cluster_default_cross_pool(c);
     }
     return validate_cluster(c, what, err);
 }

@@ -126,6 +126,11 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err);
 int plan_validate(const plan_t *p, char *err);
 /* Rank of module k's first GPU counted from its pool's first rank (pools start on node boundaries). */
 int plan_pool_offset(const plan_t *p, int k);
+/* Where a rank runs (planner/placement.c): pool, node in the pool, GPU in the
+ * node, and host = the node's index over the cluster (pools in order). */
+typedef struct { int pool, node, gpu, host; } plan_place;
+int plan_rank_place(const plan_t *p, int rank, plan_place *out, char *err);
+int plan_cluster_nodes(const plan_t *p);
 
 /* ---- workload: sequence lengths each module sees ---- */
 typedef struct {

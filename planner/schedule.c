@@ -166,6 +166,8 @@ int plan_schedule_check(const plan_t *p, char *err)
         if (k == m->llm) continue;
         if (m->mod[k].kind != MODEL_VISION)
             return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: only vision encoders are implemented by the executor", s->module);
+        if (m->mod[k].pool > 1)
+            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: pooled vision tokens (pool %d) are not implemented by the executor", s->module, m->mod[k].pool);
         encoders++;
     }
     if (encoders > 1)
