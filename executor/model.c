@@ -180,8 +180,10 @@ static int check_common(const model_module *mm, char *err)
     if (mm->kind != MODEL_AUDIO && mm->norm != MODEL_NORM_RMSNORM)
         return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: layernorm is implemented for the audio encoder only", n);
     if (mm->qk_norm || mm->layer_scale || mm->n_cross_layers || mm->cls_token || mm->gated_layers ||
-        (mm->max_positions && mm->kind != MODEL_AUDIO))
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: qk_norm, layer_scale, cross layers, gated layers, cls_token and learned positions outside an audio encoder are not implemented", n);
+        (mm->max_positions && mm->kind != MODEL_AUDIO) || mm->qk_norm_head || mm->post_norms || mm->extra_params)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: qk norms, post norms, layer_scale, cross layers, gated layers, cls_token, learned positions outside an audio encoder and extra parameters are not implemented", n);
+    if (mm->unfused_attention || mm->dropout)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: unfused_attention and dropout are priced, not run (FlashAttention-style attention, no dropout)", n);
     return UTIL_OK;
 }
 
@@ -296,6 +298,8 @@ static int module_create(ex_module *md, const model_module *mm, int index, uint6
     md->seqpar = par && par->seq_parallel && md->tp > 1;
     md->recompute = par ? par->recompute : PLAN_RECOMP_NONE;
     md->rope = plan_module_rotary(mm);
+    if (md->recompute == PLAN_RECOMP_OP)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: recompute 'op' (torchtitan's per-op checkpointing) is priced, not run", mm->name);
     md->strat = (plan_module){ .dp = 1, .tp = md->tp, .sp = md->sp, .pp = 1, .micro_batch = 1,
                                .recompute = md->recompute, .seq_parallel = md->seqpar };
     if (par && par->pp_size > 1) {
