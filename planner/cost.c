@@ -14,6 +14,7 @@ typedef struct {
     double fwd, bwd;             /* seconds */
     bool need_weight_grad;       /* false when frozen */
     bool need_input_grad;        /* false for a frozen first module */
+    bool dhp;                    /* PLAN_TARGET_DHP: the executor's own GEMMs and kernel calls */
 } pricer;
 
 void plan_comm_add(plan_comm *c, bool backward, double seconds, int count)
@@ -106,6 +107,16 @@ static void price_block_elementwise(pricer *p, const model_module *mm, double t,
     if (partial_norms) { ew_bwd(p, COST_EW_ADD, h); ew_bwd(p, COST_EW_ADD, h); }
 }
 
+/* count linears of one input side by side: one fused GEMM count n wide
+ * (Megatron-LM's fused QKV and gate/up weights, linear_qkv and linear_fc1 of
+ * megatron/core/transformer), or for the dhp target the executor's count
+ * GEMMs n wide each (executor/block.c: q, k, v and gate, up apart). */
+static void price_linears(pricer *p, double m, double k, int count, double n)
+{
+    if (!p->dhp) price_linear(p, m, count * n, k);
+    else for (int i = 0; i < count; i++) price_linear(p, m, n, k);
+}
+
 /* One transformer block on t local tokens (after the Ulysses split, per dp
  * rank); *selective gets what selective recomputation re-runs of it in
  * backward: the attention core's forward and the MLP activation. */
@@ -119,8 +130,12 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     core.fwd = core.bwd = 0;
     if (cross) {
         price_linear(p, t, H * d / tp, h);
-        price_linear(p, cross_tokens, 2 * KV * d / tp, h);
+        price_linears(p, cross_tokens, h, 2, KV * d / tp);
         price_attention(&core, t, cross_tokens, H / tp, d);
+    } else if (p->dhp) {
+        price_linear(p, t, H * d / tp, h);
+        price_linears(p, t, h, 2, KV * d / tp);
+        price_attention(&core, t, span, H / tp, d);
     } else {
         price_linear(p, t, (H + 2 * KV) * d / tp, h);
         price_attention(&core, t, span, H / tp, d);
@@ -128,8 +143,7 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     p->fwd += core.fwd;
     p->bwd += core.bwd;
     price_linear(p, t, h, H * d / tp);
-    if (mm->ffn_kind == MODEL_FFN_SWIGLU) price_linear(p, t, 2 * f / tp, h);
-    else price_linear(p, t, f / tp, h);
+    price_linears(p, t, h, mm->ffn_kind == MODEL_FFN_SWIGLU ? 2 : 1, f / tp);
     price_linear(p, t, h, f / tp);
     price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross, seqpar);
     *selective = core.fwd + cost_elementwise_time(p->g, mm->ffn_kind == MODEL_FFN_SWIGLU ? COST_EW_SWIGLU : COST_EW_GELU,
@@ -153,21 +167,39 @@ static void price_blocks(pricer *p, const model_module *mm, const plan_module *s
     *selective += count * sel;
 }
 
+/* `calls` calls of element-wise kernel k over n elements in all (n / calls
+ * each), in the forward pass or the backward. */
+static void ew_calls(pricer *p, bool backward, cost_ew k, double calls, double n)
+{
+    if (!(calls > 0) || n <= 0 || (backward && !runs_backward(p))) return;
+    double s = calls * cost_elementwise_time(p->g, k, n / calls, p->A);
+    if (backward) p->bwd += s;
+    else p->fwd += s;
+}
+
 /* The LLM's stem (executor/llm.c, llm_embed / llm_embed_backward): the
  * embedding rows in (under tensor parallelism every rank first looks up
  * all `text` rows in its vocabulary shard); under sequence parallelism the
  * first block's rows are sliced out of all t rows. Backward, the encoder
  * rows' gradient is copied out for the encoder and the text rows' is added
- * to the embedding. */
-static void price_llm_stem(pricer *p, const model_module *mm, const plan_module *s, double t, double text)
+ * to the embedding. The dhp target prices the executor's calls: each
+ * sample's encoder rows and text rows are placed, and their gradients taken,
+ * by calls of their own (`samples` of each; the Megatron target one each). */
+static void price_llm_stem(pricer *p, const model_module *mm, const plan_module *s, double t, double text,
+                           double samples)
 {
-    double h = mm->hidden;
+    double h = mm->hidden, calls = p->dhp ? samples : 1;
     bool seqpar = s->seq_parallel && s->tp > 1;
     if (s->tp > 1) ew_fwd(p, COST_EW_COPY, text * h);
-    ew_fwd(p, COST_EW_COPY, t * h);
+    if (p->dhp) {
+        ew_calls(p, false, COST_EW_COPY, calls, (t - text) * h);   /* encoder rows */
+        ew_calls(p, false, COST_EW_COPY, calls, text * h);         /* text rows (the lookup, or its copy) */
+    } else {
+        ew_fwd(p, COST_EW_COPY, t * h);
+    }
     if (seqpar) ew_fwd(p, COST_EW_COPY, t / s->tp * h);
-    ew_bwd(p, COST_EW_COPY, (t - text) * h);
-    if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, text * h);   /* embedding gradient rows */
+    ew_calls(p, true, COST_EW_COPY, calls, (t - text) * h);
+    if (p->need_weight_grad) ew_calls(p, true, COST_EW_ADD, calls, text * h);   /* embedding gradient rows */
 }
 
 static void price_llm_head(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
@@ -186,31 +218,37 @@ static void price_llm_head(pricer *p, const model_module *mm, const plan_module 
     if (seqpar) ew_bwd(p, COST_EW_COPY, t / s->tp * h);
 }
 
-/* The vision / audio stem and merger (executor/model.c, vision_forward /
- * vision_backward): patch embedding, then over the merged rows the norm, the
- * two-layer GELU projector (or one linear). */
+/* The vision / audio stem and merger (executor/vision.c,
+ * ex_vision_stage_forward / ex_vision_stage_backward): patch embedding, then
+ * over the merged rows the norm, the two-layer GELU projector (or one
+ * linear). The Megatron target splits the patch embedding and the projector
+ * over the tp group; the dhp executor keeps both whole on every tp rank
+ * (plan_module_tensors), so they run whole there. */
+static double encoder_ends_split(const pricer *p, const plan_module *s) { return p->dhp ? 1 : s->tp; }
+
 static void price_encoder_stem(pricer *p, const model_module *mm, const plan_module *s, double t)
 {
-    double h = mm->hidden, pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
+    double h = mm->hidden / encoder_ends_split(p, s);
+    double pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
     pricer stem = *p;                 /* the pixels need no gradient */
     stem.need_input_grad = false;
-    price_linear(&stem, t, h / s->tp, pix);
+    price_linear(&stem, t, h, pix);
     p->fwd = stem.fwd;
     p->bwd = stem.bwd;
-    ew_fwd(p, COST_EW_BIAS, t * h / s->tp);
-    ew_bias_grad(p, true, t * h / s->tp);
+    ew_fwd(p, COST_EW_BIAS, t * h);
+    ew_bias_grad(p, true, t * h);
 }
 
 static void price_encoder_head(pricer *p, const model_module *mm, const plan_module *s, double t)
 {
-    double h = mm->hidden;
+    double h = mm->hidden, split = encoder_ends_split(p, s);
     double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
     ew_fwd(p, COST_EW_RMSNORM, t * h);
     ew_bwd(p, COST_EW_ZERO, t * h);
     ew_bwd(p, COST_EW_ZERO, t * h);
     ew_bwd(p, COST_EW_RMSNORM_BWD, t * h);
     if (mm->proj_hidden > 0) {
-        double ph = mm->proj_hidden / (double)s->tp;
+        double ph = mm->proj_hidden / split;
         price_linear(p, merged, ph, mm->proj_in);
         price_linear(p, merged, mm->out_hidden, ph);
         ew_fwd(p, COST_EW_BIAS, merged * ph);
@@ -222,9 +260,9 @@ static void price_encoder_head(pricer *p, const model_module *mm, const plan_mod
         ew_bias_grad(p, true, merged * ph);
         ew_bias_grad(p, true, merged * mm->out_hidden);
     } else {
-        price_linear(p, merged, mm->out_hidden / (double)s->tp, mm->proj_in);
-        ew_fwd(p, COST_EW_BIAS, merged * mm->out_hidden / s->tp);
-        ew_bias_grad(p, true, merged * mm->out_hidden / s->tp);
+        price_linear(p, merged, mm->out_hidden / split, mm->proj_in);
+        ew_fwd(p, COST_EW_BIAS, merged * mm->out_hidden / split);
+        ew_bias_grad(p, true, merged * mm->out_hidden / split);
     }
 }
 
@@ -380,7 +418,8 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     memset(out, 0, sizeof *out);
 
     double A = plan_precision_bytes(o->precision).act;   /* activation / communication element */
-    pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM) };
+    pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM),
+                 .dhp = o->target == PLAN_TARGET_DHP };
     bool backward = runs_backward(&p);
     if (samples <= 0) {   /* an empty micro-batch (planner/schedule.c, micro_ops): the strategy's collectives only */
         plan_comm dp = { 0 };
@@ -409,7 +448,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
     double head_rows = mm->kind == MODEL_LLM ? plan_head_rows(w, o->target, samples, t) : 0;
     if (mm->kind == MODEL_LLM) {
-        if (st->stem) price_llm_stem(&p, mm, s, t, samples * w->text_tokens);
+        if (st->stem) price_llm_stem(&p, mm, s, t, samples * w->text_tokens, samples);
         if (st->head) price_llm_head(&p, mm, s, t, head_rows);
     } else {
         if (st->stem) price_encoder_stem(&p, mm, s, t);
