@@ -1,6 +1,6 @@
 /* The drift guard's pricing side (tests/test_drift.c): what the cost model
- * prices for one micro-batch, read off plan_micro_time itself (target dhp,
- * fp32) without changing it. Each count is the price on a made-up device on
+ * prices for one micro-batch, read off plan_micro_time itself (a pipeline
+ * stage's: plan_stage_micro_time; target dhp, fp32) without changing it. Each count is the price on a made-up device on
  * which that one thing costs exactly its count and everything else (almost)
  * nothing (rates of 1e300, no launch cost):
  *  - element-wise kernel k: a rate table in which k moves accesses x 4
