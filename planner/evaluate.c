@@ -71,6 +71,7 @@ static void fill_prediction(plan_t *p, const plan_eval *ev, double step)
  * draining its stages in every chunk. */
 static double colocated_time(const plan_t *p, const plan_time *t, const plan_module *s)
 {
+    if (plan_whole_batch_pipeline(&p->model, &p->work)) return plan_chunk_time(t, s, p->work.global_batch);
     double sum = 0;
     for (int c = 0; c < plan_chunks(p); c++) {
         int first, count;

@@ -82,9 +82,18 @@ int plan_rows_per_sample(const plan_t *p, int k)
     return p->work.images_per_sample * (p->work.image_tokens / m2);
 }
 
-bool plan_encoder_feeds(const plan_t *p, int k)
+bool plan_feeds_llm(const model_t *m, const plan_workload *w, int k)
 {
-    return k != p->model.llm && p->work.images_per_sample > 0;
+    return k != m->llm && w->images_per_sample > 0;
+}
+
+bool plan_encoder_feeds(const plan_t *p, int k) { return plan_feeds_llm(&p->model, &p->work, k); }
+
+bool plan_whole_batch_pipeline(const model_t *m, const plan_workload *w)
+{
+    for (int k = 0; k < m->n_modules; k++)
+        if (plan_feeds_llm(m, w, k)) return false;
+    return true;
 }
 
 static bool trains(const plan_t *p, int k) { return !p->model.mod[k].frozen; }
@@ -149,12 +158,16 @@ int plan_schedule_check(const plan_t *p, char *err)
             return util_fail(err, UTIL_EINVAL, "plan: module %s: dp, tp, sp, pp and micro_batch must be >= 1", s->module);
         if (s->pp > PLAN_MAX_PP)
             return util_fail(err, UTIL_EINVAL, "plan: module %s: pp %d exceeds %d stages", s->module, s->pp, PLAN_MAX_PP);
+        if (plan_vp(s) > 1)
+            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: interleaved pipeline stages (vp = %d) are priced for the Megatron target, not scheduled or run by dhp", s->module, plan_vp(s));
         for (int i = 0; i < s->pp; i++)
             if (plan_stage_of(&m->mod[k], s, i).count < 1)
                 return util_fail(err, UTIL_EINVAL, "plan: module %s: pipeline stage %d holds no block", s->module, i);
         if (k == m->llm) continue;
         if (m->mod[k].kind != MODEL_VISION)
             return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: only vision encoders are implemented by the executor", s->module);
+        if (m->mod[k].pool > 1)
+            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: pooled vision tokens (pool %d) are not implemented by the executor", s->module, m->mod[k].pool);
         encoders++;
     }
     if (encoders > 1)
@@ -522,7 +535,9 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
     int W = enc >= 0 ? encoder_window(p, enc, n, err) : 1;
     if (W < 0) return UTIL_ENOMEM;
     int per_chunk = enc >= 0 ? max_micro_per_share(p, enc) : 0;
-    if (p->placement == PLAN_COLOCATED) {
+    if (p->placement == PLAN_COLOCATED && plan_whole_batch_pipeline(&p->model, &p->work)) {
+        rc = llm_chunks(p, &me[L], 0, n, s, err);
+    } else if (p->placement == PLAN_COLOCATED) {
         for (int c = 0; !rc && c < n; c++) {
             if (enc >= 0) rc = encoder_forward(p, enc, &me[enc], c, W, per_chunk, s, err);
             if (!rc) rc = llm_chunks(p, &me[L], c, c + 1, s, err);
