@@ -49,17 +49,19 @@ typedef struct {
     bool seqpar, frozen;
     bool biases;               /* attention-output and MLP biases on (the zoo's tiny-vl LLM has none) */
     plan_recompute recompute;
+    int layers;                /* > 0: the module's blocks instead of the zoo's */
+    int pp, stage;             /* pp > 1: stage `stage` of a pipeline of pp (plan_stage_of) */
 } drift_case;
 
-/* Runs one micro-batch (forward and backward) of module `module` of m on
- * dc->tp x dc->sp ranks (threads) with the counting backend and
- * communicator; t[r] gets rank r's counts. UTIL_OK, or a rank's failure
- * with err naming it. */
+/* Runs one micro-batch (forward and backward) of module `module` of m (of
+ * its stage dc->stage when dc->pp > 1) on dc->tp x dc->sp ranks (threads)
+ * with the counting backend and communicator; t[r] gets rank r's counts.
+ * UTIL_OK, or a rank's failure with err naming it. */
 int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally *t, char *err);
 
-/* What plan_micro_time (target dhp, fp32) prices for the same micro-batch,
- * read off its prices on made-up devices (see drift_price.c); UTIL_OK or
- * UTIL_ENOMEM. */
+/* What plan_micro_time (a stage: plan_stage_micro_time; target dhp, fp32)
+ * prices for the same micro-batch, read off its prices on made-up devices
+ * (see drift_price.c); UTIL_OK or UTIL_ENOMEM. */
 int drift_price(const drift_case *dc, const model_t *m, int module, drift_tally *t);
 
 #endif

@@ -1,6 +1,6 @@
 /* The drift guard's pricing side (tests/test_drift.c): what the cost model
- * prices for one micro-batch, read off plan_micro_time itself (target dhp,
- * fp32) without changing it. Each count is the price on a made-up device on
+ * prices for one micro-batch, read off plan_micro_time itself (a pipeline
+ * stage's: plan_stage_micro_time; target dhp, fp32) without changing it. Each count is the price on a made-up device on
  * which that one thing costs exactly its count and everything else (almost)
  * nothing (rates of 1e300, no launch cost):
  *  - element-wise kernel k: a rate table in which k moves accesses x 4
@@ -35,6 +35,7 @@ typedef struct {
     plan_module s;
     plan_workload w;
     double A;                  /* bytes per activation element (fp32) */
+    int stage;                 /* a pipeline stage (plan_stage_micro_time), or -1: the whole module */
     cost_cluster *c;
 } pricing;
 
@@ -88,7 +89,10 @@ static void price(const pricing *pr, const cost_pool *p, plan_time *t, double v[
     plan_options_default(&o);
     o.precision = PLAN_OPT_FP32;
     o.target = PLAN_TARGET_DHP;
-    plan_micro_time(pr->m, pr->mi, &pr->s, &pr->w, pr->c, &o, pr->s.micro_batch, t);
+    if (pr->stage >= 0)
+        plan_stage_micro_time(pr->m, pr->mi, &pr->s, pr->stage, &pr->w, pr->c, &o, pr->s.micro_batch, t);
+    else
+        plan_micro_time(pr->m, pr->mi, &pr->s, &pr->w, pr->c, &o, pr->s.micro_batch, t);
     v[DRIFT_FWD] = whole(t->fwd_s);
     v[DRIFT_BWD] = whole(t->bwd_s + t->recompute_s);
 }
@@ -267,9 +271,11 @@ static void model_comm(const pricing *pr, drift_tally *mt)
 
 int drift_price(const drift_case *dc, const model_t *m, int module, drift_tally *mt)
 {
-    pricing pr = { .m = m, .mi = module, .A = plan_precision_bytes(PLAN_OPT_FP32).act };
-    pr.s = (plan_module){ .module_index = module, .n_ranks = dc->tp * dc->sp, .dp = 1, .tp = dc->tp, .sp = dc->sp,
-                          .pp = 1, .micro_batch = DRIFT_SAMPLES, .recompute = dc->recompute,
+    pricing pr = { .m = m, .mi = module, .A = plan_precision_bytes(PLAN_OPT_FP32).act,
+                   .stage = dc->pp > 1 ? dc->stage : -1 };
+    int pp = dc->pp > 1 ? dc->pp : 1;
+    pr.s = (plan_module){ .module_index = module, .n_ranks = dc->tp * dc->sp * pp, .dp = 1, .tp = dc->tp, .sp = dc->sp,
+                          .pp = pp, .micro_batch = DRIFT_SAMPLES, .recompute = dc->recompute,
                           .seq_parallel = dc->seqpar };
     snprintf(pr.s.module, sizeof pr.s.module, "%s", m->mod[module].name);
     pr.w = (plan_workload){ .global_batch = DRIFT_SAMPLES, .images_per_sample = DRIFT_IMAGES / DRIFT_SAMPLES,
