@@ -583,7 +583,8 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (s->tp > pool->gpus_per_node)
         return util_fail(err, UTIL_EINVAL, "%s: tp %d exceeds the %d GPUs of a node", mm->name, s->tp,
                          pool->gpus_per_node);
-    if (!divides(s->tp * s->sp, mm->heads) || !divides(s->tp * s->sp, mm->kv_heads))
+    /* the LLM's context parallelism falls back to ring attention (plan_cp_of) */
+    if (plan_cp_of(mm, s) != PLAN_CP_RING && (!divides(s->tp * s->sp, mm->heads) || !divides(s->tp * s->sp, mm->kv_heads)))
         return util_fail(err, UTIL_EINVAL, "%s: tp*sp = %d must divide heads %d and kv_heads %d", mm->name,
                          s->tp * s->sp, mm->heads, mm->kv_heads);
     /* A vocab that tp does not divide is padded, as Megatron-LM's --make-vocab-size-divisible-by does. */
@@ -610,6 +611,8 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     plan_module_seq(m, mi, w, &q);
     if (s->sp > 1 && fmod(q.seq, s->sp) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sequence %.0f is not divisible by sp %d", mm->name, q.seq, s->sp);
+    int rc = plan_cp_check(mm, s, q.seq, err);
+    if (rc) return rc;
     if (mm->kind != MODEL_LLM && s->sp > 1 && mm->merge > 1 && fmod(q.seq / s->sp, mm->merge * mm->merge) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sp %d splits merge groups", mm->name, s->sp);
     /* Megatron's sequence parallelism splits the LLM blocks' norm and residual
@@ -617,8 +620,8 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
      * which needs whole rows per rank. */
     if (s->seq_parallel && mm->kind != MODEL_LLM)
         return util_fail(err, UTIL_EINVAL, "%s: Megatron sequence parallelism (seqpar) applies to the LLM's tensor-parallel blocks", mm->name);
-    if (s->seq_parallel && s->tp > 1 && fmod(q.seq, s->tp) != 0)
-        return util_fail(err, UTIL_EINVAL, "%s: sequence parallelism needs the sequence (%.0f tokens) divisible by tp %d", mm->name, q.seq, s->tp);
+    if (s->seq_parallel && s->tp > 1 && fmod(q.seq / s->sp, s->tp) != 0)
+        return util_fail(err, UTIL_EINVAL, "%s: sequence parallelism needs each sp rank's %.0f tokens divisible by tp %d", mm->name, q.seq / s->sp, s->tp);
     int g = s->dp * s->tp * s->sp * s->pp;
     if (g > cost_pool_gpus(pool))
         return util_fail(err, UTIL_EINVAL, "%s: %d GPUs exceed pool '%s' (%d)", mm->name, g, pool->name,

@@ -338,6 +338,36 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
 void plan_module_act_floats(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
                             double *saved, double *scratch, double *logits);
 
+/* ---- context parallelism (sp > 1) of the LLM: planner/seqlayout.c ----
+ * Ulysses (DeepSpeed-Ulysses, Jacobs et al., arXiv 2309.14509) where tp * sp
+ * divides the heads and the kv heads: sp rank j holds positions
+ * [j S / sp, (j + 1) S / sp) of every sample's S-token sequence, and
+ * all-to-alls swap heads and sequence around attention. Otherwise ring
+ * attention with load-balanced causal chunks (Megatron-Core's context
+ * parallelism; Liu et al., arXiv 2310.01889): the sequence cut in 2 sp
+ * chunks, rank j holds chunks j and 2 sp - 1 - j, the K/V blocks travel the
+ * ring sp - 1 times and the partial results merge by their log-sum-exp.
+ * An encoder's sp is Ulysses over its micro-batch's rows (executor/block.c). */
+typedef enum { PLAN_CP_NONE = 0, PLAN_CP_ULYSSES, PLAN_CP_RING } plan_cp;
+plan_cp plan_cp_of(const model_module *mm, const plan_module *s);
+const char *plan_cp_name(plan_cp k);
+/* Equal parts the variant cuts a sequence into: sp (Ulysses), 2 sp (ring). */
+int plan_cp_chunks(plan_cp k, int sp);
+/* The positions of a sample's S-token sequence that sp rank j holds, as at
+ * most two ranges [lo, hi) in the order of its local rows. */
+typedef struct { int n; int lo[2], hi[2]; } plan_cp_span;
+plan_cp_span plan_cp_span_of(plan_cp k, int S, int sp, int j);
+int plan_cp_rows(const plan_cp_span *s);                      /* positions held */
+int plan_cp_held(const plan_cp_span *s, int a, int b);        /* of positions [a, b) */
+int plan_cp_position(const plan_cp_span *s, int row);         /* local row -> position (-1 past the end) */
+int plan_cp_local(const plan_cp_span *s, int pos);            /* position -> local row, -1 if not held */
+/* The LLM's activation slot for `samples` samples of S positions, T of them
+ * text (the encoders' rows first): rows on this rank, and the encoder rows,
+ * predictions and text rows sized for the sp rank that holds the most. */
+plan_act_rows plan_llm_act_rows(const model_module *mm, const plan_module *s, int samples, int S, int T);
+/* The LLM's sequence of `seq` tokens splits as the variant needs; UTIL_EINVAL naming the field otherwise. */
+int plan_cp_check(const model_module *mm, const plan_module *s, double seq, char *err);
+
 /* ---- whole-plan evaluation (the same cost model for the MILP result and baselines) ---- */
 typedef struct {
     plan_mem mem[MODEL_MAX_MODULES];     /* per GPU of each module group */
