@@ -205,10 +205,9 @@ static void executor_activations(const model_module *mm, const plan_module *s, i
     if (mm->kind != MODEL_LLM) {
         rows.merged_rows = (int)(N / ((double)mm->merge * mm->merge));
     } else {
-        /* the head is sized for every text position's prediction, the loss mask aside */
-        rows.merged_rows = (int)(mb * (q->tokens_per_sample - w->text_tokens));
-        rows.pred_rows = (int)plan_head_rows(w, PLAN_TARGET_DHP, mb, N);
-        rows.emb_rows = s->tp > 1 ? (int)(mb * w->text_tokens) : 0;
+        /* the head is sized for every text position's prediction (the loss mask
+         * aside) of the sp rank that holds the most */
+        rows = plan_llm_act_rows(mm, s, (int)mb, (int)q->tokens_per_sample, w->text_tokens);
     }
     double saved, scratch, logits;
     plan_module_act_floats(mm, s, stage, &rows, &saved, &scratch, &logits);

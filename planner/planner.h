@@ -309,7 +309,8 @@ typedef enum {
     PLAN_ACT_XMID, PLAN_ACT_LN2, PLAN_ACT_RSTD2, PLAN_ACT_G, PLAN_ACT_U, PLAN_ACT_H, PLAN_ACT_ATT_LOC,
     PLAN_NACT_BLOCK,
     PLAN_ACT_X_FINAL = PLAN_NACT_BLOCK, PLAN_ACT_COS, PLAN_ACT_SIN, PLAN_ACT_RC_OUT,
-    PLAN_ACT_SP_PACK, PLAN_ACT_SP_DQ, PLAN_ACT_SP_DK, PLAN_ACT_SP_DV, PLAN_ACT_SP_DATT,
+    PLAN_ACT_SP_PACK, PLAN_ACT_SP_DQ, PLAN_ACT_SP_DK, PLAN_ACT_SP_DV, PLAN_ACT_SP_DATT, PLAN_ACT_SP_RECV,
+    PLAN_ACT_RING_KV, PLAN_ACT_RING_DKV, PLAN_ACT_RING_OUT, PLAN_ACT_RING_LSE,
     PLAN_ACT_TP_FULL, PLAN_ACT_TP_PART, PLAN_ACT_TP_DFULL, PLAN_ACT_TP_GRADS,
     PLAN_ACT_DRES, PLAN_ACT_DLN, PLAN_ACT_DQ, PLAN_ACT_DK, PLAN_ACT_DV, PLAN_ACT_DATT, PLAN_ACT_DG, PLAN_ACT_DU,
     PLAN_ACT_DH,
@@ -365,6 +366,13 @@ int plan_cp_local(const plan_cp_span *s, int pos);            /* position -> loc
  * text (the encoders' rows first): rows on this rank, and the encoder rows,
  * predictions and text rows sized for the sp rank that holds the most. */
 plan_act_rows plan_llm_act_rows(const model_module *mm, const plan_module *s, int samples, int S, int T);
+/* How layer `layer` of module mm attends across its sp ranks when each holds
+ * `rows` rows of a micro-batch: PLAN_CP_NONE (on the rank alone: no sp, or
+ * an encoder's window layer whose ranks hold whole windows, where Ulysses
+ * needs no all-to-all), PLAN_CP_ULYSSES or PLAN_CP_RING. */
+plan_cp plan_cp_layer(const model_module *mm, const plan_module *s, int layer, double rows);
+/* Rows per sample of encoder k that LLM rank `rank` takes in (its sp rank's share of them). */
+int plan_cp_encoder_rows(const plan_t *p, int k, int rank);
 /* The LLM's sequence of `seq` tokens splits as the variant needs; UTIL_EINVAL naming the field otherwise. */
 int plan_cp_check(const model_module *mm, const plan_module *s, double seq, char *err);
 

@@ -128,3 +128,25 @@ int plan_cp_check(const model_module *mm, const plan_module *s, double seq, char
                          mm->kv_heads);
     return UTIL_OK;
 }
+
+plan_cp plan_cp_layer(const model_module *mm, const plan_module *s, int layer, double rows)
+{
+    plan_cp k = plan_cp_of(mm, s);
+    /* An encoder's window layer stays on its rank when the rank's rows (from
+     * j * rows on) are whole windows: it attends within them, all heads. */
+    if (k == PLAN_CP_ULYSSES && mm->kind != MODEL_LLM && mm->window > 0 && !model_layer_is_full_attention(mm, layer)
+        && fmod(rows, mm->window) == 0)
+        return PLAN_CP_NONE;
+    return k;
+}
+
+int plan_cp_encoder_rows(const plan_t *p, int k, int rank)
+{
+    int L = p->model.llm, R = plan_rows_per_sample(p, k);
+    plan_coord c;
+    if (!plan_rank_coord(p, L, rank, &c)) return 0;
+    plan_seq q;
+    plan_module_seq(&p->model, L, &p->work, &q);
+    plan_cp_span span = plan_cp_span_of(plan_cp_of(&p->model.mod[L], &p->mod[L]), (int)q.seq, p->mod[L].sp, c.sp);
+    return plan_cp_held(&span, 0, R);
+}
