@@ -699,6 +699,9 @@ static void run_ew(void *v)
         o->ce_grad(x[1], a->st, a->targets, ce_rows, EW_VOCAB, 0, 1.0f);
         break;
     case COST_EW_SUMSQ: a->sum += o->sumsq(x[0], a->n); break;
+    case COST_EW_ATTN_MERGE:   /* rows of 8 heads x 64: part x[0] and its lse x[3] into out x[1], lse x[2] */
+        o->attention_merge(x[1], x[2], x[0], x[3], 1, rope_rows, 0, rope_rows, EW_HEADS, EW_HEAD_DIM);
+        break;
     case COST_N_EW: break;
     }
 }
@@ -707,7 +710,8 @@ static bool ew_kernels_given(const cost_profile_opts *o)
 {
     return o->zero && o->copy && o->add_inplace && o->add_bias && o->linear_backward && o->rmsnorm_forward
         && o->rmsnorm_backward && o->rope_forward && o->rope_backward && o->swiglu_forward && o->swiglu_backward
-        && o->gelu_forward && o->gelu_backward && o->ce_row_max && o->ce_exp_sum && o->ce_grad && o->sumsq;
+        && o->gelu_forward && o->gelu_backward && o->ce_row_max && o->ce_exp_sum && o->ce_grad && o->sumsq
+        && o->attention_merge;
 }
 
 /* Every kernel at EW_SMALL elements (cache-resident) and at the STREAM

@@ -110,7 +110,7 @@ static void price_block_elementwise(pricer *p, const model_module *mm, double t,
  * rank); *selective gets what selective recomputation re-runs of it in
  * backward: the attention core's forward and the MLP activation. */
 static void price_block(pricer *p, const model_module *mm, const plan_module *s, double t,
-                        double span, bool cross, double cross_tokens, double *selective)
+                        double span, bool cross, double cross_tokens, const plan_ring_price *ring, double *selective)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     bool seqpar = s->seq_parallel && s->tp > 1;
@@ -123,7 +123,12 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
         price_attention(&core, t, cross_tokens, H / tp, d);
     } else {
         price_linear(p, t, (H + 2 * KV) * d / tp, h);
-        price_attention(&core, t, span, H / tp, d);
+        if (ring) {   /* ring attention's blocks and merges (cost_cp.c) */
+            core.fwd = ring->fwd_s;
+            core.bwd = runs_backward(p) ? ring->bwd_s : 0;
+        } else {
+            price_attention(&core, t, span, H / tp, d);
+        }
     }
     p->fwd += core.fwd;
     p->bwd += core.bwd;
@@ -139,14 +144,14 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
 /* count blocks of one kind: their compute into p, their forward (what full
  * recomputation re-runs) into *blocks_fwd, selective's re-run into *selective. */
 static void price_blocks(pricer *p, const model_module *mm, const plan_module *s, double t,
-                         double span, bool cross, double cross_tokens, int count, double *blocks_fwd,
-                         double *selective)
+                         double span, bool cross, double cross_tokens, const plan_ring_price *ring, int count,
+                         double *blocks_fwd, double *selective)
 {
     if (count == 0) return;
     pricer one = *p;
     one.fwd = one.bwd = 0;
     double sel = 0;
-    price_block(&one, mm, s, t, span, cross, cross_tokens, &sel);
+    price_block(&one, mm, s, t, span, cross, cross_tokens, ring, &sel);
     p->fwd += count * one.fwd;
     p->bwd += count * one.bwd;
     *blocks_fwd += count * one.fwd;
@@ -184,6 +189,32 @@ static void price_llm_head(pricer *p, const model_module *mm, const plan_module 
     ew_bwd(p, COST_EW_RMSNORM_BWD, rows * h);
     ew_bwd(p, COST_EW_ADD, rows * h);
     if (seqpar) ew_bwd(p, COST_EW_COPY, t / s->tp * h);
+}
+
+/* The LLM's stem and head on stage st as sp rank sp_rank holds them (its
+ * text rows and predictions, plan_cp_end_rows); sp_rank < 0: the sp group's
+ * pace: its slowest stem forward, stem backward and head, each of which the
+ * other ranks wait for at their next exchange. *text and *head get the rows
+ * of the ranks priced (for their tensor-parallel collectives). */
+static void price_llm_ends(pricer *p, const model_module *mm, const plan_module *s, const plan_stage *st,
+                           const plan_workload *w, plan_target target, double samples, double S, double t, int sp_rank,
+                           double *text, double *head)
+{
+    int first = sp_rank >= 0 ? sp_rank : 0, last = sp_rank >= 0 ? sp_rank : s->sp - 1;
+    double stem_f = -1, stem_b = -1, head_f = 0, head_b = -1;
+    for (int j = first; j <= last; j++) {
+        double tx, hd;
+        plan_cp_end_rows(mm, s, w, target, samples, S, j, &tx, &hd);
+        pricer a = *p, b = *p;
+        a.fwd = a.bwd = b.fwd = b.bwd = 0;
+        if (st->stem) price_llm_stem(&a, mm, s, t, tx);
+        if (st->head) price_llm_head(&b, mm, s, t, hd);
+        if (a.fwd > stem_f) { stem_f = a.fwd; *text = tx; }
+        if (a.bwd > stem_b) stem_b = a.bwd;
+        if (b.fwd + b.bwd > head_f + head_b) { head_f = b.fwd; head_b = b.bwd; *head = hd; }
+    }
+    p->fwd += stem_f + head_f;
+    p->bwd += stem_b + head_b;
 }
 
 /* The vision / audio stem and merger (executor/model.c, vision_forward /
@@ -236,14 +267,6 @@ static double group_coll(const cost_pool *pool, const plan_module *s, unsigned a
     return cost_collective_time(pool, op, bytes, n, per_node);
 }
 
-/* Ulysses keeps window layers local when every rank holds whole windows. */
-static bool window_layers_local(const model_module *mm, const plan_module *s, const plan_seq *q)
-{
-    if (mm->window <= 0 || s->sp == 1) return true;
-    double per_rank = q->seq / s->sp;
-    return fmod(per_rank, mm->window) == 0;
-}
-
 /* FLOPs of one sample through the module's forward at tp = sp = 1. */
 static double forward_flops_per_sample(const model_module *mm, const plan_seq *q)
 {
@@ -267,23 +290,29 @@ static double forward_flops_per_sample(const model_module *mm, const plan_seq *q
  * all-gathers the bf16 weights. Under autocast the weights and their
  * gradients are fp32 (PyTorch DDP / DeepSpeed reduce what they hold). */
 
-/* Ulysses re-shards around each all-to-all by copying (executor/block.c
- * sp_heads_to_rows, sp_rows_to_heads): forward q, k, v packed into the send
- * buffer and the attention output unpacked from the receive buffer, backward
- * the output's gradient packed and dq, dk, dv unpacked; t local rows. */
-static void price_ulysses_copies(pricer *p, const model_module *mm, const plan_module *s, double t, int layers)
+/* Ulysses re-shards around each all-to-all through the backend's
+ * transpose_blocks (executor/block.c sp_heads_to_rows, sp_rows_to_heads):
+ * forward q, k, v packed for the exchange and the attention output
+ * unpacked, backward the output's gradient packed and dq, dk, dv unpacked;
+ * t local rows. The LLM's ranks hold a slice of each of its samples: with
+ * more than one in the micro-batch, each exchange also regroups its rows
+ * (one more transpose each). */
+static void price_ulysses_copies(pricer *p, const model_module *mm, const plan_module *s, double t, double samples,
+                                 int layers)
 {
     double q_elems = t * mm->heads * mm->head_dim / s->tp, kv_elems = t * mm->kv_heads * mm->head_dim / s->tp;
-    for (int l = 0; l < layers; l++) {
-        ew_fwd(p, COST_EW_COPY, q_elems);    /* q */
-        ew_fwd(p, COST_EW_COPY, kv_elems);   /* k */
-        ew_fwd(p, COST_EW_COPY, kv_elems);   /* v */
-        ew_fwd(p, COST_EW_COPY, q_elems);    /* attention output */
-        ew_bwd(p, COST_EW_COPY, q_elems);    /* its gradient */
-        ew_bwd(p, COST_EW_COPY, q_elems);    /* dq */
-        ew_bwd(p, COST_EW_COPY, kv_elems);   /* dk */
-        ew_bwd(p, COST_EW_COPY, kv_elems);   /* dv */
-    }
+    int per = mm->kind == MODEL_LLM && samples > 1 ? 2 : 1;
+    for (int l = 0; l < layers; l++)
+        for (int c = 0; c < per; c++) {
+            ew_fwd(p, COST_EW_COPY, q_elems);    /* q */
+            ew_fwd(p, COST_EW_COPY, kv_elems);   /* k */
+            ew_fwd(p, COST_EW_COPY, kv_elems);   /* v */
+            ew_fwd(p, COST_EW_COPY, q_elems);    /* attention output */
+            ew_bwd(p, COST_EW_COPY, q_elems);    /* its gradient */
+            ew_bwd(p, COST_EW_COPY, q_elems);    /* dq */
+            ew_bwd(p, COST_EW_COPY, kv_elems);   /* dk */
+            ew_bwd(p, COST_EW_COPY, kv_elems);   /* dv */
+        }
 }
 
 /* The tensor-parallel regions of the blocks (executor/block.c): per block,
@@ -370,7 +399,7 @@ static void merge_fwd(const plan_comm *fwd, plan_comm *c)
  * (per dp rank) through the layers of stage st: its blocks, and the stem and
  * head where it holds them. */
 static void price_micro(const model_t *m, int mi, const plan_module *s, const plan_stage *st, const plan_workload *w,
-                        const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
+                        const cost_cluster *c, const plan_options *o, double samples, int sp_rank, plan_time *out)
 {
     const model_module *mm = &m->mod[mi];
     const cost_pool *pool = &c->pool[s->pool];
@@ -401,16 +430,21 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
         else if (model_layer_is_full_attention(mm, l)) n_full++;
         else n_window++;
     }
+    /* the LLM's ring attention (plan_cp_of): its full-attention blocks' cores */
+    bool ring = plan_cp_of(mm, s) == PLAN_CP_RING;
+    plan_ring_price rp = { 0 };
+    if (ring) plan_price_ring_block(mm, s, pool, o, A, samples, q.seq, sp_rank, backward, &rp);
     double blocks_fwd = 0, selective = 0;
-    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, n_full, &blocks_fwd, &selective);
-    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window, &blocks_fwd, &selective);
-    price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross, &blocks_fwd, &selective);
-    int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
-    if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
-    double head_rows = mm->kind == MODEL_LLM ? plan_head_rows(w, o->target, samples, t) : 0;
+    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, ring ? &rp : NULL, n_full, &blocks_fwd, &selective);
+    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, NULL, n_window, &blocks_fwd, &selective);
+    price_blocks(&p, mm, s, t, 0, true, cross_tokens, NULL, n_cross, &blocks_fwd, &selective);
+    int n_a2a_layers = 0;   /* the blocks that exchange by Ulysses all-to-alls (plan_cp_layer) */
+    for (int l = st->first; l < st->first + st->count; l++)
+        n_a2a_layers += !model_layer_is_cross(mm, l) && plan_cp_layer(mm, s, l, t) == PLAN_CP_ULYSSES;
+    price_ulysses_copies(&p, mm, s, t, samples, n_a2a_layers);
+    double text_rows = 0, head_rows = 0;
     if (mm->kind == MODEL_LLM) {
-        if (st->stem) price_llm_stem(&p, mm, s, t, samples * w->text_tokens);
-        if (st->head) price_llm_head(&p, mm, s, t, head_rows);
+        price_llm_ends(&p, mm, s, st, w, o->target, samples, q.seq, t, sp_rank, &text_rows, &head_rows);
     } else {
         if (st->stem) price_encoder_stem(&p, mm, s, t);
         if (st->head) price_encoder_head(&p, mm, s, t);
@@ -430,11 +464,17 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
      * recomputation), then everything else. */
     plan_comm tp_fwd = { 0 }, tp = { 0 }, sp_fwd = { 0 }, sp = { 0 }, dp = { 0 };
     price_tp_blocks(mm, s, st->count, pool, A, t, backward, !mm->frozen, &tp, &tp_fwd);
-    price_tp_llm_ends(mm, s, st, pool, A, t, samples * w->text_tokens, head_rows, backward, &tp);
+    price_tp_llm_ends(mm, s, st, pool, A, t, text_rows, head_rows, backward, &tp);
     price_ulysses(mm, s, pool, A, t, n_a2a_layers, backward, &sp_fwd, &sp);
+    sp_fwd.fwd_s += n_full * rp.fwd_comm_s;
+    sp_fwd.fwd_syncs += n_full * rp.fwd_syncs;
+    sp.bwd_s += n_full * rp.bwd_comm_s;
+    sp.bwd_syncs += n_full * rp.bwd_syncs;
     if (s->recompute == PLAN_RECOMP_FULL && backward) {
         recompute_comm(&tp_fwd, &tp);
         recompute_comm(&sp_fwd, &sp);
+    } else if (s->recompute == PLAN_RECOMP_SELECTIVE && ring && backward) {
+        recompute_comm(&sp_fwd, &sp);   /* the attention core it re-runs passes the K/V blocks again */
     }
     merge_fwd(&tp_fwd, &tp);
     merge_fwd(&sp_fwd, &sp);
@@ -455,7 +495,14 @@ void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int s
                            const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
 {
     plan_stage st = plan_stage_of(&m->mod[mi], s, stage);
-    price_micro(m, mi, s, &st, w, c, o, samples, out);
+    price_micro(m, mi, s, &st, w, c, o, samples, -1, out);
+}
+
+void plan_cp_micro_time(const model_t *m, int mi, const plan_module *s, int stage, int sp_rank, const plan_workload *w,
+                        const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
+{
+    plan_stage st = plan_stage_of(&m->mod[mi], s, stage);
+    price_micro(m, mi, s, &st, w, c, o, samples, sp_rank, out);
 }
 
 /* One stage's activation to the next (or its gradient back): the rank's
@@ -485,7 +532,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
                      const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
 {
     plan_stage whole = plan_stage_of(&m->mod[mi], s, -1);
-    price_micro(m, mi, s, &whole, w, c, o, samples, out);
+    price_micro(m, mi, s, &whole, w, c, o, samples, -1, out);
     if (s->pp <= 1 || samples <= 0) return;
     bool backward = !m->mod[mi].frozen || m->mod[mi].kind == MODEL_LLM;
     double hop = plan_stage_hop_s(m, mi, s, w, c, o, samples);

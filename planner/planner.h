@@ -219,6 +219,12 @@ void plan_stage_step_time(const model_module *mm, const plan_module *s, int stag
  * and head where it holds them; no hops. */
 void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
                            const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
+/* The same for sp rank sp_rank's own work, which under the LLM's context
+ * parallelism differs between ranks (their share of the text rows and
+ * predictions; ring attention's blocks); the stage's price above is the sp
+ * group's pace (sp_rank -1): the slowest rank at every point where they meet. */
+void plan_cp_micro_time(const model_t *m, int mi, const plan_module *s, int stage, int sp_rank, const plan_workload *w,
+                        const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
 /* One hop of a micro-batch's activations (or gradients) between two stages:
  * the rows a rank holds at the stage boundary (its sp share, its tp share
  * under sequence parallelism), hidden wide; its bytes and its seconds. */

@@ -8,9 +8,11 @@
  * collective its calls and elements, and the blocking exchanges.
  *
  * Every difference must be listed in the case's `pinned` lines, word for
- * word: a drift found and reported, not yet fixed (the cause tags D1..D5
- * below). A difference not listed fails, and so does a listed one that no
- * longer happens (its fix then removes the line). Known drifts:
+ * word: a drift found and reported, not yet fixed (the cause tags D1, D2,
+ * D5 below; D3 and D4, the Ulysses packing outside the backend and the
+ * window layers' all-to-alls, are fixed). A difference not listed fails, and
+ * so does a listed one that no longer happens (its fix then removes the
+ * line). Known drifts:
  *  D1  the executor runs q, k, v as three GEMMs and SwiGLU's gate and up as
  *      two (executor/block.c); the cost model prices one fused GEMM each,
  *      n = (H + 2 KV) hd / tp and 2 ffn / tp, forward and both backward
@@ -25,13 +27,6 @@
  *      gradient and adds its text rows' to the embedding per sample
  *      (executor/llm.c); the cost model prices one call for each
  *      (price_llm_ends). Elements agree.
- *  D3  Ulysses re-sharding: the executor packs and unpacks around its
- *      all-to-alls with memcpy (block.c sp_heads_to_rows, sp_rows_to_heads),
- *      outside the backend; the cost model prices 4 COPY calls per
- *      all-to-all layer forward and 4 backward (price_ulysses_copies).
- *  D4  Ulysses window layers: the cost model keeps window-attention layers
- *      local when every rank holds whole windows (window_layers_local); the
- *      executor runs the all-to-alls in every layer.
  *  D5  a tensor-parallel vision encoder: the executor keeps the patch
  *      embedding and the merger whole on every rank (plan_module_tensors);
  *      the cost model prices them split over tp (price_encoder_ends: hidden
@@ -44,7 +39,7 @@
 #include <stdlib.h>
 
 #define MAX_DIFFS 128
-typedef struct { int n; char line[MAX_DIFFS][200]; } diffs;
+typedef struct { int n; char line[MAX_DIFFS][200]; char prefix[24]; } diffs;
 
 /* Appends "<what>: cost model X, executor Y" when the two differ. */
 static void differ(diffs *d, double model, double counted, const char *fmt, ...)
@@ -57,7 +52,8 @@ static void differ(diffs *d, double model, double counted, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    snprintf(d->line[d->n++], sizeof d->line[0], "%s: cost model %.10g, executor %.10g", what, model, counted);
+    snprintf(d->line[d->n++], sizeof d->line[0], "%s%s: cost model %.10g, executor %.10g", d->prefix, what, model,
+             counted);
 }
 
 static const drift_shape *shape_of(const drift_tally *t, const drift_shape *s)
@@ -70,7 +66,8 @@ static const drift_shape *shape_of(const drift_tally *t, const drift_shape *s)
 static void compare(const drift_tally *mt, const drift_tally *ct, diffs *d)
 {
     static const char *const pass_name[DRIFT_NPH] = { "fwd", "bwd" };
-    static const char *const coll_name[DRIFT_NCOLL] = { "all-reduce", "all-gather", "reduce-scatter", "all-to-all" };
+    static const char *const coll_name[DRIFT_NCOLL] = { "all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                                                        "p2p message" };
     for (int ph = 0; ph < DRIFT_NPH; ph++) {
         const char *p = pass_name[ph];
         for (int k = 0; k < COST_N_EW; k++) {
@@ -111,7 +108,11 @@ static bool listed(const char *const *lines, const char *line)
 
 /* Runs the case and compares it with the cost model; the differences must
  * be exactly the pinned lines (NULL-terminated). Each difference not pinned
- * and each pinned line not seen is printed. */
+ * and each pinned line not seen is printed. The LLM's sp ranks hold
+ * different shares of its text and predictions (and of ring attention's
+ * blocks): each is compared with the cost model's price of its own sp rank
+ * (plan_cp_micro_time), its lines prefixed "rank r: "; other ranks run the
+ * same calls. */
 static void drift_check(const drift_case *in, const char *const *pinned)
 {
     drift_case c = *in, *dc = &c;
@@ -125,18 +126,26 @@ static void drift_check(const drift_case *in, const char *const *pinned)
     model_module *mm = &m.mod[module];
     mm->frozen = dc->frozen;
     if (dc->biases) mm->out_bias = mm->mlp_bias = true;
+    if (dc->heads) mm->heads = dc->heads;
+    if (dc->kv_heads) mm->kv_heads = dc->kv_heads;
     int n_ranks = dc->tp * dc->sp;
-    drift_tally *t = calloc(DRIFT_MAX_RANKS + 1, sizeof *t), *mt = t + DRIFT_MAX_RANKS;
+    bool per_rank = !dc->vision && dc->sp > 1;
+    drift_tally *t = calloc(2 * DRIFT_MAX_RANKS, sizeof *t), *mt = t + DRIFT_MAX_RANKS;
     diffs *d = calloc(1, sizeof *d);
     CHECK(t && d);
     int rc = drift_count(dc, &m, module, t, err);
-    if (!rc) rc = drift_price(dc, &m, module, mt);
-    bool symmetric = true, overflow = mt->overflow;
+    bool symmetric = true, overflow = false;
+    for (int r = 0; !rc && r < (per_rank ? n_ranks : 1); r++) {
+        rc = drift_price(dc, &m, module, r / dc->tp, &mt[r]);
+        overflow |= mt[r].overflow;
+        if (per_rank) snprintf(d->prefix, sizeof d->prefix, "rank %d: ", r);
+        if (!rc) compare(&mt[r], &t[r], d);
+    }
     for (int r = 0; r < n_ranks; r++) {
-        symmetric &= !memcmp(&t[0], &t[r], sizeof *t);   /* the ranks ran the same calls */
+        int same_as = per_rank ? r - r % dc->tp : 0;   /* the ranks ran the same calls (per sp rank) */
+        symmetric &= !memcmp(&t[same_as], &t[r], sizeof *t);
         overflow |= t[r].overflow;
     }
-    if (!rc) compare(mt, &t[0], d);
     int unexpected = 0, gone = 0;
     for (int i = 0; i < d->n; i++)
         if (!listed(pinned, d->line[i])) {
@@ -393,16 +402,9 @@ TEST(drift_llm_tp2_sequence_parallel_full_recompute)
 }
 
 /* Ulysses over 2 ranks: 64 patch rows each. */
-#define ULYSSES_COPIES                                                  \
-    "fwd copy calls: cost model 8, executor 0",                   /* D3 */ \
-    "fwd copy elements: cost model 16384, executor 0",            /* D3 */ \
-    "bwd copy calls: cost model 8, executor 0",                   /* D3 */ \
-    "bwd copy elements: cost model 16384, executor 0"             /* D3 */
-
 TEST(drift_vision_ulysses_sp2)
 {
     static const char *const pinned[] = {
-        ULYSSES_COPIES,
         "fwd GEMM calls: cost model 11, executor 17",                 /* D1 */
         "fwd GEMM (64, 32, 32) calls: cost model 2, executor 8",      /* D1 */
         "fwd GEMM (64, 64, 32) calls: cost model 0, executor 4",      /* D1 */
@@ -425,13 +427,6 @@ TEST(drift_vision_ulysses_sp2)
 TEST(drift_vision_window_ulysses_sp2)
 {
     static const char *const pinned[] = {
-        ULYSSES_COPIES,
-        "fwd all-to-all calls: cost model 8, executor 16",            /* D4 */
-        "fwd all-to-all elements: cost model 16384, executor 32768",  /* D4 */
-        "fwd blocking exchanges (syncs): cost model 8, executor 16",  /* D4 */
-        "bwd all-to-all calls: cost model 8, executor 16",            /* D4 */
-        "bwd all-to-all elements: cost model 16384, executor 32768",  /* D4 */
-        "bwd blocking exchanges (syncs): cost model 8, executor 16",  /* D4 */
         "fwd GEMM calls: cost model 19, executor 31",                 /* D1 */
         "fwd GEMM (64, 32, 32) calls: cost model 4, executor 16",     /* D1 */
         "fwd GEMM (64, 64, 32) calls: cost model 0, executor 8",      /* D1 */
@@ -489,4 +484,108 @@ TEST(drift_vision_tp2)
         NULL
     };
     drift_check(CASE(.name = "vision tp2", .model = "tiny-vl", .vision = true, .tp = 2), pinned);
+}
+
+/* The LLM's context parallelism over 2 ranks, Ulysses: 26 positions per
+ * sample, rank 0 holds 0..12 (13 vision rows), rank 1 13..25 (3 vision rows,
+ * the 10 text rows, 9 predictions each); two samples: each all-to-all's rows
+ * are regrouped by sample too. */
+TEST(drift_llm_ulysses_sp2)
+{
+    static const char *const pinned[] = {
+        "rank 0: fwd copy calls: cost model 17, executor 18",              /* D2 */
+        "rank 0: fwd GEMM calls: cost model 8, executor 14",               /* D1 */
+        "rank 0: fwd GEMM (26, 64, 64) calls: cost model 2, executor 4",   /* D1 */
+        "rank 0: fwd GEMM (26, 128, 64) calls: cost model 2, executor 4",  /* D1 */
+        "rank 0: fwd GEMM (26, 256, 64) calls: cost model 2, executor 0",  /* D1 */
+        "rank 0: fwd GEMM (26, 32, 64) calls: cost model 0, executor 4",   /* D1 */
+        "rank 0: bwd copy calls: cost model 17, executor 18",              /* D2 */
+        "rank 0: bwd GEMM calls: cost model 16, executor 28",              /* D1 */
+        "rank 0: bwd GEMM (26, 64, 64) calls: cost model 2, executor 4",   /* D1 */
+        "rank 0: bwd GEMM (26, 64, 128) calls: cost model 2, executor 4",  /* D1 */
+        "rank 0: bwd GEMM (26, 64, 256) calls: cost model 2, executor 0",  /* D1 */
+        "rank 0: bwd GEMM (64, 64, 26) calls: cost model 2, executor 4",   /* D1 */
+        "rank 0: bwd GEMM (64, 128, 26) calls: cost model 2, executor 4",  /* D1 */
+        "rank 0: bwd GEMM (64, 256, 26) calls: cost model 2, executor 0",  /* D1 */
+        "rank 0: bwd GEMM (26, 64, 32) calls: cost model 0, executor 4",   /* D1 */
+        "rank 0: bwd GEMM (64, 32, 26) calls: cost model 0, executor 4",   /* D1 */
+        "rank 1: fwd copy calls: cost model 18, executor 38",              /* D2 */
+        "rank 1: fwd GEMM calls: cost model 9, executor 15",               /* D1 */
+        "rank 1: fwd GEMM (26, 64, 64) calls: cost model 2, executor 4",   /* D1 */
+        "rank 1: fwd GEMM (26, 128, 64) calls: cost model 2, executor 4",  /* D1 */
+        "rank 1: fwd GEMM (26, 256, 64) calls: cost model 2, executor 0",  /* D1 */
+        "rank 1: fwd GEMM (26, 32, 64) calls: cost model 0, executor 4",   /* D1 */
+        "rank 1: bwd copy calls: cost model 17, executor 18",              /* D2 */
+        "rank 1: bwd add calls: cost model 2, executor 20",                /* D2 */
+        "rank 1: bwd GEMM calls: cost model 18, executor 30",              /* D1 */
+        "rank 1: bwd GEMM (26, 64, 64) calls: cost model 2, executor 4",   /* D1 */
+        "rank 1: bwd GEMM (26, 64, 128) calls: cost model 2, executor 4",  /* D1 */
+        "rank 1: bwd GEMM (26, 64, 256) calls: cost model 2, executor 0",  /* D1 */
+        "rank 1: bwd GEMM (64, 64, 26) calls: cost model 2, executor 4",   /* D1 */
+        "rank 1: bwd GEMM (64, 128, 26) calls: cost model 2, executor 4",  /* D1 */
+        "rank 1: bwd GEMM (64, 256, 26) calls: cost model 2, executor 0",  /* D1 */
+        "rank 1: bwd GEMM (26, 64, 32) calls: cost model 0, executor 4",   /* D1 */
+        "rank 1: bwd GEMM (64, 32, 26) calls: cost model 0, executor 4",   /* D1 */
+        NULL
+    };
+    drift_check(CASE(.name = "llm ulysses sp2", .model = "tiny-vl", .sp = 2), pinned);
+}
+
+/* Ring attention: 3 heads, 1 kv head (2 does not divide them), 12 text
+ * tokens: 28 positions per sample in 4 chunks of 7, rank 0 holds chunks 0
+ * and 3, rank 1 chunks 1 and 2. */
+#define LLM_RING_SP2 \
+        "rank 0: fwd copy calls: cost model 2, executor 16",               /* D2 */ \
+        "rank 0: fwd GEMM calls: cost model 9, executor 15",               /* D1 */ \
+        "rank 0: fwd GEMM (28, 48, 64) calls: cost model 0, executor 2",   /* D1 */ \
+        "rank 0: fwd GEMM (28, 80, 64) calls: cost model 2, executor 0",   /* D1 */ \
+        "rank 0: fwd GEMM (28, 128, 64) calls: cost model 0, executor 4",  /* D1 */ \
+        "rank 0: fwd GEMM (28, 256, 64) calls: cost model 2, executor 0",  /* D1 */ \
+        "rank 0: fwd GEMM (28, 16, 64) calls: cost model 0, executor 4",   /* D1 */ \
+        "rank 0: bwd copy calls: cost model 1, executor 2",                /* D2 */ \
+        "rank 0: bwd add calls: cost model 2, executor 14",                /* D2 */ \
+        "rank 0: bwd GEMM calls: cost model 18, executor 30",              /* D1 */ \
+        "rank 0: bwd GEMM (28, 64, 48) calls: cost model 0, executor 2",   /* D1 */ \
+        "rank 0: bwd GEMM (28, 64, 80) calls: cost model 2, executor 0",   /* D1 */ \
+        "rank 0: bwd GEMM (28, 64, 128) calls: cost model 0, executor 4",  /* D1 */ \
+        "rank 0: bwd GEMM (28, 64, 256) calls: cost model 2, executor 0",  /* D1 */ \
+        "rank 0: bwd GEMM (64, 80, 28) calls: cost model 2, executor 0",   /* D1 */ \
+        "rank 0: bwd GEMM (64, 256, 28) calls: cost model 2, executor 0",  /* D1 */ \
+        "rank 0: bwd GEMM (64, 128, 28) calls: cost model 0, executor 4",  /* D1 */ \
+        "rank 0: bwd GEMM (64, 48, 28) calls: cost model 0, executor 2",   /* D1 */ \
+        "rank 0: bwd GEMM (28, 64, 16) calls: cost model 0, executor 4",   /* D1 */ \
+        "rank 0: bwd GEMM (64, 16, 28) calls: cost model 0, executor 4",   /* D1 */ \
+        "rank 1: fwd copy calls: cost model 2, executor 14",               /* D2 */ \
+        "rank 1: fwd GEMM calls: cost model 9, executor 15",               /* D1 */ \
+        "rank 1: fwd GEMM (28, 48, 64) calls: cost model 0, executor 2",   /* D1 */ \
+        "rank 1: fwd GEMM (28, 80, 64) calls: cost model 2, executor 0",   /* D1 */ \
+        "rank 1: fwd GEMM (28, 128, 64) calls: cost model 0, executor 4",  /* D1 */ \
+        "rank 1: fwd GEMM (28, 256, 64) calls: cost model 2, executor 0",  /* D1 */ \
+        "rank 1: fwd GEMM (28, 16, 64) calls: cost model 0, executor 4",   /* D1 */ \
+        "rank 1: bwd copy calls: cost model 1, executor 2",                /* D2 */ \
+        "rank 1: bwd add calls: cost model 2, executor 12",                /* D2 */ \
+        "rank 1: bwd GEMM calls: cost model 18, executor 30",              /* D1 */ \
+        "rank 1: bwd GEMM (28, 64, 48) calls: cost model 0, executor 2",   /* D1 */ \
+        "rank 1: bwd GEMM (28, 64, 80) calls: cost model 2, executor 0",   /* D1 */ \
+        "rank 1: bwd GEMM (28, 64, 128) calls: cost model 0, executor 4",  /* D1 */ \
+        "rank 1: bwd GEMM (28, 64, 256) calls: cost model 2, executor 0",  /* D1 */ \
+        "rank 1: bwd GEMM (64, 80, 28) calls: cost model 2, executor 0",   /* D1 */ \
+        "rank 1: bwd GEMM (64, 256, 28) calls: cost model 2, executor 0",  /* D1 */ \
+        "rank 1: bwd GEMM (64, 128, 28) calls: cost model 0, executor 4",  /* D1 */ \
+        "rank 1: bwd GEMM (64, 48, 28) calls: cost model 0, executor 2",   /* D1 */ \
+        "rank 1: bwd GEMM (28, 64, 16) calls: cost model 0, executor 4",   /* D1 */ \
+        "rank 1: bwd GEMM (64, 16, 28) calls: cost model 0, executor 4"   /* D1 */
+
+TEST(drift_llm_ring_sp2)
+{
+    static const char *const pinned[] = { LLM_RING_SP2, NULL };
+    drift_check(CASE(.name = "llm ring sp2", .model = "tiny-vl", .sp = 2, .heads = 3, .kv_heads = 1, .text = 12), pinned);
+}
+
+/* Selective recomputation re-runs ring attention in backward: its K/V passes too. */
+TEST(drift_llm_ring_sp2_selective_recompute)
+{
+    static const char *const pinned[] = { LLM_RING_SP2, NULL };
+    drift_check(CASE(.name = "llm ring sp2 selective", .model = "tiny-vl", .sp = 2, .heads = 3, .kv_heads = 1, .text = 12,
+                     .recompute = PLAN_RECOMP_SELECTIVE), pinned);
 }
