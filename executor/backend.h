@@ -120,7 +120,8 @@ const ex_backend *ex_backend_cuda(char *err);
 int ex_cuda_sync(char *err);
 /* The CUDA backend against the CPU backend on the device (executor/cuda_check.c):
  * linear, RMSNorm, SwiGLU, add, attention (GQA, two sequences, causal and
- * not), cross-entropy, AdamW and sumsq on the same random inputs; *worst =
+ * not), ring attention's pieces and transpose_blocks, cross-entropy, AdamW
+ * and sumsq on the same random inputs; *worst =
  * the largest |cuda - cpu| / max |cpu| over their outputs, `what` its name. */
 int ex_cuda_check(double *worst, char *what, size_t what_len, char *err);
 
