@@ -32,9 +32,8 @@ static void tp_reduce_scatter(ex_module *md, const float *x, float *mine, size_t
 
 const char *ex_comm_what(const ex_module *md)
 {
-    return md->sp > 1 && md->tp > 1 ? "tensor/sequence-parallel collective"
-           : md->sp > 1           ? "sequence-parallel alltoall"
-                                  : "tensor-parallel collective";
+    const char *sp = plan_cp_of(&md->mm, &md->strat) == PLAN_CP_RING ? "ring attention exchange" : "sequence-parallel alltoall";
+    return md->sp > 1 && md->tp > 1 ? "tensor/sequence-parallel exchange" : md->sp > 1 ? sp : "tensor-parallel collective";
 }
 
 int ex_norm_rows(const ex_module *md) { return md->seqpar ? md->n_rows / md->tp : md->n_rows; }

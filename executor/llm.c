@@ -434,7 +434,7 @@ int ex_llm_empty_pass(ex_model *em, bool backward, char *err)
 static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, char *err)
 {
     ex_module *vis = em->vis_index >= 0 ? ex_module_at(em, em->vis_index) : NULL;
-    if (!llm_of(em) || (em->vis_index >= 0 && !vis) || (vis && vis->sp > 1))
+    if (!llm_of(em) || (em->vis_index >= 0 && !vis) || (vis && vis->sp > 1) || llm_of(em)->sp > 1)
         return util_fail(err, UTIL_EINVAL, "executor: a whole step needs every module on this instance and no sequence parallelism (use the module-level calls)");
     int rc = check_text(em, b, err);
     if (rc) return rc;

@@ -170,9 +170,14 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
         else b += 2 * fmin(DDP_BUCKET_BYTES, A * local_p);
     }
     if (s->sp > 1) {
-        /* Ulysses all-to-all needs separate send and receive buffers for q, k, v of one layer. */
         double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
-        b += 2 * A * t * (mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
+        if (plan_cp_of(mm, s) == PLAN_CP_RING)
+            /* ring attention: K/V blocks and (backward) their gradients, two of each in flight
+             * (TransformerEngine's AttnFuncWithCPAndKVP2P p2p_comm_buffers) */
+            b += 8 * A * t * mm->kv_heads * mm->head_dim / s->tp;
+        else
+            /* Ulysses all-to-all needs separate send and receive buffers for q, k, v of one layer. */
+            b += 2 * A * t * (mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
     }
     return b;
 }
