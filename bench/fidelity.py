@@ -65,22 +65,27 @@ PLANS = [  # name, placement, strategy, extra dhp plan options
     ("c4_z3_sp_tp", "colocated", "vision:sp=2,dp=2,mb=8,zero=3;llm:tp=2,dp=2,mb=8,zero=3,seqpar=1", ["--gpus", "4"]),
     ("d3_z2_rc", "disaggregated", "vision:gpus=1,rc=full;llm:gpus=2,dp=2,zero=2", ["--n-micro", "4"]),
     ("c2_frozen_z3", "colocated", "vision:dp=2,mb=8,zero=3;llm:dp=2,mb=8,zero=3", ["--gpus", "2", "--model", "@frozen-vision"]),
+    # pipeline parallelism (1F1B): the LLM on stages, an encoder pipeline feeding it, 4 stages of a 4-block LLM
+    ("d3_pp2", "disaggregated", "vision:gpus=1;llm:gpus=2,pp=2,mb=2", ["--n-micro", "4"]),
+    ("d4_pp2_pp2", "disaggregated", "vision:gpus=2,pp=2;llm:gpus=2,pp=2,mb=2", ["--n-micro", "4"]),
+    ("c4_pp2_tp", "colocated", "vision:dp=4,mb=4;llm:pp=2,tp=2,mb=16,seqpar=1", ["--gpus", "4"]),
+    ("d5_pp4", "disaggregated", "vision:gpus=1;llm:gpus=4,pp=4,mb=1", ["--n-micro", "8", "--model", "@deep-llm"]),
 ]
 # Executor categories (executor log "peak_bytes") and the simulator's terms they hold.
 CATS = [("params", ["params"]), ("grads", ["grads"]), ("optim", ["optim"]),
         ("activations", ["activations", "logits"]), ("comm", ["comm"]), ("zero_buffers", ["zero_buffers"])]
 
 
-def frozen_vision_model(tmp):
-    """tiny-vl with its vision encoder frozen (models/SCHEMA.md 'frozen')."""
+def tiny_vl_variant(tmp, name, kind, key, value):
+    """tiny-vl with one field of its `kind` module changed (models/SCHEMA.md)."""
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "..", "models", "zoo", "tiny-vl.json")) as f:
         m = json.load(f)
     for mod in m["modules"]:
-        if mod["kind"] == "vision":
-            mod["frozen"] = True
-    m["name"] = "tiny-vl-frozen-vision"
-    path = os.path.join(tmp, "tiny-vl-frozen-vision.json")
+        if mod["kind"] == kind:
+            mod[key] = value
+    m["name"] = name
+    path = os.path.join(tmp, name + ".json")
     with open(path, "w") as f:
         json.dump(m, f)
     return path
@@ -140,8 +145,9 @@ def main():
         return ["mpirun", "--oversubscribe"] + bind + ["-np", str(n)] + args
 
     tmp = tempfile.mkdtemp(prefix="dhp-fidelity.")
-    frozen = frozen_vision_model(tmp)
-    PLANS[:] = [(n, pl, spec, [frozen if x == "@frozen-vision" else x for x in extra]) for n, pl, spec, extra in PLANS]
+    variants = {"@frozen-vision": tiny_vl_variant(tmp, "tiny-vl-frozen-vision", "vision", "frozen", True),
+                "@deep-llm": tiny_vl_variant(tmp, "tiny-vl-deep-llm", "llm", "layers", 4)}
+    PLANS[:] = [(n, pl, spec, [variants.get(x, x) for x in extra]) for n, pl, spec, extra in PLANS]
     data = os.path.join(tmp, "data")
     sh([dhp, "data", "synth", "--out", data, "--samples", "1024", "--window", "0"], env)
     plans = {}

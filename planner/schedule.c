@@ -82,9 +82,18 @@ int plan_rows_per_sample(const plan_t *p, int k)
     return p->work.images_per_sample * (p->work.image_tokens / m2);
 }
 
-bool plan_encoder_feeds(const plan_t *p, int k)
+bool plan_feeds_llm(const model_t *m, const plan_workload *w, int k)
 {
-    return k != p->model.llm && p->work.images_per_sample > 0;
+    return k != m->llm && w->images_per_sample > 0;
+}
+
+bool plan_encoder_feeds(const plan_t *p, int k) { return plan_feeds_llm(&p->model, &p->work, k); }
+
+bool plan_whole_batch_pipeline(const model_t *m, const plan_workload *w)
+{
+    for (int k = 0; k < m->n_modules; k++)
+        if (plan_feeds_llm(m, w, k)) return false;
+    return true;
 }
 
 static bool trains(const plan_t *p, int k) { return !p->model.mod[k].frozen; }
@@ -107,34 +116,35 @@ void plan_micro_range(const plan_module *s, int first, int count, int u, int *f,
  * units inside every micro-batch (ZeRO-2/3), as many as the module's busiest
  * dp rank of the chunk, the extra ones empty, so every collective of the
  * shard group is matched (PyTorch's Join for uneven inputs). */
+/* The largest dp share of chunk c for module k: plan_chunk_share's split
+ * differs by at most one sample, so ceil(chunk / dp). */
+static int busiest_share(const plan_t *p, int k, int c)
+{
+    int f, n, dp = p->mod[k].dp;
+    plan_chunk_range(p, c, &f, &n);
+    return (n + dp - 1) / dp;
+}
+
 static int micro_ops(const plan_t *p, int k, int c, int count)
 {
     const plan_module *s = &p->mod[k];
     int n = plan_micro_count(s, count);
     plan_dp_rules r = plan_dp_rules_of(&p->model.mod[k], s);
     if (!r.unit_param_gather && !r.unit_grad_reduce) return n;
-    for (int i = 0; i < s->dp; i++) {
-        int f, share;
-        plan_chunk_share(p, k, c, i, &f, &share);
-        if (plan_micro_count(s, share) > n) n = plan_micro_count(s, share);
-    }
-    return n;
+    int busiest = plan_micro_count(s, busiest_share(p, k, c));
+    return busiest > n ? busiest : n;
 }
 
 /* The most micro-batches module k runs of any chunk (activation slots per chunk). */
 static int max_micro_per_share(const plan_t *p, int k)
 {
     int most = 0;
-    for (int c = 0; c < plan_chunks(p); c++)
-        for (int i = 0; i < p->mod[k].dp; i++) {
-            int f, n;
-            plan_chunk_share(p, k, c, i, &f, &n);
-            int m = micro_ops(p, k, c, n);
-            if (m > most) most = m;
-        }
+    for (int c = 0; c < plan_chunks(p); c++) {
+        int m = micro_ops(p, k, c, busiest_share(p, k, c));
+        if (m > most) most = m;
+    }
     return most;
 }
-
 
 int plan_schedule_check(const plan_t *p, char *err)
 {
@@ -148,12 +158,16 @@ int plan_schedule_check(const plan_t *p, char *err)
             return util_fail(err, UTIL_EINVAL, "plan: module %s: dp, tp, sp, pp and micro_batch must be >= 1", s->module);
         if (s->pp > PLAN_MAX_PP)
             return util_fail(err, UTIL_EINVAL, "plan: module %s: pp %d exceeds %d stages", s->module, s->pp, PLAN_MAX_PP);
+        if (plan_vp(s) > 1)
+            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: interleaved pipeline stages (vp = %d) are priced for the Megatron target, not scheduled or run by dhp", s->module, plan_vp(s));
         for (int i = 0; i < s->pp; i++)
             if (plan_stage_of(&m->mod[k], s, i).count < 1)
                 return util_fail(err, UTIL_EINVAL, "plan: module %s: pipeline stage %d holds no block", s->module, i);
         if (k == m->llm) continue;
         if (m->mod[k].kind != MODEL_VISION)
             return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: only vision encoders are implemented by the executor", s->module);
+        if (m->mod[k].pool > 1)
+            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: pooled vision tokens (pool %d) are not implemented by the executor", s->module, m->mod[k].pool);
         encoders++;
     }
     if (encoders > 1)
@@ -238,6 +252,32 @@ static int warmup_of(int pp, int stage, int n)
     return w < n ? w : n;
 }
 
+/* ---- one 1F1B emitter for every stage of the graph ----
+ * A stage (an encoder's stage over chunks, an LLM stage over micro-batches)
+ * runs its n units forward `warmup` ahead of the first backward, then
+ * alternates one forward, one backward, backwards in forward order
+ * (PipeDream-Flush, Narayanan et al., arXiv 2006.09503). Without a backward
+ * (a frozen encoder) it only forwards; with no warm-up and a fused op (the
+ * LLM's last stage) each unit's forward and backward are one op. */
+typedef struct {
+    int (*forward)(void *ctx, int i, char *err);
+    int (*backward)(void *ctx, int i, char *err);
+    int (*fused)(void *ctx, int i, char *err);   /* NULL: forward then backward */
+} stage_ops;
+
+static int emit_1f1b(int n, int warmup, bool backward, const stage_ops *ops, void *ctx, char *err)
+{
+    int rc = UTIL_OK;
+    if (!backward || warmup > n) warmup = n;
+    for (int i = 0; !rc && i < warmup; i++) rc = ops->forward(ctx, i, err);
+    for (int j = 0; !rc && backward && j < n; j++) {
+        if (warmup == 0 && ops->fused) { rc = ops->fused(ctx, j, err); continue; }
+        if (j + warmup < n) rc = ops->forward(ctx, j + warmup, err);
+        if (!rc) rc = ops->backward(ctx, j, err);
+    }
+    return rc;
+}
+
 /* ---- the encoders: chunk by chunk through their stages ---- */
 
 /* Slots of one in-flight chunk: its micro-batches; chunk c uses window c % W. */
@@ -277,6 +317,26 @@ static int encoder_backward(const plan_t *p, int k, const plan_coord *me, int c,
         if (!rc && !first && un > 0) rc = push(s, PLAN_OP_SEND_STAGE_GRAD, k, c, uf, un, -1, err);
     }
     return rc;
+}
+
+/* An encoder stage's units are chunks. */
+typedef struct {
+    const plan_t *p;
+    int k, W, per_chunk;
+    const plan_coord *me;
+    plan_schedule *s;
+} encoder_stage;
+
+static int encoder_unit_forward(void *ctx, int c, char *err)
+{
+    encoder_stage *e = ctx;
+    return encoder_forward(e->p, e->k, e->me, c, e->W, e->per_chunk, e->s, err);
+}
+
+static int encoder_unit_backward(void *ctx, int c, char *err)
+{
+    encoder_stage *e = ctx;
+    return encoder_backward(e->p, e->k, e->me, c, e->W, e->per_chunk, e->s, err);
 }
 
 /* ---- the LLM: 1F1B over its micro-batches ---- */
@@ -334,8 +394,9 @@ static int llm_input_grad(llm_pipe *q, const micro_item *m, char *err)
     return --q->left[m->chunk - q->c0] == 0 ? send_grads(q, m->chunk, err) : UTIL_OK;
 }
 
-static int llm_forward(llm_pipe *q, int i, char *err)
+static int llm_forward(void *ctx, int i, char *err)
 {
+    llm_pipe *q = ctx;
     const micro_item *m = &q->M.v[i];
     int rc = llm_input(q, m, err);
     if (!rc) rc = push(q->s, PLAN_OP_FORWARD, q->L, m->chunk, m->sample0, m->samples, i % q->window, err);
@@ -343,8 +404,9 @@ static int llm_forward(llm_pipe *q, int i, char *err)
     return rc;
 }
 
-static int llm_backward(llm_pipe *q, int j, char *err)
+static int llm_backward(void *ctx, int j, char *err)
 {
+    llm_pipe *q = ctx;
     const micro_item *m = &q->M.v[j];
     int rc = push(q->s, PLAN_OP_RECV_STAGE_GRAD, q->L, m->chunk, m->sample0, m->samples, -1, err);
     if (!rc) rc = push(q->s, PLAN_OP_BACKWARD, q->L, m->chunk, m->sample0, m->samples, j % q->window, err);
@@ -352,8 +414,9 @@ static int llm_backward(llm_pipe *q, int j, char *err)
 }
 
 /* The last stage: forward and backward of one micro-batch as one op. */
-static int llm_fused(llm_pipe *q, int j, char *err)
+static int llm_fused(void *ctx, int j, char *err)
 {
+    llm_pipe *q = ctx;
     const micro_item *m = &q->M.v[j];
     int rc = llm_input(q, m, err);
     if (!rc) rc = push(q->s, PLAN_OP_FORWARD_BACKWARD, q->L, m->chunk, m->sample0, m->samples, -1, err);
@@ -374,14 +437,10 @@ static int llm_chunks(const plan_t *p, const plan_coord *me, int c0, int c1, pla
     q.left = rc ? NULL : util_calloc((size_t)(c1 - c0), sizeof *q.left);
     if (!rc && !q.left) rc = util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
     for (int i = 0; !rc && i < q.M.n; i++) q.left[q.M.v[i].chunk - c0]++;
-    int w = q.last ? 0 : warmup_of(q.pp, q.stage, q.M.n);
+    int w = warmup_of(q.pp, q.stage, q.M.n);
     q.window = w + 1;
-    for (int i = 0; !rc && i < w; i++) rc = llm_forward(&q, i, err);
-    for (int j = 0; !rc && j < q.M.n; j++) {
-        if (q.last) { rc = llm_fused(&q, j, err); continue; }
-        if (j + w < q.M.n) rc = llm_forward(&q, j + w, err);
-        if (!rc) rc = llm_backward(&q, j, err);
-    }
+    static const stage_ops ops = { llm_forward, llm_backward, llm_fused };
+    if (!rc) rc = emit_1f1b(q.M.n, w, true, &ops, &q, err);
     if (!rc) rc = receive_chunks(&q, c1 - 1, err);   /* chunks with no micro-batch after the last one */
     util_free(q.M.v);
     util_free(q.left);
@@ -476,7 +535,9 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
     int W = enc >= 0 ? encoder_window(p, enc, n, err) : 1;
     if (W < 0) return UTIL_ENOMEM;
     int per_chunk = enc >= 0 ? max_micro_per_share(p, enc) : 0;
-    if (p->placement == PLAN_COLOCATED) {
+    if (p->placement == PLAN_COLOCATED && plan_whole_batch_pipeline(&p->model, &p->work)) {
+        rc = llm_chunks(p, &me[L], 0, n, s, err);
+    } else if (p->placement == PLAN_COLOCATED) {
         for (int c = 0; !rc && c < n; c++) {
             if (enc >= 0) rc = encoder_forward(p, enc, &me[enc], c, W, per_chunk, s, err);
             if (!rc) rc = llm_chunks(p, &me[L], c, c + 1, s, err);
@@ -485,13 +546,10 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
     } else if (on[L]) {
         rc = llm_chunks(p, &me[L], 0, n, s, err);
     } else if (enc >= 0 && on[enc]) {
-        bool back = trains(p, enc);
-        int ahead = back ? W : n;
-        for (int c = 0; !rc && c < ahead && c < n; c++) rc = encoder_forward(p, enc, &me[enc], c, W, per_chunk, s, err);
-        for (int c = 0; back && !rc && c < n; c++) {
-            rc = encoder_backward(p, enc, &me[enc], c, W, per_chunk, s, err);
-            if (!rc && c + W < n) rc = encoder_forward(p, enc, &me[enc], c + W, W, per_chunk, s, err);
-        }
+        /* W chunks in flight: W - 1 forwards before the first backward */
+        encoder_stage e = { p, enc, W, per_chunk, &me[enc], s };
+        static const stage_ops ops = { encoder_unit_forward, encoder_unit_backward, NULL };
+        rc = emit_1f1b(n, W - 1, trains(p, enc), &ops, &e, err);
     }
     if (!rc) rc = step_tail(p, rank, on, s, err);
     if (!rc) rc = count_slots(s, err);
