@@ -126,6 +126,29 @@ static __device__ __forceinline__ void att_seq(const att_geom &g, int s, int *qs
     *klen = g.nk;
 }
 
+/* What a (sequence, query head) block of the forward and dq kernels reads:
+ * its sequence's query and key rows, the row strides of q and k/v, the
+ * score scale and its kv head's first k and v row. */
+struct att_view {
+    int s0, len, ks0, klen;
+    size_t qs, ks;
+    float scale;
+    const float *kh, *vh;
+};
+
+static __device__ att_view att_view_of(const att_geom &g, const float *k, const float *v, int H, int Hkv, int hd)
+{
+    att_view a;
+    int kvh = blockIdx.y / (H / Hkv);
+    att_seq(g, blockIdx.x, &a.s0, &a.len, &a.ks0, &a.klen);
+    a.qs = (size_t)H * hd;
+    a.ks = (size_t)Hkv * hd;
+    a.scale = 1.0f / sqrtf((float)hd);
+    a.kh = k + (size_t)a.ks0 * a.ks + (size_t)kvh * hd;
+    a.vh = v + (size_t)a.ks0 * a.ks + (size_t)kvh * hd;
+    return a;
+}
+
 /* Attention forward, q[n, H, hd], k/v[n, Hkv, hd], out[n, H, hd], lse[n, H]
  * (flash-attention varlen): sequence s holds rows cu[s] .. cu[s+1]-1 and
  * attends within itself (causal: keys j <= row); query head h reads kv head
@@ -140,12 +163,11 @@ static __global__ void attention_forward_kernel(float *out, float *lse, const fl
 {
     __shared__ att_tile qt, kt, pt;
     __shared__ float row_m[TILE], row_l[TILE], row_c[TILE];
-    int h = blockIdx.y, kvh = h / (H / Hkv), t = threadIdx.x, col = t % TILE;
-    int s0, len, ks0, klen;
-    att_seq(g, blockIdx.x, &s0, &len, &ks0, &klen);
-    size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    const float *kh = k + (size_t)ks0 * ks + (size_t)kvh * hd, *vh = v + (size_t)ks0 * ks + (size_t)kvh * hd;
+    int h = blockIdx.y, t = threadIdx.x, col = t % TILE;
+    const att_view a = att_view_of(g, k, v, H, Hkv, hd);
+    const int s0 = a.s0, len = a.len, klen = a.klen;
+    const size_t qs = a.qs, ks = a.ks;
+    const float scale = a.scale, *kh = a.kh, *vh = a.vh;
     for (int r0 = blockIdx.z * TILE; r0 < len; r0 += gridDim.z * TILE) {
         int rn = imin(TILE, len - r0), kend = causal ? r0 + rn : klen;
         const float *qr = q + (size_t)(s0 + r0) * qs + (size_t)h * hd;
@@ -206,12 +228,11 @@ static __global__ void attention_backward_dq_kernel(float *dq, const float *dout
 {
     __shared__ att_tile qt, kt, gt, vt, dst;
     __shared__ float row_D[TILE], row_L[TILE];
-    int h = blockIdx.y, kvh = h / (H / Hkv), t = threadIdx.x, col = t % TILE;
-    int s0, len, ks0, klen;
-    att_seq(g, blockIdx.x, &s0, &len, &ks0, &klen);
-    size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    const float *kh = k + (size_t)ks0 * ks + (size_t)kvh * hd, *vh = v + (size_t)ks0 * ks + (size_t)kvh * hd;
+    int h = blockIdx.y, t = threadIdx.x, col = t % TILE;
+    const att_view a = att_view_of(g, k, v, H, Hkv, hd);
+    const int s0 = a.s0, len = a.len, klen = a.klen;
+    const size_t qs = a.qs, ks = a.ks;
+    const float scale = a.scale, *kh = a.kh, *vh = a.vh;
     for (int r0 = blockIdx.z * TILE; r0 < len; r0 += gridDim.z * TILE) {
         int rn = imin(TILE, len - r0), kend = causal ? r0 + rn : klen;
         size_t qo = (size_t)(s0 + r0) * qs + (size_t)h * hd;

@@ -7,31 +7,10 @@
 #include "test.h"
 #include "executor/backend.h"
 #include "util/util.h"
+#include "tests/kernel_data.h"
 
 #include <stdint.h>
 #include <stdlib.h>
-
-const ex_backend *ex_backend_cuda_emu(char *err);
-int ex_cuda_sync_emu(char *err);
-
-static uint64_t seed = 29;
-static float uniform(void)   /* in [-1, 1) */
-{
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((seed >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
-static float *filled(size_t n, float scale)
-{
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    for (size_t i = 0; i < n; i++) x[i] = scale * uniform();
-    return x;
-}
-static float *copy_of(const float *x, size_t n)
-{
-    float *y = malloc((n ? n : 1) * sizeof *y);
-    memcpy(y, x, n * sizeof *y);
-    return y;
-}
 
 /* max |a - ref| / max(|ref|, 1% of max |ref|) */
 static double rel_err(const float *a, const double *ref, size_t n)
@@ -44,15 +23,6 @@ static double rel_err(const float *a, const double *ref, size_t n)
         if (!(e <= worst)) worst = e;
     }
     return worst;
-}
-
-static double rel_err_f(const float *a, const float *ref, size_t n)
-{
-    double *r = malloc((n ? n : 1) * sizeof *r);
-    for (size_t i = 0; i < n; i++) r[i] = ref[i];
-    double e = rel_err(a, r, n);
-    free(r);
-    return e;
 }
 
 /* The geometry of the tests: nseq sequences of L rows, H query and Hkv kv heads of hd. */
@@ -113,7 +83,7 @@ static void naive(const float *q, const float *k, const float *v, const float *d
 static void two_blocks(const ex_backend *be, const float *q, const float *k, const float *v, const float *g, float *out,
                        float *lse, float *dq, float *dk, float *dv)
 {
-    float *part = filled(QN, 1), *plse = filled(LN, 1);
+    float *part = rnd(QN, 1), *plse = rnd(LN, 1);
     be->attention_part_forward(out, lse, q, k, v, NSEQ, L, 0, L, 0, 15, H, HKV, HD);
     be->attention_part_forward(part, plse, q, k, v, NSEQ, L, 0, L, 15, L - 15, H, HKV, HD);
     be->attention_merge(out, lse, part, plse, NSEQ, L, 0, L, H, HD);
@@ -127,8 +97,8 @@ TEST(cpu_kernels_ring_attention_pieces_match_a_naive_reference)
 {
     const ex_backend *cpu = ex_backend_cpu();
     CHECK(cpu->attention_part_forward && cpu->attention_part_backward && cpu->attention_merge);
-    float *q = filled(QN, 2), *k = filled(KN, 2), *v = filled(KN, 1), *g = filled(QN, 1);
-    float *out = filled(QN, 1), *lse = filled(LN, 1);
+    float *q = rnd(QN, 2), *k = rnd(KN, 2), *v = rnd(KN, 1), *g = rnd(QN, 1);
+    float *out = rnd(QN, 1), *lse = rnd(LN, 1);
     float *dq = calloc(QN, sizeof *dq), *dk = calloc(KN, sizeof *dk), *dv = calloc(KN, sizeof *dv);
     double *rout = calloc(QN, sizeof *rout), *rlse = calloc(LN, sizeof *rlse);
     double *rdq = calloc(QN, sizeof *rdq), *rdk = calloc(KN, sizeof *rdk), *rdv = calloc(KN, sizeof *rdv);
@@ -142,14 +112,14 @@ TEST(cpu_kernels_ring_attention_pieces_match_a_naive_reference)
     CHECK_MSG(rel_err(dk, rdk, KN) < 1e-4, "dk: %.3g", rel_err(dk, rdk, KN));
     CHECK_MSG(rel_err(dv, rdv, KN) < 1e-4, "dv: %.3g", rel_err(dv, rdv, KN));
     /* A block of some query rows (the ring's later chunk over all keys) leaves the other rows as they were. */
-    float *o2 = filled(QN, 1), *l2 = filled(LN, 1), *o2_before = copy_of(o2, QN);
+    float *o2 = rnd(QN, 1), *l2 = rnd(LN, 1), *o2_before = dup(o2, QN);
     cpu->attention_part_forward(o2, l2, q, k, v, NSEQ, L, 20, 11, 3, 30, H, HKV, HD);
     naive(q, k, v, NULL, 20, 11, 3, 30, rout, rlse, NULL, NULL, NULL);
     for (int s = 0; s < NSEQ; s++)
         for (int r = 0; r < L; r++) {
             size_t at = ((size_t)s * L + r) * H * HD;
             bool in = r >= 20 && r < 31;
-            double e = in ? rel_err(o2 + at, rout + at, (size_t)H * HD) : rel_err_f(o2 + at, o2_before + at, (size_t)H * HD);
+            double e = in ? rel_err(o2 + at, rout + at, (size_t)H * HD) : max_rel_err(o2 + at, o2_before + at, (size_t)H * HD);
             CHECK_MSG(e < 1e-4, "sequence %d row %d (%s the block): %.3g", s, r, in ? "in" : "outside", e);
         }
     free(q); free(k); free(v); free(g); free(out); free(lse); free(dq); free(dk); free(dv);
@@ -160,14 +130,14 @@ TEST(cpu_kernels_transpose_blocks_swaps_the_block_grid)
 {
     const ex_backend *cpu = ex_backend_cpu();
     enum { ROWS = 5, COLS = 3, BLK = 7 };
-    float *src = filled(ROWS * COLS * BLK, 1), *dst = filled(ROWS * COLS * BLK, 1);
+    float *src = rnd(ROWS * COLS * BLK, 1), *dst = rnd(ROWS * COLS * BLK, 1);
     cpu->transpose_blocks(dst, src, ROWS, COLS, BLK);
     for (int r = 0; r < ROWS; r++)
         for (int c = 0; c < COLS; c++)
             for (int e = 0; e < BLK; e++)
                 CHECK(dst[((size_t)c * ROWS + r) * BLK + e] == src[((size_t)r * COLS + c) * BLK + e]);
     /* a transpose and its inverse give the source back */
-    float *back = filled(ROWS * COLS * BLK, 1);
+    float *back = rnd(ROWS * COLS * BLK, 1);
     cpu->transpose_blocks(back, dst, COLS, ROWS, BLK);
     CHECK(!memcmp(back, src, sizeof(float) * ROWS * COLS * BLK));
     free(src); free(dst); free(back);
@@ -179,10 +149,10 @@ TEST(cuda_kernels_emu_ring_attention_pieces_and_transpose_match_cpu)
     const ex_backend *emu = ex_backend_cuda_emu(err), *cpu = ex_backend_cpu();
     CHECK_MSG(emu != NULL, "%s", err);
     CHECK(emu->attention_part_forward && emu->attention_part_backward && emu->attention_merge && emu->transpose_blocks);
-    float *q = filled(QN, 2), *k = filled(KN, 2), *v = filled(KN, 1), *g = filled(QN, 1);
-    float *out = filled(QN, 1), *lse = filled(LN, 1), *ro = copy_of(out, QN), *rl = copy_of(lse, LN);
-    float *dq = filled(QN, 1), *dk = filled(KN, 1), *dv = filled(KN, 1);
-    float *rdq = copy_of(dq, QN), *rdk = copy_of(dk, KN), *rdv = copy_of(dv, KN);
+    float *q = rnd(QN, 2), *k = rnd(KN, 2), *v = rnd(KN, 1), *g = rnd(QN, 1);
+    float *out = rnd(QN, 1), *lse = rnd(LN, 1), *ro = dup(out, QN), *rl = dup(lse, LN);
+    float *dq = rnd(QN, 1), *dk = rnd(KN, 1), *dv = rnd(KN, 1);
+    float *rdq = dup(dq, QN), *rdk = dup(dk, KN), *rdv = dup(dv, KN);
     two_blocks(emu, q, k, v, g, out, lse, dq, dk, dv);
     two_blocks(cpu, q, k, v, g, ro, rl, rdq, rdk, rdv);
     CHECK_OK(ex_cuda_sync_emu(err));
@@ -191,12 +161,12 @@ TEST(cuda_kernels_emu_ring_attention_pieces_and_transpose_match_cpu)
         { "dv (+=)", dv, rdv, KN },
     };
     for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++) {
-        double e = rel_err_f(cmp[i].a, cmp[i].b, cmp[i].n);
+        double e = max_rel_err(cmp[i].a, cmp[i].b, cmp[i].n);
         CHECK_MSG(e < 1e-4, "%s: max rel err %.3g", cmp[i].name, e);
     }
     /* transpose: an exact copy, with a grid-stride loop past the emulated grid cap */
     enum { ROWS = 9, COLS = 4, BLK = 61 };
-    float *src = filled(ROWS * COLS * BLK, 1), *a = filled(ROWS * COLS * BLK, 1), *b = copy_of(a, ROWS * COLS * BLK);
+    float *src = rnd(ROWS * COLS * BLK, 1), *a = rnd(ROWS * COLS * BLK, 1), *b = dup(a, ROWS * COLS * BLK);
     emu->transpose_blocks(a, src, ROWS, COLS, BLK);
     cpu->transpose_blocks(b, src, ROWS, COLS, BLK);
     CHECK_OK(ex_cuda_sync_emu(err));
