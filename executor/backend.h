@@ -82,6 +82,12 @@ typedef struct ex_backend {
                               int v0, int vn);
     void (*embedding_backward)(float *dwte, const float *dout, const int32_t *tokens, int n, int d,
                                int v0, int vn);
+    /* Rows picked by index, d wide, i < n: gather_rows dst[i, :] = src[rows[i], :];
+     * scatter_add_rows dst[rows[i], :] += src[i, :], the rows distinct. One call
+     * for a batch's scattered rows (the LLM head's predicting rows, executor/llm.c)
+     * rather than a copy or add per row, which on a GPU is a launch per row. */
+    void (*gather_rows)(float *dst, const float *src, const int *rows, int n, int d);
+    void (*scatter_add_rows)(float *dst, const float *src, const int *rows, int n, int d);
     /* Fused cross-entropy of one whole-vocabulary shard (see cpu_kernels.c). */
     double (*cross_entropy)(float *dlogits, const float *logits, const int32_t *targets,
                             int n, int vocab, float dscale);
@@ -120,8 +126,8 @@ const ex_backend *ex_backend_cuda(char *err);
 int ex_cuda_sync(char *err);
 /* The CUDA backend against the CPU backend on the device (executor/cuda_check.c):
  * linear, RMSNorm, SwiGLU, add, attention (GQA, two sequences, causal and
- * not), ring attention's pieces and transpose_blocks, cross-entropy, AdamW
- * and sumsq on the same random inputs; *worst =
+ * not), ring attention's pieces and transpose_blocks, cross-entropy, AdamW,
+ * sumsq and the gather / scatter-add of rows on the same random inputs; *worst =
  * the largest |cuda - cpu| / max |cpu| over their outputs, `what` its name. */
 int ex_cuda_check(double *worst, char *what, size_t what_len, char *err);
 

@@ -385,6 +385,33 @@ static void cpu_embedding_backward(float *dwte, const float *dout, const int32_t
     }
 }
 
+/* Rows by index: gather dst[i, :] = src[rows[i], :]; scatter-add
+ * dst[rows[i], :] += src[i, :] (distinct rows, so the ranges of rows the
+ * threads take never write the same row). */
+static void cpu_gather_rows(float *dst, const float *src, const int *rows, int n, int d)
+{
+    for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * d, src + (size_t)rows[i] * d, (size_t)d * sizeof *dst);
+}
+
+typedef struct { float *dst; const float *src; const int *rows; int d; } rows_args;
+
+static void scatter_add_range(void *c, size_t lo, size_t hi)
+{
+    rows_args *a = c;
+    for (size_t i = lo; i < hi; i++) {
+        float *y = a->dst + (size_t)a->rows[i] * a->d;
+        const float *x = a->src + i * a->d;
+        for (int j = 0; j < a->d; j++) y[j] += x[j];
+    }
+}
+
+static void cpu_scatter_add_rows(float *dst, const float *src, const int *rows, int n, int d)
+{
+    if (n <= 0 || d <= 0) return;
+    rows_args a = { dst, src, rows, d };
+    ex_cpu_parallel((size_t)n, CPU_GRAIN / (size_t)d + 1, scatter_add_range, &a);
+}
+
 /* ce_row_max: mx[r] = max_c logits[r, c] */
 static void cpu_ce_row_max(float *mx, const float *logits, int n, int vocab)
 {
@@ -501,6 +528,8 @@ static const ex_backend cpu_backend = {
     .gelu_backward = cpu_gelu_backward,
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward = cpu_embedding_backward,
+    .gather_rows = cpu_gather_rows,
+    .scatter_add_rows = cpu_scatter_add_rows,
     .cross_entropy = cpu_cross_entropy,
     .ce_row_max = cpu_ce_row_max,
     .ce_exp_sum = cpu_ce_exp_sum,

@@ -241,6 +241,26 @@ static void check_cross_entropy_adamw(checker *c)
     compare(c, "sumsq", Ds, &fref, 1);
 }
 
+/* The LLM head's rows: gathered, and their gradient scatter-added back. */
+static void check_rows(checker *c)
+{
+    enum { N = 300, R = 257, D = 96 };
+    int rows[R];
+    for (int i = 0; i < R; i++) rows[i] = (i * 7 + 3) % N;   /* distinct, out of order */
+    float *src = host_buf(c, N * D, 1, 2), *got = host_buf(c, R * D, 0, 0), *g = host_buf(c, R * D, 2, 1);
+    float *dst = host_buf(c, N * D, 3, 1);
+    if (c->rc) return;
+    float *Dsrc = dev_f(c, src, N * D), *Dgot = dev_f(c, got, R * D), *Dg = dev_f(c, g, R * D), *Ddst = dev_f(c, dst, N * D);
+    int *Drows = dev_copy(c, rows, R, sizeof *rows);
+    if (c->rc) return;
+    c->cpu->gather_rows(got, src, rows, R, D);
+    c->gpu->gather_rows(Dgot, Dsrc, Drows, R, D);
+    compare(c, "gather_rows", Dgot, got, R * D);
+    c->cpu->scatter_add_rows(dst, g, rows, R, D);
+    c->gpu->scatter_add_rows(Ddst, Dg, Drows, R, D);
+    compare(c, "scatter_add_rows", Ddst, dst, N * D);
+}
+
 int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
 {
     checker c = {ex_backend_cpu(), ex_backend_cuda(err), {0}, {0}, 0, 0, 0, "", err, UTIL_OK};
@@ -256,6 +276,8 @@ int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
     check_ring(&c);
     release(&c);
     check_cross_entropy_adamw(&c);
+    release(&c);
+    check_rows(&c);
     release(&c);
     *worst = c.worst;
     if (what && what_len) snprintf(what, what_len, "%s", c.what[0] ? c.what : "none");

@@ -5,7 +5,8 @@
  * own kernels. Shapes and math of each kernel are stated above it.
  *
  *  - Every pointer is a device pointer: tensors, and also cu_seqlens (nseq + 1
- *    ints), tokens and targets. The attention kernels read cu_seqlens on the
+ *    ints), tokens, targets and the rows of gather_rows / scatter_add_rows.
+ *    The attention kernels read cu_seqlens on the
  *    device, so no call waits for the host (the grid strides over the tiles of
  *    each sequence instead of being sized from the lengths).
  *  - Kernels launch asynchronously on the legacy default stream (stream 0);
@@ -553,6 +554,32 @@ static void cuda_embedding_backward(float *dwte, const float *dout, const int32_
                   v0, vn);
 }
 
+/* ------------------------------------------------------------ rows by index */
+
+/* gather_rows: dst[i, j] = src[rows[i], j], dst[n, d] */
+static __global__ void gather_rows_kernel(float *dst, const float *src, const int *rows, int n, int d)
+{
+    for (size_t i = gs_first(); i < (size_t)n * d; i += gs_stride()) dst[i] = src[(size_t)rows[i / d] * d + i % d];
+}
+
+/* scatter_add_rows: dst[rows[i], j] += src[i, j]; the rows are distinct, so
+ * every element of dst has one owner (no atomics) */
+static __global__ void scatter_add_rows_kernel(float *dst, const float *src, const int *rows, int n, int d)
+{
+    for (size_t i = gs_first(); i < (size_t)n * d; i += gs_stride()) dst[(size_t)rows[i / d] * d + i % d] += src[i];
+}
+
+static void cuda_gather_rows(float *dst, const float *src, const int *rows, int n, int d)
+{
+    if (n > 0 && d > 0) EX_LAUNCH(gather_rows_kernel, grid_for((size_t)n * d, THREADS), THREADS, dst, src, rows, n, d);
+}
+
+static void cuda_scatter_add_rows(float *dst, const float *src, const int *rows, int n, int d)
+{
+    if (n > 0 && d > 0)
+        EX_LAUNCH(scatter_add_rows_kernel, grid_for((size_t)n * d, THREADS), THREADS, dst, src, rows, n, d);
+}
+
 /* ------------------------------------------------------------ cross-entropy */
 
 /* ce_row_max, a block per row: mx[r] = max_c logits[r, c], logits[n, vocab] */
@@ -729,6 +756,8 @@ static ex_backend make_table(void)
     t.gelu_backward = cuda_gelu_backward;
     t.embedding_forward = cuda_embedding_forward;
     t.embedding_backward = cuda_embedding_backward;
+    t.gather_rows = cuda_gather_rows;
+    t.scatter_add_rows = cuda_scatter_add_rows;
     t.cross_entropy = cuda_cross_entropy;
     t.ce_row_max = cuda_ce_row_max;
     t.ce_exp_sum = cuda_ce_exp_sum;

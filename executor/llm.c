@@ -255,9 +255,9 @@ static int check_context_parallel(const ex_model *em, const ex_module *md, const
 }
 
 /* The head's forward over the Np counted predicting rows of the final
- * hidden states: final rmsnorm, logits[Np, V] = head(.), loss = sum
- * CE(logits, next text token) / denominator (loss_denominator, or Np when it
- * is 0; 0 if Np is 0). Its units are entered whatever Np is: a ZeRO-3
+ * hidden states (gathered in one call): final rmsnorm, logits[Np, V] =
+ * head(.), loss = sum CE(logits, next text token) / denominator
+ * (loss_denominator, or Np when it is 0; 0 if Np is 0). Its units are entered whatever Np is: a ZeRO-3
  * gather is collective. */
 static void llm_head_forward(ex_model *em, ex_module *md, const ex_batch *b, bool backward, float *loss)
 {
@@ -271,7 +271,7 @@ static void llm_head_forward(ex_model *em, ex_module *md, const ex_batch *b, boo
         final = a->tp_full;
     }
     if (Np > 0) {
-        for (int i = 0; i < Np; i++) be->copy(a->xg + (size_t)i * d, final + (size_t)em->pred_rows[i] * d, (size_t)d);
+        be->gather_rows(a->xg, final, em->pred_rows, Np, d);
         be->rmsnorm_forward(a->gath, a->rstdf, a->xg, md->w.lnf, Np, d, EX_NORM_EPS);
         be->linear_forward(a->logits, a->gath, md->w.head, NULL, Np, d, md->vocab_n);
         double den = b->loss_denominator > 0 ? b->loss_denominator : (double)Np;
@@ -384,8 +384,7 @@ int ex_llm_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_sta
             ex_tp_allreduce(md, a->dgath, (size_t)Np * d);
             be->zero(a->dxg, (size_t)Np * d);
             be->rmsnorm_backward(a->dxg, md->g.lnf, a->dgath, a->xg, md->w.lnf, a->rstdf, Np, d);
-            for (int i = 0; i < Np; i++)
-                be->add_inplace(dfull + (size_t)em->pred_rows[i] * d, a->dxg + (size_t)i * d, (size_t)d);
+            be->scatter_add_rows(dfull, a->dxg, em->pred_rows, Np, d);
         }
         head_end(md, EX_USE_BACKWARD);
         if (md->seqpar) be->copy(a->dres, dfull + (size_t)md->tp_rank * Nl * d, (size_t)Nl * d);

@@ -107,6 +107,16 @@ static void price_block_elementwise(pricer *p, const model_module *mm, double t,
     if (partial_norms) { ew_bwd(p, COST_EW_ADD, h); ew_bwd(p, COST_EW_ADD, h); }
 }
 
+/* `count` linears n wide on the same input: for the Megatron target one
+ * fused GEMM count x n wide (Megatron-LM's fused weights, linear_qkv and
+ * linear_fc1 in megatron/core/transformer), for the dhp target the
+ * executor's count GEMMs (executor/block.c runs k, v and gate, up apart). */
+static void price_linears(pricer *p, double m, double k, int count, double n)
+{
+    if (p->megatron) price_linear(p, m, count * n, k);
+    else for (int i = 0; i < count; i++) price_linear(p, m, n, k);
+}
+
 /* Attention without FlashAttention (model_module.unfused_attention), as
  * Megatron-LM ran it before 2022 (Korthikanti et al., arXiv 2205.05198,
  * sec. 4.1, and its FusedScaleMaskSoftmax): Q K^T and P V as batched GEMMs
@@ -137,6 +147,21 @@ static void price_hidden_dropout(pricer *p, double n)
     if (runs_backward(p)) p->bwd += cost_memory_time(p->g, n * (2 * p->A + 1));
 }
 
+/* A block's attention core: ring attention's blocks and merges (cost_cp.c),
+ * the unfused score matrix (where Megatron-LM runs it), or flash attention. */
+static void price_attention_core(pricer *core, const model_module *mm, const plan_ring_price *ring, bool unfused,
+                                 double t, double span, double keys, double heads, double head_dim)
+{
+    if (ring) {
+        core->fwd += ring->fwd_s;
+        if (runs_backward(core)) core->bwd += ring->bwd_s;
+    } else if (unfused) {
+        price_attention_unfused(core, mm, t, keys, heads, head_dim);
+    } else {
+        price_attention(core, t, span, heads, head_dim);
+    }
+}
+
 /* One transformer block on t local tokens (after the Ulysses split, per dp
  * rank); *selective gets what selective recomputation re-runs of it in
  * backward: the attention core's forward and the MLP activation. */
@@ -152,24 +177,20 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     core.fwd = core.bwd = 0;
     if (cross) {
         price_linear(p, t, H * d / tp, h);
-        price_linear(p, cross_tokens, 2 * KV * d / tp, h);
+        price_linears(p, cross_tokens, h, 2, KV * d / tp);
         price_attention(&core, t, cross_tokens, H / tp, d);
-    } else {
+    } else if (p->megatron) {
         price_linear(p, t, (H + 2 * KV) * d / tp, h);
-        if (ring) {   /* ring attention's blocks and merges (cost_cp.c) */
-            core.fwd = ring->fwd_s;
-            core.bwd = runs_backward(p) ? ring->bwd_s : 0;
-        } else if (mm->unfused_attention) {
-            price_attention_unfused(&core, mm, t, keys, H / tp, d);
-        } else {
-            price_attention(&core, t, span, H / tp, d);
-        }
+        price_attention_core(&core, mm, ring, mm->unfused_attention, t, span, keys, H / tp, d);
+    } else {                          /* the executor's q, then k and v */
+        price_linear(p, t, H * d / tp, h);
+        price_linears(p, t, h, 2, KV * d / tp);
+        price_attention_core(&core, mm, ring, false, t, span, keys, H / tp, d);
     }
     p->fwd += core.fwd;
     p->bwd += core.bwd;
     price_linear(p, t, h, H * d / tp);
-    if (mm->ffn_kind == MODEL_FFN_SWIGLU) price_linear(p, t, 2 * f / tp, h);
-    else price_linear(p, t, f / tp, h);
+    price_linears(p, t, h, mm->ffn_kind == MODEL_FFN_SWIGLU ? 2 : 1, f / tp);
     price_linear(p, t, h, f / tp);
     price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross, seqpar);
     if (mm->dropout) { price_hidden_dropout(p, tn * h); price_hidden_dropout(p, tn * h); }
@@ -209,21 +230,41 @@ static void price_blocks(pricer *p, const model_module *mm, const plan_module *s
     *selective += count * sel;
 }
 
+/* `calls` calls of element-wise kernel k over n elements in all (n / calls
+ * each), in the forward pass or the backward. */
+static void ew_calls(pricer *p, bool backward, cost_ew k, double calls, double n)
+{
+    if (!(calls > 0) || n <= 0 || (backward && !runs_backward(p))) return;
+    double s = calls * cost_elementwise_time(p->g, k, n / calls, p->A);
+    if (backward) p->bwd += s;
+    else p->fwd += s;
+}
+
 /* The LLM's stem (executor/llm.c, llm_embed / llm_embed_backward): the
  * embedding rows in (under tensor parallelism every rank first looks up
  * all `text` rows in its vocabulary shard); under sequence parallelism the
  * first block's rows are sliced out of all t rows. Backward, the encoder
  * rows' gradient is copied out for the encoder and the text rows' is added
- * to the embedding. */
-static void price_llm_stem(pricer *p, const model_module *mm, const plan_module *s, double t, double text)
+ * to the embedding. The dhp target prices the executor's calls: each
+ * sample's encoder rows and text rows are placed, and their gradients taken,
+ * by calls of their own (`samples` of each; the Megatron target one each). */
+static void price_llm_stem(pricer *p, const model_module *mm, const plan_module *s, double t, double text,
+                           double samples, int text_runs)
 {
-    double h = mm->hidden;
+    double h = mm->hidden, calls = p->megatron ? 1 : samples, runs = p->megatron ? 1 : samples * text_runs;
     bool seqpar = s->seq_parallel && s->tp > 1;
-    if (s->tp > 1) ew_fwd(p, COST_EW_COPY, text * h);
-    ew_fwd(p, COST_EW_COPY, t * h);
+    /* the vocab-parallel lookup: every text token in one call, or under
+     * context parallelism each run of text positions the rank holds */
+    if (s->tp > 1) ew_calls(p, false, COST_EW_COPY, s->sp > 1 ? runs : 1, text * h);
+    if (!p->megatron) {
+        ew_calls(p, false, COST_EW_COPY, calls, (t - text) * h);   /* encoder rows */
+        ew_calls(p, false, COST_EW_COPY, runs, text * h);          /* text rows (the lookup, or its copy) */
+    } else {
+        ew_fwd(p, COST_EW_COPY, t * h);
+    }
     if (seqpar) ew_fwd(p, COST_EW_COPY, t / s->tp * h);
-    ew_bwd(p, COST_EW_COPY, (t - text) * h);
-    if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, text * h);   /* embedding gradient rows */
+    ew_calls(p, true, COST_EW_COPY, calls, (t - text) * h);
+    if (p->need_weight_grad) ew_calls(p, true, COST_EW_ADD, runs, text * h);   /* embedding gradient rows */
 }
 
 static void price_llm_head(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
@@ -255,10 +296,11 @@ static void price_llm_ends(pricer *p, const model_module *mm, const plan_module 
     double stem_f = -1, stem_b = -1, head_f = 0, head_b = -1;
     for (int j = first; j <= last; j++) {
         double tx, hd;
-        plan_cp_end_rows(mm, s, w, target, samples, S, j, &tx, &hd);
+        int runs;
+        plan_cp_end_rows(mm, s, w, target, samples, S, j, &tx, &hd, &runs);
         pricer a = *p, b = *p;
         a.fwd = a.bwd = b.fwd = b.bwd = 0;
-        if (st->stem) price_llm_stem(&a, mm, s, t, tx);
+        if (st->stem) price_llm_stem(&a, mm, s, t, tx, samples, runs);
         if (st->head) price_llm_head(&b, mm, s, t, hd);
         if (a.fwd > stem_f) { stem_f = a.fwd; *text = tx; }
         if (a.bwd > stem_b) stem_b = a.bwd;
@@ -268,31 +310,37 @@ static void price_llm_ends(pricer *p, const model_module *mm, const plan_module 
     p->bwd += stem_b + head_b;
 }
 
-/* The vision / audio stem and merger (executor/model.c, vision_forward /
- * vision_backward): patch embedding, then over the merged rows the norm, the
- * two-layer GELU projector (or one linear). */
+/* The vision / audio stem and merger (executor/vision.c,
+ * ex_vision_stage_forward / ex_vision_stage_backward): patch embedding, then
+ * over the merged rows the norm, the two-layer GELU projector (or one
+ * linear). The Megatron target splits the patch embedding and the projector
+ * over the tp group; the dhp executor keeps both whole on every tp rank
+ * (plan_module_tensors), so they run whole there. */
+static double encoder_ends_split(const pricer *p, const plan_module *s) { return p->megatron ? s->tp : 1; }
+
 static void price_encoder_stem(pricer *p, const model_module *mm, const plan_module *s, double t)
 {
-    double h = mm->hidden, pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
+    double h = mm->hidden / encoder_ends_split(p, s);
+    double pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
     pricer stem = *p;                 /* the pixels need no gradient */
     stem.need_input_grad = false;
-    price_linear(&stem, t, h / s->tp, pix);
+    price_linear(&stem, t, h, pix);
     p->fwd = stem.fwd;
     p->bwd = stem.bwd;
-    ew_fwd(p, COST_EW_BIAS, t * h / s->tp);
-    ew_bias_grad(p, true, t * h / s->tp);
+    ew_fwd(p, COST_EW_BIAS, t * h);
+    ew_bias_grad(p, true, t * h);
 }
 
 static void price_encoder_head(pricer *p, const model_module *mm, const plan_module *s, double t)
 {
-    double h = mm->hidden;
+    double h = mm->hidden, split = encoder_ends_split(p, s);
     double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
     ew_fwd(p, COST_EW_RMSNORM, t * h);
     ew_bwd(p, COST_EW_ZERO, t * h);
     ew_bwd(p, COST_EW_ZERO, t * h);
     ew_bwd(p, COST_EW_RMSNORM_BWD, t * h);
     if (mm->proj_hidden > 0) {
-        double ph = mm->proj_hidden / (double)s->tp;
+        double ph = mm->proj_hidden / split;
         price_linear(p, merged, ph, mm->proj_in);
         price_linear(p, merged, mm->out_hidden, ph);
         ew_fwd(p, COST_EW_BIAS, merged * ph);
@@ -304,9 +352,9 @@ static void price_encoder_head(pricer *p, const model_module *mm, const plan_mod
         ew_bias_grad(p, true, merged * ph);
         ew_bias_grad(p, true, merged * mm->out_hidden);
     } else {
-        price_linear(p, merged, mm->out_hidden / (double)s->tp, mm->proj_in);
-        ew_fwd(p, COST_EW_BIAS, merged * mm->out_hidden / s->tp);
-        ew_bias_grad(p, true, merged * mm->out_hidden / s->tp);
+        price_linear(p, merged, mm->out_hidden / split, mm->proj_in);
+        ew_fwd(p, COST_EW_BIAS, merged * mm->out_hidden / split);
+        ew_bias_grad(p, true, merged * mm->out_hidden / split);
     }
 }
 

@@ -56,10 +56,12 @@ void plan_price_ring_block(const model_module *mm, const plan_module *s, const c
 }
 
 void plan_cp_end_rows(const model_module *mm, const plan_module *s, const plan_workload *w, plan_target target,
-                      double samples, double S, int sp_rank, double *text, double *head)
+                      double samples, double S, int sp_rank, double *text, double *head, int *text_runs)
 {
     int T = w->text_tokens, R = (int)S - T;
     plan_cp_span span = plan_cp_span_of(plan_cp_of(mm, s), (int)S, s->sp, sp_rank > 0 ? sp_rank : 0);
     *text = samples * plan_cp_held(&span, R, (int)S);
     *head = target == PLAN_TARGET_DHP ? samples * plan_cp_held(&span, R, R + T - 1) : samples * plan_cp_rows(&span);
+    *text_runs = 0;
+    for (int i = 0; i < span.n; i++) *text_runs += span.hi[i] > R;
 }

@@ -46,9 +46,10 @@ typedef struct {
 void plan_price_ring_block(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
                            double A, double samples, double S, int sp_rank, bool backward, plan_ring_price *out);
 /* The LLM's text rows (its embedding's) and head rows (plan_head_rows) that
- * sp rank sp_rank holds of `samples` samples of S positions. */
+ * sp rank sp_rank holds of `samples` samples of S positions, and in how many
+ * runs of positions per sample its text comes (the executor places a run per call). */
 void plan_cp_end_rows(const model_module *mm, const plan_module *s, const plan_workload *w, plan_target target,
-                      double samples, double S, int sp_rank, double *text, double *head);
+                      double samples, double S, int sp_rank, double *text, double *head, int *text_runs);
 
 /* schedule.c: does encoder k feed the LLM its rows (an encoder of a workload with images)? */
 bool plan_encoder_feeds(const plan_t *p, int k);

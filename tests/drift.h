@@ -51,18 +51,22 @@ typedef struct {
     plan_recompute recompute;
     int heads, kv_heads;       /* > 0: the module's head counts instead of the zoo's */
     int text;                  /* > 0: text tokens per sample instead of DRIFT_TEXT */
+    int layers;                /* > 0: the module's blocks instead of the zoo's */
+    int pp, stage;             /* pp > 1: stage `stage` of a pipeline of pp (plan_stage_of) */
 } drift_case;
 
-/* Runs one micro-batch (forward and backward) of module `module` of m on
- * dc->tp x dc->sp ranks (threads, rank r = sp_rank * tp + tp_rank) with the
- * counting backend and communicator; t[r] gets rank r's counts. UTIL_OK, or
- * a rank's failure with err naming it. The LLM's sp ranks take the encoder
- * rows of the positions they hold (plan_cp_span_of). */
+/* Runs one micro-batch (forward and backward) of module `module` of m (of
+ * its stage dc->stage when dc->pp > 1) on dc->tp x dc->sp ranks (threads,
+ * rank r = sp_rank * tp + tp_rank) with the counting backend and
+ * communicator; t[r] gets rank r's counts. UTIL_OK, or a rank's failure
+ * with err naming it. The LLM's sp ranks take the encoder rows of the
+ * positions they hold (plan_cp_span_of). */
 int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally *t, char *err);
 
-/* What the cost model (target dhp, fp32) prices for the same micro-batch on
- * sp rank sp_rank (plan_cp_micro_time), read off its prices on made-up
- * devices (see drift_price.c); UTIL_OK or UTIL_ENOMEM. */
+/* What the cost model (target dhp, fp32) prices for the same micro-batch
+ * (of its stage when dc->pp > 1) on sp rank sp_rank (plan_cp_micro_time),
+ * read off its prices on made-up devices (see drift_price.c); UTIL_OK or
+ * UTIL_ENOMEM. */
 int drift_price(const drift_case *dc, const model_t *m, int module, int sp_rank, drift_tally *t);
 /* Text tokens per sample of the case. */
 static inline int drift_text(const drift_case *dc) { return dc->text > 0 ? dc->text : DRIFT_TEXT; }

@@ -7,10 +7,10 @@
  * costdb/costdb.h): linear_forward is the GEMM (rows, out, in) plus, with a
  * bias, a BIAS pass over rows x out; linear_backward is dX = (rows, in,
  * out), dW = (in, out, rows) and, with db, a BIAS_GRAD pass over rows x out;
- * the embedding rows are COPY, the embedding gradient ADD; the
- * vocab-parallel cross-entropy's row-max, exp-sum and gradient passes are
- * one CE over the logits ("row max, exp-sum and gradient passes together"),
- * counted at its row-max pass; attention is rows = queries x heads and
+ * the embedding rows and gathered rows are COPY, the embedding gradient and
+ * scattered rows ADD; the vocab-parallel cross-entropy's row-max, exp-sum
+ * and gradient passes are one CE over the logits ("row max, exp-sum and
+ * gradient passes together"), counted at its row-max pass; attention is rows = queries x heads and
  * scores = the keys each query sees x heads. The passes are told apart by
  * the model's unit hooks: a module enters its units with EX_USE_BACKWARD
  * from the first kernel of its backward on (recomputation included). */
@@ -198,6 +198,18 @@ static void k_emb_bwd(float *dwte, const float *dout, const int32_t *tok, int n,
     cpu()->embedding_backward(dwte, dout, tok, n, d, v0, vn);
 }
 
+static void k_gather_rows(float *dst, const float *src, const int *rows, int n, int d)
+{
+    count_ew(COST_EW_COPY, (double)n * d);
+    cpu()->gather_rows(dst, src, rows, n, d);
+}
+
+static void k_scatter_add_rows(float *dst, const float *src, const int *rows, int n, int d)
+{
+    count_ew(COST_EW_ADD, (double)n * d);
+    cpu()->scatter_add_rows(dst, src, rows, n, d);
+}
+
 /* The fused cross-entropy: all three passes in one call. */
 static double k_ce(float *dl, const float *logits, const int32_t *t, int n, int vocab, float dscale)
 {
@@ -241,6 +253,7 @@ static const ex_backend counting_backend = {
     .attention_merge = k_att_merge, .transpose_blocks = k_transpose,
     .swiglu_forward = k_swiglu_fwd, .swiglu_backward = k_swiglu_bwd, .gelu_forward = k_gelu_fwd,
     .gelu_backward = k_gelu_bwd, .embedding_forward = k_emb_fwd, .embedding_backward = k_emb_bwd,
+    .gather_rows = k_gather_rows, .scatter_add_rows = k_scatter_add_rows,
     .cross_entropy = k_ce, .ce_row_max = k_ce_max, .ce_exp_sum = k_ce_exp, .ce_grad = k_ce_grad, .adamw = k_adamw,
 };
 
@@ -418,10 +431,28 @@ typedef struct {
     ex_batch b;
     ex_parallel par;
     const float *vis_in, *dvis;
+    const float *rows;         /* a pipeline stage's input rows, and its output's gradient */
     drift_tally *t;
     int rc;
     char err[UTIL_ERR_LEN];
 } rank_job;
+
+/* One pipeline stage's forward and backward: the input rows from the
+ * previous stage (or the batch), the output's gradient from the next stage
+ * (or the module's own: an encoder's merged rows', the LLM's loss). All of
+ * ex_stage_backward is the backward pass, its first copy included. */
+static int run_stage(rank_job *j, ex_model *em)
+{
+    plan_stage st;
+    bool first, last;
+    int rc = ex_module_stage(em, j->module, &st, &first, &last);
+    ex_stage_io fwd = { .in = st.stem ? NULL : j->rows, .vis_in = j->vis_in, .backward = true };
+    if (!rc) rc = ex_stage_forward(em, j->module, &j->b, &fwd, j->err);
+    tl_pass = DRIFT_BWD;
+    ex_stage_io bwd = { .in = !st.head ? j->rows : j->dc->vision ? j->dvis : NULL };
+    if (!rc) rc = ex_stage_backward(em, j->module, &j->b, &bwd, j->err);
+    return rc;
+}
 
 static void *run_rank(void *arg)
 {
@@ -429,6 +460,10 @@ static void *run_rank(void *arg)
     ex_parallel per[MODEL_MAX_MODULES];
     memset(per, 0, sizeof per);
     per[j->module] = j->par;
+    if (j->dc->pp > 1) {
+        per[j->module].pp_size = j->dc->pp;
+        per[j->module].pp_rank = j->dc->stage;
+    }
     ex_model *em = NULL;
     j->rc = ex_model_create_per_module(j->m, 7, 1u << j->module, per, &em, j->err);
     ex_unit_hooks hooks = { NULL, hook_begin, hook_end };
@@ -439,7 +474,9 @@ static void *run_rank(void *arg)
     memset(j->t, 0, sizeof *j->t);
     tl_tally = j->t;
     tl_pass = DRIFT_FWD;
-    if (!j->rc && j->dc->vision) {
+    if (!j->rc && j->dc->pp > 1) {
+        j->rc = run_stage(j, em);
+    } else if (!j->rc && j->dc->vision) {
         const float *out;
         int rows;
         j->rc = ex_vision_forward(em, &j->b, &out, &rows, j->err);
@@ -495,16 +532,20 @@ int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally 
     for (int i = 0; i < DRIFT_SAMPLES * T; i++) tokens[i] = (int32_t)((i * 37 + 11) % lm->vocab);
     float *pixels = random_floats((size_t)DRIFT_IMAGES * DRIFT_PATCHES * cpp, 1);
     float *vis = random_floats((size_t)DRIFT_IMAGES * merged * lm->hidden, 2);
+    size_t llm_rows = (size_t)DRIFT_SAMPLES * T + (size_t)DRIFT_IMAGES * merged;
+    size_t stage_rows = dc->vision ? (size_t)DRIFT_IMAGES * DRIFT_PATCHES * vm->hidden : llm_rows * lm->hidden;
+    float *rows = random_floats(stage_rows, 3);
     float *held[DRIFT_MAX_RANKS] = { NULL };
     plan_module ls = { .tp = dc->tp, .sp = dc->sp, .dp = 1, .pp = 1 };
     for (int r = 0; r < n_ranks && !dc->vision && dc->sp > 1; r++)
         held[r] = held_vision_rows(vis, lm, &ls, merged + T, merged, r / dc->tp);
     rank_job *jobs = calloc(DRIFT_MAX_RANKS, sizeof *jobs);
-    bool ok = pixels && vis && jobs;
+    bool ok = pixels && vis && rows && jobs;
     for (int r = 0; r < n_ranks && !dc->vision && dc->sp > 1; r++) ok = ok && held[r];
     if (!ok) {
         free(pixels);
         free(vis);
+        free(rows);
         free(jobs);
         for (int r = 0; r < DRIFT_MAX_RANKS; r++) free(held[r]);
         return util_fail(err, UTIL_ENOMEM, "%s: out of memory", dc->name);
@@ -519,7 +560,7 @@ int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally 
         mem[r] = (member){ &g, r };
         int spr = r / dc->tp, tpr = r % dc->tp;
         jobs[r] = (rank_job){
-            .dc = dc, .m = m, .module = module, .t = &t[r], .vis_in = held[r] ? held[r] : vis,
+            .dc = dc, .m = m, .module = module, .t = &t[r], .vis_in = held[r] ? held[r] : vis, .rows = rows,
             .dvis = vis + (size_t)spr * part_merged * lm->hidden,
             .b = { .n_images = DRIFT_IMAGES, .patches = DRIFT_PATCHES, .grid_h = DRIFT_GRID, .grid_w = DRIFT_GRID,
                    .pixels = pixels + (size_t)spr * part_rows * cpp, .batch = DRIFT_SAMPLES,
@@ -548,6 +589,7 @@ int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally 
         if (jobs[r].rc) rc = util_fail(err, jobs[r].rc, "%s: rank %d: %s", dc->name, r, jobs[r].err);
     free(pixels);
     free(vis);
+    free(rows);
     free(jobs);
     for (int r = 0; r < DRIFT_MAX_RANKS; r++) free(held[r]);
     return rc;

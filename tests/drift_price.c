@@ -1,6 +1,7 @@
 /* The drift guard's pricing side (tests/test_drift.c): what the cost model
- * prices for one micro-batch, read off plan_cp_micro_time itself (target dhp,
- * fp32; plan_micro_time's price of one sp rank) without changing it. Each count is the price on a made-up device on
+ * prices for one micro-batch, read off plan_cp_micro_time itself (a pipeline
+ * stage's, of one sp rank: plan_stage_micro_time's price is the sp group's
+ * pace; target dhp, fp32) without changing it. Each count is the price on a made-up device on
  * which that one thing costs exactly its count and everything else (almost)
  * nothing (rates of 1e300, no launch cost):
  *  - element-wise kernel k: a rate table in which k moves accesses x 4
@@ -36,6 +37,7 @@ typedef struct {
     plan_module s;
     plan_workload w;
     double A;                  /* bytes per activation element (fp32) */
+    int stage;                 /* a pipeline stage (plan_stage_micro_time), or -1: the whole module */
     cost_cluster *c;
 } pricing;
 
@@ -89,7 +91,8 @@ static void price(const pricing *pr, const cost_pool *p, plan_time *t, double v[
     plan_options_default(&o);
     o.precision = PLAN_OPT_FP32;
     o.target = PLAN_TARGET_DHP;
-    plan_cp_micro_time(pr->m, pr->mi, &pr->s, 0, pr->sp_rank, &pr->w, pr->c, &o, pr->s.micro_batch, t);
+    plan_cp_micro_time(pr->m, pr->mi, &pr->s, pr->stage >= 0 ? pr->stage : 0, pr->sp_rank, &pr->w, pr->c, &o,
+                       pr->s.micro_batch, t);
     v[DRIFT_FWD] = whole(t->fwd_s);
     v[DRIFT_BWD] = whole(t->bwd_s + t->recompute_s);
 }
@@ -273,9 +276,11 @@ static void model_comm(const pricing *pr, drift_tally *mt)
 
 int drift_price(const drift_case *dc, const model_t *m, int module, int sp_rank, drift_tally *mt)
 {
-    pricing pr = { .m = m, .mi = module, .sp_rank = sp_rank, .A = plan_precision_bytes(PLAN_OPT_FP32).act };
-    pr.s = (plan_module){ .module_index = module, .n_ranks = dc->tp * dc->sp, .dp = 1, .tp = dc->tp, .sp = dc->sp,
-                          .pp = 1, .micro_batch = DRIFT_SAMPLES, .recompute = dc->recompute,
+    pricing pr = { .m = m, .mi = module, .sp_rank = sp_rank, .A = plan_precision_bytes(PLAN_OPT_FP32).act,
+                   .stage = dc->pp > 1 ? dc->stage : -1 };
+    int pp = dc->pp > 1 ? dc->pp : 1;
+    pr.s = (plan_module){ .module_index = module, .n_ranks = dc->tp * dc->sp * pp, .dp = 1, .tp = dc->tp, .sp = dc->sp,
+                          .pp = pp, .micro_batch = DRIFT_SAMPLES, .recompute = dc->recompute,
                           .seq_parallel = dc->seqpar };
     snprintf(pr.s.module, sizeof pr.s.module, "%s", m->mod[module].name);
     pr.w = (plan_workload){ .global_batch = DRIFT_SAMPLES, .images_per_sample = DRIFT_IMAGES / DRIFT_SAMPLES,

@@ -192,6 +192,42 @@ TEST(cpu_kernels_elementwise_bit_identical_to_plain_loops_at_1_2_3_threads)
     CHECK_MSG(!what[0], "%s differs from the plain loop", what);
 }
 
+/* Rows by index: a gather of scattered rows (a row twice, rows out of
+ * order) and the scatter-add back of distinct rows, over more rows than one
+ * thread's grain, against the row-by-row copies and adds they replace. */
+TEST(cpu_kernels_gather_scatter_rows_match_row_loops_at_1_2_3_threads)
+{
+    const int N = 3001, n = 2500, d = 67;
+    float *src = rnd((size_t)N * d, 1), *dst0 = rnd((size_t)N * d, 1), *g = rnd((size_t)n * d, 1);
+    int *gather = malloc(n * sizeof *gather), *scatter = malloc(n * sizeof *scatter);
+    for (int i = 0; i < n; i++) {
+        gather[i] = (i * 37 + 5) % N;           /* N and 37 coprime: distinct, out of order */
+        scatter[i] = gather[i];
+    }
+    gather[7] = gather[3];                      /* gathering may repeat a row */
+    float *got_ref = malloc((size_t)n * d * sizeof *got_ref), *dst_ref = dup(dst0, (size_t)N * d);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < d; j++) {
+            got_ref[(size_t)i * d + j] = src[(size_t)gather[i] * d + j];
+            dst_ref[(size_t)scatter[i] * d + j] += g[(size_t)i * d + j];
+        }
+    const ex_backend *be = ex_backend_cpu();
+    int saved = openblas_get_num_threads();
+    char what[64] = "";
+    for (int t = 1; t <= 3 && !what[0]; t++) {
+        openblas_set_num_threads(t);
+        float *got = rnd((size_t)n * d, 1), *dst = dup(dst0, (size_t)N * d);
+        be->gather_rows(got, src, gather, n, d);
+        be->scatter_add_rows(dst, g, scatter, n, d);
+        if (!same(got, got_ref, (size_t)n * d)) snprintf(what, sizeof what, "gather_rows at %d threads", t);
+        else if (!same(dst, dst_ref, (size_t)N * d)) snprintf(what, sizeof what, "scatter_add_rows at %d threads", t);
+        free(got); free(dst);
+    }
+    openblas_set_num_threads(saved);
+    free(src); free(dst0); free(g); free(gather); free(scatter); free(got_ref); free(dst_ref);
+    CHECK_MSG(!what[0], "%s differs from the row-by-row loop", what);
+}
+
 TEST(cpu_kernels_sumsq_same_at_every_thread_count)
 {
     const size_t n = 3000017;

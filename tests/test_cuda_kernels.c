@@ -49,6 +49,7 @@ TEST(cuda_kernels_emu_table_complete_and_sync_reports_errors)
     CHECK(be->rope_forward && be->rope_backward && be->attention_forward && be->attention_backward);
     CHECK(be->swiglu_forward && be->swiglu_backward && be->gelu_forward && be->gelu_backward);
     CHECK(be->embedding_forward && be->embedding_backward && be->cross_entropy);
+    CHECK(be->gather_rows && be->scatter_add_rows);
     CHECK(be->ce_row_max && be->ce_exp_sum && be->ce_grad && be->adamw);
     CHECK_SYNC();
     /* A bad shape is a sticky error: the next sync reports it, the one after is clean. */
@@ -313,6 +314,26 @@ TEST(cuda_kernels_emu_embedding_match_cpu)
     CHECK(!memcmp(out, out_ref, (size_t)n * d * sizeof *out));
     CHECK_CLOSE(dwte, dwte_ref, (size_t)vn * d, 1e-6, "embedding_backward (+=, shard v0 5)");
     free(wte); free(dout); free(out); free(out_ref); free(dwte); free(dwte_ref);
+}
+
+TEST(cuda_kernels_emu_gather_scatter_rows_match_cpu)
+{
+    const ex_backend *be = emu(), *cpu = ex_backend_cpu();
+    CHECK(be != NULL);
+    const int N = 50, n = 41, d = 131;   /* n x d > the emulated grid cap x 128 threads */
+    int rows[41];
+    for (int i = 0; i < n; i++) rows[i] = (i * 13 + 7) % N;   /* distinct, out of order */
+    float *src = rnd((size_t)N * d, 1), *g = rnd((size_t)n * d, 1);
+    float *got = rnd((size_t)n * d, 3), *got_ref = rnd((size_t)n * d, 3);
+    float *dst = rnd((size_t)N * d, 1), *dst_ref = dup(dst, (size_t)N * d);
+    be->gather_rows(got, src, rows, n, d);
+    cpu->gather_rows(got_ref, src, rows, n, d);
+    be->scatter_add_rows(dst, g, rows, n, d);
+    cpu->scatter_add_rows(dst_ref, g, rows, n, d);
+    CHECK_SYNC();
+    CHECK(!memcmp(got, got_ref, (size_t)n * d * sizeof *got));
+    CHECK(!memcmp(dst, dst_ref, (size_t)N * d * sizeof *dst));
+    free(src); free(g); free(got); free(got_ref); free(dst); free(dst_ref);
 }
 
 TEST(cuda_kernels_emu_cross_entropy_match_cpu)
