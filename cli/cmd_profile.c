@@ -203,6 +203,7 @@ static int profile_cpu(cost_profile_opts *o, cost_profile *p, char *err)
     o->ce_exp_sum = be->ce_exp_sum;
     o->ce_grad = be->ce_grad;
     o->sumsq = be->sumsq;
+    o->attention_merge = be->attention_merge;
     return cost_profile_measure(o, p, err);
 }
 

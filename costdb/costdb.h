@@ -48,6 +48,7 @@ typedef enum {
     COST_EW_GELU_BWD,
     COST_EW_CE,           /* per logit: row max, exp-sum and gradient passes together */
     COST_EW_SUMSQ,        /* per gradient element: the global norm's local sum of squares */
+    COST_EW_ATTN_MERGE,   /* per output element: ring attention's merge of a partial result by its log-sum-exp */
     COST_EW_LAYERNORM,    /* forward, per element of the normalised rows (mean, variance, bias) */
     COST_EW_LAYERNORM_BWD,
     COST_N_EW
@@ -360,6 +361,8 @@ typedef struct {
     void (*ce_grad)(float *dlogits, const float *st, const int32_t *targets, int n, int vocab, int v0,
                     float dscale);
     double (*sumsq)(const float *x, size_t n);
+    void (*attention_merge)(float *out, float *lse, const float *part, const float *part_lse, int nseq, int stride,
+                            int q0, int nq, int H, int hd);
     int (*sync)(char *err);
     /* CUDA, optional: run once the rank's device is chosen, before any
      * timing (the CLI checks the kernels against the CPU backend); a

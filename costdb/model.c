@@ -138,6 +138,7 @@ static const struct { const char *name; double accesses; } ew_kernels[COST_N_EW]
     [COST_EW_GELU_BWD] = {"gelu_bwd", 4},       /* read dout and x, read and write dinp */
     [COST_EW_CE] = {"cross_entropy", 5},        /* max: read; exp-sum: read, write p; grad: p in place */
     [COST_EW_SUMSQ] = {"sumsq", 1},             /* read x */
+    [COST_EW_ATTN_MERGE] = {"attn_merge", 3},   /* read out and part, write out (the per-row lse aside) */
     [COST_EW_LAYERNORM] = {"layernorm", 2},     /* read x, write out */
     [COST_EW_LAYERNORM_BWD] = {"layernorm_bwd", 4}, /* read dout and x, read and write dinp */
 };

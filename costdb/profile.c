@@ -703,6 +703,9 @@ static void run_ew(void *v)
     case COST_EW_LAYERNORM_BWD:
         o->layernorm_backward(x[2], a->db, a->db2, x[1], x[0], a->w, a->mean, a->rstd, rows, EW_ROW);
         break;
+    case COST_EW_ATTN_MERGE:   /* rows of 8 heads x 64: part x[0] and its lse x[3] into out x[1], lse x[2] */
+        o->attention_merge(x[1], x[2], x[0], x[3], 1, rope_rows, 0, rope_rows, EW_HEADS, EW_HEAD_DIM);
+        break;
     case COST_N_EW: break;
     }
 }
@@ -712,7 +715,7 @@ static bool ew_kernels_given(const cost_profile_opts *o)
     return o->zero && o->copy && o->add_inplace && o->add_bias && o->linear_backward && o->rmsnorm_forward
         && o->rmsnorm_backward && o->rope_forward && o->rope_backward && o->swiglu_forward && o->swiglu_backward
         && o->gelu_forward && o->gelu_backward && o->ce_row_max && o->ce_exp_sum && o->ce_grad && o->sumsq
-        && o->layernorm_forward && o->layernorm_backward;
+        && o->layernorm_forward && o->layernorm_backward && o->attention_merge;
 }
 
 /* Every kernel at EW_SMALL elements (cache-resident) and at the STREAM

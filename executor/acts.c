@@ -29,6 +29,11 @@ static float **act_view(ex_acts *a, plan_act_id id, int layer)
     case PLAN_ACT_SP_DK: return &a->sp_dk;
     case PLAN_ACT_SP_DV: return &a->sp_dv;
     case PLAN_ACT_SP_DATT: return &a->sp_datt;
+    case PLAN_ACT_SP_RECV: return &a->sp_recv;
+    case PLAN_ACT_RING_KV: return &a->ring_kv;
+    case PLAN_ACT_RING_DKV: return &a->ring_dkv;
+    case PLAN_ACT_RING_OUT: return &a->ring_out;
+    case PLAN_ACT_RING_LSE: return &a->ring_lse;
     case PLAN_ACT_TP_FULL: return &a->tp_full;
     case PLAN_ACT_TP_PART: return &a->tp_part;
     case PLAN_ACT_TP_DFULL: return &a->tp_dfull;

@@ -51,6 +51,26 @@ typedef struct ex_backend {
                                const float *q, const float *k, const float *v,
                                const float *out, const float *lse, const int *cu_seqlens,
                                int nseq, int H, int Hkv, int hd, bool causal);
+    /* Ring attention's pieces (executor/ring.c). A block of keys: sequence
+     * s's query rows s * stride + q0 .. + nq attend, not causally, to key
+     * rows s * stride + k0 .. + nk of k/v (the same row layout of stride
+     * rows per sequence); part_forward writes that partial attention and its
+     * log-sum-exp into those rows of out and lse (other rows untouched);
+     * part_backward accumulates their gradients into dq (the query rows) and
+     * dk, dv (the key rows), from the final (merged) out and lse. */
+    void (*attention_part_forward)(float *out, float *lse, const float *q, const float *k, const float *v,
+                                   int nseq, int stride, int q0, int nq, int k0, int nk, int H, int Hkv, int hd);
+    void (*attention_part_backward)(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                    const float *k, const float *v, const float *out, const float *lse,
+                                    int nseq, int stride, int q0, int nq, int k0, int nk, int H, int Hkv, int hd);
+    /* Merges a partial attention (part, part_lse) of the same queries over
+     * other keys into (out, lse), rows s * stride + q0 .. + nq, every head:
+     * lse' = log(e^lse + e^part_lse), out' = out e^(lse - lse') + part e^(part_lse - lse'). */
+    void (*attention_merge)(float *out, float *lse, const float *part, const float *part_lse, int nseq,
+                            int stride, int q0, int nq, int H, int hd);
+    /* dst[c, r, :] = src[r, c, :] for blocks of blk floats: src [rows, cols, blk]
+     * -> dst [cols, rows, blk] (the Ulysses all-to-alls' packing). */
+    void (*transpose_blocks)(float *dst, const float *src, int rows, int cols, size_t blk);
     void (*swiglu_forward)(float *h, const float *g, const float *u, size_t n);
     void (*swiglu_backward)(float *dg, float *du, const float *dh, const float *g,
                             const float *u, size_t n);
@@ -131,8 +151,9 @@ const ex_backend *ex_backend_cuda(char *err);
 int ex_cuda_sync(char *err);
 /* The CUDA backend against the CPU backend on the device (executor/cuda_check.c):
  * linear, RMSNorm, SwiGLU, add, LayerNorm, im2col / col2im, row pooling,
- * attention (GQA, two sequences, causal and not), cross-entropy, AdamW, sumsq
- * and the gather / scatter-add of rows on the same random inputs; *worst =
+ * attention (GQA, two sequences, causal and not), ring attention's pieces and
+ * transpose_blocks, cross-entropy, AdamW, sumsq and the gather / scatter-add
+ * of rows on the same random inputs; *worst =
  * the largest |cuda - cpu| / max |cpu| over their outputs, `what` its name. */
 int ex_cuda_check(double *worst, char *what, size_t what_len, char *err);
 

@@ -32,9 +32,8 @@ static void tp_reduce_scatter(ex_module *md, const float *x, float *mine, size_t
 
 const char *ex_comm_what(const ex_module *md)
 {
-    return md->sp > 1 && md->tp > 1 ? "tensor/sequence-parallel collective"
-           : md->sp > 1           ? "sequence-parallel alltoall"
-                                  : "tensor-parallel collective";
+    const char *sp = plan_cp_of(&md->mm, &md->strat) == PLAN_CP_RING ? "ring attention exchange" : "sequence-parallel alltoall";
+    return md->sp > 1 && md->tp > 1 ? "tensor/sequence-parallel exchange" : md->sp > 1 ? sp : "tensor-parallel collective";
 }
 
 int ex_norm_rows(const ex_module *md) { return md->seqpar ? md->n_rows / md->tp : md->n_rows; }
@@ -92,31 +91,59 @@ static void region_enter_grad(ex_module *md, float *partial)
     else ex_tp_allreduce(md, md->a.dln, (size_t)md->n_rows * md->d);
 }
 
-/* -------------------------------------------------------------- Ulysses */
+/* -------------------------------------------------------------- Ulysses
+ * The all-to-alls swap rows and heads (DeepSpeed-Ulysses, Jacobs et al.,
+ * arXiv 2309.14509): this rank's Nl rows x all nh heads <-> all sp x Nl rows
+ * x nh / sp heads, re-sharded by the backend around the exchange. An
+ * encoder's rank holds a slice of the micro-batch's rows, so the rows come
+ * back in order; the LLM's holds a slice of each of its g samples, so the
+ * received rows, rank-major, are regrouped sample-major (and back). */
 
-/* Ulysses all-to-all, local rows / all heads -> all rows / local heads:
- * src [Nl, nh, hd] (this rank's rows) -> dst [sp * Nl, nh / sp, hd]. */
-static void sp_heads_to_rows(ex_module *md, float *dst, const float *src, int nh)
+/* Sequences each rank holds a slice of. */
+static int ulysses_groups(const ex_module *md) { return md->mm.kind == MODEL_LLM ? md->n_seq : 1; }
+
+/* src [Nl, nh, hd] (this rank's rows) -> dst [sp * Nl, nh / sp, hd]. */
+static void sp_heads_to_rows(const ex_backend *be, ex_module *md, float *dst, const float *src, int nh)
 {
-    int Nl = md->n_rows, sp = md->sp, nhl = nh / sp, hd = md->hd;
-    size_t chunk = (size_t)Nl * nhl * hd;
-    for (int r = 0; r < sp; r++)
-        for (int t = 0; t < Nl; t++)
-            memcpy(md->a.sp_pack + r * chunk + (size_t)t * nhl * hd,
-                   src + ((size_t)t * nh + (size_t)r * nhl) * hd, (size_t)nhl * hd * sizeof(float));
-    if (!md->comm_rc) md->comm_rc = md->par.alltoall(md->par.ctx, md->a.sp_pack, dst, chunk);
+    int Nl = md->n_rows, sp = md->sp, g = ulysses_groups(md);
+    size_t blk = (size_t)nh / sp * md->hd, chunk = (size_t)Nl * blk;
+    be->transpose_blocks(md->a.sp_pack, src, Nl, sp, blk);        /* [Nl][sp][blk] -> [sp][Nl][blk] */
+    float *recv = g > 1 ? md->a.sp_recv : dst;
+    if (!md->comm_rc) md->comm_rc = md->par.alltoall(md->par.ctx, md->a.sp_pack, recv, chunk);
+    if (g > 1) be->transpose_blocks(dst, recv, sp, g, (size_t)(Nl / g) * blk);   /* [sp][g][..] -> [g][sp][..] */
 }
 
 /* The inverse: src [sp * Nl, nh / sp, hd] -> dst [Nl, nh, hd]. */
-static void sp_rows_to_heads(ex_module *md, float *dst, const float *src, int nh)
+static void sp_rows_to_heads(const ex_backend *be, ex_module *md, float *dst, const float *src, int nh)
 {
-    int Nl = md->n_rows, sp = md->sp, nhl = nh / sp, hd = md->hd;
-    size_t chunk = (size_t)Nl * nhl * hd;
-    if (!md->comm_rc) md->comm_rc = md->par.alltoall(md->par.ctx, src, md->a.sp_pack, chunk);
-    for (int r = 0; r < sp; r++)
-        for (int t = 0; t < Nl; t++)
-            memcpy(dst + ((size_t)t * nh + (size_t)r * nhl) * hd,
-                   md->a.sp_pack + r * chunk + (size_t)t * nhl * hd, (size_t)nhl * hd * sizeof(float));
+    int Nl = md->n_rows, sp = md->sp, g = ulysses_groups(md);
+    size_t blk = (size_t)nh / sp * md->hd, chunk = (size_t)Nl * blk;
+    const float *send = src;
+    float *recv = md->a.sp_pack;
+    if (g > 1) {
+        be->transpose_blocks(md->a.sp_pack, src, g, sp, (size_t)(Nl / g) * blk);   /* [g][sp][..] -> [sp][g][..] */
+        send = md->a.sp_pack;
+        recv = md->a.sp_recv;
+    }
+    if (!md->comm_rc) md->comm_rc = md->par.alltoall(md->par.ctx, send, recv, chunk);
+    be->transpose_blocks(dst, recv, sp, Nl, blk);                 /* [sp][Nl][blk] -> [Nl][sp][blk] */
+}
+
+/* How layer l attends across the sp ranks (plan_cp_layer), and the heads it runs attention on. */
+static plan_cp layer_cp(const ex_module *md, int l) { return plan_cp_layer(&md->mm, &md->strat, l, md->n_rows); }
+
+/* The attention core of layer l: q, k, v (all rows x H / sp heads under
+ * Ulysses, else this rank's rows) to att and lse. */
+static void attention_core(const ex_backend *be, ex_module *md, int l, const int *cu, int nseq, bool causal)
+{
+    ex_block_acts *a = &md->a.blk[l];
+    plan_cp cp = layer_cp(md, l);
+    if (cp == PLAN_CP_RING) {
+        ex_ring_forward(be, md, a, cu, nseq);
+        return;
+    }
+    int div = cp == PLAN_CP_ULYSSES ? md->sp : 1;
+    be->attention_forward(a->att, a->lse, a->q, a->k, a->v, cu, nseq, md->H / div, md->Hkv / div, md->hd, causal);
 }
 
 /* ---------------------------------------------------------------- blocks */
@@ -140,7 +167,7 @@ void ex_block_forward(const ex_backend *be, ex_module *md, int l, float *out, co
     const ex_block_w *w = &md->w.blk[l];
     ex_block_acts *a = &md->a.blk[l];
     int N = md->n_rows, Nl = ex_norm_rows(md), d = md->d, qd = md->H * md->hd, kd = md->Hkv * md->hd, f = md->f;
-    bool sp = md->sp > 1;
+    bool sp = layer_cp(md, l) == PLAN_CP_ULYSSES;
     ex_norm_forward(be, md, a->ln1, a->mean1, a->rstd1, a->x, w->ln1, w->ln1b, Nl);
     const float *in = region_enter(md, a->ln1);
     float *q = sp ? md->a.dq : a->q, *k = sp ? md->a.dk : a->k, *v = sp ? md->a.dv : a->v;
@@ -152,12 +179,12 @@ void ex_block_forward(const ex_backend *be, ex_module *md, int l, float *out, co
         be->rope_forward(k, md->a.cos, md->a.sin, N, md->Hkv, md->hd);
     }
     if (sp) {
-        sp_heads_to_rows(md, a->q, q, md->H);
-        sp_heads_to_rows(md, a->k, k, md->Hkv);
-        sp_heads_to_rows(md, a->v, v, md->Hkv);
+        sp_heads_to_rows(be, md, a->q, q, md->H);
+        sp_heads_to_rows(be, md, a->k, k, md->Hkv);
+        sp_heads_to_rows(be, md, a->v, v, md->Hkv);
     }
-    be->attention_forward(a->att, a->lse, a->q, a->k, a->v, cu, nseq, md->H / md->sp, md->Hkv / md->sp, md->hd, causal);
-    if (sp) sp_rows_to_heads(md, a->att_loc, a->att, md->H);
+    attention_core(be, md, l, cu, nseq, causal);
+    if (sp) sp_rows_to_heads(be, md, a->att_loc, a->att, md->H);
     float *part = region_partial(md, a->xmid);
     be->linear_forward(part, sp ? a->att_loc : a->att, w->wo, NULL, N, qd, d);
     region_leave(md, part, a->xmid);
@@ -223,21 +250,27 @@ void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, 
     }
     region_enter_grad(md, dpart);
     ex_norm_backward(be, md, dres, dln2, dln2b, s->dln, a->xmid, w->ln2, a->mean2, a->rstd2, Nl);
-    bool sp = md->sp > 1;
+    plan_cp cp = layer_cp(md, l);
+    bool sp = cp == PLAN_CP_ULYSSES;
     dout = region_leave_grad(md, dres);
     be->zero(s->datt, (size_t)N * qd);
     be->linear_backward(s->datt, gw->wo, gw->bo, dout, sp ? a->att_loc : a->att, w->wo, N, qd, d);
-    if (sp) sp_heads_to_rows(md, s->sp_datt, s->datt, md->H);
-    float *dq = sp ? s->sp_dq : s->dq, *dk = sp ? s->sp_dk : s->dk, *dv = sp ? s->sp_dv : s->dv;
-    be->zero(dq, (size_t)N * qd);
-    be->zero(dk, (size_t)N * kd);
-    be->zero(dv, (size_t)N * kd);
-    be->attention_backward(dq, dk, dv, sp ? s->sp_datt : s->datt, a->q, a->k, a->v, a->att, a->lse,
-                           cu, nseq, md->H / md->sp, md->Hkv / md->sp, md->hd, causal);
-    if (sp) {
-        sp_rows_to_heads(md, s->dq, dq, md->H);
-        sp_rows_to_heads(md, s->dk, dk, md->Hkv);
-        sp_rows_to_heads(md, s->dv, dv, md->Hkv);
+    if (cp == PLAN_CP_RING) {
+        ex_ring_backward(be, md, a, s->datt, cu, nseq);   /* into s->dq, s->dk, s->dv */
+    } else {
+        if (sp) sp_heads_to_rows(be, md, s->sp_datt, s->datt, md->H);
+        float *dq = sp ? s->sp_dq : s->dq, *dk = sp ? s->sp_dk : s->dk, *dv = sp ? s->sp_dv : s->dv;
+        int div = sp ? md->sp : 1;
+        be->zero(dq, (size_t)N * qd);
+        be->zero(dk, (size_t)N * kd);
+        be->zero(dv, (size_t)N * kd);
+        be->attention_backward(dq, dk, dv, sp ? s->sp_datt : s->datt, a->q, a->k, a->v, a->att, a->lse,
+                               cu, nseq, md->H / div, md->Hkv / div, md->hd, causal);
+        if (sp) {
+            sp_rows_to_heads(be, md, s->dq, dq, md->H);
+            sp_rows_to_heads(be, md, s->dk, dk, md->Hkv);
+            sp_rows_to_heads(be, md, s->dv, dv, md->Hkv);
+        }
     }
     if (md->rope) {
         be->rope_backward(s->dq, s->cos, s->sin, N, md->H, md->hd);
@@ -261,14 +294,6 @@ void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, 
     }
 }
 
-static bool layer_is_window(const model_module *mm, int l)
-{
-    if (mm->window <= 0) return false;
-    for (int i = 0; i < mm->n_full_layers; i++)
-        if (mm->full_layers[i] == l) return false;
-    return true;
-}
-
 /* Block l's output: the next block's input, or the stage's last output. */
 static float *block_out(ex_module *md, int l)
 {
@@ -280,23 +305,35 @@ static float *block_out(ex_module *md, int l)
  * into the tensors every block shares. */
 static void recompute(const ex_backend *be, ex_module *md, int l, const int *cu, int nseq, bool causal)
 {
-    ex_block_acts *a = &md->a.blk[l];
     if (md->recompute == PLAN_RECOMP_FULL) {
         ex_block_forward(be, md, l, md->a.rc_out, cu, nseq, causal);
     } else if (md->recompute == PLAN_RECOMP_SELECTIVE) {
-        be->attention_forward(a->att, a->lse, a->q, a->k, a->v, cu, nseq, md->H / md->sp, md->Hkv / md->sp, md->hd,
-                              causal);
+        attention_core(be, md, l, cu, nseq, causal);
+        ex_block_acts *a = &md->a.blk[l];
         if (md->mm.ffn_kind == MODEL_FFN_SWIGLU) be->swiglu_forward(a->h, a->g, a->u, (size_t)md->n_rows * md->f);
         else be->gelu_forward(a->h, a->g, (size_t)md->n_rows * md->f);
     }
 }
 
+/* The sequences layer l attends within: the windows of a window layer (this
+ * rank's own when it keeps the layer local), else the whole sequences. */
+static int layer_seqs(const ex_module *md, int l, const int *cu, const int *cu_win, const int **c)
+{
+    if (model_layer_is_full_attention(&md->mm, l)) {
+        *c = cu;
+        return md->n_seq;
+    }
+    *c = cu_win;
+    return layer_cp(md, l) == PLAN_CP_NONE && md->sp > 1 ? md->n_rows / md->mm.window : md->n_win;
+}
+
 void ex_blocks_forward(const ex_backend *be, ex_module *md, const int *cu, const int *cu_win, bool causal)
 {
     for (int l = md->stage.first; l < md->stage.first + md->stage.count; l++) {
-        bool win = layer_is_window(&md->mm, l);
+        const int *c;
+        int n = layer_seqs(md, l, cu, cu_win, &c);
         ex_unit_begin(md, 1 + l, EX_USE_FORWARD);
-        ex_block_forward(be, md, l, block_out(md, l), win ? cu_win : cu, win ? md->n_win : md->n_seq, causal);
+        ex_block_forward(be, md, l, block_out(md, l), c, n, causal);
         ex_unit_end(md, 1 + l, EX_USE_FORWARD, false);
     }
 }
@@ -304,9 +341,8 @@ void ex_blocks_forward(const ex_backend *be, ex_module *md, const int *cu, const
 void ex_blocks_backward(const ex_backend *be, ex_module *md, const int *cu, const int *cu_win, bool causal)
 {
     for (int l = md->stage.first + md->stage.count - 1; l >= md->stage.first; l--) {
-        bool win = layer_is_window(&md->mm, l);
-        const int *c = win ? cu_win : cu;
-        int n = win ? md->n_win : md->n_seq;
+        const int *c;
+        int n = layer_seqs(md, l, cu, cu_win, &c);
         ex_unit_begin(md, 1 + l, EX_USE_BACKWARD);
         recompute(be, md, l, c, n, causal);
         ex_block_backward(be, md, l, md->a.dres, c, n, causal);

@@ -4,7 +4,7 @@
  * with bias, the conv stem's im2col / col2im, and average pooling of rows.
  * Shapes and math of each kernel are in executor/backend.h; conventions
  * (row-major, backward accumulates, NULL = not needed) as there. */
-#include "executor/cpu_kernels_int.h"
+#include "executor/cpu_int.h"
 
 #include <math.h>
 #include <string.h>

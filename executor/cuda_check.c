@@ -23,7 +23,7 @@ int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
 
 #include <cuda_runtime_api.h>
 
-#define CHECK_MAX_BUFS 24
+#define CHECK_MAX_BUFS 32
 
 typedef struct {
     const ex_backend *cpu, *gpu;
@@ -211,6 +211,42 @@ static void check_attention(checker *c, bool causal)
     compare(c, "attention_backward dv", Ddv, dv, kn);
 }
 
+/* Ring attention's pieces: two sequences of 75 rows, every query over two
+ * key blocks (0..29, 30..74) merged, their backward from the merged result;
+ * and the Ulysses packing's transpose. */
+static void check_ring(checker *c)
+{
+    enum { S = 2, L = 75, H = 4, HKV = 2, HD = 24, K0 = 30 };
+    size_t qn = (size_t)S * L * H * HD, kn = (size_t)S * L * HKV * HD, ln = (size_t)S * L * H;
+    float *q = host_buf(c, qn, 1, 2), *k = host_buf(c, kn, 2, 2), *v = host_buf(c, kn, 3, 1), *g = host_buf(c, qn, 4, 1);
+    float *o = host_buf(c, qn, 0, 0), *l = host_buf(c, ln, 0, 0), *po = host_buf(c, qn, 0, 0), *pl = host_buf(c, ln, 0, 0);
+    float *dq = host_buf(c, qn, 5, 1), *dk = host_buf(c, kn, 6, 1), *dv = host_buf(c, kn, 7, 1), *t = host_buf(c, kn, 0, 0);
+    if (c->rc) return;
+    float *Dq = dev_f(c, q, qn), *Dk = dev_f(c, k, kn), *Dv = dev_f(c, v, kn), *Dg = dev_f(c, g, qn);
+    float *Do = dev_f(c, o, qn), *Dl = dev_f(c, l, ln), *Dpo = dev_f(c, po, qn), *Dpl = dev_f(c, pl, ln);
+    float *Ddq = dev_f(c, dq, qn), *Ddk = dev_f(c, dk, kn), *Ddv = dev_f(c, dv, kn), *Dt = dev_f(c, t, kn);
+    if (c->rc) return;
+    const ex_backend *be[2] = { c->cpu, c->gpu };
+    float *buf[2][11] = { { o, l, po, pl, q, k, v, g, dq, dk, dv }, { Do, Dl, Dpo, Dpl, Dq, Dk, Dv, Dg, Ddq, Ddk, Ddv } };
+    for (int i = 0; i < 2; i++) {
+        float **x = buf[i];
+        be[i]->attention_part_forward(x[0], x[1], x[4], x[5], x[6], S, L, 0, L, 0, K0, H, HKV, HD);
+        be[i]->attention_part_forward(x[2], x[3], x[4], x[5], x[6], S, L, 0, L, K0, L - K0, H, HKV, HD);
+        be[i]->attention_merge(x[0], x[1], x[2], x[3], S, L, 0, L, H, HD);
+        be[i]->attention_part_backward(x[8], x[9], x[10], x[7], x[4], x[5], x[6], x[0], x[1], S, L, 0, L, 0, K0, H, HKV, HD);
+        be[i]->attention_part_backward(x[8], x[9], x[10], x[7], x[4], x[5], x[6], x[0], x[1], S, L, 0, L, K0, L - K0, H,
+                                       HKV, HD);
+    }
+    compare(c, "attention_part_forward + merge", Do, o, qn);
+    compare(c, "attention_merge lse", Dl, l, ln);
+    compare(c, "attention_part_backward dq", Ddq, dq, qn);
+    compare(c, "attention_part_backward dk", Ddk, dk, kn);
+    compare(c, "attention_part_backward dv", Ddv, dv, kn);
+    c->cpu->transpose_blocks(t, k, S * L, HKV, HD);
+    c->gpu->transpose_blocks(Dt, Dk, S * L, HKV, HD);
+    compare(c, "transpose_blocks", Dt, t, kn);
+}
+
 static void check_cross_entropy_adamw(checker *c)
 {
     enum { N = 13, V = 1000 };
@@ -277,6 +313,8 @@ int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
     check_attention(&c, false);
     release(&c);
     check_attention(&c, true);
+    release(&c);
+    check_ring(&c);
     release(&c);
     check_cross_entropy_adamw(&c);
     release(&c);

@@ -51,6 +51,17 @@ int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, e
  * weight gradients are partial sums to be all-reduced over the sp group.
  * Every rank of a group calls each step function together. Shards are
  * initialised as slices of the full tensors (same seed). */
+/* Point-to-point messages of ring attention between the ranks of the sp
+ * group: send[i] (send_n[i] floats) to sp rank `to`, recv[i] (recv_n[i]) from
+ * sp rank `from`, with tags tag + i; messages of one tag between two ranks
+ * arrive in the order they were posted. */
+typedef struct {
+    const float *send[4];
+    float *recv[4];
+    size_t send_n[4], recv_n[4];
+    int n_send, n_recv, to, from, tag;
+} ex_p2p;
+
 typedef struct {
     int tp_size, tp_rank;
     int sp_size, sp_rank;
@@ -76,6 +87,12 @@ typedef struct {
      * stage, the head on the last. pp_size 0 or 1: the whole module. */
     int pp_size, pp_rank;
     int stage_layers[PLAN_MAX_PP];
+    /* The LLM's context parallelism (plan_cp_of): Ulysses uses alltoall,
+     * ring attention these. p2p_start posts m's messages without waiting,
+     * adding them to *req (a new request when *req is NULL); p2p_wait
+     * completes every message of a request and frees it. */
+    int (*p2p_start)(void *ctx, const ex_p2p *m, void **req);
+    int (*p2p_wait)(void *ctx, void *req);
 } ex_parallel;
 int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
                              const ex_parallel *par, ex_model **out, char *err);
@@ -98,7 +115,11 @@ int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
  * it computes from the whole clips' mel frames (ex_batch.mel), so N / sp must
  * be whole pool groups. ex_model_create_parallel is this with par's tp part
  * on the LLM and its sp part on the encoders.
- * Sequence parallelism of the LLM is refused (EUNSUPPORTED). */
+ * The LLM's sequence may be split over sp ranks too (context parallelism,
+ * plan_cp_of): each rank holds the positions plan_cp_span_of gives of every
+ * sample (which must all have one length), the vision rows of those
+ * positions in vis_in / dvis, and the loss of the predictions it holds;
+ * Ulysses needs alltoall, ring attention p2p_start and p2p_wait. */
 int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules,
                                const ex_parallel *par, ex_model **out, char *err);
 void ex_model_free(ex_model *em);

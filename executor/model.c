@@ -210,20 +210,25 @@ static int check_vision(const model_module *mm, const model_module *llm, char *e
 }
 
 /* Checks one module's parallel layout: tp over heads / kv heads / ffn (and the
- * vocabulary for the LLM), sp (vision only) over heads of the local tp shard,
- * sequence parallelism (the LLM only, with its collectives). */
+ * vocabulary for the LLM), sp over heads of the local tp shard (Ulysses) or
+ * over the ring (the LLM's ring attention, plan_cp_of), Megatron sequence
+ * parallelism (the LLM only, with its collectives). */
 static int check_layout(const ex_module *md, const ex_parallel *par, char *err)
 {
     const model_module *mm = &md->mm;
     const char *n = mm->name;
-    if (mm->kind == MODEL_LLM && md->sp > 1)
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: sequence parallelism of the LLM is not implemented (sp_size %d)", n, md->sp);
-    if (md->sp > 1 && (md->sp_rank < 0 || md->sp_rank >= md->sp || !par->alltoall))
-        return util_fail(err, UTIL_EINVAL, "executor: module %s: sp_rank %d outside sp_size %d or no alltoall", n, md->sp_rank, md->sp);
+    plan_cp cp = plan_cp_of(mm, &md->strat);
+    if (md->sp > 1 && (md->sp_rank < 0 || md->sp_rank >= md->sp))
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: sp_rank %d outside sp_size %d", n, md->sp_rank, md->sp);
+    if (cp == PLAN_CP_ULYSSES && !par->alltoall)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: Ulysses sequence parallelism needs alltoall", n);
+    if (cp == PLAN_CP_RING && (!par->p2p_start || !par->p2p_wait))
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: ring attention needs p2p_start and p2p_wait", n);
     if (md->tp > 1 && (md->tp_rank < 0 || md->tp_rank >= md->tp || !par->allreduce_sum))
         return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_rank %d outside tp_size %d or no allreduce_sum", n, md->tp_rank, md->tp);
-    if (mm->heads % (md->tp * md->sp) || mm->kv_heads % (md->tp * md->sp))
-        return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_size %d x sp_size %d does not divide heads %d and kv_heads %d", n, md->tp, md->sp, mm->heads, mm->kv_heads);
+    int split = cp == PLAN_CP_RING ? md->tp : md->tp * md->sp;   /* ring attention keeps every head of the tp shard */
+    if (mm->heads % split || mm->kv_heads % split)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_size %d x sp_size %d does not divide heads %d and kv_heads %d", n, md->tp, cp == PLAN_CP_RING ? 1 : md->sp, mm->heads, mm->kv_heads);
     if (mm->ffn % md->tp)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_size %d does not divide ffn %d", n, md->tp, mm->ffn);
     if (mm->kind == MODEL_LLM && md->tp > 1) {

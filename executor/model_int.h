@@ -47,7 +47,7 @@ typedef struct {
 typedef struct {
     float *x, *ln1, *rstd1, *q, *k, *v, *att, *lse, *xmid, *ln2, *rstd2, *g, *u, *h;
     float *mean1, *mean2;      /* LayerNorm */
-    float *att_loc;            /* sp > 1: attention output in local-row layout (q..lse are all-rows, local-heads) */
+    float *att_loc;            /* Ulysses layers: attention output in local-row layout (q..lse are all-rows, local-heads) */
 } ex_block_acts;
 
 typedef struct {
@@ -63,7 +63,11 @@ typedef struct {
     float *xg, *rstdf, *gath, *logits, *dlogits, *ce_mx, *ce_st, *emb;
     /* backward scratch */
     float *dres, *dln, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dgath, *dxg, *dh1, *da1, *dvis;
-    float *sp_pack, *sp_dq, *sp_dk, *sp_dv, *sp_datt;   /* sp > 1 */
+    float *sp_pack, *sp_dq, *sp_dk, *sp_dv, *sp_datt;   /* Ulysses */
+    float *sp_recv;            /* the LLM's Ulysses: an all-to-all's rows before they are regrouped by sample */
+    /* ring attention (ring.c): K/V blocks [2][k, v], their gradients
+     * [2][dk, dv], a block's partial output and log-sum-exp */
+    float *ring_kv, *ring_dkv, *ring_out, *ring_lse;
     /* Megatron sequence parallelism: all rows gathered, a row-parallel
      * output before its reduce-scatter, the gathered output gradient, and the
      * norms' partial weight gradients [2, d] */
@@ -90,7 +94,7 @@ typedef struct {
     int d, H, Hkv, hd, f;      /* local shard shapes */
     int vocab0, vocab_n;       /* llm: this rank's vocab rows [vocab0, vocab0 + vocab_n) */
     int tp, tp_rank;           /* tensor-parallel group size and rank (1, 0 = none) */
-    int sp, sp_rank;           /* Ulysses sequence-parallel group size and rank (1, 0 = none) */
+    int sp, sp_rank;           /* sequence-parallel group size and rank (1, 0 = none): Ulysses, or the LLM's ring (plan_cp_of) */
     bool seqpar;               /* Megatron sequence parallelism (tp > 1, LLM) */
     plan_recompute recompute;
     bool rope;                 /* rotary positions in attention (plan_module_rotary) */
@@ -162,6 +166,13 @@ void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, 
 /* The blocks of a module forward from md->a.blk[0].x, and backward from md->a.dres, each block inside its unit hooks. */
 void ex_blocks_forward(const ex_backend *be, ex_module *md, const int *cu, const int *cu_win, bool causal);
 void ex_blocks_backward(const ex_backend *be, ex_module *md, const int *cu, const int *cu_win, bool causal);
+/* ring.c: ring attention of one block over the sp group (plan_cp_of is
+ * PLAN_CP_RING): a's q, k, v of this rank's rows (nseq samples of equal
+ * length, cu their local rows) to a->att and a->lse; backward from datt into
+ * md->a.dq, dk, dv. */
+void ex_ring_forward(const ex_backend *be, ex_module *md, ex_block_acts *a, const int *cu, int nseq);
+void ex_ring_backward(const ex_backend *be, ex_module *md, const ex_block_acts *a, const float *datt, const int *cu,
+                      int nseq);
 /* vision.c: the batch's images checked against the model, merged rows per image. */
 int ex_check_images(const ex_model *em, const ex_batch *b, char *err);
 int ex_merged_per_image(const ex_model *em, const ex_batch *b);

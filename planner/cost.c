@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-typedef struct {
+typedef struct plan_pricer {
     const cost_gpu *g;
     double A;                    /* bytes per activation element */
     double fwd, bwd;             /* seconds */
@@ -151,11 +151,27 @@ static void price_hidden_dropout(pricer *p, double n)
     if (runs_backward(p)) p->bwd += cost_memory_time(p->g, n * (2 * p->A + 1));
 }
 
+/* A block's attention core: ring attention's blocks and merges (cost_cp.c),
+ * the unfused score matrix (where Megatron-LM runs it), or flash attention. */
+static void price_attention_core(pricer *core, const model_module *mm, const plan_ring_price *ring, bool unfused,
+                                 double t, double span, double keys, double heads, double head_dim)
+{
+    if (ring) {
+        core->fwd += ring->fwd_s;
+        if (runs_backward(core)) core->bwd += ring->bwd_s;
+    } else if (unfused) {
+        price_attention_unfused(core, mm, t, keys, heads, head_dim);
+    } else {
+        price_attention(core, t, span, heads, head_dim);
+    }
+}
+
 /* One transformer block on t local tokens (after the Ulysses split, per dp
  * rank); *selective gets what selective recomputation re-runs of it in
  * backward: the attention core's forward and the MLP activation. */
 static void price_block(pricer *p, const model_module *mm, const plan_module *s, double t,
-                        double span, double keys, bool cross, double cross_tokens, double *selective)
+                        double span, double keys, bool cross, double cross_tokens, const plan_ring_price *ring,
+                        double *selective)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     bool seqpar = s->seq_parallel && s->tp > 1;
@@ -169,12 +185,11 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
         price_attention(&core, t, cross_tokens, H / tp, d);
     } else if (p->megatron) {
         price_linear(p, t, (H + 2 * KV) * d / tp, h);
-        if (mm->unfused_attention) price_attention_unfused(&core, mm, t, keys, H / tp, d);
-        else price_attention(&core, t, span, H / tp, d);
+        price_attention_core(&core, mm, ring, mm->unfused_attention, t, span, keys, H / tp, d);
     } else {                          /* the executor's q, then k and v */
         price_linear(p, t, H * d / tp, h);
         price_linears(p, t, h, 2, KV * d / tp);
-        price_attention(&core, t, span, H / tp, d);
+        price_attention_core(&core, mm, ring, false, t, span, keys, H / tp, d);
     }
     p->fwd += core.fwd;
     p->bwd += core.bwd;
@@ -205,14 +220,14 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
 /* count blocks of one kind: their compute into p, their forward (what full
  * recomputation re-runs) into *blocks_fwd, selective's re-run into *selective. */
 static void price_blocks(pricer *p, const model_module *mm, const plan_module *s, double t,
-                         double span, double keys, bool cross, double cross_tokens, int count, double *blocks_fwd,
-                         double *selective)
+                         double span, double keys, bool cross, double cross_tokens, const plan_ring_price *ring,
+                         int count, double *blocks_fwd, double *selective)
 {
     if (count == 0) return;
     pricer one = *p;
     one.fwd = one.bwd = 0;
     double sel = 0;
-    price_block(&one, mm, s, t, span, keys, cross, cross_tokens, &sel);
+    price_block(&one, mm, s, t, span, keys, cross, cross_tokens, ring, &sel);
     p->fwd += count * one.fwd;
     p->bwd += count * one.bwd;
     *blocks_fwd += count * one.fwd;
@@ -229,6 +244,24 @@ static void ew_calls(pricer *p, bool backward, cost_ew k, double calls, double n
     else p->fwd += s;
 }
 
+/* planner_int.h's steps for the cost model's parts in files of their own
+ * (cost_audio.c): a GEMM whose input may need no gradient, element-wise
+ * calls in a pass. */
+void plan_price_gemm(pricer *p, double m, double n, double k, bool input_grad)
+{
+    pricer q = *p;
+    q.need_input_grad = p->need_input_grad && input_grad;
+    price_linear(&q, m, n, k);
+    p->fwd = q.fwd;
+    p->bwd = q.bwd;
+}
+
+void plan_price_ew(pricer *p, plan_pass pass, cost_ew k, double calls, double n)
+{
+    if (pass == PLAN_PASS_WGRAD && !p->need_weight_grad) return;
+    ew_calls(p, pass != PLAN_PASS_FWD, k, calls, n);
+}
+
 /* The LLM's stem (executor/llm.c, llm_embed / llm_embed_backward): the
  * embedding rows in (under tensor parallelism every rank first looks up
  * all `text` rows in its vocabulary shard); under sequence parallelism the
@@ -238,20 +271,22 @@ static void ew_calls(pricer *p, bool backward, cost_ew k, double calls, double n
  * sample's encoder rows and text rows are placed, and their gradients taken,
  * by calls of their own (`samples` of each; the Megatron target one each). */
 static void price_llm_stem(pricer *p, const model_module *mm, const plan_module *s, double t, double text,
-                           double samples)
+                           double samples, int text_runs)
 {
-    double h = mm->hidden, calls = p->megatron ? 1 : samples;
+    double h = mm->hidden, calls = p->megatron ? 1 : samples, runs = p->megatron ? 1 : samples * text_runs;
     bool seqpar = s->seq_parallel && s->tp > 1;
-    if (s->tp > 1) ew_fwd(p, COST_EW_COPY, text * h);
+    /* the vocab-parallel lookup: every text token in one call, or under
+     * context parallelism each run of text positions the rank holds */
+    if (s->tp > 1) ew_calls(p, false, COST_EW_COPY, s->sp > 1 ? runs : 1, text * h);
     if (!p->megatron) {
         ew_calls(p, false, COST_EW_COPY, calls, (t - text) * h);   /* encoder rows */
-        ew_calls(p, false, COST_EW_COPY, calls, text * h);         /* text rows (the lookup, or its copy) */
+        ew_calls(p, false, COST_EW_COPY, runs, text * h);          /* text rows (the lookup, or its copy) */
     } else {
         ew_fwd(p, COST_EW_COPY, t * h);
     }
     if (seqpar) ew_fwd(p, COST_EW_COPY, t / s->tp * h);
     ew_calls(p, true, COST_EW_COPY, calls, (t - text) * h);
-    if (p->need_weight_grad) ew_calls(p, true, COST_EW_ADD, calls, text * h);   /* embedding gradient rows */
+    if (p->need_weight_grad) ew_calls(p, true, COST_EW_ADD, runs, text * h);   /* embedding gradient rows */
 }
 
 static void price_llm_head(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
@@ -268,6 +303,33 @@ static void price_llm_head(pricer *p, const model_module *mm, const plan_module 
     ew_bwd(p, COST_EW_RMSNORM_BWD, rows * h);
     ew_bwd(p, COST_EW_ADD, rows * h);
     if (seqpar) ew_bwd(p, COST_EW_COPY, t / s->tp * h);
+}
+
+/* The LLM's stem and head on stage st as sp rank sp_rank holds them (its
+ * text rows and predictions, plan_cp_end_rows); sp_rank < 0: the sp group's
+ * pace: its slowest stem forward, stem backward and head, each of which the
+ * other ranks wait for at their next exchange. *text and *head get the rows
+ * of the ranks priced (for their tensor-parallel collectives). */
+static void price_llm_ends(pricer *p, const model_module *mm, const plan_module *s, const plan_stage *st,
+                           const plan_workload *w, plan_target target, double samples, double S, double t, int sp_rank,
+                           double *text, double *head)
+{
+    int first = sp_rank >= 0 ? sp_rank : 0, last = sp_rank >= 0 ? sp_rank : s->sp - 1;
+    double stem_f = -1, stem_b = -1, head_f = 0, head_b = -1;
+    for (int j = first; j <= last; j++) {
+        double tx, hd;
+        int runs;
+        plan_cp_end_rows(mm, s, w, target, samples, S, j, &tx, &hd, &runs);
+        pricer a = *p, b = *p;
+        a.fwd = a.bwd = b.fwd = b.bwd = 0;
+        if (st->stem) price_llm_stem(&a, mm, s, t, tx, samples, runs);
+        if (st->head) price_llm_head(&b, mm, s, t, hd);
+        if (a.fwd > stem_f) { stem_f = a.fwd; *text = tx; }
+        if (a.bwd > stem_b) stem_b = a.bwd;
+        if (b.fwd + b.bwd > head_f + head_b) { head_f = b.fwd; head_b = b.bwd; *head = hd; }
+    }
+    p->fwd += stem_f + head_f;
+    p->bwd += stem_b + head_b;
 }
 
 /* The vision / audio stem and merger (executor/vision.c,
@@ -318,88 +380,12 @@ static void price_encoder_head(pricer *p, const model_module *mm, const plan_mod
     }
 }
 
-/* The audio stem on the first stage (executor/audio.c, Whisper's encoder)
- * on t rows, `segments` clip segments (plan_audio_stem_work): conv1 over its
- * R1 rows (C mel bins x k taps -> h) and conv2 (h x k -> h, stride 2) as
- * im2col (one call per segment) + GEMM, each with its bias and GELU, the
- * positions added per segment; backward conv2's and conv1's weight
- * gradients and conv2's input gradient (col2im per segment), the im2col
- * rebuilt (the mel frames need no gradient), the learned positions'
- * gradient per segment. im2col and col2im are gathers priced as copies of
- * their nominal bytes: im2col reads and writes its rows x C k, col2im reads
- * the columns and updates the frames. */
-static void ew_fwd_split(pricer *p, cost_ew k, double n, double calls)
-{
-    for (int i = 0; i < calls; i++) ew_fwd(p, k, n / calls);
-}
-
-static void ew_bwd_split(pricer *p, cost_ew k, double n, double calls)
-{
-    for (int i = 0; i < calls; i++) ew_bwd(p, k, n / calls);
-}
-
-static void price_audio_stem(pricer *p, const model_module *mm, double t, double R1, double segments)
-{
-    double h = mm->hidden, k = mm->patch, C = mm->in_channels;
-    pricer stem = *p;
-    stem.need_input_grad = false;
-    price_linear(&stem, R1, h, C * k);
-    p->fwd = stem.fwd;
-    p->bwd = stem.bwd;
-    price_linear(p, t, h, h * k);
-    ew_fwd_split(p, COST_EW_COPY, R1 * C * k, segments);              /* conv1 im2col */
-    ew_fwd(p, COST_EW_BIAS, R1 * h);
-    ew_fwd(p, COST_EW_GELU, R1 * h);
-    ew_fwd_split(p, COST_EW_COPY, t * h * k, segments);               /* conv2 im2col */
-    ew_fwd(p, COST_EW_BIAS, t * h);
-    ew_fwd(p, COST_EW_GELU, t * h);
-    ew_fwd_split(p, COST_EW_ADD, t * h, segments);                    /* positions */
-    if (mm->max_positions > 0 && p->need_weight_grad) ew_bwd_split(p, COST_EW_ADD, t * h, segments);
-    ew_bwd(p, COST_EW_ZERO, t * h);
-    ew_bwd(p, COST_EW_GELU_BWD, t * h);
-    ew_bwd_split(p, COST_EW_COPY, t * h * k, segments);               /* conv2 im2col again */
-    ew_bwd(p, COST_EW_ZERO, t * h * k);
-    ew_bias_grad(p, mm->patch_bias, t * h);
-    ew_bwd_split(p, COST_EW_COPY, R1 * C * k, segments);              /* conv1 im2col again */
-    ew_bwd(p, COST_EW_ZERO, R1 * h);
-    ew_bwd_split(p, COST_EW_COPY, t * h * k / 2 + R1 * h, segments);  /* col2im */
-    ew_bwd(p, COST_EW_ZERO, R1 * h);
-    ew_bwd(p, COST_EW_GELU_BWD, R1 * h);
-    ew_bias_grad(p, mm->patch_bias, R1 * h);
-}
-
-/* The audio head on the last stage: the t / pool pooled rows (pooling reads
- * pool rows per output row and writes one, backward reads one and updates
- * pool: copies of those bytes), their final LayerNorm and the projector. */
-static void price_audio_head(pricer *p, const model_module *mm, double t)
-{
-    double h = mm->hidden, pool = mm->pool > 0 ? mm->pool : 1, M = t / pool, O = mm->out_hidden;
-    ew_fwd(p, COST_EW_COPY, M * h * (pool + 1) / 2);     /* pooling */
-    ew_fwd(p, COST_EW_LAYERNORM, M * h);
-    price_linear(p, M, O, h);
-    ew_fwd(p, COST_EW_BIAS, M * O);
-    ew_bwd(p, COST_EW_ZERO, M * h);
-    ew_bias_grad(p, mm->proj_bias, M * O);
-    ew_bwd(p, COST_EW_ZERO, M * h);
-    ew_bwd(p, COST_EW_LAYERNORM_BWD, M * h);
-    ew_bwd(p, COST_EW_ZERO, t * h);
-    ew_bwd(p, COST_EW_COPY, M * h * (2 * pool + 1) / 2); /* pooling's backward */
-}
-
 /* One collective of op over module s's group on `axes` (plan_group_shape places it in the node). */
 static double group_coll(const cost_pool *pool, const plan_module *s, unsigned axes, cost_coll op, double bytes)
 {
     int n, per_node;
     plan_group_shape(s, axes, pool->gpus_per_node, &n, &per_node);
     return cost_collective_time(pool, op, bytes, n, per_node);
-}
-
-/* Ulysses keeps window layers local when every rank holds whole windows. */
-static bool window_layers_local(const model_module *mm, const plan_module *s, const plan_seq *q)
-{
-    if (mm->window <= 0 || s->sp == 1) return true;
-    double per_rank = q->seq / s->sp;
-    return fmod(per_rank, mm->window) == 0;
 }
 
 /* FLOPs of one sample through the module's forward at tp = sp = 1. */
@@ -425,23 +411,29 @@ static double forward_flops_per_sample(const model_module *mm, const plan_seq *q
  * all-gathers the bf16 weights. Under autocast the weights and their
  * gradients are fp32 (PyTorch DDP / DeepSpeed reduce what they hold). */
 
-/* Ulysses re-shards around each all-to-all by copying (executor/block.c
- * sp_heads_to_rows, sp_rows_to_heads): forward q, k, v packed into the send
- * buffer and the attention output unpacked from the receive buffer, backward
- * the output's gradient packed and dq, dk, dv unpacked; t local rows. */
-static void price_ulysses_copies(pricer *p, const model_module *mm, const plan_module *s, double t, int layers)
+/* Ulysses re-shards around each all-to-all through the backend's
+ * transpose_blocks (executor/block.c sp_heads_to_rows, sp_rows_to_heads):
+ * forward q, k, v packed for the exchange and the attention output
+ * unpacked, backward the output's gradient packed and dq, dk, dv unpacked;
+ * t local rows. The LLM's ranks hold a slice of each of its samples: with
+ * more than one in the micro-batch, each exchange also regroups its rows
+ * (one more transpose each). */
+static void price_ulysses_copies(pricer *p, const model_module *mm, const plan_module *s, double t, double samples,
+                                 int layers)
 {
     double q_elems = t * mm->heads * mm->head_dim / s->tp, kv_elems = t * mm->kv_heads * mm->head_dim / s->tp;
-    for (int l = 0; l < layers; l++) {
-        ew_fwd(p, COST_EW_COPY, q_elems);    /* q */
-        ew_fwd(p, COST_EW_COPY, kv_elems);   /* k */
-        ew_fwd(p, COST_EW_COPY, kv_elems);   /* v */
-        ew_fwd(p, COST_EW_COPY, q_elems);    /* attention output */
-        ew_bwd(p, COST_EW_COPY, q_elems);    /* its gradient */
-        ew_bwd(p, COST_EW_COPY, q_elems);    /* dq */
-        ew_bwd(p, COST_EW_COPY, kv_elems);   /* dk */
-        ew_bwd(p, COST_EW_COPY, kv_elems);   /* dv */
-    }
+    int per = mm->kind == MODEL_LLM && samples > 1 ? 2 : 1;
+    for (int l = 0; l < layers; l++)
+        for (int c = 0; c < per; c++) {
+            ew_fwd(p, COST_EW_COPY, q_elems);    /* q */
+            ew_fwd(p, COST_EW_COPY, kv_elems);   /* k */
+            ew_fwd(p, COST_EW_COPY, kv_elems);   /* v */
+            ew_fwd(p, COST_EW_COPY, q_elems);    /* attention output */
+            ew_bwd(p, COST_EW_COPY, q_elems);    /* its gradient */
+            ew_bwd(p, COST_EW_COPY, q_elems);    /* dq */
+            ew_bwd(p, COST_EW_COPY, kv_elems);   /* dk */
+            ew_bwd(p, COST_EW_COPY, kv_elems);   /* dv */
+        }
 }
 
 /* The tensor-parallel regions of the blocks (executor/block.c): per block,
@@ -528,7 +520,7 @@ static void merge_fwd(const plan_comm *fwd, plan_comm *c)
  * (per dp rank) through the layers of stage st: its blocks, and the stem and
  * head where it holds them. */
 static void price_micro(const model_t *m, int mi, const plan_module *s, const plan_stage *st, const plan_workload *w,
-                        const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
+                        const cost_cluster *c, const plan_options *o, double samples, int sp_rank, plan_time *out)
 {
     const model_module *mm = &m->mod[mi];
     const cost_pool *pool = &c->pool[s->pool];
@@ -560,25 +552,27 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
         else if (model_layer_is_full_attention(mm, l)) n_full++;
         else n_window++;
     }
+    /* the LLM's ring attention (plan_cp_of): its full-attention blocks' cores */
+    bool ring = plan_cp_of(mm, s) == PLAN_CP_RING;
+    plan_ring_price rp = { 0 };
+    if (ring) plan_price_ring_block(mm, s, pool, o, A, samples, q.seq, sp_rank, backward, &rp);
     double blocks_fwd = 0, selective = 0;
     /* Keys of the whole score matrix the unfused attention materialises: the sequence (window). */
     double keys_full = q.seq, keys_window = mm->window > 0 ? fmin(mm->window, q.seq) : q.seq;
-    price_blocks(&p, mm, s, t, q.attn_span_full, keys_full, false, cross_tokens, n_full, &blocks_fwd, &selective);
-    price_blocks(&p, mm, s, t, q.attn_span_window, keys_window, false, cross_tokens, n_window, &blocks_fwd, &selective);
-    price_blocks(&p, mm, s, t, 0, 0, true, cross_tokens, n_cross, &blocks_fwd, &selective);
-    int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
-    if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
-    double head_rows = mm->kind == MODEL_LLM ? plan_head_rows(w, o->target, samples, t) : 0;
+    price_blocks(&p, mm, s, t, q.attn_span_full, keys_full, false, cross_tokens, ring ? &rp : NULL, n_full, &blocks_fwd,
+                 &selective);
+    price_blocks(&p, mm, s, t, q.attn_span_window, keys_window, false, cross_tokens, NULL, n_window, &blocks_fwd,
+                 &selective);
+    price_blocks(&p, mm, s, t, 0, 0, true, cross_tokens, NULL, n_cross, &blocks_fwd, &selective);
+    int n_a2a_layers = 0;   /* the blocks that exchange by Ulysses all-to-alls (plan_cp_layer) */
+    for (int l = st->first; l < st->first + st->count; l++)
+        n_a2a_layers += !model_layer_is_cross(mm, l) && plan_cp_layer(mm, s, l, t) == PLAN_CP_ULYSSES;
+    price_ulysses_copies(&p, mm, s, t, samples, n_a2a_layers);
+    double text_rows = 0, head_rows = 0;
     if (mm->kind == MODEL_LLM) {
-        if (st->stem) price_llm_stem(&p, mm, s, t, samples * w->text_tokens, samples);
-        if (st->head) price_llm_head(&p, mm, s, t, head_rows);
+        price_llm_ends(&p, mm, s, st, w, o->target, samples, q.seq, t, sp_rank, &text_rows, &head_rows);
     } else if (mm->kind == MODEL_AUDIO) {
-        if (st->stem) {
-            double R1, segments;
-            plan_audio_stem_work(mm, (int)samples, (int)q.seq, s->sp, &R1, &segments);
-            price_audio_stem(&p, mm, t, R1, segments);
-        }
-        if (st->head) price_audio_head(&p, mm, t);
+        plan_price_audio_ends(&p, mm, st, samples, q.seq, s->sp, t);
     } else {
         if (st->stem) price_encoder_stem(&p, mm, s, t);
         if (st->head) price_encoder_head(&p, mm, s, t);
@@ -598,11 +592,17 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
      * recomputation), then everything else. */
     plan_comm tp_fwd = { 0 }, tp = { 0 }, sp_fwd = { 0 }, sp = { 0 }, dp = { 0 };
     price_tp_blocks(mm, s, st->count, pool, A, t, backward, !mm->frozen, &tp, &tp_fwd);
-    price_tp_llm_ends(mm, s, st, pool, A, t, samples * w->text_tokens, head_rows, backward, &tp);
+    price_tp_llm_ends(mm, s, st, pool, A, t, text_rows, head_rows, backward, &tp);
     price_ulysses(mm, s, pool, A, t, n_a2a_layers, backward, &sp_fwd, &sp);
+    sp_fwd.fwd_s += n_full * rp.fwd_comm_s;
+    sp_fwd.fwd_syncs += n_full * rp.fwd_syncs;
+    sp.bwd_s += n_full * rp.bwd_comm_s;
+    sp.bwd_syncs += n_full * rp.bwd_syncs;
     if (s->recompute == PLAN_RECOMP_FULL && backward) {
         recompute_comm(&tp_fwd, &tp);
         recompute_comm(&sp_fwd, &sp);
+    } else if (s->recompute == PLAN_RECOMP_SELECTIVE && ring && backward) {
+        recompute_comm(&sp_fwd, &sp);   /* the attention core it re-runs passes the K/V blocks again */
     }
     merge_fwd(&tp_fwd, &tp);
     merge_fwd(&sp_fwd, &sp);
@@ -623,7 +623,14 @@ void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int s
                            const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
 {
     plan_stage st = plan_stage_of(&m->mod[mi], s, stage);
-    price_micro(m, mi, s, &st, w, c, o, samples, out);
+    price_micro(m, mi, s, &st, w, c, o, samples, -1, out);
+}
+
+void plan_cp_micro_time(const model_t *m, int mi, const plan_module *s, int stage, int sp_rank, const plan_workload *w,
+                        const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
+{
+    plan_stage st = plan_stage_of(&m->mod[mi], s, stage);
+    price_micro(m, mi, s, &st, w, c, o, samples, sp_rank, out);
 }
 
 /* One stage's activation to the next (or its gradient back): the rank's
@@ -653,7 +660,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
                      const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
 {
     plan_stage whole = plan_stage_of(&m->mod[mi], s, -1);
-    price_micro(m, mi, s, &whole, w, c, o, samples, out);
+    price_micro(m, mi, s, &whole, w, c, o, samples, -1, out);
     if (s->pp <= 1 || samples <= 0) return;
     bool backward = !m->mod[mi].frozen || m->mod[mi].kind == MODEL_LLM;
     double hop = plan_stage_hop_s(m, mi, s, w, c, o, samples);
@@ -758,7 +765,8 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (s->tp > pool->gpus_per_node)
         return util_fail(err, UTIL_EINVAL, "%s: tp %d exceeds the %d GPUs of a node", mm->name, s->tp,
                          pool->gpus_per_node);
-    if (!divides(s->tp * s->sp, mm->heads) || !divides(s->tp * s->sp, mm->kv_heads))
+    /* the LLM's context parallelism falls back to ring attention (plan_cp_of) */
+    if (plan_cp_of(mm, s) != PLAN_CP_RING && (!divides(s->tp * s->sp, mm->heads) || !divides(s->tp * s->sp, mm->kv_heads)))
         return util_fail(err, UTIL_EINVAL, "%s: tp*sp = %d must divide heads %d and kv_heads %d", mm->name,
                          s->tp * s->sp, mm->heads, mm->kv_heads);
     /* A vocab that tp does not divide is padded, as Megatron-LM's --make-vocab-size-divisible-by does. */
@@ -794,6 +802,8 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     plan_module_seq(m, mi, w, &q);
     if (s->sp > 1 && fmod(q.seq, s->sp) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sequence %.0f is not divisible by sp %d", mm->name, q.seq, s->sp);
+    int rc = plan_cp_check(mm, s, q.seq, err);
+    if (rc) return rc;
     if (mm->kind != MODEL_LLM && s->sp > 1 && mm->merge > 1 && fmod(q.seq / s->sp, mm->merge * mm->merge) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sp %d splits merge groups", mm->name, s->sp);
     /* The audio encoder pools each rank's rows on their own (executor/audio.c). */
@@ -805,8 +815,8 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
      * which needs whole rows per rank. */
     if (s->seq_parallel && mm->kind != MODEL_LLM)
         return util_fail(err, UTIL_EINVAL, "%s: Megatron sequence parallelism (seqpar) applies to the LLM's tensor-parallel blocks", mm->name);
-    if (s->seq_parallel && s->tp > 1 && fmod(q.seq, s->tp) != 0)
-        return util_fail(err, UTIL_EINVAL, "%s: sequence parallelism needs the sequence (%.0f tokens) divisible by tp %d", mm->name, q.seq, s->tp);
+    if (s->seq_parallel && s->tp > 1 && fmod(q.seq / s->sp, s->tp) != 0)
+        return util_fail(err, UTIL_EINVAL, "%s: sequence parallelism needs each sp rank's %.0f tokens divisible by tp %d", mm->name, q.seq / s->sp, s->tp);
     int g = s->dp * s->tp * s->sp * s->pp;
     if (g > cost_pool_gpus(pool))
         return util_fail(err, UTIL_EINVAL, "%s: %d GPUs exceed pool '%s' (%d)", mm->name, g, pool->name,

@@ -271,7 +271,19 @@ static bool kept_per_layer(plan_act_id id, plan_recompute rc)
     return true;
 }
 
-static void block_acts(act_list *l, const model_module *mm, const plan_module *s, double N, int layer)
+/* Does any block of stage st exchange its rows by Ulysses all-to-alls (plan_cp_layer)? */
+static bool stage_ulysses(const model_module *mm, const plan_module *s, const plan_stage *st, double N)
+{
+    for (int b = st->first; b < st->first + st->count; b++)
+        if (plan_cp_layer(mm, s, b, N) == PLAN_CP_ULYSSES) return true;
+    return false;
+}
+
+/* Block tensors of layer `layer`, or (-1) the copies all blocks share; att_loc
+ * (the attention output back in this rank's rows) where the layer, or for
+ * the shared copy any layer of the stage, runs Ulysses. */
+static void block_acts(act_list *l, const model_module *mm, const plan_module *s, const plan_stage *st, double N,
+                       int layer)
 {
     double tp = s->tp, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
@@ -282,10 +294,11 @@ static void block_acts(act_list *l, const model_module *mm, const plan_module *s
         [PLAN_ACT_ATT] = N * qd, [PLAN_ACT_LSE] = N * H,
         [PLAN_ACT_XMID] = Nl * d, [PLAN_ACT_LN2] = Nl * d, [PLAN_ACT_RSTD2] = Nl,
         [PLAN_ACT_G] = N * f, [PLAN_ACT_U] = N * f, [PLAN_ACT_H] = N * f,
-        [PLAN_ACT_ATT_LOC] = s->sp > 1 ? N * qd : 0, [PLAN_ACT_MEAN1] = Nl, [PLAN_ACT_MEAN2] = Nl,
+        [PLAN_ACT_ATT_LOC] = N * qd, [PLAN_ACT_MEAN1] = Nl, [PLAN_ACT_MEAN2] = Nl,
     };
+    bool ulysses = layer >= 0 ? plan_cp_layer(mm, s, layer, N) == PLAN_CP_ULYSSES : stage_ulysses(mm, s, st, N);
     for (int id = 0; id < PLAN_NACT_BLOCK; id++) {
-        if (id == PLAN_ACT_ATT_LOC && s->sp <= 1) continue;
+        if (id == PLAN_ACT_ATT_LOC && !ulysses) continue;
         if ((id == PLAN_ACT_MEAN1 || id == PLAN_ACT_MEAN2) && mm->norm != MODEL_NORM_LAYERNORM) continue;
         if (id == PLAN_ACT_U && mm->ffn_kind != MODEL_FFN_SWIGLU) continue;
         bool per_layer = kept_per_layer((plan_act_id)id, s->recompute);
@@ -333,14 +346,22 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
     bool seqpar = s->seq_parallel && s->tp > 1;
     double Nl = seqpar ? N / tp : N;
-    for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, N, b);
-    block_acts(&l, mm, s, N, -1);
-    if (s->sp > 1) {
+    for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, &st, N, b);
+    block_acts(&l, mm, s, &st, N, -1);
+    if (stage_ulysses(mm, s, &st, N)) {
         act(&l, PLAN_ACT_SP_PACK, -1, false, N * fmax(qd, kd));
         act(&l, PLAN_ACT_SP_DQ, -1, false, N * qd);
         act(&l, PLAN_ACT_SP_DK, -1, false, N * kd);
         act(&l, PLAN_ACT_SP_DV, -1, false, N * kd);
         act(&l, PLAN_ACT_SP_DATT, -1, false, N * qd);
+        /* the LLM's ranks hold a slice of every sample: the all-to-all's rows come back rank-major and are regrouped */
+        if (mm->kind == MODEL_LLM) act(&l, PLAN_ACT_SP_RECV, -1, false, N * fmax(qd, kd));
+    }
+    if (plan_cp_of(mm, s) == PLAN_CP_RING) {   /* executor/ring.c: two K/V blocks in flight, their gradients too */
+        act(&l, PLAN_ACT_RING_KV, -1, false, 4 * N * kd);
+        act(&l, PLAN_ACT_RING_DKV, -1, false, 4 * N * kd);
+        act(&l, PLAN_ACT_RING_OUT, -1, false, N * qd);
+        act(&l, PLAN_ACT_RING_LSE, -1, false, N * H);
     }
     if (seqpar) {
         act(&l, PLAN_ACT_TP_FULL, -1, false, N * d);

@@ -242,6 +242,12 @@ void plan_stage_step_time(const model_module *mm, const plan_module *s, int stag
  * and head where it holds them; no hops. */
 void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
                            const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
+/* The same for sp rank sp_rank's own work, which under the LLM's context
+ * parallelism differs between ranks (their share of the text rows and
+ * predictions; ring attention's blocks); the stage's price above is the sp
+ * group's pace (sp_rank -1): the slowest rank at every point where they meet. */
+void plan_cp_micro_time(const model_t *m, int mi, const plan_module *s, int stage, int sp_rank, const plan_workload *w,
+                        const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
 /* One hop of a micro-batch's activations (or gradients) between two stages:
  * the rows a rank holds at the stage boundary (its sp share, its tp share
  * under sequence parallelism), hidden wide; its bytes and its seconds. */
@@ -343,7 +349,8 @@ typedef enum {
     PLAN_ACT_MEAN1, PLAN_ACT_MEAN2,   /* LayerNorm's row means */
     PLAN_NACT_BLOCK,
     PLAN_ACT_X_FINAL = PLAN_NACT_BLOCK, PLAN_ACT_COS, PLAN_ACT_SIN, PLAN_ACT_RC_OUT,
-    PLAN_ACT_SP_PACK, PLAN_ACT_SP_DQ, PLAN_ACT_SP_DK, PLAN_ACT_SP_DV, PLAN_ACT_SP_DATT,
+    PLAN_ACT_SP_PACK, PLAN_ACT_SP_DQ, PLAN_ACT_SP_DK, PLAN_ACT_SP_DV, PLAN_ACT_SP_DATT, PLAN_ACT_SP_RECV,
+    PLAN_ACT_RING_KV, PLAN_ACT_RING_DKV, PLAN_ACT_RING_OUT, PLAN_ACT_RING_LSE,
     PLAN_ACT_TP_FULL, PLAN_ACT_TP_PART, PLAN_ACT_TP_DFULL, PLAN_ACT_TP_GRADS,
     PLAN_ACT_DRES, PLAN_ACT_DLN, PLAN_ACT_DQ, PLAN_ACT_DK, PLAN_ACT_DV, PLAN_ACT_DATT, PLAN_ACT_DG, PLAN_ACT_DU,
     PLAN_ACT_DH,
@@ -394,6 +401,43 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
 /* The same summed: saved and scratch floats, and the LM head's logits part of the saved ones. */
 void plan_module_act_floats(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
                             double *saved, double *scratch, double *logits);
+
+/* ---- context parallelism (sp > 1) of the LLM: planner/seqlayout.c ----
+ * Ulysses (DeepSpeed-Ulysses, Jacobs et al., arXiv 2309.14509) where tp * sp
+ * divides the heads and the kv heads: sp rank j holds positions
+ * [j S / sp, (j + 1) S / sp) of every sample's S-token sequence, and
+ * all-to-alls swap heads and sequence around attention. Otherwise ring
+ * attention with load-balanced causal chunks (Megatron-Core's context
+ * parallelism; Liu et al., arXiv 2310.01889): the sequence cut in 2 sp
+ * chunks, rank j holds chunks j and 2 sp - 1 - j, the K/V blocks travel the
+ * ring sp - 1 times and the partial results merge by their log-sum-exp.
+ * An encoder's sp is Ulysses over its micro-batch's rows (executor/block.c). */
+typedef enum { PLAN_CP_NONE = 0, PLAN_CP_ULYSSES, PLAN_CP_RING } plan_cp;
+plan_cp plan_cp_of(const model_module *mm, const plan_module *s);
+const char *plan_cp_name(plan_cp k);
+/* Equal parts the variant cuts a sequence into: sp (Ulysses), 2 sp (ring). */
+int plan_cp_chunks(plan_cp k, int sp);
+/* The positions of a sample's S-token sequence that sp rank j holds, as at
+ * most two ranges [lo, hi) in the order of its local rows. */
+typedef struct { int n; int lo[2], hi[2]; } plan_cp_span;
+plan_cp_span plan_cp_span_of(plan_cp k, int S, int sp, int j);
+int plan_cp_rows(const plan_cp_span *s);                      /* positions held */
+int plan_cp_held(const plan_cp_span *s, int a, int b);        /* of positions [a, b) */
+int plan_cp_position(const plan_cp_span *s, int row);         /* local row -> position (-1 past the end) */
+int plan_cp_local(const plan_cp_span *s, int pos);            /* position -> local row, -1 if not held */
+/* The LLM's activation slot for `samples` samples of S positions, T of them
+ * text (the encoders' rows first): rows on this rank, and the encoder rows,
+ * predictions and text rows sized for the sp rank that holds the most. */
+plan_act_rows plan_llm_act_rows(const model_module *mm, const plan_module *s, int samples, int S, int T);
+/* How layer `layer` of module mm attends across its sp ranks when each holds
+ * `rows` rows of a micro-batch: PLAN_CP_NONE (on the rank alone: no sp, or
+ * an encoder's window layer whose ranks hold whole windows, where Ulysses
+ * needs no all-to-all), PLAN_CP_ULYSSES or PLAN_CP_RING. */
+plan_cp plan_cp_layer(const model_module *mm, const plan_module *s, int layer, double rows);
+/* Rows per sample of encoder k that LLM rank `rank` takes in (its sp rank's share of them). */
+int plan_cp_encoder_rows(const plan_t *p, int k, int rank);
+/* The LLM's sequence of `seq` tokens splits as the variant needs; UTIL_EINVAL naming the field otherwise. */
+int plan_cp_check(const model_module *mm, const plan_module *s, double seq, char *err);
 
 /* ---- whole-plan evaluation (the same cost model for the MILP result and baselines) ---- */
 typedef struct {

@@ -958,9 +958,15 @@ TEST(executor_parallel_layouts_refuse_what_they_cannot_run)
     CHECK_EQ_INT(ex_model_create_parallel(&m, 1, 1u << 1, &tp2, &em, err), UTIL_EINVAL);
     CHECK_MSG(strstr(err, "vocab 271") != NULL, "%s", err);
     tiny_vl(&m, false);
-    ex_parallel per[2] = { { 0 }, { .sp_size = 2, .ctx = &ctx, .alltoall = sp_alltoall } };
-    CHECK_EQ_INT(ex_model_create_per_module(&m, 1, ~0u, per, &em, err), UTIL_EUNSUPPORTED);
-    CHECK_MSG(strstr(err, "sequence parallelism of the LLM") != NULL, "%s", err);
+    /* the LLM's context parallelism needs its exchanges: Ulysses' all-to-alls
+     * (tp x sp divides the heads), ring attention's messages (2 x 2 does not divide 2 kv heads) */
+    ex_parallel per[2] = { { 0 }, { .sp_size = 2, .ctx = &ctx } };
+    CHECK_EQ_INT(ex_model_create_per_module(&m, 1, ~0u, per, &em, err), UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "Ulysses sequence parallelism needs alltoall") != NULL, "%s", err);
+    per[1] = (ex_parallel){ .tp_size = 2, .sp_size = 2, .ctx = &ctx, .allreduce_sum = tp_allreduce,
+                            .allreduce_max = tp_allreduce_max, .alltoall = sp_alltoall };
+    CHECK_EQ_INT(ex_model_create_per_module(&m, 1, ~0u, per, &em, err), UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "ring attention needs p2p_start and p2p_wait") != NULL, "%s", err);
     per[1] = (ex_parallel){ 0 };
     per[0] = (ex_parallel){ .tp_size = 2, .sp_size = 4, .ctx = &ctx, .allreduce_sum = tp_allreduce, .alltoall = sp_alltoall };
     CHECK_EQ_INT(ex_model_create_per_module(&m, 1, ~0u, per, &em, err), UTIL_EINVAL);
