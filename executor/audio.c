@@ -58,12 +58,7 @@ int ex_audio_check_frames(const model_module *am, int mel_frames, char *err)
 {
     if (mel_frames < 2 || mel_frames % 2)
         return util_fail(err, UTIL_EINVAL, "executor: batch: mel_frames %d must be even and >= 2 (the stride-2 conv stem halves it)", mel_frames);
-    int F = mel_frames / 2;
-    if (F % am->pool)
-        return util_fail(err, UTIL_EINVAL, "executor: batch: %d frames after the conv stem are not a multiple of pool %d", F, am->pool);
-    if (am->max_positions > 0 && F > am->max_positions)
-        return util_fail(err, UTIL_EINVAL, "executor: batch: %d frames after the conv stem exceed %s max_positions %d", F, am->name, am->max_positions);
-    return UTIL_OK;
+    return plan_audio_frames_check(am, mel_frames / 2, "executor: batch", err);
 }
 
 int ex_audio_rows_per_clip(const ex_model *em, const ex_batch *b)

@@ -54,3 +54,19 @@ double plan_audio_conv1_rows(const model_module *mm, const plan_module *s, doubl
 {
     return 2 * N + (s->sp > 1 ? mm->patch - 2 : 0);
 }
+
+int plan_audio_frames_check(const model_module *mm, int F, const char *what, char *err)
+{
+    if (mm->pool > 1 && F % mm->pool)
+        return util_fail(err, UTIL_EINVAL, "%s: %d frames after the conv stem are not a multiple of %s's pool %d", what, F,
+                         mm->name, mm->pool);
+    if (mm->max_positions > 0 && F > mm->max_positions)
+        return util_fail(err, UTIL_EINVAL, "%s: %d frames after the conv stem exceed %s's max_positions %d (its learned "
+                         "positions' rows)", what, F, mm->name, mm->max_positions);
+    return UTIL_OK;
+}
+
+int plan_audio_default_frames(const model_module *mm)
+{
+    return mm->max_positions > 0 ? mm->max_positions : 1500;
+}

@@ -394,6 +394,14 @@ void plan_audio_stem_work(const model_module *mm, int samples, int F, int sp, do
 /* The conv1 rows a slot holds for N rows after the stem: at least every
  * rank's (the layout's). */
 double plan_audio_conv1_rows(const model_module *mm, const plan_module *s, double N);
+/* A clip's F frames after the conv stem fit the encoder: whole pool groups
+ * (AvgPool1d(pool, pool) would drop a remainder), at most its learned
+ * positions' rows. `what` names the caller's field in the error. */
+int plan_audio_frames_check(const model_module *mm, int F, const char *what, char *err);
+/* The frames after the stem a workload defaults to: the learned positions'
+ * rows, else Whisper's 30 s window (3000 mel frames at 10 ms, halved by the
+ * stem: openai/whisper audio.py N_FRAMES, model.py AudioEncoder). */
+int plan_audio_default_frames(const model_module *mm);
 /* Of pipeline stage `stage` (its blocks, the stem's and the head's tensors
  * where it holds them); fills out[0 .. min(n, cap)) and returns n. */
 int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,

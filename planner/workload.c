@@ -82,10 +82,7 @@ int plan_workload_validate(const model_t *m, const plan_workload *w, char *err)
     int ai = model_find_kind(m, MODEL_AUDIO);
     if (ai < 0 && w->audio_frames > 0)
         return util_fail(err, UTIL_EINVAL, "workload.audio_frames: model '%s' has no audio encoder", m->name);
-    /* Each clip's frames pool in whole groups (AvgPool1d(pool, pool) would drop a remainder). */
-    if (ai >= 0 && w->audio_frames > 0 && m->mod[ai].pool > 1 && w->audio_frames % m->mod[ai].pool)
-        return util_fail(err, UTIL_EINVAL, "workload.audio_frames: %d is not a multiple of the audio encoder's pool %d",
-                         w->audio_frames, m->mod[ai].pool);
+    if (ai >= 0 && w->audio_frames > 0) return plan_audio_frames_check(&m->mod[ai], w->audio_frames, "workload.audio_frames", err);
     return UTIL_OK;
 }
 

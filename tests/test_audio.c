@@ -448,8 +448,8 @@ TEST(audio_bad_batches_and_models_are_refused_with_one_line)
     const float *out;
     int rows;
     struct { int tm, n; const char *want; } bad[] = {
-        { 15, 2, "mel_frames 15" }, { 0, 2, "mel_frames 0" }, { 18, 2, "not a multiple of pool 2" },
-        { 132, 2, "exceed audio max_positions 64" }, { 16, -1, "n_audio -1" },
+        { 15, 2, "mel_frames 15" }, { 0, 2, "mel_frames 0" }, { 18, 2, "not a multiple of audio's pool 2" },
+        { 132, 2, "exceed audio's max_positions 64" }, { 16, -1, "n_audio -1" },
     };
     bool ok = true;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0] && ok; i++) {

@@ -83,6 +83,30 @@ TEST(planner_audio_sp_keeps_whole_pool_groups)
     CHECK(field);
 }
 
+/* A clip longer than the learned positions' rows cannot run (tiny-audio:
+ * 64); sinusoids (tiny-omni) have no such bound; the default workload is
+ * the positions' rows, else Whisper's 1500. */
+TEST(planner_audio_frames_fit_the_learned_positions)
+{
+    char err[UTIL_ERR_LEN];
+    model_t m, omni;
+    CHECK_OK(model_load("tiny-audio", &m, err));
+    CHECK_OK(model_load("tiny-omni", &omni, err));
+    plan_workload w = audio_work(66);
+    w.images_per_sample = w.image_tokens = 0;
+    int over = plan_workload_validate(&m, &w, err);
+    bool named = strstr(err, "workload.audio_frames: 66") && strstr(err, "max_positions 64") && !strchr(err, '\n');
+    w.audio_frames = 64;
+    int fits = plan_workload_validate(&m, &w, err);
+    plan_workload wo = audio_work(66);
+    CHECK_EQ_INT(over, UTIL_EINVAL);
+    CHECK(named);
+    CHECK_OK(fits);
+    CHECK_OK(plan_workload_validate(&omni, &wo, err));
+    CHECK_EQ_INT(plan_audio_default_frames(&m.mod[model_find_kind(&m, MODEL_AUDIO)]), 64);
+    CHECK_EQ_INT(plan_audio_default_frames(&omni.mod[model_find_kind(&omni, MODEL_AUDIO)]), 1500);
+}
+
 /* LayerNorm is its own kernel: slowing it alone in the table adds its bytes
  * x (1/new - 1/old) per call: two per block and the final norm over the
  * pooled rows, forward; the RMSNorm LLM does not move. */
