@@ -118,7 +118,7 @@ int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
  * The LLM's sequence may be split over sp ranks too (context parallelism,
  * plan_cp_of): each rank holds the positions plan_cp_span_of gives of every
  * sample (which must all have one length), the vision rows of those
- * positions in vis_in / dvis, and the loss of the predictions it holds;
+ * positions in enc_in / denc, and the loss of the predictions it holds;
  * Ulysses needs alltoall, ring attention p2p_start and p2p_wait. */
 int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules,
                                const ex_parallel *par, ex_model **out, char *err);
@@ -246,18 +246,21 @@ int ex_step_forward_backward(ex_model *em, const ex_batch *b, float *loss, char 
 int ex_step_forward(ex_model *em, const ex_batch *b, float *loss, char *err);
 void ex_zero_grads(ex_model *em);
 
-/* The module-level pieces a step is made of, for running the encoder and the
- * LLM on different rank groups. A step is exactly:
+/* The module-level pieces a step is made of, for running the encoders and
+ * the LLM on different rank groups. A step of a vision model is exactly:
  *   ex_vision_forward -> vis_out [vis_rows, llm hidden] (merged tokens of all images)
- *   ex_llm_forward_backward(vis_in = vis_out) -> loss, dvis [vis_rows, llm hidden]
- *   ex_vision_backward(dvis).
+ *   ex_llm_forward_backward(enc_in = vis_out) -> loss, denc [vis_rows, llm hidden]
+ *   ex_vision_backward(denc).
+ * With an audio encoder too, ex_audio_forward's rows join them: enc_in holds
+ * each sample's encoder rows in plan_sample_offset's order (its images',
+ * then its clips'), and denc comes back in the same layout. 
  * Returned pointers are owned by em and valid until the next call of the same
  * function (vis_out: until the next ex_vision_forward into the same slot).
  * ex_vision_backward needs the batch of the last ex_vision_forward. */
 int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, int *vis_rows,
                       char *err);
-int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *vis_in, bool backward,
-                            float *loss, const float **dvis, char *err);
+int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *enc_in, bool backward,
+                            float *loss, const float **denc, char *err);
 int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char *err);
 /* A micro-batch of no samples on this rank while the others of its shard
  * group run one: only the unit hooks, in the order a real pass calls them, so
@@ -266,20 +269,23 @@ int ex_vision_empty_pass(ex_model *em, ex_unit_use use, char *err);
 int ex_llm_empty_pass(ex_model *em, bool backward, char *err);
 /* ---- one pipeline stage of any module ----
  * A stage's pass reads and gives: the first stage reads the batch (the
- * LLM's also its encoders' rows, vis_in), the others the previous stage's
+ * LLM's also its encoders' rows, enc_in), the others the previous stage's
  * output rows (in); the last stage gives the module's output (an encoder's
  * merged rows, the LLM's loss), the others their rows for the next stage.
  * Backward mirrors it: the last stage starts from the module's output
  * gradient (an encoder's: in = the LLM's gradient of its rows; the LLM's:
  * its loss), the others from the next stage's gradient (in); every stage but
  * the first gives its input's gradient (out), the LLM's first stage the
- * gradient of its vision rows (out). Rows are the stage boundary's: all the
+ * gradient of its encoder rows (out). Rows are the stage boundary's: all the
  * micro-batch's rows this rank holds (N / tp under sequence parallelism),
  * the hidden width wide. Pointers returned are the model's, valid until the
  * module's next pass. */
 typedef struct {
     const float *in;          /* see above; NULL where the stage reads the batch or starts at its loss */
-    const float *vis_in;      /* the LLM's first stage: its encoders' rows */
+    /* the LLM's first stage: every encoder's rows it holds, sample after
+     * sample in the order of its local rows (each sample's encoders in
+     * plan_sample_offset's order); backward gives their gradient (out) the same way */
+    const float *enc_in;
     bool backward;            /* the LLM's last stage, forward: a backward follows (the loss's gradient is computed) */
     const float *out;         /* see above */
     int out_rows;

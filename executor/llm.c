@@ -13,10 +13,16 @@ static ex_module *llm_of(ex_model *em) { return ex_module_at(em, em->m.llm); }
 /* Context parallelism (sp > 1): every sample has S positions, of which this
  * rank holds those of its span (plan_cp_span_of), Sl of them. Without it, a
  * sample's span is all its positions. */
-static int sample_len(const ex_model *em, const ex_batch *b, int s)
+static int encoder_rows(const ex_model *em, const ex_batch *b, int s)
 {
-    return (b->images_per_sample ? b->images_per_sample[s] : 0) * em->merged_per_image + b->text_tokens;
+    int rows[MODEL_MAX_MODULES] = { 0 };
+    if (em->vis_index >= 0 && b->images_per_sample) rows[em->vis_index] = b->images_per_sample[s] * ex_merged_per_image(em, b);
+    if (em->aud_index >= 0 && b->audio_per_sample) rows[em->aud_index] = b->audio_per_sample[s] * ex_audio_rows_per_clip(em, b);
+    return plan_sample_offset(&em->m, rows, em->m.n_modules);
 }
+
+/* Sample s's LLM positions: its encoders' rows, then its text. */
+static int sample_len(const ex_model *em, const ex_batch *b, int s) { return encoder_rows(em, b, s) + b->text_tokens; }
 
 static plan_cp_span sample_span(const ex_model *em, const ex_module *md, const ex_batch *b, int s)
 {
@@ -92,14 +98,14 @@ static int held_predictions(const ex_model *em, const ex_module *md, const ex_ba
 }
 
 /* Token embeddings of this rank's text rows and the encoders' rows into x0:
- * sample s's local rows start with the encoder rows it holds (vis_in holds
+ * sample s's local rows start with the encoder rows it holds (enc_in holds
  * them sample after sample), then its text rows, one run per range of its
  * span. Vocab-parallel (tp > 1): each rank looks up the held text tokens in
  * its vocab rows (others zero) into emb, one allreduce_sum over the group
  * completes the rows (Megatron VocabParallelEmbedding). Under sequence
  * parallelism all N rows are built in tp_full and the first block's input
  * is this rank's N / tp of them. */
-static void llm_embed(ex_model *em, ex_module *md, const ex_batch *b, const float *vis_in)
+static void llm_embed(ex_model *em, ex_module *md, const ex_batch *b, const float *enc_in)
 {
     const ex_backend *be = em->be;
     int T = b->text_tokens, B = b->batch, d = md->d;
@@ -128,7 +134,7 @@ static void llm_embed(ex_model *em, ex_module *md, const ex_batch *b, const floa
     for (int s = 0; s < B; s++) {
         plan_cp_span span = sample_span(em, md, b, s);
         int R = sample_len(em, b, s) - T, r0 = row0(md, em, b, s), Rj = plan_cp_held(&span, 0, R);
-        if (Rj) be->copy(x0 + (size_t)r0 * d, vis_in + (size_t)vis * d, (size_t)Rj * d);
+        if (Rj) be->copy(x0 + (size_t)r0 * d, enc_in + (size_t)vis * d, (size_t)Rj * d);
         vis += Rj;
         for (int i = 0; i < span.n; i++) {
             int a = span.lo[i] > R ? span.lo[i] : R, n = span.hi[i] - a;
@@ -233,8 +239,7 @@ static int collect_predictions(ex_model *em, ex_module *md, const ex_batch *b, i
 int ex_llm_rows(const ex_model *em, const ex_module *md, const ex_batch *b)
 {
     int N = 0;
-    for (int s = 0; s < b->batch; s++)
-        N += (b->images_per_sample ? b->images_per_sample[s] : 0) * ex_merged_per_image(em, b) + b->text_tokens;
+    for (int s = 0; s < b->batch; s++) N += sample_len(em, b, s);
     N /= md->sp;
     return md->seqpar ? N / md->tp : N;
 }
@@ -280,6 +285,18 @@ static void llm_head_forward(ex_model *em, ex_module *md, const ex_batch *b, boo
     head_end(md, EX_USE_FORWARD);
 }
 
+/* A per-sample count (images or clips) of the batch against its total. */
+static int check_per_sample(const ex_batch *b, const int *per, int total, const char *field, const char *what, char *err)
+{
+    int sum = 0;
+    for (int s = 0; s < b->batch; s++) {
+        if (per[s] < 0) return util_fail(err, UTIL_EINVAL, "executor: batch: %s[%d] < 0", field, s);
+        sum += per[s];
+    }
+    if (sum != total) return util_fail(err, UTIL_EINVAL, "executor: batch: %s sums to %d, %s is %d", field, sum, what, total);
+    return UTIL_OK;
+}
+
 static int check_text(const ex_model *em, const ex_batch *b, char *err)
 {
     const model_module *llm = &em->m.mod[em->m.llm];
@@ -291,40 +308,38 @@ static int check_text(const ex_model *em, const ex_batch *b, char *err)
     if (!(b->loss_denominator >= 0) || !isfinite(b->loss_denominator))
         return util_fail(err, UTIL_EINVAL, "executor: batch: loss_denominator %g must be finite and >= 0", b->loss_denominator);
     int rc = ex_check_images(em, b, err);
-    if (rc || b->n_images == 0) return rc;
-    int sum = 0;
-    for (int s = 0; s < b->batch; s++) {
-        if (b->images_per_sample[s] < 0) return util_fail(err, UTIL_EINVAL, "executor: batch: images_per_sample[%d] < 0", s);
-        sum += b->images_per_sample[s];
-    }
-    if (sum != b->n_images)
-        return util_fail(err, UTIL_EINVAL, "executor: batch: images_per_sample sums to %d, n_images is %d", sum, b->n_images);
-    return UTIL_OK;
+    if (!rc) rc = ex_check_audio(em, b, err);
+    if (!rc && b->n_images > 0) rc = check_per_sample(b, b->images_per_sample, b->n_images, "images_per_sample", "n_images", err);
+    if (!rc && b->n_audio > 0) rc = check_per_sample(b, b->audio_per_sample, b->n_audio, "audio_per_sample", "n_audio", err);
+    return rc;
 }
 
-/* LLM forward of this stage: on the first stage x0 = [vision tokens of
- * sample b's images, wte[text tokens]] per sample (vis_in [n_images * mpi,
- * d]), on the others the previous stage's rows; the stage's causal blocks;
- * on the last stage the head and the loss. */
+/* LLM forward of this stage: on the first stage x0 = [the encoders' rows
+ * of sample b (its images' merged tokens, its clips' pooled frames:
+ * plan_sample_offset's order), wte[text tokens]] per sample (enc_in), on
+ * the others the previous stage's rows; the stage's causal blocks; on the
+ * last stage the head and the loss. */
 int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
 {
     const ex_backend *be = em->be;
     int rc = check_text(em, b, err);
     if (rc) return rc;
-    if (md->stage.stem && b->n_images > 0 && !io->vis_in)
-        return util_fail(err, UTIL_EINVAL, "executor: %s forward: batch has images but no vision rows", md->mm.name);
+    if (md->stage.stem && (b->n_images > 0 || b->n_audio > 0) && !io->enc_in)
+        return util_fail(err, UTIL_EINVAL, "executor: %s forward: batch has images or audio but no encoder rows", md->mm.name);
     if (!md->stage.stem && !io->in)
         return util_fail(err, UTIL_EINVAL, "executor: %s stage %d forward: no input rows", md->mm.name, md->stage_index);
-    em->merged_per_image = ex_merged_per_image(em, b);
     if ((rc = check_context_parallel(em, md, b, err))) return rc;
-    int T = b->text_tokens, B = b->batch, mpi = em->merged_per_image, N = 0;
+    int T = b->text_tokens, B = b->batch, N = 0, E = 0;
     int Np = held_predictions(em, md, b, NULL, NULL);
-    for (int s = 0; s < B; s++) N += sample_len(em, b, s);
+    for (int s = 0; s < B; s++) {
+        N += sample_len(em, b, s);
+        E += encoder_rows(em, b, s);
+    }
     N /= md->sp;
     if (md->seqpar && N % md->tp)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: %d rows do not split over the %d ranks of sequence parallelism", md->mm.name, N, md->tp);
     /* the slot as plan_llm_act_rows sizes it under context parallelism; else every text position's prediction */
-    plan_act_rows want = { N, b->n_images * mpi, B * (T - 1), md->tp > 1 ? B * T : 0 };
+    plan_act_rows want = { N, E, B * (T - 1), md->tp > 1 ? B * T : 0 };
     if (md->sp > 1) want = plan_llm_act_rows(&md->mm, &md->strat, B, sample_len(em, b, 0), T);
     rc = ex_acts_ensure(md, N, want.merged_rows, Np, want.pred_rows, want.emb_rows, B, err);
     if (rc) return rc;
@@ -332,7 +347,7 @@ int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stag
     llm_sequences(em, md, b);
     if (md->stage.stem) {
         ex_unit_begin(md, 0, EX_USE_FORWARD);
-        llm_embed(em, md, b, io->vis_in);
+        llm_embed(em, md, b, io->enc_in);
         ex_unit_end(md, 0, EX_USE_FORWARD, false);
     } else {
         be->copy(md->a.blk[md->stage.first].x, io->in, (size_t)ex_norm_rows(md) * md->d);
@@ -358,8 +373,8 @@ int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stag
 /* LLM backward of this stage: on the last stage from dlogits (the head's
  * input gradient summed over the tp group, vocab-parallel), else from the
  * next stage's gradient of this stage's rows; the blocks; on the first stage
- * the embedding's gradient (this rank's vocabulary rows) and dL/d(vision
- * tokens) into a->dvis [n_images * mpi, d], else the gradient of the stage's
+ * the embedding's gradient (this rank's vocabulary rows) and dL/d(encoder
+ * rows) into a->dvis (enc_in's layout), else the gradient of the stage's
  * input rows. Under sequence parallelism the head's and the embedding's
  * rows are all N rows: the blocks get this rank's slice, and their input
  * gradient is gathered. */
@@ -407,18 +422,18 @@ int ex_llm_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_sta
     return UTIL_OK;
 }
 
-int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *vis_in, bool backward,
-                            float *loss, const float **dvis, char *err)
+int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *enc_in, bool backward,
+                            float *loss, const float **denc, char *err)
 {
     ex_module *md = llm_of(em);
     if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_llm_forward_backward: no LLM module on this model instance");
-    ex_stage_io io = { .vis_in = vis_in, .backward = backward };
+    ex_stage_io io = { .enc_in = enc_in, .backward = backward };
     int rc = ex_llm_stage_forward(em, md, b, &io, err);
     if (rc) return rc;
     *loss = io.loss;
     ex_stage_io back = { 0 };
     if (backward && (rc = ex_llm_stage_backward(em, md, b, &back, err))) return rc;
-    if (dvis) *dvis = backward ? back.out : NULL;
+    if (denc) *denc = backward ? back.out : NULL;
     return UTIL_OK;
 }
 
@@ -430,17 +445,57 @@ int ex_llm_empty_pass(ex_model *em, bool backward, char *err)
     return rc || !backward ? rc : ex_stage_empty_pass(em, em->m.llm, EX_USE_BACKWARD, err);
 }
 
+/* The whole step's encoder rows between the encoders' outputs (each its
+ * rows sample after sample: out[k]) and the LLM's input (each sample's
+ * encoders in plan_sample_offset's order: enc); back (to_llm false), the
+ * LLM's gradient of them into grad[k]. */
+static void shuffle_rows(const ex_model *em, const ex_batch *b, const float *const *out, float *const *grad, float *enc,
+                         bool to_llm, int d)
+{
+    int k_of[2] = { em->vis_index, em->aud_index }, taken[2] = { 0, 0 }, at = 0;
+    for (int s = 0; s < b->batch; s++) {
+        int rows[MODEL_MAX_MODULES] = { 0 };
+        if (em->vis_index >= 0 && b->n_images > 0) rows[em->vis_index] = b->images_per_sample[s] * ex_merged_per_image(em, b);
+        if (em->aud_index >= 0 && b->n_audio > 0) rows[em->aud_index] = b->audio_per_sample[s] * ex_audio_rows_per_clip(em, b);
+        for (int e = 0; e < 2; e++) {
+            int k = k_of[e];
+            if (k < 0 || rows[k] == 0) continue;
+            size_t n = (size_t)rows[k] * d;
+            float *llm = enc + (size_t)(at + plan_sample_offset(&em->m, rows, k)) * d;
+            if (to_llm) memcpy(llm, out[e] + (size_t)taken[e] * d, n * sizeof(float));
+            else memcpy(grad[e] + (size_t)taken[e] * d, llm, n * sizeof(float));
+            taken[e] += rows[k];
+        }
+        at += plan_sample_offset(&em->m, rows, em->m.n_modules);
+    }
+}
+
 static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, char *err)
 {
     ex_module *vis = em->vis_index >= 0 ? ex_module_at(em, em->vis_index) : NULL;
-    if (!llm_of(em) || (em->vis_index >= 0 && !vis) || (vis && vis->sp > 1) || llm_of(em)->sp > 1)
+    ex_module *aud = em->aud_index >= 0 ? ex_module_at(em, em->aud_index) : NULL;
+    if (!llm_of(em) || (em->vis_index >= 0 && !vis) || (em->aud_index >= 0 && !aud) || (vis && vis->sp > 1) ||
+        (aud && aud->sp > 1) || llm_of(em)->sp > 1)
         return util_fail(err, UTIL_EINVAL, "executor: a whole step needs every module on this instance and no sequence parallelism (use the module-level calls)");
     int rc = check_text(em, b, err);
     if (rc) return rc;
-    const float *vis_out = NULL, *dvis = NULL;
-    if (b->n_images > 0 && (rc = ex_vision_forward(em, b, &vis_out, NULL, err))) return rc;
-    if ((rc = ex_llm_forward_backward(em, b, vis_out, backward, loss, &dvis, err))) return rc;
-    if (backward && b->n_images > 0) rc = ex_vision_backward(em, b, dvis, err);
+    int d = llm_of(em)->d, rows[2] = { 0, 0 };
+    const float *out[2] = { NULL, NULL }, *denc = NULL;
+    if (b->n_images > 0 && (rc = ex_vision_forward(em, b, &out[0], &rows[0], err))) return rc;
+    if (b->n_audio > 0 && (rc = ex_audio_forward(em, b, &out[1], &rows[1], err))) return rc;
+    size_t all = (size_t)(rows[0] + rows[1]) * d;
+    float *enc = util_malloc((all ? all : 1) * sizeof(float)), *grad[2] = { NULL, NULL };
+    grad[0] = util_malloc(((size_t)rows[0] * d + 1) * sizeof(float));
+    grad[1] = util_malloc(((size_t)rows[1] * d + 1) * sizeof(float));
+    if (!enc || !grad[0] || !grad[1]) rc = util_fail(err, UTIL_ENOMEM, "executor: out of memory");
+    if (!rc) shuffle_rows(em, b, out, grad, enc, true, d);
+    if (!rc) rc = ex_llm_forward_backward(em, b, all ? enc : NULL, backward, loss, &denc, err);
+    if (!rc && backward && all) {
+        shuffle_rows(em, b, out, grad, (float *)denc, false, d);
+        if (b->n_images > 0) rc = ex_vision_backward(em, b, grad[0], err);
+        if (!rc && b->n_audio > 0) rc = ex_audio_backward(em, b, grad[1], err);
+    }
+    util_free(enc); util_free(grad[0]); util_free(grad[1]);
     return rc;
 }
 

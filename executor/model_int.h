@@ -134,7 +134,7 @@ struct ex_model {
     int aud_index;             /* audio module in m, -1 if the model has none */
     int adam_t;
     /* last LLM forward's batch geometry */
-    int merged_per_image, n_pred;
+    int n_pred;
     int32_t *targets;
     int *pred_rows;
     int targets_cap;

@@ -125,8 +125,14 @@ static int check_data(const run_ctx *r, const ex_dataset_info *in, char *err)
         return util_fail(err, UTIL_EINVAL, "run: plan has %d text tokens per sample, the data set %d", p->work.text_tokens, in->text_tokens);
     if (llm->vocab < EX_TOK_PAD + 1)
         return util_fail(err, UTIL_EINVAL, "run: module %s: vocab %d is smaller than the data set's byte-level tokens (%d)", llm->name, llm->vocab, EX_TOK_PAD + 1);
-    if (r->enc < 0) return UTIL_OK;
-    const model_module *v = &m->mod[r->enc];
+    int rc = ex_data_check_audio(in, m, err);
+    if (rc) return rc;
+    int ai = model_find_kind(m, MODEL_AUDIO), vi = model_find_kind(m, MODEL_VISION);
+    if (ai >= 0 && in->mel_frames != 2 * p->work.audio_frames)
+        return util_fail(err, UTIL_EINVAL, "run: plan has %d audio frames per sample, the data set's clips give %d (mel_frames %d / 2)",
+                         p->work.audio_frames, in->mel_frames / 2, in->mel_frames);
+    if (vi < 0 || !run_feeds(r, vi)) return UTIL_OK;
+    const model_module *v = &m->mod[vi];
     if (p->work.images_per_sample != 1)
         return util_fail(err, UTIL_EINVAL, "run: plan has %d images per sample; the data set has one", p->work.images_per_sample);
     if (v->patch != in->patch || v->merge != in->merge || v->window != in->window)
@@ -147,9 +153,6 @@ static int check_plan(run_ctx *r, char *err)
     if (rc) return rc;
     if (p->world_size != r->size)
         return util_fail(err, UTIL_EINVAL, "run: the plan needs %d ranks, this run has %d (mpirun -np %d)", p->world_size, r->size, p->world_size);
-    r->enc = -1;
-    for (int k = 0; k < p->n_modules; k++)
-        if (k != p->model.llm && p->work.images_per_sample > 0) r->enc = k;
     return UTIL_OK;
 }
 
@@ -213,17 +216,24 @@ static int data_init(run_ctx *r, const plan_schedule *s, ex_dataset *ds, run_dat
     d->patch_dim = in->patch_dim;
     d->T = in->text_tokens;
     d->grid = in->grid;
+    d->mel_frames = in->mel_frames;
+    d->mel_bins = in->mel_bins;
+    const model_t *m = &r->plan.model;
+    int vi = model_find_kind(m, MODEL_VISION), ai = model_find_kind(m, MODEL_AUDIO);
+    d->images = vi >= 0 && run_feeds(r, vi);
+    d->audio = ai >= 0 && run_feeds(r, ai);
     size_t rows = d->n > 0 ? (size_t)d->n : 1;
-    d->pixels = util_malloc(rows * in->patches * in->patch_dim * sizeof(float));
+    d->pixels = util_malloc((rows * in->patches * in->patch_dim + 1) * sizeof(float));
+    d->mel = util_malloc((rows * in->mel_frames * in->mel_bins + 1) * sizeof(float));
     d->tokens = util_malloc(rows * in->text_tokens * sizeof(int32_t));
     d->mask = util_malloc(rows * in->text_tokens * sizeof(float));
-    if (!d->pixels || !d->tokens || !d->mask) return util_fail(err, UTIL_ENOMEM, "run: out of memory for the step's data");
+    if (!d->pixels || !d->mel || !d->tokens || !d->mask) return util_fail(err, UTIL_ENOMEM, "run: out of memory for the step's data");
     return ex_batch_alloc(&d->one, ds, 1, err);
 }
 
 static void data_free(run_data *d)
 {
-    util_free(d->row_of); util_free(d->ones); util_free(d->pixels); util_free(d->tokens); util_free(d->mask);
+    util_free(d->row_of); util_free(d->ones); util_free(d->pixels); util_free(d->mel); util_free(d->tokens); util_free(d->mask);
     ex_batch_free(&d->one);
 }
 
@@ -232,13 +242,14 @@ static void data_free(run_data *d)
 static int data_load(run_ctx *r, ex_dataset *ds, long step, run_data *d, char *err)
 {
     int B = r->plan.work.global_batch;
-    size_t px = (size_t)d->patches * d->patch_dim;
+    size_t px = (size_t)d->patches * d->patch_dim, mel = (size_t)d->mel_frames * d->mel_bins;
     for (int j = 0; j < B; j++) {
         int row = d->row_of[j];
         if (row < 0) continue;
         int rc = ex_data_batch(ds, r->o->shuffle_seed, step, B, j, B, &d->one, err);
         if (rc) return rc;
         memcpy(d->pixels + (size_t)row * px, d->one.pixels, px * sizeof(float));
+        if (d->one.mel) memcpy(d->mel + (size_t)row * mel, d->one.mel, mel * sizeof(float));
         memcpy(d->tokens + (size_t)row * d->T, d->one.tokens, (size_t)d->T * sizeof(int32_t));
         memcpy(d->mask + (size_t)row * d->T, d->one.loss_mask, (size_t)d->T * sizeof(float));
     }

@@ -1,36 +1,61 @@
-/* The encoder -> LLM hand-off of `dhp run`: each chunk's merged rows (and
- * their gradients back) as the planner's segments say (plan_handoff), one
- * message per pair of ranks, sends left in flight until the step ends. */
+/* The encoders -> LLM hand-off of `dhp run`: each encoder's merged rows of
+ * each chunk (and their gradients back) as the planner's segments say
+ * (plan_handoff), one message per pair of ranks and encoder, sends left in
+ * flight until the step ends. */
 #include "executor/run_internal.h"
 
 #include <string.h>
+
+bool run_feeds(const run_ctx *r, int k) { return plan_feeds_llm(&r->plan.model, &r->plan.work, k); }
+
+bool run_encoder_trains(const run_ctx *r)
+{
+    for (int k = 0; k < r->plan.n_modules; k++)
+        if (run_feeds(r, k) && r->mod[k].trains) return true;
+    return false;
+}
+
+static float *comm_floats(size_t n) { return util_malloc_cat(UTIL_MEM_COMM, (n ? n : 1) * sizeof(float)); }
+
+static int encoder_init(run_ctx *r, run_handoff *h, int k, char *err)
+{
+    const plan_t *p = &r->plan;
+    run_handoff_enc *e = &h->enc[k];
+    e->rows = plan_rows_per_sample(p, k);
+    e->seg = util_calloc((size_t)h->chunks, sizeof *e->seg);
+    e->nseg = util_calloc((size_t)h->chunks, sizeof *e->nseg);
+    if (!e->seg || !e->nseg) return util_fail(err, UTIL_ENOMEM, "run: out of memory");
+    for (int c = 0; c < h->chunks; c++) {
+        int rc = plan_handoff(p, k, c, &e->seg[c], &e->nseg[c], err);
+        if (rc) return rc;
+    }
+    if (r->mod[k].on) {
+        size_t n = (size_t)plan_max_share(p, k) * e->rows / p->mod[k].sp * h->d;
+        e->act_pack = comm_floats(n);
+        e->grad_pack = comm_floats(n);
+        if (!e->act_pack || !e->grad_pack) return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");
+    }
+    return UTIL_OK;
+}
 
 int run_handoff_init(run_ctx *r, run_handoff *h, char *err)
 {
     const plan_t *p = &r->plan;
     memset(h, 0, sizeof *h);
-    if (r->enc < 0) return UTIL_OK;
     h->chunks = plan_chunks(p);
-    h->rows = plan_rows_per_sample(p, r->enc);
-    h->llm_rows = plan_cp_encoder_rows(p, r->enc, r->rank);
     h->d = p->model.mod[p->model.llm].hidden;
-    h->seg = util_calloc((size_t)h->chunks, sizeof *h->seg);
-    h->nseg = util_calloc((size_t)h->chunks, sizeof *h->nseg);
-    if (!h->seg || !h->nseg) return util_fail(err, UTIL_ENOMEM, "run: out of memory");
-    for (int c = 0; c < h->chunks; c++) {
-        int rc = plan_handoff(p, r->enc, c, &h->seg[c], &h->nseg[c], err);
+    bool any = false;
+    for (int k = 0; k < p->n_modules; k++) {
+        if (!run_feeds(r, k)) continue;
+        any = true;
+        int rc = encoder_init(r, h, k, err);
         if (rc) return rc;
     }
-    if (r->mod[r->enc].on) {
-        size_t n = (size_t)plan_max_share(p, r->enc) * h->rows / p->mod[r->enc].sp * h->d;
-        h->act_pack = util_malloc_cat(UTIL_MEM_COMM, (n ? n : 1) * sizeof(float));
-        h->grad_pack = util_malloc_cat(UTIL_MEM_COMM, (n ? n : 1) * sizeof(float));
-        if (!h->act_pack || !h->grad_pack) return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");
-    }
-    if (r->mod[p->model.llm].on) {
+    if (any && r->mod[p->model.llm].on) {
+        h->llm_rows = plan_cp_encoder_rows(p, -1, r->rank);
         size_t n = (size_t)plan_max_share(p, p->model.llm) * h->llm_rows * h->d;
-        h->act_in = util_malloc_cat(UTIL_MEM_COMM, (n ? n : 1) * sizeof(float));
-        h->grad_out = util_malloc_cat(UTIL_MEM_COMM, (n ? n : 1) * sizeof(float));
+        h->act_in = comm_floats(n);
+        h->grad_out = comm_floats(n);
         if (!h->act_in || !h->grad_out) return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");
     }
     return UTIL_OK;
@@ -52,18 +77,22 @@ void run_handoff_free(run_ctx *r, run_handoff *h)
 {
     char err[UTIL_ERR_LEN];
     run_handoff_wait_all(r, h, err);
-    for (int c = 0; c < h->chunks; c++) util_free(h->seg[c]);
-    util_free(h->seg); util_free(h->nseg); util_free(h->pend);
-    util_free(h->act_pack); util_free(h->grad_pack); util_free(h->act_in); util_free(h->grad_out);
+    for (int k = 0; k < MODEL_MAX_MODULES; k++) {
+        run_handoff_enc *e = &h->enc[k];
+        for (int c = 0; e->seg && c < h->chunks; c++) util_free(e->seg[c]);
+        util_free(e->seg); util_free(e->nseg); util_free(e->act_pack); util_free(e->grad_pack);
+    }
+    util_free(h->pend); util_free(h->act_in); util_free(h->grad_out);
 }
 
-/* Sends this rank's rows of chunk c: one message per peer, the
+/* Sends this rank's rows of chunk c of encoder k: one message per peer, the
  * concatenation of its segments in plan order, packed from src (rows of
  * width d at the segment's own-side offset). Messages complete by step end. */
-int run_handoff_send(run_ctx *r, run_handoff *h, int c, bool grad, const float *src, char *err)
+int run_handoff_send(run_ctx *r, run_handoff *h, int k, int c, bool grad, const float *src, char *err)
 {
-    const plan_segment *sg = h->seg[c];
-    int n = h->nseg[c], tag = plan_handoff_tag(r->enc, c, grad);
+    if (!h->enc[k].seg) return util_fail(err, UTIL_EINVAL, "run: module %s feeds the LLM no rows", r->plan.mod[k].module);
+    const plan_segment *sg = h->enc[k].seg[c];
+    int n = h->enc[k].nseg[c], tag = plan_handoff_tag(k, c, grad);
     size_t d = (size_t)h->d;
     int i, j, peer, nrows;
     for (int from = 0; plan_handoff_message(sg, n, from, r->rank, grad, true, &i, &j, &peer, &nrows); from = j) {
@@ -93,11 +122,12 @@ int run_handoff_send(run_ctx *r, run_handoff *h, int c, bool grad, const float *
     return UTIL_OK;
 }
 
-/* Receives chunk c's rows from every peer and scatters them into dst. */
-int run_handoff_recv(run_ctx *r, run_handoff *h, int c, bool grad, float *dst, char *err)
+/* Receives chunk c's rows of encoder k from every peer and scatters them into dst. */
+int run_handoff_recv(run_ctx *r, run_handoff *h, int k, int c, bool grad, float *dst, char *err)
 {
-    const plan_segment *sg = h->seg[c];
-    int n = h->nseg[c], tag = plan_handoff_tag(r->enc, c, grad);
+    if (!h->enc[k].seg) return util_fail(err, UTIL_EINVAL, "run: module %s feeds the LLM no rows", r->plan.mod[k].module);
+    const plan_segment *sg = h->enc[k].seg[c];
+    int n = h->enc[k].nseg[c], tag = plan_handoff_tag(k, c, grad);
     size_t d = (size_t)h->d;
     int i, j, peer, nrows;
     for (int from = 0; plan_handoff_message(sg, n, from, r->rank, grad, false, &i, &j, &peer, &nrows); from = j) {

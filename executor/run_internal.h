@@ -123,7 +123,6 @@ typedef struct {
     ex_comm *world;
     int rank, size;
     run_module mod[MODEL_MAX_MODULES];
-    int enc;                  /* encoder module index, -1 if none */
     ex_model *em;
     ex_optim_config optim;
     int step;                 /* steps done */
@@ -153,24 +152,34 @@ typedef struct {
     int n;                    /* samples this rank holds */
     int *row_of;              /* [global_batch] row in the buffers below, -1 if not held */
     float *pixels;            /* [n, patches, patch_dim] */
+    float *mel;               /* [n, mel_frames, mel_bins] (audio sets) */
     int32_t *tokens;          /* [n, T] */
     float *mask;              /* [n, T] */
-    int *ones;                /* [global_batch] images per sample (1 each) */
+    int *ones;                /* [global_batch] images / clips per sample (1 each) */
     ex_data_rows one;         /* loader buffer of one row */
-    int patches, patch_dim, T, grid;
+    int patches, patch_dim, T, grid, mel_frames, mel_bins;
+    bool images, audio;       /* the samples' images / clips feed the LLM (plan_encoder_feeds) */
 } run_data;
 
 typedef struct { ex_request *req; float *buf; } run_pending;
 
-/* The encoder -> LLM hand-off of the step's chunks. */
+/* One encoder's side of the hand-off: its segments per chunk and (on its
+ * ranks) the packed rows of the current chunk. */
 typedef struct {
     plan_segment **seg;       /* [chunks] encoder -> LLM segments */
     int *nseg;
-    int chunks;
     int rows;                 /* merged rows per sample */
-    int llm_rows;             /* of them, those this rank's LLM sp rank takes in (plan_cp_encoder_rows) */
-    int d;                    /* row width (LLM hidden = encoder out_hidden) */
     float *act_pack, *grad_pack;  /* encoder: this rank's rows of the current chunk */
+} run_handoff_enc;
+
+/* The encoders -> LLM hand-off of the step's chunks: every encoder's
+ * segments route its rows into the LLM's one input buffer, where each
+ * sample's rows of all encoders sit in sequence order (plan_sample_offset). */
+typedef struct {
+    run_handoff_enc enc[MODEL_MAX_MODULES];   /* by module index; seg NULL where the module feeds nothing */
+    int chunks;
+    int llm_rows;             /* every encoder's rows per sample this rank's LLM sp rank takes in (plan_cp_encoder_rows) */
+    int d;                    /* row width (LLM hidden = encoder out_hidden) */
     float *act_in, *grad_out;     /* LLM: its share's rows of the current chunk */
     run_pending *pend;
     int n_pend, cap_pend;
@@ -198,8 +207,12 @@ int run_stage_wait_all(run_ctx *r, char *err);
 int run_handoff_init(run_ctx *r, run_handoff *h, char *err);
 void run_handoff_free(run_ctx *r, run_handoff *h);
 int run_handoff_wait_all(run_ctx *r, run_handoff *h, char *err);
-int run_handoff_send(run_ctx *r, run_handoff *h, int c, bool grad, const float *src, char *err);
-int run_handoff_recv(run_ctx *r, run_handoff *h, int c, bool grad, float *dst, char *err);
+/* Chunk c's rows of encoder k, one way (grad: their gradients back). */
+int run_handoff_send(run_ctx *r, run_handoff *h, int k, int c, bool grad, const float *src, char *err);
+int run_handoff_recv(run_ctx *r, run_handoff *h, int k, int c, bool grad, float *dst, char *err);
+/* Does encoder k feed the LLM its rows, and does it train? (any: some encoder) */
+bool run_feeds(const run_ctx *r, int k);
+bool run_encoder_trains(const run_ctx *r);
 
 /* run_cp.c: the ring attention's point-to-point hooks of a module's layout (on its run_hooks' sp communicator). */
 void run_cp_hooks(ex_parallel *par);

@@ -19,15 +19,20 @@ static int op_failed(run_ctx *r, int k, int rc, char *err)
     return rc;
 }
 
-/* The batch of samples [s0, s0 + n): encoder ranks see their sp slice of the patches. */
-static ex_batch make_batch(const run_ctx *r, const run_data *d, int s0, int n, int sp, int sp_rank)
+/* The batch of samples [s0, s0 + n): the images and clips of the encoders
+ * that feed the LLM; vision ranks see their sp slice of the patches, audio
+ * ranks every clip whole (the stem's halo; executor/audio.c). */
+static ex_batch make_batch(const run_data *d, int s0, int n, int sp, int sp_rank)
 {
     int row = d->row_of[s0];
     size_t per_image = (size_t)d->patches * d->patch_dim, N = (size_t)n * d->patches;
     const float *px = d->pixels + (size_t)row * per_image + (size_t)sp_rank * (N / (size_t)sp) * d->patch_dim;
-    ex_batch b = { .n_images = r->enc >= 0 ? n : 0, .patches = d->patches, .grid_h = d->grid, .grid_w = d->grid,
+    ex_batch b = { .n_images = d->images ? n : 0, .patches = d->patches, .grid_h = d->grid, .grid_w = d->grid,
                    .pixels = px, .batch = n, .text_tokens = d->T, .tokens = d->tokens + (size_t)row * d->T,
-                   .images_per_sample = r->enc >= 0 ? d->ones : NULL, .loss_mask = d->mask + (size_t)row * d->T };
+                   .images_per_sample = d->images ? d->ones : NULL, .loss_mask = d->mask + (size_t)row * d->T,
+                   .n_audio = d->audio ? n : 0, .mel_frames = d->mel_frames,
+                   .mel = d->audio ? d->mel + (size_t)row * d->mel_frames * d->mel_bins : NULL,
+                   .audio_per_sample = d->audio ? d->ones : NULL };
     return b;
 }
 
@@ -39,25 +44,26 @@ static int share_first(const run_ctx *r, int k, int c)
 }
 
 /* Where a micro-batch's merged rows sit in the chunk's hand-off buffers:
- * the encoder's packed rows (its sp slice), the LLM's input rows. */
+ * the encoder's packed rows (its sp slice), the LLM's input rows (every
+ * encoder's it holds). */
 static size_t handoff_offset(const run_ctx *r, const run_handoff *h, const plan_op *o)
 {
     bool llm = o->module == r->plan.model.llm;
     size_t samples = (size_t)(o->sample0 - share_first(r, o->module, o->chunk));
-    return (llm ? samples * h->llm_rows : samples * h->rows / r->plan.mod[o->module].sp) * h->d;
+    return (llm ? samples * h->llm_rows : samples * h->enc[o->module].rows / r->plan.mod[o->module].sp) * h->d;
 }
 
 /* The LLM backpropagates when it trains or a trained encoder waits for its input's gradient. */
 static bool llm_backward(const run_ctx *r)
 {
-    return r->mod[r->plan.model.llm].trains || (r->enc >= 0 && r->mod[r->enc].trains);
+    return r->mod[r->plan.model.llm].trains || run_encoder_trains(r);
 }
 
 static ex_batch op_batch(const run_ctx *r, const plan_op *o, const run_data *d, const run_stats *st)
 {
     const run_module *m = &r->mod[o->module];
     bool llm = o->module == r->plan.model.llm;
-    ex_batch b = make_batch(r, d, o->sample0, o->samples, llm ? 1 : r->plan.mod[o->module].sp, llm ? 0 : m->at.sp);
+    ex_batch b = make_batch(d, o->sample0, o->samples, llm ? 1 : r->plan.mod[o->module].sp, llm ? 0 : m->at.sp);
     if (llm) b.loss_denominator = st->denominator;
     return b;
 }
@@ -72,29 +78,29 @@ static int stage_forward(run_ctx *r, const plan_op *o, const ex_batch *b, run_ha
     int k = o->module, L = r->plan.model.llm;
     run_module *m = &r->mod[k];
     ex_stage_io io = { .in = m->first ? NULL : m->st.act_in, .backward = o->kind == PLAN_OP_FORWARD_BACKWARD && llm_backward(r) };
-    if (k == L && m->first && r->enc >= 0) io.vis_in = h->act_in + handoff_offset(r, h, o);
+    if (k == L && m->first && h->act_in) io.enc_in = h->act_in + handoff_offset(r, h, o);
     int rc = ex_stage_forward(r->em, k, b, &io, err);
     if (rc) return rc;
     if (k == L && m->last && m->at.tp == 0) st->loss += io.loss;
     if (!m->last) m->st.pending = io.out;
-    else if (k != L) memcpy(h->act_pack + handoff_offset(r, h, o), io.out, (size_t)io.out_rows * h->d * sizeof(float));
+    else if (k != L) memcpy(h->enc[k].act_pack + handoff_offset(r, h, o), io.out, (size_t)io.out_rows * h->d * sizeof(float));
     return UTIL_OK;
 }
 
 /* A stage's backward of the micro-batch in the op's slot: from the next
  * stage's gradient (received before it), an encoder's last stage's from
  * the LLM's hand-off; its input's gradient kept for the SEND_STAGE_GRAD
- * after it, the LLM's first stage's vision rows' gradient packed for the
+ * after it, the LLM's first stage's encoder rows' gradient packed for the
  * hand-off back. */
 static int stage_backward(run_ctx *r, const plan_op *o, const ex_batch *b, run_handoff *h, char *err)
 {
     int k = o->module, L = r->plan.model.llm;
     run_module *m = &r->mod[k];
-    ex_stage_io io = { .in = !m->last ? m->st.grad_in : k != L ? h->grad_pack + handoff_offset(r, h, o) : NULL };
+    ex_stage_io io = { .in = !m->last ? m->st.grad_in : k != L ? h->enc[k].grad_pack + handoff_offset(r, h, o) : NULL };
     int rc = ex_stage_backward(r->em, k, b, &io, err);
     if (rc) return rc;
     if (!m->first) m->st.pending = io.out;
-    else if (k == L && r->enc >= 0 && r->mod[r->enc].trains)
+    else if (k == L && run_encoder_trains(r))
         memcpy(h->grad_out + handoff_offset(r, h, o), io.out, (size_t)io.out_rows * h->d * sizeof(float));
     return UTIL_OK;
 }
@@ -218,10 +224,10 @@ int run_op(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, run_
         return UTIL_OK;
     }
     switch (o->kind) {
-    case PLAN_OP_SEND_ACT: return run_handoff_send(r, h, o->chunk, false, h->act_pack, err);
-    case PLAN_OP_RECV_ACT: return run_handoff_recv(r, h, o->chunk, false, h->act_in, err);
-    case PLAN_OP_SEND_GRAD: return run_handoff_send(r, h, o->chunk, true, h->grad_out, err);
-    case PLAN_OP_RECV_GRAD: return run_handoff_recv(r, h, o->chunk, true, h->grad_pack, err);
+    case PLAN_OP_SEND_ACT: return run_handoff_send(r, h, o->module, o->chunk, false, h->enc[o->module].act_pack, err);
+    case PLAN_OP_RECV_ACT: return run_handoff_recv(r, h, o->module, o->chunk, false, h->act_in, err);
+    case PLAN_OP_SEND_GRAD: return run_handoff_send(r, h, o->module, o->chunk, true, h->grad_out, err);
+    case PLAN_OP_RECV_GRAD: return run_handoff_recv(r, h, o->module, o->chunk, true, h->enc[o->module].grad_pack, err);
     case PLAN_OP_SEND_STAGE:
     case PLAN_OP_RECV_STAGE:
     case PLAN_OP_SEND_STAGE_GRAD:

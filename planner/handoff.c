@@ -76,12 +76,14 @@ static int seg_append(seg_list *l, plan_segment sg, char *err)
  * one encoder rank at offset enc_off: split them over the LLM dp shares and,
  * under the LLM's context parallelism, over its sp ranks: rank j holds the
  * positions plan_cp_span_of gives of each sample's S-token sequence, whose
- * first R are the encoder's rows (R_j of them on rank j, in the order of its
- * local rows, kept sample after sample in its input buffer). */
+ * first E are every encoder's rows, encoder k's at [off, off + R)
+ * (plan_encoder_offset). Rank j's input buffer keeps, sample after sample,
+ * the E_j encoder positions it holds in the order of its local rows. */
 static int route_rows(const plan_t *p, int k, int c, const plan_coord *ec, int g0, int rows, int enc_off,
                       seg_list *l, char *err)
 {
-    int L = p->model.llm, R = plan_rows_per_sample(p, k);
+    int L = p->model.llm, R = plan_rows_per_sample(p, k), off = plan_encoder_offset(p, k);
+    int E = plan_encoder_offset(p, p->n_modules);
     const plan_module *lm = &p->mod[L];
     plan_seq q;
     plan_module_seq(&p->model, L, &p->work, &q);
@@ -94,19 +96,19 @@ static int route_rows(const plan_t *p, int k, int c, const plan_coord *ec, int g
         for (int i = f; !rc && i < f + n; i++) {
             long a = (long)i * R > g0 ? (long)i * R : g0, b = (long)(i + 1) * R < (long)g0 + rows ? (long)(i + 1) * R : (long)g0 + rows;
             if (a >= b) continue;
-            a -= (long)i * R;
-            b -= (long)i * R;
+            a += off - (long)i * R;   /* positions in the sample's sequence */
+            b += off - (long)i * R;
             for (int j = 0; !rc && j < lm->sp; j++) {
                 plan_cp_span span = plan_cp_span_of(cp, (int)q.seq, lm->sp, j);
-                int Rj = plan_cp_held(&span, 0, R);   /* the encoder rows rank j holds */
+                int Ej = plan_cp_held(&span, 0, E);   /* the encoder rows rank j holds */
                 for (int r = 0; !rc && r < span.n; r++) {
                     long lo = a > span.lo[r] ? a : span.lo[r], hi = b < span.hi[r] ? b : span.hi[r];
                     if (lo >= hi) continue;
                     plan_coord lc = { .dp = d, .tp = t, .sp = j, .pp = 0 };   /* the LLM's first stage */
                     plan_segment sg = { .enc_rank = plan_coord_rank(p, k, ec), .enc_tp = ec->tp,
                                         .llm_rank = plan_coord_rank(p, L, &lc), .llm_tp = t, .rows = (int)(hi - lo),
-                                        .enc_off = enc_off + (int)((long)i * R + lo - g0),
-                                        .llm_off = (int)((long)(i - f) * Rj + plan_cp_local(&span, (int)lo)) };
+                                        .enc_off = enc_off + (int)((long)i * R + lo - off - g0),
+                                        .llm_off = (int)((long)(i - f) * Ej + plan_cp_local(&span, (int)lo)) };
                     rc = seg_append(l, sg, err);
                 }
             }

@@ -142,6 +142,17 @@ typedef struct {
     double cross_span;        /* LLM cross-attention layers: encoder tokens per sample */
 } plan_seq;
 int plan_module_seq(const model_t *m, int module, const plan_workload *w, plan_seq *out);
+/* Rows encoder k gives one sample's LLM sequence (merged image tokens,
+ * pooled audio frames; 0 for the LLM or an encoder the samples carry no
+ * input for), and their integer count. */
+double plan_encoder_tokens(const model_t *m, const plan_workload *w, int k);
+int plan_encoder_rows(const model_t *m, const plan_workload *w, int k);
+/* Where encoder k's rows start in a sample's LLM sequence, given the rows
+ * each module gives that sample (rows[j]; the LLM's entry is ignored): the
+ * encoders in module order, then the text. k = m->n_modules: all the
+ * encoders' rows, where the text starts. The executor's LLM stem and loss,
+ * the hand-off and the simulator all place rows by it. */
+int plan_sample_offset(const model_t *m, const int *rows, int k);
 /* Rows the LM head (logits, cross-entropy) runs over for `samples` samples
  * of the LLM's `tokens` local rows: with the fp32 executor, the rows that
  * predict a next text token (executor/model.c, count_predictions); for the
@@ -442,7 +453,8 @@ plan_act_rows plan_llm_act_rows(const model_module *mm, const plan_module *s, in
  * an encoder's window layer whose ranks hold whole windows, where Ulysses
  * needs no all-to-all), PLAN_CP_ULYSSES or PLAN_CP_RING. */
 plan_cp plan_cp_layer(const model_module *mm, const plan_module *s, int layer, double rows);
-/* Rows per sample of encoder k that LLM rank `rank` takes in (its sp rank's share of them). */
+/* Rows per sample of encoder k that LLM rank `rank` takes in (its sp rank's
+ * share of them); k < 0: of every encoder's (the LLM's input buffer). */
 int plan_cp_encoder_rows(const plan_t *p, int k, int rank);
 /* The LLM's sequence of `seq` tokens splits as the variant needs; UTIL_EINVAL naming the field otherwise. */
 int plan_cp_check(const model_module *mm, const plan_module *s, double seq, char *err);
@@ -689,8 +701,10 @@ int plan_max_share(const plan_t *p, int k);
 /* Position of a global rank in module k's group; false if the rank is not in it. */
 bool plan_rank_coord(const plan_t *p, int k, int rank, plan_coord *out);
 int plan_coord_rank(const plan_t *p, int k, const plan_coord *c);
-/* Merged encoder rows (LLM input rows) per sample of encoder k. */
+/* Merged encoder rows (LLM input rows) per sample of encoder k (plan_encoder_rows). */
 int plan_rows_per_sample(const plan_t *p, int k);
+/* Where they start in each sample's LLM sequence (plan_sample_offset). */
+int plan_encoder_offset(const plan_t *p, int k);
 /* Checks that the executor can run p as scheduled (sp slices whole merge
  * groups in every micro-batch, one LLM, ...); UTIL_EUNSUPPORTED or
  * UTIL_EINVAL with the reason. */

@@ -75,17 +75,16 @@ int plan_coord_rank(const plan_t *p, int k, const plan_coord *c)
     return s->first_rank + ((c->pp * s->dp + c->dp) * s->sp + c->sp) * s->tp + c->tp;
 }
 
-int plan_rows_per_sample(const plan_t *p, int k)
+int plan_rows_per_sample(const plan_t *p, int k) { return plan_encoder_rows(&p->model, &p->work, k); }
+
+int plan_encoder_offset(const plan_t *p, int k)
 {
-    const model_module *mm = &p->model.mod[k];
-    int m2 = mm->merge > 0 ? mm->merge * mm->merge : 1;
-    return p->work.images_per_sample * (p->work.image_tokens / m2);
+    int rows[MODEL_MAX_MODULES];
+    for (int j = 0; j < p->n_modules; j++) rows[j] = plan_rows_per_sample(p, j);
+    return plan_sample_offset(&p->model, rows, k);
 }
 
-bool plan_feeds_llm(const model_t *m, const plan_workload *w, int k)
-{
-    return k != m->llm && w->images_per_sample > 0;
-}
+bool plan_feeds_llm(const model_t *m, const plan_workload *w, int k) { return plan_encoder_rows(m, w, k) > 0; }
 
 bool plan_encoder_feeds(const plan_t *p, int k) { return plan_feeds_llm(&p->model, &p->work, k); }
 
@@ -146,12 +145,27 @@ static int max_micro_per_share(const plan_t *p, int k)
     return most;
 }
 
+/* Disaggregated modules run on groups of their own: a rank in two would
+ * have to run two modules' 1F1B streams at once. */
+static int disjoint_groups(const plan_t *p, char *err)
+{
+    if (p->placement == PLAN_COLOCATED) return UTIL_OK;
+    for (int a = 0; a < p->n_modules; a++)
+        for (int b = a + 1; b < p->n_modules; b++) {
+            const plan_module *x = &p->mod[a], *y = &p->mod[b];
+            int lo = x->first_rank > y->first_rank ? x->first_rank : y->first_rank;
+            int hi = x->first_rank + x->n_ranks < y->first_rank + y->n_ranks ? x->first_rank + x->n_ranks : y->first_rank + y->n_ranks;
+            if (lo < hi)
+                return util_fail(err, UTIL_EINVAL, "plan: disaggregated modules %s and %s share rank %d", x->module, y->module, lo);
+        }
+    return UTIL_OK;
+}
+
 int plan_schedule_check(const plan_t *p, char *err)
 {
     const model_t *m = &p->model;
     if (m->llm < 0 || m->llm >= p->n_modules)
         return util_fail(err, UTIL_EINVAL, "plan: no LLM module");
-    int encoders = 0;
     for (int k = 0; k < p->n_modules; k++) {
         const plan_module *s = &p->mod[k];
         if (s->dp < 1 || s->tp < 1 || s->sp < 1 || s->pp < 1 || s->micro_batch < 1)
@@ -164,14 +178,11 @@ int plan_schedule_check(const plan_t *p, char *err)
             if (plan_stage_of(&m->mod[k], s, i).count < 1)
                 return util_fail(err, UTIL_EINVAL, "plan: module %s: pipeline stage %d holds no block", s->module, i);
         if (k == m->llm) continue;
-        if (m->mod[k].kind != MODEL_VISION)
-            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: only vision encoders are implemented by the executor", s->module);
-        if (m->mod[k].pool > 1)
+        if (m->mod[k].kind == MODEL_VISION && m->mod[k].pool > 1)
             return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: pooled vision tokens (pool %d) are not implemented by the executor", s->module, m->mod[k].pool);
-        encoders++;
     }
-    if (encoders > 1)
-        return util_fail(err, UTIL_EUNSUPPORTED, "plan: %d encoders: the executor runs one vision encoder and one LLM", encoders);
+    int rc = disjoint_groups(p, err);
+    if (rc) return rc;
     bool any_trains = false;
     for (int k = 0; k < p->n_modules; k++) any_trains |= trains(p, k);
     if (!any_trains) return util_fail(err, UTIL_EINVAL, "plan: every module of %s is frozen: nothing to train", m->name);
@@ -184,8 +195,10 @@ int plan_schedule_check(const plan_t *p, char *err)
         const plan_module *s = &p->mod[k];
         const model_module *mm = &m->mod[k];
         int m2 = mm->merge * mm->merge;
-        if (p->work.image_tokens % m2)
+        if (mm->kind == MODEL_VISION && p->work.image_tokens % m2)
             return util_fail(err, UTIL_EINVAL, "plan: module %s: %d vision tokens per image are not whole %dx%d merge groups", s->module, p->work.image_tokens, mm->merge, mm->merge);
+        if (mm->kind == MODEL_AUDIO && (rc = plan_audio_frames_check(mm, p->work.audio_frames, "plan: workload.audio_frames", err)))
+            return rc;
         for (int c = 0; c < plan_chunks(p); c++)
             for (int i = 0; i < s->dp; i++) {
                 int f, n;
@@ -193,9 +206,9 @@ int plan_schedule_check(const plan_t *p, char *err)
                 for (int u = 0; u < plan_micro_count(s, n); u++) {
                     int uf, un;
                     plan_micro_range(s, f, n, u, &uf, &un);
-                    long groups = (long)un * p->work.images_per_sample * p->work.image_tokens / m2;
+                    long groups = (long)un * plan_rows_per_sample(p, k);   /* merge or pool groups */
                     if (groups % s->sp)
-                        return util_fail(err, UTIL_EINVAL, "plan: module %s: a micro-batch of %d samples has %ld merge groups, not divisible by sp = %d", s->module, un, groups, s->sp);
+                        return util_fail(err, UTIL_EINVAL, "plan: module %s: a micro-batch of %d samples has %ld %s groups, not divisible by sp = %d", s->module, un, groups, mm->kind == MODEL_AUDIO ? "pool" : "merge", s->sp);
                 }
             }
     }
@@ -527,29 +540,33 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
         return util_fail(err, UTIL_EINVAL, "plan: rank %d outside the plan's %d ranks", rank, p->world_size);
     bool on[MODEL_MAX_MODULES] = { false };
     plan_coord me[MODEL_MAX_MODULES];
-    int enc = -1, L = p->model.llm, n = plan_chunks(p);
+    int L = p->model.llm, n = plan_chunks(p);
+    encoder_stage enc[MODEL_MAX_MODULES];
+    int n_enc = 0;
     for (int k = 0; k < p->n_modules; k++) {
         on[k] = plan_rank_coord(p, k, rank, &me[k]);
-        if (plan_encoder_feeds(p, k)) enc = k;
+        if (!plan_encoder_feeds(p, k)) continue;
+        int W = encoder_window(p, k, n, err);
+        if (W < 0) return UTIL_ENOMEM;
+        enc[n_enc++] = (encoder_stage){ p, k, W, max_micro_per_share(p, k), &me[k], s };
     }
-    int W = enc >= 0 ? encoder_window(p, enc, n, err) : 1;
-    if (W < 0) return UTIL_ENOMEM;
-    int per_chunk = enc >= 0 ? max_micro_per_share(p, enc) : 0;
     if (p->placement == PLAN_COLOCATED && plan_whole_batch_pipeline(&p->model, &p->work)) {
         rc = llm_chunks(p, &me[L], 0, n, s, err);
     } else if (p->placement == PLAN_COLOCATED) {
+        /* chunk by chunk: every encoder's forward, the LLM's, the encoders' backwards in reverse */
         for (int c = 0; !rc && c < n; c++) {
-            if (enc >= 0) rc = encoder_forward(p, enc, &me[enc], c, W, per_chunk, s, err);
+            for (int e = 0; !rc && e < n_enc; e++) rc = encoder_unit_forward(&enc[e], c, err);
             if (!rc) rc = llm_chunks(p, &me[L], c, c + 1, s, err);
-            if (!rc && enc >= 0 && trains(p, enc)) rc = encoder_backward(p, enc, &me[enc], c, W, per_chunk, s, err);
+            for (int e = n_enc - 1; !rc && e >= 0; e--)
+                if (trains(p, enc[e].k)) rc = encoder_unit_backward(&enc[e], c, err);
         }
     } else if (on[L]) {
         rc = llm_chunks(p, &me[L], 0, n, s, err);
-    } else if (enc >= 0 && on[enc]) {
-        /* W chunks in flight: W - 1 forwards before the first backward */
-        encoder_stage e = { p, enc, W, per_chunk, &me[enc], s };
+    } else {
+        /* each encoder its own group: W chunks in flight, W - 1 forwards before the first backward */
         static const stage_ops ops = { encoder_unit_forward, encoder_unit_backward, NULL };
-        rc = emit_1f1b(n, W - 1, trains(p, enc), &ops, &e, err);
+        for (int e = 0; !rc && e < n_enc; e++)
+            if (on[enc[e].k]) rc = emit_1f1b(n, enc[e].W - 1, trains(p, enc[e].k), &ops, &enc[e], err);
     }
     if (!rc) rc = step_tail(p, rank, on, s, err);
     if (!rc) rc = count_slots(s, err);

@@ -142,11 +142,12 @@ plan_cp plan_cp_layer(const model_module *mm, const plan_module *s, int layer, d
 
 int plan_cp_encoder_rows(const plan_t *p, int k, int rank)
 {
-    int L = p->model.llm, R = plan_rows_per_sample(p, k);
+    int L = p->model.llm, a = k < 0 ? 0 : plan_encoder_offset(p, k);
+    int b = k < 0 ? plan_encoder_offset(p, p->n_modules) : a + plan_rows_per_sample(p, k);
     plan_coord c;
     if (!plan_rank_coord(p, L, rank, &c)) return 0;
     plan_seq q;
     plan_module_seq(&p->model, L, &p->work, &q);
     plan_cp_span span = plan_cp_span_of(plan_cp_of(&p->model.mod[L], &p->mod[L]), (int)q.seq, p->mod[L].sp, c.sp);
-    return plan_cp_held(&span, 0, R);
+    return plan_cp_held(&span, a, b);
 }

@@ -26,20 +26,25 @@ static int chunk_message_rows(const plan_t *p, int enc, int c, int rank, bool gr
 }
 
 /* fp32 (the CPU executor, executor/run.c): its hand-off buffers (one chunk
- * of rows, activations and gradients, on each side) plus the peak of the
+ * of rows, activations and gradients: on each encoder's side its own, on the
+ * LLM's side one pair every encoder's rows share) plus the peak of the
  * messages along the rank's schedule: a sent message is held until the step
  * ends, a received one only until it is scattered. */
 static double executor_handoff_bytes(const plan_t *p, int rank, const plan_schedule *s)
 {
-    int L = p->model.llm, enc = -1;
-    for (int k = 0; k < p->n_modules; k++)
-        if (plan_encoder_feeds(p, k)) enc = k;
-    if (enc < 0) return 0;
+    int L = p->model.llm;
+    bool any = false;
     plan_coord cd;
-    double d = p->model.mod[L].hidden, R = plan_rows_per_sample(p, enc), buffers = 0;
+    double d = p->model.mod[L].hidden, buffers = 0;
     /* (a buffer of no rows still takes one float) */
-    if (plan_rank_coord(p, enc, rank, &cd)) buffers += 2 * fmax(1, (double)plan_max_share(p, enc) * R / p->mod[enc].sp * d);
-    if (plan_rank_coord(p, L, rank, &cd)) buffers += 2 * fmax(1, (double)plan_max_share(p, L) * plan_cp_encoder_rows(p, enc, rank) * d);
+    for (int k = 0; k < p->n_modules; k++) {
+        if (!plan_encoder_feeds(p, k)) continue;
+        any = true;
+        if (plan_rank_coord(p, k, rank, &cd))
+            buffers += 2 * fmax(1, (double)plan_max_share(p, k) * plan_rows_per_sample(p, k) / p->mod[k].sp * d);
+    }
+    if (!any) return 0;
+    if (plan_rank_coord(p, L, rank, &cd)) buffers += 2 * fmax(1, (double)plan_max_share(p, L) * plan_cp_encoder_rows(p, -1, rank) * d);
     double held = 0, peak = 0, rows[64];
     for (int i = 0; i < s->n; i++) {
         const plan_op *o = &s->op[i];
@@ -48,7 +53,7 @@ static double executor_handoff_bytes(const plan_t *p, int rank, const plan_sched
         if (!send && !recv) continue;
         bool grad = o->kind == PLAN_OP_SEND_GRAD || o->kind == PLAN_OP_RECV_GRAD;
         int n;
-        if (chunk_message_rows(p, enc, o->chunk, rank, grad, send, rows, 64, &n)) continue;
+        if (chunk_message_rows(p, o->module, o->chunk, rank, grad, send, rows, 64, &n)) continue;
         for (int j = 0; j < n; j++) {
             if (send) held += rows[j] * d;
             peak = fmax(peak, held + (recv ? rows[j] * d : 0));

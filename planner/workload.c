@@ -8,17 +8,42 @@ static bool llm_uses_cross_attention(const model_t *m)
     return m->mod[m->llm].n_cross_layers > 0;
 }
 
-/* Encoder tokens one sample contributes to the LLM, after merge / pooling. */
+/* Rows encoder k gives one sample's LLM sequence (after merge / pooling):
+ * a vision encoder's merged image tokens, an audio encoder's pooled frames
+ * (one clip per sample); 0 for the LLM and for an encoder whose inputs the
+ * samples do not carry. */
+double plan_encoder_tokens(const model_t *m, const plan_workload *w, int k)
+{
+    const model_module *mm = &m->mod[k];
+    double pool = mm->pool > 0 ? mm->pool : 1;
+    if (mm->kind == MODEL_VISION)
+        return (double)w->images_per_sample * w->image_tokens / ((double)mm->merge * mm->merge * pool);
+    if (mm->kind == MODEL_AUDIO) return (double)w->audio_frames / pool;
+    return 0;
+}
+
+int plan_encoder_rows(const model_t *m, const plan_workload *w, int k) { return (int)plan_encoder_tokens(m, w, k); }
+
+/* The one owner of a sample's LLM sequence layout: every encoder's rows in
+ * the model's module order, then the text (Qwen2.5-Omni's thinker reads
+ * each modality's embeddings at its placeholder tokens, in the order the
+ * prompt gives them: the image's, then the audio's, then the text's;
+ * transformers' Qwen2_5OmniThinkerForConditionalGeneration.forward scatters
+ * them by masked_scatter at those positions). rows[j] is what module j gives
+ * this sample (the LLM's entry is ignored). */
+int plan_sample_offset(const model_t *m, const int *rows, int k)
+{
+    int off = 0;
+    for (int j = 0; j < k && j < m->n_modules; j++)
+        if (j != m->llm) off += rows[j];
+    return off;
+}
+
+/* Encoder tokens one sample contributes to the LLM. */
 static double encoder_tokens_to_llm(const model_t *m, const plan_workload *w)
 {
     double t = 0;
-    for (int i = 0; i < m->n_modules; i++) {
-        const model_module *mm = &m->mod[i];
-        if (mm->kind == MODEL_VISION)
-            t += (double)w->images_per_sample * w->image_tokens / ((double)mm->merge * mm->merge * mm->pool);
-        else if (mm->kind == MODEL_AUDIO)
-            t += (double)w->audio_frames / (mm->pool > 0 ? mm->pool : 1);
-    }
+    for (int i = 0; i < m->n_modules; i++) t += plan_encoder_tokens(m, w, i);
     return t;
 }
 

@@ -491,7 +491,7 @@ static int run_stage(rank_job *j, ex_model *em)
     plan_stage st;
     bool first, last;
     int rc = ex_module_stage(em, j->module, &st, &first, &last);
-    ex_stage_io fwd = { .in = st.stem ? NULL : j->rows, .vis_in = j->vis_in, .backward = true };
+    ex_stage_io fwd = { .in = st.stem ? NULL : j->rows, .enc_in = j->vis_in, .backward = true };
     if (!rc) rc = ex_stage_forward(em, j->module, &j->b, &fwd, j->err);
     tl_pass = DRIFT_BWD;
     ex_stage_io bwd = { .in = !st.head ? j->rows : j->dc->vision ? j->dvis : NULL };
