@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dhp run under mpirun: the core equivalence test (plans on 1-4 ranks, both
 # placements, SP / TP / DP / ZeRO-1/2/3, recomputation, Megatron sequence
-# parallelism, frozen modules, uneven groups give the 1-rank run's losses and
+# parallelism, frozen modules, uneven groups, pipelines, the LLM's context
+# parallelism, audio and several encoders give the 1-rank run's losses and
 # final weights), recomputation changes no bit, bit-identical resume, and bad input.
 . "$(dirname "$0")/lib.sh"
 if ! command -v mpirun >/dev/null 2>&1; then skip run "mpirun not found"; exit 0; fi
@@ -28,7 +29,7 @@ world() { /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]
 train() {
     local name=$1; shift
     local n; n=$(world "$T/$name.json")
-    timeout 300 mpirun --oversubscribe -np "$n" "$DHP" run "$T/$name.json" --data "$T/data" --steps $STEPS \
+    timeout 300 mpirun --oversubscribe -np "$n" "$DHP" run "$T/$name.json" --data "${DATA:-$T/data}" --steps $STEPS \
         --ckpt "$T/$name.ck" --log-json "$@" >"$T/$name.log" 2>"$T/$name.err"
 }
 
@@ -166,6 +167,60 @@ if plan ref_ring colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_ring; th
     plan cp_ring_dis_pp disaggregated "vision:gpus=1;llm:gpus=4,pp=2,sp=2,mb=1" --n-micro 4 && check_plan cp_ring_dis_pp ref_ring
 else fail run_reference_ring "$(tail -c 300 "$T/ref_ring.err")"; fi
 unset MODEL
+
+# Several encoders feeding one LLM (tiny-omni: vision and audio, as
+# Qwen2.5-Omni's thinker) and an audio encoder alone (tiny-audio), on the
+# samples' clips (64 mel frames: 32 rows after the conv stem). Omni: each
+# encoder on its own group (disaggregated, with the LLM's tensor or context
+# parallelism), all on the same ranks (colocated, with ring attention over a
+# sequence whose chunks cut through the vision and audio rows), a frozen audio
+# encoder (forward only) against its own 1-rank run; tiny-audio with the
+# LLM's pipeline and its Ulysses context parallelism.
+"$DHP" data synth --out "$T/adata" --samples 64 --window 0 --audio >/dev/null || fail run_audio_data "dhp data synth --audio failed"
+SETUP_VL=$SETUP
+export DATA="$T/adata"
+SETUP="$SETUP --audio-frames 32"
+variant_of() {   # variant_of NAME ZOO-MODEL KIND: the zoo model with module KIND frozen
+    /usr/bin/python3 -c "
+import json, sys
+m = json.load(open(sys.argv[2]))
+for mod in m['modules']:
+    if mod['kind'] == sys.argv[3]: mod['frozen'] = True
+m['name'] += '-frozen-' + sys.argv[3]
+json.dump(m, open(sys.argv[1], 'w'))" "$T/$1.model.json" "$HERE/../models/zoo/$2.json" "$3"
+}
+variant_of frozen_audio tiny-omni audio
+for m in tiny-omni tiny-audio "$T/frozen_audio.model.json"; do
+    export MODEL=$m
+    case $m in tiny-omni) r=ref_omni;; tiny-audio) r=ref_audio;; *) r=ref_frozen_audio;; esac
+    spec="audio:dp=1;llm:dp=1"; [ "$m" = tiny-audio ] || spec="vision:dp=1;$spec"
+    if plan "$r" colocated "$spec" --gpus 1 && train "$r"; then losses "$T/$r.log" >"$T/$r.losses"
+    else fail "run_reference_$r" "$(tail -c 300 "$T/$r.err")"; continue; fi
+    case $m in
+    tiny-omni)
+        plan omni_dis_tp disaggregated "vision:gpus=1;audio:gpus=1;llm:gpus=2,tp=2,seqpar=0" --n-micro 4 && check_plan omni_dis_tp $r
+        plan omni_dis_cp disaggregated "vision:gpus=1,zero=1;audio:gpus=2,sp=2;llm:gpus=2,sp=2" --n-micro 2 && check_plan omni_dis_cp $r
+        plan omni_col colocated "vision:dp=2;audio:sp=2;llm:dp=2,zero=2" --gpus 2 && check_plan omni_col $r
+        plan omni_col_ring colocated "vision:dp=4;audio:dp=2,sp=2;llm:sp=2,tp=2,seqpar=1" --gpus 4 && check_plan omni_col_ring $r;;
+    tiny-audio)
+        plan audio_dis_pp disaggregated "audio:gpus=1;llm:gpus=2,pp=2,mb=1" --n-micro 4 && check_plan audio_dis_pp $r
+        plan audio_cp colocated "audio:sp=2;llm:sp=2,zero=3" --gpus 2 && check_plan audio_cp $r;;
+    *)
+        plan frozen_audio_dis disaggregated "vision:gpus=1;audio:gpus=2,sp=2;llm:gpus=1" --n-micro 4 && check_plan frozen_audio_dis $r
+        plan frozen_audio_col colocated "vision:dp=2,zero=3;audio:dp=2,zero=3;llm:pp=2,zero=1" --gpus 2 && check_plan frozen_audio_col $r;;
+    esac
+done
+# audio data for a model without an audio encoder, a model with one without audio, and clips the plan did not plan for:
+# one line naming the field, exit 2, before any rank allocates
+expect_err run_refuses_audio_data_for_a_model_without_an_audio_encoder "data set has audio \(mel_bins 16, mel_frames 64\) but model tiny-vl has no audio encoder" \
+    "$DHP" run "$T/ref.json" --data "$T/adata" --steps 2
+expect_err run_refuses_an_audio_model_without_audio_data "model tiny-omni has an audio encoder \(audio\) but the data set has no audio" \
+    "$DHP" run "$T/ref_omni.json" --data "$T/data" --steps 2
+sed -E 's/"audio_frames":([[:space:]]*)32/"audio_frames":\116/' "$T/ref_omni.json" >"$T/omni_bad.json"
+expect_err run_refuses_clips_the_plan_did_not_plan_for "plan has 16 audio frames per sample, the data set's clips give 32" \
+    "$DHP" run "$T/omni_bad.json" --data "$T/adata" --steps 2
+unset MODEL DATA
+SETUP=$SETUP_VL
 
 # resume: 10 steps, stop, resume for 10 more == 20 straight (bit for bit), on
 # stages too (each stage loads its blocks from the whole-tensor checkpoint)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Whatever `dhp plan` chooses, `dhp run` runs and `dhp simulate` prices: every
-# tiny zoo model, planned on CPU clusters of 1, 2, 4 and 8 ranks (the measured
+# tiny zoo model (vision, audio, both encoders at once), planned on CPU clusters of 1, 2, 4 and 8 ranks (the measured
 # cpu-4 host with its node widened or narrowed), colocated and disaggregated;
 # the chosen plan and its four next-best alternatives each simulate and train
 # 3 steps under mpirun.
@@ -9,7 +9,7 @@ if ! command -v mpirun >/dev/null 2>&1; then skip zoo_run "mpirun not found"; ex
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 HERE=$(cd "$(dirname "$0")" && pwd)
-MODELS=${ZOO_MODELS:-"tiny-vl tiny-vl-window"}
+MODELS=${ZOO_MODELS:-"tiny-vl tiny-vl-window tiny-audio tiny-omni"}
 
 # cpu-N: the cpu-4 profile with N ranks on the node (processor sets alternate as measured)
 for n in 1 2 4 8; do
@@ -28,7 +28,11 @@ done
 # data per model: tiny-vl-window's images are cut in 4x4-patch windows
 "$DHP" data synth --out "$T/data-w0" --samples 64 --window 0 >/dev/null || { fail zoo_run_data "dhp data synth failed"; exit 0; }
 "$DHP" data synth --out "$T/data-w16" --samples 64 --window 16 >/dev/null || { fail zoo_run_data "dhp data synth failed"; exit 0; }
-data_of() { case "$1" in *window*) echo "$T/data-w16";; *) echo "$T/data-w0";; esac; }
+# the audio models': a clip of 64 mel frames per sample, 32 rows after the conv stem
+"$DHP" data synth --out "$T/data-audio" --samples 64 --window 0 --audio >/dev/null || { fail zoo_run_data "dhp data synth --audio failed"; exit 0; }
+data_of() { case "$1" in *window*) echo "$T/data-w16";; *audio*|*omni*) echo "$T/data-audio";; *) echo "$T/data-w0";; esac; }
+modules_of() { /usr/bin/python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['modules']))" "$HERE/../models/zoo/$1.json"; }
+workload_of() { case "$1" in *audio*|*omni*) echo "--audio-frames 32";; esac; }
 
 strategy_of() {
     /usr/bin/python3 -c "
@@ -41,12 +45,13 @@ print(p['placement'], ' '.join('%s:dp=%d,tp=%d,sp=%d,pp=%d,zero=%d,mb=%d,rc=%s%s
 for model in $MODELS; do
     for n in 1 2 4 8; do
         for pl in colocated disaggregated; do
-            [ "$n" = 1 ] && [ "$pl" = disaggregated ] && continue   # two groups need two ranks
+            # a disaggregated plan gives every module a group of its own: as many ranks at least
+            [ "$pl" = disaggregated ] && [ "$n" -lt "$(modules_of "$model")" ] && continue
             for k in 0 1 2 3 4; do
                 name="zoo_run_${model}_cpu${n}_${pl}_pick$k"
                 f="$T/$model-$n-$pl-$k.json"
                 if ! "$DHP" plan --model "$model" --cluster "$T/cpu-$n.json" --batch 8 --vision-tokens 64 --text-tokens 48 \
-                       --precision fp32 --placement "$pl" --pick $k --no-baselines -o "$f" >"$T/plan.out" 2>&1; then
+                       --precision fp32 $(workload_of "$model") --placement "$pl" --pick $k --no-baselines -o "$f" >"$T/plan.out" 2>&1; then
                     # fewer plans than 5 is the search's answer, not a failure
                     grep -q "the search found" "$T/plan.out" && [ "$k" -gt 0 ] && break
                     fail "$name" "$(head -c 300 "$T/plan.out")"; continue
