@@ -27,7 +27,7 @@ int cmd_import(int argc, char **argv)
     if (!src) return cli_usage_error("import", "missing CONFIG.json or URL");
     char err[UTIL_ERR_LEN], *text = NULL;
     bool url = !strncmp(src, "http://", 7) || !strncmp(src, "https://", 8);
-    if ((url ? util_http_get(src, &text, NULL, err) : util_read_file(src, &text, NULL, err)))
+    if ((url ? util_http_get(src, &text, NULL, err) : util_read_text_file(src, UTIL_JSON_MAX_BYTES, &text, NULL, err)))
         return cli_bad_input(err);
     model_t m;
     int rc = model_import_hf(text, src, &m, err);

@@ -734,7 +734,7 @@ int cost_cluster_load(const char *name_or_path, cost_cluster *c, char *err)
         what = f->path;
     } else if (looks_like_path(name_or_path)) {
         size_t len;
-        if ((rc = util_read_file(name_or_path, &text, &len, err))) return rc;
+        if ((rc = util_read_text_file(name_or_path, UTIL_JSON_MAX_BYTES, &text, &len, err))) return rc;
     } else {
         char known[UTIL_ERR_LEN / 2];
         known_names(l, known, sizeof known);

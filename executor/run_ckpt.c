@@ -184,7 +184,7 @@ static int read_latest(const run_ctx *r, char *dir, size_t n, char *err)
     char path[4096 + 16], *text = NULL;
     size_t len;
     snprintf(path, sizeof path, "%s/latest", r->o->ckpt_dir);
-    int rc = util_read_file(path, &text, &len, err);
+    int rc = util_read_text_file(path, 64, &text, &len, err);
     if (rc) return util_fail(err, rc, "checkpoint: --resume: no checkpoint in %s (%s is missing or unreadable)", r->o->ckpt_dir, path);
     int step = -1;
     if (sscanf(text, "step-%d", &step) != 1 || step < 0) rc = util_fail(err, UTIL_EINVAL, "checkpoint: %s is corrupt", path);

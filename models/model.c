@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *kind_names[] = {"vision", "audio", "llm"};
 static const char *ffn_names[] = {"gelu", "swiglu"};
@@ -588,12 +589,11 @@ int model_load(const char *name_or_path, model_t *m, char *err)
             const util_embedded_file *f = util_embedded_find(path);
             if (f) return model_parse_json((const char *)f->data, path, m, err);
         }
-        FILE *probe = fopen(name_or_path, "rb");
-        if (!probe) return not_found(name_or_path, err);
-        fclose(probe);
+        struct stat st;
+        if (stat(name_or_path, &st) != 0) return not_found(name_or_path, err);
     }
     char *text;
-    int rc = util_read_file(name_or_path, &text, NULL, err);
+    int rc = util_read_text_file(name_or_path, UTIL_JSON_MAX_BYTES, &text, NULL, err);
     if (rc) return rc;
     rc = model_parse_json(text, name_or_path, m, err);
     util_free(text);

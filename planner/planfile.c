@@ -221,12 +221,8 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
 
 int plan_read(const char *path, plan_t *p, char *err)
 {
-    char *text;
-    int rc = util_read_file(path, &text, NULL, err);
-    if (rc) return rc;
     cJSON *root;
-    rc = util_json_parse(text, path, &root, err);
-    util_free(text);
+    int rc = util_json_read(path, &root, err);
     if (rc) return rc;
     rc = plan_from_json(root, path, p, err);
     cJSON_Delete(root);
