@@ -15,7 +15,8 @@ static void usage(void)
            "priced by the cost model: step time, busy / communication / idle per rank, the critical\n"
            "path, and peak memory per rank. Without a plan file: --strategy (as dhp memory).\n\n"
            "  --cluster NAME|PATH   re-price the plan on another cluster (default: the plan's own)\n"
-           "  --trace FILE          write the simulated step as a Chrome trace (chrome://tracing, Perfetto)\n"
+           "  --trace FILE          write the simulated step as a Chrome trace (chrome://tracing, Perfetto;\n"
+           "                        '-': stdout, the report then goes to stderr)\n"
            "  --strategy SPEC       e.g. 'vision:gpus=2;llm:gpus=6,tp=2,seqpar=0' (keys as dhp memory)\n"
            "  --placement P         colocated (default with --strategy) or disaggregated\n"
            "  --n-micro N           chunks pipelined between groups (disaggregated)\n%s", cli_setup_help);
@@ -57,6 +58,13 @@ static int parse_args(int argc, char **argv, sim_args *a)
     }
     if (!a->plan_path && !a->strategy) return cli_usage_error("simulate", "give a plan file or --strategy");
     if (a->plan_path && a->strategy) return cli_usage_error("simulate", "give a plan file or --strategy, not both");
+    char err[UTIL_ERR_LEN];
+    if (a->trace && !strcmp(a->trace, "-")) {
+        if (a->setup.json) return cli_usage_error("simulate", "--json and --trace - would both write to stdout");
+        if (cli_reserve_stdout()) return cli_usage_error("simulate", "--trace -: cannot keep stdout for the trace");
+    } else if (a->trace && util_check_output(a->trace, err)) {
+        return cli_usage_error("simulate", "%s", err);
+    }
     return 0;
 }
 

@@ -137,6 +137,8 @@ static int get_str(const cJSON *obj, const char *what, const char *path, const c
     if (!cJSON_IsString(v)) return util_fail(err, UTIL_EINVAL, "%s: %s: must be a string", what, fp);
     if (strlen(v->valuestring) >= n)
         return util_fail(err, UTIL_EINVAL, "%s: %s: longer than %zu characters", what, fp, n - 1);
+    if (!util_text_ok(v->valuestring))
+        return util_fail(err, UTIL_EINVAL, "%s: %s: control characters are not allowed", what, fp);
     util_strlcpy(out, v->valuestring, n);
     return UTIL_OK;
 }

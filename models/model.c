@@ -374,6 +374,10 @@ static int check_layer_list(const char *what, int i, const char *key, const int 
 static int validate_common(const model_module *mm, const char *what, int i, char *err)
 {
     if (!mm->name[0]) return BAD("%s: modules[%d].name: must not be empty", what, i);
+    /* module names become file names (checkpoints: DIR/step-N/<module>.safetensors) */
+    if (!util_name_ok(mm->name))
+        return BAD("%s: modules[%d].name: '%s' must be letters, digits, '.', '_' or '-' (not first '.' or '-')",
+                   what, i, mm->name);
     if ((unsigned)mm->kind > MODEL_LLM) return BAD("%s: modules[%d].kind: unknown kind %d", what, i, (int)mm->kind);
     if ((unsigned)mm->ffn_kind > MODEL_FFN_SWIGLU) return BAD("%s: modules[%d].ffn_kind: unknown", what, i);
     if ((unsigned)mm->norm > MODEL_NORM_RMSNORM) return BAD("%s: modules[%d].norm: unknown", what, i);
@@ -457,6 +461,8 @@ static int validate_llm(const model_module *mm, const char *what, int i, char *e
 int model_validate_as(const model_t *m, const char *what, char *err)
 {
     if (!m->name[0]) return BAD("%s: name: must not be empty", what);
+    if (!util_text_ok(m->name) || !util_text_ok(m->source) || !util_text_ok(m->published_source))
+        return BAD("%s: name, source and published_source must be printable UTF-8 text", what);
     if (m->n_modules < 1 || m->n_modules > MODEL_MAX_MODULES)
         return BAD("%s: modules: %d modules, need 1..%d", what, m->n_modules, MODEL_MAX_MODULES);
     int llms = 0;

@@ -427,9 +427,9 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
         return util_fail(err, UTIL_EINVAL, "%s: sequence %.0f is not divisible by sp %d", mm->name, q.seq, s->sp);
     if (mm->kind != MODEL_LLM && s->sp > 1 && mm->merge > 1 && fmod(q.seq / s->sp, mm->merge * mm->merge) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sp %d splits merge groups", mm->name, s->sp);
-    int g = s->dp * s->tp * s->sp * s->pp;
-    if (g > cost_pool_gpus(pool))
-        return util_fail(err, UTIL_EINVAL, "%s: %d GPUs exceed pool '%s' (%d)", mm->name, g, pool->name,
-                         cost_pool_gpus(pool));
+    int64_t g;
+    if (!plan_module_ranks(s, &g) || g > cost_pool_gpus(pool))
+        return util_fail(err, UTIL_EINVAL, "%s: dp*tp*sp*pp = %d*%d*%d*%d GPUs exceed pool '%s' (%d)", mm->name,
+                         s->dp, s->tp, s->sp, s->pp, pool->name, cost_pool_gpus(pool));
     return UTIL_OK;
 }

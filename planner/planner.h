@@ -92,6 +92,9 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err);
 int plan_validate(const plan_t *p, char *err);
 /* Rank of module k's first GPU counted from its pool's first rank (pools start on node boundaries). */
 int plan_pool_offset(const plan_t *p, int k);
+/* dp * tp * sp * pp of a module strategy, overflow-checked (false: it does
+ * not fit in 64 bits; the degrees come from files and options). */
+bool plan_module_ranks(const plan_module *s, int64_t *out);
 
 /* ---- workload: sequence lengths each module sees ---- */
 typedef struct {

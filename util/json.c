@@ -192,6 +192,9 @@ int util_json_str(const cJSON *obj, const char *ctx, const char *key, bool requi
     if (!cJSON_IsString(v)) return util_fail(err, UTIL_EINVAL, "%s.%s: must be a string", ctx, key);
     if (strlen(v->valuestring) >= n)
         return util_fail(err, UTIL_EINVAL, "%s.%s: longer than %zu characters", ctx, key, n - 1);
+    /* an escaped control character (\u001b ...) passes the parser's checks */
+    if (!util_text_ok(v->valuestring))
+        return util_fail(err, UTIL_EINVAL, "%s.%s: control characters are not allowed", ctx, key);
     util_strlcpy(out, v->valuestring, n);
     return UTIL_OK;
 }
