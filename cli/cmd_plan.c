@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(void)
 {
@@ -268,5 +269,6 @@ int cmd_plan(int argc, char **argv)
     plan_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc == 1 ? 0 : rc;
+    util_progress_enable(isatty(STDERR_FILENO));
     return a.compare ? compare(&a) : plan_once(&a);
 }

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -145,6 +146,7 @@ int cmd_simulate(int argc, char **argv)
     sim_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc == 1 ? 0 : rc;
+    util_progress_enable(isatty(STDERR_FILENO));
     static plan_t p;
     if ((rc = load_plan(&a, &p))) return rc;
     double analytic = p.pred.step_time_s;

@@ -90,9 +90,10 @@ int run_paths_prepare(run_ctx *r, char *err)
         }
         if (!rc && o->trace_path) rc = util_check_output(o->trace_path, err);
     }
+    if (rc) rc = UTIL_EINVAL;   /* a path the user gave: bad input (exit 2) */
     if ((rc = share_verdict(r, rc, err)) || !o->ckpt_dir) return rc;
     /* the module files are written by other ranks, possibly on other hosts: each checks it can */
-    int mine = r->rank == 0 ? UTIL_OK : util_mkdirs(o->ckpt_dir, err), all = mine;
+    int mine = r->rank == 0 || !util_mkdirs(o->ckpt_dir, err) ? UTIL_OK : UTIL_EINVAL, all = mine;
     if (ex_comm_allreduce_max_int(r->world, &all, 1)) return util_fail(err, UTIL_ERUNTIME, "run: %s", ex_comm_error(r->world));
     if (all && !mine) return util_fail(err, all, "run: --ckpt %s cannot be written from another rank (its message is above)", o->ckpt_dir);
     return all;

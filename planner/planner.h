@@ -436,6 +436,14 @@ typedef struct {
     plan_sim_ref *path;       /* critical path, first op first: each op's begin is its predecessor's end */
 } plan_sim_result;
 
+/* The simulator's size for p (planner/bounds.c), estimated before anything
+ * is built: ops of every rank's schedule, and the elementary steps of
+ * building and walking them. plan_sim_run refuses a plan above the limits
+ * (one line with the sizes) instead of running out of memory or time. */
+#define PLAN_SIM_MAX_OPS (1 << 23)
+#define PLAN_SIM_MAX_WORK (1 << 30)
+void plan_sim_size(const plan_t *p, double *ops, double *work);
+int plan_sim_check_size(const plan_t *p, char *err);
 /* Simulates one step of p (plan_schedule_check must accept it); hooks may be NULL.
  * Free r with plan_sim_free (also after a failure). */
 int plan_sim_run(const plan_t *p, const plan_sim_hooks *hooks, plan_sim_result *r, char *err);

@@ -168,6 +168,12 @@ int util_json_write(const char *path, const cJSON *root, char *err);
 /* GET url (http or https, 16 MiB at most, 60 s timeout); *out NUL-terminated, util_free it. */
 int util_http_get(const char *url, char **out, size_t *len, char *err);
 
+/* Progress of a long computation on stderr (util/progress.c): off unless
+ * enabled (the planning commands enable it on a terminal); a phase is named
+ * by its `what` string; done >= total ends it and erases the line. */
+void util_progress_enable(bool on);
+void util_progress(const char *what, double done, double total);
+
 /* Monotonic wall time in seconds. */
 double util_now(void);
 /* Sleeps until util_now() reaches t (returns at once if it has). */
