@@ -49,7 +49,11 @@ static void check_module_file(const run_ctx *r, int k, const char *dir, long lon
     ex_ckpt_close(c);
     if (!problem[0]) return;
     size_t len = strlen(why);
-    snprintf(why + len, n - len, "%s%s", len ? "; " : "", problem);
+    if (len && len + 2 < n) {
+        memcpy(why + len, "; ", 3);
+        len += 2;
+    }
+    if (len < n) util_strlcpy(why + len, problem, n - len);
 }
 
 /* Rank 0's verdict on the step directory latest names. */
