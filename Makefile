@@ -121,6 +121,8 @@ fuzz-build:
 	  CFLAGS="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" fuzz-bins
 
 fuzz-bins: $(addprefix $(BUILD)/fuzz/,$(FUZZ_TARGETS))
+# (kept: as intermediates of the pattern rule make would delete and rebuild them every time)
+.PRECIOUS: $(BUILD)/obj/tests/fuzz/%.o
 
 $(BUILD)/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(LIB_OBJ)
 	@mkdir -p $(dir $@)
