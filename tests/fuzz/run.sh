@@ -29,8 +29,9 @@ for bin in "$FUZZ_BIN"/fuzz_*; do
         echo "FAIL $t: a regression input crashes again: $(grep -m1 -E 'ERROR|runtime error|Test unit written' "$log")"
         continue
     fi
-    # -timeout: an input that runs 20 s is a finding (dhp must not hang on any input)
-    nice -n "${FUZZ_NICE:-0}" "$bin" -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=2560 \
+    # -timeout: an input that runs this long is a finding (dhp must not hang on any input). It is
+    # wall-clock time: a run at low priority on a busy host (FUZZ_NICE) needs a longer one.
+    nice -n "${FUZZ_NICE:-0}" "$bin" -max_total_time="$SECONDS_EACH" -timeout="${FUZZ_TIMEOUT:-20}" -rss_limit_mb=2560 \
         -print_final_stats=1 -artifact_prefix="$art/" \
         "$WORK/corpus/$t" "$WORK/seeds/$t" >"$log" 2>&1
     rc=$?
