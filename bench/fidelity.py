@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Fidelity of dhp's predictions on this machine (issue: simulator and profiler).
+"""Fidelity of dhp's predictions on this machine (issues: simulator and profiler; the memory-saving strategies).
 
 For each rank count the plans use, `mpirun -np N dhp profile` measures this
 host into a cluster file; for every plan of a small model (colocated and
-disaggregated, SP / TP / DP / ZeRO-1 mixes, 1-4 ranks) `dhp simulate` predicts
+disaggregated, SP / TP / DP / ZeRO-1/2/3 mixes, recomputation, Megatron
+sequence parallelism, a frozen encoder, 1-4 ranks) `dhp simulate` predicts
 the step from it and `dhp run` measures it (step times after warm-up; per-rank
 peak bytes per category as the executor allocated them). It prints both with
 the error of each, and whether the planner's ranking of the plans matches the
@@ -57,10 +58,37 @@ PLANS = [  # name, placement, strategy, extra dhp plan options
     ("d3_2_1", "disaggregated", "vision:gpus=2,dp=2;llm:gpus=1", ["--n-micro", "2"]),
     ("c4_dp_zero1", "colocated", "vision:dp=4,mb=4,zero=1;llm:dp=4,mb=4,zero=1", ["--gpus", "4"]),
     ("d4_sp2_dp2", "disaggregated", "vision:gpus=2,sp=2;llm:gpus=2,dp=2,zero=1", ["--n-micro", "2"]),
+    # the memory-saving strategies: ZeRO-2/3, recomputation, Megatron sequence parallelism, a frozen encoder
+    ("c2_zero2", "colocated", "vision:dp=2,mb=8,zero=2;llm:dp=2,mb=8,zero=2", ["--gpus", "2"]),
+    ("c2_zero3", "colocated", "vision:dp=2,mb=8,zero=3;llm:dp=2,mb=8,zero=3", ["--gpus", "2"]),
+    ("c2_seqpar_rc", "colocated", "vision:dp=2,mb=8,rc=selective;llm:tp=2,mb=16,seqpar=1,rc=full", ["--gpus", "2"]),
+    ("c4_z3_sp_tp", "colocated", "vision:sp=2,dp=2,mb=8,zero=3;llm:tp=2,dp=2,mb=8,zero=3,seqpar=1", ["--gpus", "4"]),
+    ("d3_z2_rc", "disaggregated", "vision:gpus=1,rc=full;llm:gpus=2,dp=2,zero=2", ["--n-micro", "4"]),
+    ("c2_frozen_z3", "colocated", "vision:dp=2,mb=8,zero=3;llm:dp=2,mb=8,zero=3", ["--gpus", "2", "--model", "@frozen-vision"]),
+    # pipeline parallelism (1F1B): the LLM on stages, an encoder pipeline feeding it, 4 stages of a 4-block LLM
+    ("d3_pp2", "disaggregated", "vision:gpus=1;llm:gpus=2,pp=2,mb=2", ["--n-micro", "4"]),
+    ("d4_pp2_pp2", "disaggregated", "vision:gpus=2,pp=2;llm:gpus=2,pp=2,mb=2", ["--n-micro", "4"]),
+    ("c4_pp2_tp", "colocated", "vision:dp=4,mb=4;llm:pp=2,tp=2,mb=16,seqpar=1", ["--gpus", "4"]),
+    ("d5_pp4", "disaggregated", "vision:gpus=1;llm:gpus=4,pp=4,mb=1", ["--n-micro", "8", "--model", "@deep-llm"]),
 ]
 # Executor categories (executor log "peak_bytes") and the simulator's terms they hold.
 CATS = [("params", ["params"]), ("grads", ["grads"]), ("optim", ["optim"]),
-        ("activations", ["activations", "logits"]), ("comm", ["comm"])]
+        ("activations", ["activations", "logits"]), ("comm", ["comm"]), ("zero_buffers", ["zero_buffers"])]
+
+
+def tiny_vl_variant(tmp, name, kind, key, value):
+    """tiny-vl with one field of its `kind` module changed (models/SCHEMA.md)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "models", "zoo", "tiny-vl.json")) as f:
+        m = json.load(f)
+    for mod in m["modules"]:
+        if mod["kind"] == kind:
+            mod[key] = value
+    m["name"] = name
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        json.dump(m, f)
+    return path
 
 
 def sh(cmd, env):
@@ -117,6 +145,9 @@ def main():
         return ["mpirun", "--oversubscribe"] + bind + ["-np", str(n)] + args
 
     tmp = tempfile.mkdtemp(prefix="dhp-fidelity.")
+    variants = {"@frozen-vision": tiny_vl_variant(tmp, "tiny-vl-frozen-vision", "vision", "frozen", True),
+                "@deep-llm": tiny_vl_variant(tmp, "tiny-vl-deep-llm", "llm", "layers", 4)}
+    PLANS[:] = [(n, pl, spec, [variants.get(x, x) for x in extra]) for n, pl, spec, extra in PLANS]
     data = os.path.join(tmp, "data")
     sh([dhp, "data", "synth", "--out", data, "--samples", "1024", "--window", "0"], env)
     plans = {}
@@ -162,7 +193,7 @@ def main():
         for q in range(n):
             got = last[name]["ranks"][q]["peak_bytes"]
             pred = sim["ranks"][q]["memory"]
-            mem.append({c: (sum(pred[t] for t in terms), got[c]) for c, terms in CATS})
+            mem.append({c: (sum(pred[t] for t in terms), got.get(c, 0)) for c, terms in CATS})
         measured = quantile(times[name], 0.1)
         first, after = sim["step_time_s"], again[name]["step_time_s"]
         rows.append({"plan": name, "ranks": n, "profile1_s": first, "profile2_s": after,
@@ -184,7 +215,7 @@ def main():
           "reads slower)")
     print()
     print("peak memory per rank, KiB predicted / measured (error)")
-    print(f"{'plan':<13} {'rank':>4} " + " ".join(f"{c:>24}" for c, _ in CATS))
+    print(f"{'plan':<13} {'rank':>4} " + " ".join(f"{c[:24]:>24}" for c, _ in CATS))
     worst_m = {c: 0.0 for c, _ in CATS}
     for r in rows:
         for q, m in enumerate(r["memory"]):
@@ -192,6 +223,9 @@ def main():
             for c, _ in CATS:
                 p, g = m[c]
                 e = (p - g) / g if g else (0.0 if p == 0 else float("inf"))
+                if p == 0 and g == 0:
+                    cells.append(f"{'-':>24}")
+                    continue
                 worst_m[c] = max(worst_m[c], abs(e))
                 cells.append(f"{p / 1024:>8.1f} / {g / 1024:>7.1f} ({e:>+5.1%})")
             print(f"{r['plan']:<13} {q:>4} " + " ".join(f"{x:>24}" for x in cells))

@@ -28,6 +28,8 @@ typedef struct {
     int batch, images, vision_tokens, image_size, audio_frames, text_tokens;
     plan_precision precision;
     bool precision_given;
+    plan_target target;
+    bool target_given;
     bool json;
 } cli_setup;
 
@@ -35,6 +37,9 @@ void cli_setup_default(cli_setup *s);
 /* Consumes argv[*i] (and its value) if it is a setup option; returns 1 if
  * consumed, 0 if not a setup option, 2 on a bad value (message printed). */
 int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i);
+/* The memory and cost options the setup asks for: its precision and target
+ * (the target its precision implies unless --target was given). */
+void cli_setup_options(const cli_setup *s, plan_options *o);
 /* Loads model and cluster and builds the workload; prints the error and returns 2 on bad input. */
 int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster *c, plan_workload *w);
 extern const char *cli_setup_help;

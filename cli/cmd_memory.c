@@ -143,11 +143,10 @@ int cmd_memory(int argc, char **argv)
     static plan_t p;
     char err[UTIL_ERR_LEN];
     plan_options opt;
-    plan_options_default(&opt);
-    opt.precision = setup.precision;
+    cli_setup_options(&setup, &opt);
     if (plan_path) {
         if (plan_read(plan_path, &p, err)) return cli_bad_input(err);
-        opt.precision = p.precision;
+        opt = plan_options_of(&p);
     } else {
         model_t m; cost_cluster c; plan_workload w;
         if (cli_setup_load("memory", &setup, &m, &c, &w)) return 2;

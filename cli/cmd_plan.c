@@ -18,6 +18,7 @@ static void usage(void)
            "  --exhaustive          enumerate every combination instead of the MILP (small cases)\n"
            "  -o, --out FILE        write the chosen plan (default plan.json; '-': stdout, the report\n"
            "                        then goes to stderr)\n"
+           "  --pick N              write alternative N instead (0 = the chosen plan, 1..--top the next best)\n"
            "  --compare             Ray's published grid (1024..65536 vision tokens, batch 8/8/8/8/4/2):\n"
            "                        zero3, tp, sp-tp and dhp per row (precision bf16-autocast unless given)\n"
            "  --grid T:B,...        the grid for --compare, vision tokens:batch pairs\n"
@@ -34,7 +35,7 @@ typedef struct {
     const char *grid;
     const char *strategy;
     int gpus, n_micro;
-    int top;
+    int top, pick;
     bool baselines, compare, exhaustive;
     bool colocated, disaggregated;
 } plan_args;
@@ -56,6 +57,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(); return 1; }
         else if (!strcmp(o, "--top")) { if (cli_int_arg("plan", o, v, 0, 15, &a->top)) return 2; i++; }
+        else if (!strcmp(o, "--pick")) { if (cli_int_arg("plan", o, v, 0, 15, &a->pick)) return 2; i++; }
         else if (!strcmp(o, "--no-baselines")) a->baselines = false;
         else if (!strcmp(o, "--compare")) a->compare = true;
         else if (!strcmp(o, "--exhaustive")) a->exhaustive = true;
@@ -88,7 +90,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
 static void search_options(const plan_args *a, plan_search_options *so)
 {
     plan_search_options_default(so);
-    so->opt.precision = a->setup.precision;
+    cli_setup_options(&a->setup, &so->opt);
     so->top_k = a->top;
     so->allow_colocated = a->colocated;
     so->allow_disaggregated = a->disaggregated;
@@ -122,8 +124,7 @@ static int plan_strategy(const plan_args *a)
     char err[UTIL_ERR_LEN];
     plan_placement pl = a->colocated ? PLAN_COLOCATED : PLAN_DISAGGREGATED;
     plan_options opt;
-    plan_options_default(&opt);
-    opt.precision = a->setup.precision;
+    cli_setup_options(&a->setup, &opt);
     if (plan_from_strategy_opts(a->strategy, &m, &c, &w, pl, a->gpus, a->n_micro, &opt, &p, err)) return cli_usage_error("plan", "%s", err);
     if (plan_write(a->out, &p, err)) { fprintf(stderr, "dhp plan: %s\n", err); return 2; }
     if (a->setup.json) { cli_emit_json(plan_to_json(&p)); return 0; }
@@ -151,7 +152,9 @@ static int plan_once(const plan_args *a)
     static plan_t base[PLAN_NBASE];
     bool have[PLAN_NBASE] = { false };
     if (a->baselines) run_baselines(&m, &c, &w, &so.opt, base, have);
-    if ((rc = plan_write(a->out, &r.plans[0], err))) {
+    if (a->pick >= r.n_plans)
+        return cli_usage_error("plan", "--pick %d: the search found %d plan(s) (0 .. %d)", a->pick, r.n_plans, r.n_plans - 1);
+    if ((rc = plan_write(a->out, &r.plans[a->pick], err))) {
         fprintf(stderr, "dhp plan: %s\n", err);
         return 2;
     }
@@ -192,7 +195,7 @@ static int plan_once(const plan_args *a)
         if (best_base > 0) printf("\ndhp is %.2fx the best baseline that fits\n", best_base / r.plans[0].pred.step_time_s);
         else printf("\nno baseline fits; dhp's plan does\n");
     }
-    printf("wrote %s\n", strcmp(a->out, "-") ? a->out : "the plan to stdout");
+    printf("wrote %s%s\n", strcmp(a->out, "-") ? a->out : "the plan to stdout", a->pick ? " (the alternative --pick names)" : "");
     return 0;
 }
 

@@ -163,6 +163,9 @@ static void print_summary(const cost_profile *p, const char *gpu_path, const cha
     print_collectives(p);
     printf("  %-15s alpha %.3g us, busbw %.2f GB/s%s\n", "intra link", p->link.alpha_s * 1e6, p->link.busbw / 1e9,
            p->mpi ? " (joint fit)" : " (1 rank: memcpy)");
+    if (p->has_overlap)
+        printf("  %-15s %.0f%% of a non-blocking all-gather hidden by compute (%.1f us alone, %.1f us with as much compute)\n",
+               "overlap", 100 * p->overlap, p->overlap_coll_s * 1e6, p->overlap_both_s * 1e6);
     if (gpu_path) printf("wrote %s\n", gpu_path);
     if (cluster_path) printf("wrote %s\n", cluster_path);
 }

@@ -84,18 +84,15 @@ static int load_plan(const sim_args *a, plan_t *p)
             if (plan_validate(p, err))
                 return cli_usage_error("simulate", "the plan does not fit cluster '%s': %s", c.name, err);
         }
-        opt.precision = p->precision;
+        opt = plan_options_of(p);
         if (plan_assemble(p, &opt, err)) return cli_usage_error("simulate", "%s", err);
         return 0;
     }
     model_t m; cost_cluster c; plan_workload w;
     if (cli_setup_load("simulate", &a->setup, &m, &c, &w)) return 2;
-    if (plan_from_strategy(a->strategy, &m, &c, &w, a->placement, 0, a->n_micro, p, err))
+    cli_setup_options(&a->setup, &opt);
+    if (plan_from_strategy_opts(a->strategy, &m, &c, &w, a->placement, 0, a->n_micro, &opt, p, err))
         return cli_usage_error("simulate", "%s", err);
-    if (a->setup.precision_given) {
-        p->precision = opt.precision = a->setup.precision;
-        if (plan_assemble(p, &opt, err)) return cli_usage_error("simulate", "%s", err);
-    }
     return 0;
 }
 
@@ -115,16 +112,16 @@ static void modules_of(const plan_t *p, int rank, char *buf, size_t n)
 static void print_ranks(const plan_t *p, const plan_sim_result *r)
 {
     printf("\nper rank: seconds of the step, peak memory GiB (activations: live slots)\n");
-    printf("  %4s %-12s %9s %9s %9s %6s | %7s %7s %7s %7s %5s %7s %7s %7s %8s\n", "rank", "modules", "busy", "comm",
-           "idle", "busy%", "params", "grads", "optim", "activ", "slots", "logits", "comm", "other", "total");
+    printf("  %4s %-12s %9s %9s %9s %6s | %7s %7s %7s %7s %7s %5s %7s %7s %7s %8s\n", "rank", "modules", "busy", "comm",
+           "idle", "busy%", "params", "grads", "optim", "zero", "activ", "slots", "logits", "comm", "other", "total");
     for (int i = 0; i < r->world_size; i++) {
         const plan_sim_rank *rk = &r->rank[i];
         const plan_sim_mem *m = &rk->mem;
         char mods[64];
         modules_of(p, i, mods, sizeof mods);
-        printf("  %4d %-12s %9.5f %9.5f %9.5f %5.1f%% | %7.3f %7.3f %7.3f %7.3f %5d %7.3f %7.3f %7.3f %8.3f%s\n", i, mods,
+        printf("  %4d %-12s %9.5f %9.5f %9.5f %5.1f%% | %7.3f %7.3f %7.3f %7.3f %7.3f %5d %7.3f %7.3f %7.3f %8.3f%s\n", i, mods,
                rk->busy_s, rk->comm_s, rk->idle_s, r->step_time_s > 0 ? 100 * rk->busy_s / r->step_time_s : 0,
-               m->params / GIB, m->grads / GIB, m->optim / GIB, m->activations / GIB, m->slots, m->logits / GIB,
+               m->params / GIB, m->grads / GIB, m->optim / GIB, m->zero_buffers / GIB, m->activations / GIB, m->slots, m->logits / GIB,
                m->comm / GIB, m->other / GIB, m->total / GIB, m->total > m->capacity ? "  OOM" : "");
     }
 }

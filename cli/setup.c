@@ -17,6 +17,9 @@ const char *cli_setup_help =
     "  --precision P         bf16-mixed (bf16 weights + fp32 master, Megatron; default), bf16-autocast\n"
     "                        (fp32 weights, bf16 compute; the --compare default), bf16-pure, or fp32\n"
     "                        (everything fp32: the CPU executor)\n"
+    "  --target T            what memory and time describe: megatron (Megatron-LM / DeepSpeed's published\n"
+    "                        formulas) or dhp (what `dhp run` allocates and issues); default dhp for fp32,\n"
+    "                        else megatron\n"
     "  --json                machine-readable output on stdout\n";
 
 void cli_setup_default(cli_setup *s)
@@ -71,8 +74,25 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         (*i)++;
         return 1;
     }
+    if (!strcmp(a, "--target")) {
+        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
+        if (plan_target_parse(val, &s->target)) {
+            cli_usage_error(cmd, "--target: '%s' is not megatron or dhp", val);
+            return 2;
+        }
+        s->target_given = true;
+        (*i)++;
+        return 1;
+    }
     if (!strcmp(a, "--json")) { s->json = true; return 1; }
     return 0;
+}
+
+void cli_setup_options(const cli_setup *s, plan_options *o)
+{
+    plan_options_default(o);
+    o->precision = s->precision;
+    o->target = s->target_given ? s->target : plan_target_default(s->precision);
 }
 
 int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster *c, plan_workload *w)

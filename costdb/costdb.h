@@ -136,6 +136,12 @@ typedef struct {
      * measured; ranks then share a processor evenly (speed). See
      * cost_share_weight. */
     double handoff_s;
+    /* Fraction of a non-blocking collective's time that concurrent compute
+     * hides (dhp's ZeRO prefetch and bucketed reductions; dhp profile measures
+     * it as the executor issues them); has_overlap false: the planner's
+     * plan_options.overlap. */
+    bool has_overlap;
+    double overlap;
     /* Optional per-collective fits of the intra link (dhp profile measures
      * each): intra_op[op] prices op inside one node where has_intra_op[op];
      * the other operations, and the intra-node steps of multi-node groups,
@@ -376,6 +382,10 @@ typedef struct {
      * the mate waits too; 0 where no set holds two ranks or none is outside */
     double handoff_s, handoff_busy_rtt_s, handoff_idle_rtt_s;
     int handoff_mate, handoff_partner, handoff_exchanges;
+    /* a non-blocking all-gather beside compute (cost_pool.overlap): its time
+     * alone, the compute's, both together, and the fraction hidden */
+    double overlap_coll_s, overlap_compute_s, overlap_both_s, overlap;
+    bool has_overlap;
     double stream_bytes;          /* size of each STREAM array */
     double copy_bw, scale_bw, add_bw, triad_bw;   /* B/s per rank */
     double ew_add_bw, ew_swiglu_bw, ew_rmsnorm_bw, ew_bw;  /* ew_bw: all three, total bytes / total time */

@@ -634,6 +634,21 @@ static int parse_handoff(const cJSON *pool, const char *what, const char *path, 
     return UTIL_OK;
 }
 
+/* Optional "collective_overlap": a fraction in [0, 1], plain or {"value", "source"} (cost_pool.overlap). */
+static int parse_overlap(const cJSON *pool, const char *what, const char *path, cost_pool *p, char *err)
+{
+    p->has_overlap = false;
+    p->overlap = 0;
+    if (!cJSON_GetObjectItemCaseSensitive(pool, "collective_overlap")) return UTIL_OK;
+    int rc = gpu_field(pool, what, path, "collective_overlap", &p->overlap, err);
+    if (rc) return rc;
+    if (!isfinite(p->overlap) || p->overlap < 0 || p->overlap > 1)
+        return util_fail(err, UTIL_EINVAL, "%s: %s.collective_overlap: must be a fraction in [0, 1] (got %g)", what, path,
+                         p->overlap);
+    p->has_overlap = true;
+    return UTIL_OK;
+}
+
 /* "gpu" is a shipped GPU name or an embedded dhp.gpu/1 object (what
  * cost_cluster_to_json writes, so a plan file carries its own numbers). */
 static int parse_pool_gpu(const cJSON *pool, const char *what, const char *path, cost_gpu *g, char *err)
@@ -669,7 +684,8 @@ static int parse_pool(const cJSON *obj, const char *what, int i, cost_pool *p, c
     if ((rc = parse_intra_ops(obj, what, path, p, err))) return rc;
     if ((rc = parse_speed(obj, what, path, p, err))) return rc;
     if ((rc = parse_sets(obj, what, path, p, err))) return rc;
-    return parse_handoff(obj, what, path, p, err);
+    if ((rc = parse_handoff(obj, what, path, p, err))) return rc;
+    return parse_overlap(obj, what, path, p, err);
 }
 
 /* Unset cross_pool: the slowest inter link of all pools (for two pools, the slower of the two). */
@@ -787,6 +803,7 @@ static cJSON *pool_to_json(const cost_pool *p)
         && (p->n_speed == 0 || add_item(o, "compute_speed", cJSON_CreateDoubleArray(p->speed, p->n_speed)))
         && (!p->has_sets || add_item(o, "compute_sets", cJSON_CreateIntArray(p->set_of, p->gpus_per_node)))
         && (!(p->handoff_s > 0) || cJSON_AddNumberToObject(o, "compute_handoff_s", p->handoff_s))
+        && (!p->has_overlap || cJSON_AddNumberToObject(o, "collective_overlap", p->overlap))
         && add_intra_ops(o, p);
     if (ok) return o;
     cJSON_Delete(o);

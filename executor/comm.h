@@ -50,6 +50,10 @@ int ex_comm_reduce_scatter(ex_comm *c, const float *send, float *recv, size_t n)
 /* chunk r of send goes to rank r; chunk r of recv comes from rank r */
 int ex_comm_alltoall(ex_comm *c, const float *send, float *recv, size_t chunk);
 int ex_comm_bcast(ex_comm *c, void *buf, size_t bytes, int root);
+/* Non-blocking ex_comm_allgather and ex_comm_reduce_scatter: ex_comm_wait
+ * completes the request; both buffers must stay untouched until then. */
+int ex_comm_iallgather(ex_comm *c, const float *send, float *recv, size_t n, ex_request **req);
+int ex_comm_ireduce_scatter(ex_comm *c, const float *send, float *recv, size_t n, ex_request **req);
 /* Gathers `bytes` from every rank to root's recv[r * bytes ..]; recv unused elsewhere. */
 int ex_comm_gather_bytes(ex_comm *c, const void *send, void *recv, size_t bytes, int root);
 

@@ -34,7 +34,7 @@ typedef struct self_msg {
     ex_request *sender; /* the send request while it is not yet complete */
 } self_msg;
 
-typedef enum { REQ_MPI_SEND, REQ_MPI_RECV, REQ_SELF_SEND, REQ_SELF_RECV } req_kind;
+typedef enum { REQ_MPI_SEND, REQ_MPI_RECV, REQ_SELF_SEND, REQ_SELF_RECV, REQ_MPI_COLL, REQ_DONE } req_kind;
 
 struct ex_request {
     req_kind kind;
@@ -608,10 +608,18 @@ static int wait_self(ex_comm *c, ex_request *r)
     return UTIL_OK;
 }
 
+/* A non-blocking collective: its one MPI request. */
+static int wait_coll(ex_comm *c, ex_request *r)
+{
+    return mpi_check(c, MPI_Wait(&r->mreq[0], MPI_STATUS_IGNORE), r->tag ? "MPI_Ireduce_scatter_block" : "MPI_Iallgather");
+}
+
 int ex_comm_wait(ex_comm *c, ex_request *req)
 {
     if (!req) return comm_fail(c, "ex_comm_wait: NULL request");
-    int rc = req->kind == REQ_SELF_SEND || req->kind == REQ_SELF_RECV ? wait_self(c, req) : wait_mpi(c, req);
+    int rc = req->kind == REQ_DONE ? UTIL_OK
+           : req->kind == REQ_MPI_COLL ? wait_coll(c, req)
+           : req->kind == REQ_SELF_SEND || req->kind == REQ_SELF_RECV ? wait_self(c, req) : wait_mpi(c, req);
     util_free(req);
     return rc;
 }
@@ -628,4 +636,41 @@ int ex_comm_recv(ex_comm *c, float *buf, size_t n, int peer, int tag)
     ex_request *r;
     int rc = ex_comm_irecv(c, buf, n, peer, tag, &r);
     return rc == UTIL_OK ? ex_comm_wait(c, r) : rc;
+}
+
+/* ---- non-blocking collectives ----
+ * One MPI request each; a call above max_piece, or on the self communicator,
+ * runs the blocking form and hands back a request that is already done. */
+
+static int post_coll(ex_comm *c, bool reduce, const float *send, float *recv, size_t n, ex_request **req)
+{
+    const char *call = reduce ? "MPI_Ireduce_scatter_block" : "MPI_Iallgather";
+    if (!req) return comm_fail(c, "%s: NULL request", call);
+    *req = NULL;
+    if (n && (!send || !recv)) return comm_fail(c, "%s: NULL buffer", call);
+    bool blocking = c->self || n > g_max_piece;
+    ex_request *r = req_new(c, blocking ? REQ_DONE : REQ_MPI_COLL, n, 0, reduce, blocking ? 0 : 1);
+    if (!r) return UTIL_ERUNTIME;
+    int rc;
+    if (blocking) {
+        rc = reduce ? ex_comm_reduce_scatter(c, send, recv, n) : ex_comm_allgather(c, send, recv, n);
+    } else {
+        rc = reduce ? MPI_Ireduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, c->mpi, &r->mreq[0])
+                    : MPI_Iallgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, c->mpi, &r->mreq[0]);
+        rc = mpi_check(c, rc, call);
+        if (rc == UTIL_OK) c->bytes += (uint64_t)(c->size - 1) * n * sizeof(float);
+    }
+    if (rc != UTIL_OK) { util_free(r); return rc; }
+    *req = r;
+    return UTIL_OK;
+}
+
+int ex_comm_iallgather(ex_comm *c, const float *send, float *recv, size_t n, ex_request **req)
+{
+    return post_coll(c, false, send, recv, n, req);
+}
+
+int ex_comm_ireduce_scatter(ex_comm *c, const float *send, float *recv, size_t n, ex_request **req)
+{
+    return post_coll(c, true, send, recv, n, req);
 }

@@ -57,6 +57,23 @@ typedef struct {
     int (*alltoall)(void *ctx, const float *send, float *recv, size_t chunk);
     /* element-wise max over the tp group, in place (vocab-parallel cross-entropy) */
     int (*allreduce_max)(void *ctx, float *buf, size_t n);
+    /* Megatron sequence parallelism of the LLM's tp group (seq_parallel): the
+     * norms and the residual stream hold rows [tp_rank * N / tp, ...) of the
+     * N rows; all = [tp][n] from every rank's n, and recv[n] = the sum of
+     * every rank's send[tp_rank * n ..) */
+    bool seq_parallel;
+    int (*allgather)(void *ctx, const float *send, float *all, size_t n);
+    int (*reduce_scatter)(void *ctx, const float *send, float *recv, size_t n);
+    /* Activation recomputation (plan_recompute): none keeps every block
+     * activation for backward; selective re-runs the attention core and the
+     * MLP activation in backward; full keeps each block's input only and
+     * re-runs the block's forward inside its backward (plan_module_acts). */
+    plan_recompute recompute;
+    /* Pipeline parallelism: this instance holds stage pp_rank of pp_size
+     * (plan_stage_of over stage_layers): its blocks, the stem on the first
+     * stage, the head on the last. pp_size 0 or 1: the whole module. */
+    int pp_size, pp_rank;
+    int stage_layers[PLAN_MAX_PP];
 } ex_parallel;
 int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
                              const ex_parallel *par, ex_model **out, char *err);
@@ -78,6 +95,76 @@ int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
 int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules,
                                const ex_parallel *par, ex_model **out, char *err);
 void ex_model_free(ex_model *em);
+
+/* ---- units, shards and the hooks data-parallel strategies run at ----
+ * A module's parameters are units used together (plan_module_tensors): 0 the
+ * stem, 1..layers the blocks, layers + 1 the head; each is a contiguous run
+ * of the flat buffers. Forward uses units in order, backward in reverse; the
+ * tied LLM head uses the stem's embedding too. Around every use the model
+ * calls the module's hooks, where ZeRO-3 gathers a unit's weights and ZeRO-2/3
+ * bind and reduce its gradient bucket (executor/dp_*.c). */
+typedef enum { EX_USE_FORWARD = 0, EX_USE_BACKWARD } ex_unit_use;
+typedef struct {
+    void *ctx;
+    /* before unit u of module k is used: its weight views must be readable,
+     * and in backward its gradient views writable */
+    int (*begin)(void *ctx, int module, int unit, ex_unit_use use);
+    /* after it; last: the unit's last backward use of the micro-batch (its gradient is complete) */
+    int (*end)(void *ctx, int module, int unit, ex_unit_use use, bool last);
+} ex_unit_hooks;
+int ex_model_set_unit_hooks(ex_model *em, int module_index, const ex_unit_hooks *h);
+/* The order a pass uses the units in (the forward's, or the backward's):
+ * 0 .. layers + 1 forward, the reverse backward, and for an LLM whose head is
+ * tied to its embedding the stem once more right after the head. Writes at
+ * most cap entries, returns how many the pass has. */
+int ex_module_unit_order(ex_model *em, int module_index, ex_unit_use use, int *order, int cap);
+/* The units' flat offsets (offsets[0 .. n_units], the last is the module's size). */
+int ex_module_units(ex_model *em, int module_index, const size_t **offsets, int *n_units);
+/* Points unit u's weight (EX_BUF_PARAMS) or gradient (EX_BUF_GRADS) views
+ * at base, which holds the unit's elements in flat order; NULL points them
+ * back at the module's flat buffer, or nowhere if it was released. */
+int ex_unit_bind(ex_model *em, int module_index, int unit, int kind, float *base);
+
+/* The one shard function (llm.c's zero.cuh): every unit of n_u elements is
+ * cut into G pieces of ceil(n_u / G), rank r owning flat elements
+ * [off_u + r * piece_u, min(off_u + (r + 1) * piece_u, off_u + n_u)); its
+ * pieces sit one after another in its shard buffers, at[u] .. at[u] + piece_u
+ * (padded with zeros past the unit's end). G = 1 is the whole module. */
+typedef struct {
+    int G, r;
+    int n_units;
+    size_t *off;               /* [n_units + 1] the units' flat offsets */
+    size_t *piece;             /* [n_units] */
+    size_t *at;                /* [n_units + 1] offsets of this rank's pieces in its shard buffers */
+} ex_shard;
+int ex_shard_init(ex_shard *s, const size_t *unit_off, int n_units, int G, int r, char *err);
+void ex_shard_free(ex_shard *s);
+/* Flat elements [*lo, *hi) of unit u that rank r owns (empty when *lo == *hi). */
+void ex_shard_range(const ex_shard *s, int u, size_t *lo, size_t *hi);
+
+/* ZeRO state of module k (ex_shard_init over its units, G ranks, this one r):
+ * the AdamW moments, and so the update and the clip norm's share, cover only
+ * this rank's pieces; shard_grads (ZeRO-2/3) frees the flat gradient buffer
+ * and keeps an accumulator of this rank's gradient pieces
+ * (EX_BUF_GRADS_SHARD); shard_params (ZeRO-3) frees the flat weight buffer
+ * and keeps this rank's weight pieces (EX_BUF_PARAMS_SHARD): the strategy
+ * binds every unit's views before use. Existing moments are kept where the
+ * old and new pieces overlap. */
+int ex_module_set_shard(ex_model *em, int module_index, int G, int r, bool shard_grads, bool shard_params,
+                        char *err);
+const ex_shard *ex_module_get_shard(ex_model *em, int module_index);
+/* The sum of squares of the gradients this rank updates (its pieces), over
+ * the tensors it counts for the tp group (tp-split ones on every tp rank,
+ * replicated ones on tp rank 0). */
+double ex_module_grad_sumsq(ex_model *em, int module_index);
+/* The backend the model computes with (for strategies that copy its buffers). */
+struct ex_backend;
+const struct ex_backend *ex_model_backend(const ex_model *em);
+/* Replaces the backend the model computes with (the CPU one from create):
+ * for tests, which wrap it to count the kernels a step calls
+ * (tests/test_drift.c), and for future backends. The model's buffers stay
+ * where they are, so the new backend must work on the same memory. */
+void ex_model_set_backend(ex_model *em, const struct ex_backend *be);
 
 /* One batch. Images all have grid_h x grid_w patches (patches == grid_h *
  * grid_w), stored in the window / merge order of ex_patch_positions: every
@@ -134,6 +221,48 @@ int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, in
 int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *vis_in, bool backward,
                             float *loss, const float **dvis, char *err);
 int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char *err);
+/* A micro-batch of no samples on this rank while the others of its shard
+ * group run one: only the unit hooks, in the order a real pass calls them, so
+ * a ZeRO-2/3 strategy's collectives are matched (PyTorch's Join). */
+int ex_vision_empty_pass(ex_model *em, ex_unit_use use, char *err);
+int ex_llm_empty_pass(ex_model *em, bool backward, char *err);
+/* ---- one pipeline stage of any module ----
+ * A stage's pass reads and gives: the first stage reads the batch (the
+ * LLM's also its encoders' rows, vis_in), the others the previous stage's
+ * output rows (in); the last stage gives the module's output (an encoder's
+ * merged rows, the LLM's loss), the others their rows for the next stage.
+ * Backward mirrors it: the last stage starts from the module's output
+ * gradient (an encoder's: in = the LLM's gradient of its rows; the LLM's:
+ * its loss), the others from the next stage's gradient (in); every stage but
+ * the first gives its input's gradient (out), the LLM's first stage the
+ * gradient of its vision rows (out). Rows are the stage boundary's: all the
+ * micro-batch's rows this rank holds (N / tp under sequence parallelism),
+ * the hidden width wide. Pointers returned are the model's, valid until the
+ * module's next pass. */
+typedef struct {
+    const float *in;          /* see above; NULL where the stage reads the batch or starts at its loss */
+    const float *vis_in;      /* the LLM's first stage: its encoders' rows */
+    bool backward;            /* the LLM's last stage, forward: a backward follows (the loss's gradient is computed) */
+    const float *out;         /* see above */
+    int out_rows;
+    float loss;               /* the LLM's last stage */
+} ex_stage_io;
+int ex_stage_forward(ex_model *em, int module_index, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_stage_backward(ex_model *em, int module_index, const ex_batch *b, ex_stage_io *io, char *err);
+/* The unit hooks of a pass with no samples (see ex_vision_empty_pass). */
+int ex_stage_empty_pass(ex_model *em, int module_index, ex_unit_use use, char *err);
+/* The activation slot the module's next forward fills and backward reads (see ex_vision_set_slot). */
+int ex_module_set_slot(ex_model *em, int module_index, int slot, char *err);
+/* This instance's stage of the module (plan_stage_of), and its rows at the
+ * stage boundary for a batch (the size of in / out above), and whether the
+ * module has a stage before (first == false) or after (last == false). */
+int ex_module_stage(ex_model *em, int module_index, plan_stage *st, bool *first, bool *last);
+int ex_stage_rows(ex_model *em, int module_index, const ex_batch *b);
+/* The gradient of a tied embedding on this stage (the first stage's, or the
+ * last stage's copy under the head), this tp rank's vocabulary rows:
+ * NULL where the stage holds neither or the module keeps no gradients. */
+float *ex_module_embedding_grad(ex_model *em, int module_index, size_t *n);
+
 /* Activation slots of the vision encoder, for pipelined schedules that keep
  * several micro-batches alive: ex_vision_forward fills the selected slot and
  * ex_vision_backward reads it (pass the batch of that slot's forward).
@@ -145,19 +274,14 @@ int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char 
 int ex_vision_set_slot(ex_model *em, int slot, char *err);
 
 /* One module's flat parameter or gradient buffer (module_index into m->mod),
- * e.g. for a data-parallel all-reduce of the gradients. UTIL_ENOTFOUND if the
- * module is not on this instance. */
-/* EX_BUF_ADAM_M / _V: the AdamW moments this rank holds (after
- * ex_optimizer_shard: elements [lo, hi) only, *n = hi - lo); UTIL_ENOTFOUND
- * for a frozen module. */
-typedef enum { EX_BUF_PARAMS = 0, EX_BUF_GRADS, EX_BUF_ADAM_M, EX_BUF_ADAM_V } ex_buffer_kind;
+ * e.g. for a data-parallel all-reduce of the gradients; EX_BUF_ADAM_M / _V:
+ * the AdamW moments this rank holds (its shard's pieces after
+ * ex_module_set_shard, *n = the shard's size). UTIL_ENOTFOUND if the module
+ * is not on this instance, the buffer was sharded away, or (moments) the
+ * module is frozen. */
+typedef enum { EX_BUF_PARAMS = 0, EX_BUF_GRADS, EX_BUF_ADAM_M, EX_BUF_ADAM_V, EX_BUF_PARAMS_SHARD,
+               EX_BUF_GRADS_SHARD } ex_buffer_kind;
 int ex_module_buffer(ex_model *em, int module_index, ex_buffer_kind kind, float **ptr, size_t *n);
-/* ZeRO-1: module module_index keeps AdamW moments only for elements [lo, hi)
- * of its flat buffer (the rest are freed, UTIL_MEM_OPTIM counts hi - lo) and
- * ex_optimizer_apply updates only those parameters, with the clip
- * coefficient from the global norm it is given; the caller reduce-scatters
- * the gradients before and all-gathers the parameters after. */
-int ex_optimizer_shard(ex_model *em, int module_index, size_t lo, size_t hi, char *err);
 /* AdamW's step count t (bias correction), for checkpoints. */
 int ex_optimizer_get_t(const ex_model *em);
 void ex_optimizer_set_t(ex_model *em, int t);
@@ -221,6 +345,7 @@ typedef struct {
     int module_index;  /* module of m that holds it */
     size_t offset;     /* first element in that module's flat buffer (ex_module_buffer) */
     int split_axis;    /* sharded: the axis split over the tp group (0 rows, 1 columns); else 0 */
+    bool tied_copy;    /* a pipeline's last stage's copy of the tied embedding (same name; checkpoints keep the first stage's) */
 } ex_param;
 
 int ex_param_count(const ex_model *em);

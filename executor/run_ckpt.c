@@ -17,23 +17,6 @@ static int make_dir(const char *path, char *err)
     return UTIL_OK;
 }
 
-/* Module k's flat AdamW moments for this rank's tp shard (all n elements):
- * ZeRO-1 ranks all-gather their ranges over the gradient group. */
-static int full_moments(run_ctx *r, int k, ex_buffer_kind kind, float *flat, char *err)
-{
-    run_module *m = &r->mod[k];
-    float *mom;
-    size_t n;
-    if (ex_module_buffer(r->em, k, kind, &mom, &n)) return util_fail(err, UTIL_EINVAL, "checkpoint: module %d has no optimizer state", k);
-    if (!m->zero1) { memcpy(flat, mom, m->n * sizeof(float)); return UTIL_OK; }
-    memset(m->piece, 0, m->shard * sizeof(float));
-    memcpy(m->piece, mom, n * sizeof(float));
-    if (ex_comm_allgather(m->grad, m->piece, m->stage, m->shard))
-        return util_fail(err, UTIL_ERUNTIME, "checkpoint: moment all-gather failed: %s", ex_comm_error(m->grad));
-    memcpy(flat, m->stage, m->n * sizeof(float));
-    return UTIL_OK;
-}
-
 /* The whole tensor from every tp rank's shard `local` (numel each):
  * row-split shards concatenate; column-split ones interleave per row. */
 static int gather_whole(run_module *m, const ex_param *t, const float *local, float *whole, float *tmp, char *err)
@@ -73,7 +56,8 @@ static void set_free(tensor_set *s)
     memset(s, 0, sizeof *s);
 }
 
-static float *set_add(tensor_set *s, const char *prefix, const ex_param *p)
+/* A whole tensor `name` of ndim and shape; returns its buffer. */
+static float *set_add_named(tensor_set *s, const char *name, int ndim, const int64_t shape[2])
 {
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 64;
@@ -86,18 +70,94 @@ static float *set_add(tensor_set *s, const char *prefix, const ex_param *p)
         if (!t || !nm || !b) return NULL;
         s->cap = cap;
     }
-    size_t len = strlen(prefix) + strlen(p->name) + 1;
-    char *name = util_malloc(len);
-    int64_t numel = p->full_shape[0] * (p->ndim > 1 ? p->full_shape[1] : 1);
-    float *buf = util_malloc((size_t)numel * sizeof(float));
-    if (!name || !buf) { util_free(name); util_free(buf); return NULL; }
-    snprintf(name, len, "%s%s", prefix, p->name);
-    s->names[s->n] = name;
+    int64_t numel = shape[0] * (ndim > 1 ? shape[1] : 1);
+    char *copy = util_malloc(strlen(name) + 1);
+    float *buf = util_malloc((size_t)(numel > 0 ? numel : 1) * sizeof(float));
+    if (!copy || !buf) { util_free(copy); util_free(buf); return NULL; }
+    strcpy(copy, name);
+    s->names[s->n] = copy;
     s->bufs[s->n] = buf;
-    s->t[s->n] = (ex_named_tensor){ .name = name, .dtype = EX_DT_F32, .ndim = p->ndim,
-                                    .shape = { p->full_shape[0], p->ndim > 1 ? p->full_shape[1] : 0 }, .data = buf };
+    s->t[s->n] = (ex_named_tensor){ .name = copy, .dtype = EX_DT_F32, .ndim = ndim,
+                                    .shape = { shape[0], ndim > 1 ? shape[1] : 0 }, .data = buf };
     s->n++;
     return buf;
+}
+
+static float *set_add(tensor_set *s, const char *prefix, const ex_param *p)
+{
+    char name[320];
+    snprintf(name, sizeof name, "%s%s", prefix, p->name);
+    return set_add_named(s, name, p->ndim, p->full_shape);
+}
+
+static int64_t entry_numel(const ex_named_tensor *t) { return t->shape[0] * (t->ndim > 1 ? t->shape[1] : 1); }
+
+/* ---- a pipelined module: every stage's tensors to the first stage's writer ----
+ * Stage s's lead sends its set as a header ("name ndim d0 d1" lines) and the
+ * concatenated data over the module's stage-lead group (dp = sp = tp = 0 of
+ * each stage); messages carry floats, the header's bytes padded into them. */
+enum { TAG_SIZES = 1, TAG_HEADER, TAG_DATA };
+
+static int send_set(run_module *m, const tensor_set *set, char *err)
+{
+    size_t hlen = 0, data = 0;
+    for (int i = 0; i < set->n; i++) {
+        hlen += strlen(set->t[i].name) + 64;
+        data += (size_t)entry_numel(&set->t[i]);
+    }
+    char *hdr = util_calloc(hlen + 4, 1);
+    float *buf = util_malloc((data ? data : 1) * sizeof(float));
+    int rc = hdr && buf ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
+    size_t at = 0, used = 0;
+    for (int i = 0; !rc && i < set->n; i++) {
+        const ex_named_tensor *t = &set->t[i];
+        used += (size_t)snprintf(hdr + used, hlen + 4 - used, "%s %d %lld %lld\n", t->name, t->ndim, (long long)t->shape[0],
+                                 (long long)t->shape[1]);
+        memcpy(buf + at, t->data, (size_t)entry_numel(t) * sizeof(float));
+        at += (size_t)entry_numel(t);
+    }
+    size_t hfloats = (used + 4) / 4;
+    float sizes[2] = { (float)hfloats, (float)data };
+    if (!rc && (ex_comm_send(m->stage_leads, sizes, 2, 0, TAG_SIZES) || ex_comm_send(m->stage_leads, (const float *)hdr, hfloats, 0, TAG_HEADER)
+                || ex_comm_send(m->stage_leads, buf, data, 0, TAG_DATA)))
+        rc = util_fail(err, UTIL_ERUNTIME, "checkpoint: sending a pipeline stage's tensors failed: %s", ex_comm_error(m->stage_leads));
+    util_free(hdr);
+    util_free(buf);
+    return rc;
+}
+
+static int recv_set(run_module *m, int stage, tensor_set *set, char *err)
+{
+    float sizes[2];
+    if (ex_comm_recv(m->stage_leads, sizes, 2, stage, TAG_SIZES))
+        return util_fail(err, UTIL_ERUNTIME, "checkpoint: receiving stage %d's tensors failed: %s", stage, ex_comm_error(m->stage_leads));
+    size_t hfloats = (size_t)sizes[0], data = (size_t)sizes[1];
+    char *hdr = util_calloc(hfloats * 4 + 1, 1);
+    float *buf = util_malloc((data ? data : 1) * sizeof(float));
+    int rc = hdr && buf ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
+    if (!rc && (ex_comm_recv(m->stage_leads, (float *)hdr, hfloats, stage, TAG_HEADER) || ex_comm_recv(m->stage_leads, buf, data, stage, TAG_DATA)))
+        rc = util_fail(err, UTIL_ERUNTIME, "checkpoint: receiving stage %d's tensors failed: %s", stage, ex_comm_error(m->stage_leads));
+    size_t at = 0;
+    for (char *line = hdr, *nl; !rc && line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        char name[320];
+        int ndim;
+        long long d0, d1;
+        if (sscanf(line, "%319s %d %lld %lld", name, &ndim, &d0, &d1) != 4 || ndim < 1 || ndim > 2 || d0 < 0 || d1 < 0) {
+            rc = util_fail(err, UTIL_EINVAL, "checkpoint: stage %d sent a corrupt tensor list", stage);
+            break;
+        }
+        int64_t shape[2] = { d0, d1 }, n = d0 * (ndim > 1 ? d1 : 1);
+        if (at + (size_t)n > data) { rc = util_fail(err, UTIL_EINVAL, "checkpoint: stage %d sent too little data", stage); break; }
+        float *dst = set_add_named(set, name, ndim, shape);
+        if (!dst) { rc = util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory"); break; }
+        memcpy(dst, buf + at, (size_t)n * sizeof(float));
+        at += (size_t)n;
+    }
+    util_free(hdr);
+    util_free(buf);
+    return rc;
 }
 
 int run_ckpt_step_dir(const run_ctx *r, long long step, char *out, size_t n)
@@ -105,37 +165,41 @@ int run_ckpt_step_dir(const run_ctx *r, long long step, char *out, size_t n)
     return snprintf(out, n, "%s/step-%08lld", r->o->ckpt_dir, step) >= (int)n ? UTIL_EINVAL : UTIL_OK;
 }
 
-/* Gathers module k's tensors (and moments) into whole tensors; the lead
- * tp-0 rank writes them. */
+/* Module k's state of this tp rank, gathered out of its data-parallel
+ * strategy's shards (every rank of the module), then its tensors gathered
+ * whole over the first replica's tp group of each stage; the first stage's
+ * rank 0 of it writes them, with the other stages' (a tied embedding's
+ * copy on the last stage is the first stage's: written once). */
 static int save_module(run_ctx *r, int k, const char *dir, char *err)
 {
     run_module *m = &r->mod[k];
-    float *flat_m = NULL, *flat_v = NULL, *tmp = NULL;
+    float *flat[3] = { NULL, NULL, NULL }, *tmp = NULL;
+    const ex_buffer_kind kinds[3] = { EX_BUF_PARAMS, EX_BUF_ADAM_M, EX_BUF_ADAM_V };
+    const char *prefix[3] = { "", "adam_m.", "adam_v." };
     tensor_set set = { 0 };
-    int rc = UTIL_OK;
-    if (m->trains) {
-        flat_m = util_malloc(m->n * sizeof(float));
-        flat_v = util_malloc(m->n * sizeof(float));
-        if (!flat_m || !flat_v) rc = util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
-        if (!rc) rc = full_moments(r, k, EX_BUF_ADAM_M, flat_m, err);
-        if (!rc) rc = full_moments(r, k, EX_BUF_ADAM_V, flat_v, err);
+    int rc = UTIL_OK, n_state = m->trains ? 3 : 1;
+    for (int j = 0; !rc && j < n_state; j++) {
+        flat[j] = util_malloc((m->n ? m->n : 1) * sizeof(float));
+        rc = flat[j] ? run_dp_gather_state(&m->dp, kinds[j], flat[j], err)
+                     : util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
     }
     bool lead = m->lead != NULL;
     for (int i = 0; lead && !rc && i < ex_param_count(r->em); i++) {
         ex_param t;
-        if (ex_param_get(r->em, i, &t) || t.module_index != k) continue;
+        if (ex_param_get(r->em, i, &t) || t.module_index != k || t.tied_copy) continue;
         util_free(tmp);
         tmp = util_malloc((size_t)t.numel * ex_comm_size(m->lead) * sizeof(float));
-        const float *src[3] = { t.data, flat_m ? flat_m + t.offset : NULL, flat_v ? flat_v + t.offset : NULL };
-        const char *prefix[3] = { "", "adam_m.", "adam_v." };
-        for (int j = 0; !rc && j < 3; j++) {
-            if (!src[j]) continue;
+        for (int j = 0; !rc && j < n_state; j++) {
             float *whole = set_add(&set, prefix[j], &t);
             if (!whole || !tmp) rc = util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
-            else rc = gather_whole(m, &t, src[j], whole, tmp, err);
+            else rc = gather_whole(m, &t, flat[j] + t.offset, whole, tmp, err);
         }
     }
-    if (!rc && lead && ex_comm_rank(m->lead) == 0) {
+    /* a pipelined module's stages: their leads' tensors to the first stage's */
+    bool writer = lead && ex_comm_rank(m->lead) == 0 && m->at.pp == 0;
+    if (!rc && lead && ex_comm_rank(m->lead) == 0 && m->at.pp > 0) rc = send_set(m, &set, err);
+    for (int st = 1; !rc && writer && st < r->plan.mod[k].pp; st++) rc = recv_set(m, st, &set, err);
+    if (!rc && writer) {
         char path[4096 + 64], step[32], adam_t[32], seed[32], shuffle[32];
         snprintf(path, sizeof path, "%s/%s.safetensors", dir, r->plan.mod[k].module);
         snprintf(step, sizeof step, "%d", r->step);
@@ -147,7 +211,8 @@ static int save_module(run_ctx *r, int k, const char *dir, char *err)
         rc = ex_ckpt_write(path, set.t, set.n, meta, 7, err);
     }
     set_free(&set);
-    util_free(tmp); util_free(flat_m); util_free(flat_v);
+    util_free(tmp);
+    for (int j = 0; j < 3; j++) util_free(flat[j]);
     return rc;
 }
 
@@ -225,6 +290,8 @@ static int load_tensor(ex_ckpt *c, const char *path, const char *name, const ex_
     return rc;
 }
 
+/* Every tensor's whole copy from the file, this rank's tp slice of it into
+ * the module's flat state, then into the data-parallel strategy's shards. */
 static int load_module(run_ctx *r, int k, const char *dir, long long *step, char *err)
 {
     run_module *m = &r->mod[k];
@@ -235,37 +302,28 @@ static int load_module(run_ctx *r, int k, const char *dir, long long *step, char
     if (rc) return rc;
     long long adam_t = 0;
     rc = check_meta(r, c, path, k, step, &adam_t, err);
-    float *flat_m = m->trains ? util_calloc(m->n, sizeof(float)) : NULL;
-    float *flat_v = m->trains ? util_calloc(m->n, sizeof(float)) : NULL;
-    float *whole = NULL;
-    if (!rc && m->trains && (!flat_m || !flat_v)) rc = util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
+    float *flat[3] = { NULL, NULL, NULL }, *whole = NULL;
+    const ex_buffer_kind kinds[3] = { EX_BUF_PARAMS, EX_BUF_ADAM_M, EX_BUF_ADAM_V };
+    const char *prefix[3] = { "", "adam_m.", "adam_v." };
+    int n_state = m->trains ? 3 : 1;
+    for (int j = 0; !rc && j < n_state; j++)
+        if (!(flat[j] = util_calloc(m->n ? m->n : 1, sizeof(float)))) rc = util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
     for (int i = 0; !rc && i < ex_param_count(r->em); i++) {
         ex_param t;
         if (ex_param_get(r->em, i, &t) || t.module_index != k) continue;
         util_free(whole);
         whole = util_malloc((size_t)(t.full_shape[0] * (t.ndim > 1 ? t.full_shape[1] : 1)) * sizeof(float));
         if (!whole) { rc = util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory"); break; }
-        char name[256];
-        rc = load_tensor(c, path, t.name, &t, whole, t.data, err);
-        if (!rc && m->trains) {
-            snprintf(name, sizeof name, "adam_m.%s", t.name);
-            rc = load_tensor(c, path, name, &t, whole, flat_m + t.offset, err);
-        }
-        if (!rc && m->trains) {
-            snprintf(name, sizeof name, "adam_v.%s", t.name);
-            rc = load_tensor(c, path, name, &t, whole, flat_v + t.offset, err);
+        for (int j = 0; !rc && j < n_state; j++) {
+            char name[256];
+            snprintf(name, sizeof name, "%s%s", prefix[j], t.name);
+            rc = load_tensor(c, path, name, &t, whole, flat[j] + t.offset, err);
         }
     }
-    if (!rc && m->trains) {
-        float *mom;
-        size_t n;
-        ex_module_buffer(r->em, k, EX_BUF_ADAM_M, &mom, &n);
-        memcpy(mom, flat_m + (m->zero1 ? m->lo : 0), n * sizeof(float));
-        ex_module_buffer(r->em, k, EX_BUF_ADAM_V, &mom, &n);
-        memcpy(mom, flat_v + (m->zero1 ? m->lo : 0), n * sizeof(float));
-        ex_optimizer_set_t(r->em, (int)adam_t);
-    }
-    util_free(whole); util_free(flat_m); util_free(flat_v);
+    for (int j = 0; !rc && j < n_state; j++) rc = run_dp_scatter_state(&m->dp, kinds[j], flat[j], err);
+    if (!rc && m->trains) ex_optimizer_set_t(r->em, (int)adam_t);
+    util_free(whole);
+    for (int j = 0; j < 3; j++) util_free(flat[j]);
     ex_ckpt_close(c);
     return rc;
 }

@@ -1,26 +1,120 @@
 /* executor-internal: the state of one rank of `dhp run`, shared by the
- * driver (run.c) and its checkpoints (run_ckpt.c). */
+ * driver (run.c), its ops (run_ops.c, run_handoff.c), the data-parallel
+ * strategies (dp_*.c) and the checkpoints (run_ckpt.c). */
 #ifndef DHP_EXECUTOR_RUN_INTERNAL_H
 #define DHP_EXECUTOR_RUN_INTERNAL_H
 
 #include "executor/executor.h"
+#include "executor/backend.h"
 #include "executor/comm.h"
 
-/* Both hooks of a module's ex_parallel go to its own communicators. */
+/* ---- data-parallel strategies ----
+ * What replication or a ZeRO stage does at each point of a step, one file
+ * each (dp_replicated.c, dp_zero1.c, dp_zero2.c, dp_zero3.c), as the
+ * planner's rules say (plan_dp_rules_of) and sized as it prices them
+ * (plan_dp_buffers_of). Megatron-Core's _BaseDataParallel keeps the same
+ * logic out of its training loop. */
+#define RUN_DP_SLOTS 3
+
+typedef struct run_dp run_dp;
+typedef struct {
+    const char *name;
+    /* Places the module's state (ex_module_set_shard) and allocates the buffers. */
+    int (*init)(run_dp *d, char *err);
+    /* Around every use of a unit (NULL: nothing to do), see ex_unit_hooks. */
+    int (*unit_begin)(run_dp *d, int unit, ex_unit_use use);
+    int (*unit_end)(run_dp *d, int unit, ex_unit_use use, bool last);
+    /* The schedule's GRAD_SYNC and PARAM_GATHER ops (NULL where the rules have none). */
+    int (*grad_sync)(run_dp *d, char *err);
+    int (*param_gather)(run_dp *d, char *err);
+} run_dp_ops;
+
+extern const run_dp_ops run_dp_replicated, run_dp_zero1, run_dp_zero2, run_dp_zero3;
+
+/* One in-flight or resident unit buffer: a gathered unit's weights, or a
+ * unit's gradient bucket with the piece its reduce-scatter fills. */
+typedef struct {
+    float *buf, *piece;
+    int unit;                 /* -1: free */
+    bool in_use;              /* bound to the unit's views */
+    ex_request *req;          /* its collective, until waited */
+} run_dp_slot;
+
+struct run_dp {
+    const run_dp_ops *ops;
+    ex_model *em;
+    const ex_backend *be;
+    int k;                    /* module index */
+    ex_comm *comm;            /* the shard group: dp x sp at this rank's tp position */
+    plan_dp_rules rules;
+    plan_dp_buffers buf;
+    const ex_shard *shard;    /* the model's, once init placed the state */
+    float *staging, *piece;   /* ZeRO-1/2: one unit padded, one piece */
+    run_dp_slot gather[RUN_DP_SLOTS], bucket[RUN_DP_SLOTS];
+    /* the model's unit order of a forward and of a backward, and where each pass is */
+    int *order[2], n_order[2], cursor[2];
+    char err[UTIL_ERR_LEN];   /* what the last failing unit hook saw */
+};
+
+/* dp.c: the strategy of a module (by its rules), the hooks that call it, and the shared pieces. */
+const run_dp_ops *run_dp_ops_of(const plan_dp_rules *r);
+int run_dp_init(run_dp *d, ex_model *em, int k, ex_comm *shard_comm, const plan_dp_rules *r,
+                const plan_dp_buffers *b, char *err);
+void run_dp_free(run_dp *d);
+/* Allocates `slots` unit buffers of `floats` (category cat), with pieces when piece_floats > 0. */
+int run_dp_alloc_slots(run_dp_slot *s, int slots, size_t floats, size_t piece_floats, util_mem_cat cat);
+/* The unit that follows `unit` in a pass of `use` (-1 at the pass's end), advancing the pass's cursor. */
+int run_dp_next_unit(run_dp *d, int unit, ex_unit_use use);
+/* Unit u's elements over the shard group: every rank's piece (padded) into
+ * all[G * piece] from mine[piece]; or the sum of every rank's all[] into this
+ * rank's piece. Blocking. */
+int run_dp_gather_unit(run_dp *d, int u, const float *mine, float *all, char *err);
+/* ZeRO-1/2's step all-gather of the updated weights, unit by unit, through the staging buffer. */
+int run_dp_gather_params(run_dp *d, char *err);
+/* ZeRO-2/3: bind unit u's gradient bucket (its first backward use), and
+ * after its last one reduce-scatter it into this rank's gradient shard. */
+int run_dp_bucket_begin(run_dp *d, int u);
+int run_dp_bucket_end(run_dp *d, int u, bool last);
+/* The module's whole state of this tp rank (EX_BUF_PARAMS, EX_BUF_ADAM_M,
+ * EX_BUF_ADAM_V) as one flat buffer[n_params], from wherever the strategy
+ * keeps it; and the inverse (every rank passes the whole buffer). Collective
+ * over the shard group where the state is sharded. */
+int run_dp_gather_state(run_dp *d, ex_buffer_kind kind, float *flat, char *err);
+int run_dp_scatter_state(run_dp *d, ex_buffer_kind kind, const float *flat, char *err);
+
+/* ---- the rank ---- */
+
+/* The collectives a module's layout calls, on its own communicators. */
 typedef struct { ex_comm *tp, *sp; } run_hooks;
+
+/* A pipelined module's stage edges on this rank (run_stage.c): a buffer
+ * per direction and neighbour, each send left in flight until the next
+ * one on its edge (or the step's end) waits for it. */
+typedef struct {
+    ex_comm *pp;              /* the module's ranks that differ only in the stage: key = stage */
+    int prev, next;           /* neighbours' keys in pp, -1 at the ends */
+    float *act_in, *grad_out; /* from / to the previous stage */
+    float *act_out, *grad_in; /* to / from the next stage */
+    size_t cap;               /* floats of each buffer */
+    ex_request *act_req, *grad_req;   /* the last send down / up */
+    const float *pending;     /* the last compute op's output for the next SEND_STAGE(_GRAD), NULL after a failure */
+} run_stage;
 
 typedef struct {
     bool on;                  /* this rank is in the module's group */
     bool trains;              /* not frozen */
+    bool first, last;         /* its first / last pipeline stage (both without pipelining) */
     plan_coord at;
     ex_comm *tp, *sp;         /* ranks of one replica that differ only in tp / sp */
-    ex_comm *grad;            /* dp x sp ranks with the same tp index: gradient sync, ZeRO-1 shards */
-    ex_comm *lead;            /* rank 0 of each tp group (sp = 0, dp = 0) x tp: checkpoint gathers */
+    ex_comm *shard;           /* dp x sp ranks with the same tp (and stage) index: gradient sync, ZeRO shards */
+    ex_comm *lead;            /* each stage's first replica's tp group (dp = sp = 0): checkpoint gathers */
+    ex_comm *stage_leads;     /* those groups' tp rank 0 of every stage: the checkpoint's writer gathers them */
+    ex_comm *embed;           /* the first and the last stage of a tied LLM (plan_embed_group_of) */
     run_hooks hooks;
-    bool zero1;
+    plan_dp_rules rules;
+    run_dp dp;
+    run_stage st;
     size_t n;                 /* flat parameters on this rank */
-    size_t shard, lo, hi;     /* ZeRO-1: padded shard size and this rank's range */
-    float *stage, *piece;     /* ZeRO-1 staging [grad size * shard] and [shard] (COMM) */
 } run_module;
 
 typedef struct {
@@ -80,5 +174,64 @@ void run_signals_restore(void);
 int run_signals_agree_stop(run_ctx *r, bool *stop, int *sig, char *err);
 /* Rank 0's line on stderr after a stop: the signal, the step, the checkpoint. */
 void run_signals_note(const run_ctx *r, int sig);
+
+/* ---- one step's ops (run_ops.c, run_handoff.c) ---- */
+
+/* This rank's samples of the step. */
+typedef struct {
+    int n;                    /* samples this rank holds */
+    int *row_of;              /* [global_batch] row in the buffers below, -1 if not held */
+    float *pixels;            /* [n, patches, patch_dim] */
+    int32_t *tokens;          /* [n, T] */
+    float *mask;              /* [n, T] */
+    int *ones;                /* [global_batch] images per sample (1 each) */
+    ex_data_rows one;         /* loader buffer of one row */
+    int patches, patch_dim, T, grid;
+} run_data;
+
+typedef struct { ex_request *req; float *buf; } run_pending;
+
+/* The encoder -> LLM hand-off of the step's chunks. */
+typedef struct {
+    plan_segment **seg;       /* [chunks] encoder -> LLM segments */
+    int *nseg;
+    int chunks;
+    int rows;                 /* merged rows per sample */
+    int d;                    /* row width (LLM hidden = encoder out_hidden) */
+    float *act_pack, *grad_pack;  /* encoder: this rank's rows of the current chunk */
+    float *act_in, *grad_out;     /* LLM: its share's rows of the current chunk */
+    run_pending *pend;
+    int n_pend, cap_pend;
+} run_handoff;
+
+typedef struct {
+    double loss;              /* this rank's share of the global mean loss (LLM tp rank 0) */
+    double denominator;       /* counted predictions of the global batch */
+    double grad_norm;
+    float lr;
+    double op_s[PLAN_NOPS];   /* seconds per op kind on this rank */
+} run_stats;
+
+/* run_stage.c: a pipelined module's stage edges. init allocates the buffers
+ * of module k on this rank; send sends `rows` rows (hidden wide) from src
+ * (NULL: whatever the edge's buffer holds, after a failed compute op) down
+ * the pipeline (activations) or up it (grad); recv receives them into the
+ * edge's buffer and returns it. wait_all completes every send of the step. */
+int run_stage_init(run_ctx *r, int k, char *err);
+void run_stage_free(run_ctx *r, int k);
+int run_stage_send(run_ctx *r, int k, bool grad, const float *src, int rows, char *err);
+int run_stage_recv(run_ctx *r, int k, bool grad, int rows, const float **out, char *err);
+int run_stage_wait_all(run_ctx *r, char *err);
+
+int run_handoff_init(run_ctx *r, run_handoff *h, char *err);
+void run_handoff_free(run_ctx *r, run_handoff *h);
+int run_handoff_wait_all(run_ctx *r, run_handoff *h, char *err);
+int run_handoff_send(run_ctx *r, run_handoff *h, int c, bool grad, const float *src, char *err);
+int run_handoff_recv(run_ctx *r, run_handoff *h, int c, bool grad, float *dst, char *err);
+
+/* Runs one op of the schedule; a compute failure is kept in *failed so the
+ * rank still takes part in every exchange of the step. */
+int run_op(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, run_stats *st, bool *applied,
+           int *failed, char *err);
 
 #endif

@@ -45,6 +45,7 @@ void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_wo
     p->cluster = *c;
     p->work = *w;
     p->precision = o->precision;
+    p->target = o->target;
     p->n_modules = m->n_modules;
     p->n_micro = 1;
 }

@@ -152,6 +152,22 @@ static int parse_kv(plan_module *s, const char *key, const char *val, int *gpus,
         else return util_fail(err, UTIL_EINVAL, "--strategy: %s=%s: use none, selective or full", key, val);
         return UTIL_OK;
     }
+    if (!strcmp(key, "split")) {
+        /* blocks per pipeline stage, "7:8:8:7" (plan_module.stage_layers); pp is their count */
+        int n = 0;
+        memset(s->stage_layers, 0, sizeof s->stage_layers);
+        for (const char *q = val; *q; q = *end == ':' ? end + 1 : end) {
+            long b = strtol(q, &end, 10);
+            if (end == q || b < 1 || b > (1 << 20) || (*end && *end != ':') || n == PLAN_MAX_PP)
+                return util_fail(err, UTIL_EINVAL, "--strategy: split=%s: blocks per stage, at least 1 each, e.g. 7:8:8:7 (at most %d stages)",
+                                 val, PLAN_MAX_PP);
+            s->stage_layers[n++] = (int)b;
+            if (!*end) break;
+        }
+        if (n == 0) return util_fail(err, UTIL_EINVAL, "--strategy: split is empty");
+        s->pp = n;
+        return UTIL_OK;
+    }
     long v = strtol(val, &end, 10);
     if (*val == '\0' || *end != '\0' || v < 0 || v > (1 << 24))
         return util_fail(err, UTIL_EINVAL, "--strategy: %s=%s: not a non-negative integer", key, val);
@@ -165,7 +181,7 @@ static int parse_kv(plan_module *s, const char *key, const char *val, int *gpus,
     else if (!strcmp(key, "pool")) s->pool = (int)v;
     else if (!strcmp(key, "gpus")) *gpus = (int)v;
     else return util_fail(err, UTIL_EINVAL,
-                          "--strategy: unknown key '%s' (dp, tp, sp, pp, zero, mb, rc, seqpar, pool, gpus)", key);
+                          "--strategy: unknown key '%s' (dp, tp, sp, pp, split, zero, mb, rc, seqpar, pool, gpus)", key);
     if (v == 0 && strcmp(key, "zero") && strcmp(key, "seqpar") && strcmp(key, "pool"))
         return util_fail(err, UTIL_EINVAL, "--strategy: %s must be >= 1", key);
     return UTIL_OK;

@@ -17,11 +17,14 @@ static bool is_encoder(const plan_t *p, int k) { return k != p->model.llm && p->
 void plan_sim_size(const plan_t *p, double *ops, double *work)
 {
     double n = plan_chunks(p), world = p->world_size, B = p->work.global_batch;
-    double chunk = ceil_div(B, n), per_rank = 2.0 * p->n_modules + 1, checks = 0, seg_cost = 0;
+    /* per step: sync, norm, optimizer, gather, embedding sync */
+    double chunk = ceil_div(B, n), per_rank = 4.0 * p->n_modules + 1, checks = 0, seg_cost = 0;
     for (int k = 0; k < p->n_modules; k++) {
         const plan_module *s = &p->mod[k];
         double micro = ceil_div(ceil_div(chunk, s->dp), s->micro_batch > 0 ? s->micro_batch : 1);
-        per_rank += n * (2 * micro + 3);   /* an encoder: forward and backward per micro-batch, send, receive */
+        /* per micro-batch a pipeline stage receives, runs forward, sends, and the same backward;
+         * per chunk the hand-off's send and receive */
+        per_rank += n * (6 * micro + 3);
         checks += n * s->dp * (is_encoder(p, k) ? micro + 1 : 1);
         if (is_encoder(p, k)) {
             const plan_module *l = &p->mod[p->model.llm];

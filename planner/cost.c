@@ -3,7 +3,7 @@
  * shapes), attention through cost_attention_*_time on its scores, element-wise
  * work kernel by kernel through cost_elementwise_time; communication through
  * cost_collective_time with each group's placement in the node. */
-#include "planner/planner.h"
+#include "planner/planner_int.h"
 
 #include <math.h>
 #include <string.h>
@@ -15,6 +15,13 @@ typedef struct {
     bool need_weight_grad;       /* false when frozen */
     bool need_input_grad;        /* false for a frozen first module */
 } pricer;
+
+void plan_comm_add(plan_comm *c, bool backward, double seconds, int count)
+{
+    if (count <= 0) return;
+    if (backward) { c->bwd_s += count * seconds; c->bwd_syncs += count; }
+    else { c->fwd_s += count * seconds; c->fwd_syncs += count; }
+}
 
 static bool runs_backward(const pricer *p) { return p->need_input_grad || p->need_weight_grad; }
 
@@ -55,103 +62,136 @@ static void ew_bias_grad(pricer *p, bool has_bias, double n)
 }
 
 /* The element-wise kernels of one pre-norm block on t rows, call by call in
- * the order of executor/model.c (block_forward, block_backward): norms,
+ * the order of executor/block.c (ex_block_forward, ex_block_backward): norms,
  * biases, RoPE on q and k (none in cross-attention blocks), the residual
  * adds, the MLP activation; backward, the zeroed gradient buffers the
  * backward accumulates into, the kernels' backward and the bias gradients.
- * qd, kd, f: this rank's q, k (= v) and MLP widths. LayerNorm models are
- * priced as RMSNorm. */
-static void price_block_elementwise(pricer *p, const model_module *mm, double t, double qd, double kd, double f,
-                                    bool rope)
+ * qd, kd, f: this rank's q, k (= v) and MLP widths; tn the rows the norms,
+ * the row-parallel biases and the residual hold (t / tp under sequence
+ * parallelism, whose norms' partial weight gradients are summed and added
+ * once per block). LayerNorm models are priced as RMSNorm. */
+static void price_block_elementwise(pricer *p, const model_module *mm, double t, double tn, double qd, double kd,
+                                    double f, bool rope, bool seqpar)
 {
     double h = mm->hidden;
     bool swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
     double mlp_in = swiglu ? 2 : 1;                      /* gate and up, or the one up projection */
-    ew_fwd(p, COST_EW_RMSNORM, t * h);
+    ew_fwd(p, COST_EW_RMSNORM, tn * h);
     if (mm->qkv_bias) { ew_fwd(p, COST_EW_BIAS, t * qd); ew_fwd(p, COST_EW_BIAS, t * kd); ew_fwd(p, COST_EW_BIAS, t * kd); }
     if (rope) { ew_fwd(p, COST_EW_ROPE, t * qd); ew_fwd(p, COST_EW_ROPE, t * kd); }
-    if (mm->out_bias) ew_fwd(p, COST_EW_BIAS, t * h);
-    ew_fwd(p, COST_EW_ADD, t * h);
-    ew_fwd(p, COST_EW_RMSNORM, t * h);
+    if (mm->out_bias) ew_fwd(p, COST_EW_BIAS, tn * h);
+    ew_fwd(p, COST_EW_ADD, tn * h);
+    ew_fwd(p, COST_EW_RMSNORM, tn * h);
     if (mm->mlp_bias) for (int i = 0; i < mlp_in; i++) ew_fwd(p, COST_EW_BIAS, t * f);
     ew_fwd(p, swiglu ? COST_EW_SWIGLU : COST_EW_GELU, t * f);
-    if (mm->mlp_bias) ew_fwd(p, COST_EW_BIAS, t * h);
-    ew_fwd(p, COST_EW_ADD, t * h);
+    if (mm->mlp_bias) ew_fwd(p, COST_EW_BIAS, tn * h);
+    ew_fwd(p, COST_EW_ADD, tn * h);
 
+    bool partial_norms = seqpar && p->need_weight_grad;
+    if (partial_norms) ew_bwd(p, COST_EW_ZERO, 2 * h);
     ew_bwd(p, COST_EW_ZERO, t * f);
     ew_bias_grad(p, mm->mlp_bias, t * h);
     for (int i = 0; i < mlp_in; i++) ew_bwd(p, COST_EW_ZERO, t * f);
     ew_bwd(p, swiglu ? COST_EW_SWIGLU_BWD : COST_EW_GELU_BWD, t * f);
     ew_bwd(p, COST_EW_ZERO, t * h);
     for (int i = 0; i < mlp_in; i++) ew_bias_grad(p, mm->mlp_bias, t * f);
-    ew_bwd(p, COST_EW_RMSNORM_BWD, t * h);
+    ew_bwd(p, COST_EW_RMSNORM_BWD, tn * h);
     ew_bwd(p, COST_EW_ZERO, t * qd);
     ew_bias_grad(p, mm->out_bias, t * h);
     ew_bwd(p, COST_EW_ZERO, t * qd); ew_bwd(p, COST_EW_ZERO, t * kd); ew_bwd(p, COST_EW_ZERO, t * kd);
     if (rope) { ew_bwd(p, COST_EW_ROPE_BWD, t * qd); ew_bwd(p, COST_EW_ROPE_BWD, t * kd); }
     ew_bwd(p, COST_EW_ZERO, t * h);
     if (mm->qkv_bias) { ew_bias_grad(p, true, t * qd); ew_bias_grad(p, true, t * kd); ew_bias_grad(p, true, t * kd); }
-    ew_bwd(p, COST_EW_RMSNORM_BWD, t * h);
+    ew_bwd(p, COST_EW_RMSNORM_BWD, tn * h);
+    if (partial_norms) { ew_bwd(p, COST_EW_ADD, h); ew_bwd(p, COST_EW_ADD, h); }
 }
 
-/* One transformer block on t local tokens (after the Ulysses split, per dp rank). */
+/* One transformer block on t local tokens (after the Ulysses split, per dp
+ * rank); *selective gets what selective recomputation re-runs of it in
+ * backward: the attention core's forward and the MLP activation. */
 static void price_block(pricer *p, const model_module *mm, const plan_module *s, double t,
-                        double span, bool cross, double cross_tokens)
+                        double span, bool cross, double cross_tokens, double *selective)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
+    bool seqpar = s->seq_parallel && s->tp > 1;
+    double tn = seqpar ? t / tp : t;
+    pricer core = *p;
+    core.fwd = core.bwd = 0;
     if (cross) {
         price_linear(p, t, H * d / tp, h);
         price_linear(p, cross_tokens, 2 * KV * d / tp, h);
-        price_attention(p, t, cross_tokens, H / tp, d);
+        price_attention(&core, t, cross_tokens, H / tp, d);
     } else {
         price_linear(p, t, (H + 2 * KV) * d / tp, h);
-        price_attention(p, t, span, H / tp, d);
+        price_attention(&core, t, span, H / tp, d);
     }
+    p->fwd += core.fwd;
+    p->bwd += core.bwd;
     price_linear(p, t, h, H * d / tp);
     if (mm->ffn_kind == MODEL_FFN_SWIGLU) price_linear(p, t, 2 * f / tp, h);
     else price_linear(p, t, f / tp, h);
     price_linear(p, t, h, f / tp);
-    price_block_elementwise(p, mm, t, H * d / tp, KV * d / tp, f / tp, !cross);
+    price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross, seqpar);
+    *selective = core.fwd + cost_elementwise_time(p->g, mm->ffn_kind == MODEL_FFN_SWIGLU ? COST_EW_SWIGLU : COST_EW_GELU,
+                                                  t * f / tp, p->A);
 }
 
+/* count blocks of one kind: their compute into p, their forward (what full
+ * recomputation re-runs) into *blocks_fwd, selective's re-run into *selective. */
 static void price_blocks(pricer *p, const model_module *mm, const plan_module *s, double t,
-                         double span, bool cross, double cross_tokens, int count)
+                         double span, bool cross, double cross_tokens, int count, double *blocks_fwd,
+                         double *selective)
 {
     if (count == 0) return;
     pricer one = *p;
     one.fwd = one.bwd = 0;
-    price_block(&one, mm, s, t, span, cross, cross_tokens);
+    double sel = 0;
+    price_block(&one, mm, s, t, span, cross, cross_tokens, &sel);
     p->fwd += count * one.fwd;
     p->bwd += count * one.bwd;
+    *blocks_fwd += count * one.fwd;
+    *selective += count * sel;
 }
 
-/* The LLM's stem and head (executor/model.c, llm_forward / llm_backward):
- * embedding rows in, then over the `rows` predicting rows the final norm,
- * the vocabulary shard's head GEMM and the cross-entropy, whose gradient
- * the forward computes. */
-static void price_llm_ends(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
+/* The LLM's stem (executor/llm.c, llm_embed / llm_embed_backward): the
+ * embedding rows in (under tensor parallelism every rank first looks up
+ * all `text` rows in its vocabulary shard); under sequence parallelism the
+ * first block's rows are sliced out of all t rows. Backward, the encoder
+ * rows' gradient is copied out for the encoder and the text rows' is added
+ * to the embedding. */
+static void price_llm_stem(pricer *p, const model_module *mm, const plan_module *s, double t, double text)
+{
+    double h = mm->hidden;
+    bool seqpar = s->seq_parallel && s->tp > 1;
+    if (s->tp > 1) ew_fwd(p, COST_EW_COPY, text * h);
+    ew_fwd(p, COST_EW_COPY, t * h);
+    if (seqpar) ew_fwd(p, COST_EW_COPY, t / s->tp * h);
+    ew_bwd(p, COST_EW_COPY, (t - text) * h);
+    if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, text * h);   /* embedding gradient rows */
+}
+
+static void price_llm_head(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
 {
     double h = mm->hidden, shard = ceil((double)mm->vocab / s->tp);
-    ew_fwd(p, COST_EW_COPY, t * h);
+    bool seqpar = s->seq_parallel && s->tp > 1;
     ew_fwd(p, COST_EW_COPY, rows * h);
     ew_fwd(p, COST_EW_RMSNORM, rows * h);
     price_linear(p, rows, shard, h);
     ew_fwd(p, COST_EW_CE, rows * shard);
-    ew_bwd(p, COST_EW_ZERO, rows * h);
-    ew_bwd(p, COST_EW_ZERO, rows * h);
     ew_bwd(p, COST_EW_ZERO, t * h);
+    ew_bwd(p, COST_EW_ZERO, rows * h);
+    ew_bwd(p, COST_EW_ZERO, rows * h);
     ew_bwd(p, COST_EW_RMSNORM_BWD, rows * h);
     ew_bwd(p, COST_EW_ADD, rows * h);
-    if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, t * h);   /* embedding gradient rows */
+    if (seqpar) ew_bwd(p, COST_EW_COPY, t / s->tp * h);
 }
 
 /* The vision / audio stem and merger (executor/model.c, vision_forward /
  * vision_backward): patch embedding, then over the merged rows the norm, the
  * two-layer GELU projector (or one linear). */
-static void price_encoder_ends(pricer *p, const model_module *mm, const plan_module *s, double t)
+static void price_encoder_stem(pricer *p, const model_module *mm, const plan_module *s, double t)
 {
     double h = mm->hidden, pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
-    double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
     pricer stem = *p;                 /* the pixels need no gradient */
     stem.need_input_grad = false;
     price_linear(&stem, t, h / s->tp, pix);
@@ -159,6 +199,12 @@ static void price_encoder_ends(pricer *p, const model_module *mm, const plan_mod
     p->bwd = stem.bwd;
     ew_fwd(p, COST_EW_BIAS, t * h / s->tp);
     ew_bias_grad(p, true, t * h / s->tp);
+}
+
+static void price_encoder_head(pricer *p, const model_module *mm, const plan_module *s, double t)
+{
+    double h = mm->hidden;
+    double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
     ew_fwd(p, COST_EW_RMSNORM, t * h);
     ew_bwd(p, COST_EW_ZERO, t * h);
     ew_bwd(p, COST_EW_ZERO, t * h);
@@ -182,18 +228,12 @@ static void price_encoder_ends(pricer *p, const model_module *mm, const plan_mod
     }
 }
 
-static double allreduce_tp(const cost_pool *pool, const plan_module *s, double bytes)
+/* One collective of op over module s's group on `axes` (plan_group_shape places it in the node). */
+static double group_coll(const cost_pool *pool, const plan_module *s, unsigned axes, cost_coll op, double bytes)
 {
-    return cost_collective_time(pool, COST_ALLREDUCE, bytes, s->tp, s->tp);
-}
-
-/* Ranks of a group per node, for a group of n ranks at stride `stride` in the
- * module's rank order (tp fastest) on nodes of gpn GPUs. */
-static int ranks_per_node(int n, int stride, int gpn)
-{
-    int per = gpn / stride;
-    if (per < 1) per = 1;
-    return per > n ? n : per;
+    int n, per_node;
+    plan_group_shape(s, axes, pool->gpus_per_node, &n, &per_node);
+    return cost_collective_time(pool, op, bytes, n, per_node);
 }
 
 /* Ulysses keeps window layers local when every rank holds whole windows. */
@@ -227,7 +267,7 @@ static double forward_flops_per_sample(const model_module *mm, const plan_seq *q
  * all-gathers the bf16 weights. Under autocast the weights and their
  * gradients are fp32 (PyTorch DDP / DeepSpeed reduce what they hold). */
 
-/* Ulysses re-shards around each all-to-all by copying (executor/model.c
+/* Ulysses re-shards around each all-to-all by copying (executor/block.c
  * sp_heads_to_rows, sp_rows_to_heads): forward q, k, v packed into the send
  * buffer and the attention output unpacked from the receive buffer, backward
  * the output's gradient packed and dq, dk, dv unpacked; t local rows. */
@@ -246,108 +286,240 @@ static void price_ulysses_copies(pricer *p, const model_module *mm, const plan_m
     }
 }
 
+/* The tensor-parallel regions of the blocks (executor/block.c): per block,
+ * the attention and the MLP each enter (column-parallel) and leave
+ * (row-parallel) one. Without sequence parallelism leaving is an all-reduce
+ * forward and entering one backward; with it, an all-gather entering and a
+ * reduce-scatter leaving forward, and backward an all-gather of the output
+ * gradient, an all-gather re-gathering the saved norm rows, a reduce-scatter
+ * of the input gradient, and once per block the norms' partial weight
+ * gradients summed. t rows per micro-batch. fwd gets the forward's, which
+ * full recomputation issues again in backward. */
+static void price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool, double A,
+                            double t, bool backward, bool weight_grads, plan_comm *c, plan_comm *fwd)
+{
+    if (s->tp <= 1) return;
+    double rows = A * t * mm->hidden;
+    if (s->seq_parallel) {
+        double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, rows);
+        double rs = group_coll(pool, s, PLAN_AX_TP, COST_REDUCESCATTER, rows);
+        plan_comm_add(fwd, false, ag, 2 * L);
+        plan_comm_add(fwd, false, rs, 2 * L);
+        if (!backward) return;
+        plan_comm_add(c, true, ag, 4 * L);
+        plan_comm_add(c, true, rs, 2 * L);
+        if (weight_grads) plan_comm_add(c, true, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * 2 * mm->hidden), L);
+        return;
+    }
+    double ar = group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, rows);
+    plan_comm_add(fwd, false, ar, 2 * L);
+    if (backward) plan_comm_add(c, true, ar, 2 * L);
+}
+
+/* The LLM's ends under tensor parallelism (executor/llm.c): forward, the
+ * vocab-parallel embedding's all-reduce of the text rows and the
+ * cross-entropy's row maxima and [sum-exp, target logit] (fp32); backward,
+ * the head's input gradient. Under sequence parallelism the final hidden
+ * rows are all-gathered for the head, and the blocks' input gradient for the
+ * embedding's backward. */
+static void price_tp_llm_ends(const model_module *mm, const plan_module *s, const plan_stage *st, const cost_pool *pool,
+                              double A, double t, double text_rows, double head_rows, bool backward, plan_comm *c)
+{
+    if (s->tp <= 1 || mm->kind != MODEL_LLM) return;
+    double h = mm->hidden, ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, A * t * h);
+    if (st->stem) {
+        plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * text_rows * h), 1);
+        if (s->seq_parallel && backward) plan_comm_add(c, true, ag, 1);
+    }
+    if (!st->head) return;
+    plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * head_rows), 1);
+    plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * 2 * head_rows), 1);
+    if (backward) plan_comm_add(c, true, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * head_rows * h), 1);
+    if (s->seq_parallel) plan_comm_add(c, false, ag, 1);
+}
+
+/* Ulysses: q, k, v and the output re-sharded forward, one all-to-all each,
+ * and their gradients backward, in every layer that crosses ranks. */
+static void price_ulysses(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,
+                          int layers, bool backward, plan_comm *fwd, plan_comm *c)
+{
+    if (s->sp <= 1) return;
+    double q = A * t * mm->heads * mm->head_dim / s->tp, kv = A * t * mm->kv_heads * mm->head_dim / s->tp;
+    double aq = group_coll(pool, s, PLAN_AX_SP, COST_ALLTOALL, q), akv = group_coll(pool, s, PLAN_AX_SP, COST_ALLTOALL, kv);
+    plan_comm_add(fwd, false, aq, 2 * layers);
+    plan_comm_add(fwd, false, akv, 2 * layers);
+    if (!backward) return;
+    plan_comm_add(c, true, aq, 2 * layers);
+    plan_comm_add(c, true, akv, 2 * layers);
+}
+
+/* What full recomputation re-runs in backward: the blocks' forward, its exchanges too. */
+static void recompute_comm(const plan_comm *fwd, plan_comm *c)
+{
+    c->bwd_s += fwd->fwd_s;
+    c->bwd_syncs += fwd->fwd_syncs;
+}
+
+static void merge_fwd(const plan_comm *fwd, plan_comm *c)
+{
+    c->fwd_s += fwd->fwd_s;
+    c->fwd_syncs += fwd->fwd_syncs;
+}
+
 /* Compute and in-op communication of one micro-batch of `samples` samples
- * (per dp rank): the per-micro-batch terms of plan_time. */
-void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
-                     const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
+ * (per dp rank) through the layers of stage st: its blocks, and the stem and
+ * head where it holds them. */
+static void price_micro(const model_t *m, int mi, const plan_module *s, const plan_stage *st, const plan_workload *w,
+                        const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
 {
     const model_module *mm = &m->mod[mi];
     const cost_pool *pool = &c->pool[s->pool];
     const cost_gpu *g = &pool->gpu;
-    int gpn = pool->gpus_per_node;
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     memset(out, 0, sizeof *out);
 
     double A = plan_precision_bytes(o->precision).act;   /* activation / communication element */
     pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM) };
+    bool backward = runs_backward(&p);
+    if (samples <= 0) {   /* an empty micro-batch (planner/schedule.c, micro_ops): the strategy's collectives only */
+        plan_comm dp = { 0 };
+        plan_price_dp_micro(mm, s, pool, o, backward, 0, 0, &dp, &out->bwd_s);
+        out->zero_comm_s = dp.fwd_s + dp.bwd_s;
+        out->fwd_comm_s = dp.fwd_s;
+        out->fwd_syncs = dp.fwd_syncs;
+        out->bwd_syncs = dp.bwd_syncs;
+        out->micro_s = out->bwd_s + out->zero_comm_s;
+        return;
+    }
     double t = samples * q.tokens_per_sample / s->sp;
     double cross_tokens = samples * q.cross_span / s->sp;
     /* Blocks differ only by attention kind: price one of each kind, times its count. */
     int n_full = 0, n_window = 0, n_cross = 0;
-    for (int l = 0; l < mm->layers; l++) {
+    for (int l = st->first; l < st->first + st->count; l++) {
         if (model_layer_is_cross(mm, l)) n_cross++;
         else if (model_layer_is_full_attention(mm, l)) n_full++;
         else n_window++;
     }
-    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, n_full);
-    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window);
-    price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross);
+    double blocks_fwd = 0, selective = 0;
+    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, n_full, &blocks_fwd, &selective);
+    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window, &blocks_fwd, &selective);
+    price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross, &blocks_fwd, &selective);
     int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
     if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
-    double h = mm->hidden;
-    if (mm->kind == MODEL_LLM) price_llm_ends(&p, mm, s, t, plan_head_rows(w, o->precision, samples, t));
-    else price_encoder_ends(&p, mm, s, t);
+    double head_rows = mm->kind == MODEL_LLM ? plan_head_rows(w, o->target, samples, t) : 0;
+    if (mm->kind == MODEL_LLM) {
+        if (st->stem) price_llm_stem(&p, mm, s, t, samples * w->text_tokens);
+        if (st->head) price_llm_head(&p, mm, s, t, head_rows);
+    } else {
+        if (st->stem) price_encoder_stem(&p, mm, s, t);
+        if (st->head) price_encoder_head(&p, mm, s, t);
+    }
+    /* a pipeline stage's input rows in from the previous stage's message,
+     * its output's gradient in from the next one's (executor/llm.c, vision.c) */
+    double boundary = t / (s->seq_parallel && s->tp > 1 ? s->tp : 1) * mm->hidden;
+    if (!st->stem) ew_fwd(&p, COST_EW_COPY, boundary);
+    if (!st->head) ew_bwd(&p, COST_EW_COPY, boundary);
     out->fwd_s = p.fwd;
     out->bwd_s = p.bwd;
-    if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = p.fwd;
-    else if (s->recompute == PLAN_RECOMP_SELECTIVE)
-        out->recompute_s = cost_memory_time(g, t * A * 3.0 * mm->ffn / s->tp * mm->layers);
+    if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = blocks_fwd;
+    else if (s->recompute == PLAN_RECOMP_SELECTIVE) out->recompute_s = selective;
+    if (!backward) out->recompute_s = 0;
 
-    /* Tensor parallel: Megatron's f/g all-reduces (or the equivalent
-     * all-gather + reduce-scatter pair with sequence parallel). */
-    if (s->tp > 1) {
-        /* per block: 2 all-reduces forward (attention, MLP), 2 backward */
-        out->tp_comm_s = mm->layers * 4.0 * allreduce_tp(pool, s, A * t * mm->hidden);
-        if (mm->kind == MODEL_LLM) out->tp_comm_s += 2 * allreduce_tp(pool, s, A * t * h);
-        /* the LLM's ends: the embedding's and the loss statistics' all-reduces
-         * forward, the head gradient's backward (executor/model.c) */
-        out->fwd_syncs += 2 * mm->layers + (mm->kind == MODEL_LLM ? 2 : 0);
-        out->bwd_syncs += 2 * mm->layers + (mm->kind == MODEL_LLM ? 1 : 0);
+    /* In-op communication: the blocks' forward exchanges (re-issued by full
+     * recomputation), then everything else. */
+    plan_comm tp_fwd = { 0 }, tp = { 0 }, sp_fwd = { 0 }, sp = { 0 }, dp = { 0 };
+    price_tp_blocks(mm, s, st->count, pool, A, t, backward, !mm->frozen, &tp, &tp_fwd);
+    price_tp_llm_ends(mm, s, st, pool, A, t, samples * w->text_tokens, head_rows, backward, &tp);
+    price_ulysses(mm, s, pool, A, t, n_a2a_layers, backward, &sp_fwd, &sp);
+    if (s->recompute == PLAN_RECOMP_FULL && backward) {
+        recompute_comm(&tp_fwd, &tp);
+        recompute_comm(&sp_fwd, &sp);
     }
-    /* Ulysses: q, k, v and the output re-sharded forward, their gradients backward. */
-    if (s->sp > 1) {
-        double dims = (2.0 * mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
-        double bytes = A * t * dims;
-        int per = ranks_per_node(s->sp, s->tp, gpn);
-        out->sp_comm_s = 2.0 * n_a2a_layers * cost_collective_time(pool, COST_ALLTOALL, bytes, s->sp, per);
-        /* one all-to-all each for q, k, v and the output, and for their gradients */
-        out->fwd_syncs += 4 * n_a2a_layers;
-        out->bwd_syncs += 4 * n_a2a_layers;
-    }
-    if (s->recompute == PLAN_RECOMP_FULL) out->bwd_syncs += out->fwd_syncs;
-    /* Pipeline stage hand-offs, forward activation and backward gradient. */
-    if (s->pp > 1) {
-        bool same_node = (double)s->tp * s->sp * s->dp * s->pp <= gpn;
-        out->pp_p2p_s = 2.0 * (s->pp - 1) * cost_p2p_time(c, s->pool, s->pool, same_node, A * t * h);
-    }
-    double lp = plan_local_params(mm, s);
-    int shard = s->dp * s->sp;
-    int shard_per_node = ranks_per_node(shard, s->tp, gpn);
-    double compute_mb = out->fwd_s + out->bwd_s + out->recompute_s;
-    if (shard > 1 && s->zero >= 3) {
-        /* Per micro-batch: gather parameters for forward (and, when trained,
-         * again for backward and reduce-scatter gradients); prefetch hides part of it. */
-        plan_state_bytes b = plan_module_state_bytes(mm, o->precision);
-        double ag = cost_collective_time(pool, COST_ALLGATHER, b.param * lp, shard, shard_per_node);
-        if (mm->frozen) out->zero_comm_s = ag;
-        else {
-            double rs = cost_collective_time(pool, COST_REDUCESCATTER, b.grad * lp, shard, shard_per_node);
-            out->zero_comm_s = fmax(0.0, 2 * ag + rs - o->overlap * compute_mb);
-        }
-    }
-    out->micro_s = compute_mb + out->tp_comm_s + out->sp_comm_s + out->zero_comm_s + out->pp_p2p_s;
-    /* The forward pass carries half of the TP / SP / PP exchanges (the cost
-     * model counts as many forward as backward) and one of ZeRO-3's three gathers. */
-    out->fwd_comm_s = 0.5 * (out->tp_comm_s + out->sp_comm_s + out->pp_p2p_s)
-                    + (mm->frozen ? out->zero_comm_s : out->zero_comm_s / 3.0);
+    merge_fwd(&tp_fwd, &tp);
+    merge_fwd(&sp_fwd, &sp);
+    double dp_busy;
+    plan_price_dp_micro(mm, s, pool, o, backward, out->fwd_s, out->bwd_s + out->recompute_s, &dp, &dp_busy);
+    out->bwd_s += dp_busy;
+    out->tp_comm_s = tp.fwd_s + tp.bwd_s;
+    out->sp_comm_s = sp.fwd_s + sp.bwd_s;
+    out->zero_comm_s = dp.fwd_s + dp.bwd_s;
+    out->fwd_syncs = tp.fwd_syncs + sp.fwd_syncs + dp.fwd_syncs;
+    out->bwd_syncs = tp.bwd_syncs + sp.bwd_syncs + dp.bwd_syncs;
+    out->fwd_comm_s = tp.fwd_s + sp.fwd_s + dp.fwd_s;
+    out->micro_s = out->fwd_s + out->bwd_s + out->recompute_s + out->tp_comm_s + out->sp_comm_s + out->zero_comm_s;
+    out->stage_max_s = out->micro_s;
 }
 
-/* Once per step over the module's dp*sp replicas of each weight shard:
- * gradient all-reduce, or its reduce-scatter (gradients) + all-gather
- * (updated weights) halves (ZeRO). */
-static void price_step_comm(const model_module *mm, const plan_module *s, const cost_pool *pool,
-                            plan_precision precision, plan_time *out)
+void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
+                           const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
 {
-    double lp = plan_local_params(mm, s);
-    int shard = s->dp * s->sp;
-    int shard_per_node = ranks_per_node(shard, s->tp, pool->gpus_per_node);
-    if (shard <= 1 || mm->frozen) return;
-    plan_state_bytes b = plan_module_state_bytes(mm, precision);
-    out->grad_rs_s = cost_collective_time(pool, COST_REDUCESCATTER, b.grad * lp, shard, shard_per_node);
-    out->param_ag_s = cost_collective_time(pool, COST_ALLGATHER, b.param * lp, shard, shard_per_node);
-    /* ZeRO-3 reduces gradients per micro-batch (zero_comm_s) instead. */
-    if (s->zero < 3) out->dp_comm_s = cost_collective_time(pool, COST_ALLREDUCE, b.grad * lp, shard, shard_per_node);
+    plan_stage st = plan_stage_of(&m->mod[mi], s, stage);
+    price_micro(m, mi, s, &st, w, c, o, samples, out);
+}
+
+/* One stage's activation to the next (or its gradient back): the rank's
+ * block rows (its sequence-parallel share of them) between two ranks of the
+ * module, in a node when the module's group fits one. */
+double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                            const plan_options *o, double samples)
+{
+    plan_seq q;
+    plan_module_seq(m, mi, w, &q);
+    double rows = samples * q.tokens_per_sample / s->sp / (s->seq_parallel && s->tp > 1 ? s->tp : 1);
+    return plan_precision_bytes(o->precision).act * rows * m->mod[mi].hidden;
+}
+
+double plan_stage_hop_s(const model_t *m, int mi, const plan_module *s, const plan_workload *w, const cost_cluster *c,
+                        const plan_options *o, double samples)
+{
+    /* neighbouring stages are dp * sp * tp ranks apart */
+    bool same_node = (double)s->tp * s->sp * s->dp * s->pp <= c->pool[s->pool].gpus_per_node;
+    return cost_p2p_time(c, s->pool, s->pool, same_node, plan_stage_hop_bytes(m, mi, s, w, o, samples));
+}
+
+/* The whole module: every stage's compute and in-op communication plus the
+ * hand-offs between stages; stage_max_s is the busiest stage with its hops,
+ * which paces a pipeline. */
+void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                     const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
+{
+    plan_stage whole = plan_stage_of(&m->mod[mi], s, -1);
+    price_micro(m, mi, s, &whole, w, c, o, samples, out);
+    if (s->pp <= 1 || samples <= 0) return;
+    bool backward = !m->mod[mi].frozen || m->mod[mi].kind == MODEL_LLM;
+    double hop = plan_stage_hop_s(m, mi, s, w, c, o, samples);
+    double fwd_hops = (s->pp - 1) * hop, bwd_hops = backward ? (s->pp - 1) * hop : 0;
+    out->pp_p2p_s = fwd_hops + bwd_hops;
+    out->fwd_comm_s += fwd_hops;
+    out->micro_s += out->pp_p2p_s;
+    out->stage_max_s = 0;
+    for (int i = 0; i < s->pp; i++) {
+        plan_time st;
+        plan_stage_micro_time(m, mi, s, i, w, c, o, samples, &st);
+        double t = st.micro_s + hop + (backward ? hop : 0);
+        if (t > out->stage_max_s) out->stage_max_s = t;
+    }
+}
+
+/* Once per step, for pipeline stage `stage`: the data-parallel strategy's
+ * GRAD_SYNC and PARAM_GATHER, the gradient norm's pass and the optimizer. */
+void plan_stage_step_time(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
+                          const plan_options *o, plan_time *out)
+{
+    plan_price_dp_step(mm, s, stage, pool, o, out);
+    plan_dp_rules r = plan_dp_rules_of(mm, s);
+    out->optim_s = out->norm_s = 0;
+    if (!r.trains) return;
+    plan_state_bytes b = plan_module_state_bytes(mm, o);
+    double updated = o->target == PLAN_TARGET_DHP ? (double)plan_dp_buffers_of(mm, s, stage).shard_elems
+                                                  : plan_local_params(mm, s) / (r.shard_optim ? r.shard : 1);
+    /* AdamW is one fused streaming pass over its state: STREAM-class
+     * bandwidth (hbm_bw), not the element-wise mix that mem_eff describes. */
+    out->optim_s = updated * b.step_traffic / pool->gpu.hbm_bw + pool->gpu.kernel_launch_s;
+    /* The clip's norm: a sum of squares over the gradients the rank
+     * counts (plan_dp_counts_norm): its shard with ZeRO, else all of them. */
+    out->norm_s = cost_elementwise_time(&pool->gpu, COST_EW_SUMSQ, updated, b.grad);
 }
 
 void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
@@ -356,20 +528,23 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     const model_module *mm = &m->mod[mi];
     const cost_pool *pool = &c->pool[s->pool];
     plan_micro_time(m, mi, s, w, c, o, s->micro_batch, out);
-    price_step_comm(mm, s, pool, o->precision, out);
-    /* Bucketed gradient reduction overlaps the last micro-batch's backward. */
-    out->dp_exposed_s = fmax(0.0, out->dp_comm_s - o->overlap * out->bwd_s / s->pp);
-    if (!mm->frozen) {
-        double bytes_per_param = plan_precision_bytes(o->precision).step_traffic;
-        double opt_shard = s->zero >= 1 ? (double)s->dp * s->sp : 1;
-        /* AdamW is one fused streaming pass over its state: STREAM-class
-         * bandwidth (hbm_bw), not the element-wise mix that mem_eff describes. */
-        out->optim_s = plan_local_params(mm, s) / opt_shard * bytes_per_param / pool->gpu.hbm_bw + pool->gpu.kernel_launch_s;
-        /* The clip's norm: a sum of squares over the gradients the rank counts
-         * (executor/run.c local_grad_sumsq), its shard with ZeRO, else all of them. */
-        out->norm_s = cost_elementwise_time(&pool->gpu, COST_EW_SUMSQ, plan_local_params(mm, s) / opt_shard,
-                                            plan_module_state_bytes(mm, o->precision).grad);
+    /* the stages step side by side: the slowest one's */
+    for (int i = 0; i < (s->pp > 1 ? s->pp : 1); i++) {
+        plan_time st = *out;
+        plan_stage_step_time(mm, s, i, pool, o, &st);
+        if (i == 0 || plan_time_tail_s(&st) + st.grad_sync_s + st.param_gather_s
+                      > plan_time_tail_s(out) + out->grad_sync_s + out->param_gather_s) {
+            out->grad_sync_s = st.grad_sync_s;
+            out->grad_sync_busy_s = st.grad_sync_busy_s;
+            out->param_gather_s = st.param_gather_s;
+            out->param_gather_busy_s = st.param_gather_busy_s;
+            out->optim_s = st.optim_s;
+            out->norm_s = st.norm_s;
+        }
     }
+    /* Bucketed gradient reduction overlaps the last micro-batch's backward. */
+    double step_comm = out->grad_sync_s + out->grad_sync_busy_s + out->param_gather_s + out->param_gather_busy_s;
+    out->dp_exposed_s = fmax(0.0, step_comm - o->overlap * out->bwd_s / s->pp);
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     double passes = mm->frozen ? (mm->kind == MODEL_LLM ? 2.0 : 1.0) : 3.0;
@@ -389,8 +564,7 @@ double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_sampl
     double per_rank = ceil((double)chunk_samples / s->dp);
     double steps = ceil(per_rank / s->micro_batch);
     if (s->pp == 1) return steps * t->micro_s;
-    double stage = t->micro_s / s->pp;
-    return (steps + s->pp - 1) * stage;
+    return (steps + s->pp - 1) * t->stage_max_s;
 }
 
 static bool divides(long a, long b) { return a > 0 && b % a == 0; }
@@ -419,14 +593,32 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (s->pp > 1 && s->zero >= 2)
         return util_fail(err, UTIL_EINVAL, "%s: zero %d does not combine with pp %d (use zero <= 1)", mm->name,
                          s->zero, s->pp);
-    if (mm->layers % s->pp != 0)
-        return util_fail(err, UTIL_EINVAL, "%s: pp %d does not divide %d layers", mm->name, s->pp, mm->layers);
+    if (s->pp > PLAN_MAX_PP || s->pp > mm->layers)
+        return util_fail(err, UTIL_EINVAL, "%s: pp %d: at most %d stages, and one block each (%d layers)", mm->name, s->pp,
+                         PLAN_MAX_PP, mm->layers);
+    int total = 0;
+    for (int i = 0; i < s->pp; i++) {
+        plan_stage st = plan_stage_of(mm, s, i);
+        if (st.count < 1)
+            return util_fail(err, UTIL_EINVAL, "%s: stage_layers: pipeline stage %d has no block", mm->name, i);
+        total += st.count;
+    }
+    if (total != mm->layers)
+        return util_fail(err, UTIL_EINVAL, "%s: stage_layers: the stages hold %d blocks, the module has %d", mm->name, total,
+                         mm->layers);
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     if (s->sp > 1 && fmod(q.seq, s->sp) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sequence %.0f is not divisible by sp %d", mm->name, q.seq, s->sp);
     if (mm->kind != MODEL_LLM && s->sp > 1 && mm->merge > 1 && fmod(q.seq / s->sp, mm->merge * mm->merge) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sp %d splits merge groups", mm->name, s->sp);
+    /* Megatron's sequence parallelism splits the LLM blocks' norm and residual
+     * rows over the tp group (Korthikanti et al., arXiv 2205.05198, sec. 4.2.2),
+     * which needs whole rows per rank. */
+    if (s->seq_parallel && mm->kind != MODEL_LLM)
+        return util_fail(err, UTIL_EINVAL, "%s: Megatron sequence parallelism (seqpar) applies to the LLM's tensor-parallel blocks", mm->name);
+    if (s->seq_parallel && s->tp > 1 && fmod(q.seq, s->tp) != 0)
+        return util_fail(err, UTIL_EINVAL, "%s: sequence parallelism needs the sequence (%.0f tokens) divisible by tp %d", mm->name, q.seq, s->tp);
     int64_t g;
     if (!plan_module_ranks(s, &g) || g > cost_pool_gpus(pool))
         return util_fail(err, UTIL_EINVAL, "%s: dp*tp*sp*pp = %d*%d*%d*%d GPUs exceed pool '%s' (%d)", mm->name,

@@ -66,13 +66,27 @@ static void fill_prediction(plan_t *p, const plan_eval *ev, double step)
     pr->mfu = flops / (step * peak_sum);
 }
 
+/* Colocated modules run the schedule's chunks in turn (plan_chunks: one
+ * micro-batch per LLM dp rank each), a pipelined module filling and
+ * draining its stages in every chunk. */
+static double colocated_time(const plan_t *p, const plan_time *t, const plan_module *s)
+{
+    double sum = 0;
+    for (int c = 0; c < plan_chunks(p); c++) {
+        int first, count;
+        plan_chunk_range(p, c, &first, &count);
+        sum += plan_chunk_time(t, s, count);
+    }
+    return sum;
+}
+
 int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
 {
     memset(ev, 0, sizeof *ev);
     int rc = plan_validate(p, err);
     if (rc) return rc;
     const plan_workload *w = &p->work;
-    int chunk = p->placement == PLAN_DISAGGREGATED ? w->global_batch / p->n_micro : w->global_batch;
+    int chunk = w->global_batch / (p->placement == PLAN_DISAGGREGATED ? p->n_micro : 1);
     double sum_t = 0, max_t = 0, sum_tail = 0, max_tail = 0, max_enc_t = 0, llm_t = 0;
     bool fits = true;
     ev->peak_mem = 0;
@@ -83,7 +97,7 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
         bool encoder = k != p->model.llm;
         int in_flight = p->placement == PLAN_DISAGGREGATED && encoder ? encoder_in_flight(p) : 1;
         plan_module_memory(&p->model, k, s, w, &c->pool[s->pool].gpu, o, in_flight, &ev->mem[k]);
-        double t = plan_chunk_time(&ev->time[k], s, chunk);
+        double t = p->placement == PLAN_DISAGGREGATED ? plan_chunk_time(&ev->time[k], s, chunk) : colocated_time(p, &ev->time[k], s);
         if (p->placement == PLAN_DISAGGREGATED && encoder) t += transfer_time(p, k, chunk);
         double tail = plan_time_tail_s(&ev->time[k]);
         ev->module_step_s[k] = t * (p->placement == PLAN_DISAGGREGATED ? p->n_micro : 1) + tail;

@@ -32,6 +32,7 @@
 void plan_options_default(plan_options *o)
 {
     o->precision = PLAN_OPT_MIXED_FP32;
+    o->target = PLAN_TARGET_MEGATRON;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
      * dynamic (activation) memory is the allowance we keep for that. */
     o->fragmentation = 0.10;
@@ -65,11 +66,14 @@ plan_state_bytes plan_precision_bytes(plan_precision p)
     }
 }
 
-/* A frozen module keeps bf16 weights and no gradients or optimizer state. */
-plan_state_bytes plan_module_state_bytes(const model_module *mm, plan_precision p)
+plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_options *o)
 {
-    plan_state_bytes b = plan_precision_bytes(p);
-    if (mm->frozen) { b.param = BF16; b.grad = 0; b.optim = 0; }
+    plan_state_bytes b = plan_precision_bytes(o->precision);
+    if (!mm->frozen) return b;
+    if (o->target == PLAN_TARGET_MEGATRON) b.param = BF16;
+    b.grad = 0;
+    b.optim = 0;
+    b.step_traffic = 0;
     return b;
 }
 
@@ -78,7 +82,7 @@ static void model_state_bytes(const model_module *mm, const plan_module *s, cons
 {
     double p = plan_local_params(mm, s);
     double shard = (double)s->dp * s->sp;   /* ZeRO shards over every replica of the weights */
-    plan_state_bytes b = plan_module_state_bytes(mm, o->precision);
+    plan_state_bytes b = plan_module_state_bytes(mm, o);
     out->params = p * b.param / (s->zero >= 3 ? shard : 1);
     out->grads = p * b.grad / (s->zero >= 2 ? shard : 1);
     out->optim = p * b.optim / (s->zero >= 1 ? shard : 1);
@@ -90,16 +94,19 @@ static void model_state_bytes(const model_module *mm, const plan_module *s, cons
  * q/k/v [(H + 2 KV) d / tp], attention output [H d / tp] + fp32 LSE [H / tp],
  * and the MLP: SwiGLU gate, up, act [3 f / tp]; GELU fc1, act [2 f / tp].
  * Megatron sequence parallel also splits the [h] terms by tp. Selective
- * recompute drops the activation-function output; full recompute keeps only
- * the block input. */
+ * recompute re-runs the attention core and the activation function, so it
+ * keeps neither the log-sum-exp nor the activation's output (the definition
+ * plan_module_acts uses for the executor); full recompute keeps only the
+ * block input. */
 static double block_act_bytes_per_token(const model_module *mm, const plan_module *s, bool cross, double A)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     double hsplit = s->seq_parallel ? tp : 1.0;
     if (s->recompute == PLAN_RECOMP_FULL) return A * h / hsplit;
+    double lse = s->recompute == PLAN_RECOMP_SELECTIVE ? 0 : FP32 * H / tp;
     double attn = A * (2 * h) / hsplit                  /* residual in, normed in */
                 + A * (cross ? H * d : (H + 2 * KV) * d) / tp
-                + A * H * d / tp + FP32 * H / tp;
+                + A * H * d / tp + lse;
     double mlp_terms = mm->ffn_kind == MODEL_FFN_SWIGLU ? 3.0 : 2.0;
     if (s->recompute == PLAN_RECOMP_SELECTIVE) mlp_terms -= 1.0;
     double mlp = A * (2 * h) / hsplit + A * mlp_terms * f / tp;
@@ -146,12 +153,11 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
 
 /* LM head logits [t, V/tp] in bf16 plus the fp32 copy vocab-parallel
  * cross-entropy works on (Megatron's _VocabParallelCrossEntropy). */
-static double logits_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, const plan_workload *w,
-                           plan_precision pr, double A)
+static double logits_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, const plan_workload *w, double A)
 {
     if (mm->kind != MODEL_LLM) return 0;
     double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
-    return plan_head_rows(w, pr, s->micro_batch, t) * ceil((double)mm->vocab / s->tp) * (A + FP32);
+    return plan_head_rows(w, PLAN_TARGET_MEGATRON, s->micro_batch, t) * ceil((double)mm->vocab / s->tp) * (A + FP32);
 }
 
 static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p, double A)
@@ -171,71 +177,69 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
     return b;
 }
 
-/* ---- fp32: the dhp CPU executor's own allocations ----
- * In fp32 mode the plan describes the CPU executor, so activations follow
- * its layout (executor/model.c, acts_layout) tensor by tensor: what one
- * activation slot saves for backward, times the slots in flight, plus the
- * backward scratch every slot shares. Each tensor is rounded up to 16 floats
- * as the executor carves them. */
-static double pad16(double floats) { return ceil(floats / 16.0) * 16.0; }
-
-typedef struct { double saved, scratch, logits; } exec_floats;
-
-static exec_floats executor_act_floats(const model_module *mm, const plan_module *s, const plan_seq *q,
-                                       const plan_workload *w)
+/* ---- the dhp target: what the executor allocates ----
+ * Model states from the unit layout and the data-parallel strategy's
+ * buffers (plan_dp_buffers_of, which executor/dp_*.c allocate), activations
+ * from the executor's own list (plan_module_acts): what one activation slot
+ * saves for backward, times the slots in flight, plus the scratch every
+ * slot shares. */
+static void executor_states(const model_module *mm, const plan_module *s, int stage, const plan_options *o,
+                            plan_mem *out)
 {
-    exec_floats e = { 0, 0, 0 };
-    double tp = s->tp, sp = s->sp, mb = s->micro_batch > 0 ? s->micro_batch : 1;
-    double N = mb * q->tokens_per_sample / sp;
-    double d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
-    double qd = H * hd, kd = mm->kv_heads / tp * hd;
-    double blk = 4 * pad16(N * d) + 2 * pad16(N) + 2 * pad16(N * qd) + 2 * pad16(N * kd) + pad16(N * H)
-               + 3 * pad16(N * f) + (sp > 1 ? pad16(N * qd) : 0);
-    e.saved = mm->layers * blk + pad16(N * d) + 2 * pad16(N * hd / 2);
-    e.scratch = 2 * pad16(N * d) + 2 * pad16(N * qd) + 2 * pad16(N * kd) + 3 * pad16(N * f);
-    if (sp > 1) e.scratch += pad16(N * fmax(qd, kd)) + 2 * pad16(N * qd) + 2 * pad16(N * kd);
+    plan_dp_rules r = plan_dp_rules_of(mm, s);
+    plan_dp_buffers b = plan_dp_buffers_of(mm, s, stage);
+    plan_state_bytes sb = plan_module_state_bytes(mm, o);
+    double local = (double)b.local, shard = (double)b.shard_elems, unit = (double)r.shard * b.max_piece;
+    out->params = (r.shard_params ? shard : local) * sb.param;
+    out->grads = (r.shard_grads ? shard : local) * sb.grad;
+    out->optim = (r.shard_optim ? shard : local) * sb.optim;
+    out->zero_buffers = b.gather_slots * unit * sb.param + b.bucket_slots * unit * sb.grad;
+    out->comm = (double)(b.staging + b.pieces) * fmax(sb.param, sb.grad);
+}
+
+static void executor_activations(const model_module *mm, const plan_module *s, int stage, const plan_seq *q,
+                                 const plan_workload *w, double A, int in_flight, plan_mem *out)
+{
+    double mb = s->micro_batch > 0 ? s->micro_batch : 1, N = mb * q->tokens_per_sample / s->sp;
+    plan_act_rows rows = { .rows = (int)N };
     if (mm->kind != MODEL_LLM) {
-        double M = N / ((double)mm->merge * mm->merge), ph = mm->proj_hidden, oh = mm->out_hidden;
-        e.saved += pad16(N * d) + pad16(N) + 2 * pad16(M * ph) + pad16(M * oh);
-        e.scratch += 2 * pad16(M * ph);
-        return e;
+        rows.merged_rows = (int)(N / ((double)mm->merge * mm->merge));
+    } else {
+        /* the head is sized for every text position's prediction, the loss mask aside */
+        rows.merged_rows = (int)(mb * (q->tokens_per_sample - w->text_tokens));
+        rows.pred_rows = (int)plan_head_rows(w, PLAN_TARGET_DHP, mb, N);
+        rows.emb_rows = s->tp > 1 ? (int)(mb * w->text_tokens) : 0;
     }
-    /* the head is sized for every text position's prediction, the loss mask aside */
-    double P = plan_head_rows(w, PLAN_OPT_FP32, mb, N), V = ceil((double)mm->vocab / tp);
-    double m_rows = mb * (q->tokens_per_sample - w->text_tokens);
-    e.saved += 2 * pad16(P * d) + pad16(P) + pad16(P) + pad16(2 * P);
-    e.logits = 2 * pad16(P * V);
-    e.scratch += (s->tp > 1 ? pad16(mb * w->text_tokens * d) : 0) + 2 * pad16(P * d) + pad16(m_rows * d);
-    return e;
+    double saved, scratch, logits;
+    plan_module_act_floats(mm, s, stage, &rows, &saved, &scratch, &logits);
+    out->activations = A * (saved * in_flight + scratch);
+    out->logits = A * logits;
+    /* A stage's edges (executor/run_stage.c): to each neighbouring stage a
+     * buffer the micro-batch's rows go out or come in through, and where
+     * the module runs a backward one for their gradient. */
+    if (s->pp > 1) {
+        double Nl = N / (s->seq_parallel && s->tp > 1 ? s->tp : 1);
+        int per_edge = mm->kind == MODEL_LLM || !mm->frozen ? 2 : 1;
+        out->comm += A * Nl * mm->hidden * per_edge * ((stage < s->pp - 1) + (stage > 0));
+    }
 }
 
-/* ZeRO-1 staging of the executor's reduce-scatter / all-gather: the padded
- * flat buffer and one shard (executor/run.c). */
-static double executor_comm_bytes(const model_module *mm, const plan_module *s)
-{
-    double shard = (double)s->dp * s->sp;
-    if (s->zero != 1 || shard <= 1 || mm->frozen) return 0;
-    double n = plan_local_params(mm, s), piece = ceil(n / shard);
-    return FP32 * (shard * piece + piece);
-}
-
-void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
-                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
+void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
+                       const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
 {
     const model_module *mm = &m->mod[mi];
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     memset(out, 0, sizeof *out);
-    model_state_bytes(mm, s, o, out);
     double A = plan_precision_bytes(o->precision).act;
-    if (o->precision == PLAN_OPT_FP32) {
-        exec_floats e = executor_act_floats(mm, s, &q, w);
-        out->activations = FP32 * (e.saved * (in_flight < 1 ? 1 : in_flight) + e.scratch);
-        out->logits = FP32 * e.logits;
-        out->comm = executor_comm_bytes(mm, s);
+    if (in_flight < 1) in_flight = 1;
+    if (o->target == PLAN_TARGET_DHP) {
+        executor_states(mm, s, stage, o, out);
+        executor_activations(mm, s, stage, &q, w, A, in_flight, out);
     } else {
-        out->activations = activation_bytes(m, mi, s, &q, in_flight < 1 ? 1 : in_flight, A);
-        out->logits = logits_bytes(mm, s, &q, w, o->precision, A);
+        model_state_bytes(mm, s, o, out);
+        out->activations = activation_bytes(m, mi, s, &q, in_flight, A);
+        out->logits = logits_bytes(mm, s, &q, w, A);
         out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A);
     }
     out->reserved = g->reserved_bytes;
@@ -243,6 +247,31 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
     out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations
                + out->logits + out->comm + out->reserved + out->fragmentation;
     out->capacity = g->hbm_bytes;
+}
+
+/* The module's busiest stage. The Megatron target's formulas already take
+ * the worst stage (its layers, the larger end, the first stage's pp
+ * micro-batches in flight); for dhp's executor every stage is priced, stage
+ * i of a 1F1B pipeline keeping pp - i micro-batches in flight. */
+void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
+{
+    int stages = o->target == PLAN_TARGET_DHP && s->pp > 1 ? s->pp : 1;
+    plan_stage_memory(m, mi, s, 0, w, g, o, in_flight * (stages > 1 ? stages : 1), out);
+    for (int i = 1; i < stages; i++) {
+        plan_mem t;
+        plan_stage_memory(m, mi, s, i, w, g, o, in_flight * (stages - i), &t);
+        if (t.total > out->total) *out = t;
+    }
+}
+
+plan_options plan_options_of(const plan_t *p)
+{
+    plan_options o;
+    plan_options_default(&o);
+    o.precision = p->precision;
+    o.target = p->target;
+    return o;
 }
 
 const char *plan_mem_dominant(const plan_mem *mm)

@@ -11,7 +11,19 @@ static const char *placement_names[] = { "colocated", "disaggregated" };
 static const char *recompute_names[] = { "none", "selective", "full" };
 static const char *precision_names[PLAN_NPRECISION] = { "bf16-mixed", "bf16-pure", "bf16-autocast", "fp32" };
 
+static const char *target_names[PLAN_NTARGET] = { "megatron", "dhp" };
+
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
+const char *plan_target_name(plan_target t) { return t >= 0 && t < PLAN_NTARGET ? target_names[t] : "?"; }
+
+int plan_target_parse(const char *s, plan_target *out)
+{
+    for (int i = 0; i < PLAN_NTARGET; i++)
+        if (!strcmp(s, target_names[i])) { *out = (plan_target)i; return UTIL_OK; }
+    return UTIL_EINVAL;
+}
+
+plan_target plan_target_default(plan_precision p) { return p == PLAN_OPT_FP32 ? PLAN_TARGET_DHP : PLAN_TARGET_MEGATRON; }
 
 int plan_precision_parse(const char *s, plan_precision *out)
 {
@@ -44,6 +56,12 @@ cJSON *plan_module_to_json(const plan_module *s)
     cJSON_AddNumberToObject(o, "micro_batch", s->micro_batch);
     cJSON_AddStringToObject(o, "recompute", recompute_names[s->recompute]);
     cJSON_AddBoolToObject(o, "seq_parallel", s->seq_parallel);
+    bool split = false;
+    for (int i = 0; i < s->pp && i < PLAN_MAX_PP; i++) split |= s->stage_layers[i] > 0;
+    if (split) {   /* an explicit split; otherwise plan_stage_of's default */
+        cJSON *a = cJSON_AddArrayToObject(o, "stage_layers");
+        for (int i = 0; i < s->pp && i < PLAN_MAX_PP; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(s->stage_layers[i]));
+    }
     return o;
 }
 
@@ -80,6 +98,7 @@ cJSON *plan_to_json(const plan_t *p)
     cJSON_AddStringToObject(root, "placement", placement_names[p->placement]);
     cJSON_AddStringToObject(root, "schedule", p->placement == PLAN_COLOCATED ? "in-turn" : "1f1b-across-modules");
     cJSON_AddStringToObject(root, "precision", precision_names[p->precision]);
+    cJSON_AddStringToObject(root, "target", plan_target_name(p->target));
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
     cJSON *mods = cJSON_AddArrayToObject(root, "modules");
@@ -133,7 +152,19 @@ static int parse_module(const cJSON *o, const char *ctx, plan_module *s, char *e
     int r = parse_enum(buf, recompute_names, 3);
     if (r < 0) return util_fail(err, UTIL_EINVAL, "%s.recompute: '%s' is not none, selective or full", ctx, buf);
     s->recompute = (plan_recompute)r;
-    return util_json_bool(o, ctx, "seq_parallel", false, false, &s->seq_parallel, err);
+    if ((rc = util_json_bool(o, ctx, "seq_parallel", false, false, &s->seq_parallel, err))) return rc;
+    memset(s->stage_layers, 0, sizeof s->stage_layers);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "stage_layers");
+    if (!a) return UTIL_OK;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != s->pp || s->pp > PLAN_MAX_PP)
+        return util_fail(err, UTIL_EINVAL, "%s.stage_layers: must be an array of pp = %d block counts (at most %d)", ctx, s->pp, PLAN_MAX_PP);
+    int i = 0;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 1 || e->valuedouble > (1 << 20) || e->valuedouble != (int)e->valuedouble)
+            return util_fail(err, UTIL_EINVAL, "%s.stage_layers[%d]: must be a whole number of blocks >= 1", ctx, i);
+        s->stage_layers[i] = (int)e->valuedouble;
+    }
+    return UTIL_OK;
 }
 
 static int parse_workload(const cJSON *root, const char *what, plan_workload *w, char *err)
@@ -176,6 +207,10 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if ((rc = util_json_str(root, what, "precision", false, "bf16-mixed", buf, sizeof buf, err))) return rc;
     if (plan_precision_parse(buf, &p->precision))
         return util_fail(err, UTIL_EINVAL, "%s.precision: '%s' is not bf16-mixed, bf16-pure, bf16-autocast or fp32", what, buf);
+    if ((rc = util_json_str(root, what, "target", false, plan_target_name(plan_target_default(p->precision)), buf,
+                            sizeof buf, err))) return rc;
+    if (plan_target_parse(buf, &p->target))
+        return util_fail(err, UTIL_EINVAL, "%s.target: '%s' is not megatron or dhp", what, buf);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;

@@ -21,12 +21,19 @@ typedef enum { PLAN_RECOMP_NONE = 0, PLAN_RECOMP_SELECTIVE, PLAN_RECOMP_FULL } p
  * Pure: everything bf16 (weights, grads, Adam moments).
  * FP32: everything fp32, activations too (the CPU executor). */
 typedef enum { PLAN_OPT_MIXED_FP32 = 0, PLAN_OPT_PURE_BF16, PLAN_OPT_AUTOCAST, PLAN_OPT_FP32, PLAN_NPRECISION } plan_precision;
+/* What the plan's memory and time describe: Megatron-LM / DeepSpeed as
+ * published (their formulas for model states, activations and buffers), or
+ * dhp's own executor (`dhp run`: the buffers it allocates, the kernels and
+ * collectives it issues, exactly). */
+typedef enum { PLAN_TARGET_MEGATRON = 0, PLAN_TARGET_DHP, PLAN_NTARGET } plan_target;
+const char *plan_target_name(plan_target t);
+int plan_target_parse(const char *s, plan_target *out);
+/* The target a precision implies when none is given: the CPU executor runs fp32. */
+plan_target plan_target_default(plan_precision p);
 /* Bytes per parameter of each model state under a precision, and the bytes
  * an AdamW step moves per parameter. */
 typedef struct { double param, grad, optim, step_traffic, act; } plan_state_bytes;
 plan_state_bytes plan_precision_bytes(plan_precision p);
-/* The same for one module: a frozen one holds bf16 weights only. */
-plan_state_bytes plan_module_state_bytes(const model_module *mm, plan_precision p);
 const char *plan_precision_name(plan_precision p);
 int plan_precision_parse(const char *s, plan_precision *out);
 
@@ -41,6 +48,9 @@ typedef struct {
     int text_tokens;          /* text tokens per sample */
 } plan_workload;
 
+/* Pipeline stages of a module: at most PLAN_MAX_PP. */
+#define PLAN_MAX_PP 64
+
 /* One module's strategy. Ranks of the module group are the contiguous global
  * ranks [first_rank, first_rank + n_ranks) with n_ranks = dp*tp*sp*pp, laid out
  *   local = ((pp_i * dp + dp_i) * sp + sp_i) * tp + tp_i     (tp fastest). */
@@ -54,7 +64,20 @@ typedef struct {
     int micro_batch;          /* samples per micro-batch per dp rank */
     plan_recompute recompute;
     bool seq_parallel;        /* Megatron sequence parallelism on top of tp (LLM) */
+    int stage_layers[PLAN_MAX_PP];  /* blocks of each pipeline stage; all 0: plan_stage_of's split */
 } plan_module;
+
+/* Stage i (0 .. pp - 1) of a module's pipeline: blocks [first, first +
+ * count), the stem (embedding) on the first stage and the head on the last.
+ * The split is s->stage_layers where given, else as even as the layers
+ * allow with the first and the last stage a block short where pp does not
+ * divide them, as Llama 3 was trained (they carry the embedding and the
+ * head: 126 layers over 16 stages are 7 + 14 x 8 + 7). pp = 1: the whole module. */
+typedef struct { int first, count; bool stem, head; } plan_stage;
+plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i);
+
+/* A rank's position in a module group (see plan_module). */
+typedef struct { int dp, tp, sp, pp; } plan_coord;
 
 typedef struct {
     double step_time_s;       /* simulated where the schedule runs the plan (simulated), else analytic */
@@ -73,6 +96,7 @@ typedef struct {
     plan_workload work;
     plan_placement placement;
     plan_precision precision;
+    plan_target target;
     int world_size;           /* total ranks the plan uses */
     int n_micro;              /* micro-batches per step flowing between module groups */
     int n_modules;            /* one entry per model module, same order as model.mod */
@@ -108,9 +132,9 @@ typedef struct {
 int plan_module_seq(const model_t *m, int module, const plan_workload *w, plan_seq *out);
 /* Rows the LM head (logits, cross-entropy) runs over for `samples` samples
  * of the LLM's `tokens` local rows: with the fp32 executor, the rows that
- * predict a next text token (executor/model.c, count_predictions); under the
- * bf16 precisions, which describe Megatron-LM, every position. */
-double plan_head_rows(const plan_workload *w, plan_precision pr, double samples, double tokens);
+ * predict a next text token (executor/model.c, count_predictions); for the
+ * Megatron target, every position. */
+double plan_head_rows(const plan_workload *w, plan_target t, double samples, double tokens);
 int plan_workload_validate(const model_t *m, const plan_workload *w, char *err);
 /* Sets image_tokens from a square image side in pixels (patches before merge). */
 int plan_image_tokens_from_pixels(const model_t *m, int pixels, int *tokens, char *err);
@@ -118,7 +142,7 @@ int plan_image_tokens_from_pixels(const model_t *m, int pixels, int *tokens, cha
 /* ---- memory model: bytes per GPU of one module group ---- */
 typedef struct {
     double params, grads, optim;  /* model states after TP/PP split and ZeRO sharding */
-    double zero_buffers;          /* ZeRO-3 gathered-layer buffers (prefetch) */
+    double zero_buffers;          /* ZeRO-3 gathered units (prefetch), ZeRO-2/3 gradient buckets */
     double activations;           /* saved for backward, all micro-batches in flight */
     double logits;                /* LM head logits + vocab-parallel cross-entropy workspace */
     double comm;                  /* communication buffers */
@@ -130,15 +154,25 @@ typedef struct {
 /* Options shared by the memory and cost models. */
 typedef struct {
     plan_precision precision;
+    plan_target target;
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
     double overlap;               /* fraction of DP communication hidden behind backward, default 0.8 */
 } plan_options;
 void plan_options_default(plan_options *o);
+/* The same for one module under options o: a frozen one holds its weights
+ * only, in bf16 for the Megatron target (frozen towers are kept in the
+ * compute dtype), in the precision's weight dtype for dhp's executor. */
+plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_options *o);
+/* The options a plan was made under: its precision and target, default allowances. */
+plan_options plan_options_of(const plan_t *p);
 
 /* Memory of module `mi` under strategy s on pool gpu g; `in_flight` = micro-batches whose
  * activations are alive at the peak (1 colocated; pipeline depth when disaggregated). */
 void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                         const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out);
+/* The same for pipeline stage `stage` of the module (0 when pp = 1). */
+void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
+                       const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out);
 const char *plan_mem_dominant(const plan_mem *mm);
 /* Parameters one GPU holds before ZeRO sharding (TP and PP split applied). */
 double plan_local_params(const model_module *mm, const plan_module *s);
@@ -146,20 +180,27 @@ double plan_local_params(const model_module *mm, const plan_module *s);
 /* ---- cost model: seconds for one module group ---- */
 typedef struct {
     double fwd_s, bwd_s, recompute_s;    /* compute per micro-batch (per dp rank) */
-    double tp_comm_s, sp_comm_s;         /* per micro-batch, not overlapped */
+    double tp_comm_s, sp_comm_s;         /* per micro-batch, not overlapped (recomputed forwards included) */
     /* Blocking exchanges inside one micro-batch's forward / backward (TP
-     * all-reduces, Ulysses all-to-alls, as the executor issues them): each
-     * is a wait that can hand a shared processor to a set-mate. */
+     * collectives, Ulysses all-to-alls, ZeRO unit gathers and reductions, as
+     * the executor issues them): each is a wait that can hand a shared
+     * processor to a set-mate. */
     int fwd_syncs, bwd_syncs;
-    double zero_comm_s;                  /* ZeRO-3 param gathers + grad reduce-scatter per micro-batch, exposed */
+    /* ZeRO-2/3 per micro-batch: the units' weight gathers and gradient
+     * reduce-scatters (plan_dp_rules), the part compute does not hide */
+    double zero_comm_s;
     double pp_p2p_s;                     /* per micro-batch stage hand-offs */
     double micro_s;                      /* one micro-batch through the whole module (all pp stages) */
+    double stage_max_s;                  /* the busiest pipeline stage's share of micro_s, with its hops */
     double fwd_comm_s;                   /* the forward pass's part of tp + sp + zero + pp communication */
-    double dp_comm_s, dp_exposed_s;      /* gradient reduction once per step, and its exposed part */
-    double grad_rs_s, param_ag_s;        /* its reduce-scatter and all-gather halves (ZeRO-1), once per step */
+    /* Once per step: the GRAD_SYNC op (all-reduce, or ZeRO-1's unit
+     * reduce-scatters), the PARAM_GATHER op (ZeRO-1/2's unit all-gathers),
+     * each with the local copies around it (*_busy_s); their part not hidden
+     * behind the last backward in the closed form (dp_exposed_s). */
+    double grad_sync_s, grad_sync_busy_s, param_gather_s, param_gather_busy_s, dp_exposed_s;
     double optim_s;                      /* optimizer step */
     /* the global gradient norm's pass over this module's gradients on the
-     * rank that sums the most (its ZeRO-1 shard, else all its local ones) */
+     * rank that sums the most (its ZeRO shard, else all its local ones) */
     double norm_s;
     double model_flops;                  /* per step, 6*N*T + attention, no recompute */
 } plan_time;
@@ -174,6 +215,20 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
  * terms stay 0. plan_module_time is this at s->micro_batch plus those. */
 void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                      const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
+/* The per-step terms of plan_time (grad_sync_s .. norm_s) for one pipeline stage. */
+void plan_stage_step_time(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
+                          const plan_options *o, plan_time *out);
+/* The same for one pipeline stage (0 when pp = 1): its blocks, and the stem
+ * and head where it holds them; no hops. */
+void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
+                           const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
+/* One hop of a micro-batch's activations (or gradients) between two stages:
+ * the rows a rank holds at the stage boundary (its sp share, its tp share
+ * under sequence parallelism), hidden wide; its bytes and its seconds. */
+double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                            const plan_options *o, double samples);
+double plan_stage_hop_s(const model_t *m, int mi, const plan_module *s, const plan_workload *w, const cost_cluster *c,
+                        const plan_options *o, double samples);
 /* Seconds of the schedule's encoder FORWARD op (compute + forward half of its
  * in-op communication) and BACKWARD op (recompute + backward + the rest);
  * they add up to micro_s, the LLM's FORWARD_BACKWARD. */
@@ -186,6 +241,105 @@ double plan_time_tail_s(const plan_time *t);
  * Returns UTIL_OK or UTIL_EINVAL with the reason. */
 int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                         const cost_cluster *c, char *err);
+
+/* ---- the executor's layouts, which the memory and cost models read too ----
+ * dhp run's model (executor/model*.c) lays out its parameters and carves its
+ * activations from these lists, so the dhp target's memory model describes
+ * exactly what it allocates. */
+
+/* Parameter tensors of one module on one tensor-parallel rank, in the order
+ * of the module's flat buffer. Units are contiguous runs of tensors that are
+ * used (and, under ZeRO-3, gathered) together: 0 the stem (patch embedding,
+ * or the token embedding), 1..layers the blocks, layers + 1 the head (the
+ * merger, or the final norm and LM head). */
+typedef enum {
+    PLAN_TW_PATCH_W = 0, PLAN_TW_PATCH_B, PLAN_TW_WTE,
+    PLAN_TW_LN1, PLAN_TW_WQ, PLAN_TW_BQ, PLAN_TW_WK, PLAN_TW_BK, PLAN_TW_WV, PLAN_TW_BV, PLAN_TW_WO, PLAN_TW_BO,
+    PLAN_TW_LN2, PLAN_TW_WG, PLAN_TW_BG, PLAN_TW_WU, PLAN_TW_BU, PLAN_TW_WD, PLAN_TW_BD,
+    PLAN_TW_MERGE_LN, PLAN_TW_M0W, PLAN_TW_M0B, PLAN_TW_M2W, PLAN_TW_M2B, PLAN_TW_LNF, PLAN_TW_HEAD,
+    PLAN_NTW
+} plan_tensor_role;
+typedef struct {
+    char name[80];            /* "blocks.3.attn.q.weight" (the module name is prepended by the executor) */
+    plan_tensor_role role;
+    int layer;                /* block index, -1 outside the blocks */
+    int unit;
+    int ndim;
+    int64_t shape[2];         /* this rank's shape */
+    int64_t full[2], start[2];/* the whole tensor's shape and this shard's first row / column */
+    int split_axis;           /* axis split over the tp group (0 rows, 1 columns), -1 replicated */
+    bool seq_partial;         /* replicated, but its gradient is a partial sum over the tp group under
+                                 Megatron sequence parallelism (norms and row-parallel biases, whose
+                                 rows each tp rank holds a slice of) */
+    bool decay;               /* AdamW weight decay applies (matrices) */
+    bool tied_copy;           /* the last pipeline stage's copy of a tied embedding (named as the embedding) */
+    float init_std, init_const;  /* N(0, std) when std > 0, else the constant */
+} plan_tensor;
+/* The tensors of pipeline stage st (NULL: the whole module) on one tp rank;
+ * fills out[0 .. min(n, cap)) and returns n. The last stage of a pipelined
+ * LLM whose head is tied to its embedding holds a copy of the embedding
+ * (tied_copy), whose gradient is summed with the first stage's (Megatron's
+ * embedding group). */
+int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *st,
+                        plan_tensor *out, int cap);
+static inline int plan_module_units(const model_module *mm) { return mm->layers + 2; }
+/* Elements of each unit of stage st (NULL: all) on one tp rank (units[plan_module_units], 0 for the
+ * units another stage holds); returns the stage's total. */
+int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, int64_t *units);
+
+/* The ZeRO buffers of one module under the executor's strategies
+ * (executor/dp_*.c), in elements: units of n_u elements are split in `shard`
+ * pieces of ceil(n_u / shard), padded; the largest piece sets the buffers. */
+typedef struct {
+    int64_t local;            /* elements of the module on this tp rank (all units) */
+    int64_t shard_elems;      /* this rank's pieces of every unit, padded: sum ceil(n_u / shard) */
+    int64_t max_piece;        /* the largest unit's piece */
+    int gather_slots;         /* ZeRO-3: gathered units live at once (in use + prefetched) */
+    int bucket_slots;         /* ZeRO-2/3: units' gradient buckets live at once */
+    int64_t staging;          /* ZeRO-1/2: a unit's padded gradient (reduce-scatter) or weights (all-gather) */
+    int64_t pieces;           /* reduce-scatter results and gather sends */
+} plan_dp_buffers;
+plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s, int stage);
+
+/* Activations of one forward of a module on `rows` rows (a micro-batch's
+ * tokens on this rank, after the Ulysses split): what the forward saves for
+ * its backward (one copy per activation slot) and the scratch every slot
+ * shares, tensor by tensor in the executor's carving order, each padded to
+ * 16 floats. Block tensors belong to one layer, or (layer -1) are one copy
+ * every block shares: the recomputed ones. */
+typedef enum {
+    PLAN_ACT_X = 0, PLAN_ACT_LN1, PLAN_ACT_RSTD1, PLAN_ACT_Q, PLAN_ACT_K, PLAN_ACT_V, PLAN_ACT_ATT, PLAN_ACT_LSE,
+    PLAN_ACT_XMID, PLAN_ACT_LN2, PLAN_ACT_RSTD2, PLAN_ACT_G, PLAN_ACT_U, PLAN_ACT_H, PLAN_ACT_ATT_LOC,
+    PLAN_NACT_BLOCK,
+    PLAN_ACT_X_FINAL = PLAN_NACT_BLOCK, PLAN_ACT_COS, PLAN_ACT_SIN, PLAN_ACT_RC_OUT,
+    PLAN_ACT_SP_PACK, PLAN_ACT_SP_DQ, PLAN_ACT_SP_DK, PLAN_ACT_SP_DV, PLAN_ACT_SP_DATT,
+    PLAN_ACT_TP_FULL, PLAN_ACT_TP_PART, PLAN_ACT_TP_DFULL, PLAN_ACT_TP_GRADS,
+    PLAN_ACT_DRES, PLAN_ACT_DLN, PLAN_ACT_DQ, PLAN_ACT_DK, PLAN_ACT_DV, PLAN_ACT_DATT, PLAN_ACT_DG, PLAN_ACT_DU,
+    PLAN_ACT_DH,
+    PLAN_ACT_MLN, PLAN_ACT_MRSTD, PLAN_ACT_H1, PLAN_ACT_A1, PLAN_ACT_VOUT, PLAN_ACT_DH1, PLAN_ACT_DA1,
+    PLAN_ACT_XG, PLAN_ACT_RSTDF, PLAN_ACT_GATH, PLAN_ACT_LOGITS, PLAN_ACT_DLOGITS, PLAN_ACT_CE_MX, PLAN_ACT_CE_ST,
+    PLAN_ACT_EMB, PLAN_ACT_DGATH, PLAN_ACT_DXG, PLAN_ACT_DVIS,
+    PLAN_NACT
+} plan_act_id;
+typedef struct {
+    plan_act_id id;
+    int layer;                /* block tensors: the layer, or -1 for the copy all blocks share */
+    bool saved;               /* kept per activation slot (else scratch) */
+    size_t floats;            /* padded to 16 */
+} plan_act;
+typedef struct {
+    int rows;                 /* token rows of the micro-batch on this rank (after the Ulysses split) */
+    int merged_rows;          /* vision: merged rows out of the merger; LLM: vision-token rows in */
+    int pred_rows;            /* LLM: rows the head is sized for (every text position's prediction) */
+    int emb_rows;             /* LLM with tp > 1: text rows of the vocab-parallel embedding */
+} plan_act_rows;
+/* Of pipeline stage `stage` (its blocks, the stem's and the head's tensors
+ * where it holds them); fills out[0 .. min(n, cap)) and returns n. */
+int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
+                     int cap);
+/* The same summed: saved and scratch floats, and the LM head's logits part of the saved ones. */
+void plan_module_act_floats(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
+                            double *saved, double *scratch, double *logits);
 
 /* ---- whole-plan evaluation (the same cost model for the MILP result and baselines) ---- */
 typedef struct {
@@ -290,41 +444,133 @@ void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_wo
  * samples; colocated, chunks of the LLM's dp * micro_batch samples. Each
  * module's dp rank i takes samples [c0 + i*C/dp, c0 + (i+1)*C/dp) of chunk
  * [c0, c0 + C) (integer division, so uneven dp splits differ by one) and runs
- * them in micro-batches of micro_batch samples. An encoder keeps each
- * micro-batch's activations in a slot until its gradient returns.
- * Encoder ranks (1F1B): forward chunks 0..W-1 (W = 2 disaggregated with
- * n_micro > 1, else 1), then per chunk c: receive its gradient, backward,
- * forward chunk c + W. LLM ranks, per chunk: receive, forward+backward of each
- * micro-batch, send the gradient back. Colocated ranks interleave both roles
- * chunk by chunk. Every rank ends with gradient sync, the global gradient
- * norm and the optimizer. */
+ * them in micro-batches of micro_batch samples. A module split into pp
+ * stages runs each micro-batch through them in turn, rank to rank at the
+ * same dp, sp and tp position; every stage keeps a micro-batch's
+ * activations in a slot until its gradient returns.
+ * Encoder ranks: forward chunks 0..W-1, then per chunk c: receive its
+ * gradient, backward, forward chunk c + W (W = 1 colocated or frozen,
+ * disaggregated the chunks the LLM's first stage forwards before it sends
+ * chunk 0's gradient back: 2 with pp = 1). LLM ranks: each chunk's encoder
+ * rows received before its first forward, its gradient sent after its last
+ * backward; the micro-batches in 1F1B order (Narayanan et al., PipeDream-
+ * Flush, arXiv 2006.09503): stage i forwards pp - 1 - i ahead, then
+ * alternates one forward, one backward; the last stage runs each
+ * micro-batch's forward and backward as one op. Disaggregated LLM ranks
+ * pipeline over the whole step's micro-batches, colocated ranks flush after
+ * each chunk, interleaving both roles chunk by chunk. Every rank ends with
+ * the embedding sync, gradient sync, the global gradient norm and the
+ * optimizer. */
 typedef enum {
-    PLAN_OP_FORWARD = 0,      /* encoder forward of one micro-batch into `slot` */
+    PLAN_OP_FORWARD = 0,      /* a stage's forward of one micro-batch into `slot` */
     PLAN_OP_SEND_ACT,         /* encoder -> LLM: this rank's merged rows of chunk `chunk` */
     PLAN_OP_RECV_ACT,         /* LLM: every encoder's rows of its samples of chunk `chunk` */
-    PLAN_OP_FORWARD_BACKWARD, /* LLM forward + backward of one micro-batch */
+    PLAN_OP_FORWARD_BACKWARD, /* the LLM's last stage: forward + backward of one micro-batch */
     PLAN_OP_SEND_GRAD,        /* LLM (tp rank 0) -> encoder: gradient of those rows */
     PLAN_OP_RECV_GRAD,
-    PLAN_OP_BACKWARD,         /* encoder backward of one micro-batch from `slot` */
-    PLAN_OP_GRAD_SYNC,        /* module's gradient all-reduce over dp x sp (ZeRO-1: reduce-scatter) */
+    PLAN_OP_BACKWARD,         /* a stage's backward of one micro-batch from `slot` */
+    PLAN_OP_GRAD_SYNC,        /* module's gradients over its shard group: all-reduce (ZeRO-0) or reduce-scatter (ZeRO-1) */
     PLAN_OP_GRAD_NORM,        /* global gradient norm, all-reduce over every rank */
-    PLAN_OP_OPTIMIZER,        /* module's AdamW (ZeRO-1: on its shard, then all-gather) */
+    PLAN_OP_OPTIMIZER,        /* module's AdamW on the elements this rank updates */
+    PLAN_OP_PARAM_GATHER,     /* ZeRO-1/2: all-gather of the updated weights over the shard group */
+    /* Pipeline parallelism: a stage's output rows of one micro-batch to the
+     * next stage of the module (and their gradient back), rank to rank at the
+     * same dp, sp and tp coordinates; each channel is FIFO. */
+    PLAN_OP_SEND_STAGE,
+    PLAN_OP_RECV_STAGE,
+    PLAN_OP_SEND_STAGE_GRAD,
+    PLAN_OP_RECV_STAGE_GRAD,
+    PLAN_OP_EMBED_SYNC,       /* a tied LLM embedding split over the first and last stages: their gradients summed */
     PLAN_NOPS
 } plan_op_kind;
+
+/* ---- the op table: what each kind of op is, declared once ----
+ * The executor runs ops by kind, the simulator prices them and the trace
+ * writers place them by these properties (sqlite declares its opcodes'
+ * properties the same way, beside the opcodes). */
+typedef enum {
+    PLAN_GROUP_NONE = 0,      /* this rank alone */
+    PLAN_GROUP_SHARD,         /* the op's module's shard group: dp x sp at one tp (and pp) position */
+    PLAN_GROUP_WORLD,         /* every rank of the plan */
+    PLAN_GROUP_HANDOFF,       /* point-to-point between an encoder's and the LLM's ranks */
+    PLAN_GROUP_STAGE,         /* point-to-point between neighbouring pipeline stages of the op's module */
+    PLAN_GROUP_EMBED          /* the first and the last pipeline stage of the LLM (plan_embed_group_of) */
+} plan_op_group;
+typedef enum { PLAN_TRACE_COMPUTE = 0, PLAN_TRACE_COMM, PLAN_TRACE_NLANES } plan_trace_lane;
+typedef struct {
+    const char *name;
+    plan_trace_lane lane;     /* the trace lane it is drawn on */
+    bool compute;             /* runs kernels on the rank (a busy part before any exchange) */
+    bool collective;          /* starts when the last member of its group joins, ends together */
+    bool transfer;            /* hand-off messages */
+    bool sends;               /* transfer: sends (else receives) */
+    bool grad;                /* transfer: gradients, LLM -> encoder (else activations) */
+    plan_op_group group;
+} plan_op_info;
+const plan_op_info *plan_op_props(plan_op_kind k);
+
+/* ---- rank groups: who is in a TP, SP, DP or PP group, in one place ----
+ * A group of module k is the set of its ranks that differ only in the
+ * coordinates named by `axes` (Megatron-Core's HyperCommGrid). color numbers
+ * the groups of module k (0 .. n_groups - 1, over the other coordinates),
+ * key is the rank's index inside its group (tp fastest, then sp, dp, pp),
+ * per_node how many members of the group share a node (the module's ranks are
+ * laid out from a node boundary of its pool). The executor builds its
+ * communicators from it, the simulator its collectives, the cost model the
+ * placement of each collective. */
+enum { PLAN_AX_TP = 1, PLAN_AX_SP = 2, PLAN_AX_DP = 4, PLAN_AX_PP = 8 };
+#define PLAN_AX_SHARD (PLAN_AX_DP | PLAN_AX_SP)   /* every replica of a weight shard */
+typedef struct { int color, key, size, n_groups, per_node; } plan_group;
+/* Rank's group of module k over `axes`; false when the rank is not in module k. */
+bool plan_group_of(const plan_t *p, int k, unsigned axes, int rank, plan_group *g);
+/* Global rank of member `key` of module k's group `color` over `axes`. */
+int plan_group_member(const plan_t *p, int k, unsigned axes, int color, int key);
+/* The LLM's embedding group (Megatron's): the first and the last pipeline
+ * stage at one dp, sp and tp position, where a tied embedding is split over
+ * them (plan_dp_rules.step_embed_sync); false for other ranks. */
+bool plan_embed_group_of(const plan_t *p, int k, int rank, plan_group *g);
+/* The rank at the same dp, sp and tp position of module k's stage pp + dir (dir = +1 or -1); -1 if none. */
+int plan_stage_peer(const plan_t *p, int k, int rank, int dir);
+/* Size and members per node of a group over `axes` of strategy s on nodes
+ * of gpus_per_node (the group holding the module's first rank). */
+void plan_group_shape(const plan_module *s, unsigned axes, int gpus_per_node, int *size, int *per_node);
+
+/* ---- data-parallel strategies: what each ZeRO stage does, in one place ----
+ * The stage of a module whose shard group (dp x sp) has one rank is 0: there
+ * is nothing to shard or reduce. A frozen module keeps no gradients or
+ * optimizer state; under ZeRO-3 its weights are still sharded and gathered. */
+typedef struct {
+    int stage;                /* effective ZeRO stage, 0..3 */
+    int shard;                /* ranks sharing each weight shard (dp x sp) */
+    bool trains;              /* the module has gradients and an optimizer */
+    bool shard_optim;         /* AdamW moments (and the update) on 1/shard of the elements (ZeRO-1) */
+    bool shard_grads;         /* only this rank's gradient shard is kept across micro-batches (ZeRO-2) */
+    bool shard_params;        /* only this rank's weight shard is kept between uses (ZeRO-3) */
+    bool step_grad_sync;      /* GRAD_SYNC after the last micro-batch (all-reduce, or ZeRO-1's reduce-scatter) */
+    bool unit_grad_reduce;    /* each unit's gradient reduce-scattered as its backward ends, every micro-batch */
+    bool unit_param_gather;   /* each unit's weights all-gathered before its forward and its backward */
+    bool step_param_gather;   /* PARAM_GATHER after the optimizer */
+    bool step_embed_sync;     /* EMBED_SYNC before GRAD_SYNC: a tied embedding on two pipeline stages */
+} plan_dp_rules;
+plan_dp_rules plan_dp_rules_of(const model_module *mm, const plan_module *s);
+/* Does the rank at coordinate c of module s count its gradients in the
+ * global clip norm? Every shard is distinct under ZeRO; otherwise the shard
+ * group's replicas hold the same sum and the first one counts it. */
+bool plan_dp_counts_norm(const plan_dp_rules *r, const plan_coord *c);
 
 typedef struct {
     plan_op_kind kind;
     int module;               /* index in model.mod; -1 for PLAN_OP_GRAD_NORM */
     int chunk;                /* -1 for per-step ops */
     int sample0, samples;     /* this rank's samples of the step (compute ops, send/recv of its share) */
-    int slot;                 /* encoder activation slot, -1 if none */
+    int slot;                 /* activation slot of a FORWARD or BACKWARD, -1 if none */
 } plan_op;
 
 typedef struct {
     int rank;
     int n, cap;
     plan_op *op;
-    int slots;                /* encoder activation slots this rank needs */
+    int slots[MODEL_MAX_MODULES];   /* activation slots each module's forwards fill on this rank */
 } plan_schedule;
 
 /* Chunks of one step and the samples of chunk c ([*first, *first + *count)). */
@@ -335,13 +581,12 @@ void plan_chunk_share(const plan_t *p, int k, int c, int dp_i, int *first, int *
 /* The largest share of any chunk over module k's dp ranks (sizes hand-off buffers). */
 int plan_max_share(const plan_t *p, int k);
 /* Position of a global rank in module k's group; false if the rank is not in it. */
-typedef struct { int dp, tp, sp, pp; } plan_coord;
 bool plan_rank_coord(const plan_t *p, int k, int rank, plan_coord *out);
 int plan_coord_rank(const plan_t *p, int k, const plan_coord *c);
 /* Merged encoder rows (LLM input rows) per sample of encoder k. */
 int plan_rows_per_sample(const plan_t *p, int k);
 /* Checks that the executor can run p as scheduled (sp slices whole merge
- * groups in every micro-batch, one LLM, pp == 1, ...); UTIL_EUNSUPPORTED or
+ * groups in every micro-batch, one LLM, ...); UTIL_EUNSUPPORTED or
  * UTIL_EINVAL with the reason. */
 int plan_schedule_check(const plan_t *p, char *err);
 int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err);
@@ -412,9 +657,10 @@ typedef struct {
 /* Peak bytes of one rank per category, from the memory model (colocated ranks
  * sum their modules, the runtime reservation once). activations: saved for
  * backward in `slots` live encoder slots (1 per LLM micro-batch); logits: LM
- * head and cross-entropy; other: ZeRO-3 buffers, reservation, fragmentation. */
+ * head and cross-entropy; zero_buffers: ZeRO-3's gathered units and ZeRO-2/3's
+ * gradient buckets; other: reservation, fragmentation. */
 typedef struct {
-    double params, grads, optim, activations, logits, comm, other, total, capacity;
+    double params, grads, optim, zero_buffers, activations, logits, comm, other, total, capacity;
     int slots;
 } plan_sim_mem;
 
@@ -466,7 +712,6 @@ void plan_sim_op_label(const plan_t *p, const plan_op *op, char *buf, size_t n);
  * A JSON array of complete events {"name", "ph": "X", "ts", "dur" (us), "pid":
  * rank, "tid": lane, "args"} plus process_name / thread_name metadata; the
  * simulator and the executor write the same events. */
-typedef enum { PLAN_TRACE_COMPUTE = 0, PLAN_TRACE_COMM, PLAN_TRACE_NLANES } plan_trace_lane;
 typedef struct {
     int rank;
     plan_trace_lane lane;
@@ -475,8 +720,6 @@ typedef struct {
     int chunk, samples;       /* args; -1 leaves them out */
     double bytes;             /* args; < 0 leaves it out */
 } plan_trace_event;
-/* Compute ops (forward, backward, optimizer) on the compute lane, the rest on the comm lane. */
-plan_trace_lane plan_op_lane(plan_op_kind k);
 /* Writes n events atomically; process r is named names[r] ("rank r" if names or names[r] is NULL). */
 int plan_trace_write(const char *path, const plan_trace_event *ev, int n, int world_size,
                      const char *const *names, char *err);

@@ -1,17 +1,9 @@
 /* The step schedule: which operations every rank issues, in which order, on
  * which samples. The executor (executor/run.c) runs exactly these lists and
  * the simulator (planner/simulate.c) prices them; see planner.h. */
-#include "planner/planner.h"
+#include "planner/planner_int.h"
 
-#include <stdlib.h>
 #include <string.h>
-
-static const char *const op_names[PLAN_NOPS] = {
-    "forward", "send_act", "recv_act", "forward_backward", "send_grad", "recv_grad",
-    "backward", "grad_sync", "grad_norm", "optimizer",
-};
-
-const char *plan_op_name(plan_op_kind k) { return k >= 0 && k < PLAN_NOPS ? op_names[k] : "?"; }
 
 /* Colocated chunks hold one micro-batch of every LLM dp rank. */
 static int colocated_chunk_samples(const plan_t *p)
@@ -90,32 +82,59 @@ int plan_rows_per_sample(const plan_t *p, int k)
     return p->work.images_per_sample * (p->work.image_tokens / m2);
 }
 
-static bool is_encoder(const plan_t *p, int k)
+bool plan_encoder_feeds(const plan_t *p, int k)
 {
     return k != p->model.llm && p->work.images_per_sample > 0;
 }
 
 static bool trains(const plan_t *p, int k) { return !p->model.mod[k].frozen; }
 
-/* Micro-batch u of a share [first, first + count): samples of micro_batch size. */
-static int micro_count(const plan_module *s, int count)
+int plan_micro_count(const plan_module *s, int count)
 {
     int mb = s->micro_batch > 0 ? s->micro_batch : 1;
     return (count + mb - 1) / mb;
 }
 
-static void micro_range(const plan_module *s, int first, int count, int u, int *f, int *n)
+void plan_micro_range(const plan_module *s, int first, int count, int u, int *f, int *n)
 {
-    int mb = s->micro_batch > 0 ? s->micro_batch : 1;
-    *f = first + u * mb;
-    *n = count - u * mb < mb ? count - u * mb : mb;
+    int mb = s->micro_batch > 0 ? s->micro_batch : 1, left = count - u * mb;
+    *f = left > 0 ? first + u * mb : first + count;
+    *n = left <= 0 ? 0 : left < mb ? left : mb;
 }
 
-/* micro_count grows with the share, so the largest share has the most micro-batches. */
+/* Micro-batches module k runs of chunk c on a rank whose share is `count`
+ * samples: its own, or where the data-parallel strategy gathers or reduces
+ * units inside every micro-batch (ZeRO-2/3), as many as the module's busiest
+ * dp rank of the chunk, the extra ones empty, so every collective of the
+ * shard group is matched (PyTorch's Join for uneven inputs). */
+static int micro_ops(const plan_t *p, int k, int c, int count)
+{
+    const plan_module *s = &p->mod[k];
+    int n = plan_micro_count(s, count);
+    plan_dp_rules r = plan_dp_rules_of(&p->model.mod[k], s);
+    if (!r.unit_param_gather && !r.unit_grad_reduce) return n;
+    for (int i = 0; i < s->dp; i++) {
+        int f, share;
+        plan_chunk_share(p, k, c, i, &f, &share);
+        if (plan_micro_count(s, share) > n) n = plan_micro_count(s, share);
+    }
+    return n;
+}
+
+/* The most micro-batches module k runs of any chunk (activation slots per chunk). */
 static int max_micro_per_share(const plan_t *p, int k)
 {
-    return micro_count(&p->mod[k], plan_max_share(p, k));
+    int most = 0;
+    for (int c = 0; c < plan_chunks(p); c++)
+        for (int i = 0; i < p->mod[k].dp; i++) {
+            int f, n;
+            plan_chunk_share(p, k, c, i, &f, &n);
+            int m = micro_ops(p, k, c, n);
+            if (m > most) most = m;
+        }
+    return most;
 }
+
 
 int plan_schedule_check(const plan_t *p, char *err)
 {
@@ -125,31 +144,29 @@ int plan_schedule_check(const plan_t *p, char *err)
     int encoders = 0;
     for (int k = 0; k < p->n_modules; k++) {
         const plan_module *s = &p->mod[k];
-        if (s->pp != 1)
-            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: pipeline parallelism (pp = %d) is not implemented by the executor", s->module, s->pp);
-        if (s->zero > 1)
-            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: ZeRO stage %d is not implemented by the executor (0 and 1 are)", s->module, s->zero);
-        if (s->seq_parallel)
-            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: Megatron sequence parallelism is not implemented by the executor", s->module);
-        if (s->dp < 1 || s->tp < 1 || s->sp < 1 || s->micro_batch < 1)
-            return util_fail(err, UTIL_EINVAL, "plan: module %s: dp, tp, sp and micro_batch must be >= 1", s->module);
-        if (k == m->llm) {
-            if (s->sp != 1)
-                return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: sequence parallelism of the LLM (sp = %d) is not implemented by the executor", s->module, s->sp);
-            continue;
-        }
+        if (s->dp < 1 || s->tp < 1 || s->sp < 1 || s->pp < 1 || s->micro_batch < 1)
+            return util_fail(err, UTIL_EINVAL, "plan: module %s: dp, tp, sp, pp and micro_batch must be >= 1", s->module);
+        if (s->pp > PLAN_MAX_PP)
+            return util_fail(err, UTIL_EINVAL, "plan: module %s: pp %d exceeds %d stages", s->module, s->pp, PLAN_MAX_PP);
+        for (int i = 0; i < s->pp; i++)
+            if (plan_stage_of(&m->mod[k], s, i).count < 1)
+                return util_fail(err, UTIL_EINVAL, "plan: module %s: pipeline stage %d holds no block", s->module, i);
+        if (k == m->llm) continue;
         if (m->mod[k].kind != MODEL_VISION)
             return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: only vision encoders are implemented by the executor", s->module);
         encoders++;
     }
     if (encoders > 1)
         return util_fail(err, UTIL_EUNSUPPORTED, "plan: %d encoders: the executor runs one vision encoder and one LLM", encoders);
+    bool any_trains = false;
+    for (int k = 0; k < p->n_modules; k++) any_trains |= trains(p, k);
+    if (!any_trains) return util_fail(err, UTIL_EINVAL, "plan: every module of %s is frozen: nothing to train", m->name);
     if (p->placement == PLAN_COLOCATED)
         for (int k = 0; k < p->n_modules; k++)
             if (p->mod[k].first_rank != 0 || p->mod[k].n_ranks != p->world_size)
                 return util_fail(err, UTIL_EINVAL, "plan: colocated module %s must use all %d ranks", p->mod[k].module, p->world_size);
     for (int k = 0; k < p->n_modules; k++) {
-        if (!is_encoder(p, k)) continue;
+        if (!plan_encoder_feeds(p, k)) continue;
         const plan_module *s = &p->mod[k];
         const model_module *mm = &m->mod[k];
         int m2 = mm->merge * mm->merge;
@@ -159,9 +176,9 @@ int plan_schedule_check(const plan_t *p, char *err)
             for (int i = 0; i < s->dp; i++) {
                 int f, n;
                 plan_chunk_share(p, k, c, i, &f, &n);
-                for (int u = 0; u < micro_count(s, n); u++) {
+                for (int u = 0; u < plan_micro_count(s, n); u++) {
                     int uf, un;
-                    micro_range(s, f, n, u, &uf, &un);
+                    plan_micro_range(s, f, n, u, &uf, &un);
                     long groups = (long)un * p->work.images_per_sample * p->work.image_tokens / m2;
                     if (groups % s->sp)
                         return util_fail(err, UTIL_EINVAL, "plan: module %s: a micro-batch of %d samples has %ld merge groups, not divisible by sp = %d", s->module, un, groups, s->sp);
@@ -185,6 +202,70 @@ static int push(plan_schedule *s, plan_op_kind kind, int module, int chunk, int 
     return UTIL_OK;
 }
 
+/* ---- one module's micro-batches on one rank ---- */
+
+typedef struct { int chunk, sample0, samples; } micro_item;
+typedef struct { micro_item *v; int n; } micro_list;
+
+/* Module k's micro-batches of chunks [c0, c1) on dp rank dp_i, in order. */
+static int micros_of(const plan_t *p, int k, int dp_i, int c0, int c1, micro_list *l, char *err)
+{
+    int total = 0;
+    for (int c = c0; c < c1; c++) {
+        int f, n;
+        plan_chunk_share(p, k, c, dp_i, &f, &n);
+        total += micro_ops(p, k, c, n);
+    }
+    l->n = 0;
+    l->v = util_malloc((size_t)(total > 0 ? total : 1) * sizeof *l->v);
+    if (!l->v) return util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
+    for (int c = c0; c < c1; c++) {
+        int f, n;
+        plan_chunk_share(p, k, c, dp_i, &f, &n);
+        for (int u = 0; u < micro_ops(p, k, c, n); u++) {
+            int uf, un;
+            plan_micro_range(&p->mod[k], f, n, u, &uf, &un);
+            l->v[l->n++] = (micro_item){ c, uf, un };
+        }
+    }
+    return UTIL_OK;
+}
+
+/* Forwards a 1F1B stage runs before its first backward: pp - 1 - stage (none on the last). */
+static int warmup_of(int pp, int stage, int n)
+{
+    int w = pp - 1 - stage;
+    return w < n ? w : n;
+}
+
+/* ---- one 1F1B emitter for every stage of the graph ----
+ * A stage (an encoder's stage over chunks, an LLM stage over micro-batches)
+ * runs its n units forward `warmup` ahead of the first backward, then
+ * alternates one forward, one backward, backwards in forward order
+ * (PipeDream-Flush, Narayanan et al., arXiv 2006.09503). Without a backward
+ * (a frozen encoder) it only forwards; with no warm-up and a fused op (the
+ * LLM's last stage) each unit's forward and backward are one op. */
+typedef struct {
+    int (*forward)(void *ctx, int i, char *err);
+    int (*backward)(void *ctx, int i, char *err);
+    int (*fused)(void *ctx, int i, char *err);   /* NULL: forward then backward */
+} stage_ops;
+
+static int emit_1f1b(int n, int warmup, bool backward, const stage_ops *ops, void *ctx, char *err)
+{
+    int rc = UTIL_OK;
+    if (!backward || warmup > n) warmup = n;
+    for (int i = 0; !rc && i < warmup; i++) rc = ops->forward(ctx, i, err);
+    for (int j = 0; !rc && backward && j < n; j++) {
+        if (warmup == 0 && ops->fused) { rc = ops->fused(ctx, j, err); continue; }
+        if (j + warmup < n) rc = ops->forward(ctx, j + warmup, err);
+        if (!rc) rc = ops->backward(ctx, j, err);
+    }
+    return rc;
+}
+
+/* ---- the encoders: chunk by chunk through their stages ---- */
+
 /* Slots of one in-flight chunk: its micro-batches; chunk c uses window c % W. */
 static int slot_of(int per_chunk, int W, int c, int u) { return (c % W) * per_chunk + u; }
 
@@ -192,58 +273,234 @@ static int encoder_forward(const plan_t *p, int k, const plan_coord *me, int c, 
                            plan_schedule *s, char *err)
 {
     const plan_module *m = &p->mod[k];
+    bool first = me->pp == 0, last = me->pp == m->pp - 1;
     int f, n, rc = UTIL_OK;
     plan_chunk_share(p, k, c, me->dp, &f, &n);
-    for (int u = 0; !rc && u < micro_count(m, n); u++) {
+    for (int u = 0; !rc && u < micro_ops(p, k, c, n); u++) {
         int uf, un;
-        micro_range(m, f, n, u, &uf, &un);
-        rc = push(s, PLAN_OP_FORWARD, k, c, uf, un, trains(p, k) ? slot_of(per_chunk, W, c, u) : 0, err);
+        plan_micro_range(m, f, n, u, &uf, &un);
+        int slot = un == 0 ? -1 : trains(p, k) ? slot_of(per_chunk, W, c, u) : 0;
+        if (!first && un > 0) rc = push(s, PLAN_OP_RECV_STAGE, k, c, uf, un, -1, err);
+        if (!rc) rc = push(s, PLAN_OP_FORWARD, k, c, uf, un, slot, err);
+        if (!rc && !last && un > 0) rc = push(s, PLAN_OP_SEND_STAGE, k, c, uf, un, -1, err);
     }
-    return rc ? rc : push(s, PLAN_OP_SEND_ACT, k, c, f, n, -1, err);
+    return rc || !last ? rc : push(s, PLAN_OP_SEND_ACT, k, c, f, n, -1, err);
 }
 
 static int encoder_backward(const plan_t *p, int k, const plan_coord *me, int c, int W, int per_chunk,
                             plan_schedule *s, char *err)
 {
     const plan_module *m = &p->mod[k];
-    int f, n;
+    bool first = me->pp == 0, last = me->pp == m->pp - 1;
+    int f, n, rc = UTIL_OK;
     plan_chunk_share(p, k, c, me->dp, &f, &n);
-    int rc = push(s, PLAN_OP_RECV_GRAD, k, c, f, n, -1, err);
-    for (int u = micro_count(m, n) - 1; !rc && u >= 0; u--) {
+    if (last) rc = push(s, PLAN_OP_RECV_GRAD, k, c, f, n, -1, err);
+    for (int u = micro_ops(p, k, c, n) - 1; !rc && u >= 0; u--) {
         int uf, un;
-        micro_range(m, f, n, u, &uf, &un);
-        rc = push(s, PLAN_OP_BACKWARD, k, c, uf, un, slot_of(per_chunk, W, c, u), err);
+        plan_micro_range(m, f, n, u, &uf, &un);
+        if (!last && un > 0) rc = push(s, PLAN_OP_RECV_STAGE_GRAD, k, c, uf, un, -1, err);
+        if (!rc) rc = push(s, PLAN_OP_BACKWARD, k, c, uf, un, un == 0 ? -1 : slot_of(per_chunk, W, c, u), err);
+        if (!rc && !first && un > 0) rc = push(s, PLAN_OP_SEND_STAGE_GRAD, k, c, uf, un, -1, err);
     }
     return rc;
 }
 
-/* The LLM's part of chunk c: receive every encoder's rows, run the micro-batches, send gradients. */
-static int llm_chunk(const plan_t *p, const plan_coord *me, int c, plan_schedule *s, char *err)
+/* An encoder stage's units are chunks. */
+typedef struct {
+    const plan_t *p;
+    int k, W, per_chunk;
+    const plan_coord *me;
+    plan_schedule *s;
+} encoder_stage;
+
+static int encoder_unit_forward(void *ctx, int c, char *err)
 {
-    int L = p->model.llm, f, n, rc = UTIL_OK;
-    const plan_module *m = &p->mod[L];
-    plan_chunk_share(p, L, c, me->dp, &f, &n);
-    for (int k = 0; !rc && k < p->n_modules; k++)
-        if (is_encoder(p, k)) rc = push(s, PLAN_OP_RECV_ACT, k, c, f, n, -1, err);
-    for (int u = 0; !rc && u < micro_count(m, n); u++) {
-        int uf, un;
-        micro_range(m, f, n, u, &uf, &un);
-        rc = push(s, PLAN_OP_FORWARD_BACKWARD, L, c, uf, un, -1, err);
-    }
-    for (int k = 0; !rc && k < p->n_modules; k++)
-        if (is_encoder(p, k) && trains(p, k)) rc = push(s, PLAN_OP_SEND_GRAD, k, c, f, n, -1, err);
+    encoder_stage *e = ctx;
+    return encoder_forward(e->p, e->k, e->me, c, e->W, e->per_chunk, e->s, err);
+}
+
+static int encoder_unit_backward(void *ctx, int c, char *err)
+{
+    encoder_stage *e = ctx;
+    return encoder_backward(e->p, e->k, e->me, c, e->W, e->per_chunk, e->s, err);
+}
+
+/* ---- the LLM: 1F1B over its micro-batches ---- */
+
+typedef struct {
+    const plan_t *p;
+    plan_schedule *s;
+    int L, dp, stage, pp, window;
+    bool first, last;
+    micro_list M;
+    int next_recv;            /* the first chunk whose encoder rows are not received yet */
+    int *left;                /* per chunk of [c0, c1): backwards still to run before its gradient goes back */
+    int c0;
+} llm_pipe;
+
+/* The first stage's share of chunk c: the samples its encoder transfers carry. */
+static void pipe_share(const llm_pipe *q, int c, int *f, int *n) { plan_chunk_share(q->p, q->L, c, q->dp, f, n); }
+
+static int send_grads(llm_pipe *q, int c, char *err)
+{
+    int f, n, rc = UTIL_OK;
+    pipe_share(q, c, &f, &n);
+    for (int k = 0; !rc && k < q->p->n_modules; k++)
+        if (plan_encoder_feeds(q->p, k) && trains(q->p, k)) rc = push(q->s, PLAN_OP_SEND_GRAD, k, c, f, n, -1, err);
     return rc;
 }
 
-static int step_tail(const plan_t *p, const bool *on, plan_schedule *s, char *err)
+/* The first stage receives every encoder's rows of chunks up to `upto`
+ * (a chunk with no micro-batch here sends its empty gradient at once). */
+static int receive_chunks(llm_pipe *q, int upto, char *err)
+{
+    const plan_t *p = q->p;
+    int rc = UTIL_OK;
+    for (; !rc && q->first && q->next_recv <= upto; q->next_recv++) {
+        int c = q->next_recv, f, n;
+        pipe_share(q, c, &f, &n);
+        for (int k = 0; !rc && k < p->n_modules; k++)
+            if (plan_encoder_feeds(p, k)) rc = push(q->s, PLAN_OP_RECV_ACT, k, c, f, n, -1, err);
+        if (!rc && q->left[c - q->c0] == 0) rc = send_grads(q, c, err);
+    }
+    return rc;
+}
+
+static int llm_input(llm_pipe *q, const micro_item *m, char *err)
+{
+    int rc = receive_chunks(q, m->chunk, err);
+    if (!rc && !q->first) rc = push(q->s, PLAN_OP_RECV_STAGE, q->L, m->chunk, m->sample0, m->samples, -1, err);
+    return rc;
+}
+
+/* After micro-batch m's backward: its input's gradient to the previous stage, or on the first stage the chunk's encoder gradients once its last backward ran. */
+static int llm_input_grad(llm_pipe *q, const micro_item *m, char *err)
+{
+    if (!q->first) return push(q->s, PLAN_OP_SEND_STAGE_GRAD, q->L, m->chunk, m->sample0, m->samples, -1, err);
+    return --q->left[m->chunk - q->c0] == 0 ? send_grads(q, m->chunk, err) : UTIL_OK;
+}
+
+static int llm_forward(void *ctx, int i, char *err)
+{
+    llm_pipe *q = ctx;
+    const micro_item *m = &q->M.v[i];
+    int rc = llm_input(q, m, err);
+    if (!rc) rc = push(q->s, PLAN_OP_FORWARD, q->L, m->chunk, m->sample0, m->samples, i % q->window, err);
+    if (!rc) rc = push(q->s, PLAN_OP_SEND_STAGE, q->L, m->chunk, m->sample0, m->samples, -1, err);
+    return rc;
+}
+
+static int llm_backward(void *ctx, int j, char *err)
+{
+    llm_pipe *q = ctx;
+    const micro_item *m = &q->M.v[j];
+    int rc = push(q->s, PLAN_OP_RECV_STAGE_GRAD, q->L, m->chunk, m->sample0, m->samples, -1, err);
+    if (!rc) rc = push(q->s, PLAN_OP_BACKWARD, q->L, m->chunk, m->sample0, m->samples, j % q->window, err);
+    return rc ? rc : llm_input_grad(q, m, err);
+}
+
+/* The last stage: forward and backward of one micro-batch as one op. */
+static int llm_fused(void *ctx, int j, char *err)
+{
+    llm_pipe *q = ctx;
+    const micro_item *m = &q->M.v[j];
+    int rc = llm_input(q, m, err);
+    if (!rc) rc = push(q->s, PLAN_OP_FORWARD_BACKWARD, q->L, m->chunk, m->sample0, m->samples, -1, err);
+    return rc ? rc : llm_input_grad(q, m, err);
+}
+
+/* Chunks [c0, c1) of the LLM on this rank's stage: stage i forwards
+ * pp - 1 - i micro-batches ahead, then one forward, one backward; each
+ * forward's activations in slot (its index mod the pp - i in flight), which
+ * the backward of the same index frees: backwards run in forward order. */
+static int llm_chunks(const plan_t *p, const plan_coord *me, int c0, int c1, plan_schedule *s, char *err)
+{
+    int L = p->model.llm;
+    llm_pipe q = { .p = p, .s = s, .L = L, .dp = me->dp, .stage = me->pp, .pp = p->mod[L].pp, .c0 = c0, .next_recv = c0 };
+    q.first = q.stage == 0;
+    q.last = q.stage == q.pp - 1;
+    int rc = micros_of(p, L, me->dp, c0, c1, &q.M, err);
+    q.left = rc ? NULL : util_calloc((size_t)(c1 - c0), sizeof *q.left);
+    if (!rc && !q.left) rc = util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
+    for (int i = 0; !rc && i < q.M.n; i++) q.left[q.M.v[i].chunk - c0]++;
+    int w = warmup_of(q.pp, q.stage, q.M.n);
+    q.window = w + 1;
+    static const stage_ops ops = { llm_forward, llm_backward, llm_fused };
+    if (!rc) rc = emit_1f1b(q.M.n, w, true, &ops, &q, err);
+    if (!rc) rc = receive_chunks(&q, c1 - 1, err);   /* chunks with no micro-batch after the last one */
+    util_free(q.M.v);
+    util_free(q.left);
+    return rc;
+}
+
+/* Chunks an encoder forwards ahead of its first backward when disaggregated:
+ * the LLM's first stage sends chunk c's gradient after the backward of its
+ * last micro-batch there, by which time it has forwarded pp - 1 more (the
+ * 1F1B warm-up), possibly of later chunks whose rows the encoder must have
+ * sent; 2 at least, so the encoder's next chunk overlaps the LLM. */
+static int encoder_window(const plan_t *p, int enc, int n_chunks, char *err)
+{
+    if (p->placement == PLAN_COLOCATED || !trains(p, enc) || n_chunks <= 1) return 1;
+    int L = p->model.llm, pp = p->mod[L].pp, W = 2;
+    for (int d = 0; d < p->mod[L].dp; d++) {
+        micro_list M;
+        int rc = micros_of(p, L, d, 0, n_chunks, &M, err);
+        if (rc) return -1;
+        int w = warmup_of(pp, 0, M.n);
+        for (int j = 0; j < M.n; j++) {
+            bool chunk_end = j + 1 == M.n || M.v[j + 1].chunk != M.v[j].chunk;
+            int ahead = j + w < M.n ? j + w : M.n - 1;
+            int need = M.v[ahead].chunk - M.v[j].chunk + 1;
+            if (chunk_end && need > W) W = need;
+        }
+        util_free(M.v);
+    }
+    return W < n_chunks ? W : n_chunks;
+}
+
+/* After the last micro-batch, as each module's data-parallel strategy says
+ * (plan_dp_rules_of): the tied embedding's sync, the gradient sync, the
+ * global norm, the update, the gather of the updated weights. */
+static int step_tail(const plan_t *p, int rank, const bool *on, plan_schedule *s, char *err)
 {
     int rc = UTIL_OK;
+    plan_dp_rules dp[MODEL_MAX_MODULES];
+    for (int k = 0; k < p->n_modules; k++) dp[k] = plan_dp_rules_of(&p->model.mod[k], &p->mod[k]);
+    for (int k = 0; !rc && k < p->n_modules; k++) {
+        plan_group g;
+        if (on[k] && plan_embed_group_of(p, k, rank, &g)) rc = push(s, PLAN_OP_EMBED_SYNC, k, -1, 0, 0, -1, err);
+    }
     for (int k = 0; !rc && k < p->n_modules; k++)
-        if (on[k] && trains(p, k)) rc = push(s, PLAN_OP_GRAD_SYNC, k, -1, 0, 0, -1, err);
+        if (on[k] && dp[k].step_grad_sync) rc = push(s, PLAN_OP_GRAD_SYNC, k, -1, 0, 0, -1, err);
     if (!rc) rc = push(s, PLAN_OP_GRAD_NORM, -1, -1, 0, 0, -1, err);
-    for (int k = 0; !rc && k < p->n_modules; k++)
-        if (on[k] && trains(p, k)) rc = push(s, PLAN_OP_OPTIMIZER, k, -1, 0, 0, -1, err);
+    for (int k = 0; !rc && k < p->n_modules; k++) {
+        if (!on[k] || !dp[k].trains) continue;
+        rc = push(s, PLAN_OP_OPTIMIZER, k, -1, 0, 0, -1, err);
+        if (!rc && dp[k].step_param_gather) rc = push(s, PLAN_OP_PARAM_GATHER, k, -1, 0, 0, -1, err);
+    }
     return rc;
+}
+
+/* The activation slots each module's forwards fill on this rank, each
+ * allocated at its first use (an empty micro-batch fills none; the LLM's
+ * last stage fills slot 0). */
+static int count_slots(plan_schedule *s, char *err)
+{
+    int most = -1;
+    for (int i = 0; i < s->n; i++)
+        if (s->op[i].slot > most) most = s->op[i].slot;
+    bool *used = util_calloc((size_t)(most + 2) * MODEL_MAX_MODULES, sizeof *used);
+    if (!used) return util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
+    for (int i = 0; i < s->n; i++) {
+        const plan_op *o = &s->op[i];
+        bool fills = (o->kind == PLAN_OP_FORWARD && o->slot >= 0) || (o->kind == PLAN_OP_FORWARD_BACKWARD && o->samples > 0);
+        if (!fills) continue;
+        int slot = o->slot >= 0 ? o->slot : 0;
+        bool *u = &used[(size_t)o->module * (most + 2) + slot];
+        if (!*u) { *u = true; s->slots[o->module]++; }
+    }
+    util_free(used);
+    return UTIL_OK;
 }
 
 int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
@@ -259,31 +516,27 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
     int enc = -1, L = p->model.llm, n = plan_chunks(p);
     for (int k = 0; k < p->n_modules; k++) {
         on[k] = plan_rank_coord(p, k, rank, &me[k]);
-        if (is_encoder(p, k)) enc = k;
+        if (plan_encoder_feeds(p, k)) enc = k;
     }
-    bool colocated = p->placement == PLAN_COLOCATED;
-    int W = !colocated && n > 1 ? 2 : 1;
-    if (enc >= 0 && !trains(p, enc)) W = 1;
+    int W = enc >= 0 ? encoder_window(p, enc, n, err) : 1;
+    if (W < 0) return UTIL_ENOMEM;
     int per_chunk = enc >= 0 ? max_micro_per_share(p, enc) : 0;
-    if (enc >= 0 && on[enc]) s->slots = trains(p, enc) ? W * per_chunk : 1;
-    if (colocated) {
+    if (p->placement == PLAN_COLOCATED) {
         for (int c = 0; !rc && c < n; c++) {
             if (enc >= 0) rc = encoder_forward(p, enc, &me[enc], c, W, per_chunk, s, err);
-            if (!rc) rc = llm_chunk(p, &me[L], c, s, err);
+            if (!rc) rc = llm_chunks(p, &me[L], c, c + 1, s, err);
             if (!rc && enc >= 0 && trains(p, enc)) rc = encoder_backward(p, enc, &me[enc], c, W, per_chunk, s, err);
         }
     } else if (on[L]) {
-        for (int c = 0; !rc && c < n; c++) rc = llm_chunk(p, &me[L], c, s, err);
+        rc = llm_chunks(p, &me[L], 0, n, s, err);
     } else if (enc >= 0 && on[enc]) {
-        bool back = trains(p, enc);
-        int ahead = back ? W : n;
-        for (int c = 0; !rc && c < ahead && c < n; c++) rc = encoder_forward(p, enc, &me[enc], c, W, per_chunk, s, err);
-        for (int c = 0; back && !rc && c < n; c++) {
-            rc = encoder_backward(p, enc, &me[enc], c, W, per_chunk, s, err);
-            if (!rc && c + W < n) rc = encoder_forward(p, enc, &me[enc], c + W, W, per_chunk, s, err);
-        }
+        /* W chunks in flight: W - 1 forwards before the first backward */
+        encoder_stage e = { p, enc, W, per_chunk, &me[enc], s };
+        static const stage_ops ops = { encoder_unit_forward, encoder_unit_backward, NULL };
+        rc = emit_1f1b(n, W - 1, trains(p, enc), &ops, &e, err);
     }
-    if (!rc) rc = step_tail(p, on, s, err);
+    if (!rc) rc = step_tail(p, rank, on, s, err);
+    if (!rc) rc = count_slots(s, err);
     if (rc) plan_schedule_free(s);
     return rc;
 }
@@ -293,115 +546,4 @@ void plan_schedule_free(plan_schedule *s)
     util_free(s->op);
     s->op = NULL;
     s->n = s->cap = 0;
-}
-
-int plan_handoff_tag(int k, int c, bool grad) { return ((c * MODEL_MAX_MODULES + k) << 1 | (grad ? 1 : 0)) & ((1 << 20) - 1); }
-
-/* Activations go from enc_tp 0 to every LLM tp rank, gradients from llm_tp 0 to every encoder tp rank. */
-static bool segment_moves(const plan_segment *s, int rank, bool grad, bool sending)
-{
-    if (grad) return sending ? s->llm_rank == rank && s->llm_tp == 0 : s->enc_rank == rank && s->llm_tp == 0;
-    return sending ? s->enc_rank == rank && s->enc_tp == 0 : s->llm_rank == rank && s->enc_tp == 0;
-}
-
-static int segment_peer(const plan_segment *s, bool grad, bool sending)
-{
-    return sending != grad ? s->llm_rank : s->enc_rank;
-}
-
-/* Segments are sorted by (enc_rank, llm_rank), so one peer's segments are a contiguous run. */
-bool plan_handoff_message(const plan_segment *segs, int n, int from, int rank, bool grad, bool sending,
-                          int *first, int *end, int *peer, int *rows)
-{
-    int i = from;
-    while (i < n && !segment_moves(&segs[i], rank, grad, sending)) i++;
-    if (i >= n) return false;
-    int pr = segment_peer(&segs[i], grad, sending), j = i, total = 0;
-    for (; j < n && segment_moves(&segs[j], rank, grad, sending) && segment_peer(&segs[j], grad, sending) == pr; j++)
-        total += segs[j].rows;
-    *first = i;
-    *end = j;
-    *peer = pr;
-    *rows = total;
-    return true;
-}
-
-static int segment_order(const void *a, const void *b)
-{
-    const plan_segment *x = a, *y = b;
-    if (x->enc_rank != y->enc_rank) return x->enc_rank < y->enc_rank ? -1 : 1;
-    if (x->llm_rank != y->llm_rank) return x->llm_rank < y->llm_rank ? -1 : 1;
-    return x->enc_off < y->enc_off ? -1 : x->enc_off > y->enc_off;
-}
-
-typedef struct { plan_segment *v; int n, cap; } seg_list;
-
-static int seg_push(seg_list *l, plan_segment s, char *err)
-{
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 32;
-        plan_segment *v = util_realloc(l->v, (size_t)cap * sizeof *v);
-        if (!v) return util_fail(err, UTIL_ENOMEM, "plan: out of memory for the hand-off");
-        l->v = v;
-        l->cap = cap;
-    }
-    l->v[l->n++] = s;
-    return UTIL_OK;
-}
-
-/* Rows [g0, g0 + rows) of the step (merged-row index) held by one
- * encoder rank at offset enc_off: split them over the LLM dp shares. */
-static int route_rows(const plan_t *p, int k, int c, const plan_coord *ec, int g0, int rows, int enc_off,
-                      seg_list *l, char *err)
-{
-    int L = p->model.llm, R = plan_rows_per_sample(p, k);
-    const plan_module *lm = &p->mod[L];
-    for (int d = 0; d < lm->dp; d++) {
-        int f, n;
-        plan_chunk_share(p, L, c, d, &f, &n);
-        int lo = f * R > g0 ? f * R : g0, hi = (f + n) * R < g0 + rows ? (f + n) * R : g0 + rows;
-        if (lo >= hi) continue;
-        for (int t = 0; t < lm->tp; t++) {
-            plan_coord lc = { .dp = d, .tp = t, .sp = 0, .pp = 0 };
-            plan_segment sg = { .enc_rank = plan_coord_rank(p, k, ec), .enc_tp = ec->tp,
-                                .llm_rank = plan_coord_rank(p, L, &lc), .llm_tp = t, .rows = hi - lo,
-                                .enc_off = enc_off + (lo - g0), .llm_off = lo - f * R };
-            int rc = seg_push(l, sg, err);
-            if (rc) return rc;
-        }
-    }
-    return UTIL_OK;
-}
-
-int plan_handoff(const plan_t *p, int k, int c, plan_segment **segs, int *n_out, char *err)
-{
-    *segs = NULL;
-    *n_out = 0;
-    if (k < 0 || k >= p->n_modules || !is_encoder(p, k))
-        return util_fail(err, UTIL_EINVAL, "plan: module %d is not an encoder that feeds the LLM", k);
-    const plan_module *e = &p->mod[k];
-    int R = plan_rows_per_sample(p, k);
-    seg_list l = { 0 };
-    int rc = UTIL_OK;
-    for (int i = 0; !rc && i < e->dp; i++) {
-        int f, n;
-        plan_chunk_share(p, k, c, i, &f, &n);
-        for (int j = 0; !rc && j < e->sp; j++)
-            for (int t = 0; !rc && t < e->tp; t++) {
-                plan_coord ec = { .dp = i, .tp = t, .sp = j, .pp = 0 };
-                int off = 0;
-                for (int u = 0; !rc && u < micro_count(e, n); u++) {
-                    int uf, un;
-                    micro_range(e, f, n, u, &uf, &un);
-                    int rows = un * R / e->sp;
-                    rc = route_rows(p, k, c, &ec, uf * R + j * rows, rows, off, &l, err);
-                    off += rows;
-                }
-            }
-    }
-    if (rc) { util_free(l.v); return rc; }
-    qsort(l.v, (size_t)l.n, sizeof *l.v, segment_order);
-    *segs = l.v;
-    *n_out = l.n;
-    return UTIL_OK;
 }

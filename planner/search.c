@@ -108,9 +108,10 @@ static int add_colocated(const build_ctx *b, int k, plan_module s, int gpus)
         price(b, k, &s, 1, &t, &mem);
         double fixed = mem.total - mem.reserved;
         if (mem.total > mem.capacity) continue;
+        /* the schedule's B / S chunks of S samples, a pipelined module filling and draining in each */
         plan_candidate c = { .module = k, .colocated = true, .pool = s.pool, .gpus = gpus,
                              .samples_per_step = S, .n_micro = 1, .s = s,
-                             .time = plan_chunk_time(&t, &s, B) + plan_time_tail_s(&t),
+                             .time = (double)(B / S) * plan_chunk_time(&t, &s, S) + plan_time_tail_s(&t),
                              .mem = fixed };
         int rc = push(b->cs, &c);
         if (rc) return rc;

@@ -56,9 +56,9 @@ int plan_module_seq(const model_t *m, int mi, const plan_workload *w, plan_seq *
     return UTIL_OK;
 }
 
-double plan_head_rows(const plan_workload *w, plan_precision pr, double samples, double tokens)
+double plan_head_rows(const plan_workload *w, plan_target t, double samples, double tokens)
 {
-    return pr == PLAN_OPT_FP32 ? samples * (w->text_tokens - 1) : tokens;
+    return t == PLAN_TARGET_DHP ? samples * (w->text_tokens - 1) : tokens;
 }
 
 int plan_workload_validate(const model_t *m, const plan_workload *w, char *err)

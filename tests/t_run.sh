@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dhp run under mpirun: the core equivalence test (plans on 1-4 ranks, both
-# placements, SP / TP / DP / ZeRO-1 mixes, uneven groups give the 1-rank run's
-# losses and final weights), bit-identical resume, and bad input.
+# placements, SP / TP / DP / ZeRO-1/2/3, recomputation, Megatron sequence
+# parallelism, frozen modules, uneven groups give the 1-rank run's losses and
+# final weights), recomputation changes no bit, bit-identical resume, and bad input.
 . "$(dirname "$0")/lib.sh"
 if ! command -v mpirun >/dev/null 2>&1; then skip run "mpirun not found"; exit 0; fi
 if ! /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1; then skip run "/usr/bin/python3 has no numpy"; exit 0; fi
@@ -14,10 +15,10 @@ SETUP="--model tiny-vl --cluster 8xh100 --batch 8 --vision-tokens 64 --text-toke
 
 "$DHP" data synth --out "$T/data" --samples 64 --window 0 >/dev/null || { fail run_data "dhp data synth failed"; exit 0; }
 
-# plan NAME PLACEMENT STRATEGY [extra dhp plan options]
+# plan NAME PLACEMENT STRATEGY [extra dhp plan options]; MODEL=file overrides tiny-vl
 plan() {
     local name=$1 pl=$2 spec=$3; shift 3
-    "$DHP" plan $SETUP --placement "$pl" --strategy "$spec" "$@" -o "$T/$name.json" >"$T/$name.plan.out" 2>&1 \
+    "$DHP" plan $SETUP ${MODEL:+--model "$MODEL"} --placement "$pl" --strategy "$spec" "$@" -o "$T/$name.json" >"$T/$name.plan.out" 2>&1\
         || { fail "run_plan_$name" "$(head -c 300 "$T/$name.plan.out")"; return 1; }
 }
 
@@ -50,13 +51,14 @@ plan ref colocated "vision:dp=1;llm:dp=1" --gpus 1 || exit 0
 if ! train ref; then fail run_reference "$(tail -c 300 "$T/ref.err")"; exit 0; fi
 losses "$T/ref.log" >"$T/ref.losses"
 
+# check_plan NAME [REF]: NAME's 20 losses and final weights and moments match REF's (the 1-rank run)
 check_plan() {
-    local name=$1
+    local name=$1 ref=${2:-ref}
     if ! train "$name"; then fail "run_equivalence_$name" "dhp run failed: $(tail -c 300 "$T/$name.err")"; return; fi
     losses "$T/$name.log" >"$T/$name.losses"
     local lo wo
-    if ! lo=$(same_losses "$T/ref.losses" "$T/$name.losses" 2>&1); then fail "run_equivalence_$name" "$lo"; return; fi
-    if ! wo=$($DIFF "$T/ref.ck" "$T/$name.ck" --skip-key-bias --rtol 1e-5 2>&1); then fail "run_equivalence_$name" "weights: $wo"; return; fi
+    if ! lo=$(same_losses "$T/$ref.losses" "$T/$name.losses" 2>&1); then fail "run_equivalence_$name" "$lo"; return; fi
+    if ! wo=$($DIFF "$T/$ref.ck" "$T/$name.ck" --skip-key-bias --rtol 1e-5 2>&1); then fail "run_equivalence_$name" "weights: $wo"; return; fi
     echo "# $name: $lo; weights $(echo "$wo" | head -1)"
     ok "run_equivalence_$name"
 }
@@ -71,20 +73,97 @@ plan dis_sp2_dp2 disaggregated "vision:gpus=2,sp=2;llm:gpus=2,dp=2,zero=1" --n-m
 # chunks of 4 samples over 3 vision replicas: shares of 1, 1 and 2
 plan dis_3_1 disaggregated "vision:gpus=3,dp=3,zero=1;llm:gpus=1,mb=1" --n-micro 2 && check_plan dis_3_1
 
-# resume: 10 steps, stop, resume for 10 more == 20 straight (bit for bit)
-R=dis_sp2_dp2
-cp "$T/$R.json" "$T/resumed.json"
-if ! train resumed --stop-after 10; then fail run_resume_is_bit_identical "first half failed: $(tail -c 300 "$T/resumed.err")"
-elif ! train resumed --resume; then fail run_resume_is_bit_identical "resume failed: $(tail -c 300 "$T/resumed.err")"
-else
-    a=$(cat "$T/resumed.ck/latest"); b=$(cat "$T/$R.ck/latest")
-    first=$(grep -m1 '^{' "$T/resumed.log" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
-    if [ "$first" != 11 ]; then fail run_resume_is_bit_identical "the resumed run's first step is $first, not 11"
-    elif [ "$a" = "$b" ] && cmp -s "$T/resumed.ck/$a/llm.safetensors" "$T/$R.ck/$b/llm.safetensors" \
-       && cmp -s "$T/resumed.ck/$a/vision.safetensors" "$T/$R.ck/$b/vision.safetensors"; then
-        ok run_resume_is_bit_identical
-    else fail run_resume_is_bit_identical "checkpoints after 10 + resume + 10 differ from 20 straight ($a vs $b)"; fi
-fi
+# ZeRO-2 and -3, alone and mixed with Ulysses SP, TP, sequence parallelism and recomputation
+plan z2_dp2 colocated "vision:dp=2,zero=2;llm:dp=2,zero=2" --gpus 2 && check_plan z2_dp2
+plan z3_dp2 colocated "vision:dp=2,zero=3;llm:dp=2,zero=3" --gpus 2 && check_plan z3_dp2
+plan z3_sp2_tp2 colocated "vision:sp=2,dp=2,zero=3;llm:tp=2,dp=2,zero=3,seqpar=0" --gpus 4 && check_plan z3_sp2_tp2
+plan dis_z2 disaggregated "vision:gpus=2,dp=2,zero=2;llm:gpus=2,dp=2,zero=2" --n-micro 2 && check_plan dis_z2
+# ZeRO-3 over replicas of uneven shares (1, 1, 2 samples of each chunk): the short ones run empty micro-batches
+plan z3_uneven disaggregated "vision:gpus=3,dp=3,zero=3,mb=1;llm:gpus=1,mb=1" --n-micro 2 && check_plan z3_uneven
+plan seqpar_dp2 colocated "vision:dp=4;llm:tp=2,dp=2,seqpar=1" --gpus 4 && check_plan seqpar_dp2
+plan rc_full_seqpar colocated "vision:dp=2,rc=full;llm:tp=2,rc=full,seqpar=1" --gpus 2 && check_plan rc_full_seqpar
+plan rc_sel_seqpar colocated "vision:dp=2,rc=selective;llm:tp=2,rc=selective,seqpar=1" --gpus 2 && check_plan rc_sel_seqpar
+plan z3_rc_seqpar colocated "vision:dp=4,zero=3,rc=selective;llm:tp=2,dp=2,zero=3,rc=full,seqpar=1" --gpus 4 && check_plan z3_rc_seqpar
+plan dis_z2_seqpar disaggregated "vision:gpus=2,dp=2,zero=2;llm:gpus=2,tp=2,seqpar=1,rc=selective" --n-micro 4 && check_plan dis_z2_seqpar
+plan dis_sp2_z3_rc disaggregated "vision:gpus=2,sp=2,zero=3,rc=full;llm:gpus=2,dp=2,zero=2" --n-micro 2 && check_plan dis_sp2_z3_rc
+
+# Recomputation changes no number: rc=full and rc=selective give the plain run's losses and weights bit for bit
+for rc in full selective; do
+    plan "rc_$rc" colocated "vision:dp=1,rc=$rc;llm:dp=1,rc=$rc" --gpus 1 || continue
+    if ! train "rc_$rc"; then fail "run_recompute_${rc}_is_bit_identical" "$(tail -c 300 "$T/rc_$rc.err")"; continue; fi
+    losses "$T/rc_$rc.log" >"$T/rc_$rc.losses"
+    s=$(cat "$T/ref.ck/latest")
+    if cmp -s "$T/ref.losses" "$T/rc_$rc.losses" && cmp -s "$T/ref.ck/$s/llm.safetensors" "$T/rc_$rc.ck/$s/llm.safetensors" \
+       && cmp -s "$T/ref.ck/$s/vision.safetensors" "$T/rc_$rc.ck/$s/vision.safetensors"; then ok "run_recompute_${rc}_is_bit_identical"
+    else fail "run_recompute_${rc}_is_bit_identical" "losses or checkpoints differ from the run without recomputation"; fi
+done
+
+# Frozen modules and a tied LLM head, each against its own 1-rank run: a frozen
+# encoder runs no backward, a frozen LLM still back-propagates to the encoder;
+# under ZeRO-3 a frozen module gathers and never reduces; the tied head gathers the embedding too.
+variant() {   # variant NAME KEY=VALUE MODULE-KIND: tiny-vl with one field of one module changed
+    /usr/bin/python3 - "$T/$1.model.json" "$2" "$3" "$HERE/../models/zoo/tiny-vl.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[4]))
+key, value = sys.argv[2].split("=")
+for mod in m["modules"]:
+    if mod["kind"] == sys.argv[3]: mod[key] = value == "true" if value in ("true", "false") else int(value)
+m["name"] = "tiny-vl-" + key
+json.dump(m, open(sys.argv[1], "w"))
+PY
+}
+variant frozen_vision frozen=true vision && variant frozen_llm frozen=true llm && variant tied tied_embeddings=true llm
+for v in frozen_vision frozen_llm tied; do
+    export MODEL="$T/$v.model.json"
+    if plan "ref_$v" colocated "vision:dp=1;llm:dp=1" --gpus 1 && train "ref_$v"; then
+        losses "$T/ref_$v.log" >"$T/ref_$v.losses"
+        plan "${v}_z3" colocated "vision:dp=2,zero=3;llm:dp=2,zero=3" --gpus 2 && check_plan "${v}_z3" "ref_$v"
+    else fail "run_reference_$v" "$(tail -c 300 "$T/ref_$v.err")"; fi
+    unset MODEL
+done
+MODEL="$T/frozen_vision.model.json" plan frozen_vision_z2_tp disaggregated "vision:gpus=1;llm:gpus=2,tp=2,seqpar=1,zero=2" --n-micro 2 \
+    && check_plan frozen_vision_z2_tp ref_frozen_vision
+MODEL="$T/tied.model.json" plan tied_z2_seqpar colocated "vision:dp=2,zero=2;llm:tp=2,seqpar=1,rc=full" --gpus 2 \
+    && check_plan tied_z2_seqpar ref_tied
+
+# Pipeline parallelism (1F1B): both modules on stages, with ZeRO-1 and data
+# parallelism, disaggregated with the LLM's pipeline over the step's
+# micro-batches, an encoder pipeline feeding an LLM pipeline, TP with sequence
+# parallelism and recomputation on stages, a tied embedding split over the
+# first and the last stage, and an uneven split of a 3-block LLM.
+plan pp_z1 colocated "vision:dp=2,pp=2,zero=1;llm:pp=2,dp=2,zero=1" --gpus 4 && check_plan pp_z1
+plan pp_dis disaggregated "vision:gpus=1;llm:gpus=2,pp=2,mb=1" --n-micro 4 && check_plan pp_dis
+plan pp_enc_dis disaggregated "vision:gpus=2,pp=2;llm:gpus=2,pp=2" --n-micro 2 && check_plan pp_enc_dis
+plan pp_tp_seqpar colocated "vision:dp=4;llm:pp=2,tp=2,seqpar=1,rc=selective" --gpus 4 && check_plan pp_tp_seqpar
+MODEL="$T/tied.model.json" plan tied_pp colocated "vision:dp=4;llm:pp=2,dp=2,zero=1" --gpus 4 && check_plan tied_pp ref_tied
+variant deep layers=3 llm
+export MODEL="$T/deep.model.json"
+if plan ref_deep colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_deep; then
+    losses "$T/ref_deep.log" >"$T/ref_deep.losses"
+    plan deep_split disaggregated "vision:gpus=1;llm:gpus=2,split=1:2,mb=1" --n-micro 4 && check_plan deep_split ref_deep
+else fail run_reference_deep "$(tail -c 300 "$T/ref_deep.err")"; fi
+unset MODEL
+
+# resume: 10 steps, stop, resume for 10 more == 20 straight (bit for bit), on
+# stages too (each stage loads its blocks from the whole-tensor checkpoint)
+resume_check() {   # resume_check PLAN TEST
+    local R=$1 t=$2
+    cp "$T/$R.json" "$T/resumed_$R.json"
+    if ! train "resumed_$R" --stop-after 10; then fail "$t" "first half failed: $(tail -c 300 "$T/resumed_$R.err")"
+    elif ! train "resumed_$R" --resume; then fail "$t" "resume failed: $(tail -c 300 "$T/resumed_$R.err")"
+    else
+        local a b first
+        a=$(cat "$T/resumed_$R.ck/latest"); b=$(cat "$T/$R.ck/latest")
+        first=$(grep -m1 '^{' "$T/resumed_$R.log" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+        if [ "$first" != 11 ]; then fail "$t" "the resumed run's first step is $first, not 11"
+        elif [ "$a" = "$b" ] && cmp -s "$T/resumed_$R.ck/$a/llm.safetensors" "$T/$R.ck/$b/llm.safetensors" \
+           && cmp -s "$T/resumed_$R.ck/$a/vision.safetensors" "$T/$R.ck/$b/vision.safetensors"; then
+            ok "$t"
+        else fail "$t" "checkpoints after 10 + resume + 10 differ from 20 straight ($a vs $b)"; fi
+    fi
+}
+resume_check dis_sp2_dp2 run_resume_is_bit_identical
+resume_check pp_enc_dis run_resume_on_pipeline_stages_is_bit_identical
 
 # bad input: one clear line, non-zero exit, no corrupted checkpoint
 expect_err run_rejects_wrong_rank_count "needs 2 ranks, this run has 1" "$DHP" run "$T/dp2.json" --data "$T/data" --steps 2
@@ -92,8 +171,11 @@ cp -r "$T/data" "$T/bad"; truncate -s 1000 "$T/bad/shard-00000.bin"
 expect_err run_rejects_truncated_data "shard-00000.bin: truncated" "$DHP" run "$T/ref.json" --data "$T/bad" --steps 2
 "$DHP" data synth --out "$T/data8" --samples 64 --patch 8 --window 0 >/dev/null
 expect_err run_rejects_data_of_another_model "patch 4, merge 2, window 0; the data set 8" "$DHP" run "$T/ref.json" --data "$T/data8" --steps 2
-plan pp2 colocated "vision:dp=2;llm:dp=1,pp=2" --gpus 2 && \
-    expect_err run_refuses_pipeline_parallel_plans "pipeline parallelism .* not implemented" "$DHP" run "$T/pp2.json" --data "$T/data" --steps 2
+expect_err plan_refuses_a_split_that_does_not_hold_the_blocks "the stages hold 3 blocks, the module has 2" \
+    "$DHP" plan --model tiny-vl --cluster 8xh100 --batch 8 --placement colocated --strategy "vision:dp=2;llm:split=1:2" --gpus 2
+plan llm_sp2 colocated "vision:sp=2;llm:sp=2" --gpus 2 && \
+    expect_err run_refuses_llm_context_parallel_plans "module llm: sequence \(context\) parallelism of the LLM \(sp = 2\)" \
+        "$DHP" run "$T/llm_sp2.json" --data "$T/data" --steps 2
 cp -r "$T/ref.ck" "$T/badck"; f="$T/badck/$(cat "$T/badck/latest")/llm.safetensors"; truncate -s 4000 "$f"
 expect_exit run_rejects_a_truncated_checkpoint 2 "$DHP" run "$T/ref.json" --data "$T/data" --steps $STEPS --ckpt "$T/badck" --resume
 grep -q "llm.safetensors" "$T/err" || fail run_truncated_checkpoint_message "stderr does not name the file: $(head -c 200 "$T/err")"

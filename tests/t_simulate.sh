@@ -70,7 +70,11 @@ expect_err simulate_missing_file "nofile.json" "$DHP" simulate "$T/nofile.json"
 expect_err simulate_unknown_option "unknown option" "$DHP" simulate "$T/p.json" --frobnicate
 expect_err simulate_bad_cluster "not found|unknown|no cluster" "$DHP" simulate "$T/p.json" --cluster 3xfoo
 expect_err simulate_cluster_too_small "does not fit cluster 'one'" "$DHP" simulate "$T/p.json" --cluster "$T/one.json"
-expect_err simulate_zero3_unsupported "ZeRO stage 3" "$DHP" simulate $W --cluster "$T/two.json" --strategy 'vision:zero=3;llm:zero=3'
+# a pipelined LLM: its stages hand each micro-batch on and its gradient back
+if "$DHP" simulate $W --cluster "$T/two.json" --strategy 'vision:dp=2;llm:pp=2' >"$T/out" 2>"$T/err" \
+   && grep -qE '^ +1 recv_stage llm ' "$T/out" && grep -qE '^ +0 recv_stage_grad llm ' "$T/out"; then ok simulate_pipeline_stages
+else fail simulate_pipeline_stages "$(head -c 300 "$T/err") $(head -c 600 "$T/out")"; fi
+expect_err simulate_split_must_hold_the_blocks "the stages hold 3 blocks" "$DHP" simulate $W --cluster "$T/two.json" --strategy 'vision:dp=2;llm:split=2:1'
 expect_err simulate_bad_strategy "unknown key" "$DHP" simulate --model tiny-vl --strategy 'llm:tq=2'
 expect_err simulate_trace_unwritable "cannot create|No such file" "$DHP" simulate "$T/p.json" --trace /nonexistent-dir/t.json
 if ls "$T" | grep -q 'tmp\.'; then fail simulate_no_partial_output "a temp file was left behind"; else ok simulate_no_partial_output; fi

@@ -145,15 +145,22 @@ TEST(cost_dp_allreduce_is_the_nccl_formula)
     plan_time t;
     plan_module_time(&m, m.llm, &s, &w, &c, &o, &t);
     double P = (double)model_module_params(&m.mod[m.llm]);
-    /* bf16-mixed reduces fp32 gradients (Megatron-LM) and gathers bf16 weights */
-    CHECK_NEAR(t.dp_comm_s, cost_collective_time(&c.pool[0], COST_ALLREDUCE, 4.0 * P, 8, 8), 1e-12);
-    CHECK_NEAR(t.grad_rs_s, cost_collective_time(&c.pool[0], COST_REDUCESCATTER, 4.0 * P, 8, 8), 1e-12);
-    CHECK_NEAR(t.param_ag_s, cost_collective_time(&c.pool[0], COST_ALLGATHER, 2.0 * P, 8, 8), 1e-12);
+    /* bf16-mixed reduces fp32 gradients (Megatron-LM) and gathers bf16 weights:
+     * replicated, one all-reduce; ZeRO-1 (the distributed optimizer), a
+     * reduce-scatter and an all-gather of the updated weights */
+    CHECK_NEAR(t.grad_sync_s, cost_collective_time(&c.pool[0], COST_ALLREDUCE, 4.0 * P, 8, 8), 1e-12);
+    CHECK(t.param_gather_s == 0);
+    plan_module s1 = s;
+    s1.zero = 1;
+    plan_time t1;
+    plan_module_time(&m, m.llm, &s1, &w, &c, &o, &t1);
+    CHECK_NEAR(t1.grad_sync_s, cost_collective_time(&c.pool[0], COST_REDUCESCATTER, 4.0 * P, 8, 8), 1e-12);
+    CHECK_NEAR(t1.param_gather_s, cost_collective_time(&c.pool[0], COST_ALLGATHER, 2.0 * P, 8, 8), 1e-12);
     CHECK(t.tp_comm_s == 0 && t.sp_comm_s == 0 && t.zero_comm_s == 0);
     plan_time pure;
     o.precision = PLAN_OPT_PURE_BF16;
     plan_module_time(&m, m.llm, &s, &w, &c, &o, &pure);
-    CHECK_NEAR(pure.dp_comm_s, cost_collective_time(&c.pool[0], COST_ALLREDUCE, 2.0 * P, 8, 8), 1e-12);
+    CHECK_NEAR(pure.grad_sync_s, cost_collective_time(&c.pool[0], COST_ALLREDUCE, 2.0 * P, 8, 8), 1e-12);
     o.precision = PLAN_OPT_MIXED_FP32;
     /* backward of the GEMMs costs about twice the forward */
     CHECK(t.bwd_s > 1.8 * t.fwd_s && t.bwd_s < 2.6 * t.fwd_s);
@@ -174,8 +181,23 @@ TEST(cost_tp_comm_counts_four_allreduces_per_block)
     plan_module_time(&m, m.llm, &s, &w, &c, &o, &t);
     const model_module *l = &m.mod[m.llm];
     double tokens = 1024 / 4 + 512;
-    double ar = cost_collective_time(&c.pool[0], COST_ALLREDUCE, 2.0 * tokens * l->hidden, 8, 8);
-    CHECK_NEAR(t.tp_comm_s, (4.0 * l->layers + 2) * ar, 1e-12);
+    const cost_pool *pool = &c.pool[0];
+    double ar = cost_collective_time(pool, COST_ALLREDUCE, 2.0 * tokens * l->hidden, 8, 8);
+    /* the ends: the embedding's text rows and the loss's row maxima and sums
+     * (fp32) forward, the head's input gradient backward, every position's row
+     * for the Megatron target */
+    double ends = cost_collective_time(pool, COST_ALLREDUCE, 2.0 * 512 * l->hidden, 8, 8)
+                + cost_collective_time(pool, COST_ALLREDUCE, 4.0 * tokens, 8, 8)
+                + cost_collective_time(pool, COST_ALLREDUCE, 8.0 * tokens, 8, 8) + ar;
+    CHECK_NEAR(t.tp_comm_s, 4.0 * l->layers * ar + ends, 1e-12);
+    /* sequence parallelism: per block 2 all-gathers + 2 reduce-scatters forward,
+     * 4 + 2 backward and the norms' partial gradients (fp32, 2 x hidden) */
+    s.seq_parallel = true;
+    plan_module_time(&m, m.llm, &s, &w, &c, &o, &t);
+    double ag = cost_collective_time(pool, COST_ALLGATHER, 2.0 * tokens * l->hidden, 8, 8);
+    double rs = cost_collective_time(pool, COST_REDUCESCATTER, 2.0 * tokens * l->hidden, 8, 8);
+    double norms = cost_collective_time(pool, COST_ALLREDUCE, 4.0 * 2 * l->hidden, 8, 8);
+    CHECK_NEAR(t.tp_comm_s, l->layers * (6 * ag + 4 * rs + norms) + ends + 2 * ag, 1e-12);
 }
 
 TEST(cost_ulysses_skips_window_layers_on_window_boundaries)
@@ -191,8 +213,10 @@ TEST(cost_ulysses_skips_window_layers_on_window_boundaries)
     plan_module_time(&m, v, &s, &w, &c, &o, &t);
     const model_module *mv = &m.mod[v];
     double local = 16384 / 8;
-    double bytes = 2.0 * local * (2.0 * mv->heads + 2.0 * mv->kv_heads) * mv->head_dim;
-    double a2a = cost_collective_time(&c.pool[0], COST_ALLTOALL, bytes, 8, 8);
+    /* one all-to-all each for q, k, v and the output, forward and backward */
+    double aq = cost_collective_time(&c.pool[0], COST_ALLTOALL, 2.0 * local * mv->heads * mv->head_dim, 8, 8);
+    double akv = cost_collective_time(&c.pool[0], COST_ALLTOALL, 2.0 * local * mv->kv_heads * mv->head_dim, 8, 8);
+    double a2a = 2 * aq + 2 * akv;
     CHECK_NEAR(t.sp_comm_s, 2.0 * mv->n_full_layers * a2a, 1e-12);
     /* a split that cuts windows needs the all-to-all in every layer */
     plan_workload odd = ray_workload(16384 + 4 * 8 * 4, 8);   /* per-rank 2064 tokens, not a multiple of 64 */
@@ -340,7 +364,7 @@ TEST(plan_json_round_trip)
     plan_options_default(&o);
     plan_eval ev;
     CHECK_OK(plan_evaluate(&back, &o, &ev, err));
-    CHECK_NEAR(back.pred.step_time_s, a->pred.step_time_s, 1e-9);
+    CHECK_NEAR(back.pred.step_time_s, a->pred.analytic_step_time_s, 1e-9);
 }
 
 TEST(plan_validate_rejects_inconsistent_plans)
@@ -392,6 +416,7 @@ static void tiny_vl_fp32(model_t *m, cost_cluster *c, plan_workload *w, plan_opt
     *w = (plan_workload){ .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
     plan_options_default(o);
     o->precision = PLAN_OPT_FP32;
+    o->target = PLAN_TARGET_DHP;
 }
 
 /* Ulysses' re-sharding copies are priced where the executor makes them: at
@@ -449,7 +474,8 @@ TEST(cost_prices_each_elementwise_kernel_at_its_rate)
     plan_micro_time(&m, m.llm, &s, &w, &c, &o, samples, &slow);
     double ce_bytes = samples * (48 - 1) * llm->vocab * 5 * 4.0;
     CHECK_NEAR(slow.fwd_s - base.fwd_s, ce_bytes * (1 / 1e9 - 1 / old_rate), 1e-12);
-    o.precision = PLAN_OPT_PURE_BF16;
+    o.precision = PLAN_OPT_PURE_BF16;   /* the Megatron target: every position predicts */
+    o.target = PLAN_TARGET_MEGATRON;
     plan_micro_time(&m, m.llm, &s, &w, &c, &o, samples, &slow);
     g->ew.n = 0;
     plan_micro_time(&m, m.llm, &s, &w, &c, &o, samples, &base);

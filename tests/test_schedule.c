@@ -2,23 +2,35 @@
 #include "tests/test.h"
 #include "planner/planner.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int make_plan(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, plan_t *p)
+/* tiny-vl (its LLM with llm_layers blocks where > 0) on 8xh100. */
+static int make_plan_layers(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, int llm_layers,
+                            plan_t *p)
 {
     model_t m;
     cost_cluster c;
     char err[UTIL_ERR_LEN];
     if (model_load("tiny-vl", &m, err) || cost_cluster_load("8xh100", &c, err)) return UTIL_EINVAL;
+    if (llm_layers > 0) m.mod[m.llm].layers = llm_layers;
     plan_workload w = { .global_batch = batch, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 16 };
-    return plan_from_strategy(spec, &m, &c, &w, pl, gpus, n_micro, p, err);
+    int rc = plan_from_strategy(spec, &m, &c, &w, pl, gpus, n_micro, p, err);
+    if (rc) fprintf(stderr, "make_plan: %s\n", err);
+    return rc;
 }
 
-/* The ops of one rank as a string of letters: F S r B G b, per-step ops g n o. */
+static int make_plan(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, plan_t *p)
+{
+    return make_plan_layers(spec, pl, gpus, n_micro, batch, 0, p);
+}
+
+/* The ops of one rank as a string of letters (per-step ops y n o P;
+ * pipeline hops T t (activations out, in) U u (gradients), embedding sync e). */
 static void op_string(const plan_schedule *s, char *out)
 {
-    static const char letter[PLAN_NOPS] = { 'F', 'S', 'R', 'X', 'G', 'r', 'B', 'y', 'n', 'o' };
+    static const char letter[PLAN_NOPS] = { 'F', 'S', 'R', 'X', 'G', 'r', 'B', 'y', 'n', 'o', 'P', 'T', 't', 'U', 'u', 'e' };
     for (int i = 0; i < s->n; i++) out[i] = letter[s->op[i].kind];
     out[s->n] = 0;
 }
@@ -31,14 +43,15 @@ TEST(schedule_disaggregated_encoder_runs_1f1b_two_chunks_ahead)
     plan_schedule s;
     CHECK_OK(plan_schedule_rank(&p, 0, &s, err));
     op_string(&s, ops);
-    /* 4 chunks of 2 samples, one micro-batch each: forward + send, gradient + backward */
-    CHECK_MSG(!strcmp(ops, "FSFSrBFSrBFSrBrByno"), "vision ops %s", ops);
+    /* 4 chunks of 2 samples, one micro-batch each: forward + send, gradient + backward;
+     * one replica: no gradient sync */
+    CHECK_MSG(!strcmp(ops, "FSFSrBFSrBFSrBrBno"), "vision ops %s", ops);
     int chunk_of_first_recv = -1;
     for (int i = 0; i < s.n; i++)
         if (s.op[i].kind == PLAN_OP_RECV_GRAD && chunk_of_first_recv < 0) chunk_of_first_recv = s.op[i].chunk;
     CHECK_EQ_INT(chunk_of_first_recv, 0);
     CHECK_EQ_INT(s.op[s.n - 1].kind, PLAN_OP_OPTIMIZER);
-    CHECK(s.slots >= 2);
+    CHECK(s.slots[0] >= 2);
     plan_schedule_free(&s);
     CHECK_OK(plan_schedule_rank(&p, 1, &s, err));
     op_string(&s, ops);
@@ -56,7 +69,7 @@ static void check_sample_coverage(const plan_t *p)
         int *seen = calloc((size_t)p->work.global_batch, sizeof(int));
         for (int r = 0; r < p->world_size; r++) {
             plan_coord cd;
-            if (!plan_rank_coord(p, k, r, &cd) || cd.tp || cd.sp) continue;
+            if (!plan_rank_coord(p, k, r, &cd) || cd.tp || cd.sp || cd.pp) continue;
             plan_schedule s;
             int rc = plan_schedule_rank(p, r, &s, err);
             CHECK_MSG(rc == UTIL_OK, "rank %d: %s", r, err);
@@ -85,7 +98,7 @@ static void check_handoff(const plan_t *p)
         CHECK_OK(plan_handoff(p, 0, c, &sg, &n, err));
         for (int r = 0; r < p->world_size; r++) {
             plan_coord lc;
-            if (!plan_rank_coord(p, L, r, &lc)) continue;
+            if (!plan_rank_coord(p, L, r, &lc) || lc.pp != 0) continue;   /* the LLM's first stage takes the rows */
             int f, cnt;
             plan_chunk_share(p, L, c, lc.dp, &f, &cnt);
             int *hit = calloc((size_t)cnt * R + 1, sizeof(int));
@@ -126,11 +139,135 @@ TEST(schedule_refuses_what_the_executor_does_not_run)
     char err[UTIL_ERR_LEN];
     CHECK_OK(make_plan("vision:sp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 4, &p));
     p.mod[1].pp = 2;
-    CHECK(plan_schedule_check(&p, err) == UTIL_EUNSUPPORTED && strstr(err, "pipeline"));
+    CHECK_OK(plan_schedule_check(&p, err));
+    p.mod[1].stage_layers[0] = p.model.mod[1].layers;   /* the second stage would hold no block */
+    p.mod[1].stage_layers[1] = 0;
+    CHECK(plan_schedule_check(&p, err) == UTIL_EINVAL && strstr(err, "stage 1 holds no block"));
+    memset(p.mod[1].stage_layers, 0, sizeof p.mod[1].stage_layers);
     p.mod[1].pp = 1;
     p.mod[1].zero = 3;
-    CHECK(plan_schedule_check(&p, err) == UTIL_EUNSUPPORTED && strstr(err, "ZeRO stage 3"));
-    p.mod[1].zero = 0;
+    p.mod[1].recompute = PLAN_RECOMP_FULL;
+    p.mod[1].seq_parallel = true;
+    CHECK_OK(plan_schedule_check(&p, err));
     p.mod[0].sp = 32;    /* 16 merge groups per image cannot split 32 ways */
     CHECK(plan_schedule_check(&p, err) == UTIL_EINVAL && strstr(err, "sp = 32"));
+    p.mod[0].sp = 2;
+    p.model.mod[0].frozen = p.model.mod[1].frozen = true;
+    CHECK(plan_schedule_check(&p, err) == UTIL_EINVAL && strstr(err, "nothing to train"));
+}
+
+/* Each strategy's per-step ops: a replicated module syncs its gradients,
+ * ZeRO-1 reduce-scatters them and gathers the updated weights, ZeRO-2 only
+ * gathers (its gradients were reduced unit by unit), ZeRO-3 does neither. */
+TEST(schedule_step_ops_follow_the_data_parallel_strategy)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN], ops[256];
+    const char *tails[4] = { "ynoo", "ynoPoP", "noPoP", "noo" };
+    for (int zero = 0; zero <= 3; zero++) {
+        char spec[96];
+        snprintf(spec, sizeof spec, "vision:dp=2,zero=%d;llm:dp=2,zero=%d", zero, zero);
+        CHECK_OK(make_plan(spec, PLAN_COLOCATED, 2, 1, 4, &p));
+        plan_schedule s;
+        CHECK_OK(plan_schedule_rank(&p, 1, &s, err));
+        op_string(&s, ops);
+        const char *tail = ops + strlen(ops) - strlen(tails[zero]);
+        /* zero 0: one grad_sync per module */
+        if (zero == 0) tail = ops + strlen(ops) - 5;
+        CHECK_MSG(!strcmp(tail, zero == 0 ? "yynoo" : tails[zero]), "zero %d: ops %s", zero, ops);
+        plan_schedule_free(&s);
+    }
+}
+
+/* Under ZeRO-3 every rank of a shard group gathers each unit in every
+ * micro-batch: a replica with fewer samples runs empty micro-batches so the
+ * groups' collectives match (PyTorch's Join). */
+TEST(schedule_zero3_gives_uneven_replicas_empty_micro_batches)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    /* chunks of 4 samples over 3 vision replicas: shares of 1, 1 and 2 */
+    CHECK_OK(make_plan("vision:gpus=3,dp=3,zero=3,mb=1;llm:gpus=1,mb=1", PLAN_DISAGGREGATED, 4, 2, 8, &p));
+    int fwd[3] = { 0 }, empty[3] = { 0 };
+    for (int r = 0; r < 3; r++) {
+        plan_schedule s;
+        CHECK_OK(plan_schedule_rank(&p, p.mod[0].first_rank + r, &s, err));
+        for (int i = 0; i < s.n; i++)
+            if (s.op[i].kind == PLAN_OP_FORWARD || s.op[i].kind == PLAN_OP_BACKWARD) {
+                fwd[r]++;
+                empty[r] += s.op[i].samples == 0;
+                CHECK(s.op[i].samples > 0 || s.op[i].slot == -1);
+            }
+        plan_schedule_free(&s);
+    }
+    CHECK(fwd[0] == fwd[1] && fwd[1] == fwd[2] && fwd[0] == 8);
+    CHECK(empty[0] == 4 && empty[1] == 4 && empty[2] == 0);
+    check_sample_coverage(&p);
+}
+
+/* 1F1B on the LLM's stages (PipeDream-Flush): stage i forwards pp - 1 - i
+ * micro-batches ahead, then alternates; the last stage fuses each
+ * micro-batch's forward and backward; the first stage receives each chunk's
+ * encoder rows before its first forward and sends their gradient after its
+ * last backward; stage i keeps pp - i micro-batches' activations. */
+TEST(schedule_llm_pipeline_runs_1f1b)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN], ops[512];
+    /* 4 chunks of 2 samples, one micro-batch of 2 each; the LLM on 4 stages of 1 rank */
+    CHECK_OK(make_plan_layers("vision:gpus=1;llm:gpus=4,pp=4,mb=2", PLAN_DISAGGREGATED, 5, 4, 8, 8, &p));
+    const char *want[4] = {
+        "RFTRFTRFTRFTuBGuBGuBGuBGno",   /* stage 0: 3 forwards ahead, then the 4th before the 1st backward */
+        "tFTtFTtFTuBUtFTuBUuBUuBUno",
+        "tFTtFTuBUtFTuBUtFTuBUuBUno",
+        "tXUtXUtXUtXUno",               /* the last stage */
+    };
+    for (int st = 0; st < 4; st++) {
+        plan_schedule s;
+        plan_coord at = { .pp = st };
+        CHECK_OK(plan_schedule_rank(&p, plan_coord_rank(&p, 1, &at), &s, err));
+        op_string(&s, ops);
+        CHECK_MSG(!strcmp(ops, want[st]), "stage %d: %s", st, ops);
+        CHECK_EQ_INT(s.slots[1], 4 - st);
+        plan_schedule_free(&s);
+    }
+    /* the encoder runs 4 chunks ahead: chunk 0's gradient leaves the LLM after its 4th forward */
+    plan_schedule s;
+    CHECK_OK(plan_schedule_rank(&p, p.mod[0].first_rank, &s, err));
+    op_string(&s, ops);
+    CHECK_MSG(!strcmp(ops, "FSFSFSFSrBrBrBrBno"), "vision: %s", ops);
+    CHECK_EQ_INT(s.slots[0], 4);
+    plan_schedule_free(&s);
+    check_sample_coverage(&p);
+    check_handoff(&p);
+}
+
+/* An encoder on stages: each micro-batch through them, the last stage
+ * sending the chunk's rows to the LLM and receiving their gradient; a tied
+ * LLM split over stages syncs its embedding between the first and the last. */
+TEST(schedule_encoder_stages_and_tied_embedding_sync)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN], ops[512];
+    CHECK_OK(make_plan("vision:gpus=2,pp=2;llm:gpus=2,pp=2", PLAN_DISAGGREGATED, 4, 2, 4, &p));
+    const char *want[2] = { "FTFTuBuBno", "tFStFSrBUrBUno" };
+    for (int st = 0; st < 2; st++) {
+        plan_schedule s;
+        plan_coord at = { .pp = st };
+        CHECK_OK(plan_schedule_rank(&p, plan_coord_rank(&p, 0, &at), &s, err));
+        op_string(&s, ops);
+        CHECK_MSG(!strcmp(ops, want[st]), "vision stage %d: %s", st, ops);
+        plan_schedule_free(&s);
+    }
+    check_sample_coverage(&p);
+    check_handoff(&p);
+    p.model.mod[1].tied_embeddings = true;
+    for (int st = 0; st < 2; st++) {
+        plan_schedule s;
+        plan_coord at = { .pp = st };
+        CHECK_OK(plan_schedule_rank(&p, plan_coord_rank(&p, 1, &at), &s, err));
+        op_string(&s, ops);
+        CHECK_MSG(strstr(ops, "eno") != NULL, "llm stage %d: %s", st, ops);
+        plan_schedule_free(&s);
+    }
 }

@@ -20,7 +20,7 @@ static int make_plan(const char *spec, plan_placement pl, int gpus, int n_micro,
 
 /* Round-number costs: encoder forward 1 s, backward 2 s, LLM forward+backward
  * 3 s, gradient sync 0.5 s, norm 0.125 s, optimizer 0.25 s (encoder) / 1 s
- * (LLM); activations travel 0.5 s, gradients 0.25 s. */
+ * (LLM), weight gather 0.375 s; activations travel 0.5 s, gradients 0.25 s. */
 static plan_sim_cost round_cost(void *ctx, const plan_t *p, int rank, const plan_op *op)
 {
     (void)ctx; (void)rank;
@@ -32,6 +32,7 @@ static plan_sim_cost round_cost(void *ctx, const plan_t *p, int rank, const plan
     case PLAN_OP_GRAD_SYNC: c.comm_s = 0.5; break;
     case PLAN_OP_GRAD_NORM: c.comm_s = 0.125; break;
     case PLAN_OP_OPTIMIZER: c.busy_s = op->module == p->model.llm ? 1.0 : 0.25; break;
+    case PLAN_OP_PARAM_GATHER: c.comm_s = 0.375; break;
     default: break;
     }
     return c;
@@ -48,20 +49,20 @@ static const plan_sim_op *path_op(const plan_sim_result *r, int i) { return &r->
 
 static const plan_sim_hooks round_hooks = { .op_cost = round_cost, .msg_seconds = round_msg };
 
-/* 1 encoder rank + 1 LLM rank, 2 chunks of one micro-batch each.
- * encoder (rank 0): F0 S0 F1 S1 R0 B0 R1 B1 sync norm opt
- * LLM (rank 1):     RA0 X0 SG0 RA1 X1 SG1 sync norm opt
+/* 1 encoder rank + 1 LLM rank, 2 chunks of one micro-batch each; one
+ * replica of each module, so no gradient sync.
+ * encoder (rank 0): F0 S0 F1 S1 R0 B0 R1 B1 norm opt
+ * LLM (rank 1):     RA0 X0 SG0 RA1 X1 SG1 norm opt
  *   enc F0 [0, 1], S0 at 1 -> arrives 1.5; F1 [1, 2], S1 at 2 -> channel free at 1.5, arrives 2.5
  *   llm RA0 [0, 1.5], X0 [1.5, 4.5], SG0 at 4.5 -> arrives 4.75
- *   llm RA1: arrived 2.5 < 4.5, no wait; X1 [4.5, 7.5], SG1 at 7.5 -> arrives 7.75
- *   llm sync [7.5, 8.0], joins norm at 8.0
- *   enc R0 [2, 4.75], B0 [4.75, 6.75], R1 [6.75, 7.75], B1 [7.75, 9.75], sync [9.75, 10.25]
- *   norm: last to join is the encoder at 10.25 -> both [.., 10.375]
- *   enc opt [10.375, 10.625]; llm opt [10.375, 11.375]  => step 11.375 s
+ *   llm RA1: arrived 2.5 < 4.5, no wait; X1 [4.5, 7.5], SG1 at 7.5 -> arrives 7.75; joins norm at 7.5
+ *   enc R0 [2, 4.75], B0 [4.75, 6.75], R1 [6.75, 7.75], B1 [7.75, 9.75]
+ *   norm: last to join is the encoder at 9.75 -> both [.., 9.875]
+ *   enc opt [9.875, 10.125]; llm opt [9.875, 10.875]  => step 10.875 s
  * encoder busy 1+1+2+2+0.25 = 6.25, comm 0.25 (R0's message in flight 4.5..4.75) + 0.25 (R1)
- *   + 0.5 + 0.125 = 1.125, idle 11.375 - 7.375 = 4
- * LLM busy 3+3+1 = 7, comm 0.5 (RA0) + 0.5 + 0.125 = 1.125, idle 3.25
- * critical path: enc F0 S0, llm RA0 X0 SG0 RA1 X1 SG1, enc R1 B1 sync norm, llm opt. */
+ *   + 0.125 = 0.625, idle 10.875 - 6.875 = 4
+ * LLM busy 3+3+1 = 7, comm 0.5 (RA0) + 0.125 = 0.625, idle 3.25
+ * critical path: enc F0 S0, llm RA0 X0 SG0 RA1 X1 SG1, enc R1 B1 norm, llm opt. */
 TEST(simulate_pipeline_matches_hand_computation)
 {
     static plan_t p;
@@ -72,18 +73,18 @@ TEST(simulate_pipeline_matches_hand_computation)
     plan_sim_result r;
     int rc = plan_sim_run(&p, &round_hooks, &r, err);
     CHECK_MSG(rc == UTIL_OK, "%s", err);
-    CHECK_EQ_INT(r.rank[0].n_ops, 11);
-    CHECK_EQ_INT(r.rank[1].n_ops, 9);
-    CHECK(r.step_time_s == 11.375);
-    CHECK(r.rank[0].busy_s == 6.25 && r.rank[0].comm_s == 1.125 && r.rank[0].idle_s == 4.0);
-    CHECK(r.rank[1].busy_s == 7.0 && r.rank[1].comm_s == 1.125 && r.rank[1].idle_s == 3.25);
+    CHECK_EQ_INT(r.rank[0].n_ops, 10);
+    CHECK_EQ_INT(r.rank[1].n_ops, 8);
+    CHECK(r.step_time_s == 10.875);
+    CHECK(r.rank[0].busy_s == 6.25 && r.rank[0].comm_s == 0.625 && r.rank[0].idle_s == 4.0);
+    CHECK(r.rank[1].busy_s == 7.0 && r.rank[1].comm_s == 0.625 && r.rank[1].idle_s == 3.25);
     CHECK(r.rank[0].ops[4].op.kind == PLAN_OP_RECV_GRAD && r.rank[0].ops[4].start_s == 2 && r.rank[0].ops[4].end_s == 4.75);
     CHECK(r.rank[1].ops[3].op.kind == PLAN_OP_RECV_ACT && r.rank[1].ops[3].end_s == 4.5);
-    CHECK(r.rank[1].ops[7].op.kind == PLAN_OP_GRAD_NORM && r.rank[1].ops[7].begin_s == 10.25);
+    CHECK(r.rank[1].ops[6].op.kind == PLAN_OP_GRAD_NORM && r.rank[1].ops[6].begin_s == 9.75);
     static const struct { int rank; plan_op_kind kind; } want[] = {
         { 0, PLAN_OP_FORWARD }, { 0, PLAN_OP_SEND_ACT }, { 1, PLAN_OP_RECV_ACT }, { 1, PLAN_OP_FORWARD_BACKWARD },
         { 1, PLAN_OP_SEND_GRAD }, { 1, PLAN_OP_RECV_ACT }, { 1, PLAN_OP_FORWARD_BACKWARD }, { 1, PLAN_OP_SEND_GRAD },
-        { 0, PLAN_OP_RECV_GRAD }, { 0, PLAN_OP_BACKWARD }, { 0, PLAN_OP_GRAD_SYNC }, { 0, PLAN_OP_GRAD_NORM },
+        { 0, PLAN_OP_RECV_GRAD }, { 0, PLAN_OP_BACKWARD }, { 0, PLAN_OP_GRAD_NORM },
         { 1, PLAN_OP_OPTIMIZER },
     };
     int n = (int)(sizeof want / sizeof want[0]);
@@ -110,7 +111,7 @@ TEST(simulate_shared_walk_with_unit_speeds_equals_the_walk)
     plan_sim_result a, b;
     CHECK_OK(plan_sim_run(&p, &round_hooks, &a, err));
     CHECK_OK(plan_sim_run(&q, &round_hooks, &b, err));
-    CHECK(b.step_time_s == 11.375 && a.step_time_s == b.step_time_s);
+    CHECK(b.step_time_s == 10.875 && a.step_time_s == b.step_time_s);
     for (int r = 0; r < 2; r++) {
         CHECK(a.rank[r].busy_s == b.rank[r].busy_s && a.rank[r].comm_s == b.rank[r].comm_s);
         for (int i = 0; i < a.rank[r].n_ops; i++) {
@@ -129,11 +130,11 @@ TEST(simulate_shared_walk_with_unit_speeds_equals_the_walk)
     for (int i = 0; i < q.cluster.pool[0].gpus_per_node; i++) q.cluster.pool[0].set_of[i] = i;
     CHECK_OK(plan_sim_run(&q, &round_hooks, &b, err));
     CHECK(b.step_time_s == a.step_time_s && b.rank[0].busy_s == a.rank[0].busy_s);
-    /* ... and both on one core: they share (the hand-computed 14.125 s below). */
+    /* ... and both on one core: they share (the hand-computed 13.625 s below). */
     q.cluster.pool[0].set_of[1] = 0;
     plan_sim_free(&b);
     CHECK_OK(plan_sim_run(&q, &round_hooks, &b, err));
-    CHECK(b.step_time_s == 14.125);
+    CHECK(b.step_time_s == 13.625);
     plan_sim_free(&a);
     plan_sim_free(&b);
 }
@@ -152,9 +153,9 @@ static void share_half(cost_pool *pool)
  *   llm RA0 ends 1.5; X0 from 1.5: half speed to 2.5 (0.5 done), alone -> 5.0, SG0 -> 5.25
  *   llm RA1 at 5.0, X1 from 5.0: alone to 5.25 (2.75 left), with B0 at half speed
  *   enc R0 ends 5.25, B0 [5.25, 9.25] at half speed; X1 then has 0.75 left alone -> 10.0, SG1 -> 10.25
- *   llm sync [10, 10.5]; enc R1 ends 10.25, B1 alone [10.25, 12.25], sync [12.25, 12.75]
- *   norm: last joins at 12.75 -> 12.875; optimizers together at half speed:
- *   enc 0.25 -> 13.375, then the LLM's last 0.75 alone -> 14.125  => step 14.125 s
+ *   llm joins the norm at 10; enc R1 ends 10.25, B1 alone [10.25, 12.25]
+ *   norm: last joins at 12.25 -> 12.375; optimizers together at half speed:
+ *   enc 0.25 -> 12.875, then the LLM's last 0.75 alone -> 13.625  => step 13.625 s
  * busy: enc 1 + 1.5 + 4 + 2 + 0.5 = 9, llm 3.5 + 5 + 1.25 = 9.75. */
 TEST(simulate_shared_processors_match_hand_computation)
 {
@@ -165,13 +166,13 @@ TEST(simulate_shared_processors_match_hand_computation)
     plan_sim_result r;
     int rc = plan_sim_run(&p, &round_hooks, &r, err);
     CHECK_MSG(rc == UTIL_OK, "%s", err);
-    CHECK_MSG(r.step_time_s == 14.125, "step %.17g", r.step_time_s);
+    CHECK_MSG(r.step_time_s == 13.625, "step %.17g", r.step_time_s);
     CHECK_MSG(r.rank[0].busy_s == 9 && r.rank[1].busy_s == 9.75, "busy %.17g %.17g", r.rank[0].busy_s, r.rank[1].busy_s);
     CHECK(r.rank[0].ops[2].op.kind == PLAN_OP_FORWARD && r.rank[0].ops[2].end_s == 2.5);
     CHECK(r.rank[0].ops[5].op.kind == PLAN_OP_BACKWARD && r.rank[0].ops[5].start_s == 5.25 && r.rank[0].ops[5].end_s == 9.25);
     CHECK(r.rank[1].ops[4].op.kind == PLAN_OP_FORWARD_BACKWARD && r.rank[1].ops[4].start_s == 5.0 && r.rank[1].ops[4].end_s == 10.0);
-    CHECK(r.rank[1].ops[8].op.kind == PLAN_OP_OPTIMIZER && r.rank[1].ops[8].end_s == 14.125);
-    CHECK(r.rank[0].ops[10].op.kind == PLAN_OP_OPTIMIZER && r.rank[0].ops[10].end_s == 13.375);
+    CHECK(r.rank[1].ops[7].op.kind == PLAN_OP_OPTIMIZER && r.rank[1].ops[7].end_s == 13.625);
+    CHECK(r.rank[0].ops[9].op.kind == PLAN_OP_OPTIMIZER && r.rank[0].ops[9].end_s == 12.875);
     plan_sim_free(&r);
 }
 
@@ -192,7 +193,7 @@ static plan_sim_cost syncing_cost(void *ctx, const plan_t *p, int rank, const pl
  *   llm X1 from 5.0: alone to 5.25 (2.75 left); enc B0 [5.25, 7.75] at 0.8,
  *   X1 0.5 done with it, 2.25 alone -> 10.0: the LLM's ops end as with even
  *   sharing (the processor does the same work), the encoder's earlier;
- *   then as before (no syncs in the optimizers)  => step 14.125 s
+ *   then as before (no syncs in the optimizers)  => step 13.625 s
  * busy: enc 1 + 1.125 + 2.5 + 2 + 0.5 = 7.125, llm 3.5 + 5 + 1.25 = 9.75. */
 TEST(simulate_shared_processors_with_handoff_match_hand_computation)
 {
@@ -205,16 +206,16 @@ TEST(simulate_shared_processors_with_handoff_match_hand_computation)
     plan_sim_result r;
     int rc = plan_sim_run(&p, &hooks, &r, err);
     CHECK_MSG(rc == UTIL_OK, "%s", err);
-    CHECK_MSG(r.step_time_s == 14.125, "step %.17g", r.step_time_s);
+    CHECK_MSG(r.step_time_s == 13.625, "step %.17g", r.step_time_s);
     CHECK_MSG(r.rank[0].busy_s == 7.125 && r.rank[1].busy_s == 9.75, "busy %.17g %.17g", r.rank[0].busy_s, r.rank[1].busy_s);
     CHECK(r.rank[0].ops[2].op.kind == PLAN_OP_FORWARD && r.rank[0].ops[2].end_s == 2.125);
     CHECK(r.rank[0].ops[5].op.kind == PLAN_OP_BACKWARD && r.rank[0].ops[5].start_s == 5.25 && r.rank[0].ops[5].end_s == 7.75);
     CHECK(r.rank[1].ops[1].op.kind == PLAN_OP_FORWARD_BACKWARD && r.rank[1].ops[1].end_s == 5.0);
     CHECK(r.rank[1].ops[4].op.kind == PLAN_OP_FORWARD_BACKWARD && r.rank[1].ops[4].end_s == 10.0);
     plan_sim_free(&r);
-    /* Without syncs the handoff changes nothing: even sharing, 14.125 s and B0 [5.25, 9.25] as above. */
+    /* Without syncs the handoff changes nothing: even sharing, 13.625 s and B0 [5.25, 9.25] as above. */
     CHECK_OK(plan_sim_run(&p, &round_hooks, &r, err));
-    CHECK(r.step_time_s == 14.125 && r.rank[0].ops[5].end_s == 9.25);
+    CHECK(r.step_time_s == 13.625 && r.rank[0].ops[5].end_s == 9.25);
     plan_sim_free(&r);
 }
 
@@ -254,9 +255,12 @@ TEST(simulate_exchange_peers_advance_together)
 }
 
 /* The cost model counts the exchanges the executor makes: TP's two
- * all-reduces per block each way plus the LLM's ends (embedding, loss
- * statistics forward; head gradient backward), Ulysses' four all-to-alls
- * per block each way. */
+ * all-reduces per block each way plus the LLM's ends (embedding, the loss's
+ * two statistics forward; head gradient backward); under sequence
+ * parallelism per block two all-gathers and two reduce-scatters forward,
+ * four all-gathers (two output gradients, two re-gathered norms), two
+ * reduce-scatters and the norms' partial gradients backward, and the ends'
+ * gathers; Ulysses' four all-to-alls per block each way. */
 TEST(simulate_ops_count_their_blocking_exchanges)
 {
     static plan_t p;
@@ -269,7 +273,10 @@ TEST(simulate_ops_count_their_blocking_exchanges)
     plan_op o = { .kind = PLAN_OP_OPTIMIZER, .module = L };
     CHECK_EQ_INT(plan_sim_op_cost(&p, 0, &f).syncs, 4 * enc_layers);
     CHECK_EQ_INT(plan_sim_op_cost(&p, 0, &b).syncs, 4 * enc_layers);
-    CHECK_EQ_INT(plan_sim_op_cost(&p, 2, &x).syncs, 4 * llm_layers + 3);
+    CHECK(p.mod[L].seq_parallel);
+    CHECK_EQ_INT(plan_sim_op_cost(&p, 2, &x).syncs, (4 + 7) * llm_layers + 6);
+    p.mod[L].seq_parallel = false;
+    CHECK_EQ_INT(plan_sim_op_cost(&p, 2, &x).syncs, 4 * llm_layers + 4);
     CHECK_EQ_INT(plan_sim_op_cost(&p, 2, &o).syncs, 0);
     static plan_t q;
     CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &q));
@@ -316,8 +323,8 @@ TEST(simulate_colocated_one_rank_is_the_sum_of_its_ops)
         plan_sim_cost c = round_cost(NULL, &p, 0, &r.rank[0].ops[i].op);
         sum += c.busy_s + c.comm_s;
     }
-    /* 3 chunks of F, X, B, then sync x2, norm, optimizers: 3 * 6 + 1 + 0.125 + 1.25 */
-    CHECK(sum == 3 * 6.0 + 1.0 + 0.125 + 1.25);
+    /* 3 chunks of F, X, B, then the norm and the optimizers (one replica: no sync): 3 * 6 + 0.125 + 1.25 */
+    CHECK(sum == 3 * 6.0 + 0.125 + 1.25);
     CHECK(r.step_time_s == sum);
     CHECK(r.rank[0].idle_s == 0);
     CHECK_EQ_INT(r.n_path, r.rank[0].n_ops);
@@ -468,7 +475,7 @@ TEST(simulate_handoff_bytes_follow_the_segments)
     plan_sim_free(&r);
 }
 
-/* ZeRO-1: the optimizer step is followed by the parameter all-gather, a
+/* ZeRO-1: the optimizer step is followed by the weight all-gather, a
  * collective of the dp group; ZeRO-0 steps locally. */
 TEST(simulate_zero1_optimizer_synchronises_its_group)
 {
@@ -480,8 +487,9 @@ TEST(simulate_zero1_optimizer_synchronises_its_group)
     int l0 = p.mod[1].first_rank, v = p.mod[0].first_rank;
     CHECK_EQ_INT(p.mod[1].zero, 1);
     const plan_sim_op *a = &r.rank[l0].ops[r.rank[l0].n_ops - 1], *b = &r.rank[l0 + 1].ops[r.rank[l0 + 1].n_ops - 1];
-    CHECK(a->op.kind == PLAN_OP_OPTIMIZER && b->op.kind == PLAN_OP_OPTIMIZER);
-    CHECK(a->end_s == b->end_s && a->comm_s > 0 && a->busy_s > 0);
+    CHECK(a->op.kind == PLAN_OP_PARAM_GATHER && b->op.kind == PLAN_OP_PARAM_GATHER);
+    CHECK(a->end_s == b->end_s && a->comm_s > 0);
+    CHECK(a[-1].op.kind == PLAN_OP_OPTIMIZER && a[-1].busy_s > 0 && a[-1].comm_s == 0);
     const plan_sim_op *e = &r.rank[v].ops[r.rank[v].n_ops - 1];
     CHECK(e->op.kind == PLAN_OP_OPTIMIZER && e->comm_s == 0 && e->busy_s > 0);
     CHECK_NEAR(e->end_s - e->start_s, e->busy_s, 1e-9);
@@ -499,7 +507,7 @@ TEST(simulate_memory_per_rank_uses_the_schedule_slots)
     CHECK_OK(plan_sim_memory(&p, 1, &llm, err));
     /* 2 chunks in flight x 2 micro-batches of 1 sample */
     CHECK_EQ_INT(enc.slots, 4);
-    CHECK_EQ_INT(llm.slots, 0);
+    CHECK_EQ_INT(llm.slots, 1);   /* its forward+backward's activations */
     plan_options o;
     plan_options_default(&o);
     o.precision = p.precision;
@@ -525,9 +533,10 @@ TEST(simulate_refuses_what_the_schedule_does_not_run)
     static plan_t p;
     char err[UTIL_ERR_LEN];
     CHECK_OK(make_plan("vision:sp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 4, &p));
-    p.mod[1].zero = 3;
+    p.mod[1].pp = 2;
+    p.mod[1].stage_layers[0] = p.model.mod[1].layers;   /* a pipeline stage without a block */
     plan_sim_result r;
-    CHECK(plan_sim_run(&p, NULL, &r, err) == UTIL_EUNSUPPORTED && strstr(err, "ZeRO stage 3"));
+    CHECK(plan_sim_run(&p, NULL, &r, err) == UTIL_EINVAL && strstr(err, "holds no block"));
     CHECK(r.rank == NULL && r.path == NULL);
     plan_sim_free(&r);
 }
@@ -613,8 +622,7 @@ TEST(trace_writer_refuses_bad_events_and_leaves_no_file)
     util_free(text);
 }
 
-/* plan_search re-ranks its plans by the simulated step where the schedule
- * runs them and keeps the analytic step (plan_evaluate's) beside it. */
+/* plan_search re-ranks its plans by the simulated step and keeps the analytic step (plan_evaluate's) beside it. */
 TEST(search_ranks_schedulable_plans_by_the_simulated_step)
 {
     model_t m;
@@ -654,7 +662,8 @@ TEST(search_ranks_schedulable_plans_by_the_simulated_step)
             analytic_only++;
         }
     }
-    CHECK(simulated > 0 && analytic_only > 0);
+    /* every plan the search makes is one the schedule runs (pipelines included) */
+    CHECK(simulated == r.n_plans && analytic_only == 0);
 }
 
 /* The plan file keeps both predictions. */
@@ -680,10 +689,105 @@ TEST(simulate_prediction_round_trips_through_the_plan_file)
     CHECK_NEAR(back.pred.step_time_s, p.pred.step_time_s, 1e-12);
     CHECK_NEAR(back.pred.analytic_step_time_s, analytic, 1e-12);
     /* a plan the schedule does not run keeps its analytic prediction */
-    back.mod[1].zero = 3;
+    back.mod[1].pp = 2;
+    back.mod[1].stage_layers[0] = back.model.mod[1].layers;   /* the second stage holds no block */
     back.pred = p.pred;
     back.pred.step_time_s = back.pred.analytic_step_time_s = 1.5;
     back.pred.simulated = false;
-    CHECK(plan_sim_predict(&back, err) == UTIL_EUNSUPPORTED);
+    CHECK(plan_sim_predict(&back, err) != UTIL_OK);
     CHECK(back.pred.step_time_s == 1.5 && !back.pred.simulated);
+}
+
+/* The LLM's stages at round costs, every other op free: forward 1 s,
+ * backward 2 s, the last stage's forward+backward 3 s. */
+static plan_sim_cost pipe_cost(void *ctx, const plan_t *p, int rank, const plan_op *op)
+{
+    (void)ctx; (void)rank;
+    plan_sim_cost c = { 0, 0, 0 };
+    if (op->module != p->model.llm) return c;
+    if (op->kind == PLAN_OP_FORWARD) c.busy_s = 1;
+    if (op->kind == PLAN_OP_BACKWARD) c.busy_s = 2;
+    if (op->kind == PLAN_OP_FORWARD_BACKWARD) c.busy_s = 3;
+    return c;
+}
+
+static double free_msg(void *ctx, const plan_t *p, int src, int dst, double bytes)
+{
+    (void)ctx; (void)p; (void)src; (void)dst; (void)bytes;
+    return 0;
+}
+
+/* 1F1B's makespan with uniform stages (Narayanan et al., arXiv 2104.04473,
+ * sec. 2.2): (m + pp - 1) (f + b) for m micro-batches on pp stages, the
+ * bubble (pp - 1) (f + b). The schedule and the simulator give it exactly. */
+TEST(simulate_pipeline_makespan_is_1f1b)
+{
+    static plan_t p;
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(model_load("tiny-vl", &m, err));
+    CHECK_OK(cost_cluster_load("8xh100", &c, err));
+    m.mod[m.llm].layers = 8;
+    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 16 };
+    const plan_sim_hooks hooks = { .op_cost = pipe_cost, .msg_seconds = free_msg };
+    const int pps[] = { 2, 4 }, micros[] = { 2, 4, 8 };
+    for (int a = 0; a < 2; a++)
+        for (int b = 0; b < 3; b++) {
+            char spec[96];
+            snprintf(spec, sizeof spec, "vision:gpus=1;llm:gpus=%d,pp=%d,mb=1", pps[a], pps[a]);
+            CHECK_OK(plan_from_strategy(spec, &m, &c, &w, PLAN_DISAGGREGATED, 1 + pps[a], micros[b], &p, err));
+            plan_sim_result r;
+            CHECK_OK(plan_sim_run(&p, &hooks, &r, err));
+            int pp = pps[a], M = 8;   /* 8 samples, one per micro-batch, whatever the chunks */
+            CHECK_NEAR(r.step_time_s, (M + pp - 1) * 3.0, 1e-9);
+            plan_sim_free(&r);
+        }
+}
+
+/* Pipelines of every kind simulate without deadlock, each hop carrying
+ * plan_stage_hop_bytes; a tied LLM's stages sync their embedding. */
+TEST(simulate_pipelines_run_to_the_end_and_price_their_hops)
+{
+    static plan_t p;
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(model_load("tiny-vl", &m, err));
+    CHECK_OK(cost_cluster_load("8xh100", &c, err));
+    m.mod[m.llm].layers = 4;
+    m.mod[m.llm].tied_embeddings = true;
+    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 16 };
+    const struct { const char *spec; plan_placement pl; int gpus, micro; } cases[] = {
+        { "vision:gpus=2,pp=2;llm:gpus=4,pp=2,dp=2,zero=1", PLAN_DISAGGREGATED, 6, 4 },
+        { "vision:gpus=1;llm:gpus=4,pp=4,mb=2", PLAN_DISAGGREGATED, 5, 2 },
+        { "vision:pp=2,dp=2;llm:pp=4", PLAN_COLOCATED, 4, 1 },
+        { "vision:dp=4;llm:pp=2,tp=2,seqpar=1", PLAN_COLOCATED, 4, 1 },
+    };
+    plan_options o = { 0 };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = plan_from_strategy(cases[i].spec, &m, &c, &w, cases[i].pl, cases[i].gpus, cases[i].micro, &p, err);
+        CHECK_MSG(rc == UTIL_OK, "%s: %s", cases[i].spec, err);
+        if (rc) continue;
+        o = plan_options_of(&p);
+        plan_sim_result r;
+        rc = plan_sim_run(&p, NULL, &r, err);
+        CHECK_MSG(rc == UTIL_OK, "%s: %s", cases[i].spec, err);
+        if (rc) continue;
+        CHECK(r.step_time_s > 0);
+        int hops = 0, syncs = 0;
+        for (int q = 0; q < r.world_size; q++)
+            for (int j = 0; j < r.rank[q].n_ops; j++) {
+                const plan_sim_op *op = &r.rank[q].ops[j];
+                syncs += op->op.kind == PLAN_OP_EMBED_SYNC;
+                if (op->op.kind != PLAN_OP_SEND_STAGE && op->op.kind != PLAN_OP_RECV_STAGE_GRAD) continue;
+                hops++;
+                int k = op->op.module;
+                CHECK_NEAR(op->bytes, plan_stage_hop_bytes(&p.model, k, &p.mod[k], &p.work, &o, op->op.samples), 1e-9);
+            }
+        CHECK(hops > 0);
+        /* the LLM's first and last stage in each of its dp x tp pipelines */
+        CHECK_EQ_INT(syncs, 2 * p.mod[p.model.llm].dp * p.mod[p.model.llm].tp);
+        plan_sim_free(&r);
+    }
 }

@@ -113,6 +113,7 @@ typedef enum {
     UTIL_MEM_OPTIM,
     UTIL_MEM_ACTIV,
     UTIL_MEM_COMM,
+    UTIL_MEM_ZERO,     /* ZeRO-3 gathered units and ZeRO-2/3 gradient buckets */
     UTIL_MEM_NCAT
 } util_mem_cat;
 

@@ -1,0 +1,156 @@
+/* Activations: each module's forward fills a slot with what its backward
+ * needs, carved tensor by tensor as plan_module_acts lists them (the memory
+ * model sums the same list); scratch is shared by all slots. */
+#include "executor/model_int.h"
+
+#include <string.h>
+
+/* Where the pointer to an activation tensor lives. */
+static float **act_view(ex_acts *a, plan_act_id id, int layer)
+{
+    if (id < PLAN_NACT_BLOCK) {
+        ex_block_acts *b = &a->blk[layer];
+        float **f[PLAN_NACT_BLOCK] = {
+            [PLAN_ACT_X] = &b->x, [PLAN_ACT_LN1] = &b->ln1, [PLAN_ACT_RSTD1] = &b->rstd1, [PLAN_ACT_Q] = &b->q,
+            [PLAN_ACT_K] = &b->k, [PLAN_ACT_V] = &b->v, [PLAN_ACT_ATT] = &b->att, [PLAN_ACT_LSE] = &b->lse,
+            [PLAN_ACT_XMID] = &b->xmid, [PLAN_ACT_LN2] = &b->ln2, [PLAN_ACT_RSTD2] = &b->rstd2, [PLAN_ACT_G] = &b->g,
+            [PLAN_ACT_U] = &b->u, [PLAN_ACT_H] = &b->h, [PLAN_ACT_ATT_LOC] = &b->att_loc,
+        };
+        return f[id];
+    }
+    switch (id) {
+    case PLAN_ACT_X_FINAL: return &a->x_final;
+    case PLAN_ACT_COS: return &a->cos;
+    case PLAN_ACT_SIN: return &a->sin;
+    case PLAN_ACT_RC_OUT: return &a->rc_out;
+    case PLAN_ACT_SP_PACK: return &a->sp_pack;
+    case PLAN_ACT_SP_DQ: return &a->sp_dq;
+    case PLAN_ACT_SP_DK: return &a->sp_dk;
+    case PLAN_ACT_SP_DV: return &a->sp_dv;
+    case PLAN_ACT_SP_DATT: return &a->sp_datt;
+    case PLAN_ACT_TP_FULL: return &a->tp_full;
+    case PLAN_ACT_TP_PART: return &a->tp_part;
+    case PLAN_ACT_TP_DFULL: return &a->tp_dfull;
+    case PLAN_ACT_TP_GRADS: return &a->tp_grads;
+    case PLAN_ACT_DRES: return &a->dres;
+    case PLAN_ACT_DLN: return &a->dln;
+    case PLAN_ACT_DQ: return &a->dq;
+    case PLAN_ACT_DK: return &a->dk;
+    case PLAN_ACT_DV: return &a->dv;
+    case PLAN_ACT_DATT: return &a->datt;
+    case PLAN_ACT_DG: return &a->dg;
+    case PLAN_ACT_DU: return &a->du;
+    case PLAN_ACT_DH: return &a->dh;
+    case PLAN_ACT_MLN: return &a->mln;
+    case PLAN_ACT_MRSTD: return &a->mrstd;
+    case PLAN_ACT_H1: return &a->h1;
+    case PLAN_ACT_A1: return &a->a1;
+    case PLAN_ACT_VOUT: return &a->vout;
+    case PLAN_ACT_DH1: return &a->dh1;
+    case PLAN_ACT_DA1: return &a->da1;
+    case PLAN_ACT_XG: return &a->xg;
+    case PLAN_ACT_RSTDF: return &a->rstdf;
+    case PLAN_ACT_GATH: return &a->gath;
+    case PLAN_ACT_LOGITS: return &a->logits;
+    case PLAN_ACT_DLOGITS: return &a->dlogits;
+    case PLAN_ACT_CE_MX: return &a->ce_mx;
+    case PLAN_ACT_CE_ST: return &a->ce_st;
+    case PLAN_ACT_EMB: return &a->emb;
+    case PLAN_ACT_DGATH: return &a->dgath;
+    case PLAN_ACT_DXG: return &a->dxg;
+    case PLAN_ACT_DVIS: return &a->dvis;
+    default: return NULL;
+    }
+}
+
+/* Carves a module's activations for one slot's geometry out of saved (the
+ * slot) and scratch; with NULL bases it only counts floats. */
+static int acts_layout(ex_module *md, float *saved, float *scratch, const ex_slot *g, size_t *n_saved,
+                       size_t *n_scratch)
+{
+    plan_act_rows rows = { g->n_rows, g->m_rows, g->n_pred, g->emb_rows };
+    int n = plan_module_acts(&md->mm, &md->strat, md->stage_index, &rows, NULL, 0);
+    plan_act *list = util_malloc((size_t)n * sizeof *list);
+    if (!list) return UTIL_ENOMEM;
+    plan_module_acts(&md->mm, &md->strat, md->stage_index, &rows, list, n);
+    size_t os = 0, ox = 0;
+    for (int i = 0; i < n; i++) {
+        const plan_act *a = &list[i];
+        float *base = a->saved ? saved : scratch, *p = base ? base + (a->saved ? os : ox) : NULL;
+        *(a->saved ? &os : &ox) += a->floats;
+        if (a->id < PLAN_NACT_BLOCK && a->layer < 0) {   /* one copy every block shares */
+            for (int l = 0; l < md->mm.layers; l++) *act_view(&md->a, a->id, l) = p;
+        } else {
+            *act_view(&md->a, a->id, a->layer) = p;
+        }
+    }
+    util_free(list);
+    if (n_saved) *n_saved = os;
+    if (n_scratch) *n_scratch = ox;
+    return UTIL_OK;
+}
+
+/* Points md->a and the geometry at the current slot's activations. */
+void ex_slot_bind(ex_module *md)
+{
+    ex_slot *s = &md->slot[md->cur];
+    acts_layout(md, s->mem, md->scratch, s, NULL, NULL);
+    md->cu = s->cu;
+    md->cu_win = s->cu_win;
+    md->n_rows = s->n_rows;
+    md->n_seq = s->n_seq;
+    md->n_win = s->n_win;
+}
+
+/* Grows *buf (floats, UTIL_MEM_ACTIV) to hold need; the contents are not kept. */
+static int grow_floats(float **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap && *buf) return UTIL_OK;
+    util_free(*buf);
+    *cap = 0;
+    *buf = util_malloc_cat(UTIL_MEM_ACTIV, (need ? need : 1) * sizeof(float));
+    if (!*buf) return UTIL_ENOMEM;
+    *cap = need;
+    return UTIL_OK;
+}
+
+/* Sizes the current slot (allocated on first use, grown when a batch needs
+ * more) and the shared scratch for a forward, then binds them. The LLM
+ * sizes its head for reserve_pred predictions (every text position) however
+ * many the loss mask counts, so its memory does not depend on the data. */
+int ex_acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int reserve_pred, int emb_rows, int n_cu, char *err)
+{
+    ex_slot *s = &md->slot[md->cur];
+    ex_slot want = { .n_rows = n, .m_rows = m_rows, .n_pred = n_pred > reserve_pred ? n_pred : reserve_pred,
+                     .emb_rows = emb_rows };
+    size_t ns, nx;
+    if (acts_layout(md, NULL, NULL, &want, &ns, &nx))
+        return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory", md->mm.name);
+    s->filled = false;
+    if (grow_floats(&s->mem, &s->cap, ns) || grow_floats(&md->scratch, &md->scratch_cap, nx))
+        return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for activations (%zu floats)", md->mm.name, ns + nx);
+    if (n_cu + 1 > s->n_cu_cap) {
+        util_free(s->cu);
+        util_free(s->cu_win);
+        s->cu = util_malloc_cat(UTIL_MEM_ACTIV, (size_t)(n_cu + 1) * sizeof(int));
+        s->cu_win = util_malloc_cat(UTIL_MEM_ACTIV, (size_t)(n_cu + 1) * sizeof(int));
+        s->n_cu_cap = s->cu && s->cu_win ? n_cu + 1 : 0;
+        if (!s->n_cu_cap) return util_fail(err, UTIL_ENOMEM, "executor: out of memory for sequence offsets");
+    }
+    s->n_rows = n;
+    s->m_rows = m_rows;
+    s->n_pred = want.n_pred;
+    s->emb_rows = emb_rows;
+    s->n_seq = s->n_win = 0;
+    ex_slot_bind(md);
+    return UTIL_OK;
+}
+
+/* Records the sequence counts of the forward that just filled the current slot. */
+void ex_slot_filled(ex_module *md)
+{
+    ex_slot *s = &md->slot[md->cur];
+    s->n_seq = md->n_seq;
+    s->n_win = md->n_win;
+    s->filled = true;
+}

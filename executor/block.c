@@ -1,0 +1,271 @@
+/* The pre-norm transformer block, forward and backward, with its
+ * tensor-parallel regions (Megatron-LM's mappings: copy to / reduce from the
+ * region, or under sequence parallelism all-gather into / reduce-scatter out
+ * of it), the Ulysses all-to-alls and activation recomputation. Every
+ * layer works on LOCAL shapes held in ex_module (d, H, Hkv, hd, f), so the
+ * parallel layouts reuse the kernels with collectives in between. */
+#include "executor/model_int.h"
+
+#include <string.h>
+
+/* ----------------------------------------------------------- collectives */
+
+void ex_tp_allreduce(ex_module *md, float *x, size_t n)
+{
+    if (md->tp > 1 && !md->comm_rc) md->comm_rc = md->par.allreduce_sum(md->par.ctx, x, n);
+}
+
+void ex_tp_allreduce_max(ex_module *md, float *x, size_t n)
+{
+    if (md->tp > 1 && !md->comm_rc) md->comm_rc = md->par.allreduce_max(md->par.ctx, x, n);
+}
+
+void ex_tp_allgather(ex_module *md, const float *x, float *all, size_t n)
+{
+    if (!md->comm_rc) md->comm_rc = md->par.allgather(md->par.ctx, x, all, n);
+}
+
+static void tp_reduce_scatter(ex_module *md, const float *x, float *mine, size_t n)
+{
+    if (!md->comm_rc) md->comm_rc = md->par.reduce_scatter(md->par.ctx, x, mine, n);
+}
+
+const char *ex_comm_what(const ex_module *md)
+{
+    return md->sp > 1 && md->tp > 1 ? "tensor/sequence-parallel collective"
+           : md->sp > 1           ? "sequence-parallel alltoall"
+                                  : "tensor-parallel collective";
+}
+
+int ex_norm_rows(const ex_module *md) { return md->seqpar ? md->n_rows / md->tp : md->n_rows; }
+
+/* ------------------------------------------------------ tensor-parallel regions
+ * Entering: the column-parallel linears' input, all N rows (under sequence
+ * parallelism all-gathered from every rank's rows); its gradient leaves
+ * summed over the group (all-reduce, or reduce-scatter back to the rows).
+ * Leaving: the row-parallel output summed (all-reduce, or reduce-scatter to
+ * this rank's rows); its gradient enters as all N rows (all-gathered). */
+
+static const float *region_enter(ex_module *md, const float *rows)
+{
+    if (!md->seqpar) return rows;
+    ex_tp_allgather(md, rows, md->a.tp_full, (size_t)ex_norm_rows(md) * md->d);
+    return md->a.tp_full;
+}
+
+/* Where a row-parallel linear writes its partial sum of all N rows. */
+static float *region_partial(ex_module *md, float *out) { return md->seqpar ? md->a.tp_part : out; }
+
+static void region_leave(ex_module *md, float *partial, float *out)
+{
+    if (md->seqpar) tp_reduce_scatter(md, partial, out, (size_t)ex_norm_rows(md) * md->d);
+    else ex_tp_allreduce(md, out, (size_t)md->n_rows * md->d);
+}
+
+static const float *region_leave_grad(ex_module *md, const float *drows)
+{
+    if (!md->seqpar) return drows;
+    ex_tp_allgather(md, drows, md->a.tp_dfull, (size_t)ex_norm_rows(md) * md->d);
+    return md->a.tp_dfull;
+}
+
+/* Where the column-parallel linears' input gradient (a partial sum over all N rows) accumulates. */
+static float *region_grad_partial(ex_module *md) { return md->seqpar ? md->a.tp_part : md->a.dln; }
+
+static void region_enter_grad(ex_module *md, float *partial)
+{
+    if (md->seqpar) tp_reduce_scatter(md, partial, md->a.dln, (size_t)ex_norm_rows(md) * md->d);
+    else ex_tp_allreduce(md, md->a.dln, (size_t)md->n_rows * md->d);
+}
+
+/* -------------------------------------------------------------- Ulysses */
+
+/* Ulysses all-to-all, local rows / all heads -> all rows / local heads:
+ * src [Nl, nh, hd] (this rank's rows) -> dst [sp * Nl, nh / sp, hd]. */
+static void sp_heads_to_rows(ex_module *md, float *dst, const float *src, int nh)
+{
+    int Nl = md->n_rows, sp = md->sp, nhl = nh / sp, hd = md->hd;
+    size_t chunk = (size_t)Nl * nhl * hd;
+    for (int r = 0; r < sp; r++)
+        for (int t = 0; t < Nl; t++)
+            memcpy(md->a.sp_pack + r * chunk + (size_t)t * nhl * hd,
+                   src + ((size_t)t * nh + (size_t)r * nhl) * hd, (size_t)nhl * hd * sizeof(float));
+    if (!md->comm_rc) md->comm_rc = md->par.alltoall(md->par.ctx, md->a.sp_pack, dst, chunk);
+}
+
+/* The inverse: src [sp * Nl, nh / sp, hd] -> dst [Nl, nh, hd]. */
+static void sp_rows_to_heads(ex_module *md, float *dst, const float *src, int nh)
+{
+    int Nl = md->n_rows, sp = md->sp, nhl = nh / sp, hd = md->hd;
+    size_t chunk = (size_t)Nl * nhl * hd;
+    if (!md->comm_rc) md->comm_rc = md->par.alltoall(md->par.ctx, src, md->a.sp_pack, chunk);
+    for (int r = 0; r < sp; r++)
+        for (int t = 0; t < Nl; t++)
+            memcpy(dst + ((size_t)t * nh + (size_t)r * nhl) * hd,
+                   md->a.sp_pack + r * chunk + (size_t)t * nhl * hd, (size_t)nhl * hd * sizeof(float));
+}
+
+/* ---------------------------------------------------------------- blocks */
+
+/* Pre-norm transformer block over N rows, weights of layer l:
+ *   xmid = x + Wo attn(rope(Wq n1 + bq), rope(Wk n1 + bk), Wv n1 + bv) + bo,  n1 = rmsnorm(x) w1
+ *   out  = xmid + Wd (silu(Wg n2 + bg) * (Wu n2 + bu)) + bd,                   n2 = rmsnorm(xmid) w2
+ * q [N, H*hd], k/v [N, Hkv*hd], attention per sequence of cu (nseq), causal or not.
+ * With tp > 1, H, Hkv and f are this rank's slice (q/k/v/gate/up split by rows,
+ * o/down by columns) and the o and down outputs are summed over the group
+ * before their (replicated) bias and the residual; under sequence
+ * parallelism x, the norms and the residual hold this rank's N / tp rows.
+ * With sp > 1 (Ulysses), rows are this rank's slice of the sequence; q, k, v
+ * go through an all-to-all to all rows x H/sp heads for attention (cu then
+ * counts all rows) and the output comes back. Reads a->x, writes out. */
+void ex_block_forward(const ex_backend *be, ex_module *md, int l, float *out, const int *cu, int nseq, bool causal)
+{
+    const ex_block_w *w = &md->w.blk[l];
+    ex_block_acts *a = &md->a.blk[l];
+    int N = md->n_rows, Nl = ex_norm_rows(md), d = md->d, qd = md->H * md->hd, kd = md->Hkv * md->hd, f = md->f;
+    bool sp = md->sp > 1;
+    be->rmsnorm_forward(a->ln1, a->rstd1, a->x, w->ln1, Nl, d, EX_NORM_EPS);
+    const float *in = region_enter(md, a->ln1);
+    float *q = sp ? md->a.dq : a->q, *k = sp ? md->a.dk : a->k, *v = sp ? md->a.dv : a->v;
+    be->linear_forward(q, in, w->wq, w->bq, N, d, qd);
+    be->linear_forward(k, in, w->wk, w->bk, N, d, kd);
+    be->linear_forward(v, in, w->wv, w->bv, N, d, kd);
+    be->rope_forward(q, md->a.cos, md->a.sin, N, md->H, md->hd);
+    be->rope_forward(k, md->a.cos, md->a.sin, N, md->Hkv, md->hd);
+    if (sp) {
+        sp_heads_to_rows(md, a->q, q, md->H);
+        sp_heads_to_rows(md, a->k, k, md->Hkv);
+        sp_heads_to_rows(md, a->v, v, md->Hkv);
+    }
+    be->attention_forward(a->att, a->lse, a->q, a->k, a->v, cu, nseq, md->H / md->sp, md->Hkv / md->sp, md->hd, causal);
+    if (sp) sp_rows_to_heads(md, a->att_loc, a->att, md->H);
+    float *part = region_partial(md, a->xmid);
+    be->linear_forward(part, sp ? a->att_loc : a->att, w->wo, NULL, N, qd, d);
+    region_leave(md, part, a->xmid);
+    if (w->bo) be->add_bias(a->xmid, w->bo, Nl, d);
+    be->add_inplace(a->xmid, a->x, (size_t)Nl * d);
+    be->rmsnorm_forward(a->ln2, a->rstd2, a->xmid, w->ln2, Nl, d, EX_NORM_EPS);
+    in = region_enter(md, a->ln2);
+    be->linear_forward(a->g, in, w->wg, w->bg, N, d, f);
+    be->linear_forward(a->u, in, w->wu, w->bu, N, d, f);
+    be->swiglu_forward(a->h, a->g, a->u, (size_t)N * f);
+    part = region_partial(md, out);
+    be->linear_forward(part, a->h, w->wd, NULL, N, f, d);
+    region_leave(md, part, out);
+    if (w->bd) be->add_bias(out, w->bd, Nl, d);
+    be->add_inplace(out, a->xmid, (size_t)Nl * d);
+}
+
+/* Block backward: dres [Nl, d] holds dL/d(out) on entry and dL/d(x) on return;
+ * weight gradients accumulate into the module's gradient views of layer l
+ * (NULL views, a frozen module's, are skipped by the kernels). Under sequence
+ * parallelism the norms' weight gradients are partial sums over the group's
+ * rows: they are summed over it (Megatron all-reduces them in
+ * finalize_model_grads) before they accumulate. */
+void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, const int *cu, int nseq, bool causal)
+{
+    const ex_block_w *w = &md->w.blk[l];
+    ex_block_w *gw = &md->g.blk[l];
+    ex_block_acts *a = &md->a.blk[l];
+    ex_acts *s = &md->a;
+    int N = md->n_rows, Nl = ex_norm_rows(md), d = md->d, qd = md->H * md->hd, kd = md->Hkv * md->hd, f = md->f;
+    size_t Nd = (size_t)N * d, Nf = (size_t)N * f;
+    bool partial_norms = md->seqpar && gw->ln1;
+    float *dln1 = partial_norms ? s->tp_grads : gw->ln1, *dln2 = partial_norms ? s->tp_grads + d : gw->ln2;
+    if (partial_norms) be->zero(s->tp_grads, 2 * (size_t)d);
+    const float *dout = region_leave_grad(md, dres);
+    be->zero(s->dh, Nf);
+    be->linear_backward(s->dh, gw->wd, gw->bd, dout, a->h, w->wd, N, f, d);
+    be->zero(s->dg, Nf);
+    be->zero(s->du, Nf);
+    be->swiglu_backward(s->dg, s->du, s->dh, a->g, a->u, Nf);
+    const float *in = region_enter(md, a->ln2);
+    float *dpart = region_grad_partial(md);
+    be->zero(dpart, Nd);
+    be->linear_backward(dpart, gw->wg, gw->bg, s->dg, in, w->wg, N, d, f);
+    be->linear_backward(dpart, gw->wu, gw->bu, s->du, in, w->wu, N, d, f);
+    region_enter_grad(md, dpart);
+    be->rmsnorm_backward(dres, dln2, s->dln, a->xmid, w->ln2, a->rstd2, Nl, d);
+    bool sp = md->sp > 1;
+    dout = region_leave_grad(md, dres);
+    be->zero(s->datt, (size_t)N * qd);
+    be->linear_backward(s->datt, gw->wo, gw->bo, dout, sp ? a->att_loc : a->att, w->wo, N, qd, d);
+    if (sp) sp_heads_to_rows(md, s->sp_datt, s->datt, md->H);
+    float *dq = sp ? s->sp_dq : s->dq, *dk = sp ? s->sp_dk : s->dk, *dv = sp ? s->sp_dv : s->dv;
+    be->zero(dq, (size_t)N * qd);
+    be->zero(dk, (size_t)N * kd);
+    be->zero(dv, (size_t)N * kd);
+    be->attention_backward(dq, dk, dv, sp ? s->sp_datt : s->datt, a->q, a->k, a->v, a->att, a->lse,
+                           cu, nseq, md->H / md->sp, md->Hkv / md->sp, md->hd, causal);
+    if (sp) {
+        sp_rows_to_heads(md, s->dq, dq, md->H);
+        sp_rows_to_heads(md, s->dk, dk, md->Hkv);
+        sp_rows_to_heads(md, s->dv, dv, md->Hkv);
+    }
+    be->rope_backward(s->dq, s->cos, s->sin, N, md->H, md->hd);
+    be->rope_backward(s->dk, s->cos, s->sin, N, md->Hkv, md->hd);
+    in = region_enter(md, a->ln1);
+    be->zero(dpart, Nd);
+    be->linear_backward(dpart, gw->wq, gw->bq, s->dq, in, w->wq, N, d, qd);
+    be->linear_backward(dpart, gw->wk, gw->bk, s->dk, in, w->wk, N, d, kd);
+    be->linear_backward(dpart, gw->wv, gw->bv, s->dv, in, w->wv, N, d, kd);
+    region_enter_grad(md, dpart);
+    be->rmsnorm_backward(dres, dln1, s->dln, a->x, w->ln1, a->rstd1, Nl, d);
+    if (partial_norms) {
+        ex_tp_allreduce(md, s->tp_grads, 2 * (size_t)d);
+        be->add_inplace(gw->ln1, s->tp_grads, (size_t)d);
+        be->add_inplace(gw->ln2, s->tp_grads + d, (size_t)d);
+    }
+}
+
+static bool layer_is_window(const model_module *mm, int l)
+{
+    if (mm->window <= 0) return false;
+    for (int i = 0; i < mm->n_full_layers; i++)
+        if (mm->full_layers[i] == l) return false;
+    return true;
+}
+
+/* Block l's output: the next block's input, or the stage's last output. */
+static float *block_out(ex_module *md, int l)
+{
+    return l + 1 < md->stage.first + md->stage.count ? md->a.blk[l + 1].x : md->a.x_final;
+}
+
+/* What a recomputing backward re-runs of layer l's forward first: the whole
+ * block (full), or the attention core and the MLP activation (selective),
+ * into the tensors every block shares. */
+static void recompute(const ex_backend *be, ex_module *md, int l, const int *cu, int nseq, bool causal)
+{
+    ex_block_acts *a = &md->a.blk[l];
+    if (md->recompute == PLAN_RECOMP_FULL) {
+        ex_block_forward(be, md, l, md->a.rc_out, cu, nseq, causal);
+    } else if (md->recompute == PLAN_RECOMP_SELECTIVE) {
+        be->attention_forward(a->att, a->lse, a->q, a->k, a->v, cu, nseq, md->H / md->sp, md->Hkv / md->sp, md->hd,
+                              causal);
+        be->swiglu_forward(a->h, a->g, a->u, (size_t)md->n_rows * md->f);
+    }
+}
+
+void ex_blocks_forward(const ex_backend *be, ex_module *md, const int *cu, const int *cu_win, bool causal)
+{
+    for (int l = md->stage.first; l < md->stage.first + md->stage.count; l++) {
+        bool win = layer_is_window(&md->mm, l);
+        ex_unit_begin(md, 1 + l, EX_USE_FORWARD);
+        ex_block_forward(be, md, l, block_out(md, l), win ? cu_win : cu, win ? md->n_win : md->n_seq, causal);
+        ex_unit_end(md, 1 + l, EX_USE_FORWARD, false);
+    }
+}
+
+void ex_blocks_backward(const ex_backend *be, ex_module *md, const int *cu, const int *cu_win, bool causal)
+{
+    for (int l = md->stage.first + md->stage.count - 1; l >= md->stage.first; l--) {
+        bool win = layer_is_window(&md->mm, l);
+        const int *c = win ? cu_win : cu;
+        int n = win ? md->n_win : md->n_seq;
+        ex_unit_begin(md, 1 + l, EX_USE_BACKWARD);
+        recompute(be, md, l, c, n, causal);
+        ex_block_backward(be, md, l, md->a.dres, c, n, causal);
+        ex_unit_end(md, 1 + l, EX_USE_BACKWARD, true);
+    }
+}

@@ -1,0 +1,364 @@
+/* The decoder LLM: embeddings (vision tokens first, then the sample's text),
+ * causal blocks, and the head over the predicting rows only (final norm,
+ * vocab-parallel LM head and cross-entropy), forward and backward; and the
+ * whole-model step that runs the vision encoder and the LLM in one instance.
+ * Qwen2's modeling_qwen2.py is the reference. */
+#include "executor/model_int.h"
+
+#include <math.h>
+#include <string.h>
+
+static ex_module *llm_of(ex_model *em) { return ex_module_at(em, em->m.llm); }
+
+/* 1-D RoPE at position p within each sample: pair i rotates by p * theta^(-2i/hd). */
+static void llm_rope_tables(ex_module *md)
+{
+    int half = md->hd / 2, longest = 0;
+    double inv[EX_MAX_HEAD_DIM / 2];
+    for (int i = 0; i < half; i++) inv[i] = pow(EX_ROPE_THETA, -2.0 * i / (double)md->hd);
+    for (int s = 1; s < md->n_seq; s++)
+        if (md->cu[s + 1] - md->cu[s] > md->cu[longest + 1] - md->cu[longest]) longest = s;
+    float *c0 = md->a.cos + (size_t)md->cu[longest] * half, *s0 = md->a.sin + (size_t)md->cu[longest] * half;
+    for (int p = 0; p < md->cu[longest + 1] - md->cu[longest]; p++)
+        for (int i = 0; i < half; i++) {
+            double ang = p * inv[i];
+            c0[(size_t)p * half + i] = (float)cos(ang);
+            s0[(size_t)p * half + i] = (float)sin(ang);
+        }
+    /* every other sample's positions 0..len-1 are a prefix of the longest one's */
+    for (int s = 0; s < md->n_seq; s++) {
+        if (s == longest) continue;
+        size_t n = (size_t)(md->cu[s + 1] - md->cu[s]) * half;
+        memcpy(md->a.cos + (size_t)md->cu[s] * half, c0, n * sizeof *c0);
+        memcpy(md->a.sin + (size_t)md->cu[s] * half, s0, n * sizeof *s0);
+    }
+}
+
+/* Predictions the loss counts: position t < T-1 of sample s predicts token
+ * t+1 iff loss_mask[s*T + t] != 0 (all of them without a mask). */
+static int count_predictions(const ex_batch *b)
+{
+    int T = b->text_tokens, n = 0;
+    for (int s = 0; s < b->batch; s++)
+        for (int t = 0; t + 1 < T; t++) n += !b->loss_mask || b->loss_mask[(size_t)s * T + t] != 0;
+    return n;
+}
+
+/* Token embeddings of every text row into x0 (row t0 of sample s is cu[s] +
+ * its vision rows). Vocab-parallel (tp > 1): each rank looks up the tokens of
+ * its vocab rows (others zero) into emb, one allreduce_sum over the group
+ * completes the rows (Megatron VocabParallelEmbedding). Under sequence
+ * parallelism all N rows are built in tp_full and the first block's input is
+ * this rank's N / tp of them. */
+static void llm_embed(ex_model *em, ex_module *md, const ex_batch *b, const float *vis_in)
+{
+    const ex_backend *be = em->be;
+    int T = b->text_tokens, B = b->batch, mpi = em->merged_per_image, d = md->d;
+    float *x0 = md->seqpar ? md->a.tp_full : md->a.blk[0].x, *emb = md->a.emb;
+    bool vp = md->tp > 1;
+    if (vp) {
+        be->embedding_forward(emb, md->w.wte, b->tokens, B * T, d, md->vocab0, md->vocab_n);
+        ex_tp_allreduce(md, emb, (size_t)B * T * d);
+    }
+    int img = 0;
+    for (int s = 0; s < B; s++) {
+        int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, r0 = md->cu[s];
+        if (nimg) be->copy(x0 + (size_t)r0 * d, vis_in + (size_t)img * mpi * d, (size_t)nimg * mpi * d);
+        img += nimg;
+        float *xt = x0 + (size_t)(r0 + nimg * mpi) * d;
+        if (vp) be->copy(xt, emb + (size_t)s * T * d, (size_t)T * d);
+        else be->embedding_forward(xt, md->w.wte, b->tokens + (size_t)s * T, T, d, 0, md->vocab_n);
+    }
+    size_t Nl = (size_t)ex_norm_rows(md);
+    if (md->seqpar) be->copy(md->a.blk[0].x, x0 + (size_t)md->tp_rank * Nl * d, Nl * d);
+}
+
+/* Sample s's rows: its images' merged rows, then its text (cu_seqlens). */
+static void llm_sequences(const ex_model *em, ex_module *md, const ex_batch *b)
+{
+    md->cu[0] = 0;
+    for (int s = 0; s < b->batch; s++)
+        md->cu[s + 1] = md->cu[s] + (b->images_per_sample ? b->images_per_sample[s] : 0) * em->merged_per_image + b->text_tokens;
+    md->n_seq = b->batch;
+}
+
+/* The embedding's backward from dL/d(x0) of all N rows: the vision rows'
+ * gradient into dvis, the text rows' into this rank's vocabulary rows. */
+static void llm_embed_backward(ex_model *em, ex_module *md, const ex_batch *b, const float *dx0)
+{
+    const ex_backend *be = em->be;
+    int T = b->text_tokens, mpi = em->merged_per_image, d = md->d, img = 0;
+    for (int s = 0; s < md->n_seq; s++) {
+        int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, r0 = md->cu[s];
+        if (nimg) be->copy(md->a.dvis + (size_t)img * mpi * d, dx0 + (size_t)r0 * d, (size_t)nimg * mpi * d);
+        img += nimg;
+        if (md->g.wte)
+            be->embedding_backward(md->g.wte, dx0 + (size_t)(r0 + nimg * mpi) * d, b->tokens + (size_t)s * T, T, d,
+                                   md->vocab0, md->vocab_n);
+    }
+}
+
+/* Vocab-parallel cross-entropy over logits[Np, vocab_n] (this rank's vocab
+ * columns): global row max (allreduce_max), then sum-exp and target logit
+ * (one allreduce_sum of [2 Np]); loss_r = max + log(sum) - target logit.
+ * With backward, dlogits = dscale (softmax - onehot) on the local columns
+ * (no collective). Returns the sum of the rows' losses. */
+static double llm_cross_entropy(ex_model *em, ex_module *md, bool backward, float dscale)
+{
+    const ex_backend *be = em->be;
+    ex_acts *a = &md->a;
+    int Np = em->n_pred, V = md->vocab_n;
+    be->ce_row_max(a->ce_mx, a->logits, Np, V);
+    ex_tp_allreduce_max(md, a->ce_mx, (size_t)Np);
+    be->ce_exp_sum(backward ? a->dlogits : NULL, a->ce_st, a->logits, a->ce_mx, em->targets, Np, V, md->vocab0);
+    ex_tp_allreduce(md, a->ce_st, (size_t)2 * Np);
+    double total = 0;
+    for (int i = 0; i < Np; i++) total += a->ce_mx[i] + log((double)a->ce_st[i]) - a->ce_st[Np + i];
+    if (backward) be->ce_grad(a->dlogits, a->ce_st, em->targets, Np, V, md->vocab0, dscale);
+    return total;
+}
+
+/* The head's units: its own, and the stem's embedding when the head is tied
+ * to it on the same stage (a pipeline's last stage holds a copy in its own unit). */
+static bool head_uses_stem(const ex_module *md) { return md->mm.tied_embeddings && md->stage.stem; }
+
+static void head_begin(ex_module *md, ex_unit_use use)
+{
+    ex_unit_begin(md, md->mm.layers + 1, use);
+    if (head_uses_stem(md)) ex_unit_begin(md, 0, use);
+}
+
+static void head_end(ex_module *md, ex_unit_use use)
+{
+    ex_unit_end(md, md->mm.layers + 1, use, use == EX_USE_BACKWARD);
+    if (head_uses_stem(md)) ex_unit_end(md, 0, use, false);
+}
+
+/* The rows and targets the loss counts. */
+static int collect_predictions(ex_model *em, ex_module *md, const ex_batch *b, int Np, char *err)
+{
+    int T = b->text_tokens;
+    if (Np > em->targets_cap) {
+        util_free(em->targets);
+        util_free(em->pred_rows);
+        em->targets = util_malloc((size_t)Np * sizeof(int32_t));
+        em->pred_rows = util_malloc((size_t)Np * sizeof(int));
+        em->targets_cap = em->targets && em->pred_rows ? Np : 0;
+        if (!em->targets_cap) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
+    }
+    int k = 0;
+    for (int s = 0; s < b->batch; s++) {
+        int t0 = md->cu[s + 1] - T;
+        for (int j = 0; j + 1 < T; j++)
+            if (!b->loss_mask || b->loss_mask[(size_t)s * T + j] != 0) {
+                em->pred_rows[k] = t0 + j;
+                em->targets[k++] = b->tokens[(size_t)s * T + j + 1];
+            }
+    }
+    em->n_pred = Np;
+    return UTIL_OK;
+}
+
+int ex_llm_rows(const ex_model *em, const ex_module *md, const ex_batch *b)
+{
+    int N = 0;
+    for (int s = 0; s < b->batch; s++)
+        N += (b->images_per_sample ? b->images_per_sample[s] : 0) * ex_merged_per_image(em, b) + b->text_tokens;
+    return md->seqpar ? N / md->tp : N;
+}
+
+/* The head's forward over the Np counted predicting rows of the final
+ * hidden states: final rmsnorm, logits[Np, V] = head(.), loss = sum
+ * CE(logits, next text token) / denominator (loss_denominator, or Np when it
+ * is 0; 0 if Np is 0). Its units are entered whatever Np is: a ZeRO-3
+ * gather is collective. */
+static void llm_head_forward(ex_model *em, ex_module *md, const ex_batch *b, bool backward, float *loss)
+{
+    const ex_backend *be = em->be;
+    ex_acts *a = &md->a;
+    int d = md->d, Np = em->n_pred;
+    head_begin(md, EX_USE_FORWARD);
+    const float *final = a->x_final;
+    if (md->seqpar) {
+        ex_tp_allgather(md, a->x_final, a->tp_full, (size_t)ex_norm_rows(md) * d);
+        final = a->tp_full;
+    }
+    if (Np > 0) {
+        for (int i = 0; i < Np; i++) be->copy(a->xg + (size_t)i * d, final + (size_t)em->pred_rows[i] * d, (size_t)d);
+        be->rmsnorm_forward(a->gath, a->rstdf, a->xg, md->w.lnf, Np, d, EX_NORM_EPS);
+        be->linear_forward(a->logits, a->gath, md->w.head, NULL, Np, d, md->vocab_n);
+        double den = b->loss_denominator > 0 ? b->loss_denominator : (double)Np;
+        *loss = (float)(llm_cross_entropy(em, md, backward, (float)(1.0 / den)) / den);
+    }
+    head_end(md, EX_USE_FORWARD);
+}
+
+static int check_text(const ex_model *em, const ex_batch *b, char *err)
+{
+    const model_module *llm = &em->m.mod[em->m.llm];
+    if (b->batch <= 0 || b->text_tokens < 2 || !b->tokens)
+        return util_fail(err, UTIL_EINVAL, "executor: batch: needs batch > 0, text_tokens >= 2 and tokens");
+    for (int64_t i = 0; i < (int64_t)b->batch * b->text_tokens; i++)
+        if (b->tokens[i] < 0 || b->tokens[i] >= llm->vocab)
+            return util_fail(err, UTIL_EINVAL, "executor: batch: tokens[%lld] = %d outside vocab %d", (long long)i, (int)b->tokens[i], llm->vocab);
+    if (!(b->loss_denominator >= 0) || !isfinite(b->loss_denominator))
+        return util_fail(err, UTIL_EINVAL, "executor: batch: loss_denominator %g must be finite and >= 0", b->loss_denominator);
+    int rc = ex_check_images(em, b, err);
+    if (rc || b->n_images == 0) return rc;
+    int sum = 0;
+    for (int s = 0; s < b->batch; s++) {
+        if (b->images_per_sample[s] < 0) return util_fail(err, UTIL_EINVAL, "executor: batch: images_per_sample[%d] < 0", s);
+        sum += b->images_per_sample[s];
+    }
+    if (sum != b->n_images)
+        return util_fail(err, UTIL_EINVAL, "executor: batch: images_per_sample sums to %d, n_images is %d", sum, b->n_images);
+    return UTIL_OK;
+}
+
+/* LLM forward of this stage: on the first stage x0 = [vision tokens of
+ * sample b's images, wte[text tokens]] per sample (vis_in [n_images * mpi,
+ * d]), on the others the previous stage's rows; the stage's causal blocks;
+ * on the last stage the head and the loss. */
+int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
+{
+    const ex_backend *be = em->be;
+    int rc = check_text(em, b, err);
+    if (rc) return rc;
+    if (md->stage.stem && b->n_images > 0 && !io->vis_in)
+        return util_fail(err, UTIL_EINVAL, "executor: %s forward: batch has images but no vision rows", md->mm.name);
+    if (!md->stage.stem && !io->in)
+        return util_fail(err, UTIL_EINVAL, "executor: %s stage %d forward: no input rows", md->mm.name, md->stage_index);
+    em->merged_per_image = ex_merged_per_image(em, b);
+    int T = b->text_tokens, B = b->batch, mpi = em->merged_per_image, N = 0;
+    int Np = count_predictions(b);
+    for (int s = 0; s < B; s++) N += (b->images_per_sample ? b->images_per_sample[s] : 0) * mpi + T;
+    if (md->seqpar && N % md->tp)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: %d rows do not split over the %d ranks of sequence parallelism", md->mm.name, N, md->tp);
+    rc = ex_acts_ensure(md, N, b->n_images * mpi, Np, B * (T - 1), md->tp > 1 ? B * T : 0, B, err);
+    if (rc) return rc;
+    md->comm_rc = 0;
+    llm_sequences(em, md, b);
+    if (md->stage.stem) {
+        ex_unit_begin(md, 0, EX_USE_FORWARD);
+        llm_embed(em, md, b, io->vis_in);
+        ex_unit_end(md, 0, EX_USE_FORWARD, false);
+    } else {
+        be->copy(md->a.blk[md->stage.first].x, io->in, (size_t)ex_norm_rows(md) * md->d);
+    }
+    llm_rope_tables(md);
+    ex_blocks_forward(be, md, md->cu, md->cu, true);
+    io->loss = 0;
+    io->out = md->a.x_final;
+    io->out_rows = ex_norm_rows(md);
+    if (md->stage.head) {
+        if ((rc = collect_predictions(em, md, b, Np, err))) return rc;
+        llm_head_forward(em, md, b, io->backward, &io->loss);
+        io->out = NULL;
+        io->out_rows = 0;
+    }
+    ex_slot_filled(md);
+    if (md->comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", md->mm.name, ex_comm_what(md), md->comm_rc);
+    if (!isfinite(io->loss)) return util_fail(err, UTIL_ERUNTIME, "executor: loss is %g", (double)io->loss);
+    return UTIL_OK;
+}
+
+/* LLM backward of this stage: on the last stage from dlogits (the head's
+ * input gradient summed over the tp group, vocab-parallel), else from the
+ * next stage's gradient of this stage's rows; the blocks; on the first stage
+ * the embedding's gradient (this rank's vocabulary rows) and dL/d(vision
+ * tokens) into a->dvis [n_images * mpi, d], else the gradient of the stage's
+ * input rows. Under sequence parallelism the head's and the embedding's
+ * rows are all N rows: the blocks get this rank's slice, and their input
+ * gradient is gathered. */
+int ex_llm_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
+{
+    const ex_backend *be = em->be;
+    if (!md->slot[md->cur].filled)
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: slot %d holds no forward", md->mm.name, md->cur);
+    ex_slot_bind(md);
+    if (!md->stage.head && !io->in)
+        return util_fail(err, UTIL_EINVAL, "executor: %s stage %d backward: no output gradient", md->mm.name, md->stage_index);
+    ex_acts *a = &md->a;
+    int d = md->d, N = md->n_rows, Nl = ex_norm_rows(md), Np = em->n_pred;
+    md->comm_rc = 0;
+    if (md->stage.head) {
+        float *dfull = md->seqpar ? a->tp_dfull : a->dres;   /* dL/d(final hidden) of all N rows */
+        head_begin(md, EX_USE_BACKWARD);
+        be->zero(dfull, (size_t)N * d);
+        if (Np > 0) {
+            be->zero(a->dgath, (size_t)Np * d);
+            be->linear_backward(a->dgath, md->g.head, NULL, a->dlogits, a->gath, md->w.head, Np, d, md->vocab_n);
+            ex_tp_allreduce(md, a->dgath, (size_t)Np * d);
+            be->zero(a->dxg, (size_t)Np * d);
+            be->rmsnorm_backward(a->dxg, md->g.lnf, a->dgath, a->xg, md->w.lnf, a->rstdf, Np, d);
+            for (int i = 0; i < Np; i++)
+                be->add_inplace(dfull + (size_t)em->pred_rows[i] * d, a->dxg + (size_t)i * d, (size_t)d);
+        }
+        head_end(md, EX_USE_BACKWARD);
+        if (md->seqpar) be->copy(a->dres, dfull + (size_t)md->tp_rank * Nl * d, (size_t)Nl * d);
+    } else {
+        be->copy(a->dres, io->in, (size_t)Nl * d);
+    }
+    ex_blocks_backward(be, md, md->cu, md->cu, true);
+    io->out = a->dres;
+    io->out_rows = Nl;
+    if (md->stage.stem) {
+        if (md->seqpar) ex_tp_allgather(md, a->dres, a->tp_dfull, (size_t)Nl * d);
+        ex_unit_begin(md, 0, EX_USE_BACKWARD);
+        llm_embed_backward(em, md, b, md->seqpar ? a->tp_dfull : a->dres);
+        ex_unit_end(md, 0, EX_USE_BACKWARD, true);
+        io->out = a->dvis;
+        io->out_rows = b->n_images * em->merged_per_image;
+    }
+    if (md->comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", md->mm.name, ex_comm_what(md), md->comm_rc);
+    return UTIL_OK;
+}
+
+int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *vis_in, bool backward,
+                            float *loss, const float **dvis, char *err)
+{
+    ex_module *md = llm_of(em);
+    if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_llm_forward_backward: no LLM module on this model instance");
+    ex_stage_io io = { .vis_in = vis_in, .backward = backward };
+    int rc = ex_llm_stage_forward(em, md, b, &io, err);
+    if (rc) return rc;
+    *loss = io.loss;
+    ex_stage_io back = { 0 };
+    if (backward && (rc = ex_llm_stage_backward(em, md, b, &back, err))) return rc;
+    if (dvis) *dvis = backward ? back.out : NULL;
+    return UTIL_OK;
+}
+
+/* A micro-batch this rank has no samples of, while its shard group's other
+ * ranks do: only the unit hooks of a forward (and backward) (ex_stage_empty_pass). */
+int ex_llm_empty_pass(ex_model *em, bool backward, char *err)
+{
+    int rc = ex_stage_empty_pass(em, em->m.llm, EX_USE_FORWARD, err);
+    return rc || !backward ? rc : ex_stage_empty_pass(em, em->m.llm, EX_USE_BACKWARD, err);
+}
+
+static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, char *err)
+{
+    ex_module *vis = em->vis_index >= 0 ? ex_module_at(em, em->vis_index) : NULL;
+    if (!llm_of(em) || (em->vis_index >= 0 && !vis) || (vis && vis->sp > 1))
+        return util_fail(err, UTIL_EINVAL, "executor: a whole step needs every module on this instance and no sequence parallelism (use the module-level calls)");
+    int rc = check_text(em, b, err);
+    if (rc) return rc;
+    const float *vis_out = NULL, *dvis = NULL;
+    if (b->n_images > 0 && (rc = ex_vision_forward(em, b, &vis_out, NULL, err))) return rc;
+    if ((rc = ex_llm_forward_backward(em, b, vis_out, backward, loss, &dvis, err))) return rc;
+    if (backward && b->n_images > 0) rc = ex_vision_backward(em, b, dvis, err);
+    return rc;
+}
+
+int ex_step_forward_backward(ex_model *em, const ex_batch *b, float *loss, char *err)
+{
+    return step(em, b, true, loss, err);
+}
+
+int ex_step_forward(ex_model *em, const ex_batch *b, float *loss, char *err)
+{
+    return step(em, b, false, loss, err);
+}

@@ -1,0 +1,163 @@
+/* executor-internal: the model's state, shared by the files of the training
+ * algorithm (model.c layout and parameters, acts.c activations, block.c the
+ * transformer block, vision.c and llm.c the modules, optimizer.c AdamW). */
+#ifndef DHP_EXECUTOR_MODEL_INT_H
+#define DHP_EXECUTOR_MODEL_INT_H
+
+#include "executor/executor.h"
+#include "executor/backend.h"
+
+/* Qwen2.5-VL config.json "rms_norm_eps": 1e-06 (vision and text),
+ * https://huggingface.co/Qwen/Qwen2.5-VL-7B-Instruct/blob/main/config.json */
+#define EX_NORM_EPS 1e-6f
+/* RoPE base: the vision rotary uses theta 10000 (VisionRotaryEmbedding in
+ * modeling_qwen2_5_vl.py); models.h has no rope_theta field yet, so the LLM
+ * uses 10000 too (the tiny zoo models' value). */
+#define EX_ROPE_THETA 10000.0
+
+typedef struct {
+    float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
+    float *ln2, *wg, *bg, *wu, *bu, *wd, *bd;
+} ex_block_w;
+
+typedef struct {
+    float *patch_w, *patch_b;                 /* vision */
+    float *merge_ln, *m0w, *m0b, *m2w, *m2b;  /* vision merger */
+    float *wte, *lnf, *head;                  /* llm; head == wte when tied */
+    ex_block_w *blk;                          /* [layers] */
+} ex_weights;
+
+/* One parameter tensor: plan_module_tensors' description plus where it lives. */
+typedef struct {
+    plan_tensor d;
+    char name[MODEL_NAME_LEN + 96]; /* "<module>.<d.name>" */
+    size_t off, numel;         /* in the module's flat layout */
+    float **pslot, **gslot;    /* the weight and gradient views to point */
+} ex_tensor;
+
+/* Saved activations of one block (see plan_module_acts for their shapes). */
+typedef struct {
+    float *x, *ln1, *rstd1, *q, *k, *v, *att, *lse, *xmid, *ln2, *rstd2, *g, *u, *h;
+    float *att_loc;            /* sp > 1: attention output in local-row layout (q..lse are all-rows, local-heads) */
+} ex_block_acts;
+
+typedef struct {
+    ex_block_acts *blk;        /* [layers]; recomputed tensors point at one copy all blocks share */
+    float *x_final;            /* last block's output (the norms' rows) */
+    float *cos, *sin;          /* [N, hd/2] */
+    float *rc_out;             /* full recomputation: the re-run block's output */
+    /* vision merger */
+    float *mln, *mrstd, *h1, *a1, *vout;
+    /* llm head over the n_pred predicting rows: xg = their final hidden
+     * states, gath = rmsnorm(xg), ce_mx / ce_st = cross-entropy row max and
+     * [sum-exp, target logit]; emb: vocab-parallel embedding rows */
+    float *xg, *rstdf, *gath, *logits, *dlogits, *ce_mx, *ce_st, *emb;
+    /* backward scratch */
+    float *dres, *dln, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dgath, *dxg, *dh1, *da1, *dvis;
+    float *sp_pack, *sp_dq, *sp_dk, *sp_dv, *sp_datt;   /* sp > 1 */
+    /* Megatron sequence parallelism: all rows gathered, a row-parallel
+     * output before its reduce-scatter, the gathered output gradient, and the
+     * norms' partial weight gradients [2, d] */
+    float *tp_full, *tp_part, *tp_dfull, *tp_grads;
+} ex_acts;
+
+/* One forward's saved activations and geometry (a vision slot, or the LLM's only one). */
+typedef struct {
+    float *mem;
+    size_t cap;                /* floats */
+    int *cu, *cu_win;          /* cu_seqlens: per sequence / per window */
+    int n_cu_cap;
+    int n_rows, m_rows, n_pred, emb_rows, n_seq, n_win;
+    bool filled;               /* a forward ran in it */
+} ex_slot;
+
+typedef struct {
+    bool on;                   /* instantiated on this rank */
+    int index;                 /* in model_t.mod */
+    model_module mm;
+    int d, H, Hkv, hd, f;      /* local shard shapes */
+    int vocab0, vocab_n;       /* llm: this rank's vocab rows [vocab0, vocab0 + vocab_n) */
+    int tp, tp_rank;           /* tensor-parallel group size and rank (1, 0 = none) */
+    int sp, sp_rank;           /* Ulysses sequence-parallel group size and rank (1, 0 = none) */
+    bool seqpar;               /* Megatron sequence parallelism (tp > 1, LLM) */
+    plan_recompute recompute;
+    plan_module strat;         /* tp, sp, pp, stage_layers, seq_parallel, recompute as the planner describes them */
+    int stage_index;           /* this instance's pipeline stage (0 .. pp - 1) */
+    plan_stage stage;          /* its blocks, and whether it holds the stem and the head */
+    ex_parallel par;
+    int comm_rc;               /* first failing collective's (or unit hook's) code, 0 if none */
+    int n_tensors;
+    ex_tensor *t;
+    int n_units;
+    size_t *unit_off;          /* [n_units + 1] flat offsets of the units */
+    size_t n_params;           /* flat elements on this rank */
+    float *params, *grads;     /* flat buffers; NULL once a ZeRO strategy shards them away */
+    /* ZeRO: this rank's pieces of the units (shard; G = 1 without ZeRO) and
+     * the state kept on them: AdamW moments, and where sharded the weights
+     * (pshard) and the gradient accumulator (gshard) */
+    ex_shard shard;
+    float *m, *v, *pshard, *gshard;
+    ex_weights w, g;
+    ex_unit_hooks hooks;
+    ex_acts a;                 /* views into slot[cur] and scratch */
+    ex_slot slot[EX_MAX_SLOTS];
+    int cur;                   /* bound slot */
+    float *scratch;
+    size_t scratch_cap;        /* floats */
+    /* the bound slot's geometry (copies of its fields) */
+    int *cu, *cu_win;
+    int n_rows, n_seq, n_win;  /* n_rows: the block rows (all rows of the micro-batch on this rank) */
+} ex_module;
+
+struct ex_model {
+    model_t m;
+    const ex_backend *be;
+    ex_module mod[MODEL_MAX_MODULES];
+    int vis_index;             /* vision module in m, -1 if the model has none */
+    int adam_t;
+    /* last LLM forward's batch geometry */
+    int merged_per_image, n_pred;
+    int32_t *targets;
+    int *pred_rows;
+    int targets_cap;
+};
+
+/* model.c */
+ex_module *ex_module_at(ex_model *em, int module_index);
+bool ex_module_trains(const ex_module *md);
+/* Unit hooks around the use of unit u (no-ops without hooks); failures land in md->comm_rc. */
+void ex_unit_begin(ex_module *md, int u, ex_unit_use use);
+void ex_unit_end(ex_module *md, int u, ex_unit_use use, bool last);
+
+/* acts.c */
+int ex_acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int reserve_pred, int emb_rows, int n_cu, char *err);
+void ex_slot_bind(ex_module *md);
+void ex_slot_filled(ex_module *md);
+
+/* block.c: the rows the norms and the residual stream hold (N / tp under
+ * sequence parallelism), and one transformer block forward / backward over
+ * the stage's blocks. */
+int ex_norm_rows(const ex_module *md);
+void ex_block_forward(const ex_backend *be, ex_module *md, int l, float *out, const int *cu, int nseq, bool causal);
+void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, const int *cu, int nseq, bool causal);
+/* The blocks of a module forward from md->a.blk[0].x, and backward from md->a.dres, each block inside its unit hooks. */
+void ex_blocks_forward(const ex_backend *be, ex_module *md, const int *cu, const int *cu_win, bool causal);
+void ex_blocks_backward(const ex_backend *be, ex_module *md, const int *cu, const int *cu_win, bool causal);
+/* vision.c: the batch's images checked against the model, merged rows per image. */
+int ex_check_images(const ex_model *em, const ex_batch *b, char *err);
+int ex_merged_per_image(const ex_model *em, const ex_batch *b);
+int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_vision_rows(const ex_module *md, const ex_batch *b);
+/* llm.c */
+int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_llm_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_llm_rows(const ex_model *em, const ex_module *md, const ex_batch *b);
+
+/* Collectives of the tensor-parallel group (no-ops at tp = 1); failures land in md->comm_rc. */
+void ex_tp_allreduce(ex_module *md, float *x, size_t n);
+void ex_tp_allreduce_max(ex_module *md, float *x, size_t n);
+void ex_tp_allgather(ex_module *md, const float *x, float *all, size_t n);
+const char *ex_comm_what(const ex_module *md);
+
+#endif

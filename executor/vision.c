@@ -1,0 +1,236 @@
+/* The vision encoder: patch embedding, the blocks (full attention per image,
+ * window attention in the other layers) and the merger, forward and
+ * backward, in activation slots so a pipelined schedule can keep several
+ * micro-batches alive. Qwen2.5-VL's modeling_qwen2_5_vl.py is the reference. */
+#include "executor/model_int.h"
+
+#include <math.h>
+#include <string.h>
+
+int ex_patch_positions(const model_module *mm, int gh, int gw, int *rows, int *cols, char *err)
+{
+    int m = mm->merge > 0 ? mm->merge : 1;
+    int side = mm->window > 0 ? (int)lround(sqrt((double)mm->window)) : m;
+    if (side <= 0 || side % m)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: window %d is not a square of a multiple of merge %d", mm->name, mm->window, m);
+    if (gh <= 0 || gw <= 0 || gh % side || gw % side)
+        return util_fail(err, UTIL_EINVAL, "executor: batch: grid %dx%d is not a multiple of the %s window/merge side %d", gh, gw, mm->name, side);
+    int i = 0;
+    for (int wr = 0; wr < gh / side; wr++)
+        for (int wc = 0; wc < gw / side; wc++)
+            for (int ur = 0; ur < side / m; ur++)
+                for (int uc = 0; uc < side / m; uc++)
+                    for (int mr = 0; mr < m; mr++)
+                        for (int mc = 0; mc < m; mc++) {
+                            rows[i] = wr * side + ur * m + mr;
+                            cols[i] = wc * side + uc * m + mc;
+                            i++;
+                        }
+    return UTIL_OK;
+}
+
+/* Qwen2-VL vision rotary: rotary pairs i < hd/4 rotate by row * theta^(-4i/hd),
+ * pairs hd/4 <= i < hd/2 by col * theta^(-4(i - hd/4)/hd). cos/sin [n, hd/2]. */
+static void vision_rope_tables(ex_module *md, const int *rows, const int *cols, int patches, int row0, int n)
+{
+    int half = md->hd / 2, quarter = md->hd / 4;
+    double inv[EX_MAX_HEAD_DIM / 4];
+    for (int i = 0; i < quarter; i++) inv[i] = pow(EX_ROPE_THETA, -2.0 * i / (double)half);
+    for (int t = 0; t < n; t++) {
+        float *c = md->a.cos + (size_t)t * half, *sn = md->a.sin + (size_t)t * half;
+        if (t >= patches) {   /* the same patch of the previous image */
+            memcpy(c, c - (size_t)patches * half, (size_t)half * sizeof *c);
+            memcpy(sn, sn - (size_t)patches * half, (size_t)half * sizeof *sn);
+            continue;
+        }
+        int p = (row0 + t) % patches;
+        for (int i = 0; i < half; i++) {
+            double ang = (i < quarter ? rows[p] * inv[i] : cols[p] * inv[i - quarter]);
+            c[i] = (float)cos(ang);
+            sn[i] = (float)sin(ang);
+        }
+    }
+}
+
+static ex_module *vision_of(ex_model *em) { return em->vis_index >= 0 ? ex_module_at(em, em->vis_index) : NULL; }
+
+/* The batch's geometry in the slot: rope tables, per-image and per-window sequences. */
+static int vision_geometry(ex_module *md, const ex_batch *b, char *err)
+{
+    const model_module *mm = &md->mm;
+    int P = b->patches, N = b->n_images * P, mm2 = mm->merge * mm->merge;
+    int n_win = mm->window > 0 ? N / mm->window : 0;
+    if (N % md->sp || (N / md->sp) % mm2)
+        return util_fail(err, UTIL_EINVAL, "executor: batch: %d patches do not split into sp_size %d parts of whole merge groups", N, md->sp);
+    int Nl = N / md->sp, Mr = Nl / mm2;
+    int rc = ex_acts_ensure(md, Nl, Mr, 0, 0, 0, (b->n_images > n_win ? b->n_images : n_win), err);
+    if (rc) return rc;
+    int *rows = util_malloc((size_t)P * 2 * sizeof(int));
+    if (!rows) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
+    rc = ex_patch_positions(mm, b->grid_h, b->grid_w, rows, rows + P, err);
+    if (!rc) vision_rope_tables(md, rows, rows + P, P, md->sp_rank * Nl, Nl);
+    util_free(rows);
+    if (rc) return rc;
+    for (int i = 0; i <= b->n_images; i++) md->cu[i] = i * P;
+    for (int i = 0; i <= n_win; i++) md->cu_win[i] = i * mm->window;
+    md->n_seq = b->n_images;
+    md->n_win = n_win;
+    return UTIL_OK;
+}
+
+int ex_vision_rows(const ex_module *md, const ex_batch *b) { return b->n_images * b->patches / md->sp; }
+
+/* Vision forward of this stage: x0 = pixels[N, cpp] Wp^T + bp on the first
+ * stage (else the previous stage's rows), the stage's blocks, then on the
+ * last stage the merger:
+ * vout[N/m^2, out] = fc2(gelu(fc1(rmsnorm(xL) viewed as [N/m^2, m^2 d]))). */
+int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
+{
+    const model_module *mm = &md->mm;
+    const ex_backend *be = em->be;
+    int rc = ex_check_images(em, b, err);
+    if (!rc && b->n_images == 0) rc = util_fail(err, UTIL_EINVAL, "executor: %s forward: batch has no images", mm->name);
+    if (!rc && !md->stage.stem && !io->in) rc = util_fail(err, UTIL_EINVAL, "executor: %s stage %d forward: no input rows", mm->name, md->stage_index);
+    if (!rc) rc = vision_geometry(md, b, err);
+    if (rc) return rc;
+    int Nl = md->n_rows, Mr = Nl / (mm->merge * mm->merge), L = mm->layers, first = md->stage.first;
+    int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
+    ex_acts *a = &md->a;
+    md->comm_rc = 0;
+    if (md->stage.stem) {
+        ex_unit_begin(md, 0, EX_USE_FORWARD);
+        be->linear_forward(a->blk[first].x, b->pixels, md->w.patch_w, md->w.patch_b, Nl, cpp, md->d);
+        ex_unit_end(md, 0, EX_USE_FORWARD, false);
+    } else {
+        be->copy(a->blk[first].x, io->in, (size_t)Nl * md->d);
+    }
+    ex_blocks_forward(be, md, md->cu, md->cu_win, false);
+    io->out = a->x_final;
+    io->out_rows = Nl;
+    if (md->stage.head) {
+        ex_unit_begin(md, L + 1, EX_USE_FORWARD);
+        be->rmsnorm_forward(a->mln, a->mrstd, a->x_final, md->w.merge_ln, Nl, md->d, EX_NORM_EPS);
+        be->linear_forward(a->h1, a->mln, md->w.m0w, md->w.m0b, Mr, mm->proj_in, mm->proj_hidden);
+        be->gelu_forward(a->a1, a->h1, (size_t)Mr * mm->proj_hidden);
+        be->linear_forward(a->vout, a->a1, md->w.m2w, md->w.m2b, Mr, mm->proj_hidden, mm->out_hidden);
+        ex_unit_end(md, L + 1, EX_USE_FORWARD, false);
+        io->out = a->vout;
+        io->out_rows = Mr;
+    }
+    ex_slot_filled(md);
+    if (md->comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
+    return UTIL_OK;
+}
+
+/* Vision backward of this stage, from the merged rows' gradient dvout
+ * [N/m^2, out] on the last stage (else the next stage's gradient of this
+ * stage's rows), down to the patch embedding's weights on the first stage
+ * (else the gradient of the stage's input rows). */
+int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
+{
+    const model_module *mm = &md->mm;
+    const ex_backend *be = em->be;
+    if (!md->slot[md->cur].filled)
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: slot %d holds no forward", mm->name, md->cur);
+    ex_slot_bind(md);
+    if (md->n_rows * md->sp != b->n_images * b->patches)
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: batch differs from slot %d's forward", mm->name, md->cur);
+    if (!io->in) return util_fail(err, UTIL_EINVAL, "executor: %s stage %d backward: no output gradient", mm->name, md->stage_index);
+    io->out = NULL;
+    io->out_rows = 0;
+    md->comm_rc = 0;
+    if (mm->frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
+    ex_acts *a = &md->a;
+    int N = md->n_rows, Mr = N / (mm->merge * mm->merge), L = mm->layers;
+    size_t Mph = (size_t)Mr * mm->proj_hidden;
+    if (md->stage.head) {
+        ex_unit_begin(md, L + 1, EX_USE_BACKWARD);
+        be->zero(a->da1, Mph);
+        be->linear_backward(a->da1, md->g.m2w, md->g.m2b, io->in, a->a1, md->w.m2w, Mr, mm->proj_hidden, mm->out_hidden);
+        be->zero(a->dh1, Mph);
+        be->gelu_backward(a->dh1, a->da1, a->h1, Mph);
+        be->zero(a->dln, (size_t)N * md->d);
+        be->linear_backward(a->dln, md->g.m0w, md->g.m0b, a->dh1, a->mln, md->w.m0w, Mr, mm->proj_in, mm->proj_hidden);
+        be->zero(a->dres, (size_t)N * md->d);
+        be->rmsnorm_backward(a->dres, md->g.merge_ln, a->dln, a->x_final, md->w.merge_ln, a->mrstd, N, md->d);
+        ex_unit_end(md, L + 1, EX_USE_BACKWARD, true);
+    } else {
+        be->copy(a->dres, io->in, (size_t)N * md->d);
+    }
+    ex_blocks_backward(be, md, md->cu, md->cu_win, false);
+    if (md->stage.stem) {
+        int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
+        ex_unit_begin(md, 0, EX_USE_BACKWARD);
+        be->linear_backward(NULL, md->g.patch_w, md->g.patch_b, a->dres, b->pixels, md->w.patch_w, N, cpp, md->d);
+        ex_unit_end(md, 0, EX_USE_BACKWARD, true);
+    } else {
+        io->out = a->dres;
+        io->out_rows = N;
+    }
+    if (md->comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
+    return UTIL_OK;
+}
+
+int ex_vision_set_slot(ex_model *em, int slot, char *err)
+{
+    ex_module *md = vision_of(em);
+    if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_set_slot: no vision module on this model instance");
+    if (slot < 0 || slot >= EX_MAX_SLOTS)
+        return util_fail(err, UTIL_EINVAL, "executor: ex_vision_set_slot: slot %d outside 0..%d", slot, EX_MAX_SLOTS - 1);
+    md->cur = slot;
+    return UTIL_OK;
+}
+
+int ex_check_images(const ex_model *em, const ex_batch *b, char *err)
+{
+    if (b->n_images < 0) return util_fail(err, UTIL_EINVAL, "executor: batch: n_images %d < 0", b->n_images);
+    if (b->n_images == 0) return UTIL_OK;
+    if (em->vis_index < 0) return util_fail(err, UTIL_EINVAL, "executor: batch: %d images but the model has no vision encoder", b->n_images);
+    const model_module *vm = &em->m.mod[em->vis_index];
+    if (!b->pixels || !b->images_per_sample)
+        return util_fail(err, UTIL_EINVAL, "executor: batch: images without pixels or images_per_sample");
+    if (b->patches != b->grid_h * b->grid_w)
+        return util_fail(err, UTIL_EINVAL, "executor: batch: patches %d != grid %dx%d", b->patches, b->grid_h, b->grid_w);
+    if (vm->window > 0 && b->patches % vm->window)
+        return util_fail(err, UTIL_EINVAL, "executor: batch: patches %d not a multiple of window %d", b->patches, vm->window);
+    if (b->patches % (vm->merge * vm->merge))
+        return util_fail(err, UTIL_EINVAL, "executor: batch: patches %d not a multiple of merge^2 %d", b->patches, vm->merge * vm->merge);
+    return UTIL_OK;
+}
+
+int ex_merged_per_image(const ex_model *em, const ex_batch *b)
+{
+    if (b->n_images == 0 || em->vis_index < 0) return 0;
+    int m = em->m.mod[em->vis_index].merge;
+    return b->patches / (m * m);
+}
+
+int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, int *vis_rows, char *err)
+{
+    ex_module *md = vision_of(em);
+    if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_forward: no vision module on this model instance");
+    ex_stage_io io = { 0 };
+    int rc = ex_vision_stage_forward(em, md, b, &io, err);
+    if (rc) return rc;
+    *vis_out = io.out;
+    if (vis_rows) *vis_rows = io.out_rows;
+    return UTIL_OK;
+}
+
+int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char *err)
+{
+    ex_module *md = vision_of(em);
+    if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: no vision module on this model instance");
+    ex_stage_io io = { .in = dvis };
+    return ex_vision_stage_backward(em, md, b, &io, err);
+}
+
+/* A micro-batch this rank has no samples of, while its shard group's other
+ * ranks do: only the unit hooks (ex_stage_empty_pass). */
+int ex_vision_empty_pass(ex_model *em, ex_unit_use use, char *err)
+{
+    if (em->vis_index < 0) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_empty_pass: no vision module on this model instance");
+    return ex_stage_empty_pass(em, em->vis_index, use, err);
+}

@@ -1,0 +1,152 @@
+/* The price of each data-parallel strategy (plan_dp_rules_of: replicated,
+ * ZeRO-1, -2, -3): the collectives it issues inside a micro-batch and once
+ * per step, on the module's shard group (dp x sp replicas of each weight).
+ *
+ * The Megatron target prices them as DeepSpeed and Megatron-LM issue them,
+ * one bucketed collective over the module's state (ZeRO, Rajbhandari et al.,
+ * arXiv 1910.02054: stage 3 gathers the weights for the forward and again
+ * for the backward and reduce-scatters the gradients, every micro-batch;
+ * stage 2 reduce-scatters every micro-batch). The dhp target prices what the
+ * executor's strategies (executor/dp_*.c) do: one collective per unit of the
+ * module (plan_module_tensors), on pieces padded to equal size
+ * (plan_dp_buffers_of), with the local copies around them. */
+#include "planner/planner_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+typedef struct {
+    const cost_pool *pool;
+    int G, per_node;
+    double param_bytes, grad_bytes;   /* per element as the strategy moves them */
+    bool dhp;
+    int n_units;
+    int64_t *units;                   /* dhp: elements of each unit */
+    double local;                     /* Megatron: parameters one rank holds before sharding */
+} dp_pricer;
+
+static int dp_pricer_init(dp_pricer *d, const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
+                          const plan_options *o)
+{
+    plan_state_bytes b = plan_module_state_bytes(mm, o);
+    int size;
+    *d = (dp_pricer){ .pool = pool, .param_bytes = b.param, .grad_bytes = b.grad, .dhp = o->target == PLAN_TARGET_DHP };
+    plan_group_shape(s, PLAN_AX_SHARD, pool->gpus_per_node, &size, &d->per_node);
+    d->G = size;
+    d->local = plan_local_params(mm, s);
+    if (!d->dhp) return UTIL_OK;
+    d->n_units = plan_module_units(mm);
+    d->units = malloc((size_t)d->n_units * sizeof *d->units);
+    if (!d->units) return UTIL_ENOMEM;
+    plan_stage st = plan_stage_of(mm, s, stage);
+    plan_unit_sizes(mm, s->tp, &st, d->units);
+    return UTIL_OK;
+}
+
+static double piece(const dp_pricer *d, int u) { return ceil((double)d->units[u] / d->G); }
+
+/* One collective of op over the shard group on a unit's padded elements
+ * (dhp), or on the whole module's (Megatron), bytes_per elements each. */
+static double unit_coll(const dp_pricer *d, cost_coll op, int u, double bytes_per)
+{
+    return cost_collective_time(d->pool, op, d->G * piece(d, u) * bytes_per, d->G, d->per_node);
+}
+
+static double module_coll(const dp_pricer *d, cost_coll op, double bytes_per)
+{
+    return cost_collective_time(d->pool, op, d->local * bytes_per, d->G, d->per_node);
+}
+
+static double ew(const dp_pricer *d, cost_ew k, double n, double bytes)
+{
+    return n > 0 ? cost_elementwise_time(&d->pool->gpu, k, n, bytes) : 0;
+}
+
+void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
+                         bool backward, double fwd_compute, double bwd_compute, plan_comm *comm, double *bwd_busy)
+{
+    plan_dp_rules r = plan_dp_rules_of(mm, s);
+    *bwd_busy = 0;
+    if (!r.unit_param_gather && !r.unit_grad_reduce) return;
+    dp_pricer d;
+    if (dp_pricer_init(&d, mm, s, 0, pool, o)) return;   /* ZeRO-2/3 run without pipeline stages */
+    bool reduce = r.unit_grad_reduce && backward;
+    bool gather_back = r.unit_param_gather && backward;
+    plan_comm raw = { 0 };
+    if (d.dhp) {
+        for (int u = 0; u < d.n_units; u++) {
+            if (r.unit_param_gather) plan_comm_add(&raw, false, unit_coll(&d, COST_ALLGATHER, u, d.param_bytes), 1);
+            if (gather_back) plan_comm_add(&raw, true, unit_coll(&d, COST_ALLGATHER, u, d.param_bytes), 1);
+            if (!reduce) continue;
+            plan_comm_add(&raw, true, unit_coll(&d, COST_REDUCESCATTER, u, d.grad_bytes), 1);
+            /* the bucket zeroed before the unit's backward, its reduced piece added to the shard */
+            *bwd_busy += ew(&d, COST_EW_ZERO, d.G * piece(&d, u), d.grad_bytes) + ew(&d, COST_EW_ADD, piece(&d, u), d.grad_bytes);
+        }
+    } else {
+        int U = plan_module_units(mm);
+        if (r.unit_param_gather) {
+            raw.fwd_s = module_coll(&d, COST_ALLGATHER, d.param_bytes);
+            raw.fwd_syncs = U;
+        }
+        if (gather_back) { raw.bwd_s += module_coll(&d, COST_ALLGATHER, d.param_bytes); raw.bwd_syncs += U; }
+        if (reduce) { raw.bwd_s += module_coll(&d, COST_REDUCESCATTER, d.grad_bytes); raw.bwd_syncs += U; }
+    }
+    free(d.units);
+    /* Prefetched gathers and bucketed reductions run beside the compute: as
+     * much as the pool measures for dhp's executor (dhp profile), else the
+     * planner's allowance. */
+    double overlap = d.dhp && pool->has_overlap ? pool->overlap : o->overlap;
+    comm->fwd_s += fmax(0.0, raw.fwd_s - overlap * fwd_compute);
+    comm->bwd_s += fmax(0.0, raw.bwd_s - overlap * bwd_compute);
+    comm->fwd_syncs += raw.fwd_syncs;
+    comm->bwd_syncs += raw.bwd_syncs;
+}
+
+void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
+                        const plan_options *o, plan_time *out)
+{
+    plan_dp_rules r = plan_dp_rules_of(mm, s);
+    out->grad_sync_s = out->grad_sync_busy_s = out->param_gather_s = out->param_gather_busy_s = 0;
+    if (!r.step_grad_sync && !r.step_param_gather) return;
+    dp_pricer d;
+    if (dp_pricer_init(&d, mm, s, stage, pool, o)) return;
+    if (!d.dhp) {
+        if (r.step_grad_sync)
+            out->grad_sync_s = module_coll(&d, r.stage == 0 ? COST_ALLREDUCE : COST_REDUCESCATTER, d.grad_bytes);
+        if (r.step_param_gather) out->param_gather_s = module_coll(&d, COST_ALLGATHER, d.param_bytes);
+        return;
+    }
+    double local = 0;
+    for (int u = 0; u < d.n_units; u++) local += (double)d.units[u];
+    if (r.step_grad_sync && r.stage == 0)
+        out->grad_sync_s = cost_collective_time(pool, COST_ALLREDUCE, local * d.grad_bytes, d.G, d.per_node);
+    for (int u = 0; u < d.n_units; u++) {
+        double n = (double)d.units[u], mine = piece(&d, u);   /* the busiest rank's piece */
+        if (r.step_grad_sync && r.stage == 1) {
+            /* the unit's gradient into the padded staging buffer, reduce-scatter, this rank's piece back */
+            out->grad_sync_s += unit_coll(&d, COST_REDUCESCATTER, u, d.grad_bytes);
+            out->grad_sync_busy_s += ew(&d, COST_EW_COPY, n, d.grad_bytes) + ew(&d, COST_EW_ZERO, d.G * piece(&d, u) - n, d.grad_bytes)
+                                   + ew(&d, COST_EW_COPY, mine, d.grad_bytes);
+        }
+        if (r.step_param_gather) {
+            /* this rank's updated piece out, all-gather, the unit's weights back */
+            out->param_gather_s += unit_coll(&d, COST_ALLGATHER, u, d.param_bytes);
+            out->param_gather_busy_s += ew(&d, COST_EW_COPY, mine, d.param_bytes) + ew(&d, COST_EW_COPY, n, d.param_bytes);
+        }
+    }
+    free(d.units);
+}
+
+double plan_embed_sync_s(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
+                         int per_node)
+{
+    plan_dp_rules r = plan_dp_rules_of(mm, s);
+    if (!r.step_embed_sync) return 0;
+    int64_t *units = malloc((size_t)plan_module_units(mm) * sizeof *units);
+    if (!units) return 0;
+    plan_stage first = plan_stage_of(mm, s, 0);
+    plan_unit_sizes(mm, s->tp, &first, units);
+    double elems = (double)units[0];   /* unit 0: the stem, the embedding alone */
+    free(units);
+    return cost_collective_time(pool, COST_ALLREDUCE, elems * plan_module_state_bytes(mm, o).grad, 2, per_node);
+}

@@ -1,0 +1,339 @@
+/* The executor's layouts as data: a module's parameter tensors and units,
+ * its ZeRO buffers and its activations. executor/model*.c lays itself out
+ * from these lists and the dhp target's memory model sums them, so the two
+ * cannot drift (see planner.h). */
+#include "planner/planner.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* GPT-2's initialisation (Radford et al. 2019): N(0, 0.02) for linears and
+ * embeddings, the residual-output linears scaled by 1 / sqrt(2 * layers). */
+#define INIT_STD 0.02f
+
+/* ---------------------------------------------------------------- stages */
+
+plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
+{
+    int pp = s && s->pp > 1 ? s->pp : 1, L = mm->layers;
+    if (pp == 1 || i < 0) return (plan_stage){ 0, L, true, true };
+    int count[PLAN_MAX_PP];
+    bool given = false;
+    for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) given |= s->stage_layers[j] > 0;
+    if (given) {
+        for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) count[j] = s->stage_layers[j];
+    } else {
+        int base = (L + pp - 1) / pp, short_by = base * pp - L;
+        for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) count[j] = base;
+        /* the shortfall comes off the ends first: stage 0, pp - 1, 1, pp - 2, ... */
+        for (int t = 0; t < short_by; t++) count[t % 2 ? pp - 1 - t / 2 : t / 2]--;
+    }
+    int first = 0;
+    for (int j = 0; j < i && j < PLAN_MAX_PP; j++) first += count[j];
+    return (plan_stage){ first, i < PLAN_MAX_PP ? count[i] : 0, i == 0, i == pp - 1 };
+}
+
+/* ---------------------------------------------------------------- tensors */
+
+typedef struct {
+    plan_tensor *out;
+    int cap, n;
+    int tp, tp_rank;
+    bool seq_parallel;
+    int layer, unit;
+    char prefix[32];
+} tensor_list;
+
+static plan_tensor *add(tensor_list *l, const char *name, plan_tensor_role role, int ndim, int64_t d0, int64_t d1,
+                        float std, float cst)
+{
+    plan_tensor t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.name, sizeof t.name, "%s%s", l->prefix, name);
+    t.role = role;
+    t.layer = l->layer;
+    t.unit = l->unit;
+    t.ndim = ndim;
+    t.shape[0] = t.full[0] = d0;
+    t.shape[1] = t.full[1] = ndim > 1 ? d1 : 1;
+    t.split_axis = -1;
+    t.decay = ndim >= 2;
+    t.init_std = std;
+    t.init_const = cst;
+    int i = l->n++;
+    if (i >= l->cap) return NULL;
+    l->out[i] = t;
+    return &l->out[i];
+}
+
+/* This rank's slice along axis (0 rows, 1 columns) of a tensor split over the tp group. */
+static void split(tensor_list *l, plan_tensor *t, int axis)
+{
+    if (!t || l->tp <= 1) return;
+    t->full[axis] = t->shape[axis] * l->tp;
+    t->start[axis] = t->shape[axis] * l->tp_rank;
+    t->split_axis = axis;
+}
+
+/* Replicated over the tp group but applied to the rows of one rank under
+ * sequence parallelism, so its gradient is a partial sum. */
+static void seq_partial(tensor_list *l, plan_tensor *t)
+{
+    if (t && l->tp > 1 && l->seq_parallel) t->seq_partial = true;
+}
+
+static void blocks(tensor_list *l, const model_module *mm, const plan_stage *st)
+{
+    int d = mm->hidden, qd = mm->heads / l->tp * mm->head_dim, kd = mm->kv_heads / l->tp * mm->head_dim;
+    int f = mm->ffn / l->tp;
+    float std_out = INIT_STD / sqrtf(2.0f * (float)mm->layers);
+    const char *blk = mm->kind == MODEL_LLM ? "layers" : "blocks";
+    for (int b = st->first; b < st->first + st->count; b++) {
+        l->layer = b;
+        l->unit = 1 + b;
+        snprintf(l->prefix, sizeof l->prefix, "%s.%d.", blk, b);
+        seq_partial(l, add(l, "norm1.weight", PLAN_TW_LN1, 1, d, 1, 0, 1));
+        split(l, add(l, "attn.q.weight", PLAN_TW_WQ, 2, qd, d, INIT_STD, 0), 0);
+        if (mm->qkv_bias) split(l, add(l, "attn.q.bias", PLAN_TW_BQ, 1, qd, 1, 0, 0), 0);
+        split(l, add(l, "attn.k.weight", PLAN_TW_WK, 2, kd, d, INIT_STD, 0), 0);
+        if (mm->qkv_bias) split(l, add(l, "attn.k.bias", PLAN_TW_BK, 1, kd, 1, 0, 0), 0);
+        split(l, add(l, "attn.v.weight", PLAN_TW_WV, 2, kd, d, INIT_STD, 0), 0);
+        if (mm->qkv_bias) split(l, add(l, "attn.v.bias", PLAN_TW_BV, 1, kd, 1, 0, 0), 0);
+        split(l, add(l, "attn.o.weight", PLAN_TW_WO, 2, d, qd, std_out, 0), 1);
+        if (mm->out_bias) seq_partial(l, add(l, "attn.o.bias", PLAN_TW_BO, 1, d, 1, 0, 0));
+        seq_partial(l, add(l, "norm2.weight", PLAN_TW_LN2, 1, d, 1, 0, 1));
+        split(l, add(l, "mlp.gate.weight", PLAN_TW_WG, 2, f, d, INIT_STD, 0), 0);
+        if (mm->mlp_bias) split(l, add(l, "mlp.gate.bias", PLAN_TW_BG, 1, f, 1, 0, 0), 0);
+        split(l, add(l, "mlp.up.weight", PLAN_TW_WU, 2, f, d, INIT_STD, 0), 0);
+        if (mm->mlp_bias) split(l, add(l, "mlp.up.bias", PLAN_TW_BU, 1, f, 1, 0, 0), 0);
+        split(l, add(l, "mlp.down.weight", PLAN_TW_WD, 2, d, f, std_out, 0), 1);
+        if (mm->mlp_bias) seq_partial(l, add(l, "mlp.down.bias", PLAN_TW_BD, 1, d, 1, 0, 0));
+    }
+    l->layer = -1;
+    l->unit = mm->layers + 1;
+    l->prefix[0] = 0;
+}
+
+int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *stage,
+                        plan_tensor *out, int cap)
+{
+    tensor_list l = { .out = out, .cap = cap, .tp = tp > 0 ? tp : 1, .tp_rank = tp_rank,
+                      .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1, .unit = 0 };
+    plan_stage whole = { 0, mm->layers, true, true }, *st = stage ? (plan_stage *)stage : &whole;
+    int d = mm->hidden;
+    if (mm->kind == MODEL_LLM) {
+        int vocab_n = mm->vocab / l.tp;
+        if (st->stem) split(&l, add(&l, "embed_tokens.weight", PLAN_TW_WTE, 2, vocab_n, d, INIT_STD, 0), 0);
+        blocks(&l, mm, st);
+        if (!st->head) return l.n;
+        add(&l, "norm.weight", PLAN_TW_LNF, 1, d, 1, 0, 1);
+        if (!mm->tied_embeddings) {
+            split(&l, add(&l, "lm_head.weight", PLAN_TW_HEAD, 2, vocab_n, d, INIT_STD, 0), 0);
+        } else if (!st->stem) {
+            plan_tensor *t = add(&l, "embed_tokens.weight", PLAN_TW_HEAD, 2, vocab_n, d, INIT_STD, 0);
+            split(&l, t, 0);
+            if (t) t->tied_copy = true;
+        }
+        return l.n;
+    }
+    int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
+    if (st->stem) {
+        add(&l, "patch_embed.weight", PLAN_TW_PATCH_W, 2, d, cpp, INIT_STD, 0);
+        add(&l, "patch_embed.bias", PLAN_TW_PATCH_B, 1, d, 1, 0, 0);
+    }
+    blocks(&l, mm, st);
+    if (!st->head) return l.n;
+    add(&l, "merger.norm.weight", PLAN_TW_MERGE_LN, 1, d, 1, 0, 1);
+    add(&l, "merger.fc1.weight", PLAN_TW_M0W, 2, mm->proj_hidden, mm->proj_in, INIT_STD, 0);
+    add(&l, "merger.fc1.bias", PLAN_TW_M0B, 1, mm->proj_hidden, 1, 0, 0);
+    add(&l, "merger.fc2.weight", PLAN_TW_M2W, 2, mm->out_hidden, mm->proj_hidden, INIT_STD, 0);
+    add(&l, "merger.fc2.bias", PLAN_TW_M2B, 1, mm->out_hidden, 1, 0, 0);
+    return l.n;
+}
+
+int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, int64_t *units)
+{
+    int n = plan_module_tensors(mm, tp, 0, false, st, NULL, 0);
+    plan_tensor *t = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
+    int U = plan_module_units(mm);
+    for (int u = 0; u < U; u++) units[u] = 0;
+    if (!t) return -1;
+    plan_module_tensors(mm, tp, 0, false, st, t, n);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t e = t[i].shape[0] * t[i].shape[1];
+        units[t[i].unit] += e;
+        total += e;
+    }
+    util_free(t);
+    return total;
+}
+
+/* ---------------------------------------------------------------- ZeRO buffers */
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s, int stage)
+{
+    plan_dp_buffers b = { 0 };
+    plan_dp_rules r = plan_dp_rules_of(mm, s);
+    int U = plan_module_units(mm), G = r.shard > 0 ? r.shard : 1;
+    int64_t *u = util_malloc((size_t)U * sizeof *u);
+    if (!u) return b;
+    plan_stage st = plan_stage_of(mm, s, stage);
+    b.local = plan_unit_sizes(mm, s->tp, &st, u);
+    for (int i = 0; i < U; i++) {
+        int64_t piece = ceil_div(u[i], G);
+        b.shard_elems += piece;
+        if (piece > b.max_piece) b.max_piece = piece;
+    }
+    util_free(u);
+    if (r.stage == 0) b.shard_elems = b.local;
+    /* The tied LLM's head uses the stem's embedding too: one more unit live
+     * while the head runs, and its gradient bucket held until the embedding's
+     * backward ends the micro-batch. */
+    int tied = mm->kind == MODEL_LLM && mm->tied_embeddings && st.stem && st.head;
+    if (r.unit_param_gather) b.gather_slots = 2 + tied;      /* gathers go straight from the weight shard */
+    if (r.unit_grad_reduce) {
+        b.bucket_slots = 2 + tied;                            /* the unit computing, the one reducing */
+        b.pieces += b.bucket_slots * b.max_piece;             /* each reduce-scatter's result */
+    }
+    if (r.step_param_gather) {                               /* ZeRO-1 and -2 (ZeRO-1 reduce-scatters through it too) */
+        b.staging = G * b.max_piece;                          /* one unit, padded */
+        b.pieces += b.max_piece;                              /* its reduced piece, or the piece sent */
+    }
+    return b;
+}
+
+/* ---------------------------------------------------------------- activations */
+
+static size_t pad16(double floats) { return (size_t)ceil(floats / 16.0) * 16; }
+
+typedef struct {
+    plan_act *out;
+    int cap, n;
+} act_list;
+
+static void act(act_list *l, plan_act_id id, int layer, bool saved, double floats)
+{
+    int i = l->n++;
+    if (i < l->cap) l->out[i] = (plan_act){ id, layer, saved, pad16(floats) };
+}
+
+/* Which block tensors a forward keeps per layer: all of them; under
+ * selective recomputation all but the attention's log-sum-exp and the MLP
+ * activation's output (the attention core and the activation are re-run in
+ * backward, Korthikanti et al., arXiv 2205.05198, sec. 5); under full
+ * recomputation only the block's input. */
+static bool kept_per_layer(plan_act_id id, plan_recompute rc)
+{
+    if (rc == PLAN_RECOMP_FULL) return id == PLAN_ACT_X;
+    if (rc == PLAN_RECOMP_SELECTIVE) return id != PLAN_ACT_LSE && id != PLAN_ACT_H;
+    return true;
+}
+
+static void block_acts(act_list *l, const model_module *mm, const plan_module *s, double N, int layer)
+{
+    double tp = s->tp, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
+    double qd = H * hd, kd = mm->kv_heads / tp * hd;
+    double Nl = s->seq_parallel && s->tp > 1 ? N / tp : N;   /* the norms' and residual's rows */
+    double size[PLAN_NACT_BLOCK] = {
+        [PLAN_ACT_X] = Nl * d, [PLAN_ACT_LN1] = Nl * d, [PLAN_ACT_RSTD1] = Nl,
+        [PLAN_ACT_Q] = N * qd, [PLAN_ACT_K] = N * kd, [PLAN_ACT_V] = N * kd,
+        [PLAN_ACT_ATT] = N * qd, [PLAN_ACT_LSE] = N * H,
+        [PLAN_ACT_XMID] = Nl * d, [PLAN_ACT_LN2] = Nl * d, [PLAN_ACT_RSTD2] = Nl,
+        [PLAN_ACT_G] = N * f, [PLAN_ACT_U] = N * f, [PLAN_ACT_H] = N * f,
+        [PLAN_ACT_ATT_LOC] = s->sp > 1 ? N * qd : 0,
+    };
+    for (int id = 0; id < PLAN_NACT_BLOCK; id++) {
+        if (id == PLAN_ACT_ATT_LOC && s->sp <= 1) continue;
+        bool per_layer = kept_per_layer((plan_act_id)id, s->recompute);
+        if (layer >= 0 && per_layer) act(l, (plan_act_id)id, layer, true, size[id]);
+        if (layer < 0 && !per_layer) act(l, (plan_act_id)id, -1, false, size[id]);
+    }
+}
+
+int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
+                     int cap)
+{
+    act_list l = { out, cap, 0 };
+    plan_stage st = plan_stage_of(mm, s, stage);
+    double tp = s->tp, N = rows->rows, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
+    double qd = H * hd, kd = mm->kv_heads / tp * hd;
+    bool seqpar = s->seq_parallel && s->tp > 1;
+    double Nl = seqpar ? N / tp : N;
+    for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, N, b);
+    block_acts(&l, mm, s, N, -1);
+    if (s->sp > 1) {
+        act(&l, PLAN_ACT_SP_PACK, -1, false, N * fmax(qd, kd));
+        act(&l, PLAN_ACT_SP_DQ, -1, false, N * qd);
+        act(&l, PLAN_ACT_SP_DK, -1, false, N * kd);
+        act(&l, PLAN_ACT_SP_DV, -1, false, N * kd);
+        act(&l, PLAN_ACT_SP_DATT, -1, false, N * qd);
+    }
+    if (seqpar) {
+        act(&l, PLAN_ACT_TP_FULL, -1, false, N * d);
+        act(&l, PLAN_ACT_TP_PART, -1, false, N * d);
+        act(&l, PLAN_ACT_TP_DFULL, -1, false, N * d);
+        act(&l, PLAN_ACT_TP_GRADS, -1, false, 4 * d);
+    }
+    act(&l, PLAN_ACT_X_FINAL, -1, true, Nl * d);
+    act(&l, PLAN_ACT_COS, -1, true, N * hd / 2);
+    act(&l, PLAN_ACT_SIN, -1, true, N * hd / 2);
+    if (s->recompute == PLAN_RECOMP_FULL) act(&l, PLAN_ACT_RC_OUT, -1, false, Nl * d);
+    act(&l, PLAN_ACT_DRES, -1, false, Nl * d);
+    act(&l, PLAN_ACT_DLN, -1, false, Nl * d);
+    act(&l, PLAN_ACT_DQ, -1, false, N * qd);
+    act(&l, PLAN_ACT_DK, -1, false, N * kd);
+    act(&l, PLAN_ACT_DV, -1, false, N * kd);
+    act(&l, PLAN_ACT_DATT, -1, false, N * qd);
+    act(&l, PLAN_ACT_DG, -1, false, N * f);
+    act(&l, PLAN_ACT_DU, -1, false, N * f);
+    act(&l, PLAN_ACT_DH, -1, false, N * f);
+    if (mm->kind != MODEL_LLM) {
+        if (!st.head) return l.n;   /* the merger is the last stage's */
+        double M = rows->merged_rows, ph = mm->proj_hidden, oh = mm->out_hidden;
+        act(&l, PLAN_ACT_MLN, -1, true, N * d);
+        act(&l, PLAN_ACT_MRSTD, -1, true, N);
+        act(&l, PLAN_ACT_H1, -1, true, M * ph);
+        act(&l, PLAN_ACT_A1, -1, true, M * ph);
+        act(&l, PLAN_ACT_VOUT, -1, true, M * oh);
+        act(&l, PLAN_ACT_DH1, -1, false, M * ph);
+        act(&l, PLAN_ACT_DA1, -1, false, M * ph);
+        return l.n;
+    }
+    double P = rows->pred_rows, V = mm->vocab / tp;
+    if (st.head) {   /* the final norm, the LM head and the cross-entropy: the last stage's */
+        act(&l, PLAN_ACT_XG, -1, true, P * d);
+        act(&l, PLAN_ACT_RSTDF, -1, true, P);
+        act(&l, PLAN_ACT_GATH, -1, true, P * d);
+        act(&l, PLAN_ACT_LOGITS, -1, true, P * V);
+        act(&l, PLAN_ACT_DLOGITS, -1, true, P * V);
+        act(&l, PLAN_ACT_CE_MX, -1, true, P);
+        act(&l, PLAN_ACT_CE_ST, -1, true, 2 * P);
+    }
+    if (st.stem) act(&l, PLAN_ACT_EMB, -1, false, s->tp > 1 ? (double)rows->emb_rows * d : 0);
+    if (st.head) {
+        act(&l, PLAN_ACT_DGATH, -1, false, P * d);
+        act(&l, PLAN_ACT_DXG, -1, false, P * d);
+    }
+    if (st.stem) act(&l, PLAN_ACT_DVIS, -1, false, (double)rows->merged_rows * d);
+    return l.n;
+}
+
+void plan_module_act_floats(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
+                            double *saved, double *scratch, double *logits)
+{
+    int n = plan_module_acts(mm, s, stage, rows, NULL, 0);
+    plan_act *a = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *a);
+    *saved = *scratch = *logits = 0;
+    if (!a) return;
+    plan_module_acts(mm, s, stage, rows, a, n);
+    for (int i = 0; i < n; i++) {
+        if (a[i].id == PLAN_ACT_LOGITS || a[i].id == PLAN_ACT_DLOGITS) *logits += (double)a[i].floats;
+        else if (a[i].saved) *saved += (double)a[i].floats;
+        else *scratch += (double)a[i].floats;
+    }
+    util_free(a);
+}

@@ -1,0 +1,404 @@
+/* The drift guard's counting side (tests/test_drift.c): the CPU backend
+ * wrapped so that every kernel call is counted as what the cost model prices
+ * for it, an in-process communicator whose ranks are threads and which
+ * counts every collective, and the run of one micro-batch through both.
+ *
+ * How each backend call counts (the comments of planner/cost.c and
+ * costdb/costdb.h): linear_forward is the GEMM (rows, out, in) plus, with a
+ * bias, a BIAS pass over rows x out; linear_backward is dX = (rows, in,
+ * out), dW = (in, out, rows) and, with db, a BIAS_GRAD pass over rows x out;
+ * the embedding rows are COPY, the embedding gradient ADD; the
+ * vocab-parallel cross-entropy's row-max, exp-sum and gradient passes are
+ * one CE over the logits ("row max, exp-sum and gradient passes together"),
+ * counted at its row-max pass; attention is rows = queries x heads and
+ * scores = the keys each query sees x heads. The passes are told apart by
+ * the model's unit hooks: a module enters its units with EX_USE_BACKWARD
+ * from the first kernel of its backward on (recomputation included). */
+#include "tests/drift.h"
+#include "executor/backend.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Each rank is a thread with its own tally; the pass follows the unit hooks. */
+static _Thread_local drift_tally *tl_tally;
+static _Thread_local int tl_pass;
+
+/* ------------------------------------------------------- counting backend */
+
+static const ex_backend *cpu(void) { return ex_backend_cpu(); }
+
+static void count_ew(cost_ew k, double n)
+{
+    if (!tl_tally) return;
+    tl_tally->ew_calls[tl_pass][k] += 1;
+    tl_tally->ew_elems[tl_pass][k] += n;
+}
+
+static void count_gemm(double m, double n, double k)
+{
+    drift_tally *t = tl_tally;
+    if (!t) return;
+    t->gemm_calls[tl_pass] += 1;
+    t->gemm_mnk[tl_pass] += m * n * k;
+    for (int i = 0; i < t->n_shapes; i++)
+        if (t->shape[i].m == m && t->shape[i].n == n && t->shape[i].k == k) { t->shape[i].count[tl_pass] += 1; return; }
+    if (t->n_shapes == DRIFT_MAX_SHAPES) { t->overflow = true; return; }
+    t->shape[t->n_shapes] = (drift_shape){ .m = m, .n = n, .k = k };
+    t->shape[t->n_shapes++].count[tl_pass] = 1;
+}
+
+/* kernel 0 forward, 1 backward: rows = queries x heads, scores = keys each query sees x heads. */
+static void count_attention(int kernel, const int *cu, int nseq, int H, bool causal)
+{
+    if (!tl_tally) return;
+    double rows = 0, scores = 0;
+    for (int s = 0; s < nseq; s++) {
+        double len = cu[s + 1] - cu[s];
+        rows += len * H;
+        scores += (causal ? len * (len + 1) / 2 : len * len) * H;
+    }
+    tl_tally->att_calls[tl_pass] += 1;
+    tl_tally->att_rows[tl_pass][kernel] += rows;
+    tl_tally->att_scores[tl_pass][kernel] += scores;
+}
+
+static void k_zero(float *x, size_t n) { count_ew(COST_EW_ZERO, (double)n); cpu()->zero(x, n); }
+static void k_copy(float *d, const float *s, size_t n) { count_ew(COST_EW_COPY, (double)n); cpu()->copy(d, s, n); }
+static void k_add(float *y, const float *x, size_t n) { count_ew(COST_EW_ADD, (double)n); cpu()->add_inplace(y, x, n); }
+static void k_bias(float *y, const float *b, int n, int d) { count_ew(COST_EW_BIAS, (double)n * d); cpu()->add_bias(y, b, n, d); }
+static void k_scale(float *y, float s, size_t n) { if (tl_tally) tl_tally->unpriced += 1; cpu()->scale_inplace(y, s, n); }
+static double k_sumsq(const float *x, size_t n) { count_ew(COST_EW_SUMSQ, (double)n); return cpu()->sumsq(x, n); }
+
+static void k_linear_fwd(float *out, const float *inp, const float *w, const float *b, int n, int in, int o)
+{
+    count_gemm(n, o, in);
+    if (b) count_ew(COST_EW_BIAS, (double)n * o);
+    cpu()->linear_forward(out, inp, w, b, n, in, o);
+}
+
+static void k_linear_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                         int n, int in, int o)
+{
+    if (dinp) count_gemm(n, in, o);
+    if (dw) count_gemm(in, o, n);
+    if (db) count_ew(COST_EW_BIAS_GRAD, (double)n * o);
+    cpu()->linear_backward(dinp, dw, db, dout, inp, w, n, in, o);
+}
+
+static void k_rms_fwd(float *out, float *rstd, const float *inp, const float *w, int n, int d, float eps)
+{
+    count_ew(COST_EW_RMSNORM, (double)n * d);
+    cpu()->rmsnorm_forward(out, rstd, inp, w, n, d, eps);
+}
+
+static void k_rms_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
+                      int n, int d)
+{
+    count_ew(COST_EW_RMSNORM_BWD, (double)n * d);
+    cpu()->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, n, d);
+}
+
+static void k_rope_fwd(float *x, const float *c, const float *s, int n, int nh, int hd)
+{
+    count_ew(COST_EW_ROPE, (double)n * nh * hd);
+    cpu()->rope_forward(x, c, s, n, nh, hd);
+}
+
+static void k_rope_bwd(float *dx, const float *c, const float *s, int n, int nh, int hd)
+{
+    count_ew(COST_EW_ROPE_BWD, (double)n * nh * hd);
+    cpu()->rope_backward(dx, c, s, n, nh, hd);
+}
+
+static void k_att_fwd(float *out, float *lse, const float *q, const float *k, const float *v, const int *cu, int nseq,
+                      int H, int Hkv, int hd, bool causal)
+{
+    count_attention(0, cu, nseq, H, causal);
+    cpu()->attention_forward(out, lse, q, k, v, cu, nseq, H, Hkv, hd, causal);
+}
+
+static void k_att_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                      const float *v, const float *out, const float *lse, const int *cu, int nseq, int H, int Hkv,
+                      int hd, bool causal)
+{
+    count_attention(1, cu, nseq, H, causal);
+    cpu()->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, H, Hkv, hd, causal);
+}
+
+static void k_swiglu_fwd(float *h, const float *g, const float *u, size_t n)
+{
+    count_ew(COST_EW_SWIGLU, (double)n);
+    cpu()->swiglu_forward(h, g, u, n);
+}
+
+static void k_swiglu_bwd(float *dg, float *du, const float *dh, const float *g, const float *u, size_t n)
+{
+    count_ew(COST_EW_SWIGLU_BWD, (double)n);
+    cpu()->swiglu_backward(dg, du, dh, g, u, n);
+}
+
+static void k_gelu_fwd(float *out, const float *inp, size_t n) { count_ew(COST_EW_GELU, (double)n); cpu()->gelu_forward(out, inp, n); }
+
+static void k_gelu_bwd(float *dinp, const float *dout, const float *inp, size_t n)
+{
+    count_ew(COST_EW_GELU_BWD, (double)n);
+    cpu()->gelu_backward(dinp, dout, inp, n);
+}
+
+static void k_emb_fwd(float *out, const float *wte, const int32_t *tok, int n, int d, int v0, int vn)
+{
+    count_ew(COST_EW_COPY, (double)n * d);
+    cpu()->embedding_forward(out, wte, tok, n, d, v0, vn);
+}
+
+static void k_emb_bwd(float *dwte, const float *dout, const int32_t *tok, int n, int d, int v0, int vn)
+{
+    count_ew(COST_EW_ADD, (double)n * d);
+    cpu()->embedding_backward(dwte, dout, tok, n, d, v0, vn);
+}
+
+/* The fused cross-entropy: all three passes in one call. */
+static double k_ce(float *dl, const float *logits, const int32_t *t, int n, int vocab, float dscale)
+{
+    count_ew(COST_EW_CE, (double)n * vocab);
+    if (tl_tally) tl_tally->ce_passes[tl_pass] += 2.0 * n * vocab;
+    return cpu()->cross_entropy(dl, logits, t, n, vocab, dscale);
+}
+
+/* The row-max pass stands for the CE call; the other two passes go with it. */
+static void k_ce_max(float *mx, const float *logits, int n, int vocab)
+{
+    count_ew(COST_EW_CE, (double)n * vocab);
+    cpu()->ce_row_max(mx, logits, n, vocab);
+}
+
+static void k_ce_exp(float *p, float *st, const float *logits, const float *mx, const int32_t *t, int n, int vocab, int v0)
+{
+    if (tl_tally) tl_tally->ce_passes[tl_pass] += (double)n * vocab;
+    cpu()->ce_exp_sum(p, st, logits, mx, t, n, vocab, v0);
+}
+
+static void k_ce_grad(float *dl, const float *st, const int32_t *t, int n, int vocab, int v0, float dscale)
+{
+    if (tl_tally) tl_tally->ce_passes[tl_pass] += (double)n * vocab;
+    cpu()->ce_grad(dl, st, t, n, vocab, v0, dscale);
+}
+
+static void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+                    float wd, float c1, float c2)
+{
+    if (tl_tally) tl_tally->unpriced += 1;
+    cpu()->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, c1, c2);
+}
+
+static const ex_backend counting_backend = {
+    .name = "counting", .zero = k_zero, .copy = k_copy, .add_inplace = k_add, .add_bias = k_bias,
+    .scale_inplace = k_scale, .sumsq = k_sumsq, .linear_forward = k_linear_fwd, .linear_backward = k_linear_bwd,
+    .rmsnorm_forward = k_rms_fwd, .rmsnorm_backward = k_rms_bwd, .rope_forward = k_rope_fwd,
+    .rope_backward = k_rope_bwd, .attention_forward = k_att_fwd, .attention_backward = k_att_bwd,
+    .swiglu_forward = k_swiglu_fwd, .swiglu_backward = k_swiglu_bwd, .gelu_forward = k_gelu_fwd,
+    .gelu_backward = k_gelu_bwd, .embedding_forward = k_emb_fwd, .embedding_backward = k_emb_bwd,
+    .cross_entropy = k_ce, .ce_row_max = k_ce_max, .ce_exp_sum = k_ce_exp, .ce_grad = k_ce_grad, .adamw = k_adamw,
+};
+
+static int hook_begin(void *ctx, int module, int unit, ex_unit_use use)
+{
+    (void)ctx; (void)module; (void)unit;
+    tl_pass = use == EX_USE_BACKWARD ? DRIFT_BWD : DRIFT_FWD;
+    return 0;
+}
+
+static int hook_end(void *ctx, int module, int unit, ex_unit_use use, bool last)
+{
+    (void)ctx; (void)module; (void)unit; (void)use; (void)last;
+    return 0;
+}
+
+/* ------------------------------------- counting in-process communicator
+ * The ranks of a group are threads; each collective posts its buffer, waits
+ * for the others, reads theirs, and waits again before anyone moves on.
+ * Elements are counted as the cost model sizes a collective: the full
+ * buffer (all-gather: the gathered one, reduce-scatter: the input,
+ * all-to-all: every chunk). */
+
+typedef struct { pthread_barrier_t bar; int size; const float *buf[DRIFT_MAX_RANKS]; } group;
+typedef struct { group *g; int rank; } member;
+
+/* Counts the collective, posts this rank's buffer and returns everyone's
+ * once all have posted; exchange_done waits until all have read them. */
+static const float *const *exchange(member *c, int op, double elems, const float *mine)
+{
+    if (tl_tally) {
+        tl_tally->coll_calls[tl_pass][op] += 1;
+        tl_tally->coll_elems[tl_pass][op] += elems;
+        tl_tally->syncs[tl_pass] += 1;
+    }
+    c->g->buf[c->rank] = mine;
+    pthread_barrier_wait(&c->g->bar);
+    return c->g->buf;
+}
+
+static void exchange_done(member *c) { pthread_barrier_wait(&c->g->bar); }
+
+static int reduce(void *ctx, float *x, size_t n, bool max)
+{
+    member *c = ctx;
+    float *acc = malloc((n ? n : 1) * sizeof *acc);
+    const float *const *all = exchange(c, DRIFT_AR, (double)n, x);
+    for (size_t i = 0; acc && i < n; i++) {
+        float a = all[0][i];
+        for (int r = 1; r < c->g->size; r++) a = max ? fmaxf(a, all[r][i]) : a + all[r][i];
+        acc[i] = a;
+    }
+    exchange_done(c);
+    if (!acc) return UTIL_ENOMEM;
+    memcpy(x, acc, n * sizeof *acc);
+    free(acc);
+    return 0;
+}
+
+static int g_allreduce_sum(void *ctx, float *x, size_t n) { return reduce(ctx, x, n, false); }
+static int g_allreduce_max(void *ctx, float *x, size_t n) { return reduce(ctx, x, n, true); }
+
+static int g_allgather(void *ctx, const float *send, float *all, size_t n)
+{
+    member *c = ctx;
+    const float *const *in = exchange(c, DRIFT_AG, (double)n * c->g->size, send);
+    for (int r = 0; r < c->g->size; r++) memcpy(all + r * n, in[r], n * sizeof(float));
+    exchange_done(c);
+    return 0;
+}
+
+static int g_reduce_scatter(void *ctx, const float *send, float *recv, size_t n)
+{
+    member *c = ctx;
+    const float *const *in = exchange(c, DRIFT_RS, (double)n * c->g->size, send);
+    for (size_t i = 0; i < n; i++) {
+        float a = 0;
+        for (int r = 0; r < c->g->size; r++) a += in[r][c->rank * n + i];
+        recv[i] = a;
+    }
+    exchange_done(c);
+    return 0;
+}
+
+static int g_alltoall(void *ctx, const float *send, float *recv, size_t chunk)
+{
+    member *c = ctx;
+    const float *const *in = exchange(c, DRIFT_A2A, (double)chunk * c->g->size, send);
+    for (int r = 0; r < c->g->size; r++) memcpy(recv + r * chunk, in[r] + c->rank * chunk, chunk * sizeof(float));
+    exchange_done(c);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ run */
+
+typedef struct {
+    const drift_case *dc;
+    const model_t *m;
+    int module;
+    ex_batch b;
+    ex_parallel par;
+    const float *vis_in, *dvis;
+    drift_tally *t;
+    int rc;
+    char err[UTIL_ERR_LEN];
+} rank_job;
+
+static void *run_rank(void *arg)
+{
+    rank_job *j = arg;
+    ex_parallel per[MODEL_MAX_MODULES];
+    memset(per, 0, sizeof per);
+    per[j->module] = j->par;
+    ex_model *em = NULL;
+    j->rc = ex_model_create_per_module(j->m, 7, 1u << j->module, per, &em, j->err);
+    ex_unit_hooks hooks = { NULL, hook_begin, hook_end };
+    if (!j->rc) {
+        ex_model_set_backend(em, &counting_backend);
+        j->rc = ex_model_set_unit_hooks(em, j->module, &hooks);
+    }
+    memset(j->t, 0, sizeof *j->t);
+    tl_tally = j->t;
+    tl_pass = DRIFT_FWD;
+    if (!j->rc && j->dc->vision) {
+        const float *out;
+        int rows;
+        j->rc = ex_vision_forward(em, &j->b, &out, &rows, j->err);
+        if (!j->rc) j->rc = ex_vision_backward(em, &j->b, j->dvis, j->err);
+    } else if (!j->rc) {
+        float loss;
+        const float *dvis;
+        j->rc = ex_llm_forward_backward(em, &j->b, j->vis_in, true, &loss, &dvis, j->err);
+    }
+    tl_tally = NULL;
+    ex_model_free(em);
+    return NULL;
+}
+
+static float *random_floats(size_t n, uint64_t seed)
+{
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; x && i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((seed >> 40) * (1.0 / 16777216.0)) - 0.5f;
+    }
+    return x;
+}
+
+/* The batch every rank runs: under Ulysses rank r holds the r-th part of the
+ * patch rows (pixels) and of the merged rows' gradient (dvis); the LLM's
+ * ranks all take the same vision rows (vis_in). */
+int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally *t, char *err)
+{
+    const model_module *vm = &m->mod[model_find_kind(m, MODEL_VISION)], *lm = &m->mod[m->llm];
+    int n_ranks = dc->tp * dc->sp, cpp = vm->in_channels * vm->temporal_patch * vm->patch * vm->patch;
+    int merged = DRIFT_PATCHES / (vm->merge * vm->merge);
+    if (n_ranks > DRIFT_MAX_RANKS) return util_fail(err, UTIL_EINVAL, "%s: %d ranks", dc->name, n_ranks);
+    int ipb[DRIFT_SAMPLES];
+    for (int s = 0; s < DRIFT_SAMPLES; s++) ipb[s] = DRIFT_IMAGES / DRIFT_SAMPLES;
+    int32_t tokens[DRIFT_SAMPLES * DRIFT_TEXT];
+    for (int i = 0; i < DRIFT_SAMPLES * DRIFT_TEXT; i++) tokens[i] = (int32_t)((i * 37 + 11) % lm->vocab);
+    float *pixels = random_floats((size_t)DRIFT_IMAGES * DRIFT_PATCHES * cpp, 1);
+    float *vis = random_floats((size_t)DRIFT_IMAGES * merged * lm->hidden, 2);
+    rank_job *jobs = calloc(DRIFT_MAX_RANKS, sizeof *jobs);
+    if (!pixels || !vis || !jobs) {
+        free(pixels);
+        free(vis);
+        free(jobs);
+        return util_fail(err, UTIL_ENOMEM, "%s: out of memory", dc->name);
+    }
+    group g = { .size = n_ranks };
+    pthread_barrier_init(&g.bar, NULL, (unsigned)n_ranks);
+    member mem[DRIFT_MAX_RANKS];
+    int part_rows = DRIFT_IMAGES * DRIFT_PATCHES / dc->sp, part_merged = DRIFT_IMAGES * merged / dc->sp;
+    for (int r = 0; r < n_ranks; r++) {
+        mem[r] = (member){ &g, r };
+        int spr = dc->sp > 1 ? r : 0;
+        jobs[r] = (rank_job){
+            .dc = dc, .m = m, .module = module, .t = &t[r], .vis_in = vis,
+            .dvis = vis + (size_t)spr * part_merged * lm->hidden,
+            .b = { .n_images = DRIFT_IMAGES, .patches = DRIFT_PATCHES, .grid_h = DRIFT_GRID, .grid_w = DRIFT_GRID,
+                   .pixels = pixels + (size_t)spr * part_rows * cpp, .batch = DRIFT_SAMPLES,
+                   .text_tokens = DRIFT_TEXT, .tokens = tokens, .images_per_sample = ipb },
+            .par = { .tp_size = dc->tp, .tp_rank = dc->tp > 1 ? r : 0, .sp_size = dc->sp, .sp_rank = spr,
+                     .ctx = &mem[r], .allreduce_sum = g_allreduce_sum, .alltoall = g_alltoall,
+                     .allreduce_max = g_allreduce_max, .seq_parallel = dc->seqpar, .allgather = g_allgather,
+                     .reduce_scatter = g_reduce_scatter, .recompute = dc->recompute },
+        };
+    }
+    pthread_t th[DRIFT_MAX_RANKS];
+    for (int r = 0; r < n_ranks; r++) pthread_create(&th[r], NULL, run_rank, &jobs[r]);
+    for (int r = 0; r < n_ranks; r++) pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&g.bar);
+    int rc = UTIL_OK;
+    for (int r = 0; r < n_ranks && !rc; r++)
+        if (jobs[r].rc) rc = util_fail(err, jobs[r].rc, "%s: rank %d: %s", dc->name, r, jobs[r].err);
+    free(pixels);
+    free(vis);
+    free(jobs);
+    return rc;
+}
