@@ -491,10 +491,17 @@ static int parse_header(ex_ckpt *c, const char *text, char *err)
 
 static int open_file(ex_ckpt *c, char *err)
 {
-    c->f = fopen(c->path, "rb");
-    if (!c->f) return util_fail(err, UTIL_EIO, "%s: cannot open: %s", c->path, strerror(errno));
+    /* O_NONBLOCK: a FIFO without a writer would block the open; it is refused below */
+    int fd = open(c->path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return util_fail(err, UTIL_EIO, "%s: cannot open: %s", c->path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(c->f), &st) != 0) return util_fail(err, UTIL_EIO, "%s: cannot stat: %s", c->path, strerror(errno));
+    bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (!regular || !(c->f = fdopen(fd, "rb"))) {
+        int rc = regular ? util_fail(err, UTIL_EIO, "%s: cannot open: %s", c->path, strerror(errno))
+                         : util_fail(err, UTIL_EINVAL, "%s: not a regular file: refused", c->path);
+        close(fd);
+        return rc;
+    }
     uint64_t size = (uint64_t)st.st_size;
     unsigned char len8[8];
     if (size < 8 || fread(len8, 1, 8, c->f) != 8)

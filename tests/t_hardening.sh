@@ -76,6 +76,7 @@ elif [ $? = 124 ]; then fail hard_input_fifo_refused "blocked on the FIFO"
 elif grep -q 'fifo.json: is a FIFO' err; then ok hard_input_fifo_refused
 else fail hard_input_fifo_refused "$(cat err)"; fi
 expect_err hard_plan_file_fifo 'is a FIFO' timeout 20 "$DHP" simulate fifo.json
+expect_err hard_checkpoint_fifo 'fifo.json: not a regular file' timeout 20 "$DHP" data ckpt-inspect fifo.json
 
 # --- module names become file names ---
 edit one.json evil.json "d['model']['modules'][1]['name']='../../../X'; d['model']['modules'][0]['feeds']='../../../X'; d['modules'][1]['module']='../../../X'"
