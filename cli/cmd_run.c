@@ -118,9 +118,9 @@ int cmd_run(int argc, char **argv)
     ex_run_options_default(&o);
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
-    char err[UTIL_ERR_LEN];
+    char err[UTIL_ERR_LEN] = "";
     rc = ex_run(&o, &argc, &argv, err);
     if (!rc) return 0;
-    fprintf(stderr, "dhp run: %s\n", err);
+    if (err[0]) fprintf(stderr, "dhp run: %s\n", err);   /* empty: rank 0 prints the job's one line */
     return rc == UTIL_EINVAL || rc == UTIL_ENOTFOUND || rc == UTIL_EUNSUPPORTED ? 2 : 1;
 }

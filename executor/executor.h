@@ -530,7 +530,9 @@ typedef struct {
 } ex_run_options;
 void ex_run_options_default(ex_run_options *o);
 /* Runs the training; returns UTIL_OK or an error code with err filled on
- * every rank that saw it (ranks agree on failures such as a NaN loss). */
+ * every rank that saw it (ranks agree on failures such as a NaN loss). A
+ * verdict rank 0 reached for all (a bad --ckpt or --trace, a checkpoint
+ * that cannot be resumed) leaves err empty on the other ranks: one line. */
 int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err);
 
 #endif

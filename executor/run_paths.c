@@ -74,7 +74,8 @@ static int share_verdict(run_ctx *r, int rc, char *err)
     if (r->rank == 0 && rc) util_strlcpy(v.msg, err, sizeof v.msg);
     if (ex_comm_bcast(r->world, &v, sizeof v, 0))
         return util_fail(err, UTIL_ERUNTIME, "run: %s", ex_comm_error(r->world));
-    if (v.rc && r->rank != 0) util_strlcpy(err, v.msg, UTIL_ERR_LEN);
+    /* one line per job: rank 0 prints it, the others return the code with an empty message */
+    if (v.rc && r->rank != 0) err[0] = '\0';
     return v.rc;
 }
 

@@ -78,7 +78,12 @@ int run_ckpt_resume_step(run_ctx *r, char *dir, size_t n, long long *step, char 
     }
     if (ex_comm_bcast(r->world, &v, sizeof v, 0))
         return util_fail(err, UTIL_ERUNTIME, "checkpoint: sharing the resume step failed: %s", ex_comm_error(r->world));
-    if (v.rc) return util_fail(err, v.rc, "%s", v.msg);
+    /* one line per job: rank 0 prints it, the others return the code with an empty message */
+    if (v.rc) {
+        if (r->rank == 0) util_strlcpy(err, v.msg, UTIL_ERR_LEN);
+        else err[0] = '\0';
+        return v.rc;
+    }
     *step = v.step;
     return run_ckpt_step_dir(r, v.step, dir, n) ? util_fail(err, UTIL_EINVAL, "checkpoint: path too long") : UTIL_OK;
 }

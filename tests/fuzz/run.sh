@@ -4,7 +4,8 @@
 # replaying the regression inputs of tests/fuzz/regress/<target>/ (each a
 # crash found and fixed). Prints "ok NAME" / "FAIL NAME: why" per target and
 # appends "date target seconds executions result" to WORK/ledger.tsv.
-# usage: tests/fuzz/run.sh SECONDS WORK      (needs $FUZZ_BIN and $DHP)
+# usage: tests/fuzz/run.sh SECONDS WORK      (needs $FUZZ_BIN and $DHP; optional FUZZ_ONLY,
+#        FUZZ_NICE, FUZZ_TIMEOUT)
 set -u
 cd "$(dirname "$0")/../.."
 SECONDS_EACH=$1 WORK=$2
@@ -21,6 +22,8 @@ if [ ! -d "$WORK/seeds/fuzz_safetensors" ] || [ -n "${FUZZ_FRESH_SEEDS:-}" ]; th
 fi
 for bin in "$FUZZ_BIN"/fuzz_*; do
     t=$(basename "$bin")
+    # FUZZ_ONLY="fuzz_plan fuzz_cluster": run only these targets
+    if [ -n "${FUZZ_ONLY:-}" ] && [[ " $FUZZ_ONLY " != *" $t "* ]]; then continue; fi
     art="$WORK/artifacts/$t"
     mkdir -p "$WORK/corpus/$t" "$art"
     log="$WORK/$t.log"
