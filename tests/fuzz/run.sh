@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every fuzz target for SECONDS each on its corpus (WORK/corpus/<target>,
 # kept between runs) plus the seeds (WORK/seeds, tests/fuzz/seeds.sh), after
-# replaying the regression inputs of tests/fuzz/regress/<target>/ (each a
-# crash found and fixed). Prints "ok NAME" / "FAIL NAME: why" per target and
+# replaying the regression inputs of tests/fuzz/regress/<target>/ (each an
+# input that once stopped a run: a crash fixed since, or a timeout that only
+# a busy host caused). Prints "ok NAME" / "FAIL NAME: why" per target and
 # appends "date target seconds executions result" to WORK/ledger.tsv.
 # usage: tests/fuzz/run.sh SECONDS WORK      (needs $FUZZ_BIN and $DHP; optional FUZZ_ONLY,
 #        FUZZ_NICE, FUZZ_TIMEOUT)
