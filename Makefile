@@ -32,7 +32,8 @@ MODULES := util models costdb planner executor
 LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
 CLI_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
-DATA    := $(sort $(wildcard models/zoo/*.json) $(wildcard costdb/gpus/*.json) $(wildcard costdb/clusters/*.json))
+DATA    := $(sort $(wildcard models/zoo/*.json) $(wildcard costdb/gpus/*.json) $(wildcard costdb/clusters/*.json)) \
+           cli/report.html
 
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC)) \
             $(BUILD)/obj/gen/embedded.o
@@ -105,6 +106,7 @@ $(BUILD)/obj/gen/embedded.o: $(BUILD)/gen/embedded.c
 
 deps:
 	bash scripts/deps.sh
+	bash scripts/venv.sh
 
 # Fuzz targets (tests/fuzz/fuzz_*.c): libFuzzer, so clang, with ASan and UBSan,
 # in their own build directory. `make fuzz` runs each for FUZZ_SECONDS on a

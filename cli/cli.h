@@ -47,8 +47,24 @@ extern const char *cli_setup_help;
 /* Parses a positive integer option value; prints an error and returns 2 if bad. */
 int cli_int_arg(const char *cmd, const char *opt, const char *val, int lo, int hi, int *out);
 
+/* The HTML report (cli/report.c, template cli/report.html): the plan's GPU
+ * map, memory per GPU, simulated step (and a measured one from a dhp run
+ * --trace file), and its throughput against rows (alternatives) and, with
+ * baselines, the baselines on the same cost model. Written atomically. */
+typedef struct { const char *label; const plan_t *plan; } cli_report_row;
+int cli_report_write(const char *path, const plan_t *p, const cli_report_row *rows, int n_rows, bool baselines,
+                     const char *measured, char *err);
+
 /* dhp simulate (cli/cmd_simulate.c). */
 int cmd_simulate(int argc, char **argv);
+
+/* A growing string (cli/strbuf.c): s is NUL-terminated (NULL until the first add). */
+typedef struct { char *s; size_t len, cap; } cli_buf;
+void cli_buf_add(cli_buf *b, const char *s);
+void cli_buf_printf(cli_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends w as one POSIX shell word (single-quoted when needed). */
+void cli_buf_word(cli_buf *b, const char *w);
+void cli_buf_free(cli_buf *b);
 
 /* Printing helpers (cli/print.c). */
 /* "33.45B", "156.6K", "108.0M"; "-" for 0. */

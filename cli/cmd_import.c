@@ -6,10 +6,15 @@
 
 static void usage(void)
 {
-    printf("usage: dhp import CONFIG.json|URL [-o MODEL.json] [--name NAME]\n\n"
-           "Converts a Hugging Face config.json (qwen2_5_vl, qwen2_vl, llava, internvl_chat, mllama,\n"
-           "qwen2_audio, llama, qwen2, mistral) into a dhp model description. Prints it, or writes\n"
-           "it atomically with -o. Prints the parameter count on stderr.\n");
+    printf("usage: dhp import CONFIG.json|URL|hf:ORG/NAME[@REV] [-o MODEL.json] [--name NAME]\n\n"
+           "Converts a Hugging Face config.json (%s)\n"
+           "into a dhp model description. Prints it, or writes it atomically with -o. Prints the\n"
+           "parameter count on stderr.\n\n"
+           "hf:ORG/NAME fetches the model's config.json from the Hub ($HF_ENDPOINT, default\n"
+           "https://huggingface.co; HF_TOKEN for gated models; HF_HUB_OFFLINE=1 reads the cache only)\n"
+           "and caches it under $XDG_CACHE_HOME/dhp (default ~/.cache/dhp). Every --model option\n"
+           "takes hf:ORG/NAME too. URLs must be https (http only to a loopback host).\n",
+           model_import_hf_types());
 }
 
 int cmd_import(int argc, char **argv)
@@ -28,12 +33,17 @@ int cmd_import(int argc, char **argv)
     char err[UTIL_ERR_LEN], *text = NULL;
     if (out && strcmp(out, "-") && util_check_output(out, err)) return cli_bad_input(err);
     bool url = !strncmp(src, "http://", 7) || !strncmp(src, "https://", 8);
-    if ((url ? util_http_get(src, &text, NULL, err) : util_read_text_file(src, UTIL_JSON_MAX_BYTES, &text, NULL, err)))
-        return cli_bad_input(err);
     model_t m;
-    int rc = model_import_hf(text, src, &m, err);
-    util_free(text);
-    if (rc) return cli_bad_input(err);
+    int rc;
+    if (model_hub_is_ref(src)) {
+        if ((rc = model_hub_load(src, &m, err))) return cli_bad_input(err);
+    } else {
+        if ((url ? util_http_get(src, &text, NULL, err) : util_read_text_file(src, UTIL_JSON_MAX_BYTES, &text, NULL, err)))
+            return cli_bad_input(err);
+        rc = model_import_hf(text, src, &m, err);
+        util_free(text);
+        if (rc) return cli_bad_input(err);
+    }
     if (name) util_strlcpy(m.name, name, sizeof m.name);
     if (url) util_strlcpy(m.source, src, sizeof m.source);
     if (model_validate_as(&m, src, err)) return cli_bad_input(err);

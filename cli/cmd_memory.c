@@ -5,8 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
-
 static void usage(void)
 {
     printf("usage: dhp memory [PLAN.json] [options]\n\n"
@@ -24,9 +22,10 @@ static void usage(void)
 static void row(const char *name, const double *v, int n, bool colocated)
 {
     double total = 0;
+    char b[32];
     printf("  %-15s", name);
-    for (int k = 0; k < n; k++) { printf(" %11.2f", v[k] / GIB); total += v[k]; }
-    if (colocated && n > 1) printf(" %11.2f", total / GIB);
+    for (int k = 0; k < n; k++) { printf(" %11s", util_fmt_bytes(v[k], b, sizeof b)); total += v[k]; }
+    if (colocated && n > 1) printf(" %11s", util_fmt_bytes(total, b, sizeof b));
     printf("\n");
 }
 
@@ -34,7 +33,7 @@ static void print_table(const plan_t *p, const plan_eval *ev)
 {
     int n = p->n_modules;
     bool col = p->placement == PLAN_COLOCATED;
-    printf("memory per GPU, GiB (%s", plan_placement_name(p->placement));
+    printf("memory per GPU (%s", plan_placement_name(p->placement));
     printf(col ? ": every GPU holds all modules)\n" : ": each module on its own GPUs)\n");
     printf("  %-15s", "");
     for (int k = 0; k < n; k++) printf(" %11s", p->mod[k].module);
@@ -104,10 +103,13 @@ static int report(const plan_t *p, const plan_eval *ev, bool json, bool check)
         cli_print_plan(p);
         printf("\n");
         print_table(p, ev);
-        if (p->pred.fits) printf("\nFITS: peak %.2f GiB of %.2f GiB (%.2f GiB free); largest term: %s\n",
-                                 ev->peak_mem / GIB, ev->capacity / GIB, margin / GIB, dom);
-        else printf("\nOOM by %.2f GiB: peak %.2f GiB of %.2f GiB; largest term: %s\n",
-                    -margin / GIB, ev->peak_mem / GIB, ev->capacity / GIB, dom);
+        char peak[32], cap[32], m[32];
+        util_fmt_bytes(ev->peak_mem, peak, sizeof peak);
+        util_fmt_bytes(ev->capacity, cap, sizeof cap);
+        if (p->pred.fits) printf("\nFITS: peak %s of %s (%s free); largest term: %s\n", peak, cap,
+                                 util_fmt_bytes(margin, m, sizeof m), dom);
+        else printf("\nOOM by %s: peak %s of %s; largest term: %s\n", util_fmt_bytes(-margin, m, sizeof m), peak,
+                    cap, dom);
     }
     return check && !p->pred.fits ? 1 : 0;
 }

@@ -23,10 +23,13 @@ static void usage(void)
            "                        zero3, tp, sp-tp and dhp per row (precision bf16-autocast unless given)\n"
            "  --grid T:B,...        the grid for --compare, vision tokens:batch pairs\n"
            "  --strategy SPEC       no search: the plan of explicit per-module strategies, e.g.\n"
-           "                        'vision:gpus=1,sp=1;llm:gpus=2,tp=2' (keys dp tp sp pp zero mb rc seqpar\n"
-           "                        pool gpus), with --placement colocated (default) or disaggregated\n"
+           "                        'vision:gpus=1,sp=1;llm:gpus=2,tp=2' (keys dp tp sp pp vp zero mb rc\n"
+           "                        seqpar pool gpus; vp: interleaved stages per pp rank), with --placement\n"
+           "                        colocated (default) or disaggregated\n"
            "  --gpus N              GPUs (ranks) a --strategy plan uses (default: all of pool 0)\n"
-           "  --n-micro N           chunks pipelined between module groups (--strategy, disaggregated)\n", cli_setup_help);
+           "  --n-micro N           chunks pipelined between module groups (--strategy, disaggregated)\n"
+           "  --report FILE.html    also write a self-contained HTML report: GPU map, memory per GPU,\n"
+           "                        simulated step timeline, throughput against the baselines\n", cli_setup_help);
 }
 
 typedef struct {
@@ -34,6 +37,7 @@ typedef struct {
     const char *out;
     const char *grid;
     const char *strategy;
+    const char *report;
     int gpus, n_micro;
     int top, pick;
     bool baselines, compare, exhaustive;
@@ -64,6 +68,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
         else if (!strcmp(o, "--strategy")) { if (!v) return cli_usage_error("plan", "--strategy needs a value"); a->strategy = v; i++; }
         else if (!strcmp(o, "--gpus")) { if (cli_int_arg("plan", o, v, 1, 1 << 24, &a->gpus)) return 2; i++; }
         else if (!strcmp(o, "--n-micro")) { if (cli_int_arg("plan", o, v, 1, 1 << 20, &a->n_micro)) return 2; i++; }
+        else if (!strcmp(o, "--report")) { if (!v) return cli_usage_error("plan", "--report needs a value"); a->report = v; i++; }
         else if (!strcmp(o, "--grid")) { if (!v) return cli_usage_error("plan", "--grid needs a value"); a->grid = v; i++; }
         else if (!strcmp(o, "-o") || !strcmp(o, "--out")) {
             if (!v) return cli_usage_error("plan", "%s needs a value", o);
@@ -127,6 +132,7 @@ static int plan_strategy(const plan_args *a)
     cli_setup_options(&a->setup, &opt);
     if (plan_from_strategy_opts(a->strategy, &m, &c, &w, pl, a->gpus, a->n_micro, &opt, &p, err)) return cli_usage_error("plan", "%s", err);
     if (plan_write(a->out, &p, err)) { fprintf(stderr, "dhp plan: %s\n", err); return 2; }
+    if (a->report && cli_report_write(a->report, &p, NULL, 0, a->baselines, NULL, err)) return cli_bad_input(err);
     if (a->setup.json) { cli_emit_json(plan_to_json(&p)); return 0; }
     cli_print_header(&m, &c, &w);
     printf("plan from --strategy\n");
@@ -136,6 +142,21 @@ static int plan_strategy(const plan_args *a)
     cli_print_plan_row("strategy", &p);
     printf("wrote %s\n", strcmp(a->out, "-") ? a->out : "the plan to stdout");
     return 0;
+}
+
+/* The chosen plan against its alternatives and the baselines. */
+static int write_report(const plan_args *a, const plan_search_result *r, const plan_t *base, const bool *have, char *err)
+{
+    cli_report_row rows[16 + PLAN_NBASE];
+    static char names[16][16];
+    int n = 0;
+    for (int i = 1; i < r->n_plans && i < 16; i++) {
+        snprintf(names[i], sizeof names[i], "alt %d", i);
+        rows[n++] = (cli_report_row){ names[i], &r->plans[i] };
+    }
+    for (int b = 0; b < PLAN_NBASE; b++)
+        if (have[b]) rows[n++] = (cli_report_row){ plan_baseline_name((plan_baseline)b), &base[b] };
+    return cli_report_write(a->report, &r->plans[0], rows, n, false, NULL, err);
 }
 
 static int plan_once(const plan_args *a)
@@ -159,6 +180,7 @@ static int plan_once(const plan_args *a)
         return 2;
     }
     double best_base = best_fitting_baseline(base, have);
+    if (a->report && write_report(a, &r, base, have, err)) return cli_bad_input(err);
     if (a->setup.json) {
         cJSON *doc = cJSON_CreateObject();
         cJSON_AddItemToObject(doc, "plan", plan_to_json(&r.plans[0]));

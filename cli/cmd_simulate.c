@@ -7,8 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
-
 static void usage(void)
 {
     printf("usage: dhp simulate [PLAN.json] [options]\n\n"
@@ -18,6 +16,8 @@ static void usage(void)
            "  --cluster NAME|PATH   re-price the plan on another cluster (default: the plan's own)\n"
            "  --trace FILE          write the simulated step as a Chrome trace (chrome://tracing, Perfetto;\n"
            "                        '-': stdout, the report then goes to stderr)\n"
+           "  --report FILE.html    write a self-contained HTML report (GPU map, memory, timeline, baselines)\n"
+           "  --measured TRACE      with --report: draw a dhp run --trace file beside the simulated step\n"
            "  --strategy SPEC       e.g. 'vision:gpus=2;llm:gpus=6,tp=2,seqpar=0' (keys as dhp memory)\n"
            "  --placement P         colocated (default with --strategy) or disaggregated\n"
            "  --n-micro N           chunks pipelined between groups (disaggregated)\n%s", cli_setup_help);
@@ -25,7 +25,7 @@ static void usage(void)
 
 typedef struct {
     cli_setup setup;
-    const char *plan_path, *strategy, *trace;
+    const char *plan_path, *strategy, *trace, *report, *measured;
     bool cluster_given;
     plan_placement placement;
     int n_micro;
@@ -45,6 +45,8 @@ static int parse_args(int argc, char **argv, sim_args *a)
         if (r == 1) continue;
         if (!strcmp(o, "--help") || !strcmp(o, "-h")) { usage(); return 1; }
         else if (!strcmp(o, "--trace")) { if (!v) return cli_usage_error("simulate", "--trace needs a value"); a->trace = v; i++; }
+        else if (!strcmp(o, "--report")) { if (!v) return cli_usage_error("simulate", "--report needs a value"); a->report = v; i++; }
+        else if (!strcmp(o, "--measured")) { if (!v) return cli_usage_error("simulate", "--measured needs a value"); a->measured = v; i++; }
         else if (!strcmp(o, "--strategy")) { if (!v) return cli_usage_error("simulate", "--strategy needs a value"); a->strategy = v; i++; }
         else if (!strcmp(o, "--n-micro")) { if (cli_int_arg("simulate", o, v, 1, 1 << 20, &a->n_micro)) return 2; i++; }
         else if (!strcmp(o, "--placement")) {
@@ -59,6 +61,7 @@ static int parse_args(int argc, char **argv, sim_args *a)
     }
     if (!a->plan_path && !a->strategy) return cli_usage_error("simulate", "give a plan file or --strategy");
     if (a->plan_path && a->strategy) return cli_usage_error("simulate", "give a plan file or --strategy, not both");
+    if (a->measured && !a->report) return cli_usage_error("simulate", "--measured goes with --report");
     char err[UTIL_ERR_LEN];
     if (a->trace && !strcmp(a->trace, "-")) {
         if (a->setup.json) return cli_usage_error("simulate", "--json and --trace - would both write to stdout");
@@ -66,6 +69,7 @@ static int parse_args(int argc, char **argv, sim_args *a)
     } else if (a->trace && util_check_output(a->trace, err)) {
         return cli_usage_error("simulate", "%s", err);
     }
+    if (a->report && util_check_output(a->report, err)) return cli_usage_error("simulate", "%s", err);
     return 0;
 }
 
@@ -111,18 +115,21 @@ static void modules_of(const plan_t *p, int rank, char *buf, size_t n)
 
 static void print_ranks(const plan_t *p, const plan_sim_result *r)
 {
-    printf("\nper rank: seconds of the step, peak memory GiB (activations: live slots)\n");
-    printf("  %4s %-12s %9s %9s %9s %6s | %7s %7s %7s %7s %7s %5s %7s %7s %7s %8s\n", "rank", "modules", "busy", "comm",
+    printf("\nper rank: seconds of the step, peak memory (activations: live slots)\n");
+    printf("  %4s %-12s %9s %9s %9s %6s | %9s %9s %9s %9s %9s %5s %9s %9s %9s %9s\n", "rank", "modules", "busy", "comm",
            "idle", "busy%", "params", "grads", "optim", "zero", "activ", "slots", "logits", "comm", "other", "total");
     for (int i = 0; i < r->world_size; i++) {
         const plan_sim_rank *rk = &r->rank[i];
         const plan_sim_mem *m = &rk->mem;
         char mods[64];
         modules_of(p, i, mods, sizeof mods);
-        printf("  %4d %-12s %9.5f %9.5f %9.5f %5.1f%% | %7.3f %7.3f %7.3f %7.3f %7.3f %5d %7.3f %7.3f %7.3f %8.3f%s\n", i, mods,
+        char b[9][32];
+        const double v[9] = { m->params, m->grads, m->optim, m->zero_buffers, m->activations, m->logits, m->comm,
+                              m->other, m->total };
+        for (int c = 0; c < 9; c++) util_fmt_bytes(v[c], b[c], sizeof b[c]);
+        printf("  %4d %-12s %9.5f %9.5f %9.5f %5.1f%% | %9s %9s %9s %9s %9s %5d %9s %9s %9s %9s%s\n", i, mods,
                rk->busy_s, rk->comm_s, rk->idle_s, r->step_time_s > 0 ? 100 * rk->busy_s / r->step_time_s : 0,
-               m->params / GIB, m->grads / GIB, m->optim / GIB, m->zero_buffers / GIB, m->activations / GIB, m->slots, m->logits / GIB,
-               m->comm / GIB, m->other / GIB, m->total / GIB, m->total > m->capacity ? "  OOM" : "");
+               b[0], b[1], b[2], b[3], b[4], m->slots, b[5], b[6], b[7], b[8], m->total > m->capacity ? "  OOM" : "");
     }
 }
 
@@ -150,7 +157,8 @@ int cmd_simulate(int argc, char **argv)
     char err[UTIL_ERR_LEN];
     plan_sim_result r;
     if (plan_sim_run(&p, NULL, &r, err)) return cli_usage_error("simulate", "%s", err);
-    if (a.trace && plan_sim_write_trace(a.trace, &p, &r, err)) {
+    if ((a.trace && plan_sim_write_trace(a.trace, &p, &r, err)) ||
+        (a.report && cli_report_write(a.report, &p, NULL, 0, true, a.measured, err))) {
         plan_sim_free(&r);
         return cli_bad_input(err);
     }

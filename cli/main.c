@@ -14,6 +14,8 @@ int cmd_clusters(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_launch(int argc, char **argv);
 
 static const cli_command commands[] = {
     { "plan", cmd_plan, "find the fastest per-module plan that fits; compare with baselines" },
@@ -24,6 +26,8 @@ static const cli_command commands[] = {
     { "run", cmd_run, "train the model of a plan file (mpirun -np WORLD dhp run plan.json --data DIR)" },
     { "data", cmd_data, "synthesise / inspect data sets, inspect / copy checkpoints" },
     { "simulate", cmd_simulate, "simulate one step of a plan op by op: step time, idle, critical path, trace" },
+    { "launch", cmd_launch, "run a plan where it says: mpirun with a rankfile, an sbatch script, or a Ray job" },
+    { "export", cmd_export, "a plan's strategy as Megatron-LM arguments, DeepSpeed or torchtitan configs" },
     { "profile", cmd_profile, "measure this host's CPU backend: write a GPU and a cluster JSON for the planner" },
     { NULL, NULL, NULL }
 };

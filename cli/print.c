@@ -6,8 +6,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
-
 void cli_emit_json(cJSON *doc)
 {
     char *text = cJSON_Print(doc);
@@ -76,11 +74,12 @@ void cli_print_plan(const plan_t *p)
            "tp", "sp", "pp", "zero", "recompute", "mb", "mem/GPU");
     for (int k = 0; k < p->n_modules; k++) {
         const plan_module *s = &p->mod[k];
-        char ranks[32];
+        char ranks[32], mem[32];
         fmt_ranks(s, ranks, sizeof ranks);
-        printf("  %-8s %-6s %5s %4d %4d %4d %4d %4d %4d %-9s %-6d %6.1f GiB\n", s->module,
+        printf("  %-8s %-6s %5s %4d %4d %4d %4d %4d %4d %-9s %-6d %10s\n", s->module,
                p->cluster.pool[s->pool].name, ranks, s->n_ranks, s->dp, s->tp, s->sp, s->pp, s->zero,
-               plan_recompute_name(s->recompute), s->micro_batch, pr->peak_mem_bytes[k] / GIB);
+               plan_recompute_name(s->recompute), s->micro_batch,
+               util_fmt_bytes(pr->peak_mem_bytes[k], mem, sizeof mem));
     }
     printf("  step %.3f s", pr->step_time_s);
     if (pr->simulated) printf(" (simulated; analytic %.3f s)", pr->analytic_step_time_s);
@@ -91,7 +90,7 @@ void cli_print_plan(const plan_t *p)
 void cli_print_plan_row_header(void)
 {
     printf("  %-12s %-13s %9s %12s %10s %9s %6s %10s  %s\n", "strategy", "placement", "step(s)", "vision tok/s",
-           "tok/s", "samples/s", "MFU", "peak GiB", "");
+           "tok/s", "samples/s", "MFU", "peak mem", "");
 }
 
 static double peak_of(const plan_t *p)
@@ -105,11 +104,11 @@ void cli_print_plan_row(const char *name, const plan_t *p)
 {
     const plan_prediction *pr = &p->pred;
     double cap = p->cluster.pool[p->mod[0].pool].gpu.hbm_bytes;
-    char verdict[64] = "";
-    if (!pr->fits) snprintf(verdict, sizeof verdict, "OOM (+%.1f GiB)", (peak_of(p) - cap) / GIB);
-    printf("  %-12s %-13s %9.3f %12.0f %10.0f %9.3f %5.1f%% %10.1f  %s\n", name, plan_placement_name(p->placement),
+    char verdict[64] = "", over[32], peak[32];
+    if (!pr->fits) snprintf(verdict, sizeof verdict, "OOM (+%s)", util_fmt_bytes(peak_of(p) - cap, over, sizeof over));
+    printf("  %-12s %-13s %9.3f %12.0f %10.0f %9.3f %5.1f%% %10s  %s\n", name, plan_placement_name(p->placement),
            pr->step_time_s, pr->vision_tokens_per_s, pr->tokens_per_s, pr->samples_per_s, 100 * pr->mfu,
-           peak_of(p) / GIB, verdict);
+           util_fmt_bytes(peak_of(p), peak, sizeof peak), verdict);
 }
 
 cJSON *cli_plan_summary_json(const plan_t *p)

@@ -71,7 +71,12 @@ typedef struct {
      * the dimension at which a dimension alone halves throughput. */
     double gemm_eff_max;
     double gemm_half;
-    double attn_eff;              /* FlashAttention-2 class: achieved/peak on attention FLOPs */
+    double attn_eff;              /* FlashAttention-2 class: achieved/peak on attention FLOPs, head dim 128 */
+    /* Head-dim curve of the fused attention kernels: at head dim d the
+     * efficiency is attn_eff * r(d) / r(128), r(d) = d / (d + attn_hd_half)
+     * (a tile's softmax work does not shrink with d; FlashAttention-3, Shah
+     * et al., arXiv 2407.08608, Fig. 5); 0 = no curve. */
+    double attn_hd_half;
     /* Seconds per query-key score that do not scale with head_dim (softmax:
      * max, exp, rescale), forward and backward; 0 when the file has none
      * (attn_eff then carries all of it). FlashAttention-3 (Shah et al.,
@@ -89,6 +94,10 @@ typedef struct {
     double mem_eff;               /* achieved/peak bandwidth for element-wise kernels */
     double reserved_bytes;        /* CUDA context + library workspaces not available to tensors */
     double kernel_launch_s;       /* per-kernel fixed overhead */
+    /* Streaming multiprocessors; 0 = no wave model (CPU descriptions). A
+     * GEMM runs as output tiles spread over the SMs in waves; the last wave
+     * leaves SMs idle (cost_gemm_wave_efficiency). */
+    double sm_count;
     /* Optional measured efficiencies: inside the grid the GEMM efficiency
      * is interpolated from them (linear in log m, log n, log k); outside,
      * the grid's edge value times the formula's ratio of shape factors. */
@@ -174,6 +183,8 @@ const char *cost_gpu_name(int i);
 int cost_cluster_load(const char *name_or_path, cost_cluster *c, char *err);
 int cost_cluster_parse_json(const char *text, const char *what, cost_cluster *c, char *err);
 int cost_cluster_validate(const cost_cluster *c, char *err);
+/* What an unset cross_pool means: the slowest inter link of all pools. */
+cost_link cost_cluster_default_cross_pool(const cost_cluster *c);
 int cost_preset_count(void);
 const char *cost_preset_name(int i);
 int cost_cluster_gpus(const cost_cluster *c);
@@ -201,11 +212,21 @@ double cost_attention_mean_span(double seq, bool causal);
  * cost_gemm_efficiency is the formula above, or the measured grid where the
  * GPU has one (cost_gemm_grid). */
 double cost_gemm_efficiency(const cost_gpu *g, double m, double n, double k);
+/* The fraction of the SMs' time a GEMM's output tiles keep busy: with T
+ * tiles of a cuBLAS/CUTLASS tile shape (128x128, 256x128 or 128x256, the
+ * best of them), T / (ceil(T / sm_count) sm_count); a GEMM with fewer tiles
+ * than SMs splits k (split-K, slices of at least 128) to fill one wave.
+ * NVIDIA Deep Learning Performance Guide, "Matrix Multiplication
+ * Background", sections Tile Quantization and Wave Quantization. 1 when the
+ * GPU has no sm_count. Part of cost_gemm_efficiency's formula. */
+double cost_gemm_wave_efficiency(const cost_gpu *g, double m, double n, double k);
 double cost_gemm_time(const cost_gpu *g, double m, double n, double k); /* 2mnk FLOPs */
 /* Attention of `rows` query rows x heads over `scores` query-key pairs of
  * head_dim d: the forward runs 4 d FLOPs per score, the backward
  * COST_ATTN_BWD_FLOPS times that; each row also pays attn_row_s (backward
  * attn_bwd_row_s). */
+/* attn_eff at head dim d, with the GPU's head-dim curve (attn_hd_half). */
+double cost_attention_efficiency(const cost_gpu *g, double head_dim);
 double cost_attention_forward_time(const cost_gpu *g, double rows, double scores, double head_dim);
 double cost_attention_backward_time(const cost_gpu *g, double rows, double scores, double head_dim);
 double cost_memory_time(const cost_gpu *g, double bytes);   /* element-wise traffic */

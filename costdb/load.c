@@ -217,6 +217,8 @@ static int validate_gpu(const cost_gpu *g, const char *what, const char *path, c
         return util_fail(err, UTIL_EINVAL, "%s: %s: %g leaves nothing of hbm_bytes %g", what, fp,
                          g->reserved_bytes, g->hbm_bytes);
     }
+    if ((rc = check_range(what, path, "sm_count", g->sm_count, 0, false, 1e6, err))) return rc;
+    if ((rc = check_range(what, path, "attn_hd_half", g->attn_hd_half, 0, false, 1e6, err))) return rc;
     return check_range(what, path, "kernel_launch_s", g->kernel_launch_s, 0, false, 1, err);
 }
 
@@ -338,6 +340,7 @@ static int parse_gpu_obj(const cJSON *obj, const char *what, const char *path, b
     struct { const char *key; double *dst; } optional[] = {
         {"attn_score_s", &g->attn_score_s}, {"attn_bwd_score_s", &g->attn_bwd_score_s},
         {"attn_row_s", &g->attn_row_s}, {"attn_bwd_row_s", &g->attn_bwd_row_s},
+        {"sm_count", &g->sm_count}, {"attn_hd_half", &g->attn_hd_half},
     };
     for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
         if (cJSON_GetObjectItemCaseSensitive(obj, optional[i].key)
@@ -426,6 +429,8 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && cJSON_AddNumberToObject(o, "mem_eff", g->mem_eff)
         && cJSON_AddNumberToObject(o, "reserved_bytes", g->reserved_bytes)
         && cJSON_AddNumberToObject(o, "kernel_launch_s", g->kernel_launch_s)
+        && (g->sm_count <= 0 || cJSON_AddNumberToObject(o, "sm_count", g->sm_count))
+        && (g->attn_hd_half <= 0 || cJSON_AddNumberToObject(o, "attn_hd_half", g->attn_hd_half))
         && (g->grid.n_m == 0 || cost_gemm_grid_add(o, &g->grid, NULL))
         && (g->ew.n == 0 || cost_ew_table_add(o, &g->ew, NULL));
     if (!ok) { cJSON_Delete(o); return NULL; }
@@ -689,7 +694,7 @@ static int parse_pool(const cJSON *obj, const char *what, int i, cost_pool *p, c
 }
 
 /* Unset cross_pool: the slowest inter link of all pools (for two pools, the slower of the two). */
-static cost_link slowest_inter(const cost_cluster *c)
+cost_link cost_cluster_default_cross_pool(const cost_cluster *c)
 {
     cost_link l = c->pool[0].inter;
     for (int i = 1; i < c->n_pools; i++) {
@@ -717,7 +722,7 @@ static int parse_cluster_obj(const cJSON *root, const char *what, cost_cluster *
     if (cJSON_GetObjectItemCaseSensitive(root, "cross_pool")) {
         if ((rc = parse_link(root, what, "", "cross_pool", &c->cross_pool, err))) return rc;
     } else {
-        c->cross_pool = slowest_inter(c);
+        c->cross_pool = cost_cluster_default_cross_pool(c);
     }
     return validate_cluster(c, what, err);
 }

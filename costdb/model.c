@@ -12,11 +12,26 @@ static double shape_factor(double x, double half)
     return x / (x + half);
 }
 
-/* eff(m,n,k) = gemm_eff_max * s(m) * s(n) * s(k) */
+double cost_gemm_wave_efficiency(const cost_gpu *g, double m, double n, double k)
+{
+    double sms = g->sm_count;
+    if (!(sms > 0) || !(m > 0 && n > 0 && k > 0)) return 1.0;
+    static const double tile[][2] = { { 128, 128 }, { 256, 128 }, { 128, 256 } };
+    double best = 0;
+    for (size_t i = 0; i < sizeof tile / sizeof tile[0]; i++) {
+        double t = ceil(m / tile[i][0]) * ceil(n / tile[i][1]);
+        if (t < sms) t *= fmax(1.0, fmin(floor(sms / t), floor(k / 128)));   /* split-K */
+        double e = t / (ceil(t / sms) * sms);
+        if (e > best) best = e;
+    }
+    return best;
+}
+
+/* eff(m,n,k) = gemm_eff_max * s(m) * s(n) * s(k) * wave(m,n,k) */
 static double formula_efficiency(const cost_gpu *g, double m, double n, double k)
 {
     return g->gemm_eff_max * shape_factor(m, g->gemm_half) * shape_factor(n, g->gemm_half)
-         * shape_factor(k, g->gemm_half);
+         * shape_factor(k, g->gemm_half) * cost_gemm_wave_efficiency(g, m, n, k);
 }
 
 /* Where x falls on an ascending axis a[0..n), n >= 2, clamped to it:
@@ -71,22 +86,31 @@ double cost_gemm_time(const cost_gpu *g, double m, double n, double k)
     return 2.0 * m * n * k / (g->peak_flops * eff) + g->kernel_launch_s;
 }
 
-/* t = scores * (score_s + flops_per_score / (peak_flops * attn_eff)) + rows * row_s + kernel_launch_s. */
-static double attention_time(const cost_gpu *g, double rows, double scores, double flops_per_score, double score_s,
-                             double row_s)
+double cost_attention_efficiency(const cost_gpu *g, double head_dim)
+{
+    double hh = g->attn_hd_half;
+    if (!(hh > 0) || !(head_dim > 0)) return g->attn_eff;
+    return g->attn_eff * (head_dim / (head_dim + hh)) / (128.0 / (128.0 + hh));
+}
+
+/* t = scores * (score_s + flops_per_score / (peak_flops * eff(d))) + rows * row_s + kernel_launch_s. */
+static double attention_time(const cost_gpu *g, double rows, double scores, double head_dim, double flops_per_score,
+                             double score_s, double row_s)
 {
     if (!(scores > 0) || !(flops_per_score > 0)) return 0;
-    return scores * (score_s + flops_per_score / (g->peak_flops * g->attn_eff)) + fmax(rows, 0) * row_s + g->kernel_launch_s;
+    double eff = cost_attention_efficiency(g, head_dim);
+    return scores * (score_s + flops_per_score / (g->peak_flops * eff)) + fmax(rows, 0) * row_s + g->kernel_launch_s;
 }
 
 double cost_attention_forward_time(const cost_gpu *g, double rows, double scores, double head_dim)
 {
-    return attention_time(g, rows, scores, 4.0 * head_dim, g->attn_score_s, g->attn_row_s);
+    return attention_time(g, rows, scores, head_dim, 4.0 * head_dim, g->attn_score_s, g->attn_row_s);
 }
 
 double cost_attention_backward_time(const cost_gpu *g, double rows, double scores, double head_dim)
 {
-    return attention_time(g, rows, scores, COST_ATTN_BWD_FLOPS * 4.0 * head_dim, g->attn_bwd_score_s, g->attn_bwd_row_s);
+    return attention_time(g, rows, scores, head_dim, COST_ATTN_BWD_FLOPS * 4.0 * head_dim, g->attn_bwd_score_s,
+                          g->attn_bwd_row_s);
 }
 
 double cost_attention_mean_span(double seq, bool causal) { return causal ? (seq + 1) / 2 : seq; }
@@ -166,8 +190,8 @@ static double ring_time(const cost_link *l, cost_coll op, double bytes, int k)
 
 /* Two-level forms, g = per_node ranks on each of m nodes, S = full buffer:
  *   all-reduce:     intra RS(S) + inter AR(S/g over m) + intra AG(S)
- *   all-gather:     inter AG(S/g over m) + intra AG(S)
- *   reduce-scatter: intra RS(S) + inter RS(S/g over m)
+ *   all-gather, reduce-scatter: the bandwidth of inter AG(S/g over m) + intra AG(S),
+ *                   the latency of one ring over all n ranks, (n-1) alpha_e
  *   broadcast:      (m-1) alpha_e + (g-1) alpha_i + S / min(B_e, B_i)   (one pipelined chain)
  *   all-to-all:     each rank sends S(g-1)/n over NVLink and S(n-g)/n over its NIC at the
  *                   same time: max of the two + (g-1) alpha_i + (n-g) alpha_e. */
@@ -180,9 +204,14 @@ static double hierarchical_time(const cost_pool *p, cost_coll op, double bytes, 
         return ring_time(in, COST_REDUCESCATTER, bytes, g) + ring_time(ex, COST_ALLREDUCE, bytes / g, m)
              + ring_time(in, COST_ALLGATHER, bytes, g);
     case COST_ALLGATHER:
-        return ring_time(ex, COST_ALLGATHER, bytes / g, m) + ring_time(in, COST_ALLGATHER, bytes, g);
     case COST_REDUCESCATTER:
-        return ring_time(in, COST_REDUCESCATTER, bytes, g) + ring_time(ex, COST_REDUCESCATTER, bytes / g, m);
+        /* NCCL runs both as one ring through all n ranks (it has no tree
+         * for them: NVIDIA/nccl src/graph/tuning.cc, ring latency
+         * (nRanks - 1) steps), each step paced by its network hop, so the
+         * latency grows with the ranks, not the nodes: (n - 1) alpha_e.
+         * The bandwidth terms are the two-level ones (each of a node's NICs
+         * carries 1/g of the buffer). */
+        return (n - 1) * ex->alpha_s + bytes / g / ex->busbw * (m - 1) / m + bytes / in->busbw * (g - 1) / g;
     case COST_BROADCAST: {
         double bw = (g > 1 && in->busbw < ex->busbw) ? in->busbw : ex->busbw;
         return (m - 1) * ex->alpha_s + (g - 1) * in->alpha_s + bytes / bw;

@@ -168,8 +168,11 @@ static int check_common(const model_module *mm, char *err)
         return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: ffn_kind gelu is not implemented (swiglu only)", n);
     if (mm->norm != MODEL_NORM_RMSNORM)
         return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: layernorm is not implemented (rmsnorm only)", n);
-    if (mm->qk_norm || mm->layer_scale || mm->n_cross_layers || mm->cls_token || mm->max_positions)
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: qk_norm, layer_scale, cross layers, cls_token and learned positions are not implemented", n);
+    if (mm->qk_norm || mm->layer_scale || mm->n_cross_layers || mm->cls_token || mm->max_positions ||
+        mm->qk_norm_head || mm->post_norms || mm->extra_params)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: qk norms, post norms, layer_scale, cross layers, cls_token, learned positions and extra parameters are not implemented", n);
+    if (mm->unfused_attention || mm->dropout)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: unfused_attention and dropout are priced, not run (FlashAttention-style attention, no dropout)", n);
     return UTIL_OK;
 }
 
@@ -283,6 +286,8 @@ static int module_create(ex_module *md, const model_module *mm, int index, uint6
     md->sp_rank = md->sp > 1 ? par->sp_rank : 0;
     md->seqpar = par && par->seq_parallel && md->tp > 1;
     md->recompute = par ? par->recompute : PLAN_RECOMP_NONE;
+    if (md->recompute == PLAN_RECOMP_OP)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: recompute 'op' (torchtitan's per-op checkpointing) is priced, not run", mm->name);
     md->strat = (plan_module){ .dp = 1, .tp = md->tp, .sp = md->sp, .pp = 1, .micro_batch = 1,
                                .recompute = md->recompute, .seq_parallel = md->seqpar };
     if (par && par->pp_size > 1) {

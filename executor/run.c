@@ -302,8 +302,6 @@ static const char *const log_cat_keys[LOG_CATS] = { "params", "grads", "optim", 
 
 typedef struct { double step_s; double mem[LOG_CATS]; } rank_report;
 
-static void fmt_mib(double bytes, char *buf, size_t n) { snprintf(buf, n, "%.2fM", bytes / (1024.0 * 1024.0)); }
-
 static void log_step(const run_ctx *r, const run_stats *st, const rank_report *rep, double eta_s)
 {
     const plan_t *p = &r->plan;
@@ -346,7 +344,7 @@ static void log_step(const run_ctx *r, const run_stats *st, const rank_report *r
     int shown = r->size <= 4 ? r->size : 1;
     for (int q = 0; q < shown; q++) {
         char b[LOG_CATS][24];
-        for (int c = 0; c < LOG_CATS; c++) fmt_mib(rep[q].mem[c], b[c], sizeof b[c]);
+        for (int c = 0; c < LOG_CATS; c++) util_fmt_bytes(rep[q].mem[c], b[c], sizeof b[c]);
         printf("%s r%d P %s G %s O %s A %s C %s", q ? " |" : "", q, b[0], b[1], b[2], b[3], b[4]);
         if (rep[q].mem[5] > 0) printf(" Z %s", b[5]);
     }

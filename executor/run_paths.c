@@ -84,7 +84,7 @@ int run_paths_prepare(run_ctx *r, char *err)
     const ex_run_options *o = r->o;
     int rc = UTIL_OK;
     if (r->rank == 0) {
-        if (o->ckpt_dir) rc = util_mkdirs(o->ckpt_dir, err);
+        if (o->ckpt_dir) rc = util_mkdir_writable(o->ckpt_dir, err);
         if (!rc && o->ckpt_dir) {
             int n = remove_temp_files(o->ckpt_dir);
             if (n) fprintf(stderr, "dhp run: removed %d temp file%s an interrupted run left in %s\n", n, n > 1 ? "s" : "", o->ckpt_dir);
@@ -94,7 +94,7 @@ int run_paths_prepare(run_ctx *r, char *err)
     if (rc) rc = UTIL_EINVAL;   /* a path the user gave: bad input (exit 2) */
     if ((rc = share_verdict(r, rc, err)) || !o->ckpt_dir) return rc;
     /* the module files are written by other ranks, possibly on other hosts: each checks it can */
-    int mine = r->rank == 0 || !util_mkdirs(o->ckpt_dir, err) ? UTIL_OK : UTIL_EINVAL, all = mine;
+    int mine = r->rank == 0 || !util_mkdir_writable(o->ckpt_dir, err) ? UTIL_OK : UTIL_EINVAL, all = mine;
     if (ex_comm_allreduce_max_int(r->world, &all, 1)) return util_fail(err, UTIL_ERUNTIME, "run: %s", ex_comm_error(r->world));
     if (all && !mine) return util_fail(err, all, "run: --ckpt %s cannot be written from another rank (its message is above)", o->ckpt_dir);
     return all;

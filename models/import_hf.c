@@ -5,142 +5,39 @@
  *   src/transformers/models/<type>/configuration_<type>.py, modeling_<type>.py
  * and, for internvl_chat, OpenGVLab/InternVL internvl_chat/internvl/model/
  * {internvl_chat,internlm2}/configuration_*.py and modeling_intern_vit.py. */
-#include "models.h"
+#include "models/import_hf_int.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
-typedef struct {
-    const cJSON *obj;
-    const cJSON *fallback;   /* second place to look (older configs keep text keys top-level) */
-    char ctx[200];
-} hf_section;
-
-static void section(hf_section *s, const cJSON *obj, const cJSON *fallback, const char *what, const char *name)
-{
-    s->obj = obj;
-    s->fallback = fallback;
-    snprintf(s->ctx, sizeof s->ctx, "%s: %s", what, name);
-}
-
-static const cJSON *lookup(const hf_section *s, const char *key)
-{
-    const cJSON *v = s->obj ? cJSON_GetObjectItemCaseSensitive(s->obj, key) : NULL;
-    if ((!v || cJSON_IsNull(v)) && s->fallback) v = cJSON_GetObjectItemCaseSensitive(s->fallback, key);
-    return v && !cJSON_IsNull(v) ? v : NULL;
-}
-
-/* Integer key; dflt < 0 means required. */
-static int get_int(const hf_section *s, const char *key, long dflt, int *out, char *err)
-{
-    const cJSON *v = lookup(s, key);
-    if (!v) {
-        if (dflt < 0) return util_fail(err, UTIL_EINVAL, "%s.%s: required field is missing", s->ctx, key);
-        *out = (int)dflt;
-        return UTIL_OK;
-    }
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > MODEL_MAX_WIDTH ||
-        v->valuedouble != (double)(int)v->valuedouble)
-        return util_fail(err, UTIL_EINVAL, "%s.%s: must be an integer in [0, %d]", s->ctx, key, MODEL_MAX_WIDTH);
-    *out = (int)v->valuedouble;
-    return UTIL_OK;
-}
-
-static int get_bool(const hf_section *s, const char *key, bool dflt, bool *out, char *err)
-{
-    const cJSON *v = lookup(s, key);
-    if (!v) { *out = dflt; return UTIL_OK; }
-    if (!cJSON_IsBool(v)) return util_fail(err, UTIL_EINVAL, "%s.%s: must be true or false", s->ctx, key);
-    *out = cJSON_IsTrue(v);
-    return UTIL_OK;
-}
-
-static const char *get_str(const hf_section *s, const char *key)
-{
-    const cJSON *v = lookup(s, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static int get_list(const hf_section *s, const char *key, int *list, int *n, char *err)
-{
-    const cJSON *arr = lookup(s, key);
-    *n = 0;
-    if (!arr) return UTIL_OK;
-    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) > MODEL_MAX_LIST)
-        return util_fail(err, UTIL_EINVAL, "%s.%s: must be an array of at most %d integers", s->ctx, key,
-                         MODEL_MAX_LIST);
-    const cJSON *v;
-    cJSON_ArrayForEach(v, arr) {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > INT_MAX ||
-            v->valuedouble != (double)(int)v->valuedouble)
-            return util_fail(err, UTIL_EINVAL, "%s.%s[%d]: must be a non-negative integer", s->ctx, key, *n);
-        list[(*n)++] = (int)v->valuedouble;
-    }
-    return UTIL_OK;
-}
-
-/* Derived sizes are products of config values (each <= MODEL_MAX_WIDTH, so
- * the int64 product is exact); they must fit an int. */
-static int narrow(int64_t v, const hf_section *s, const char *field, int *out, char *err)
-{
-    if (v > MODEL_MAX_WIDTH)
-        return util_fail(err, UTIL_EINVAL, "%s: derived %s = %lld exceeds %d", s->ctx, field, (long long)v,
-                         MODEL_MAX_WIDTH);
-    *out = (int)v;
-    return UTIL_OK;
-}
-
-static const cJSON *sub(const cJSON *root, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    return cJSON_IsObject(v) ? v : NULL;
-}
-
-static void init_module(model_module *mm, const char *name, model_kind kind)
-{
-    memset(mm, 0, sizeof *mm);
-    util_strlcpy(mm->name, name, sizeof mm->name);
-    mm->kind = kind;
-    mm->temporal_patch = 1;
-    mm->merge = 1;
-    mm->pool = 1;
-    mm->proj_bias = true;
-    mm->feeds = -1;
-}
-
-static int set_head_dim(model_module *mm, const hf_section *s, char *err)
-{
-    if (mm->heads <= 0 || mm->hidden <= 0)
-        return util_fail(err, UTIL_EINVAL, "%s: hidden size and head count must be > 0", s->ctx);
-    if (!lookup(s, "head_dim") && mm->hidden % mm->heads)
-        return util_fail(err, UTIL_EINVAL, "%s: %d heads do not divide hidden size %d and head_dim is absent",
-                         s->ctx, mm->heads, mm->hidden);
-    return get_int(s, "head_dim", mm->hidden / mm->heads, &mm->head_dim, err);
-}
-
 /* ---- decoder LLMs ---- */
 
-typedef enum { FAM_LLAMA, FAM_QWEN2, FAM_MISTRAL, FAM_INTERNLM2, FAM_MLLAMA } llm_family;
+typedef enum { FAM_LLAMA, FAM_QWEN2, FAM_MISTRAL, FAM_INTERNLM2, FAM_MLLAMA, FAM_GEMMA, FAM_GEMMA3 } llm_family;
 
-typedef struct { long vocab, hidden, ffn, layers, heads, kv_heads; } llm_defaults;
+/* head_dim 0: hidden / heads. */
+typedef struct { long vocab, hidden, ffn, layers, heads, kv_heads, head_dim; bool tied; } llm_defaults;
 
 /* Config class defaults (LlamaConfig, Qwen2Config, MistralConfig,
- * MllamaTextConfig); InternLM2 is remote code and its configs spell out every size. */
+ * MllamaTextConfig, GemmaConfig, Gemma3TextConfig); InternLM2 is remote code
+ * and its configs spell out every size. */
 static const llm_defaults family_defaults[] = {
-    [FAM_LLAMA] = {32000, 4096, 11008, 32, 32, -1},
-    [FAM_QWEN2] = {151936, 4096, 22016, 32, 32, 32},
-    [FAM_MISTRAL] = {32000, 4096, 14336, 32, 32, 8},
-    [FAM_INTERNLM2] = {-1, -1, -1, -1, -1, -1},
-    [FAM_MLLAMA] = {128256, 4096, 14336, 40, 32, 8},
+    [FAM_LLAMA] = {32000, 4096, 11008, 32, 32, -1, 0, false},
+    [FAM_QWEN2] = {151936, 4096, 22016, 32, 32, 32, 0, false},
+    [FAM_MISTRAL] = {32000, 4096, 14336, 32, 32, 8, 0, false},
+    [FAM_INTERNLM2] = {-1, -1, -1, -1, -1, -1, 0, false},
+    [FAM_MLLAMA] = {128256, 4096, 14336, 40, 32, 8, 0, false},
+    [FAM_GEMMA] = {256000, 3072, 24576, 28, 16, 16, 256, true},
+    [FAM_GEMMA3] = {262208, 2304, 9216, 26, 8, 4, 256, true},
 };
 
 static int family_of(const char *type, llm_family *fam)
 {
     static const struct { const char *type; llm_family fam; } map[] = {
         {"llama", FAM_LLAMA}, {"qwen2", FAM_QWEN2}, {"qwen2_5_vl_text", FAM_QWEN2}, {"qwen2_vl_text", FAM_QWEN2},
-        {"mistral", FAM_MISTRAL},
+        {"qwen2_5_omni_text", FAM_QWEN2}, {"mistral", FAM_MISTRAL},
         {"internlm2", FAM_INTERNLM2}, {"mllama_text_model", FAM_MLLAMA}, {"mllama", FAM_MLLAMA},
+        {"gemma", FAM_GEMMA}, {"gemma3_text", FAM_GEMMA3},
     };
     for (size_t i = 0; i < sizeof map / sizeof *map; i++)
         if (type && strcmp(type, map[i].type) == 0) { *fam = map[i].fam; return UTIL_OK; }
@@ -148,58 +45,64 @@ static int family_of(const char *type, llm_family *fam)
 }
 
 /* Biases: Llama q,k,v,o follow attention_bias, MLP mlp_bias; Qwen2 q,k,v
- * always, o and MLP never; InternLM2 wqkv and wo follow `bias`; Mistral
- * and Mllama text none. */
+ * always, o and MLP never; InternLM2 wqkv and wo follow `bias`; Mistral,
+ * Mllama text and Gemma none. Gemma's MLP is GeGLU: gate, up and down like
+ * SwiGLU (the same shapes; the activation is tanh-GELU). Gemma 3 adds a
+ * per-head RMSNorm on q and k and a norm after attention and after the MLP
+ * (modeling_gemma3.py Gemma3Attention q_norm/k_norm, Gemma3DecoderLayer
+ * post_attention_layernorm / pre_ / post_feedforward_layernorm). */
 static int import_llm(const hf_section *s, llm_family fam, const cJSON *root, model_module *mm, char *err)
 {
     const llm_defaults *d = &family_defaults[fam];
-    init_module(mm, "llm", MODEL_LLM);
+    hf_init_module(mm, "llm", MODEL_LLM);
     mm->ffn_kind = MODEL_FFN_SWIGLU;
     mm->norm = MODEL_NORM_RMSNORM;
     mm->final_norm = true;
-    if (get_int(s, "vocab_size", d->vocab, &mm->vocab, err) ||
-        get_int(s, "hidden_size", d->hidden, &mm->hidden, err) ||
-        get_int(s, "intermediate_size", d->ffn, &mm->ffn, err) ||
-        get_int(s, "num_hidden_layers", d->layers, &mm->layers, err) ||
-        get_int(s, "num_attention_heads", d->heads, &mm->heads, err))
+    if (hf_int(s, "vocab_size", d->vocab, &mm->vocab, err) ||
+        hf_int(s, "hidden_size", d->hidden, &mm->hidden, err) ||
+        hf_int(s, "intermediate_size", d->ffn, &mm->ffn, err) ||
+        hf_int(s, "num_hidden_layers", d->layers, &mm->layers, err) ||
+        hf_int(s, "num_attention_heads", d->heads, &mm->heads, err))
         return UTIL_EINVAL;
-    if (get_int(s, "num_key_value_heads", d->kv_heads >= 0 ? d->kv_heads : mm->heads, &mm->kv_heads, err) ||
-        set_head_dim(mm, s, err))
+    if (hf_int(s, "num_key_value_heads", d->kv_heads >= 0 ? d->kv_heads : mm->heads, &mm->kv_heads, err))
+        return UTIL_EINVAL;
+    if (d->head_dim > 0 ? hf_int(s, "head_dim", d->head_dim, &mm->head_dim, err) : hf_set_head_dim(mm, s, err))
         return UTIL_EINVAL;
     /* The composite model's top-level flag decides tying; the sub-config's is the fallback. */
     hf_section top;
-    section(&top, root, s->obj, "", "");
+    hf_sec(&top, root, s->obj, "", "");
     util_strlcpy(top.ctx, s->ctx, sizeof top.ctx);
-    if (get_bool(&top, "tie_word_embeddings", false, &mm->tied_embeddings, err)) return UTIL_EINVAL;
+    if (hf_bool(&top, "tie_word_embeddings", d->tied, &mm->tied_embeddings, err)) return UTIL_EINVAL;
     bool b = false;
     switch (fam) {
     case FAM_LLAMA:
-        if (get_bool(s, "attention_bias", false, &b, err) || get_bool(s, "mlp_bias", false, &mm->mlp_bias, err))
+        if (hf_bool(s, "attention_bias", false, &b, err) || hf_bool(s, "mlp_bias", false, &mm->mlp_bias, err))
             return UTIL_EINVAL;
         mm->qkv_bias = mm->out_bias = b;
         break;
     case FAM_QWEN2: mm->qkv_bias = true; break;
     case FAM_INTERNLM2:
-        if (get_bool(s, "bias", false, &b, err)) return UTIL_EINVAL;
+        if (hf_bool(s, "bias", false, &b, err)) return UTIL_EINVAL;
         mm->qkv_bias = mm->out_bias = b;
         break;
     case FAM_MLLAMA:
         mm->vocab_extra = 8;   /* MllamaTextModel: nn.Embedding(vocab_size + 8, hidden) */
-        if (get_list(s, "cross_attention_layers", mm->cross_layers, &mm->n_cross_layers, err)) return UTIL_EINVAL;
+        if (hf_list(s, "cross_attention_layers", mm->cross_layers, &mm->n_cross_layers, err)) return UTIL_EINVAL;
         break;
-    case FAM_MISTRAL: break;
+    case FAM_GEMMA3: mm->qk_norm_head = mm->post_norms = true; break;
+    case FAM_MISTRAL: case FAM_GEMMA: break;
     }
     mm->k_bias = mm->qkv_bias;
     return UTIL_OK;
 }
 
-static int import_text_config(const cJSON *root, const char *key, const char *dflt_type, bool top_fallback,
+int hf_import_text_config(const cJSON *root, const char *key, const char *dflt_type, bool top_fallback,
                               const char *what, model_module *mm, char *err)
 {
     hf_section s;
-    const cJSON *tc = sub(root, key);
-    section(&s, tc, NULL, what, key);
-    const char *type = get_str(&s, "model_type");
+    const cJSON *tc = hf_sub(root, key);
+    hf_sec(&s, tc, NULL, what, key);
+    const char *type = hf_str(&s, "model_type");
     if (!type) type = dflt_type;
     llm_family fam;
     if (family_of(type, &fam))
@@ -213,30 +116,30 @@ static int import_text_config(const cJSON *root, const char *key, const char *df
 
 /* Qwen2-VL / Qwen2.5-VL vision tower. window_size is in pixels; our window
  * counts patches: (window_size / patch)^2. */
-static int import_qwen_vision(const cJSON *root, const char *what, bool v25, model_module *mm, char *err)
+int hf_import_qwen_vision(const cJSON *root, const char *what, bool v25, model_module *mm, char *err)
 {
     hf_section s;
-    section(&s, sub(root, "vision_config"), NULL, what, "vision_config");
+    hf_sec(&s, hf_sub(root, "vision_config"), NULL, what, "vision_config");
     if (!s.obj) return util_fail(err, UTIL_EINVAL, "%s: vision_config: required object is missing", what);
-    init_module(mm, "vision", MODEL_VISION);
+    hf_init_module(mm, "vision", MODEL_VISION);
     mm->qkv_bias = mm->out_bias = mm->mlp_bias = true;
     mm->proj_norm = true;
     int in_chans;
-    if (get_int(&s, "depth", 32, &mm->layers, err) || get_int(&s, "num_heads", 16, &mm->heads, err) ||
-        get_int(&s, "in_chans", 3, &in_chans, err) || get_int(&s, "in_channels", in_chans, &mm->in_channels, err) ||
-        get_int(&s, "patch_size", 14, &mm->patch, err) ||
-        get_int(&s, "spatial_merge_size", 2, &mm->merge, err) ||
-        get_int(&s, "temporal_patch_size", 2, &mm->temporal_patch, err))
+    if (hf_int(&s, "depth", 32, &mm->layers, err) || hf_int(&s, "num_heads", 16, &mm->heads, err) ||
+        hf_int(&s, "in_chans", 3, &in_chans, err) || hf_int(&s, "in_channels", in_chans, &mm->in_channels, err) ||
+        hf_int(&s, "patch_size", 14, &mm->patch, err) ||
+        hf_int(&s, "spatial_merge_size", 2, &mm->merge, err) ||
+        hf_int(&s, "temporal_patch_size", 2, &mm->temporal_patch, err))
         return UTIL_EINVAL;
     if (v25) {
         int window_px;
         mm->ffn_kind = MODEL_FFN_SWIGLU;
         mm->norm = MODEL_NORM_RMSNORM;
-        if (get_int(&s, "hidden_size", 1280, &mm->hidden, err) ||
-            get_int(&s, "intermediate_size", 3420, &mm->ffn, err) ||
-            get_int(&s, "out_hidden_size", 3584, &mm->out_hidden, err) ||
-            get_int(&s, "window_size", 112, &window_px, err) ||
-            get_list(&s, "fullatt_block_indexes", mm->full_layers, &mm->n_full_layers, err))
+        if (hf_int(&s, "hidden_size", 1280, &mm->hidden, err) ||
+            hf_int(&s, "intermediate_size", 3420, &mm->ffn, err) ||
+            hf_int(&s, "out_hidden_size", 3584, &mm->out_hidden, err) ||
+            hf_int(&s, "window_size", 112, &window_px, err) ||
+            hf_list(&s, "fullatt_block_indexes", mm->full_layers, &mm->n_full_layers, err))
             return UTIL_EINVAL;
         if (mm->patch <= 0 || window_px % mm->patch)
             return util_fail(err, UTIL_EINVAL, "%s.window_size: %d px is not a multiple of patch_size %d", s.ctx,
@@ -247,17 +150,17 @@ static int import_qwen_vision(const cJSON *root, const char *what, bool v25, mod
         int ratio;
         mm->ffn_kind = MODEL_FFN_GELU;   /* quick_gelu fc1/fc2 */
         mm->norm = MODEL_NORM_LAYERNORM;
-        if (get_int(&s, "embed_dim", 1280, &mm->hidden, err) || get_int(&s, "mlp_ratio", 4, &ratio, err) ||
-            get_int(&s, "hidden_size", 3584, &mm->out_hidden, err))
+        if (hf_int(&s, "embed_dim", 1280, &mm->hidden, err) || hf_int(&s, "mlp_ratio", 4, &ratio, err) ||
+            hf_int(&s, "hidden_size", 3584, &mm->out_hidden, err))
             return UTIL_EINVAL;
-        if (narrow((int64_t)mm->hidden * ratio, &s, "intermediate size", &mm->ffn, err)) return UTIL_EINVAL;
+        if (hf_narrow((int64_t)mm->hidden * ratio, &s, "intermediate size", &mm->ffn, err)) return UTIL_EINVAL;
     }
     mm->kv_heads = mm->heads;
     mm->k_bias = true;
-    if (set_head_dim(mm, &s, err)) return UTIL_EINVAL;
+    if (hf_set_head_dim(mm, &s, err)) return UTIL_EINVAL;
     mm->proj_norm_width = mm->hidden;
     mm->proj_norm_kind = mm->norm;
-    if (narrow((int64_t)mm->hidden * mm->merge * mm->merge, &s, "merger width", &mm->proj_in, err))
+    if (hf_narrow((int64_t)mm->hidden * mm->merge * mm->merge, &s, "merger width", &mm->proj_in, err))
         return UTIL_EINVAL;
     mm->proj_hidden = mm->proj_in;
     return UTIL_OK;
@@ -265,30 +168,30 @@ static int import_qwen_vision(const cJSON *root, const char *what, bool v25, mod
 
 /* CLIP vision tower (LLaVA): class token, learned positions, pre and post
  * LayerNorm, quick-GELU MLP, biases everywhere but the patch conv. */
-static int import_clip_vision(const cJSON *root, const char *what, model_module *mm, char *err)
+int hf_import_clip_vision(const cJSON *root, const char *what, model_module *mm, char *err)
 {
     hf_section s;
-    section(&s, sub(root, "vision_config"), NULL, what, "vision_config");
-    init_module(mm, "vision", MODEL_VISION);
+    hf_sec(&s, hf_sub(root, "vision_config"), NULL, what, "vision_config");
+    hf_init_module(mm, "vision", MODEL_VISION);
     mm->ffn_kind = MODEL_FFN_GELU;
     mm->norm = MODEL_NORM_LAYERNORM;
     mm->qkv_bias = mm->k_bias = mm->out_bias = mm->mlp_bias = true;
     mm->cls_token = mm->pre_norm = mm->final_norm = true;
     mm->frozen = true;   /* LLaVA-1.5 keeps the CLIP tower frozen in both training stages */
-    if (get_int(&s, "hidden_size", 768, &mm->hidden, err) || get_int(&s, "intermediate_size", 3072, &mm->ffn, err) ||
-        get_int(&s, "num_hidden_layers", 12, &mm->layers, err) ||
-        get_int(&s, "num_attention_heads", 12, &mm->heads, err) ||
-        get_int(&s, "image_size", 224, &mm->image_size, err) || get_int(&s, "patch_size", 32, &mm->patch, err) ||
-        get_int(&s, "num_channels", 3, &mm->in_channels, err))
+    if (hf_int(&s, "hidden_size", 768, &mm->hidden, err) || hf_int(&s, "intermediate_size", 3072, &mm->ffn, err) ||
+        hf_int(&s, "num_hidden_layers", 12, &mm->layers, err) ||
+        hf_int(&s, "num_attention_heads", 12, &mm->heads, err) ||
+        hf_int(&s, "image_size", 224, &mm->image_size, err) || hf_int(&s, "patch_size", 32, &mm->patch, err) ||
+        hf_int(&s, "num_channels", 3, &mm->in_channels, err))
         return UTIL_EINVAL;
     if (mm->patch <= 0 || mm->image_size % mm->patch)
         return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
                          mm->image_size, mm->patch);
     int side = mm->image_size / mm->patch;
-    if (narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
+    if (hf_narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
     mm->kv_heads = mm->heads;
     mm->proj_in = mm->hidden;
-    return set_head_dim(mm, &s, err);
+    return hf_set_head_dim(mm, &s, err);
 }
 
 /* InternViT: RMSNorm or LayerNorm blocks, optional q/k norm, layer scales,
@@ -296,21 +199,21 @@ static int import_clip_vision(const cJSON *root, const char *what, model_module 
 static int import_internvit(const cJSON *root, const char *what, model_module *mm, char *err)
 {
     hf_section s;
-    section(&s, sub(root, "vision_config"), NULL, what, "vision_config");
+    hf_sec(&s, hf_sub(root, "vision_config"), NULL, what, "vision_config");
     if (!s.obj) return util_fail(err, UTIL_EINVAL, "%s: vision_config: required object is missing", what);
-    init_module(mm, "vision", MODEL_VISION);
+    hf_init_module(mm, "vision", MODEL_VISION);
     mm->ffn_kind = MODEL_FFN_GELU;
     mm->out_bias = mm->mlp_bias = mm->patch_bias = true;
     mm->cls_token = mm->layer_scale = true;
-    if (get_int(&s, "hidden_size", -1, &mm->hidden, err) || get_int(&s, "intermediate_size", -1, &mm->ffn, err) ||
-        get_int(&s, "num_hidden_layers", -1, &mm->layers, err) ||
-        get_int(&s, "num_attention_heads", -1, &mm->heads, err) ||
-        get_int(&s, "image_size", 224, &mm->image_size, err) || get_int(&s, "patch_size", 14, &mm->patch, err) ||
-        get_int(&s, "num_channels", 3, &mm->in_channels, err) ||
-        get_bool(&s, "qkv_bias", false, &mm->qkv_bias, err) ||
-        get_bool(&s, "qk_normalization", false, &mm->qk_norm, err))
+    if (hf_int(&s, "hidden_size", -1, &mm->hidden, err) || hf_int(&s, "intermediate_size", -1, &mm->ffn, err) ||
+        hf_int(&s, "num_hidden_layers", -1, &mm->layers, err) ||
+        hf_int(&s, "num_attention_heads", -1, &mm->heads, err) ||
+        hf_int(&s, "image_size", 224, &mm->image_size, err) || hf_int(&s, "patch_size", 14, &mm->patch, err) ||
+        hf_int(&s, "num_channels", 3, &mm->in_channels, err) ||
+        hf_bool(&s, "qkv_bias", false, &mm->qkv_bias, err) ||
+        hf_bool(&s, "qk_normalization", false, &mm->qk_norm, err))
         return UTIL_EINVAL;
-    const char *norm = get_str(&s, "norm_type");
+    const char *norm = hf_str(&s, "norm_type");
     mm->norm = norm && strcmp(norm, "rms_norm") == 0 ? MODEL_NORM_RMSNORM : MODEL_NORM_LAYERNORM;
     mm->k_bias = mm->qkv_bias;
     mm->kv_heads = mm->heads;
@@ -318,8 +221,8 @@ static int import_internvit(const cJSON *root, const char *what, model_module *m
         return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
                          mm->image_size, mm->patch);
     int side = mm->image_size / mm->patch;
-    if (narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
-    return set_head_dim(mm, &s, err);
+    if (hf_narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
+    return hf_set_head_dim(mm, &s, err);
 }
 
 /* Mllama vision: 32 local + 8 gated global blocks, gated tile position
@@ -328,65 +231,65 @@ static int import_internvit(const cJSON *root, const char *what, model_module *m
 static int import_mllama_vision(const cJSON *root, const char *what, model_module *mm, char *err)
 {
     hf_section s;
-    section(&s, sub(root, "vision_config"), NULL, what, "vision_config");
-    init_module(mm, "vision", MODEL_VISION);
+    hf_sec(&s, hf_sub(root, "vision_config"), NULL, what, "vision_config");
+    hf_init_module(mm, "vision", MODEL_VISION);
     mm->ffn_kind = MODEL_FFN_GELU;
     mm->norm = MODEL_NORM_LAYERNORM;
     mm->mlp_bias = true;
     mm->cls_token = mm->pre_norm = mm->final_norm = true;
     int local, global;
-    if (get_int(&s, "hidden_size", 1280, &mm->hidden, err) || get_int(&s, "intermediate_size", 5120, &mm->ffn, err) ||
-        get_int(&s, "num_hidden_layers", 32, &local, err) || get_int(&s, "num_global_layers", 8, &global, err) ||
-        get_int(&s, "attention_heads", 16, &mm->heads, err) || get_int(&s, "image_size", 448, &mm->image_size, err) ||
-        get_int(&s, "patch_size", 14, &mm->patch, err) || get_int(&s, "num_channels", 3, &mm->in_channels, err) ||
-        get_int(&s, "max_num_tiles", 4, &mm->max_tiles, err))
+    if (hf_int(&s, "hidden_size", 1280, &mm->hidden, err) || hf_int(&s, "intermediate_size", 5120, &mm->ffn, err) ||
+        hf_int(&s, "num_hidden_layers", 32, &local, err) || hf_int(&s, "num_global_layers", 8, &global, err) ||
+        hf_int(&s, "attention_heads", 16, &mm->heads, err) || hf_int(&s, "image_size", 448, &mm->image_size, err) ||
+        hf_int(&s, "patch_size", 14, &mm->patch, err) || hf_int(&s, "num_channels", 3, &mm->in_channels, err) ||
+        hf_int(&s, "max_num_tiles", 4, &mm->max_tiles, err))
         return UTIL_EINVAL;
     mm->layers = local + global;
     mm->gated_layers = global;
-    const cJSON *ratios = lookup(&s, "supported_aspect_ratios");
+    const cJSON *ratios = hf_lookup(&s, "supported_aspect_ratios");
     mm->aspect_ratios = (cJSON_IsArray(ratios) ? cJSON_GetArraySize(ratios) : 8) + 1;
     int n_inter = 5, inter[MODEL_MAX_LIST];
-    if (lookup(&s, "intermediate_layers_indices") &&
-        get_list(&s, "intermediate_layers_indices", inter, &n_inter, err))
+    if (hf_lookup(&s, "intermediate_layers_indices") &&
+        hf_list(&s, "intermediate_layers_indices", inter, &n_inter, err))
         return UTIL_EINVAL;
     int64_t out_dim = (int64_t)mm->hidden * (n_inter + 1);
-    if (get_int(&s, "vision_output_dim", out_dim > MODEL_MAX_WIDTH ? MODEL_MAX_WIDTH : out_dim, &mm->proj_in, err))
+    if (hf_int(&s, "vision_output_dim", out_dim > MODEL_MAX_WIDTH ? MODEL_MAX_WIDTH : out_dim, &mm->proj_in, err))
         return UTIL_EINVAL;
     if (mm->patch <= 0 || mm->image_size % mm->patch)
         return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
                          mm->image_size, mm->patch);
     int side = mm->image_size / mm->patch;
-    if (narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
+    if (hf_narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
     mm->kv_heads = mm->heads;
-    return set_head_dim(mm, &s, err);
+    return hf_set_head_dim(mm, &s, err);
 }
 
-/* Whisper-style audio encoder of Qwen2-Audio: conv stem (kernel 3, bias),
- * learned positions, k_proj without bias, final LayerNorm, avg-pool 2. */
-static int import_whisper(const cJSON *root, const char *what, model_module *mm, char *err)
+/* Whisper-style audio encoder: conv stem (kernel 3, bias), blocks with
+ * k_proj without bias, final LayerNorm, avg-pool 2, projector one linear.
+ * Learned positions (Qwen2-Audio's embed_positions) when learned_positions;
+ * Qwen2.5-Omni's are a sinusoidal buffer. */
+int hf_import_whisper(const hf_section *s, bool learned_positions, model_module *mm, char *err)
 {
-    hf_section s;
-    section(&s, sub(root, "audio_config"), NULL, what, "audio_config");
-    init_module(mm, "audio", MODEL_AUDIO);
+    hf_init_module(mm, "audio", MODEL_AUDIO);
     mm->ffn_kind = MODEL_FFN_GELU;
     mm->norm = MODEL_NORM_LAYERNORM;
     mm->qkv_bias = mm->out_bias = mm->mlp_bias = mm->patch_bias = mm->final_norm = true;
     mm->k_bias = false;
     mm->patch = 3;
     mm->pool = 2;
-    if (get_int(&s, "d_model", 1280, &mm->hidden, err) || get_int(&s, "encoder_layers", 32, &mm->layers, err) ||
-        get_int(&s, "encoder_attention_heads", 20, &mm->heads, err) ||
-        get_int(&s, "encoder_ffn_dim", 5120, &mm->ffn, err) || get_int(&s, "num_mel_bins", 128, &mm->in_channels, err) ||
-        get_int(&s, "max_source_positions", 1500, &mm->max_positions, err))
+    if (hf_int(s, "d_model", 1280, &mm->hidden, err) || hf_int(s, "encoder_layers", 32, &mm->layers, err) ||
+        hf_int(s, "encoder_attention_heads", 20, &mm->heads, err) ||
+        hf_int(s, "encoder_ffn_dim", 5120, &mm->ffn, err) || hf_int(s, "num_mel_bins", 128, &mm->in_channels, err) ||
+        (learned_positions && hf_int(s, "max_source_positions", 1500, &mm->max_positions, err)))
         return UTIL_EINVAL;
     mm->kv_heads = mm->heads;
     mm->proj_in = mm->hidden;
-    return set_head_dim(mm, &s, err);
+    return hf_set_head_dim(mm, s, err);
 }
 
 /* ---- model types ---- */
 
-static void connect(model_t *m, model_module *enc, int proj_hidden)
+void hf_connect(model_t *m, model_module *enc, int proj_hidden)
 {
     const model_module *llm = &m->mod[m->llm];
     enc->out_hidden = llm->hidden;
@@ -402,11 +305,11 @@ static int import_qwen_vl(const cJSON *root, const char *what, bool v25, model_t
 {
     m->n_modules = 2;
     m->llm = 1;
-    if (import_qwen_vision(root, what, v25, &m->mod[0], err)) return UTIL_EINVAL;
-    int rc = import_text_config(root, "text_config", "qwen2", true, what, &m->mod[1], err);
+    if (hf_import_qwen_vision(root, what, v25, &m->mod[0], err)) return UTIL_EINVAL;
+    int rc = hf_import_text_config(root, "text_config", "qwen2", true, what, &m->mod[1], err);
     if (rc) return rc;
     int out = m->mod[0].out_hidden;
-    connect(m, &m->mod[0], -1);
+    hf_connect(m, &m->mod[0], -1);
     if (out != m->mod[1].hidden)
         return util_fail(err, UTIL_EINVAL, "%s: vision_config.%s: %d differs from the text hidden_size %d", what,
                          v25 ? "out_hidden_size" : "hidden_size", out, m->mod[1].hidden);
@@ -414,14 +317,14 @@ static int import_qwen_vl(const cJSON *root, const char *what, bool v25, model_t
 }
 
 /* multi_modal_projector: Linear(vision hidden -> text hidden), GELU, Linear(text -> text). */
-static int import_llava(const cJSON *root, const char *what, model_t *m, char *err)
+int hf_import_llava(const cJSON *root, const char *what, model_t *m, char *err)
 {
     m->n_modules = 2;
     m->llm = 1;
-    if (import_clip_vision(root, what, &m->mod[0], err)) return UTIL_EINVAL;
-    int rc = import_text_config(root, "text_config", "llama", false, what, &m->mod[1], err);
+    if (hf_import_clip_vision(root, what, &m->mod[0], err)) return UTIL_EINVAL;
+    int rc = hf_import_text_config(root, "text_config", "llama", false, what, &m->mod[1], err);
     if (rc) return rc;
-    connect(m, &m->mod[0], m->mod[1].hidden);
+    hf_connect(m, &m->mod[0], m->mod[1].hidden);
     return UTIL_OK;
 }
 
@@ -433,9 +336,9 @@ static int import_internvl(const cJSON *root, const char *what, model_t *m, char
     m->llm = 1;
     model_module *v = &m->mod[0];
     if (import_internvit(root, what, v, err)) return UTIL_EINVAL;
-    const cJSON *lc = sub(root, "llm_config");
+    const cJSON *lc = hf_sub(root, "llm_config");
     if (!lc) return util_fail(err, UTIL_EINVAL, "%s: llm_config: required object is missing", what);
-    int rc = import_text_config(root, "llm_config", NULL, false, what, &m->mod[1], err);
+    int rc = hf_import_text_config(root, "llm_config", NULL, false, what, &m->mod[1], err);
     if (rc) return rc;
     const cJSON *ratio = cJSON_GetObjectItemCaseSensitive(root, "downsample_ratio");
     double r = cJSON_IsNumber(ratio) ? ratio->valuedouble : 0.5;
@@ -443,12 +346,12 @@ static int import_internvl(const cJSON *root, const char *what, model_t *m, char
         return util_fail(err, UTIL_EINVAL, "%s: downsample_ratio: %g is not 1/integer", what, r);
     v->merge = (int)(1.0 / r + 0.5);
     hf_section vs;
-    section(&vs, sub(root, "vision_config"), NULL, what, "vision_config");
-    if (narrow((int64_t)v->hidden * v->merge * v->merge, &vs, "mlp1 width", &v->proj_in, err)) return UTIL_EINVAL;
+    hf_sec(&vs, hf_sub(root, "vision_config"), NULL, what, "vision_config");
+    if (hf_narrow((int64_t)v->hidden * v->merge * v->merge, &vs, "mlp1 width", &v->proj_in, err)) return UTIL_EINVAL;
     v->proj_norm = true;
     v->proj_norm_kind = MODEL_NORM_LAYERNORM;
     v->proj_norm_width = v->proj_in;
-    connect(m, v, m->mod[1].hidden);
+    hf_connect(m, v, m->mod[1].hidden);
     return UTIL_OK;
 }
 
@@ -458,9 +361,9 @@ static int import_mllama(const cJSON *root, const char *what, model_t *m, char *
     m->n_modules = 2;
     m->llm = 1;
     if (import_mllama_vision(root, what, &m->mod[0], err)) return UTIL_EINVAL;
-    int rc = import_text_config(root, "text_config", "mllama_text_model", false, what, &m->mod[1], err);
+    int rc = hf_import_text_config(root, "text_config", "mllama_text_model", false, what, &m->mod[1], err);
     if (rc) return rc;
-    connect(m, &m->mod[0], 0);
+    hf_connect(m, &m->mod[0], 0);
     return UTIL_OK;
 }
 
@@ -469,10 +372,12 @@ static int import_qwen2_audio(const cJSON *root, const char *what, model_t *m, c
 {
     m->n_modules = 2;
     m->llm = 1;
-    if (import_whisper(root, what, &m->mod[0], err)) return UTIL_EINVAL;
-    int rc = import_text_config(root, "text_config", "qwen2", false, what, &m->mod[1], err);
+    hf_section s;
+    hf_sec(&s, hf_sub(root, "audio_config"), NULL, what, "audio_config");
+    if (hf_import_whisper(&s, true, &m->mod[0], err)) return UTIL_EINVAL;
+    int rc = hf_import_text_config(root, "text_config", "qwen2", false, what, &m->mod[1], err);
     if (rc) return rc;
-    connect(m, &m->mod[0], 0);
+    hf_connect(m, &m->mod[0], 0);
     return UTIL_OK;
 }
 
@@ -493,21 +398,28 @@ static int import_root(const cJSON *root, const char *what, model_t *m, char *er
     const char *type = t->valuestring;
     if (strcmp(type, "qwen2_5_vl") == 0) return import_qwen_vl(root, what, true, m, err);
     if (strcmp(type, "qwen2_vl") == 0) return import_qwen_vl(root, what, false, m, err);
-    if (strcmp(type, "llava") == 0) return import_llava(root, what, m, err);
+    if (strcmp(type, "llava") == 0) return hf_import_llava(root, what, m, err);
     if (strcmp(type, "internvl_chat") == 0) return import_internvl(root, what, m, err);
     if (strcmp(type, "mllama") == 0) return import_mllama(root, what, m, err);
     if (strcmp(type, "qwen2_audio") == 0) return import_qwen2_audio(root, what, m, err);
+    int rc = hf_import_vlm(root, type, what, m, err);
+    if (rc != UTIL_ENOTFOUND) return rc;
     llm_family fam;
     if (family_of(type, &fam) == UTIL_OK && fam != FAM_MLLAMA) {
         hf_section s;
-        section(&s, root, NULL, what, "config");
+        hf_sec(&s, root, NULL, what, "config");
         m->n_modules = 1;
         m->llm = 0;
         return import_llm(&s, fam, root, &m->mod[0], err);
     }
-    return util_fail(err, UTIL_EUNSUPPORTED,
-                     "%s: model_type: '%s' is not supported (qwen2_5_vl, qwen2_vl, llava, internvl_chat, mllama, "
-                     "qwen2_audio, llama, qwen2, mistral, internlm2)", what, type);
+    return util_fail(err, UTIL_EUNSUPPORTED, "%s: model_type: '%s' is not supported (supported: %s)", what, type,
+                     model_import_hf_types());
+}
+
+const char *model_import_hf_types(void)
+{
+    return "qwen2_5_vl, qwen2_vl, qwen2_5_omni, llava, llava_next, idefics3, paligemma, gemma3, internvl_chat, "
+           "mllama, qwen2_audio, llama, qwen2, mistral, internlm2, gemma, gemma3_text";
 }
 
 int model_import_hf(const char *config_json_text, const char *what, model_t *m, char *err)

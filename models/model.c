@@ -38,7 +38,9 @@ static const field_desc fields[] = {
     FI(layers, G_ALL), FI(hidden, G_ALL), FI(heads, G_ALL),
     FD(kv_heads, F_INT, G_ALL), FD(head_dim, F_INT, G_ALL), FI(ffn, G_ALL),
     FB(qkv_bias, G_ALL), FD(k_bias, F_BOOL, G_ALL), FB(out_bias, G_ALL), FB(mlp_bias, G_ALL),
-    FB(qk_norm, G_ALL), FB(layer_scale, G_ALL), FB(frozen, G_ALL),
+    FB(qk_norm, G_ALL), FB(qk_norm_head, G_ALL), FB(post_norms, G_ALL), FI(extra_params, G_ALL),
+    FB(layer_scale, G_ALL), FB(frozen, G_ALL),
+    FB(unfused_attention, G_ALL), FB(dropout, G_ALL),
     FB(pre_norm, G_ALL), FB(final_norm, G_ALL),
     FI(in_channels, G_ENCODER), FI(patch, G_ENCODER), FB(patch_bias, G_ENCODER),
     FI(temporal_patch, G_ENCODER), FI(image_size, G_ENCODER), FI(max_positions, G_ENCODER),
@@ -386,6 +388,7 @@ static int validate_common(const model_module *mm, const char *what, int i, char
     for (int k = 0; k < 6; k++)
         if (check_positive(what, i, keys[k], vals[k], err)) return UTIL_EINVAL;
     if (check_at_most(what, i, "layers", mm->layers, MODEL_MAX_LAYERS, err)) return UTIL_EINVAL;
+    if (check_at_least(what, i, "extra_params", mm->extra_params, 0, err)) return UTIL_EINVAL;
     const char *wkeys[] = {"hidden", "ffn", "heads", "head_dim", "vocab", "vocab_extra", "max_positions", "window",
                            "image_size", "proj_in", "proj_hidden", "out_hidden", "proj_norm_width"};
     const int wvals[] = {mm->hidden, mm->ffn, mm->heads, mm->head_dim, mm->vocab, mm->vocab_extra,
@@ -588,6 +591,7 @@ static bool looks_like_path(const char *s)
 int model_load(const char *name_or_path, model_t *m, char *err)
 {
     if (!name_or_path || !*name_or_path) return util_fail(err, UTIL_EINVAL, "model: empty name");
+    if (model_hub_is_ref(name_or_path)) return model_hub_load(name_or_path, m, err);
     if (!looks_like_path(name_or_path)) {
         char path[MODEL_NAME_LEN + 32];
         if (strlen(name_or_path) < MODEL_NAME_LEN) {

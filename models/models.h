@@ -39,8 +39,20 @@ typedef struct {
     bool out_bias;               /* bias on attention output projection */
     bool mlp_bias;               /* bias on MLP linears */
     bool qk_norm;                /* norm on the whole projected q and k vectors (InternViT q_norm/k_norm over heads*head_dim) */
+    bool qk_norm_head;           /* RMSNorm of width head_dim on every q and k head, shared by the heads (Gemma 3) */
+    bool post_norms;             /* a norm after attention and after the MLP too (Gemma 2/3 "sandwich" norms) */
+    int extra_params;            /* learned tensors outside the layout above, counted with the head (LLaVA-NeXT
+                                    image_newline, Qwen2.5-Omni audio_bos_eos_token, a SigLIP pooling head) */
     bool layer_scale;            /* per-channel layer scale gammas (InternViT) */
     bool frozen;                 /* parameters not trained (no grads / optimizer) */
+    /* How the training software runs the block (priced by the Megatron
+     * target; dhp's executor refuses both): attention as separate GEMMs and
+     * a fused softmax over the whole s x s score matrix, as Megatron-LM did
+     * before FlashAttention (Korthikanti et al., arXiv 2205.05198, sec. 4.1);
+     * dropout after the attention probabilities, the attention output and
+     * the MLP output (GPT-3's attention_dropout, hidden_dropout). */
+    bool unfused_attention;
+    bool dropout;
 
     /* encoders */
     int in_channels;             /* vision: 3. audio: mel bins */
@@ -123,10 +135,24 @@ int64_t model_module_params(const model_module *mm);  /* blocks + embed + head *
 int64_t model_total_params(const model_t *m);
 int64_t model_largest_layer_params(const model_module *mm);
 
-/* Hugging Face config.json -> our schema. Recognises model_type
- * qwen2_5_vl, qwen2_vl, llava, internvl_chat, mllama, qwen2_audio, and plain
- * decoder LLMs (llama, qwen2, mistral). Unknown types are refused by name. */
+/* Hugging Face config.json -> our schema. Recognises the model_types that
+ * model_import_hf_types() lists (multimodal ones and plain decoder LLMs).
+ * Unknown types are refused by name, with that list. */
 int model_import_hf(const char *config_json_text, const char *what, model_t *m, char *err);
+const char *model_import_hf_types(void);
+
+/* Models by name from the Hugging Face Hub (models/hub.c): "hf:ORG/NAME[@REVISION]".
+ * model_load accepts such a reference too. */
+typedef struct { char org[97], name[97], revision[97]; } model_hub_ref;
+bool model_hub_is_ref(const char *s);
+int model_hub_parse_ref(const char *ref, model_hub_ref *out, char *err);
+/* $HF_ENDPOINT/ORG/NAME/resolve/REVISION/config.json */
+int model_hub_url(const model_hub_ref *r, char *url, size_t n, char *err);
+/* $XDG_CACHE_HOME/dhp, else $HOME/.cache/dhp */
+int model_hub_cache_dir(char *buf, size_t n, char *err);
+/* The cached config.json, else fetched (HF_TOKEN, HF_HUB_OFFLINE honoured),
+ * converted, and only then cached. */
+int model_hub_load(const char *ref, model_t *m, char *err);
 
 const char *model_kind_name(model_kind k);
 const char *model_ffn_kind_name(model_ffn_kind k);

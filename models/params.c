@@ -50,7 +50,7 @@ static int64_t mlp_params(const model_module *mm)
     return (mm->ffn_kind == MODEL_FFN_SWIGLU ? 2 * up : up) + down;
 }
 
-/* Pre-norm block: norm, attention, norm, MLP (+ qk norms, layer scales, gates). */
+/* Pre-norm block: norm, attention, norm, MLP (+ qk norms, post norms, layer scales, gates). */
 static int64_t self_block_params(const model_module *mm, int layer)
 {
     int64_t d = mm->hidden;
@@ -58,6 +58,8 @@ static int64_t self_block_params(const model_module *mm, int layer)
     if (mm->qk_norm)
         p += model_norm_params(mm->norm, (int64_t)mm->heads * mm->head_dim) +
              model_norm_params(mm->norm, (int64_t)mm->kv_heads * mm->head_dim);
+    if (mm->qk_norm_head) p += 2 * model_norm_params(mm->norm, mm->head_dim);   /* q_norm, k_norm */
+    if (mm->post_norms) p += 2 * model_norm_params(mm->norm, d);
     if (mm->layer_scale) p += 2 * d;                    /* ls1, ls2 */
     if (layer >= mm->layers - mm->gated_layers) p += 2; /* gate_attn, gate_ffn */
     return p;
@@ -135,10 +137,11 @@ int64_t model_embed_params(const model_module *mm)
 }
 
 /* Encoder: final norm, projector norm, Linear(in->h) GELU Linear(h->out) or
- * one Linear(in->out). LLM: final norm + LM head d x vocab unless tied. */
+ * one Linear(in->out). LLM: final norm + LM head d x vocab unless tied.
+ * Both: extra_params. */
 int64_t model_head_params(const model_module *mm)
 {
-    int64_t p = mm->final_norm ? model_norm_params(mm->norm, mm->hidden) : 0;
+    int64_t p = (mm->final_norm ? model_norm_params(mm->norm, mm->hidden) : 0) + mm->extra_params;
     if (mm->kind == MODEL_LLM)
         return p + (mm->tied_embeddings ? 0 : (int64_t)mm->vocab * mm->hidden);
     if (mm->proj_norm) p += model_norm_params(mm->proj_norm_kind, mm->proj_norm_width);

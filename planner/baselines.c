@@ -149,7 +149,8 @@ static int parse_kv(plan_module *s, const char *key, const char *val, int *gpus,
         if (!strcmp(val, "none")) s->recompute = PLAN_RECOMP_NONE;
         else if (!strcmp(val, "selective")) s->recompute = PLAN_RECOMP_SELECTIVE;
         else if (!strcmp(val, "full")) s->recompute = PLAN_RECOMP_FULL;
-        else return util_fail(err, UTIL_EINVAL, "--strategy: %s=%s: use none, selective or full", key, val);
+        else if (!strcmp(val, "op")) s->recompute = PLAN_RECOMP_OP;
+        else return util_fail(err, UTIL_EINVAL, "--strategy: %s=%s: use none, selective, full or op", key, val);
         return UTIL_OK;
     }
     if (!strcmp(key, "split")) {
@@ -180,8 +181,9 @@ static int parse_kv(plan_module *s, const char *key, const char *val, int *gpus,
     else if (!strcmp(key, "seqpar")) s->seq_parallel = v != 0;
     else if (!strcmp(key, "pool")) s->pool = (int)v;
     else if (!strcmp(key, "gpus")) *gpus = (int)v;
+    else if (!strcmp(key, "vp")) s->vp = (int)v;
     else return util_fail(err, UTIL_EINVAL,
-                          "--strategy: unknown key '%s' (dp, tp, sp, pp, split, zero, mb, rc, seqpar, pool, gpus)", key);
+                          "--strategy: unknown key '%s' (dp, tp, sp, pp, split, vp, zero, mb, rc, seqpar, pool, gpus)", key);
     if (v == 0 && strcmp(key, "zero") && strcmp(key, "seqpar") && strcmp(key, "pool"))
         return util_fail(err, UTIL_EINVAL, "--strategy: %s must be >= 1", key);
     return UTIL_OK;

@@ -14,6 +14,7 @@ typedef struct {
     double fwd, bwd;             /* seconds */
     bool need_weight_grad;       /* false when frozen */
     bool need_input_grad;        /* false for a frozen first module */
+    bool megatron;               /* PLAN_TARGET_MEGATRON: Megatron-LM's kernels and recomputation */
 } pricer;
 
 void plan_comm_add(plan_comm *c, bool backward, double seconds, int count)
@@ -106,15 +107,46 @@ static void price_block_elementwise(pricer *p, const model_module *mm, double t,
     if (partial_norms) { ew_bwd(p, COST_EW_ADD, h); ew_bwd(p, COST_EW_ADD, h); }
 }
 
+/* Attention without FlashAttention (model_module.unfused_attention), as
+ * Megatron-LM ran it before 2022 (Korthikanti et al., arXiv 2205.05198,
+ * sec. 4.1, and its FusedScaleMaskSoftmax): Q K^T and P V as batched GEMMs
+ * over the whole `keys` x `keys` score matrix of each sequence (the causal
+ * mask is applied, not skipped), the fused scale-mask-softmax reading and
+ * writing every score, then dropout on the probabilities (its 1-byte mask).
+ * Backward: four GEMMs (dP, dV, dQ, dK), the dropout and softmax gradients.
+ * The score passes are bound by memory (cost_memory_time). */
+static void price_attention_unfused(pricer *p, const model_module *mm, double queries, double keys, double heads,
+                                    double head_dim)
+{
+    double rows = queries * heads, scores = rows * keys, A = p->A;
+    double drop_fwd = mm->dropout ? 2 * A + 1 : 0, drop_bwd = mm->dropout ? 2 * A + 1 : 0;
+    p->fwd += cost_gemm_time(p->g, rows, keys, head_dim) + cost_gemm_time(p->g, rows, head_dim, keys);
+    p->fwd += cost_memory_time(p->g, scores * (2 * A + drop_fwd));
+    if (!runs_backward(p)) return;
+    p->bwd += 2 * cost_gemm_time(p->g, rows, keys, head_dim) + 2 * cost_gemm_time(p->g, rows, head_dim, keys);
+    p->bwd += cost_memory_time(p->g, scores * (3 * A + drop_bwd));
+}
+
+/* Dropout on n elements of the block's hidden rows (after the attention
+ * output and the MLP output, model_module.dropout): forward reads x, writes
+ * y and the 1-byte mask; backward reads dy and the mask, writes dx. */
+static void price_hidden_dropout(pricer *p, double n)
+{
+    if (!(n > 0)) return;
+    p->fwd += cost_memory_time(p->g, n * (2 * p->A + 1));
+    if (runs_backward(p)) p->bwd += cost_memory_time(p->g, n * (2 * p->A + 1));
+}
+
 /* One transformer block on t local tokens (after the Ulysses split, per dp
  * rank); *selective gets what selective recomputation re-runs of it in
  * backward: the attention core's forward and the MLP activation. */
 static void price_block(pricer *p, const model_module *mm, const plan_module *s, double t,
-                        double span, bool cross, double cross_tokens, double *selective)
+                        double span, double keys, bool cross, double cross_tokens, double *selective)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     bool seqpar = s->seq_parallel && s->tp > 1;
     double tn = seqpar ? t / tp : t;
+    double fwd0 = p->fwd;
     pricer core = *p;
     core.fwd = core.bwd = 0;
     if (cross) {
@@ -123,7 +155,8 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
         price_attention(&core, t, cross_tokens, H / tp, d);
     } else {
         price_linear(p, t, (H + 2 * KV) * d / tp, h);
-        price_attention(&core, t, span, H / tp, d);
+        if (mm->unfused_attention) price_attention_unfused(&core, mm, t, keys, H / tp, d);
+        else price_attention(&core, t, span, H / tp, d);
     }
     p->fwd += core.fwd;
     p->bwd += core.bwd;
@@ -132,6 +165,22 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     else price_linear(p, t, f / tp, h);
     price_linear(p, t, h, f / tp);
     price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross, seqpar);
+    if (mm->dropout) { price_hidden_dropout(p, tn * h); price_hidden_dropout(p, tn * h); }
+    if (s->recompute == PLAN_RECOMP_OP) {
+        /* torchtitan's per-op checkpointing re-runs the block's forward but
+         * the attention core and the saved matmuls (plan_recompute): wq, wv,
+         * and w1, w2 (SwiGLU) or fc1 (GELU), priced as the separate GEMMs
+         * they are there. */
+        double saved = cost_gemm_time(p->g, t, H * d / tp, h) + (cross ? 0 : cost_gemm_time(p->g, t, KV * d / tp, h))
+                     + cost_gemm_time(p->g, t, f / tp, h)
+                     + (mm->ffn_kind == MODEL_FFN_SWIGLU ? cost_gemm_time(p->g, t, h, f / tp) : 0);
+        *selective = fmax(0.0, p->fwd - fwd0 - core.fwd - saved);
+        return;
+    }
+    /* Megatron-LM's selective recomputation re-runs the attention core only
+     * (Korthikanti et al. sec. 5; Megatron-Core recompute_modules
+     * ["core_attn"]); dhp's executor re-runs the MLP activation too. */
+    if (p->megatron) { *selective = core.fwd; return; }
     *selective = core.fwd + cost_elementwise_time(p->g, mm->ffn_kind == MODEL_FFN_SWIGLU ? COST_EW_SWIGLU : COST_EW_GELU,
                                                   t * f / tp, p->A);
 }
@@ -139,14 +188,14 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
 /* count blocks of one kind: their compute into p, their forward (what full
  * recomputation re-runs) into *blocks_fwd, selective's re-run into *selective. */
 static void price_blocks(pricer *p, const model_module *mm, const plan_module *s, double t,
-                         double span, bool cross, double cross_tokens, int count, double *blocks_fwd,
+                         double span, double keys, bool cross, double cross_tokens, int count, double *blocks_fwd,
                          double *selective)
 {
     if (count == 0) return;
     pricer one = *p;
     one.fwd = one.bwd = 0;
     double sel = 0;
-    price_block(&one, mm, s, t, span, cross, cross_tokens, &sel);
+    price_block(&one, mm, s, t, span, keys, cross, cross_tokens, &sel);
     p->fwd += count * one.fwd;
     p->bwd += count * one.bwd;
     *blocks_fwd += count * one.fwd;
@@ -380,7 +429,8 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     memset(out, 0, sizeof *out);
 
     double A = plan_precision_bytes(o->precision).act;   /* activation / communication element */
-    pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM) };
+    pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM),
+                 .megatron = o->target == PLAN_TARGET_MEGATRON };
     bool backward = runs_backward(&p);
     if (samples <= 0) {   /* an empty micro-batch (planner/schedule.c, micro_ops): the strategy's collectives only */
         plan_comm dp = { 0 };
@@ -402,9 +452,11 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
         else n_window++;
     }
     double blocks_fwd = 0, selective = 0;
-    price_blocks(&p, mm, s, t, q.attn_span_full, false, cross_tokens, n_full, &blocks_fwd, &selective);
-    price_blocks(&p, mm, s, t, q.attn_span_window, false, cross_tokens, n_window, &blocks_fwd, &selective);
-    price_blocks(&p, mm, s, t, 0, true, cross_tokens, n_cross, &blocks_fwd, &selective);
+    /* Keys of the whole score matrix the unfused attention materialises: the sequence (window). */
+    double keys_full = q.seq, keys_window = mm->window > 0 ? fmin(mm->window, q.seq) : q.seq;
+    price_blocks(&p, mm, s, t, q.attn_span_full, keys_full, false, cross_tokens, n_full, &blocks_fwd, &selective);
+    price_blocks(&p, mm, s, t, q.attn_span_window, keys_window, false, cross_tokens, n_window, &blocks_fwd, &selective);
+    price_blocks(&p, mm, s, t, 0, 0, true, cross_tokens, n_cross, &blocks_fwd, &selective);
     int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
     if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
     double head_rows = mm->kind == MODEL_LLM ? plan_head_rows(w, o->target, samples, t) : 0;
@@ -423,7 +475,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     out->fwd_s = p.fwd;
     out->bwd_s = p.bwd;
     if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = blocks_fwd;
-    else if (s->recompute == PLAN_RECOMP_SELECTIVE) out->recompute_s = selective;
+    else if (s->recompute == PLAN_RECOMP_SELECTIVE || s->recompute == PLAN_RECOMP_OP) out->recompute_s = selective;
     if (!backward) out->recompute_s = 0;
 
     /* In-op communication: the blocks' forward exchanges (re-issued by full
@@ -489,7 +541,10 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     if (s->pp <= 1 || samples <= 0) return;
     bool backward = !m->mod[mi].frozen || m->mod[mi].kind == MODEL_LLM;
     double hop = plan_stage_hop_s(m, mi, s, w, c, o, samples);
-    double fwd_hops = (s->pp - 1) * hop, bwd_hops = backward ? (s->pp - 1) * hop : 0;
+    /* pp - 1 hand-offs each way, pp * vp - 1 with interleaving: every model
+     * chunk hands off to the next rank (Narayanan et al. SC'21 sec. 2.2.2) */
+    int vp = plan_vp(s);
+    double fwd_hops = (s->pp * vp - 1) * hop, bwd_hops = backward ? (s->pp * vp - 1) * hop : 0;
     out->pp_p2p_s = fwd_hops + bwd_hops;
     out->fwd_comm_s += fwd_hops;
     out->micro_s += out->pp_p2p_s;
@@ -497,7 +552,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     for (int i = 0; i < s->pp; i++) {
         plan_time st;
         plan_stage_micro_time(m, mi, s, i, w, c, o, samples, &st);
-        double t = st.micro_s + hop + (backward ? hop : 0);
+        double t = st.micro_s + vp * hop + (backward ? vp * hop : 0);
         if (t > out->stage_max_s) out->stage_max_s = t;
     }
 }
@@ -564,7 +619,11 @@ double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_sampl
     double per_rank = ceil((double)chunk_samples / s->dp);
     double steps = ceil(per_rank / s->micro_batch);
     if (s->pp == 1) return steps * t->micro_s;
-    return (steps + s->pp - 1) * t->stage_max_s;
+    /* 1F1B: the pipeline fills and drains once, pp - 1 stage times of the
+     * busiest stage; with vp interleaved chunks per rank the bubble is
+     * (pp - 1) / vp of them (Narayanan et al. SC'21, sec. 2.2.2: bubble
+     * fraction (p - 1) / (v m)). */
+    return (steps + (double)(s->pp - 1) / plan_vp(s)) * t->stage_max_s;
 }
 
 static bool divides(long a, long b) { return a > 0 && b % a == 0; }
@@ -606,6 +665,15 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (total != mm->layers)
         return util_fail(err, UTIL_EINVAL, "%s: stage_layers: the stages hold %d blocks, the module has %d", mm->name, total,
                          mm->layers);
+    /* Interleaving splits every stage's blocks into vp equal chunks, as
+     * Megatron-LM asks (layers divisible by pp x vp). */
+    for (int i = 0; plan_vp(s) > 1 && i < s->pp; i++)
+        if (plan_stage_of(mm, s, i).count % plan_vp(s) != 0)
+            return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and every stage's blocks divisible by vp (stage %d)",
+                             mm->name, plan_vp(s), i);
+    if (plan_vp(s) > 1 && s->pp == 1)
+        return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and every stage's blocks divisible by vp", mm->name,
+                         plan_vp(s));
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     if (s->sp > 1 && fmod(q.seq, s->sp) != 0)

@@ -21,7 +21,7 @@ typedef struct {
     double param_bytes, grad_bytes;   /* per element as the strategy moves them */
     bool dhp;
     int n_units;
-    int64_t *units;                   /* dhp: elements of each unit */
+    int64_t *units;                   /* elements of each unit on this stage */
     double local;                     /* Megatron: parameters one rank holds before sharding */
 } dp_pricer;
 
@@ -34,7 +34,6 @@ static int dp_pricer_init(dp_pricer *d, const model_module *mm, const plan_modul
     plan_group_shape(s, PLAN_AX_SHARD, pool->gpus_per_node, &size, &d->per_node);
     d->G = size;
     d->local = plan_local_params(mm, s);
-    if (!d->dhp) return UTIL_OK;
     d->n_units = plan_module_units(mm);
     d->units = malloc((size_t)d->n_units * sizeof *d->units);
     if (!d->units) return UTIL_ENOMEM;
@@ -55,6 +54,19 @@ static double unit_coll(const dp_pricer *d, cost_coll op, int u, double bytes_pe
 static double module_coll(const dp_pricer *d, cost_coll op, double bytes_per)
 {
     return cost_collective_time(d->pool, op, d->local * bytes_per, d->G, d->per_node);
+}
+
+/* ZeRO-3 / FSDP gather each unit (FSDP's wrapped blocks; DeepSpeed's
+ * fetch of a submodule's parameters) and reduce-scatter its gradients in a
+ * collective of its own: the module's bytes, and each collective's latency,
+ * which grows with the ranks (cost_collective_time: (n - 1) ring steps
+ * across nodes) and does not hide at 1,000+ ranks. */
+static double units_coll(const dp_pricer *d, cost_coll op, double bytes_per)
+{
+    double t = 0;
+    for (int u = 0; u < d->n_units; u++)
+        t += cost_collective_time(d->pool, op, (double)d->units[u] * bytes_per, d->G, d->per_node);
+    return t;
 }
 
 static double ew(const dp_pricer *d, cost_ew k, double n, double bytes)
@@ -85,11 +97,11 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
     } else {
         int U = plan_module_units(mm);
         if (r.unit_param_gather) {
-            raw.fwd_s = module_coll(&d, COST_ALLGATHER, d.param_bytes);
+            raw.fwd_s = units_coll(&d, COST_ALLGATHER, d.param_bytes);
             raw.fwd_syncs = U;
         }
-        if (gather_back) { raw.bwd_s += module_coll(&d, COST_ALLGATHER, d.param_bytes); raw.bwd_syncs += U; }
-        if (reduce) { raw.bwd_s += module_coll(&d, COST_REDUCESCATTER, d.grad_bytes); raw.bwd_syncs += U; }
+        if (gather_back) { raw.bwd_s += units_coll(&d, COST_ALLGATHER, d.param_bytes); raw.bwd_syncs += U; }
+        if (reduce) { raw.bwd_s += units_coll(&d, COST_REDUCESCATTER, d.grad_bytes); raw.bwd_syncs += U; }
     }
     free(d.units);
     /* Prefetched gathers and bucketed reductions run beside the compute: as
@@ -114,6 +126,7 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
         if (r.step_grad_sync)
             out->grad_sync_s = module_coll(&d, r.stage == 0 ? COST_ALLREDUCE : COST_REDUCESCATTER, d.grad_bytes);
         if (r.step_param_gather) out->param_gather_s = module_coll(&d, COST_ALLGATHER, d.param_bytes);
+        free(d.units);
         return;
     }
     double local = 0;

@@ -71,6 +71,7 @@ static void fill_prediction(plan_t *p, const plan_eval *ev, double step)
  * draining its stages in every chunk. */
 static double colocated_time(const plan_t *p, const plan_time *t, const plan_module *s)
 {
+    if (plan_whole_batch_pipeline(&p->model, &p->work)) return plan_chunk_time(t, s, p->work.global_batch);
     /* every chunk is full but the last (plan_chunk_range): priced once each, so
      * a global batch of 2^28 samples is not 2^26 chunks per evaluation */
     int n = plan_chunks(p), first, full = 0, last = 0;

@@ -94,23 +94,56 @@ static void model_state_bytes(const model_module *mm, const plan_module *s, cons
  * q/k/v [(H + 2 KV) d / tp], attention output [H d / tp] + fp32 LSE [H / tp],
  * and the MLP: SwiGLU gate, up, act [3 f / tp]; GELU fc1, act [2 f / tp].
  * Megatron sequence parallel also splits the [h] terms by tp. Selective
- * recompute re-runs the attention core and the activation function, so it
- * keeps neither the log-sum-exp nor the activation's output (the definition
- * plan_module_acts uses for the executor); full recompute keeps only the
- * block input. */
-static double block_act_bytes_per_token(const model_module *mm, const plan_module *s, bool cross, double A)
+ * recompute is Megatron-LM's (Korthikanti et al. sec. 5): it re-runs the
+ * attention core, so it keeps no log-sum-exp and no score matrix; full
+ * recompute keeps only the block input. Without FlashAttention
+ * (unfused_attention) the core saves its softmax output over `keys` keys
+ * per head [H keys / tp], with dropout also the 1-byte mask and the dropped
+ * probabilities (Korthikanti et al. Table 2: 5 a s^2 b); dropout adds a
+ * 1-byte mask after the attention and after the MLP ([h] each). Together
+ * with TP and no sequence parallelism this is their s b h (10 + 24/t +
+ * 5 a s / (h t)). */
+static double block_act_bytes_per_token(const model_module *mm, const plan_module *s, bool cross, double keys,
+                                        double A)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     double hsplit = s->seq_parallel ? tp : 1.0;
     if (s->recompute == PLAN_RECOMP_FULL) return A * h / hsplit;
-    double lse = s->recompute == PLAN_RECOMP_SELECTIVE ? 0 : FP32 * H / tp;
+    if (s->recompute == PLAN_RECOMP_OP) {
+        /* torchtitan's per-op checkpointing: the block input, the attention
+         * output and its fp32 log-sum-exp, and the outputs of the 1st, 3rd,
+         * 5th and 7th matmul in forward order: wq, wv, w1 (gate) and w2
+         * (SwiGLU: wq wk wv wo w1 w3 w2), or wq, wv, fc1 (GELU). */
+        double mlp_saved = mm->ffn_kind == MODEL_FFN_SWIGLU ? f / tp + h / hsplit : f / tp;
+        return A * (h / hsplit + H * d / tp + (cross ? 0 : KV * d / tp) + mlp_saved + H * d / tp) + FP32 * H / tp;
+    }
+    bool core_saved = s->recompute != PLAN_RECOMP_SELECTIVE;
+    bool scores = mm->unfused_attention && !cross;
+    double lse = core_saved && !scores ? FP32 * H / tp : 0;
+    double probs = core_saved && scores ? H / tp * keys * (A + (mm->dropout ? 1 + A : 0)) : 0;
+    double masks = mm->dropout ? 2 * h / hsplit : 0;
     double attn = A * (2 * h) / hsplit                  /* residual in, normed in */
                 + A * (cross ? H * d : (H + 2 * KV) * d) / tp
-                + A * H * d / tp + lse;
+                + A * H * d / tp + lse + probs;
     double mlp_terms = mm->ffn_kind == MODEL_FFN_SWIGLU ? 3.0 : 2.0;
-    if (s->recompute == PLAN_RECOMP_SELECTIVE) mlp_terms -= 1.0;
     double mlp = A * (2 * h) / hsplit + A * mlp_terms * f / tp;
-    return attn + mlp;
+    return attn + mlp + masks;
+}
+
+/* Blocks' worth of one micro-batch's activations the busiest pipeline stage
+ * holds at its peak: 1F1B keeps min(pp - i, micro-batches) in flight on
+ * stage i (Korthikanti et al. sec. 4.2.3), of its plan_stage_of blocks;
+ * interleaving with vp chunks per rank keeps the first stage's
+ * pp (1 + (pp - 1) / (pp vp)) (megatron/training/theoretical_memory_usage.py). */
+static double pipeline_blocks_in_flight(const model_module *mm, const plan_module *s, const plan_workload *w)
+{
+    if (s->pp <= 1) return mm->layers;
+    double micro = fmax(1, ceil((double)w->global_batch / ((double)s->dp * s->micro_batch)));
+    if (plan_vp(s) > 1)
+        return plan_stage_of(mm, s, 0).count * s->pp * (1 + (s->pp - 1.0) / (s->pp * plan_vp(s)));
+    double most = 0;
+    for (int i = 0; i < s->pp; i++) most = fmax(most, plan_stage_of(mm, s, i).count * fmin(s->pp - i, micro));
+    return most;
 }
 
 /* Tokens one GPU of the group processes per micro-batch. */
@@ -120,35 +153,38 @@ static double local_tokens(const plan_seq *q, const plan_module *s)
 }
 
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
-                               int in_flight, double A)
+                               const plan_workload *w, int in_flight, double A)
 {
     const model_module *mm = &m->mod[mi];
     double t = local_tokens(q, s);
-    double layers_per_stage = ceil((double)mm->layers / s->pp);
+    double blocks = pipeline_blocks_in_flight(mm, s, w);
     double n_cross = 0;
     for (int l = 0; l < mm->layers; l++) if (model_layer_is_cross(mm, l)) n_cross++;
-    n_cross = n_cross * layers_per_stage / mm->layers;
-    double per_mb = t * (block_act_bytes_per_token(mm, s, false, A) * (layers_per_stage - n_cross)
-                         + block_act_bytes_per_token(mm, s, true, A) * n_cross);
+    n_cross = n_cross * blocks / mm->layers;
+    double saved = t * (block_act_bytes_per_token(mm, s, false, q->seq, A) * (blocks - n_cross)
+                        + block_act_bytes_per_token(mm, s, true, 0, A) * n_cross);
+    double per_mb = 0;
     /* Cross-attention keys/values over the encoder tokens of the micro-batch. */
     if (n_cross > 0 && s->recompute != PLAN_RECOMP_FULL)
-        per_mb += n_cross * A * 2.0 * mm->kv_heads * mm->head_dim / s->tp * q->cross_span * s->micro_batch;
-    /* During backward with full recompute one block's full activations are live again. */
-    if (s->recompute == PLAN_RECOMP_FULL) {
+        saved += n_cross * A * 2.0 * mm->kv_heads * mm->head_dim / s->tp * q->cross_span * s->micro_batch;
+    /* During backward with full recompute one block's full activations are
+     * live again: one block of one micro-batch, however many are in flight. */
+    double live = 0;
+    if (s->recompute == PLAN_RECOMP_FULL || s->recompute == PLAN_RECOMP_OP) {
         plan_module none = *s;
         none.recompute = PLAN_RECOMP_NONE;
-        per_mb += t * block_act_bytes_per_token(mm, &none, false, A);
+        live = t * block_act_bytes_per_token(mm, &none, false, q->seq, A);
     }
-    /* Stem and head: embedding output, final norm; encoders also the merger MLP. */
-    per_mb += t * A * mm->hidden * 2;
+    /* Stem and head: embedding output, final norm; encoders also the merger MLP.
+     * With pp > 1 the first stage, whose micro-batches in flight set the
+     * peak, holds no head, and its first block saves the embedding output. */
+    if (s->pp == 1) per_mb += t * A * mm->hidden * 2;
     if (mm->kind != MODEL_LLM) {
         double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
         per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
         per_mb += merged * A * (mm->proj_in + 2.0 * mm->proj_hidden);
     }
-    /* 1F1B: the first stage holds pp micro-batches in flight (Korthikanti et al. sec. 4.2). */
-    double depth = s->pp > 1 ? s->pp : 1;
-    return per_mb * depth * in_flight;
+    return (saved + per_mb) * in_flight + live;
 }
 
 /* LM head logits [t, V/tp] in bf16 plus the fp32 copy vocab-parallel
@@ -238,7 +274,7 @@ void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage
         executor_activations(mm, s, stage, &q, w, A, in_flight, out);
     } else {
         model_state_bytes(mm, s, o, out);
-        out->activations = activation_bytes(m, mi, s, &q, in_flight, A);
+        out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A);
         out->logits = logits_bytes(mm, s, &q, w, A);
         out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A);
     }

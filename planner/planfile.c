@@ -8,7 +8,7 @@
 #include <string.h>
 
 static const char *placement_names[] = { "colocated", "disaggregated" };
-static const char *recompute_names[] = { "none", "selective", "full" };
+static const char *recompute_names[] = { "none", "selective", "full", "op" };
 static const char *precision_names[PLAN_NPRECISION] = { "bf16-mixed", "bf16-pure", "bf16-autocast", "fp32" };
 
 static const char *target_names[PLAN_NTARGET] = { "megatron", "dhp" };
@@ -56,6 +56,7 @@ cJSON *plan_module_to_json(const plan_module *s)
     cJSON_AddNumberToObject(o, "micro_batch", s->micro_batch);
     cJSON_AddStringToObject(o, "recompute", recompute_names[s->recompute]);
     cJSON_AddBoolToObject(o, "seq_parallel", s->seq_parallel);
+    if (plan_vp(s) > 1) cJSON_AddNumberToObject(o, "vp", s->vp);
     bool split = false;
     for (int i = 0; i < s->pp && i < PLAN_MAX_PP; i++) split |= s->stage_layers[i] > 0;
     if (split) {   /* an explicit split; otherwise plan_stage_of's default */
@@ -147,10 +148,11 @@ static int parse_module(const cJSON *o, const char *ctx, plan_module *s, char *e
     INT_FIELD(pp, 1, 1024, true, 1)
     INT_FIELD(zero, 0, 3, true, 0)
     INT_FIELD(micro_batch, 1, 1 << 20, true, 1)
+    INT_FIELD(vp, 1, 1024, false, 1)
 #undef INT_FIELD
     if ((rc = util_json_str(o, ctx, "recompute", false, "none", buf, sizeof buf, err))) return rc;
-    int r = parse_enum(buf, recompute_names, 3);
-    if (r < 0) return util_fail(err, UTIL_EINVAL, "%s.recompute: '%s' is not none, selective or full", ctx, buf);
+    int r = parse_enum(buf, recompute_names, 4);
+    if (r < 0) return util_fail(err, UTIL_EINVAL, "%s.recompute: '%s' is not none, selective, full or op", ctx, buf);
     s->recompute = (plan_recompute)r;
     if ((rc = util_json_bool(o, ctx, "seq_parallel", false, false, &s->seq_parallel, err))) return rc;
     memset(s->stage_layers, 0, sizeof s->stage_layers);

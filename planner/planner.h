@@ -15,7 +15,12 @@
 #define PLAN_SCHEMA_VERSION 1
 
 typedef enum { PLAN_COLOCATED = 0, PLAN_DISAGGREGATED } plan_placement;
-typedef enum { PLAN_RECOMP_NONE = 0, PLAN_RECOMP_SELECTIVE, PLAN_RECOMP_FULL } plan_recompute;
+/* OP: torchtitan's per-op selective checkpointing (priced by the Megatron
+ * target only; dhp run refuses it): every block keeps its input, the
+ * attention's output and every second matmul's output, and re-runs the rest
+ * (pytorch/torchtitan, torchtitan/parallelisms/parallelize_llama.py,
+ * _save_list: "Saves output of all compute ops, except every second mm"). */
+typedef enum { PLAN_RECOMP_NONE = 0, PLAN_RECOMP_SELECTIVE, PLAN_RECOMP_FULL, PLAN_RECOMP_OP } plan_recompute;
 /* Mixed: bf16 weights + fp32 master/grad accumulation (Megatron-LM, DeepSpeed).
  * Autocast: fp32 weights and grads, bf16 compute (torch.autocast, as Ray's experiment).
  * Pure: everything bf16 (weights, grads, Adam moments).
@@ -65,7 +70,12 @@ typedef struct {
     plan_recompute recompute;
     bool seq_parallel;        /* Megatron sequence parallelism on top of tp (LLM) */
     int stage_layers[PLAN_MAX_PP];  /* blocks of each pipeline stage; all 0: plan_stage_of's split */
+    /* Interleaved pipeline: model chunks per pp rank (Megatron-LM's virtual
+     * pipeline stages, Narayanan et al. SC'21 sec. 2.2.2); 0 or 1 = none. */
+    int vp;
 } plan_module;
+/* The virtual stages of s (1 when unset). */
+static inline int plan_vp(const plan_module *s) { return s->vp > 1 ? s->vp : 1; }
 
 /* Stage i (0 .. pp - 1) of a module's pipeline: blocks [first, first +
  * count), the stem (embedding) on the first stage and the head on the last.
@@ -119,6 +129,11 @@ int plan_pool_offset(const plan_t *p, int k);
 /* dp * tp * sp * pp of a module strategy, overflow-checked (false: it does
  * not fit in 64 bits; the degrees come from files and options). */
 bool plan_module_ranks(const plan_module *s, int64_t *out);
+/* Where a rank runs (planner/placement.c): pool, node in the pool, GPU in the
+ * node, and host = the node's index over the cluster (pools in order). */
+typedef struct { int pool, node, gpu, host; } plan_place;
+int plan_rank_place(const plan_t *p, int rank, plan_place *out, char *err);
+int plan_cluster_nodes(const plan_t *p);
 
 /* ---- workload: sequence lengths each module sees ---- */
 typedef struct {
@@ -208,6 +223,14 @@ typedef struct {
 /* Time for one chunk of `chunk_samples` samples through module mi: the dp ranks
  * split it, each in micro-steps of s->micro_batch, with pp bubbles. */
 double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples);
+/* Does module k of m feed the LLM its rows in workload w (an encoder whose
+ * inputs the samples carry)? */
+bool plan_feeds_llm(const model_t *m, const plan_workload *w, int k);
+/* Whether a colocated plan runs the LLM's pipeline over the whole batch at
+ * once (Megatron-LM's 1F1B, Narayanan et al. SC'21 sec. 2.2) rather than
+ * chunk by chunk in turn with its encoders: when no encoder feeds it (a
+ * text-only workload or model). The schedule and the cost model both ask. */
+bool plan_whole_batch_pipeline(const model_t *m, const plan_workload *w);
 void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                       const cost_cluster *c, const plan_options *o, plan_time *out);
 /* The per-micro-batch terms of plan_time (fwd_s .. micro_s, fwd_comm_s) for a

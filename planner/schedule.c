@@ -82,9 +82,18 @@ int plan_rows_per_sample(const plan_t *p, int k)
     return p->work.images_per_sample * (p->work.image_tokens / m2);
 }
 
-bool plan_encoder_feeds(const plan_t *p, int k)
+bool plan_feeds_llm(const model_t *m, const plan_workload *w, int k)
 {
-    return k != p->model.llm && p->work.images_per_sample > 0;
+    return k != m->llm && w->images_per_sample > 0;
+}
+
+bool plan_encoder_feeds(const plan_t *p, int k) { return plan_feeds_llm(&p->model, &p->work, k); }
+
+bool plan_whole_batch_pipeline(const model_t *m, const plan_workload *w)
+{
+    for (int k = 0; k < m->n_modules; k++)
+        if (plan_feeds_llm(m, w, k)) return false;
+    return true;
 }
 
 static bool trains(const plan_t *p, int k) { return !p->model.mod[k].frozen; }
@@ -107,34 +116,35 @@ void plan_micro_range(const plan_module *s, int first, int count, int u, int *f,
  * units inside every micro-batch (ZeRO-2/3), as many as the module's busiest
  * dp rank of the chunk, the extra ones empty, so every collective of the
  * shard group is matched (PyTorch's Join for uneven inputs). */
+/* The largest dp share of chunk c for module k: plan_chunk_share's split
+ * differs by at most one sample, so ceil(chunk / dp). */
+static int busiest_share(const plan_t *p, int k, int c)
+{
+    int f, n, dp = p->mod[k].dp;
+    plan_chunk_range(p, c, &f, &n);
+    return (n + dp - 1) / dp;
+}
+
 static int micro_ops(const plan_t *p, int k, int c, int count)
 {
     const plan_module *s = &p->mod[k];
     int n = plan_micro_count(s, count);
     plan_dp_rules r = plan_dp_rules_of(&p->model.mod[k], s);
     if (!r.unit_param_gather && !r.unit_grad_reduce) return n;
-    for (int i = 0; i < s->dp; i++) {
-        int f, share;
-        plan_chunk_share(p, k, c, i, &f, &share);
-        if (plan_micro_count(s, share) > n) n = plan_micro_count(s, share);
-    }
-    return n;
+    int busiest = plan_micro_count(s, busiest_share(p, k, c));
+    return busiest > n ? busiest : n;
 }
 
 /* The most micro-batches module k runs of any chunk (activation slots per chunk). */
 static int max_micro_per_share(const plan_t *p, int k)
 {
     int most = 0;
-    for (int c = 0; c < plan_chunks(p); c++)
-        for (int i = 0; i < p->mod[k].dp; i++) {
-            int f, n;
-            plan_chunk_share(p, k, c, i, &f, &n);
-            int m = micro_ops(p, k, c, n);
-            if (m > most) most = m;
-        }
+    for (int c = 0; c < plan_chunks(p); c++) {
+        int m = micro_ops(p, k, c, busiest_share(p, k, c));
+        if (m > most) most = m;
+    }
     return most;
 }
-
 
 int plan_schedule_check(const plan_t *p, char *err)
 {
@@ -148,12 +158,16 @@ int plan_schedule_check(const plan_t *p, char *err)
             return util_fail(err, UTIL_EINVAL, "plan: module %s: dp, tp, sp, pp and micro_batch must be >= 1", s->module);
         if (s->pp > PLAN_MAX_PP)
             return util_fail(err, UTIL_EINVAL, "plan: module %s: pp %d exceeds %d stages", s->module, s->pp, PLAN_MAX_PP);
+        if (plan_vp(s) > 1)
+            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: interleaved pipeline stages (vp = %d) are priced for the Megatron target, not scheduled or run by dhp", s->module, plan_vp(s));
         for (int i = 0; i < s->pp; i++)
             if (plan_stage_of(&m->mod[k], s, i).count < 1)
                 return util_fail(err, UTIL_EINVAL, "plan: module %s: pipeline stage %d holds no block", s->module, i);
         if (k == m->llm) continue;
         if (m->mod[k].kind != MODEL_VISION)
             return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: only vision encoders are implemented by the executor", s->module);
+        if (m->mod[k].pool > 1)
+            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: pooled vision tokens (pool %d) are not implemented by the executor", s->module, m->mod[k].pool);
         encoders++;
     }
     if (encoders > 1)
@@ -521,7 +535,9 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
     int W = enc >= 0 ? encoder_window(p, enc, n, err) : 1;
     if (W < 0) return UTIL_ENOMEM;
     int per_chunk = enc >= 0 ? max_micro_per_share(p, enc) : 0;
-    if (p->placement == PLAN_COLOCATED) {
+    if (p->placement == PLAN_COLOCATED && plan_whole_batch_pipeline(&p->model, &p->work)) {
+        rc = llm_chunks(p, &me[L], 0, n, s, err);
+    } else if (p->placement == PLAN_COLOCATED) {
         for (int c = 0; !rc && c < n; c++) {
             if (enc >= 0) rc = encoder_forward(p, enc, &me[enc], c, W, per_chunk, s, err);
             if (!rc) rc = llm_chunks(p, &me[L], c, c + 1, s, err);

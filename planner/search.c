@@ -111,7 +111,8 @@ static int add_colocated(const build_ctx *b, int k, plan_module s, int gpus)
         /* the schedule's B / S chunks of S samples, a pipelined module filling and draining in each */
         plan_candidate c = { .module = k, .colocated = true, .pool = s.pool, .gpus = gpus,
                              .samples_per_step = S, .n_micro = 1, .s = s,
-                             .time = (double)(B / S) * plan_chunk_time(&t, &s, S) + plan_time_tail_s(&t),
+                             .time = (plan_whole_batch_pipeline(b->m, b->w) ? plan_chunk_time(&t, &s, B)
+                                      : (double)(B / S) * plan_chunk_time(&t, &s, S)) + plan_time_tail_s(&t),
                              .mem = fixed };
         int rc = push(b->cs, &c);
         if (rc) return rc;

@@ -16,7 +16,7 @@ static double encoder_tokens_to_llm(const model_t *m, const plan_workload *w)
     for (int i = 0; i < m->n_modules; i++) {
         const model_module *mm = &m->mod[i];
         if (mm->kind == MODEL_VISION)
-            t += (double)w->images_per_sample * w->image_tokens / ((double)mm->merge * mm->merge);
+            t += (double)w->images_per_sample * w->image_tokens / ((double)mm->merge * mm->merge * mm->pool);
         else if (mm->kind == MODEL_AUDIO)
             t += (double)w->audio_frames / (mm->pool > 0 ? mm->pool : 1);
     }
@@ -71,12 +71,12 @@ int plan_workload_validate(const model_t *m, const plan_workload *w, char *err)
         return util_fail(err, UTIL_EINVAL, "workload: image and audio sizes must be >= 0");
     int vi = model_find_kind(m, MODEL_VISION);
     if (vi >= 0 && w->images_per_sample > 0) {
-        int mg = m->mod[vi].merge;
+        int mg = m->mod[vi].merge, pool = m->mod[vi].pool;
         if (w->image_tokens < 1)
             return util_fail(err, UTIL_EINVAL, "workload.image_tokens: must be >= 1 when images_per_sample > 0");
-        if (w->image_tokens % (mg * mg) != 0)
-            return util_fail(err, UTIL_EINVAL, "workload.image_tokens: %d is not a multiple of the %dx%d merge",
-                             w->image_tokens, mg, mg);
+        if (w->image_tokens % (mg * mg * pool) != 0)
+            return util_fail(err, UTIL_EINVAL, "workload.image_tokens: %d is not a multiple of the %dx%d merge "
+                             "times the %d-token pool", w->image_tokens, mg, mg, pool);
     }
     /* every size derived from these stays exact: tokens per sample in an
      * int, tokens per step in a double (2^53) */

@@ -3,7 +3,8 @@
 # Needs $DHP (the binary under test). Work in a private temp dir.
 set -u
 T=$(mktemp -d "${TMPDIR:-/tmp}/dhp-test.XXXXXX")
-trap 'rm -rf "$T"' EXIT
+PIDS_TO_STOP=""
+trap 'for p in $PIDS_TO_STOP; do kill "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
 
 ok()   { echo "ok $1"; }
 fail() { echo "FAIL $1: $2"; }
@@ -28,3 +29,19 @@ expect_err() {
     elif ! grep -qE -- "$pat" "$T/err"; then fail "$name" "stderr '$(cat "$T/err")' does not match '$pat'"
     else ok "$name"; fi
 }
+
+# start_http_server ROOT [ARGS...]: tests/http_server.py on 127.0.0.1 (stopped
+# when the script exits, and by itself after 300 s); sets HTTP_PORT.
+start_http_server() {
+    local root=$1; shift
+    local pf; pf=$(mktemp -u "$T/port.XXXXXX")
+    /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/http_server.py" --root "$root" --port-file "$pf" "$@" \
+        >/dev/null 2>&1 &
+    PIDS_TO_STOP="$PIDS_TO_STOP $!"
+    for _ in $(seq 100); do [ -s "$pf" ] && break; sleep 0.1; done
+    HTTP_PORT=$(cat "$pf" 2>/dev/null)
+    [ -n "$HTTP_PORT" ]
+}
+
+# Requests to the test servers must not go through a proxy from the environment.
+export NO_PROXY="127.0.0.1,localhost${NO_PROXY:+,$NO_PROXY}" no_proxy="127.0.0.1,localhost${no_proxy:+,$no_proxy}"

@@ -180,7 +180,7 @@ expect_err faults_trace_dir_checked_before_step_1 'nowhere/t.json: cannot write 
     "$DHP" run one.json --data data --steps 3 --trace nowhere/t.json
 grep -q '^step' "$T/out" && fail faults_trace_dir_checked_before_step_1 "steps ran before the check"
 echo x >afile
-expect_err faults_ckpt_under_a_file_refused 'afile/ck: cannot create directory afile' \
+expect_err faults_ckpt_under_a_file_refused 'afile: exists and is not a directory' \
     "$DHP" run one.json --data data --steps 3 --ckpt afile/ck
 
 echo "# faults injected $injected, survived $survived"

@@ -2,8 +2,8 @@
 # dhp import from a file and over HTTP from a server on 127.0.0.1.
 . "$(dirname "$0")/lib.sh"
 HF="$(cd "$(dirname "$0")" && pwd)/data/hf"
-cfg=$(ls "$HF"/*.json 2>/dev/null | head -n 1)
-if [ -z "$cfg" ]; then skip import_file "no fixtures in tests/data/hf"; exit 0; fi
+cfg="$HF/internvl2.5-26b.json"
+[ -f "$cfg" ] || { fail import_file "missing fixture $cfg"; exit 0; }
 if "$DHP" import "$cfg" -o "$T/m.json" 2>"$T/err" && "$DHP" memory --model "$T/m.json" --strategy 'llm:tp=8' --json >/dev/null 2>>"$T/err"; then
     ok import_file_then_plan
 else fail import_file_then_plan "$(head -c 300 "$T/err")"; fi

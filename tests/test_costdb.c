@@ -589,9 +589,13 @@ TEST(costdb_cross_node_collectives_match_hierarchical_by_hand)
     /* 2 nodes x 8: intra RS (7e-6 + 0.00875) + inter AR of S/8 over 2 (2*5e-6 + 0.0125 * 2/2)
      * + intra AG (7e-6 + 0.00875) = 0.030024 */
     CHECK_NEAR(cost_collective_time(&p, COST_ALLREDUCE, S, 16, 8), 0.030024, 1e-9);
-    /* all-gather: inter AG of S/8 over 2 (5e-6 + 0.0125/2) + intra AG (7e-6 + 0.00875) */
-    CHECK_NEAR(cost_collective_time(&p, COST_ALLGATHER, S, 16, 8), 0.015012, 1e-9);
-    CHECK_NEAR(cost_collective_time(&p, COST_REDUCESCATTER, S, 16, 8), 0.015012, 1e-9);
+    /* all-gather, reduce-scatter: NCCL's one ring through all 16 ranks, 15 alpha_e = 75e-6,
+     * + the two-level bandwidth: S/8 over 2 nodes at B_e (0.0125/2) + S over 8 at B_i (0.00875) */
+    CHECK_NEAR(cost_collective_time(&p, COST_ALLGATHER, S, 16, 8), 0.015075, 1e-9);
+    CHECK_NEAR(cost_collective_time(&p, COST_REDUCESCATTER, S, 16, 8), 0.015075, 1e-9);
+    /* the latency grows with the ranks, not the nodes: 32 ranks on 4 nodes of 8, 31 alpha_e */
+    CHECK_NEAR(cost_collective_time(&p, COST_ALLGATHER, 8.0, 32, 8) - 8.0 / 8 / p.inter.busbw * 3 / 4
+               - 8.0 / p.intra.busbw * 7 / 8, 31 * 5e-6, 1e-12);
     /* all-to-all: NIC carries S*8/16 at 10 GB/s = 0.05 (NVLink part 0.004375 overlaps)
      * + 7 alpha_i + 8 alpha_e = 47e-6 */
     CHECK_NEAR(cost_collective_time(&p, COST_ALLTOALL, S, 16, 8), 0.050047, 1e-9);

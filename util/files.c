@@ -268,21 +268,8 @@ int util_check_output(const char *path, char *err)
     return probe_dir(dir, path, err);
 }
 
-int util_mkdirs(const char *path, char *err)
+int util_mkdir_writable(const char *path, char *err)
 {
-    char buf[PATH_MAX];
-    if (strlen(path) >= sizeof buf) return util_fail(err, UTIL_EINVAL, "%s: path too long", path);
-    util_strlcpy(buf, path, sizeof buf);
-    for (char *p = buf + 1;; p++) {
-        bool end = *p == '\0';
-        if (*p != '/' && !end) continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return util_fail(err, UTIL_EIO, "%s: cannot create directory %s: %s", path, buf, strerror(errno));
-        if (end) break;
-        *p = '/';
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return util_fail(err, UTIL_EIO, "%s: not a directory", path);
-    return probe_dir(path, path, err);
+    int rc = util_mkdir_p(path, err);
+    return rc ? rc : probe_dir(path, path, err);
 }

@@ -125,7 +125,10 @@ const char *util_fmt_bytes(double bytes, char *buf, size_t n)
     int u = 0;
     double v = bytes;
     while (v >= 1024.0 && u < 4) { v /= 1024.0; u++; }
-    snprintf(buf, n, u == 0 ? "%.0f %s" : "%.2f %s", v, unit[u]);
+    /* 1023.5 KiB would print as "1024 KiB": move up a unit first */
+    if (u > 0 && u < 4 && v >= 999.5) { v /= 1024.0; u++; }
+    const char *fmt = u == 0 ? "%.0f %s" : v < 9.995 ? "%.2f %s" : v < 99.95 ? "%.1f %s" : "%.0f %s";
+    snprintf(buf, n, fmt, v, unit[u]);
     return buf;
 }
 

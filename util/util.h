@@ -61,8 +61,8 @@ int util_write_output(const char *path, const void *data, size_t len, char *err)
 /* Checks, before any work, that util_write_output(path) can succeed: the
  * directory exists and takes a new file, or the target accepts writes. */
 int util_check_output(const char *path, char *err);
-/* mkdir -p, then checks a file can be created in it. */
-int util_mkdirs(const char *path, char *err);
+/* util_mkdir_p (util/path.c), then checks a file can be created in it. */
+int util_mkdir_writable(const char *path, char *err);
 /* write(2) until done (EINTR retried); -1 with errno on failure. Every file
  * write of dhp goes through it (the fault injection of util/files.c). */
 int util_write_all(int fd, const void *data, size_t len);
@@ -132,7 +132,8 @@ const char *util_mem_cat_name(util_mem_cat cat);
 /* Bounded string copy that always NUL-terminates. */
 void util_strlcpy(char *dst, const char *src, size_t n);
 
-/* Formats bytes as "12.34 GiB" into buf. */
+/* Formats bytes with the unit that fits (B, KiB, MiB, GiB, TiB) and three
+ * significant digits: "512 B", "1.50 KiB", "78.4 GiB". */
 const char *util_fmt_bytes(double bytes, char *buf, size_t n);
 
 /* Files under models/zoo, costdb/gpus and costdb/clusters are compiled into
@@ -166,7 +167,28 @@ int util_json_bool(const cJSON *obj, const char *ctx, const char *key, bool requ
 /* Serialises with cJSON_Print and writes with util_write_output. */
 int util_json_write(const char *path, const cJSON *root, char *err);
 
-/* GET url (http or https, 16 MiB at most, 60 s timeout); *out NUL-terminated, util_free it. */
+/* HTTP(S) through libcurl (util/http.c). Every request is bounded by the
+ * options below (defaults from the environment: DHP_HTTP_MAX_BYTES (16 MiB),
+ * DHP_HTTP_TIMEOUT (60 s total), DHP_HTTP_CONNECT_TIMEOUT (10 s),
+ * DHP_HTTP_LOW_SPEED_TIME (15 s under 1 KiB/s), DHP_HTTP_MAX_REDIRECTS (5)).
+ * URLs must be https, or http to a loopback host; a redirect may not go
+ * from https to http. */
+typedef struct {
+    size_t max_bytes;
+    long connect_timeout_s, timeout_s, low_speed_bytes, low_speed_time_s, max_redirects;
+    const char *bearer;          /* Authorization: Bearer, sent to the first URL's host only */
+} util_http_opts;
+void util_http_opts_default(util_http_opts *o);
+typedef struct { long status; char *body; size_t len; } util_http_response;   /* body: util_free */
+/* method NULL: GET, or POST when body (JSON) is given. Any status is a
+ * success here (resp->status says which); transport failures, caps and
+ * timeouts are errors with one line naming the URL. opts NULL: defaults. */
+int util_http_request(const char *method, const char *url, const char *body, const util_http_opts *opts,
+                      util_http_response *resp, char *err);
+/* UTIL_OK for 2xx, else one line "URL: HTTP 404 (not found): <first body line>". */
+int util_http_check_status(const char *url, const util_http_response *r, char *err);
+bool util_http_host_is_loopback(const char *host);
+/* GET with the defaults, 2xx required; *out NUL-terminated, util_free it. */
 int util_http_get(const char *url, char **out, size_t *len, char *err);
 
 /* Progress of a long computation on stderr (util/progress.c): off unless
@@ -174,6 +196,9 @@ int util_http_get(const char *url, char **out, size_t *len, char *err);
  * by its `what` string; done >= total ends it and erases the line. */
 void util_progress_enable(bool on);
 void util_progress(const char *what, double done, double total);
+
+/* mkdir -p (mode 0755); UTIL_EIO naming the component that failed. */
+int util_mkdir_p(const char *path, char *err);
 
 /* Monotonic wall time in seconds. */
 double util_now(void);

@@ -1,0 +1,286 @@
+/* dhp export: a plan's strategy in the terms of other trainers.
+ *
+ * Each exporter builds one JSON document (what --json prints); the text
+ * forms (cli/cmd_export.c) render it. The names are the trainers' own:
+ *   Megatron-LM: megatron/training/arguments.py at tag core_v0.15.0
+ *     (NVIDIA/Megatron-LM 0d7e02bd), and for per-module parallelism Megatron
+ *     Core MIMO's ModuleGridSpec (examples/mimo/training/topology.py, main
+ *     d98e8a64): a HyperCommGrid [tp, cp, dp, pp] per module at rank_offset;
+ *   DeepSpeed 0.19.8: deepspeed/runtime/config.py, precision_config.py,
+ *     zero/config.py, tensor_parallel/config.py (one config per module);
+ *   torchtitan 0.2.2: torchtitan/config/job_config.py (a --job.config_file TOML).
+ * dhp's Ulysses sequence parallelism (sp) becomes Megatron context
+ * parallelism with all-to-all communication (--cp-comm-type a2a, the
+ * DeepSpeed-Ulysses scheme), DeepSpeed's sequence_parallel_size, and
+ * torchtitan's context_parallel_degree (ring attention there: a note says so). */
+#include "cli/cli_export.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static void note(cJSON *notes, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(cJSON *notes, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    cJSON_AddItemToArray(notes, cJSON_CreateString(buf));
+}
+
+static void arg(cJSON *args, const char *name, const char *value)
+{
+    cJSON_AddItemToArray(args, cJSON_CreateString(name));
+    if (value) cJSON_AddItemToArray(args, cJSON_CreateString(value));
+}
+
+static void arg_int(cJSON *args, const char *name, long v)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%ld", v);
+    arg(args, name, b);
+}
+
+/* Every trainer here splits the global batch into equal micro-batches per
+ * data-parallel rank: micro x accumulation x dp = global. dhp's schedule
+ * allows shares that differ by one; those plans cannot be exported. */
+static int accumulation(const plan_t *p, int k, int *gas, char *err)
+{
+    const plan_module *s = &p->mod[k];
+    long per_step = (long)s->micro_batch * s->dp;
+    if (per_step <= 0 || p->work.global_batch % per_step)
+        return util_fail(err, UTIL_EINVAL, "module %s: global batch %d is not a multiple of micro-batch %d x dp %d; "
+                         "the trainers need micro x accumulation x dp = global batch", s->module,
+                         p->work.global_batch, s->micro_batch, s->dp);
+    *gas = (int)(p->work.global_batch / per_step);
+    return UTIL_OK;
+}
+
+static int llm_seq_len(const plan_t *p)
+{
+    plan_seq q;
+    plan_module_seq(&p->model, p->model.llm, &p->work, &q);
+    return (int)ceil(q.seq);
+}
+
+/* ---- Megatron-LM ---- */
+
+static void megatron_model_args(const plan_t *p, cJSON *args)
+{
+    const model_module *mm = &p->model.mod[p->model.llm];
+    int seq = llm_seq_len(p);
+    arg_int(args, "--num-layers", mm->layers);
+    arg_int(args, "--hidden-size", mm->hidden);
+    arg_int(args, "--ffn-hidden-size", mm->ffn);
+    arg_int(args, "--num-attention-heads", mm->heads);
+    if (mm->kv_heads != mm->heads) { arg(args, "--group-query-attention", NULL); arg_int(args, "--num-query-groups", mm->kv_heads); }
+    if (mm->head_dim * mm->heads != mm->hidden) arg_int(args, "--kv-channels", mm->head_dim);
+    arg_int(args, "--seq-length", seq);
+    arg_int(args, "--max-position-embeddings", seq);
+    arg(args, "--position-embedding-type", "rope");
+    if (mm->ffn_kind == MODEL_FFN_SWIGLU) arg(args, "--swiglu", NULL);
+    arg(args, "--normalization", mm->norm == MODEL_NORM_RMSNORM ? "RMSNorm" : "LayerNorm");
+    if (!mm->tied_embeddings) arg(args, "--untie-embeddings-and-output-weights", NULL);
+    if (!mm->out_bias && !mm->mlp_bias) arg(args, "--disable-bias-linear", NULL);
+    if (mm->qkv_bias) arg(args, "--add-qkv-bias", NULL);
+    if (mm->qk_norm_head) arg(args, "--qk-layernorm", NULL);
+    arg_int(args, "--vocab-size", mm->vocab);
+}
+
+static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON *args, cJSON *notes)
+{
+    arg_int(args, "--tensor-model-parallel-size", s->tp);
+    arg_int(args, "--pipeline-model-parallel-size", s->pp);
+    if (s->sp > 1) { arg_int(args, "--context-parallel-size", s->sp); arg(args, "--cp-comm-type", "a2a"); }
+    if (s->seq_parallel && s->tp > 1) arg(args, "--sequence-parallel", NULL);
+    if (s->zero == 1) arg(args, "--use-distributed-optimizer", NULL);
+    if (s->zero >= 2) {
+        arg(args, "--use-megatron-fsdp", NULL);
+        arg(args, "--data-parallel-sharding-strategy", s->zero == 2 ? "optim_grads" : "optim_grads_params");
+    }
+    arg_int(args, "--micro-batch-size", s->micro_batch);
+    arg_int(args, "--global-batch-size", p->work.global_batch);
+    if (s->recompute == PLAN_RECOMP_FULL) {
+        arg(args, "--recompute-granularity", "full");
+        arg(args, "--recompute-method", "uniform");
+        arg_int(args, "--recompute-num-layers", 1);
+    } else if (s->recompute == PLAN_RECOMP_SELECTIVE) {
+        arg(args, "--recompute-granularity", "selective");
+        arg(args, "--recompute-modules", "mlp");
+        note(notes, "%s: dhp's selective recomputation recomputes the MLP activation only; Megatron's nearest, "
+             "--recompute-modules mlp, recomputes the whole MLP (more memory freed, more time)", s->module);
+    }
+    switch (p->precision) {
+    case PLAN_OPT_MIXED_FP32: arg(args, "--bf16", NULL); break;
+    case PLAN_OPT_PURE_BF16:
+        arg(args, "--bf16", NULL);
+        note(notes, "precision bf16-pure: Megatron keeps fp32 main weights and gradients under --bf16");
+        break;
+    case PLAN_OPT_AUTOCAST:
+        arg(args, "--bf16", NULL);
+        note(notes, "precision bf16-autocast (fp32 weights): Megatron has no autocast mode; --bf16 keeps bf16 "
+             "weights with fp32 main copies");
+        break;
+    case PLAN_OPT_FP32: case PLAN_NPRECISION: break;
+    }
+    if (s->pp > 1) note(notes, "%s: pp %d without interleaving: no --num-layers-per-virtual-pipeline-stage (dhp "
+                        "plans one stage per pipeline rank)", s->module, s->pp);
+}
+
+static cJSON *megatron_grid(const plan_t *p, int k)
+{
+    const plan_module *s = &p->mod[k];
+    cJSON *g = cJSON_CreateObject();
+    cJSON_AddStringToObject(g, "name", k == p->model.llm ? "language" : s->module);
+    cJSON_AddNumberToObject(g, "num_ranks", s->n_ranks);
+    cJSON_AddNumberToObject(g, "tp", s->tp);
+    cJSON_AddNumberToObject(g, "cp", s->sp);
+    cJSON_AddNumberToObject(g, "pp", s->pp);
+    cJSON_AddNumberToObject(g, "rank_offset", s->first_rank);
+    return g;
+}
+
+static int export_megatron(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
+{
+    int k = p->model.llm, gas;
+    const plan_module *s = &p->mod[k];
+    if (accumulation(p, k, &gas, err)) return UTIL_EINVAL;
+    cJSON *args = cJSON_AddArrayToObject(doc, "args");
+    megatron_model_args(p, args);
+    megatron_strategy_args(p, s, args, notes);
+    cJSON_AddNumberToObject(doc, "world_size", s->n_ranks);
+    cJSON *grids = cJSON_AddArrayToObject(doc, "mimo_module_grid_specs");
+    for (int m = 0; m < p->n_modules; m++) {
+        cJSON_AddItemToArray(grids, megatron_grid(p, m));
+        const plan_module *e = &p->mod[m];
+        if (m == k) continue;
+        note(notes, "%s: ZeRO %d, recompute %s, micro-batch %d: set in the MIMO modality submodule's own config "
+             "(Megatron's per-module settings are Python, not arguments)", e->module, e->zero,
+             plan_recompute_name(e->recompute), e->micro_batch);
+    }
+    note(notes, "%s grids: %s", p->n_modules > 1 ? "MIMO" : "one module",
+         p->placement == PLAN_COLOCATED ? "every module spans the same ranks (MIMO colocated)"
+                                        : "modules on disjoint ranks (MIMO non-colocated)");
+    return UTIL_OK;
+}
+
+/* ---- DeepSpeed ---- */
+
+static cJSON *deepspeed_config(const plan_t *p, int k, int gas, cJSON *notes)
+{
+    const plan_module *s = &p->mod[k];
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "train_batch_size", p->work.global_batch);
+    cJSON_AddNumberToObject(c, "train_micro_batch_size_per_gpu", s->micro_batch);
+    cJSON_AddNumberToObject(c, "gradient_accumulation_steps", gas);
+    cJSON *z = cJSON_AddObjectToObject(c, "zero_optimization");
+    cJSON_AddNumberToObject(z, "stage", s->zero);
+    switch (p->precision) {
+    case PLAN_OPT_MIXED_FP32: cJSON_AddBoolToObject(cJSON_AddObjectToObject(c, "bf16"), "enabled", true); break;
+    case PLAN_OPT_PURE_BF16: {
+        cJSON *b = cJSON_AddObjectToObject(c, "bf16");
+        cJSON_AddBoolToObject(b, "enabled", true);
+        cJSON_AddBoolToObject(b, "bf16_master_weights_and_grads", true);
+        cJSON_AddBoolToObject(b, "bf16_optimizer_states", true);
+        break;
+    }
+    case PLAN_OPT_AUTOCAST: {
+        cJSON *a = cJSON_AddObjectToObject(c, "torch_autocast");
+        cJSON_AddBoolToObject(a, "enabled", true);
+        cJSON_AddStringToObject(a, "dtype", "bfloat16");
+        break;
+    }
+    case PLAN_OPT_FP32: case PLAN_NPRECISION: break;
+    }
+    if (s->sp > 1) cJSON_AddNumberToObject(c, "sequence_parallel_size", s->sp);
+    if (s->tp > 1) cJSON_AddNumberToObject(cJSON_AddObjectToObject(c, "tensor_parallel"), "autotp_size", s->tp);
+    if (s->pp > 1) {
+        cJSON *pp = cJSON_AddObjectToObject(c, "pipeline");
+        cJSON_AddNumberToObject(pp, "stages", s->pp);
+        cJSON_AddNumberToObject(pp, "activation_checkpoint_interval", s->recompute == PLAN_RECOMP_FULL ? 1 : 0);
+    }
+    if (s->recompute != PLAN_RECOMP_NONE)
+        note(notes, "%s: recompute %s: DeepSpeed leaves the granularity to the model code (%s)", s->module,
+             plan_recompute_name(s->recompute),
+             s->recompute == PLAN_RECOMP_FULL ? "deepspeed.checkpointing.checkpoint around every block"
+                                              : "checkpoint the MLP activation only");
+    if (s->seq_parallel && s->tp > 1)
+        note(notes, "%s: Megatron-style sequence parallelism inside TP has no DeepSpeed config key", s->module);
+    return c;
+}
+
+static int export_deepspeed(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
+{
+    cJSON *mods = cJSON_AddArrayToObject(doc, "modules");
+    for (int k = 0; k < p->n_modules; k++) {
+        const plan_module *s = &p->mod[k];
+        int gas;
+        if (accumulation(p, k, &gas, err)) return UTIL_EINVAL;
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "module", s->module);
+        cJSON_AddNumberToObject(m, "first_rank", s->first_rank);
+        cJSON_AddNumberToObject(m, "ranks", s->n_ranks);
+        cJSON_AddNumberToObject(m, "data_parallel_size", s->dp);
+        cJSON_AddItemToObject(m, "config", deepspeed_config(p, k, gas, notes));
+        cJSON_AddItemToArray(mods, m);
+    }
+    note(notes, "one DeepSpeed engine per module (deepspeed.initialize with that module's config and process "
+         "groups); the %s placement is dhp's", plan_placement_name(p->placement));
+    return UTIL_OK;
+}
+
+/* ---- torchtitan ---- */
+
+static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
+{
+    int k = p->model.llm, gas;
+    const plan_module *s = &p->mod[k];
+    if (accumulation(p, k, &gas, err)) return UTIL_EINVAL;
+    cJSON *toml = cJSON_AddObjectToObject(doc, "toml");
+    cJSON *par = cJSON_AddObjectToObject(toml, "parallelism");
+    /* FSDP2: ZeRO-3 reshards after forward, ZeRO-1/2 keep the gathered
+     * parameters to the backward ("never"), no ZeRO is plain replication. */
+    cJSON_AddNumberToObject(par, "data_parallel_replicate_degree", s->zero == 0 ? s->dp : 1);
+    cJSON_AddNumberToObject(par, "data_parallel_shard_degree", s->zero == 0 ? 1 : s->dp);
+    if (s->zero > 0) cJSON_AddStringToObject(par, "fsdp_reshard_after_forward", s->zero == 3 ? "always" : "never");
+    cJSON_AddNumberToObject(par, "tensor_parallel_degree", s->tp);
+    cJSON_AddBoolToObject(par, "disable_loss_parallel", false);
+    cJSON_AddNumberToObject(par, "pipeline_parallel_degree", s->pp);
+    cJSON_AddNumberToObject(par, "context_parallel_degree", s->sp);
+    cJSON *ac = cJSON_AddObjectToObject(toml, "activation_checkpoint");
+    cJSON_AddStringToObject(ac, "mode", s->recompute == PLAN_RECOMP_FULL ? "full"
+                                        : s->recompute == PLAN_RECOMP_SELECTIVE ? "selective" : "none");
+    if (s->recompute == PLAN_RECOMP_SELECTIVE) cJSON_AddStringToObject(ac, "selective_ac_option", "op");
+    cJSON *tr = cJSON_AddObjectToObject(toml, "training");
+    cJSON_AddNumberToObject(tr, "local_batch_size", s->micro_batch);
+    cJSON_AddNumberToObject(tr, "global_batch_size", p->work.global_batch);
+    cJSON_AddNumberToObject(tr, "seq_len", llm_seq_len(p));
+    cJSON_AddStringToObject(tr, "mixed_precision_param", p->precision == PLAN_OPT_FP32 ? "float32" : "bfloat16");
+    if (s->zero == 1) note(notes, "%s: ZeRO-1 has no FSDP2 equivalent; exported as ZeRO-2 (reshard never)", s->module);
+    if (s->sp > 1) note(notes, "%s: torchtitan's context parallelism is ring attention, not dhp's Ulysses all-to-all",
+                        s->module);
+    if (s->tp > 1 && !s->seq_parallel) note(notes, "%s: torchtitan's TP always uses sequence parallelism", s->module);
+    for (int m = 0; m < p->n_modules; m++)
+        if (m != k) note(notes, "%s: torchtitan trains the language model only; the encoder is not exported",
+                         p->mod[m].module);
+    return UTIL_OK;
+}
+
+int cli_export(const plan_t *p, cli_trainer t, cJSON **out, char *err)
+{
+    static const char *names[] = {"megatron", "deepspeed", "torchtitan"};
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "trainer", names[t]);
+    cJSON_AddStringToObject(doc, "model", p->model.name);
+    cJSON_AddStringToObject(doc, "placement", plan_placement_name(p->placement));
+    cJSON *notes = cJSON_CreateArray();
+    int rc = t == CLI_MEGATRON ? export_megatron(p, doc, notes, err)
+           : t == CLI_DEEPSPEED ? export_deepspeed(p, doc, notes, err) : export_torchtitan(p, doc, notes, err);
+    cJSON_AddItemToObject(doc, "notes", notes);
+    if (rc) { cJSON_Delete(doc); return rc; }
+    *out = doc;
+    return UTIL_OK;
+}

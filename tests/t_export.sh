@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# dhp export: the produced arguments and configs, checked by the trainers'
+# own definitions (tests/check_export.py: Megatron-LM's argument names from
+# its source, DeepSpeed's DeepSpeedConfig and torchtitan's ConfigManager from
+# build/venv, which `make deps` creates), and the values for known plans.
+. "$(dirname "$0")/lib.sh"
+VPY="${DHP_VENV:-$PWD/build/venv}/bin/python"
+CHECK="$(cd "$(dirname "$0")" && pwd)/check_export.py"
+if [ ! -x "$VPY" ]; then fail export_venv "$VPY missing: run make deps (scripts/venv.sh)"; exit 0; fi
+
+# Known plans: Qwen2.5-VL-32B on 8 GPUs (per-module strategies, colocated) and
+# a disaggregated one with ZeRO-1, selective recompute and a pipelined LLM.
+"$DHP" plan --model qwen2.5-vl-32b --batch 8 --vision-tokens 16384 \
+    --strategy 'vision:sp=4,dp=2,zero=3,rc=full;llm:tp=2,sp=2,dp=2,zero=3,rc=full,seqpar=1' -o "$T/a.json" >/dev/null 2>"$T/err" ||
+    fail export_plan_a "$(head -c 300 "$T/err")"
+"$DHP" plan --model qwen2.5-vl-7b --cluster 2x8xh100 --batch 32 --vision-tokens 4096 --placement disaggregated \
+    --n-micro 4 --strategy 'vision:gpus=4,dp=4,zero=1,rc=selective,mb=2;llm:gpus=8,tp=2,pp=2,dp=2,zero=1,rc=selective,mb=1' \
+    -o "$T/b.json" >/dev/null 2>"$T/err" || fail export_plan_b "$(head -c 300 "$T/err")"
+
+for plan in a b; do
+    for t in megatron deepspeed torchtitan; do
+        name="export_${t}_$plan"
+        if ! "$DHP" export --to "$t" "$T/$plan.json" --json -o "$T/$plan.$t.json" 2>"$T/err"; then
+            fail "$name" "$(head -c 300 "$T/err")"; continue
+        fi
+        extra=()
+        if [ "$t" = torchtitan ]; then
+            "$DHP" export --to torchtitan "$T/$plan.json" -o "$T/$plan.toml" 2>"$T/err" || fail "$name-toml" "$(cat "$T/err")"
+            extra=("$T/$plan.toml")
+        fi
+        if (cd "$T" && "$VPY" "$CHECK" "$t" "$T/$plan.$t.json" "${extra[@]}") >"$T/check" 2>&1; then ok "$name"
+        else fail "$name" "$(grep -v -e WARNING -e 'HF assets' "$T/check" | head -c 400)"; fi
+    done
+done
+
+# has VALUE-LIST FILE: each "--flag value" pair (or lone flag) appears in the args.
+args_of() { "$VPY" -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["args"]))' "$1"; }
+expect_args() {
+    local name=$1 file=$2; shift 2
+    local a; a=" $(args_of "$file") "
+    for want in "$@"; do
+        case "$a" in *" $want "*) ;; *) fail "$name" "missing '$want' in: $a"; return ;; esac
+    done
+    ok "$name"
+}
+expect_args export_megatron_values_a "$T/a.megatron.json" "--tensor-model-parallel-size 2" \
+    "--context-parallel-size 2" "--cp-comm-type a2a" "--sequence-parallel" "--use-megatron-fsdp" \
+    "--data-parallel-sharding-strategy optim_grads_params" "--micro-batch-size 1" "--global-batch-size 8" \
+    "--recompute-granularity full" "--num-layers 64" "--num-query-groups 8" "--bf16"
+expect_args export_megatron_values_b "$T/b.megatron.json" "--tensor-model-parallel-size 2" \
+    "--pipeline-model-parallel-size 2" "--use-distributed-optimizer" "--recompute-granularity selective" \
+    "--global-batch-size 32"
+if "$VPY" - "$T/b.megatron.json" "$T/b.deepspeed.json" "$T/b.torchtitan.json" <<'PY' >"$T/v" 2>&1; then ok export_values_b; else fail export_values_b "$(cat "$T/v")"; fi
+import json, sys
+m, d, t = (json.load(open(p)) for p in sys.argv[1:4])
+g = {s["name"]: s for s in m["mimo_module_grid_specs"]}
+assert g["vision"] == {"name": "vision", "num_ranks": 4, "tp": 1, "cp": 1, "pp": 1, "rank_offset": 8}, g
+assert g["language"] == {"name": "language", "num_ranks": 8, "tp": 2, "cp": 1, "pp": 2, "rank_offset": 0}, g
+mods = {x["module"]: x for x in d["modules"]}
+assert mods["vision"]["config"]["zero_optimization"]["stage"] == 1
+assert mods["vision"]["config"]["gradient_accumulation_steps"] == 32 // (2 * 4)
+assert mods["llm"]["config"]["pipeline"]["stages"] == 2 and mods["llm"]["config"]["tensor_parallel"]["autotp_size"] == 2
+assert mods["llm"]["data_parallel_size"] == 2 and mods["llm"]["config"]["gradient_accumulation_steps"] == 16
+tt = t["toml"]
+assert tt["parallelism"]["data_parallel_shard_degree"] == 2 and tt["parallelism"]["fsdp_reshard_after_forward"] == "never"
+assert tt["activation_checkpoint"]["mode"] == "selective" and tt["training"]["global_batch_size"] == 32
+PY
+
+expect_err export_unknown_trainer "--to: 'nemo' is not megatron, deepspeed or torchtitan" "$DHP" export --to nemo "$T/a.json"
+expect_err export_missing_plan "nofile.json" "$DHP" export --to megatron "$T/nofile.json"
+
+# A disaggregated plan may split a chunk unevenly over dp (8 samples over 3):
+# the trainers cannot express that.
+if "$DHP" plan --model qwen2.5-vl-7b --batch 32 --n-micro 4 --vision-tokens 1024 --placement disaggregated \
+        --strategy 'vision:gpus=2,dp=2;llm:gpus=6,tp=2,dp=3' -o "$T/c.json" >/dev/null 2>"$T/err"; then
+    expect_err export_uneven_batch "c.json: module llm: global batch 32 is not a multiple of micro-batch 2 x dp 3" \
+        "$DHP" export --to deepspeed "$T/c.json"
+else fail export_uneven_batch "plan: $(head -c 300 "$T/err")"; fi

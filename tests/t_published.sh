@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# bench/published.py's formulas by hand, the bench end to end on a few rows
+# (no estimators: make test installs nothing), and dhp clusters --price.
+source "$(dirname "$0")/lib.sh"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=/usr/bin/python3
+
+# The sources' FLOP formulas and Megatron-LM's theoretical memory, worked by hand.
+out=$(cd "$ROOT/bench" && "$PY" - <<'PYEOF' 2>&1
+import published as P
+def near(a, b, what):
+    assert abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1), f"{what}: {a} != {b}"
+# Narayanan et al.: 96 B s l h^2 (1 + s/6h + V/16lh); B=1 s=6 l=1 h=1 V=16: 96*6*(1+1+1) = 1728
+near(P.megatron_flops(1, 6, 1, 1, 16), 1728, "megatron_flops")
+near(P.megatron_flops(1, 6, 1, 1, 16, recompute=False), 1296, "megatron_flops x 3/4")
+# Korthikanti: 72 B s l h^2 (1 + s/6h + V/12lh); s=6 h=1 V=12: 72*6*3 = 1296
+near(P.korthikanti_model_flops(1, 6, 1, 1, 12), 1296, "korthikanti_model_flops")
+# llm.c: (6N + 6 L C T) per token: N=10 L=1 C=2 T=3 -> 96 per token, 2 tokens
+near(P.llmc_flops(10, 1, 2, 3, 2), 192, "llmc_flops")
+# a GPT of 2 layers h=128 f=512, 2 heads, vocab 256, tied: tp 2, pp 1, no distributed optimizer
+m = P.gpt_model(2, 128, 2, 256)
+c = dict(model=m, tp=2, pp=1, dp=4, zero=0, seqpar=True, rc="selective", seq=64, mb=2, gb=8, vp=1)
+r = P.megatron_theoretical(c)
+h, L, f = 128, 2, 512
+layers = 2 * L * h * h * (1 + f / h + 1 + 2 / h + 1 / (L * h))
+Vp = 256                                         # padded to 128 x tp = 256
+near(r["states_bytes"], (layers + h * Vp) / 2 * 18, "megatron weights")
+s, b = 64, 2                                     # 34 s b h per layer / t, plus embedding and head terms
+act = s * b * h * 34 * L + 8 * s * b + s * b * h + s * b * h * 4 * (1 + Vp / h)
+near(r["act_bytes"], act / 2, "megatron activations")
+c["rc"] = "full"
+assert P.megatron_theoretical(c)["act_bytes"] is None, "formula applies to selective + SP only"
+# published figures as step times: 100 TFLOP/s/GPU on 8 GPUs of F FLOPs
+g = dict(metric="TFLOP/s/GPU", value=100, gb=4, seq=2048, gpus=8, family="narayanan-t1", gpu="a100",
+         model=P.gpt_model(4, 1024, 16, 51200))
+near(P.published_step(g), P.megatron_flops(4, 2048, 4, 1024, 51200) / (100e12 * 8), "TFLOP/s -> s")
+g.update(metric="tokens/s/GPU", value=1000)
+near(P.published_step(g), 4 * 2048 / (1000 * 8), "tokens/s/GPU -> s")
+print("formulas-ok")
+PYEOF
+)
+if [ "$out" = "formulas-ok" ]; then ok published_bench_formulas_by_hand; else fail published_bench_formulas_by_hand "$out"; fi
+
+# End to end on four rows: one checked, one FP8, one eager, one fit row.
+tsv=$T/rows.tsv
+{
+    printf 'source\tmodel\tlayers\thidden\theads\tkv_heads\tffn\tvocab\tseq\tgpu\tgpus\ttp\tpp\tdp\tcp_or_sp\tzero_or_fsdp\tmicro_batch\tglobal_batch\trecompute\tprecision\tmetric\tvalue\tnotes\n'
+    printf "Korthikanti et al. MLSys'23 Table 5 via calculon\tMegatron-22B\t48\t6144\t64\t64\t24576\t(51200 - uncertain)\t2048\tA100-80GB\t8\t8\t1\t1\tMegatron SP (=TP)\tnone\t4\t4\tselective (attention)\tbf16\titeration_time_s\t1.1\tinterleaving=1\n"
+    printf "NVIDIA/NeMo performance_summary\tLLAMA3-8B\t32\t4096\t32\t8\t14336\t128K\t8192\tH100 (DGX)\t8\t1\t1\t8\tCP 1\t\t1\t128\t\tfp8\ttokens/s/GPU\t12036\tx\n"
+    printf "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md\tLlama 3.1 8B\t32\t4096\t32\t8\t14336\t128K\t8192\tH100 96GB HBM2e 500W\t8\t1\t1\t8\tCP 1\tFSDP2\t2\t16\tselective\tbf16\ttokens/s/GPU\t5762\tFSDP eager; peak memory 82.4 GiB\n"
+    printf "stas00/ml-engineering network/README.md (nccl-tests all_reduce_perf, 8x A100 NVLink3)\tall-reduce payload 16MiB\t\t\t\t\t\t\t\tA100 (8x, NVLink 3/NVSwitch)\t8\t\t\t\t\t\t\t\t\t\tbusbw_GBps\t106.16\tintra-node\n"
+} >"$tsv"
+"$PY" "$ROOT/bench/published.py" --dhp "$DHP" --tsv "$tsv" --no-estimators --json "$T/out.json" >"$T/bench" 2>&1
+if grep -qE '^  1 korthikanti-t5 +Megatron-22B +8 +8 +1 +1 0 +4 sele +1\.100 +[0-9.]+ +[-+][0-9.]+%' "$T/bench" \
+   && grep -q 'fp8: 1' "$T/bench" && grep -q 'eager PyTorch' "$T/bench" \
+   && grep -qE '^  4 all-reduce payload 16MiB .* intra link' "$T/bench" \
+   && grep -qE '^  overall +n= 1 median' "$T/bench" \
+   && "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['cases'][0]['dhp']['step_s'] > 0" "$T/out.json"; then
+    ok published_bench_runs_dhp_per_row
+else
+    fail published_bench_runs_dhp_per_row "$(head -c 1500 "$T/bench")"
+fi
+
+# dhp clusters --price: the costdb's price of one kernel or collective.
+"$DHP" clusters 8xa100-80g --price allreduce:1048576,8 >"$T/p" 2>&1
+if "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); t=2*7*7.1e-6+1048576*2*7/8/217e9; assert abs(d['seconds']-t)<1e-12*t+1e-15, d" "$T/p"; then
+    ok clusters_price_allreduce_by_hand
+else
+    fail clusters_price_allreduce_by_hand "$(cat "$T/p")"
+fi
+expect_err clusters_price_rejects_unknown_kind "unknown kind 'bcast'" "$DHP" clusters 8xh100 --price bcast:1,2
+expect_err clusters_price_needs_kind_args "is not KIND:ARGS" "$DHP" clusters 8xh100 --price gemm
+
+# What only the Megatron target prices, dhp run refuses with one line.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+SETUP="--cluster 8xh100 --batch 8 --vision-tokens 64 --text-tokens 48 --precision fp32 --gpus 1"
+"$DHP" data synth --out "$T/data" --samples 16 --window 0 >/dev/null
+"$DHP" plan --model tiny-vl $SETUP --strategy 'vision:rc=none;llm:rc=op' -o "$T/op.json" >/dev/null
+expect_err run_refuses_op_checkpointing "recompute 'op'" "$DHP" run "$T/op.json" --data "$T/data" --steps 1
+"$DHP" models tiny-vl >"$T/tv.json"
+"$PY" -c "import json,sys; m=json.load(open(sys.argv[1])); m['modules'][-1]['dropout']=True; json.dump(m, open(sys.argv[2],'w'))" \
+    "$T/tv.json" "$T/tvd.json"
+"$DHP" plan --model "$T/tvd.json" $SETUP --strategy 'vision:rc=none' -o "$T/d.json" >/dev/null
+expect_err run_refuses_dropout "unfused_attention and dropout are priced, not run" "$DHP" run "$T/d.json" --data "$T/data" --steps 1

@@ -1,0 +1,337 @@
+/* The cost and memory terms issue 22's comparison with published runs
+ * added (bench/published.py): GEMM wave quantization, the attention
+ * head-dim curve, attention without FlashAttention and dropout (Korthikanti
+ * et al.'s activation formula), Megatron-LM's selective recomputation, the
+ * interleaved and uneven pipeline, ZeRO-3's per-unit collectives. Every
+ * expected figure is worked out by hand in the comment beside it. */
+#include "test.h"
+#include "planner/planner.h"
+
+#include <stdlib.h>
+
+static cost_gpu round_gpu(void)
+{
+    cost_gpu g = {.name = "round", .peak_flops = 1e15, .gemm_eff_max = 0.8, .gemm_half = 100,
+                  .attn_eff = 0.5, .hbm_bytes = 1e11, .hbm_bw = 1e12, .mem_eff = 0.5,
+                  .reserved_bytes = 1e9, .kernel_launch_s = 1e-5};
+    return g;
+}
+
+TEST(calib_gemm_wave_efficiency_by_hand)
+{
+    cost_gpu g = round_gpu();
+    CHECK_NEAR(cost_gemm_wave_efficiency(&g, 2048, 4608, 12288), 1.0, 0);   /* no sm_count: no waves */
+    g.sm_count = 108;
+    /* 2048 x 4608 in 128x128 tiles: 16 x 36 = 576 tiles = 5.33 waves of 108 -> 576 / 648 = 8/9;
+     * 256x128 and 128x256: 288 tiles, 2.67 waves -> 288 / 324, the same */
+    CHECK_NEAR(cost_gemm_wave_efficiency(&g, 2048, 4608, 12288), 8.0 / 9, 1e-12);
+    /* H100's MAMF shape 2048 x 2048: 256 tiles on 132 SMs -> 256 / 264 = 32/33 */
+    g.sm_count = 132;
+    CHECK_NEAR(cost_gemm_wave_efficiency(&g, 2048, 2048, 13312), 32.0 / 33, 1e-12);
+    /* one tile on 100 SMs splits k = 1024 into 8 slices of 128: 8 / 100 */
+    g.sm_count = 100;
+    CHECK_NEAR(cost_gemm_wave_efficiency(&g, 128, 128, 1024), 0.08, 1e-12);
+    /* with a long k it fills the wave: 100 slices -> 1 */
+    CHECK_NEAR(cost_gemm_wave_efficiency(&g, 128, 128, 100000), 1.0, 1e-12);
+    /* the efficiency carries it: 0.8 s(1000)^3 x 0.96 (1000 x 1000: 8 x 8 = 64 tiles of 128 x 128 plus
+     * split-K floor(100 / 64) = 1 -> 64 / 100; 256 x 128: 4 x 8 = 32, split 3 -> 96 / 100) */
+    double s = 1000.0 / 1100.0;
+    CHECK_NEAR(cost_gemm_efficiency(&g, 1000, 1000, 1000), 0.8 * s * s * s * 0.96, 1e-12);
+}
+
+TEST(calib_attention_head_dim_curve_by_hand)
+{
+    cost_gpu g = round_gpu();
+    CHECK_NEAR(cost_attention_efficiency(&g, 64), 0.5, 0);            /* no curve */
+    g.attn_hd_half = 56;
+    CHECK_NEAR(cost_attention_efficiency(&g, 128), 0.5, 1e-12);       /* the reference head dim */
+    /* 0.5 x (64 / 120) / (128 / 184) = 0.5 x 0.533333 / 0.695652 = 0.383333 */
+    CHECK_NEAR(cost_attention_efficiency(&g, 64), 0.5 * (64.0 / 120) / (128.0 / 184), 1e-12);
+    CHECK_NEAR(cost_attention_efficiency(&g, 64), 0.3833333333, 1e-9);
+    /* 2e9 scores of d = 64 forward: 2e9 x 256 FLOPs / (1e15 x 0.383333) + launch */
+    CHECK_NEAR(cost_attention_forward_time(&g, 1e6, 2e9, 64), 2e9 * 256 / (1e15 * 0.3833333333333) + 1e-5, 1e-9);
+}
+
+/* A 4-layer GPT (LayerNorm, GELU 4h, MHA) of width 1024, 16 heads. */
+static model_t gpt(bool unfused, bool dropout, int layers)
+{
+    char text[512], err[UTIL_ERR_LEN];
+    snprintf(text, sizeof text,
+             "{\"schema\": \"dhp.model/1\", \"name\": \"g\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\","
+             " \"layers\": %d, \"hidden\": 1024, \"heads\": 16, \"ffn\": 4096, \"ffn_kind\": \"gelu\","
+             " \"norm\": \"layernorm\", \"vocab\": 1000, \"unfused_attention\": %s, \"dropout\": %s}]}",
+             layers, unfused ? "true" : "false", dropout ? "true" : "false");
+    model_t m;
+    if (model_parse_json(text, "gpt", &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
+    return m;
+}
+
+static cost_cluster one_node(void)
+{
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    if (cost_cluster_load("8xa100-80g", &c, err)) { fprintf(stderr, "%s\n", err); abort(); }
+    return c;
+}
+
+static plan_module strat(int dp, int tp, int pp, int zero, int mb, plan_recompute rc, bool seqpar)
+{
+    plan_module s = { .dp = dp, .tp = tp, .sp = 1, .pp = pp, .zero = zero, .micro_batch = mb, .recompute = rc,
+                      .seq_parallel = seqpar, .n_ranks = dp * tp * pp };
+    return s;
+}
+
+TEST(calib_model_fields_round_trip)
+{
+    model_t m = gpt(true, true, 4), back;
+    char err[UTIL_ERR_LEN];
+    cJSON *j = model_to_json(&m);
+    char *t = cJSON_PrintUnformatted(j);
+    CHECK(model_parse_json(t, "round trip", &back, err) == UTIL_OK);
+    free(t);
+    cJSON_Delete(j);
+    CHECK(back.mod[0].unfused_attention && back.mod[0].dropout);
+    CHECK(!gpt(false, false, 4).mod[0].unfused_attention);
+}
+
+/* Korthikanti et al. (arXiv 2205.05198) Table 2, bytes per layer:
+ * tensor parallel t, no sequence parallelism: s b h (10 + 24/t + 5 a s / (h t));
+ * with sequence parallelism and selective recomputation: 34 s b h / t. */
+TEST(calib_unfused_attention_activations_are_korthikanti)
+{
+    model_t m = gpt(true, true, 4);
+    cost_cluster c = one_node();
+    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
+    plan_options o;
+    plan_options_default(&o);
+    double s = 256, b = 2, h = 1024, a = 16, t = 4, L = 4;
+    plan_mem mem;
+    plan_module none = strat(1, 4, 1, 0, 2, PLAN_RECOMP_NONE, false);
+    plan_module_memory(&m, 0, &none, &w, &c.pool[0].gpu, &o, 1, &mem);
+    /* + the head's rows (pp = 1): embedding output and final norm, 2 x 2 s b h */
+    CHECK_NEAR(mem.activations, L * s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) + 4 * s * b * h, 1e-12);
+    plan_module sel = strat(1, 4, 1, 0, 2, PLAN_RECOMP_SELECTIVE, true);
+    plan_module_memory(&m, 0, &sel, &w, &c.pool[0].gpu, &o, 1, &mem);
+    CHECK_NEAR(mem.activations, L * 34 * s * b * h / t + 4 * s * b * h, 1e-12);
+    /* FlashAttention, no dropout: no score matrix, an fp32 log-sum-exp per head: 8 + 24/t + 16 a/(h t) */
+    model_t f = gpt(false, false, 4);
+    plan_module_memory(&f, 0, &none, &w, &c.pool[0].gpu, &o, 1, &mem);
+    CHECK_NEAR(mem.activations, L * s * b * h * (8 + 24 / t + 4 * a / (h * t)) + 4 * s * b * h, 1e-12);
+}
+
+TEST(calib_pipeline_depth_interleaving_and_live_block)
+{
+    model_t m = gpt(false, false, 16);
+    cost_cluster c = one_node();
+    plan_options o;
+    plan_options_default(&o);
+    plan_workload w = { .global_batch = 8, .text_tokens = 256 };
+    plan_mem one, four, inter, few, full1, full4;
+    plan_module s1 = strat(1, 1, 1, 0, 1, PLAN_RECOMP_NONE, false);
+    /* pp = 1 adds the head's rows, 4 s b h = 4 x 256 x 1024 */
+    plan_module_memory(&m, 0, &s1, &w, &c.pool[0].gpu, &o, 1, &one);
+    double per_mb = one.activations - 4 * 256 * 1024.0;
+    plan_module s4 = strat(1, 1, 4, 0, 1, PLAN_RECOMP_NONE, false);
+    plan_module_memory(&m, 0, &s4, &w, &c.pool[0].gpu, &o, 1, &four);
+    /* 1F1B: 4 layers per stage, 4 micro-batches in flight = all 16 layers' worth */
+    CHECK_NEAR(four.activations, per_mb, 1e-12);
+    /* interleaved, vp 2: x (1 + 3/8) */
+    s4.vp = 2;
+    plan_module_memory(&m, 0, &s4, &w, &c.pool[0].gpu, &o, 1, &inter);
+    CHECK_NEAR(inter.activations, per_mb * 1.375, 1e-12);
+    /* a step of 2 micro-batches keeps 2 in flight */
+    s4.vp = 1;
+    plan_workload w2 = { .global_batch = 2, .text_tokens = 256 };
+    plan_module_memory(&m, 0, &s4, &w2, &c.pool[0].gpu, &o, 1, &few);
+    CHECK_NEAR(few.activations, per_mb / 2, 1e-12);
+    /* full recomputation: the one live block counts once, however many micro-batches are in flight */
+    plan_module r1 = strat(1, 1, 4, 0, 1, PLAN_RECOMP_FULL, false);
+    plan_module_memory(&m, 0, &r1, &w2, &c.pool[0].gpu, &o, 1, &full1);
+    plan_module_memory(&m, 0, &r1, &w, &c.pool[0].gpu, &o, 1, &full4);
+    /* 2 -> 4 micro-batches adds 2 x 4 layers x 2 s b h (the saved block inputs) and nothing else */
+    CHECK_NEAR(full4.activations - full1.activations, 2 * 4 * 2 * 256 * 1024.0, 1e-12);
+}
+
+TEST(calib_interleaved_pipeline_time)
+{
+    plan_time t = { .micro_s = 8, .stage_max_s = 2 };
+    plan_module s = strat(1, 1, 4, 0, 1, PLAN_RECOMP_NONE, false);
+    /* 8 micro-batches of a 2 s stage: (8 + 3) x 2 */
+    CHECK_NEAR(plan_chunk_time(&t, &s, 8), 22, 1e-12);
+    s.vp = 2;    /* the bubble shrinks to 3/2 stage times: (8 + 1.5) x 2 */
+    CHECK_NEAR(plan_chunk_time(&t, &s, 8), 19, 1e-12);
+    /* 4 stages x 2 chunks hand off 7 times each way instead of 3 */
+    model_t m = gpt(false, false, 16);
+    cost_cluster c = one_node();
+    plan_workload w = { .global_batch = 8, .text_tokens = 256 };
+    plan_options o;
+    plan_options_default(&o);
+    plan_module u = strat(1, 1, 4, 0, 1, PLAN_RECOMP_NONE, false);
+    plan_time a, b;
+    plan_micro_time(&m, 0, &u, &w, &c, &o, 1, &a);
+    u.vp = 2;
+    plan_micro_time(&m, 0, &u, &w, &c, &o, 1, &b);
+    CHECK(a.pp_p2p_s > 0);
+    CHECK_NEAR(b.pp_p2p_s, a.pp_p2p_s * 7 / 3, 1e-12);
+}
+
+TEST(calib_strategy_check_interleaving_and_uneven_stages)
+{
+    cost_cluster c = one_node();
+    plan_workload w = { .global_batch = 8, .text_tokens = 256 };
+    char err[UTIL_ERR_LEN];
+    model_t m10 = gpt(false, false, 10), m16 = gpt(false, false, 16);
+    plan_module s = strat(1, 1, 4, 0, 1, PLAN_RECOMP_NONE, false);
+    CHECK(plan_strategy_check(&m10, 0, &s, &w, &c, err) == UTIL_OK);           /* 3, 3, 2, 2 */
+    s.vp = 2;
+    CHECK(plan_strategy_check(&m10, 0, &s, &w, &c, err) == UTIL_EINVAL);       /* 10 % 8 */
+    CHECK(strstr(err, "vp 2") != NULL);
+    CHECK(plan_strategy_check(&m16, 0, &s, &w, &c, err) == UTIL_OK);
+    plan_module p1 = strat(4, 1, 1, 0, 1, PLAN_RECOMP_NONE, false);
+    p1.vp = 2;
+    CHECK(plan_strategy_check(&m16, 0, &p1, &w, &c, err) == UTIL_EINVAL);      /* vp without pp */
+    plan_module deep = strat(1, 1, 8, 0, 1, PLAN_RECOMP_NONE, false);
+    model_t m4 = gpt(false, false, 4);
+    CHECK(plan_strategy_check(&m4, 0, &deep, &w, &c, err) == UTIL_EINVAL);     /* more stages than layers */
+}
+
+TEST(calib_strategy_keys_keep_the_old_ones_and_add_vp)
+{
+    model_t m = gpt(false, false, 16);
+    cost_cluster c = one_node();
+    plan_workload w = { .global_batch = 8, .text_tokens = 256 };
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_MSG(plan_from_strategy("llm:dp=1,tp=2,sp=1,pp=4,vp=2,zero=1,mb=1,rc=selective,seqpar=1,pool=0,gpus=8", &m,
+                                 &c, &w, PLAN_COLOCATED, 8, 1, &p, err) == UTIL_OK, "%s", err);
+    CHECK_EQ_INT(p.mod[0].vp, 2);
+    CHECK_EQ_INT(p.mod[0].pp, 4);
+    CHECK(p.mod[0].seq_parallel);
+    /* the plan file keeps vp */
+    cJSON *j = plan_to_json(&p);
+    static plan_t back;
+    CHECK_MSG(plan_from_json(j, "vp", &back, err) == UTIL_OK, "%s", err);
+    cJSON_Delete(j);
+    CHECK_EQ_INT(back.mod[0].vp, 2);
+    CHECK(plan_from_strategy("llm:tp=2,vq=2", &m, &c, &w, PLAN_COLOCATED, 8, 1, &back, err) == UTIL_EINVAL);
+    CHECK(strstr(err, "vp") != NULL);
+}
+
+/* Megatron-LM's selective recomputation re-runs the attention core only:
+ * its recompute time is the layers' attention forward, nothing else. */
+TEST(calib_megatron_selective_recomputes_the_attention_core)
+{
+    model_t m = gpt(false, false, 4);
+    cost_cluster c = one_node();
+    const cost_gpu *g = &c.pool[0].gpu;
+    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
+    plan_options o;
+    plan_options_default(&o);
+    plan_module s = strat(1, 1, 1, 0, 2, PLAN_RECOMP_SELECTIVE, false);
+    plan_time t;
+    plan_micro_time(&m, 0, &s, &w, &c, &o, 2, &t);
+    /* 512 rows x 16 heads, causal: 512 x 16 x (257 / 2) scores of d = 64 per layer */
+    double rows = 512.0 * 16, scores = rows * 128.5;
+    CHECK_NEAR(t.recompute_s, 4 * cost_attention_forward_time(g, rows, scores, 64), 1e-12);
+}
+
+/* Unfused attention: per layer two GEMMs over the whole 256 x 256 score
+ * matrix and the softmax's pass (read + write, 2 bytes each) forward;
+ * dropout adds its pass over the scores (2 + 2 + 1 bytes) and over the
+ * block's two hidden outputs. */
+TEST(calib_unfused_attention_and_dropout_time_by_hand)
+{
+    cost_cluster c = one_node();
+    const cost_gpu *g = &c.pool[0].gpu;
+    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
+    plan_options o;
+    plan_options_default(&o);
+    plan_module s = strat(1, 1, 1, 0, 2, PLAN_RECOMP_NONE, false);
+    model_t flash = gpt(false, false, 4), unf = gpt(true, false, 4), drop = gpt(true, true, 4);
+    plan_time tf, tu, td;
+    plan_micro_time(&flash, 0, &s, &w, &c, &o, 2, &tf);
+    plan_micro_time(&unf, 0, &s, &w, &c, &o, 2, &tu);
+    plan_micro_time(&drop, 0, &s, &w, &c, &o, 2, &td);
+    double rows = 512.0 * 16, scores = rows * 256;
+    double unfused = cost_gemm_time(g, rows, 256, 64) + cost_gemm_time(g, rows, 64, 256) + cost_memory_time(g, scores * 4);
+    double fa = cost_attention_forward_time(g, rows, rows * 128.5, 64);
+    CHECK_NEAR(tu.fwd_s - tf.fwd_s, 4 * (unfused - fa), 1e-9);
+    /* dropout: the softmax and dropout pass reads and writes 4 + 5 bytes per score in one call instead of
+     * 4, and the attention and MLP outputs' dropouts move 5 bytes per element of 512 x 1024 each */
+    double dropout = cost_memory_time(g, scores * 9) - cost_memory_time(g, scores * 4)
+                   + 2 * cost_memory_time(g, 512.0 * 1024 * 5);
+    CHECK_NEAR(td.fwd_s - tu.fwd_s, 4 * dropout, 1e-9);
+}
+
+/* ZeRO-3 under the Megatron target: each unit gathered twice (forward,
+ * backward) and its gradient reduce-scattered, a collective of its own. */
+TEST(calib_zero3_collectives_per_unit)
+{
+    model_t m = gpt(false, false, 4);
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK(cost_cluster_load("2x8xh100", &c, err) == UTIL_OK);
+    plan_workload w = { .global_batch = 16, .text_tokens = 256 };
+    plan_options o;
+    plan_options_default(&o);
+    o.overlap = 0;   /* nothing hidden: the raw collectives */
+    plan_module s = strat(16, 1, 1, 3, 1, PLAN_RECOMP_NONE, false);
+    plan_time t;
+    plan_micro_time(&m, 0, &s, &w, &c, &o, 1, &t);
+    int64_t units[8];
+    int n = plan_module_units(&m.mod[0]);
+    plan_stage whole = plan_stage_of(&m.mod[0], &s, 0);
+    plan_unit_sizes(&m.mod[0], 1, &whole, units);
+    double want = 0;
+    for (int u = 0; u < n; u++)   /* bf16 weights gathered, fp32 gradients reduced (bf16-mixed) */
+        want += 2 * cost_collective_time(&c.pool[0], COST_ALLGATHER, 2.0 * units[u], 16, 8)
+              + cost_collective_time(&c.pool[0], COST_REDUCESCATTER, 4.0 * units[u], 16, 8);
+    CHECK_NEAR(t.zero_comm_s, want, 1e-12);
+    /* each of the 3 x 6 collectives pays 15 ring steps across the nodes */
+    CHECK(t.zero_comm_s > 3 * n * 15 * c.pool[0].inter.alpha_s);
+}
+
+/* A Llama-style block: RMSNorm, SwiGLU, GQA (16 heads, 4 kv heads of 64), no biases. */
+static model_t llama(int layers)
+{
+    char text[512], err[UTIL_ERR_LEN];
+    snprintf(text, sizeof text,
+             "{\"schema\": \"dhp.model/1\", \"name\": \"l\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\","
+             " \"layers\": %d, \"hidden\": 1024, \"heads\": 16, \"kv_heads\": 4, \"ffn\": 2816, \"vocab\": 1000}]}", layers);
+    model_t m;
+    if (model_parse_json(text, "llama", &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
+    return m;
+}
+
+/* torchtitan's per-op checkpointing keeps, per token of a block, its input
+ * [h], wq's [H d], wv's [KV d], w1's [f], w2's [h] outputs and the attention
+ * output [H d] (2 bytes each) plus the fp32 log-sum-exp [H]; during backward
+ * one block's full activations are live again. */
+TEST(calib_torchtitan_op_checkpointing_memory_and_recompute)
+{
+    cost_cluster c = one_node();
+    const cost_gpu *g = &c.pool[0].gpu;
+    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
+    plan_options o;
+    plan_options_default(&o);
+    model_t m = llama(4);
+    double t = 512, h = 1024, stem = 4 * t * h;
+    plan_mem none, op;
+    plan_module sn = strat(1, 1, 1, 0, 2, PLAN_RECOMP_NONE, false), so = strat(1, 1, 1, 0, 2, PLAN_RECOMP_OP, false);
+    plan_module_memory(&m, 0, &sn, &w, &c.pool[0].gpu, &o, 1, &none);
+    plan_module_memory(&m, 0, &so, &w, &c.pool[0].gpu, &o, 1, &op);
+    double per_token = 2 * (1024 + 1024 + 256 + 2816 + 1024 + 1024) + 4 * 16;   /* 14392 bytes */
+    CHECK_NEAR(op.activations, 4 * t * per_token + stem + (none.activations - stem) / 4, 1e-12);
+    /* recompute: each block's forward less its attention core and the saved wq, wv, w1, w2 GEMMs;
+     * a block's forward is what a second layer adds */
+    model_t m1 = llama(1), m2 = llama(2);
+    plan_time t1, t2;
+    plan_micro_time(&m1, 0, &so, &w, &c, &o, 2, &t1);
+    plan_micro_time(&m2, 0, &so, &w, &c, &o, 2, &t2);
+    double block = t2.fwd_s - t1.fwd_s;
+    double core = cost_attention_forward_time(g, t * 16, t * 16 * 128.5, 64);
+    double saved = cost_gemm_time(g, t, 1024, 1024) + cost_gemm_time(g, t, 256, 1024) + cost_gemm_time(g, t, 2816, 1024)
+                 + cost_gemm_time(g, t, 1024, 2816);
+    CHECK_NEAR(t2.recompute_s, 2 * (block - core - saved), 1e-9);
+    CHECK(t2.recompute_s > 0);
+}
