@@ -38,26 +38,29 @@ run2 --steps $STEPS --ckpt ref --ckpt-every 2 --log-json >ref.log 2>ref.err || {
 last=$(printf '%08d' $STEPS)
 
 # --- preemption: SIGTERM to every rank (Slurm's way), SIGUSR1 to mpirun (forwarded), SIGINT to one process ---
+# 60 steps (a few ms each): long enough to be signalled mid-run after step 2
+LONG=60
+run2 --steps $LONG --ckpt ref60 >/dev/null 2>ref60.err || { fail faults_reference_60 "$(tail -c 300 ref60.err)"; exit 0; }
 for sig in TERM USR1; do
     injected=$((injected + 1))
     rm -rf pre; : >pre.log
-    mpirun --oversubscribe -np 2 "$DHP" run dis.json --data data --steps $STEPS --ckpt pre --log-json >pre.log 2>pre.err &
+    mpirun --oversubscribe -np 2 "$DHP" run dis.json --data data --steps $LONG --ckpt pre --log-json >pre.log 2>pre.err &
     mp=$!; guard $mp
-    wait_steps pre.log 3
+    wait_steps pre.log 2
     if [ $sig = TERM ]; then kill -TERM $(ranks_of $mp) 2>/dev/null; else kill -USR1 $mp; fi
     wait $mp; rc=$?; unguard
     k=$(sed -n 's/.*stopped after step \([0-9]*\) of.*/\1/p' pre.err | head -1)
     if [ $rc != 0 ] || [ -z "$k" ]; then fail "faults_sig$sig" "exit $rc: $(tail -c 300 pre.err)"; continue; fi
     if [ "$(cat pre/latest)" != "step-$(printf '%08d' "$k")" ]; then fail "faults_sig$sig" "latest $(cat pre/latest), stopped at $k"; continue; fi
-    if ! run2 --steps $STEPS --ckpt pre --resume >/dev/null 2>pre2.err; then fail "faults_sig$sig" "resume: $(tail -c 300 pre2.err)"
-    elif same_ckpt ref pre "$last"; then survive "faults_sig${sig}_stops_after_step_${k}_checkpoints_exits_0_resumes_bit_identical"
+    if ! run2 --steps $LONG --ckpt pre --resume >/dev/null 2>pre2.err; then fail "faults_sig$sig" "resume: $(tail -c 300 pre2.err)"
+    elif same_ckpt ref60 pre "$(printf '%08d' $LONG)"; then survive "faults_sig${sig}_stops_after_step_${k}_checkpoints_exits_0_resumes_bit_identical"
     else fail "faults_sig$sig" "the resumed run's step $STEPS differs from the uninterrupted run's"; fi
 done
 injected=$((injected + 1))
 rm -rf one1; : >one1.log
-"$DHP" run one.json --data data --steps $STEPS --ckpt one1 --log-json >one1.log 2>one1.err &
+"$DHP" run one.json --data data --steps $LONG --ckpt one1 --log-json >one1.log 2>one1.err &
 pid=$!; guard $pid
-wait_steps one1.log 2
+wait_steps one1.log 1
 kill -INT $pid; wait $pid; rc=$?; unguard
 if [ $rc = 0 ] && grep -q 'SIGINT: stopped after step' one1.err && [ -s one1/latest ]; then survive faults_sigint_single_process_exits_0_with_checkpoint
 else fail faults_sigint_single_process_exits_0_with_checkpoint "exit $rc: $(tail -c 300 one1.err)"; fi
