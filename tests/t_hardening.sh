@@ -28,6 +28,9 @@ expect_err hard_plan_vision_tokens_past_2_31 'tokens per sample, above the limit
 edit one.json degrees.json "d['modules'][1].update(dp=16777216, tp=1024, sp=65536, pp=1024)"
 expect_err hard_plan_degrees_past_2_63 'modules\[1\]' "$DHP" memory degrees.json
 expect_err hard_cli_images_zero '--images: 0 is out of range' "$DHP" plan --images 0
+# found by fuzz_hf_config: a Qwen2.5-VL window of 91312 px over 1-px patches, squared, overflowed an int
+expect_err hard_hf_window_squared_past_2_31 'derived window \(patches\) = 8337881344 exceeds' \
+    "$DHP" import "$ROOT/tests/fuzz/regress/fuzz_hf_config/crash-window-size-squared-overflow"
 
 # --- the simulator and the planner at sizes that used to run away ---
 expect_err hard_simulate_refuses_a_million_chunks 'chunks make [0-9.e+]+ ops, above the simulator.s limit' \
