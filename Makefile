@@ -88,7 +88,7 @@ $(BUILD)/obj/tests/cuda_kernels_emu.o: executor/cuda_kernels.cu tests/cudaemu.h
 # The CPU kernels' loops vectorize only at -O3 (GCC 12's -O2 cost model skips loops with
 # a run-time trip count); -fno-math-errno lets sqrtf vectorize. Neither reorders any
 # floating-point operation (no -ffast-math), so results are unchanged.
-$(BUILD)/obj/executor/cpu_kernels.o: override CFLAGS += -O3 -fno-math-errno
+$(BUILD)/obj/executor/cpu_kernels.o $(BUILD)/obj/executor/cpu_attention.o: override CFLAGS += -O3 -fno-math-errno
 # The profile's STREAM loops are built like the kernels they stand for.
 $(BUILD)/obj/costdb/profile.o: override CFLAGS += -O3 -fno-math-errno
 

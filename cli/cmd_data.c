@@ -1,6 +1,7 @@
 /* dhp data: synthetic data sets and checkpoint files.
  *   dhp data synth --out DIR [--samples N] [--image-size S] [--patch P] [--merge M]
  *                  [--window W] [--text-tokens T] [--shards K] [--seed X]
+ *                  [--audio [--mel-bins B] [--mel-frames F]]
  *   dhp data inspect DIR [--captions N]
  *   dhp data ckpt-inspect FILE
  *   dhp data ckpt-copy IN OUT [--bf16]   (re-encode a safetensors file through dhp) */
@@ -27,11 +28,14 @@ static void data_usage(FILE *f)
             "usage: dhp data synth --out DIR [--samples N (%d)] [--image-size S (%d)] [--patch P (%d)]\n"
             "                      [--merge M (%d)] [--window W (%d patches, 0 = none)] [--text-tokens T (%d)]\n"
             "                      [--shards K (%d)] [--seed X (%llu)]\n"
+            "                      [--audio [--mel-bins B (%d)] [--mel-frames F (%d, even)]]\n"
+            "                      --audio: every sample has a clip of F log-mel-like frames of B bins (a tone,\n"
+            "                      chirp or noise burst the caption describes too); --image-size 0: no images\n"
             "       dhp data inspect DIR [--captions N]\n"
             "       dhp data ckpt-inspect FILE\n"
             "       dhp data ckpt-copy IN OUT [--bf16]\n",
             d.samples, d.image_size, d.patch, d.merge, d.window, d.text_tokens, d.shards,
-            (unsigned long long)d.seed);
+            (unsigned long long)d.seed, d.mel_bins, d.mel_frames);
 }
 
 static bool parse_long(const char *s, long lo, long hi, long *out)
@@ -61,8 +65,9 @@ static int cmd_synth(int argc, char **argv)
     struct { const char *name; int *dst; } ints[] = {
         { "--samples", &cfg.samples }, { "--image-size", &cfg.image_size }, { "--patch", &cfg.patch },
         { "--merge", &cfg.merge }, { "--window", &cfg.window }, { "--text-tokens", &cfg.text_tokens },
-        { "--shards", &cfg.shards },
+        { "--shards", &cfg.shards }, { "--mel-bins", &cfg.mel_bins }, { "--mel-frames", &cfg.mel_frames },
     };
+    bool mel_given = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool known = false;
@@ -70,8 +75,10 @@ static int cmd_synth(int argc, char **argv)
             if (!strcmp(a, ints[k].name)) {
                 if (int_option(a, v, ints[k].dst)) return 2;
                 known = true;
+                mel_given |= !strncmp(a, "--mel-", 6);
             }
         if (known) { i++; continue; }
+        if (!strcmp(a, "--audio")) { cfg.audio = true; continue; }
         if (!strcmp(a, "--out")) {
             if (!v) return cli_usage_error("data", "--out needs a directory");
             out = v;
@@ -87,9 +94,10 @@ static int cmd_synth(int argc, char **argv)
         i++;
     }
     if (!out) return cli_usage_error("data", "synth: --out DIR is required");
+    if (mel_given && !cfg.audio) return cli_usage_error("data", "synth: --mel-bins and --mel-frames need --audio");
     char err[UTIL_ERR_LEN];
     if (ex_data_synth(out, &cfg, err)) return data_fail(err);
-    printf("wrote %d samples in %d shards to %s\n", cfg.samples, cfg.shards, out);
+    printf("wrote %d samples in %d shards to %s%s\n", cfg.samples, cfg.shards, out, cfg.audio ? " (with audio)" : "");
     return 0;
 }
 
@@ -115,8 +123,14 @@ static int cmd_inspect(int argc, char **argv)
     const ex_dataset_info *in = ex_data_info(ds);
     printf("data set  %s (all shards verified)\n", dir);
     printf("samples   %d in %d shards, seed %llu\n", in->samples, in->shards, (unsigned long long)in->seed);
-    printf("images    %dx%dx%d -> %d patches of %d (patch %d, merge %d, window %d)\n", in->image_size,
-           in->image_size, in->channels, in->patches, in->patch_dim, in->patch, in->merge, in->window);
+    printf("format    version %d\n", in->version);
+    if (in->image_size > 0)
+        printf("images    %dx%dx%d -> %d patches of %d (patch %d, merge %d, window %d)\n", in->image_size,
+               in->image_size, in->channels, in->patches, in->patch_dim, in->patch, in->merge, in->window);
+    else
+        printf("images    none\n");
+    if (in->mel_frames > 0)
+        printf("audio     %d frames x %d mel bins per sample (values in [-1, 1])\n", in->mel_frames, in->mel_bins);
     printf("text      %d tokens (vocab %d: bytes, BOS=%d EOS=%d PAD=%d)\n", in->text_tokens, EX_VOCAB,
            EX_TOK_BOS, EX_TOK_EOS, EX_TOK_PAD);
     for (int i = 0; i < show && i < in->samples; i++) printf("caption   %d: %s\n", i, ex_data_caption(ds, i));

@@ -187,6 +187,8 @@ static int profile_cpu(cost_profile_opts *o, cost_profile *p, char *err)
     o->add_inplace = be->add_inplace;
     o->swiglu_forward = be->swiglu_forward;
     o->rmsnorm_forward = be->rmsnorm_forward;
+    o->layernorm_forward = be->layernorm_forward;
+    o->layernorm_backward = be->layernorm_backward;
     o->zero = be->zero;
     o->copy = be->copy;
     o->add_bias = be->add_bias;
@@ -201,6 +203,7 @@ static int profile_cpu(cost_profile_opts *o, cost_profile *p, char *err)
     o->ce_exp_sum = be->ce_exp_sum;
     o->ce_grad = be->ce_grad;
     o->sumsq = be->sumsq;
+    o->attention_merge = be->attention_merge;
     return cost_profile_measure(o, p, err);
 }
 
@@ -225,6 +228,8 @@ static int profile_cuda(cost_profile_opts *o, bool gemm_fp32, cost_profile *p, c
     o->add_inplace = be->add_inplace;
     o->swiglu_forward = be->swiglu_forward;
     o->rmsnorm_forward = be->rmsnorm_forward;
+    o->layernorm_forward = be->layernorm_forward;
+    o->layernorm_backward = be->layernorm_backward;
     o->sync = ex_cuda_sync;
     o->gemm_fp32 = gemm_fp32;
     return cost_profile_measure_cuda(o, p, err);

@@ -12,7 +12,8 @@ const char *cli_setup_help =
     "  --images N            images per sample, >= 1 (default 1 for models with a vision encoder)\n"
     "  --vision-tokens N     vision tokens (patches) per image, before the merger (default 16384)\n"
     "  --image-size PX       square image side in pixels instead of --vision-tokens\n"
-    "  --audio-frames N      audio encoder frames per sample (default 1500 for audio models)\n"
+    "  --audio-frames N      audio encoder frames per sample after its conv stem (default: its learned\n"
+    "                        positions' rows, else 1500, Whisper's 30 s)\n"
     "  --text-tokens N       text tokens per sample (default 512)\n"
     "  --precision P         bf16-mixed (bf16 weights + fp32 master, Megatron; default), bf16-autocast\n"
     "                        (fp32 weights, bf16 compute; the --compare default), bf16-pure, or fp32\n"
@@ -103,14 +104,15 @@ int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster
     memset(w, 0, sizeof *w);
     w->global_batch = s->batch;
     w->text_tokens = s->text_tokens;
-    bool vision = model_find_kind(m, MODEL_VISION) >= 0, audio = model_find_kind(m, MODEL_AUDIO) >= 0;
+    bool vision = model_find_kind(m, MODEL_VISION) >= 0;
+    int ai = model_find_kind(m, MODEL_AUDIO);
     w->images_per_sample = s->images >= 0 ? s->images : (vision ? 1 : 0);
     if (w->images_per_sample > 0) {
         w->image_tokens = s->vision_tokens;
         if (s->image_size > 0 && plan_image_tokens_from_pixels(m, s->image_size, &w->image_tokens, err))
             return cli_usage_error(cmd, "%s", err);
     }
-    w->audio_frames = s->audio_frames >= 0 ? s->audio_frames : (audio ? 1500 : 0);
+    w->audio_frames = s->audio_frames >= 0 ? s->audio_frames : (ai >= 0 ? plan_audio_default_frames(&m->mod[ai]) : 0);
     if (plan_workload_validate(m, w, err)) return cli_usage_error(cmd, "%s", err);
     return 0;
 }

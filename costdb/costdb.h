@@ -48,6 +48,9 @@ typedef enum {
     COST_EW_GELU_BWD,
     COST_EW_CE,           /* per logit: row max, exp-sum and gradient passes together */
     COST_EW_SUMSQ,        /* per gradient element: the global norm's local sum of squares */
+    COST_EW_ATTN_MERGE,   /* per output element: ring attention's merge of a partial result by its log-sum-exp */
+    COST_EW_LAYERNORM,    /* forward, per element of the normalised rows (mean, variance, bias) */
+    COST_EW_LAYERNORM_BWD,
     COST_N_EW
 } cost_ew;
 
@@ -234,7 +237,11 @@ double cost_memory_time(const cost_gpu *g, double bytes);   /* element-wise traf
  * each: its nominal bytes (elements x cost_ew_accesses(k) x elem_bytes) at
  * the kernel's measured rate, interpolated between the table's sizes
  * (linear in log bytes and log rate, clamped to the ends), or at hbm_bw x mem_eff where
- * the GPU has none for k; plus kernel_launch_s. */
+ * the GPU has none for k; plus kernel_launch_s. A table written before
+ * LayerNorm was measured prices it at RMSNorm's rate (the same nominal bytes
+ * per element; LayerNorm passes over each row once more, in cache); a GPU
+ * file without a table (the shipped ones) at hbm_bw x mem_eff, as every
+ * kernel: all bound by memory there. */
 double cost_elementwise_time(const cost_gpu *g, cost_ew k, double elements, double elem_bytes);
 /* Tensor elements kernel k reads plus writes per element it processes. */
 double cost_ew_accesses(cost_ew k);
@@ -327,6 +334,12 @@ typedef struct {
     void (*add_inplace)(float *y, const float *x, size_t n);
     void (*swiglu_forward)(float *h, const float *g, const float *u, size_t n);
     void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int n, int d, float eps);
+    /* LayerNorm, required: the CPU profile's table has it, and the CUDA
+     * profile measures it into a table of its own (the audio encoder's norm) */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                              int n, int d, float eps);
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                               const float *mean, const float *rstd, int n, int d);
     /* The rest of the element-wise kernels, for the per-kernel table
      * (cost_ew_table): required by the CPU profile, unused by the CUDA one
      * (a GPU's element-wise kernels are all bound by memory: mem_eff). */
@@ -348,6 +361,8 @@ typedef struct {
     void (*ce_grad)(float *dlogits, const float *st, const int32_t *targets, int n, int vocab, int v0,
                     float dscale);
     double (*sumsq)(const float *x, size_t n);
+    void (*attention_merge)(float *out, float *lse, const float *part, const float *part_lse, int nseq, int stride,
+                            int q0, int nq, int H, int hd);
     int (*sync)(char *err);
     /* CUDA, optional: run once the rank's device is chosen, before any
      * timing (the CLI checks the kernels against the CPU backend); a
@@ -410,7 +425,9 @@ typedef struct {
     double stream_bytes;          /* size of each STREAM array */
     double copy_bw, scale_bw, add_bw, triad_bw;   /* B/s per rank */
     double ew_add_bw, ew_swiglu_bw, ew_rmsnorm_bw, ew_bw;  /* ew_bw: all three, total bytes / total time */
-    cost_ew_table ew;             /* every element-wise kernel at two sizes (CPU) */
+    /* every element-wise kernel at two sizes (CPU); LayerNorm forward and
+     * backward at the STREAM arrays' size, alone (CUDA) */
+    cost_ew_table ew;
     double launch_s;              /* one 1x1x1 sgemm call */
     double phys_bytes, used_bytes;        /* host memory; in use at start (MemTotal - MemAvailable) */
     bool used_from_meminfo;       /* false: used_bytes is this process's peak RSS */

@@ -138,6 +138,9 @@ static const struct { const char *name; double accesses; } ew_kernels[COST_N_EW]
     [COST_EW_GELU_BWD] = {"gelu_bwd", 4},       /* read dout and x, read and write dinp */
     [COST_EW_CE] = {"cross_entropy", 5},        /* max: read; exp-sum: read, write p; grad: p in place */
     [COST_EW_SUMSQ] = {"sumsq", 1},             /* read x */
+    [COST_EW_ATTN_MERGE] = {"attn_merge", 3},   /* read out and part, write out (the per-row lse aside) */
+    [COST_EW_LAYERNORM] = {"layernorm", 2},     /* read x, write out */
+    [COST_EW_LAYERNORM_BWD] = {"layernorm_bwd", 4}, /* read dout and x, read and write dinp */
 };
 
 double cost_ew_accesses(cost_ew k) { return k >= 0 && k < COST_N_EW ? ew_kernels[k].accesses : 0; }
@@ -165,6 +168,9 @@ double cost_elementwise_time(const cost_gpu *g, cost_ew k, double elements, doub
     if (!(elements > 0) || k < 0 || k >= COST_N_EW) return 0;
     double bytes = elements * ew_kernels[k].accesses * elem_bytes;
     double rate = ew_table_rate(&g->ew, k, bytes);
+    /* A table from before LayerNorm was measured: RMSNorm's rate (costdb.h). */
+    if (!(rate > 0) && (k == COST_EW_LAYERNORM || k == COST_EW_LAYERNORM_BWD))
+        rate = ew_table_rate(&g->ew, k == COST_EW_LAYERNORM ? COST_EW_RMSNORM : COST_EW_RMSNORM_BWD, bytes);
     if (!(rate > 0)) rate = g->hbm_bw * g->mem_eff;
     return bytes / rate + g->kernel_launch_s;
 }

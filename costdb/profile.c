@@ -667,7 +667,7 @@ typedef struct {
     const cost_profile_opts *o;
     cost_ew k;
     size_t n;
-    float *x[5], *w, *db, *rstd, *st, *cs, *sn;
+    float *x[5], *w, *db, *rstd, *st, *cs, *sn, *mean, *db2;
     int32_t *targets;
     double sum;           /* sumsq's result, kept */
 } ew_arg;
@@ -699,6 +699,13 @@ static void run_ew(void *v)
         o->ce_grad(x[1], a->st, a->targets, ce_rows, EW_VOCAB, 0, 1.0f);
         break;
     case COST_EW_SUMSQ: a->sum += o->sumsq(x[0], a->n); break;
+    case COST_EW_LAYERNORM: o->layernorm_forward(x[1], a->mean, a->rstd, x[0], a->w, a->w, rows, EW_ROW, 1e-5f); break;
+    case COST_EW_LAYERNORM_BWD:
+        o->layernorm_backward(x[2], a->db, a->db2, x[1], x[0], a->w, a->mean, a->rstd, rows, EW_ROW);
+        break;
+    case COST_EW_ATTN_MERGE:   /* rows of 8 heads x 64: part x[0] and its lse x[3] into out x[1], lse x[2] */
+        o->attention_merge(x[1], x[2], x[0], x[3], 1, rope_rows, 0, rope_rows, EW_HEADS, EW_HEAD_DIM);
+        break;
     case COST_N_EW: break;
     }
 }
@@ -707,7 +714,8 @@ static bool ew_kernels_given(const cost_profile_opts *o)
 {
     return o->zero && o->copy && o->add_inplace && o->add_bias && o->linear_backward && o->rmsnorm_forward
         && o->rmsnorm_backward && o->rope_forward && o->rope_backward && o->swiglu_forward && o->swiglu_backward
-        && o->gelu_forward && o->gelu_backward && o->ce_row_max && o->ce_exp_sum && o->ce_grad && o->sumsq;
+        && o->gelu_forward && o->gelu_backward && o->ce_row_max && o->ce_exp_sum && o->ce_grad && o->sumsq
+        && o->layernorm_forward && o->layernorm_backward && o->attention_merge;
 }
 
 /* Every kernel at EW_SMALL elements (cache-resident) and at the STREAM
@@ -719,8 +727,9 @@ static int measure_elementwise(const prof_ctx *c, cost_profile *p, char *err)
     ew_arg a = {.o = c->o, .w = util_malloc(EW_ROW * sizeof(float)), .db = util_malloc(EW_ROW * sizeof(float)),
                 .rstd = util_malloc((big / EW_ROW + 1) * sizeof(float)), .st = util_malloc((2 * big / EW_VOCAB + 2) * sizeof(float)),
                 .cs = util_malloc(big / EW_HEADS / 2 * sizeof(float)), .sn = util_malloc(big / EW_HEADS / 2 * sizeof(float)),
-                .targets = util_malloc((big / EW_VOCAB + 1) * sizeof(int32_t))};
-    bool ok = a.w && a.db && a.rstd && a.st && a.cs && a.sn && a.targets;
+                .targets = util_malloc((big / EW_VOCAB + 1) * sizeof(int32_t)),
+                .mean = util_malloc((big / EW_ROW + 1) * sizeof(float)), .db2 = util_malloc(EW_ROW * sizeof(float))};
+    bool ok = a.w && a.db && a.rstd && a.st && a.cs && a.sn && a.targets && a.mean && a.db2;
     for (int i = 0; i < 5; i++) ok = (a.x[i] = util_malloc(big * sizeof(float))) && ok;
     int rc = ok ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "profile: out of memory for the element-wise arrays");
     if (!(rc = cost_prof_agree(c, rc, err))) {
@@ -732,7 +741,9 @@ static int measure_elementwise(const prof_ctx *c, cost_profile *p, char *err)
             a.sn[i] = (float)sin(0.001 * (double)i);
         }
         cost_prof_fill(a.rstd, big / EW_ROW + 1, 17);
+        cost_prof_fill(a.mean, big / EW_ROW + 1, 18);
         memset(a.db, 0, EW_ROW * sizeof(float));
+        memset(a.db2, 0, EW_ROW * sizeof(float));
         for (size_t r = 0; r <= big / EW_VOCAB; r++) a.targets[r] = (int32_t)(r * 7919 % EW_VOCAB);
         cost_ew_table *T = &p->ew;
         memset(T, 0, sizeof *T);
@@ -753,6 +764,7 @@ static int measure_elementwise(const prof_ctx *c, cost_profile *p, char *err)
     }
     for (int i = 0; i < 5; i++) util_free(a.x[i]);
     util_free(a.w); util_free(a.db); util_free(a.rstd); util_free(a.st); util_free(a.cs); util_free(a.sn); util_free(a.targets);
+    util_free(a.mean); util_free(a.db2);
     return rc;
 }
 
@@ -1552,12 +1564,18 @@ static bool add_gpu_fields(cJSON *o, const cost_profile *p)
         if (!cost_gemm_grid_add(o, &p->gpu.grid, src)) return false;
     }
     if (p->gpu.ew.n == 0) return true;
-    snprintf(src, sizeof src, "measured by dhp profile on %s %s: each of the executor's element-wise kernels "
-             "(executor/cpu_kernels.c, passed in by the CLI) over fp32 arrays of `elements` elements, its nominal bytes "
-             "(tensor elements read + written per element, costdb/model.c ew_kernels, x 4 B) / time, best of %d passes; "
-             "rows of %d (RMSNorm, bias), %d heads x %d (RoPE), vocabulary %d (cross-entropy); the cost model "
-             "interpolates in log bytes between the two sizes", p->host, p->date, ew_passes(p), EW_ROW, EW_HEADS,
-             EW_HEAD_DIM, EW_VOCAB);
+    if (p->cuda)
+        snprintf(src, sizeof src, "measured by dhp profile on %s %s: the CUDA backend's LayerNorm forward and backward "
+                 "(executor/cuda_kernels_whisper.cuh, passed in by the CLI), rows of %d, over fp32 arrays of `elements` "
+                 "elements, nominal bytes (costdb/model.c ew_kernels, x 4 B) / time; the other element-wise kernels, all "
+                 "bound by memory on a GPU, are priced at hbm_bw x mem_eff", p->host, p->date, COST_PROF_GPU_RMSNORM_DIM);
+    else
+        snprintf(src, sizeof src, "measured by dhp profile on %s %s: each of the executor's element-wise kernels "
+                 "(executor/cpu_kernels.c, passed in by the CLI) over fp32 arrays of `elements` elements, its nominal bytes "
+                 "(tensor elements read + written per element, costdb/model.c ew_kernels, x 4 B) / time, best of %d passes; "
+                 "rows of %d (RMSNorm, LayerNorm, bias), %d heads x %d (RoPE), vocabulary %d (cross-entropy); the cost model "
+                 "interpolates in log bytes between the two sizes", p->host, p->date, ew_passes(p), EW_ROW, EW_HEADS,
+                 EW_HEAD_DIM, EW_VOCAB);
     return cost_ew_table_add(o, &p->gpu.ew, src);
 }
 
@@ -1629,7 +1647,8 @@ static cJSON *device_measurements(const cost_profile *p)
         && add_num(o, "kernel_launch_s", p->launch_s) && add_num(o, "d2d_copy_bw", d->d2d_bw)
         && add_num(ew, "array_bytes", p->stream_bytes) && add_num(ew, "add_inplace_bw", p->ew_add_bw)
         && add_num(ew, "swiglu_bw", p->ew_swiglu_bw) && add_num(ew, "rmsnorm_bw", p->ew_rmsnorm_bw)
-        && add_num(ew, "combined_bw", p->ew_bw)
+        && add_num(ew, "combined_bw", p->ew_bw) && add_num(ew, "layernorm_bw", p->ew.bw[COST_EW_LAYERNORM][0])
+        && add_num(ew, "layernorm_bwd_bw", p->ew.bw[COST_EW_LAYERNORM_BWD][0])
         && add_num(mem, "total_bytes", p->phys_bytes) && add_num(mem, "used_at_start_bytes", p->used_bytes);
     if (ok) { ok = add_obj(o, "elementwise", ew); ew = NULL; }
     if (ok) { ok = add_obj(o, "memory", mem); mem = NULL; }

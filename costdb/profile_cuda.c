@@ -377,7 +377,7 @@ static void run_copy(void *v)
     if (e != cudaSuccess && !a->status) a->status = (int)e;
 }
 
-typedef struct { const cost_profile_opts *o; float *a, *b, *c, *w, *rstd; size_t n; } ew3_arg;
+typedef struct { const cost_profile_opts *o; float *a, *b, *c, *w, *rstd, *mean, *dw, *db; size_t n; } ew3_arg;
 
 static void run_ew_add(void *v) { ew3_arg *s = v; s->o->add_inplace(s->c, s->b, s->n); }
 static void run_ew_swiglu(void *v) { ew3_arg *s = v; s->o->swiglu_forward(s->a, s->b, s->c, s->n); }
@@ -387,15 +387,49 @@ static void run_ew_rmsnorm(void *v)
     s->o->rmsnorm_forward(s->a, s->rstd, s->b, s->w, (int)(s->n / COST_PROF_GPU_RMSNORM_DIM), COST_PROF_GPU_RMSNORM_DIM, 1e-6f);
 }
 
+/* LayerNorm (the audio encoder's norm), forward into a, backward from a into c */
+static void run_ew_layernorm(void *v)
+{
+    ew3_arg *s = v;
+    s->o->layernorm_forward(s->a, s->mean, s->rstd, s->b, s->w, s->w, (int)(s->n / COST_PROF_GPU_RMSNORM_DIM),
+                            COST_PROF_GPU_RMSNORM_DIM, 1e-5f);
+}
+
+static void run_ew_layernorm_bwd(void *v)
+{
+    ew3_arg *s = v;
+    s->o->layernorm_backward(s->c, s->dw, s->db, s->a, s->b, s->w, s->mean, s->rstd,
+                             (int)(s->n / COST_PROF_GPU_RMSNORM_DIM), COST_PROF_GPU_RMSNORM_DIM);
+}
+
+/* The LayerNorm kernels' rates, a one-size table (costdb.h cost_ew_table). */
+static int measure_layernorm(gpu_ctx *g, cost_profile *p, ew3_arg *s, double target, int trials, char *err)
+{
+    timed_call f = {run_ew_layernorm, s, NULL, "layernorm_forward"}, bw = {run_ew_layernorm_bwd, s, NULL, "layernorm_backward"};
+    double tf = 0, tb = 0, b = (double)s->n * sizeof(float);
+    int rc = alone_on_device(g, &f, target, trials, &tf, err);
+    if (!rc) rc = alone_on_device(g, &bw, target, trials, &tb, err);
+    if (rc) return rc;
+    memset(&p->ew, 0, sizeof p->ew);
+    p->ew.n = 1;
+    p->ew.elements[0] = (double)s->n;
+    p->ew.bw[COST_EW_LAYERNORM][0] = cost_ew_accesses(COST_EW_LAYERNORM) * b / tf;
+    p->ew.bw[COST_EW_LAYERNORM_BWD][0] = cost_ew_accesses(COST_EW_LAYERNORM_BWD) * b / tb;
+    return UTIL_OK;
+}
+
 static int measure_memory(gpu_ctx *g, cost_profile *p, char *err)
 {
-    /* floats per array: 256 MiB (64 MiB quick), whole RMSNorm rows */
-    size_t n = (p->quick ? (16u << 20) : (64u << 20)) / COST_PROF_GPU_RMSNORM_DIM * COST_PROF_GPU_RMSNORM_DIM;
+    /* floats per array: 256 MiB (64 MiB quick), whole RMSNorm rows; then the
+     * norm weight, LayerNorm's dw and db (a row each), rstd and mean (per row) */
+    const size_t D = COST_PROF_GPU_RMSNORM_DIM;
+    size_t n = (p->quick ? (16u << 20) : (64u << 20)) / D * D;
     float *buf = NULL;
-    int rc = device_alloc((void **)&buf, (3 * n + COST_PROF_GPU_RMSNORM_DIM + n / COST_PROF_GPU_RMSNORM_DIM) * sizeof *buf, err);
-    if (!rc) rc = device_fill(buf, 3 * n + COST_PROF_GPU_RMSNORM_DIM, false, 4, err);
+    int rc = device_alloc((void **)&buf, (3 * n + 3 * D + 2 * (n / D)) * sizeof *buf, err);
+    if (!rc) rc = device_fill(buf, 3 * n + 3 * D + 2 * (n / D), false, 4, err);
     if ((rc = cost_prof_agree(g->c, rc, err))) { cudaFree(buf); return rc; }
-    ew3_arg s = {g->o, buf, buf + n, buf + 2 * n, buf + 3 * n, buf + 3 * n + COST_PROF_GPU_RMSNORM_DIM, n};
+    float *tail = buf + 3 * n;
+    ew3_arg s = {g->o, buf, buf + n, buf + 2 * n, tail, tail + 3 * D, tail + 3 * D + n / D, tail + D, tail + 2 * D, n};
     double b = (double)n * sizeof(float), tcopy = 0, ta = 0, ts = 0, tr = 0;
     int trials = p->quick ? 2 : 5;
     double target = p->quick ? 0.02 : 0.1;
@@ -406,6 +440,7 @@ static int measure_memory(gpu_ctx *g, cost_profile *p, char *err)
     if (!rc) rc = alone_on_device(g, &add, target, trials, &ta, err);
     if (!rc) rc = alone_on_device(g, &sw, target, trials, &ts, err);
     if (!rc) rc = alone_on_device(g, &rms, target, trials, &tr, err);
+    if (!rc) rc = measure_layernorm(g, p, &s, target, trials, err);
     if (!rc) {
         p->stream_bytes = b;
         p->dev.d2d_bw = 2 * b / tcopy;
@@ -570,7 +605,7 @@ static void close_libraries(gpu_ctx *g)
 static int check_opts(const cost_profile_opts *o, char *err)
 {
     if (!o || !o->attention_forward || !o->attention_backward || !o->add_inplace || !o->swiglu_forward
-        || !o->rmsnorm_forward || !o->sync)
+        || !o->rmsnorm_forward || !o->layernorm_forward || !o->layernorm_backward || !o->sync)
         return util_fail(err, UTIL_EINVAL, "profile: the CUDA backend's kernels and sync are required (cost_profile_opts)");
     return UTIL_OK;
 }

@@ -15,6 +15,7 @@ static float **act_view(ex_acts *a, plan_act_id id, int layer)
             [PLAN_ACT_K] = &b->k, [PLAN_ACT_V] = &b->v, [PLAN_ACT_ATT] = &b->att, [PLAN_ACT_LSE] = &b->lse,
             [PLAN_ACT_XMID] = &b->xmid, [PLAN_ACT_LN2] = &b->ln2, [PLAN_ACT_RSTD2] = &b->rstd2, [PLAN_ACT_G] = &b->g,
             [PLAN_ACT_U] = &b->u, [PLAN_ACT_H] = &b->h, [PLAN_ACT_ATT_LOC] = &b->att_loc,
+            [PLAN_ACT_MEAN1] = &b->mean1, [PLAN_ACT_MEAN2] = &b->mean2,
         };
         return f[id];
     }
@@ -28,6 +29,11 @@ static float **act_view(ex_acts *a, plan_act_id id, int layer)
     case PLAN_ACT_SP_DK: return &a->sp_dk;
     case PLAN_ACT_SP_DV: return &a->sp_dv;
     case PLAN_ACT_SP_DATT: return &a->sp_datt;
+    case PLAN_ACT_SP_RECV: return &a->sp_recv;
+    case PLAN_ACT_RING_KV: return &a->ring_kv;
+    case PLAN_ACT_RING_DKV: return &a->ring_dkv;
+    case PLAN_ACT_RING_OUT: return &a->ring_out;
+    case PLAN_ACT_RING_LSE: return &a->ring_lse;
     case PLAN_ACT_TP_FULL: return &a->tp_full;
     case PLAN_ACT_TP_PART: return &a->tp_part;
     case PLAN_ACT_TP_DFULL: return &a->tp_dfull;
@@ -59,6 +65,19 @@ static float **act_view(ex_acts *a, plan_act_id id, int layer)
     case PLAN_ACT_DGATH: return &a->dgath;
     case PLAN_ACT_DXG: return &a->dxg;
     case PLAN_ACT_DVIS: return &a->dvis;
+    case PLAN_ACT_C1PRE: return &a->c1pre;
+    case PLAN_ACT_C1OUT: return &a->c1out;
+    case PLAN_ACT_C2PRE: return &a->c2pre;
+    case PLAN_ACT_COL: return &a->col;
+    case PLAN_ACT_DCOL: return &a->dcol;
+    case PLAN_ACT_DC1OUT: return &a->dc1out;
+    case PLAN_ACT_DC1PRE: return &a->dc1pre;
+    case PLAN_ACT_POOLED: return &a->pooled;
+    case PLAN_ACT_FLN: return &a->fln;
+    case PLAN_ACT_FMEAN: return &a->fmean;
+    case PLAN_ACT_FRSTD: return &a->frstd;
+    case PLAN_ACT_AOUT: return &a->aout;
+    case PLAN_ACT_DPOOLED: return &a->dpooled;
     default: return NULL;
     }
 }

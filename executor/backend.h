@@ -51,17 +51,68 @@ typedef struct ex_backend {
                                const float *q, const float *k, const float *v,
                                const float *out, const float *lse, const int *cu_seqlens,
                                int nseq, int H, int Hkv, int hd, bool causal);
+    /* Ring attention's pieces (executor/ring.c). A block of keys: sequence
+     * s's query rows s * stride + q0 .. + nq attend, not causally, to key
+     * rows s * stride + k0 .. + nk of k/v (the same row layout of stride
+     * rows per sequence); part_forward writes that partial attention and its
+     * log-sum-exp into those rows of out and lse (other rows untouched);
+     * part_backward accumulates their gradients into dq (the query rows) and
+     * dk, dv (the key rows), from the final (merged) out and lse. */
+    void (*attention_part_forward)(float *out, float *lse, const float *q, const float *k, const float *v,
+                                   int nseq, int stride, int q0, int nq, int k0, int nk, int H, int Hkv, int hd);
+    void (*attention_part_backward)(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                    const float *k, const float *v, const float *out, const float *lse,
+                                    int nseq, int stride, int q0, int nq, int k0, int nk, int H, int Hkv, int hd);
+    /* Merges a partial attention (part, part_lse) of the same queries over
+     * other keys into (out, lse), rows s * stride + q0 .. + nq, every head:
+     * lse' = log(e^lse + e^part_lse), out' = out e^(lse - lse') + part e^(part_lse - lse'). */
+    void (*attention_merge)(float *out, float *lse, const float *part, const float *part_lse, int nseq,
+                            int stride, int q0, int nq, int H, int hd);
+    /* dst[c, r, :] = src[r, c, :] for blocks of blk floats: src [rows, cols, blk]
+     * -> dst [cols, rows, blk] (the Ulysses all-to-alls' packing). */
+    void (*transpose_blocks)(float *dst, const float *src, int rows, int cols, size_t blk);
     void (*swiglu_forward)(float *h, const float *g, const float *u, size_t n);
     void (*swiglu_backward)(float *dg, float *du, const float *dh, const float *g,
                             const float *u, size_t n);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n);
+    /* LayerNorm with bias (torch.nn.LayerNorm): mean[r] = mean_j x[r, j],
+     * rstd[r] = 1 / sqrt(mean_j (x[r, j] - mean[r])^2 + eps) (the biased
+     * variance; sums in double), out[r, j] = (x[r, j] - mean[r]) rstd[r] w[j] + b[j]. */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                              const float *b, int n, int d, float eps);
+    /* xhat = (x - mean) rstd, g = dout w:  dw[j] += sum_r dout xhat;  db[j] += sum_r dout;
+     * dinp[r, j] += rstd[r] (g[r, j] - mean_k g[r, k] - xhat[r, j] mean_k(g[r, k] xhat[r, k])) */
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                               const float *w, const float *mean, const float *rstd, int n, int d);
+    /* A 1-D convolution as im2col + linear. x[nx, C] holds frames [x0, x0 + nx)
+     * of one sequence (frame-major); output frame t0 + i (i < n) reads input
+     * frames s = (t0 + i) stride - pad + j, j < k:
+     *   col[i, c k + j] = x[s - x0, c] if x0 <= s < x0 + nx, else 0 (the padding),
+     * so col[n, C k] times a torch Conv1d weight [out, C, k] viewed as
+     * [out, C k] is the convolution. */
+    void (*im2col1d)(float *col, const float *x, int n, int C, int k, int stride, int pad, int t0, int x0,
+                     int nx);
+    /* Its backward: dx[s - x0, c] += dcol[i, c k + j] over the same (i, j, s). */
+    void (*col2im1d)(float *dx, const float *dcol, int n, int C, int k, int stride, int pad, int t0, int x0,
+                     int nx);
+    /* Average pooling of consecutive rows (torch AvgPool1d(p, stride p) along
+     * the rows): out[r, :] = sum_{i < p} inp[r p + i, :] / p, r < m;
+     * backward dinp[r p + i, :] += dout[r, :] / p. */
+    void (*avgpool_rows_forward)(float *out, const float *inp, int m, int p, int d);
+    void (*avgpool_rows_backward)(float *dinp, const float *dout, int m, int p, int d);
     /* Embeddings over a vocabulary shard: wte holds rows [v0, v0 + vn) of the
      * full table; tokens outside it give zero rows (forward) and nothing (backward). */
     void (*embedding_forward)(float *out, const float *wte, const int32_t *tokens, int n, int d,
                               int v0, int vn);
     void (*embedding_backward)(float *dwte, const float *dout, const int32_t *tokens, int n, int d,
                                int v0, int vn);
+    /* Rows picked by index, d wide, i < n: gather_rows dst[i, :] = src[rows[i], :];
+     * scatter_add_rows dst[rows[i], :] += src[i, :], the rows distinct. One call
+     * for a batch's scattered rows (the LLM head's predicting rows, executor/llm.c)
+     * rather than a copy or add per row, which on a GPU is a launch per row. */
+    void (*gather_rows)(float *dst, const float *src, const int *rows, int n, int d);
+    void (*scatter_add_rows)(float *dst, const float *src, const int *rows, int n, int d);
     /* Fused cross-entropy of one whole-vocabulary shard (see cpu_kernels.c). */
     double (*cross_entropy)(float *dlogits, const float *logits, const int32_t *targets,
                             int n, int vocab, float dscale);
@@ -99,8 +150,10 @@ const ex_backend *ex_backend_cuda(char *err);
  * UTIL_ERUNTIME with err filled. */
 int ex_cuda_sync(char *err);
 /* The CUDA backend against the CPU backend on the device (executor/cuda_check.c):
- * linear, RMSNorm, SwiGLU, add, attention (GQA, two sequences, causal and
- * not), cross-entropy, AdamW and sumsq on the same random inputs; *worst =
+ * linear, RMSNorm, SwiGLU, add, LayerNorm, im2col / col2im, row pooling,
+ * attention (GQA, two sequences, causal and not), ring attention's pieces and
+ * transpose_blocks, cross-entropy, AdamW, sumsq and the gather / scatter-add
+ * of rows on the same random inputs; *worst =
  * the largest |cuda - cpu| / max |cpu| over their outputs, `what` its name. */
 int ex_cuda_check(double *worst, char *what, size_t what_len, char *err);
 

@@ -1,7 +1,7 @@
 /* CPU backend: OpenBLAS sgemm for the linears, plain loops for the rest.
  * Shapes and math of each kernel are stated above it; see executor/backend.h
  * for the conventions (row-major, local shard shapes, backward accumulates). */
-#include "executor/backend.h"
+#include "executor/cpu_int.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -25,7 +25,6 @@
  * waking a worker costs some microseconds, 32K floats take about as long. */
 #define CPU_GRAIN 32768
 
-typedef void (*cpu_range_fn)(void *ctx, size_t lo, size_t hi);
 
 static struct {
     pthread_mutex_t call;      /* held by the one caller using the pool */
@@ -85,7 +84,7 @@ static int pool_grow(int threads)
 
 /* fn(ctx, lo, hi) over [0, n) in contiguous ranges, one per thread (at most
  * n / grain threads); serial with one thread or while another caller holds the pool. */
-static void cpu_parallel(size_t n, size_t grain, cpu_range_fn fn, void *ctx)
+void ex_cpu_parallel(size_t n, size_t grain, cpu_range_fn fn, void *ctx)
 {
     if (n == 0) return;
     size_t t = (size_t)openblas_get_num_threads(), most = n / (grain ? grain : 1);
@@ -134,15 +133,33 @@ static void scale_range(void *c, size_t lo, size_t hi)
     for (size_t i = lo; i < hi; i++) a->y[i] *= a->s;
 }
 
-static void cpu_zero(float *x, size_t n) { ew_args a = { x, NULL, 0 }; cpu_parallel(n, 4 * CPU_GRAIN, zero_range, &a); }
+static void cpu_zero(float *x, size_t n) { ew_args a = { x, NULL, 0 }; ex_cpu_parallel(n, 4 * CPU_GRAIN, zero_range, &a); }
 static void cpu_copy(float *dst, const float *src, size_t n) { if (n) memmove(dst, src, n * sizeof *dst); }
-static void cpu_add_inplace(float *y, const float *x, size_t n) { ew_args a = { y, x, 0 }; cpu_parallel(n, CPU_GRAIN, add_range, &a); }
+static void cpu_add_inplace(float *y, const float *x, size_t n) { ew_args a = { y, x, 0 }; ex_cpu_parallel(n, CPU_GRAIN, add_range, &a); }
 static void cpu_add_bias(float *y, const float *b, int n, int d)
 {
     for (int r = 0; r < n; r++)
         for (int j = 0; j < d; j++) y[(size_t)r * d + j] += b[j];
 }
-static void cpu_scale_inplace(float *y, float s, size_t n) { ew_args a = { y, NULL, s }; cpu_parallel(n, CPU_GRAIN, scale_range, &a); }
+static void cpu_scale_inplace(float *y, float s, size_t n) { ew_args a = { y, NULL, s }; ex_cpu_parallel(n, CPU_GRAIN, scale_range, &a); }
+
+/* dst[c, r, :] = src[r, c, :], blocks of blk floats (the Ulysses re-sharding around its all-to-alls). */
+typedef struct { float *dst; const float *src; size_t rows, cols, blk; } tr_args;
+
+static void transpose_range(void *c, size_t lo, size_t hi)
+{
+    const tr_args *a = c;
+    for (size_t i = lo; i < hi; i++) {   /* i = r * cols + col: source block order */
+        size_t r = i / a->cols, col = i % a->cols;
+        memcpy(a->dst + (col * a->rows + r) * a->blk, a->src + i * a->blk, a->blk * sizeof(float));
+    }
+}
+
+static void cpu_transpose_blocks(float *dst, const float *src, int rows, int cols, size_t blk)
+{
+    tr_args a = { dst, src, (size_t)(rows > 0 ? rows : 0), (size_t)(cols > 0 ? cols : 0), blk };
+    if (blk) ex_cpu_parallel(a.rows * a.cols, CPU_GRAIN / blk + 1, transpose_range, &a);
+}
 
 /* sum_i x[i]^2 in double, in 8 interleaved partial sums (lane l takes i = l mod 8),
  * so the adds are independent and vectorize; the lanes are summed pairwise. */
@@ -178,7 +195,7 @@ static double cpu_sumsq(const float *x, size_t n)
     A.block = (n + SUMSQ_BLOCKS - 1) / SUMSQ_BLOCKS;
     if (A.block < CPU_GRAIN) A.block = CPU_GRAIN;
     size_t nb = (n + A.block - 1) / A.block;
-    cpu_parallel(nb, 1, sumsq_range, &A);
+    ex_cpu_parallel(nb, 1, sumsq_range, &A);
     double s = 0;
     for (size_t b = 0; b < nb; b++) s += A.part[b];
     return s;
@@ -287,244 +304,6 @@ static void cpu_rope_backward(float *dx, const float *cos, const float *sin, int
     }
 }
 
-static float dotf(const float *a, const float *b, int n)
-{
-    float s = 0;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* Transposes rows j0 .. j0+jn-1 of head kvh of x[n, Hkv, hd] into xt[hd, EX_ATT_TILE]
- * (xt[i, jj] = x[j0 + jj, kvh, i]); the unused columns jj >= jn are zero. */
-static void att_tile_transpose(float *xt, const float *x, int j0, int jn, int Hkv, int kvh, int hd)
-{
-    for (int i = 0; i < hd; i++)
-        for (int jj = jn; jj < EX_ATT_TILE; jj++) xt[(size_t)i * EX_ATT_TILE + jj] = 0;
-    for (int jj = 0; jj < jn; jj++) {
-        const float *xj = x + ((size_t)(j0 + jj) * Hkv + kvh) * hd;
-        for (int i = 0; i < hd; i++) xt[(size_t)i * EX_ATT_TILE + jj] = xj[i];
-    }
-}
-
-/* sc[jj] = sum_i a[i] xt[i, jj] for the tile's first n keys (rounded up to 16;
- * a causal row sees only keys up to its own), i ascending: each sc[jj] is
- * bit-identical to dotf(a, x_jj, hd), but the loop runs across 16 keys at a
- * time (independent sums in one register, so it vectorizes without
- * reordering any sum). */
-_Static_assert(EX_ATT_TILE % 16 == 0, "attention key tile is a multiple of 16");
-static void att_tile_dots(float *restrict sc, const float *restrict a, const float *restrict xt, int hd, int n)
-{
-    for (int c0 = 0; c0 < n; c0 += 16) {
-        float acc[16] = {0};
-        for (int i = 0; i < hd; i++) {
-            float ai = a[i];
-            const float *row = xt + (size_t)i * EX_ATT_TILE + c0;
-            for (int jj = 0; jj < 16; jj++) acc[jj] += ai * row[jj];
-        }
-        for (int jj = 0; jj < 16; jj++) sc[c0 + jj] = acc[jj];
-    }
-}
-
-/* y[i] += s x[i] */
-static void axpyf(float *restrict y, float s, const float *restrict x, int n)
-{
-    for (int i = 0; i < n; i++) y[i] += s * x[i];
-}
-
-/* Attention over variable-length sequences (flash-attention varlen style):
- * sequence i holds rows cu_seqlens[i] .. cu_seqlens[i+1]-1; rows attend only within
- * their sequence (block-diagonal), and if causal only to keys j <= their own row.
- * q[n, H, hd], k/v[n, Hkv, hd]; query head h reads kv head h / (H / Hkv) (GQA).
- * out[r, h] = sum_j softmax_j(q[r,h] . k[j] / sqrt(hd)) v[j];  lse[r, h] = log sum_j exp(score).
- * Online softmax over key tiles of EX_ATT_TILE: only a tile of scores per row is live,
- * never the s x s matrix; out holds each row's running accumulator. Loops run per
- * (sequence, head, block of EX_ATT_TILE query rows, key tile), the key tile transposed
- * once for the block so the scores vectorize; each row sees the same operations in
- * the same order as a row-by-row loop. lse[n, H] is kept for the backward pass. */
-typedef struct {
-    float *out, *lse, *dq, *dk, *dv;
-    const float *q, *k, *v, *dout, *o, *L;
-    const int *cu;
-    int H, Hkv, hd;
-    bool causal;
-} att_args;
-
-/* Forward of one (sequence sq, query head h) unit: its out rows and lse entries. */
-static void att_forward_unit(const att_args *A, int sq, int h)
-{
-    int H = A->H, Hkv = A->Hkv, hd = A->hd, kvh = h / (H / Hkv);
-    bool causal = A->causal;
-    const float *q = A->q, *v = A->v;
-    float *out = A->out;
-    float scale = 1.0f / sqrtf((float)hd), sc[EX_ATT_TILE], m[EX_ATT_TILE], l[EX_ATT_TILE];
-    float kt[(size_t)hd * EX_ATT_TILE];
-    int s0 = A->cu[sq], len = A->cu[sq + 1] - s0;
-    for (int r0 = 0; r0 < len; r0 += EX_ATT_TILE) {
-        int rn = len - r0 < EX_ATT_TILE ? len - r0 : EX_ATT_TILE;
-        int kmax = causal ? r0 + rn : len;   /* keys any row of the block sees */
-        for (int rr = 0; rr < rn; rr++) {
-            m[rr] = -INFINITY;
-            l[rr] = 0;
-            float *o = out + ((size_t)(s0 + r0 + rr) * H + h) * hd;
-            for (int i = 0; i < hd; i++) o[i] = 0;
-        }
-        for (int j0 = 0; j0 < kmax; j0 += EX_ATT_TILE) {
-            int tn = kmax - j0 < EX_ATT_TILE ? kmax - j0 : EX_ATT_TILE;
-            att_tile_transpose(kt, A->k + (size_t)s0 * Hkv * hd, j0, tn, Hkv, kvh, hd);
-            for (int rr = 0; rr < rn; rr++) {
-                int r = r0 + rr, kend = causal ? r + 1 : len;
-                if (kend <= j0) continue;
-                int jn = kend - j0 < tn ? kend - j0 : tn;
-                const float *qr = q + ((size_t)(s0 + r) * H + h) * hd;
-                float *acc = out + ((size_t)(s0 + r) * H + h) * hd;
-                att_tile_dots(sc, qr, kt, hd, jn);
-                float mt = -INFINITY;
-                for (int jj = 0; jj < jn; jj++) {
-                    sc[jj] *= scale;
-                    if (sc[jj] > mt) mt = sc[jj];
-                }
-                float mnew = m[rr] > mt ? m[rr] : mt, corr = expf(m[rr] - mnew);
-                l[rr] *= corr;
-                for (int i = 0; i < hd; i++) acc[i] *= corr;
-                for (int jj = 0; jj < jn; jj++) {
-                    const float *vj = v + ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
-                    float p = expf(sc[jj] - mnew);
-                    l[rr] += p;
-                    axpyf(acc, p, vj, hd);
-                }
-                m[rr] = mnew;
-            }
-        }
-        for (int rr = 0; rr < rn; rr++) {
-            float *o = out + ((size_t)(s0 + r0 + rr) * H + h) * hd;
-            for (int i = 0; i < hd; i++) o[i] /= l[rr];
-            A->lse[(size_t)(s0 + r0 + rr) * H + h] = m[rr] + logf(l[rr]);
-        }
-    }
-}
-
-static void att_forward_range(void *c, size_t lo, size_t hi)
-{
-    const att_args *A = c;
-    for (size_t u = lo; u < hi; u++) att_forward_unit(A, (int)(u / (size_t)A->H), (int)(u % (size_t)A->H));
-}
-
-/* Units below this many score x head_dim products in all stay on one thread. */
-#define ATT_PAR_WORK 262144.0
-
-/* Rough multiply-adds of an attention call: sum over sequences of len^2 * H * hd. */
-static double att_work(const int *cu, int nseq, int H, int hd)
-{
-    double w = 0;
-    for (int i = 0; i < nseq; i++) w += (double)(cu[i + 1] - cu[i]) * (cu[i + 1] - cu[i]);
-    return w * H * hd;
-}
-
-/* Attention over variable-length sequences (flash-attention varlen style):
- * sequence i holds rows cu_seqlens[i] .. cu_seqlens[i+1]-1; rows attend only within
- * their sequence (block-diagonal), and if causal only to keys j <= their own row.
- * q[n, H, hd], k/v[n, Hkv, hd]; query head h reads kv head h / (H / Hkv) (GQA).
- * out[r, h] = sum_j softmax_j(q[r,h] . k[j] / sqrt(hd)) v[j];  lse[r, h] = log sum_j exp(score).
- * Online softmax over key tiles of EX_ATT_TILE: only a tile of scores per row is live,
- * never the s x s matrix; out holds each row's running accumulator. Loops run per
- * (sequence, head) unit (the units are spread over the pool), then per block of
- * EX_ATT_TILE query rows and key tile, the key tile transposed once for the block so
- * the scores vectorize; each row sees the same operations in the same order as a
- * row-by-row loop. lse[n, H] is kept for the backward pass. */
-static void cpu_attention_forward(float *out, float *lse, const float *q, const float *k,
-                                  const float *v, const int *cu, int nseq, int H, int Hkv,
-                                  int hd, bool causal)
-{
-    att_args A = { .out = out, .lse = lse, .q = q, .k = k, .v = v, .cu = cu, .H = H, .Hkv = Hkv,
-                   .hd = hd, .causal = causal };
-    size_t units = (size_t)nseq * H;
-    cpu_parallel(units, att_work(cu, nseq, H, hd) < ATT_PAR_WORK ? units : 1, att_forward_range, &A);
-}
-
-/* Copies rows j0 .. j0+jn-1 of head kvh of x[n, Hkv, hd] to or from the
- * contiguous tile xs[jn, hd]. */
-static void att_rows_load(float *xs, const float *x, int j0, int jn, int Hkv, int kvh, int hd)
-{
-    for (int jj = 0; jj < jn; jj++)
-        memcpy(xs + (size_t)jj * hd, x + ((size_t)(j0 + jj) * Hkv + kvh) * hd, (size_t)hd * sizeof *xs);
-}
-
-static void att_rows_store(float *x, const float *xs, int j0, int jn, int Hkv, int kvh, int hd)
-{
-    for (int jj = 0; jj < jn; jj++)
-        memcpy(x + ((size_t)(j0 + jj) * Hkv + kvh) * hd, xs + (size_t)jj * hd, (size_t)hd * sizeof *xs);
-}
-
-/* Backward of one (sequence sq, kv head kvh) unit: its dk, dv rows and the dq rows
- * of the query heads reading kvh. The key tile's dk, dv rows are accumulated in a
- * contiguous local copy and written back once per tile: the units of one sequence
- * own interleaved hd-float slices of the same dk, dv rows, and threads adding into
- * neighbouring slices for every (row, key) ran 2 threads 2-2.3x slower than 1
- * (bench/attn_threads: s=256, H=4 and 8, Hkv=2 and 4, hd=16). The same additions
- * in the same order: the same bits. */
-static void att_backward_unit(const att_args *A, int sq, int kvh)
-{
-    int H = A->H, Hkv = A->Hkv, hd = A->hd, group = H / Hkv;
-    bool causal = A->causal;
-    const float *q = A->q, *k = A->k, *dout = A->dout;
-    float scale = 1.0f / sqrtf((float)hd), sc[EX_ATT_TILE], dp[EX_ATT_TILE];
-    float kt[(size_t)hd * EX_ATT_TILE], vt[(size_t)hd * EX_ATT_TILE];
-    float dkt[(size_t)hd * EX_ATT_TILE], dvt[(size_t)hd * EX_ATT_TILE];
-    int s0 = A->cu[sq], len = A->cu[sq + 1] - s0;
-    float *dk = A->dk + (size_t)s0 * Hkv * hd, *dv = A->dv + (size_t)s0 * Hkv * hd;
-    for (int j0 = 0; j0 < len; j0 += EX_ATT_TILE) {
-        int tn = len - j0 < EX_ATT_TILE ? len - j0 : EX_ATT_TILE;
-        att_tile_transpose(kt, k + (size_t)s0 * Hkv * hd, j0, tn, Hkv, kvh, hd);
-        att_tile_transpose(vt, A->v + (size_t)s0 * Hkv * hd, j0, tn, Hkv, kvh, hd);
-        att_rows_load(dkt, dk, j0, tn, Hkv, kvh, hd);
-        att_rows_load(dvt, dv, j0, tn, Hkv, kvh, hd);
-        for (int r = causal ? j0 : 0; r < len; r++) {
-            int kend = causal ? r + 1 : len, jn = kend - j0 < tn ? kend - j0 : tn;
-            for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                size_t qo = ((size_t)(s0 + r) * H + h) * hd;
-                const float *qr = q + qo, *dor = dout + qo;
-                float D = dotf(dor, A->o + qo, hd), L = A->L[(size_t)(s0 + r) * H + h];
-                att_tile_dots(sc, qr, kt, hd, jn);
-                att_tile_dots(dp, dor, vt, hd, jn);
-                for (int jj = 0; jj < jn; jj++) {
-                    size_t ko = ((size_t)(s0 + j0 + jj) * Hkv + kvh) * hd;
-                    float p = expf(sc[jj] * scale - L);
-                    float ds = p * (dp[jj] - D) * scale;
-                    axpyf(dvt + (size_t)jj * hd, p, dor, hd);
-                    axpyf(A->dq + qo, ds, k + ko, hd);
-                    axpyf(dkt + (size_t)jj * hd, ds, qr, hd);
-                }
-            }
-        }
-        att_rows_store(dk, dkt, j0, tn, Hkv, kvh, hd);
-        att_rows_store(dv, dvt, j0, tn, Hkv, kvh, hd);
-    }
-}
-
-static void att_backward_range(void *c, size_t lo, size_t hi)
-{
-    const att_args *A = c;
-    for (size_t u = lo; u < hi; u++) att_backward_unit(A, (int)(u / (size_t)A->Hkv), (int)(u % (size_t)A->Hkv));
-}
-
-/* Attention backward, recomputing scores per key from q, k and lse (no s x s matrix):
- * p = exp(q.k/sqrt(hd) - lse), D[r] = dout[r] . out[r],
- * dv[j] += p dout[r];  ds = p (dout[r] . v[j] - D[r]);
- * dq[r] += ds k[j] / sqrt(hd);  dk[j] += ds q[r] / sqrt(hd).
- * Units (sequence, kv head) own disjoint gradient rows and are spread over the pool;
- * within one, loops run per key tile with the tile's k and v transposed once, then
- * over rows r and the group's query heads h: every gradient element receives its
- * terms in the order of a loop over r, h, j (dk, dv: r-major then h; dq: j ascending). */
-static void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout,
-                                   const float *q, const float *k, const float *v,
-                                   const float *out, const float *lse, const int *cu, int nseq,
-                                   int H, int Hkv, int hd, bool causal)
-{
-    att_args A = { .dq = dq, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .dout = dout, .o = out,
-                   .L = lse, .cu = cu, .H = H, .Hkv = Hkv, .hd = hd, .causal = causal };
-    size_t units = (size_t)nseq * Hkv;
-    cpu_parallel(units, att_work(cu, nseq, H, hd) < ATT_PAR_WORK ? units : 1, att_backward_range, &A);
-}
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -540,7 +319,7 @@ static void swiglu_fwd_range(void *ctx, size_t lo, size_t hi)
 static void cpu_swiglu_forward(float *h, const float *g, const float *u, size_t n)
 {
     act_args A = { .y = h, .a = g, .b = u };
-    cpu_parallel(n, CPU_GRAIN, swiglu_fwd_range, &A);
+    ex_cpu_parallel(n, CPU_GRAIN, swiglu_fwd_range, &A);
 }
 
 /* SwiGLU backward: du += dh silu(g);  dg += dh u sigmoid(g) (1 + g (1 - sigmoid(g))) */
@@ -560,7 +339,7 @@ static void cpu_swiglu_backward(float *dg, float *du, const float *dh, const flo
                                 const float *u, size_t n)
 {
     act_args A = { .y = dg, .y2 = du, .a = dh, .b = g, .c = u };
-    cpu_parallel(n, CPU_GRAIN, swiglu_bwd_range, &A);
+    ex_cpu_parallel(n, CPU_GRAIN, swiglu_bwd_range, &A);
 }
 
 /* GELU, exact erf form (torch.nn.GELU() default, the Qwen2.5-VL merger's activation):
@@ -604,6 +383,33 @@ static void cpu_embedding_backward(float *dwte, const float *dout, const int32_t
         const float *g = dout + (size_t)t * d;
         for (int j = 0; j < d; j++) row[j] += g[j];
     }
+}
+
+/* Rows by index: gather dst[i, :] = src[rows[i], :]; scatter-add
+ * dst[rows[i], :] += src[i, :] (distinct rows, so the ranges of rows the
+ * threads take never write the same row). */
+static void cpu_gather_rows(float *dst, const float *src, const int *rows, int n, int d)
+{
+    for (int i = 0; i < n; i++) memcpy(dst + (size_t)i * d, src + (size_t)rows[i] * d, (size_t)d * sizeof *dst);
+}
+
+typedef struct { float *dst; const float *src; const int *rows; int d; } rows_args;
+
+static void scatter_add_range(void *c, size_t lo, size_t hi)
+{
+    rows_args *a = c;
+    for (size_t i = lo; i < hi; i++) {
+        float *y = a->dst + (size_t)a->rows[i] * a->d;
+        const float *x = a->src + i * a->d;
+        for (int j = 0; j < a->d; j++) y[j] += x[j];
+    }
+}
+
+static void cpu_scatter_add_rows(float *dst, const float *src, const int *rows, int n, int d)
+{
+    if (n <= 0 || d <= 0) return;
+    rows_args a = { dst, src, rows, d };
+    ex_cpu_parallel((size_t)n, CPU_GRAIN / (size_t)d + 1, scatter_add_range, &a);
 }
 
 /* ce_row_max: mx[r] = max_c logits[r, c] */
@@ -693,7 +499,7 @@ static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, fl
 {
     adamw_args A = { .p = p, .m = m, .v = v, .g = g, .lr = lr, .beta1 = beta1, .beta2 = beta2,
                      .eps = eps, .wd = weight_decay, .step = lr / bias_c1, .sqrt_c2 = sqrtf(bias_c2) };
-    cpu_parallel(n, CPU_GRAIN, adamw_range, &A);
+    ex_cpu_parallel(n, CPU_GRAIN, adamw_range, &A);
 }
 
 static const ex_backend cpu_backend = {
@@ -710,14 +516,26 @@ static const ex_backend cpu_backend = {
     .rmsnorm_backward = cpu_rmsnorm_backward,
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,
-    .attention_forward = cpu_attention_forward,
-    .attention_backward = cpu_attention_backward,
+    .attention_forward = ex_cpu_attention_forward,
+    .attention_backward = ex_cpu_attention_backward,
+    .attention_part_forward = ex_cpu_attention_part_forward,
+    .attention_part_backward = ex_cpu_attention_part_backward,
+    .attention_merge = ex_cpu_attention_merge,
+    .transpose_blocks = cpu_transpose_blocks,
     .swiglu_forward = cpu_swiglu_forward,
     .swiglu_backward = cpu_swiglu_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
+    .layernorm_forward = ex_cpu_layernorm_forward,
+    .layernorm_backward = ex_cpu_layernorm_backward,
+    .im2col1d = ex_cpu_im2col1d,
+    .col2im1d = ex_cpu_col2im1d,
+    .avgpool_rows_forward = ex_cpu_avgpool_rows_forward,
+    .avgpool_rows_backward = ex_cpu_avgpool_rows_backward,
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward = cpu_embedding_backward,
+    .gather_rows = cpu_gather_rows,
+    .scatter_add_rows = cpu_scatter_add_rows,
     .cross_entropy = cpu_cross_entropy,
     .ce_row_max = cpu_ce_row_max,
     .ce_exp_sum = cpu_ce_exp_sum,

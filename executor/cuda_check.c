@@ -23,7 +23,7 @@ int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
 
 #include <cuda_runtime_api.h>
 
-#define CHECK_MAX_BUFS 24
+#define CHECK_MAX_BUFS 32
 
 typedef struct {
     const ex_backend *cpu, *gpu;
@@ -146,6 +146,45 @@ static void check_rmsnorm_swiglu(checker *c)
     compare(c, "add_inplace", Dy, y, N * D);
 }
 
+/* The audio encoder's kernels: LayerNorm, the conv stem's im2col / col2im
+ * (stride 2, an output range starting inside the sequence) and row pooling. */
+static void check_whisper(checker *c)
+{
+    enum { N = 29, D = 200, C = 24, K = 3, NX = 40, R = 17 };
+    float *x = host_buf(c, N * D, 1, 2), *w = host_buf(c, D, 2, 1), *b = host_buf(c, D, 3, 1);
+    float *y = host_buf(c, N * D, 0, 0), *mu = host_buf(c, N, 0, 0), *r = host_buf(c, N, 0, 0);
+    float *dy = host_buf(c, N * D, 4, 1), *dx = host_buf(c, N * D, 5, 1), *dw = host_buf(c, D, 6, 1);
+    float *db = host_buf(c, D, 7, 1), *col = host_buf(c, R * C * K, 0, 0), *dxc = host_buf(c, NX * C, 8, 1);
+    float *pool = host_buf(c, N / 2 * D, 0, 0);
+    if (c->rc) return;
+    float *Dx = dev_f(c, x, N * D), *Dw = dev_f(c, w, D), *Db = dev_f(c, b, D), *Dy = dev_f(c, y, N * D);
+    float *Dmu = dev_f(c, mu, N), *Dr = dev_f(c, r, N), *Ddy = dev_f(c, dy, N * D), *Ddx = dev_f(c, dx, N * D);
+    float *Ddw = dev_f(c, dw, D), *Ddb = dev_f(c, db, D), *Dcol = dev_f(c, col, R * C * K);
+    float *Ddxc = dev_f(c, dxc, NX * C), *Dpool = dev_f(c, pool, N / 2 * D);
+    if (c->rc) return;
+    c->cpu->layernorm_forward(y, mu, r, x, w, b, N, D, 1e-5f);
+    c->gpu->layernorm_forward(Dy, Dmu, Dr, Dx, Dw, Db, N, D, 1e-5f);
+    compare(c, "layernorm_forward", Dy, y, N * D);
+    compare(c, "layernorm_forward rstd", Dr, r, N);
+    c->cpu->layernorm_backward(dx, dw, db, dy, x, w, mu, r, N, D);
+    c->gpu->layernorm_backward(Ddx, Ddw, Ddb, Ddy, Dx, Dw, Dmu, Dr, N, D);
+    compare(c, "layernorm_backward dinp", Ddx, dx, N * D);
+    compare(c, "layernorm_backward dw", Ddw, dw, D);
+    compare(c, "layernorm_backward db", Ddb, db, D);
+    c->cpu->im2col1d(col, x, R, C, K, 2, 1, 2, 3, NX);
+    c->gpu->im2col1d(Dcol, Dx, R, C, K, 2, 1, 2, 3, NX);
+    compare(c, "im2col1d", Dcol, col, R * C * K);
+    c->cpu->col2im1d(dxc, dy, R, C, K, 2, 1, 2, 3, NX);
+    c->gpu->col2im1d(Ddxc, Ddy, R, C, K, 2, 1, 2, 3, NX);
+    compare(c, "col2im1d", Ddxc, dxc, NX * C);
+    c->cpu->avgpool_rows_forward(pool, x, N / 2, 2, D);
+    c->gpu->avgpool_rows_forward(Dpool, Dx, N / 2, 2, D);
+    compare(c, "avgpool_rows_forward", Dpool, pool, N / 2 * D);
+    c->cpu->avgpool_rows_backward(dx, pool, N / 2, 2, D);
+    c->gpu->avgpool_rows_backward(Ddx, Dpool, N / 2, 2, D);
+    compare(c, "avgpool_rows_backward", Ddx, dx, N * D);
+}
+
 /* Two sequences (one longer than a key tile), GQA 4/2, causal and not. */
 static void check_attention(checker *c, bool causal)
 {
@@ -170,6 +209,42 @@ static void check_attention(checker *c, bool causal)
     compare(c, "attention_backward dq", Ddq, dq, qn);
     compare(c, "attention_backward dk", Ddk, dk, kn);
     compare(c, "attention_backward dv", Ddv, dv, kn);
+}
+
+/* Ring attention's pieces: two sequences of 75 rows, every query over two
+ * key blocks (0..29, 30..74) merged, their backward from the merged result;
+ * and the Ulysses packing's transpose. */
+static void check_ring(checker *c)
+{
+    enum { S = 2, L = 75, H = 4, HKV = 2, HD = 24, K0 = 30 };
+    size_t qn = (size_t)S * L * H * HD, kn = (size_t)S * L * HKV * HD, ln = (size_t)S * L * H;
+    float *q = host_buf(c, qn, 1, 2), *k = host_buf(c, kn, 2, 2), *v = host_buf(c, kn, 3, 1), *g = host_buf(c, qn, 4, 1);
+    float *o = host_buf(c, qn, 0, 0), *l = host_buf(c, ln, 0, 0), *po = host_buf(c, qn, 0, 0), *pl = host_buf(c, ln, 0, 0);
+    float *dq = host_buf(c, qn, 5, 1), *dk = host_buf(c, kn, 6, 1), *dv = host_buf(c, kn, 7, 1), *t = host_buf(c, kn, 0, 0);
+    if (c->rc) return;
+    float *Dq = dev_f(c, q, qn), *Dk = dev_f(c, k, kn), *Dv = dev_f(c, v, kn), *Dg = dev_f(c, g, qn);
+    float *Do = dev_f(c, o, qn), *Dl = dev_f(c, l, ln), *Dpo = dev_f(c, po, qn), *Dpl = dev_f(c, pl, ln);
+    float *Ddq = dev_f(c, dq, qn), *Ddk = dev_f(c, dk, kn), *Ddv = dev_f(c, dv, kn), *Dt = dev_f(c, t, kn);
+    if (c->rc) return;
+    const ex_backend *be[2] = { c->cpu, c->gpu };
+    float *buf[2][11] = { { o, l, po, pl, q, k, v, g, dq, dk, dv }, { Do, Dl, Dpo, Dpl, Dq, Dk, Dv, Dg, Ddq, Ddk, Ddv } };
+    for (int i = 0; i < 2; i++) {
+        float **x = buf[i];
+        be[i]->attention_part_forward(x[0], x[1], x[4], x[5], x[6], S, L, 0, L, 0, K0, H, HKV, HD);
+        be[i]->attention_part_forward(x[2], x[3], x[4], x[5], x[6], S, L, 0, L, K0, L - K0, H, HKV, HD);
+        be[i]->attention_merge(x[0], x[1], x[2], x[3], S, L, 0, L, H, HD);
+        be[i]->attention_part_backward(x[8], x[9], x[10], x[7], x[4], x[5], x[6], x[0], x[1], S, L, 0, L, 0, K0, H, HKV, HD);
+        be[i]->attention_part_backward(x[8], x[9], x[10], x[7], x[4], x[5], x[6], x[0], x[1], S, L, 0, L, K0, L - K0, H,
+                                       HKV, HD);
+    }
+    compare(c, "attention_part_forward + merge", Do, o, qn);
+    compare(c, "attention_merge lse", Dl, l, ln);
+    compare(c, "attention_part_backward dq", Ddq, dq, qn);
+    compare(c, "attention_part_backward dk", Ddk, dk, kn);
+    compare(c, "attention_part_backward dv", Ddv, dv, kn);
+    c->cpu->transpose_blocks(t, k, S * L, HKV, HD);
+    c->gpu->transpose_blocks(Dt, Dk, S * L, HKV, HD);
+    compare(c, "transpose_blocks", Dt, t, kn);
 }
 
 static void check_cross_entropy_adamw(checker *c)
@@ -205,6 +280,26 @@ static void check_cross_entropy_adamw(checker *c)
     compare(c, "sumsq", Ds, &fref, 1);
 }
 
+/* The LLM head's rows: gathered, and their gradient scatter-added back. */
+static void check_rows(checker *c)
+{
+    enum { N = 300, R = 257, D = 96 };
+    int rows[R];
+    for (int i = 0; i < R; i++) rows[i] = (i * 7 + 3) % N;   /* distinct, out of order */
+    float *src = host_buf(c, N * D, 1, 2), *got = host_buf(c, R * D, 0, 0), *g = host_buf(c, R * D, 2, 1);
+    float *dst = host_buf(c, N * D, 3, 1);
+    if (c->rc) return;
+    float *Dsrc = dev_f(c, src, N * D), *Dgot = dev_f(c, got, R * D), *Dg = dev_f(c, g, R * D), *Ddst = dev_f(c, dst, N * D);
+    int *Drows = dev_copy(c, rows, R, sizeof *rows);
+    if (c->rc) return;
+    c->cpu->gather_rows(got, src, rows, R, D);
+    c->gpu->gather_rows(Dgot, Dsrc, Drows, R, D);
+    compare(c, "gather_rows", Dgot, got, R * D);
+    c->cpu->scatter_add_rows(dst, g, rows, R, D);
+    c->gpu->scatter_add_rows(Ddst, Dg, Drows, R, D);
+    compare(c, "scatter_add_rows", Ddst, dst, N * D);
+}
+
 int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
 {
     checker c = {ex_backend_cpu(), ex_backend_cuda(err), {0}, {0}, 0, 0, 0, "", err, UTIL_OK};
@@ -213,11 +308,17 @@ int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
     release(&c);
     check_rmsnorm_swiglu(&c);
     release(&c);
+    check_whisper(&c);
+    release(&c);
     check_attention(&c, false);
     release(&c);
     check_attention(&c, true);
     release(&c);
+    check_ring(&c);
+    release(&c);
     check_cross_entropy_adamw(&c);
+    release(&c);
+    check_rows(&c);
     release(&c);
     *worst = c.worst;
     if (what && what_len) snprintf(what, what_len, "%s", c.what[0] ? c.what : "none");

@@ -5,7 +5,8 @@
  * own kernels. Shapes and math of each kernel are stated above it.
  *
  *  - Every pointer is a device pointer: tensors, and also cu_seqlens (nseq + 1
- *    ints), tokens and targets. The attention kernels read cu_seqlens on the
+ *    ints), tokens, targets and the rows of gather_rows / scatter_add_rows.
+ *    The attention kernels read cu_seqlens on the
  *    device, so no call waits for the host (the grid strides over the tiles of
  *    each sequence instead of being sized from the lengths).
  *  - Kernels launch asynchronously on the legacy default stream (stream 0);
@@ -205,6 +206,22 @@ static __global__ void fill_rows_kernel(float *y, const float *b, size_t n, int 
     for (size_t i = gs_first(); i < n * d; i += gs_stride()) y[i] = b[i % d];
 }
 
+/* dst[c, r, :] = src[r, c, :], blocks of blk floats; one thread per element of src */
+static __global__ void transpose_blocks_kernel(float *dst, const float *src, size_t rows, size_t cols, size_t blk)
+{
+    size_t n = rows * cols * blk;
+    for (size_t i = gs_first(); i < n; i += gs_stride()) {
+        size_t b = i / blk, r = b / cols, c = b % cols;
+        dst[(c * rows + r) * blk + i % blk] = src[i];
+    }
+}
+
+static void cuda_transpose_blocks(float *dst, const float *src, int rows, int cols, size_t blk)
+{
+    size_t n = (size_t)(rows > 0 ? rows : 0) * (cols > 0 ? cols : 0) * blk;
+    if (n) EX_LAUNCH(transpose_blocks_kernel, grid_for(n, THREADS), THREADS, dst, src, (size_t)rows, (size_t)cols, blk);
+}
+
 static void cuda_zero(float *x, size_t n)
 {
     if (n) note_cuda(cudaMemsetAsync(x, 0, n * sizeof *x, 0), "cudaMemsetAsync (zero)");
@@ -268,14 +285,14 @@ static double cuda_sumsq(const float *x, size_t n)
 
 /* ------------------------------------------------------------ linear */
 
-/* Column sums over rows: dst[j] += sum_r a[r, j] * (x ? x[r, j] * rstd[r] : 1),
- * a[n, d]. A block takes 32 columns; its 4 row lanes sum rows lane, lane + 4, ...
- * and lane 0 adds the 4 partials in order. (Linear db; RMSNorm dw with
- * xhat = x * rstd.) */
+/* Column sums over rows: dst[j] += sum_r a[r, j] * (x ? xhat[r, j] : 1), a[n, d],
+ * xhat = x * rstd (RMSNorm) or (x - mean) * rstd (LayerNorm, mean given).
+ * A block takes 32 columns; its 4 row lanes sum rows lane, lane + 4, ...
+ * and lane 0 adds the 4 partials in order. (Linear db; the norms' dw.) */
 #define COL_WIDTH 32
 #define COL_LANES (THREADS / COL_WIDTH)
-static __global__ void column_sum_kernel(float *dst, const float *a, const float *x, const float *rstd,
-                                         int n, int d)
+static __global__ void column_sum_kernel(float *dst, const float *a, const float *x, const float *mean,
+                                         const float *rstd, int n, int d)
 {
     __shared__ float part[COL_LANES][COL_WIDTH];
     int c = threadIdx.x % COL_WIDTH, lane = threadIdx.x / COL_WIDTH;
@@ -285,7 +302,7 @@ static __global__ void column_sum_kernel(float *dst, const float *a, const float
         if (j < d)
             for (int r = lane; r < n; r += COL_LANES) {
                 size_t o = (size_t)r * d + j;
-                s += x ? a[o] * (x[o] * rstd[r]) : a[o];
+                s += x ? a[o] * ((mean ? x[o] - mean[r] : x[o]) * rstd[r]) : a[o];
             }
         part[lane][c] = s;
         __syncthreads();
@@ -298,9 +315,10 @@ static __global__ void column_sum_kernel(float *dst, const float *a, const float
     }
 }
 
-static void column_sum(float *dst, const float *a, const float *x, const float *rstd, int n, int d)
+static void column_sum(float *dst, const float *a, const float *x, const float *mean, const float *rstd, int n,
+                       int d)
 {
-    EX_LAUNCH(column_sum_kernel, grid_for((size_t)d, COL_WIDTH), THREADS, dst, a, x, rstd, n, d);
+    EX_LAUNCH(column_sum_kernel, grid_for((size_t)d, COL_WIDTH), THREADS, dst, a, x, mean, rstd, n, d);
 }
 
 /* linear: out[n, o] = inp[n, i] @ w[o, i]^T + b[o]   (b may be NULL).
@@ -342,7 +360,7 @@ static void cuda_linear_backward(float *dinp, float *dw, float *db, const float 
             note_blas(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, o, n, &one, inp, ld, dout, o, &one, dw, ld),
                       "cublasSgemm (linear_backward dw)");
     }
-    if (db) column_sum(db, dout, NULL, NULL, n, o);
+    if (db) column_sum(db, dout, NULL, NULL, NULL, n, o);
 }
 
 /* ------------------------------------------------------------ RMSNorm */
@@ -394,9 +412,13 @@ static void cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, con
                                   const float *w, const float *rstd, int n, int d)
 {
     if (n <= 0 || d <= 0) return;
-    if (dw) column_sum(dw, dout, inp, rstd, n, d);
+    if (dw) column_sum(dw, dout, inp, NULL, rstd, n, d);
     if (dinp) EX_LAUNCH(rmsnorm_backward_kernel, grid_for((size_t)n, 1), THREADS, dinp, dout, inp, w, rstd, n, d);
 }
+
+/* ------------------------------------------------------------ LayerNorm, conv stem, pooling */
+
+#include "executor/cuda_kernels_whisper.cuh"
 
 /* ------------------------------------------------------------ RoPE */
 
@@ -436,317 +458,7 @@ static void cuda_rope_backward(float *dx, const float *cos, const float *sin, in
     rope(dx, cos, sin, n, nh, hd, -1.0f);
 }
 
-/* ------------------------------------------------------------ attention
- * Flash-style tiles of TILE query rows x TILE key rows of one (sequence, head),
- * head_dim handled in chunks of TILE columns, so shared memory (3 to 6 tiles
- * of 4 KiB) does not grow with head_dim. A block of THREADS threads owns, for a score tile, the
- * entries (r = t % TILE, j = t / TILE + STEP e), e < PER, and for a tile of
- * outputs / gradients the entries (row = t / TILE + STEP e, column = t % TILE):
- * every output element is written by one thread, in a fixed order.
- * Grids are (nseq, heads, Y): block z takes the tiles z, z + Y, ... of its
- * sequence (the lengths live on the device), Y = ATT_TARGET_BLOCKS / (nseq heads). */
-#define TILE 32
-#define STEP (THREADS / TILE)
-#define PER (TILE / STEP)
-typedef float att_tile[TILE][TILE + 1];   /* +1: conflict-free column reads */
-
-/* dst[rr][c] = src[rr * stride + d0 + c] for rr < rows and d0 + c < hd, else 0 */
-static __device__ void att_load(att_tile dst, const float *src, int rows, size_t stride, int d0, int hd)
-{
-    for (int e = threadIdx.x; e < TILE * TILE; e += THREADS) {
-        int rr = e / TILE, c = e % TILE;
-        dst[rr][c] = rr < rows && d0 + c < hd ? src[(size_t)rr * stride + d0 + c] : 0.0f;
-    }
-}
-
-/* Scores of a tile, this thread's entries: sc[e] = q[r] . k[j] (the sum over
- * head_dim in ascending order), and if dp != NULL dp[e] = g[r] . v[j]. q, g
- * (query side, row stride qs) and k, v (key side, row stride ks) point at the
- * tile's first row of their head; qt, kt, gt, vt are the staging tiles (gt and
- * vt unused without dp). */
-static __device__ void att_scores(float *sc, float *dp, att_tile qt, att_tile kt, att_tile gt, att_tile vt,
-                                  const float *q, const float *k, const float *g, const float *v,
-                                  int rn, int jn, size_t qs, size_t ks, int hd)
-{
-    int r = threadIdx.x % TILE, j0 = threadIdx.x / TILE;
-    for (int e = 0; e < PER; e++) {
-        sc[e] = 0.0f;
-        if (dp) dp[e] = 0.0f;
-    }
-    for (int d0 = 0; d0 < hd; d0 += TILE) {
-        att_load(qt, q, rn, qs, d0, hd);
-        att_load(kt, k, jn, ks, d0, hd);
-        if (dp) {
-            att_load(gt, g, rn, qs, d0, hd);
-            att_load(vt, v, jn, ks, d0, hd);
-        }
-        __syncthreads();
-        for (int e = 0; e < PER; e++) {
-            int j = j0 + STEP * e;
-            for (int i = 0; i < TILE; i++) sc[e] += qt[r][i] * kt[j][i];
-            if (dp)
-                for (int i = 0; i < TILE; i++) dp[e] += gt[r][i] * vt[j][i];
-        }
-        __syncthreads();
-    }
-}
-
-/* D[rr] = g[rr] . o[rr] (head_dim ascending) for the tile's rows rr < rn
- * (0 beyond); gt, ot are staging tiles. */
-static __device__ void att_row_dots(float *D, att_tile gt, att_tile ot, const float *g, const float *o,
-                                    int rn, size_t qs, int hd)
-{
-    int t = threadIdx.x;
-    float s = 0;
-    for (int d0 = 0; d0 < hd; d0 += TILE) {
-        att_load(gt, g, rn, qs, d0, hd);
-        att_load(ot, o, rn, qs, d0, hd);
-        __syncthreads();
-        if (t < TILE)
-            for (int i = 0; i < TILE; i++) s += gt[t][i] * ot[t][i];
-        __syncthreads();
-    }
-    if (t < TILE) D[t] = s;
-}
-
-/* Online-softmax step of one query row over a tile of scaled scores p[TILE]
- * (masked entries -inf): m = max(m, max p), c = exp(m_old - m), l = l c + sum
- * exp(p - m), p = exp(p - m). Rows past the tile's end get p = 0, c = 1. */
-static __device__ void att_softmax_row(float *p, float *m, float *l, float *c, bool valid)
-{
-    if (!valid) {
-        for (int j = 0; j < TILE; j++) p[j] = 0.0f;
-        *c = 1.0f;
-        return;
-    }
-    float mt = -INFINITY;
-    for (int j = 0; j < TILE; j++) mt = fmaxf(mt, p[j]);
-    float mnew = fmaxf(*m, mt), corr = expf(*m - mnew), sum = *l * corr;
-    for (int j = 0; j < TILE; j++) {
-        p[j] = expf(p[j] - mnew);
-        sum += p[j];
-    }
-    *m = mnew;
-    *l = sum;
-    *c = corr;
-}
-
-/* Whether score (query row r0 + r, key j0 + j) of a tile is attended. */
-static __device__ __forceinline__ bool att_visible(int r0, int r, int rn, int j0, int j, int jn, bool causal)
-{
-    return r < rn && j < jn && (!causal || j0 + j <= r0 + r);
-}
-
-/* Attention forward, q[n, H, hd], k/v[n, Hkv, hd], out[n, H, hd], lse[n, H]
- * (flash-attention varlen): sequence s holds rows cu[s] .. cu[s+1]-1 and
- * attends within itself (causal: keys j <= row); query head h reads kv head
- * h / (H / Hkv). out[r, h] = sum_j softmax_j(q[r, h] . k[j] / sqrt(hd)) v[j],
- * lse[r, h] = log sum_j exp(score). Block (s, h, z) takes the query tiles z,
- * z + Y, ...; per key tile: scores (chunked over hd), the online-softmax update
- * per row (thread r), then out[rows] = out c + P V chunk by chunk (out holds
- * the running accumulator), and at the end out /= l, lse = m + log l. */
-static __global__ void attention_forward_kernel(float *out, float *lse, const float *q, const float *k,
-                                                const float *v, const int *cu, int H, int Hkv, int hd,
-                                                bool causal)
-{
-    __shared__ att_tile qt, kt, pt;
-    __shared__ float row_m[TILE], row_l[TILE], row_c[TILE];
-    int h = blockIdx.y, kvh = h / (H / Hkv), t = threadIdx.x, col = t % TILE;
-    int s0 = cu[blockIdx.x], len = cu[blockIdx.x + 1] - s0;
-    size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    const float *kh = k + (size_t)s0 * ks + (size_t)kvh * hd, *vh = v + (size_t)s0 * ks + (size_t)kvh * hd;
-    for (int r0 = blockIdx.z * TILE; r0 < len; r0 += gridDim.z * TILE) {
-        int rn = imin(TILE, len - r0), kend = causal ? r0 + rn : len;
-        const float *qr = q + (size_t)(s0 + r0) * qs + (size_t)h * hd;
-        float *o = out + (size_t)(s0 + r0) * qs + (size_t)h * hd;
-        if (t < TILE) {
-            row_m[t] = -INFINITY;
-            row_l[t] = 0.0f;
-        }
-        for (int d = col; d < hd; d += TILE)
-            for (int e = 0; e < PER; e++) {
-                int rr = t / TILE + STEP * e;
-                if (rr < rn) o[(size_t)rr * qs + d] = 0.0f;
-            }
-        for (int j0 = 0; j0 < kend; j0 += TILE) {
-            int jn = imin(TILE, kend - j0);
-            float sc[PER];
-            att_scores(sc, NULL, qt, kt, NULL, NULL, qr, kh + (size_t)j0 * ks, NULL, NULL, rn, jn, qs, ks, hd);
-            for (int e = 0; e < PER; e++) {
-                int r = col, j = t / TILE + STEP * e;
-                pt[r][j] = att_visible(r0, r, rn, j0, j, jn, causal) ? sc[e] * scale : -INFINITY;
-            }
-            __syncthreads();
-            if (t < TILE) att_softmax_row(pt[t], &row_m[t], &row_l[t], &row_c[t], t < rn);
-            /* (the barrier after the first V chunk's load publishes pt and row_c) */
-            for (int d0 = 0; d0 < hd; d0 += TILE) {
-                att_load(kt, vh + (size_t)j0 * ks, jn, ks, d0, hd);
-                __syncthreads();
-                int d = d0 + col;
-                for (int e = 0; e < PER; e++) {
-                    int rr = t / TILE + STEP * e;
-                    if (rr >= rn || d >= hd) continue;
-                    float acc = o[(size_t)rr * qs + d] * row_c[rr];
-                    for (int j = 0; j < TILE; j++) acc += pt[rr][j] * kt[j][col];
-                    o[(size_t)rr * qs + d] = acc;
-                }
-                __syncthreads();
-            }
-        }
-        for (int d = col; d < hd; d += TILE)
-            for (int e = 0; e < PER; e++) {
-                int rr = t / TILE + STEP * e;
-                if (rr < rn) o[(size_t)rr * qs + d] /= row_l[rr];
-            }
-        if (t < rn) lse[(size_t)(s0 + r0 + t) * H + h] = row_m[t] + logf(row_l[t]);
-        __syncthreads();
-    }
-}
-
-/* Attention backward of q, recomputing probabilities from lse:
- * p = exp(q.k / sqrt(hd) - lse[r]), D[r] = dout[r] . out[r],
- * ds = p (dout[r] . v[j] - D[r]) / sqrt(hd);  dq[r] += sum_j ds k[j].
- * Block (s, h, z) takes the query tiles z, z + Y, ... of sequence s, head h,
- * and walks the key tiles it sees. */
-static __global__ void attention_backward_dq_kernel(float *dq, const float *dout, const float *q,
-                                                    const float *k, const float *v, const float *out,
-                                                    const float *lse, const int *cu, int H, int Hkv,
-                                                    int hd, bool causal)
-{
-    __shared__ att_tile qt, kt, gt, vt, dst;
-    __shared__ float row_D[TILE], row_L[TILE];
-    int h = blockIdx.y, kvh = h / (H / Hkv), t = threadIdx.x, col = t % TILE;
-    int s0 = cu[blockIdx.x], len = cu[blockIdx.x + 1] - s0;
-    size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    const float *kh = k + (size_t)s0 * ks + (size_t)kvh * hd, *vh = v + (size_t)s0 * ks + (size_t)kvh * hd;
-    for (int r0 = blockIdx.z * TILE; r0 < len; r0 += gridDim.z * TILE) {
-        int rn = imin(TILE, len - r0), kend = causal ? r0 + rn : len;
-        size_t qo = (size_t)(s0 + r0) * qs + (size_t)h * hd;
-        if (t < TILE) row_L[t] = t < rn ? lse[(size_t)(s0 + r0 + t) * H + h] : 0.0f;
-        att_row_dots(row_D, qt, gt, dout + qo, out + qo, rn, qs, hd);
-        for (int j0 = 0; j0 < kend; j0 += TILE) {
-            int jn = imin(TILE, kend - j0);
-            float sc[PER], dp[PER];
-            att_scores(sc, dp, qt, kt, gt, vt, q + qo, kh + (size_t)j0 * ks, dout + qo, vh + (size_t)j0 * ks,
-                       rn, jn, qs, ks, hd);
-            for (int e = 0; e < PER; e++) {
-                int r = col, j = t / TILE + STEP * e;
-                float p = att_visible(r0, r, rn, j0, j, jn, causal) ? expf(sc[e] * scale - row_L[r]) : 0.0f;
-                dst[r][j] = p * (dp[e] - row_D[r]) * scale;
-            }
-            /* (the barrier after the first K chunk's load publishes dst) */
-            for (int d0 = 0; d0 < hd; d0 += TILE) {
-                att_load(kt, kh + (size_t)j0 * ks, jn, ks, d0, hd);
-                __syncthreads();
-                int d = d0 + col;
-                for (int e = 0; e < PER; e++) {
-                    int rr = t / TILE + STEP * e;
-                    if (rr >= rn || d >= hd) continue;
-                    float acc = 0.0f;
-                    for (int j = 0; j < TILE; j++) acc += dst[rr][j] * kt[j][col];
-                    dq[qo + (size_t)rr * qs + d] += acc;
-                }
-                __syncthreads();
-            }
-        }
-    }
-}
-
-/* Attention backward of k and v (same p, D, ds as the dq kernel):
- * dv[j] += sum_r p dout[r];  dk[j] += sum_r ds q[r], over the query rows r
- * (and heads h of the GQA group of kv head kvh) that see key j. Block
- * (s, kvh, z) takes the key tiles z, z + Y, ... of sequence s; for each, the
- * group's heads and the query tiles that see it (causal: from the key tile on).
- * dk or dv may be NULL. */
-static __global__ void attention_backward_dkdv_kernel(float *dk, float *dv, const float *dout, const float *q,
-                                                      const float *k, const float *v, const float *out,
-                                                      const float *lse, const int *cu, int H, int Hkv,
-                                                      int hd, bool causal)
-{
-    __shared__ att_tile qt, kt, gt, vt, pt, dst;
-    __shared__ float row_D[TILE], row_L[TILE];
-    int kvh = blockIdx.y, group = H / Hkv, t = threadIdx.x, col = t % TILE;
-    int s0 = cu[blockIdx.x], len = cu[blockIdx.x + 1] - s0;
-    size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int j0 = blockIdx.z * TILE; j0 < len; j0 += gridDim.z * TILE) {
-        int jn = imin(TILE, len - j0);
-        size_t ko = (size_t)(s0 + j0) * ks + (size_t)kvh * hd;
-        for (int h = kvh * group; h < (kvh + 1) * group; h++)
-            for (int r0 = causal ? j0 / TILE * TILE : 0; r0 < len; r0 += TILE) {
-                int rn = imin(TILE, len - r0);
-                size_t qo = (size_t)(s0 + r0) * qs + (size_t)h * hd;
-                if (t < TILE) row_L[t] = t < rn ? lse[(size_t)(s0 + r0 + t) * H + h] : 0.0f;
-                att_row_dots(row_D, qt, gt, dout + qo, out + qo, rn, qs, hd);
-                float sc[PER], dp[PER];
-                att_scores(sc, dp, qt, kt, gt, vt, q + qo, k + ko, dout + qo, v + ko, rn, jn, qs, ks, hd);
-                for (int e = 0; e < PER; e++) {
-                    int r = col, j = t / TILE + STEP * e;
-                    float p = att_visible(r0, r, rn, j0, j, jn, causal) ? expf(sc[e] * scale - row_L[r]) : 0.0f;
-                    pt[r][j] = p;
-                    dst[r][j] = p * (dp[e] - row_D[r]) * scale;
-                }
-                /* (the barrier after the first chunk's loads publishes pt and dst) */
-                for (int d0 = 0; d0 < hd; d0 += TILE) {
-                    att_load(qt, q + qo, rn, qs, d0, hd);
-                    att_load(gt, dout + qo, rn, qs, d0, hd);
-                    __syncthreads();
-                    int d = d0 + col;
-                    for (int e = 0; e < PER; e++) {
-                        int jj = t / TILE + STEP * e;
-                        if (jj >= jn || d >= hd) continue;
-                        float a = 0.0f, b = 0.0f;
-                        for (int r = 0; r < TILE; r++) {
-                            a += pt[r][jj] * gt[r][col];
-                            b += dst[r][jj] * qt[r][col];
-                        }
-                        if (dv) dv[ko + (size_t)jj * ks + d] += a;
-                        if (dk) dk[ko + (size_t)jj * ks + d] += b;
-                    }
-                    __syncthreads();
-                }
-            }
-    }
-}
-
-/* Attention shapes the kernels take; notes a failure otherwise. */
-static bool att_shape_ok(int nseq, int H, int Hkv, int hd)
-{
-    if (Hkv > 0 && H >= Hkv && H % Hkv == 0 && H <= 65535 && hd > 0 && hd <= EX_MAX_HEAD_DIM) return true;
-    char why[128];
-    snprintf(why, sizeof why, "unsupported shape nseq %d H %d Hkv %d head_dim %d", nseq, H, Hkv, hd);
-    note_failure("attention", why);
-    return false;
-}
-
-/* Grid (nseq, heads, Y) with about ATT_TARGET_BLOCKS blocks in all. */
-static dim3 att_grid(int nseq, int heads)
-{
-    long units = (long)nseq * heads, y = (ATT_TARGET_BLOCKS + units - 1) / units;
-    return dim3((unsigned)nseq, (unsigned)heads, (unsigned)(y < 1 ? 1 : y > 65535 ? 65535 : y));
-}
-
-static void cuda_attention_forward(float *out, float *lse, const float *q, const float *k, const float *v,
-                                   const int *cu, int nseq, int H, int Hkv, int hd, bool causal)
-{
-    if (nseq <= 0 || !att_shape_ok(nseq, H, Hkv, hd)) return;
-    EX_LAUNCH(attention_forward_kernel, att_grid(nseq, H), THREADS, out, lse, q, k, v, cu, H, Hkv, hd, causal);
-}
-
-static void cuda_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                    const float *k, const float *v, const float *out, const float *lse,
-                                    const int *cu, int nseq, int H, int Hkv, int hd, bool causal)
-{
-    if (nseq <= 0 || !att_shape_ok(nseq, H, Hkv, hd)) return;
-    if (dq)
-        EX_LAUNCH(attention_backward_dq_kernel, att_grid(nseq, H), THREADS, dq, dout, q, k, v, out, lse, cu,
-                  H, Hkv, hd, causal);
-    if (dk || dv)
-        EX_LAUNCH(attention_backward_dkdv_kernel, att_grid(nseq, Hkv), THREADS, dk, dv, dout, q, k, v, out,
-                  lse, cu, H, Hkv, hd, causal);
-}
+#include "executor/cuda_attention.cuh"
 
 /* ------------------------------------------------------------ activations */
 
@@ -845,6 +557,32 @@ static void cuda_embedding_backward(float *dwte, const float *dout, const int32_
     if (n > 0 && d > 0 && dwte)
         EX_LAUNCH(embedding_backward_kernel, grid_for((size_t)n * d, THREADS), THREADS, dwte, dout, tokens, n, d,
                   v0, vn);
+}
+
+/* ------------------------------------------------------------ rows by index */
+
+/* gather_rows: dst[i, j] = src[rows[i], j], dst[n, d] */
+static __global__ void gather_rows_kernel(float *dst, const float *src, const int *rows, int n, int d)
+{
+    for (size_t i = gs_first(); i < (size_t)n * d; i += gs_stride()) dst[i] = src[(size_t)rows[i / d] * d + i % d];
+}
+
+/* scatter_add_rows: dst[rows[i], j] += src[i, j]; the rows are distinct, so
+ * every element of dst has one owner (no atomics) */
+static __global__ void scatter_add_rows_kernel(float *dst, const float *src, const int *rows, int n, int d)
+{
+    for (size_t i = gs_first(); i < (size_t)n * d; i += gs_stride()) dst[(size_t)rows[i / d] * d + i % d] += src[i];
+}
+
+static void cuda_gather_rows(float *dst, const float *src, const int *rows, int n, int d)
+{
+    if (n > 0 && d > 0) EX_LAUNCH(gather_rows_kernel, grid_for((size_t)n * d, THREADS), THREADS, dst, src, rows, n, d);
+}
+
+static void cuda_scatter_add_rows(float *dst, const float *src, const int *rows, int n, int d)
+{
+    if (n > 0 && d > 0)
+        EX_LAUNCH(scatter_add_rows_kernel, grid_for((size_t)n * d, THREADS), THREADS, dst, src, rows, n, d);
 }
 
 /* ------------------------------------------------------------ cross-entropy */
@@ -1013,12 +751,24 @@ static ex_backend make_table(void)
     t.rope_backward = cuda_rope_backward;
     t.attention_forward = cuda_attention_forward;
     t.attention_backward = cuda_attention_backward;
+    t.attention_part_forward = cuda_attention_part_forward;
+    t.attention_part_backward = cuda_attention_part_backward;
+    t.attention_merge = cuda_attention_merge;
+    t.transpose_blocks = cuda_transpose_blocks;
     t.swiglu_forward = cuda_swiglu_forward;
     t.swiglu_backward = cuda_swiglu_backward;
     t.gelu_forward = cuda_gelu_forward;
     t.gelu_backward = cuda_gelu_backward;
+    t.layernorm_forward = cuda_layernorm_forward;
+    t.layernorm_backward = cuda_layernorm_backward;
+    t.im2col1d = cuda_im2col1d;
+    t.col2im1d = cuda_col2im1d;
+    t.avgpool_rows_forward = cuda_avgpool_rows_forward;
+    t.avgpool_rows_backward = cuda_avgpool_rows_backward;
     t.embedding_forward = cuda_embedding_forward;
     t.embedding_backward = cuda_embedding_backward;
+    t.gather_rows = cuda_gather_rows;
+    t.scatter_add_rows = cuda_scatter_add_rows;
     t.cross_entropy = cuda_cross_entropy;
     t.ce_row_max = cuda_ce_row_max;
     t.ce_exp_sum = cuda_ce_exp_sum;

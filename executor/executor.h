@@ -14,8 +14,10 @@
  * activations of each module, each in one allocation of its util_mem_cat
  * (PARAMS, GRADS, OPTIM, ACTIV) so per-category memory can be reported.
  * Supported: a Qwen2.5-VL style vision encoder (RMSNorm, SwiGLU, 2-D RoPE,
- * optional window attention, merger) feeding a decoder LLM (RMSNorm, GQA,
- * 1-D RoPE, SwiGLU, tied or untied LM head). All fp32.
+ * optional window attention, merger) and / or a Whisper-style audio encoder
+ * (conv stem, absolute positions, LayerNorm, GELU MLP, pooling, projector:
+ * Qwen2-Audio, Qwen2.5-Omni) feeding a decoder LLM (RMSNorm, GQA, 1-D RoPE,
+ * SwiGLU or GELU MLP, tied or untied LM head). All fp32.
  *
  * Init (deterministic from seed): element j (row-major index in the whole
  * tensor) of tensor NAME is Box-Muller over splitmix64 outputs 2j and 2j+1
@@ -49,6 +51,17 @@ int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, e
  * weight gradients are partial sums to be all-reduced over the sp group.
  * Every rank of a group calls each step function together. Shards are
  * initialised as slices of the full tensors (same seed). */
+/* Point-to-point messages of ring attention between the ranks of the sp
+ * group: send[i] (send_n[i] floats) to sp rank `to`, recv[i] (recv_n[i]) from
+ * sp rank `from`, with tags tag + i; messages of one tag between two ranks
+ * arrive in the order they were posted. */
+typedef struct {
+    const float *send[4];
+    float *recv[4];
+    size_t send_n[4], recv_n[4];
+    int n_send, n_recv, to, from, tag;
+} ex_p2p;
+
 typedef struct {
     int tp_size, tp_rank;
     int sp_size, sp_rank;
@@ -74,6 +87,12 @@ typedef struct {
      * stage, the head on the last. pp_size 0 or 1: the whole module. */
     int pp_size, pp_rank;
     int stage_layers[PLAN_MAX_PP];
+    /* The LLM's context parallelism (plan_cp_of): Ulysses uses alltoall,
+     * ring attention these. p2p_start posts m's messages without waiting,
+     * adding them to *req (a new request when *req is NULL); p2p_wait
+     * completes every message of a request and frees it. */
+    int (*p2p_start)(void *ctx, const ex_p2p *m, void **req);
+    int (*p2p_wait)(void *ctx, void *req);
 } ex_parallel;
 int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
                              const ex_parallel *par, ex_model **out, char *err);
@@ -89,9 +108,18 @@ int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
  * ffn split; patch embedding and merger replicated), sequence parallel, or
  * both at once: then rank (tp_rank, sp_rank) holds heads / (tp * sp) during
  * attention (heads and kv_heads must be multiples of tp * sp), allreduce_sum
- * acts on its tp group and alltoall on its sp group. ex_model_create_parallel
- * is this with par's tp part on the LLM and its sp part on the vision encoder.
- * Sequence parallelism of the LLM is refused (EUNSUPPORTED). */
+ * acts on its tp group and alltoall on its sp group. An audio encoder too
+ * (its GELU MLP's fc1 split by rows, fc2 by columns; the conv stem,
+ * positions, final norm and projector replicated); under sp its rank holds
+ * rows [sp_rank * N / sp, ...) of the batch's N frames after the stem, which
+ * it computes from the whole clips' mel frames (ex_batch.mel), so N / sp must
+ * be whole pool groups. ex_model_create_parallel is this with par's tp part
+ * on the LLM and its sp part on the encoders.
+ * The LLM's sequence may be split over sp ranks too (context parallelism,
+ * plan_cp_of): each rank holds the positions plan_cp_span_of gives of every
+ * sample (which must all have one length), the vision rows of those
+ * positions in vis_in / dvis, and the loss of the predictions it holds;
+ * Ulysses needs alltoall, ring attention p2p_start and p2p_wait. */
 int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules,
                                const ex_parallel *par, ex_model **out, char *err);
 void ex_model_free(ex_model *em);
@@ -189,6 +217,16 @@ typedef struct {
      * and so are the gradients: pass the global batch's count so micro-batches
      * and data-parallel ranks sum to the global mean. 0: this batch's count. */
     double loss_denominator;
+    /* Audio clips (a model with an audio encoder): n_audio clips of
+     * mel_frames log-mel frames each (even: the stride-2 conv stem leaves
+     * mel_frames / 2 rows, a multiple of the encoder's pool), mel
+     * [n_audio, mel_frames, mel_bins] frame-major (a frame's in_channels bins
+     * contiguous; the transpose of Whisper's input_features), every clip whole
+     * on every rank of the encoder's sp group; sample b owns the next
+     * audio_per_sample[b] clips (sums to n_audio; NULL if n_audio == 0). */
+    int n_audio, mel_frames;
+    const float *mel;
+    const int *audio_per_sample;
 } ex_batch;
 
 /* The (row, col) of each stored patch of a grid_h x grid_w image in the
@@ -272,6 +310,29 @@ float *ex_module_embedding_grad(ex_model *em, int module_index, size_t *n);
  * backward temporaries are one scratch shared by all slots. */
 #define EX_MAX_SLOTS 64
 int ex_vision_set_slot(ex_model *em, int slot, char *err);
+
+/* The audio encoder, the same way (executor/audio.c): ex_audio_forward runs
+ * the conv stem, blocks, pooling, final norm and projector of the batch's
+ * clips and returns aud_out [aud_rows, llm hidden]: clip after clip (in
+ * batch order), each clip's mel_frames / 2 / pool pooled rows in time order
+ * (ex_audio_rows_per_clip), so sample b's rows follow its audio_per_sample
+ * count; under sp > 1 this rank's contiguous 1 / sp of those rows (rank r
+ * holds rows [r * R / sp, (r + 1) * R / sp) of the R), whose encoder weight
+ * gradients are then partial sums over the sp group, as the vision
+ * encoder's. ex_audio_backward takes dL/d(aud_out) in the same layout.
+ * Slots, frozen modules and empty passes as the vision calls. */
+int ex_audio_forward(ex_model *em, const ex_batch *b, const float **aud_out, int *aud_rows, char *err);
+int ex_audio_backward(ex_model *em, const ex_batch *b, const float *daud, char *err);
+int ex_audio_set_slot(ex_model *em, int slot, char *err);
+int ex_audio_empty_pass(ex_model *em, ex_unit_use use, char *err);
+/* Pooled rows each clip gives the LLM (mel_frames / 2 / pool; 0 without audio). */
+int ex_audio_rows_per_clip(const ex_model *em, const ex_batch *b);
+/* The batch's audio fields against the model: UTIL_OK without clips;
+ * clips for a model without an audio encoder, odd mel_frames, rows that are
+ * no multiple of pool or exceed learned positions are refused by name. */
+int ex_check_audio(const ex_model *em, const ex_batch *b, char *err);
+/* The frame rules alone: mel_frames clips for audio module am. */
+int ex_audio_check_frames(const model_module *am, int mel_frames, char *err);
 
 /* One module's flat parameter or gradient buffer (module_index into m->mod),
  * e.g. for a data-parallel all-reduce of the gradients; EX_BUF_ADAM_M / _V:
@@ -360,7 +421,9 @@ int ex_params_load_raw(ex_model *em, const char *path, char *err);
 
 /* ---- data set and checkpoints ---- */
 
-/* Synthetic image-caption data set (format: executor/DATASET.md).
+/* Synthetic image-caption data set (format: executor/DATASET.md), with
+ * optional synthetic audio (log-mel-like frames of tones, chirps and noise
+ * bursts) whose sound the caption describes too.
  * Text is byte-level: token = byte value 0..255, plus the specials below;
  * EX_VOCAB ids are reserved (259..271 unused). */
 #define EX_TOK_BOS 256
@@ -372,13 +435,16 @@ int ex_params_load_raw(ex_model *em, const char *path, char *err);
 
 typedef struct {
     int samples;      /* total samples, >= 1 */
-    int image_size;   /* S: images are S x S RGB */
+    int image_size;   /* S: images are S x S RGB; 0 = no images (audio only) */
     int patch;        /* P: S % P == 0 */
     int merge;        /* M: patch-merger side, (S/P) % M == 0 */
     int window;       /* patches per attention window (a square, side % M == 0), 0 = none */
     int text_tokens;  /* T: token row length incl. BOS/EOS, >= 3 */
     int shards;       /* 1..samples */
     uint64_t seed;
+    bool audio;       /* every sample has a clip (format version 2) */
+    int mel_bins;     /* B: bins per frame (the audio encoder's in_channels) */
+    int mel_frames;   /* F: frames per clip, even (the encoder's stride-2 stem halves it) */
 } ex_synth_cfg;
 
 /* Defaults used by `dhp data synth` when an option is not given. */
@@ -391,10 +457,12 @@ int ex_data_synth(const char *dir, const ex_synth_cfg *cfg, char *err);
 
 typedef struct {
     int samples, image_size, channels, patch, merge, window, text_tokens, shards;
-    int grid;          /* S / P patches per side */
-    int patches;       /* grid * grid patches per image */
+    int grid;          /* S / P patches per side (0 without images) */
+    int patches;       /* grid * grid patches per image (0 without images) */
     int patch_dim;     /* C * P * P */
     uint64_t seed;     /* the synth seed (not the shuffle seed) */
+    int version;       /* format version: 1 images only, 2 with the audio section */
+    int mel_bins, mel_frames;   /* each sample's clip; 0 = no audio */
 } ex_dataset_info;
 
 typedef struct ex_dataset ex_dataset;
@@ -411,8 +479,16 @@ const char *ex_data_caption(const ex_dataset *ds, int i);
  * g x g, merge m and window w (patches, 0 = the whole image); see DATASET.md. */
 int ex_patch_order(int y, int x, int grid, int merge, int window);
 
+/* The data set's audio against a model before anything is allocated: clips
+ * for a model without an audio encoder, an encoder without clips, mel_bins
+ * other than its in_channels and frames it cannot take (ex_check_audio's
+ * rules) are refused, naming the field. */
+int ex_data_check_audio(const ex_dataset_info *in, const model_t *m, char *err);
+
 /* One rank's batch. Layouts (row-major):
  *   pixels    [n, patches, patch_dim]  float in [0,1], patch vector index c*P*P + py*P + px
+ *   mel       [n, mel_frames, mel_bins] float in [-1, 1] (audio sets; NULL otherwise):
+ *             sample row's clip, frame-major, as ex_batch.mel takes it
  *   tokens    [n, T]  BOS, caption bytes (truncated to T-2), EOS, PAD...
  *   targets   [n, T]  targets[t] = tokens[t+1]; PAD at t = T-1
  *   loss_mask [n, T]  1 where targets[t] != PAD, else 0
@@ -424,6 +500,8 @@ typedef struct {
     int32_t *tokens, *targets;
     float *loss_mask;
     int32_t *lengths, *sample_ids;
+    int mel_frames, mel_bins;
+    float *mel;
 } ex_data_rows;
 
 int ex_batch_alloc(ex_data_rows *b, const ex_dataset *ds, int n, char *err);

@@ -10,92 +10,172 @@
 
 static ex_module *llm_of(ex_model *em) { return ex_module_at(em, em->m.llm); }
 
-/* 1-D RoPE at position p within each sample: pair i rotates by p * theta^(-2i/hd). */
-static void llm_rope_tables(ex_module *md)
+/* Context parallelism (sp > 1): every sample has S positions, of which this
+ * rank holds those of its span (plan_cp_span_of), Sl of them. Without it, a
+ * sample's span is all its positions. */
+static int sample_len(const ex_model *em, const ex_batch *b, int s)
+{
+    return (b->images_per_sample ? b->images_per_sample[s] : 0) * em->merged_per_image + b->text_tokens;
+}
+
+static plan_cp_span sample_span(const ex_model *em, const ex_module *md, const ex_batch *b, int s)
+{
+    return plan_cp_span_of(plan_cp_of(&md->mm, &md->strat), sample_len(em, b, s), md->sp, md->sp_rank);
+}
+
+/* Sample s's first local row: its rows on this rank come sample after sample
+ * (md->cu counts the attention's rows, which under Ulysses are all of them). */
+static int row0(const ex_module *md, const ex_model *em, const ex_batch *b, int s)
+{
+    if (md->sp <= 1) return md->cu[s];
+    plan_cp_span sp0 = sample_span(em, md, b, 0);
+    return s * plan_cp_rows(&sp0);
+}
+
+/* 1-D RoPE at each local row's position within its sample: pair i rotates by
+ * p * theta^(-2i/hd). The sample with the most local rows gets the table;
+ * every other one's positions are a prefix of its (all samples share one
+ * span under context parallelism). */
+static void llm_rope_tables(ex_model *em, ex_module *md, const ex_batch *b)
 {
     int half = md->hd / 2, longest = 0;
     double inv[EX_MAX_HEAD_DIM / 2];
     for (int i = 0; i < half; i++) inv[i] = pow(EX_ROPE_THETA, -2.0 * i / (double)md->hd);
-    for (int s = 1; s < md->n_seq; s++)
-        if (md->cu[s + 1] - md->cu[s] > md->cu[longest + 1] - md->cu[longest]) longest = s;
-    float *c0 = md->a.cos + (size_t)md->cu[longest] * half, *s0 = md->a.sin + (size_t)md->cu[longest] * half;
-    for (int p = 0; p < md->cu[longest + 1] - md->cu[longest]; p++)
+    plan_cp_span span[2];
+    for (int s = 1; s < md->n_seq; s++) {
+        span[0] = sample_span(em, md, b, s);
+        span[1] = sample_span(em, md, b, longest);
+        if (plan_cp_rows(&span[0]) > plan_cp_rows(&span[1])) longest = s;
+    }
+    span[0] = sample_span(em, md, b, longest);
+    int n0 = plan_cp_rows(&span[0]), r0 = row0(md, em, b, longest);
+    float *c0 = md->a.cos + (size_t)r0 * half, *s0 = md->a.sin + (size_t)r0 * half;
+    for (int t = 0; t < n0; t++) {
+        int p = plan_cp_position(&span[0], t);
         for (int i = 0; i < half; i++) {
             double ang = p * inv[i];
-            c0[(size_t)p * half + i] = (float)cos(ang);
-            s0[(size_t)p * half + i] = (float)sin(ang);
+            c0[(size_t)t * half + i] = (float)cos(ang);
+            s0[(size_t)t * half + i] = (float)sin(ang);
         }
-    /* every other sample's positions 0..len-1 are a prefix of the longest one's */
+    }
     for (int s = 0; s < md->n_seq; s++) {
         if (s == longest) continue;
-        size_t n = (size_t)(md->cu[s + 1] - md->cu[s]) * half;
-        memcpy(md->a.cos + (size_t)md->cu[s] * half, c0, n * sizeof *c0);
-        memcpy(md->a.sin + (size_t)md->cu[s] * half, s0, n * sizeof *s0);
+        span[1] = sample_span(em, md, b, s);
+        size_t n = (size_t)plan_cp_rows(&span[1]) * half, at = (size_t)row0(md, em, b, s) * half;
+        memcpy(md->a.cos + at, c0, n * sizeof *c0);
+        memcpy(md->a.sin + at, s0, n * sizeof *s0);
     }
 }
 
-/* Predictions the loss counts: position t < T-1 of sample s predicts token
- * t+1 iff loss_mask[s*T + t] != 0 (all of them without a mask). */
-static int count_predictions(const ex_batch *b)
+/* The predictions this rank holds: position R + t of sample s (its text
+ * token t, t < T - 1) predicts token t + 1 where loss_mask[s * T + t] != 0
+ * (all of them without a mask); their local rows and targets into rows and
+ * targets when given. Returns how many. */
+static int held_predictions(const ex_model *em, const ex_module *md, const ex_batch *b, int *rows, int32_t *targets)
 {
-    int T = b->text_tokens, n = 0;
-    for (int s = 0; s < b->batch; s++)
-        for (int t = 0; t + 1 < T; t++) n += !b->loss_mask || b->loss_mask[(size_t)s * T + t] != 0;
-    return n;
+    int T = b->text_tokens, k = 0;
+    for (int s = 0; s < b->batch; s++) {
+        plan_cp_span span = sample_span(em, md, b, s);
+        int R = sample_len(em, b, s) - T, r0 = rows ? row0(md, em, b, s) : 0;
+        for (int i = 0; i < span.n; i++)
+            for (int p = span.lo[i] > R ? span.lo[i] : R; p < span.hi[i] && p < R + T - 1; p++) {
+                int t = p - R;
+                if (b->loss_mask && b->loss_mask[(size_t)s * T + t] == 0) continue;
+                if (rows) {
+                    rows[k] = r0 + plan_cp_local(&span, p);
+                    targets[k] = b->tokens[(size_t)s * T + t + 1];
+                }
+                k++;
+            }
+    }
+    return k;
 }
 
-/* Token embeddings of every text row into x0 (row t0 of sample s is cu[s] +
- * its vision rows). Vocab-parallel (tp > 1): each rank looks up the tokens of
+/* Token embeddings of this rank's text rows and the encoders' rows into x0:
+ * sample s's local rows start with the encoder rows it holds (vis_in holds
+ * them sample after sample), then its text rows, one run per range of its
+ * span. Vocab-parallel (tp > 1): each rank looks up the held text tokens in
  * its vocab rows (others zero) into emb, one allreduce_sum over the group
  * completes the rows (Megatron VocabParallelEmbedding). Under sequence
- * parallelism all N rows are built in tp_full and the first block's input is
- * this rank's N / tp of them. */
+ * parallelism all N rows are built in tp_full and the first block's input
+ * is this rank's N / tp of them. */
 static void llm_embed(ex_model *em, ex_module *md, const ex_batch *b, const float *vis_in)
 {
     const ex_backend *be = em->be;
-    int T = b->text_tokens, B = b->batch, mpi = em->merged_per_image, d = md->d;
+    int T = b->text_tokens, B = b->batch, d = md->d;
     float *x0 = md->seqpar ? md->a.tp_full : md->a.blk[0].x, *emb = md->a.emb;
     bool vp = md->tp > 1;
-    if (vp) {
+    int e = 0;
+    if (vp && md->sp <= 1) {   /* every text token, in one call */
         be->embedding_forward(emb, md->w.wte, b->tokens, B * T, d, md->vocab0, md->vocab_n);
-        ex_tp_allreduce(md, emb, (size_t)B * T * d);
+        e = B * T;
+    } else if (vp) {
+        for (int s = 0; s < B; s++) {
+            plan_cp_span span = sample_span(em, md, b, s);
+            int R = sample_len(em, b, s) - T;
+            for (int i = 0; i < span.n; i++) {
+                int a = span.lo[i] > R ? span.lo[i] : R;
+                if (a >= span.hi[i]) continue;
+                be->embedding_forward(emb + (size_t)e * d, md->w.wte, b->tokens + (size_t)s * T + a - R, span.hi[i] - a, d,
+                                      md->vocab0, md->vocab_n);
+                e += span.hi[i] - a;
+            }
+        }
     }
-    int img = 0;
+    if (vp) ex_tp_allreduce(md, emb, (size_t)e * d);
+    int vis = 0;
+    e = 0;
     for (int s = 0; s < B; s++) {
-        int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, r0 = md->cu[s];
-        if (nimg) be->copy(x0 + (size_t)r0 * d, vis_in + (size_t)img * mpi * d, (size_t)nimg * mpi * d);
-        img += nimg;
-        float *xt = x0 + (size_t)(r0 + nimg * mpi) * d;
-        if (vp) be->copy(xt, emb + (size_t)s * T * d, (size_t)T * d);
-        else be->embedding_forward(xt, md->w.wte, b->tokens + (size_t)s * T, T, d, 0, md->vocab_n);
+        plan_cp_span span = sample_span(em, md, b, s);
+        int R = sample_len(em, b, s) - T, r0 = row0(md, em, b, s), Rj = plan_cp_held(&span, 0, R);
+        if (Rj) be->copy(x0 + (size_t)r0 * d, vis_in + (size_t)vis * d, (size_t)Rj * d);
+        vis += Rj;
+        for (int i = 0; i < span.n; i++) {
+            int a = span.lo[i] > R ? span.lo[i] : R, n = span.hi[i] - a;
+            if (n <= 0) continue;
+            float *xt = x0 + (size_t)(r0 + plan_cp_local(&span, a)) * d;
+            if (vp) be->copy(xt, emb + (size_t)(md->sp <= 1 ? s * T + a - R : e) * d, (size_t)n * d);
+            else be->embedding_forward(xt, md->w.wte, b->tokens + (size_t)s * T + a - R, n, d, 0, md->vocab_n);
+            e += n;
+        }
     }
     size_t Nl = (size_t)ex_norm_rows(md);
     if (md->seqpar) be->copy(md->a.blk[0].x, x0 + (size_t)md->tp_rank * Nl * d, Nl * d);
 }
 
-/* Sample s's rows: its images' merged rows, then its text (cu_seqlens). */
+/* The attention's sequences: each sample's rows (all of them under Ulysses,
+ * whose attention sees every rank's). */
 static void llm_sequences(const ex_model *em, ex_module *md, const ex_batch *b)
 {
+    bool all = plan_cp_of(&md->mm, &md->strat) == PLAN_CP_ULYSSES;
     md->cu[0] = 0;
-    for (int s = 0; s < b->batch; s++)
-        md->cu[s + 1] = md->cu[s] + (b->images_per_sample ? b->images_per_sample[s] : 0) * em->merged_per_image + b->text_tokens;
+    for (int s = 0; s < b->batch; s++) {
+        plan_cp_span span = sample_span(em, md, b, s);
+        md->cu[s + 1] = md->cu[s] + (all ? sample_len(em, b, s) : plan_cp_rows(&span));
+    }
     md->n_seq = b->batch;
 }
 
-/* The embedding's backward from dL/d(x0) of all N rows: the vision rows'
- * gradient into dvis, the text rows' into this rank's vocabulary rows. */
-static void llm_embed_backward(ex_model *em, ex_module *md, const ex_batch *b, const float *dx0)
+/* The embedding's backward from dL/d(x0) of this rank's rows: the encoder
+ * rows' gradient into dvis (sample after sample; returns how many rows), the
+ * text rows' into this rank's vocabulary rows. */
+static int llm_embed_backward(ex_model *em, ex_module *md, const ex_batch *b, const float *dx0)
 {
     const ex_backend *be = em->be;
-    int T = b->text_tokens, mpi = em->merged_per_image, d = md->d, img = 0;
+    int T = b->text_tokens, d = md->d, vis = 0;
     for (int s = 0; s < md->n_seq; s++) {
-        int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, r0 = md->cu[s];
-        if (nimg) be->copy(md->a.dvis + (size_t)img * mpi * d, dx0 + (size_t)r0 * d, (size_t)nimg * mpi * d);
-        img += nimg;
-        if (md->g.wte)
-            be->embedding_backward(md->g.wte, dx0 + (size_t)(r0 + nimg * mpi) * d, b->tokens + (size_t)s * T, T, d,
-                                   md->vocab0, md->vocab_n);
+        plan_cp_span span = sample_span(em, md, b, s);
+        int R = sample_len(em, b, s) - T, r0 = row0(md, em, b, s), Rj = plan_cp_held(&span, 0, R);
+        if (Rj) be->copy(md->a.dvis + (size_t)vis * d, dx0 + (size_t)r0 * d, (size_t)Rj * d);
+        vis += Rj;
+        for (int i = 0; md->g.wte && i < span.n; i++) {
+            int a = span.lo[i] > R ? span.lo[i] : R, n = span.hi[i] - a;
+            if (n > 0)
+                be->embedding_backward(md->g.wte, dx0 + (size_t)(r0 + plan_cp_local(&span, a)) * d,
+                                       b->tokens + (size_t)s * T + a - R, n, d, md->vocab0, md->vocab_n);
+        }
     }
+    return vis;
 }
 
 /* Vocab-parallel cross-entropy over logits[Np, vocab_n] (this rank's vocab
@@ -134,10 +214,9 @@ static void head_end(ex_module *md, ex_unit_use use)
     if (head_uses_stem(md)) ex_unit_end(md, 0, use, false);
 }
 
-/* The rows and targets the loss counts. */
+/* The rows and targets the loss counts (held_predictions). */
 static int collect_predictions(ex_model *em, ex_module *md, const ex_batch *b, int Np, char *err)
 {
-    int T = b->text_tokens;
     if (Np > em->targets_cap) {
         util_free(em->targets);
         util_free(em->pred_rows);
@@ -146,31 +225,39 @@ static int collect_predictions(ex_model *em, ex_module *md, const ex_batch *b, i
         em->targets_cap = em->targets && em->pred_rows ? Np : 0;
         if (!em->targets_cap) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
     }
-    int k = 0;
-    for (int s = 0; s < b->batch; s++) {
-        int t0 = md->cu[s + 1] - T;
-        for (int j = 0; j + 1 < T; j++)
-            if (!b->loss_mask || b->loss_mask[(size_t)s * T + j] != 0) {
-                em->pred_rows[k] = t0 + j;
-                em->targets[k++] = b->tokens[(size_t)s * T + j + 1];
-            }
-    }
-    em->n_pred = Np;
+    em->n_pred = held_predictions(em, md, b, em->pred_rows, em->targets);
     return UTIL_OK;
 }
 
+/* This rank's rows of the batch (its sp share; its tp share under sequence parallelism). */
 int ex_llm_rows(const ex_model *em, const ex_module *md, const ex_batch *b)
 {
     int N = 0;
     for (int s = 0; s < b->batch; s++)
         N += (b->images_per_sample ? b->images_per_sample[s] : 0) * ex_merged_per_image(em, b) + b->text_tokens;
+    N /= md->sp;
     return md->seqpar ? N / md->tp : N;
 }
 
+/* Under context parallelism the samples share one length, which the
+ * variant's chunks divide (plan_cp_check says so for a plan). */
+static int check_context_parallel(const ex_model *em, const ex_module *md, const ex_batch *b, char *err)
+{
+    if (md->sp <= 1) return UTIL_OK;
+    int S = sample_len(em, b, 0);
+    plan_cp k = plan_cp_of(&md->mm, &md->strat);
+    for (int s = 1; s < b->batch; s++)
+        if (sample_len(em, b, s) != S)
+            return util_fail(err, UTIL_EINVAL, "executor: batch: sample %d has %d positions, sample 0 %d: context parallelism (sp %d) needs one length", s, sample_len(em, b, s), S, md->sp);
+    if (S % plan_cp_chunks(k, md->sp))
+        return util_fail(err, UTIL_EINVAL, "executor: batch: %d positions per sample do not split into the %d chunks of %s context parallelism (sp %d)", S, plan_cp_chunks(k, md->sp), plan_cp_name(k), md->sp);
+    return UTIL_OK;
+}
+
 /* The head's forward over the Np counted predicting rows of the final
- * hidden states: final rmsnorm, logits[Np, V] = head(.), loss = sum
- * CE(logits, next text token) / denominator (loss_denominator, or Np when it
- * is 0; 0 if Np is 0). Its units are entered whatever Np is: a ZeRO-3
+ * hidden states (gathered in one call): final rmsnorm, logits[Np, V] =
+ * head(.), loss = sum CE(logits, next text token) / denominator
+ * (loss_denominator, or Np when it is 0; 0 if Np is 0). Its units are entered whatever Np is: a ZeRO-3
  * gather is collective. */
 static void llm_head_forward(ex_model *em, ex_module *md, const ex_batch *b, bool backward, float *loss)
 {
@@ -184,7 +271,7 @@ static void llm_head_forward(ex_model *em, ex_module *md, const ex_batch *b, boo
         final = a->tp_full;
     }
     if (Np > 0) {
-        for (int i = 0; i < Np; i++) be->copy(a->xg + (size_t)i * d, final + (size_t)em->pred_rows[i] * d, (size_t)d);
+        be->gather_rows(a->xg, final, em->pred_rows, Np, d);
         be->rmsnorm_forward(a->gath, a->rstdf, a->xg, md->w.lnf, Np, d, EX_NORM_EPS);
         be->linear_forward(a->logits, a->gath, md->w.head, NULL, Np, d, md->vocab_n);
         double den = b->loss_denominator > 0 ? b->loss_denominator : (double)Np;
@@ -229,12 +316,17 @@ int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stag
     if (!md->stage.stem && !io->in)
         return util_fail(err, UTIL_EINVAL, "executor: %s stage %d forward: no input rows", md->mm.name, md->stage_index);
     em->merged_per_image = ex_merged_per_image(em, b);
+    if ((rc = check_context_parallel(em, md, b, err))) return rc;
     int T = b->text_tokens, B = b->batch, mpi = em->merged_per_image, N = 0;
-    int Np = count_predictions(b);
-    for (int s = 0; s < B; s++) N += (b->images_per_sample ? b->images_per_sample[s] : 0) * mpi + T;
+    int Np = held_predictions(em, md, b, NULL, NULL);
+    for (int s = 0; s < B; s++) N += sample_len(em, b, s);
+    N /= md->sp;
     if (md->seqpar && N % md->tp)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: %d rows do not split over the %d ranks of sequence parallelism", md->mm.name, N, md->tp);
-    rc = ex_acts_ensure(md, N, b->n_images * mpi, Np, B * (T - 1), md->tp > 1 ? B * T : 0, B, err);
+    /* the slot as plan_llm_act_rows sizes it under context parallelism; else every text position's prediction */
+    plan_act_rows want = { N, b->n_images * mpi, B * (T - 1), md->tp > 1 ? B * T : 0 };
+    if (md->sp > 1) want = plan_llm_act_rows(&md->mm, &md->strat, B, sample_len(em, b, 0), T);
+    rc = ex_acts_ensure(md, N, want.merged_rows, Np, want.pred_rows, want.emb_rows, B, err);
     if (rc) return rc;
     md->comm_rc = 0;
     llm_sequences(em, md, b);
@@ -245,7 +337,7 @@ int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stag
     } else {
         be->copy(md->a.blk[md->stage.first].x, io->in, (size_t)ex_norm_rows(md) * md->d);
     }
-    llm_rope_tables(md);
+    llm_rope_tables(em, md, b);
     ex_blocks_forward(be, md, md->cu, md->cu, true);
     io->loss = 0;
     io->out = md->a.x_final;
@@ -292,8 +384,7 @@ int ex_llm_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_sta
             ex_tp_allreduce(md, a->dgath, (size_t)Np * d);
             be->zero(a->dxg, (size_t)Np * d);
             be->rmsnorm_backward(a->dxg, md->g.lnf, a->dgath, a->xg, md->w.lnf, a->rstdf, Np, d);
-            for (int i = 0; i < Np; i++)
-                be->add_inplace(dfull + (size_t)em->pred_rows[i] * d, a->dxg + (size_t)i * d, (size_t)d);
+            be->scatter_add_rows(dfull, a->dxg, em->pred_rows, Np, d);
         }
         head_end(md, EX_USE_BACKWARD);
         if (md->seqpar) be->copy(a->dres, dfull + (size_t)md->tp_rank * Nl * d, (size_t)Nl * d);
@@ -306,10 +397,10 @@ int ex_llm_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_sta
     if (md->stage.stem) {
         if (md->seqpar) ex_tp_allgather(md, a->dres, a->tp_dfull, (size_t)Nl * d);
         ex_unit_begin(md, 0, EX_USE_BACKWARD);
-        llm_embed_backward(em, md, b, md->seqpar ? a->tp_dfull : a->dres);
+        int vis_rows = llm_embed_backward(em, md, b, md->seqpar ? a->tp_dfull : a->dres);
         ex_unit_end(md, 0, EX_USE_BACKWARD, true);
         io->out = a->dvis;
-        io->out_rows = b->n_images * em->merged_per_image;
+        io->out_rows = vis_rows;
     }
     if (md->comm_rc)
         return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", md->mm.name, ex_comm_what(md), md->comm_rc);
@@ -342,7 +433,7 @@ int ex_llm_empty_pass(ex_model *em, bool backward, char *err)
 static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, char *err)
 {
     ex_module *vis = em->vis_index >= 0 ? ex_module_at(em, em->vis_index) : NULL;
-    if (!llm_of(em) || (em->vis_index >= 0 && !vis) || (vis && vis->sp > 1))
+    if (!llm_of(em) || (em->vis_index >= 0 && !vis) || (vis && vis->sp > 1) || llm_of(em)->sp > 1)
         return util_fail(err, UTIL_EINVAL, "executor: a whole step needs every module on this instance and no sequence parallelism (use the module-level calls)");
     int rc = check_text(em, b, err);
     if (rc) return rc;

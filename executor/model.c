@@ -44,6 +44,16 @@ static float **view_of(ex_weights *W, plan_tensor_role role, int layer)
     case PLAN_TW_M2B: return &W->m2b;
     case PLAN_TW_LNF: return &W->lnf;
     case PLAN_TW_HEAD: return &W->head;
+    case PLAN_TW_LN1_B: return &b->ln1b;
+    case PLAN_TW_LN2_B: return &b->ln2b;
+    case PLAN_TW_LNF_B: return &W->lnf_b;
+    case PLAN_TW_CONV1_W: return &W->conv1w;
+    case PLAN_TW_CONV1_B: return &W->conv1b;
+    case PLAN_TW_CONV2_W: return &W->conv2w;
+    case PLAN_TW_CONV2_B: return &W->conv2b;
+    case PLAN_TW_POS: return &W->pos;
+    case PLAN_TW_PROJ_W: return &W->proj_w;
+    case PLAN_TW_PROJ_B: return &W->proj_b;
     default: return NULL;
     }
 }
@@ -161,16 +171,17 @@ static int check_common(const model_module *mm, char *err)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: layers, hidden, heads, kv_heads, head_dim, ffn must be > 0", n);
     if (mm->heads % mm->kv_heads)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: kv_heads %d does not divide heads %d", n, mm->kv_heads, mm->heads);
-    int rot = mm->kind == MODEL_VISION ? 4 : 2;   /* 2-D rotary splits head_dim / 2 pairs in two */
+    /* 2-D rotary splits head_dim / 2 pairs in two; no rotary (audio): any width */
+    int rot = !plan_module_rotary(mm) ? 1 : mm->kind == MODEL_VISION ? 4 : 2;
     if (mm->head_dim % rot || mm->head_dim > EX_MAX_HEAD_DIM)
         return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: head_dim %d must be a multiple of %d and <= %d", n, mm->head_dim, rot, EX_MAX_HEAD_DIM);
-    if (mm->ffn_kind != MODEL_FFN_SWIGLU)
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: ffn_kind gelu is not implemented (swiglu only)", n);
-    if (mm->norm != MODEL_NORM_RMSNORM)
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: layernorm is not implemented (rmsnorm only)", n);
-    if (mm->qk_norm || mm->layer_scale || mm->n_cross_layers || mm->cls_token || mm->max_positions ||
-        mm->qk_norm_head || mm->post_norms || mm->extra_params)
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: qk norms, post norms, layer_scale, cross layers, cls_token, learned positions and extra parameters are not implemented", n);
+    /* The blocks run RMSNorm or LayerNorm, SwiGLU or GELU MLPs (block.c); the
+     * LLM's head and the vision merger are RMSNorm models (llm.c, vision.c). */
+    if (mm->kind != MODEL_AUDIO && mm->norm != MODEL_NORM_RMSNORM)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: layernorm is implemented for the audio encoder only", n);
+    if (mm->qk_norm || mm->layer_scale || mm->n_cross_layers || mm->cls_token || mm->gated_layers ||
+        (mm->max_positions && mm->kind != MODEL_AUDIO) || mm->qk_norm_head || mm->post_norms || mm->extra_params)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: qk norms, post norms, layer_scale, cross layers, gated layers, cls_token, learned positions outside an audio encoder and extra parameters are not implemented", n);
     if (mm->unfused_attention || mm->dropout)
         return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: unfused_attention and dropout are priced, not run (FlashAttention-style attention, no dropout)", n);
     return UTIL_OK;
@@ -199,20 +210,25 @@ static int check_vision(const model_module *mm, const model_module *llm, char *e
 }
 
 /* Checks one module's parallel layout: tp over heads / kv heads / ffn (and the
- * vocabulary for the LLM), sp (vision only) over heads of the local tp shard,
- * sequence parallelism (the LLM only, with its collectives). */
+ * vocabulary for the LLM), sp over heads of the local tp shard (Ulysses) or
+ * over the ring (the LLM's ring attention, plan_cp_of), Megatron sequence
+ * parallelism (the LLM only, with its collectives). */
 static int check_layout(const ex_module *md, const ex_parallel *par, char *err)
 {
     const model_module *mm = &md->mm;
     const char *n = mm->name;
-    if (mm->kind == MODEL_LLM && md->sp > 1)
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: sequence parallelism of the LLM is not implemented (sp_size %d)", n, md->sp);
-    if (md->sp > 1 && (md->sp_rank < 0 || md->sp_rank >= md->sp || !par->alltoall))
-        return util_fail(err, UTIL_EINVAL, "executor: module %s: sp_rank %d outside sp_size %d or no alltoall", n, md->sp_rank, md->sp);
+    plan_cp cp = plan_cp_of(mm, &md->strat);
+    if (md->sp > 1 && (md->sp_rank < 0 || md->sp_rank >= md->sp))
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: sp_rank %d outside sp_size %d", n, md->sp_rank, md->sp);
+    if (cp == PLAN_CP_ULYSSES && !par->alltoall)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: Ulysses sequence parallelism needs alltoall", n);
+    if (cp == PLAN_CP_RING && (!par->p2p_start || !par->p2p_wait))
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: ring attention needs p2p_start and p2p_wait", n);
     if (md->tp > 1 && (md->tp_rank < 0 || md->tp_rank >= md->tp || !par->allreduce_sum))
         return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_rank %d outside tp_size %d or no allreduce_sum", n, md->tp_rank, md->tp);
-    if (mm->heads % (md->tp * md->sp) || mm->kv_heads % (md->tp * md->sp))
-        return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_size %d x sp_size %d does not divide heads %d and kv_heads %d", n, md->tp, md->sp, mm->heads, mm->kv_heads);
+    int split = cp == PLAN_CP_RING ? md->tp : md->tp * md->sp;   /* ring attention keeps every head of the tp shard */
+    if (mm->heads % split || mm->kv_heads % split)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_size %d x sp_size %d does not divide heads %d and kv_heads %d", n, md->tp, cp == PLAN_CP_RING ? 1 : md->sp, mm->heads, mm->kv_heads);
     if (mm->ffn % md->tp)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: tp_size %d does not divide ffn %d", n, md->tp, mm->ffn);
     if (mm->kind == MODEL_LLM && md->tp > 1) {
@@ -286,6 +302,7 @@ static int module_create(ex_module *md, const model_module *mm, int index, uint6
     md->sp_rank = md->sp > 1 ? par->sp_rank : 0;
     md->seqpar = par && par->seq_parallel && md->tp > 1;
     md->recompute = par ? par->recompute : PLAN_RECOMP_NONE;
+    md->rope = plan_module_rotary(mm);
     if (md->recompute == PLAN_RECOMP_OP)
         return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: recompute 'op' (torchtitan's per-op checkpointing) is priced, not run", mm->name);
     md->strat = (plan_module){ .dp = 1, .tp = md->tp, .sp = md->sp, .pp = 1, .micro_batch = 1,
@@ -363,15 +380,19 @@ int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules
     int rc = check_common(llm, err);
     if (rc) return rc;
     if (llm->vocab <= 0) return util_fail(err, UTIL_EINVAL, "executor: module %s: vocab must be > 0", llm->name);
-    int vis = -1;
+    int vis = -1, aud = -1;
     for (int i = 0; i < m->n_modules; i++) {
         if (i == m->llm) continue;
-        if (m->mod[i].kind != MODEL_VISION || vis >= 0)
-            return util_fail(err, UTIL_EUNSUPPORTED, "executor: model %s: module %s: only one vision encoder + one LLM is implemented", m->name, m->mod[i].name);
-        vis = i;
+        int *slot = m->mod[i].kind == MODEL_VISION ? &vis : m->mod[i].kind == MODEL_AUDIO ? &aud : NULL;
+        if (!slot || *slot >= 0)
+            return util_fail(err, UTIL_EUNSUPPORTED, "executor: model %s: module %s: at most one vision and one audio encoder feed the LLM", m->name, m->mod[i].name);
+        *slot = i;
     }
     if (vis >= 0) {
         if ((rc = check_common(&m->mod[vis], err)) || (rc = check_vision(&m->mod[vis], llm, err))) return rc;
+    }
+    if (aud >= 0) {
+        if ((rc = check_common(&m->mod[aud], err)) || (rc = ex_check_audio_module(&m->mod[aud], llm, err))) return rc;
     }
     bool any = false;
     for (int k = 0; k < m->n_modules; k++) any |= (modules >> k & 1u) != 0;
@@ -381,6 +402,7 @@ int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules
     em->m = *m;
     em->be = ex_backend_cpu();
     em->vis_index = vis;
+    em->aud_index = aud;
     for (int k = 0; !rc && k < m->n_modules; k++)
         if (modules >> k & 1u) rc = module_create(&em->mod[k], &m->mod[k], k, seed, par ? &par[k] : NULL, err);
     if (rc) { ex_model_free(em); return rc; }
@@ -478,7 +500,8 @@ int ex_stage_rows(ex_model *em, int module_index, const ex_batch *b)
 {
     ex_module *md = ex_module_at(em, module_index);
     if (!md) return 0;
-    return md->mm.kind == MODEL_LLM ? ex_llm_rows(em, md, b) : ex_vision_rows(md, b);
+    return md->mm.kind == MODEL_LLM ? ex_llm_rows(em, md, b) : md->mm.kind == MODEL_AUDIO ? ex_audio_rows(md, b)
+                                                                                        : ex_vision_rows(md, b);
 }
 
 float *ex_module_embedding_grad(ex_model *em, int module_index, size_t *n)
@@ -495,6 +518,7 @@ int ex_stage_forward(ex_model *em, int module_index, const ex_batch *b, ex_stage
 {
     ex_module *md = ex_module_at(em, module_index);
     if (!md) return util_fail(err, UTIL_EINVAL, "executor: module %d is not on this model instance", module_index);
+    if (md->mm.kind == MODEL_AUDIO) return ex_audio_stage_forward(em, md, b, io, err);
     return md->mm.kind == MODEL_LLM ? ex_llm_stage_forward(em, md, b, io, err) : ex_vision_stage_forward(em, md, b, io, err);
 }
 
@@ -502,6 +526,7 @@ int ex_stage_backward(ex_model *em, int module_index, const ex_batch *b, ex_stag
 {
     ex_module *md = ex_module_at(em, module_index);
     if (!md) return util_fail(err, UTIL_EINVAL, "executor: module %d is not on this model instance", module_index);
+    if (md->mm.kind == MODEL_AUDIO) return ex_audio_stage_backward(em, md, b, io, err);
     return md->mm.kind == MODEL_LLM ? ex_llm_stage_backward(em, md, b, io, err) : ex_vision_stage_backward(em, md, b, io, err);
 }
 

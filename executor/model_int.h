@@ -14,16 +14,24 @@
  * modeling_qwen2_5_vl.py); models.h has no rope_theta field yet, so the LLM
  * uses 10000 too (the tiny zoo models' value). */
 #define EX_ROPE_THETA 10000.0
+/* LayerNorm eps: torch.nn.LayerNorm's default 1e-5, which Whisper's and
+ * Qwen2-Audio's encoder layers use (nn.LayerNorm(embed_dim) in
+ * modeling_qwen2_audio.py). */
+#define EX_LAYERNORM_EPS 1e-5f
 
+/* A GELU MLP's fc1 and fc2 are the up (wu, bu) and down (wd, bd) views;
+ * ln1b, ln2b are LayerNorm biases. */
 typedef struct {
-    float *ln1, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
-    float *ln2, *wg, *bg, *wu, *bu, *wd, *bd;
+    float *ln1, *ln1b, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
+    float *ln2, *ln2b, *wg, *bg, *wu, *bu, *wd, *bd;
 } ex_block_w;
 
 typedef struct {
     float *patch_w, *patch_b;                 /* vision */
     float *merge_ln, *m0w, *m0b, *m2w, *m2b;  /* vision merger */
     float *wte, *lnf, *head;                  /* llm; head == wte when tied */
+    /* audio: conv stem, learned positions (NULL: sinusoids), final norm's bias, projector */
+    float *conv1w, *conv1b, *conv2w, *conv2b, *pos, *lnf_b, *proj_w, *proj_b;
     ex_block_w *blk;                          /* [layers] */
 } ex_weights;
 
@@ -38,7 +46,8 @@ typedef struct {
 /* Saved activations of one block (see plan_module_acts for their shapes). */
 typedef struct {
     float *x, *ln1, *rstd1, *q, *k, *v, *att, *lse, *xmid, *ln2, *rstd2, *g, *u, *h;
-    float *att_loc;            /* sp > 1: attention output in local-row layout (q..lse are all-rows, local-heads) */
+    float *mean1, *mean2;      /* LayerNorm */
+    float *att_loc;            /* Ulysses layers: attention output in local-row layout (q..lse are all-rows, local-heads) */
 } ex_block_acts;
 
 typedef struct {
@@ -54,11 +63,18 @@ typedef struct {
     float *xg, *rstdf, *gath, *logits, *dlogits, *ce_mx, *ce_st, *emb;
     /* backward scratch */
     float *dres, *dln, *dq, *dk, *dv, *datt, *dg, *du, *dh, *dgath, *dxg, *dh1, *da1, *dvis;
-    float *sp_pack, *sp_dq, *sp_dk, *sp_dv, *sp_datt;   /* sp > 1 */
+    float *sp_pack, *sp_dq, *sp_dk, *sp_dv, *sp_datt;   /* Ulysses */
+    float *sp_recv;            /* the LLM's Ulysses: an all-to-all's rows before they are regrouped by sample */
+    /* ring attention (ring.c): K/V blocks [2][k, v], their gradients
+     * [2][dk, dv], a block's partial output and log-sum-exp */
+    float *ring_kv, *ring_dkv, *ring_out, *ring_lse;
     /* Megatron sequence parallelism: all rows gathered, a row-parallel
      * output before its reduce-scatter, the gathered output gradient, and the
      * norms' partial weight gradients [2, d] */
     float *tp_full, *tp_part, *tp_dfull, *tp_grads;
+    /* audio (plan_module_acts): the conv stem, pooling, final norm, projector */
+    float *c1pre, *c1out, *c2pre, *col, *dcol, *dc1out, *dc1pre;
+    float *pooled, *fln, *fmean, *frstd, *aout, *dpooled;
 } ex_acts;
 
 /* One forward's saved activations and geometry (a vision slot, or the LLM's only one). */
@@ -78,9 +94,10 @@ typedef struct {
     int d, H, Hkv, hd, f;      /* local shard shapes */
     int vocab0, vocab_n;       /* llm: this rank's vocab rows [vocab0, vocab0 + vocab_n) */
     int tp, tp_rank;           /* tensor-parallel group size and rank (1, 0 = none) */
-    int sp, sp_rank;           /* Ulysses sequence-parallel group size and rank (1, 0 = none) */
+    int sp, sp_rank;           /* sequence-parallel group size and rank (1, 0 = none): Ulysses, or the LLM's ring (plan_cp_of) */
     bool seqpar;               /* Megatron sequence parallelism (tp > 1, LLM) */
     plan_recompute recompute;
+    bool rope;                 /* rotary positions in attention (plan_module_rotary) */
     plan_module strat;         /* tp, sp, pp, stage_layers, seq_parallel, recompute as the planner describes them */
     int stage_index;           /* this instance's pipeline stage (0 .. pp - 1) */
     plan_stage stage;          /* its blocks, and whether it holds the stem and the head */
@@ -114,6 +131,7 @@ struct ex_model {
     const ex_backend *be;
     ex_module mod[MODEL_MAX_MODULES];
     int vis_index;             /* vision module in m, -1 if the model has none */
+    int aud_index;             /* audio module in m, -1 if the model has none */
     int adam_t;
     /* last LLM forward's batch geometry */
     int merged_per_image, n_pred;
@@ -138,17 +156,35 @@ void ex_slot_filled(ex_module *md);
  * sequence parallelism), and one transformer block forward / backward over
  * the stage's blocks. */
 int ex_norm_rows(const ex_module *md);
+/* The module's block norm (RMSNorm, or LayerNorm with bias b and row means) over n rows. */
+void ex_norm_forward(const ex_backend *be, const ex_module *md, float *out, float *mean, float *rstd, const float *x,
+                     const float *w, const float *b, int n);
+void ex_norm_backward(const ex_backend *be, const ex_module *md, float *dinp, float *dw, float *db, const float *dout,
+                      const float *x, const float *w, const float *mean, const float *rstd, int n);
 void ex_block_forward(const ex_backend *be, ex_module *md, int l, float *out, const int *cu, int nseq, bool causal);
 void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, const int *cu, int nseq, bool causal);
 /* The blocks of a module forward from md->a.blk[0].x, and backward from md->a.dres, each block inside its unit hooks. */
 void ex_blocks_forward(const ex_backend *be, ex_module *md, const int *cu, const int *cu_win, bool causal);
 void ex_blocks_backward(const ex_backend *be, ex_module *md, const int *cu, const int *cu_win, bool causal);
+/* ring.c: ring attention of one block over the sp group (plan_cp_of is
+ * PLAN_CP_RING): a's q, k, v of this rank's rows (nseq samples of equal
+ * length, cu their local rows) to a->att and a->lse; backward from datt into
+ * md->a.dq, dk, dv. */
+void ex_ring_forward(const ex_backend *be, ex_module *md, ex_block_acts *a, const int *cu, int nseq);
+void ex_ring_backward(const ex_backend *be, ex_module *md, const ex_block_acts *a, const float *datt, const int *cu,
+                      int nseq);
 /* vision.c: the batch's images checked against the model, merged rows per image. */
 int ex_check_images(const ex_model *em, const ex_batch *b, char *err);
 int ex_merged_per_image(const ex_model *em, const ex_batch *b);
 int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_vision_rows(const ex_module *md, const ex_batch *b);
+/* audio.c: what the executor supports of an audio module; a stage's passes
+ * and its rows at the stage boundary (as vision.c's). */
+int ex_check_audio_module(const model_module *mm, const model_module *llm, char *err);
+int ex_audio_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_audio_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_audio_rows(const ex_module *md, const ex_batch *b);
 /* llm.c */
 int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_llm_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);

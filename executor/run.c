@@ -146,9 +146,6 @@ static int check_plan(run_ctx *r, char *err)
     const plan_t *p = &r->plan;
     int rc = plan_schedule_check(p, err);
     if (rc) return rc;
-    const plan_module *llm = &p->mod[p->model.llm];
-    if (llm->sp > 1)
-        return util_fail(err, UTIL_EUNSUPPORTED, "run: module %s: sequence (context) parallelism of the LLM (sp = %d) is not implemented by the executor", llm->module, llm->sp);
     if (p->world_size != r->size)
         return util_fail(err, UTIL_EINVAL, "run: the plan needs %d ranks, this run has %d (mpirun -np %d)", p->world_size, r->size, p->world_size);
     r->enc = -1;
@@ -179,6 +176,7 @@ static int create_model(run_ctx *r, char *err)
                                 .allgather = hook_allgather, .reduce_scatter = hook_reduce_scatter,
                                 .recompute = s->recompute, .pp_size = s->pp, .pp_rank = m->at.pp };
         memcpy(par[k].stage_layers, s->stage_layers, sizeof par[k].stage_layers);
+        run_cp_hooks(&par[k]);
     }
     int rc = ex_model_create_per_module(&p->model, r->o->seed, mask, par, &r->em, err);
     for (int k = 0; !rc && k < p->n_modules; k++) {
@@ -255,7 +253,7 @@ static int count_predictions(run_ctx *r, const plan_schedule *s, const run_data 
     int L = r->plan.model.llm;
     if (!r->mod[L].on) return UTIL_OK;
     double cnt = 0;
-    for (int i = 0; i < s->n; i++) {
+    for (int i = 0; i < s->n && r->mod[L].at.sp == 0; i++) {   /* sp ranks share their samples: the first counts */
         const plan_op *o = &s->op[i];
         if (o->module != L || (o->kind != PLAN_OP_FORWARD && o->kind != PLAN_OP_FORWARD_BACKWARD)) continue;
         for (int j = o->sample0; j < o->sample0 + o->samples; j++)

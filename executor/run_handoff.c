@@ -12,6 +12,7 @@ int run_handoff_init(run_ctx *r, run_handoff *h, char *err)
     if (r->enc < 0) return UTIL_OK;
     h->chunks = plan_chunks(p);
     h->rows = plan_rows_per_sample(p, r->enc);
+    h->llm_rows = plan_cp_encoder_rows(p, r->enc, r->rank);
     h->d = p->model.mod[p->model.llm].hidden;
     h->seg = util_calloc((size_t)h->chunks, sizeof *h->seg);
     h->nseg = util_calloc((size_t)h->chunks, sizeof *h->nseg);
@@ -27,7 +28,7 @@ int run_handoff_init(run_ctx *r, run_handoff *h, char *err)
         if (!h->act_pack || !h->grad_pack) return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");
     }
     if (r->mod[p->model.llm].on) {
-        size_t n = (size_t)plan_max_share(p, p->model.llm) * h->rows * h->d;
+        size_t n = (size_t)plan_max_share(p, p->model.llm) * h->llm_rows * h->d;
         h->act_in = util_malloc_cat(UTIL_MEM_COMM, (n ? n : 1) * sizeof(float));
         h->grad_out = util_malloc_cat(UTIL_MEM_COMM, (n ? n : 1) * sizeof(float));
         if (!h->act_in || !h->grad_out) return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");

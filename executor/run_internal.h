@@ -197,6 +197,7 @@ typedef struct {
     int *nseg;
     int chunks;
     int rows;                 /* merged rows per sample */
+    int llm_rows;             /* of them, those this rank's LLM sp rank takes in (plan_cp_encoder_rows) */
     int d;                    /* row width (LLM hidden = encoder out_hidden) */
     float *act_pack, *grad_pack;  /* encoder: this rank's rows of the current chunk */
     float *act_in, *grad_out;     /* LLM: its share's rows of the current chunk */
@@ -228,6 +229,9 @@ void run_handoff_free(run_ctx *r, run_handoff *h);
 int run_handoff_wait_all(run_ctx *r, run_handoff *h, char *err);
 int run_handoff_send(run_ctx *r, run_handoff *h, int c, bool grad, const float *src, char *err);
 int run_handoff_recv(run_ctx *r, run_handoff *h, int c, bool grad, float *dst, char *err);
+
+/* run_cp.c: the ring attention's point-to-point hooks of a module's layout (on its run_hooks' sp communicator). */
+void run_cp_hooks(ex_parallel *par);
 
 /* Runs one op of the schedule; a compute failure is kept in *failed so the
  * rank still takes part in every exchange of the step. */

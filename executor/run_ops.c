@@ -43,8 +43,8 @@ static int share_first(const run_ctx *r, int k, int c)
 static size_t handoff_offset(const run_ctx *r, const run_handoff *h, const plan_op *o)
 {
     bool llm = o->module == r->plan.model.llm;
-    size_t rows = (size_t)(o->sample0 - share_first(r, o->module, o->chunk)) * h->rows;
-    return (llm ? rows : rows / r->plan.mod[o->module].sp) * h->d;
+    size_t samples = (size_t)(o->sample0 - share_first(r, o->module, o->chunk));
+    return (llm ? samples * h->llm_rows : samples * h->rows / r->plan.mod[o->module].sp) * h->d;
 }
 
 /* The LLM backpropagates when it trains or a trained encoder waits for its input's gradient. */
@@ -95,7 +95,7 @@ static int stage_backward(run_ctx *r, const plan_op *o, const ex_batch *b, run_h
     if (rc) return rc;
     if (!m->first) m->st.pending = io.out;
     else if (k == L && r->enc >= 0 && r->mod[r->enc].trains)
-        memcpy(h->grad_out + handoff_offset(r, h, o), io.out, (size_t)o->samples * h->rows * h->d * sizeof(float));
+        memcpy(h->grad_out + handoff_offset(r, h, o), io.out, (size_t)io.out_rows * h->d * sizeof(float));
     return UTIL_OK;
 }
 

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <string.h>
 
-typedef struct {
+typedef struct plan_pricer {
     const cost_gpu *g;
     double A;                    /* bytes per activation element */
     double fwd, bwd;             /* seconds */
@@ -70,19 +70,22 @@ static void ew_bias_grad(pricer *p, bool has_bias, double n)
  * qd, kd, f: this rank's q, k (= v) and MLP widths; tn the rows the norms,
  * the row-parallel biases and the residual hold (t / tp under sequence
  * parallelism, whose norms' partial weight gradients are summed and added
- * once per block). LayerNorm models are priced as RMSNorm. */
+ * once per block). A LayerNorm model's norms are the LayerNorm kernel
+ * (mean and variance, the bias), priced at its own rate. */
 static void price_block_elementwise(pricer *p, const model_module *mm, double t, double tn, double qd, double kd,
                                     double f, bool rope, bool seqpar)
 {
     double h = mm->hidden;
-    bool swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
+    bool swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU, ln = mm->norm == MODEL_NORM_LAYERNORM;
+    cost_ew norm = ln ? COST_EW_LAYERNORM : COST_EW_RMSNORM, norm_bwd = ln ? COST_EW_LAYERNORM_BWD : COST_EW_RMSNORM_BWD;
     double mlp_in = swiglu ? 2 : 1;                      /* gate and up, or the one up projection */
-    ew_fwd(p, COST_EW_RMSNORM, tn * h);
-    if (mm->qkv_bias) { ew_fwd(p, COST_EW_BIAS, t * qd); ew_fwd(p, COST_EW_BIAS, t * kd); ew_fwd(p, COST_EW_BIAS, t * kd); }
+    ew_fwd(p, norm, tn * h);
+    if (mm->qkv_bias) { ew_fwd(p, COST_EW_BIAS, t * qd); ew_fwd(p, COST_EW_BIAS, t * kd); }
+    if (mm->k_bias) ew_fwd(p, COST_EW_BIAS, t * kd);
     if (rope) { ew_fwd(p, COST_EW_ROPE, t * qd); ew_fwd(p, COST_EW_ROPE, t * kd); }
     if (mm->out_bias) ew_fwd(p, COST_EW_BIAS, tn * h);
     ew_fwd(p, COST_EW_ADD, tn * h);
-    ew_fwd(p, COST_EW_RMSNORM, tn * h);
+    ew_fwd(p, norm, tn * h);
     if (mm->mlp_bias) for (int i = 0; i < mlp_in; i++) ew_fwd(p, COST_EW_BIAS, t * f);
     ew_fwd(p, swiglu ? COST_EW_SWIGLU : COST_EW_GELU, t * f);
     if (mm->mlp_bias) ew_fwd(p, COST_EW_BIAS, tn * h);
@@ -96,15 +99,26 @@ static void price_block_elementwise(pricer *p, const model_module *mm, double t,
     ew_bwd(p, swiglu ? COST_EW_SWIGLU_BWD : COST_EW_GELU_BWD, t * f);
     ew_bwd(p, COST_EW_ZERO, t * h);
     for (int i = 0; i < mlp_in; i++) ew_bias_grad(p, mm->mlp_bias, t * f);
-    ew_bwd(p, COST_EW_RMSNORM_BWD, tn * h);
+    ew_bwd(p, norm_bwd, tn * h);
     ew_bwd(p, COST_EW_ZERO, t * qd);
     ew_bias_grad(p, mm->out_bias, t * h);
     ew_bwd(p, COST_EW_ZERO, t * qd); ew_bwd(p, COST_EW_ZERO, t * kd); ew_bwd(p, COST_EW_ZERO, t * kd);
     if (rope) { ew_bwd(p, COST_EW_ROPE_BWD, t * qd); ew_bwd(p, COST_EW_ROPE_BWD, t * kd); }
     ew_bwd(p, COST_EW_ZERO, t * h);
-    if (mm->qkv_bias) { ew_bias_grad(p, true, t * qd); ew_bias_grad(p, true, t * kd); ew_bias_grad(p, true, t * kd); }
-    ew_bwd(p, COST_EW_RMSNORM_BWD, tn * h);
+    if (mm->qkv_bias) { ew_bias_grad(p, true, t * qd); ew_bias_grad(p, true, t * kd); }
+    ew_bias_grad(p, mm->k_bias, t * kd);
+    ew_bwd(p, norm_bwd, tn * h);
     if (partial_norms) { ew_bwd(p, COST_EW_ADD, h); ew_bwd(p, COST_EW_ADD, h); }
+}
+
+/* `count` linears n wide on the same input: for the Megatron target one
+ * fused GEMM count x n wide (Megatron-LM's fused weights, linear_qkv and
+ * linear_fc1 in megatron/core/transformer), for the dhp target the
+ * executor's count GEMMs (executor/block.c runs k, v and gate, up apart). */
+static void price_linears(pricer *p, double m, double k, int count, double n)
+{
+    if (p->megatron) price_linear(p, m, count * n, k);
+    else for (int i = 0; i < count; i++) price_linear(p, m, n, k);
 }
 
 /* Attention without FlashAttention (model_module.unfused_attention), as
@@ -137,11 +151,27 @@ static void price_hidden_dropout(pricer *p, double n)
     if (runs_backward(p)) p->bwd += cost_memory_time(p->g, n * (2 * p->A + 1));
 }
 
+/* A block's attention core: ring attention's blocks and merges (cost_cp.c),
+ * the unfused score matrix (where Megatron-LM runs it), or flash attention. */
+static void price_attention_core(pricer *core, const model_module *mm, const plan_ring_price *ring, bool unfused,
+                                 double t, double span, double keys, double heads, double head_dim)
+{
+    if (ring) {
+        core->fwd += ring->fwd_s;
+        if (runs_backward(core)) core->bwd += ring->bwd_s;
+    } else if (unfused) {
+        price_attention_unfused(core, mm, t, keys, heads, head_dim);
+    } else {
+        price_attention(core, t, span, heads, head_dim);
+    }
+}
+
 /* One transformer block on t local tokens (after the Ulysses split, per dp
  * rank); *selective gets what selective recomputation re-runs of it in
  * backward: the attention core's forward and the MLP activation. */
 static void price_block(pricer *p, const model_module *mm, const plan_module *s, double t,
-                        double span, double keys, bool cross, double cross_tokens, double *selective)
+                        double span, double keys, bool cross, double cross_tokens, const plan_ring_price *ring,
+                        double *selective)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     bool seqpar = s->seq_parallel && s->tp > 1;
@@ -151,20 +181,22 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     core.fwd = core.bwd = 0;
     if (cross) {
         price_linear(p, t, H * d / tp, h);
-        price_linear(p, cross_tokens, 2 * KV * d / tp, h);
+        price_linears(p, cross_tokens, h, 2, KV * d / tp);
         price_attention(&core, t, cross_tokens, H / tp, d);
-    } else {
+    } else if (p->megatron) {
         price_linear(p, t, (H + 2 * KV) * d / tp, h);
-        if (mm->unfused_attention) price_attention_unfused(&core, mm, t, keys, H / tp, d);
-        else price_attention(&core, t, span, H / tp, d);
+        price_attention_core(&core, mm, ring, mm->unfused_attention, t, span, keys, H / tp, d);
+    } else {                          /* the executor's q, then k and v */
+        price_linear(p, t, H * d / tp, h);
+        price_linears(p, t, h, 2, KV * d / tp);
+        price_attention_core(&core, mm, ring, false, t, span, keys, H / tp, d);
     }
     p->fwd += core.fwd;
     p->bwd += core.bwd;
     price_linear(p, t, h, H * d / tp);
-    if (mm->ffn_kind == MODEL_FFN_SWIGLU) price_linear(p, t, 2 * f / tp, h);
-    else price_linear(p, t, f / tp, h);
+    price_linears(p, t, h, mm->ffn_kind == MODEL_FFN_SWIGLU ? 2 : 1, f / tp);
     price_linear(p, t, h, f / tp);
-    price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross, seqpar);
+    price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross && plan_module_rotary(mm), seqpar);
     if (mm->dropout) { price_hidden_dropout(p, tn * h); price_hidden_dropout(p, tn * h); }
     if (s->recompute == PLAN_RECOMP_OP) {
         /* torchtitan's per-op checkpointing re-runs the block's forward but
@@ -188,18 +220,46 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
 /* count blocks of one kind: their compute into p, their forward (what full
  * recomputation re-runs) into *blocks_fwd, selective's re-run into *selective. */
 static void price_blocks(pricer *p, const model_module *mm, const plan_module *s, double t,
-                         double span, double keys, bool cross, double cross_tokens, int count, double *blocks_fwd,
-                         double *selective)
+                         double span, double keys, bool cross, double cross_tokens, const plan_ring_price *ring,
+                         int count, double *blocks_fwd, double *selective)
 {
     if (count == 0) return;
     pricer one = *p;
     one.fwd = one.bwd = 0;
     double sel = 0;
-    price_block(&one, mm, s, t, span, keys, cross, cross_tokens, &sel);
+    price_block(&one, mm, s, t, span, keys, cross, cross_tokens, ring, &sel);
     p->fwd += count * one.fwd;
     p->bwd += count * one.bwd;
     *blocks_fwd += count * one.fwd;
     *selective += count * sel;
+}
+
+/* `calls` calls of element-wise kernel k over n elements in all (n / calls
+ * each), in the forward pass or the backward. */
+static void ew_calls(pricer *p, bool backward, cost_ew k, double calls, double n)
+{
+    if (!(calls > 0) || n <= 0 || (backward && !runs_backward(p))) return;
+    double s = calls * cost_elementwise_time(p->g, k, n / calls, p->A);
+    if (backward) p->bwd += s;
+    else p->fwd += s;
+}
+
+/* planner_int.h's steps for the cost model's parts in files of their own
+ * (cost_audio.c): a GEMM whose input may need no gradient, element-wise
+ * calls in a pass. */
+void plan_price_gemm(pricer *p, double m, double n, double k, bool input_grad)
+{
+    pricer q = *p;
+    q.need_input_grad = p->need_input_grad && input_grad;
+    price_linear(&q, m, n, k);
+    p->fwd = q.fwd;
+    p->bwd = q.bwd;
+}
+
+void plan_price_ew(pricer *p, plan_pass pass, cost_ew k, double calls, double n)
+{
+    if (pass == PLAN_PASS_WGRAD && !p->need_weight_grad) return;
+    ew_calls(p, pass != PLAN_PASS_FWD, k, calls, n);
 }
 
 /* The LLM's stem (executor/llm.c, llm_embed / llm_embed_backward): the
@@ -207,16 +267,26 @@ static void price_blocks(pricer *p, const model_module *mm, const plan_module *s
  * all `text` rows in its vocabulary shard); under sequence parallelism the
  * first block's rows are sliced out of all t rows. Backward, the encoder
  * rows' gradient is copied out for the encoder and the text rows' is added
- * to the embedding. */
-static void price_llm_stem(pricer *p, const model_module *mm, const plan_module *s, double t, double text)
+ * to the embedding. The dhp target prices the executor's calls: each
+ * sample's encoder rows and text rows are placed, and their gradients taken,
+ * by calls of their own (`samples` of each; the Megatron target one each). */
+static void price_llm_stem(pricer *p, const model_module *mm, const plan_module *s, double t, double text,
+                           double samples, int text_runs)
 {
-    double h = mm->hidden;
+    double h = mm->hidden, calls = p->megatron ? 1 : samples, runs = p->megatron ? 1 : samples * text_runs;
     bool seqpar = s->seq_parallel && s->tp > 1;
-    if (s->tp > 1) ew_fwd(p, COST_EW_COPY, text * h);
-    ew_fwd(p, COST_EW_COPY, t * h);
+    /* the vocab-parallel lookup: every text token in one call, or under
+     * context parallelism each run of text positions the rank holds */
+    if (s->tp > 1) ew_calls(p, false, COST_EW_COPY, s->sp > 1 ? runs : 1, text * h);
+    if (!p->megatron) {
+        ew_calls(p, false, COST_EW_COPY, calls, (t - text) * h);   /* encoder rows */
+        ew_calls(p, false, COST_EW_COPY, runs, text * h);          /* text rows (the lookup, or its copy) */
+    } else {
+        ew_fwd(p, COST_EW_COPY, t * h);
+    }
     if (seqpar) ew_fwd(p, COST_EW_COPY, t / s->tp * h);
-    ew_bwd(p, COST_EW_COPY, (t - text) * h);
-    if (p->need_weight_grad) ew_bwd(p, COST_EW_ADD, text * h);   /* embedding gradient rows */
+    ew_calls(p, true, COST_EW_COPY, calls, (t - text) * h);
+    if (p->need_weight_grad) ew_calls(p, true, COST_EW_ADD, runs, text * h);   /* embedding gradient rows */
 }
 
 static void price_llm_head(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
@@ -235,31 +305,64 @@ static void price_llm_head(pricer *p, const model_module *mm, const plan_module 
     if (seqpar) ew_bwd(p, COST_EW_COPY, t / s->tp * h);
 }
 
-/* The vision / audio stem and merger (executor/model.c, vision_forward /
- * vision_backward): patch embedding, then over the merged rows the norm, the
- * two-layer GELU projector (or one linear). */
+/* The LLM's stem and head on stage st as sp rank sp_rank holds them (its
+ * text rows and predictions, plan_cp_end_rows); sp_rank < 0: the sp group's
+ * pace: its slowest stem forward, stem backward and head, each of which the
+ * other ranks wait for at their next exchange. *text and *head get the rows
+ * of the ranks priced (for their tensor-parallel collectives). */
+static void price_llm_ends(pricer *p, const model_module *mm, const plan_module *s, const plan_stage *st,
+                           const plan_workload *w, plan_target target, double samples, double S, double t, int sp_rank,
+                           double *text, double *head)
+{
+    int first = sp_rank >= 0 ? sp_rank : 0, last = sp_rank >= 0 ? sp_rank : s->sp - 1;
+    double stem_f = -1, stem_b = -1, head_f = 0, head_b = -1;
+    for (int j = first; j <= last; j++) {
+        double tx, hd;
+        int runs;
+        plan_cp_end_rows(mm, s, w, target, samples, S, j, &tx, &hd, &runs);
+        pricer a = *p, b = *p;
+        a.fwd = a.bwd = b.fwd = b.bwd = 0;
+        if (st->stem) price_llm_stem(&a, mm, s, t, tx, samples, runs);
+        if (st->head) price_llm_head(&b, mm, s, t, hd);
+        if (a.fwd > stem_f) { stem_f = a.fwd; *text = tx; }
+        if (a.bwd > stem_b) stem_b = a.bwd;
+        if (b.fwd + b.bwd > head_f + head_b) { head_f = b.fwd; head_b = b.bwd; *head = hd; }
+    }
+    p->fwd += stem_f + head_f;
+    p->bwd += stem_b + head_b;
+}
+
+/* The vision / audio stem and merger (executor/vision.c,
+ * ex_vision_stage_forward / ex_vision_stage_backward): patch embedding, then
+ * over the merged rows the norm, the two-layer GELU projector (or one
+ * linear). The Megatron target splits the patch embedding and the projector
+ * over the tp group; the dhp executor keeps both whole on every tp rank
+ * (plan_module_tensors), so they run whole there. */
+static double encoder_ends_split(const pricer *p, const plan_module *s) { return p->megatron ? s->tp : 1; }
+
 static void price_encoder_stem(pricer *p, const model_module *mm, const plan_module *s, double t)
 {
-    double h = mm->hidden, pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
+    double h = mm->hidden / encoder_ends_split(p, s);
+    double pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
     pricer stem = *p;                 /* the pixels need no gradient */
     stem.need_input_grad = false;
-    price_linear(&stem, t, h / s->tp, pix);
+    price_linear(&stem, t, h, pix);
     p->fwd = stem.fwd;
     p->bwd = stem.bwd;
-    ew_fwd(p, COST_EW_BIAS, t * h / s->tp);
-    ew_bias_grad(p, true, t * h / s->tp);
+    ew_fwd(p, COST_EW_BIAS, t * h);
+    ew_bias_grad(p, true, t * h);
 }
 
 static void price_encoder_head(pricer *p, const model_module *mm, const plan_module *s, double t)
 {
-    double h = mm->hidden;
+    double h = mm->hidden, split = encoder_ends_split(p, s);
     double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
     ew_fwd(p, COST_EW_RMSNORM, t * h);
     ew_bwd(p, COST_EW_ZERO, t * h);
     ew_bwd(p, COST_EW_ZERO, t * h);
     ew_bwd(p, COST_EW_RMSNORM_BWD, t * h);
     if (mm->proj_hidden > 0) {
-        double ph = mm->proj_hidden / (double)s->tp;
+        double ph = mm->proj_hidden / split;
         price_linear(p, merged, ph, mm->proj_in);
         price_linear(p, merged, mm->out_hidden, ph);
         ew_fwd(p, COST_EW_BIAS, merged * ph);
@@ -271,9 +374,9 @@ static void price_encoder_head(pricer *p, const model_module *mm, const plan_mod
         ew_bias_grad(p, true, merged * ph);
         ew_bias_grad(p, true, merged * mm->out_hidden);
     } else {
-        price_linear(p, merged, mm->out_hidden / (double)s->tp, mm->proj_in);
-        ew_fwd(p, COST_EW_BIAS, merged * mm->out_hidden / s->tp);
-        ew_bias_grad(p, true, merged * mm->out_hidden / s->tp);
+        price_linear(p, merged, mm->out_hidden / split, mm->proj_in);
+        ew_fwd(p, COST_EW_BIAS, merged * mm->out_hidden / split);
+        ew_bias_grad(p, true, merged * mm->out_hidden / split);
     }
 }
 
@@ -283,14 +386,6 @@ static double group_coll(const cost_pool *pool, const plan_module *s, unsigned a
     int n, per_node;
     plan_group_shape(s, axes, pool->gpus_per_node, &n, &per_node);
     return cost_collective_time(pool, op, bytes, n, per_node);
-}
-
-/* Ulysses keeps window layers local when every rank holds whole windows. */
-static bool window_layers_local(const model_module *mm, const plan_module *s, const plan_seq *q)
-{
-    if (mm->window <= 0 || s->sp == 1) return true;
-    double per_rank = q->seq / s->sp;
-    return fmod(per_rank, mm->window) == 0;
 }
 
 /* FLOPs of one sample through the module's forward at tp = sp = 1. */
@@ -316,23 +411,29 @@ static double forward_flops_per_sample(const model_module *mm, const plan_seq *q
  * all-gathers the bf16 weights. Under autocast the weights and their
  * gradients are fp32 (PyTorch DDP / DeepSpeed reduce what they hold). */
 
-/* Ulysses re-shards around each all-to-all by copying (executor/block.c
- * sp_heads_to_rows, sp_rows_to_heads): forward q, k, v packed into the send
- * buffer and the attention output unpacked from the receive buffer, backward
- * the output's gradient packed and dq, dk, dv unpacked; t local rows. */
-static void price_ulysses_copies(pricer *p, const model_module *mm, const plan_module *s, double t, int layers)
+/* Ulysses re-shards around each all-to-all through the backend's
+ * transpose_blocks (executor/block.c sp_heads_to_rows, sp_rows_to_heads):
+ * forward q, k, v packed for the exchange and the attention output
+ * unpacked, backward the output's gradient packed and dq, dk, dv unpacked;
+ * t local rows. The LLM's ranks hold a slice of each of its samples: with
+ * more than one in the micro-batch, each exchange also regroups its rows
+ * (one more transpose each). */
+static void price_ulysses_copies(pricer *p, const model_module *mm, const plan_module *s, double t, double samples,
+                                 int layers)
 {
     double q_elems = t * mm->heads * mm->head_dim / s->tp, kv_elems = t * mm->kv_heads * mm->head_dim / s->tp;
-    for (int l = 0; l < layers; l++) {
-        ew_fwd(p, COST_EW_COPY, q_elems);    /* q */
-        ew_fwd(p, COST_EW_COPY, kv_elems);   /* k */
-        ew_fwd(p, COST_EW_COPY, kv_elems);   /* v */
-        ew_fwd(p, COST_EW_COPY, q_elems);    /* attention output */
-        ew_bwd(p, COST_EW_COPY, q_elems);    /* its gradient */
-        ew_bwd(p, COST_EW_COPY, q_elems);    /* dq */
-        ew_bwd(p, COST_EW_COPY, kv_elems);   /* dk */
-        ew_bwd(p, COST_EW_COPY, kv_elems);   /* dv */
-    }
+    int per = mm->kind == MODEL_LLM && samples > 1 ? 2 : 1;
+    for (int l = 0; l < layers; l++)
+        for (int c = 0; c < per; c++) {
+            ew_fwd(p, COST_EW_COPY, q_elems);    /* q */
+            ew_fwd(p, COST_EW_COPY, kv_elems);   /* k */
+            ew_fwd(p, COST_EW_COPY, kv_elems);   /* v */
+            ew_fwd(p, COST_EW_COPY, q_elems);    /* attention output */
+            ew_bwd(p, COST_EW_COPY, q_elems);    /* its gradient */
+            ew_bwd(p, COST_EW_COPY, q_elems);    /* dq */
+            ew_bwd(p, COST_EW_COPY, kv_elems);   /* dk */
+            ew_bwd(p, COST_EW_COPY, kv_elems);   /* dv */
+        }
 }
 
 /* The tensor-parallel regions of the blocks (executor/block.c): per block,
@@ -419,7 +520,7 @@ static void merge_fwd(const plan_comm *fwd, plan_comm *c)
  * (per dp rank) through the layers of stage st: its blocks, and the stem and
  * head where it holds them. */
 static void price_micro(const model_t *m, int mi, const plan_module *s, const plan_stage *st, const plan_workload *w,
-                        const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
+                        const cost_cluster *c, const plan_options *o, double samples, int sp_rank, plan_time *out)
 {
     const model_module *mm = &m->mod[mi];
     const cost_pool *pool = &c->pool[s->pool];
@@ -451,24 +552,33 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
         else if (model_layer_is_full_attention(mm, l)) n_full++;
         else n_window++;
     }
+    /* the LLM's ring attention (plan_cp_of): its full-attention blocks' cores */
+    bool ring = plan_cp_of(mm, s) == PLAN_CP_RING;
+    plan_ring_price rp = { 0 };
+    if (ring) plan_price_ring_block(mm, s, pool, o, A, samples, q.seq, sp_rank, backward, &rp);
     double blocks_fwd = 0, selective = 0;
     /* Keys of the whole score matrix the unfused attention materialises: the sequence (window). */
     double keys_full = q.seq, keys_window = mm->window > 0 ? fmin(mm->window, q.seq) : q.seq;
-    price_blocks(&p, mm, s, t, q.attn_span_full, keys_full, false, cross_tokens, n_full, &blocks_fwd, &selective);
-    price_blocks(&p, mm, s, t, q.attn_span_window, keys_window, false, cross_tokens, n_window, &blocks_fwd, &selective);
-    price_blocks(&p, mm, s, t, 0, 0, true, cross_tokens, n_cross, &blocks_fwd, &selective);
-    int n_a2a_layers = n_full + (window_layers_local(mm, s, &q) ? 0 : n_window);
-    if (s->sp > 1) price_ulysses_copies(&p, mm, s, t, n_a2a_layers);
-    double head_rows = mm->kind == MODEL_LLM ? plan_head_rows(w, o->target, samples, t) : 0;
+    price_blocks(&p, mm, s, t, q.attn_span_full, keys_full, false, cross_tokens, ring ? &rp : NULL, n_full, &blocks_fwd,
+                 &selective);
+    price_blocks(&p, mm, s, t, q.attn_span_window, keys_window, false, cross_tokens, NULL, n_window, &blocks_fwd,
+                 &selective);
+    price_blocks(&p, mm, s, t, 0, 0, true, cross_tokens, NULL, n_cross, &blocks_fwd, &selective);
+    int n_a2a_layers = 0;   /* the blocks that exchange by Ulysses all-to-alls (plan_cp_layer) */
+    for (int l = st->first; l < st->first + st->count; l++)
+        n_a2a_layers += !model_layer_is_cross(mm, l) && plan_cp_layer(mm, s, l, t) == PLAN_CP_ULYSSES;
+    price_ulysses_copies(&p, mm, s, t, samples, n_a2a_layers);
+    double text_rows = 0, head_rows = 0;
     if (mm->kind == MODEL_LLM) {
-        if (st->stem) price_llm_stem(&p, mm, s, t, samples * w->text_tokens);
-        if (st->head) price_llm_head(&p, mm, s, t, head_rows);
+        price_llm_ends(&p, mm, s, st, w, o->target, samples, q.seq, t, sp_rank, &text_rows, &head_rows);
+    } else if (mm->kind == MODEL_AUDIO) {
+        plan_price_audio_ends(&p, mm, st, samples, q.seq, s->sp, t);
     } else {
         if (st->stem) price_encoder_stem(&p, mm, s, t);
         if (st->head) price_encoder_head(&p, mm, s, t);
     }
     /* a pipeline stage's input rows in from the previous stage's message,
-     * its output's gradient in from the next one's (executor/llm.c, vision.c) */
+     * its output's gradient in from the next one's (executor/llm.c, vision.c, audio.c) */
     double boundary = t / (s->seq_parallel && s->tp > 1 ? s->tp : 1) * mm->hidden;
     if (!st->stem) ew_fwd(&p, COST_EW_COPY, boundary);
     if (!st->head) ew_bwd(&p, COST_EW_COPY, boundary);
@@ -482,11 +592,17 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
      * recomputation), then everything else. */
     plan_comm tp_fwd = { 0 }, tp = { 0 }, sp_fwd = { 0 }, sp = { 0 }, dp = { 0 };
     price_tp_blocks(mm, s, st->count, pool, A, t, backward, !mm->frozen, &tp, &tp_fwd);
-    price_tp_llm_ends(mm, s, st, pool, A, t, samples * w->text_tokens, head_rows, backward, &tp);
+    price_tp_llm_ends(mm, s, st, pool, A, t, text_rows, head_rows, backward, &tp);
     price_ulysses(mm, s, pool, A, t, n_a2a_layers, backward, &sp_fwd, &sp);
+    sp_fwd.fwd_s += n_full * rp.fwd_comm_s;
+    sp_fwd.fwd_syncs += n_full * rp.fwd_syncs;
+    sp.bwd_s += n_full * rp.bwd_comm_s;
+    sp.bwd_syncs += n_full * rp.bwd_syncs;
     if (s->recompute == PLAN_RECOMP_FULL && backward) {
         recompute_comm(&tp_fwd, &tp);
         recompute_comm(&sp_fwd, &sp);
+    } else if (s->recompute == PLAN_RECOMP_SELECTIVE && ring && backward) {
+        recompute_comm(&sp_fwd, &sp);   /* the attention core it re-runs passes the K/V blocks again */
     }
     merge_fwd(&tp_fwd, &tp);
     merge_fwd(&sp_fwd, &sp);
@@ -507,7 +623,14 @@ void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int s
                            const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
 {
     plan_stage st = plan_stage_of(&m->mod[mi], s, stage);
-    price_micro(m, mi, s, &st, w, c, o, samples, out);
+    price_micro(m, mi, s, &st, w, c, o, samples, -1, out);
+}
+
+void plan_cp_micro_time(const model_t *m, int mi, const plan_module *s, int stage, int sp_rank, const plan_workload *w,
+                        const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
+{
+    plan_stage st = plan_stage_of(&m->mod[mi], s, stage);
+    price_micro(m, mi, s, &st, w, c, o, samples, sp_rank, out);
 }
 
 /* One stage's activation to the next (or its gradient back): the rank's
@@ -537,7 +660,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
                      const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
 {
     plan_stage whole = plan_stage_of(&m->mod[mi], s, -1);
-    price_micro(m, mi, s, &whole, w, c, o, samples, out);
+    price_micro(m, mi, s, &whole, w, c, o, samples, -1, out);
     if (s->pp <= 1 || samples <= 0) return;
     bool backward = !m->mod[mi].frozen || m->mod[mi].kind == MODEL_LLM;
     double hop = plan_stage_hop_s(m, mi, s, w, c, o, samples);
@@ -642,7 +765,8 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (s->tp > pool->gpus_per_node)
         return util_fail(err, UTIL_EINVAL, "%s: tp %d exceeds the %d GPUs of a node", mm->name, s->tp,
                          pool->gpus_per_node);
-    if (!divides(s->tp * s->sp, mm->heads) || !divides(s->tp * s->sp, mm->kv_heads))
+    /* the LLM's context parallelism falls back to ring attention (plan_cp_of) */
+    if (plan_cp_of(mm, s) != PLAN_CP_RING && (!divides(s->tp * s->sp, mm->heads) || !divides(s->tp * s->sp, mm->kv_heads)))
         return util_fail(err, UTIL_EINVAL, "%s: tp*sp = %d must divide heads %d and kv_heads %d", mm->name,
                          s->tp * s->sp, mm->heads, mm->kv_heads);
     /* A vocab that tp does not divide is padded, as Megatron-LM's --make-vocab-size-divisible-by does. */
@@ -678,15 +802,21 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     plan_module_seq(m, mi, w, &q);
     if (s->sp > 1 && fmod(q.seq, s->sp) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sequence %.0f is not divisible by sp %d", mm->name, q.seq, s->sp);
+    int rc = plan_cp_check(mm, s, q.seq, err);
+    if (rc) return rc;
     if (mm->kind != MODEL_LLM && s->sp > 1 && mm->merge > 1 && fmod(q.seq / s->sp, mm->merge * mm->merge) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sp %d splits merge groups", mm->name, s->sp);
+    /* The audio encoder pools each rank's rows on their own (executor/audio.c). */
+    if (mm->kind == MODEL_AUDIO && mm->pool > 1 && fmod(q.seq / s->sp, mm->pool) != 0)
+        return util_fail(err, UTIL_EINVAL, "%s: sp %d splits the %.0f frames into parts that are not whole pool groups of %d",
+                         mm->name, s->sp, q.seq, mm->pool);
     /* Megatron's sequence parallelism splits the LLM blocks' norm and residual
      * rows over the tp group (Korthikanti et al., arXiv 2205.05198, sec. 4.2.2),
      * which needs whole rows per rank. */
     if (s->seq_parallel && mm->kind != MODEL_LLM)
         return util_fail(err, UTIL_EINVAL, "%s: Megatron sequence parallelism (seqpar) applies to the LLM's tensor-parallel blocks", mm->name);
-    if (s->seq_parallel && s->tp > 1 && fmod(q.seq, s->tp) != 0)
-        return util_fail(err, UTIL_EINVAL, "%s: sequence parallelism needs the sequence (%.0f tokens) divisible by tp %d", mm->name, q.seq, s->tp);
+    if (s->seq_parallel && s->tp > 1 && fmod(q.seq / s->sp, s->tp) != 0)
+        return util_fail(err, UTIL_EINVAL, "%s: sequence parallelism needs each sp rank's %.0f tokens divisible by tp %d", mm->name, q.seq / s->sp, s->tp);
     int64_t g;
     if (!plan_module_ranks(s, &g) || g > cost_pool_gpus(pool))
         return util_fail(err, UTIL_EINVAL, "%s: dp*tp*sp*pp = %d*%d*%d*%d GPUs exceed pool '%s' (%d)", mm->name,

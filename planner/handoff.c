@@ -74,10 +74,10 @@ static int seg_append(seg_list *l, plan_segment sg, char *err)
 
 /* Rows [g0, g0 + rows) of the step (merged-row index, R per sample) held by
  * one encoder rank at offset enc_off: split them over the LLM dp shares and,
- * under the LLM's sequence parallelism, over the sp ranks: rank j of sp holds
- * positions [j S / sp, (j + 1) S / sp) of each sample's S-token sequence,
- * whose first R are the encoder's rows (R_j of them on rank j, kept sample
- * after sample in its input buffer). */
+ * under the LLM's context parallelism, over its sp ranks: rank j holds the
+ * positions plan_cp_span_of gives of each sample's S-token sequence, whose
+ * first R are the encoder's rows (R_j of them on rank j, in the order of its
+ * local rows, kept sample after sample in its input buffer). */
 static int route_rows(const plan_t *p, int k, int c, const plan_coord *ec, int g0, int rows, int enc_off,
                       seg_list *l, char *err)
 {
@@ -85,7 +85,7 @@ static int route_rows(const plan_t *p, int k, int c, const plan_coord *ec, int g
     const plan_module *lm = &p->mod[L];
     plan_seq q;
     plan_module_seq(&p->model, L, &p->work, &q);
-    long S = (long)q.seq;
+    plan_cp cp = plan_cp_of(&p->model.mod[L], lm);
     int rc = UTIL_OK;
     for (int t = 0; !rc && t < lm->tp; t++)
     for (int d = 0; !rc && d < lm->dp; d++) {
@@ -97,16 +97,16 @@ static int route_rows(const plan_t *p, int k, int c, const plan_coord *ec, int g
             a -= (long)i * R;
             b -= (long)i * R;
             for (int j = 0; !rc && j < lm->sp; j++) {
-                long s0 = j * S / lm->sp, s1 = (j + 1) * S / lm->sp;
-                long lo = a > s0 ? a : s0, hi = b < s1 ? b : s1;
-                if (lo >= hi) continue;
-                long r0 = s0 < R ? s0 : R, r1 = s1 < R ? s1 : R;   /* the encoder rows rank j holds */
-                {
+                plan_cp_span span = plan_cp_span_of(cp, (int)q.seq, lm->sp, j);
+                int Rj = plan_cp_held(&span, 0, R);   /* the encoder rows rank j holds */
+                for (int r = 0; !rc && r < span.n; r++) {
+                    long lo = a > span.lo[r] ? a : span.lo[r], hi = b < span.hi[r] ? b : span.hi[r];
+                    if (lo >= hi) continue;
                     plan_coord lc = { .dp = d, .tp = t, .sp = j, .pp = 0 };   /* the LLM's first stage */
                     plan_segment sg = { .enc_rank = plan_coord_rank(p, k, ec), .enc_tp = ec->tp,
                                         .llm_rank = plan_coord_rank(p, L, &lc), .llm_tp = t, .rows = (int)(hi - lo),
                                         .enc_off = enc_off + (int)((long)i * R + lo - g0),
-                                        .llm_off = (int)((long)(i - f) * (r1 - r0) + (lo - r0)) };
+                                        .llm_off = (int)((long)(i - f) * Rj + plan_cp_local(&span, (int)lo)) };
                     rc = seg_append(l, sg, err);
                 }
             }

@@ -89,30 +89,64 @@ static void blocks(tensor_list *l, const model_module *mm, const plan_stage *st)
     int f = mm->ffn / l->tp;
     float std_out = INIT_STD / sqrtf(2.0f * (float)mm->layers);
     const char *blk = mm->kind == MODEL_LLM ? "layers" : "blocks";
+    bool ln = mm->norm == MODEL_NORM_LAYERNORM, swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
     for (int b = st->first; b < st->first + st->count; b++) {
         l->layer = b;
         l->unit = 1 + b;
         snprintf(l->prefix, sizeof l->prefix, "%s.%d.", blk, b);
         seq_partial(l, add(l, "norm1.weight", PLAN_TW_LN1, 1, d, 1, 0, 1));
+        if (ln) seq_partial(l, add(l, "norm1.bias", PLAN_TW_LN1_B, 1, d, 1, 0, 0));
         split(l, add(l, "attn.q.weight", PLAN_TW_WQ, 2, qd, d, INIT_STD, 0), 0);
         if (mm->qkv_bias) split(l, add(l, "attn.q.bias", PLAN_TW_BQ, 1, qd, 1, 0, 0), 0);
         split(l, add(l, "attn.k.weight", PLAN_TW_WK, 2, kd, d, INIT_STD, 0), 0);
-        if (mm->qkv_bias) split(l, add(l, "attn.k.bias", PLAN_TW_BK, 1, kd, 1, 0, 0), 0);
+        if (mm->k_bias) split(l, add(l, "attn.k.bias", PLAN_TW_BK, 1, kd, 1, 0, 0), 0);
         split(l, add(l, "attn.v.weight", PLAN_TW_WV, 2, kd, d, INIT_STD, 0), 0);
         if (mm->qkv_bias) split(l, add(l, "attn.v.bias", PLAN_TW_BV, 1, kd, 1, 0, 0), 0);
         split(l, add(l, "attn.o.weight", PLAN_TW_WO, 2, d, qd, std_out, 0), 1);
         if (mm->out_bias) seq_partial(l, add(l, "attn.o.bias", PLAN_TW_BO, 1, d, 1, 0, 0));
         seq_partial(l, add(l, "norm2.weight", PLAN_TW_LN2, 1, d, 1, 0, 1));
-        split(l, add(l, "mlp.gate.weight", PLAN_TW_WG, 2, f, d, INIT_STD, 0), 0);
-        if (mm->mlp_bias) split(l, add(l, "mlp.gate.bias", PLAN_TW_BG, 1, f, 1, 0, 0), 0);
-        split(l, add(l, "mlp.up.weight", PLAN_TW_WU, 2, f, d, INIT_STD, 0), 0);
-        if (mm->mlp_bias) split(l, add(l, "mlp.up.bias", PLAN_TW_BU, 1, f, 1, 0, 0), 0);
-        split(l, add(l, "mlp.down.weight", PLAN_TW_WD, 2, d, f, std_out, 0), 1);
-        if (mm->mlp_bias) seq_partial(l, add(l, "mlp.down.bias", PLAN_TW_BD, 1, d, 1, 0, 0));
+        if (ln) seq_partial(l, add(l, "norm2.bias", PLAN_TW_LN2_B, 1, d, 1, 0, 0));
+        if (swiglu) {
+            split(l, add(l, "mlp.gate.weight", PLAN_TW_WG, 2, f, d, INIT_STD, 0), 0);
+            if (mm->mlp_bias) split(l, add(l, "mlp.gate.bias", PLAN_TW_BG, 1, f, 1, 0, 0), 0);
+        }
+        split(l, add(l, swiglu ? "mlp.up.weight" : "mlp.fc1.weight", PLAN_TW_WU, 2, f, d, INIT_STD, 0), 0);
+        if (mm->mlp_bias) split(l, add(l, swiglu ? "mlp.up.bias" : "mlp.fc1.bias", PLAN_TW_BU, 1, f, 1, 0, 0), 0);
+        split(l, add(l, swiglu ? "mlp.down.weight" : "mlp.fc2.weight", PLAN_TW_WD, 2, d, f, std_out, 0), 1);
+        if (mm->mlp_bias)
+            seq_partial(l, add(l, swiglu ? "mlp.down.bias" : "mlp.fc2.bias", PLAN_TW_BD, 1, d, 1, 0, 0));
     }
     l->layer = -1;
     l->unit = mm->layers + 1;
     l->prefix[0] = 0;
+}
+
+/* The Whisper-style audio encoder as Qwen2-Audio holds it (modeling_qwen2_audio.py,
+ * Qwen2AudioEncoder), stage st's part: conv1 C -> d and conv2 d -> d (kernel
+ * k, torch Conv1d weights [d, C, k] viewed as [d, C k]) and learned
+ * positions [max_positions, d] when the model has them (Qwen2.5-Omni's are a
+ * fixed sinusoid table, no parameter) on the first stage, the blocks, the
+ * final LayerNorm and the projector (Qwen2-Audio's multi_modal_projector,
+ * Qwen2.5-Omni's proj) on the last. Qwen2AudioPreTrainedModel initialises
+ * Conv1d and Embedding weights N(0, init_std = 0.02). */
+static void audio_tensors(tensor_list *l, const model_module *mm, const plan_stage *st)
+{
+    int d = mm->hidden, k = mm->patch;
+    if (st->stem) {
+        add(l, "conv1.weight", PLAN_TW_CONV1_W, 2, d, (int64_t)mm->in_channels * k, INIT_STD, 0);
+        if (mm->patch_bias) add(l, "conv1.bias", PLAN_TW_CONV1_B, 1, d, 1, 0, 0);
+        add(l, "conv2.weight", PLAN_TW_CONV2_W, 2, d, (int64_t)d * k, INIT_STD, 0);
+        if (mm->patch_bias) add(l, "conv2.bias", PLAN_TW_CONV2_B, 1, d, 1, 0, 0);
+        if (mm->max_positions > 0) add(l, "embed_positions.weight", PLAN_TW_POS, 2, mm->max_positions, d, INIT_STD, 0);
+    }
+    blocks(l, mm, st);
+    if (!st->head) return;
+    if (mm->final_norm) {
+        add(l, "layer_norm.weight", PLAN_TW_LNF, 1, d, 1, 0, 1);
+        if (mm->norm == MODEL_NORM_LAYERNORM) add(l, "layer_norm.bias", PLAN_TW_LNF_B, 1, d, 1, 0, 0);
+    }
+    add(l, "proj.weight", PLAN_TW_PROJ_W, 2, mm->out_hidden, mm->proj_in, INIT_STD, 0);
+    if (mm->proj_bias) add(l, "proj.bias", PLAN_TW_PROJ_B, 1, mm->out_hidden, 1, 0, 0);
 }
 
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *stage,
@@ -135,6 +169,10 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
             split(&l, t, 0);
             if (t) t->tied_copy = true;
         }
+        return l.n;
+    }
+    if (mm->kind == MODEL_AUDIO) {
+        audio_tensors(&l, mm, st);
         return l.n;
     }
     int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
@@ -233,7 +271,19 @@ static bool kept_per_layer(plan_act_id id, plan_recompute rc)
     return true;
 }
 
-static void block_acts(act_list *l, const model_module *mm, const plan_module *s, double N, int layer)
+/* Does any block of stage st exchange its rows by Ulysses all-to-alls (plan_cp_layer)? */
+static bool stage_ulysses(const model_module *mm, const plan_module *s, const plan_stage *st, double N)
+{
+    for (int b = st->first; b < st->first + st->count; b++)
+        if (plan_cp_layer(mm, s, b, N) == PLAN_CP_ULYSSES) return true;
+    return false;
+}
+
+/* Block tensors of layer `layer`, or (-1) the copies all blocks share; att_loc
+ * (the attention output back in this rank's rows) where the layer, or for
+ * the shared copy any layer of the stage, runs Ulysses. */
+static void block_acts(act_list *l, const model_module *mm, const plan_module *s, const plan_stage *st, double N,
+                       int layer)
 {
     double tp = s->tp, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
@@ -244,14 +294,47 @@ static void block_acts(act_list *l, const model_module *mm, const plan_module *s
         [PLAN_ACT_ATT] = N * qd, [PLAN_ACT_LSE] = N * H,
         [PLAN_ACT_XMID] = Nl * d, [PLAN_ACT_LN2] = Nl * d, [PLAN_ACT_RSTD2] = Nl,
         [PLAN_ACT_G] = N * f, [PLAN_ACT_U] = N * f, [PLAN_ACT_H] = N * f,
-        [PLAN_ACT_ATT_LOC] = s->sp > 1 ? N * qd : 0,
+        [PLAN_ACT_ATT_LOC] = N * qd, [PLAN_ACT_MEAN1] = Nl, [PLAN_ACT_MEAN2] = Nl,
     };
+    bool ulysses = layer >= 0 ? plan_cp_layer(mm, s, layer, N) == PLAN_CP_ULYSSES : stage_ulysses(mm, s, st, N);
     for (int id = 0; id < PLAN_NACT_BLOCK; id++) {
-        if (id == PLAN_ACT_ATT_LOC && s->sp <= 1) continue;
+        if (id == PLAN_ACT_ATT_LOC && !ulysses) continue;
+        if ((id == PLAN_ACT_MEAN1 || id == PLAN_ACT_MEAN2) && mm->norm != MODEL_NORM_LAYERNORM) continue;
+        if (id == PLAN_ACT_U && mm->ffn_kind != MODEL_FFN_SWIGLU) continue;
         bool per_layer = kept_per_layer((plan_act_id)id, s->recompute);
         if (layer >= 0 && per_layer) act(l, (plan_act_id)id, layer, true, size[id]);
         if (layer < 0 && !per_layer) act(l, (plan_act_id)id, -1, false, size[id]);
     }
+}
+
+/* The audio stem's tensors on the first stage (executor/audio.c): conv1 on
+ * R1 rows and conv2 on N, each before and after its GELU (conv2's after is
+ * the first block's input), the im2col rows and the stem's gradients; the
+ * head's on the last: the N / pool pooled rows, their final LayerNorm and
+ * the projector's output. */
+static void audio_acts(act_list *l, const model_module *mm, const plan_module *s, const plan_stage *st, double N)
+{
+    double d = mm->hidden, k = mm->patch, C = mm->in_channels, R1 = plan_audio_conv1_rows(mm, s, N);
+    double M = floor(N / (mm->pool > 0 ? mm->pool : 1));
+    if (st->stem) {
+        act(l, PLAN_ACT_C1PRE, -1, true, R1 * d);
+        act(l, PLAN_ACT_C1OUT, -1, true, R1 * d);
+        act(l, PLAN_ACT_C2PRE, -1, true, N * d);
+    }
+    if (st->head) {
+        act(l, PLAN_ACT_POOLED, -1, true, M * d);
+        act(l, PLAN_ACT_FLN, -1, true, M * d);
+        act(l, PLAN_ACT_FMEAN, -1, true, M);
+        act(l, PLAN_ACT_FRSTD, -1, true, M);
+        act(l, PLAN_ACT_AOUT, -1, true, M * mm->out_hidden);
+    }
+    if (st->stem) {
+        act(l, PLAN_ACT_COL, -1, false, fmax(R1 * C * k, N * d * k));
+        act(l, PLAN_ACT_DCOL, -1, false, N * d * k);
+        act(l, PLAN_ACT_DC1OUT, -1, false, R1 * d);
+        act(l, PLAN_ACT_DC1PRE, -1, false, R1 * d);
+    }
+    if (st->head) act(l, PLAN_ACT_DPOOLED, -1, false, M * d);
 }
 
 int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
@@ -263,14 +346,22 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
     bool seqpar = s->seq_parallel && s->tp > 1;
     double Nl = seqpar ? N / tp : N;
-    for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, N, b);
-    block_acts(&l, mm, s, N, -1);
-    if (s->sp > 1) {
+    for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, &st, N, b);
+    block_acts(&l, mm, s, &st, N, -1);
+    if (stage_ulysses(mm, s, &st, N)) {
         act(&l, PLAN_ACT_SP_PACK, -1, false, N * fmax(qd, kd));
         act(&l, PLAN_ACT_SP_DQ, -1, false, N * qd);
         act(&l, PLAN_ACT_SP_DK, -1, false, N * kd);
         act(&l, PLAN_ACT_SP_DV, -1, false, N * kd);
         act(&l, PLAN_ACT_SP_DATT, -1, false, N * qd);
+        /* the LLM's ranks hold a slice of every sample: the all-to-all's rows come back rank-major and are regrouped */
+        if (mm->kind == MODEL_LLM) act(&l, PLAN_ACT_SP_RECV, -1, false, N * fmax(qd, kd));
+    }
+    if (plan_cp_of(mm, s) == PLAN_CP_RING) {   /* executor/ring.c: two K/V blocks in flight, their gradients too */
+        act(&l, PLAN_ACT_RING_KV, -1, false, 4 * N * kd);
+        act(&l, PLAN_ACT_RING_DKV, -1, false, 4 * N * kd);
+        act(&l, PLAN_ACT_RING_OUT, -1, false, N * qd);
+        act(&l, PLAN_ACT_RING_LSE, -1, false, N * H);
     }
     if (seqpar) {
         act(&l, PLAN_ACT_TP_FULL, -1, false, N * d);
@@ -279,8 +370,10 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
         act(&l, PLAN_ACT_TP_GRADS, -1, false, 4 * d);
     }
     act(&l, PLAN_ACT_X_FINAL, -1, true, Nl * d);
-    act(&l, PLAN_ACT_COS, -1, true, N * hd / 2);
-    act(&l, PLAN_ACT_SIN, -1, true, N * hd / 2);
+    if (plan_module_rotary(mm)) {
+        act(&l, PLAN_ACT_COS, -1, true, N * hd / 2);
+        act(&l, PLAN_ACT_SIN, -1, true, N * hd / 2);
+    }
     if (s->recompute == PLAN_RECOMP_FULL) act(&l, PLAN_ACT_RC_OUT, -1, false, Nl * d);
     act(&l, PLAN_ACT_DRES, -1, false, Nl * d);
     act(&l, PLAN_ACT_DLN, -1, false, Nl * d);
@@ -289,8 +382,12 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
     act(&l, PLAN_ACT_DV, -1, false, N * kd);
     act(&l, PLAN_ACT_DATT, -1, false, N * qd);
     act(&l, PLAN_ACT_DG, -1, false, N * f);
-    act(&l, PLAN_ACT_DU, -1, false, N * f);
+    if (mm->ffn_kind == MODEL_FFN_SWIGLU) act(&l, PLAN_ACT_DU, -1, false, N * f);
     act(&l, PLAN_ACT_DH, -1, false, N * f);
+    if (mm->kind == MODEL_AUDIO) {
+        audio_acts(&l, mm, s, &st, N);
+        return l.n;
+    }
     if (mm->kind != MODEL_LLM) {
         if (!st.head) return l.n;   /* the merger is the last stage's */
         double M = rows->merged_rows, ph = mm->proj_hidden, oh = mm->out_hidden;

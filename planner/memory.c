@@ -206,9 +206,14 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
         else b += 2 * fmin(DDP_BUCKET_BYTES, A * local_p);
     }
     if (s->sp > 1) {
-        /* Ulysses all-to-all needs separate send and receive buffers for q, k, v of one layer. */
         double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
-        b += 2 * A * t * (mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
+        if (plan_cp_of(mm, s) == PLAN_CP_RING)
+            /* ring attention: K/V blocks and (backward) their gradients, two of each in flight
+             * (TransformerEngine's AttnFuncWithCPAndKVP2P p2p_comm_buffers) */
+            b += 8 * A * t * mm->kv_heads * mm->head_dim / s->tp;
+        else
+            /* Ulysses all-to-all needs separate send and receive buffers for q, k, v of one layer. */
+            b += 2 * A * t * (mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
     }
     return b;
 }
@@ -241,10 +246,9 @@ static void executor_activations(const model_module *mm, const plan_module *s, i
     if (mm->kind != MODEL_LLM) {
         rows.merged_rows = (int)(N / ((double)mm->merge * mm->merge));
     } else {
-        /* the head is sized for every text position's prediction, the loss mask aside */
-        rows.merged_rows = (int)(mb * (q->tokens_per_sample - w->text_tokens));
-        rows.pred_rows = (int)plan_head_rows(w, PLAN_TARGET_DHP, mb, N);
-        rows.emb_rows = s->tp > 1 ? (int)(mb * w->text_tokens) : 0;
+        /* the head is sized for every text position's prediction (the loss mask
+         * aside) of the sp rank that holds the most */
+        rows = plan_llm_act_rows(mm, s, (int)mb, (int)q->tokens_per_sample, w->text_tokens);
     }
     double saved, scratch, logits;
     plan_module_act_floats(mm, s, stage, &rows, &saved, &scratch, &logits);

@@ -245,6 +245,12 @@ void plan_stage_step_time(const model_module *mm, const plan_module *s, int stag
  * and head where it holds them; no hops. */
 void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
                            const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
+/* The same for sp rank sp_rank's own work, which under the LLM's context
+ * parallelism differs between ranks (their share of the text rows and
+ * predictions; ring attention's blocks); the stage's price above is the sp
+ * group's pace (sp_rank -1): the slowest rank at every point where they meet. */
+void plan_cp_micro_time(const model_t *m, int mi, const plan_module *s, int stage, int sp_rank, const plan_workload *w,
+                        const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
 /* One hop of a micro-batch's activations (or gradients) between two stages:
  * the rows a rank holds at the stage boundary (its sp share, its tp share
  * under sequence parallelism), hidden wide; its bytes and its seconds. */
@@ -273,13 +279,20 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
 /* Parameter tensors of one module on one tensor-parallel rank, in the order
  * of the module's flat buffer. Units are contiguous runs of tensors that are
  * used (and, under ZeRO-3, gathered) together: 0 the stem (patch embedding,
- * or the token embedding), 1..layers the blocks, layers + 1 the head (the
- * merger, or the final norm and LM head). */
+ * the audio conv stem and positions, or the token embedding), 1..layers the
+ * blocks, layers + 1 the head (the merger, the audio final norm and
+ * projector, or the final norm and LM head). Blocks hold norm weights (and
+ * biases for LayerNorm), attention, and a SwiGLU MLP (gate, up, down) or a
+ * GELU MLP (fc1, fc2: the up and down roles; tensor parallel as Megatron's
+ * ParallelMLP, fc1 split by rows, fc2 by columns). */
 typedef enum {
     PLAN_TW_PATCH_W = 0, PLAN_TW_PATCH_B, PLAN_TW_WTE,
     PLAN_TW_LN1, PLAN_TW_WQ, PLAN_TW_BQ, PLAN_TW_WK, PLAN_TW_BK, PLAN_TW_WV, PLAN_TW_BV, PLAN_TW_WO, PLAN_TW_BO,
     PLAN_TW_LN2, PLAN_TW_WG, PLAN_TW_BG, PLAN_TW_WU, PLAN_TW_BU, PLAN_TW_WD, PLAN_TW_BD,
     PLAN_TW_MERGE_LN, PLAN_TW_M0W, PLAN_TW_M0B, PLAN_TW_M2W, PLAN_TW_M2B, PLAN_TW_LNF, PLAN_TW_HEAD,
+    /* LayerNorm biases (blocks, final norm); the audio stem (two convolutions, positions) and projector */
+    PLAN_TW_LN1_B, PLAN_TW_LN2_B, PLAN_TW_LNF_B,
+    PLAN_TW_CONV1_W, PLAN_TW_CONV1_B, PLAN_TW_CONV2_W, PLAN_TW_CONV2_B, PLAN_TW_POS, PLAN_TW_PROJ_W, PLAN_TW_PROJ_B,
     PLAN_NTW
 } plan_tensor_role;
 typedef struct {
@@ -306,6 +319,9 @@ typedef struct {
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *st,
                         plan_tensor *out, int cap);
 static inline int plan_module_units(const model_module *mm) { return mm->layers + 2; }
+/* Whether the module's attention uses rotary positions (vision 2-D, LLM 1-D);
+ * the audio encoder adds absolute positions to its input instead. */
+static inline bool plan_module_rotary(const model_module *mm) { return mm->kind != MODEL_AUDIO; }
 /* Elements of each unit of stage st (NULL: all) on one tp rank (units[plan_module_units], 0 for the
  * units another stage holds); returns the stage's total. */
 int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, int64_t *units);
@@ -333,15 +349,23 @@ plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s,
 typedef enum {
     PLAN_ACT_X = 0, PLAN_ACT_LN1, PLAN_ACT_RSTD1, PLAN_ACT_Q, PLAN_ACT_K, PLAN_ACT_V, PLAN_ACT_ATT, PLAN_ACT_LSE,
     PLAN_ACT_XMID, PLAN_ACT_LN2, PLAN_ACT_RSTD2, PLAN_ACT_G, PLAN_ACT_U, PLAN_ACT_H, PLAN_ACT_ATT_LOC,
+    PLAN_ACT_MEAN1, PLAN_ACT_MEAN2,   /* LayerNorm's row means */
     PLAN_NACT_BLOCK,
     PLAN_ACT_X_FINAL = PLAN_NACT_BLOCK, PLAN_ACT_COS, PLAN_ACT_SIN, PLAN_ACT_RC_OUT,
-    PLAN_ACT_SP_PACK, PLAN_ACT_SP_DQ, PLAN_ACT_SP_DK, PLAN_ACT_SP_DV, PLAN_ACT_SP_DATT,
+    PLAN_ACT_SP_PACK, PLAN_ACT_SP_DQ, PLAN_ACT_SP_DK, PLAN_ACT_SP_DV, PLAN_ACT_SP_DATT, PLAN_ACT_SP_RECV,
+    PLAN_ACT_RING_KV, PLAN_ACT_RING_DKV, PLAN_ACT_RING_OUT, PLAN_ACT_RING_LSE,
     PLAN_ACT_TP_FULL, PLAN_ACT_TP_PART, PLAN_ACT_TP_DFULL, PLAN_ACT_TP_GRADS,
     PLAN_ACT_DRES, PLAN_ACT_DLN, PLAN_ACT_DQ, PLAN_ACT_DK, PLAN_ACT_DV, PLAN_ACT_DATT, PLAN_ACT_DG, PLAN_ACT_DU,
     PLAN_ACT_DH,
     PLAN_ACT_MLN, PLAN_ACT_MRSTD, PLAN_ACT_H1, PLAN_ACT_A1, PLAN_ACT_VOUT, PLAN_ACT_DH1, PLAN_ACT_DA1,
     PLAN_ACT_XG, PLAN_ACT_RSTDF, PLAN_ACT_GATH, PLAN_ACT_LOGITS, PLAN_ACT_DLOGITS, PLAN_ACT_CE_MX, PLAN_ACT_CE_ST,
     PLAN_ACT_EMB, PLAN_ACT_DGATH, PLAN_ACT_DXG, PLAN_ACT_DVIS,
+    /* audio: conv1 and conv2 outputs before GELU and conv1's after it (saved),
+     * the im2col rows and the stem's gradients (scratch); the pooled rows,
+     * the final LayerNorm's output and statistics, the projector's output
+     * (saved) and the pooled rows' gradient (scratch) */
+    PLAN_ACT_C1PRE, PLAN_ACT_C1OUT, PLAN_ACT_C2PRE, PLAN_ACT_COL, PLAN_ACT_DCOL, PLAN_ACT_DC1OUT, PLAN_ACT_DC1PRE,
+    PLAN_ACT_POOLED, PLAN_ACT_FLN, PLAN_ACT_FMEAN, PLAN_ACT_FRSTD, PLAN_ACT_AOUT, PLAN_ACT_DPOOLED,
     PLAN_NACT
 } plan_act_id;
 typedef struct {
@@ -352,10 +376,35 @@ typedef struct {
 } plan_act;
 typedef struct {
     int rows;                 /* token rows of the micro-batch on this rank (after the Ulysses split) */
-    int merged_rows;          /* vision: merged rows out of the merger; LLM: vision-token rows in */
+    int merged_rows;          /* vision: merged rows out of the merger; LLM: encoder-token rows in
+                                 (audio: the rows / pool pooled rows, whatever this says) */
     int pred_rows;            /* LLM: rows the head is sized for (every text position's prediction) */
     int emb_rows;             /* LLM with tp > 1: text rows of the vocab-parallel embedding */
 } plan_act_rows;
+/* The audio encoder's conv stem geometry (planner/audio.c): a rank holds
+ * rows [lo, lo + rows) of the batch's clips of F rows each (2F mel frames);
+ * its segment of clip c is the clip's rows [t0, t0 + n) at the rank's row
+ * `row`, whose conv2 reads the clip's conv1 frames [s0, s0 + ns) (clipped to
+ * the clip: the rest is padding). plan_audio_segment is false where the
+ * rank holds none of clip c; plan_audio_clips gives the clips [c0, c1) its
+ * rows touch. */
+typedef struct { int t0, n, row, s0, ns; } plan_audio_seg;
+bool plan_audio_segment(const model_module *mm, int F, int lo, int rows, int clip, plan_audio_seg *s);
+void plan_audio_clips(int F, int lo, int rows, int *c0, int *c1);
+/* The conv1 rows and segments of the rank of `sp` computing the most conv1
+ * rows, for `samples` clips of F rows (the cost model's). */
+void plan_audio_stem_work(const model_module *mm, int samples, int F, int sp, double *conv1_rows, double *segments);
+/* The conv1 rows a slot holds for N rows after the stem: at least every
+ * rank's (the layout's). */
+double plan_audio_conv1_rows(const model_module *mm, const plan_module *s, double N);
+/* A clip's F frames after the conv stem fit the encoder: whole pool groups
+ * (AvgPool1d(pool, pool) would drop a remainder), at most its learned
+ * positions' rows. `what` names the caller's field in the error. */
+int plan_audio_frames_check(const model_module *mm, int F, const char *what, char *err);
+/* The frames after the stem a workload defaults to: the learned positions'
+ * rows, else Whisper's 30 s window (3000 mel frames at 10 ms, halved by the
+ * stem: openai/whisper audio.py N_FRAMES, model.py AudioEncoder). */
+int plan_audio_default_frames(const model_module *mm);
 /* Of pipeline stage `stage` (its blocks, the stem's and the head's tensors
  * where it holds them); fills out[0 .. min(n, cap)) and returns n. */
 int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
@@ -363,6 +412,43 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
 /* The same summed: saved and scratch floats, and the LM head's logits part of the saved ones. */
 void plan_module_act_floats(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
                             double *saved, double *scratch, double *logits);
+
+/* ---- context parallelism (sp > 1) of the LLM: planner/seqlayout.c ----
+ * Ulysses (DeepSpeed-Ulysses, Jacobs et al., arXiv 2309.14509) where tp * sp
+ * divides the heads and the kv heads: sp rank j holds positions
+ * [j S / sp, (j + 1) S / sp) of every sample's S-token sequence, and
+ * all-to-alls swap heads and sequence around attention. Otherwise ring
+ * attention with load-balanced causal chunks (Megatron-Core's context
+ * parallelism; Liu et al., arXiv 2310.01889): the sequence cut in 2 sp
+ * chunks, rank j holds chunks j and 2 sp - 1 - j, the K/V blocks travel the
+ * ring sp - 1 times and the partial results merge by their log-sum-exp.
+ * An encoder's sp is Ulysses over its micro-batch's rows (executor/block.c). */
+typedef enum { PLAN_CP_NONE = 0, PLAN_CP_ULYSSES, PLAN_CP_RING } plan_cp;
+plan_cp plan_cp_of(const model_module *mm, const plan_module *s);
+const char *plan_cp_name(plan_cp k);
+/* Equal parts the variant cuts a sequence into: sp (Ulysses), 2 sp (ring). */
+int plan_cp_chunks(plan_cp k, int sp);
+/* The positions of a sample's S-token sequence that sp rank j holds, as at
+ * most two ranges [lo, hi) in the order of its local rows. */
+typedef struct { int n; int lo[2], hi[2]; } plan_cp_span;
+plan_cp_span plan_cp_span_of(plan_cp k, int S, int sp, int j);
+int plan_cp_rows(const plan_cp_span *s);                      /* positions held */
+int plan_cp_held(const plan_cp_span *s, int a, int b);        /* of positions [a, b) */
+int plan_cp_position(const plan_cp_span *s, int row);         /* local row -> position (-1 past the end) */
+int plan_cp_local(const plan_cp_span *s, int pos);            /* position -> local row, -1 if not held */
+/* The LLM's activation slot for `samples` samples of S positions, T of them
+ * text (the encoders' rows first): rows on this rank, and the encoder rows,
+ * predictions and text rows sized for the sp rank that holds the most. */
+plan_act_rows plan_llm_act_rows(const model_module *mm, const plan_module *s, int samples, int S, int T);
+/* How layer `layer` of module mm attends across its sp ranks when each holds
+ * `rows` rows of a micro-batch: PLAN_CP_NONE (on the rank alone: no sp, or
+ * an encoder's window layer whose ranks hold whole windows, where Ulysses
+ * needs no all-to-all), PLAN_CP_ULYSSES or PLAN_CP_RING. */
+plan_cp plan_cp_layer(const model_module *mm, const plan_module *s, int layer, double rows);
+/* Rows per sample of encoder k that LLM rank `rank` takes in (its sp rank's share of them). */
+int plan_cp_encoder_rows(const plan_t *p, int k, int rank);
+/* The LLM's sequence of `seq` tokens splits as the variant needs; UTIL_EINVAL naming the field otherwise. */
+int plan_cp_check(const model_module *mm, const plan_module *s, double seq, char *err);
 
 /* ---- whole-plan evaluation (the same cost model for the MILP result and baselines) ---- */
 typedef struct {

@@ -34,6 +34,39 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
 double plan_embed_sync_s(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
                          int per_node);
 
+/* cost.c: the running price of one module stage (its forward and backward
+ * seconds, what its backward computes), and its steps: a GEMM Y[m,n] =
+ * X[m,k] W[k,n] with its backward (dX only where input_grad and the module
+ * passes gradients back), `calls` calls of element-wise kernel k over n
+ * elements in all in a pass (PLAN_PASS_WGRAD: a backward call only where
+ * the weights train). */
+typedef struct plan_pricer plan_pricer;
+typedef enum { PLAN_PASS_FWD, PLAN_PASS_BWD, PLAN_PASS_WGRAD } plan_pass;
+void plan_price_gemm(plan_pricer *p, double m, double n, double k, bool input_grad);
+void plan_price_ew(plan_pricer *p, plan_pass pass, cost_ew k, double calls, double n);
+
+/* cost_audio.c: the audio encoder's stem (first stage) and head (last
+ * stage) on t rows of `samples` clips of F frames after the stem, sp ranks. */
+void plan_price_audio_ends(plan_pricer *p, const model_module *mm, const plan_stage *st, double samples, double F,
+                           int sp, double t);
+
+/* cost_cp.c: one block's ring attention (executor/ring.c) on sp rank
+ * sp_rank (-1: the group's pace, which rank sp - 1's is: every step's block
+ * the slowest) for `samples` samples of S positions: its attention kernels
+ * and merges, and the part of its K/V passes (and backward their gradients')
+ * compute does not hide, with the waits. A bytes per element. */
+typedef struct {
+    double fwd_s, bwd_s, fwd_comm_s, bwd_comm_s;
+    int fwd_syncs, bwd_syncs;
+} plan_ring_price;
+void plan_price_ring_block(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
+                           double A, double samples, double S, int sp_rank, bool backward, plan_ring_price *out);
+/* The LLM's text rows (its embedding's) and head rows (plan_head_rows) that
+ * sp rank sp_rank holds of `samples` samples of S positions, and in how many
+ * runs of positions per sample its text comes (the executor places a run per call). */
+void plan_cp_end_rows(const model_module *mm, const plan_module *s, const plan_workload *w, plan_target target,
+                      double samples, double S, int sp_rank, double *text, double *head, int *text_runs);
+
 /* schedule.c: does encoder k feed the LLM its rows (an encoder of a workload with images)? */
 bool plan_encoder_feeds(const plan_t *p, int k);
 /* Micro-batches of a dp share of `count` samples, and micro-batch u's samples

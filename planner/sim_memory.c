@@ -37,8 +37,9 @@ static double executor_handoff_bytes(const plan_t *p, int rank, const plan_sched
     if (enc < 0) return 0;
     plan_coord cd;
     double d = p->model.mod[L].hidden, R = plan_rows_per_sample(p, enc), buffers = 0;
-    if (plan_rank_coord(p, enc, rank, &cd)) buffers += 2 * (double)plan_max_share(p, enc) * R / p->mod[enc].sp * d;
-    if (plan_rank_coord(p, L, rank, &cd)) buffers += 2 * (double)plan_max_share(p, L) * R * d;
+    /* (a buffer of no rows still takes one float) */
+    if (plan_rank_coord(p, enc, rank, &cd)) buffers += 2 * fmax(1, (double)plan_max_share(p, enc) * R / p->mod[enc].sp * d);
+    if (plan_rank_coord(p, L, rank, &cd)) buffers += 2 * fmax(1, (double)plan_max_share(p, L) * plan_cp_encoder_rows(p, enc, rank) * d);
     double held = 0, peak = 0, rows[64];
     for (int i = 0; i < s->n; i++) {
         const plan_op *o = &s->op[i];

@@ -91,8 +91,10 @@ int plan_workload_validate(const model_t *m, const plan_workload *w, char *err)
                          w->global_batch, (long long)seq);
     if (vi < 0 && w->images_per_sample > 0)
         return util_fail(err, UTIL_EINVAL, "workload.images_per_sample: model '%s' has no vision encoder", m->name);
-    if (model_find_kind(m, MODEL_AUDIO) < 0 && w->audio_frames > 0)
+    int ai = model_find_kind(m, MODEL_AUDIO);
+    if (ai < 0 && w->audio_frames > 0)
         return util_fail(err, UTIL_EINVAL, "workload.audio_frames: model '%s' has no audio encoder", m->name);
+    if (ai >= 0 && w->audio_frames > 0) return plan_audio_frames_check(&m->mod[ai], w->audio_frames, "workload.audio_frames", err);
     return UTIL_OK;
 }
 

@@ -8,11 +8,15 @@
 
 /* The two passes of a micro-batch; recomputation belongs to the backward. */
 enum { DRIFT_FWD = 0, DRIFT_BWD, DRIFT_NPH };
-/* The collectives as the cost model names them (allreduce_max is an all-reduce). */
-enum { DRIFT_AR = 0, DRIFT_AG, DRIFT_RS, DRIFT_A2A, DRIFT_NCOLL };
+/* The collectives as the cost model names them (allreduce_max is an all-reduce),
+ * and ring attention's point-to-point messages (DRIFT_P2P: calls are messages). */
+enum { DRIFT_AR = 0, DRIFT_AG, DRIFT_RS, DRIFT_A2A, DRIFT_P2P, DRIFT_NCOLL };
 
-/* The micro-batch: 2 samples of 1 image of 8 x 8 patches and 10 text tokens each. */
-enum { DRIFT_SAMPLES = 2, DRIFT_IMAGES = 2, DRIFT_GRID = 8, DRIFT_PATCHES = 64, DRIFT_TEXT = 10, DRIFT_MAX_RANKS = 2 };
+/* The micro-batch: 2 samples of 1 image of 8 x 8 patches (or one audio clip
+ * of 16 mel frames) and 10 text tokens each (a case's text overrides; at
+ * most DRIFT_MAX_TEXT). */
+enum { DRIFT_SAMPLES = 2, DRIFT_IMAGES = 2, DRIFT_GRID = 8, DRIFT_PATCHES = 64, DRIFT_TEXT = 10, DRIFT_MAX_TEXT = 32,
+       DRIFT_MAX_RANKS = 2, DRIFT_MEL_FRAMES = 16 };
 
 #define DRIFT_MAX_SHAPES 64
 
@@ -42,21 +46,31 @@ typedef struct {
     const char *name;
     const char *model;         /* zoo name */
     bool vision;               /* the vision encoder, else the LLM */
+    bool audio;                /* the audio encoder */
     int tp, sp;                /* >= 1 */
     bool seqpar, frozen;
     bool biases;               /* attention-output and MLP biases on (the zoo's tiny-vl LLM has none) */
     plan_recompute recompute;
+    int heads, kv_heads;       /* > 0: the module's head counts instead of the zoo's */
+    int text;                  /* > 0: text tokens per sample instead of DRIFT_TEXT */
+    int layers;                /* > 0: the module's blocks instead of the zoo's */
+    int pp, stage;             /* pp > 1: stage `stage` of a pipeline of pp (plan_stage_of) */
 } drift_case;
 
-/* Runs one micro-batch (forward and backward) of module `module` of m on
- * dc->tp x dc->sp ranks (threads) with the counting backend and
+/* Runs one micro-batch (forward and backward) of module `module` of m (of
+ * its stage dc->stage when dc->pp > 1) on dc->tp x dc->sp ranks (threads,
+ * rank r = sp_rank * tp + tp_rank) with the counting backend and
  * communicator; t[r] gets rank r's counts. UTIL_OK, or a rank's failure
- * with err naming it. */
+ * with err naming it. The LLM's sp ranks take the encoder rows of the
+ * positions they hold (plan_cp_span_of). */
 int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally *t, char *err);
 
-/* What plan_micro_time (target dhp, fp32) prices for the same micro-batch,
+/* What the cost model (target dhp, fp32) prices for the same micro-batch
+ * (of its stage when dc->pp > 1) on sp rank sp_rank (plan_cp_micro_time),
  * read off its prices on made-up devices (see drift_price.c); UTIL_OK or
  * UTIL_ENOMEM. */
-int drift_price(const drift_case *dc, const model_t *m, int module, drift_tally *t);
+int drift_price(const drift_case *dc, const model_t *m, int module, int sp_rank, drift_tally *t);
+/* Text tokens per sample of the case. */
+static inline int drift_text(const drift_case *dc) { return dc->text > 0 ? dc->text : DRIFT_TEXT; }
 
 #endif

@@ -7,11 +7,14 @@
  * costdb/costdb.h): linear_forward is the GEMM (rows, out, in) plus, with a
  * bias, a BIAS pass over rows x out; linear_backward is dX = (rows, in,
  * out), dW = (in, out, rows) and, with db, a BIAS_GRAD pass over rows x out;
- * the embedding rows are COPY, the embedding gradient ADD; the
- * vocab-parallel cross-entropy's row-max, exp-sum and gradient passes are
- * one CE over the logits ("row max, exp-sum and gradient passes together"),
- * counted at its row-max pass; attention is rows = queries x heads and
- * scores = the keys each query sees x heads. The passes are told apart by
+ * the embedding rows and gathered rows are COPY, the embedding gradient and
+ * scattered rows ADD; the vocab-parallel cross-entropy's row-max, exp-sum
+ * and gradient passes are one CE over the logits ("row max, exp-sum and
+ * gradient passes together"), counted at its row-max pass; attention is rows = queries x heads and
+ * scores = the keys each query sees x heads; the audio stem's im2col,
+ * col2im and the row pooling are COPY of their nominal bytes as
+ * planner/cost.c prices them (price_audio_stem, price_audio_head), LayerNorm
+ * its own kind. The passes are told apart by
  * the model's unit hooks: a module enters its units with EX_USE_BACKWARD
  * from the first kernel of its backward on (recomputation included). */
 #include "tests/drift.h"
@@ -128,6 +131,44 @@ static void k_att_bwd(float *dq, float *dk, float *dv, const float *dout, const 
     cpu()->attention_backward(dq, dk, dv, dout, q, k, v, out, lse, cu, nseq, H, Hkv, hd, causal);
 }
 
+/* A block of keys: nseq x nq queries, each seeing nk keys. */
+static void count_attention_part(int kernel, int nseq, int nq, int nk, int H)
+{
+    if (!tl_tally) return;
+    tl_tally->att_calls[tl_pass] += 1;
+    tl_tally->att_rows[tl_pass][kernel] += (double)nseq * nq * H;
+    tl_tally->att_scores[tl_pass][kernel] += (double)nseq * nq * nk * H;
+}
+
+static void k_att_part_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int nseq, int stride,
+                           int q0, int nq, int k0, int nk, int H, int Hkv, int hd)
+{
+    count_attention_part(0, nseq, nq, nk, H);
+    cpu()->attention_part_forward(out, lse, q, k, v, nseq, stride, q0, nq, k0, nk, H, Hkv, hd);
+}
+
+static void k_att_part_bwd(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                           const float *v, const float *out, const float *lse, int nseq, int stride, int q0, int nq,
+                           int k0, int nk, int H, int Hkv, int hd)
+{
+    count_attention_part(1, nseq, nq, nk, H);
+    cpu()->attention_part_backward(dq, dk, dv, dout, q, k, v, out, lse, nseq, stride, q0, nq, k0, nk, H, Hkv, hd);
+}
+
+static void k_att_merge(float *out, float *lse, const float *part, const float *plse, int nseq, int stride, int q0,
+                        int nq, int H, int hd)
+{
+    count_ew(COST_EW_ATTN_MERGE, (double)nseq * nq * H * hd);
+    cpu()->attention_merge(out, lse, part, plse, nseq, stride, q0, nq, H, hd);
+}
+
+/* The Ulysses packing: a copy of every element. */
+static void k_transpose(float *dst, const float *src, int rows, int cols, size_t blk)
+{
+    count_ew(COST_EW_COPY, (double)rows * cols * blk);
+    cpu()->transpose_blocks(dst, src, rows, cols, blk);
+}
+
 static void k_swiglu_fwd(float *h, const float *g, const float *u, size_t n)
 {
     count_ew(COST_EW_SWIGLU, (double)n);
@@ -160,6 +201,18 @@ static void k_emb_bwd(float *dwte, const float *dout, const int32_t *tok, int n,
     cpu()->embedding_backward(dwte, dout, tok, n, d, v0, vn);
 }
 
+static void k_gather_rows(float *dst, const float *src, const int *rows, int n, int d)
+{
+    count_ew(COST_EW_COPY, (double)n * d);
+    cpu()->gather_rows(dst, src, rows, n, d);
+}
+
+static void k_scatter_add_rows(float *dst, const float *src, const int *rows, int n, int d)
+{
+    count_ew(COST_EW_ADD, (double)n * d);
+    cpu()->scatter_add_rows(dst, src, rows, n, d);
+}
+
 /* The fused cross-entropy: all three passes in one call. */
 static double k_ce(float *dl, const float *logits, const int32_t *t, int n, int vocab, float dscale)
 {
@@ -187,6 +240,46 @@ static void k_ce_grad(float *dl, const float *st, const int32_t *t, int n, int v
     cpu()->ce_grad(dl, st, t, n, vocab, v0, dscale);
 }
 
+static void k_ln_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int n, int d,
+                     float eps)
+{
+    count_ew(COST_EW_LAYERNORM, (double)n * d);
+    cpu()->layernorm_forward(out, mean, rstd, inp, w, b, n, d, eps);
+}
+
+static void k_ln_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                     const float *mean, const float *rstd, int n, int d)
+{
+    count_ew(COST_EW_LAYERNORM_BWD, (double)n * d);
+    cpu()->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, n, d);
+}
+
+/* im2col reads and writes n x C k; col2im reads n x C k and updates nx x C */
+static void k_im2col(float *col, const float *x, int n, int C, int k, int stride, int pad, int t0, int x0, int nx)
+{
+    count_ew(COST_EW_COPY, (double)n * C * k);
+    cpu()->im2col1d(col, x, n, C, k, stride, pad, t0, x0, nx);
+}
+
+static void k_col2im(float *dx, const float *dcol, int n, int C, int k, int stride, int pad, int t0, int x0, int nx)
+{
+    count_ew(COST_EW_COPY, (double)n * C * k / 2 + (double)nx * C);
+    cpu()->col2im1d(dx, dcol, n, C, k, stride, pad, t0, x0, nx);
+}
+
+/* pooling reads p rows per output row and writes one; backward reads one and updates p */
+static void k_pool_fwd(float *out, const float *inp, int m, int p, int d)
+{
+    count_ew(COST_EW_COPY, (double)m * d * (p + 1) / 2);
+    cpu()->avgpool_rows_forward(out, inp, m, p, d);
+}
+
+static void k_pool_bwd(float *dinp, const float *dout, int m, int p, int d)
+{
+    count_ew(COST_EW_COPY, (double)m * d * (2 * p + 1) / 2);
+    cpu()->avgpool_rows_backward(dinp, dout, m, p, d);
+}
+
 static void k_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
                     float wd, float c1, float c2)
 {
@@ -199,9 +292,14 @@ static const ex_backend counting_backend = {
     .scale_inplace = k_scale, .sumsq = k_sumsq, .linear_forward = k_linear_fwd, .linear_backward = k_linear_bwd,
     .rmsnorm_forward = k_rms_fwd, .rmsnorm_backward = k_rms_bwd, .rope_forward = k_rope_fwd,
     .rope_backward = k_rope_bwd, .attention_forward = k_att_fwd, .attention_backward = k_att_bwd,
+    .attention_part_forward = k_att_part_fwd, .attention_part_backward = k_att_part_bwd,
+    .attention_merge = k_att_merge, .transpose_blocks = k_transpose,
     .swiglu_forward = k_swiglu_fwd, .swiglu_backward = k_swiglu_bwd, .gelu_forward = k_gelu_fwd,
     .gelu_backward = k_gelu_bwd, .embedding_forward = k_emb_fwd, .embedding_backward = k_emb_bwd,
+    .gather_rows = k_gather_rows, .scatter_add_rows = k_scatter_add_rows,
     .cross_entropy = k_ce, .ce_row_max = k_ce_max, .ce_exp_sum = k_ce_exp, .ce_grad = k_ce_grad, .adamw = k_adamw,
+    .layernorm_forward = k_ln_fwd, .layernorm_backward = k_ln_bwd, .im2col1d = k_im2col, .col2im1d = k_col2im,
+    .avgpool_rows_forward = k_pool_fwd, .avgpool_rows_backward = k_pool_bwd,
 };
 
 static int hook_begin(void *ctx, int module, int unit, ex_unit_use use)
@@ -224,7 +322,17 @@ static int hook_end(void *ctx, int module, int unit, ex_unit_use use, bool last)
  * buffer (all-gather: the gathered one, reduce-scatter: the input,
  * all-to-all: every chunk). */
 
-typedef struct { pthread_barrier_t bar; int size; const float *buf[DRIFT_MAX_RANKS]; } group;
+/* A message in flight (ring attention's p2p): buffered at the send. */
+typedef struct msg { struct msg *next; int from, to, tag; size_t n; float *data; } msg;
+
+typedef struct {
+    pthread_barrier_t bar;
+    int size;
+    const float *buf[DRIFT_MAX_RANKS];
+    pthread_mutex_t mu;        /* the mailbox */
+    pthread_cond_t arrived;
+    msg *head;
+} group;
 typedef struct { group *g; int rank; } member;
 
 /* Counts the collective, posts this rank's buffer and returns everyone's
@@ -294,6 +402,71 @@ static int g_alltoall(void *ctx, const float *send, float *recv, size_t chunk)
     return 0;
 }
 
+/* Point-to-point: sends are copied into the mailbox at once (and counted:
+ * a message each, its floats); a wait (one blocking exchange) takes each
+ * receive's message from its sender, in the order they were sent. */
+typedef struct { int n; float *buf[8]; size_t cnt[8]; int from[8], tag[8]; } p2p_req;
+
+static int g_p2p_start(void *ctx, const ex_p2p *m, void **out)
+{
+    member *c = ctx;
+    p2p_req *r = *out ? *out : calloc(1, sizeof(p2p_req));
+    if (!r) return UTIL_ENOMEM;
+    *out = r;
+    for (int i = 0; i < m->n_recv; i++) {
+        if (r->n == 8) return UTIL_EINVAL;
+        r->buf[r->n] = m->recv[i];
+        r->cnt[r->n] = m->recv_n[i];
+        r->from[r->n] = m->from;
+        r->tag[r->n++] = m->tag + i;
+    }
+    for (int i = 0; i < m->n_send; i++) {
+        msg *x = malloc(sizeof *x);
+        float *d = malloc((m->send_n[i] ? m->send_n[i] : 1) * sizeof *d);
+        if (!x || !d) { free(x); free(d); return UTIL_ENOMEM; }
+        memcpy(d, m->send[i], m->send_n[i] * sizeof *d);
+        *x = (msg){ NULL, c->rank, m->to, m->tag + i, m->send_n[i], d };
+        if (tl_tally) {
+            tl_tally->coll_calls[tl_pass][DRIFT_P2P] += 1;
+            tl_tally->coll_elems[tl_pass][DRIFT_P2P] += (double)m->send_n[i];
+        }
+        pthread_mutex_lock(&c->g->mu);
+        msg **tail = &c->g->head;
+        while (*tail) tail = &(*tail)->next;
+        *tail = x;
+        pthread_cond_broadcast(&c->g->arrived);
+        pthread_mutex_unlock(&c->g->mu);
+    }
+    return 0;
+}
+
+static int g_p2p_wait(void *ctx, void *req)
+{
+    member *c = ctx;
+    p2p_req *r = req;
+    int rc = 0;
+    if (tl_tally) tl_tally->syncs[tl_pass] += 1;
+    for (int i = 0; i < r->n; i++) {
+        pthread_mutex_lock(&c->g->mu);
+        msg **at;
+        for (;;) {
+            for (at = &c->g->head; *at; at = &(*at)->next)
+                if ((*at)->to == c->rank && (*at)->from == r->from[i] && (*at)->tag == r->tag[i]) break;
+            if (*at) break;
+            pthread_cond_wait(&c->g->arrived, &c->g->mu);
+        }
+        msg *x = *at;
+        *at = x->next;
+        pthread_mutex_unlock(&c->g->mu);
+        if (x->n != r->cnt[i]) rc = UTIL_EINVAL;
+        else memcpy(r->buf[i], x->data, x->n * sizeof(float));
+        free(x->data);
+        free(x);
+    }
+    free(r);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ run */
 
 typedef struct {
@@ -303,10 +476,28 @@ typedef struct {
     ex_batch b;
     ex_parallel par;
     const float *vis_in, *dvis;
+    const float *rows;         /* a pipeline stage's input rows, and its output's gradient */
     drift_tally *t;
     int rc;
     char err[UTIL_ERR_LEN];
 } rank_job;
+
+/* One pipeline stage's forward and backward: the input rows from the
+ * previous stage (or the batch), the output's gradient from the next stage
+ * (or the module's own: an encoder's merged rows', the LLM's loss). All of
+ * ex_stage_backward is the backward pass, its first copy included. */
+static int run_stage(rank_job *j, ex_model *em)
+{
+    plan_stage st;
+    bool first, last;
+    int rc = ex_module_stage(em, j->module, &st, &first, &last);
+    ex_stage_io fwd = { .in = st.stem ? NULL : j->rows, .vis_in = j->vis_in, .backward = true };
+    if (!rc) rc = ex_stage_forward(em, j->module, &j->b, &fwd, j->err);
+    tl_pass = DRIFT_BWD;
+    ex_stage_io bwd = { .in = !st.head ? j->rows : j->dc->vision ? j->dvis : NULL };
+    if (!rc) rc = ex_stage_backward(em, j->module, &j->b, &bwd, j->err);
+    return rc;
+}
 
 static void *run_rank(void *arg)
 {
@@ -314,6 +505,10 @@ static void *run_rank(void *arg)
     ex_parallel per[MODEL_MAX_MODULES];
     memset(per, 0, sizeof per);
     per[j->module] = j->par;
+    if (j->dc->pp > 1) {
+        per[j->module].pp_size = j->dc->pp;
+        per[j->module].pp_rank = j->dc->stage;
+    }
     ex_model *em = NULL;
     j->rc = ex_model_create_per_module(j->m, 7, 1u << j->module, per, &em, j->err);
     ex_unit_hooks hooks = { NULL, hook_begin, hook_end };
@@ -324,11 +519,15 @@ static void *run_rank(void *arg)
     memset(j->t, 0, sizeof *j->t);
     tl_tally = j->t;
     tl_pass = DRIFT_FWD;
-    if (!j->rc && j->dc->vision) {
+    if (!j->rc && j->dc->pp > 1) {
+        j->rc = run_stage(j, em);
+    } else if (!j->rc && (j->dc->vision || j->dc->audio)) {
         const float *out;
         int rows;
-        j->rc = ex_vision_forward(em, &j->b, &out, &rows, j->err);
-        if (!j->rc) j->rc = ex_vision_backward(em, &j->b, j->dvis, j->err);
+        j->rc = j->dc->audio ? ex_audio_forward(em, &j->b, &out, &rows, j->err)
+                             : ex_vision_forward(em, &j->b, &out, &rows, j->err);
+        if (!j->rc) j->rc = j->dc->audio ? ex_audio_backward(em, &j->b, j->dvis, j->err)
+                                         : ex_vision_backward(em, &j->b, j->dvis, j->err);
     } else if (!j->rc) {
         float loss;
         const float *dvis;
@@ -349,56 +548,111 @@ static float *random_floats(size_t n, uint64_t seed)
     return x;
 }
 
+/* Encoder rows [n_samples x merged] of vis that an LLM sp rank takes in: per
+ * sample those of the positions it holds, in the order of its rows. */
+static float *held_vision_rows(const float *vis, const model_module *lm, const plan_module *s, int S, int merged,
+                               int sp_rank)
+{
+    int d = lm->hidden;
+    float *out = malloc((size_t)DRIFT_SAMPLES * merged * d * sizeof *out);
+    plan_cp_span span = plan_cp_span_of(plan_cp_of(lm, s), S, s->sp, sp_rank);
+    int k = 0;
+    for (int smp = 0; out && smp < DRIFT_SAMPLES; smp++)
+        for (int i = 0; i < span.n; i++)
+            for (int p = span.lo[i]; p < span.hi[i] && p < merged; p++, k++)
+                memcpy(out + (size_t)k * d, vis + ((size_t)smp * merged + p) * d, (size_t)d * sizeof *out);
+    return out;
+}
+
 /* The batch every rank runs: under Ulysses rank r holds the r-th part of the
  * patch rows (pixels) and of the merged rows' gradient (dvis); the LLM's
- * ranks all take the same vision rows (vis_in). */
+ * ranks take the vision rows of the positions they hold (vis_in). An audio
+ * encoder's ranks read every clip's mel frames and the r-th part of the
+ * pooled rows' gradient. */
 int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally *t, char *err)
 {
-    const model_module *vm = &m->mod[model_find_kind(m, MODEL_VISION)], *lm = &m->mod[m->llm];
+    int vi = model_find_kind(m, MODEL_VISION), ai = model_find_kind(m, MODEL_AUDIO);
+    const model_module *vm = &m->mod[vi >= 0 ? vi : module], *lm = &m->mod[m->llm];
     int n_ranks = dc->tp * dc->sp, cpp = vm->in_channels * vm->temporal_patch * vm->patch * vm->patch;
-    int merged = DRIFT_PATCHES / (vm->merge * vm->merge);
-    if (n_ranks > DRIFT_MAX_RANKS) return util_fail(err, UTIL_EINVAL, "%s: %d ranks", dc->name, n_ranks);
+    int merged = DRIFT_PATCHES / (vm->merge * vm->merge), T = drift_text(dc);
+    if (dc->audio) merged = DRIFT_MEL_FRAMES / 2 / m->mod[ai].pool;   /* a clip's pooled rows stand where an image's merged rows do */
+    if (n_ranks > DRIFT_MAX_RANKS || T > DRIFT_MAX_TEXT) return util_fail(err, UTIL_EINVAL, "%s: %d ranks, %d text tokens", dc->name, n_ranks, T);
+    int aps[DRIFT_SAMPLES];
+    for (int s = 0; s < DRIFT_SAMPLES; s++) aps[s] = 1;
+    float *mel = ai >= 0 ? random_floats((size_t)DRIFT_SAMPLES * DRIFT_MEL_FRAMES * m->mod[ai].in_channels, 3) : NULL;
     int ipb[DRIFT_SAMPLES];
     for (int s = 0; s < DRIFT_SAMPLES; s++) ipb[s] = DRIFT_IMAGES / DRIFT_SAMPLES;
-    int32_t tokens[DRIFT_SAMPLES * DRIFT_TEXT];
-    for (int i = 0; i < DRIFT_SAMPLES * DRIFT_TEXT; i++) tokens[i] = (int32_t)((i * 37 + 11) % lm->vocab);
+    int32_t tokens[DRIFT_SAMPLES * DRIFT_MAX_TEXT];
+    for (int i = 0; i < DRIFT_SAMPLES * T; i++) tokens[i] = (int32_t)((i * 37 + 11) % lm->vocab);
     float *pixels = random_floats((size_t)DRIFT_IMAGES * DRIFT_PATCHES * cpp, 1);
     float *vis = random_floats((size_t)DRIFT_IMAGES * merged * lm->hidden, 2);
+    size_t llm_rows = (size_t)DRIFT_SAMPLES * T + (size_t)DRIFT_IMAGES * merged;
+    size_t stage_rows = dc->vision ? (size_t)DRIFT_IMAGES * DRIFT_PATCHES * vm->hidden : llm_rows * lm->hidden;
+    float *rows = random_floats(stage_rows, 3);
+    float *held[DRIFT_MAX_RANKS] = { NULL };
+    plan_module ls = { .tp = dc->tp, .sp = dc->sp, .dp = 1, .pp = 1 };
+    bool llm_cp = !dc->vision && !dc->audio && dc->sp > 1;
+    for (int r = 0; r < n_ranks && llm_cp; r++)
+        held[r] = held_vision_rows(vis, lm, &ls, merged + T, merged, r / dc->tp);
     rank_job *jobs = calloc(DRIFT_MAX_RANKS, sizeof *jobs);
-    if (!pixels || !vis || !jobs) {
+    bool ok = pixels && vis && rows && jobs && (ai < 0 || mel);
+    for (int r = 0; r < n_ranks && llm_cp; r++) ok = ok && held[r];
+    if (!ok) {
+        free(mel);
         free(pixels);
         free(vis);
+        free(rows);
         free(jobs);
+        for (int r = 0; r < DRIFT_MAX_RANKS; r++) free(held[r]);
         return util_fail(err, UTIL_ENOMEM, "%s: out of memory", dc->name);
     }
     group g = { .size = n_ranks };
     pthread_barrier_init(&g.bar, NULL, (unsigned)n_ranks);
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.arrived, NULL);
     member mem[DRIFT_MAX_RANKS];
     int part_rows = DRIFT_IMAGES * DRIFT_PATCHES / dc->sp, part_merged = DRIFT_IMAGES * merged / dc->sp;
     for (int r = 0; r < n_ranks; r++) {
         mem[r] = (member){ &g, r };
-        int spr = dc->sp > 1 ? r : 0;
+        int spr = r / dc->tp, tpr = r % dc->tp;
         jobs[r] = (rank_job){
-            .dc = dc, .m = m, .module = module, .t = &t[r], .vis_in = vis,
+            .dc = dc, .m = m, .module = module, .t = &t[r], .vis_in = held[r] ? held[r] : vis, .rows = rows,
             .dvis = vis + (size_t)spr * part_merged * lm->hidden,
             .b = { .n_images = DRIFT_IMAGES, .patches = DRIFT_PATCHES, .grid_h = DRIFT_GRID, .grid_w = DRIFT_GRID,
                    .pixels = pixels + (size_t)spr * part_rows * cpp, .batch = DRIFT_SAMPLES,
-                   .text_tokens = DRIFT_TEXT, .tokens = tokens, .images_per_sample = ipb },
-            .par = { .tp_size = dc->tp, .tp_rank = dc->tp > 1 ? r : 0, .sp_size = dc->sp, .sp_rank = spr,
+                   .text_tokens = T, .tokens = tokens, .images_per_sample = ipb },
+            .par = { .tp_size = dc->tp, .tp_rank = tpr, .sp_size = dc->sp, .sp_rank = spr,
                      .ctx = &mem[r], .allreduce_sum = g_allreduce_sum, .alltoall = g_alltoall,
                      .allreduce_max = g_allreduce_max, .seq_parallel = dc->seqpar, .allgather = g_allgather,
-                     .reduce_scatter = g_reduce_scatter, .recompute = dc->recompute },
+                     .reduce_scatter = g_reduce_scatter, .recompute = dc->recompute,
+                     .p2p_start = g_p2p_start, .p2p_wait = g_p2p_wait },
         };
+    }
+    for (int r = 0; dc->audio && r < n_ranks; r++) {
+        jobs[r].b = (ex_batch){ .n_audio = DRIFT_SAMPLES, .mel_frames = DRIFT_MEL_FRAMES, .mel = mel,
+                                .audio_per_sample = aps, .batch = DRIFT_SAMPLES, .text_tokens = T,
+                                .tokens = tokens };
     }
     pthread_t th[DRIFT_MAX_RANKS];
     for (int r = 0; r < n_ranks; r++) pthread_create(&th[r], NULL, run_rank, &jobs[r]);
     for (int r = 0; r < n_ranks; r++) pthread_join(th[r], NULL);
     pthread_barrier_destroy(&g.bar);
+    pthread_mutex_destroy(&g.mu);
+    pthread_cond_destroy(&g.arrived);
+    while (g.head) {
+        msg *x = g.head;
+        g.head = x->next;
+        free(x->data);
+        free(x);
+    }
     int rc = UTIL_OK;
     for (int r = 0; r < n_ranks && !rc; r++)
         if (jobs[r].rc) rc = util_fail(err, jobs[r].rc, "%s: rank %d: %s", dc->name, r, jobs[r].err);
+    free(mel);
     free(pixels);
     free(vis);
+    free(rows);
     free(jobs);
+    for (int r = 0; r < DRIFT_MAX_RANKS; r++) free(held[r]);
     return rc;
 }

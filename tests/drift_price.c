@@ -1,6 +1,7 @@
 /* The drift guard's pricing side (tests/test_drift.c): what the cost model
- * prices for one micro-batch, read off plan_micro_time itself (target dhp,
- * fp32) without changing it. Each count is the price on a made-up device on
+ * prices for one micro-batch, read off plan_cp_micro_time itself (a pipeline
+ * stage's, of one sp rank: plan_stage_micro_time's price is the sp group's
+ * pace; target dhp, fp32) without changing it. Each count is the price on a made-up device on
  * which that one thing costs exactly its count and everything else (almost)
  * nothing (rates of 1e300, no launch cost):
  *  - element-wise kernel k: a rate table in which k moves accesses x 4
@@ -15,7 +16,8 @@
  *    calls are the launches left when the GEMMs and element-wise kernels are
  *    taken out;
  *  - collectives: a link per operation at 1 s per ring step (calls) or 1 B/s
- *    (bytes of the full buffer); plan_time's sync counts as they are.
+ *    (bytes of the full buffer); point-to-point messages (ring attention's)
+ *    the node's link, 1 s each or 1 B/s; plan_time's sync counts as they are.
  * Forward is fwd_s (fwd_comm_s); backward is bwd_s + recompute_s (the
  * executor re-runs recomputed kernels inside its backward). */
 #include "tests/drift.h"
@@ -27,14 +29,15 @@
 
 #define HUGE_RATE 1e300
 
-static const cost_coll coll_op[DRIFT_NCOLL] = { COST_ALLREDUCE, COST_ALLGATHER, COST_REDUCESCATTER, COST_ALLTOALL };
+static const cost_coll coll_op[DRIFT_NCOLL - 1] = { COST_ALLREDUCE, COST_ALLGATHER, COST_REDUCESCATTER, COST_ALLTOALL };
 
 typedef struct {
     const model_t *m;
-    int mi;
+    int mi, sp_rank;
     plan_module s;
     plan_workload w;
     double A;                  /* bytes per activation element (fp32) */
+    int stage;                 /* a pipeline stage (plan_stage_micro_time), or -1: the whole module */
     cost_cluster *c;
 } pricing;
 
@@ -88,7 +91,8 @@ static void price(const pricing *pr, const cost_pool *p, plan_time *t, double v[
     plan_options_default(&o);
     o.precision = PLAN_OPT_FP32;
     o.target = PLAN_TARGET_DHP;
-    plan_micro_time(pr->m, pr->mi, &pr->s, &pr->w, pr->c, &o, pr->s.micro_batch, t);
+    plan_cp_micro_time(pr->m, pr->mi, &pr->s, pr->stage >= 0 ? pr->stage : 0, pr->sp_rank, &pr->w, pr->c, &o,
+                       pr->s.micro_batch, t);
     v[DRIFT_FWD] = whole(t->fwd_s);
     v[DRIFT_BWD] = whole(t->bwd_s + t->recompute_s);
 }
@@ -239,18 +243,23 @@ static void model_compute(const pricing *pr, drift_tally *mt)
     }
 }
 
-/* Collectives: op's link costs 1 s per ring step (calls) or 1 B/s (bytes). */
+/* Collectives: op's link costs 1 s per ring step (calls) or 1 B/s (bytes);
+ * point-to-point messages (the node's link, which no collective uses here:
+ * each has its own) 1 s each or 1 B/s. */
 static void model_comm(const pricing *pr, drift_tally *mt)
 {
     plan_time t;
     double v[DRIFT_NPH];
     for (int op = 0; op < DRIFT_NCOLL; op++) {
-        int k = op == DRIFT_A2A ? pr->s.sp : pr->s.tp;
+        int k = op == DRIFT_A2A || op == DRIFT_P2P ? pr->s.sp : pr->s.tp;
         if (k < 2) continue;
         double steps = op == DRIFT_AR ? 2.0 * (k - 1) : k - 1, frac = op == DRIFT_AR ? 2.0 * (k - 1) / k : (double)(k - 1) / k;
+        if (op == DRIFT_P2P) steps = frac = 1;
         for (int bytes = 0; bytes < 2; bytes++) {
             cost_pool p = free_pool();
-            p.intra_op[coll_op[op]] = bytes ? (cost_link){ 0, 1 } : (cost_link){ 1, HUGE_RATE };
+            cost_link l = bytes ? (cost_link){ 0, 1 } : (cost_link){ 1, HUGE_RATE };
+            if (op == DRIFT_P2P) p.intra = l;
+            else p.intra_op[coll_op[op]] = l;
             price(pr, &p, &t, v);
             double all = t.tp_comm_s + t.sp_comm_s, pass[DRIFT_NPH] = { t.fwd_comm_s, all - t.fwd_comm_s };
             for (int ph = 0; ph < DRIFT_NPH; ph++) {
@@ -265,15 +274,19 @@ static void model_comm(const pricing *pr, drift_tally *mt)
     mt->syncs[DRIFT_BWD] = t.bwd_syncs;
 }
 
-int drift_price(const drift_case *dc, const model_t *m, int module, drift_tally *mt)
+int drift_price(const drift_case *dc, const model_t *m, int module, int sp_rank, drift_tally *mt)
 {
-    pricing pr = { .m = m, .mi = module, .A = plan_precision_bytes(PLAN_OPT_FP32).act };
-    pr.s = (plan_module){ .module_index = module, .n_ranks = dc->tp * dc->sp, .dp = 1, .tp = dc->tp, .sp = dc->sp,
-                          .pp = 1, .micro_batch = DRIFT_SAMPLES, .recompute = dc->recompute,
+    pricing pr = { .m = m, .mi = module, .sp_rank = sp_rank, .A = plan_precision_bytes(PLAN_OPT_FP32).act,
+                   .stage = dc->pp > 1 ? dc->stage : -1 };
+    int pp = dc->pp > 1 ? dc->pp : 1;
+    pr.s = (plan_module){ .module_index = module, .n_ranks = dc->tp * dc->sp * pp, .dp = 1, .tp = dc->tp, .sp = dc->sp,
+                          .pp = pp, .micro_batch = DRIFT_SAMPLES, .recompute = dc->recompute,
                           .seq_parallel = dc->seqpar };
     snprintf(pr.s.module, sizeof pr.s.module, "%s", m->mod[module].name);
     pr.w = (plan_workload){ .global_batch = DRIFT_SAMPLES, .images_per_sample = DRIFT_IMAGES / DRIFT_SAMPLES,
-                            .image_tokens = DRIFT_PATCHES, .text_tokens = DRIFT_TEXT };
+                            .image_tokens = DRIFT_PATCHES, .text_tokens = drift_text(dc),
+                            .audio_frames = model_find_kind(m, MODEL_AUDIO) >= 0 ? DRIFT_MEL_FRAMES / 2 : 0 };
+    if (model_find_kind(m, MODEL_VISION) < 0) pr.w.images_per_sample = pr.w.image_tokens = 0;
     memset(mt, 0, sizeof *mt);
     pr.c = malloc(sizeof *pr.c);
     if (!pr.c) return UTIL_ENOMEM;

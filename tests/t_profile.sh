@@ -64,7 +64,7 @@ assert [r["op"] for r in c["measurements"]["collectives"]] == ["self-memcpy"] * 
 assert pool["compute_speed"]["value"] == [1], pool["compute_speed"]    # one rank shares with nobody
 ew = g["elementwise"]   # every executor element-wise kernel, cache-resident and at the STREAM size
 kernels = ["zero", "copy", "add", "bias", "bias_grad", "rmsnorm", "rmsnorm_bwd", "rope", "rope_bwd", "swiglu",
-           "swiglu_bwd", "gelu", "gelu_bwd", "cross_entropy", "sumsq"]
+           "swiglu_bwd", "gelu", "gelu_bwd", "cross_entropy", "sumsq", "attn_merge", "layernorm", "layernorm_bwd"]
 assert sorted(k for k in ew if k not in ("elements", "source")) == sorted(kernels), ew.keys()
 assert len(ew["elements"]) == 2 and 0 < ew["elements"][0] < ew["elements"][1], ew["elements"]
 assert all(len(ew[k]) == 2 and all(1e7 < b < 1e13 for b in ew[k]) for k in kernels), ew

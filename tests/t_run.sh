@@ -101,14 +101,15 @@ done
 # Frozen modules and a tied LLM head, each against its own 1-rank run: a frozen
 # encoder runs no backward, a frozen LLM still back-propagates to the encoder;
 # under ZeRO-3 a frozen module gathers and never reduces; the tied head gathers the embedding too.
-variant() {   # variant NAME KEY=VALUE MODULE-KIND: tiny-vl with one field of one module changed
+variant() {   # variant NAME KEY=VALUE[,KEY=VALUE] MODULE-KIND: tiny-vl with fields of one module changed
     /usr/bin/python3 - "$T/$1.model.json" "$2" "$3" "$HERE/../models/zoo/tiny-vl.json" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[4]))
-key, value = sys.argv[2].split("=")
-for mod in m["modules"]:
-    if mod["kind"] == sys.argv[3]: mod[key] = value == "true" if value in ("true", "false") else int(value)
-m["name"] = "tiny-vl-" + key
+for kv in sys.argv[2].split(","):
+    key, value = kv.split("=")
+    for mod in m["modules"]:
+        if mod["kind"] == sys.argv[3]: mod[key] = value == "true" if value in ("true", "false") else int(value)
+m["name"] = "tiny-vl-" + sys.argv[2].split("=")[0]
 json.dump(m, open(sys.argv[1], "w"))
 PY
 }
@@ -144,6 +145,28 @@ if plan ref_deep colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_deep; th
 else fail run_reference_deep "$(tail -c 300 "$T/ref_deep.err")"; fi
 unset MODEL
 
+# Context parallelism of the LLM (sp > 1). Ulysses where tp * sp divides the
+# heads (tiny-vl: 4 heads, 2 kv heads over sp = 2): colocated, disaggregated,
+# with ZeRO-3 over dp x sp, selective recomputation and pipeline stages. Ring
+# attention (load-balanced causal chunks) where it does not: sp = 2 with tp = 2
+# and Megatron sequence parallelism, and a variant of 3 heads and 1 kv head
+# against its own 1-rank run, with ZeRO-1 and full recomputation.
+plan cp_ulysses colocated "vision:sp=2;llm:sp=2" --gpus 2 && check_plan cp_ulysses
+plan cp_ulysses_dis disaggregated "vision:gpus=1;llm:gpus=2,sp=2" --n-micro 4 && check_plan cp_ulysses_dis
+plan cp_ulysses_z3 colocated "vision:dp=4;llm:sp=2,dp=2,zero=3" --gpus 4 && check_plan cp_ulysses_z3
+plan cp_ulysses_rc colocated "vision:dp=2;llm:sp=2,rc=selective" --gpus 2 && check_plan cp_ulysses_rc
+plan cp_ulysses_pp colocated "vision:dp=4;llm:pp=2,sp=2" --gpus 4 && check_plan cp_ulysses_pp
+plan cp_ring_tp2 colocated "vision:dp=4;llm:sp=2,tp=2,seqpar=1" --gpus 4 && check_plan cp_ring_tp2
+variant ring heads=3,kv_heads=1 llm
+export MODEL="$T/ring.model.json"
+if plan ref_ring colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_ring; then
+    losses "$T/ref_ring.log" >"$T/ref_ring.losses"
+    plan cp_ring colocated "vision:dp=2;llm:sp=2" --gpus 2 && check_plan cp_ring ref_ring
+    plan cp_ring_z1_rc colocated "vision:dp=2;llm:sp=2,zero=1,rc=full" --gpus 2 && check_plan cp_ring_z1_rc ref_ring
+    plan cp_ring_dis_pp disaggregated "vision:gpus=1;llm:gpus=4,pp=2,sp=2,mb=1" --n-micro 4 && check_plan cp_ring_dis_pp ref_ring
+else fail run_reference_ring "$(tail -c 300 "$T/ref_ring.err")"; fi
+unset MODEL
+
 # resume: 10 steps, stop, resume for 10 more == 20 straight (bit for bit), on
 # stages too (each stage loads its blocks from the whole-tensor checkpoint)
 resume_check() {   # resume_check PLAN TEST
@@ -173,9 +196,10 @@ expect_err run_rejects_truncated_data "shard-00000.bin: truncated" "$DHP" run "$
 expect_err run_rejects_data_of_another_model "patch 4, merge 2, window 0; the data set 8" "$DHP" run "$T/ref.json" --data "$T/data8" --steps 2
 expect_err plan_refuses_a_split_that_does_not_hold_the_blocks "the stages hold 3 blocks, the module has 2" \
     "$DHP" plan --model tiny-vl --cluster 8xh100 --batch 8 --placement colocated --strategy "vision:dp=2;llm:split=1:2" --gpus 2
-plan llm_sp2 colocated "vision:sp=2;llm:sp=2" --gpus 2 && \
-    expect_err run_refuses_llm_context_parallel_plans "module llm: sequence \(context\) parallelism of the LLM \(sp = 2\)" \
-        "$DHP" run "$T/llm_sp2.json" --data "$T/data" --steps 2
+# a plan whose LLM's sequence (16 + 50 = 66 positions) the ring's 4 chunks cannot split: refused before any rank allocates
+sed -E 's/"text_tokens":([[:space:]]*)48/"text_tokens":\150/' "$T/cp_ring_tp2.json" >"$T/cp_bad.json"
+expect_err run_refuses_a_sequence_the_context_parallelism_cannot_split "sequence .66 tokens. divisible by 4" \
+    "$DHP" run "$T/cp_bad.json" --data "$T/data" --steps 2
 cp -r "$T/ref.ck" "$T/badck"; f="$T/badck/$(cat "$T/badck/latest")/llm.safetensors"; truncate -s 4000 "$f"
 expect_exit run_rejects_a_truncated_checkpoint 2 "$DHP" run "$T/ref.json" --data "$T/data" --steps $STEPS --ckpt "$T/badck" --resume
 grep -q "llm.safetensors" "$T/err" || fail run_truncated_checkpoint_message "stderr does not name the file: $(head -c 200 "$T/err")"

@@ -2,7 +2,10 @@
  * threaded kernels (attention forward/backward, AdamW, SwiGLU, scale/add) give the
  * same bits as plain row-by-row float loops, at 1, 2 and 3 threads (the pool
  * follows openblas_set_num_threads); the blocked sum of squares gives the same
- * value at every thread count and matches a long-double sum. */
+ * value at every thread count and matches a long-double sum. The Whisper-style
+ * kernels: im2col + linear against a written-out conv1d (with the halo of a
+ * slice), col2im and the row pooling's backward as adjoints of their
+ * forwards (LayerNorm's finite differences: test_executor.c). */
 #include "test.h"
 #include "executor/backend.h"
 
@@ -192,6 +195,42 @@ TEST(cpu_kernels_elementwise_bit_identical_to_plain_loops_at_1_2_3_threads)
     CHECK_MSG(!what[0], "%s differs from the plain loop", what);
 }
 
+/* Rows by index: a gather of scattered rows (a row twice, rows out of
+ * order) and the scatter-add back of distinct rows, over more rows than one
+ * thread's grain, against the row-by-row copies and adds they replace. */
+TEST(cpu_kernels_gather_scatter_rows_match_row_loops_at_1_2_3_threads)
+{
+    const int N = 3001, n = 2500, d = 67;
+    float *src = rnd((size_t)N * d, 1), *dst0 = rnd((size_t)N * d, 1), *g = rnd((size_t)n * d, 1);
+    int *gather = malloc(n * sizeof *gather), *scatter = malloc(n * sizeof *scatter);
+    for (int i = 0; i < n; i++) {
+        gather[i] = (i * 37 + 5) % N;           /* N and 37 coprime: distinct, out of order */
+        scatter[i] = gather[i];
+    }
+    gather[7] = gather[3];                      /* gathering may repeat a row */
+    float *got_ref = malloc((size_t)n * d * sizeof *got_ref), *dst_ref = dup(dst0, (size_t)N * d);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < d; j++) {
+            got_ref[(size_t)i * d + j] = src[(size_t)gather[i] * d + j];
+            dst_ref[(size_t)scatter[i] * d + j] += g[(size_t)i * d + j];
+        }
+    const ex_backend *be = ex_backend_cpu();
+    int saved = openblas_get_num_threads();
+    char what[64] = "";
+    for (int t = 1; t <= 3 && !what[0]; t++) {
+        openblas_set_num_threads(t);
+        float *got = rnd((size_t)n * d, 1), *dst = dup(dst0, (size_t)N * d);
+        be->gather_rows(got, src, gather, n, d);
+        be->scatter_add_rows(dst, g, scatter, n, d);
+        if (!same(got, got_ref, (size_t)n * d)) snprintf(what, sizeof what, "gather_rows at %d threads", t);
+        else if (!same(dst, dst_ref, (size_t)N * d)) snprintf(what, sizeof what, "scatter_add_rows at %d threads", t);
+        free(got); free(dst);
+    }
+    openblas_set_num_threads(saved);
+    free(src); free(dst0); free(g); free(gather); free(scatter); free(got_ref); free(dst_ref);
+    CHECK_MSG(!what[0], "%s differs from the row-by-row loop", what);
+}
+
 TEST(cpu_kernels_sumsq_same_at_every_thread_count)
 {
     const size_t n = 3000017;
@@ -211,4 +250,76 @@ TEST(cpu_kernels_sumsq_same_at_every_thread_count)
     CHECK(s[0] == s[1] && s[0] == s[2]);
     CHECK_NEAR(s[0], (double)ref, 1e-13);
     CHECK(small > 0);
+}
+
+/* ---- Whisper-style kernels (executor/cpu_kernels_whisper.c) ---- */
+
+static double dotd(const float *a, const float *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+/* conv1d through im2col + linear equals the convolution written out (torch
+ * Conv1d: weight [o, C, k], zero padding), at stride 1 and 2, also for an
+ * output range that starts inside the sequence over an input slice (the
+ * Ulysses halo); col2im is im2col's adjoint. */
+TEST(cpu_kernels_im2col_is_conv1d_and_col2im_its_adjoint)
+{
+    const ex_backend *be = ex_backend_cpu();
+    const int T = 13, C = 5, k = 3, pad = 1, O = 4;
+    float *x = rnd((size_t)T * C, 1), *w = rnd((size_t)O * C * k, 1), *bias = rnd((size_t)O, 1);
+    char what[96] = "";
+    for (int stride = 1; stride <= 2 && !what[0]; stride++) {
+        int Tout = (T + 2 * pad - k) / stride + 1;
+        /* rows [t0, t0 + n) from the input slice [x0, x0 + nx) that covers them */
+        int cases[2][2] = { { 0, Tout }, { 2, Tout - 3 } };
+        for (int c = 0; c < 2 && !what[0]; c++) {
+            int t0 = cases[c][0], n = cases[c][1];
+            int x0 = t0 * stride - pad > 0 ? t0 * stride - pad : 0;
+            int xe = (t0 + n - 1) * stride - pad + k < T ? (t0 + n - 1) * stride - pad + k : T;
+            float *col = calloc((size_t)n * C * k, 4), *y = calloc((size_t)n * O, 4);
+            be->im2col1d(col, x + (size_t)x0 * C, n, C, k, stride, pad, t0, x0, xe - x0);
+            be->linear_forward(y, col, w, bias, n, C * k, O);
+            for (int i = 0; i < n && !what[0]; i++)
+                for (int o = 0; o < O; o++) {
+                    double ref = bias[o];
+                    for (int ch = 0; ch < C; ch++)
+                        for (int j = 0; j < k; j++) {
+                            int s = (t0 + i) * stride - pad + j;
+                            if (s >= 0 && s < T) ref += (double)w[(o * C + ch) * k + j] * x[s * C + ch];
+                        }
+                    if (fabs(ref - y[i * O + o]) > 1e-5)
+                        snprintf(what, sizeof what, "stride %d case %d: out[%d, %d] %g vs %g", stride, c, i, o, y[i * O + o], ref);
+                }
+            /* adjoint: <im2col(x), r> == <x, col2im(r)> */
+            float *r = rnd((size_t)n * C * k, 1), *dx = calloc((size_t)(xe - x0) * C, 4);
+            be->col2im1d(dx, r, n, C, k, stride, pad, t0, x0, xe - x0);
+            double lhs = dotd(col, r, (size_t)n * C * k), rhs = dotd(x + (size_t)x0 * C, dx, (size_t)(xe - x0) * C);
+            if (!what[0] && fabs(lhs - rhs) > 1e-5 * (fabs(lhs) + 1))
+                snprintf(what, sizeof what, "stride %d case %d: <im2col x, r> %g != <x, col2im r> %g", stride, c, lhs, rhs);
+            free(col); free(y); free(r); free(dx);
+        }
+    }
+    free(x); free(w); free(bias);
+    CHECK_MSG(!what[0], "%s", what);
+}
+
+TEST(cpu_kernels_avgpool_rows_mean_and_adjoint)
+{
+    const ex_backend *be = ex_backend_cpu();
+    const int m = 6, p = 3, d = 7;
+    float *x = rnd((size_t)m * p * d, 1), *y = calloc((size_t)m * d, 4), *r = rnd((size_t)m * d, 1);
+    float *dx = calloc((size_t)m * p * d, 4);
+    be->avgpool_rows_forward(y, x, m, p, d);
+    double worst = 0;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < d; j++)
+            worst = fmax(worst, fabs(y[i * d + j] - (x[(i * p) * d + j] + x[(i * p + 1) * d + j] + x[(i * p + 2) * d + j]) / 3.0));
+    be->avgpool_rows_backward(dx, r, m, p, d);
+    double lhs = dotd(y, r, (size_t)m * d), rhs = dotd(x, dx, (size_t)m * p * d);
+    free(x); free(y); free(r); free(dx);
+    CHECK_MSG(worst < 1e-6, "pooled rows differ from the mean by %g", worst);
+    CHECK_MSG(fabs(lhs - rhs) < 1e-5 * (fabs(lhs) + 1), "<pool x, r> %g != <x, pool^T r> %g", lhs, rhs);
 }

@@ -16,45 +16,10 @@
 #include "test.h"
 #include "executor/backend.h"
 #include "util/util.h"
+#include "tests/kernel_data.h"
 
 #include <stdint.h>
 #include <stdlib.h>
-
-/* The emulated build of executor/cuda_kernels.cu (build/obj/tests/cuda_kernels_emu.o). */
-const ex_backend *ex_backend_cuda_emu(char *err);
-int ex_cuda_sync_emu(char *err);
-
-static uint64_t rs = 11;
-static float ur(void)  /* uniform in [-1, 1) */
-{
-    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rs >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-}
-static float *rnd(size_t n, float scale)
-{
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    for (size_t i = 0; i < n; i++) x[i] = scale * ur();
-    return x;
-}
-static float *dup(const float *x, size_t n)
-{
-    float *y = malloc((n ? n : 1) * sizeof *y);
-    memcpy(y, x, n * sizeof *y);
-    return y;
-}
-
-/* max_i |a[i] - ref[i]| / max(|ref[i]|, 0.01 max_k |ref[k]|) */
-static double max_rel_err(const float *a, const float *ref, size_t n)
-{
-    double scale = 0, worst = 0;
-    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)ref[i]));
-    double floor_ = scale > 0 ? 0.01 * scale : 1e-30;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - ref[i]) / fmax(fabs((double)ref[i]), floor_);
-        if (!(e <= worst)) worst = e;   /* NaN counts as worst */
-    }
-    return worst;
-}
 
 static void show_err(const char *what, double e)
 {
@@ -84,7 +49,10 @@ TEST(cuda_kernels_emu_table_complete_and_sync_reports_errors)
     CHECK(be->rope_forward && be->rope_backward && be->attention_forward && be->attention_backward);
     CHECK(be->swiglu_forward && be->swiglu_backward && be->gelu_forward && be->gelu_backward);
     CHECK(be->embedding_forward && be->embedding_backward && be->cross_entropy);
+    CHECK(be->gather_rows && be->scatter_add_rows);
     CHECK(be->ce_row_max && be->ce_exp_sum && be->ce_grad && be->adamw);
+    CHECK(be->layernorm_forward && be->layernorm_backward && be->im2col1d && be->col2im1d);
+    CHECK(be->avgpool_rows_forward && be->avgpool_rows_backward);
     CHECK_SYNC();
     /* A bad shape is a sticky error: the next sync reports it, the one after is clean. */
     const int cu[2] = { 0, 1 };
@@ -350,6 +318,26 @@ TEST(cuda_kernels_emu_embedding_match_cpu)
     free(wte); free(dout); free(out); free(out_ref); free(dwte); free(dwte_ref);
 }
 
+TEST(cuda_kernels_emu_gather_scatter_rows_match_cpu)
+{
+    const ex_backend *be = emu(), *cpu = ex_backend_cpu();
+    CHECK(be != NULL);
+    const int N = 50, n = 41, d = 131;   /* n x d > the emulated grid cap x 128 threads */
+    int rows[41];
+    for (int i = 0; i < n; i++) rows[i] = (i * 13 + 7) % N;   /* distinct, out of order */
+    float *src = rnd((size_t)N * d, 1), *g = rnd((size_t)n * d, 1);
+    float *got = rnd((size_t)n * d, 3), *got_ref = rnd((size_t)n * d, 3);
+    float *dst = rnd((size_t)N * d, 1), *dst_ref = dup(dst, (size_t)N * d);
+    be->gather_rows(got, src, rows, n, d);
+    cpu->gather_rows(got_ref, src, rows, n, d);
+    be->scatter_add_rows(dst, g, rows, n, d);
+    cpu->scatter_add_rows(dst_ref, g, rows, n, d);
+    CHECK_SYNC();
+    CHECK(!memcmp(got, got_ref, (size_t)n * d * sizeof *got));
+    CHECK(!memcmp(dst, dst_ref, (size_t)N * d * sizeof *dst));
+    free(src); free(g); free(got); free(got_ref); free(dst); free(dst_ref);
+}
+
 TEST(cuda_kernels_emu_cross_entropy_match_cpu)
 {
     const ex_backend *be = emu(), *cpu = ex_backend_cpu();
@@ -403,4 +391,76 @@ TEST(cuda_backend_entry_point_gives_table_or_reason)
     }
     CHECK(!strcmp(be->name, "cuda"));
     CHECK_OK(ex_cuda_sync(err));
+}
+
+TEST(cuda_kernels_emu_layernorm_match_cpu)
+{
+    const ex_backend *be = emu(), *cpu = ex_backend_cpu();
+    CHECK(be != NULL);
+    CHECK(be->layernorm_forward && be->layernorm_backward && be->im2col1d && be->col2im1d);
+    CHECK(be->avgpool_rows_forward && be->avgpool_rows_backward);
+    const int n = 19, d = 150;   /* rows > the grid cap; d > one block of threads */
+    const size_t nd = (size_t)n * d;
+    float *x = rnd(nd, 2), *w = rnd((size_t)d, 1), *b = rnd((size_t)d, 1), *dout = rnd(nd, 1);
+    for (size_t i = 0; i < nd; i++) x[i] += 3.0f;   /* a mean far from 0 */
+    float *out = rnd(nd, 1), *out_ref = rnd(nd, 1), *mean = rnd((size_t)n, 1), *mean_ref = rnd((size_t)n, 1);
+    float *rstd = rnd((size_t)n, 1), *rstd_ref = rnd((size_t)n, 1);
+    be->layernorm_forward(out, mean, rstd, x, w, b, n, d, 1e-5f);
+    cpu->layernorm_forward(out_ref, mean_ref, rstd_ref, x, w, b, n, d, 1e-5f);
+    CHECK_SYNC();
+    CHECK_CLOSE(out, out_ref, nd, 1e-5, "layernorm_forward out");
+    CHECK_CLOSE(mean, mean_ref, (size_t)n, 1e-6, "layernorm_forward mean");
+    CHECK_CLOSE(rstd, rstd_ref, (size_t)n, 1e-6, "layernorm_forward rstd");
+    float *dinp = rnd(nd, 1), *dw = rnd((size_t)d, 1), *db = rnd((size_t)d, 1);
+    float *dinp_ref = dup(dinp, nd), *dw_ref = dup(dw, (size_t)d), *db_ref = dup(db, (size_t)d);
+    float *dinp2 = dup(dinp, nd), *dw2 = dup(dw, (size_t)d), *db2 = dup(db, (size_t)d);
+    be->layernorm_backward(dinp, dw, db, dout, x, w, mean_ref, rstd_ref, n, d);
+    be->layernorm_backward(dinp2, NULL, NULL, dout, x, w, mean_ref, rstd_ref, n, d);
+    be->layernorm_backward(NULL, dw2, db2, dout, x, w, mean_ref, rstd_ref, n, d);
+    cpu->layernorm_backward(dinp_ref, dw_ref, db_ref, dout, x, w, mean_ref, rstd_ref, n, d);
+    CHECK_SYNC();
+    CHECK_CLOSE(dinp, dinp_ref, nd, 1e-4, "layernorm_backward dinp (+=)");
+    CHECK_CLOSE(dw, dw_ref, (size_t)d, 1e-4, "layernorm_backward dw (+=)");
+    CHECK_CLOSE(db, db_ref, (size_t)d, 1e-4, "layernorm_backward db (+=)");
+    CHECK_CLOSE(dinp2, dinp_ref, nd, 1e-4, "layernorm_backward dinp, dw db NULL");
+    CHECK_CLOSE(dw2, dw_ref, (size_t)d, 1e-4, "layernorm_backward dw, dinp NULL");
+    CHECK_CLOSE(db2, db_ref, (size_t)d, 1e-4, "layernorm_backward db, dinp NULL");
+    free(x); free(w); free(b); free(dout); free(out); free(out_ref); free(mean); free(mean_ref); free(rstd);
+    free(rstd_ref); free(dinp); free(dw); free(db); free(dinp_ref); free(dw_ref); free(db_ref);
+    free(dinp2); free(dw2); free(db2);
+}
+
+/* im2col / col2im at stride 1 and 2 over a slice of frames (output rows
+ * starting inside the sequence), and the row pooling, forward and backward. */
+TEST(cuda_kernels_emu_conv_stem_and_pooling_match_cpu)
+{
+    const ex_backend *be = emu(), *cpu = ex_backend_cpu();
+    CHECK(be != NULL);
+    const int C = 37, k = 3, pad = 1, nx = 41;
+    float *x = rnd((size_t)nx * C, 1);
+    for (int stride = 1; stride <= 2; stride++) {
+        int t0 = stride == 1 ? 3 : 2, x0 = t0 * stride - pad, n = (nx - 2) / stride;
+        size_t nc = (size_t)n * C * k;
+        float *col = rnd(nc, 1), *col_ref = rnd(nc, 1);
+        be->im2col1d(col, x, n, C, k, stride, pad, t0, x0, nx);
+        cpu->im2col1d(col_ref, x, n, C, k, stride, pad, t0, x0, nx);
+        float *dcol = rnd(nc, 1), *dx = rnd((size_t)nx * C, 1), *dx_ref = dup(dx, (size_t)nx * C);
+        be->col2im1d(dx, dcol, n, C, k, stride, pad, t0, x0, nx);
+        cpu->col2im1d(dx_ref, dcol, n, C, k, stride, pad, t0, x0, nx);
+        CHECK_SYNC();
+        CHECK_CLOSE(col, col_ref, nc, 1e-6, stride == 1 ? "im2col1d stride 1" : "im2col1d stride 2");
+        CHECK_CLOSE(dx, dx_ref, (size_t)nx * C, 1e-6, stride == 1 ? "col2im1d stride 1 (+=)" : "col2im1d stride 2 (+=)");
+        free(col); free(col_ref); free(dcol); free(dx); free(dx_ref);
+    }
+    const int m = 23, p = 2, d = 45;
+    float *in = rnd((size_t)m * p * d, 1), *y = rnd((size_t)m * d, 1), *y_ref = rnd((size_t)m * d, 1);
+    be->avgpool_rows_forward(y, in, m, p, d);
+    cpu->avgpool_rows_forward(y_ref, in, m, p, d);
+    float *din = rnd((size_t)m * p * d, 1), *din_ref = dup(din, (size_t)m * p * d);
+    be->avgpool_rows_backward(din, y_ref, m, p, d);
+    cpu->avgpool_rows_backward(din_ref, y_ref, m, p, d);
+    CHECK_SYNC();
+    CHECK_CLOSE(y, y_ref, (size_t)m * d, 1e-6, "avgpool_rows_forward");
+    CHECK_CLOSE(din, din_ref, (size_t)m * p * d, 1e-6, "avgpool_rows_backward (+=)");
+    free(x); free(in); free(y); free(y_ref); free(din); free(din_ref);
 }

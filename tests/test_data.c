@@ -404,3 +404,254 @@ TEST(data_batch_rejects_bad_sharding)
     CHECK(r3 == UTIL_EINVAL && m3);
     CHECK(r4 == UTIL_EINVAL);
 }
+
+/* ------------------------------------------------------------------ audio */
+
+static ex_synth_cfg audio_cfg(int image_size)
+{
+    ex_synth_cfg c = small_cfg();
+    c.audio = true;
+    c.image_size = image_size;
+    c.mel_bins = 16;
+    c.mel_frames = 32;
+    c.text_tokens = 64;
+    return c;
+}
+
+/* What a clip's frames show, from the decoded values alone: the frames where
+ * the sound is (some bin well above the floor), the loudest bin in the first
+ * and the last of them, how many of those frames have nearly every bin loud. */
+typedef struct { int on, first_peak, last_peak, loud_all; double mean_peak; } clip_view;
+
+static clip_view view_clip(const float *mel, int F, int B)
+{
+    clip_view v = { 0, -1, -1, 0, 0 };
+    for (int t = 0; t < F; t++) {
+        const float *f = mel + (size_t)t * B;
+        int peak = 0, loud = 0;
+        for (int b = 0; b < B; b++) {
+            if (f[b] > f[peak]) peak = b;
+            loud += f[b] > 0.0f;
+        }
+        if (f[peak] < 0.0f) continue;   /* the floor stays below -0.7 */
+        v.on++;
+        if (v.first_peak < 0) v.first_peak = peak;
+        v.last_peak = peak;
+        v.mean_peak += peak;
+        v.loud_all += loud >= B - 1;
+    }
+    if (v.on) v.mean_peak /= v.on;
+    return v;
+}
+
+/* Every sample's clip shows the sound its caption names: a tone's band in
+ * the named third of the bins, a chirp's band moving the named way, a burst
+ * loud in every bin for about F/8 (short) or F/2 (long) frames; values stay
+ * in [-1, 1]; the caption is the image's (unchanged by --audio) then the
+ * sound's; the record's kind byte agrees. */
+TEST(data_audio_clips_show_what_their_captions_say)
+{
+    ex_synth_cfg cfg = audio_cfg(16), plain = small_cfg();
+    char dir[64], pdir[64], err[UTIL_ERR_LEN];
+    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
+    CHECK(make_set(pdir, sizeof pdir, &plain) == 0);
+    ex_dataset *ds, *ps;
+    CHECK_OK(ex_data_open(dir, &ds, err));
+    CHECK_OK(ex_data_open(pdir, &ps, err));
+    const ex_dataset_info *in = ex_data_info(ds);
+    CHECK_EQ_INT(in->version, 2);
+    CHECK_EQ_INT(in->mel_bins, 16);
+    CHECK_EQ_INT(in->mel_frames, 32);
+    CHECK_EQ_INT(ex_data_info(ps)->version, 1);
+    CHECK_EQ_INT(ex_data_info(ps)->mel_frames, 0);
+    ex_data_rows b, pb;
+    CHECK_OK(ex_batch_alloc(&b, ds, 24, err));
+    CHECK_OK(ex_batch_alloc(&pb, ps, 24, err));
+    CHECK_OK(ex_data_batch(ds, 5, 0, 24, 0, 1, &b, err));
+    CHECK_OK(ex_data_batch(ps, 5, 0, 24, 0, 1, &pb, err));
+    CHECK(pb.mel == NULL && b.mel != NULL);
+    int kinds[3] = { 0, 0, 0 };
+    char what[160] = "";
+    for (int r = 0; r < 24 && !what[0]; r++) {
+        const char *cap = ex_data_caption(ds, b.sample_ids[r]), *pcap = ex_data_caption(ps, pb.sample_ids[r]);
+        const float *mel = b.mel + (size_t)r * 32 * 16;
+        size_t pl = strlen(pcap);
+        for (int i = 0; i < 32 * 16; i++)
+            if (!(mel[i] >= -1.0f && mel[i] <= 1.0f)) snprintf(what, sizeof what, "sample %d: value %g", r, mel[i]);
+        if (b.sample_ids[r] != pb.sample_ids[r] || strncmp(cap, pcap, pl) || strncmp(cap + pl, ", a ", 4) ||
+            memcmp(b.pixels + (size_t)r * 64 * 12, pb.pixels + (size_t)r * 64 * 12, 64 * 12 * sizeof(float)))
+            snprintf(what, sizeof what, "sample %d: '%s' is not the image set's '%s' and a sound", r, cap, pcap);
+        const char *snd = cap + pl + 2;
+        clip_view v = view_clip(mel, 32, 16);
+        bool ok;
+        if (strstr(snd, "tone")) {
+            double want = strstr(snd, "low") ? 0.2 * 16 : strstr(snd, "mid") ? 0.5 * 16 : 0.8 * 16;
+            ok = v.on >= 16 && fabs(v.mean_peak - want) < 1.0;
+            kinds[0]++;
+        } else if (strstr(snd, "chirp")) {
+            bool rising = strstr(snd, "rising") != NULL;
+            ok = v.on >= 16 && (rising ? v.last_peak - v.first_peak >= 8 : v.first_peak - v.last_peak >= 8);
+            kinds[1]++;
+        } else {
+            int len = strstr(snd, "short") ? 4 : 16;
+            ok = strstr(snd, "noise burst") && v.loud_all >= len - 1 && v.on == len;
+            kinds[2]++;
+        }
+        if (!ok && !what[0])
+            snprintf(what, sizeof what, "sample %d '%s': %d frames on, peaks %d -> %d (mean %.1f), %d all loud", r, snd,
+                     v.on, v.first_peak, v.last_peak, v.mean_peak, v.loud_all);
+    }
+    ex_batch_free(&b); ex_batch_free(&pb);
+    ex_data_close(ds); ex_data_close(ps);
+    rm_dir(dir); rm_dir(pdir);
+    CHECK_MSG(!what[0], "%s", what);
+    CHECK_MSG(kinds[0] && kinds[1] && kinds[2], "24 samples hold %d tones, %d chirps, %d bursts", kinds[0], kinds[1], kinds[2]);
+}
+
+/* --image-size 0 with audio: no pixels, the caption is the sound's alone;
+ * the rows' clips are the dp = 1 batch's, split by rank. */
+TEST(data_audio_only_set_and_its_dp_slices)
+{
+    ex_synth_cfg cfg = audio_cfg(0);
+    char dir[64], err[UTIL_ERR_LEN];
+    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
+    ex_dataset *ds;
+    CHECK_OK(ex_data_open(dir, &ds, err));
+    const ex_dataset_info *in = ex_data_info(ds);
+    CHECK_EQ_INT(in->patches, 0);
+    CHECK_EQ_INT(in->grid, 0);
+    ex_data_rows full, part;
+    CHECK_OK(ex_batch_alloc(&full, ds, 8, err));
+    CHECK_OK(ex_batch_alloc(&part, ds, 4, err));
+    CHECK_OK(ex_data_batch(ds, 3, 2, 8, 0, 1, &full, err));
+    CHECK_OK(ex_data_batch(ds, 3, 2, 8, 1, 2, &part, err));
+    bool same = !memcmp(part.mel, full.mel + (size_t)4 * 32 * 16, (size_t)4 * 32 * 16 * sizeof(float));
+    const char *cap = ex_data_caption(ds, 0);
+    bool sound_only = !strncmp(cap, "a ", 2) && (strstr(cap, "tone") || strstr(cap, "chirp") || strstr(cap, "burst")) &&
+                      !strchr(cap, ',');
+    ex_data_rows wrong;
+    int mismatch = UTIL_OK;
+    ex_synth_cfg other = audio_cfg(0);
+    other.mel_frames = 16;
+    char odir[64];
+    CHECK(make_set(odir, sizeof odir, &other) == 0);
+    ex_dataset *os;
+    CHECK_OK(ex_data_open(odir, &os, err));
+    CHECK_OK(ex_batch_alloc(&wrong, os, 8, err));
+    mismatch = ex_data_batch(ds, 3, 2, 8, 0, 1, &wrong, err);   /* 16-frame buffer for a 32-frame set */
+    ex_batch_free(&wrong); ex_data_close(os); rm_dir(odir);
+    ex_batch_free(&full); ex_batch_free(&part);
+    ex_data_close(ds);
+    rm_dir(dir);
+    CHECK(same);
+    CHECK_MSG(sound_only, "caption '%s'", cap);
+    CHECK_EQ_INT(mismatch, UTIL_EINVAL);
+}
+
+static void rewrite_manifest(const char *dir, const char *from, const char *to)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    size_t len;
+    unsigned char *m = read_all(path, &len);
+    char *text = calloc(len + strlen(to) + 1, 1), *at = m ? strstr((char *)m, from) : NULL;
+    if (at) {
+        size_t pre = (size_t)(at - (char *)m);
+        memcpy(text, m, pre);
+        strcpy(text + pre, to);
+        strcat(text, at + strlen(from));
+        write_raw(path, text, strlen(text));
+    }
+    util_free(m);
+    free(text);
+}
+
+/* Version 1 sets load as before (no audio); the audio section is versioned
+ * and must agree with the manifest's version and the shards' headers. */
+TEST(data_format_versions_and_the_audio_section_are_checked)
+{
+    ex_synth_cfg a = audio_cfg(16), v1 = small_cfg();
+    char da[64], d1[64], err[UTIL_ERR_LEN];
+    CHECK(make_set(da, sizeof da, &a) == 0);
+    CHECK(make_set(d1, sizeof d1, &v1) == 0);
+    char pa[128], p1[128];
+    snprintf(pa, sizeof pa, "%s/shard-00000.bin", da);
+    snprintf(p1, sizeof p1, "%s/shard-00000.bin", d1);
+    size_t la, l1;
+    unsigned char *ra = read_all(pa, &la), *r1 = read_all(p1, &l1);
+    bool headers = ra && r1 && ra[8] == 2 && ra[12] == 80 && r1[8] == 1 && r1[12] == 72;
+    util_free(ra); util_free(r1);
+    /* the audio section's own version */
+    rewrite_manifest(da, "\"version\":\t1", "\"version\":\t7");
+    int rc_section = open_after(da, err);
+    bool names_section = strstr(err, "audio") && strstr(err, "version") && strstr(err, "7");
+    rewrite_manifest(da, "\"version\":\t7", "\"version\":\t1");
+    /* a version 2 manifest without the section */
+    rewrite_manifest(da, "\"audio\"", "\"audio_gone\"");
+    int rc_missing = open_after(da, err);
+    bool names_missing = strstr(err, ".audio") != NULL;
+    /* version 1 shards under a version 2 manifest */
+    rewrite_manifest(d1, "\"version\":\t1", "\"version\":\t2,\n\t\"audio\":\t{\"version\": 1, \"mel_bins\": 16, \"mel_frames\": 32}");
+    int rc_mixed = open_after(d1, err);
+    bool names_shard = strstr(err, "shard-00000.bin") && strstr(err, "version 1");
+    rm_dir(da); rm_dir(d1);
+    CHECK(headers);
+    CHECK_EQ_INT(rc_section, UTIL_EUNSUPPORTED);
+    CHECK_MSG(names_section, "err: %s", err);
+    CHECK_EQ_INT(rc_missing, UTIL_EINVAL);
+    CHECK(names_missing);
+    CHECK_EQ_INT(rc_mixed, UTIL_EUNSUPPORTED);
+    CHECK_MSG(names_shard, "err: %s", err);
+}
+
+TEST(data_synth_rejects_bad_audio_layouts)
+{
+    ex_synth_cfg c = audio_cfg(16);
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(ex_synth_validate(&c, err));
+    c.mel_frames = 31;
+    CHECK(ex_synth_validate(&c, err) == UTIL_EINVAL && strstr(err, "mel-frames 31"));
+    c = audio_cfg(16); c.mel_frames = 4;
+    CHECK(ex_synth_validate(&c, err) == UTIL_EINVAL && strstr(err, "mel-frames"));
+    c = audio_cfg(16); c.mel_bins = 0;
+    CHECK(ex_synth_validate(&c, err) == UTIL_EINVAL && strstr(err, "mel-bins"));
+    c = small_cfg(); c.image_size = 0;   /* no images needs audio */
+    CHECK(ex_synth_validate(&c, err) == UTIL_EINVAL && strstr(err, "image-size 0"));
+}
+
+/* The data set against a model, before anything is allocated. */
+TEST(data_audio_is_checked_against_the_model)
+{
+    ex_synth_cfg a = audio_cfg(16), v1 = small_cfg();
+    char da[64], d1[64], err[UTIL_ERR_LEN];
+    CHECK(make_set(da, sizeof da, &a) == 0);
+    CHECK(make_set(d1, sizeof d1, &v1) == 0);
+    ex_dataset *sa, *s1;
+    CHECK_OK(ex_data_open(da, &sa, err));
+    CHECK_OK(ex_data_open(d1, &s1, err));
+    model_t audio, vl, omni;
+    CHECK_OK(model_load("tiny-audio", &audio, err));
+    CHECK_OK(model_load("tiny-vl", &vl, err));
+    CHECK_OK(model_load("tiny-omni", &omni, err));
+    int ok_audio = ex_data_check_audio(ex_data_info(sa), &audio, err);
+    int ok_omni = ex_data_check_audio(ex_data_info(sa), &omni, err);
+    int ok_plain = ex_data_check_audio(ex_data_info(s1), &vl, err);
+    int no_encoder = ex_data_check_audio(ex_data_info(sa), &vl, err);
+    bool names1 = strstr(err, "no audio encoder") && strstr(err, "mel_bins") && !strchr(err, '\n');
+    int no_audio = ex_data_check_audio(ex_data_info(s1), &audio, err);
+    bool names2 = strstr(err, "has no audio") != NULL;
+    audio.mod[model_find_kind(&audio, MODEL_AUDIO)].in_channels = 80;
+    int bins = ex_data_check_audio(ex_data_info(sa), &audio, err);
+    bool names3 = strstr(err, "mel_bins 16") && strstr(err, "in_channels 80");
+    ex_data_close(sa); ex_data_close(s1);
+    rm_dir(da); rm_dir(d1);
+    CHECK_OK(ok_audio);
+    CHECK_OK(ok_omni);
+    CHECK_OK(ok_plain);
+    CHECK_EQ_INT(no_encoder, UTIL_EINVAL);
+    CHECK(names1);
+    CHECK_EQ_INT(no_audio, UTIL_EINVAL);
+    CHECK(names2);
+    CHECK_EQ_INT(bins, UTIL_EINVAL);
+    CHECK(names3);
+}

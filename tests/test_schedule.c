@@ -86,12 +86,16 @@ static void check_sample_coverage(const plan_t *p)
     }
 }
 
-/* Each LLM rank's input rows of a chunk come exactly once from enc_tp 0, and
- * each encoder rank's packed rows go out exactly once to every LLM tp rank. */
+/* Each LLM rank's input rows of a chunk (its sp rank's share of each
+ * sample's, plan_cp_encoder_rows, the shares adding up to the sample's) come
+ * exactly once from enc_tp 0, and each encoder rank's packed rows go out
+ * exactly once to every LLM tp rank. */
 static void check_handoff(const plan_t *p)
 {
     char err[UTIL_ERR_LEN];
-    int R = plan_rows_per_sample(p, 0), L = p->model.llm;
+    int L = p->model.llm, all = 0;
+    for (int j = 0; j < p->mod[L].sp; j++) all += plan_cp_encoder_rows(p, 0, p->mod[L].first_rank + j * p->mod[L].tp);
+    CHECK_EQ_INT(all, plan_rows_per_sample(p, 0));
     for (int c = 0; c < plan_chunks(p); c++) {
         plan_segment *sg;
         int n;
@@ -99,7 +103,7 @@ static void check_handoff(const plan_t *p)
         for (int r = 0; r < p->world_size; r++) {
             plan_coord lc;
             if (!plan_rank_coord(p, L, r, &lc) || lc.pp != 0) continue;   /* the LLM's first stage takes the rows */
-            int f, cnt;
+            int f, cnt, R = plan_cp_encoder_rows(p, 0, r);
             plan_chunk_share(p, L, c, lc.dp, &f, &cnt);
             int *hit = calloc((size_t)cnt * R + 1, sizeof(int));
             for (int i = 0; i < n; i++)
@@ -123,6 +127,12 @@ TEST(schedule_covers_every_sample_once_and_handoff_routes_every_row_once)
         { "vision:gpus=2,dp=2;llm:gpus=1", PLAN_DISAGGREGATED, 3, 2, 6 },
         { "vision:gpus=3,dp=3;llm:gpus=1,mb=2", PLAN_DISAGGREGATED, 4, 2, 8 },
         { "vision:gpus=2,sp=2,mb=2;llm:gpus=2,dp=2", PLAN_DISAGGREGATED, 4, 2, 8 },
+        /* the LLM's context parallelism: Ulysses (sp rank 0 holds every encoder
+         * row), ring attention (chunks 0 and 3 on rank 0: half of them each) */
+        { "vision:sp=2;llm:sp=2", PLAN_COLOCATED, 2, 1, 4 },
+        { "vision:gpus=1;llm:gpus=2,sp=2", PLAN_DISAGGREGATED, 3, 2, 4 },
+        { "vision:gpus=2,dp=2;llm:gpus=4,sp=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 6, 2, 8 },
+        { "vision:dp=4;llm:sp=2,dp=2", PLAN_COLOCATED, 4, 1, 8 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = make_plan(cases[i].spec, cases[i].pl, cases[i].gpus, cases[i].micro, cases[i].batch, &p);

@@ -180,23 +180,17 @@ def write_f64(path, tensors):
     np.concatenate([t.detach().reshape(-1).numpy() for t in tensors]).astype(np.float64).tofile(path)
 
 
-def main():
-    d = sys.argv[1]
-    with open(f"{d}/config.json") as f:
-        cfg = json.load(f)
-    names, P0 = load_params(d)
-    b = cfg["batch"]
-    pixels = torch.tensor(np.fromfile(f"{d}/pixels.bin", dtype=np.float32).astype(np.float64))
-    tokens = torch.tensor(np.fromfile(f"{d}/tokens.bin", dtype=np.int32).astype(np.int64)).view(b["batch"], b["text_tokens"])
-
+def write_reference(d, names, P0, o, loss_of):
+    """The loss and every gradient at P0, then o["steps"] steps of
+    torch.optim.AdamW (decay on matrices only) + clip_grad_norm_, into DIR's
+    ref_loss.txt, ref_grads.bin, ref_adam_losses.txt, ref_adam_params.bin."""
     P = {k: v.clone().requires_grad_(True) for k, v in P0.items()}
-    loss = model_loss(P, cfg, pixels, tokens)
+    loss = loss_of(P)
     loss.backward()
     with open(f"{d}/ref_loss.txt", "w") as f:
         f.write(f"{loss.item():.17g}\n")
     write_f64(f"{d}/ref_grads.bin", [P[n].grad for n, _ in names])
 
-    o = cfg["optim"]
     P = {k: v.clone().requires_grad_(True) for k, v in P0.items()}
     decay = [P[n] for n, s in names if len(s) >= 2]
     no_decay = [P[n] for n, s in names if len(s) < 2]
@@ -208,7 +202,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr_at(o, step)
         opt.zero_grad()
-        loss = model_loss(P, cfg, pixels, tokens)
+        loss = loss_of(P)
         loss.backward()
         torch.nn.utils.clip_grad_norm_([P[n] for n, _ in names], o["grad_clip"])
         opt.step()
@@ -216,6 +210,17 @@ def main():
     with open(f"{d}/ref_adam_losses.txt", "w") as f:
         f.write("".join(f"{x:.17g}\n" for x in losses))
     write_f64(f"{d}/ref_adam_params.bin", [P[n] for n, _ in names])
+
+
+def main():
+    d = sys.argv[1]
+    with open(f"{d}/config.json") as f:
+        cfg = json.load(f)
+    names, P0 = load_params(d)
+    b = cfg["batch"]
+    pixels = torch.tensor(np.fromfile(f"{d}/pixels.bin", dtype=np.float32).astype(np.float64))
+    tokens = torch.tensor(np.fromfile(f"{d}/tokens.bin", dtype=np.int32).astype(np.int64)).view(b["batch"], b["text_tokens"])
+    write_reference(d, names, P0, cfg["optim"], lambda P: model_loss(P, cfg, pixels, tokens))
 
 
 if __name__ == "__main__":

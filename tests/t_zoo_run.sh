@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Whatever `dhp plan` chooses, `dhp run` runs and `dhp simulate` prices: every
+# tiny zoo model, planned on CPU clusters of 1, 2, 4 and 8 ranks (the measured
+# cpu-4 host with its node widened or narrowed), colocated and disaggregated;
+# the chosen plan and its four next-best alternatives each simulate and train
+# 3 steps under mpirun.
+. "$(dirname "$0")/lib.sh"
+if ! command -v mpirun >/dev/null 2>&1; then skip zoo_run "mpirun not found"; exit 0; fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+HERE=$(cd "$(dirname "$0")" && pwd)
+MODELS=${ZOO_MODELS:-"tiny-vl tiny-vl-window"}
+
+# cpu-N: the cpu-4 profile with N ranks on the node (processor sets alternate as measured)
+for n in 1 2 4 8; do
+    /usr/bin/python3 - "$HERE/../costdb/clusters/cpu-4.json" "$T/cpu-$n.json" "$n" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); n = int(sys.argv[3])
+c["name"] = "cpu-%d" % n
+p = c["pools"][0]
+p["gpus_per_node"] = n
+p["compute_sets"]["value"] = [i % 2 for i in range(n)]
+p["compute_speed"]["value"] = p["compute_speed"]["value"][:n]
+json.dump(c, open(sys.argv[2], "w"))
+PY
+done
+
+# data per model: tiny-vl-window's images are cut in 4x4-patch windows
+"$DHP" data synth --out "$T/data-w0" --samples 64 --window 0 >/dev/null || { fail zoo_run_data "dhp data synth failed"; exit 0; }
+"$DHP" data synth --out "$T/data-w16" --samples 64 --window 16 >/dev/null || { fail zoo_run_data "dhp data synth failed"; exit 0; }
+data_of() { case "$1" in *window*) echo "$T/data-w16";; *) echo "$T/data-w0";; esac; }
+
+strategy_of() {
+    /usr/bin/python3 -c "
+import json, sys
+p = json.load(open(sys.argv[1]))
+print(p['placement'], ' '.join('%s:dp=%d,tp=%d,sp=%d,pp=%d,zero=%d,mb=%d,rc=%s%s' % (m['module'], m['dp'], m['tp'], m['sp'], m['pp'],
+      m['zero'], m['micro_batch'], m['recompute'], ',seqpar' if m['seq_parallel'] else '') for m in p['modules']))" "$1"
+}
+
+for model in $MODELS; do
+    for n in 1 2 4 8; do
+        for pl in colocated disaggregated; do
+            [ "$n" = 1 ] && [ "$pl" = disaggregated ] && continue   # two groups need two ranks
+            for k in 0 1 2 3 4; do
+                name="zoo_run_${model}_cpu${n}_${pl}_pick$k"
+                f="$T/$model-$n-$pl-$k.json"
+                if ! "$DHP" plan --model "$model" --cluster "$T/cpu-$n.json" --batch 8 --vision-tokens 64 --text-tokens 48 \
+                       --precision fp32 --placement "$pl" --pick $k --no-baselines -o "$f" >"$T/plan.out" 2>&1; then
+                    # fewer plans than 5 is the search's answer, not a failure
+                    grep -q "the search found" "$T/plan.out" && [ "$k" -gt 0 ] && break
+                    fail "$name" "$(head -c 300 "$T/plan.out")"; continue
+                fi
+                s=$(strategy_of "$f")
+                w=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['world_size'])" "$f")
+                if ! "$DHP" simulate "$f" >"$T/sim.out" 2>&1; then fail "$name" "$s: simulate: $(head -c 300 "$T/sim.out")"; continue; fi
+                if timeout 300 mpirun --oversubscribe -np "$w" "$DHP" run "$f" --data "$(data_of "$model")" --steps 3 --log-json \
+                       >"$T/run.log" 2>"$T/run.err" && [ "$(grep -c '^{' "$T/run.log")" = 3 ]; then
+                    echo "# $model cpu-$n $pl pick $k: $s"
+                    ok "$name"
+                else fail "$name" "$s: dhp run failed: $(grep -m1 -v '^ *$' "$T/run.err" | head -c 300)"; fi
+            done
+        done
+    done
+done
