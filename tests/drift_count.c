@@ -566,9 +566,9 @@ static float *held_vision_rows(const float *vis, const model_module *lm, const p
 
 /* The batch every rank runs: under Ulysses rank r holds the r-th part of the
  * patch rows (pixels) and of the merged rows' gradient (dvis); the LLM's
- * ranks take the vision rows of the positions they hold (vis_in). An audio
- * encoder's ranks read every clip's mel frames and the r-th part of the
- * pooled rows' gradient. */
+ * ranks take the encoder rows of the positions they hold (vis_in; an omni
+ * model's LLM its images' and clips' rows). An audio encoder's ranks read
+ * every clip's mel frames and the r-th part of the pooled rows' gradient. */
 int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally *t, char *err)
 {
     int vi = model_find_kind(m, MODEL_VISION), ai = model_find_kind(m, MODEL_AUDIO);
@@ -576,6 +576,9 @@ int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally 
     int n_ranks = dc->tp * dc->sp, cpp = vm->in_channels * vm->temporal_patch * vm->patch * vm->patch;
     int merged = DRIFT_PATCHES / (vm->merge * vm->merge), T = drift_text(dc);
     if (dc->audio) merged = DRIFT_MEL_FRAMES / 2 / m->mod[ai].pool;   /* a clip's pooled rows stand where an image's merged rows do */
+    /* the LLM of a model with both encoders: each sample's clip rows follow its image's (plan_sample_offset) */
+    bool omni_llm = !dc->vision && !dc->audio && vi >= 0 && ai >= 0;
+    if (omni_llm) merged += DRIFT_MEL_FRAMES / 2 / m->mod[ai].pool;
     if (n_ranks > DRIFT_MAX_RANKS || T > DRIFT_MAX_TEXT) return util_fail(err, UTIL_EINVAL, "%s: %d ranks, %d text tokens", dc->name, n_ranks, T);
     int aps[DRIFT_SAMPLES];
     for (int s = 0; s < DRIFT_SAMPLES; s++) aps[s] = 1;
@@ -627,6 +630,12 @@ int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally 
                      .reduce_scatter = g_reduce_scatter, .recompute = dc->recompute,
                      .p2p_start = g_p2p_start, .p2p_wait = g_p2p_wait },
         };
+    }
+    for (int r = 0; omni_llm && r < n_ranks; r++) {
+        jobs[r].b.n_audio = DRIFT_SAMPLES;
+        jobs[r].b.mel_frames = DRIFT_MEL_FRAMES;
+        jobs[r].b.mel = mel;
+        jobs[r].b.audio_per_sample = aps;
     }
     for (int r = 0; dc->audio && r < n_ranks; r++) {
         jobs[r].b = (ex_batch){ .n_audio = DRIFT_SAMPLES, .mel_frames = DRIFT_MEL_FRAMES, .mel = mel,

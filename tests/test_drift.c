@@ -332,6 +332,28 @@ TEST(drift_llm_ring_sp2)
     drift_check(CASE(.name = "llm ring sp2", .model = "tiny-vl", .sp = 2, .heads = 3, .kv_heads = 1, .text = 12), NULL);
 }
 
+/* tiny-omni's LLM: each sample's 16 vision rows, then its clip's 4 pooled
+ * audio rows (16 mel frames), then 10 text tokens: 30 positions; under
+ * Ulysses over 2 ranks, rank 0 holds 15 encoder rows, rank 1 the other 5 and
+ * the text. */
+TEST(drift_llm_omni_vision_and_audio_rows)
+{
+    drift_check(CASE(.name = "llm omni", .model = "tiny-omni"), NULL);
+}
+
+TEST(drift_llm_omni_ulysses_sp2)
+{
+    drift_check(CASE(.name = "llm omni ulysses sp2", .model = "tiny-omni", .sp = 2), NULL);
+}
+
+/* Ring attention over 2 ranks (3 heads, 1 kv head), 12 text tokens: 32
+ * positions in 4 chunks of 8; rank 1's chunks 1 and 2 cut through the
+ * vision rows, the audio rows and the text. */
+TEST(drift_llm_omni_ring_sp2)
+{
+    drift_check(CASE(.name = "llm omni ring sp2", .model = "tiny-omni", .sp = 2, .heads = 3, .kv_heads = 1, .text = 12), NULL);
+}
+
 /* Selective recomputation re-runs ring attention in backward: its K/V passes too. */
 TEST(drift_llm_ring_sp2_selective_recompute)
 {
