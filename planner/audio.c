@@ -27,6 +27,10 @@ bool plan_audio_segment(const model_module *mm, int F, int lo, int rows, int cli
 
 void plan_audio_clips(int F, int lo, int rows, int *c0, int *c1)
 {
+    if (F <= 0) {   /* clips of no frames (a workload without audio): none touched */
+        *c0 = *c1 = 0;
+        return;
+    }
     *c0 = lo / F;
     *c1 = (lo + rows + F - 1) / F;
 }
