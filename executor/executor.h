@@ -199,8 +199,9 @@ void ex_model_set_backend(ex_model *em, const struct ex_backend *be);
  * merge^2 consecutive patches are one merge group and every `window`
  * consecutive patches one attention window. pixels is [n_images, patches,
  * in_channels * temporal_patch * patch^2]. Sample b's LLM sequence is the
- * merged tokens of its images_per_sample[b] images (taken in order) followed
- * by its text_tokens tokens; position t of the text predicts text token t+1;
+ * merged tokens of its images_per_sample[b] images (taken in order), the
+ * pooled rows of its audio_per_sample[b] clips, then its text_tokens tokens
+ * (plan_sample_offset: the encoders in module order); position t of the text predicts text token t+1;
  * the loss is over the predictions loss_mask keeps (all batch *
  * (text_tokens - 1) without one). Only the kept rows reach the final norm,
  * LM head and cross-entropy. */

@@ -1,7 +1,8 @@
-/* The decoder LLM: embeddings (vision tokens first, then the sample's text),
- * causal blocks, and the head over the predicting rows only (final norm,
- * vocab-parallel LM head and cross-entropy), forward and backward; and the
- * whole-model step that runs the vision encoder and the LLM in one instance.
+/* The decoder LLM: embeddings (the encoders' rows first, vision then audio,
+ * then the sample's text), causal blocks, and the head over the predicting
+ * rows only (final norm, vocab-parallel LM head and cross-entropy), forward
+ * and backward; and the whole-model step that runs the encoders and the LLM
+ * in one instance.
  * Qwen2's modeling_qwen2.py is the reference. */
 #include "executor/model_int.h"
 

@@ -3,6 +3,7 @@
  * sequence (plan_sample_offset), the hand-off of both into the LLM's one
  * input buffer, and the schedule of N encoder stages. */
 #include "tests/test.h"
+#include "tests/test_ex.h"
 #include "planner/planner.h"
 
 #include <stdio.h>
@@ -163,4 +164,61 @@ TEST(omni_schedule_refuses_disaggregated_groups_that_share_a_rank)
     p.mod[a].first_rank = p.mod[v].first_rank;
     CHECK_EQ_INT(plan_schedule_check(&p, err), UTIL_EINVAL);
     CHECK_MSG(strstr(err, "share rank") && !strchr(err, '\n'), "%s", err);
+}
+
+/* The executor's whole-model step of tiny-omni (ex_step_forward_backward)
+ * is exactly its module-level calls with each sample's LLM input laid out
+ * by hand: its image's 16 merged rows, then its clip's 4 pooled rows (16
+ * mel frames), then its text: same loss, same gradients, bit for bit. */
+TEST(omni_whole_step_places_each_samples_vision_then_audio_rows)
+{
+    model_t m;
+    char err[UTIL_ERR_LEN] = "";
+    CHECK_OK(model_load("tiny-omni", &m, err));
+    int a = model_find_kind(&m, MODEL_AUDIO), d = m.mod[m.llm].hidden;
+    enum { B = 2, T = 6, MEL = 16 };
+    int ones[B] = { 1, 1 };
+    int32_t tokens[B * T];
+    for (int i = 0; i < B * T; i++) tokens[i] = (int32_t)((i * 37 + 11) % m.mod[m.llm].vocab);
+    float *pix = test_rnd((size_t)B * 64 * 48, 1), *mel = test_rnd((size_t)B * MEL * m.mod[a].in_channels, 1);
+    ex_batch b = { .n_images = B, .patches = 64, .grid_h = 8, .grid_w = 8, .pixels = pix, .batch = B, .text_tokens = T,
+                   .tokens = tokens, .images_per_sample = ones, .n_audio = B, .mel_frames = MEL, .mel = mel,
+                   .audio_per_sample = ones };
+    ex_model *whole = NULL, *parts = NULL;
+    CHECK_OK(ex_model_create(&m, 5, &whole, err));
+    CHECK_OK(ex_model_create(&m, 5, &parts, err));
+    float l1 = 0, l2 = 0;
+    int rc = ex_step_forward_backward(whole, &b, &l1, err);
+    const float *vo, *ao, *denc = NULL;
+    int vr = 0, ar = 0;
+    if (!rc) rc = ex_vision_forward(parts, &b, &vo, &vr, err);
+    if (!rc) rc = ex_audio_forward(parts, &b, &ao, &ar, err);
+    int V = vr / B, A = ar / B;   /* rows per sample: 16 and 4 */
+    float *enc = calloc((size_t)(vr + ar) * d, sizeof(float)), *dv = calloc((size_t)vr * d + 1, sizeof(float));
+    float *da = calloc((size_t)ar * d + 1, sizeof(float));
+    for (int s = 0; !rc && s < B; s++) {
+        memcpy(enc + (size_t)s * (V + A) * d, vo + (size_t)s * V * d, (size_t)V * d * sizeof(float));
+        memcpy(enc + ((size_t)s * (V + A) + V) * d, ao + (size_t)s * A * d, (size_t)A * d * sizeof(float));
+    }
+    if (!rc) rc = ex_llm_forward_backward(parts, &b, enc, true, &l2, &denc, err);
+    for (int s = 0; !rc && s < B; s++) {
+        memcpy(dv + (size_t)s * V * d, denc + (size_t)s * (V + A) * d, (size_t)V * d * sizeof(float));
+        memcpy(da + (size_t)s * A * d, denc + ((size_t)s * (V + A) + V) * d, (size_t)A * d * sizeof(float));
+    }
+    if (!rc) rc = ex_vision_backward(parts, &b, dv, err);
+    if (!rc) rc = ex_audio_backward(parts, &b, da, err);
+    CHECK_MSG(rc == UTIL_OK, "%s", err);
+    CHECK_EQ_INT(V, 16);
+    CHECK_EQ_INT(A, 4);
+    CHECK(l1 == l2 && l1 > 0);
+    for (int k = 0; !rc && k < m.n_modules; k++) {
+        float *g1, *g2;
+        size_t n1, n2;
+        CHECK_OK(ex_module_buffer(whole, k, EX_BUF_GRADS, &g1, &n1));
+        CHECK_OK(ex_module_buffer(parts, k, EX_BUF_GRADS, &g2, &n2));
+        CHECK(n1 == n2 && n1 > 0 && !memcmp(g1, g2, n1 * sizeof(float)));
+    }
+    ex_model_free(whole);
+    ex_model_free(parts);
+    free(pix); free(mel); free(enc); free(dv); free(da);
 }
