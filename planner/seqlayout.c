@@ -4,6 +4,7 @@
  * the activation list (layout.c) and the cost model (cost.c) all ask here. */
 #include "planner/planner.h"
 
+#include <limits.h>
 #include <math.h>
 
 static bool divides(int a, int b) { return a > 0 && b % a == 0; }
@@ -102,15 +103,24 @@ static int most_held(plan_cp k, int S, int sp, int a, int b)
 /* Every sp rank sizes its slot as the busiest one needs it, so that the
  * ranks of a group hold the same memory whatever their share of encoder
  * rows, text and predictions. */
+/* samples x rows, saturated at INT_MAX: a micro-batch the search tries at
+ * absurd batch sizes (2^25 samples) then needs more memory than any device
+ * holds, instead of overflowing an int. */
+static int rows_times(int samples, int rows)
+{
+    long long n = (long long)samples * rows;
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
 plan_act_rows plan_llm_act_rows(const model_module *mm, const plan_module *s, int samples, int S, int T)
 {
     plan_cp k = plan_cp_of(mm, s);
     int sp = s->sp > 1 ? s->sp : 1, R = S - T;
     plan_act_rows r = { 0 };
-    r.rows = samples * (S / sp);
-    r.merged_rows = samples * most_held(k, S, sp, 0, R);
-    r.pred_rows = samples * most_held(k, S, sp, R, R + T - 1);
-    r.emb_rows = s->tp > 1 ? samples * most_held(k, S, sp, R, S) : 0;
+    r.rows = rows_times(samples, S / sp);
+    r.merged_rows = rows_times(samples, most_held(k, S, sp, 0, R));
+    r.pred_rows = rows_times(samples, most_held(k, S, sp, R, R + T - 1));
+    r.emb_rows = s->tp > 1 ? rows_times(samples, most_held(k, S, sp, R, S)) : 0;
     return r;
 }
 
