@@ -145,6 +145,10 @@ typedef struct {
 int run_ckpt_save(run_ctx *r, char *err);
 /* Loads DIR/latest into every rank's shards; sets r->step. */
 int run_ckpt_load(run_ctx *r, char *err);
+/* This rank's tp slice of tensor t out of the whole tensor. */
+void run_ckpt_take_shard(const ex_param *t, const float *whole, float *local);
+/* --init-from (run_init.c): the Hugging Face checkpoint in r->o->init_from into every rank's shards. */
+int run_init_from(run_ctx *r, char *err);
 
 /* ---- one step's ops (run_ops.c, run_handoff.c) ---- */
 

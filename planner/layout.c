@@ -178,7 +178,7 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
     int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
     if (st->stem) {
         add(&l, "patch_embed.weight", PLAN_TW_PATCH_W, 2, d, cpp, INIT_STD, 0);
-        add(&l, "patch_embed.bias", PLAN_TW_PATCH_B, 1, d, 1, 0, 0);
+        if (mm->patch_bias) add(&l, "patch_embed.bias", PLAN_TW_PATCH_B, 1, d, 1, 0, 0);
     }
     blocks(&l, mm, st);
     if (!st->head) return l.n;

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Correctness oracle that dhp did not write (tests/t_hf_oracle.sh).
+
+Usage: hf_oracle.py DIR
+
+Builds a tiny Qwen2.5-VL with Hugging Face transformers' own modeling code
+(Qwen2_5_VLForConditionalGeneration, transformers 4.49.0, eager attention,
+fp32), random weights from a fixed seed (every tensor perturbed, so norms
+and biases are not their initial 1 and 0), and writes:
+  DIR/model/           save_pretrained: config.json + model.safetensors
+  DIR/sharded/         the same weights, save_pretrained in several shards
+                       with model.safetensors.index.json
+  DIR/grads/model.safetensors   d loss / d every parameter (Hugging Face names)
+  DIR/batch.json       the batch's geometry, and transformers' loss
+  DIR/pixels.bin       pixel_values (fp32, [patches, C * Tp * P * P], merge-block order)
+  DIR/tokens.bin       the text tokens (int32, [batch, text_tokens])
+
+The batch is dhp's layout (executor.h, ex_batch): each sample is its image's
+merged tokens, then its text. transformers' input is the same sequence with
+image_token_id at the image's places; its M-RoPE positions come from the
+model's own get_rope_index, given the sample with a vision_start token in
+front (that is how transformers finds an image) and that token dropped
+(positions shifted by one, which RoPE's relative angles do not see: the
+image starts at position 0 as in dhp). Labels are the text tokens, -100 on
+the image tokens and on the first text token (nothing predicts it), as
+transformers masks them; the loss is transformers' own (shift by one, mean
+cross-entropy over the labels that are not -100, fp32 logits).
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+VOCAB = 272
+IMAGE, VSTART, VEND, VIDEO = 270, 269, 268, 267
+GRID = 8                  # patches per side: 64 patches, 16 merged tokens per image
+TEXT = 10
+BATCH = 2
+
+
+def main():
+    out = sys.argv[1]
+    torch.manual_seed(1234)
+    cfg = Qwen2_5_VLConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        tie_word_embeddings=False, max_position_embeddings=512,
+        rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+        image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VSTART,
+        vision_end_token_id=VEND,
+        vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 4,
+                       "in_channels": 3, "patch_size": 4, "spatial_merge_size": 2,
+                       "temporal_patch_size": 2, "window_size": GRID * 4,
+                       "fullatt_block_indexes": [1], "out_hidden_size": 64},
+    )
+    cfg._attn_implementation = "eager"
+    cfg.vision_config._attn_implementation = "eager"
+    model = Qwen2_5_VLForConditionalGeneration(cfg).float()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.save_pretrained(f"{out}/model", safe_serialization=True)
+    model.save_pretrained(f"{out}/sharded", safe_serialization=True, max_shard_size="40KB")
+
+    merged = GRID * GRID // 4
+    cpp = 3 * 2 * 4 * 4
+    pixels = torch.randn(BATCH * GRID * GRID, cpp)
+    grid_thw = torch.tensor([[1, GRID, GRID]] * BATCH)
+    text = torch.randint(0, 256, (BATCH, TEXT))
+    ids = torch.cat([torch.full((BATCH, merged), IMAGE), text], 1)
+    with_start = torch.cat([torch.full((BATCH, 1), VSTART), ids], 1)
+    pos, _ = model.get_rope_index(with_start, grid_thw, None, None, None)
+    pos = pos[:, :, 1:] - 1
+    labels = ids.clone()
+    labels[:, :merged + 1] = -100
+
+    model.train()
+    res = model(input_ids=ids, pixel_values=pixels, image_grid_thw=grid_thw, position_ids=pos, labels=labels)
+    res.loss.backward()
+    os.makedirs(f"{out}/grads", exist_ok=True)
+    save_file({n: p.grad.detach().contiguous() for n, p in model.named_parameters()},
+              f"{out}/grads/model.safetensors", metadata={"format": "pt"})
+    pixels.numpy().astype(np.float32).tofile(f"{out}/pixels.bin")
+    text.numpy().astype(np.int32).tofile(f"{out}/tokens.bin")
+    with open(f"{out}/batch.json", "w") as f:
+        json.dump({"batch": BATCH, "text_tokens": TEXT, "n_images": BATCH, "patches": GRID * GRID,
+                   "grid_h": GRID, "grid_w": GRID, "loss": res.loss.item(),
+                   "positions": pos[:, 0].tolist()}, f)
+    print(f"transformers loss {res.loss.item():.9g}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+/* Hugging Face checkpoints: the oracle against transformers' own
+ * Qwen2.5-VL (driven by tests/t_hf_oracle.sh, which runs
+ * tests/ref/hf_oracle.py first): its checkpoint loaded through ex_hf_open /
+ * ex_hf_read into a whole (tp 1) model, dhp's loss and every parameter
+ * gradient on the same batch against transformers'. */
+#include "tests/test.h"
+#include "executor/executor.h"
+#include "tests/test_ex.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int json_int(const cJSON *o, const char *key) { return cJSON_GetObjectItemCaseSensitive(o, key)->valueint; }
+
+/* Every parameter of em from checkpoint dir, into the weights (grads: into the gradients). */
+static int load_all(ex_model *em, const model_t *m, const char *dir, bool grads, char *err)
+{
+    ex_hf *h;
+    int rc = ex_hf_open(dir, m, &h, err);
+    for (int i = 0; !rc && i < ex_param_count(em); i++) {
+        ex_param p;
+        ex_param_get(em, i, &p);
+        const char *name = p.name + strlen(m->mod[p.module_index].name) + 1;
+        rc = ex_hf_read(h, p.module_index, name, grads ? p.grad : p.data, (size_t)p.numel, err);
+    }
+    ex_hf_close(h);
+    return rc;
+}
+
+static int64_t param_numel(ex_model *em, int i)
+{
+    ex_param p;
+    ex_param_get(em, i, &p);
+    return p.numel;
+}
+
+/* max |a - b| over max |b| of every tensor's gradient, worst tensor in *worst */
+static double grad_error(ex_model *em, const float *ref, char *worst, size_t n)
+{
+    double e = 0;
+    size_t at = 0;
+    for (int i = 0; i < ex_param_count(em); i++, at += (size_t)param_numel(em, i - 1)) {
+        ex_param p;
+        ex_param_get(em, i, &p);
+        double d = 0, s = 1e-12;
+        for (int64_t j = 0; j < p.numel; j++) {
+            d = fmax(d, fabs((double)p.grad[j] - ref[at + j]));
+            s = fmax(s, fabs((double)ref[at + j]));
+        }
+        if (d / s > e) { e = d / s; snprintf(worst, n, "%s", p.name); }
+    }
+    return e;
+}
+
+static void oracle_case(const char *sub)
+{
+    const char *dir = getenv("DHP_HF_ORACLE_DIR");
+    if (!dir) { test_skip("driven by tests/t_hf_oracle.sh (needs DHP_HF_ORACLE_DIR)"); return; }
+    char err[UTIL_ERR_LEN] = "", path[600];
+    size_t n;
+    snprintf(path, sizeof path, "%s/%s", dir, sub);
+    char *cfg = test_read_all(path, "config.json", &n), *bj = test_read_all(dir, "batch.json", &n);
+    float *pixels = test_read_all(dir, "pixels.bin", &n);
+    int32_t *tokens = test_read_all(dir, "tokens.bin", &n);
+    CHECK(cfg && bj && pixels && tokens);
+    model_t m;
+    CHECK_OK(model_import_hf(cfg, "config.json", &m, err));
+    cJSON *b = cJSON_Parse(bj);
+    CHECK(b != NULL);
+    int B = json_int(b, "batch"), ipb[8];
+    for (int s = 0; s < B && s < 8; s++) ipb[s] = 1;
+    ex_batch batch = { .n_images = json_int(b, "n_images"), .patches = json_int(b, "patches"),
+                       .grid_h = json_int(b, "grid_h"), .grid_w = json_int(b, "grid_w"), .pixels = pixels,
+                       .batch = B, .text_tokens = json_int(b, "text_tokens"), .tokens = tokens,
+                       .images_per_sample = ipb };
+    double ref_loss = cJSON_GetObjectItemCaseSensitive(b, "loss")->valuedouble;
+    ex_model *em;
+    CHECK_OK(ex_model_create(&m, 1, &em, err));
+    int rc = load_all(em, &m, path, false, err);
+    float loss = 0;
+    if (!rc) rc = ex_step_forward_backward(em, &batch, &loss, err);
+    /* transformers' gradients, into a flat copy in ex_param order */
+    int64_t total = ex_model_num_params(em);
+    float *mine = malloc((size_t)total * sizeof *mine), *ref = malloc((size_t)total * sizeof *ref);
+    for (size_t i = 0, at = 0; !rc && i < (size_t)ex_param_count(em); at += (size_t)param_numel(em, (int)i++)) {
+        ex_param p;
+        ex_param_get(em, (int)i, &p);
+        memcpy(mine + at, p.grad, (size_t)p.numel * sizeof *mine);
+    }
+    snprintf(path, sizeof path, "%s/grads", dir);
+    if (!rc) rc = load_all(em, &m, path, true, err);
+    /* ref <- transformers', the gradients <- dhp's again */
+    for (size_t i = 0, at = 0; !rc && i < (size_t)ex_param_count(em); at += (size_t)param_numel(em, (int)i++)) {
+        ex_param p;
+        ex_param_get(em, (int)i, &p);
+        memcpy(ref + at, p.grad, (size_t)p.numel * sizeof *ref);
+        memcpy(p.grad, mine + at, (size_t)p.numel * sizeof *mine);
+    }
+    char worst[200] = "";
+    double gerr = rc ? 1 : grad_error(em, ref, worst, sizeof worst);
+    printf("hf_oracle %s: dhp loss %.9g, transformers %.9g (diff %.3g); gradients: worst %s, max |diff| / max |grad| %.3g\n",
+           sub, (double)loss, ref_loss, fabs(loss - ref_loss), worst, gerr);
+    free(mine); free(ref);
+    ex_model_free(em);
+    cJSON_Delete(b);
+    util_free(cfg); util_free(bj); util_free(pixels); util_free(tokens);
+    CHECK_MSG(rc == 0, "%s", err);
+    /* fp32 both sides, different summation orders: agreement to a few ulps of the loss */
+    CHECK_MSG(fabs(loss - ref_loss) <= 2e-5 * fabs(ref_loss), "loss %.9g vs transformers %.9g", (double)loss, ref_loss);
+    CHECK_MSG(gerr <= 1e-4, "gradient of %s differs from transformers' by %.3g of its largest entry", worst, gerr);
+}
+
+TEST_DRIVEN(hf_oracle_qwen2_5_vl) { oracle_case("model"); }
+/* the same weights in the shards save_pretrained writes with model.safetensors.index.json */
+TEST_DRIVEN(hf_oracle_qwen2_5_vl_sharded) { oracle_case("sharded"); }
