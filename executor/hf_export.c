@@ -156,7 +156,7 @@ static char *config_text(const model_t *m, ex_hf_arch arch, const char *type, co
         cJSON_AddNumberToObject(v, "hidden_size", e->hidden);
         cJSON_AddNumberToObject(v, "intermediate_size", e->ffn);
         cJSON_AddNumberToObject(v, "num_heads", e->heads);
-        cJSON_AddNumberToObject(v, "in_chans", e->in_channels);
+        cJSON_AddNumberToObject(v, "in_channels", e->in_channels);
         cJSON_AddNumberToObject(v, "patch_size", e->patch);
         cJSON_AddNumberToObject(v, "spatial_merge_size", e->merge);
         cJSON_AddNumberToObject(v, "temporal_patch_size", e->temporal_patch);

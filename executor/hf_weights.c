@@ -119,6 +119,10 @@ static int open_files(ex_hf *h, char *err)
     int rc = read_json(path, true, &idx, err);
     if (rc) return rc;
     if (!idx) {
+        snprintf(path, sizeof path, "%s/model.safetensors", h->dir);
+        struct stat st;
+        if (stat(path, &st) != 0)
+            return util_fail(err, UTIL_EINVAL, "%s: no model.safetensors.index.json and no model.safetensors: not a Hugging Face checkpoint", h->dir);
         int s = add_shard(h, "model.safetensors", h->dir, err);
         if (s < 0) return UTIL_EINVAL;
         for (int i = 0; !rc && i < ex_ckpt_count(h->shard[s]); i++) rc = add_entry(h, ex_ckpt_entry_at(h->shard[s], i)->name, s, err);

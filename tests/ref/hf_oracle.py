@@ -10,6 +10,9 @@ and biases are not their initial 1 and 0), and writes:
   DIR/model/           save_pretrained: config.json + model.safetensors
   DIR/sharded/         the same weights, save_pretrained in several shards
                        with model.safetensors.index.json
+  DIR/cli/             a model of the same shapes with temporal_patch_size 1 and
+                       an 8 x 8-patch window (what `dhp data synth --window 64`
+                       stores), saved in shards, for `dhp run --init-from`
   DIR/grads/model.safetensors   d loss / d every parameter (Hugging Face names)
   DIR/batch.json       the batch's geometry, and transformers' loss
   DIR/pixels.bin       pixel_values (fp32, [patches, C * Tp * P * P], merge-block order)
@@ -42,9 +45,7 @@ TEXT = 10
 BATCH = 2
 
 
-def main():
-    out = sys.argv[1]
-    torch.manual_seed(1234)
+def config(temporal_patch):
     cfg = Qwen2_5_VLConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1000000.0,
@@ -54,15 +55,27 @@ def main():
         vision_end_token_id=VEND,
         vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 4,
                        "in_channels": 3, "patch_size": 4, "spatial_merge_size": 2,
-                       "temporal_patch_size": 2, "window_size": GRID * 4,
+                       "temporal_patch_size": temporal_patch, "window_size": GRID * 4,
                        "fullatt_block_indexes": [1], "out_hidden_size": 64},
     )
     cfg._attn_implementation = "eager"
     cfg.vision_config._attn_implementation = "eager"
-    model = Qwen2_5_VLForConditionalGeneration(cfg).float()
+    return cfg
+
+
+def random_model(temporal_patch):
+    model = Qwen2_5_VLForConditionalGeneration(config(temporal_patch)).float()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def main():
+    out = sys.argv[1]
+    torch.manual_seed(1234)
+    random_model(1).save_pretrained(f"{out}/cli", safe_serialization=True, max_shard_size="100KB")
+    model = random_model(2)
     model.save_pretrained(f"{out}/model", safe_serialization=True)
     model.save_pretrained(f"{out}/sharded", safe_serialization=True, max_shard_size="40KB")
 
