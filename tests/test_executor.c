@@ -923,7 +923,7 @@ static void vision_grid_case(int tp, int sp)
     bool sharded = false;
     if (!g.rc) {
         ex_param p;
-        ex_param_get(g.rk[g.n - 1], 3, &p);   /* vision.blocks.0.attn.q.weight */
+        ex_param_get(g.rk[g.n - 1], 2, &p);   /* vision.blocks.0.attn.q.weight (after patch_embed.weight, norm1) */
         sharded = !strcmp(p.name, "vision.blocks.0.attn.q.weight") && p.sharded == (tp > 1) && p.shape[0] == 32 / tp;
     }
     printf("vision tp %d x sp %d: vout rel err %.2e, grad rel err %.2e\n", tp, sp, g.out_err, g.grad_err);
