@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Hugging Face weights in and out, against transformers itself (build/venv,
 # from make deps: transformers 4.49.0 on Debian's torch 1.13):
-#  - the oracle: tests/ref/hf_oracle.py builds a tiny Qwen2.5-VL with
+#  - the oracle: tests/ref/hf_oracle.py builds tiny Qwen2.5-VLs with
 #    transformers' own modeling code and writes its checkpoint, a batch, its
 #    loss and every parameter gradient; tests/test_hf.c loads the checkpoint
-#    (single file and sharded) and compares dhp's loss and gradients;
+#    (single file, sharded, window attention) and compares dhp's loss and gradients;
 #  - `dhp run --init-from` on 2 ranks (LLM tp 2, vision ZeRO-3 over 2) with
 #    --lr 0, then `dhp export-weights`: bit-identical tensors, and
 #    transformers loads the export (tests/ref/hf_compare.py);

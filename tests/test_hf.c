@@ -54,16 +54,20 @@ static double grad_error(ex_model *em, const float *ref, char *worst, size_t n)
     return e;
 }
 
-static void oracle_case(const char *sub)
+static void oracle_case(const char *sub, const char *prefix)
 {
     const char *dir = getenv("DHP_HF_ORACLE_DIR");
     if (!dir) { test_skip("driven by tests/t_hf_oracle.sh (needs DHP_HF_ORACLE_DIR)"); return; }
     char err[UTIL_ERR_LEN] = "", path[600];
     size_t n;
     snprintf(path, sizeof path, "%s/%s", dir, sub);
-    char *cfg = test_read_all(path, "config.json", &n), *bj = test_read_all(dir, "batch.json", &n);
-    float *pixels = test_read_all(dir, "pixels.bin", &n);
-    int32_t *tokens = test_read_all(dir, "tokens.bin", &n);
+    char file[3][64];
+    snprintf(file[0], sizeof file[0], "%sbatch.json", prefix);
+    snprintf(file[1], sizeof file[1], "%spixels.bin", prefix);
+    snprintf(file[2], sizeof file[2], "%stokens.bin", prefix);
+    char *cfg = test_read_all(path, "config.json", &n), *bj = test_read_all(dir, file[0], &n);
+    float *pixels = test_read_all(dir, file[1], &n);
+    int32_t *tokens = test_read_all(dir, file[2], &n);
     CHECK(cfg && bj && pixels && tokens);
     model_t m;
     CHECK_OK(model_import_hf(cfg, "config.json", &m, err));
@@ -89,7 +93,7 @@ static void oracle_case(const char *sub)
         ex_param_get(em, (int)i, &p);
         memcpy(mine + at, p.grad, (size_t)p.numel * sizeof *mine);
     }
-    snprintf(path, sizeof path, "%s/grads", dir);
+    snprintf(path, sizeof path, "%s/%sgrads", dir, prefix);
     if (!rc) rc = load_all(em, &m, path, true, err);
     /* ref <- transformers', the gradients <- dhp's again */
     for (size_t i = 0, at = 0; !rc && i < (size_t)ex_param_count(em); at += (size_t)param_numel(em, (int)i++)) {
@@ -102,6 +106,10 @@ static void oracle_case(const char *sub)
     double gerr = rc ? 1 : grad_error(em, ref, worst, sizeof worst);
     printf("hf_oracle %s: dhp loss %.9g, transformers %.9g (diff %.3g); gradients: worst %s, max |diff| / max |grad| %.3g\n",
            sub, (double)loss, ref_loss, fabs(loss - ref_loss), worst, gerr);
+    const cJSON *raster = cJSON_GetObjectItemCaseSensitive(b, "loss_raster_order");
+    if (raster)
+        printf("hf_oracle %s: transformers with the image tokens in its raster order: loss %.9g (dhp's window order differs by %.3g)\n",
+               sub, raster->valuedouble, fabs(loss - raster->valuedouble));
     free(mine); free(ref);
     ex_model_free(em);
     cJSON_Delete(b);
@@ -112,6 +120,9 @@ static void oracle_case(const char *sub)
     CHECK_MSG(gerr <= 1e-4, "gradient of %s differs from transformers' by %.3g of its largest entry", worst, gerr);
 }
 
-TEST_DRIVEN(hf_oracle_qwen2_5_vl) { oracle_case("model"); }
+TEST_DRIVEN(hf_oracle_qwen2_5_vl) { oracle_case("model", ""); }
 /* the same weights in the shards save_pretrained writes with model.safetensors.index.json */
-TEST_DRIVEN(hf_oracle_qwen2_5_vl_sharded) { oracle_case("sharded"); }
+TEST_DRIVEN(hf_oracle_qwen2_5_vl_sharded) { oracle_case("sharded", ""); }
+/* window attention (4 windows an image, layer 1 full): transformers' modules
+ * with the image tokens in dhp's window order (see tests/ref/hf_oracle.py) */
+TEST_DRIVEN(hf_oracle_qwen2_5_vl_windows) { oracle_case("window", "window_"); }

@@ -14,6 +14,9 @@ and biases are not their initial 1 and 0), and writes:
                        an 8 x 8-patch window (what `dhp data synth --window 64`
                        stores), saved in shards, for `dhp run --init-from`
   DIR/grads/model.safetensors   d loss / d every parameter (Hugging Face names)
+  DIR/window/, DIR/window_*     a model with window attention (4 windows of 2 x 2
+                       merged tokens an image, layer 1 full) and its batch: see
+                       main() for what its reference is
   DIR/batch.json       the batch's geometry, and transformers' loss
   DIR/pixels.bin       pixel_values (fp32, [patches, C * Tp * P * P], merge-block order)
   DIR/tokens.bin       the text tokens (int32, [batch, text_tokens])
@@ -45,7 +48,7 @@ TEXT = 10
 BATCH = 2
 
 
-def config(temporal_patch):
+def config(temporal_patch, window_px=GRID * 4):
     cfg = Qwen2_5_VLConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1000000.0,
@@ -55,7 +58,7 @@ def config(temporal_patch):
         vision_end_token_id=VEND,
         vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 4,
                        "in_channels": 3, "patch_size": 4, "spatial_merge_size": 2,
-                       "temporal_patch_size": temporal_patch, "window_size": GRID * 4,
+                       "temporal_patch_size": temporal_patch, "window_size": window_px,
                        "fullatt_block_indexes": [1], "out_hidden_size": 64},
     )
     cfg._attn_implementation = "eager"
@@ -63,8 +66,8 @@ def config(temporal_patch):
     return cfg
 
 
-def random_model(temporal_patch):
-    model = Qwen2_5_VLForConditionalGeneration(config(temporal_patch)).float()
+def random_model(temporal_patch, window_px=GRID * 4):
+    model = Qwen2_5_VLForConditionalGeneration(config(temporal_patch, window_px)).float()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
@@ -79,31 +82,75 @@ def main():
     model.save_pretrained(f"{out}/model", safe_serialization=True)
     model.save_pretrained(f"{out}/sharded", safe_serialization=True, max_shard_size="40KB")
 
-    merged = GRID * GRID // 4
-    cpp = 3 * 2 * 4 * 4
-    pixels = torch.randn(BATCH * GRID * GRID, cpp)
+    batch = make_batch(model)
+    loss = forward_backward(model, batch, False)
+    write_case(out, "", model, batch, loss, {"loss": loss})
+    print(f"transformers loss {loss:.9g}")
+
+    # Window attention over 4 windows of 2 x 2 merged tokens per image.
+    # transformers hands the merged tokens to the LLM in raster order, dhp in
+    # window order; the reference for dhp is transformers' own modules with
+    # the image tokens (embeddings and M-RoPE positions) taken in window
+    # order; the true model's loss is recorded beside it.
+    model = random_model(2, window_px=16)
+    model.save_pretrained(f"{out}/window", safe_serialization=True)
+    batch = make_batch(model)
+    raster = forward_backward(model, batch, False)
+    model.zero_grad()
+    loss = forward_backward(model, batch, True)
+    write_case(out, "window_", model, batch, loss, {"loss": loss, "loss_raster_order": raster})
+    print(f"transformers window loss {raster:.9g}, with the image tokens in window order {loss:.9g}")
+
+
+MERGED = GRID * GRID // 4
+CPP = 3 * 2 * 4 * 4
+
+
+def make_batch(model):
+    pixels = torch.randn(BATCH * GRID * GRID, CPP)
     grid_thw = torch.tensor([[1, GRID, GRID]] * BATCH)
     text = torch.randint(0, 256, (BATCH, TEXT))
-    ids = torch.cat([torch.full((BATCH, merged), IMAGE), text], 1)
+    ids = torch.cat([torch.full((BATCH, MERGED), IMAGE), text], 1)
     with_start = torch.cat([torch.full((BATCH, 1), VSTART), ids], 1)
     pos, _ = model.get_rope_index(with_start, grid_thw, None, None, None)
-    pos = pos[:, :, 1:] - 1
     labels = ids.clone()
-    labels[:, :merged + 1] = -100
+    labels[:, :MERGED + 1] = -100
+    widx, _ = model.visual.get_window_index(grid_thw)
+    return {"pixels": pixels, "grid_thw": grid_thw, "text": text, "ids": ids, "pos": pos[:, :, 1:] - 1,
+            "labels": labels, "window_index": torch.as_tensor(widx)}
 
+
+def forward_backward(model, b, window_order):
     model.train()
-    res = model(input_ids=ids, pixel_values=pixels, image_grid_thw=grid_thw, position_ids=pos, labels=labels)
+    if not window_order:
+        res = model(input_ids=b["ids"], pixel_values=b["pixels"], image_grid_thw=b["grid_thw"],
+                    position_ids=b["pos"], labels=b["labels"])
+    else:
+        w = b["window_index"]
+        image = model.visual(b["pixels"], grid_thw=b["grid_thw"])[w]
+        emb = model.model.embed_tokens(b["ids"])
+        emb = emb.masked_scatter((b["ids"] == IMAGE).unsqueeze(-1).expand_as(emb), image)
+        pos = b["pos"].clone()
+        for s in range(BATCH):
+            local = w[s * MERGED:(s + 1) * MERGED] - s * MERGED
+            pos[:, s, :MERGED] = b["pos"][:, s, :MERGED][:, local]
+        res = model(inputs_embeds=emb, position_ids=pos, labels=b["labels"])
     res.loss.backward()
-    os.makedirs(f"{out}/grads", exist_ok=True)
+    return res.loss.item()
+
+
+def write_case(out, prefix, model, b, loss, extra):
+    os.makedirs(f"{out}/{prefix}grads", exist_ok=True)
     save_file({n: p.grad.detach().contiguous() for n, p in model.named_parameters()},
-              f"{out}/grads/model.safetensors", metadata={"format": "pt"})
-    pixels.numpy().astype(np.float32).tofile(f"{out}/pixels.bin")
-    text.numpy().astype(np.int32).tofile(f"{out}/tokens.bin")
-    with open(f"{out}/batch.json", "w") as f:
-        json.dump({"batch": BATCH, "text_tokens": TEXT, "n_images": BATCH, "patches": GRID * GRID,
-                   "grid_h": GRID, "grid_w": GRID, "loss": res.loss.item(),
-                   "positions": pos[:, 0].tolist()}, f)
-    print(f"transformers loss {res.loss.item():.9g}")
+              f"{out}/{prefix}grads/model.safetensors", metadata={"format": "pt"})
+    pixels = b["pixels"]
+    if prefix:   # dhp stores an image's patches in window order (executor.h, ex_patch_positions)
+        pixels = pixels.view(-1, 4, CPP)[b["window_index"]].reshape(-1, CPP)
+    pixels.numpy().astype(np.float32).tofile(f"{out}/{prefix}pixels.bin")
+    b["text"].numpy().astype(np.int32).tofile(f"{out}/{prefix}tokens.bin")
+    with open(f"{out}/{prefix}batch.json", "w") as f:
+        json.dump(dict({"batch": BATCH, "text_tokens": TEXT, "n_images": BATCH, "patches": GRID * GRID,
+                        "grid_h": GRID, "grid_w": GRID, "positions": b["pos"][:, 0].tolist()}, **extra), f)
 
 
 if __name__ == "__main__":
