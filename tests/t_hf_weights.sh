@@ -5,6 +5,7 @@
 #    transformers' own modeling code and writes its checkpoint, a batch, its
 #    loss and every parameter gradient; tests/test_hf.c loads the checkpoint
 #    (single file, sharded, window attention) and compares dhp's loss and gradients;
+#    a tiny Qwen2-Audio: its audio tower + projector output and gradients;
 #  - `dhp run --init-from` on 2 ranks (LLM tp 2, vision ZeRO-3 over 2) with
 #    --lr 0, then `dhp export-weights`: bit-identical tensors, and
 #    transformers loads the export (tests/ref/hf_compare.py);

@@ -14,6 +14,11 @@ and biases are not their initial 1 and 0), and writes:
                        an 8 x 8-patch window (what `dhp data synth --window 64`
                        stores), saved in shards, for `dhp run --init-from`
   DIR/grads/model.safetensors   d loss / d every parameter (Hugging Face names)
+  DIR/audio/, DIR/audio_*       a tiny Qwen2-Audio (Qwen2AudioForConditionalGeneration):
+                       its audio tower + projector's output on 3 clips of 16
+                       log-mel frames (audio_out.bin), and the gradients of
+                       sum(output * audio_dout.bin) (dhp's executor does not
+                       feed audio rows to the LLM yet, so the encoder alone)
   DIR/window/, DIR/window_*     a model with window attention (4 windows of 2 x 2
                        merged tokens an image, layer 1 full) and its batch: see
                        main() for what its reference is
@@ -39,7 +44,8 @@ import sys
 import numpy as np
 import torch
 from safetensors.torch import save_file
-from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+from transformers import (Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2_5_VLConfig,
+                          Qwen2_5_VLForConditionalGeneration)
 
 VOCAB = 272
 IMAGE, VSTART, VEND, VIDEO = 270, 269, 268, 267
@@ -100,6 +106,40 @@ def main():
     loss = forward_backward(model, batch, True)
     write_case(out, "window_", model, batch, loss, {"loss": loss, "loss_raster_order": raster})
     print(f"transformers window loss {raster:.9g}, with the image tokens in window order {loss:.9g}")
+    audio_case(out)
+
+
+def audio_case(out, clips=3, frames=16, mel=16):
+    cfg = Qwen2AudioConfig(
+        audio_config={"d_model": 32, "encoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 64,
+                      "num_mel_bins": mel, "max_source_positions": frames // 2},
+        text_config={"model_type": "qwen2", "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                     "tie_word_embeddings": False},
+        audio_token_index=VIDEO)
+    cfg._attn_implementation = "eager"
+    cfg.audio_config._attn_implementation = "eager"
+    model = Qwen2AudioForConditionalGeneration(cfg).float()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.save_pretrained(f"{out}/audio", safe_serialization=True)
+    model.train()
+    features = torch.randn(clips, mel, frames)          # transformers' input_features [clips, mel bins, frames]
+    y = model.multi_modal_projector(model.audio_tower(features).last_hidden_state)
+    dout = torch.randn_like(y)
+    (y * dout).sum().backward()
+    os.makedirs(f"{out}/audio_grads", exist_ok=True)
+    save_file({n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().contiguous()
+               for n, p in model.named_parameters()}, f"{out}/audio_grads/model.safetensors", metadata={"format": "pt"})
+    features.transpose(1, 2).contiguous().numpy().astype(np.float32).tofile(f"{out}/audio_mel.bin")   # dhp: frame-major
+    dout.detach().numpy().astype(np.float32).tofile(f"{out}/audio_dout.bin")
+    y.detach().numpy().astype(np.float32).tofile(f"{out}/audio_out.bin")
+    # transformers freezes the learned positions (Qwen2AudioEncoder: embed_positions.requires_grad_(False))
+    frozen = [n for n, p in model.audio_tower.named_parameters(prefix="audio_tower") if not p.requires_grad]
+    with open(f"{out}/audio_batch.json", "w") as f:
+        json.dump({"n_audio": clips, "mel_frames": frames, "rows": y.shape[0] * y.shape[1], "width": y.shape[2],
+                   "frozen": frozen}, f)
 
 
 MERGED = GRID * GRID // 4
