@@ -41,7 +41,7 @@ CLI_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC))
 # The tests also run the CUDA kernels' source on the CPU (tests/cudaemu.h), with or without nvcc.
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC)) $(BUILD)/obj/tests/cuda_kernels_emu.o
 
-.PHONY: all deps test test-asan sanitize bench clean
+.PHONY: all deps test test-asan sanitize bench clean fuzz fuzz-build fuzz-bins
 all: dhp
 
 # dhp in the repository root is the release build; other BUILD dirs keep their own copy.
@@ -108,9 +108,35 @@ deps:
 	bash scripts/deps.sh
 	bash scripts/venv.sh
 
+# Fuzz targets (tests/fuzz/fuzz_*.c): libFuzzer, so clang, with ASan and UBSan,
+# in their own build directory. `make fuzz` runs each for FUZZ_SECONDS on a
+# corpus kept in build-fuzz/corpus; `make test` runs each for a short smoke run.
+FUZZ_CC      ?= clang
+FUZZ_BUILD   := build-fuzz
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_SECONDS ?= 600
+FUZZ_SMOKE_SECONDS ?= 6
+
+fuzz-build:
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CUDA=0 OPT=-O1 LDFLAGS= CXXFLAGS= \
+	  CFLAGS="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" fuzz-bins
+
+fuzz-bins: $(addprefix $(BUILD)/fuzz/,$(FUZZ_TARGETS))
+# (kept: as intermediates of the pattern rule make would delete and rebuild them every time)
+.PRECIOUS: $(BUILD)/obj/tests/fuzz/%.o
+
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+fuzz: $(DHP_BIN) fuzz-build
+	DHP=$(abspath $(DHP_BIN)) FUZZ_BIN=$(abspath $(FUZZ_BUILD)/fuzz) bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(abspath $(FUZZ_BUILD))
+
 # The test command (README, CI): unit tests, CLI and integration scripts.
-test: $(DHP_BIN) $(BUILD)/test_dhp $(BUILD)/comm_check
-	DHP=$(abspath $(DHP_BIN)) TEST_BIN=$(abspath $(BUILD)/test_dhp) COMM_CHECK=$(abspath $(BUILD)/comm_check) bash tests/run.sh
+test: $(DHP_BIN) $(BUILD)/test_dhp $(BUILD)/comm_check fuzz-build
+	DHP=$(abspath $(DHP_BIN)) TEST_BIN=$(abspath $(BUILD)/test_dhp) COMM_CHECK=$(abspath $(BUILD)/comm_check) \
+	  FUZZ_BIN=$(abspath $(FUZZ_BUILD)/fuzz) FUZZ_SMOKE_SECONDS=$(FUZZ_SMOKE_SECONDS) bash tests/run.sh
 
 # Same tests built with AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan sanitize:
@@ -123,6 +149,6 @@ bench: $(DHP_BIN) $(BUILD)/attn_threads
 	bash bench/run.sh
 
 clean:
-	rm -rf build build-asan dhp
+	rm -rf build build-asan build-fuzz dhp
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -76,3 +76,6 @@ void cli_print_plan_row(const char *name, const plan_t *p);
 cJSON *cli_plan_summary_json(const plan_t *p);
 /* Prints the JSON document (formatted) on stdout and frees it. */
 void cli_emit_json(cJSON *doc);
+/* For a command whose output file is "-": its report moves to stderr and
+ * stdout is kept for the data (util_write_output("-")). 0, or -1. */
+int cli_reserve_stdout(void);

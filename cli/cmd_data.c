@@ -144,12 +144,18 @@ static int cmd_ckpt_inspect(int argc, char **argv)
     char err[UTIL_ERR_LEN], shape[256];
     ex_ckpt *c;
     if (ex_ckpt_open(argv[1], &c, err)) return data_fail(err);
+    int verified = 0;
+    if (ex_ckpt_verify(c, &verified, err)) { ex_ckpt_close(c); return data_fail(err); }
     printf("%d tensors, %d metadata entries\n", ex_ckpt_count(c), ex_ckpt_meta_count(c));
+    int sums = 0;
     for (int i = 0; i < ex_ckpt_meta_count(c); i++) {
         const char *k, *v;
         ex_ckpt_meta_at(c, i, &k, &v);
-        printf("meta %s = %s\n", k, v);
+        if (!strncmp(k, "crc32:", 6)) sums++;
+        else printf("meta %s = %s\n", k, v);
     }
+    printf("checksums %d of %d tensors (CRC-32), all verified\n", verified, ex_ckpt_count(c));
+    (void)sums;
     for (int i = 0; i < ex_ckpt_count(c); i++) {
         const ex_ckpt_entry *e = ex_ckpt_entry_at(c, i);
         size_t k = 0;

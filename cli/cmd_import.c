@@ -31,13 +31,14 @@ int cmd_import(int argc, char **argv)
     }
     if (!src) return cli_usage_error("import", "missing CONFIG.json or URL");
     char err[UTIL_ERR_LEN], *text = NULL;
+    if (out && strcmp(out, "-") && util_check_output(out, err)) return cli_bad_input(err);
     bool url = !strncmp(src, "http://", 7) || !strncmp(src, "https://", 8);
     model_t m;
     int rc;
     if (model_hub_is_ref(src)) {
         if ((rc = model_hub_load(src, &m, err))) return cli_bad_input(err);
     } else {
-        if ((url ? util_http_get(src, &text, NULL, err) : util_read_file(src, &text, NULL, err)))
+        if ((url ? util_http_get(src, &text, NULL, err) : util_read_text_file(src, UTIL_JSON_MAX_BYTES, &text, NULL, err)))
             return cli_bad_input(err);
         rc = model_import_hf(text, src, &m, err);
         util_free(text);
@@ -45,6 +46,7 @@ int cmd_import(int argc, char **argv)
     }
     if (name) util_strlcpy(m.name, name, sizeof m.name);
     if (url) util_strlcpy(m.source, src, sizeof m.source);
+    if (model_validate_as(&m, src, err)) return cli_bad_input(err);
     cJSON *doc = model_to_json(&m);
     if (out) {
         rc = util_json_write(out, doc, err);

@@ -39,7 +39,8 @@ int cli_launch_hosts_read(const char *path, cli_hosts *h, char *err)
 {
     char *text;
     memset(h, 0, sizeof *h);
-    if (util_read_file(path, &text, NULL, err)) return UTIL_EIO;
+    /* a host file: a line per host */
+    if (util_read_text_file(path, (size_t)1 << 20, &text, NULL, err)) return UTIL_EIO;
     int line = 0;
     for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
         line++;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(void)
 {
@@ -15,7 +16,8 @@ static void usage(void)
            "  --top K               alternatives to show (default 4)\n"
            "  --no-baselines        skip the baselines\n"
            "  --exhaustive          enumerate every combination instead of the MILP (small cases)\n"
-           "  -o, --out FILE        write the chosen plan (default plan.json; '-' for none)\n"
+           "  -o, --out FILE        write the chosen plan (default plan.json; '-': stdout, the report\n"
+           "                        then goes to stderr)\n"
            "  --pick N              write alternative N instead (0 = the chosen plan, 1..--top the next best)\n"
            "  --compare             Ray's published grid (1024..65536 vision tokens, batch 8/8/8/8/4/2):\n"
            "                        zero3, tp, sp-tp and dhp per row (precision bf16-autocast unless given)\n"
@@ -79,6 +81,14 @@ static int parse_args(int argc, char **argv, plan_args *a)
             i++;
         } else return cli_usage_error("plan", "unknown option '%s'", o);
     }
+    if (a->compare) return 0;   /* --compare writes no plan */
+    char err[UTIL_ERR_LEN];
+    if (!strcmp(a->out, "-")) {
+        if (a->setup.json) return cli_usage_error("plan", "--json and -o - would both write to stdout");
+        if (cli_reserve_stdout()) return cli_usage_error("plan", "-o -: cannot keep stdout for the plan");
+    } else if (util_check_output(a->out, err)) {
+        return cli_usage_error("plan", "%s", err);   /* before a search that may take minutes */
+    }
     return 0;
 }
 
@@ -121,7 +131,7 @@ static int plan_strategy(const plan_args *a)
     plan_options opt;
     cli_setup_options(&a->setup, &opt);
     if (plan_from_strategy_opts(a->strategy, &m, &c, &w, pl, a->gpus, a->n_micro, &opt, &p, err)) return cli_usage_error("plan", "%s", err);
-    if (strcmp(a->out, "-") && plan_write(a->out, &p, err)) { fprintf(stderr, "dhp plan: %s\n", err); return 2; }
+    if (plan_write(a->out, &p, err)) { fprintf(stderr, "dhp plan: %s\n", err); return 2; }
     if (a->report && cli_report_write(a->report, &p, NULL, 0, a->baselines, NULL, err)) return cli_bad_input(err);
     if (a->setup.json) { cli_emit_json(plan_to_json(&p)); return 0; }
     cli_print_header(&m, &c, &w);
@@ -130,7 +140,7 @@ static int plan_strategy(const plan_args *a)
     printf("\n");
     cli_print_plan_row_header();
     cli_print_plan_row("strategy", &p);
-    if (strcmp(a->out, "-")) printf("wrote %s\n", a->out);
+    printf("wrote %s\n", strcmp(a->out, "-") ? a->out : "the plan to stdout");
     return 0;
 }
 
@@ -165,7 +175,7 @@ static int plan_once(const plan_args *a)
     if (a->baselines) run_baselines(&m, &c, &w, &so.opt, base, have);
     if (a->pick >= r.n_plans)
         return cli_usage_error("plan", "--pick %d: the search found %d plan(s) (0 .. %d)", a->pick, r.n_plans, r.n_plans - 1);
-    if (strcmp(a->out, "-") && (rc = plan_write(a->out, &r.plans[a->pick], err))) {
+    if ((rc = plan_write(a->out, &r.plans[a->pick], err))) {
         fprintf(stderr, "dhp plan: %s\n", err);
         return 2;
     }
@@ -207,7 +217,7 @@ static int plan_once(const plan_args *a)
         if (best_base > 0) printf("\ndhp is %.2fx the best baseline that fits\n", best_base / r.plans[0].pred.step_time_s);
         else printf("\nno baseline fits; dhp's plan does\n");
     }
-    if (strcmp(a->out, "-")) printf("wrote %s%s\n", a->out, a->pick ? " (the alternative --pick names)" : "");
+    printf("wrote %s%s\n", strcmp(a->out, "-") ? a->out : "the plan to stdout", a->pick ? " (the alternative --pick names)" : "");
     return 0;
 }
 
@@ -284,5 +294,6 @@ int cmd_plan(int argc, char **argv)
     plan_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc == 1 ? 0 : rc;
+    util_progress_enable(isatty(STDERR_FILENO));
     return a.compare ? compare(&a) : plan_once(&a);
 }

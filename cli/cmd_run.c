@@ -25,12 +25,17 @@ static void run_usage(void)
            "  --shuffle-seed N   data order seed (%llu)\n"
            "  --ckpt DIR         write checkpoints to DIR (safetensors, one file per module)\n"
            "  --ckpt-every N     steps between checkpoints (default: only at the end)\n"
+           "  --ckpt-keep N      keep only the newest N checkpoints (default: all)\n"
            "  --resume           continue from DIR/latest\n"
            "  --init-from DIR    start from a Hugging Face safetensors checkpoint (qwen2_5_vl, qwen2_audio)\n"
+           "  --comm-timeout S   a rank waiting S seconds for another ends the run naming it\n"
+           "                     (0 = wait forever; default $DHP_COMM_TIMEOUT, else 600)\n"
            "  --log-json         one JSON object per step on stdout\n"
            "  --log-every N      text log every N steps (1)\n"
-           "  --trace FILE       Chrome trace (Perfetto) of the last step's measured ops\n"
-           "  --no-progress      no progress bar even on a terminal\n",
+           "  --trace FILE       Chrome trace (Perfetto) of the last step's measured ops ('-': stdout)\n"
+           "  --no-progress      no progress bar even on a terminal\n\n"
+           "SIGTERM, SIGINT or SIGUSR1 (Slurm's preemption and time-limit signals): the run finishes\n"
+           "the current step, writes a checkpoint (--ckpt) and exits 0; a second signal ends it at once.\n",
            d.steps, (double)d.optim.lr, (double)d.optim.min_lr, d.optim.warmup_steps,
            (double)d.optim.weight_decay, (double)d.optim.grad_clip, (unsigned long long)d.seed,
            (unsigned long long)d.shuffle_seed);
@@ -72,6 +77,11 @@ static int parse(int argc, char **argv, ex_run_options *o)
         else if (!strcmp(a, "--stop-after")) rc = cli_int_arg("run", a, v, 1, 1 << 30, &o->stop_after);
         else if (!strcmp(a, "--warmup")) rc = cli_int_arg("run", a, v, 0, 1 << 30, &o->optim.warmup_steps);
         else if (!strcmp(a, "--ckpt-every")) rc = cli_int_arg("run", a, v, 1, 1 << 30, &o->ckpt_every);
+        else if (!strcmp(a, "--ckpt-keep")) rc = cli_int_arg("run", a, v, 1, 1 << 30, &o->ckpt_keep);
+        else if (!strcmp(a, "--comm-timeout")) {
+            float t;
+            if (!(rc = float_arg(a, v, 0, &t))) o->comm_timeout_s = t;
+        }
         else if (!strcmp(a, "--log-every")) rc = cli_int_arg("run", a, v, 1, 1 << 30, &o->log_every);
         else if (!strcmp(a, "--lr")) rc = float_arg(a, v, 0, &o->optim.lr);
         else if (!strcmp(a, "--min-lr")) rc = float_arg(a, v, 0, &o->optim.min_lr);
@@ -97,6 +107,9 @@ static int parse(int argc, char **argv, ex_run_options *o)
     if (!o->plan_path) return cli_usage_error("run", "no plan file given");
     if (!o->data_dir) return cli_usage_error("run", "--data DIR is required (make one with 'dhp data synth --out DIR')");
     if (o->optim.min_lr > o->optim.lr) return cli_usage_error("run", "--min-lr %g is above --lr %g", (double)o->optim.min_lr, (double)o->optim.lr);
+    if (o->ckpt_keep && !o->ckpt_dir) return cli_usage_error("run", "--ckpt-keep needs --ckpt DIR");
+    if (o->trace_path && !strcmp(o->trace_path, "-") && cli_reserve_stdout())
+        return cli_usage_error("run", "--trace -: cannot keep stdout for the trace");
     o->progress = !no_progress && !o->log_json && isatty(STDERR_FILENO);
     return 0;
 }
@@ -107,9 +120,9 @@ int cmd_run(int argc, char **argv)
     ex_run_options_default(&o);
     int rc = parse(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
-    char err[UTIL_ERR_LEN];
+    char err[UTIL_ERR_LEN] = "";
     rc = ex_run(&o, &argc, &argv, err);
     if (!rc) return 0;
-    fprintf(stderr, "dhp run: %s\n", err);
+    if (err[0]) fprintf(stderr, "dhp run: %s\n", err);   /* empty: rank 0 prints the job's one line */
     return rc == UTIL_EINVAL || rc == UTIL_ENOTFOUND || rc == UTIL_EUNSUPPORTED ? 2 : 1;
 }

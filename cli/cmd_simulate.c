@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(void)
 {
@@ -13,7 +14,8 @@ static void usage(void)
            "priced by the cost model: step time, busy / communication / idle per rank, the critical\n"
            "path, and peak memory per rank. Without a plan file: --strategy (as dhp memory).\n\n"
            "  --cluster NAME|PATH   re-price the plan on another cluster (default: the plan's own)\n"
-           "  --trace FILE          write the simulated step as a Chrome trace (chrome://tracing, Perfetto)\n"
+           "  --trace FILE          write the simulated step as a Chrome trace (chrome://tracing, Perfetto;\n"
+           "                        '-': stdout, the report then goes to stderr)\n"
            "  --report FILE.html    write a self-contained HTML report (GPU map, memory, timeline, baselines)\n"
            "  --measured TRACE      with --report: draw a dhp run --trace file beside the simulated step\n"
            "  --strategy SPEC       e.g. 'vision:gpus=2;llm:gpus=6,tp=2,seqpar=0' (keys as dhp memory)\n"
@@ -60,6 +62,14 @@ static int parse_args(int argc, char **argv, sim_args *a)
     if (!a->plan_path && !a->strategy) return cli_usage_error("simulate", "give a plan file or --strategy");
     if (a->plan_path && a->strategy) return cli_usage_error("simulate", "give a plan file or --strategy, not both");
     if (a->measured && !a->report) return cli_usage_error("simulate", "--measured goes with --report");
+    char err[UTIL_ERR_LEN];
+    if (a->trace && !strcmp(a->trace, "-")) {
+        if (a->setup.json) return cli_usage_error("simulate", "--json and --trace - would both write to stdout");
+        if (cli_reserve_stdout()) return cli_usage_error("simulate", "--trace -: cannot keep stdout for the trace");
+    } else if (a->trace && util_check_output(a->trace, err)) {
+        return cli_usage_error("simulate", "%s", err);
+    }
+    if (a->report && util_check_output(a->report, err)) return cli_usage_error("simulate", "%s", err);
     return 0;
 }
 
@@ -140,6 +150,7 @@ int cmd_simulate(int argc, char **argv)
     sim_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc == 1 ? 0 : rc;
+    util_progress_enable(isatty(STDERR_FILENO));
     static plan_t p;
     if ((rc = load_plan(&a, &p))) return rc;
     double analytic = p.pred.step_time_s;

@@ -34,9 +34,13 @@ static const cli_command commands[] = {
     { NULL, NULL, NULL }
 };
 
+/* Messages name files and arguments: scrubbed of control codes, as util_fail does. */
 int cli_bad_input(const char *msg)
 {
-    fprintf(stderr, "dhp: %s\n", msg);
+    char line[UTIL_ERR_LEN];
+    util_strlcpy(line, msg, sizeof line);
+    util_sanitize(line);
+    fprintf(stderr, "dhp: %s\n", line);
     return 2;
 }
 
@@ -47,6 +51,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    util_sanitize(msg);
     fprintf(stderr, "dhp %s: %s (see 'dhp %s --help')\n", cmd, msg, cmd);
     return 2;
 }
@@ -68,6 +73,9 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--version")) { printf("dhp %s\n", DHP_VERSION); return 0; }
     for (const cli_command *c = commands; c->name; c++)
         if (!strcmp(argv[1], c->name)) return c->fn(argc - 1, argv + 1);
-    fprintf(stderr, "dhp: unknown command '%s' (see 'dhp --help')\n", argv[1]);
+    char name[64];
+    util_strlcpy(name, argv[1], sizeof name);
+    util_sanitize(name);
+    fprintf(stderr, "dhp: unknown command '%s' (see 'dhp --help')\n", name);
     return 2;
 }

@@ -4,12 +4,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void cli_emit_json(cJSON *doc)
 {
     char *text = cJSON_Print(doc);
     if (text) { fputs(text, stdout); fputc('\n', stdout); free(text); }
     cJSON_Delete(doc);
+}
+
+int cli_reserve_stdout(void)
+{
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO);
+    if (saved < 0) return -1;
+    if (dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+        close(saved);
+        return -1;
+    }
+    util_set_stdout_fd(saved);
+    return 0;
 }
 
 static double llm_seq(const model_t *m, const plan_workload *w)

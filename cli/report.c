@@ -145,11 +145,8 @@ static cJSON *event(int rank, int lane, const char *name, double start, double e
  * event's start, seconds. */
 static int measured_events(const char *path, int shown, cJSON *tl, char *err)
 {
-    char *text;
-    if (util_read_file(path, &text, NULL, err)) return UTIL_EIO;
     cJSON *root;
-    int rc = util_json_parse(text, path, &root, err);
-    util_free(text);
+    int rc = util_json_read(path, &root, err);
     if (rc) return rc;
     if (!cJSON_IsArray(root)) { cJSON_Delete(root); return util_fail(err, UTIL_EINVAL, "%s: not a JSON array of trace events", path); }
     double t0 = INFINITY, t1 = -INFINITY;

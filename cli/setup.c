@@ -9,7 +9,7 @@ const char *cli_setup_help =
     "  --model NAME|PATH     zoo model or model JSON (default qwen2.5-vl-32b; 'dhp models' lists the zoo)\n"
     "  --cluster NAME|PATH   cluster preset or cluster JSON (default 8xh100; 'dhp clusters' lists presets)\n"
     "  --batch N             global batch, samples per step (default 8)\n"
-    "  --images N            images per sample (default 1 for models with a vision encoder)\n"
+    "  --images N            images per sample, >= 1 (default 1 for models with a vision encoder)\n"
     "  --vision-tokens N     vision tokens (patches) per image, before the merger (default 16384)\n"
     "  --image-size PX       square image side in pixels instead of --vision-tokens\n"
     "  --audio-frames N      audio encoder frames per sample after its conv stem (default: its learned\n"
@@ -54,7 +54,7 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
     const char *a = argv[*i];
     const char *val = *i + 1 < argc ? argv[*i + 1] : NULL;
     struct { const char *name; int *dst; int lo; } ints[] = {
-        { "--batch", &s->batch, 1 }, { "--images", &s->images, 0 }, { "--vision-tokens", &s->vision_tokens, 1 },
+        { "--batch", &s->batch, 1 }, { "--images", &s->images, 1 }, { "--vision-tokens", &s->vision_tokens, 1 },
         { "--image-size", &s->image_size, 1 }, { "--audio-frames", &s->audio_frames, 0 },
         { "--text-tokens", &s->text_tokens, 1 },
     };

@@ -137,6 +137,8 @@ static int get_str(const cJSON *obj, const char *what, const char *path, const c
     if (!cJSON_IsString(v)) return util_fail(err, UTIL_EINVAL, "%s: %s: must be a string", what, fp);
     if (strlen(v->valuestring) >= n)
         return util_fail(err, UTIL_EINVAL, "%s: %s: longer than %zu characters", what, fp, n - 1);
+    if (!util_text_ok(v->valuestring))
+        return util_fail(err, UTIL_EINVAL, "%s: %s: control characters are not allowed", what, fp);
     util_strlcpy(out, v->valuestring, n);
     return UTIL_OK;
 }
@@ -755,7 +757,7 @@ int cost_cluster_load(const char *name_or_path, cost_cluster *c, char *err)
         what = f->path;
     } else if (looks_like_path(name_or_path)) {
         size_t len;
-        if ((rc = util_read_file(name_or_path, &text, &len, err))) return rc;
+        if ((rc = util_read_text_file(name_or_path, UTIL_JSON_MAX_BYTES, &text, &len, err))) return rc;
     } else {
         char known[UTIL_ERR_LEN / 2];
         known_names(l, known, sizeof known);

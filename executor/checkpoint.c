@@ -5,7 +5,11 @@
  *             "__metadata__": {string: string}}, space-padded
  *   rest      the byte buffer; offsets are relative to its start, tensors
  *             are little-endian, row-major, and must cover it without holes
- *             or overlaps. */
+ *             or overlaps.
+ * dhp adds checksums in the metadata, where any safetensors reader keeps
+ * them: "crc32:<tensor>" = 8 hex digits, the CRC-32 of the tensor's bytes as
+ * stored, and "meta_crc32", the CRC-32 of every other metadata key and value
+ * (each NUL-terminated, in file order). A reader verifies what is there. */
 #include "executor/executor.h"
 
 #include <errno.h>
@@ -23,6 +27,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoint I/O assume
  * (safetensors/src/tensor.rs, MAX_HEADER_SIZE). */
 #define MAX_HEADER_BYTES (100u * 1000u * 1000u)
 #define CHUNK_FLOATS 65536
+#define CRC_PREFIX "crc32:"
+#define META_CRC "meta_crc32"
 
 /* Dtype names and element sizes from safetensors/src/tensor.rs (enum Dtype). */
 static const struct { const char *name; int size; } dtypes[] = {
@@ -73,11 +79,34 @@ static float f16_to_f32(uint16_t h)
     return f;
 }
 
+/* Elements of a shape; a shape of a file is checked against the file's size
+ * before anything else uses it, so the product fits (a zero dimension makes
+ * it 0 whatever the others say). */
 static int64_t shape_numel(int ndim, const int64_t *shape)
 {
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] == 0) return 0;
+    for (int i = 0; i < ndim; i++)
+        if (!util_mul_i64(n, shape[i], &n)) return INT64_MAX;
     return n;
+}
+
+static bool reserved_key(const char *k)
+{
+    return !strncmp(k, CRC_PREFIX, strlen(CRC_PREFIX)) || !strcmp(k, META_CRC);
+}
+
+/* CRC-32 of the metadata pairs other than META_CRC, in order. */
+static uint32_t meta_crc(const char *const *kv, int n)
+{
+    uint32_t crc = 0;
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(kv[2 * i], META_CRC)) continue;
+        crc = util_crc32(crc, kv[2 * i], strlen(kv[2 * i]) + 1);
+        crc = util_crc32(crc, kv[2 * i + 1], strlen(kv[2 * i + 1]) + 1);
+    }
+    return crc;
 }
 
 int64_t ex_ckpt_numel(const ex_ckpt_entry *e) { return shape_numel(e->ndim, e->shape); }
@@ -92,25 +121,36 @@ static void fmt_shape(char *buf, size_t n, int ndim, const int64_t *shape)
 
 /* ---- writer ---- */
 
+static int check_tensor(const char *path, const ex_named_tensor *t, char *err)
+{
+    if (!t->name || !t->name[0] || !strcmp(t->name, "__metadata__") || !util_text_ok(t->name))
+        return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': name must be printable, non-empty and not __metadata__",
+                         path, t->name ? t->name : "");
+    if (t->dtype != EX_DT_F32 && t->dtype != EX_DT_BF16)
+        return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': unknown dtype %d", path, t->name, (int)t->dtype);
+    if (t->ndim < 0 || t->ndim > EX_CKPT_MAX_DIMS)
+        return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': ndim %d outside [0, %d]", path, t->name, t->ndim, EX_CKPT_MAX_DIMS);
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] < 0)
+            return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': negative dimension %d", path, t->name, d);
+    if (!t->data && shape_numel(t->ndim, t->shape) > 0)
+        return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': no data", path, t->name);
+    return UTIL_OK;
+}
+
 static int check_tensors(const char *path, const ex_named_tensor *t, int n, char *err)
 {
-    for (int i = 0; i < n; i++) {
-        if (!t[i].name || !t[i].name[0] || !strcmp(t[i].name, "__metadata__"))
-            return util_fail(err, UTIL_EINVAL, "%s: tensor %d: name must be non-empty and not __metadata__", path, i);
-        if (t[i].dtype != EX_DT_F32 && t[i].dtype != EX_DT_BF16)
-            return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': unknown dtype %d", path, t[i].name, (int)t[i].dtype);
-        if (t[i].ndim < 0 || t[i].ndim > EX_CKPT_MAX_DIMS)
-            return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': ndim %d outside [0, %d]", path, t[i].name, t[i].ndim, EX_CKPT_MAX_DIMS);
-        for (int d = 0; d < t[i].ndim; d++)
-            if (t[i].shape[d] < 0)
-                return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': negative dimension %d", path, t[i].name, d);
-        if (!t[i].data && shape_numel(t[i].ndim, t[i].shape) > 0)
-            return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': no data", path, t[i].name);
-        for (int j = 0; j < i; j++)
-            if (!strcmp(t[i].name, t[j].name))
-                return util_fail(err, UTIL_EINVAL, "%s: tensor name '%s' appears twice", path, t[i].name);
+    util_strmap seen;
+    if (util_strmap_init(&seen, (size_t)n)) return util_fail(err, UTIL_ENOMEM, "%s: out of memory", path);
+    int rc = UTIL_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        if ((rc = check_tensor(path, &t[i], err))) break;
+        rc = util_strmap_put(&seen, t[i].name, i, NULL);
+        if (rc == UTIL_EINVAL) rc = util_fail(err, UTIL_EINVAL, "%s: tensor name '%s' appears twice", path, t[i].name);
+        else if (rc) rc = util_fail(err, UTIL_ENOMEM, "%s: out of memory", path);
     }
-    return UTIL_OK;
+    util_strmap_free(&seen);
+    return rc;
 }
 
 /* Header JSON, space-padded so the byte buffer starts 8-byte aligned. */
@@ -120,6 +160,9 @@ static char *build_header(const ex_named_tensor *t, int n, const char *const *me
     if (n_meta > 0) {
         cJSON *m = cJSON_AddObjectToObject(root, "__metadata__");
         for (int i = 0; i < n_meta; i++) cJSON_AddStringToObject(m, meta_kv[2 * i], meta_kv[2 * i + 1]);
+        char crc[16];
+        snprintf(crc, sizeof crc, "%08x", meta_crc(meta_kv, n_meta));
+        cJSON_AddStringToObject(m, META_CRC, crc);
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -148,32 +191,64 @@ static char *build_header(const ex_named_tensor *t, int n, const char *const *me
     return out;
 }
 
-static int write_all(int fd, const void *data, size_t len)
-{
-    const char *p = data;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-static int write_tensor_data(int fd, const ex_named_tensor *t)
+/* The tensor's bytes as stored: written to fd (if >= 0) and summed into
+ * *crc (if not NULL). */
+static int tensor_bytes(int fd, const ex_named_tensor *t, uint32_t *crc)
 {
     size_t numel = (size_t)shape_numel(t->ndim, t->shape);
-    if (t->dtype == EX_DT_F32) return write_all(fd, t->data, numel * sizeof(float));
+    if (crc) *crc = 0;
+    if (t->dtype == EX_DT_F32) {
+        if (crc) *crc = util_crc32(0, t->data, numel * sizeof(float));
+        return fd >= 0 ? util_write_all(fd, t->data, numel * sizeof(float)) : 0;
+    }
     uint16_t buf[CHUNK_FLOATS];
     for (size_t i = 0; i < numel; i += CHUNK_FLOATS) {
         size_t k = numel - i < CHUNK_FLOATS ? numel - i : CHUNK_FLOATS;
         for (size_t j = 0; j < k; j++) buf[j] = f32_to_bf16(t->data[i + j]);
-        if (write_all(fd, buf, k * sizeof(uint16_t))) return -1;
+        if (crc) *crc = util_crc32(*crc, buf, k * sizeof(uint16_t));
+        if (fd >= 0 && util_write_all(fd, buf, k * sizeof(uint16_t))) return -1;
     }
     return 0;
+}
+
+/* The caller's metadata (reserved keys dropped: they are recomputed) and a
+ * "crc32:<name>" pair per tensor; *kv and its strings are freed by free_meta. */
+typedef struct { const char **kv; char **owned; int n, n_owned; } meta_list;
+
+static void free_meta(meta_list *m)
+{
+    for (int i = 0; i < m->n_owned; i++) util_free(m->owned[i]);
+    util_free(m->owned);
+    util_free(m->kv);
+}
+
+static int checksum_meta(const ex_named_tensor *t, int n, const char *const *meta_kv, int n_meta, meta_list *m)
+{
+    memset(m, 0, sizeof *m);
+    m->kv = util_calloc(2 * ((size_t)n + (size_t)n_meta) + 1, sizeof *m->kv);
+    m->owned = util_calloc(2 * (size_t)n + 1, sizeof *m->owned);
+    if (!m->kv || !m->owned) return UTIL_ENOMEM;
+    for (int i = 0; i < n_meta; i++) {
+        if (reserved_key(meta_kv[2 * i])) continue;
+        m->kv[2 * m->n] = meta_kv[2 * i];
+        m->kv[2 * m->n + 1] = meta_kv[2 * i + 1];
+        m->n++;
+    }
+    for (int i = 0; i < n; i++) {
+        uint32_t crc;
+        tensor_bytes(-1, &t[i], &crc);
+        size_t len = strlen(CRC_PREFIX) + strlen(t[i].name) + 1;
+        char *key = util_malloc(len), *val = util_malloc(16);
+        if (key) m->owned[m->n_owned++] = key;
+        if (val) m->owned[m->n_owned++] = val;
+        if (!key || !val) return UTIL_ENOMEM;
+        snprintf(key, len, CRC_PREFIX "%s", t[i].name);
+        snprintf(val, 16, "%08x", crc);
+        m->kv[2 * m->n] = key;
+        m->kv[2 * m->n + 1] = val;
+        m->n++;
+    }
+    return UTIL_OK;
 }
 
 /* Makes the rename durable; failure to open the directory is not an error
@@ -197,13 +272,15 @@ int ex_ckpt_write(const char *path, const ex_named_tensor *t, int n,
         if (!meta_kv[2 * i] || !meta_kv[2 * i + 1])
             return util_fail(err, UTIL_EINVAL, "%s: metadata pair %d has a NULL key or value", path, i);
     size_t hlen = 0;
-    char *header = build_header(t, n, meta_kv, n_meta, &hlen);
+    meta_list ml;
+    char *header = checksum_meta(t, n, meta_kv, n_meta, &ml) ? NULL : build_header(t, n, ml.kv, ml.n, &hlen);
+    free_meta(&ml);
     if (!header) return util_fail(err, UTIL_ENOMEM, "%s: out of memory for the header", path);
 
     size_t plen = strlen(path);
     char *tmp = util_malloc(plen + 16);
     if (!tmp) { util_free(header); return util_fail(err, UTIL_ENOMEM, "%s: out of memory", path); }
-    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
+    snprintf(tmp, plen + 16, "%s" UTIL_TMP_INFIX "XXXXXX", path);
     int fd = mkstemp(tmp);
     if (fd < 0) {
         rc = util_fail(err, UTIL_EIO, "%s: cannot create temp file: %s", path, strerror(errno));
@@ -213,8 +290,8 @@ int ex_ckpt_write(const char *path, const ex_named_tensor *t, int n,
     (void)fchmod(fd, 0644);
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    bool ok = !write_all(fd, len8, 8) && !write_all(fd, header, hlen);
-    for (int i = 0; ok && i < n; i++) ok = !write_tensor_data(fd, &t[i]);
+    bool ok = !util_write_all(fd, len8, 8) && !util_write_all(fd, header, hlen);
+    for (int i = 0; ok && i < n; i++) ok = !tensor_bytes(fd, &t[i], NULL);
     if (!ok) rc = util_fail(err, UTIL_EIO, "%s: write failed: %s", path, strerror(errno));
     else if (fsync(fd) != 0) rc = util_fail(err, UTIL_EIO, "%s: fsync failed: %s", path, strerror(errno));
     if (close(fd) != 0 && !rc) rc = util_fail(err, UTIL_EIO, "%s: close failed: %s", path, strerror(errno));
@@ -236,6 +313,7 @@ struct ex_ckpt {
     int n;
     char **meta;   /* key, value, key, value ... */
     int n_meta;
+    util_strmap by_name, by_key;   /* entries and metadata by name: look-ups stay O(1) with 100k tensors */
 };
 
 void ex_ckpt_close(ex_ckpt *c)
@@ -247,6 +325,8 @@ void ex_ckpt_close(ex_ckpt *c)
     util_free(c->entries);
     util_free(c->meta);
     util_free(c->path);
+    util_strmap_free(&c->by_name);
+    util_strmap_free(&c->by_key);
     util_free(c);
 }
 
@@ -266,14 +346,56 @@ static int parse_metadata(ex_ckpt *c, const cJSON *m, char *err)
     int n = cJSON_GetArraySize(m);
     c->meta = util_calloc((size_t)(2 * n + 1), sizeof *c->meta);
     if (!c->meta) return util_fail(err, UTIL_ENOMEM, "%s: out of memory", c->path);
+    if (util_strmap_init(&c->by_key, (size_t)n)) return util_fail(err, UTIL_ENOMEM, "%s: out of memory", c->path);
     for (const cJSON *kv = m->child; kv; kv = kv->next) {
         if (!cJSON_IsString(kv))
             return util_fail(err, UTIL_EINVAL, "%s: __metadata__.%s must be a string", c->path, kv->string);
+        if (!util_text_ok(kv->string) || !util_text_ok(kv->valuestring))
+            return util_fail(err, UTIL_EINVAL, "%s: __metadata__.%s: control characters are not allowed", c->path, kv->string);
         c->meta[2 * c->n_meta] = util_strdup(kv->string);
         c->meta[2 * c->n_meta + 1] = util_strdup(kv->valuestring);
         c->n_meta++;
-        if (!c->meta[2 * c->n_meta - 2] || !c->meta[2 * c->n_meta - 1])
+        if (!c->meta[2 * c->n_meta - 2] || !c->meta[2 * c->n_meta - 1] ||
+            util_strmap_put(&c->by_key, c->meta[2 * c->n_meta - 2], c->n_meta - 1, NULL))
             return util_fail(err, UTIL_ENOMEM, "%s: out of memory", c->path);
+    }
+    return UTIL_OK;
+}
+
+static bool hex32(const char *s, uint32_t *out)
+{
+    uint32_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        char ch = s[i];
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (d < 0) return false;
+        v = v << 4 | (uint32_t)d;
+    }
+    *out = v;
+    return s[8] == '\0';
+}
+
+/* The metadata checksum, then each "crc32:<name>" onto its tensor. */
+static int parse_checksums(ex_ckpt *c, char *err)
+{
+    const char *stored = ex_ckpt_meta(c, META_CRC);
+    uint32_t want;
+    if (stored) {
+        if (!hex32(stored, &want)) return util_fail(err, UTIL_EINVAL, "%s: metadata %s is not 8 hex digits", c->path, META_CRC);
+        uint32_t got = meta_crc((const char *const *)c->meta, c->n_meta);
+        if (got != want)
+            return util_fail(err, UTIL_EINVAL, "%s: metadata checksum mismatch (stored %08x, computed %08x): the header is corrupted",
+                             c->path, want, got);
+    }
+    size_t pre = strlen(CRC_PREFIX);
+    for (int i = 0; i < c->n_meta; i++) {
+        const char *k = c->meta[2 * i];
+        if (strncmp(k, CRC_PREFIX, pre)) continue;
+        int e = util_strmap_get(&c->by_name, k + pre);
+        if (e < 0) return util_fail(err, UTIL_EINVAL, "%s: metadata %s: the file has no tensor '%s'", c->path, k, k + pre);
+        if (!hex32(c->meta[2 * i + 1], &c->entries[e].crc))
+            return util_fail(err, UTIL_EINVAL, "%s: metadata %s is not 8 hex digits", c->path, k);
+        c->entries[e].has_crc = true;
     }
     return UTIL_OK;
 }
@@ -282,6 +404,8 @@ static int parse_entry(ex_ckpt *c, const cJSON *j, ex_ckpt_entry *e, char *err)
 {
     const char *name = j->string;
     if (!cJSON_IsObject(j)) return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': entry must be an object", c->path, name);
+    if (!name[0] || !util_text_ok(name))
+        return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': names must be non-empty printable text", c->path, name);
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(j, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
@@ -363,32 +487,38 @@ static int parse_header(ex_ckpt *c, const char *text, char *err)
         cJSON_Delete(root);
         return util_fail(err, UTIL_EINVAL, "%s: header JSON must be an object", c->path);
     }
+    /* util_json_parse refused repeated keys: names are unique */
     int n = cJSON_GetArraySize(root);
     c->entries = util_calloc((size_t)n + 1, sizeof *c->entries);
-    if (!c->entries) rc = util_fail(err, UTIL_ENOMEM, "%s: out of memory", c->path);
+    if (!c->entries || util_strmap_init(&c->by_name, (size_t)n)) rc = util_fail(err, UTIL_ENOMEM, "%s: out of memory", c->path);
     for (const cJSON *j = root->child; j && !rc; j = j->next) {
         if (!strcmp(j->string, "__metadata__")) {
-            if (c->meta) rc = util_fail(err, UTIL_EINVAL, "%s: __metadata__ appears twice", c->path);
-            else rc = parse_metadata(c, j, err);
+            rc = parse_metadata(c, j, err);
             continue;
         }
-        if (ex_ckpt_find(c, j->string)) {
-            rc = util_fail(err, UTIL_EINVAL, "%s: tensor '%s' appears twice in the header", c->path, j->string);
-            break;
-        }
         rc = parse_entry(c, j, &c->entries[c->n], err);
+        if (!rc && util_strmap_put(&c->by_name, c->entries[c->n].name, c->n, NULL))
+            rc = util_fail(err, UTIL_ENOMEM, "%s: out of memory", c->path);
         if (!rc) c->n++;
     }
     cJSON_Delete(root);
-    return rc ? rc : check_tiling(c, err);
+    if (!rc) rc = check_tiling(c, err);
+    return rc ? rc : parse_checksums(c, err);
 }
 
 static int open_file(ex_ckpt *c, char *err)
 {
-    c->f = fopen(c->path, "rb");
-    if (!c->f) return util_fail(err, UTIL_EIO, "%s: cannot open: %s", c->path, strerror(errno));
+    /* O_NONBLOCK: a FIFO without a writer would block the open; it is refused below */
+    int fd = open(c->path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return util_fail(err, UTIL_EIO, "%s: cannot open: %s", c->path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(c->f), &st) != 0) return util_fail(err, UTIL_EIO, "%s: cannot stat: %s", c->path, strerror(errno));
+    bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    if (!regular || !(c->f = fdopen(fd, "rb"))) {
+        int rc = regular ? util_fail(err, UTIL_EIO, "%s: cannot open: %s", c->path, strerror(errno))
+                         : util_fail(err, UTIL_EINVAL, "%s: not a regular file: refused", c->path);
+        close(fd);
+        return rc;
+    }
     uint64_t size = (uint64_t)st.st_size;
     unsigned char len8[8];
     if (size < 8 || fread(len8, 1, 8, c->f) != 8)
@@ -435,16 +565,22 @@ const ex_ckpt_entry *ex_ckpt_entry_at(const ex_ckpt *c, int i)
 
 const ex_ckpt_entry *ex_ckpt_find(const ex_ckpt *c, const char *name)
 {
-    for (int i = 0; i < c->n; i++)
-        if (!strcmp(c->entries[i].name, name)) return &c->entries[i];
-    return NULL;
+    int i = util_strmap_get(&c->by_name, name);
+    return i >= 0 ? &c->entries[i] : NULL;
 }
 
 const char *ex_ckpt_meta(const ex_ckpt *c, const char *key)
 {
-    for (int i = 0; i < c->n_meta; i++)
-        if (!strcmp(c->meta[2 * i], key)) return c->meta[2 * i + 1];
-    return NULL;
+    int i = util_strmap_get(&c->by_key, key);
+    return i >= 0 ? c->meta[2 * i + 1] : NULL;
+}
+
+bool ex_ckpt_checksummed(const ex_ckpt *c)
+{
+    if (!ex_ckpt_meta(c, META_CRC)) return false;
+    for (int i = 0; i < c->n; i++)
+        if (!c->entries[i].has_crc) return false;
+    return true;
 }
 
 int ex_ckpt_meta_count(const ex_ckpt *c) { return c->n_meta; }
@@ -466,19 +602,43 @@ int ex_ckpt_read_f32(ex_ckpt *c, const ex_ckpt_entry *e, float *out, size_t nume
         return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': dtype %s, expected F32, BF16 or F16", c->path, e->name, e->dtype);
     if (fseeko(c->f, (off_t)(c->data_start + e->begin), SEEK_SET) != 0)
         return util_fail(err, UTIL_EIO, "%s: tensor '%s': seek failed: %s", c->path, e->name, strerror(errno));
+    uint32_t crc = 0;
     if (!bf16 && !f16) {
         if (fread(out, sizeof(float), numel, c->f) != numel)
             return util_fail(err, UTIL_EIO, "%s: tensor '%s': short read", c->path, e->name);
-        return UTIL_OK;
+        if (e->has_crc) crc = util_crc32(0, out, numel * sizeof(float));
+    } else {
+        uint16_t buf[CHUNK_FLOATS];
+        for (size_t i = 0; i < numel; i += CHUNK_FLOATS) {
+            size_t k = numel - i < CHUNK_FLOATS ? numel - i : CHUNK_FLOATS;
+            if (fread(buf, sizeof(uint16_t), k, c->f) != k)
+                return util_fail(err, UTIL_EIO, "%s: tensor '%s': short read", c->path, e->name);
+            if (e->has_crc) crc = util_crc32(crc, buf, k * sizeof(uint16_t));
+            for (size_t j = 0; j < k; j++) out[i + j] = bf16 ? bf16_to_f32(buf[j]) : f16_to_f32(buf[j]);
+        }
     }
-    uint16_t buf[CHUNK_FLOATS];
-    for (size_t i = 0; i < numel; i += CHUNK_FLOATS) {
-        size_t k = numel - i < CHUNK_FLOATS ? numel - i : CHUNK_FLOATS;
-        if (fread(buf, sizeof(uint16_t), k, c->f) != k)
-            return util_fail(err, UTIL_EIO, "%s: tensor '%s': short read", c->path, e->name);
-        for (size_t j = 0; j < k; j++) out[i + j] = bf16 ? bf16_to_f32(buf[j]) : f16_to_f32(buf[j]);
-    }
+    if (e->has_crc && crc != e->crc)
+        return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': checksum mismatch (stored %08x, computed %08x): the file is corrupted",
+                         c->path, e->name, e->crc, crc);
     return UTIL_OK;
+}
+
+int ex_ckpt_verify(ex_ckpt *c, int *verified, char *err)
+{
+    int rc = UTIL_OK, n = 0;
+    float *buf = NULL;
+    for (int i = 0; i < c->n && !rc; i++) {
+        const ex_ckpt_entry *e = &c->entries[i];
+        if (!e->has_crc || (strcmp(e->dtype, "F32") && strcmp(e->dtype, "BF16"))) continue;
+        size_t numel = (size_t)ex_ckpt_numel(e);
+        util_free(buf);
+        buf = util_malloc((numel ? numel : 1) * sizeof(float));
+        rc = buf ? ex_ckpt_read_f32(c, e, buf, numel, err) : util_fail(err, UTIL_ENOMEM, "%s: out of memory", c->path);
+        n += !rc;
+    }
+    util_free(buf);
+    if (verified) *verified = n;
+    return rc;
 }
 
 static int read_one(ex_ckpt *c, const ex_named_tensor *t, char *err)
@@ -503,11 +663,15 @@ int ex_ckpt_read_into(const char *path, const ex_named_tensor *t, int n, char *e
     int rc = ex_ckpt_open(path, &c, err);
     if (rc) return rc;
     for (int i = 0; i < n && !rc; i++) rc = read_one(c, &t[i], err);
-    for (int i = 0; i < c->n && !rc; i++) {
-        bool wanted = false;
-        for (int j = 0; j < n && !wanted; j++) wanted = !strcmp(c->entries[i].name, t[j].name);
-        if (!wanted)
-            rc = util_fail(err, UTIL_EINVAL, "%s: tensor '%s' in the checkpoint is not in the model", path, c->entries[i].name);
+    /* every name of t was found and the names of t are distinct: equal counts mean nothing else is there */
+    if (!rc && c->n != n) {
+        util_strmap wanted;
+        if (util_strmap_init(&wanted, (size_t)n)) rc = util_fail(err, UTIL_ENOMEM, "%s: out of memory", path);
+        for (int j = 0; j < n && !rc; j++) util_strmap_put(&wanted, t[j].name, j, NULL);
+        for (int i = 0; i < c->n && !rc; i++)
+            if (util_strmap_get(&wanted, c->entries[i].name) < 0)
+                rc = util_fail(err, UTIL_EINVAL, "%s: tensor '%s' in the checkpoint is not in the model", path, c->entries[i].name);
+        util_strmap_free(&wanted);
     }
     ex_ckpt_close(c);
     return rc;

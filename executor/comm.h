@@ -66,6 +66,14 @@ int ex_comm_wait(ex_comm *c, ex_request *req);
 int ex_comm_send(ex_comm *c, const float *buf, size_t n, int peer, int tag);
 int ex_comm_recv(ex_comm *c, float *buf, size_t n, int peer, int tag);
 
+/* No wait is unbounded: an operation that cannot complete for `seconds`
+ * (a rank killed, stopped or hung) fails with a message naming this rank,
+ * the operation and the ranks that do not answer; every later call then
+ * fails at once and ex_comm_finalize leaves MPI to the launcher. 0: wait
+ * forever. Default: $DHP_COMM_TIMEOUT, else 600 s. */
+void ex_comm_set_timeout(double seconds);
+double ex_comm_timeout(void);
+
 /* Messages to one's own rank go through an internal queue (a blocking send to
  * self is buffered; a receive from self with no matching send fails instead
  * of hanging); sender and receiver must agree on n. Point-to-point bytes

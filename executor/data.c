@@ -21,27 +21,6 @@
 #define MANIFEST_NAME "manifest.json"
 #define MANIFEST_FORMAT "dhp-synth-captions"
 
-/* ---- CRC (the PRNG is data_int.h's) ---- */
-
-
-/* CRC-32/ISO-HDLC (the zlib/PNG CRC): reflected polynomial 0xEDB88320,
- * init and final xor 0xFFFFFFFF (RFC 1952 section 8). */
-static uint32_t crc32_ieee(const unsigned char *p, size_t n)
-{
-    static uint32_t table[256];
-    static int ready;
-    if (!ready) {
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
-        ready = 1;
-    }
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-    return c ^ 0xFFFFFFFFu;
-}
 
 static void put_u32(unsigned char *p, uint32_t v)
 {
@@ -255,7 +234,7 @@ static int write_shard(const char *dir, const ex_synth_cfg *cfg, int k, int firs
     }
     for (int j = 0; j < count; j++)
         render_sample(cfg->seed, first + j, cfg->image_size, F, B, buf + hdr + (size_t)j * rb);
-    put_u32(buf + len - 4, crc32_ieee(buf, len - 4));
+    put_u32(buf + len - 4, util_crc32(0, buf, len - 4));
     char name[32], path[4096];
     shard_name(name, sizeof name, k);
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -362,14 +341,10 @@ static int read_audio_section(const cJSON *m, const char *path, ex_dataset_info 
 
 static int read_manifest(const char *dir, ex_dataset_info *info, cJSON **root_out, char *err)
 {
-    char path[4096], *text;
-    size_t len;
+    char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, MANIFEST_NAME);
-    int rc = util_read_file(path, &text, &len, err);
-    if (rc) return rc;
     cJSON *m;
-    rc = util_json_parse(text, path, &m, err);
-    util_free(text);
+    int rc = util_json_read(path, &m, err);
     if (rc) return rc;
     char fmt[64], seed[32];
     if ((rc = util_json_str(m, path, "format", true, NULL, fmt, sizeof fmt, err))) goto fail;
@@ -419,30 +394,58 @@ fail:
     return rc;
 }
 
+/* A shard's header bytes: version 2 adds the audio section. */
+static uint32_t shard_header_bytes(const ex_dataset_info *in)
+{
+    return in->version == (int)SHARD_VERSION_AUDIO ? SHARD_HEADER_BYTES_AUDIO : SHARD_HEADER_BYTES;
+}
+
+/* A shard header's version and header size against the manifest's. */
+static int check_header_version(const unsigned char *h, const char *path, const ex_dataset_info *in, char *err)
+{
+    uint32_t version = get_u32(h + 8), hdr = get_u32(h + 12);
+    if (version != (uint32_t)in->version || hdr != shard_header_bytes(in))
+        return util_fail(err, UTIL_EUNSUPPORTED, "%s: version %u / header %u bytes, the manifest's version %d has %u",
+                         path, version, hdr, in->version, shard_header_bytes(in));
+    return UTIL_OK;
+}
+
+/* A shard whose size disagrees with the manifest may be of another format
+ * version (a version 1 shard under a version 2 manifest): its header says
+ * so, which names the cause better than its size. */
+static int check_shard_version(const char *path, const ex_dataset_info *in, char *err)
+{
+    unsigned char h[16];
+    FILE *f = fopen(path, "rb");
+    if (!f) return util_fail(err, UTIL_EIO, "%s: %s", path, strerror(errno));
+    size_t n = fread(h, 1, sizeof h, f);
+    fclose(f);
+    if (n < sizeof h || memcmp(h, SHARD_MAGIC, 8)) return UTIL_OK;
+    return check_header_version(h, path, in, err);
+}
+
 /* Checks one shard buffer: magic, version, size, CRC, then agreement with
  * the manifest; copies its records to ds->records at first_sample. */
 static int load_shard(ex_dataset *ds, const char *path, int k, int want_samples, int *next_sample, char *err)
 {
     char *buf;
     size_t len;
-    int rc = util_read_file(path, &buf, &len, err);
+    /* the manifest fixes the shard's size: nothing larger is read */
+    size_t expect = shard_header_bytes(&ds->info) + (size_t)want_samples * ds->record_bytes + 4;
+    int rc = util_read_file_max(path, expect, &buf, &len, err);
     if (rc) return rc;
     const unsigned char *p = (const unsigned char *)buf;
     const ex_dataset_info *in = &ds->info;
     if (len < 8) { rc = util_fail(err, UTIL_EINVAL, "%s: truncated: %zu bytes, shorter than the magic", path, len); goto out; }
     if (memcmp(p, SHARD_MAGIC, 8)) { rc = util_fail(err, UTIL_EINVAL, "%s: bad magic (not a dhp data shard)", path); goto out; }
     bool audio = in->version == (int)SHARD_VERSION_AUDIO;
-    uint32_t want_hdr = audio ? SHARD_HEADER_BYTES_AUDIO : SHARD_HEADER_BYTES;
+    uint32_t want_hdr = shard_header_bytes(in);
     if (len < want_hdr + 4) {
         rc = util_fail(err, UTIL_EINVAL, "%s: truncated: %zu bytes, shorter than the %u-byte header", path, len, want_hdr);
         goto out;
     }
-    uint32_t version = get_u32(p + 8), hdr = get_u32(p + 12);
-    if (version != (uint32_t)in->version || hdr != want_hdr) {
-        rc = util_fail(err, UTIL_EUNSUPPORTED, "%s: version %u / header %u bytes, the manifest's version %d has %u",
-                       path, version, hdr, in->version, want_hdr);
-        goto out;
-    }
+    uint32_t hdr = get_u32(p + 12);
+    if ((rc = check_header_version(p, path, in, err))) goto out;
     uint32_t count = get_u32(p + 28), rb = get_u32(p + 60);
     uint64_t want = (uint64_t)hdr + (uint64_t)count * rb + 4;
     if (len < want) {
@@ -455,7 +458,7 @@ static int load_shard(ex_dataset *ds, const char *path, int k, int want_samples,
                        path, len, (unsigned long long)want);
         goto out;
     }
-    uint32_t stored = get_u32(p + len - 4), actual = crc32_ieee(p, len - 4);
+    uint32_t stored = get_u32(p + len - 4), actual = util_crc32(0, p, len - 4);
     if (stored != actual) {
         rc = util_fail(err, UTIL_EINVAL, "%s: CRC32 mismatch (stored %08x, computed %08x): file is corrupted", path, stored, actual);
         goto out;
@@ -495,26 +498,65 @@ out:
     return rc;
 }
 
-static int load_shards(ex_dataset *ds, const char *dir, const cJSON *manifest, char *err)
+/* Manifest entry k: its path and sample count (at most `left`). */
+static int shard_entry(const cJSON *shards, const char *dir, int k, int left, char *path, size_t n,
+                       int *samples, char *err)
 {
-    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(manifest, "shards");
+    char ctx[64], file[256];
+    const cJSON *s = cJSON_GetArrayItem(shards, k);
+    int rc;
+    snprintf(ctx, sizeof ctx, "manifest.json.shards[%d]", k);
+    if ((rc = util_json_str(s, ctx, "file", true, NULL, file, sizeof file, err)) ||
+        (rc = manifest_int(s, ctx, "samples", 1, left, samples, err)))
+        return rc;
+    if (strchr(file, '/') || !util_name_ok(file))
+        return util_fail(err, UTIL_EINVAL, "%s.file: '%s' must be a plain file name ([A-Za-z0-9._-])", ctx, file);
+    snprintf(path, n, "%s/%s", dir, file);
+    return UTIL_OK;
+}
+
+/* Every shard is a regular file of exactly the size its samples make:
+ * checked before the data set's memory is allocated or a shard is read. */
+static int check_shard_sizes(const ex_dataset *ds, const char *dir, const cJSON *shards, char *err)
+{
     int next = 0;
     for (int k = 0; k < ds->info.shards; k++) {
-        char ctx[64], file[256], path[4096];
-        const cJSON *s = cJSON_GetArrayItem(shards, k);
-        int samples, rc;
-        snprintf(ctx, sizeof ctx, "manifest.json.shards[%d]", k);
-        if ((rc = util_json_str(s, ctx, "file", true, NULL, file, sizeof file, err)) ||
-            (rc = manifest_int(s, ctx, "samples", 1, ds->info.samples - next, &samples, err)))
-            return rc;
-        if (strchr(file, '/'))
-            return util_fail(err, UTIL_EINVAL, "%s.file: '%s' must be a plain file name", ctx, file);
-        snprintf(path, sizeof path, "%s/%s", dir, file);
-        if ((rc = load_shard(ds, path, k, samples, &next, err))) return rc;
+        char path[4096];
+        int samples, rc = shard_entry(shards, dir, k, ds->info.samples - next, path, sizeof path, &samples, err);
+        if (rc) return rc;
+        struct stat st;
+        if (stat(path, &st) != 0) return util_fail(err, UTIL_EIO, "%s: %s", path, strerror(errno));
+        if (!S_ISREG(st.st_mode)) return util_fail(err, UTIL_EINVAL, "%s: not a regular file: refused", path);
+        uint64_t want = shard_header_bytes(&ds->info) + (uint64_t)samples * ds->record_bytes + 4;
+        if ((uint64_t)st.st_size != want && (rc = check_shard_version(path, &ds->info, err))) return rc;
+        if ((uint64_t)st.st_size != want)
+            return util_fail(err, UTIL_EINVAL, "%s: %s: %lld bytes, the manifest's %d samples make %llu",
+                             path, (uint64_t)st.st_size < want ? "truncated" : "too long", (long long)st.st_size,
+                             samples, (unsigned long long)want);
+        next += samples;
     }
     if (next != ds->info.samples)
         return util_fail(err, UTIL_EINVAL, "%s/manifest.json: shards hold %d samples, manifest says %d",
                          dir, next, ds->info.samples);
+    return UTIL_OK;
+}
+
+static int load_shards(ex_dataset *ds, const char *dir, const cJSON *manifest, char *err)
+{
+    const cJSON *shards = cJSON_GetObjectItemCaseSensitive(manifest, "shards");
+    int rc = check_shard_sizes(ds, dir, shards, err);
+    if (rc) return rc;
+    ds->records = util_malloc((size_t)ds->info.samples * ds->record_bytes);
+    ds->order = util_malloc((size_t)ds->info.samples * sizeof *ds->order);
+    if (!ds->records || !ds->order)
+        return util_fail(err, UTIL_ENOMEM, "%s: out of memory for %d samples", dir, ds->info.samples);
+    int next = 0;
+    for (int k = 0; k < ds->info.shards; k++) {
+        char path[4096];
+        int samples;
+        if ((rc = shard_entry(shards, dir, k, ds->info.samples - next, path, sizeof path, &samples, err))) return rc;
+        if ((rc = load_shard(ds, path, k, samples, &next, err))) return rc;
+    }
     return UTIL_OK;
 }
 
@@ -541,10 +583,7 @@ int ex_data_open(const char *dir, ex_dataset **out, char *err)
     int rc = read_manifest(dir, &ds->info, &manifest, err);
     if (rc) { util_free(ds); return rc; }
     ds->record_bytes = record_bytes_for(ds->info.image_size, ds->info.mel_frames, ds->info.mel_bins);
-    ds->records = util_malloc((size_t)ds->info.samples * ds->record_bytes);
-    ds->order = util_malloc((size_t)ds->info.samples * sizeof *ds->order);
-    if (!ds->records || !ds->order) rc = util_fail(err, UTIL_ENOMEM, "%s: out of memory for %d samples", dir, ds->info.samples);
-    if (!rc) rc = load_shards(ds, dir, manifest, err);
+    rc = load_shards(ds, dir, manifest, err);
     if (!rc) rc = build_captions(ds, err);
     cJSON_Delete(manifest);
     if (rc) { ex_data_close(ds); return rc; }

@@ -537,7 +537,9 @@ typedef struct {
 
 /* Writes tensors (in order) and metadata pairs meta_kv[2i] = key,
  * meta_kv[2i+1] = value, via temp file + fsync + rename: on failure the old
- * file at path (if any) is untouched and no temp file remains. */
+ * file at path (if any) is untouched and no temp file remains. The metadata
+ * also gets checksums (executor/checkpoint.c): "crc32:<name>" per tensor and
+ * "meta_crc32"; keys of that form the caller passes are recomputed. */
 int ex_ckpt_write(const char *path, const ex_named_tensor *t, int n,
                   const char *const *meta_kv, int n_meta, char *err);
 
@@ -553,12 +555,15 @@ typedef struct {
     int ndim;
     int64_t shape[EX_CKPT_MAX_DIMS];
     uint64_t begin, end; /* data_offsets, relative to the data section */
+    bool has_crc;        /* the metadata holds "crc32:<name>", verified by every read */
+    uint32_t crc;
 } ex_ckpt_entry;
 
 typedef struct ex_ckpt ex_ckpt;
 
 /* Validates header length, JSON, dtypes, shapes, offsets (inside the data
- * section, no overlaps, no holes) and the file size. */
+ * section, no overlaps, no holes: the header describes exactly the bytes on
+ * disk), names, and the metadata checksum if there is one. */
 int ex_ckpt_open(const char *path, ex_ckpt **out, char *err);
 void ex_ckpt_close(ex_ckpt *c);
 int ex_ckpt_count(const ex_ckpt *c);
@@ -568,8 +573,13 @@ const ex_ckpt_entry *ex_ckpt_find(const ex_ckpt *c, const char *name);
 const char *ex_ckpt_meta(const ex_ckpt *c, const char *key);
 int ex_ckpt_meta_count(const ex_ckpt *c);
 void ex_ckpt_meta_at(const ex_ckpt *c, int i, const char **key, const char **value);
-/* Reads entry e (F32, BF16 or F16 on disk) as floats into out[numel]. */
+/* Reads entry e (F32, BF16 or F16 on disk) as floats into out[numel]; a tensor
+ * with a checksum is verified (a mismatch names the file and the tensor). */
 int ex_ckpt_read_f32(ex_ckpt *c, const ex_ckpt_entry *e, float *out, size_t numel, char *err);
+/* Every tensor and the metadata carry checksums (files dhp writes do). */
+bool ex_ckpt_checksummed(const ex_ckpt *c);
+/* Reads every checksummed F32 / BF16 tensor once; *verified counts them. */
+int ex_ckpt_verify(ex_ckpt *c, int *verified, char *err);
 int64_t ex_ckpt_numel(const ex_ckpt_entry *e);
 
 /* ---- Hugging Face checkpoints (executor/hf_names.c, hf_weights.c, hf_export.c) ----
@@ -622,10 +632,15 @@ typedef struct {
     bool progress;             /* progress bar with ETA on stderr (rank 0, a terminal) */
     int log_every;             /* text log line every N steps (default 1) */
     const char *trace_path;    /* Chrome trace of the last step's measured ops, NULL: none */
+    int ckpt_keep;             /* keep the newest N step directories; 0: all */
+    double comm_timeout_s;     /* a communicator wait longer than this ends the run; 0: none, < 0: the
+                                  default (DHP_COMM_TIMEOUT, else ex_comm_set_timeout's) */
 } ex_run_options;
 void ex_run_options_default(ex_run_options *o);
 /* Runs the training; returns UTIL_OK or an error code with err filled on
- * every rank that saw it (ranks agree on failures such as a NaN loss). */
+ * every rank that saw it (ranks agree on failures such as a NaN loss). A
+ * verdict rank 0 reached for all (a bad --ckpt or --trace, a checkpoint
+ * that cannot be resumed) leaves err empty on the other ranks: one line. */
 int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err);
 
 #endif

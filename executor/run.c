@@ -19,6 +19,7 @@ void ex_run_options_default(ex_run_options *o)
     o->seed = 1234;
     o->shuffle_seed = 42;
     o->log_every = 1;
+    o->comm_timeout_s = -1;
     o->optim = (ex_optim_config){ .lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 10, .total_steps = 100,
                                   .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                                   .grad_clip = 1.0f };
@@ -455,13 +456,17 @@ static int train(run_ctx *r, ex_dataset *ds, char *err)
         r->step++;
         double dt = util_now() - t0;
         if ((rc = gather_report(r, dt, rep, err))) break;
+        bool halt = false;   /* SIGTERM / SIGINT / SIGUSR1 on any rank: this step is the last */
+        int sig = 0;
+        if ((rc = run_signals_agree_stop(r, &halt, &sig, err))) break;
         double eta = (util_now() - t_begin) / (r->step - first) * (stop - r->step);
-        bool last = r->step == stop;
+        bool last = r->step == stop || halt;
         if (r->rank == 0 && (last || r->o->log_json || r->step % (r->o->log_every > 0 ? r->o->log_every : 1) == 0))
             log_step(r, &st, rep, eta);
         bool ckpt = r->o->ckpt_dir && (last || (r->o->ckpt_every > 0 && r->step % r->o->ckpt_every == 0));
         if (ckpt) rc = run_ckpt_save(r, err);
         if (!rc && last && r->o->trace_path) rc = write_trace(r, &s, ev, err);
+        if (!rc && halt) { run_signals_note(r, sig); break; }
     }
     if (r->rank == 0 && r->o->progress && !r->o->log_json) fprintf(stderr, "\n");
     util_free(ev);
@@ -479,8 +484,10 @@ int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err)
     r->o = o;
     r->optim = o->optim;
     r->optim.total_steps = o->steps;
+    if (o->comm_timeout_s >= 0) ex_comm_set_timeout(o->comm_timeout_s);
     int rc = ex_comm_world(argc, argv, &r->world, err);
     if (rc) { util_free(r); return rc; }
+    run_signals_install();
     r->rank = ex_comm_rank(r->world);
     r->size = ex_comm_size(r->world);
     ex_dataset *ds = NULL;
@@ -492,6 +499,7 @@ int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err)
     if (!rc && o->resume && !o->ckpt_dir) rc = util_fail(err, UTIL_EINVAL, "run: --resume needs --ckpt DIR");
     if (!rc && o->resume && o->init_from)
         rc = util_fail(err, UTIL_EINVAL, "run: --init-from and --resume: a resumed run continues its checkpoint's weights");
+    if (!rc) rc = run_paths_prepare(r, err);
     /* set-up checks are identical on every rank, so communicators are built only when all passed */
     if (!rc) rc = build_comms(r, err);
     if (!rc) rc = agree(r, create_model(r, err), err);
@@ -507,5 +515,6 @@ int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err)
     ex_comm_free(r->world);
     util_free(r);
     ex_comm_finalize();
+    run_signals_restore();
     return rc;
 }

@@ -159,9 +159,9 @@ static int recv_set(run_module *m, int stage, tensor_set *set, char *err)
     return rc;
 }
 
-static int step_dir(const run_ctx *r, int step, char *out, size_t n)
+int run_ckpt_step_dir(const run_ctx *r, long long step, char *out, size_t n)
 {
-    return snprintf(out, n, "%s/step-%08d", r->o->ckpt_dir, step) >= (int)n ? UTIL_EINVAL : UTIL_OK;
+    return snprintf(out, n, "%s/step-%08lld", r->o->ckpt_dir, step) >= (int)n ? UTIL_EINVAL : UTIL_OK;
 }
 
 /* Module k's state of this tp rank, gathered out of its data-parallel
@@ -226,7 +226,7 @@ static int agree(run_ctx *r, int rc, const char *what, char *err)
 int run_ckpt_save(run_ctx *r, char *err)
 {
     char dir[4096];
-    int rc = step_dir(r, r->step, dir, sizeof dir) ? util_fail(err, UTIL_EINVAL, "checkpoint: path too long") : UTIL_OK;
+    int rc = run_ckpt_step_dir(r, r->step, dir, sizeof dir) ? util_fail(err, UTIL_EINVAL, "checkpoint: path too long") : UTIL_OK;
     if (!rc && r->rank == 0) rc = make_dir(r->o->ckpt_dir, err);
     if (!rc && r->rank == 0) rc = make_dir(dir, err);
     if ((rc = agree(r, rc, "creating the directory", err))) return rc;
@@ -240,20 +240,8 @@ int run_ckpt_save(run_ctx *r, char *err)
         int n = snprintf(text, sizeof text, "step-%08d\n", r->step);
         rc = util_write_atomic(path, text, (size_t)n, err);
     }
-    return agree(r, rc, "writing latest", err);
-}
-
-static int read_latest(const run_ctx *r, char *dir, size_t n, char *err)
-{
-    char path[4096 + 16], *text = NULL;
-    size_t len;
-    snprintf(path, sizeof path, "%s/latest", r->o->ckpt_dir);
-    int rc = util_read_file(path, &text, &len, err);
-    if (rc) return util_fail(err, rc, "checkpoint: --resume: no checkpoint in %s (%s is missing or unreadable)", r->o->ckpt_dir, path);
-    int step = -1;
-    if (sscanf(text, "step-%d", &step) != 1 || step < 0) rc = util_fail(err, UTIL_EINVAL, "checkpoint: %s is corrupt", path);
-    util_free(text);
-    if (!rc && step_dir(r, step, dir, n)) rc = util_fail(err, UTIL_EINVAL, "checkpoint: path too long");
+    rc = agree(r, rc, "writing latest", err);
+    if (!rc && r->rank == 0) run_ckpt_retain(r);
     return rc;
 }
 
@@ -270,6 +258,8 @@ static int check_meta(run_ctx *r, ex_ckpt *c, const char *path, int k, long long
 {
     const char *f = ex_ckpt_meta(c, "format"), *model = ex_ckpt_meta(c, "model"), *mod = ex_ckpt_meta(c, "module");
     if (!f || strcmp(f, CKPT_FORMAT)) return util_fail(err, UTIL_EINVAL, "checkpoint: %s is not a dhp checkpoint (%s)", path, CKPT_FORMAT);
+    if (!ex_ckpt_checksummed(c))
+        return util_fail(err, UTIL_EINVAL, "checkpoint: %s has no checksums (written by an older dhp): refused", path);
     if (!model || strcmp(model, r->plan.model.name) || !mod || strcmp(mod, r->plan.mod[k].module))
         return util_fail(err, UTIL_EINVAL, "checkpoint: %s holds model %s module %s, the plan's is %s module %s", path,
                          model ? model : "?", mod ? mod : "?", r->plan.model.name, r->plan.mod[k].module);
@@ -340,14 +330,15 @@ static int load_module(run_ctx *r, int k, const char *dir, long long *step, char
 int run_ckpt_load(run_ctx *r, char *err)
 {
     char dir[4096];
-    int rc = read_latest(r, dir, sizeof dir, err);
     long long step = -1;
+    int rc = run_ckpt_resume_step(r, dir, sizeof dir, &step, err);
     for (int k = 0; !rc && k < r->plan.n_modules; k++) {
         if (!r->mod[k].on) continue;
         long long s = -1;
         rc = load_module(r, k, dir, &s, err);
-        if (!rc && step >= 0 && s != step) rc = util_fail(err, UTIL_EINVAL, "checkpoint: %s: modules are at different steps", dir);
-        step = s;
+        if (!rc && s != step)
+            rc = util_fail(err, UTIL_EINVAL, "checkpoint: %s/%s.safetensors is at step %lld, %s/latest names step %lld",
+                           dir, r->plan.mod[k].module, s, r->o->ckpt_dir, step);
     }
     if (!rc) r->step = (int)step;
     return rc;

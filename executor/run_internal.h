@@ -149,6 +149,35 @@ int run_ckpt_load(run_ctx *r, char *err);
 void run_ckpt_take_shard(const ex_param *t, const float *whole, float *local);
 /* --init-from (run_init.c): the Hugging Face checkpoint in r->o->init_from into every rank's shards. */
 int run_init_from(run_ctx *r, char *err);
+/* DIR/step-NNNNNNNN of a step into out. */
+int run_ckpt_step_dir(const run_ctx *r, long long step, char *out, size_t n);
+
+/* The step every rank resumes from (executor/run_resume.c): rank 0 reads
+ * DIR/latest and checks that its step directory holds every module's file,
+ * each a dhp checkpoint with checksums at that step (a missing, foreign or
+ * other-step file is named), then every rank gets the step or the refusal
+ * before any work. Collective over the world. */
+int run_ckpt_resume_step(run_ctx *r, char *dir, size_t n, long long *step, char *err);
+
+/* Output paths and checkpoint directories (executor/run_paths.c). Before
+ * step 1: --ckpt DIR is created and must take files, --trace FILE must be
+ * writable, temp files a killed run left in DIR are removed; every rank
+ * agrees. Collective over the world. */
+int run_paths_prepare(run_ctx *r, char *err);
+/* --ckpt-keep N: removes all but the N newest step directories up to the
+ * current step (rank 0, after DIR/latest moved). */
+void run_ckpt_retain(run_ctx *r);
+
+/* SIGTERM, SIGINT, SIGUSR1 (executor/run_signals.c): the first asks the run
+ * to stop after the current step, write a checkpoint and exit 0 (Slurm
+ * sends SIGTERM before preempting a job); a second one ends the process. */
+void run_signals_install(void);
+void run_signals_restore(void);
+/* After each step: whether any rank got a stop signal (a tiny all-reduce
+ * over the world, so all stop after the same step); *sig is the signal. */
+int run_signals_agree_stop(run_ctx *r, bool *stop, int *sig, char *err);
+/* Rank 0's line on stderr after a stop: the signal, the step, the checkpoint. */
+void run_signals_note(const run_ctx *r, int sig);
 
 /* ---- one step's ops (run_ops.c, run_handoff.c) ---- */
 

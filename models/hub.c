@@ -151,7 +151,7 @@ int model_hub_load(const char *ref, model_t *m, char *err)
         return rc;
     char *text = NULL;
     if (access(file, F_OK) == 0) {
-        if ((rc = util_read_file(file, &text, NULL, err))) return rc;
+        if ((rc = util_read_text_file(file, UTIL_JSON_MAX_BYTES, &text, NULL, err))) return rc;
         snprintf(what, sizeof what, "%s (cached %s)", ref, file);
         rc = convert(text, what, &r, url, m, err);
         util_free(text);

@@ -151,7 +151,9 @@ int hf_import_qwen_vision(const cJSON *root, const char *what, bool v25, model_m
         if (mm->patch <= 0 || window_px % mm->patch)
             return util_fail(err, UTIL_EINVAL, "%s.window_size: %d px is not a multiple of patch_size %d", s.ctx,
                              window_px, mm->patch);
-        mm->window = (window_px / mm->patch) * (window_px / mm->patch);
+        /* 64 bits: window_size 91312 px of 1-px patches squared overflowed an int (found by fuzz_hf_config) */
+        int64_t side = window_px / mm->patch;
+        if (hf_narrow(side * side, &s, "window (patches)", &mm->window, err)) return UTIL_EINVAL;
         if (mm->window == 0) mm->n_full_layers = 0;
     } else {
         int ratio;

@@ -111,7 +111,8 @@ static int import_gemma3(const cJSON *root, const char *what, model_t *m, char *
     if (tokens < 1 || tside * tside != tokens || side % tside)
         return util_fail(err, UTIL_EINVAL, "%s: mm_tokens_per_image: %d is not a square whose side divides the "
                          "%dx%d patch grid", what, tokens, side, side);
-    v->pool = (side / tside) * (side / tside);
+    int64_t pool_side = side / tside;
+    if (hf_narrow(pool_side * pool_side, &top, "pooling window", &v->pool, err)) return UTIL_EINVAL;
     v->proj_norm = true;
     v->proj_norm_kind = MODEL_NORM_RMSNORM;
     v->proj_norm_width = v->hidden;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *kind_names[] = {"vision", "audio", "llm"};
 static const char *ffn_names[] = {"gelu", "swiglu"};
@@ -380,6 +381,10 @@ static int check_layer_list(const char *what, int i, const char *key, const int 
 static int validate_common(const model_module *mm, const char *what, int i, char *err)
 {
     if (!mm->name[0]) return BAD("%s: modules[%d].name: must not be empty", what, i);
+    /* module names become file names (checkpoints: DIR/step-N/<module>.safetensors) */
+    if (!util_name_ok(mm->name))
+        return BAD("%s: modules[%d].name: '%s' must be letters, digits, '.', '_' or '-' (not first '.' or '-')",
+                   what, i, mm->name);
     if ((unsigned)mm->kind > MODEL_LLM) return BAD("%s: modules[%d].kind: unknown kind %d", what, i, (int)mm->kind);
     if ((unsigned)mm->ffn_kind > MODEL_FFN_SWIGLU) return BAD("%s: modules[%d].ffn_kind: unknown", what, i);
     if ((unsigned)mm->norm > MODEL_NORM_RMSNORM) return BAD("%s: modules[%d].norm: unknown", what, i);
@@ -470,6 +475,8 @@ static int validate_llm(const model_module *mm, const char *what, int i, char *e
 int model_validate_as(const model_t *m, const char *what, char *err)
 {
     if (!m->name[0]) return BAD("%s: name: must not be empty", what);
+    if (!util_text_ok(m->name) || !util_text_ok(m->source) || !util_text_ok(m->published_source))
+        return BAD("%s: name, source and published_source must be printable UTF-8 text", what);
     if (m->n_modules < 1 || m->n_modules > MODEL_MAX_MODULES)
         return BAD("%s: modules: %d modules, need 1..%d", what, m->n_modules, MODEL_MAX_MODULES);
     int llms = 0;
@@ -604,12 +611,11 @@ int model_load(const char *name_or_path, model_t *m, char *err)
             const util_embedded_file *f = util_embedded_find(path);
             if (f) return model_parse_json((const char *)f->data, path, m, err);
         }
-        FILE *probe = fopen(name_or_path, "rb");
-        if (!probe) return not_found(name_or_path, err);
-        fclose(probe);
+        struct stat st;
+        if (stat(name_or_path, &st) != 0) return not_found(name_or_path, err);
     }
     char *text;
-    int rc = util_read_file(name_or_path, &text, NULL, err);
+    int rc = util_read_text_file(name_or_path, UTIL_JSON_MAX_BYTES, &text, NULL, err);
     if (rc) return rc;
     rc = model_parse_json(text, name_or_path, m, err);
     util_free(text);

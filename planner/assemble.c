@@ -103,6 +103,7 @@ int plan_search(const model_t *m, const cost_cluster *c, const plan_workload *w,
     if (!cuts) { plan_candidates_free(&cs); return util_fail(err, UTIL_ENOMEM, "planner: out of memory"); }
     int n_cuts = 0;
     while (r->n_plans < want && n_cuts < max_cuts) {
+        util_progress("plan: MILP solves for the plan and its alternatives", r->n_plans, want);
         double obj;
         char e[UTIL_ERR_LEN];
         int *sol = cuts + n_cuts * K;
@@ -122,6 +123,7 @@ int plan_search(const model_t *m, const cost_cluster *c, const plan_workload *w,
         if (rc) { util_free(cuts); plan_candidates_free(&cs); return util_fail(err, rc, "planner: %s", e); }
         r->n_plans++;
     }
+    util_progress("plan: MILP solves for the plan and its alternatives", want, want);
     util_free(cuts);
     plan_candidates_free(&cs);
     /* The MILP prices hand-offs without knowing the neighbour's placement and

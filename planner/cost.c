@@ -817,9 +817,9 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
         return util_fail(err, UTIL_EINVAL, "%s: Megatron sequence parallelism (seqpar) applies to the LLM's tensor-parallel blocks", mm->name);
     if (s->seq_parallel && s->tp > 1 && fmod(q.seq / s->sp, s->tp) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sequence parallelism needs each sp rank's %.0f tokens divisible by tp %d", mm->name, q.seq / s->sp, s->tp);
-    int g = s->dp * s->tp * s->sp * s->pp;
-    if (g > cost_pool_gpus(pool))
-        return util_fail(err, UTIL_EINVAL, "%s: %d GPUs exceed pool '%s' (%d)", mm->name, g, pool->name,
-                         cost_pool_gpus(pool));
+    int64_t g;
+    if (!plan_module_ranks(s, &g) || g > cost_pool_gpus(pool))
+        return util_fail(err, UTIL_EINVAL, "%s: dp*tp*sp*pp = %d*%d*%d*%d GPUs exceed pool '%s' (%d)", mm->name,
+                         s->dp, s->tp, s->sp, s->pp, pool->name, cost_pool_gpus(pool));
     return UTIL_OK;
 }

@@ -72,13 +72,13 @@ static void fill_prediction(plan_t *p, const plan_eval *ev, double step)
 static double colocated_time(const plan_t *p, const plan_time *t, const plan_module *s)
 {
     if (plan_whole_batch_pipeline(&p->model, &p->work)) return plan_chunk_time(t, s, p->work.global_batch);
-    double sum = 0;
-    for (int c = 0; c < plan_chunks(p); c++) {
-        int first, count;
-        plan_chunk_range(p, c, &first, &count);
-        sum += plan_chunk_time(t, s, count);
-    }
-    return sum;
+    /* every chunk is full but the last (plan_chunk_range): priced once each, so
+     * a global batch of 2^28 samples is not 2^26 chunks per evaluation */
+    int n = plan_chunks(p), first, full = 0, last = 0;
+    if (n < 1) return 0;
+    if (n > 1) plan_chunk_range(p, 0, &first, &full);
+    plan_chunk_range(p, n - 1, &first, &last);
+    return (n - 1) * plan_chunk_time(t, s, full) + plan_chunk_time(t, s, last);
 }
 
 int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)

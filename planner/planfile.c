@@ -258,12 +258,8 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
 
 int plan_read(const char *path, plan_t *p, char *err)
 {
-    char *text;
-    int rc = util_read_file(path, &text, NULL, err);
-    if (rc) return rc;
     cJSON *root;
-    rc = util_json_parse(text, path, &root, err);
-    util_free(text);
+    int rc = util_json_read(path, &root, err);
     if (rc) return rc;
     rc = plan_from_json(root, path, p, err);
     cJSON_Delete(root);
@@ -275,22 +271,27 @@ static bool overlaps(const plan_module *a, const plan_module *b)
     return a->first_rank < b->first_rank + b->n_ranks && b->first_rank < a->first_rank + a->n_ranks;
 }
 
+/* dp * micro_batch in 64 bits: each factor comes from the file (up to 2^24
+ * and 2^20), and a product wrapped to 0 was a division by zero below. */
+static int64_t samples_per_micro_step(const plan_module *s) { return (int64_t)s->dp * s->micro_batch; }
+
 static int validate_colocated(const plan_t *p, char *err)
 {
     const plan_module *a = &p->mod[0];
+    int64_t per = samples_per_micro_step(a);
     if (p->n_micro != 1) return util_fail(err, UTIL_EINVAL, "n_micro: colocated plans run in turn (n_micro 1)");
     for (int k = 1; k < p->n_modules; k++) {
         const plan_module *b = &p->mod[k];
         if (b->first_rank != a->first_rank || b->n_ranks != a->n_ranks || b->pool != a->pool)
             return util_fail(err, UTIL_EINVAL, "modules[%d]: colocated modules must share the same ranks", k);
-        if (b->dp * b->micro_batch != a->dp * a->micro_batch)
+        if (samples_per_micro_step(b) != per)
             return util_fail(err, UTIL_EINVAL,
                              "modules[%d]: colocated modules must take the same samples per micro-step "
-                             "(dp*micro_batch %d vs %d)", k, b->dp * b->micro_batch, a->dp * a->micro_batch);
+                             "(dp*micro_batch %lld vs %lld)", k, (long long)samples_per_micro_step(b), (long long)per);
     }
-    if (p->work.global_batch % (a->dp * a->micro_batch) != 0)
-        return util_fail(err, UTIL_EINVAL, "global_batch %d is not a multiple of dp*micro_batch %d",
-                         p->work.global_batch, a->dp * a->micro_batch);
+    if (p->work.global_batch % per != 0)
+        return util_fail(err, UTIL_EINVAL, "global_batch %d is not a multiple of dp*micro_batch %lld",
+                         p->work.global_batch, (long long)per);
     return UTIL_OK;
 }
 
@@ -313,6 +314,12 @@ static int validate_disaggregated(const plan_t *p, char *err)
                              k, s->micro_batch, (chunk + s->dp - 1) / s->dp);
     }
     return UTIL_OK;
+}
+
+bool plan_module_ranks(const plan_module *s, int64_t *out)
+{
+    int64_t t;
+    return util_mul_i64(s->dp, s->tp, &t) && util_mul_i64(t, s->sp, &t) && util_mul_i64(t, s->pp, out);
 }
 
 int plan_pool_offset(const plan_t *p, int k)
@@ -347,9 +354,10 @@ int plan_validate(const plan_t *p, char *err)
         char e[UTIL_ERR_LEN];
         if ((rc = plan_strategy_check(&p->model, k, s, &p->work, &p->cluster, e)))
             return util_fail(err, rc, "modules[%d]: %s", k, e);
-        if (s->n_ranks != s->dp * s->tp * s->sp * s->pp)
-            return util_fail(err, UTIL_EINVAL, "modules[%d].n_ranks: %d is not dp*tp*sp*pp = %d", k, s->n_ranks,
-                             s->dp * s->tp * s->sp * s->pp);
+        int64_t degrees;
+        if (!plan_module_ranks(s, &degrees) || s->n_ranks != degrees)
+            return util_fail(err, UTIL_EINVAL, "modules[%d].n_ranks: %d is not dp*tp*sp*pp = %d*%d*%d*%d", k, s->n_ranks,
+                             s->dp, s->tp, s->sp, s->pp);
         if (s->first_rank + s->n_ranks > p->world_size)
             return util_fail(err, UTIL_EINVAL, "modules[%d]: ranks %d..%d exceed world_size %d", k, s->first_rank,
                              s->first_rank + s->n_ranks - 1, p->world_size);

@@ -126,6 +126,9 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err);
 int plan_validate(const plan_t *p, char *err);
 /* Rank of module k's first GPU counted from its pool's first rank (pools start on node boundaries). */
 int plan_pool_offset(const plan_t *p, int k);
+/* dp * tp * sp * pp of a module strategy, overflow-checked (false: it does
+ * not fit in 64 bits; the degrees come from files and options). */
+bool plan_module_ranks(const plan_module *s, int64_t *out);
 /* Where a rank runs (planner/placement.c): pool, node in the pool, GPU in the
  * node, and host = the node's index over the cluster (pools in order). */
 typedef struct { int pool, node, gpu, host; } plan_place;
@@ -788,6 +791,14 @@ typedef struct {
     plan_sim_ref *path;       /* critical path, first op first: each op's begin is its predecessor's end */
 } plan_sim_result;
 
+/* The simulator's size for p (planner/bounds.c), estimated before anything
+ * is built: ops of every rank's schedule, and the elementary steps of
+ * building and walking them. plan_sim_run refuses a plan above the limits
+ * (one line with the sizes) instead of running out of memory or time. */
+#define PLAN_SIM_MAX_OPS (1 << 23)
+#define PLAN_SIM_MAX_WORK (1 << 30)
+void plan_sim_size(const plan_t *p, double *ops, double *work);
+int plan_sim_check_size(const plan_t *p, char *err);
 /* Simulates one step of p (plan_schedule_check must accept it); hooks may be NULL.
  * Free r with plan_sim_free (also after a failure). */
 int plan_sim_run(const plan_t *p, const plan_sim_hooks *hooks, plan_sim_result *r, char *err);

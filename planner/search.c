@@ -206,6 +206,7 @@ static int build_module(const build_ctx *b, int k)
         const cost_pool *pool = &b->c->pool[p];
         int gs[MAX_OPTS], ng = gpu_count_options(pool, gs);
         for (int gi = 0; gi < ng; gi++) {
+            util_progress("plan: pricing candidates", gi, ng);
             int g = gs[gi];
             for (int tp = 1; tp <= pool->gpus_per_node && tp <= g; tp *= 2)
             for (int sp = 1; tp * sp <= g && tp * sp <= mm->heads; sp *= 2)
@@ -226,6 +227,7 @@ static int build_module(const build_ctx *b, int k)
                 }
             }
         }
+        util_progress("plan: pricing candidates", ng, ng);
     }
     return UTIL_OK;
 }

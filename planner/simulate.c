@@ -622,6 +622,7 @@ static int setup(sim *S, char *err)
         return util_fail(err, UTIL_ENOMEM, "simulate: out of memory for %d ranks", world);
     r->world_size = world;
     for (int i = 0; i < world; i++) {
+        util_progress("simulate: scheduling ranks", i, world);
         int rc = plan_schedule_rank(p, i, &S->sched[i], err);
         if (rc) return rc;
         r->rank[i].n_ops = S->sched[i].n;
@@ -629,6 +630,7 @@ static int setup(sim *S, char *err)
         if (!r->rank[i].ops) return util_fail(err, UTIL_ENOMEM, "simulate: out of memory for rank %d's ops", i);
         sim_rank_memory(p, i, &S->sched[i], &r->rank[i].mem);
     }
+    util_progress("simulate: scheduling ranks", world, world);
     int rc = sim_build_messages(p, S->sched, &S->msg, err);
     if (!rc) rc = build_collectives(p, &S->coll, err);
     return rc ? rc : setup_sharing(S, err);
@@ -637,7 +639,8 @@ static int setup(sim *S, char *err)
 int plan_sim_run(const plan_t *p, const plan_sim_hooks *hooks, plan_sim_result *r, char *err)
 {
     memset(r, 0, sizeof *r);
-    int rc = plan_schedule_check(p, err);
+    int rc = plan_sim_check_size(p, err);
+    if (!rc) rc = plan_schedule_check(p, err);
     if (rc) return rc;
     if (p->world_size < 1) return util_fail(err, UTIL_EINVAL, "simulate: the plan has no ranks");
     sim S = { .p = p, .hooks = hooks, .r = r, .pr = { .p = p, .opt = plan_options_of(p) } };

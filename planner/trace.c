@@ -65,7 +65,7 @@ int plan_trace_write(const char *path, const plan_trace_event *ev, int n, int wo
     char *text = cJSON_PrintUnformatted(doc);
     cJSON_Delete(doc);
     if (!text) return util_fail(err, UTIL_ENOMEM, "trace: out of memory writing %s", path);
-    int rc = util_write_atomic(path, text, strlen(text), err);
+    int rc = util_write_output(path, text, strlen(text), err);
     free(text);
     return rc;
 }

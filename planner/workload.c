@@ -2,6 +2,7 @@
 #include "planner/planner.h"
 
 #include <math.h>
+#include <stdint.h>
 
 static bool llm_uses_cross_attention(const model_t *m)
 {
@@ -77,6 +78,17 @@ int plan_workload_validate(const model_t *m, const plan_workload *w, char *err)
             return util_fail(err, UTIL_EINVAL, "workload.image_tokens: %d is not a multiple of the %dx%d merge "
                              "times the %d-token pool", w->image_tokens, mg, mg, pool);
     }
+    /* every size derived from these stays exact: tokens per sample in an
+     * int, tokens per step in a double (2^53) */
+    int64_t vis = (int64_t)w->images_per_sample * w->image_tokens;
+    int64_t seq = vis + w->text_tokens + w->audio_frames;
+    if (vis > INT32_MAX || seq > INT32_MAX)
+        return util_fail(err, UTIL_EINVAL, "workload: %d images x %d vision tokens + %d text tokens + %d audio frames = "
+                         "%lld tokens per sample, above the limit %d", w->images_per_sample, w->image_tokens,
+                         w->text_tokens, w->audio_frames, (long long)seq, INT32_MAX);
+    if ((double)seq * w->global_batch > 9007199254740992.0)
+        return util_fail(err, UTIL_EINVAL, "workload: global batch %d x %lld tokens per sample is above 2^53 tokens per step",
+                         w->global_batch, (long long)seq);
     if (vi < 0 && w->images_per_sample > 0)
         return util_fail(err, UTIL_EINVAL, "workload.images_per_sample: model '%s' has no vision encoder", m->name);
     int ai = model_find_kind(m, MODEL_AUDIO);

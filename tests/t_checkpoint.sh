@@ -40,6 +40,23 @@ def read(path):
             out[name] = np.frombuffer(data[s:t], np.dtype(DT[e["dtype"]]).newbyteorder("<")).reshape(e["shape"])
     return out, meta, "json+struct"
 
+def verify_checksums(path):
+    """dhp's checksums, recomputed with zlib: crc32:<name> per tensor's stored
+    bytes, meta_crc32 over the other metadata pairs (NUL-terminated, in order)."""
+    import zlib
+    b = open(path, "rb").read()
+    n = struct.unpack_from("<Q", b, 0)[0]
+    hdr = json.loads(b[8:8 + n]); meta = hdr.pop("__metadata__", {})
+    data = b[8 + n:]
+    for name, e in hdr.items():
+        s, t = e["data_offsets"]
+        assert int(meta["crc32:" + name], 16) == zlib.crc32(data[s:t]), "crc32 of " + name
+    crc = 0
+    for k, v in meta.items():
+        if k != "meta_crc32": crc = zlib.crc32(v.encode() + b"\0", zlib.crc32(k.encode() + b"\0", crc))
+    assert int(meta["meta_crc32"], 16) == crc, "meta_crc32"
+    return {k: v for k, v in meta.items() if not k.startswith("crc32:") and k != "meta_crc32"}
+
 def widen(bits):    # uint16 bf16 bits -> float32, flattened
     return (bits.astype(np.uint32).reshape(-1) << np.uint32(16)).view(np.float32)
 
@@ -63,7 +80,7 @@ if mode == "write":
     write(path, t, meta)
 else:
     got, gmeta, how = read(path)
-    assert gmeta == meta, gmeta
+    assert verify_checksums(path) == meta, gmeta
     assert set(got) == set(src) | {"bf"}, sorted(got)
     for k, v in src.items():
         want = v if mode == "check-f32" else widen(bf16_bits(v))

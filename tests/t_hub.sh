@@ -28,7 +28,7 @@ else fail hub_import_fetches_converts_caches "$(head -c 300 "$T/err")"; fi
 # From the cache: the server's copy is gone and the hub is offline.
 rm -rf "$hub/Qwen"
 if HF_HUB_OFFLINE=1 "$DHP" plan --model hf:Qwen/Qwen2.5-VL-7B-Instruct --vision-tokens 1024 --top 0 --no-baselines \
-        -o - >"$T/plan.txt" 2>"$T/err" && grep -q "model    Qwen2.5-VL-7B-Instruct, 8.29B" "$T/plan.txt"; then
+        -o /dev/null >"$T/plan.txt" 2>"$T/err" && grep -q "model    Qwen2.5-VL-7B-Instruct, 8.29B" "$T/plan.txt"; then
     ok hub_plan_from_cache_offline
 else fail hub_plan_from_cache_offline "$(head -c 300 "$T/err") $(head -c 200 "$T/plan.txt")"; fi
 if "$DHP" memory --model hf:google/gemma-3-4b-it --image-size 896 --strategy 'llm:tp=2' --json >/dev/null 2>"$T/err"; then

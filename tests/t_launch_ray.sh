@@ -29,7 +29,7 @@ for _ in $(seq 60); do "$DHP" clusters --from-ray "$A" -o "$T/c.json" >"$T/c.out
 
 # The cluster description: one node with 4 GPUs of Ray accelerator type H100.
 if grep -q "wrote $T/c.json: 1 pool(s) 1 x 4 H100-SXM-80GB" "$T/c.out" &&
-   "$DHP" plan --model qwen2.5-vl-3b --cluster "$T/c.json" --batch 8 --vision-tokens 1024 -o - --top 0 \
+   "$DHP" plan --model qwen2.5-vl-3b --cluster "$T/c.json" --batch 8 --vision-tokens 1024 -o /dev/null --top 0 \
        --no-baselines >"$T/plan.txt" 2>"$T/err" && grep -q "cluster  ray: 1 x 4 H100-SXM-80GB" "$T/plan.txt"; then
     ok ray_clusters_from_ray
 else fail ray_clusters_from_ray "$(cat "$T/c.out") $(head -c 300 "$T/err")"; fi

@@ -2,7 +2,6 @@
 #include "util.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@ int util_fail(char *err, int code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(err, UTIL_ERR_LEN, fmt, ap);
         va_end(ap);
+        util_sanitize(err);
     }
     return code;
 }
@@ -34,70 +34,6 @@ void util_strlcpy(char *dst, const char *src, size_t n)
 bool util_streq_nocase(const char *a, const char *b)
 {
     return strcasecmp(a, b) == 0;
-}
-
-int util_read_file(const char *path, char **out, size_t *len, char *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return util_fail(err, UTIL_EIO, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = util_malloc(cap);
-    if (!buf) { fclose(f); return util_fail(err, UTIL_ENOMEM, "%s: out of memory", path); }
-    for (;;) {
-        if (n + 1 >= cap) {
-            char *nb = util_realloc(buf, cap * 2);
-            if (!nb) { util_free(buf); fclose(f); return util_fail(err, UTIL_ENOMEM, "%s: out of memory", path); }
-            buf = nb; cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) { util_free(buf); return util_fail(err, UTIL_EIO, "%s: read error", path); }
-    buf[n] = '\0';
-    *out = buf;
-    if (len) *len = n;
-    return UTIL_OK;
-}
-
-int util_write_atomic(const char *path, const void *data, size_t len, char *err)
-{
-    size_t plen = strlen(path);
-    char *tmp = util_malloc(plen + 32);
-    if (!tmp) return util_fail(err, UTIL_ENOMEM, "%s: out of memory", path);
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) {
-        int rc = util_fail(err, UTIL_EIO, "%s: cannot create: %s", path, strerror(errno));
-        util_free(tmp);
-        return rc;
-    }
-    const char *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            int rc = util_fail(err, UTIL_EIO, "%s: write failed: %s", path, strerror(errno));
-            close(fd); unlink(tmp); util_free(tmp);
-            return rc;
-        }
-        p += w; left -= (size_t)w;
-    }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int rc = util_fail(err, UTIL_EIO, "%s: fsync failed: %s", path, strerror(errno));
-        unlink(tmp); util_free(tmp);
-        return rc;
-    }
-    if (rename(tmp, path) != 0) {
-        int rc = util_fail(err, UTIL_EIO, "%s: rename failed: %s", path, strerror(errno));
-        unlink(tmp); util_free(tmp);
-        return rc;
-    }
-    util_free(tmp);
-    return UTIL_OK;
 }
 
 /* Each block carries a 16-byte header with its size and category so frees

@@ -27,16 +27,82 @@ enum {
 };
 
 /* Formats into err (if non-NULL) and returns code, so callers can write
- * `return util_fail(err, UTIL_EINVAL, "model: field '%s' must be > 0", f);` */
+ * `return util_fail(err, UTIL_EINVAL, "model: field '%s' must be > 0", f);`
+ * The line is scrubbed (util_sanitize): whatever a file or an argument put
+ * in it, it prints as one line with no terminal control codes. */
 int util_fail(char *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Reads a whole file; *out is NUL-terminated and must be util_free'd. */
+/* ---- files (util/files.c) ----
+ * Inputs must be regular files: FIFOs, devices and directories are refused
+ * before anything is read (a FIFO would block, /dev/zero never ends), and so
+ * is a file above `max` bytes. *out is NUL-terminated; util_free it. */
+int util_read_file_max(const char *path, size_t max, char **out, size_t *len, char *err);
+/* util_read_file_max without a size limit of its own (binary inputs whose
+ * expected size the caller checks). */
 int util_read_file(const char *path, char **out, size_t *len, char *err);
+/* The same for text: a NUL byte anywhere is refused (it would hide the rest). */
+int util_read_text_file(const char *path, size_t max, char **out, size_t *len, char *err);
+/* Limit for JSON documents dhp reads (models, clusters, plans, configs,
+ * manifests): the largest one it writes is a few MB. */
+#define UTIL_JSON_MAX_BYTES ((size_t)64 << 20)
 
+/* Temp files of atomic writes are named PATH + UTIL_TMP_INFIX + 6 random
+ * characters; a killed run leaves them behind, so cleaners look for it. */
+#define UTIL_TMP_INFIX ".tmp."
 /* Writes path atomically: temp file in the same directory, fsync, rename.
  * On any failure the temp file is removed and path is untouched. */
 int util_write_atomic(const char *path, const void *data, size_t len, char *err);
+/* An output the user named: "-" is stdout; an existing non-regular target
+ * (a terminal, pipe, FIFO, /dev/null, or /dev/stdout) is written in place,
+ * not replaced; a regular file (through a symbolic link: the file it names)
+ * is replaced atomically. */
+int util_write_output(const char *path, const void *data, size_t len, char *err);
+/* Checks, before any work, that util_write_output(path) can succeed: the
+ * directory exists and takes a new file, or the target accepts writes. */
+int util_check_output(const char *path, char *err);
+/* util_mkdir_p (util/path.c), then checks a file can be created in it. */
+int util_mkdir_writable(const char *path, char *err);
+/* write(2) until done (EINTR retried); -1 with errno on failure. Every file
+ * write of dhp goes through it (the fault injection of util/files.c). */
+int util_write_all(int fd, const void *data, size_t len);
+/* Testing hook: the fault injection of the environment variables
+ * DHP_FAULT_ENOSPC_AFTER / DHP_FAULT_KILL_AFTER (util/files.c) set directly,
+ * -1 for none; the count of bytes written restarts at 0. */
+void util_fault_inject(long long enospc_after, long long kill_after);
+/* The descriptor "-" writes to (default 1): a command whose data goes to
+ * stdout moves its report to stderr and keeps stdout's descriptor here. */
+void util_set_stdout_fd(int fd);
+
+/* ---- untrusted text (util/text.c) ---- */
+/* Length of the well-formed UTF-8 sequence at s (1..4), 0 if none. */
+size_t util_utf8_seq(const unsigned char *s, size_t left);
+bool util_utf8_valid(const char *s, size_t n, size_t *bad_at);
+/* Valid UTF-8 without control characters (C0, DEL, C1): safe to print. */
+bool util_text_ok(const char *s);
+/* A name that becomes part of a file name (module names): [A-Za-z0-9._-],
+ * not empty, not starting with '.' or '-'. */
+bool util_name_ok(const char *s);
+/* In place: control characters and bytes of invalid UTF-8 become '?'. */
+void util_sanitize(char *s);
+
+/* CRC-32 (zlib's): crc = util_crc32(0, p, n), continued by passing it back. */
+uint32_t util_crc32(uint32_t crc, const void *data, size_t n);
+
+/* String -> int map (util/hash.c); keys are not copied and must outlive it. */
+typedef struct { const char *key; int value; } util_strmap_slot;
+typedef struct { util_strmap_slot *slot; size_t cap, n; } util_strmap;
+int util_strmap_init(util_strmap *m, size_t expected);
+void util_strmap_free(util_strmap *m);
+/* UTIL_OK, UTIL_EINVAL if key is already there (its value in *existing), UTIL_ENOMEM. */
+int util_strmap_put(util_strmap *m, const char *key, int value, int *existing);
+/* The value, -1 if absent. */
+int util_strmap_get(const util_strmap *m, const char *key);
+
+/* Overflow-checked 64-bit arithmetic for sizes derived from input (false:
+ * the result does not fit). */
+static inline bool util_mul_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static inline bool util_add_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_add_overflow(a, b, out); }
 
 /* Counting allocator. Every byte dhp allocates for long-lived data goes
  * through these so per-category peaks can be reported (redis zmalloc style). */
@@ -82,7 +148,14 @@ const util_embedded_file *util_embedded_at(int i);
  * field as "<ctx>.<key>" in err. `required` false means: absent -> dflt.
  * Integer getters reject non-integral numbers and values outside [lo, hi]. */
 #include <cjson/cJSON.h>
+/* Parses a JSON document and checks what cJSON lets through: invalid
+ * UTF-8, control characters and \u0000 in strings, nesting deeper than
+ * UTIL_JSON_MAX_DEPTH, and a key repeated in one object (cJSON keeps both;
+ * which one a reader sees would be an accident). Errors name line:column. */
+#define UTIL_JSON_MAX_DEPTH 64
 int util_json_parse(const char *text, const char *what, cJSON **out, char *err);
+/* util_read_text_file (UTIL_JSON_MAX_BYTES) + util_json_parse. */
+int util_json_read(const char *path, cJSON **out, char *err);
 int util_json_int(const cJSON *obj, const char *ctx, const char *key, bool required,
                   long lo, long hi, long dflt, long *out, char *err);
 int util_json_num(const cJSON *obj, const char *ctx, const char *key, bool required,
@@ -91,7 +164,7 @@ int util_json_str(const cJSON *obj, const char *ctx, const char *key, bool requi
                   const char *dflt, char *out, size_t n, char *err);
 int util_json_bool(const cJSON *obj, const char *ctx, const char *key, bool required,
                    bool dflt, bool *out, char *err);
-/* Serialises with cJSON_Print and writes atomically. */
+/* Serialises with cJSON_Print and writes with util_write_output. */
 int util_json_write(const char *path, const cJSON *root, char *err);
 
 /* HTTP(S) through libcurl (util/http.c). Every request is bounded by the
@@ -117,6 +190,12 @@ int util_http_check_status(const char *url, const util_http_response *r, char *e
 bool util_http_host_is_loopback(const char *host);
 /* GET with the defaults, 2xx required; *out NUL-terminated, util_free it. */
 int util_http_get(const char *url, char **out, size_t *len, char *err);
+
+/* Progress of a long computation on stderr (util/progress.c): off unless
+ * enabled (the planning commands enable it on a terminal); a phase is named
+ * by its `what` string; done >= total ends it and erases the line. */
+void util_progress_enable(bool on);
+void util_progress(const char *what, double done, double total);
 
 /* mkdir -p (mode 0755); UTIL_EIO naming the component that failed. */
 int util_mkdir_p(const char *path, char *err);

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Smoke run of every fuzz target (tests/fuzz, built by `make fuzz-build` with
+# ASan + UBSan): the regression inputs of past findings, then a few seconds
+# of fuzzing from the seeds. `make fuzz` runs them for real.
+. "$(dirname "$0")/lib.sh"
+if [ -z "${FUZZ_BIN:-}" ] || ! ls "$FUZZ_BIN"/fuzz_* >/dev/null 2>&1; then
+    fail fuzz_smoke "no fuzz binaries (FUZZ_BIN='${FUZZ_BIN:-}'; make fuzz-build)"; exit 0
+fi
+export ASAN_OPTIONS=""
+bash "$(dirname "$0")/fuzz/run.sh" "${FUZZ_SMOKE_SECONDS:-6}" "$T/fuzz"
