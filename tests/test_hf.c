@@ -55,6 +55,32 @@ static double grad_error(ex_model *em, const float *ref, const char *skip, char 
     return e;
 }
 
+/* dhp's gradients (in em) against transformers' in checkpoint dir grads:
+ * the worst tensor's max |diff| / max |grad| (skip: a tensor left out). */
+static int compare_grads(ex_model *em, const model_t *m, const char *grads, const char *skip, char *worst, size_t n,
+                         double *gerr, char *err)
+{
+    int64_t total = ex_model_num_params(em);
+    float *mine = malloc((size_t)total * sizeof *mine), *ref = malloc((size_t)total * sizeof *ref);
+    for (size_t i = 0, at = 0; i < (size_t)ex_param_count(em); at += (size_t)param_numel(em, (int)i++)) {
+        ex_param p;
+        ex_param_get(em, (int)i, &p);
+        memcpy(mine + at, p.grad, (size_t)p.numel * sizeof *mine);
+    }
+    int rc = load_all(em, m, grads, true, err);
+    /* ref <- transformers', the gradients <- dhp's again */
+    for (size_t i = 0, at = 0; !rc && i < (size_t)ex_param_count(em); at += (size_t)param_numel(em, (int)i++)) {
+        ex_param p;
+        ex_param_get(em, (int)i, &p);
+        memcpy(ref + at, p.grad, (size_t)p.numel * sizeof *ref);
+        memcpy(p.grad, mine + at, (size_t)p.numel * sizeof *mine);
+    }
+    *gerr = rc ? 1 : grad_error(em, ref, skip, worst, n);
+    free(mine);
+    free(ref);
+    return rc;
+}
+
 static void oracle_case(const char *sub, const char *prefix)
 {
     const char *dir = getenv("DHP_HF_ORACLE_DIR");
@@ -86,32 +112,16 @@ static void oracle_case(const char *sub, const char *prefix)
     int rc = load_all(em, &m, path, false, err);
     float loss = 0;
     if (!rc) rc = ex_step_forward_backward(em, &batch, &loss, err);
-    /* transformers' gradients, into a flat copy in ex_param order */
-    int64_t total = ex_model_num_params(em);
-    float *mine = malloc((size_t)total * sizeof *mine), *ref = malloc((size_t)total * sizeof *ref);
-    for (size_t i = 0, at = 0; !rc && i < (size_t)ex_param_count(em); at += (size_t)param_numel(em, (int)i++)) {
-        ex_param p;
-        ex_param_get(em, (int)i, &p);
-        memcpy(mine + at, p.grad, (size_t)p.numel * sizeof *mine);
-    }
     snprintf(path, sizeof path, "%s/%sgrads", dir, prefix);
-    if (!rc) rc = load_all(em, &m, path, true, err);
-    /* ref <- transformers', the gradients <- dhp's again */
-    for (size_t i = 0, at = 0; !rc && i < (size_t)ex_param_count(em); at += (size_t)param_numel(em, (int)i++)) {
-        ex_param p;
-        ex_param_get(em, (int)i, &p);
-        memcpy(ref + at, p.grad, (size_t)p.numel * sizeof *ref);
-        memcpy(p.grad, mine + at, (size_t)p.numel * sizeof *mine);
-    }
     char worst[200] = "";
-    double gerr = rc ? 1 : grad_error(em, ref, NULL, worst, sizeof worst);
+    double gerr = 1;
+    if (!rc) rc = compare_grads(em, &m, path, NULL, worst, sizeof worst, &gerr, err);
     printf("hf_oracle %s: dhp loss %.9g, transformers %.9g (diff %.3g); gradients: worst %s, max |diff| / max |grad| %.3g\n",
            sub, (double)loss, ref_loss, fabs(loss - ref_loss), worst, gerr);
     const cJSON *raster = cJSON_GetObjectItemCaseSensitive(b, "loss_raster_order");
     if (raster)
         printf("hf_oracle %s: transformers with the image tokens in its raster order: loss %.9g (dhp's window order differs by %.3g)\n",
                sub, raster->valuedouble, fabs(loss - raster->valuedouble));
-    free(mine); free(ref);
     ex_model_free(em);
     cJSON_Delete(b);
     util_free(cfg); util_free(bj); util_free(pixels); util_free(tokens);
@@ -165,29 +175,15 @@ TEST_DRIVEN(hf_oracle_qwen2_audio_encoder)
         omax = fmax(omax, fabs((double)ref_out[i]));
     }
     if (!rc) rc = ex_audio_backward(em, &batch, dout, err);
-    int64_t total = ex_model_num_params(em);
-    float *mine = malloc((size_t)total * sizeof *mine), *ref = malloc((size_t)total * sizeof *ref);
-    for (size_t i = 0, at = 0; !rc && i < (size_t)ex_param_count(em); at += (size_t)param_numel(em, (int)i++)) {
-        ex_param p;
-        ex_param_get(em, (int)i, &p);
-        memcpy(mine + at, p.grad, (size_t)p.numel * sizeof *mine);
-    }
-    snprintf(path, sizeof path, "%s/audio_grads", dir);
-    if (!rc) rc = load_all(em, &m, path, true, err);
-    for (size_t i = 0, at = 0; !rc && i < (size_t)ex_param_count(em); at += (size_t)param_numel(em, (int)i++)) {
-        ex_param p;
-        ex_param_get(em, (int)i, &p);
-        memcpy(ref + at, p.grad, (size_t)p.numel * sizeof *ref);
-        memcpy(p.grad, mine + at, (size_t)p.numel * sizeof *mine);
-    }
     /* transformers freezes the learned positions: their gradient is not its to compare */
     const cJSON *fz = cJSON_GetObjectItemCaseSensitive(b, "frozen");
     bool positions_frozen = cJSON_GetArraySize(fz) == 1 && !strcmp(fz->child->valuestring, "audio_tower.embed_positions.weight");
+    snprintf(path, sizeof path, "%s/audio_grads", dir);
     char worst[200] = "";
-    double gerr = rc ? 1 : grad_error(em, ref, "audio.embed_positions.weight", worst, sizeof worst);
+    double gerr = 1;
+    if (!rc) rc = compare_grads(em, &m, path, "audio.embed_positions.weight", worst, sizeof worst, &gerr, err);
     printf("hf_oracle audio: output max |diff| / max |out| %.3g over %d rows; gradients: worst %s, max |diff| / max |grad| %.3g\n",
            oerr / omax, rows, worst, gerr);
-    free(mine); free(ref);
     ex_model_free(em);
     cJSON_Delete(b);
     util_free(cfg); util_free(bj); util_free(mel); util_free(dout); util_free(ref_out);
