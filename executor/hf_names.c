@@ -127,6 +127,10 @@ static int check_fit(const hf_arch *a, const model_t *m, char *err)
                                       mm->ffn_kind != MODEL_FFN_SWIGLU))
             return util_fail(err, UTIL_EINVAL, "model %s: module %s is not a Qwen2 text model (RMSNorm, SwiGLU, biases on q/k/v only), "
                              "which %s holds", m->name, mm->name, a->model_type);
+        if (a->id == EX_HF_QWEN2_5_VL && mm->kind == MODEL_VISION &&
+            (mm->norm != MODEL_NORM_RMSNORM || mm->ffn_kind != MODEL_FFN_SWIGLU || mm->cls_token || mm->max_positions))
+            return util_fail(err, UTIL_EINVAL, "model %s: module %s is not a Qwen2.5-VL vision tower (RMSNorm, SwiGLU, rotary "
+                             "positions), which %s holds", m->name, mm->name, a->model_type);
         if (a->id == EX_HF_QWEN2_5_VL && mm->kind == MODEL_VISION && mm->patch_bias)
             return util_fail(err, UTIL_EINVAL, "model %s: module %s has a patch embedding bias; %s's has none (patch_bias: false)",
                              m->name, mm->name, a->model_type);

@@ -78,3 +78,7 @@ expect_err hf_bad_empty_dir 'no model.safetensors.index.json and no model.safete
 expect_err hf_bad_with_resume '--init-from and --resume' "$DHP" run "$T/p1.json" --data "$T/data" --ckpt "$T/ck1" --resume --init-from "$O/cli"
 expect_err hf_export_bad_ckpt 'nope/vision.safetensors' "$DHP" export-weights "$T/nope" -o "$T/x" --plan "$T/p1.json"
 if [ -e "$T/x" ]; then fail hf_export_bad_ckpt_no_output "$T/x written"; else ok hf_export_bad_ckpt_no_output; fi
+expect_err hf_export_unsupported_model 'model tiny-vl: module vision has a patch embedding bias; qwen2_5_vl.s has none' \
+    "$DHP" export-weights "$T/ck" -o "$T/y" --model tiny-vl
+expect_err hf_export_unsupported_llm 'model llava-1.5-7b: module llm is not a Qwen2 text model' \
+    "$DHP" export-weights "$T/ck" -o "$T/y" --model llava-1.5-7b
