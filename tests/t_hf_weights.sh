@@ -80,5 +80,5 @@ expect_err hf_export_bad_ckpt 'nope/vision.safetensors' "$DHP" export-weights "$
 if [ -e "$T/x" ]; then fail hf_export_bad_ckpt_no_output "$T/x written"; else ok hf_export_bad_ckpt_no_output; fi
 expect_err hf_export_unsupported_model 'model tiny-vl: module vision has a patch embedding bias; qwen2_5_vl.s has none' \
     "$DHP" export-weights "$T/ck" -o "$T/y" --model tiny-vl
-expect_err hf_export_unsupported_llm 'model llava-1.5-7b: module llm is not a Qwen2 text model' \
+expect_err hf_export_unsupported_llava 'model llava-1.5-7b: module vision is not a Qwen2.5-VL vision tower' \
     "$DHP" export-weights "$T/ck" -o "$T/y" --model llava-1.5-7b
