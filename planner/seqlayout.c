@@ -4,6 +4,7 @@
  * the activation list (layout.c) and the cost model (cost.c) all ask here. */
 #include "planner/planner.h"
 
+#include <limits.h>
 #include <math.h>
 
 static bool divides(int a, int b) { return a > 0 && b % a == 0; }
@@ -99,6 +100,15 @@ static int most_held(plan_cp k, int S, int sp, int a, int b)
     return most;
 }
 
+/* samples x rows per sample, saturated at INT_MAX: the search prices
+ * micro-batches far larger than any rank holds (2^28 samples), whose rows
+ * no int counts; they come out as impossibly large, not as an overflow. */
+static int rows_times(int samples, int rows)
+{
+    int64_t n = (int64_t)samples * rows;
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
 /* Every sp rank sizes its slot as the busiest one needs it, so that the
  * ranks of a group hold the same memory whatever their share of encoder
  * rows, text and predictions. */
@@ -107,10 +117,10 @@ plan_act_rows plan_llm_act_rows(const model_module *mm, const plan_module *s, in
     plan_cp k = plan_cp_of(mm, s);
     int sp = s->sp > 1 ? s->sp : 1, R = S - T;
     plan_act_rows r = { 0 };
-    r.rows = samples * (S / sp);
-    r.merged_rows = samples * most_held(k, S, sp, 0, R);
-    r.pred_rows = samples * most_held(k, S, sp, R, R + T - 1);
-    r.emb_rows = s->tp > 1 ? samples * most_held(k, S, sp, R, S) : 0;
+    r.rows = rows_times(samples, S / sp);
+    r.merged_rows = rows_times(samples, most_held(k, S, sp, 0, R));
+    r.pred_rows = rows_times(samples, most_held(k, S, sp, R, R + T - 1));
+    r.emb_rows = s->tp > 1 ? rows_times(samples, most_held(k, S, sp, R, S)) : 0;
     return r;
 }
 
