@@ -16,6 +16,7 @@ int cmd_data(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
+int cmd_export_weights(int argc, char **argv);
 
 static const cli_command commands[] = {
     { "plan", cmd_plan, "find the fastest per-module plan that fits; compare with baselines" },
@@ -28,6 +29,7 @@ static const cli_command commands[] = {
     { "simulate", cmd_simulate, "simulate one step of a plan op by op: step time, idle, critical path, trace" },
     { "launch", cmd_launch, "run a plan where it says: mpirun with a rankfile, an sbatch script, or a Ray job" },
     { "export", cmd_export, "a plan's strategy as Megatron-LM arguments, DeepSpeed or torchtitan configs" },
+    { "export-weights", cmd_export_weights, "a run's checkpoint as Hugging Face safetensors + config.json" },
     { "profile", cmd_profile, "measure this host's CPU backend: write a GPU and a cluster JSON for the planner" },
     { NULL, NULL, NULL }
 };

@@ -130,8 +130,12 @@ static void sinusoids(float *tab, int t0, int n, int d)
 
 /* Positions of this rank's rows added to x0, one add per segment (the
  * learned table's rows, or sinusoids written into the dln scratch, free
- * during a forward); backward (dx0), the learned rows' gradient. */
-static void positions(const ex_backend *be, ex_module *md, const ex_batch *b, float *x0, const float *dx0)
+ * during a forward). The table is not trained: transformers' Whisper and
+ * Qwen2-Audio encoders hold it as a parameter but freeze it
+ * (embed_positions.requires_grad_(False) in WhisperEncoder and
+ * Qwen2AudioEncoder), so it gets no gradient (and no weight decay,
+ * planner/layout.c) and a checkpoint's table stays as loaded. */
+static void positions(const ex_backend *be, ex_module *md, const ex_batch *b, float *x0)
 {
     int d = md->d, Tm = b->mel_frames, F = Tm / 2, c0, c1;
     audio_clips(md, F, &c0, &c1);
@@ -139,9 +143,7 @@ static void positions(const ex_backend *be, ex_module *md, const ex_batch *b, fl
         plan_audio_seg s;
         if (!audio_seg_of(md, F, c, &s)) continue;
         size_t n = (size_t)s.n * d;
-        if (dx0) {
-            be->add_inplace(md->g.pos + (size_t)s.t0 * d, dx0 + (size_t)s.row * d, n);
-        } else if (md->w.pos) {
+        if (md->w.pos) {
             be->add_inplace(x0 + (size_t)s.row * d, md->w.pos + (size_t)s.t0 * d, n);
         } else {
             sinusoids(md->a.dln, s.t0, s.n, d);
@@ -160,16 +162,15 @@ static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b,
     conv2_cols(be, md, b, a->c1out, a->col, NULL, NULL);
     be->linear_forward(a->c2pre, a->col, md->w.conv2w, md->w.conv2b, N, d * k, d);
     be->gelu_forward(x0, a->c2pre, (size_t)N * d);
-    positions(be, md, b, x0, NULL);
+    positions(be, md, b, x0);
 }
 
-/* From dres = dL/d(x0): the positions', conv2's and conv1's weight gradients
- * (the mel frames need none). */
+/* From dres = dL/d(x0): conv2's and conv1's weight gradients (the mel
+ * frames need none, the frozen positions none either). */
 static void stem_backward(const ex_backend *be, ex_module *md, const ex_batch *b)
 {
     ex_acts *a = &md->a;
     int d = md->d, C = md->mm.in_channels, k = md->mm.patch, N = md->n_rows;
-    if (md->g.pos) positions(be, md, b, NULL, a->dres);
     be->zero(a->dln, (size_t)N * d);
     be->gelu_backward(a->dln, a->dres, a->c2pre, (size_t)N * d);
     conv2_cols(be, md, b, a->c1out, a->col, NULL, NULL);

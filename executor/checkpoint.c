@@ -62,6 +62,23 @@ static float bf16_to_f32(uint16_t h)
     return f;
 }
 
+/* IEEE binary16 -> binary32, exact (subnormals, infinities and NaNs included). */
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, u;
+    if (exp == 0x1F) u = sign | 0x7F800000u | (man << 13);
+    else if (exp) u = sign | ((exp + 112) << 23) | (man << 13);
+    else if (!man) u = sign;
+    else {   /* subnormal: man * 2^-24, normalised */
+        int e = -1;
+        do { man <<= 1; e++; } while (!(man & 0x400u));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3FFu) << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 /* Elements of a shape; a shape of a file is checked against the file's size
  * before anything else uses it, so the product fits (a zero dimension makes
  * it 0 whatever the others say). */
@@ -580,13 +597,13 @@ int ex_ckpt_read_f32(ex_ckpt *c, const ex_ckpt_entry *e, float *out, size_t nume
     if ((uint64_t)ex_ckpt_numel(e) != numel)
         return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': %lld elements, caller expects %zu",
                          c->path, e->name, (long long)ex_ckpt_numel(e), numel);
-    bool bf16 = !strcmp(e->dtype, "BF16");
-    if (!bf16 && strcmp(e->dtype, "F32"))
-        return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': dtype %s, expected F32 or BF16", c->path, e->name, e->dtype);
+    bool bf16 = !strcmp(e->dtype, "BF16"), f16 = !strcmp(e->dtype, "F16");
+    if (!bf16 && !f16 && strcmp(e->dtype, "F32"))
+        return util_fail(err, UTIL_EINVAL, "%s: tensor '%s': dtype %s, expected F32, BF16 or F16", c->path, e->name, e->dtype);
     if (fseeko(c->f, (off_t)(c->data_start + e->begin), SEEK_SET) != 0)
         return util_fail(err, UTIL_EIO, "%s: tensor '%s': seek failed: %s", c->path, e->name, strerror(errno));
     uint32_t crc = 0;
-    if (!bf16) {
+    if (!bf16 && !f16) {
         if (fread(out, sizeof(float), numel, c->f) != numel)
             return util_fail(err, UTIL_EIO, "%s: tensor '%s': short read", c->path, e->name);
         if (e->has_crc) crc = util_crc32(0, out, numel * sizeof(float));
@@ -597,7 +614,7 @@ int ex_ckpt_read_f32(ex_ckpt *c, const ex_ckpt_entry *e, float *out, size_t nume
             if (fread(buf, sizeof(uint16_t), k, c->f) != k)
                 return util_fail(err, UTIL_EIO, "%s: tensor '%s': short read", c->path, e->name);
             if (e->has_crc) crc = util_crc32(crc, buf, k * sizeof(uint16_t));
-            for (size_t j = 0; j < k; j++) out[i + j] = bf16_to_f32(buf[j]);
+            for (size_t j = 0; j < k; j++) out[i + j] = bf16 ? bf16_to_f32(buf[j]) : f16_to_f32(buf[j]);
         }
     }
     if (e->has_crc && crc != e->crc)

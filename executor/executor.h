@@ -580,7 +580,7 @@ const ex_ckpt_entry *ex_ckpt_find(const ex_ckpt *c, const char *name);
 const char *ex_ckpt_meta(const ex_ckpt *c, const char *key);
 int ex_ckpt_meta_count(const ex_ckpt *c);
 void ex_ckpt_meta_at(const ex_ckpt *c, int i, const char **key, const char **value);
-/* Reads entry e (F32 or BF16 on disk) as floats into out[numel]; a tensor
+/* Reads entry e (F32, BF16 or F16 on disk) as floats into out[numel]; a tensor
  * with a checksum is verified (a mismatch names the file and the tensor). */
 int ex_ckpt_read_f32(ex_ckpt *c, const ex_ckpt_entry *e, float *out, size_t numel, char *err);
 /* Every tensor and the metadata carry checksums (files dhp writes do). */
@@ -588,6 +588,35 @@ bool ex_ckpt_checksummed(const ex_ckpt *c);
 /* Reads every checksummed F32 / BF16 tensor once; *verified counts them. */
 int ex_ckpt_verify(ex_ckpt *c, int *verified, char *err);
 int64_t ex_ckpt_numel(const ex_ckpt_entry *e);
+
+/* ---- Hugging Face checkpoints (executor/hf_names.c, hf_weights.c, hf_export.c) ----
+ * The safetensors layout transformers' save_pretrained writes: model.safetensors,
+ * or shards listed in model.safetensors.index.json ("weight_map": name -> file),
+ * beside config.json. */
+typedef enum { EX_HF_QWEN2_5_VL = 0, EX_HF_QWEN2_AUDIO } ex_hf_arch;
+typedef struct {
+    char name[160];                    /* the Hugging Face tensor name */
+    int ndim;
+    int64_t shape[EX_CKPT_MAX_DIMS];   /* the whole Hugging Face tensor's shape */
+    int64_t row0;                      /* first row of the dhp tensor in it (q, k or v of a fused qkv) */
+} ex_hf_ref;
+/* Which Hugging Face architecture holds model m (one encoder feeding the LLM), or an error. */
+int ex_hf_arch_of(const model_t *m, ex_hf_arch *out, const char **model_type, const char **architecture, char *err);
+/* Where dhp tensor t (plan_module_tensors of module mm, whole: tp 1) lives in a Hugging Face checkpoint. */
+int ex_hf_ref_of(const model_t *m, const model_module *mm, const plan_tensor *t, ex_hf_ref *out, char *err);
+
+typedef struct ex_hf ex_hf;
+/* Opens the checkpoint in dir and checks it holds model m: config.json (when
+ * present) describes m's shapes, every tensor of m is there with its shape
+ * and an F32, BF16 or F16 dtype, and there is no other tensor. */
+int ex_hf_open(const char *dir, const model_t *m, ex_hf **out, char *err);
+/* The whole tensor `name` (plan_module_tensors' name) of module k as floats. */
+int ex_hf_read(ex_hf *h, int k, const char *name, float *out, size_t numel, char *err);
+void ex_hf_close(ex_hf *h);
+/* Writes dhp checkpoint ckpt (a `dhp run --ckpt` directory: its latest step,
+ * or one step-N directory) of model m as out_dir/model.safetensors and
+ * out_dir/config.json in the Hugging Face layout; creates out_dir. */
+int ex_hf_export(const char *ckpt, const model_t *m, const char *out_dir, char *err);
 
 /* ---- dhp run: the training driver (executor/run.c) ----
  * Every rank of `mpirun -np N dhp run` calls ex_run with the same options.
@@ -605,6 +634,7 @@ typedef struct {
     const char *ckpt_dir;      /* NULL: no checkpoints */
     int ckpt_every;            /* steps between checkpoints; 0: only at the end */
     bool resume;               /* continue from ckpt_dir's latest checkpoint */
+    const char *init_from;     /* a Hugging Face checkpoint directory to start from (ex_hf_open), NULL: seed init */
     bool log_json;             /* one JSON object per step on stdout instead of text */
     bool progress;             /* progress bar with ETA on stderr (rank 0, a terminal) */
     int log_every;             /* text log line every N steps (default 1) */

@@ -39,15 +39,84 @@ static int row0(const ex_module *md, const ex_model *em, const ex_batch *b, int 
     return s * plan_cp_rows(&sp0);
 }
 
+/* The rotary base: the model's rope_theta (transformers' config), else 10000. */
+static double rope_theta(const ex_module *md) { return md->mm.rope_theta > 0 ? md->mm.rope_theta : EX_ROPE_THETA; }
+
+/* Multimodal RoPE (Qwen2-VL / 2.5-VL, transformers' get_rope_index and
+ * apply_multimodal_rotary_pos_emb): position p of sample s has a (t, h, w)
+ * triple. Its images come first: image i's merged token at merged-grid
+ * (row, col) is (st, st + row, st + col) with st the image's start, and
+ * the next image or the text starts at st + max(grid rows, grid cols) (a
+ * still image's temporal grid is 1); text token j is (st + j) x 3. Rotary
+ * pair i takes its angle from t, h or w by mrope_section (t pairs first). */
+static void mrope_position(const ex_model *em, const ex_batch *b, int s, int p, const int *mrow, const int *mcol, int pos[3])
+{
+    int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, mpi = em->merged_per_image, adv = 0;
+    if (nimg > 0) {
+        const model_module *v = &em->m.mod[em->vis_index];
+        int gh = b->grid_h / v->merge, gw = b->grid_w / v->merge;
+        adv = gh > gw ? gh : gw;
+    }
+    if (p < nimg * mpi) {
+        int st = (p / mpi) * adv, j = p % mpi;
+        pos[0] = st;
+        pos[1] = st + mrow[j];
+        pos[2] = st + mcol[j];
+        return;
+    }
+    pos[0] = pos[1] = pos[2] = nimg * adv + p - nimg * mpi;
+}
+
+/* Every local row's table, sample by sample (samples with other image
+ * counts have other positions). mrow / mcol: each merged token's place in
+ * the merged grid, in the vision encoder's output order (ex_patch_positions
+ * of the group's first patch). */
+static int mrope_tables(ex_model *em, ex_module *md, const ex_batch *b, const double *inv, char *err)
+{
+    int half = md->hd / 2, mpi = em->merged_per_image, *mrow = NULL, *mcol = NULL;
+    const int *sec = md->mm.mrope_section;
+    if (b->n_images > 0) {
+        const model_module *v = &em->m.mod[em->vis_index];
+        int P = b->patches, g = v->merge * v->merge;
+        int *rows = util_malloc((size_t)(2 * P + 2 * mpi) * sizeof *rows);
+        if (!rows) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
+        int rc = ex_patch_positions(v, b->grid_h, b->grid_w, rows, rows + P, err);
+        if (rc) { util_free(rows); return rc; }
+        mrow = rows + 2 * P;
+        mcol = mrow + mpi;
+        for (int j = 0; j < mpi; j++) {
+            mrow[j] = rows[j * g] / v->merge;
+            mcol[j] = rows[P + j * g] / v->merge;
+        }
+    }
+    for (int s = 0; s < md->n_seq; s++) {
+        plan_cp_span span = sample_span(em, md, b, s);
+        int n = plan_cp_rows(&span);
+        float *c = md->a.cos + (size_t)row0(md, em, b, s) * half, *sn = md->a.sin + (size_t)row0(md, em, b, s) * half;
+        for (int t = 0; t < n; t++) {
+            int pos[3];
+            mrope_position(em, b, s, plan_cp_position(&span, t), mrow, mcol, pos);
+            for (int i = 0; i < half; i++) {
+                double ang = pos[i < sec[0] ? 0 : i < sec[0] + sec[1] ? 1 : 2] * inv[i];
+                c[(size_t)t * half + i] = (float)cos(ang);
+                sn[(size_t)t * half + i] = (float)sin(ang);
+            }
+        }
+    }
+    util_free(mrow ? mrow - 2 * b->patches : NULL);
+    return UTIL_OK;
+}
+
 /* 1-D RoPE at each local row's position within its sample: pair i rotates by
  * p * theta^(-2i/hd). The sample with the most local rows gets the table;
  * every other one's positions are a prefix of its (all samples share one
- * span under context parallelism). */
-static void llm_rope_tables(ex_model *em, ex_module *md, const ex_batch *b)
+ * span under context parallelism). With mrope_section, mrope_tables. */
+static int llm_rope_tables(ex_model *em, ex_module *md, const ex_batch *b, char *err)
 {
     int half = md->hd / 2, longest = 0;
     double inv[EX_MAX_HEAD_DIM / 2];
-    for (int i = 0; i < half; i++) inv[i] = pow(EX_ROPE_THETA, -2.0 * i / (double)md->hd);
+    for (int i = 0; i < half; i++) inv[i] = pow(rope_theta(md), -2.0 * i / (double)md->hd);
+    if (md->mm.n_mrope) return mrope_tables(em, md, b, inv, err);
     plan_cp_span span[2];
     for (int s = 1; s < md->n_seq; s++) {
         span[0] = sample_span(em, md, b, s);
@@ -72,6 +141,7 @@ static void llm_rope_tables(ex_model *em, ex_module *md, const ex_batch *b)
         memcpy(md->a.cos + at, c0, n * sizeof *c0);
         memcpy(md->a.sin + at, s0, n * sizeof *s0);
     }
+    return UTIL_OK;
 }
 
 /* The predictions this rank holds: position R + t of sample s (its text
@@ -353,7 +423,8 @@ int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stag
     } else {
         be->copy(md->a.blk[md->stage.first].x, io->in, (size_t)ex_norm_rows(md) * md->d);
     }
-    llm_rope_tables(em, md, b);
+    rc = llm_rope_tables(em, md, b, err);
+    if (rc) return rc;
     ex_blocks_forward(be, md, md->cu, md->cu, true);
     io->loss = 0;
     io->out = md->a.x_final;

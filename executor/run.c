@@ -508,6 +508,8 @@ int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err)
     if (!rc) rc = ex_data_open(o->data_dir, &ds, err);
     if (!rc) rc = check_data(r, ex_data_info(ds), err);
     if (!rc && o->resume && !o->ckpt_dir) rc = util_fail(err, UTIL_EINVAL, "run: --resume needs --ckpt DIR");
+    if (!rc && o->resume && o->init_from)
+        rc = util_fail(err, UTIL_EINVAL, "run: --init-from and --resume: a resumed run continues its checkpoint's weights");
     if (!rc) rc = run_paths_prepare(r, err);
     /* set-up checks are identical on every rank, so communicators are built only when all passed */
     if (!rc) rc = build_comms(r, err);
@@ -516,6 +518,7 @@ int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err)
      * frees the moments the model first allocates whole) */
     util_mem_reset_peaks();
     if (!rc && o->resume) rc = agree(r, run_ckpt_load(r, err), err);
+    if (!rc && o->init_from) rc = agree(r, run_init_from(r, err), err);
     if (!rc) rc = train(r, ds, err);
     ex_model_free(r->em);
     ex_data_close(ds);

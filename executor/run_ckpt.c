@@ -33,8 +33,7 @@ static int gather_whole(run_module *m, const ex_param *t, const float *local, fl
     return UTIL_OK;
 }
 
-/* This rank's slice of a whole tensor. */
-static void take_shard(const ex_param *t, const float *whole, float *local)
+void run_ckpt_take_shard(const ex_param *t, const float *whole, float *local)
 {
     if (!t->sharded) { memcpy(local, whole, (size_t)t->numel * sizeof(float)); return; }
     int64_t rows = t->shape[0], cols = t->ndim > 1 ? t->shape[1] : 1, fc = t->ndim > 1 ? t->full_shape[1] : 1;
@@ -286,7 +285,7 @@ static int load_tensor(ex_ckpt *c, const char *path, const char *name, const ex_
     if (e->ndim != t->ndim || e->shape[0] != t->full_shape[0] || (t->ndim > 1 && e->shape[1] != t->full_shape[1]))
         return util_fail(err, UTIL_EINVAL, "checkpoint: %s: tensor %s has another shape than the model's", path, name);
     int rc = ex_ckpt_read_f32(c, e, whole, (size_t)full, err);
-    if (!rc) take_shard(t, whole, local);
+    if (!rc) run_ckpt_take_shard(t, whole, local);
     return rc;
 }
 

@@ -144,6 +144,10 @@ typedef struct {
 int run_ckpt_save(run_ctx *r, char *err);
 /* Loads DIR/latest into every rank's shards; sets r->step. */
 int run_ckpt_load(run_ctx *r, char *err);
+/* This rank's tp slice of tensor t out of the whole tensor. */
+void run_ckpt_take_shard(const ex_param *t, const float *whole, float *local);
+/* --init-from (run_init.c): the Hugging Face checkpoint in r->o->init_from into every rank's shards. */
+int run_init_from(run_ctx *r, char *err);
 /* DIR/step-NNNNNNNN of a step into out. */
 int run_ckpt_step_dir(const run_ctx *r, long long step, char *out, size_t n);
 

@@ -73,6 +73,13 @@ static int import_llm(const hf_section *s, llm_family fam, const cJSON *root, mo
     hf_sec(&top, root, s->obj, "", "");
     util_strlcpy(top.ctx, s->ctx, sizeof top.ctx);
     if (hf_bool(&top, "tie_word_embeddings", d->tied, &mm->tied_embeddings, err)) return UTIL_EINVAL;
+    /* rope_theta: a float in the configs (1000000.0); every config class defaults it to 10000.0 */
+    const cJSON *theta = hf_lookup(s, "rope_theta");
+    mm->rope_theta = 10000;
+    if (theta && (!cJSON_IsNumber(theta) || !(theta->valuedouble >= 1 && theta->valuedouble <= INT_MAX) ||
+                  theta->valuedouble != (double)(int)theta->valuedouble))
+        return util_fail(err, UTIL_EINVAL, "%s.rope_theta: must be a whole number in [1, %d]", s->ctx, INT_MAX);
+    if (theta) mm->rope_theta = (int)theta->valuedouble;
     bool b = false;
     switch (fam) {
     case FAM_LLAMA:
@@ -310,6 +317,12 @@ static int import_qwen_vl(const cJSON *root, const char *what, bool v25, model_t
     if (hf_import_qwen_vision(root, what, v25, &m->mod[0], err)) return UTIL_EINVAL;
     int rc = hf_import_text_config(root, "text_config", "qwen2", true, what, &m->mod[1], err);
     if (rc) return rc;
+    /* rope_scaling {"type": "mrope", "mrope_section": [t, h, w]} (top level, or the text config's) */
+    hf_section rs;
+    const cJSON *tc = hf_sub(root, "text_config");
+    hf_sec(&rs, hf_sub(root, "rope_scaling") ? hf_sub(root, "rope_scaling") : tc ? hf_sub(tc, "rope_scaling") : NULL, NULL,
+           what, "rope_scaling");
+    if (rs.obj && hf_list(&rs, "mrope_section", m->mod[1].mrope_section, &m->mod[1].n_mrope, err)) return UTIL_EINVAL;
     int out = m->mod[0].out_hidden;
     hf_connect(m, &m->mod[0], -1);
     if (out != m->mod[1].hidden)

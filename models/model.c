@@ -49,7 +49,7 @@ static const field_desc fields[] = {
     FB(proj_norm, G_ENCODER), FD(proj_norm_width, F_INT, G_ENCODER),
     FD(proj_norm_kind, F_NORM, G_ENCODER), FD(proj_in, F_INT, G_ENCODER), FI(proj_hidden, G_ENCODER),
     FI(out_hidden, G_ENCODER), FB(proj_bias, G_ENCODER),
-    FI(vocab, G_LLM), FI(vocab_extra, G_LLM), FB(tied_embeddings, G_LLM),
+    FI(vocab, G_LLM), FI(vocab_extra, G_LLM), FB(tied_embeddings, G_LLM), FI(rope_theta, G_LLM),
 };
 #define N_FIELDS ((int)(sizeof fields / sizeof fields[0]))
 
@@ -121,7 +121,10 @@ static bool known_key(const char *key, model_kind kind, bool *wrong_kind)
         if (strcmp(key, special_all[i]) == 0) return true;
     for (size_t i = 0; i < sizeof special_enc / sizeof *special_enc; i++)
         if (strcmp(key, special_enc[i]) == 0) { *wrong_kind = kind == MODEL_LLM; return !*wrong_kind; }
-    if (strcmp(key, "cross_layers") == 0) { *wrong_kind = kind != MODEL_LLM; return !*wrong_kind; }
+    if (strcmp(key, "cross_layers") == 0 || strcmp(key, "mrope_section") == 0) {
+        *wrong_kind = kind != MODEL_LLM;
+        return !*wrong_kind;
+    }
     for (int i = 0; i < N_FIELDS; i++)
         if (strcmp(key, fields[i].key) == 0) {
             *wrong_kind = !group_applies(fields[i].group, kind);
@@ -157,6 +160,7 @@ static void set_kind_defaults(model_module *mm, model_kind kind)
     mm->pool = 1;
     mm->proj_bias = true;
     mm->feeds = -1;
+    mm->rope_theta = kind == MODEL_LLM ? 10000 : 0;
 }
 
 static bool is_required(const field_desc *f, model_kind kind)
@@ -241,6 +245,7 @@ static int parse_module(const cJSON *obj, const char *ctx, model_module *mm, cha
     if (derive_defaults(mm, obj, ctx, err)) return UTIL_EINVAL;
     if (mm->kind == MODEL_LLM) {
         feeds[0] = '\0';
+        if (parse_int_list(obj, ctx, "mrope_section", mm->mrope_section, &mm->n_mrope, err)) return UTIL_EINVAL;
         return parse_int_list(obj, ctx, "cross_layers", mm->cross_layers, &mm->n_cross_layers, err);
     }
     if (util_json_str(obj, ctx, "feeds", true, NULL, feeds, feeds_n, err)) return UTIL_EINVAL;
@@ -458,6 +463,12 @@ static int validate_llm(const model_module *mm, const char *what, int i, char *e
         return UTIL_EINVAL;
     if (mm->n_cross_layers >= mm->layers)
         return BAD("%s: modules[%d].cross_layers: every layer is cross-attention, none self-attention", what, i);
+    if (check_positive(what, i, "rope_theta", mm->rope_theta, err)) return UTIL_EINVAL;
+    int pairs = 0;
+    for (int j = 0; j < mm->n_mrope; j++) pairs += mm->mrope_section[j] >= 0 ? mm->mrope_section[j] : -(1 << 20);
+    if (mm->n_mrope && (mm->n_mrope != 3 || pairs != mm->head_dim / 2))
+        return BAD("%s: modules[%d].mrope_section: must be 3 non-negative counts (t, h, w) summing to head_dim / 2 = %d",
+                   what, i, mm->head_dim / 2);
     return UTIL_OK;
 }
 
@@ -514,6 +525,7 @@ static cJSON *module_to_json(const model_t *m, const model_module *mm)
     }
     if (mm->kind == MODEL_LLM) {
         add_int_list(o, "cross_layers", mm->cross_layers, mm->n_cross_layers);
+        if (mm->n_mrope) add_int_list(o, "mrope_section", mm->mrope_section, mm->n_mrope);
     } else {
         add_int_list(o, "full_layers", mm->full_layers, mm->n_full_layers);
         if (mm->feeds >= 0 && mm->feeds < m->n_modules) cJSON_AddStringToObject(o, "feeds", m->mod[mm->feeds].name);

@@ -74,6 +74,9 @@ typedef struct {
     /* decoder LLM */
     int vocab;
     bool tied_embeddings;
+    int rope_theta;              /* rotary base (transformers' rope_theta: 10000 default, Qwen2.5-VL 1000000) */
+    int n_mrope;                 /* 3: multimodal RoPE (Qwen2-VL / 2.5-VL), rotary frequency pairs split */
+    int mrope_section[MODEL_MAX_LIST];  /* t, h, w pairs (sum head_dim / 2; Qwen2.5-VL [16, 24, 24]); 0: 1-D RoPE */
     int n_cross_layers;          /* layers that are gated cross-attention blocks (Llama-3.2-Vision) */
     int cross_layers[MODEL_MAX_LIST];
 

@@ -39,6 +39,7 @@ void plan_audio_stem_work(const model_module *mm, int samples, int F, int sp, do
 {
     int N = samples * F, parts = sp > 1 ? sp : 1, rows = N / parts;
     *conv1_rows = *segments = 0;
+    if (F <= 0) return;   /* a workload without audio (audio_frames 0): no clip, no stem work */
     for (int r = 0; r < parts; r++) {
         int c0, c1, n = 0;
         double r1 = 0;

@@ -349,8 +349,8 @@ static void price_encoder_stem(pricer *p, const model_module *mm, const plan_mod
     price_linear(&stem, t, h, pix);
     p->fwd = stem.fwd;
     p->bwd = stem.bwd;
-    ew_fwd(p, COST_EW_BIAS, t * h);
-    ew_bias_grad(p, true, t * h);
+    if (mm->patch_bias) ew_fwd(p, COST_EW_BIAS, t * h);
+    ew_bias_grad(p, mm->patch_bias, t * h);
 }
 
 static void price_encoder_head(pricer *p, const model_module *mm, const plan_module *s, double t)

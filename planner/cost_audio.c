@@ -9,8 +9,8 @@
  * stride 2) as im2col (one call per segment) + GEMM, each with its bias and
  * GELU, the positions added per segment; backward conv2's and conv1's
  * weight gradients and conv2's input gradient (col2im per segment), the
- * im2col rebuilt (the mel frames need no gradient), the learned positions'
- * gradient per segment. im2col and col2im are gathers priced as copies of
+ * im2col rebuilt (the mel frames need no gradient; the learned positions
+ * are frozen, executor/audio.c). im2col and col2im are gathers priced as copies of
  * their nominal bytes: im2col reads and writes its rows x C k, col2im reads
  * the columns and updates the frames. */
 static void price_stem(plan_pricer *p, const model_module *mm, double t, double R1, double segments)
@@ -25,7 +25,6 @@ static void price_stem(plan_pricer *p, const model_module *mm, double t, double 
     plan_price_ew(p, PLAN_PASS_FWD, COST_EW_BIAS, 1, t * h);
     plan_price_ew(p, PLAN_PASS_FWD, COST_EW_GELU, 1, t * h);
     plan_price_ew(p, PLAN_PASS_FWD, COST_EW_ADD, segments, t * h);                   /* positions */
-    if (mm->max_positions > 0) plan_price_ew(p, PLAN_PASS_WGRAD, COST_EW_ADD, segments, t * h);
     plan_price_ew(p, PLAN_PASS_BWD, COST_EW_ZERO, 1, t * h);
     plan_price_ew(p, PLAN_PASS_BWD, COST_EW_GELU_BWD, 1, t * h);
     plan_price_ew(p, PLAN_PASS_BWD, COST_EW_COPY, segments, t * h * k);              /* conv2 im2col again */

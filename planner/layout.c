@@ -137,7 +137,10 @@ static void audio_tensors(tensor_list *l, const model_module *mm, const plan_sta
         if (mm->patch_bias) add(l, "conv1.bias", PLAN_TW_CONV1_B, 1, d, 1, 0, 0);
         add(l, "conv2.weight", PLAN_TW_CONV2_W, 2, d, (int64_t)d * k, INIT_STD, 0);
         if (mm->patch_bias) add(l, "conv2.bias", PLAN_TW_CONV2_B, 1, d, 1, 0, 0);
-        if (mm->max_positions > 0) add(l, "embed_positions.weight", PLAN_TW_POS, 2, mm->max_positions, d, INIT_STD, 0);
+        /* frozen, as transformers holds it (executor/audio.c): no weight decay */
+        plan_tensor *pos = mm->max_positions > 0 ? add(l, "embed_positions.weight", PLAN_TW_POS, 2, mm->max_positions, d,
+                                                        INIT_STD, 0) : NULL;
+        if (pos) pos->decay = false;
     }
     blocks(l, mm, st);
     if (!st->head) return;
@@ -178,7 +181,7 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
     int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
     if (st->stem) {
         add(&l, "patch_embed.weight", PLAN_TW_PATCH_W, 2, d, cpp, INIT_STD, 0);
-        add(&l, "patch_embed.bias", PLAN_TW_PATCH_B, 1, d, 1, 0, 0);
+        if (mm->patch_bias) add(&l, "patch_embed.bias", PLAN_TW_PATCH_B, 1, d, 1, 0, 0);
     }
     blocks(&l, mm, st);
     if (!st->head) return l.n;

@@ -100,6 +100,15 @@ static int most_held(plan_cp k, int S, int sp, int a, int b)
     return most;
 }
 
+/* samples x rows per sample, saturated at INT_MAX: the search prices
+ * micro-batches far larger than any rank holds (2^28 samples), whose rows
+ * no int counts; they come out as impossibly large, not as an overflow. */
+static int rows_times(int samples, int rows)
+{
+    int64_t n = (int64_t)samples * rows;
+    return n > INT_MAX ? INT_MAX : (int)n;
+}
+
 /* Every sp rank sizes its slot as the busiest one needs it, so that the
  * ranks of a group hold the same memory whatever their share of encoder
  * rows, text and predictions. */

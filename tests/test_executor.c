@@ -74,7 +74,7 @@ static void tiny_vl(model_t *m, bool window)
     v->hidden = 32; v->heads = 4; v->kv_heads = 4; v->head_dim = 8; v->ffn = 64;
     v->ffn_kind = MODEL_FFN_SWIGLU; v->norm = MODEL_NORM_RMSNORM;
     v->qkv_bias = v->k_bias = v->out_bias = v->mlp_bias = true;
-    v->in_channels = 3; v->patch = 4; v->temporal_patch = 1; v->merge = 2; v->pool = 1;
+    v->in_channels = 3; v->patch = 4; v->patch_bias = true; v->temporal_patch = 1; v->merge = 2; v->pool = 1;
     v->window = window ? 16 : 0;
     if (window) { v->n_full_layers = 2; v->full_layers[0] = 1; v->full_layers[1] = 3; }
     v->proj_norm = true; v->proj_in = 128; v->proj_hidden = 128; v->out_hidden = 64;

@@ -97,8 +97,11 @@ TEST(models_tiny_vl_is_the_executor_contract)
     CHECK_EQ_INT(model_blocks_params(l), 2 * 37120);
     CHECK_EQ_INT(model_embed_params(l), 272 * 64);
     CHECK_EQ_INT(model_head_params(l), 64 + 272 * 64);
-    /* patch 3*4*4 -> 32 no bias; head: ln_q 32 + Linear(128,128) + Linear(128,64) */
-    CHECK_EQ_INT(model_embed_params(v), 48 * 32);
+    /* patch 3*4*4 -> 32 with its bias (patch_bias: the executor's layout follows it; Qwen2.5-VL's
+     * Conv3d has none, tiny-vl keeps the one dhp's executor always gave it); head: ln_q 32 +
+     * Linear(128,128) + Linear(128,64) */
+    CHECK(v->patch_bias);
+    CHECK_EQ_INT(model_embed_params(v), 48 * 32 + 32);
     CHECK_EQ_INT(model_head_params(v), 32 + 128 * 128 + 128 + 128 * 64 + 64);
     CHECK_EQ_INT(model_largest_layer_params(l), 37120);
     for (int i = 0; i < 2; i++) CHECK(model_layer_is_full_attention(v, i));

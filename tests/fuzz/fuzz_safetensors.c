@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const ex_ckpt_entry *e = ex_ckpt_entry_at(c, i);
         if (ex_ckpt_find(c, e->name) != e) abort();
         int64_t n = ex_ckpt_numel(e);
-        if (strcmp(e->dtype, "F32") && strcmp(e->dtype, "BF16")) continue;
+        if (strcmp(e->dtype, "F32") && strcmp(e->dtype, "BF16") && strcmp(e->dtype, "F16")) continue;
         float *buf = util_malloc((size_t)(n ? n : 1) * sizeof(float));
         if (!buf) abort();
         (void)ex_ckpt_read_f32(c, e, buf, (size_t)n, err);

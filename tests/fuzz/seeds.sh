@@ -12,12 +12,15 @@ OUT=$1
 export ASAN_OPTIONS=detect_leaks=0
 work=$(mktemp -d "${TMPDIR:-/tmp}/dhp-seeds.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-for t in model cluster plan strategy hf_config safetensors data; do mkdir -p "$OUT/fuzz_$t"; done
+for t in model cluster plan strategy hf_config hf_index safetensors data; do mkdir -p "$OUT/fuzz_$t"; done
 
 cp models/zoo/*.json "$OUT/fuzz_model/"
 cp costdb/clusters/*.json "$OUT/fuzz_cluster/"
 for g in costdb/gpus/*.json; do cp "$g" "$OUT/fuzz_cluster/gpu-$(basename "$g")"; done
 cp tests/data/hf/*.json "$OUT/fuzz_hf_config/"
+# a weights index as transformers' save_pretrained writes it, naming fuzz_hf_index's one shard
+printf '{"metadata": {"total_size": 48}, "weight_map": {"model.norm.weight": "model-00001-of-00001.safetensors", "visual.blocks.0.norm1.weight": "model-00001-of-00001.safetensors", "lm_head.weight": "model-00002-of-00002.safetensors"}}\n' \
+    >"$OUT/fuzz_hf_index/index.json"
 
 # strategy strings: a selector byte (model, placement, GPUs, chunks, batch, cluster) then the string
 i=0

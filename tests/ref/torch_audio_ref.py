@@ -12,7 +12,7 @@ Qwen2-Audio / Qwen2.5-Omni run it (transformers
 models/qwen2_audio/modeling_qwen2_audio.py Qwen2AudioEncoder,
 models/qwen2_5_omni/modeling_qwen2_5_omni.py Qwen2_5OmniAudioEncoder):
 per clip, gelu(conv1), gelu(conv2 stride 2), + positions (the learned table's
-first rows, or Whisper's sinusoids), pre-norm blocks (LayerNorm, attention
+first rows, frozen as Qwen2AudioEncoder freezes embed_positions, or Whisper's sinusoids), pre-norm blocks (LayerNorm, attention
 over the clip with q, v biases and none on k, GELU MLP), AvgPool1d(pool),
 the final LayerNorm and the projector. The loss is sum(out * dout), so its
 gradient with respect to the output is dout. Writes the files torch_ref.py
@@ -75,8 +75,8 @@ def encoder(P, m, b, mel):
     for c in range(b["n_audio"]):
         x = F.gelu(conv(mel[c], P, "audio.conv1", C, k, 1))
         x = F.gelu(conv(x, P, "audio.conv2", x.shape[1], k, 2))
-        pos = P.get("audio.embed_positions.weight")
-        x = x + (pos[:x.shape[0]] if pos is not None else sinusoids(x.shape[0], x.shape[1]))
+        pos = P.get("audio.embed_positions.weight")   # frozen, as transformers holds it: no gradient
+        x = x + (pos.detach()[:x.shape[0]] if pos is not None else sinusoids(x.shape[0], x.shape[1]))
         for l in range(m["layers"]):
             x = block(P, f"audio.blocks.{l}.", x, m)
         x = F.avg_pool1d(x.T[None], m["pool"], m["pool"])[0].T

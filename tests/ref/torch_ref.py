@@ -189,7 +189,8 @@ def write_reference(d, names, P0, o, loss_of):
     loss.backward()
     with open(f"{d}/ref_loss.txt", "w") as f:
         f.write(f"{loss.item():.17g}\n")
-    write_f64(f"{d}/ref_grads.bin", [P[n].grad for n, _ in names])
+    # a tensor the model does not train (no grad) has a zero gradient, as dhp reports it
+    write_f64(f"{d}/ref_grads.bin", [P[n].grad if P[n].grad is not None else torch.zeros_like(P[n]) for n, _ in names])
 
     P = {k: v.clone().requires_grad_(True) for k, v in P0.items()}
     decay = [P[n] for n, s in names if len(s) >= 2]

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Correctness oracle that dhp did not write (tests/t_hf_oracle.sh).
+
+Usage: hf_oracle.py DIR
+
+Builds a tiny Qwen2.5-VL with Hugging Face transformers' own modeling code
+(Qwen2_5_VLForConditionalGeneration, transformers 4.49.0, eager attention,
+fp32), random weights from a fixed seed (every tensor perturbed, so norms
+and biases are not their initial 1 and 0), and writes:
+  DIR/model/           save_pretrained: config.json + model.safetensors
+  DIR/sharded/         the same weights, save_pretrained in several shards
+                       with model.safetensors.index.json
+  DIR/cli/             a model of the same shapes with temporal_patch_size 1 and
+                       an 8 x 8-patch window (what `dhp data synth --window 64`
+                       stores), saved in shards, for `dhp run --init-from`
+  DIR/grads/model.safetensors   d loss / d every parameter (Hugging Face names)
+  DIR/audio/, DIR/audio_*       a tiny Qwen2-Audio (Qwen2AudioForConditionalGeneration):
+                       its audio tower + projector's output on 3 clips of 16
+                       log-mel frames (audio_out.bin), and the gradients of
+                       sum(output * audio_dout.bin) (dhp's executor does not
+                       feed audio rows to the LLM yet, so the encoder alone)
+  DIR/window/, DIR/window_*     a model with window attention (4 windows of 2 x 2
+                       merged tokens an image, layer 1 full) and its batch: see
+                       main() for what its reference is
+  DIR/batch.json       the batch's geometry, and transformers' loss
+  DIR/pixels.bin       pixel_values (fp32, [patches, C * Tp * P * P], merge-block order)
+  DIR/tokens.bin       the text tokens (int32, [batch, text_tokens])
+
+The batch is dhp's layout (executor.h, ex_batch): each sample is its image's
+merged tokens, then its text. transformers' input is the same sequence with
+image_token_id at the image's places; its M-RoPE positions come from the
+model's own get_rope_index, given the sample with a vision_start token in
+front (that is how transformers finds an image) and that token dropped
+(positions shifted by one, which RoPE's relative angles do not see: the
+image starts at position 0 as in dhp). Labels are the text tokens, -100 on
+the image tokens and on the first text token (nothing predicts it), as
+transformers masks them; the loss is transformers' own (shift by one, mean
+cross-entropy over the labels that are not -100, fp32 logits).
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from transformers import (Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2_5_VLConfig,
+                          Qwen2_5_VLForConditionalGeneration)
+
+VOCAB = 272
+IMAGE, VSTART, VEND, VIDEO = 270, 269, 268, 267
+GRID = 8                  # patches per side: 64 patches, 16 merged tokens per image
+TEXT = 10
+BATCH = 2
+
+
+def config(temporal_patch, window_px=GRID * 4):
+    cfg = Qwen2_5_VLConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        tie_word_embeddings=False, max_position_embeddings=512,
+        rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]},
+        image_token_id=IMAGE, video_token_id=VIDEO, vision_start_token_id=VSTART,
+        vision_end_token_id=VEND,
+        vision_config={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 4,
+                       "in_channels": 3, "patch_size": 4, "spatial_merge_size": 2,
+                       "temporal_patch_size": temporal_patch, "window_size": window_px,
+                       "fullatt_block_indexes": [1], "out_hidden_size": 64},
+    )
+    cfg._attn_implementation = "eager"
+    cfg.vision_config._attn_implementation = "eager"
+    return cfg
+
+
+def random_model(temporal_patch, window_px=GRID * 4):
+    model = Qwen2_5_VLForConditionalGeneration(config(temporal_patch, window_px)).float()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def main():
+    out = sys.argv[1]
+    torch.manual_seed(1234)
+    random_model(1).save_pretrained(f"{out}/cli", safe_serialization=True, max_shard_size="100KB")
+    model = random_model(2)
+    model.save_pretrained(f"{out}/model", safe_serialization=True)
+    model.save_pretrained(f"{out}/sharded", safe_serialization=True, max_shard_size="40KB")
+
+    batch = make_batch(model)
+    loss = forward_backward(model, batch, False)
+    write_case(out, "", model, batch, loss, {"loss": loss})
+    print(f"transformers loss {loss:.9g}")
+
+    # Window attention over 4 windows of 2 x 2 merged tokens per image.
+    # transformers hands the merged tokens to the LLM in raster order, dhp in
+    # window order; the reference for dhp is transformers' own modules with
+    # the image tokens (embeddings and M-RoPE positions) taken in window
+    # order; the true model's loss is recorded beside it.
+    model = random_model(2, window_px=16)
+    model.save_pretrained(f"{out}/window", safe_serialization=True)
+    batch = make_batch(model)
+    raster = forward_backward(model, batch, False)
+    model.zero_grad()
+    loss = forward_backward(model, batch, True)
+    write_case(out, "window_", model, batch, loss, {"loss": loss, "loss_raster_order": raster})
+    print(f"transformers window loss {raster:.9g}, with the image tokens in window order {loss:.9g}")
+    audio_case(out)
+
+
+def audio_case(out, clips=3, frames=16, mel=16):
+    cfg = Qwen2AudioConfig(
+        audio_config={"d_model": 32, "encoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 64,
+                      "num_mel_bins": mel, "max_source_positions": frames // 2},
+        text_config={"model_type": "qwen2", "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                     "tie_word_embeddings": False},
+        audio_token_index=VIDEO)
+    cfg._attn_implementation = "eager"
+    cfg.audio_config._attn_implementation = "eager"
+    model = Qwen2AudioForConditionalGeneration(cfg).float()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model.save_pretrained(f"{out}/audio", safe_serialization=True)
+    model.train()
+    features = torch.randn(clips, mel, frames)          # transformers' input_features [clips, mel bins, frames]
+    y = model.multi_modal_projector(model.audio_tower(features).last_hidden_state)
+    dout = torch.randn_like(y)
+    (y * dout).sum().backward()
+    os.makedirs(f"{out}/audio_grads", exist_ok=True)
+    save_file({n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().contiguous()
+               for n, p in model.named_parameters()}, f"{out}/audio_grads/model.safetensors", metadata={"format": "pt"})
+    features.transpose(1, 2).contiguous().numpy().astype(np.float32).tofile(f"{out}/audio_mel.bin")   # dhp: frame-major
+    dout.detach().numpy().astype(np.float32).tofile(f"{out}/audio_dout.bin")
+    y.detach().numpy().astype(np.float32).tofile(f"{out}/audio_out.bin")
+    # transformers freezes the learned positions (Qwen2AudioEncoder: embed_positions.requires_grad_(False))
+    frozen = [n for n, p in model.audio_tower.named_parameters(prefix="audio_tower") if not p.requires_grad]
+    with open(f"{out}/audio_batch.json", "w") as f:
+        json.dump({"n_audio": clips, "mel_frames": frames, "rows": y.shape[0] * y.shape[1], "width": y.shape[2],
+                   "frozen": frozen}, f)
+
+
+MERGED = GRID * GRID // 4
+CPP = 3 * 2 * 4 * 4
+
+
+def make_batch(model):
+    pixels = torch.randn(BATCH * GRID * GRID, CPP)
+    grid_thw = torch.tensor([[1, GRID, GRID]] * BATCH)
+    text = torch.randint(0, 256, (BATCH, TEXT))
+    ids = torch.cat([torch.full((BATCH, MERGED), IMAGE), text], 1)
+    with_start = torch.cat([torch.full((BATCH, 1), VSTART), ids], 1)
+    pos, _ = model.get_rope_index(with_start, grid_thw, None, None, None)
+    labels = ids.clone()
+    labels[:, :MERGED + 1] = -100
+    widx, _ = model.visual.get_window_index(grid_thw)
+    return {"pixels": pixels, "grid_thw": grid_thw, "text": text, "ids": ids, "pos": pos[:, :, 1:] - 1,
+            "labels": labels, "window_index": torch.as_tensor(widx)}
+
+
+def forward_backward(model, b, window_order):
+    model.train()
+    if not window_order:
+        res = model(input_ids=b["ids"], pixel_values=b["pixels"], image_grid_thw=b["grid_thw"],
+                    position_ids=b["pos"], labels=b["labels"])
+    else:
+        w = b["window_index"]
+        image = model.visual(b["pixels"], grid_thw=b["grid_thw"])[w]
+        emb = model.model.embed_tokens(b["ids"])
+        emb = emb.masked_scatter((b["ids"] == IMAGE).unsqueeze(-1).expand_as(emb), image)
+        pos = b["pos"].clone()
+        for s in range(BATCH):
+            local = w[s * MERGED:(s + 1) * MERGED] - s * MERGED
+            pos[:, s, :MERGED] = b["pos"][:, s, :MERGED][:, local]
+        res = model(inputs_embeds=emb, position_ids=pos, labels=b["labels"])
+    res.loss.backward()
+    return res.loss.item()
+
+
+def write_case(out, prefix, model, b, loss, extra):
+    os.makedirs(f"{out}/{prefix}grads", exist_ok=True)
+    save_file({n: p.grad.detach().contiguous() for n, p in model.named_parameters()},
+              f"{out}/{prefix}grads/model.safetensors", metadata={"format": "pt"})
+    pixels = b["pixels"]
+    if prefix:   # dhp stores an image's patches in window order (executor.h, ex_patch_positions)
+        pixels = pixels.view(-1, 4, CPP)[b["window_index"]].reshape(-1, CPP)
+    pixels.numpy().astype(np.float32).tofile(f"{out}/{prefix}pixels.bin")
+    b["text"].numpy().astype(np.int32).tofile(f"{out}/{prefix}tokens.bin")
+    with open(f"{out}/{prefix}batch.json", "w") as f:
+        json.dump(dict({"batch": BATCH, "text_tokens": TEXT, "n_images": BATCH, "patches": GRID * GRID,
+                        "grid_h": GRID, "grid_w": GRID, "positions": b["pos"][:, 0].tolist()}, **extra), f)
+
+
+if __name__ == "__main__":
+    main()
