@@ -112,15 +112,6 @@ static int rows_times(int samples, int rows)
 /* Every sp rank sizes its slot as the busiest one needs it, so that the
  * ranks of a group hold the same memory whatever their share of encoder
  * rows, text and predictions. */
-/* samples x rows, saturated at INT_MAX: a micro-batch the search tries at
- * absurd batch sizes (2^25 samples) then needs more memory than any device
- * holds, instead of overflowing an int. */
-static int rows_times(int samples, int rows)
-{
-    long long n = (long long)samples * rows;
-    return n > INT_MAX ? INT_MAX : (int)n;
-}
-
 plan_act_rows plan_llm_act_rows(const model_module *mm, const plan_module *s, int samples, int S, int T)
 {
     plan_cp k = plan_cp_of(mm, s);
