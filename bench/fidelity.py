@@ -49,6 +49,7 @@ import tempfile
 
 SETUP = ["--model", "tiny-vl", "--batch", "16", "--vision-tokens", "64", "--text-tokens", "48",
          "--precision", "fp32"]
+OMNI = ["--model", "tiny-omni", "--audio-frames", "32"]   # clips of 64 mel frames (dhp data synth --audio)
 PLANS = [  # name, placement, strategy, extra dhp plan options
     ("c1", "colocated", "vision:dp=1,mb=16;llm:dp=1,mb=16", ["--gpus", "1"]),
     ("c2_dp", "colocated", "vision:dp=2,mb=8,zero=0;llm:dp=2,mb=8,zero=0", ["--gpus", "2"]),
@@ -73,6 +74,9 @@ PLANS = [  # name, placement, strategy, extra dhp plan options
     # the LLM's context parallelism: Ulysses over 2 ranks, ring attention beside TP 2 (2 kv heads do not divide by 4)
     ("c2_cp_ulysses", "colocated", "vision:sp=2,mb=16;llm:sp=2,mb=16", ["--gpus", "2"]),
     ("c4_cp_ring_tp", "colocated", "vision:dp=4,mb=4;llm:sp=2,tp=2,mb=16,seqpar=1", ["--gpus", "4"]),
+    # several encoders (tiny-omni: vision + audio feeding one LLM), on the audio data set
+    ("c2_omni_dp", "colocated", "vision:dp=2,mb=8;audio:dp=2,mb=8;llm:dp=2,mb=8", ["--gpus", "2"] + OMNI),
+    ("d4_omni_tp2", "disaggregated", "vision:gpus=1;audio:gpus=1;llm:gpus=2,tp=2,seqpar=0", ["--n-micro", "4"] + OMNI),
 ]
 # Executor categories (executor log "peak_bytes") and the simulator's terms they hold.
 CATS = [("params", ["params"]), ("grads", ["grads"]), ("optim", ["optim"]),
@@ -153,6 +157,10 @@ def main():
     PLANS[:] = [(n, pl, spec, [variants.get(x, x) for x in extra]) for n, pl, spec, extra in PLANS]
     data = os.path.join(tmp, "data")
     sh([dhp, "data", "synth", "--out", data, "--samples", "1024", "--window", "0"], env)
+    audio_data = os.path.join(tmp, "audio-data")
+    if any("tiny-omni" in extra for _, _, _, extra in PLANS):
+        sh([dhp, "data", "synth", "--out", audio_data, "--samples", "1024", "--window", "0", "--audio"], env)
+    data_of = {name: audio_data if "tiny-omni" in extra else data for name, _, _, extra in PLANS}
     plans = {}
     for name, placement, spec, extra in PLANS:
         probe = sh([dhp, "plan"] + SETUP + ["--cluster", "8xh100", "--placement", placement, "--strategy", spec]
@@ -179,7 +187,7 @@ def main():
     last = {}
     for rnd in range(a.rounds):
         for name, *_ in PLANS:
-            log = sh(mpirun(plans[name], [dhp, "run", os.path.join(tmp, f"{name}.json"), "--data", data,
+            log = sh(mpirun(plans[name], [dhp, "run", os.path.join(tmp, f"{name}.json"), "--data", data_of[name],
                                           "--steps", str(a.steps), "--log-json"]), env)
             steps = [json.loads(l) for l in log.splitlines() if l.startswith("{")]
             times[name] += [s["step_s"] for s in steps[a.warmup:]]

@@ -51,7 +51,7 @@ static double rope_theta(const ex_module *md) { return md->mm.rope_theta > 0 ? m
  * pair i takes its angle from t, h or w by mrope_section (t pairs first). */
 static void mrope_position(const ex_model *em, const ex_batch *b, int s, int p, const int *mrow, const int *mcol, int pos[3])
 {
-    int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, mpi = em->merged_per_image, adv = 0;
+    int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, mpi = ex_merged_per_image(em, b), adv = 0;
     if (nimg > 0) {
         const model_module *v = &em->m.mod[em->vis_index];
         int gh = b->grid_h / v->merge, gw = b->grid_w / v->merge;
@@ -73,7 +73,7 @@ static void mrope_position(const ex_model *em, const ex_batch *b, int s, int p, 
  * of the group's first patch). */
 static int mrope_tables(ex_model *em, ex_module *md, const ex_batch *b, const double *inv, char *err)
 {
-    int half = md->hd / 2, mpi = em->merged_per_image, *mrow = NULL, *mcol = NULL;
+    int half = md->hd / 2, mpi = ex_merged_per_image(em, b), *mrow = NULL, *mcol = NULL;
     const int *sec = md->mm.mrope_section;
     if (b->n_images > 0) {
         const model_module *v = &em->m.mod[em->vis_index];
