@@ -24,7 +24,6 @@
 #include <math.h>
 #include <string.h>
 
-static ex_module *audio_of(ex_model *em) { return em->aud_index >= 0 ? ex_module_at(em, em->aud_index) : NULL; }
 
 int ex_check_audio_module(const model_module *mm, const model_module *llm, char *err)
 {
@@ -300,28 +299,17 @@ int ex_audio_set_slot(ex_model *em, int slot, char *err)
 
 int ex_audio_forward(ex_model *em, const ex_batch *b, const float **aud_out, int *aud_rows, char *err)
 {
-    ex_module *md = audio_of(em);
-    if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_audio_forward: no audio module on this model instance");
-    ex_stage_io io = { 0 };
-    int rc = ex_audio_stage_forward(em, md, b, &io, err);
-    if (rc) return rc;
-    *aud_out = io.out;
-    if (aud_rows) *aud_rows = io.out_rows;
-    return UTIL_OK;
+    return ex_encoder_forward(em, em->aud_index, "ex_audio_forward", "audio", b, aud_out, aud_rows, err);
 }
 
 int ex_audio_backward(ex_model *em, const ex_batch *b, const float *daud, char *err)
 {
-    ex_module *md = audio_of(em);
-    if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_audio_backward: no audio module on this model instance");
-    ex_stage_io io = { .in = daud };
-    return ex_audio_stage_backward(em, md, b, &io, err);
+    return ex_encoder_backward(em, em->aud_index, "ex_audio_backward", "audio", b, daud, err);
 }
 
 /* A micro-batch this rank has no samples of, while its shard group's other
  * ranks do: only the unit hooks (ex_stage_empty_pass). */
 int ex_audio_empty_pass(ex_model *em, ex_unit_use use, char *err)
 {
-    if (em->aud_index < 0) return util_fail(err, UTIL_EINVAL, "executor: ex_audio_empty_pass: no audio module on this model instance");
-    return ex_stage_empty_pass(em, em->aud_index, use, err);
+    return ex_encoder_empty_pass(em, em->aud_index, "ex_audio_empty_pass", "audio", use, err);
 }

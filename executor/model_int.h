@@ -176,6 +176,13 @@ void ex_ring_backward(const ex_backend *be, ex_module *md, const ex_block_acts *
 /* vision.c: the batch's images checked against the model, merged rows per image. */
 int ex_check_images(const ex_model *em, const ex_batch *b, char *err);
 int ex_merged_per_image(const ex_model *em, const ex_batch *b);
+/* ex_vision_* / ex_audio_*'s whole-encoder calls on module k (encoder.c);
+ * call and kind name them in the error when this instance does not hold k. */
+int ex_encoder_forward(ex_model *em, int k, const char *call, const char *kind, const ex_batch *b, const float **out,
+                       int *rows, char *err);
+int ex_encoder_backward(ex_model *em, int k, const char *call, const char *kind, const ex_batch *b, const float *dout,
+                        char *err);
+int ex_encoder_empty_pass(ex_model *em, int k, const char *call, const char *kind, ex_unit_use use, char *err);
 int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_vision_rows(const ex_module *md, const ex_batch *b);

@@ -209,28 +209,17 @@ int ex_merged_per_image(const ex_model *em, const ex_batch *b)
 
 int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, int *vis_rows, char *err)
 {
-    ex_module *md = vision_of(em);
-    if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_forward: no vision module on this model instance");
-    ex_stage_io io = { 0 };
-    int rc = ex_vision_stage_forward(em, md, b, &io, err);
-    if (rc) return rc;
-    *vis_out = io.out;
-    if (vis_rows) *vis_rows = io.out_rows;
-    return UTIL_OK;
+    return ex_encoder_forward(em, em->vis_index, "ex_vision_forward", "vision", b, vis_out, vis_rows, err);
 }
 
 int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char *err)
 {
-    ex_module *md = vision_of(em);
-    if (!md) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_backward: no vision module on this model instance");
-    ex_stage_io io = { .in = dvis };
-    return ex_vision_stage_backward(em, md, b, &io, err);
+    return ex_encoder_backward(em, em->vis_index, "ex_vision_backward", "vision", b, dvis, err);
 }
 
 /* A micro-batch this rank has no samples of, while its shard group's other
  * ranks do: only the unit hooks (ex_stage_empty_pass). */
 int ex_vision_empty_pass(ex_model *em, ex_unit_use use, char *err)
 {
-    if (em->vis_index < 0) return util_fail(err, UTIL_EINVAL, "executor: ex_vision_empty_pass: no vision module on this model instance");
-    return ex_stage_empty_pass(em, em->vis_index, use, err);
+    return ex_encoder_empty_pass(em, em->vis_index, "ex_vision_empty_pass", "vision", use, err);
 }
