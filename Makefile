@@ -57,6 +57,17 @@ endif
 $(DHP_BIN): $(LIB_OBJ) $(CLI_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
+# dhp-emu: dhp with the CUDA backend's source (executor/cuda_kernels.cu)
+# compiled for the CPU against tests/cudaemu.h, with its device-pointer guard,
+# in place of the real CUDA backend, so `dhp-emu run --backend cuda` drives a
+# whole run through the CUDA backend's code on a machine without a GPU.
+# EMU_EXTRA_OBJ: further emulated objects to link in (e.g. an emulated NCCL
+# communicator).
+EMU_EXTRA_OBJ ?=
+EMU_LIB_OBJ := $(filter-out $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC)) $(BUILD)/obj/executor/cuda_none.o,$(LIB_OBJ))
+$(BUILD)/dhp-emu: $(EMU_LIB_OBJ) $(CLI_OBJ) $(BUILD)/obj/tests/cuda_kernels_emu_dhp.o $(EMU_EXTRA_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lstdc++
+
 $(BUILD)/test_dhp: $(LIB_OBJ) $(TEST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lstdc++
 
@@ -84,6 +95,11 @@ $(BUILD)/obj/tests/cuda_kernels_emu.o: executor/cuda_kernels.cu tests/cudaemu.h
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror $(CXXFLAGS) -DEX_CUDA_EMU -I. -MMD -MP -include tests/cudaemu.h \
 	  -x c++ -c -o $@ $<
+
+$(BUILD)/obj/tests/cuda_kernels_emu_dhp.o: executor/cuda_kernels.cu tests/cudaemu.h
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror $(CXXFLAGS) -DEX_CUDA_EMU -DEX_CUDA_EMU_AS_CUDA -DCUDAEMU_GUARD \
+	  -I. -MMD -MP -include tests/cudaemu.h -x c++ -c -o $@ $<
 
 # The CPU kernels' loops vectorize only at -O3 (GCC 12's -O2 cost model skips loops with
 # a run-time trip count); -fno-math-errno lets sqrtf vectorize. Neither reorders any
@@ -134,8 +150,8 @@ fuzz: $(DHP_BIN) fuzz-build
 	DHP=$(abspath $(DHP_BIN)) FUZZ_BIN=$(abspath $(FUZZ_BUILD)/fuzz) bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(abspath $(FUZZ_BUILD))
 
 # The test command (README, CI): unit tests, CLI and integration scripts.
-test: $(DHP_BIN) $(BUILD)/test_dhp $(BUILD)/comm_check fuzz-build
-	DHP=$(abspath $(DHP_BIN)) TEST_BIN=$(abspath $(BUILD)/test_dhp) COMM_CHECK=$(abspath $(BUILD)/comm_check) \
+test: $(DHP_BIN) $(BUILD)/dhp-emu $(BUILD)/test_dhp $(BUILD)/comm_check fuzz-build
+	DHP=$(abspath $(DHP_BIN)) DHP_EMU=$(abspath $(BUILD)/dhp-emu) TEST_BIN=$(abspath $(BUILD)/test_dhp) COMM_CHECK=$(abspath $(BUILD)/comm_check) \
 	  FUZZ_BIN=$(abspath $(FUZZ_BUILD)/fuzz) FUZZ_SMOKE_SECONDS=$(FUZZ_SMOKE_SECONDS) bash tests/run.sh
 
 # Same tests built with AddressSanitizer and UndefinedBehaviorSanitizer.

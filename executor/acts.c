@@ -116,18 +116,31 @@ void ex_slot_bind(ex_module *md)
     acts_layout(md, s->mem, md->scratch, s, NULL, NULL);
     md->cu = s->cu;
     md->cu_win = s->cu_win;
+    md->cu_dev = s->cu_dev;
+    md->cu_win_dev = s->cu_win_dev;
     md->n_rows = s->n_rows;
     md->n_seq = s->n_seq;
     md->n_win = s->n_win;
 }
 
-/* Grows *buf (floats, UTIL_MEM_ACTIV) to hold need; the contents are not kept. */
-static int grow_floats(float **buf, size_t *cap, size_t need)
+int ex_dev_reserve(const ex_backend *be, void **buf, size_t *cap, size_t bytes, util_mem_cat cat)
+{
+    if (bytes <= *cap && *buf) return UTIL_OK;
+    be->release(*buf);
+    *cap = 0;
+    *buf = be->alloc(bytes, cat);
+    if (!*buf) return UTIL_ENOMEM;
+    *cap = bytes;
+    return UTIL_OK;
+}
+
+/* Grows *buf (floats, UTIL_MEM_ACTIV, the backend's) to hold need; the contents are not kept. */
+static int grow_floats(const ex_backend *be, float **buf, size_t *cap, size_t need)
 {
     if (need <= *cap && *buf) return UTIL_OK;
-    util_free(*buf);
+    be->release(*buf);
     *cap = 0;
-    *buf = util_malloc_cat(UTIL_MEM_ACTIV, (need ? need : 1) * sizeof(float));
+    *buf = be->alloc((need ? need : 1) * sizeof(float), UTIL_MEM_ACTIV);
     if (!*buf) return UTIL_ENOMEM;
     *cap = need;
     return UTIL_OK;
@@ -146,14 +159,19 @@ int ex_acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int reserve_pre
     if (acts_layout(md, NULL, NULL, &want, &ns, &nx))
         return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory", md->mm.name);
     s->filled = false;
-    if (grow_floats(&s->mem, &s->cap, ns) || grow_floats(&md->scratch, &md->scratch_cap, nx))
+    if (grow_floats(md->be, &s->mem, &s->cap, ns) || grow_floats(md->be, &md->scratch, &md->scratch_cap, nx))
         return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for activations (%zu floats)", md->mm.name, ns + nx);
     if (n_cu + 1 > s->n_cu_cap) {
+        size_t bytes = (size_t)(n_cu + 1) * sizeof(int);
         util_free(s->cu);
         util_free(s->cu_win);
-        s->cu = util_malloc_cat(UTIL_MEM_ACTIV, (size_t)(n_cu + 1) * sizeof(int));
-        s->cu_win = util_malloc_cat(UTIL_MEM_ACTIV, (size_t)(n_cu + 1) * sizeof(int));
-        s->n_cu_cap = s->cu && s->cu_win ? n_cu + 1 : 0;
+        md->be->release(s->cu_dev);
+        md->be->release(s->cu_win_dev);
+        s->cu = util_malloc(bytes);
+        s->cu_win = util_malloc(bytes);
+        s->cu_dev = md->be->alloc(bytes, UTIL_MEM_ACTIV);
+        s->cu_win_dev = md->be->alloc(bytes, UTIL_MEM_ACTIV);
+        s->n_cu_cap = s->cu && s->cu_win && s->cu_dev && s->cu_win_dev ? n_cu + 1 : 0;
         if (!s->n_cu_cap) return util_fail(err, UTIL_ENOMEM, "executor: out of memory for sequence offsets");
     }
     s->n_rows = n;
@@ -172,4 +190,62 @@ void ex_slot_filled(ex_module *md)
     s->n_seq = md->n_seq;
     s->n_win = md->n_win;
     s->filled = true;
+}
+
+void ex_cu_upload(ex_module *md, int n_seq, int n_win)
+{
+    md->be->h2d(md->cu_dev, md->cu, (size_t)(n_seq + 1) * sizeof(int));
+    if (n_win >= 0) md->be->h2d(md->cu_win_dev, md->cu_win, (size_t)(n_win + 1) * sizeof(int));
+}
+
+void *ex_slot_input(ex_module *md, const void *src, size_t bytes, bool tok, char *err)
+{
+    ex_slot *s = &md->slot[md->cur];
+    void **buf = tok ? &s->tok_dev : &s->in_dev;
+    size_t *cap = tok ? &s->tok_cap : &s->in_cap;
+    /* The batch is input data, host memory in the CPU run too (UTIL_MEM_OTHER): not a planned category. */
+    if (ex_dev_reserve(md->be, buf, cap, bytes ? bytes : 1, UTIL_MEM_OTHER)) {
+        util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the batch's inputs (%zu bytes)", md->mm.name, bytes);
+        return NULL;
+    }
+    md->be->h2d(*buf, src, bytes);
+    return *buf;
+}
+
+int ex_rope_host(ex_module *md, size_t n, float **cos, float **sin, char *err)
+{
+    size_t need = 2 * n * (size_t)(md->hd / 2);
+    if (need > md->host_rope_cap || !md->host_rope) {
+        util_free(md->host_rope);
+        md->host_rope = util_malloc((need ? need : 1) * sizeof(float));
+        md->host_rope_cap = md->host_rope ? need : 0;
+        if (!md->host_rope) return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the rotary tables", md->mm.name);
+    }
+    *cos = md->host_rope;
+    *sin = md->host_rope + need / 2;
+    return UTIL_OK;
+}
+
+void ex_rope_upload(ex_module *md, size_t n)
+{
+    size_t half = n * (size_t)(md->hd / 2);
+    md->be->h2d(md->a.cos, md->host_rope, half * sizeof(float));
+    md->be->h2d(md->a.sin, md->host_rope + half, half * sizeof(float));
+}
+
+void ex_acts_free(ex_module *md)
+{
+    const ex_backend *be = md->be;
+    for (int i = 0; i < EX_MAX_SLOTS; i++) {
+        ex_slot *s = &md->slot[i];
+        be->release(s->mem);
+        util_free(s->cu);
+        util_free(s->cu_win);
+        be->release(s->cu_dev);
+        be->release(s->cu_win_dev);
+        be->release(s->in_dev);
+        be->release(s->tok_dev);
+    }
+    be->release(md->scratch);
+    util_free(md->host_rope);
 }

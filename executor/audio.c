@@ -85,11 +85,12 @@ static void audio_clips(const ex_module *md, int F, int *c0, int *c1)
 static int conv1_cols(const ex_backend *be, ex_module *md, const ex_batch *b, float *col)
 {
     int C = md->mm.in_channels, k = md->mm.patch, Tm = b->mel_frames, F = Tm / 2, c0, c1, r = 0;
+    const float *mel = md->slot[md->cur].in_dev;   /* b->mel on the backend (ex_audio_stage_forward) */
     audio_clips(md, F, &c0, &c1);
     for (int c = c0; c < c1; c++) {
         plan_audio_seg s;
         if (!audio_seg_of(md, F, c, &s)) continue;
-        be->im2col1d(col + (size_t)r * C * k, b->mel + (size_t)c * Tm * C, s.ns, C, k, 1, k / 2, s.s0, 0, Tm);
+        be->im2col1d(col + (size_t)r * C * k, mel + (size_t)c * Tm * C, s.ns, C, k, 1, k / 2, s.s0, 0, Tm);
         r += s.ns;
     }
     return r;
@@ -134,7 +135,7 @@ static void sinusoids(float *tab, int t0, int n, int d)
  * (embed_positions.requires_grad_(False) in WhisperEncoder and
  * Qwen2AudioEncoder), so it gets no gradient (and no weight decay,
  * planner/layout.c) and a checkpoint's table stays as loaded. */
-static void positions(const ex_backend *be, ex_module *md, const ex_batch *b, float *x0)
+static int positions(const ex_backend *be, ex_module *md, const ex_batch *b, float *x0, char *err)
 {
     int d = md->d, Tm = b->mel_frames, F = Tm / 2, c0, c1;
     audio_clips(md, F, &c0, &c1);
@@ -145,13 +146,18 @@ static void positions(const ex_backend *be, ex_module *md, const ex_batch *b, fl
         if (md->w.pos) {
             be->add_inplace(x0 + (size_t)s.row * d, md->w.pos + (size_t)s.t0 * d, n);
         } else {
-            sinusoids(md->a.dln, s.t0, s.n, d);
+            float *tab = util_malloc((n ? n : 1) * sizeof *tab);   /* host staging */
+            if (!tab) return util_fail(err, UTIL_ENOMEM, "executor: %s: out of memory for the positions", md->mm.name);
+            sinusoids(tab, s.t0, s.n, d);
+            be->h2d(md->a.dln, tab, n * sizeof *tab);
+            util_free(tab);
             be->add_inplace(x0 + (size_t)s.row * d, md->a.dln, n);
         }
     }
+    return UTIL_OK;
 }
 
-static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b, float *x0)
+static int stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b, float *x0, char *err)
 {
     ex_acts *a = &md->a;
     int d = md->d, C = md->mm.in_channels, k = md->mm.patch, N = md->n_rows;
@@ -161,7 +167,7 @@ static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b,
     conv2_cols(be, md, b, a->c1out, a->col, NULL, NULL);
     be->linear_forward(a->c2pre, a->col, md->w.conv2w, md->w.conv2b, N, d * k, d);
     be->gelu_forward(x0, a->c2pre, (size_t)N * d);
-    positions(be, md, b, x0);
+    return positions(be, md, b, x0, err);
 }
 
 /* From dres = dL/d(x0): conv2's and conv1's weight gradients (the mel
@@ -198,6 +204,7 @@ static int audio_geometry(ex_module *md, const ex_batch *b, char *err)
     if (rc) return rc;
     for (int i = 0; i <= b->n_audio; i++) md->cu[i] = md->cu_win[i] = i * F;
     md->n_seq = md->n_win = b->n_audio;
+    ex_cu_upload(md, md->n_seq, md->n_win);
     return UTIL_OK;
 }
 
@@ -220,13 +227,16 @@ int ex_audio_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_st
     float *x0 = a->blk[md->stage.first].x;
     md->comm_rc = 0;
     if (md->stage.stem) {
+        size_t mel = (size_t)b->n_audio * b->mel_frames * mm->in_channels;
+        if (!ex_slot_input(md, b->mel, mel * sizeof(float), false, err)) return UTIL_ENOMEM;
         ex_unit_begin(md, 0, EX_USE_FORWARD);
-        stem_forward(be, md, b, x0);
+        rc = stem_forward(be, md, b, x0, err);
         ex_unit_end(md, 0, EX_USE_FORWARD, false);
+        if (rc) return rc;
     } else {
         be->copy(x0, io->in, (size_t)N * md->d);
     }
-    ex_blocks_forward(be, md, md->cu, md->cu_win, false);
+    ex_blocks_forward(be, md, md->cu_dev, md->cu_win_dev, false);
     io->out = a->x_final;
     io->out_rows = N;
     if (md->stage.head) {
@@ -277,7 +287,7 @@ int ex_audio_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_s
     } else {
         be->copy(a->dres, io->in, (size_t)N * d);
     }
-    ex_blocks_backward(be, md, md->cu, md->cu_win, false);
+    ex_blocks_backward(be, md, md->cu_dev, md->cu_win_dev, false);
     if (md->stage.stem) {
         ex_unit_begin(md, 0, EX_USE_BACKWARD);
         stem_backward(be, md, b);

@@ -11,13 +11,22 @@
  *    the same kernels with a collective between them.
  *  - *_backward kernels ACCUMULATE (+=) into every gradient they produce
  *    (input and parameter gradients, as in llm.c); callers zero buffers.
- *    A NULL gradient pointer means "not needed" (e.g. no bias, frozen input). */
+ *    A NULL gradient pointer means "not needed" (e.g. no bias, frozen input).
+ *
+ * Memory: every tensor the algorithm uses (parameters, gradients, moments,
+ * ZeRO buffers, activations, stage and hand-off buffers, comm staging, and
+ * the int32 indices the kernels read: tokens, targets, cu_seqlens, rows) is
+ * allocated by the backend's alloc and touched only by its kernels and
+ * copies; the host reads or writes one only through d2h / h2d (the loss and
+ * grad-norm come back as return values). */
 #ifndef DHP_EXECUTOR_BACKEND_H
 #define DHP_EXECUTOR_BACKEND_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "util/util.h"
 
 /* Upper bound on head_dim the attention kernels handle (per-row accumulators
  * live on the stack). */
@@ -27,6 +36,22 @@
 
 typedef struct ex_backend {
     const char *name;
+    /* true where the backend's memory is host memory (the CPU backend, the
+     * CUDA emulator): the MPI communicator may then read and write its
+     * buffers directly. */
+    bool host_memory;
+    /* bytes zeroed bytes, charged to cat (the util counters the memory report
+     * and the planner's exact predictions read); NULL when out of memory
+     * (a CUDA failure also lands in the sticky error sync reports). */
+    void *(*alloc)(size_t bytes, util_mem_cat cat);
+    void (*release)(void *p);                                         /* NULL: nothing */
+    void (*h2d)(void *dst, const void *src, size_t bytes);            /* host -> backend */
+    void (*d2h)(void *dst, const void *src, size_t bytes);            /* backend -> host (after the kernels before it) */
+    void (*d2d)(void *dst, const void *src, size_t bytes);            /* backend -> backend */
+    void (*fill)(void *p, int byte, size_t bytes);                    /* memset */
+    /* Waits for the kernels and reports the first failure since the last
+     * call (UTIL_OK, or UTIL_ERUNTIME with err filled). */
+    int (*sync)(char *err);
     void (*zero)(float *x, size_t n);
     void (*copy)(float *dst, const float *src, size_t n);
     void (*add_inplace)(float *y, const float *x, size_t n);         /* y += x */
@@ -137,6 +162,12 @@ typedef struct ex_backend {
 } ex_backend;
 
 const ex_backend *ex_backend_cpu(void);
+
+/* The backend `dhp run --backend` names (executor/backend_pick.c): "cpu",
+ * "cuda", or NULL / "auto" for cuda where a device is usable, else cpu.
+ * *why gets the one log line saying which and why; NULL with err when
+ * "cuda" was asked and no device is usable, or the name is unknown. */
+const ex_backend *ex_backend_pick(const char *want, char *why, size_t why_len, char *err);
 
 /* The CUDA backend (executor/cuda_kernels.cu): the same kernels and
  * conventions on device pointers, cuBLAS (fp32 sgemm) for the linears, own

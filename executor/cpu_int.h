@@ -38,4 +38,12 @@ void ex_cpu_col2im1d(float *dx, const float *dcol, int n, int C, int k, int stri
 void ex_cpu_avgpool_rows_forward(float *out, const float *inp, int m, int p, int d);
 void ex_cpu_avgpool_rows_backward(float *dinp, const float *dout, int m, int p, int d);
 
+/* cpu_memory.c: the CPU backend's memory entries (util's counting
+ * allocator and memcpy / memset; see backend.h). */
+void *ex_cpu_alloc(size_t bytes, util_mem_cat cat);
+void ex_cpu_release(void *p);
+void ex_cpu_copy_bytes(void *dst, const void *src, size_t bytes);
+void ex_cpu_fill(void *p, int byte, size_t bytes);
+int ex_cpu_sync(char *err);
+
 #endif

@@ -504,6 +504,14 @@ static void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, fl
 
 static const ex_backend cpu_backend = {
     .name = "cpu",
+    .host_memory = true,
+    .alloc = ex_cpu_alloc,
+    .release = ex_cpu_release,
+    .h2d = ex_cpu_copy_bytes,
+    .d2h = ex_cpu_copy_bytes,
+    .d2d = ex_cpu_copy_bytes,
+    .fill = ex_cpu_fill,
+    .sync = ex_cpu_sync,
     .zero = cpu_zero,
     .copy = cpu_copy,
     .add_inplace = cpu_add_inplace,

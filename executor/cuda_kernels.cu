@@ -18,7 +18,10 @@
  *  - Block reductions go through shared memory (no warp shuffles) and every
  *    thread of a block reaches every __syncthreads, so the same source runs
  *    under the CPU emulator of the tests (tests/cudaemu.h, EX_CUDA_EMU), where
- *    the entry points are named ex_backend_cuda_emu / ex_cuda_sync_emu.
+ *    the entry points are named ex_backend_cuda_emu / ex_cuda_sync_emu (in
+ *    the unit tests, next to the real ones) or, with EX_CUDA_EMU_AS_CUDA (the
+ *    dhp-emu binary, which has no real CUDA backend), ex_backend_cuda /
+ *    ex_cuda_sync themselves.
  *  - Failures (a launch, a cuBLAS call, an allocation, a bad shape) are kept
  *    as a sticky first error that ex_cuda_sync reports and clears. */
 #ifndef EX_CUDA_EMU
@@ -26,9 +29,11 @@
 #include <cuda_runtime.h>
 #define EX_LAUNCH_RAW(kernel, grid, block, ...) kernel<<<(grid), (block)>>>(__VA_ARGS__)
 #else
+#ifndef EX_CUDA_EMU_AS_CUDA
 #define ex_backend_cuda ex_backend_cuda_emu
 #define ex_cuda_sync ex_cuda_sync_emu
-#define EX_LAUNCH_RAW(kernel, grid, block, ...) cudaemu_launch(kernel, (grid), (block), __VA_ARGS__)
+#endif
+#define EX_LAUNCH_RAW(kernel, grid, block, ...) cudaemu_launch_named(#kernel, kernel, (grid), (block), __VA_ARGS__)
 #endif
 
 extern "C" {
@@ -726,7 +731,13 @@ static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, f
                   lr / bias_c1, sqrtf(bias_c2));
 }
 
+/* ------------------------------------------------------------ memory */
+
+#include "executor/cuda_memory.cuh"
+
 /* ------------------------------------------------------------ entry points */
+
+extern "C" int ex_cuda_sync(char *err);
 
 static ex_backend make_table(void)
 {
@@ -734,9 +745,18 @@ static ex_backend make_table(void)
     memset(&t, 0, sizeof t);
 #ifdef EX_CUDA_EMU
     t.name = "cuda-emu";
+    t.host_memory = true;   /* emulated device memory is host memory (tests/cudaemu.h) */
 #else
     t.name = "cuda";
+    t.host_memory = false;
 #endif
+    t.alloc = cuda_alloc;
+    t.release = cuda_release;
+    t.h2d = cuda_h2d;
+    t.d2h = cuda_d2h;
+    t.d2d = cuda_d2d;
+    t.fill = cuda_fill;
+    t.sync = ex_cuda_sync;
     t.zero = cuda_zero;
     t.copy = cuda_copy;
     t.add_inplace = cuda_add_inplace;

@@ -73,8 +73,8 @@ static void free_slots(run_dp *d, run_dp_slot *s)
 {
     for (int i = 0; i < RUN_DP_SLOTS; i++) {
         if (s[i].req) ex_comm_wait(d->comm, s[i].req);
-        util_free(s[i].buf);
-        util_free(s[i].piece);
+        d->be->release(s[i].buf);
+        d->be->release(s[i].piece);
         memset(&s[i], 0, sizeof s[i]);
     }
 }
@@ -84,19 +84,20 @@ void run_dp_free(run_dp *d)
     if (!d->ops) return;
     free_slots(d, d->gather);
     free_slots(d, d->bucket);
-    util_free(d->staging);
-    util_free(d->piece);
+    d->be->release(d->staging);
+    d->be->release(d->piece);
     util_free(d->order[0]);
     util_free(d->order[1]);
     memset(d, 0, sizeof *d);
 }
 
-int run_dp_alloc_slots(run_dp_slot *s, int slots, size_t floats, size_t piece_floats, util_mem_cat cat)
+int run_dp_alloc_slots(const ex_backend *be, run_dp_slot *s, int slots, size_t floats, size_t piece_floats,
+                       util_mem_cat cat)
 {
     for (int i = 0; i < slots && i < RUN_DP_SLOTS; i++) {
         s[i].unit = -1;
-        s[i].buf = util_calloc_cat(cat, floats ? floats : 1, sizeof(float));
-        if (piece_floats) s[i].piece = util_calloc_cat(UTIL_MEM_COMM, piece_floats, sizeof(float));
+        s[i].buf = be->alloc((floats ? floats : 1) * sizeof(float), cat);
+        if (piece_floats) s[i].piece = be->alloc(piece_floats * sizeof(float), UTIL_MEM_COMM);
         if (!s[i].buf || (piece_floats && !s[i].piece)) return UTIL_ENOMEM;
     }
     return UTIL_OK;
@@ -153,7 +154,7 @@ static int state_of(run_dp *d, ex_buffer_kind kind, float **flat, float **pieces
     return ex_module_buffer(d->em, d->k, kind, pieces, &n);
 }
 
-int run_dp_gather_state(run_dp *d, ex_buffer_kind kind, float *flat, char *err)
+static int gather_state(run_dp *d, ex_buffer_kind kind, float *flat, char *err)
 {
     float *src, *pieces;
     if (state_of(d, kind, &src, &pieces)) return util_fail(err, UTIL_EINVAL, "run: module %d has no such state", d->k);
@@ -164,18 +165,18 @@ int run_dp_gather_state(run_dp *d, ex_buffer_kind kind, float *flat, char *err)
     }
     size_t most = 0;
     for (int u = 0; u < sh->n_units; u++) if (sh->piece[u] > most) most = sh->piece[u];
-    float *all = util_malloc((size_t)sh->G * (most ? most : 1) * sizeof(float));
+    float *all = d->be->alloc((size_t)sh->G * (most ? most : 1) * sizeof(float), UTIL_MEM_OTHER);
     if (!all) return util_fail(err, UTIL_ENOMEM, "run: out of memory gathering module %d's state", d->k);
     int rc = UTIL_OK;
     for (int u = 0; !rc && u < sh->n_units; u++) {
         rc = run_dp_gather_unit(d, u, pieces + sh->at[u], all, err);
         if (!rc) d->be->copy(flat + sh->off[u], all, sh->off[u + 1] - sh->off[u]);
     }
-    util_free(all);
+    d->be->release(all);
     return rc;
 }
 
-int run_dp_scatter_state(run_dp *d, ex_buffer_kind kind, const float *flat, char *err)
+static int scatter_state(run_dp *d, ex_buffer_kind kind, const float *flat, char *err)
 {
     float *dst, *pieces;
     if (state_of(d, kind, &dst, &pieces)) return util_fail(err, UTIL_EINVAL, "run: module %d has no such state", d->k);
@@ -186,6 +187,38 @@ int run_dp_scatter_state(run_dp *d, ex_buffer_kind kind, const float *flat, char
     }
     for (int u = 0; u < sh->n_units; u++) take_piece(d, u, flat, pieces + sh->at[u]);
     return UTIL_OK;
+}
+
+/* The module's whole flat state staged in a backend buffer: the host side
+ * of a checkpoint or of --init-from meets the strategy's shards there. */
+static float *staged_state(run_dp *d, size_t *n, char *err)
+{
+    *n = d->shard->off[d->shard->n_units];
+    float *dev = d->be->alloc((*n ? *n : 1) * sizeof(float), UTIL_MEM_OTHER);
+    if (!dev) util_fail(err, UTIL_ENOMEM, "run: out of memory staging module %d's state", d->k);
+    return dev;
+}
+
+int run_dp_gather_state(run_dp *d, ex_buffer_kind kind, float *flat, char *err)
+{
+    size_t n;
+    float *dev = staged_state(d, &n, err);
+    if (!dev) return UTIL_ENOMEM;
+    int rc = gather_state(d, kind, dev, err);
+    if (!rc) d->be->d2h(flat, dev, n * sizeof(float));
+    d->be->release(dev);
+    return rc;
+}
+
+int run_dp_scatter_state(run_dp *d, ex_buffer_kind kind, const float *flat, char *err)
+{
+    size_t n;
+    float *dev = staged_state(d, &n, err);
+    if (!dev) return UTIL_ENOMEM;
+    d->be->h2d(dev, flat, n * sizeof(float));
+    int rc = scatter_state(d, kind, dev, err);
+    d->be->release(dev);
+    return rc;
 }
 
 /* ---- ZeRO-2/3 gradient buckets ----

@@ -9,10 +9,10 @@ static int init(run_dp *d, char *err)
     int rc = ex_module_set_shard(d->em, d->k, d->rules.shard, ex_comm_rank(d->comm), true, false, err);
     if (rc) return rc;
     size_t unit = (size_t)d->rules.shard * (size_t)d->buf.max_piece;
-    d->staging = util_calloc_cat(UTIL_MEM_COMM, (size_t)d->buf.staging, sizeof(float));
-    d->piece = util_calloc_cat(UTIL_MEM_COMM, (size_t)d->buf.max_piece, sizeof(float));
+    d->staging = d->be->alloc((size_t)d->buf.staging * sizeof(float), UTIL_MEM_COMM);
+    d->piece = d->be->alloc((size_t)d->buf.max_piece * sizeof(float), UTIL_MEM_COMM);
     if (!d->staging || !d->piece ||
-        run_dp_alloc_slots(d->bucket, d->buf.bucket_slots, unit, (size_t)d->buf.max_piece, UTIL_MEM_ZERO))
+        run_dp_alloc_slots(d->be, d->bucket, d->buf.bucket_slots, unit, (size_t)d->buf.max_piece, UTIL_MEM_ZERO))
         return util_fail(err, UTIL_ENOMEM, "run: out of memory for ZeRO-2 buffers");
     return UTIL_OK;
 }

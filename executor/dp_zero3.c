@@ -14,8 +14,8 @@ static int init(run_dp *d, char *err)
     int rc = ex_module_set_shard(d->em, d->k, d->rules.shard, ex_comm_rank(d->comm), d->rules.trains, true, err);
     if (rc) return rc;
     size_t unit = (size_t)d->rules.shard * (size_t)d->buf.max_piece;
-    if (run_dp_alloc_slots(d->gather, d->buf.gather_slots, unit, 0, UTIL_MEM_ZERO) ||
-        run_dp_alloc_slots(d->bucket, d->buf.bucket_slots, unit, (size_t)d->buf.max_piece, UTIL_MEM_ZERO))
+    if (run_dp_alloc_slots(d->be, d->gather, d->buf.gather_slots, unit, 0, UTIL_MEM_ZERO) ||
+        run_dp_alloc_slots(d->be, d->bucket, d->buf.bucket_slots, unit, (size_t)d->buf.max_piece, UTIL_MEM_ZERO))
         return util_fail(err, UTIL_ENOMEM, "run: out of memory for ZeRO-3 buffers");
     return UTIL_OK;
 }

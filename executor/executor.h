@@ -119,8 +119,13 @@ int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
  * plan_cp_of): each rank holds the positions plan_cp_span_of gives of every
  * sample (which must all have one length), the vision rows of those
  * positions in enc_in / denc, and the loss of the predictions it holds;
- * Ulysses needs alltoall, ring attention p2p_start and p2p_wait. */
-int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules,
+ * Ulysses needs alltoall, ring attention p2p_start and p2p_wait.
+ * be is the backend the model allocates every tensor with and computes on
+ * (the run driver picks it: ex_backend_pick); ex_model_create,
+ * ex_model_create_modules and ex_model_create_parallel are this on the CPU
+ * backend (tests, tools). */
+struct ex_backend;
+int ex_model_create_per_module(const struct ex_backend *be, const model_t *m, uint64_t seed, unsigned modules,
                                const ex_parallel *par, ex_model **out, char *err);
 void ex_model_free(ex_model *em);
 
@@ -185,14 +190,9 @@ const ex_shard *ex_module_get_shard(ex_model *em, int module_index);
  * the tensors it counts for the tp group (tp-split ones on every tp rank,
  * replicated ones on tp rank 0). */
 double ex_module_grad_sumsq(ex_model *em, int module_index);
-/* The backend the model computes with (for strategies that copy its buffers). */
-struct ex_backend;
+/* The backend the model computes with and whose memory its buffers are (for
+ * strategies that copy them, and the boundaries that read them on the host). */
 const struct ex_backend *ex_model_backend(const ex_model *em);
-/* Replaces the backend the model computes with (the CPU one from create):
- * for tests, which wrap it to count the kernels a step calls
- * (tests/test_drift.c), and for future backends. The model's buffers stay
- * where they are, so the new backend must work on the same memory. */
-void ex_model_set_backend(ex_model *em, const struct ex_backend *be);
 
 /* One batch. Images all have grid_h x grid_w patches (patches == grid_h *
  * grid_w), stored in the window / merge order of ex_patch_positions: every
@@ -642,6 +642,7 @@ typedef struct {
     int ckpt_keep;             /* keep the newest N step directories; 0: all */
     double comm_timeout_s;     /* a communicator wait longer than this ends the run; 0: none, < 0: the
                                   default (DHP_COMM_TIMEOUT, else ex_comm_set_timeout's) */
+    const char *backend;       /* "cpu", "cuda", NULL / "auto": cuda where a device is visible (ex_backend_pick) */
 } ex_run_options;
 void ex_run_options_default(ex_run_options *o);
 /* Runs the training; returns UTIL_OK or an error code with err filled on

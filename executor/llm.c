@@ -89,10 +89,13 @@ static int mrope_tables(ex_model *em, ex_module *md, const ex_batch *b, const do
             mcol[j] = rows[P + j * g] / v->merge;
         }
     }
+    float *hc, *hs;
+    int rc = ex_rope_host(md, (size_t)md->n_rows, &hc, &hs, err);
+    if (rc) { util_free(mrow ? mrow - 2 * b->patches : NULL); return rc; }
     for (int s = 0; s < md->n_seq; s++) {
         plan_cp_span span = sample_span(em, md, b, s);
         int n = plan_cp_rows(&span);
-        float *c = md->a.cos + (size_t)row0(md, em, b, s) * half, *sn = md->a.sin + (size_t)row0(md, em, b, s) * half;
+        float *c = hc + (size_t)row0(md, em, b, s) * half, *sn = hs + (size_t)row0(md, em, b, s) * half;
         for (int t = 0; t < n; t++) {
             int pos[3];
             mrope_position(em, b, s, plan_cp_position(&span, t), mrow, mcol, pos);
@@ -104,6 +107,7 @@ static int mrope_tables(ex_model *em, ex_module *md, const ex_batch *b, const do
         }
     }
     util_free(mrow ? mrow - 2 * b->patches : NULL);
+    ex_rope_upload(md, (size_t)md->n_rows);
     return UTIL_OK;
 }
 
@@ -125,7 +129,10 @@ static int llm_rope_tables(ex_model *em, ex_module *md, const ex_batch *b, char 
     }
     span[0] = sample_span(em, md, b, longest);
     int n0 = plan_cp_rows(&span[0]), r0 = row0(md, em, b, longest);
-    float *c0 = md->a.cos + (size_t)r0 * half, *s0 = md->a.sin + (size_t)r0 * half;
+    float *hc, *hs;
+    int rc = ex_rope_host(md, (size_t)md->n_rows, &hc, &hs, err);
+    if (rc) return rc;
+    float *c0 = hc + (size_t)r0 * half, *s0 = hs + (size_t)r0 * half;
     for (int t = 0; t < n0; t++) {
         int p = plan_cp_position(&span[0], t);
         for (int i = 0; i < half; i++) {
@@ -138,9 +145,10 @@ static int llm_rope_tables(ex_model *em, ex_module *md, const ex_batch *b, char 
         if (s == longest) continue;
         span[1] = sample_span(em, md, b, s);
         size_t n = (size_t)plan_cp_rows(&span[1]) * half, at = (size_t)row0(md, em, b, s) * half;
-        memcpy(md->a.cos + at, c0, n * sizeof *c0);
-        memcpy(md->a.sin + at, s0, n * sizeof *s0);
+        memcpy(hc + at, c0, n * sizeof *c0);   /* host staging */
+        memcpy(hs + at, s0, n * sizeof *s0);
     }
+    ex_rope_upload(md, (size_t)md->n_rows);
     return UTIL_OK;
 }
 
@@ -179,12 +187,13 @@ static int held_predictions(const ex_model *em, const ex_module *md, const ex_ba
 static void llm_embed(ex_model *em, ex_module *md, const ex_batch *b, const float *enc_in)
 {
     const ex_backend *be = em->be;
+    const int32_t *tokens = md->slot[md->cur].tok_dev;   /* b->tokens on the backend (ex_llm_stage_forward) */
     int T = b->text_tokens, B = b->batch, d = md->d;
     float *x0 = md->seqpar ? md->a.tp_full : md->a.blk[0].x, *emb = md->a.emb;
     bool vp = md->tp > 1;
     int e = 0;
     if (vp && md->sp <= 1) {   /* every text token, in one call */
-        be->embedding_forward(emb, md->w.wte, b->tokens, B * T, d, md->vocab0, md->vocab_n);
+        be->embedding_forward(emb, md->w.wte, tokens, B * T, d, md->vocab0, md->vocab_n);
         e = B * T;
     } else if (vp) {
         for (int s = 0; s < B; s++) {
@@ -193,7 +202,7 @@ static void llm_embed(ex_model *em, ex_module *md, const ex_batch *b, const floa
             for (int i = 0; i < span.n; i++) {
                 int a = span.lo[i] > R ? span.lo[i] : R;
                 if (a >= span.hi[i]) continue;
-                be->embedding_forward(emb + (size_t)e * d, md->w.wte, b->tokens + (size_t)s * T + a - R, span.hi[i] - a, d,
+                be->embedding_forward(emb + (size_t)e * d, md->w.wte, tokens + (size_t)s * T + a - R, span.hi[i] - a, d,
                                       md->vocab0, md->vocab_n);
                 e += span.hi[i] - a;
             }
@@ -212,7 +221,7 @@ static void llm_embed(ex_model *em, ex_module *md, const ex_batch *b, const floa
             if (n <= 0) continue;
             float *xt = x0 + (size_t)(r0 + plan_cp_local(&span, a)) * d;
             if (vp) be->copy(xt, emb + (size_t)(md->sp <= 1 ? s * T + a - R : e) * d, (size_t)n * d);
-            else be->embedding_forward(xt, md->w.wte, b->tokens + (size_t)s * T + a - R, n, d, 0, md->vocab_n);
+            else be->embedding_forward(xt, md->w.wte, tokens + (size_t)s * T + a - R, n, d, 0, md->vocab_n);
             e += n;
         }
     }
@@ -231,6 +240,7 @@ static void llm_sequences(const ex_model *em, ex_module *md, const ex_batch *b)
         md->cu[s + 1] = md->cu[s] + (all ? sample_len(em, b, s) : plan_cp_rows(&span));
     }
     md->n_seq = b->batch;
+    ex_cu_upload(md, md->n_seq, -1);
 }
 
 /* The embedding's backward from dL/d(x0) of this rank's rows: the encoder
@@ -239,6 +249,7 @@ static void llm_sequences(const ex_model *em, ex_module *md, const ex_batch *b)
 static int llm_embed_backward(ex_model *em, ex_module *md, const ex_batch *b, const float *dx0)
 {
     const ex_backend *be = em->be;
+    const int32_t *tokens = md->slot[md->cur].tok_dev;   /* uploaded by the forward into this slot */
     int T = b->text_tokens, d = md->d, vis = 0;
     for (int s = 0; s < md->n_seq; s++) {
         plan_cp_span span = sample_span(em, md, b, s);
@@ -249,7 +260,7 @@ static int llm_embed_backward(ex_model *em, ex_module *md, const ex_batch *b, co
             int a = span.lo[i] > R ? span.lo[i] : R, n = span.hi[i] - a;
             if (n > 0)
                 be->embedding_backward(md->g.wte, dx0 + (size_t)(r0 + plan_cp_local(&span, a)) * d,
-                                       b->tokens + (size_t)s * T + a - R, n, d, md->vocab0, md->vocab_n);
+                                       tokens + (size_t)s * T + a - R, n, d, md->vocab0, md->vocab_n);
         }
     }
     return vis;
@@ -267,11 +278,14 @@ static double llm_cross_entropy(ex_model *em, ex_module *md, bool backward, floa
     int Np = em->n_pred, V = md->vocab_n;
     be->ce_row_max(a->ce_mx, a->logits, Np, V);
     ex_tp_allreduce_max(md, a->ce_mx, (size_t)Np);
-    be->ce_exp_sum(backward ? a->dlogits : NULL, a->ce_st, a->logits, a->ce_mx, em->targets, Np, V, md->vocab0);
+    be->ce_exp_sum(backward ? a->dlogits : NULL, a->ce_st, a->logits, a->ce_mx, em->targets_dev, Np, V, md->vocab0);
     ex_tp_allreduce(md, a->ce_st, (size_t)2 * Np);
+    float *mx = em->host_ce, *st = em->host_ce + Np;   /* the rows' statistics, read on the host */
+    be->d2h(mx, a->ce_mx, (size_t)Np * sizeof *mx);
+    be->d2h(st, a->ce_st, (size_t)2 * Np * sizeof *st);
     double total = 0;
-    for (int i = 0; i < Np; i++) total += a->ce_mx[i] + log((double)a->ce_st[i]) - a->ce_st[Np + i];
-    if (backward) be->ce_grad(a->dlogits, a->ce_st, em->targets, Np, V, md->vocab0, dscale);
+    for (int i = 0; i < Np; i++) total += mx[i] + log((double)st[i]) - st[Np + i];
+    if (backward) be->ce_grad(a->dlogits, a->ce_st, em->targets_dev, Np, V, md->vocab0, dscale);
     return total;
 }
 
@@ -294,15 +308,24 @@ static void head_end(ex_module *md, ex_unit_use use)
 /* The rows and targets the loss counts (held_predictions). */
 static int collect_predictions(ex_model *em, ex_module *md, const ex_batch *b, int Np, char *err)
 {
+    const ex_backend *be = em->be;
     if (Np > em->targets_cap) {
         util_free(em->targets);
         util_free(em->pred_rows);
+        util_free(em->host_ce);
+        be->release(em->targets_dev);
+        be->release(em->pred_rows_dev);
         em->targets = util_malloc((size_t)Np * sizeof(int32_t));
         em->pred_rows = util_malloc((size_t)Np * sizeof(int));
-        em->targets_cap = em->targets && em->pred_rows ? Np : 0;
+        em->host_ce = util_malloc((size_t)3 * Np * sizeof(float));
+        em->targets_dev = be->alloc((size_t)Np * sizeof(int32_t), UTIL_MEM_OTHER);
+        em->pred_rows_dev = be->alloc((size_t)Np * sizeof(int), UTIL_MEM_OTHER);
+        em->targets_cap = em->targets && em->pred_rows && em->host_ce && em->targets_dev && em->pred_rows_dev ? Np : 0;
         if (!em->targets_cap) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
     }
     em->n_pred = held_predictions(em, md, b, em->pred_rows, em->targets);
+    be->h2d(em->targets_dev, em->targets, (size_t)em->n_pred * sizeof(int32_t));
+    be->h2d(em->pred_rows_dev, em->pred_rows, (size_t)em->n_pred * sizeof(int));
     return UTIL_OK;
 }
 
@@ -347,7 +370,7 @@ static void llm_head_forward(ex_model *em, ex_module *md, const ex_batch *b, boo
         final = a->tp_full;
     }
     if (Np > 0) {
-        be->gather_rows(a->xg, final, em->pred_rows, Np, d);
+        be->gather_rows(a->xg, final, em->pred_rows_dev, Np, d);
         be->rmsnorm_forward(a->gath, a->rstdf, a->xg, md->w.lnf, Np, d, EX_NORM_EPS);
         be->linear_forward(a->logits, a->gath, md->w.head, NULL, Np, d, md->vocab_n);
         double den = b->loss_denominator > 0 ? b->loss_denominator : (double)Np;
@@ -416,6 +439,7 @@ int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stag
     if (rc) return rc;
     md->comm_rc = 0;
     llm_sequences(em, md, b);
+    if (md->stage.stem && !ex_slot_input(md, b->tokens, (size_t)B * T * sizeof(int32_t), true, err)) return UTIL_ENOMEM;
     if (md->stage.stem) {
         ex_unit_begin(md, 0, EX_USE_FORWARD);
         llm_embed(em, md, b, io->enc_in);
@@ -425,7 +449,7 @@ int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stag
     }
     rc = llm_rope_tables(em, md, b, err);
     if (rc) return rc;
-    ex_blocks_forward(be, md, md->cu, md->cu, true);
+    ex_blocks_forward(be, md, md->cu_dev, md->cu_dev, true);
     io->loss = 0;
     io->out = md->a.x_final;
     io->out_rows = ex_norm_rows(md);
@@ -471,14 +495,14 @@ int ex_llm_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_sta
             ex_tp_allreduce(md, a->dgath, (size_t)Np * d);
             be->zero(a->dxg, (size_t)Np * d);
             be->rmsnorm_backward(a->dxg, md->g.lnf, a->dgath, a->xg, md->w.lnf, a->rstdf, Np, d);
-            be->scatter_add_rows(dfull, a->dxg, em->pred_rows, Np, d);
+            be->scatter_add_rows(dfull, a->dxg, em->pred_rows_dev, Np, d);
         }
         head_end(md, EX_USE_BACKWARD);
         if (md->seqpar) be->copy(a->dres, dfull + (size_t)md->tp_rank * Nl * d, (size_t)Nl * d);
     } else {
         be->copy(a->dres, io->in, (size_t)Nl * d);
     }
-    ex_blocks_backward(be, md, md->cu, md->cu, true);
+    ex_blocks_backward(be, md, md->cu_dev, md->cu_dev, true);
     io->out = a->dres;
     io->out_rows = Nl;
     if (md->stage.stem) {
@@ -534,8 +558,8 @@ static void shuffle_rows(const ex_model *em, const ex_batch *b, const float *con
             if (k < 0 || rows[k] == 0) continue;
             size_t n = (size_t)rows[k] * d;
             float *llm = enc + (size_t)(at + plan_sample_offset(&em->m, rows, k)) * d;
-            if (to_llm) memcpy(llm, out[e] + (size_t)taken[e] * d, n * sizeof(float));
-            else memcpy(grad[e] + (size_t)taken[e] * d, llm, n * sizeof(float));
+            if (to_llm) em->be->d2d(llm, out[e] + (size_t)taken[e] * d, n * sizeof(float));
+            else em->be->d2d(grad[e] + (size_t)taken[e] * d, llm, n * sizeof(float));
             taken[e] += rows[k];
         }
         at += plan_sample_offset(&em->m, rows, em->m.n_modules);
@@ -556,9 +580,10 @@ static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, cha
     if (b->n_images > 0 && (rc = ex_vision_forward(em, b, &out[0], &rows[0], err))) return rc;
     if (b->n_audio > 0 && (rc = ex_audio_forward(em, b, &out[1], &rows[1], err))) return rc;
     size_t all = (size_t)(rows[0] + rows[1]) * d;
-    float *enc = util_malloc((all ? all : 1) * sizeof(float)), *grad[2] = { NULL, NULL };
-    grad[0] = util_malloc(((size_t)rows[0] * d + 1) * sizeof(float));
-    grad[1] = util_malloc(((size_t)rows[1] * d + 1) * sizeof(float));
+    const ex_backend *be = em->be;
+    float *enc = be->alloc((all ? all : 1) * sizeof(float), UTIL_MEM_OTHER), *grad[2] = { NULL, NULL };
+    grad[0] = be->alloc(((size_t)rows[0] * d + 1) * sizeof(float), UTIL_MEM_OTHER);
+    grad[1] = be->alloc(((size_t)rows[1] * d + 1) * sizeof(float), UTIL_MEM_OTHER);
     if (!enc || !grad[0] || !grad[1]) rc = util_fail(err, UTIL_ENOMEM, "executor: out of memory");
     if (!rc) shuffle_rows(em, b, out, grad, enc, true, d);
     if (!rc) rc = ex_llm_forward_backward(em, b, all ? enc : NULL, backward, loss, &denc, err);
@@ -567,7 +592,7 @@ static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, cha
         if (b->n_images > 0) rc = ex_vision_backward(em, b, grad[0], err);
         if (!rc && b->n_audio > 0) rc = ex_audio_backward(em, b, grad[1], err);
     }
-    util_free(enc); util_free(grad[0]); util_free(grad[1]);
+    be->release(enc); be->release(grad[0]); be->release(grad[1]);
     return rc;
 }
 

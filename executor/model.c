@@ -142,23 +142,30 @@ static double rng_normal_at(uint64_t s0, uint64_t j)
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
-static void init_module(ex_module *md, uint64_t seed)
+/* Each tensor drawn on the host, then copied to the backend's buffer. */
+static int init_module(ex_module *md, uint64_t seed, char *err)
 {
+    size_t most = 0;
+    for (int i = 0; i < md->n_tensors; i++) most = md->t[i].numel > most ? md->t[i].numel : most;
+    float *p = util_malloc((most ? most : 1) * sizeof *p);
+    if (!p) return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the initial weights", md->mm.name);
     for (int i = 0; i < md->n_tensors; i++) {
         const ex_tensor *t = &md->t[i];
         const plan_tensor *d = &t->d;
-        float *p = md->params + t->off;
         if (d->init_std == 0) {
             for (size_t j = 0; j < t->numel; j++) p[j] = d->init_const;
-            continue;
+        } else {
+            uint64_t s0 = seed ^ fnv1a64(t->name);
+            for (int64_t r = 0; r < d->shape[0]; r++)
+                for (int64_t c = 0; c < d->shape[1]; c++) {
+                    uint64_t j = (uint64_t)((d->start[0] + r) * d->full[1] + d->start[1] + c);
+                    p[r * d->shape[1] + c] = (float)(d->init_std * rng_normal_at(s0, j));
+                }
         }
-        uint64_t s0 = seed ^ fnv1a64(t->name);
-        for (int64_t r = 0; r < d->shape[0]; r++)
-            for (int64_t c = 0; c < d->shape[1]; c++) {
-                uint64_t j = (uint64_t)((d->start[0] + r) * d->full[1] + d->start[1] + c);
-                p[r * d->shape[1] + c] = (float)(d->init_std * rng_normal_at(s0, j));
-            }
+        md->be->h2d(md->params + t->off, p, t->numel * sizeof *p);
     }
+    util_free(p);
+    return UTIL_OK;
 }
 
 /* -------------------------------------------------------------- validate */
@@ -250,24 +257,22 @@ static int check_layout(const ex_module *md, const ex_parallel *par, char *err)
 
 static void module_free(ex_module *md)
 {
+    const ex_backend *be = md->be;
     util_free(md->t);
     util_free(md->unit_off);
-    util_free(md->params);
-    util_free(md->grads);
-    util_free(md->m);
-    util_free(md->v);
-    util_free(md->pshard);
-    util_free(md->gshard);
     ex_shard_free(&md->shard);
     util_free(md->w.blk);
     util_free(md->g.blk);
     util_free(md->a.blk);
-    for (int i = 0; i < EX_MAX_SLOTS; i++) {
-        util_free(md->slot[i].mem);
-        util_free(md->slot[i].cu);
-        util_free(md->slot[i].cu_win);
+    if (be) {
+        be->release(md->params);
+        be->release(md->grads);
+        be->release(md->m);
+        be->release(md->v);
+        be->release(md->pshard);
+        be->release(md->gshard);
+        ex_acts_free(md);
     }
-    util_free(md->scratch);
     memset(md, 0, sizeof *md);
 }
 
@@ -277,21 +282,23 @@ bool ex_module_trains(const ex_module *md) { return md->on && !md->mm.frozen; }
 static int alloc_state(ex_module *md, char *err)
 {
     bool trains = !md->mm.frozen;
-    md->params = util_malloc_cat(UTIL_MEM_PARAMS, md->n_params * sizeof(float));
+    size_t bytes = md->n_params * sizeof(float);
+    md->params = md->be->alloc(bytes, UTIL_MEM_PARAMS);
     if (trains) {
-        md->grads = util_calloc_cat(UTIL_MEM_GRADS, md->n_params, sizeof(float));
-        md->m = util_calloc_cat(UTIL_MEM_OPTIM, md->n_params, sizeof(float));
-        md->v = util_calloc_cat(UTIL_MEM_OPTIM, md->n_params, sizeof(float));
+        md->grads = md->be->alloc(bytes, UTIL_MEM_GRADS);
+        md->m = md->be->alloc(bytes, UTIL_MEM_OPTIM);
+        md->v = md->be->alloc(bytes, UTIL_MEM_OPTIM);
     }
     if (!md->params || (trains && (!md->grads || !md->m || !md->v)))
         return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for %zu parameters", md->mm.name, md->n_params);
     return ex_shard_init(&md->shard, md->unit_off, md->n_units, 1, 0, err);
 }
 
-static int module_create(ex_module *md, const model_module *mm, int index, uint64_t seed, const ex_parallel *par,
-                         char *err)
+static int module_create(ex_module *md, const ex_backend *be, const model_module *mm, int index, uint64_t seed,
+                         const ex_parallel *par, char *err)
 {
     memset(md, 0, sizeof *md);
+    md->be = be;
     md->on = true;
     md->index = index;
     md->mm = *mm;
@@ -338,19 +345,18 @@ static int module_create(ex_module *md, const model_module *mm, int index, uint6
     if ((rc = layout(md, err)) || (rc = alloc_state(md, err))) return rc;
     bind_all(md, EX_BUF_PARAMS);
     bind_all(md, EX_BUF_GRADS);
-    init_module(md, seed);
-    return UTIL_OK;
+    return init_module(md, seed, err);
 }
 
 int ex_model_create(const model_t *m, uint64_t seed, ex_model **out, char *err)
 {
-    return ex_model_create_per_module(m, seed, ~0u, NULL, out, err);
+    return ex_model_create_per_module(ex_backend_cpu(), m, seed, ~0u, NULL, out, err);
 }
 
 int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, ex_model **out,
                             char *err)
 {
-    return ex_model_create_per_module(m, seed, modules, NULL, out, err);
+    return ex_model_create_per_module(ex_backend_cpu(), m, seed, modules, NULL, out, err);
 }
 
 /* One layout for the whole instance: its tp part goes to the LLM, its sp part
@@ -358,20 +364,21 @@ int ex_model_create_modules(const model_t *m, uint64_t seed, unsigned modules, e
 int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
                              const ex_parallel *par, ex_model **out, char *err)
 {
-    if (!par) return ex_model_create_per_module(m, seed, modules, NULL, out, err);
+    if (!par) return ex_model_create_per_module(ex_backend_cpu(), m, seed, modules, NULL, out, err);
     ex_parallel pm[MODEL_MAX_MODULES];
     for (int k = 0; k < MODEL_MAX_MODULES; k++) {
         pm[k] = *par;
         if (k == m->llm) pm[k].sp_size = 1;
         else pm[k].tp_size = 1;
     }
-    return ex_model_create_per_module(m, seed, modules, pm, out, err);
+    return ex_model_create_per_module(ex_backend_cpu(), m, seed, modules, pm, out, err);
 }
 
-int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules,
+int ex_model_create_per_module(const ex_backend *be, const model_t *m, uint64_t seed, unsigned modules,
                                const ex_parallel *par, ex_model **out, char *err)
 {
     *out = NULL;
+    if (!be || !be->alloc) return util_fail(err, UTIL_EINVAL, "executor: model %s: no backend", m->name);
     if (m->n_modules < 1 || m->n_modules > MODEL_MAX_MODULES)
         return util_fail(err, UTIL_EINVAL, "executor: model %s: %d modules", m->name, m->n_modules);
     if (m->llm < 0 || m->llm >= m->n_modules || m->mod[m->llm].kind != MODEL_LLM)
@@ -400,11 +407,11 @@ int ex_model_create_per_module(const model_t *m, uint64_t seed, unsigned modules
     ex_model *em = util_calloc(1, sizeof *em);
     if (!em) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
     em->m = *m;
-    em->be = ex_backend_cpu();
+    em->be = be;
     em->vis_index = vis;
     em->aud_index = aud;
     for (int k = 0; !rc && k < m->n_modules; k++)
-        if (modules >> k & 1u) rc = module_create(&em->mod[k], &m->mod[k], k, seed, par ? &par[k] : NULL, err);
+        if (modules >> k & 1u) rc = module_create(&em->mod[k], be, &m->mod[k], k, seed, par ? &par[k] : NULL, err);
     if (rc) { ex_model_free(em); return rc; }
     *out = em;
     return UTIL_OK;
@@ -416,11 +423,13 @@ void ex_model_free(ex_model *em)
     for (int k = 0; k < MODEL_MAX_MODULES; k++) module_free(&em->mod[k]);
     util_free(em->targets);
     util_free(em->pred_rows);
+    em->be->release(em->targets_dev);
+    em->be->release(em->pred_rows_dev);
+    util_free(em->host_ce);
     util_free(em);
 }
 
 const ex_backend *ex_model_backend(const ex_model *em) { return em->be; }
-void ex_model_set_backend(ex_model *em, const ex_backend *be) { em->be = be; }
 
 ex_module *ex_module_at(ex_model *em, int module_index)
 {
@@ -590,12 +599,13 @@ int ex_unit_bind(ex_model *em, int module_index, int unit, int kind, float *base
 /* New moments for a new shard, keeping the values the old and new pieces share. */
 static int reshard_moments(ex_module *md, const ex_shard *sh, char *err)
 {
+    const ex_backend *be = md->be;
     size_t n = sh->at[sh->n_units];
-    float *m = util_calloc_cat(UTIL_MEM_OPTIM, n ? n : 1, sizeof(float));
-    float *v = util_calloc_cat(UTIL_MEM_OPTIM, n ? n : 1, sizeof(float));
+    float *m = be->alloc((n ? n : 1) * sizeof(float), UTIL_MEM_OPTIM);
+    float *v = be->alloc((n ? n : 1) * sizeof(float), UTIL_MEM_OPTIM);
     if (!m || !v) {
-        util_free(m);
-        util_free(v);
+        be->release(m);
+        be->release(v);
         return util_fail(err, UTIL_ENOMEM, "executor: out of memory for %zu optimizer elements", n);
     }
     for (int u = 0; u < sh->n_units; u++) {
@@ -604,26 +614,26 @@ static int reshard_moments(ex_module *md, const ex_shard *sh, char *err)
         ex_shard_range(sh, u, &b0, &b1);
         size_t lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
         if (lo >= hi) continue;
-        memcpy(m + sh->at[u] + (lo - b0), md->m + md->shard.at[u] + (lo - a0), (hi - lo) * sizeof(float));
-        memcpy(v + sh->at[u] + (lo - b0), md->v + md->shard.at[u] + (lo - a0), (hi - lo) * sizeof(float));
+        be->d2d(m + sh->at[u] + (lo - b0), md->m + md->shard.at[u] + (lo - a0), (hi - lo) * sizeof(float));
+        be->d2d(v + sh->at[u] + (lo - b0), md->v + md->shard.at[u] + (lo - a0), (hi - lo) * sizeof(float));
     }
-    util_free(md->m);
-    util_free(md->v);
+    be->release(md->m);
+    be->release(md->v);
     md->m = m;
     md->v = v;
     return UTIL_OK;
 }
 
 /* This rank's pieces of a flat buffer, into a new shard buffer (zero padded). */
-static float *take_pieces(const ex_shard *sh, const float *flat, util_mem_cat cat)
+static float *take_pieces(const ex_backend *be, const ex_shard *sh, const float *flat, util_mem_cat cat)
 {
     size_t n = sh->at[sh->n_units];
-    float *out = util_calloc_cat(cat, n ? n : 1, sizeof(float));
+    float *out = be->alloc((n ? n : 1) * sizeof(float), cat);
     if (!out) return NULL;
     for (int u = 0; u < sh->n_units && flat; u++) {
         size_t lo, hi;
         ex_shard_range(sh, u, &lo, &hi);
-        memcpy(out + sh->at[u], flat + lo, (hi - lo) * sizeof(float));
+        be->d2d(out + sh->at[u], flat + lo, (hi - lo) * sizeof(float));
     }
     return out;
 }
@@ -639,16 +649,16 @@ int ex_module_set_shard(ex_model *em, int module_index, int G, int r, bool shard
     bool trains = !md->mm.frozen;
     if (trains && (rc = reshard_moments(md, &sh, err))) { ex_shard_free(&sh); return rc; }
     if (trains && shard_grads && !md->gshard) {
-        md->gshard = take_pieces(&sh, NULL, UTIL_MEM_GRADS);
+        md->gshard = take_pieces(md->be, &sh, NULL, UTIL_MEM_GRADS);
         if (!md->gshard) rc = util_fail(err, UTIL_ENOMEM, "executor: out of memory for the gradient shard");
-        util_free(md->grads);
+        md->be->release(md->grads);
         md->grads = NULL;
         bind_all(md, EX_BUF_GRADS);
     }
     if (!rc && shard_params && !md->pshard) {
-        md->pshard = take_pieces(&sh, md->params, UTIL_MEM_PARAMS);
+        md->pshard = take_pieces(md->be, &sh, md->params, UTIL_MEM_PARAMS);
         if (!md->pshard) rc = util_fail(err, UTIL_ENOMEM, "executor: out of memory for the weight shard");
-        util_free(md->params);
+        md->be->release(md->params);
         md->params = NULL;
         bind_all(md, EX_BUF_PARAMS);
     }
@@ -761,7 +771,7 @@ int ex_params_save_raw(ex_model *em, const char *path, char *err)
     for (int i = 0; i < ex_param_count(em); i++) {
         ex_param p;
         ex_param_get(em, i, &p);
-        memcpy(buf + off, p.data, (size_t)p.numel * sizeof(float));
+        em->be->d2h(buf + off, p.data, (size_t)p.numel * sizeof(float));
         off += (size_t)p.numel;
     }
     rc = util_write_atomic(path, buf, total * sizeof(float), err);
@@ -794,7 +804,7 @@ int ex_params_load_raw(ex_model *em, const char *path, char *err)
         for (int i = 0; i < ex_param_count(em); i++) {
             ex_param p;
             ex_param_get(em, i, &p);
-            memcpy(p.data, data + off, (size_t)p.numel * sizeof(float));
+            em->be->h2d(p.data, data + off, (size_t)p.numel * sizeof(float));
             off += (size_t)p.numel * sizeof(float);
         }
     }

@@ -81,13 +81,19 @@ typedef struct {
 typedef struct {
     float *mem;
     size_t cap;                /* floats */
-    int *cu, *cu_win;          /* cu_seqlens: per sequence / per window */
+    int *cu, *cu_win;          /* cu_seqlens: per sequence / per window (host, written by the module) */
+    int *cu_dev, *cu_win_dev;  /* their backend copies, which the kernels read */
     int n_cu_cap;
+    /* the batch's inputs this slot's passes read, copied to the backend
+     * (tokens: int32; pixels or mel frames: float), and their capacities in bytes */
+    void *in_dev, *tok_dev;
+    size_t in_cap, tok_cap;
     int n_rows, m_rows, n_pred, emb_rows, n_seq, n_win;
     bool filled;               /* a forward ran in it */
 } ex_slot;
 
 typedef struct {
+    const ex_backend *be;      /* the model's backend: every buffer below is its memory */
     bool on;                   /* instantiated on this rank */
     int index;                 /* in model_t.mod */
     model_module mm;
@@ -121,8 +127,10 @@ typedef struct {
     int cur;                   /* bound slot */
     float *scratch;
     size_t scratch_cap;        /* floats */
-    /* the bound slot's geometry (copies of its fields) */
-    int *cu, *cu_win;
+    float *host_rope;          /* host staging of the rotary tables: [cos | sin], host_rope_cap floats */
+    size_t host_rope_cap;
+    /* the bound slot's geometry (copies of its fields; cu, cu_win host, *_dev the backend's) */
+    int *cu, *cu_win, *cu_dev, *cu_win_dev;
     int n_rows, n_seq, n_win;  /* n_rows: the block rows (all rows of the micro-batch on this rank) */
 } ex_module;
 
@@ -135,9 +143,12 @@ struct ex_model {
     int adam_t;
     /* last LLM forward's batch geometry */
     int n_pred;
-    int32_t *targets;
+    int32_t *targets;          /* host */
     int *pred_rows;
     int targets_cap;
+    int32_t *targets_dev;      /* their backend copies */
+    int *pred_rows_dev;
+    float *host_ce;            /* host copies of the cross-entropy's row max and [sum-exp, target logit]: 3 targets_cap */
 };
 
 /* model.c */
@@ -151,6 +162,20 @@ void ex_unit_end(ex_module *md, int u, ex_unit_use use, bool last);
 int ex_acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int reserve_pred, int emb_rows, int n_cu, char *err);
 void ex_slot_bind(ex_module *md);
 void ex_slot_filled(ex_module *md);
+void ex_acts_free(ex_module *md);
+/* Copies the host cu_seqlens the module just wrote (n_seq + 1 and n_win + 1
+ * entries of md->cu, md->cu_win; n_win < 0: no windows) to the bound slot's backend copies. */
+void ex_cu_upload(ex_module *md, int n_seq, int n_win);
+/* The bound slot's backend copy of a batch input: bytes from src (host),
+ * into the slot's input buffer (pixels, mel) or token buffer (tok); NULL
+ * when out of memory (err filled). */
+void *ex_slot_input(ex_module *md, const void *src, size_t bytes, bool tok, char *err);
+/* Host staging for the rotary tables of n rows of hd / 2 pairs: *cos, *sin;
+ * ex_rope_upload copies them to md->a.cos / md->a.sin. */
+int ex_rope_host(ex_module *md, size_t n, float **cos, float **sin, char *err);
+void ex_rope_upload(ex_module *md, size_t n);
+/* Grows a backend buffer of the model's backend to bytes (contents not kept). */
+int ex_dev_reserve(const ex_backend *be, void **buf, size_t *cap, size_t bytes, util_mem_cat cat);
 
 /* block.c: the rows the norms and the residual stream hold (N / tp under
  * sequence parallelism), and one transformer block forward / backward over

@@ -181,7 +181,7 @@ static int create_model(run_ctx *r, char *err)
         memcpy(par[k].stage_layers, s->stage_layers, sizeof par[k].stage_layers);
         run_cp_hooks(&par[k]);
     }
-    int rc = ex_model_create_per_module(&p->model, r->o->seed, mask, par, &r->em, err);
+    int rc = ex_model_create_per_module(r->be, &p->model, r->o->seed, mask, par, &r->em, err);
     for (int k = 0; !rc && k < p->n_modules; k++) {
         run_module *m = &r->mod[k];
         if (!m->on) continue;
@@ -458,7 +458,7 @@ static int train(run_ctx *r, ex_dataset *ds, char *err)
     while (!rc && r->step < stop) {
         run_stats st;
         double t0 = util_now();
-        if ((rc = run_step(r, &s, ds, &d, &h, &st, ev, err))) {
+        if ((rc = run_step(r, &s, ds, &d, &h, &st, ev, err)) || (rc = r->be->sync(err))) {
             char why[UTIL_ERR_LEN];
             util_strlcpy(why, err, sizeof why);
             util_fail(err, rc, "step %d: %s", r->step + 1, why);
@@ -507,6 +507,7 @@ int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err)
     if (!rc) rc = check_plan(r, err);
     if (!rc) rc = ex_data_open(o->data_dir, &ds, err);
     if (!rc) rc = check_data(r, ex_data_info(ds), err);
+    if (!rc) rc = agree(r, run_pick_backend(r, err), err);
     if (!rc && o->resume && !o->ckpt_dir) rc = util_fail(err, UTIL_EINVAL, "run: --resume needs --ckpt DIR");
     if (!rc && o->resume && o->init_from)
         rc = util_fail(err, UTIL_EINVAL, "run: --init-from and --resume: a resumed run continues its checkpoint's weights");

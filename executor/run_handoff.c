@@ -15,7 +15,7 @@ bool run_encoder_trains(const run_ctx *r)
     return false;
 }
 
-static float *comm_floats(size_t n) { return util_malloc_cat(UTIL_MEM_COMM, (n ? n : 1) * sizeof(float)); }
+static float *comm_floats(const run_ctx *r, size_t n) { return r->be->alloc((n ? n : 1) * sizeof(float), UTIL_MEM_COMM); }
 
 static int encoder_init(run_ctx *r, run_handoff *h, int k, char *err)
 {
@@ -31,8 +31,8 @@ static int encoder_init(run_ctx *r, run_handoff *h, int k, char *err)
     }
     if (r->mod[k].on) {
         size_t n = (size_t)plan_max_share(p, k) * e->rows / p->mod[k].sp * h->d;
-        e->act_pack = comm_floats(n);
-        e->grad_pack = comm_floats(n);
+        e->act_pack = comm_floats(r, n);
+        e->grad_pack = comm_floats(r, n);
         if (!e->act_pack || !e->grad_pack) return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");
     }
     return UTIL_OK;
@@ -54,8 +54,8 @@ int run_handoff_init(run_ctx *r, run_handoff *h, char *err)
     if (any && r->mod[p->model.llm].on) {
         h->llm_rows = plan_cp_encoder_rows(p, -1, r->rank);
         size_t n = (size_t)plan_max_share(p, p->model.llm) * h->llm_rows * h->d;
-        h->act_in = comm_floats(n);
-        h->grad_out = comm_floats(n);
+        h->act_in = comm_floats(r, n);
+        h->grad_out = comm_floats(r, n);
         if (!h->act_in || !h->grad_out) return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");
     }
     return UTIL_OK;
@@ -67,7 +67,7 @@ int run_handoff_wait_all(run_ctx *r, run_handoff *h, char *err)
     for (int i = 0; i < h->n_pend; i++) {
         if (ex_comm_wait(r->world, h->pend[i].req) && !rc)
             rc = util_fail(err, UTIL_ERUNTIME, "run: hand-off send failed: %s", ex_comm_error(r->world));
-        util_free(h->pend[i].buf);
+        r->be->release(h->pend[i].buf);
     }
     h->n_pend = 0;
     return rc;
@@ -80,9 +80,11 @@ void run_handoff_free(run_ctx *r, run_handoff *h)
     for (int k = 0; k < MODEL_MAX_MODULES; k++) {
         run_handoff_enc *e = &h->enc[k];
         for (int c = 0; e->seg && c < h->chunks; c++) util_free(e->seg[c]);
-        util_free(e->seg); util_free(e->nseg); util_free(e->act_pack); util_free(e->grad_pack);
+        util_free(e->seg); util_free(e->nseg);
+        if (r->be) { r->be->release(e->act_pack); r->be->release(e->grad_pack); }
     }
-    util_free(h->pend); util_free(h->act_in); util_free(h->grad_out);
+    util_free(h->pend);
+    if (r->be) { r->be->release(h->act_in); r->be->release(h->grad_out); }
 }
 
 /* Sends this rank's rows of chunk c of encoder k: one message per peer, the
@@ -97,24 +99,24 @@ int run_handoff_send(run_ctx *r, run_handoff *h, int k, int c, bool grad, const 
     int i, j, peer, nrows;
     for (int from = 0; plan_handoff_message(sg, n, from, r->rank, grad, true, &i, &j, &peer, &nrows); from = j) {
         size_t rows = (size_t)nrows;
-        float *msg = util_malloc_cat(UTIL_MEM_COMM, (rows ? rows : 1) * d * sizeof(float));
+        float *msg = r->be->alloc((rows ? rows : 1) * d * sizeof(float), UTIL_MEM_COMM);
         if (!msg) return util_fail(err, UTIL_ENOMEM, "run: out of memory for a hand-off message");
         size_t at = 0;
         for (int q = i; q < j; q++) {
             int off = grad ? sg[q].llm_off : sg[q].enc_off;
-            memcpy(msg + at * d, src + (size_t)off * d, (size_t)sg[q].rows * d * sizeof(float));
+            r->be->d2d(msg + at * d, src + (size_t)off * d, (size_t)sg[q].rows * d * sizeof(float));
             at += sg[q].rows;
         }
         if (h->n_pend == h->cap_pend) {
             int cap = h->cap_pend ? 2 * h->cap_pend : 16;
             run_pending *pn = util_realloc(h->pend, (size_t)cap * sizeof *pn);
-            if (!pn) { util_free(msg); return util_fail(err, UTIL_ENOMEM, "run: out of memory"); }
+            if (!pn) { r->be->release(msg); return util_fail(err, UTIL_ENOMEM, "run: out of memory"); }
             h->pend = pn;
             h->cap_pend = cap;
         }
         ex_request *req;
         if (ex_comm_isend(r->world, msg, rows * d, peer, tag, &req)) {
-            util_free(msg);
+            r->be->release(msg);
             return util_fail(err, UTIL_ERUNTIME, "run: hand-off send to rank %d failed: %s", peer, ex_comm_error(r->world));
         }
         h->pend[h->n_pend++] = (run_pending){ req, msg };
@@ -132,19 +134,19 @@ int run_handoff_recv(run_ctx *r, run_handoff *h, int k, int c, bool grad, float 
     int i, j, peer, nrows;
     for (int from = 0; plan_handoff_message(sg, n, from, r->rank, grad, false, &i, &j, &peer, &nrows); from = j) {
         size_t rows = (size_t)nrows;
-        float *msg = util_malloc_cat(UTIL_MEM_COMM, (rows ? rows : 1) * d * sizeof(float));
+        float *msg = r->be->alloc((rows ? rows : 1) * d * sizeof(float), UTIL_MEM_COMM);
         if (!msg) return util_fail(err, UTIL_ENOMEM, "run: out of memory for a hand-off message");
         if (ex_comm_recv(r->world, msg, rows * d, peer, tag)) {
-            util_free(msg);
+            r->be->release(msg);
             return util_fail(err, UTIL_ERUNTIME, "run: hand-off receive from rank %d failed: %s", peer, ex_comm_error(r->world));
         }
         size_t at = 0;
         for (int q = i; q < j; q++) {
             int off = grad ? sg[q].enc_off : sg[q].llm_off;
-            memcpy(dst + (size_t)off * d, msg + at * d, (size_t)sg[q].rows * d * sizeof(float));
+            r->be->d2d(dst + (size_t)off * d, msg + at * d, (size_t)sg[q].rows * d * sizeof(float));
             at += sg[q].rows;
         }
-        util_free(msg);
+        r->be->release(msg);
     }
     return UTIL_OK;
 }

@@ -62,7 +62,8 @@ int run_dp_init(run_dp *d, ex_model *em, int k, ex_comm *shard_comm, const plan_
                 const plan_dp_buffers *b, char *err);
 void run_dp_free(run_dp *d);
 /* Allocates `slots` unit buffers of `floats` (category cat), with pieces when piece_floats > 0. */
-int run_dp_alloc_slots(run_dp_slot *s, int slots, size_t floats, size_t piece_floats, util_mem_cat cat);
+int run_dp_alloc_slots(const ex_backend *be, run_dp_slot *s, int slots, size_t floats, size_t piece_floats,
+                       util_mem_cat cat);
 /* The unit that follows `unit` in a pass of `use` (-1 at the pass's end), advancing the pass's cursor. */
 int run_dp_next_unit(run_dp *d, int unit, ex_unit_use use);
 /* Unit u's elements over the shard group: every rank's piece (padded) into
@@ -77,8 +78,9 @@ int run_dp_bucket_begin(run_dp *d, int u);
 int run_dp_bucket_end(run_dp *d, int u, bool last);
 /* The module's whole state of this tp rank (EX_BUF_PARAMS, EX_BUF_ADAM_M,
  * EX_BUF_ADAM_V) as one flat buffer[n_params], from wherever the strategy
- * keeps it; and the inverse (every rank passes the whole buffer). Collective
- * over the shard group where the state is sharded. */
+ * keeps it; and the inverse (every rank passes the whole buffer). flat is
+ * host memory (staged through a backend buffer). Collective over the shard
+ * group where the state is sharded. */
 int run_dp_gather_state(run_dp *d, ex_buffer_kind kind, float *flat, char *err);
 int run_dp_scatter_state(run_dp *d, ex_buffer_kind kind, const float *flat, char *err);
 
@@ -123,6 +125,7 @@ typedef struct {
     ex_comm *world;
     int rank, size;
     run_module mod[MODEL_MAX_MODULES];
+    const ex_backend *be;     /* the run's backend (ex_backend_pick): every tensor buffer is its memory */
     ex_model *em;
     ex_optim_config optim;
     int step;                 /* steps done */
@@ -135,6 +138,9 @@ typedef struct {
      * slice.) */
     double wall_offset;
 } run_ctx;
+
+/* The run's backend from --backend (run_backend.c): r->be, and its one log line on rank 0. */
+int run_pick_backend(run_ctx *r, char *err);
 
 /* Checkpoints: DIR/step-NNNNNNNN/<module>.safetensors with every parameter
  * as a whole tensor and its AdamW moments ("adam_m." / "adam_v." + name),

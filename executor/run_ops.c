@@ -83,7 +83,7 @@ static int stage_forward(run_ctx *r, const plan_op *o, const ex_batch *b, run_ha
     if (rc) return rc;
     if (k == L && m->last && m->at.tp == 0) st->loss += io.loss;
     if (!m->last) m->st.pending = io.out;
-    else if (k != L) memcpy(h->enc[k].act_pack + handoff_offset(r, h, o), io.out, (size_t)io.out_rows * h->d * sizeof(float));
+    else if (k != L) r->be->d2d(h->enc[k].act_pack + handoff_offset(r, h, o), io.out, (size_t)io.out_rows * h->d * sizeof(float));
     return UTIL_OK;
 }
 
@@ -101,7 +101,7 @@ static int stage_backward(run_ctx *r, const plan_op *o, const ex_batch *b, run_h
     if (rc) return rc;
     if (!m->first) m->st.pending = io.out;
     else if (k == L && run_encoder_trains(r))
-        memcpy(h->grad_out + handoff_offset(r, h, o), io.out, (size_t)io.out_rows * h->d * sizeof(float));
+        r->be->d2d(h->grad_out + handoff_offset(r, h, o), io.out, (size_t)io.out_rows * h->d * sizeof(float));
     return UTIL_OK;
 }
 

@@ -40,13 +40,13 @@ int run_stage_init(run_ctx *r, int k, char *err)
     st->cap = edge_floats(r, k);
     size_t bytes = (st->cap ? st->cap : 1) * sizeof(float);
     if (st->prev >= 0) {
-        st->act_in = util_malloc_cat(UTIL_MEM_COMM, bytes);
-        if (back) st->grad_out = util_malloc_cat(UTIL_MEM_COMM, bytes);
+        st->act_in = r->be->alloc(bytes, UTIL_MEM_COMM);
+        if (back) st->grad_out = r->be->alloc(bytes, UTIL_MEM_COMM);
         if (!st->act_in || (back && !st->grad_out)) return util_fail(err, UTIL_ENOMEM, "run: out of memory for pipeline buffers");
     }
     if (st->next >= 0) {
-        st->act_out = util_malloc_cat(UTIL_MEM_COMM, bytes);
-        if (back) st->grad_in = util_malloc_cat(UTIL_MEM_COMM, bytes);
+        st->act_out = r->be->alloc(bytes, UTIL_MEM_COMM);
+        if (back) st->grad_in = r->be->alloc(bytes, UTIL_MEM_COMM);
         if (!st->act_out || (back && !st->grad_in)) return util_fail(err, UTIL_ENOMEM, "run: out of memory for pipeline buffers");
     }
     return UTIL_OK;
@@ -71,7 +71,7 @@ int run_stage_send(run_ctx *r, int k, bool grad, const float *src, int rows, cha
     if (n > st->cap) return util_fail(err, UTIL_EINVAL, "run: module %s: %d rows exceed the pipeline buffer", r->plan.mod[k].module, rows);
     int rc = wait_edge(st, req, err);
     if (rc) return rc;
-    if (src) memcpy(buf, src, n * sizeof(float));
+    if (src) r->be->d2d(buf, src, n * sizeof(float));
     if (ex_comm_isend(st->pp, buf, n, peer, grad ? TAG_GRAD : TAG_ACT, req))
         return util_fail(err, UTIL_ERUNTIME, "run: module %s: pipeline send to stage %d failed: %s", r->plan.mod[k].module, peer,
                          ex_comm_error(st->pp));
@@ -111,7 +111,7 @@ void run_stage_free(run_ctx *r, int k)
     char err[UTIL_ERR_LEN];
     wait_edge(st, &st->act_req, err);
     wait_edge(st, &st->grad_req, err);
-    util_free(st->act_in); util_free(st->grad_out); util_free(st->act_out); util_free(st->grad_in);
+    if (r->be) { r->be->release(st->act_in); r->be->release(st->grad_out); r->be->release(st->act_out); r->be->release(st->grad_in); }
     ex_comm_free(st->pp);
     memset(st, 0, sizeof *st);
 }

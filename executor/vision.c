@@ -31,13 +31,16 @@ int ex_patch_positions(const model_module *mm, int gh, int gw, int *rows, int *c
 
 /* Qwen2-VL vision rotary: rotary pairs i < hd/4 rotate by row * theta^(-4i/hd),
  * pairs hd/4 <= i < hd/2 by col * theta^(-4(i - hd/4)/hd). cos/sin [n, hd/2]. */
-static void vision_rope_tables(ex_module *md, const int *rows, const int *cols, int patches, int row0, int n)
+static int vision_rope_tables(ex_module *md, const int *rows, const int *cols, int patches, int row0, int n, char *err)
 {
     int half = md->hd / 2, quarter = md->hd / 4;
     double inv[EX_MAX_HEAD_DIM / 4];
     for (int i = 0; i < quarter; i++) inv[i] = pow(EX_ROPE_THETA, -2.0 * i / (double)half);
+    float *hc, *hs;   /* host staging, copied to md->a.cos / sin after */
+    int rc = ex_rope_host(md, (size_t)n, &hc, &hs, err);
+    if (rc) return rc;
     for (int t = 0; t < n; t++) {
-        float *c = md->a.cos + (size_t)t * half, *sn = md->a.sin + (size_t)t * half;
+        float *c = hc + (size_t)t * half, *sn = hs + (size_t)t * half;
         if (t >= patches) {   /* the same patch of the previous image */
             memcpy(c, c - (size_t)patches * half, (size_t)half * sizeof *c);
             memcpy(sn, sn - (size_t)patches * half, (size_t)half * sizeof *sn);
@@ -50,6 +53,8 @@ static void vision_rope_tables(ex_module *md, const int *rows, const int *cols, 
             sn[i] = (float)sin(ang);
         }
     }
+    ex_rope_upload(md, (size_t)n);
+    return UTIL_OK;
 }
 
 static ex_module *vision_of(ex_model *em) { return em->vis_index >= 0 ? ex_module_at(em, em->vis_index) : NULL; }
@@ -68,13 +73,14 @@ static int vision_geometry(ex_module *md, const ex_batch *b, char *err)
     int *rows = util_malloc((size_t)P * 2 * sizeof(int));
     if (!rows) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
     rc = ex_patch_positions(mm, b->grid_h, b->grid_w, rows, rows + P, err);
-    if (!rc) vision_rope_tables(md, rows, rows + P, P, md->sp_rank * Nl, Nl);
+    if (!rc) rc = vision_rope_tables(md, rows, rows + P, P, md->sp_rank * Nl, Nl, err);
     util_free(rows);
     if (rc) return rc;
     for (int i = 0; i <= b->n_images; i++) md->cu[i] = i * P;
     for (int i = 0; i <= n_win; i++) md->cu_win[i] = i * mm->window;
     md->n_seq = b->n_images;
     md->n_win = n_win;
+    ex_cu_upload(md, md->n_seq, md->n_win);
     return UTIL_OK;
 }
 
@@ -98,13 +104,15 @@ int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_s
     ex_acts *a = &md->a;
     md->comm_rc = 0;
     if (md->stage.stem) {
+        const float *px = ex_slot_input(md, b->pixels, (size_t)Nl * cpp * sizeof(float), false, err);
+        if (!px) return UTIL_ENOMEM;
         ex_unit_begin(md, 0, EX_USE_FORWARD);
-        be->linear_forward(a->blk[first].x, b->pixels, md->w.patch_w, md->w.patch_b, Nl, cpp, md->d);
+        be->linear_forward(a->blk[first].x, px, md->w.patch_w, md->w.patch_b, Nl, cpp, md->d);
         ex_unit_end(md, 0, EX_USE_FORWARD, false);
     } else {
         be->copy(a->blk[first].x, io->in, (size_t)Nl * md->d);
     }
-    ex_blocks_forward(be, md, md->cu, md->cu_win, false);
+    ex_blocks_forward(be, md, md->cu_dev, md->cu_win_dev, false);
     io->out = a->x_final;
     io->out_rows = Nl;
     if (md->stage.head) {
@@ -158,11 +166,12 @@ int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_
     } else {
         be->copy(a->dres, io->in, (size_t)N * md->d);
     }
-    ex_blocks_backward(be, md, md->cu, md->cu_win, false);
+    ex_blocks_backward(be, md, md->cu_dev, md->cu_win_dev, false);
     if (md->stage.stem) {
         int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
         ex_unit_begin(md, 0, EX_USE_BACKWARD);
-        be->linear_backward(NULL, md->g.patch_w, md->g.patch_b, a->dres, b->pixels, md->w.patch_w, N, cpp, md->d);
+        const float *px = md->slot[md->cur].in_dev;   /* b->pixels, uploaded by the forward into this slot */
+        be->linear_backward(NULL, md->g.patch_w, md->g.patch_b, a->dres, px, md->w.patch_w, N, cpp, md->d);
         ex_unit_end(md, 0, EX_USE_BACKWARD, true);
     } else {
         io->out = a->dres;

@@ -19,9 +19,18 @@
  *  - atomicAdd on float (std::atomic_ref);
  *  - the runtime calls the kernels' host code uses, on plain host memory
  *    (so "device" pointers are host pointers and AddressSanitizer checks every
- *    kernel access): cudaMalloc / cudaFree / cudaMemcpy[Async] /
- *    cudaMemset[Async] / cudaGetLastError / cudaDeviceSynchronize /
+ *    kernel access): cudaMalloc / cudaFree / cudaMemcpy[Async] (every kind
+ *    is one memmove) / cudaMemset[Async] / cudaMemGetInfo (the host's
+ *    MemAvailable) / cudaGetLastError / cudaDeviceSynchronize /
  *    cudaGetDeviceCount (always one device) / cudaGetErrorString;
+ *  - with CUDAEMU_GUARD defined (the dhp-emu binary), a device-pointer guard:
+ *    cudaMalloc records each allocation's range, and a pointer that is not
+ *    inside one (a host pointer) given as a kernel argument, to cublasSgemm,
+ *    as the device side of a cudaMemcpy (or a device pointer given as its
+ *    host side) or to cudaMemset/cudaFree aborts with the kernel's or call's
+ *    name. It catches host memory handed to the device; it does NOT catch the
+ *    host reading or writing device memory directly (emulated device memory
+ *    is host memory and stays readable);
  *  - cuBLAS: cublasCreate and cublasSgemm (column-major, with cuBLAS's
  *    argument checks) through OpenBLAS cblas_sgemm(CblasColMajor, ...).
  * Launches are synchronous; one host thread at a time may launch (the static
@@ -32,6 +41,10 @@
 
 #include <atomic>
 #include <barrier>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <type_traits>
 #include <cblas.h>
 #include <cstddef>
 #include <cstdlib>
@@ -121,21 +134,97 @@ static inline cudaError_t cudaGetDeviceCount(int *count)
     return cudaSuccess;
 }
 
+/* ---- the device-pointer guard (CUDAEMU_GUARD): live allocations by start */
+struct cudaemu_ranges {
+    std::mutex mu;
+    std::map<const char *, size_t> live;   /* start -> bytes */
+};
+static cudaemu_ranges &cudaemu_mem(void)
+{
+    static cudaemu_ranges r;
+    return r;
+}
+
+/* Whether p lies in (or one past the end of) an emulated device allocation. */
+[[maybe_unused]] static bool cudaemu_is_device(const void *p)
+{
+    cudaemu_ranges &r = cudaemu_mem();
+    std::lock_guard<std::mutex> lock(r.mu);
+    const char *c = (const char *)p;
+    auto it = r.live.upper_bound(c);
+    if (it == r.live.begin()) return false;
+    --it;
+    return c <= it->first + it->second;
+}
+
+[[noreturn]] static void cudaemu_guard_fail(const char *what, const char *which, const void *p)
+{
+    std::fprintf(stderr, "cudaemu guard: %s: %s %p is not device memory (a host buffer handed to the device)\n", what,
+                 which, p);
+    std::fflush(stderr);
+    std::abort();
+}
+
+#ifdef CUDAEMU_GUARD
+#define CUDAEMU_GUARD_ON 1
+#else
+#define CUDAEMU_GUARD_ON 0
+#endif
+
+/* p (if not NULL) must be device memory (want true) or host memory (want false). */
+static inline void cudaemu_guard(const char *what, const char *which, const void *p, bool want = true)
+{
+    if (CUDAEMU_GUARD_ON && p && cudaemu_is_device(p) != want) {
+        if (want) cudaemu_guard_fail(what, which, p);
+        std::fprintf(stderr, "cudaemu guard: %s: %s %p is device memory where host memory was said\n", what, which, p);
+        std::fflush(stderr);
+        std::abort();
+    }
+}
+
 static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     *p = std::malloc(bytes ? bytes : 1);
-    return *p ? cudaSuccess : cudaemu_fail(cudaErrorMemoryAllocation);
+    if (!*p) return cudaemu_fail(cudaErrorMemoryAllocation);
+    if (CUDAEMU_GUARD_ON) {
+        std::lock_guard<std::mutex> lock(cudaemu_mem().mu);
+        cudaemu_mem().live[(const char *)*p] = bytes;
+    }
+    return cudaSuccess;
 }
 
 static inline cudaError_t cudaFree(void *p)
 {
+    if (CUDAEMU_GUARD_ON && p) {
+        std::lock_guard<std::mutex> lock(cudaemu_mem().mu);
+        if (!cudaemu_mem().live.erase((const char *)p)) cudaemu_guard_fail("cudaFree", "pointer", p);
+    }
     std::free(p);
+    return cudaSuccess;
+}
+
+/* Free and total memory: the host's (the emulated device's memory is the host's). */
+static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    FILE *f = std::fopen("/proc/meminfo", "r");
+    if (!f) return cudaSuccess;
+    char key[64];
+    unsigned long long kb;
+    while (std::fscanf(f, "%63s %llu kB", key, &kb) == 2) {
+        if (!std::strcmp(key, "MemTotal:")) *total_bytes = (size_t)kb * 1024;
+        if (!std::strcmp(key, "MemAvailable:")) *free_bytes = (size_t)kb * 1024;
+    }
+    std::fclose(f);
     return cudaSuccess;
 }
 
 static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
 {
-    (void)kind;
+    if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice) cudaemu_guard("cudaMemcpy", "destination", dst);
+    if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice) cudaemu_guard("cudaMemcpy", "source", src);
+    if (kind == cudaMemcpyDeviceToHost) cudaemu_guard("cudaMemcpy", "destination", dst, false);
+    if (kind == cudaMemcpyHostToDevice) cudaemu_guard("cudaMemcpy", "source", src, false);
     if (bytes) std::memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -149,6 +238,7 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t byt
 
 static inline cudaError_t cudaMemset(void *p, int value, size_t bytes)
 {
+    cudaemu_guard("cudaMemset", "pointer", p);
     if (bytes) std::memset(p, value, bytes);
     return cudaSuccess;
 }
@@ -199,6 +289,19 @@ static void cudaemu_launch(Kernel kernel, dim3 grid, dim3 block, const Args &...
     for (std::thread &th : others) th.join();
 }
 
+/* The launch, after the guard's look at every pointer argument. */
+template <typename Kernel, typename... Args>
+static void cudaemu_launch_named(const char *name, Kernel kernel, dim3 grid, dim3 block, const Args &...args)
+{
+    if (CUDAEMU_GUARD_ON) {
+        auto check = [&](const auto &a) {
+            if constexpr (std::is_pointer_v<std::decay_t<decltype(a)>>) cudaemu_guard(name, "argument", (const void *)a);
+        };
+        (check(args), ...);
+    }
+    cudaemu_launch(kernel, grid, block, args...);
+}
+
 /* ------------------------------------------------------------ cuBLAS */
 
 typedef enum {
@@ -243,6 +346,9 @@ static inline cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_
         ldb < cudaemu_max1(tb == CUBLAS_OP_N ? k : n) || ldc < cudaemu_max1(m))
         return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    cudaemu_guard("cublasSgemm", "A", A);
+    cudaemu_guard("cublasSgemm", "B", B);
+    cudaemu_guard("cublasSgemm", "C", C);
     cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_T ? CblasTrans : CblasNoTrans,
                 tb == CUBLAS_OP_T ? CblasTrans : CblasNoTrans, m, n, k, *alpha, A, lda, B, ldb,
                 *beta, C, ldc);

@@ -287,8 +287,16 @@ static void k_adamw(float *p, const float *g, float *m, float *v, size_t n, floa
     cpu()->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, c1, c2);
 }
 
+/* Memory is the CPU backend's, not counted (the cost model prices no allocation or copy). */
+static void *k_alloc(size_t bytes, util_mem_cat cat) { return cpu()->alloc(bytes, cat); }
+static void k_release(void *p) { cpu()->release(p); }
+static void k_copy_bytes(void *dst, const void *src, size_t bytes) { cpu()->d2d(dst, src, bytes); }
+static void k_fill(void *p, int byte, size_t bytes) { cpu()->fill(p, byte, bytes); }
+static int k_sync(char *err) { return cpu()->sync(err); }
+
 static const ex_backend counting_backend = {
-    .name = "counting", .zero = k_zero, .copy = k_copy, .add_inplace = k_add, .add_bias = k_bias,
+    .name = "counting", .host_memory = true, .alloc = k_alloc, .release = k_release, .h2d = k_copy_bytes,
+    .d2h = k_copy_bytes, .d2d = k_copy_bytes, .fill = k_fill, .sync = k_sync, .zero = k_zero, .copy = k_copy, .add_inplace = k_add, .add_bias = k_bias,
     .scale_inplace = k_scale, .sumsq = k_sumsq, .linear_forward = k_linear_fwd, .linear_backward = k_linear_bwd,
     .rmsnorm_forward = k_rms_fwd, .rmsnorm_backward = k_rms_bwd, .rope_forward = k_rope_fwd,
     .rope_backward = k_rope_bwd, .attention_forward = k_att_fwd, .attention_backward = k_att_bwd,
@@ -510,12 +518,9 @@ static void *run_rank(void *arg)
         per[j->module].pp_rank = j->dc->stage;
     }
     ex_model *em = NULL;
-    j->rc = ex_model_create_per_module(j->m, 7, 1u << j->module, per, &em, j->err);
+    j->rc = ex_model_create_per_module(&counting_backend, j->m, 7, 1u << j->module, per, &em, j->err);
     ex_unit_hooks hooks = { NULL, hook_begin, hook_end };
-    if (!j->rc) {
-        ex_model_set_backend(em, &counting_backend);
-        j->rc = ex_model_set_unit_hooks(em, j->module, &hooks);
-    }
+    if (!j->rc) j->rc = ex_model_set_unit_hooks(em, j->module, &hooks);
     memset(j->t, 0, sizeof *j->t);
     tl_tally = j->t;
     tl_pass = DRIFT_FWD;

@@ -9,6 +9,7 @@
 #include "test.h"
 #include "tests/test_ex.h"
 #include "executor/executor.h"
+#include "executor/backend.h"
 #include "planner/planner.h"
 
 #include <stdlib.h>
@@ -238,7 +239,7 @@ TEST(audio_pipeline_stages_match_the_whole_encoder)
         memset(par, 0, sizeof par);
         par[a].pp_size = 2;
         par[a].pp_rank = r;
-        rc = ex_model_create_per_module(&m, 8, 1u << a, par, &st[r], err);
+        rc = ex_model_create_per_module(ex_backend_cpu(), &m, 8, 1u << a, par, &st[r], err);
     }
     float *dout = rnd((size_t)12 * 64, 1);
     audio_pass_ctx pc = { &ab.b, dout, 0 };
@@ -352,7 +353,7 @@ TEST(audio_recomputation_gives_the_same_gradients)
         memset(par, 0, sizeof par);
         par[a].recompute = modes[i];
         ex_model *em = NULL;
-        rc = ex_model_create_per_module(&m, 4, 1u << a, par, &em, err);
+        rc = ex_model_create_per_module(ex_backend_cpu(), &m, 4, 1u << a, par, &em, err);
         size_t before = util_mem_current(UTIL_MEM_ACTIV);
         audio_pass_ctx pc = { &ab.b, dout, 0 };
         float l, *gb;

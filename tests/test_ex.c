@@ -1,5 +1,6 @@
 /* Executor test helpers (tests/test_ex.h). */
 #include "tests/test_ex.h"
+#include "executor/backend.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -278,7 +279,7 @@ void encoder_grid_run(encoder_grid *g, const model_t *m, int k, int tp, int sp, 
         memset(par, 0, sizeof par);
         par[k] = (ex_parallel){ .tp_size = tp, .tp_rank = g->tpr[j], .sp_size = sp, .sp_rank = g->spr[j], .ctx = &ctxs[j],
                                 .allreduce_sum = grid_sum, .alltoall = grid_alltoall, .allreduce_max = grid_max };
-        g->rc = ex_model_create_per_module(m, seed, 1u << k, par, &g->rk[j], g->err);
+        g->rc = ex_model_create_per_module(ex_backend_cpu(), m, seed, 1u << k, par, &g->rk[j], g->err);
     }
     const float *whole = NULL;
     if (!g->rc) g->rc = audio ? ex_audio_forward(g->whole, b, &whole, &g->rows, g->err)

@@ -778,7 +778,7 @@ static void tp_case(bool vision_tp, bool tied, bool masked)
                             .allreduce_max = tp_allreduce_max };
         ex_parallel per[2] = { par, par };
         if (!vision_tp) per[0] = (ex_parallel){ 0 };
-        rc = vision_tp ? ex_model_create_per_module(&m, 11, ~0u, per, &sh[r], err)
+        rc = vision_tp ? ex_model_create_per_module(ex_backend_cpu(), &m, 11, ~0u, per, &sh[r], err)
                        : ex_model_create_parallel(&m, 11, ~0u, &par, &sh[r], err);
     }
     bool vocab_sharded = false;
@@ -961,15 +961,15 @@ TEST(executor_parallel_layouts_refuse_what_they_cannot_run)
     /* the LLM's context parallelism needs its exchanges: Ulysses' all-to-alls
      * (tp x sp divides the heads), ring attention's messages (2 x 2 does not divide 2 kv heads) */
     ex_parallel per[2] = { { 0 }, { .sp_size = 2, .ctx = &ctx } };
-    CHECK_EQ_INT(ex_model_create_per_module(&m, 1, ~0u, per, &em, err), UTIL_EINVAL);
+    CHECK_EQ_INT(ex_model_create_per_module(ex_backend_cpu(), &m, 1, ~0u, per, &em, err), UTIL_EINVAL);
     CHECK_MSG(strstr(err, "Ulysses sequence parallelism needs alltoall") != NULL, "%s", err);
     per[1] = (ex_parallel){ .tp_size = 2, .sp_size = 2, .ctx = &ctx, .allreduce_sum = tp_allreduce,
                             .allreduce_max = tp_allreduce_max, .alltoall = sp_alltoall };
-    CHECK_EQ_INT(ex_model_create_per_module(&m, 1, ~0u, per, &em, err), UTIL_EINVAL);
+    CHECK_EQ_INT(ex_model_create_per_module(ex_backend_cpu(), &m, 1, ~0u, per, &em, err), UTIL_EINVAL);
     CHECK_MSG(strstr(err, "ring attention needs p2p_start and p2p_wait") != NULL, "%s", err);
     per[1] = (ex_parallel){ 0 };
     per[0] = (ex_parallel){ .tp_size = 2, .sp_size = 4, .ctx = &ctx, .allreduce_sum = tp_allreduce, .alltoall = sp_alltoall };
-    CHECK_EQ_INT(ex_model_create_per_module(&m, 1, ~0u, per, &em, err), UTIL_EINVAL);
+    CHECK_EQ_INT(ex_model_create_per_module(ex_backend_cpu(), &m, 1, ~0u, per, &em, err), UTIL_EINVAL);
     CHECK_MSG(strstr(err, "tp_size 2 x sp_size 4") != NULL, "%s", err);
     CHECK(em == NULL);
 }

@@ -44,7 +44,7 @@ typedef struct { size_t size; size_t cat; } mem_header;
  * synchronisation. */
 static _Atomic size_t mem_cur[UTIL_MEM_NCAT], mem_peak[UTIL_MEM_NCAT];
 
-static void mem_charge(size_t cat, size_t n)
+void util_mem_charge(util_mem_cat cat, size_t n)
 {
     size_t now = atomic_fetch_add_explicit(&mem_cur[cat], n, memory_order_relaxed) + n;
     size_t peak = atomic_load_explicit(&mem_peak[cat], memory_order_relaxed);
@@ -52,7 +52,7 @@ static void mem_charge(size_t cat, size_t n)
                                                                 memory_order_relaxed)) {}
 }
 
-static void mem_discharge(size_t cat, size_t n)
+void util_mem_discharge(util_mem_cat cat, size_t n)
 {
     atomic_fetch_sub_explicit(&mem_cur[cat], n, memory_order_relaxed);
 }
@@ -62,7 +62,7 @@ void *util_malloc_cat(util_mem_cat cat, size_t n)
     mem_header *h = malloc(sizeof(mem_header) + (n ? n : 1));
     if (!h) return NULL;
     h->size = n; h->cat = (size_t)cat;
-    mem_charge(h->cat, n);
+    util_mem_charge((util_mem_cat)h->cat, n);
     return h + 1;
 }
 
@@ -78,7 +78,7 @@ void util_free(void *p)
 {
     if (!p) return;
     mem_header *h = (mem_header *)p - 1;
-    mem_discharge(h->cat, h->size);
+    util_mem_discharge((util_mem_cat)h->cat, h->size);
     free(h);
 }
 
@@ -89,9 +89,9 @@ void *util_realloc(void *p, size_t n)
     size_t old = h->size, cat = h->cat;
     mem_header *nh = realloc(h, sizeof(mem_header) + (n ? n : 1));
     if (!nh) return NULL;
-    mem_discharge(cat, old);
+    util_mem_discharge((util_mem_cat)cat, old);
     nh->size = n;
-    mem_charge(cat, n);
+    util_mem_charge((util_mem_cat)cat, n);
     return nh + 1;
 }
 

@@ -124,6 +124,11 @@ static inline void *util_malloc(size_t n) { return util_malloc_cat(UTIL_MEM_OTHE
 static inline void *util_calloc(size_t c, size_t s) { return util_calloc_cat(UTIL_MEM_OTHER, c, s); }
 void *util_realloc(void *p, size_t n);
 char *util_strdup(const char *s);
+/* Charges / discharges n bytes to a category without allocating: for memory
+ * another allocator hands out (the CUDA backend's device buffers), so the
+ * report and the planner's exact predictions count it the same way. */
+void util_mem_charge(util_mem_cat cat, size_t n);
+void util_mem_discharge(util_mem_cat cat, size_t n);
 size_t util_mem_current(util_mem_cat cat);
 size_t util_mem_peak(util_mem_cat cat);
 void util_mem_reset_peaks(void);

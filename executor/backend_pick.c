@@ -1,0 +1,31 @@
+/* Which backend a run uses (dhp run --backend): chosen once by the driver
+ * and handed to the model, so nothing below picks its own. */
+#include "executor/backend.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const ex_backend *ex_backend_pick(const char *want, char *why, size_t why_len, char *err)
+{
+    bool any = !want || !strcmp(want, "auto");
+    if (!any && strcmp(want, "cpu") && strcmp(want, "cuda")) {
+        util_fail(err, UTIL_EINVAL, "--backend: '%s' is not cpu, cuda or auto", want);
+        return NULL;
+    }
+    if (!any && !strcmp(want, "cpu")) {
+        snprintf(why, why_len, "backend: cpu (asked with --backend cpu)");
+        return ex_backend_cpu();
+    }
+    char cuda_err[UTIL_ERR_LEN] = "";
+    const ex_backend *be = ex_backend_cuda(cuda_err);
+    if (be) {
+        snprintf(why, why_len, "backend: %s (%s)", be->name, any ? "a CUDA device is visible" : "asked with --backend cuda");
+        return be;
+    }
+    if (!any) {
+        util_fail(err, UTIL_EUNSUPPORTED, "--backend cuda: %s", cuda_err);
+        return NULL;
+    }
+    snprintf(why, why_len, "backend: cpu (%s)", cuda_err);
+    return ex_backend_cpu();
+}

@@ -1,0 +1,38 @@
+/* `dhp run --backend cpu|cuda|auto`: the backend is chosen once, here, and
+ * handed to the model (ex_model_create_per_module) and to every buffer the
+ * driver allocates. Until the NCCL communicator lands, the MPI communicator
+ * reads and writes its buffers as host memory, so a backend whose memory is
+ * not host memory (a real GPU) runs one rank only; the CUDA emulator's
+ * device memory is host memory (tests/cudaemu.h), so dhp-emu runs any plan. */
+#include "executor/run_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int run_pick_backend(run_ctx *r, char *err)
+{
+    const char *want = r->o->backend;
+    char why[UTIL_ERR_LEN + 64] = "";
+    const ex_backend *be = ex_backend_pick(want, why, sizeof why, err);
+    if (!be) {
+        if (r->rank != 0) err[0] = '\0';   /* one line: rank 0's */
+        return UTIL_EUNSUPPORTED;
+    }
+    if (!be->host_memory && r->size > 1) {
+        if (want && !strcmp(want, "cuda")) {
+            if (r->rank == 0)
+                return util_fail(err, UTIL_EUNSUPPORTED, "--backend cuda: %d ranks need the NCCL communicator, which this build has not (the MPI one reads host memory); run one rank or --backend cpu", r->size);
+            err[0] = '\0';
+            return UTIL_EUNSUPPORTED;
+        }
+        be = ex_backend_cpu();
+        snprintf(why, sizeof why, "backend: cpu (a CUDA device is visible, but %d ranks need the NCCL communicator, which this build has not)", r->size);
+    }
+    r->be = be;
+    if (r->rank == 0) {
+        bool stdout_busy = r->o->log_json || (r->o->trace_path && !strcmp(r->o->trace_path, "-"));
+        fprintf(stdout_busy ? stderr : stdout, "%s\n", why);
+        fflush(stdout_busy ? stderr : stdout);
+    }
+    return UTIL_OK;
+}
