@@ -8,14 +8,17 @@
  *    which is exact because launches run one block at a time;
  *  - dim3, threadIdx / blockIdx / blockDim / gridDim as thread_local;
  *  - cudaemu_launch(kernel, grid, block, args...): the kernel's blocks run one
- *    after another on blockDim.x*y*z std::threads created once per launch
- *    (the caller is thread 0); each thread loops over the blocks and the
- *    block's threads meet at a std::barrier after each block, so static
- *    "shared memory" is never clobbered by the next block. __syncthreads() is
- *    that barrier, so a kernel where some thread skips a __syncthreads
- *    deadlocks here (as it is undefined on a GPU). Launch configurations a GPU
- *    refuses (a zero dimension, over 1024 threads, grid y / z over 65535) are
- *    refused too: cudaGetLastError() then says cudaErrorInvalidConfiguration;
+ *    after another on the calling thread; within a block each CUDA thread is
+ *    a fiber (its own stack; an x86-64 register switch, no system call) and
+ *    __syncthreads() switches to the next fiber: a barrier round ends when
+ *    every thread of the block waits at a __syncthreads or has returned (as
+ *    on the hardware, a returned thread no longer counts), so static "shared
+ *    memory" is never clobbered by another block. A kernel whose first launch
+ *    calls no __syncthreads runs its later launches as plain loops over the
+ *    threads (no fibers); should such a kernel then call __syncthreads the
+ *    emulator aborts naming it. Launch configurations a GPU refuses (a zero
+ *    dimension, over 1024 threads, grid y / z over 65535) are refused too:
+ *    cudaGetLastError() then says cudaErrorInvalidConfiguration;
  *  - atomicAdd on float (std::atomic_ref);
  *  - the runtime calls the kernels' host code uses, on plain host memory
  *    (so "device" pointers are host pointers and AddressSanitizer checks every
@@ -34,13 +37,14 @@
  *  - cuBLAS: cublasCreate and cublasSgemm (column-major, with cuBLAS's
  *    argument checks) through OpenBLAS cblas_sgemm(CblasColMajor, ...).
  * Launches are synchronous; one host thread at a time may launch (the static
- * shared memory is process-wide). Everything here is static or inline, so
+ * shared memory and the fiber scheduler are process-wide). x86-64 only. Everything here is static or inline, so
  * nothing clashes with the real CUDA runtime linked into the same binary. */
 #ifndef DHP_TESTS_CUDAEMU_H
 #define DHP_TESTS_CUDAEMU_H
 
 #include <atomic>
-#include <barrier>
+#include <sys/mman.h>
+#include <unordered_map>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -50,8 +54,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <math.h>
-#include <thread>
 #include <vector>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #define __global__
 #define __device__
@@ -66,10 +72,110 @@ struct dim3 {
 };
 
 [[maybe_unused]] static thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
-/* The barrier of the block the calling thread belongs to (set per launch). */
-static thread_local std::barrier<> *cudaemu_block_barrier;
 
-static inline void __syncthreads(void) { cudaemu_block_barrier->arrive_and_wait(); }
+/* ---- fibers: one per CUDA thread of the running block ----
+ * cudaemu_swap(save, sp) saves the callee-saved registers on the current
+ * stack, stores its pointer in *save and continues on stack sp (System V
+ * x86-64: rbx, rbp, r12-r15 are callee-saved). A new fiber's stack holds six
+ * zero registers and cudaemu_fiber_main as the return address. */
+extern "C" void cudaemu_swap(void **save, void *sp);
+asm(R"(
+    .text
+    .p2align 4
+    .type cudaemu_swap, @function
+cudaemu_swap:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size cudaemu_swap, .-cudaemu_swap
+)");
+
+#define CUDAEMU_STACK ((size_t)256 * 1024)
+enum { CUDAEMU_RUN = 0, CUDAEMU_WAIT = 1, CUDAEMU_DONE = 2 };
+
+struct cudaemu_sched {
+    void *main_sp;
+    std::vector<void *> sp, stack, fake;
+    std::vector<char> state;
+    unsigned cur, n;
+    void (*body)(void *);       /* the block's kernel call for the current thread */
+    void *body_ctx;
+    bool synced;                /* a __syncthreads was called in this launch */
+    bool sequential;            /* plain loops: a __syncthreads is an error */
+    const char *name;
+    const void *main_bottom;    /* the launching stack (AddressSanitizer's fiber annotations) */
+    size_t main_size;
+};
+static cudaemu_sched &cudaemu_s(void)
+{
+    static cudaemu_sched s;
+    return s;
+}
+
+static inline void cudaemu_to_main(bool dying)
+{
+    cudaemu_sched &s = cudaemu_s();
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_start_switch_fiber(dying ? nullptr : &s.fake[s.cur], s.main_bottom, s.main_size);
+#else
+    (void)dying;
+#endif
+    cudaemu_swap(&s.sp[s.cur], s.main_sp);
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(s.fake[s.cur], &s.main_bottom, &s.main_size);
+#endif
+}
+
+static void cudaemu_fiber_main(void)
+{
+    cudaemu_sched &s = cudaemu_s();
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(nullptr, &s.main_bottom, &s.main_size);
+#endif
+    s.body(s.body_ctx);
+    s.state[s.cur] = CUDAEMU_DONE;
+    cudaemu_to_main(true);
+    std::abort();   /* a finished fiber is never resumed */
+}
+
+static inline void cudaemu_run_fiber(unsigned t)
+{
+    cudaemu_sched &s = cudaemu_s();
+    s.cur = t;
+#if defined(__SANITIZE_ADDRESS__)
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, s.stack[t], CUDAEMU_STACK);
+#endif
+    cudaemu_swap(&s.main_sp, s.sp[t]);
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+static inline void __syncthreads(void)
+{
+    cudaemu_sched &s = cudaemu_s();
+    s.synced = true;
+    if (s.sequential) {
+        std::fprintf(stderr, "cudaemu: kernel %s called __syncthreads, which its first launch did not: emulated wrongly\n",
+                     s.name);
+        std::abort();
+    }
+    s.state[s.cur] = CUDAEMU_WAIT;
+    cudaemu_to_main(false);
+}
 
 /* Returns the old value, as CUDA's does. */
 static inline float atomicAdd(float *address, float val)
@@ -258,6 +364,34 @@ static inline bool cudaemu_config_ok(dim3 grid, dim3 block)
            threads <= 1024 && block.z <= 64;
 }
 
+/* Fiber t's stack, ready to start cudaemu_fiber_main. */
+static inline void cudaemu_fiber_init(unsigned t)
+{
+    cudaemu_sched &s = cudaemu_s();
+    void **top = (void **)((char *)s.stack[t] + CUDAEMU_STACK);
+    top[-1] = nullptr;                          /* cudaemu_fiber_main's return address: never used */
+    top[-2] = (void *)cudaemu_fiber_main;       /* where cudaemu_swap's ret goes */
+    for (int i = 3; i <= 8; i++) top[-i] = nullptr;   /* rbp, rbx, r12-r15 */
+    s.sp[t] = top - 8;
+    s.state[t] = CUDAEMU_RUN;
+}
+
+static inline bool cudaemu_fibers(unsigned n)
+{
+    cudaemu_sched &s = cudaemu_s();
+    while (s.stack.size() < n) {
+        void *p = mmap(nullptr, CUDAEMU_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) return false;
+        s.stack.push_back(p);
+    }
+    if (s.sp.size() < n) {
+        s.sp.resize(n);
+        s.fake.resize(n);
+        s.state.resize(n);
+    }
+    return true;
+}
+
 /* kernel<<<grid, block>>>(args...), synchronously: see the header comment. */
 template <typename Kernel, typename... Args>
 static void cudaemu_launch(Kernel kernel, dim3 grid, dim3 block, const Args &...args)
@@ -266,33 +400,54 @@ static void cudaemu_launch(Kernel kernel, dim3 grid, dim3 block, const Args &...
         cudaemu_fail(cudaErrorInvalidConfiguration);
         return;
     }
+    static std::unordered_map<const void *, bool> syncs;   /* kernel -> its first launch called __syncthreads */
+    cudaemu_sched &s = cudaemu_s();
     unsigned threads = block.x * block.y * block.z;
-    std::barrier<> bar((std::ptrdiff_t)threads);
-    auto thread_main = [&](unsigned t) {
-        cudaemu_block_barrier = &bar;
-        blockDim = block;
-        gridDim = grid;
-        threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
-        for (unsigned z = 0; z < grid.z; z++)
-            for (unsigned y = 0; y < grid.y; y++)
-                for (unsigned x = 0; x < grid.x; x++) {
-                    blockIdx = dim3(x, y, z);
-                    kernel(args...);
-                    bar.arrive_and_wait();
+    auto it = syncs.find((const void *)kernel);
+    s.sequential = it != syncs.end() && !it->second;
+    s.synced = false;
+    if (!s.sequential && !cudaemu_fibers(threads)) {
+        cudaemu_fail(cudaErrorMemoryAllocation);
+        return;
+    }
+    auto call = [&]() { kernel(args...); };
+    s.body = [](void *c) { (*(decltype(call) *)c)(); };
+    s.body_ctx = &call;
+    blockDim = block;
+    gridDim = grid;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx = dim3(x, y, z);
+                if (s.sequential) {
+                    for (unsigned t = 0; t < threads; t++) {
+                        threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
+                        call();
+                    }
+                    continue;
                 }
-        cudaemu_block_barrier = nullptr;
-    };
-    std::vector<std::thread> others;
-    others.reserve(threads - 1);
-    for (unsigned t = 1; t < threads; t++) others.emplace_back(thread_main, t);
-    thread_main(0);
-    for (std::thread &th : others) th.join();
+                for (unsigned t = 0; t < threads; t++) cudaemu_fiber_init(t);
+                bool waited;
+                do {   /* a round: every runnable thread up to its next __syncthreads or its end */
+                    waited = false;
+                    for (unsigned t = 0; t < threads; t++) {
+                        if (s.state[t] != CUDAEMU_RUN) continue;
+                        threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
+                        cudaemu_run_fiber(t);
+                    }
+                    for (unsigned t = 0; t < threads; t++)
+                        if (s.state[t] == CUDAEMU_WAIT) { s.state[t] = CUDAEMU_RUN; waited = true; }
+                } while (waited);
+            }
+    if (it == syncs.end()) syncs.emplace((const void *)kernel, s.synced);
+    s.sequential = false;
 }
 
 /* The launch, after the guard's look at every pointer argument. */
 template <typename Kernel, typename... Args>
 static void cudaemu_launch_named(const char *name, Kernel kernel, dim3 grid, dim3 block, const Args &...args)
 {
+    cudaemu_s().name = name;
     if (CUDAEMU_GUARD_ON) {
         auto check = [&](const auto &a) {
             if constexpr (std::is_pointer_v<std::decay_t<decltype(a)>>) cudaemu_guard(name, "argument", (const void *)a);

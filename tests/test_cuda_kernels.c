@@ -1,6 +1,6 @@
 /* The CUDA backend's kernels (executor/cuda_kernels.cu), run on the CPU by the
  * emulator (tests/cudaemu.h: the same source compiled as C++ with each launch's
- * blocks run one after another, a std::thread per CUDA thread), against the
+ * blocks run one after another, a fiber per CUDA thread), against the
  * CPU backend on small random inputs. Sizes are odd on purpose (not multiples
  * of the 128-thread blocks or the 32-row attention tiles), and the emulated
  * build caps its grids low, so the grid-stride and tile-stride loops run too.
@@ -287,7 +287,7 @@ TEST(cuda_kernels_emu_attention_match_cpu)
     /* Lengths 70 (three 32-row tiles; more than the CPU's 64-key tile), 45 and
      * 6 (shorter than a tile); GQA H 4 / Hkv 2; head_dim below, at, between and
      * above the kernels' 32-column chunks; causal and not. (Each emulated
-     * __syncthreads costs a round of 128 threads, so the cases are few.) */
+     * __syncthreads costs a round of 128 fiber switches, so the cases are few.) */
     const int cu[4] = { 0, 70, 115, 121 };
     const struct { int hd; bool causal, nulls; } cases[5] = {
         { 8, true, false }, { 16, false, false }, { 24, true, true }, { 24, false, false }, { 40, true, false },
