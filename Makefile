@@ -101,6 +101,12 @@ $(BUILD)/obj/tests/cuda_kernels_emu_dhp.o: executor/cuda_kernels.cu tests/cudaem
 	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror $(CXXFLAGS) -DEX_CUDA_EMU -DEX_CUDA_EMU_AS_CUDA -DCUDAEMU_GUARD \
 	  -I. -MMD -MP -include tests/cudaemu.h -x c++ -c -o $@ $<
 
+# The guard's own check (tests/t_backend.sh).
+$(BUILD)/emu_guard_check: tests/emu/guard_check.cpp tests/cudaemu.h
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror $(CXXFLAGS) -DCUDAEMU_GUARD -include tests/cudaemu.h \
+	  -o $@ $< $(LDFLAGS) -lopenblas
+
 # The CPU kernels' loops vectorize only at -O3 (GCC 12's -O2 cost model skips loops with
 # a run-time trip count); -fno-math-errno lets sqrtf vectorize. Neither reorders any
 # floating-point operation (no -ffast-math), so results are unchanged.
@@ -150,8 +156,8 @@ fuzz: $(DHP_BIN) fuzz-build
 	DHP=$(abspath $(DHP_BIN)) FUZZ_BIN=$(abspath $(FUZZ_BUILD)/fuzz) bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(abspath $(FUZZ_BUILD))
 
 # The test command (README, CI): unit tests, CLI and integration scripts.
-test: $(DHP_BIN) $(BUILD)/dhp-emu $(BUILD)/test_dhp $(BUILD)/comm_check fuzz-build
-	DHP=$(abspath $(DHP_BIN)) DHP_EMU=$(abspath $(BUILD)/dhp-emu) TEST_BIN=$(abspath $(BUILD)/test_dhp) COMM_CHECK=$(abspath $(BUILD)/comm_check) \
+test: $(DHP_BIN) $(BUILD)/dhp-emu $(BUILD)/emu_guard_check $(BUILD)/test_dhp $(BUILD)/comm_check fuzz-build
+	DHP=$(abspath $(DHP_BIN)) DHP_EMU=$(abspath $(BUILD)/dhp-emu) EMU_GUARD_CHECK=$(abspath $(BUILD)/emu_guard_check) TEST_BIN=$(abspath $(BUILD)/test_dhp) COMM_CHECK=$(abspath $(BUILD)/comm_check) \
 	  FUZZ_BIN=$(abspath $(FUZZ_BUILD)/fuzz) FUZZ_SMOKE_SECONDS=$(FUZZ_SMOKE_SECONDS) bash tests/run.sh
 
 # Same tests built with AddressSanitizer and UndefinedBehaviorSanitizer.

@@ -16,37 +16,7 @@ SETUP="--model tiny-vl --cluster 8xh100 --batch 8 --vision-tokens 64 --text-toke
 
 "$DHP" data synth --out "$T/data" --samples 64 --window 0 >/dev/null || { fail run_data "dhp data synth failed"; exit 0; }
 
-# plan NAME PLACEMENT STRATEGY [extra dhp plan options]; MODEL=file overrides tiny-vl
-plan() {
-    local name=$1 pl=$2 spec=$3; shift 3
-    "$DHP" plan $SETUP ${MODEL:+--model "$MODEL"} --placement "$pl" --strategy "$spec" "$@" -o "$T/$name.json" >"$T/$name.plan.out" 2>&1\
-        || { fail "run_plan_$name" "$(head -c 300 "$T/$name.plan.out")"; return 1; }
-}
-
-world() { /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['world_size'])" "$1"; }
-
-# train NAME [dhp run options]: 20 steps, losses to NAME.losses, checkpoint in NAME.ck
-train() {
-    local name=$1; shift
-    local n; n=$(world "$T/$name.json")
-    timeout 300 mpirun --oversubscribe -np "$n" "$DHP" run "$T/$name.json" --data "${DATA:-$T/data}" --steps $STEPS \
-        --ckpt "$T/$name.ck" --log-json "$@" >"$T/$name.log" 2>"$T/$name.err"
-}
-
-losses() { /usr/bin/python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if l.startswith('{')))" "$1"; }
-
-# same_losses A B: every step's loss within 1e-5 relative
-same_losses() {
-    /usr/bin/python3 - "$1" "$2" <<'PY'
-import sys
-a = [float(x) for x in open(sys.argv[1]).read().split()]
-b = [float(x) for x in open(sys.argv[2]).read().split()]
-if len(a) != len(b) or not a: sys.exit(f"{len(a)} vs {len(b)} steps")
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(f"losses: worst relative difference {worst:.2e}")
-sys.exit(0 if worst <= 1e-5 else 1)
-PY
-}
+. "$HERE/run_lib.sh"
 
 plan ref colocated "vision:dp=1;llm:dp=1" --gpus 1 || exit 0
 if ! train ref; then fail run_reference "$(tail -c 300 "$T/ref.err")"; exit 0; fi
