@@ -1,7 +1,11 @@
 # Helpers of the dhp run equivalence scripts (t_run.sh, t_backend.sh): plans
 # under $T, runs under mpirun with losses and checkpoints, and comparisons.
-# The caller sets T, SETUP, STEPS, DIFF; RUN_DHP (default $DHP) is the binary
-# `train` runs.
+# The caller sets T (tests/lib.sh), HERE and STEPS; RUN_DHP (default $DHP) is
+# the binary `train` runs.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+DIFF="/usr/bin/python3 $HERE/tools/ckpt_diff.py"
+SETUP="--model tiny-vl --cluster 8xh100 --batch 8 --vision-tokens 64 --text-tokens 48 --precision fp32"
 
 # plan NAME PLACEMENT STRATEGY [extra dhp plan options]; MODEL=file overrides tiny-vl
 plan() {

@@ -7,16 +7,11 @@
 . "$(dirname "$0")/lib.sh"
 if ! command -v mpirun >/dev/null 2>&1; then skip run "mpirun not found"; exit 0; fi
 if ! /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1; then skip run "/usr/bin/python3 has no numpy"; exit 0; fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 HERE=$(cd "$(dirname "$0")" && pwd)
-DIFF="/usr/bin/python3 $HERE/tools/ckpt_diff.py"
 STEPS=20
-SETUP="--model tiny-vl --cluster 8xh100 --batch 8 --vision-tokens 64 --text-tokens 48 --precision fp32"
+. "$HERE/run_lib.sh"
 
 "$DHP" data synth --out "$T/data" --samples 64 --window 0 >/dev/null || { fail run_data "dhp data synth failed"; exit 0; }
-
-. "$HERE/run_lib.sh"
 
 plan ref colocated "vision:dp=1;llm:dp=1" --gpus 1 || exit 0
 if ! train ref; then fail run_reference "$(tail -c 300 "$T/ref.err")"; exit 0; fi
