@@ -62,9 +62,11 @@ $(DHP_BIN): $(LIB_OBJ) $(CLI_OBJ)
 # in place of the real CUDA backend, so `dhp-emu run --backend cuda` drives a
 # whole run through the CUDA backend's code on a machine without a GPU.
 # EMU_EXTRA_OBJ: further emulated objects to link in (e.g. an emulated NCCL
-# communicator).
+# communicator), EMU_REPLACED_OBJ: the real objects they stand in for.
 EMU_EXTRA_OBJ ?=
-EMU_LIB_OBJ := $(filter-out $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC)) $(BUILD)/obj/executor/cuda_none.o,$(LIB_OBJ))
+EMU_REPLACED_OBJ ?=
+EMU_LIB_OBJ := $(filter-out $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC)) $(BUILD)/obj/executor/cuda_none.o \
+                 $(EMU_REPLACED_OBJ),$(LIB_OBJ))
 $(BUILD)/dhp-emu: $(EMU_LIB_OBJ) $(CLI_OBJ) $(BUILD)/obj/tests/cuda_kernels_emu_dhp.o $(EMU_EXTRA_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lstdc++
 
