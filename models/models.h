@@ -127,6 +127,23 @@ const char *model_zoo_name(int i);
 int model_find(const model_t *m, const char *module_name);
 int model_find_kind(const model_t *m, model_kind kind);
 
+/* A vision encoder's image geometry (models/geometry.c). An image of
+ * gh x gw patches is stored in window order: windows in raster order, merge
+ * groups in raster order inside a window, patches in raster order inside a
+ * group (window side sqrt(window) patches; window 0: merge groups only);
+ * model_patch_order gives each stored patch's (row, col). Its merged tokens
+ * come out of the encoder in the same order; raster[j] is where merged token
+ * j sits in the row-major (gh/m) x (gw/m) merged grid, the order the LLM
+ * reads them in (Qwen2.5-VL's reverse_indices). A band of whole window rows
+ * (model_window_band_rows merged tokens each, gw patches wide) is the same
+ * order over a shorter region, so a stored range of whole window rows maps
+ * onto a contiguous raster range. model_merged_order_is_raster: the stored
+ * order is already raster (no windows, or a window spans the image width). */
+int model_patch_order(const model_module *mm, int gh, int gw, int *rows, int *cols, char *err);
+int model_merged_raster(const model_module *mm, int gh, int gw, int *raster, char *err);
+int model_window_band_rows(const model_module *mm, int gw);
+bool model_merged_order_is_raster(const model_module *mm, int gw);
+
 /* Parameter counts (elements, not bytes). */
 bool model_layer_is_full_attention(const model_module *mm, int layer);
 bool model_layer_is_cross(const model_module *mm, int layer);
