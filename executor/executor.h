@@ -622,6 +622,10 @@ void ex_hf_close(ex_hf *h);
  * or one step-N directory) of model m as out_dir/model.safetensors and
  * out_dir/config.json in the Hugging Face layout; creates out_dir. */
 int ex_hf_export(const char *ckpt, const model_t *m, const char *out_dir, char *err);
+/* The first special-token key the exported config.json leaves out because m
+ * records no id for it (model_t.tokens; transformers then uses its default),
+ * NULL if none. */
+const char *ex_hf_missing_token(const model_t *m);
 
 /* ---- dhp run: the training driver (executor/run.c) ----
  * Every rank of `mpirun -np N dhp run` calls ex_run with the same options.

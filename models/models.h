@@ -96,6 +96,17 @@ typedef struct {
     int vocab_extra;             /* embedding rows beyond vocab that the LM head lacks (Mllama: 8) */
 } model_module;
 
+/* Special tokens of the model's vocabulary around its encoders' rows (the
+ * processor's placeholders: where an image's merged tokens or an audio clip's
+ * rows go, and the markers around an image), as transformers' configs name
+ * them (image_token_id / image_token_index, video_token_id,
+ * vision_start_token_id, vision_end_token_id, audio_token_index). dhp places
+ * encoder rows without them; they are kept from an imported config so
+ * `dhp export-weights` writes them back (-1: not known). */
+typedef enum { MODEL_TOK_IMAGE, MODEL_TOK_VIDEO, MODEL_TOK_VISION_START, MODEL_TOK_VISION_END, MODEL_TOK_AUDIO,
+               MODEL_NTOKENS } model_token;
+const char *model_token_name(model_token t);   /* "image", ... (the model file's "tokens" keys) */
+
 typedef struct {
     char name[MODEL_NAME_LEN];   /* "qwen2.5-vl-32b" */
     char source[256];            /* where the numbers come from (config.json URL) */
@@ -104,6 +115,7 @@ typedef struct {
     int n_modules;
     model_module mod[MODEL_MAX_MODULES];
     int llm;                     /* index of the LLM module */
+    int tokens[MODEL_NTOKENS];   /* special token ids, -1 = not known */
 } model_t;
 
 /* Loads a model from a file path or a zoo name ("qwen2.5-vl-32b"). Validates
