@@ -49,56 +49,38 @@ static double rope_theta(const ex_module *md) { return md->mm.rope_theta > 0 ? m
  * the next image or the text starts at st + max(grid rows, grid cols) (a
  * still image's temporal grid is 1); text token j is (st + j) x 3. Rotary
  * pair i takes its angle from t, h or w by mrope_section (t pairs first). */
-static void mrope_position(const ex_model *em, const ex_batch *b, int s, int p, const int *mrow, const int *mcol, int pos[3])
+static void mrope_position(const ex_model *em, const ex_batch *b, int s, int p, int pos[3])
 {
-    int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, mpi = ex_merged_per_image(em, b), adv = 0;
+    int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, mpi = ex_merged_per_image(em, b), adv = 0, gw = 1;
     if (nimg > 0) {
         const model_module *v = &em->m.mod[em->vis_index];
-        int gh = b->grid_h / v->merge, gw = b->grid_w / v->merge;
+        int gh = b->grid_h / v->merge;
+        gw = b->grid_w / v->merge;
         adv = gh > gw ? gh : gw;
     }
-    if (p < nimg * mpi) {
+    if (p < nimg * mpi) {   /* an image's merged tokens come in raster order (models/geometry.c) */
         int st = (p / mpi) * adv, j = p % mpi;
         pos[0] = st;
-        pos[1] = st + mrow[j];
-        pos[2] = st + mcol[j];
+        pos[1] = st + j / gw;
+        pos[2] = st + j % gw;
         return;
     }
     pos[0] = pos[1] = pos[2] = nimg * adv + p - nimg * mpi;
 }
 
 /* Every local row's table, sample by sample (samples with other image
- * counts have other positions). mrow / mcol: each merged token's place in
- * the merged grid, in the vision encoder's output order (ex_patch_positions
- * of the group's first patch). */
-static int mrope_tables(ex_model *em, ex_module *md, const ex_batch *b, const double *inv, char *err)
+ * counts have other positions). */
+static void mrope_tables(ex_model *em, ex_module *md, const ex_batch *b, const double *inv, float *hc, float *hs)
 {
-    int half = md->hd / 2, mpi = ex_merged_per_image(em, b), *mrow = NULL, *mcol = NULL;
+    int half = md->hd / 2;
     const int *sec = md->mm.mrope_section;
-    if (b->n_images > 0) {
-        const model_module *v = &em->m.mod[em->vis_index];
-        int P = b->patches, g = v->merge * v->merge;
-        int *rows = util_malloc((size_t)(2 * P + 2 * mpi) * sizeof *rows);
-        if (!rows) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
-        int rc = ex_patch_positions(v, b->grid_h, b->grid_w, rows, rows + P, err);
-        if (rc) { util_free(rows); return rc; }
-        mrow = rows + 2 * P;
-        mcol = mrow + mpi;
-        for (int j = 0; j < mpi; j++) {
-            mrow[j] = rows[j * g] / v->merge;
-            mcol[j] = rows[P + j * g] / v->merge;
-        }
-    }
-    float *hc, *hs;
-    int rc = ex_rope_host(md, (size_t)md->n_rows, &hc, &hs, err);
-    if (rc) { util_free(mrow ? mrow - 2 * b->patches : NULL); return rc; }
     for (int s = 0; s < md->n_seq; s++) {
         plan_cp_span span = sample_span(em, md, b, s);
         int n = plan_cp_rows(&span);
         float *c = hc + (size_t)row0(md, em, b, s) * half, *sn = hs + (size_t)row0(md, em, b, s) * half;
         for (int t = 0; t < n; t++) {
             int pos[3];
-            mrope_position(em, b, s, plan_cp_position(&span, t), mrow, mcol, pos);
+            mrope_position(em, b, s, plan_cp_position(&span, t), pos);
             for (int i = 0; i < half; i++) {
                 double ang = pos[i < sec[0] ? 0 : i < sec[0] + sec[1] ? 1 : 2] * inv[i];
                 c[(size_t)t * half + i] = (float)cos(ang);
@@ -106,9 +88,6 @@ static int mrope_tables(ex_model *em, ex_module *md, const ex_batch *b, const do
             }
         }
     }
-    util_free(mrow ? mrow - 2 * b->patches : NULL);
-    ex_rope_upload(md, (size_t)md->n_rows);
-    return UTIL_OK;
 }
 
 /* 1-D RoPE at each local row's position within its sample: pair i rotates by
@@ -120,7 +99,14 @@ static int llm_rope_tables(ex_model *em, ex_module *md, const ex_batch *b, char 
     int half = md->hd / 2, longest = 0;
     double inv[EX_MAX_HEAD_DIM / 2];
     for (int i = 0; i < half; i++) inv[i] = pow(rope_theta(md), -2.0 * i / (double)md->hd);
-    if (md->mm.n_mrope) return mrope_tables(em, md, b, inv, err);
+    float *hc, *hs;   /* host staging, copied to md->a.cos / sin at the end */
+    int rc = ex_rope_host(md, (size_t)md->n_rows, &hc, &hs, err);
+    if (rc) return rc;
+    if (md->mm.n_mrope) {
+        mrope_tables(em, md, b, inv, hc, hs);
+        ex_rope_upload(md, (size_t)md->n_rows);
+        return UTIL_OK;
+    }
     plan_cp_span span[2];
     for (int s = 1; s < md->n_seq; s++) {
         span[0] = sample_span(em, md, b, s);
@@ -129,9 +115,6 @@ static int llm_rope_tables(ex_model *em, ex_module *md, const ex_batch *b, char 
     }
     span[0] = sample_span(em, md, b, longest);
     int n0 = plan_cp_rows(&span[0]), r0 = row0(md, em, b, longest);
-    float *hc, *hs;
-    int rc = ex_rope_host(md, (size_t)md->n_rows, &hc, &hs, err);
-    if (rc) return rc;
     float *c0 = hc + (size_t)r0 * half, *s0 = hs + (size_t)r0 * half;
     for (int t = 0; t < n0; t++) {
         int p = plan_cp_position(&span[0], t);
@@ -145,7 +128,7 @@ static int llm_rope_tables(ex_model *em, ex_module *md, const ex_batch *b, char 
         if (s == longest) continue;
         span[1] = sample_span(em, md, b, s);
         size_t n = (size_t)plan_cp_rows(&span[1]) * half, at = (size_t)row0(md, em, b, s) * half;
-        memcpy(hc + at, c0, n * sizeof *c0);   /* host staging */
+        memcpy(hc + at, c0, n * sizeof *c0);
         memcpy(hs + at, s0, n * sizeof *s0);
     }
     ex_rope_upload(md, (size_t)md->n_rows);
@@ -541,29 +524,63 @@ int ex_llm_empty_pass(ex_model *em, bool backward, char *err)
     return rc || !backward ? rc : ex_stage_empty_pass(em, em->m.llm, EX_USE_BACKWARD, err);
 }
 
+/* Moves n rows of width d between an encoder's output (enc_rows, its order)
+ * and the LLM's input (llm_rows): image by image through raster (each
+ * image's merged tokens, models/geometry.c) when given, else in order. */
+static void move_rows(const ex_backend *be, float *enc_rows, float *llm_rows, size_t n, size_t d, const int *raster,
+                      int per_image, bool to_llm)
+{
+    for (size_t r = 0; r < n; r++) {
+        size_t q = raster ? r - r % (size_t)per_image + (size_t)raster[r % (size_t)per_image] : r;
+        if (to_llm) be->d2d(llm_rows + q * d, enc_rows + r * d, d * sizeof(float));
+        else be->d2d(enc_rows + r * d, llm_rows + q * d, d * sizeof(float));
+    }
+}
+
 /* The whole step's encoder rows between the encoders' outputs (each its
  * rows sample after sample: out[k]) and the LLM's input (each sample's
- * encoders in plan_sample_offset's order: enc); back (to_llm false), the
- * LLM's gradient of them into grad[k]. */
-static void shuffle_rows(const ex_model *em, const ex_batch *b, const float *const *out, float *const *grad, float *enc,
-                         bool to_llm, int d)
+ * encoders in plan_sample_offset's order, an image's tokens in raster
+ * order: enc); back (to_llm false), the LLM's gradient of them into grad[k]. */
+static int shuffle_rows(const ex_model *em, const ex_batch *b, const float *const *out, float *const *grad, float *enc,
+                        bool to_llm, char *err)
 {
-    int k_of[2] = { em->vis_index, em->aud_index }, taken[2] = { 0, 0 }, at = 0;
+    int d = em->m.mod[em->m.llm].hidden;
+    int k_of[2] = { em->vis_index, em->aud_index }, taken[2] = { 0, 0 }, at = 0, mpi = 0, *raster = NULL;
+    if (em->vis_index >= 0 && b->n_images > 0) {
+        const model_module *v = &em->m.mod[em->vis_index];
+        mpi = ex_merged_per_image(em, b);
+        if (!model_merged_order_is_raster(v, b->grid_w)) {
+            if (!(raster = util_malloc((size_t)mpi * sizeof *raster))) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
+            int rc = model_merged_raster(v, b->grid_h, b->grid_w, raster, err);
+            if (rc) { util_free(raster); return rc; }
+        }
+    }
     for (int s = 0; s < b->batch; s++) {
         int rows[MODEL_MAX_MODULES] = { 0 };
-        if (em->vis_index >= 0 && b->n_images > 0) rows[em->vis_index] = b->images_per_sample[s] * ex_merged_per_image(em, b);
+        if (em->vis_index >= 0 && b->n_images > 0) rows[em->vis_index] = b->images_per_sample[s] * mpi;
         if (em->aud_index >= 0 && b->n_audio > 0) rows[em->aud_index] = b->audio_per_sample[s] * ex_audio_rows_per_clip(em, b);
         for (int e = 0; e < 2; e++) {
             int k = k_of[e];
             if (k < 0 || rows[k] == 0) continue;
-            size_t n = (size_t)rows[k] * d;
             float *llm = enc + (size_t)(at + plan_sample_offset(&em->m, rows, k)) * d;
-            if (to_llm) em->be->d2d(llm, out[e] + (size_t)taken[e] * d, n * sizeof(float));
-            else em->be->d2d(grad[e] + (size_t)taken[e] * d, llm, n * sizeof(float));
+            float *own = (to_llm ? (float *)out[e] : grad[e]) + (size_t)taken[e] * d;
+            move_rows(em->be, own, llm, (size_t)rows[k], (size_t)d, e == 0 ? raster : NULL, mpi, to_llm);
             taken[e] += rows[k];
         }
         at += plan_sample_offset(&em->m, rows, em->m.n_modules);
     }
+    util_free(raster);
+    return UTIL_OK;
+}
+
+int ex_encoder_rows_to_llm(const ex_model *em, const ex_batch *b, const float *const out[2], float *enc, char *err)
+{
+    return shuffle_rows(em, b, out, NULL, enc, true, err);
+}
+
+int ex_encoder_rows_from_llm(const ex_model *em, const ex_batch *b, const float *denc, float *const grad[2], char *err)
+{
+    return shuffle_rows(em, b, NULL, grad, (float *)denc, false, err);
 }
 
 static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, char *err)
@@ -585,11 +602,11 @@ static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, cha
     grad[0] = be->alloc(((size_t)rows[0] * d + 1) * sizeof(float), UTIL_MEM_OTHER);
     grad[1] = be->alloc(((size_t)rows[1] * d + 1) * sizeof(float), UTIL_MEM_OTHER);
     if (!enc || !grad[0] || !grad[1]) rc = util_fail(err, UTIL_ENOMEM, "executor: out of memory");
-    if (!rc) shuffle_rows(em, b, out, grad, enc, true, d);
+    if (!rc) rc = ex_encoder_rows_to_llm(em, b, out, enc, err);
     if (!rc) rc = ex_llm_forward_backward(em, b, all ? enc : NULL, backward, loss, &denc, err);
     if (!rc && backward && all) {
-        shuffle_rows(em, b, out, grad, (float *)denc, false, d);
-        if (b->n_images > 0) rc = ex_vision_backward(em, b, grad[0], err);
+        rc = ex_encoder_rows_from_llm(em, b, denc, grad, err);
+        if (!rc && b->n_images > 0) rc = ex_vision_backward(em, b, grad[0], err);
         if (!rc && b->n_audio > 0) rc = ex_audio_backward(em, b, grad[1], err);
     }
     be->release(enc); be->release(grad[0]); be->release(grad[1]);
