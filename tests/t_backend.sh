@@ -4,7 +4,8 @@
 # tests/cudaemu.h, device-pointer guard on). (a) Plans on 1-4 ranks (one rank,
 # DP, TP, ZeRO-3, disaggregated, pipeline, the LLM's context parallelism) run
 # with `dhp-emu run --backend cuda` give the CPU backend's losses and final
-# weights and moments of the same plan within 1e-5; (b) a checkpoint written
+# weights and moments of the same plan within 1e-5 and its memory peaks by
+# category exactly; (b) a checkpoint written
 # by either backend resumes on the other with the uninterrupted run's
 # continuation; (c) `dhp run --backend cuda` on a machine without a usable
 # GPU exits 2 with one line, and the default says which backend in one line.
@@ -73,6 +74,16 @@ check_backends() {
     if ! wo=$($DIFF "$T/${name}_cpu.ck" "$T/${name}_cuda.ck" --skip-key-bias --rtol 1e-5 2>&1); then
         fail "backend_cuda_emu_matches_cpu_$name" "weights: $wo"; return
     fi
+    # the backend's allocator counts device memory as the CPU's does: every rank's peaks by category equal
+    # (t_run.sh checks the CPU's against the planner's prediction)
+    local mo
+    if ! mo=$(/usr/bin/python3 - "$T/${name}_cpu.log" "$T/${name}_cuda.log" <<'PY'
+import json, sys
+last = [[json.loads(l) for l in open(f) if l.startswith('{')][-1] for f in sys.argv[1:]]
+a, b = ([r["peak_bytes"] for r in x["ranks"]] for x in last)
+if a != b: sys.exit(f"peak bytes differ: cpu {a} cuda-emu {b}")
+PY
+    ); then fail "backend_cuda_emu_matches_cpu_$name" "$mo"; return; fi
     # the CUDA kernels sum in other orders than the CPU's: bit-identical weights would mean they did not run
     local st; st=$(cat "$T/${name}_cpu.ck/latest")
     if cmp -s "$T/${name}_cpu.ck/$st/llm.safetensors" "$T/${name}_cuda.ck/$st/llm.safetensors"; then
