@@ -187,13 +187,26 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
     return (saved + per_mb) * in_flight + live;
 }
 
-/* LM head logits [t, V/tp] in bf16 plus the fp32 copy vocab-parallel
- * cross-entropy works on (Megatron's _VocabParallelCrossEntropy). */
-static double logits_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, const plan_workload *w, double A)
+/* fp32 copies of the logits alive beside the bf16 logits at the loss, the
+ * end of the forward. Megatron-LM's vocab-parallel cross-entropy
+ * (_VocabParallelCrossEntropy) works on one fp32 copy in place. PyTorch's
+ * own loss, under torch.autocast or FSDP's bf16 compute with fp32 weights
+ * (torchtitan: cross_entropy(pred.float(), labels), the bf16 `pred` kept
+ * until after the loss), is F.cross_entropy = log_softmax followed by
+ * nll_loss (torch.nn.functional.cross_entropy docs), run in float32
+ * (torch.amp docs, "CUDA Ops that can autocast to float32": cross_entropy,
+ * log_softmax): log_softmax writes a second fp32 [t, V] tensor, saved for
+ * its backward, while its fp32 input is still alive. */
+static double loss_fp32_copies(plan_precision p) { return p == PLAN_OPT_AUTOCAST ? 2 : 1; }
+
+/* LM head logits [t, V/tp] in bf16 plus the fp32 copies the loss works on. */
+static double logits_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, const plan_workload *w,
+                           const plan_options *o, double A)
 {
     if (mm->kind != MODEL_LLM) return 0;
     double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
-    return plan_head_rows(w, PLAN_TARGET_MEGATRON, s->micro_batch, t) * ceil((double)mm->vocab / s->tp) * (A + FP32);
+    return plan_head_rows(w, PLAN_TARGET_MEGATRON, s->micro_batch, t) * ceil((double)mm->vocab / s->tp)
+         * (A + loss_fp32_copies(o->precision) * FP32);
 }
 
 static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p, double A)
@@ -279,7 +292,7 @@ void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage
     } else {
         model_state_bytes(mm, s, o, out);
         out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A);
-        out->logits = logits_bytes(mm, s, &q, w, A);
+        out->logits = logits_bytes(mm, s, &q, w, o, A);
         out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A);
     }
     out->reserved = g->reserved_bytes;
