@@ -10,13 +10,20 @@
 
 /* tiny-vl on 8xh100, its LLM with `layers` blocks on pp stages of vp chunks:
  * m chunks of one sample, one micro-batch each, through the LLM's pipeline. */
+static int tiny_vl_llm_layers(int layers, model_t *m, cost_cluster *c)
+{
+    char err[UTIL_ERR_LEN];
+    if (model_load("tiny-vl", m, err) || cost_cluster_load("8xh100", c, err)) return UTIL_EINVAL;
+    m->mod[m->llm].layers = layers;
+    return UTIL_OK;
+}
+
 static int make_vp_plan(int pp, int vp, int m, int layers, plan_t *p)
 {
     model_t md;
     cost_cluster c;
     char err[UTIL_ERR_LEN], spec[128];
-    if (model_load("tiny-vl", &md, err) || cost_cluster_load("8xh100", &c, err)) return UTIL_EINVAL;
-    md.mod[md.llm].layers = layers;
+    if (tiny_vl_llm_layers(layers, &md, &c)) return UTIL_EINVAL;
     plan_workload w = { .global_batch = m, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 16 };
     snprintf(spec, sizeof spec, "vision:gpus=1;llm:gpus=%d,pp=%d,vp=%d,mb=1", pp, pp, vp);
     int rc = plan_from_strategy(spec, &md, &c, &w, PLAN_DISAGGREGATED, 1 + pp, m, p, err);
@@ -184,9 +191,7 @@ TEST(search_prices_interleaved_llm_candidates)
     model_t m;
     cost_cluster c;
     char err[UTIL_ERR_LEN];
-    CHECK_OK(model_load("tiny-vl", &m, err));
-    CHECK_OK(cost_cluster_load("8xh100", &c, err));
-    m.mod[m.llm].layers = 8;
+    CHECK_OK(tiny_vl_llm_layers(8, &m, &c));
     plan_workload w = { .global_batch = 16, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
     plan_search_options o;
     plan_search_options_default(&o);
@@ -203,4 +208,8 @@ TEST(search_prices_interleaved_llm_candidates)
     }
     CHECK_MSG(interleaved > 0, "no interleaved candidate among %d", cs.n);
     plan_candidates_free(&cs);
+    o.top_k = 8;
+    static plan_search_result r;
+    CHECK_OK(plan_search(&m, &c, &w, &o, &r, err));
+    for (int i = 0; i < r.n_plans; i++) CHECK_OK(plan_schedule_check(&r.plans[i], err));
 }
