@@ -71,6 +71,8 @@ PLANS = [  # name, placement, strategy, extra dhp plan options
     ("d4_pp2_pp2", "disaggregated", "vision:gpus=2,pp=2;llm:gpus=2,pp=2,mb=2", ["--n-micro", "4"]),
     ("c4_pp2_tp", "colocated", "vision:dp=4,mb=4;llm:pp=2,tp=2,mb=16,seqpar=1", ["--gpus", "4"]),
     ("d5_pp4", "disaggregated", "vision:gpus=1;llm:gpus=4,pp=4,mb=1", ["--n-micro", "8", "--model", "@deep-llm"]),
+    # interleaved virtual stages (Megatron's interleaved 1F1B): the 4-block LLM as 2 one-block chunks on each of 2 ranks
+    ("d3_pp2_vp2", "disaggregated", "vision:gpus=1;llm:gpus=2,pp=2,vp=2,mb=2", ["--n-micro", "4", "--model", "@deep-llm"]),
     # the LLM's context parallelism: Ulysses over 2 ranks, ring attention beside TP 2 (2 kv heads do not divide by 4)
     ("c2_cp_ulysses", "colocated", "vision:sp=2,mb=16;llm:sp=2,mb=16", ["--gpus", "2"]),
     ("c4_cp_ring_tp", "colocated", "vision:dp=4,mb=4;llm:sp=2,tp=2,mb=16,seqpar=1", ["--gpus", "4"]),

@@ -5,9 +5,9 @@ Runs one plan's step through `dhp simulate --trace` and `dhp run --trace`
 (the last of --steps measured steps), and for every rank prints the share of
 the step its compute ops leave idle, both ways, beside the textbook 1F1B
 bubble (pp - 1) / (m + pp - 1) of an LLM stage with m micro-batches (Narayanan
-et al., arXiv 2104.04473, sec. 2.2). The two traces hold the same events (the
-executor writes its measured step with the simulator's writer), so the
-comparison is event for event.
+et al., arXiv 2104.04473, sec. 2.2; (pp - 1) / (vp m + pp - 1) interleaved).
+The two traces hold the same events (the executor writes its measured step
+with the simulator's writer), so the comparison is event for event.
 
 Usage: bench/pipeline_bubble.py PLAN.json --data DIR [--dhp ./dhp] [--steps 6]
 """
@@ -61,9 +61,13 @@ def main():
     llm = next(m for m in plan["modules"] if m["module"] == "llm")
     per_rank = plan["workload"]["global_batch"] / llm["dp"]
     m = int(-(-per_rank // llm["micro_batch"]))
-    pp = llm["pp"]
+    pp, vp = llm["pp"], llm.get("vp", 1)
     print(f"step: simulated {sim_step:.4f} s, measured {run_step:.4f} s (last of {a.steps} steps)")
-    print(f"1F1B bubble of the LLM's stages, (pp - 1) / (m + pp - 1) with pp = {pp}, m = {m}: {(pp - 1) / (m + pp - 1):.1%}")
+    if vp > 1:   # interleaved: the fill and drain shrink to (pp - 1) / vp stage times (Narayanan et al. SC'21 sec. 2.2.2)
+        print(f"interleaved 1F1B bubble of the LLM's stages, (pp - 1) / (vp m + pp - 1) with pp = {pp}, vp = {vp}, m = {m}: "
+              f"{(pp - 1) / (vp * m + pp - 1):.1%}")
+    else:
+        print(f"1F1B bubble of the LLM's stages, (pp - 1) / (m + pp - 1) with pp = {pp}, m = {m}: {(pp - 1) / (m + pp - 1):.1%}")
     print("rank  module(s)          idle share of the step: simulated  measured")
     for r in range(plan["world_size"]):
         mods = [x["module"] + (f" stage {(r - x['first_rank']) // (x['dp'] * x['sp'] * x['tp'])}" if x["pp"] > 1 else "")

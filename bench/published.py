@@ -588,7 +588,31 @@ def fit_rows(dhp, skipped):
               (f"{d:9.3f} {fmt_err(e)}" if d is not None else f"{'-':>9} {'-':>7}") +
               f"  {x['fit'] or ('no costdb entry for this GPU' if d is None else 'check only')}")
     print("  (GEMM, attention: TFLOP/s; attention rows as ratios to head dim 128; all-reduce: bus bandwidth GB/s)")
+    seq_curve(dhp)
     return ref
+
+
+# pytorch/benchmark PR 2391 (commit ff65cb6): H100 attention forward, head dim 128, 16 heads,
+# batch x seq = 16k tokens; TFLOP/s of FlashAttention-3 and of Triton's FlashAttention-2 tutorial.
+FA_SEQ_CURVE = [(512, 430.32, 328.882), (1024, 517.099, 389.723), (2048, 565.544, 433.721),
+                (4096, 590.233, 458.359), (8192, 614.234, 470.732), (16384, 620.73, 476.753)]
+
+
+def seq_curve(dhp):
+    """The points costdb's attn_row_scores is fitted to, as ratios to 16k, beside dhp's
+    (the batch folded into the heads: the same rows and scores)."""
+    rate = {}
+    for s, _, _ in FA_SEQ_CURVE:
+        q = subprocess.run([dhp, "clusters", "8xh100", "--price", f"attention:{s},{16 * 16384 // s},128,0"],
+                           capture_output=True, text=True)
+        if q.returncode == 0:
+            rate[s] = json.loads(q.stdout)["flops_per_s"]
+    print("\nattention by sequence length (fit points of attn_row_scores; H100 forward, head dim 128, 16k tokens;")
+    print("pytorch/benchmark PR 2391), as ratios to seq 16k:")
+    print(f"{'seq':>6} {'FA3':>6} {'FA2':>6} {'dhp':>6}")
+    for s, fa3, fa2 in FA_SEQ_CURVE:
+        d = f"{rate[s] / rate[16384]:6.3f}" if s in rate and 16384 in rate else f"{'-':>6}"
+        print(f"{s:>6} {fa3 / FA_SEQ_CURVE[-1][1]:6.3f} {fa2 / FA_SEQ_CURVE[-1][2]:6.3f} {d}")
 
 
 def report(cases, skipped):

@@ -92,6 +92,12 @@ typedef struct {
      * matter where rows see few keys: short or causal sequences. */
     double attn_row_s;
     double attn_bwd_row_s;
+    /* The same per-row work as a number of scores: each query row and head
+     * also pays the price of attn_row_scores scores of its pass and head dim
+     * (a row's Q tile load, softmax set-up and final rescale, its output
+     * store), so a row seeing s keys runs at s / (s + attn_row_scores) of
+     * the long-sequence rate; 0 = no sequence-length curve. */
+    double attn_row_scores;
     double hbm_bytes;             /* device memory */
     double hbm_bw;                /* peak HBM bandwidth, B/s */
     double mem_eff;               /* achieved/peak bandwidth for element-wise kernels */
@@ -227,7 +233,7 @@ double cost_gemm_time(const cost_gpu *g, double m, double n, double k); /* 2mnk 
 /* Attention of `rows` query rows x heads over `scores` query-key pairs of
  * head_dim d: the forward runs 4 d FLOPs per score, the backward
  * COST_ATTN_BWD_FLOPS times that; each row also pays attn_row_s (backward
- * attn_bwd_row_s). */
+ * attn_bwd_row_s) and the price of attn_row_scores scores of its pass. */
 /* attn_eff at head dim d, with the GPU's head-dim curve (attn_hd_half). */
 double cost_attention_efficiency(const cost_gpu *g, double head_dim);
 double cost_attention_forward_time(const cost_gpu *g, double rows, double scores, double head_dim);

@@ -219,6 +219,7 @@ static int validate_gpu(const cost_gpu *g, const char *what, const char *path, c
     }
     if ((rc = check_range(what, path, "sm_count", g->sm_count, 0, false, 1e6, err))) return rc;
     if ((rc = check_range(what, path, "attn_hd_half", g->attn_hd_half, 0, false, 1e6, err))) return rc;
+    if ((rc = check_range(what, path, "attn_row_scores", g->attn_row_scores, 0, false, 1e6, err))) return rc;
     return check_range(what, path, "kernel_launch_s", g->kernel_launch_s, 0, false, 1, err);
 }
 
@@ -341,6 +342,7 @@ static int parse_gpu_obj(const cJSON *obj, const char *what, const char *path, b
         {"attn_score_s", &g->attn_score_s}, {"attn_bwd_score_s", &g->attn_bwd_score_s},
         {"attn_row_s", &g->attn_row_s}, {"attn_bwd_row_s", &g->attn_bwd_row_s},
         {"sm_count", &g->sm_count}, {"attn_hd_half", &g->attn_hd_half},
+        {"attn_row_scores", &g->attn_row_scores},
     };
     for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
         if (cJSON_GetObjectItemCaseSensitive(obj, optional[i].key)
@@ -431,6 +433,7 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && cJSON_AddNumberToObject(o, "kernel_launch_s", g->kernel_launch_s)
         && (g->sm_count <= 0 || cJSON_AddNumberToObject(o, "sm_count", g->sm_count))
         && (g->attn_hd_half <= 0 || cJSON_AddNumberToObject(o, "attn_hd_half", g->attn_hd_half))
+        && (g->attn_row_scores <= 0 || cJSON_AddNumberToObject(o, "attn_row_scores", g->attn_row_scores))
         && (g->grid.n_m == 0 || cost_gemm_grid_add(o, &g->grid, NULL))
         && (g->ew.n == 0 || cost_ew_table_add(o, &g->ew, NULL));
     if (!ok) { cJSON_Delete(o); return NULL; }

@@ -93,13 +93,14 @@ double cost_attention_efficiency(const cost_gpu *g, double head_dim)
     return g->attn_eff * (head_dim / (head_dim + hh)) / (128.0 / (128.0 + hh));
 }
 
-/* t = scores * (score_s + flops_per_score / (peak_flops * eff(d))) + rows * row_s + kernel_launch_s. */
+/* t = scores * (score_s + c) + rows * (row_s + attn_row_scores * c) + kernel_launch_s,
+ * c = flops_per_score / (peak_flops * eff(d)), the matmul price of one score. */
 static double attention_time(const cost_gpu *g, double rows, double scores, double head_dim, double flops_per_score,
                              double score_s, double row_s)
 {
     if (!(scores > 0) || !(flops_per_score > 0)) return 0;
-    double eff = cost_attention_efficiency(g, head_dim);
-    return scores * (score_s + flops_per_score / (g->peak_flops * eff)) + fmax(rows, 0) * row_s + g->kernel_launch_s;
+    double c = flops_per_score / (g->peak_flops * cost_attention_efficiency(g, head_dim));
+    return scores * (score_s + c) + fmax(rows, 0) * (row_s + g->attn_row_scores * c) + g->kernel_launch_s;
 }
 
 double cost_attention_forward_time(const cost_gpu *g, double rows, double scores, double head_dim)

@@ -87,6 +87,9 @@ typedef struct {
      * stage, the head on the last. pp_size 0 or 1: the whole module. */
     int pp_size, pp_rank;
     int stage_layers[PLAN_MAX_PP];
+    /* Interleaved: vp model chunks (plan_stage_of's), one run at a time
+     * (ex_module_set_chunk); 0 or 1: none. */
+    int vp;
     /* The LLM's context parallelism (plan_cp_of): Ulysses uses alltoall,
      * ring attention these. p2p_start posts m's messages without waiting,
      * adding them to *req (a new request when *req is NULL); p2p_wait
@@ -303,6 +306,9 @@ int ex_stage_backward(ex_model *em, int module_index, const ex_batch *b, ex_stag
 int ex_stage_empty_pass(ex_model *em, int module_index, ex_unit_use use, char *err);
 /* The activation slot the module's next forward fills and backward reads (see ex_vision_set_slot). */
 int ex_module_set_slot(ex_model *em, int module_index, int slot, char *err);
+/* The model chunk (0 .. vp - 1) the module's next passes run, before its
+ * slot is set: a slot holds one chunk's activations (plan_schedule_rank). */
+int ex_module_set_chunk(ex_model *em, int module_index, int chunk, char *err);
 /* This instance's stage of the module (plan_stage_of), and its rows at the
  * stage boundary for a batch (the size of in / out above), and whether the
  * module has a stage before (first == false) or after (last == false). */

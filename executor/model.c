@@ -61,7 +61,7 @@ static float **view_of(ex_weights *W, plan_tensor_role role, int layer)
 static int layout(ex_module *md, char *err)
 {
     const model_module *mm = &md->mm;
-    int n = plan_module_tensors(mm, md->tp, md->tp_rank, md->seqpar, &md->stage, NULL, 0);
+    int n = plan_module_tensors(mm, md->tp, md->tp_rank, md->seqpar, &md->held, NULL, 0);
     plan_tensor *pt = util_malloc((size_t)n * sizeof *pt);
     md->t = util_calloc((size_t)n, sizeof *md->t);
     md->n_units = plan_module_units(mm);
@@ -70,7 +70,7 @@ static int layout(ex_module *md, char *err)
         util_free(pt);
         return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the tensor table", mm->name);
     }
-    plan_module_tensors(mm, md->tp, md->tp_rank, md->seqpar, &md->stage, pt, n);
+    plan_module_tensors(mm, md->tp, md->tp_rank, md->seqpar, &md->held, pt, n);
     md->n_tensors = n;
     for (int i = 0; i < n; i++) {
         ex_tensor *t = &md->t[i];
@@ -93,7 +93,7 @@ static int layout(ex_module *md, char *err)
  * a pipeline's last stage holds a copy of its own, plan_tensor.tied_copy). */
 static void tie_head(ex_module *md)
 {
-    if (md->mm.kind != MODEL_LLM || !md->mm.tied_embeddings || !md->stage.stem) return;
+    if (md->mm.kind != MODEL_LLM || !md->mm.tied_embeddings || !md->held.stem) return;
     md->w.head = md->w.wte;
     md->g.head = md->g.wte;
 }
@@ -319,13 +319,17 @@ static int module_create(ex_module *md, const ex_backend *be, const model_module
             return util_fail(err, UTIL_EINVAL, "executor: module %s: pp_rank %d outside pp_size %d (at most %d)", mm->name,
                              par->pp_rank, par->pp_size, PLAN_MAX_PP);
         md->strat.pp = par->pp_size;
+        md->strat.vp = par->vp;
         memcpy(md->strat.stage_layers, par->stage_layers, sizeof md->strat.stage_layers);
         md->stage_index = par->pp_rank;
     }
-    md->stage = plan_stage_of(mm, &md->strat, md->stage_index);
-    if (md->stage.count < 1 || md->stage.first < 0 || md->stage.first + md->stage.count > mm->layers)
-        return util_fail(err, UTIL_EINVAL, "executor: module %s: pipeline stage %d holds blocks %d..%d of %d", mm->name,
-                         md->stage_index, md->stage.first, md->stage.first + md->stage.count - 1, mm->layers);
+    md->held = plan_stage_of(mm, &md->strat, md->stage_index);
+    int vp = plan_vp(&md->strat);
+    if (vp > PLAN_MAX_VP || md->held.count < vp || md->held.count % vp || md->held.first < 0 ||
+        plan_stage_block(&md->held, md->held.count - 1) >= mm->layers)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: pipeline stage %d holds blocks %d..%d of %d in %d chunk(s)", mm->name,
+                         md->stage_index, md->held.first, plan_stage_block(&md->held, md->held.count - 1), mm->layers, vp);
+    md->stage = plan_stage_chunk(&md->held, 0);
     int rc = check_layout(md, par, err);
     if (rc) return rc;
     md->d = mm->hidden;
@@ -491,7 +495,19 @@ int ex_module_stage(ex_model *em, int module_index, plan_stage *st, bool *first,
     if (!md) return UTIL_ENOTFOUND;
     if (st) *st = md->stage;
     if (first) *first = md->stage_index == 0;
-    if (last) *last = md->stage_index == md->strat.pp - 1;
+    if (last) *last = md->stage_index == md->strat.pp * plan_vp(&md->strat) - 1;
+    return UTIL_OK;
+}
+
+int ex_module_set_chunk(ex_model *em, int module_index, int chunk, char *err)
+{
+    ex_module *md = ex_module_at(em, module_index);
+    if (!md) return util_fail(err, UTIL_EINVAL, "executor: module %d is not on this model instance", module_index);
+    int vp = plan_vp(&md->strat), pp = md->strat.pp > 1 ? md->strat.pp : 1;
+    if (chunk < 0 || chunk >= vp)
+        return util_fail(err, UTIL_EINVAL, "executor: module %s: model chunk %d outside 0..%d", md->mm.name, chunk, vp - 1);
+    md->stage = plan_stage_chunk(&md->held, chunk);
+    md->stage_index = chunk * pp + md->stage_index % pp;
     return UTIL_OK;
 }
 
@@ -518,7 +534,7 @@ float *ex_module_embedding_grad(ex_model *em, int module_index, size_t *n)
     ex_module *md = ex_module_at(em, module_index);
     *n = 0;
     if (!md || md->mm.kind != MODEL_LLM || !md->mm.tied_embeddings) return NULL;
-    float *g = md->stage.stem ? md->g.wte : md->stage.head ? md->g.head : NULL;
+    float *g = md->held.stem ? md->g.wte : md->held.head ? md->g.head : NULL;
     if (g) *n = (size_t)md->vocab_n * md->d;
     return g;
 }

@@ -105,8 +105,9 @@ typedef struct {
     plan_recompute recompute;
     bool rope;                 /* rotary positions in attention (plan_module_rotary) */
     plan_module strat;         /* tp, sp, pp, stage_layers, seq_parallel, recompute as the planner describes them */
-    int stage_index;           /* this instance's pipeline stage (0 .. pp - 1) */
+    int stage_index;           /* the virtual pipeline stage being run (plan_vstage_of; the stage when vp = 1) */
     plan_stage stage;          /* its blocks, and whether it holds the stem and the head */
+    plan_stage held;           /* every block of the rank's stage (all its model chunks): the layout's */
     ex_parallel par;
     int comm_rc;               /* first failing collective's (or unit hook's) code, 0 if none */
     int n_tensors;

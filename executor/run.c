@@ -177,7 +177,7 @@ static int create_model(run_ctx *r, char *err)
                                 .ctx = &m->hooks, .allreduce_sum = hook_allreduce_sum, .alltoall = hook_alltoall,
                                 .allreduce_max = hook_allreduce_max, .seq_parallel = s->seq_parallel,
                                 .allgather = hook_allgather, .reduce_scatter = hook_reduce_scatter,
-                                .recompute = s->recompute, .pp_size = s->pp, .pp_rank = m->at.pp };
+                                .recompute = s->recompute, .pp_size = s->pp, .pp_rank = m->at.pp, .vp = s->vp };
         memcpy(par[k].stage_layers, s->stage_layers, sizeof par[k].stage_layers);
         run_cp_hooks(&par[k]);
     }
@@ -266,7 +266,7 @@ static int count_predictions(run_ctx *r, const plan_schedule *s, const run_data 
     double cnt = 0;
     for (int i = 0; i < s->n && r->mod[L].at.sp == 0; i++) {   /* sp ranks share their samples: the first counts */
         const plan_op *o = &s->op[i];
-        if (o->module != L || (o->kind != PLAN_OP_FORWARD && o->kind != PLAN_OP_FORWARD_BACKWARD)) continue;
+        if (o->module != L || (o->kind != PLAN_OP_FORWARD && o->kind != PLAN_OP_FORWARD_BACKWARD) || o->vchunk != 0) continue;
         for (int j = o->sample0; j < o->sample0 + o->samples; j++)
             for (int t = 0; t + 1 < d->T; t++) cnt += d->mask[(size_t)d->row_of[j] * d->T + t] != 0;
     }

@@ -89,16 +89,17 @@ int run_dp_scatter_state(run_dp *d, ex_buffer_kind kind, const float *flat, char
 /* The collectives a module's layout calls, on its own communicators. */
 typedef struct { ex_comm *tp, *sp; } run_hooks;
 
-/* A pipelined module's stage edges on this rank (run_stage.c): a buffer
- * per direction and neighbour, each send left in flight until the next
- * one on its edge (or the step's end) waits for it. */
+/* A pipelined module's stage edges on this rank (run_stage.c): a receive
+ * buffer per direction, a send buffer per model chunk and direction (one
+ * chunk without interleaving; plan_stage_edge_buffers counts them), each
+ * send left in flight until the next one on its edge (or the step's end)
+ * waits for it. */
 typedef struct {
     ex_comm *pp;              /* the module's ranks that differ only in the stage: key = stage */
-    int prev, next;           /* neighbours' keys in pp, -1 at the ends */
-    float *act_in, *grad_out; /* from / to the previous stage */
-    float *act_out, *grad_in; /* to / from the next stage */
+    float *act_in, *grad_in;  /* from the previous / the next virtual stage */
+    float *act_out[PLAN_MAX_VP], *grad_out[PLAN_MAX_VP];   /* each chunk's to the next / the previous */
     size_t cap;               /* floats of each buffer */
-    ex_request *act_req, *grad_req;   /* the last send down / up */
+    ex_request *act_req[PLAN_MAX_VP], *grad_req[PLAN_MAX_VP];   /* each chunk's last send down / up */
     const float *pending;     /* the last compute op's output for the next SEND_STAGE(_GRAD), NULL after a failure */
 } run_stage;
 
@@ -234,14 +235,16 @@ typedef struct {
 } run_stats;
 
 /* run_stage.c: a pipelined module's stage edges. init allocates the buffers
- * of module k on this rank; send sends `rows` rows (hidden wide) from src
- * (NULL: whatever the edge's buffer holds, after a failed compute op) down
- * the pipeline (activations) or up it (grad); recv receives them into the
- * edge's buffer and returns it. wait_all completes every send of the step. */
+ * of module k on this rank; send (the hop op o: SEND_STAGE or
+ * SEND_STAGE_GRAD of its module's chunk o->vchunk) sends `rows` rows (hidden
+ * wide) from src (NULL: whatever the edge's buffer holds, after a failed
+ * compute op) down the pipeline (activations) or up it (gradients); recv
+ * receives them into the edge's buffer and returns it. wait_all completes
+ * every send of the step. */
 int run_stage_init(run_ctx *r, int k, char *err);
 void run_stage_free(run_ctx *r, int k);
-int run_stage_send(run_ctx *r, int k, bool grad, const float *src, int rows, char *err);
-int run_stage_recv(run_ctx *r, int k, bool grad, int rows, const float **out, char *err);
+int run_stage_send(run_ctx *r, const plan_op *o, const float *src, int rows, char *err);
+int run_stage_recv(run_ctx *r, const plan_op *o, int rows, const float **out, char *err);
 int run_stage_wait_all(run_ctx *r, char *err);
 
 int run_handoff_init(run_ctx *r, run_handoff *h, char *err);

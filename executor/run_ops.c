@@ -68,6 +68,14 @@ static ex_batch op_batch(const run_ctx *r, const plan_op *o, const run_data *d, 
     return b;
 }
 
+/* The op's model chunk is the module's first virtual stage (it reads the
+ * batch) or its last (it gives the module's output). */
+static bool op_first(const run_ctx *r, const plan_op *o) { return r->mod[o->module].first && o->vchunk == 0; }
+static bool op_last(const run_ctx *r, const plan_op *o)
+{
+    return r->mod[o->module].last && o->vchunk == plan_vp(&r->plan.mod[o->module]) - 1;
+}
+
 /* A stage's forward of one micro-batch into the op's slot: its input from
  * the previous stage (received by the RECV_STAGE before it), the LLM's
  * first stage's from the encoders' hand-off; its output kept for the
@@ -77,12 +85,13 @@ static int stage_forward(run_ctx *r, const plan_op *o, const ex_batch *b, run_ha
 {
     int k = o->module, L = r->plan.model.llm;
     run_module *m = &r->mod[k];
-    ex_stage_io io = { .in = m->first ? NULL : m->st.act_in, .backward = o->kind == PLAN_OP_FORWARD_BACKWARD && llm_backward(r) };
-    if (k == L && m->first && h->act_in) io.enc_in = h->act_in + handoff_offset(r, h, o);
+    bool first = op_first(r, o), last = op_last(r, o);
+    ex_stage_io io = { .in = first ? NULL : m->st.act_in, .backward = o->kind == PLAN_OP_FORWARD_BACKWARD && llm_backward(r) };
+    if (k == L && first && h->act_in) io.enc_in = h->act_in + handoff_offset(r, h, o);
     int rc = ex_stage_forward(r->em, k, b, &io, err);
     if (rc) return rc;
-    if (k == L && m->last && m->at.tp == 0) st->loss += io.loss;
-    if (!m->last) m->st.pending = io.out;
+    if (k == L && last && m->at.tp == 0) st->loss += io.loss;
+    if (!last) m->st.pending = io.out;
     else if (k != L) r->be->d2d(h->enc[k].act_pack + handoff_offset(r, h, o), io.out, (size_t)io.out_rows * h->d * sizeof(float));
     return UTIL_OK;
 }
@@ -96,10 +105,10 @@ static int stage_backward(run_ctx *r, const plan_op *o, const ex_batch *b, run_h
 {
     int k = o->module, L = r->plan.model.llm;
     run_module *m = &r->mod[k];
-    ex_stage_io io = { .in = !m->last ? m->st.grad_in : k != L ? h->enc[k].grad_pack + handoff_offset(r, h, o) : NULL };
+    ex_stage_io io = { .in = !op_last(r, o) ? m->st.grad_in : k != L ? h->enc[k].grad_pack + handoff_offset(r, h, o) : NULL };
     int rc = ex_stage_backward(r->em, k, b, &io, err);
     if (rc) return rc;
-    if (!m->first) m->st.pending = io.out;
+    if (!op_first(r, o)) m->st.pending = io.out;
     else if (k == L && run_encoder_trains(r))
         r->be->d2d(h->grad_out + handoff_offset(r, h, o), io.out, (size_t)io.out_rows * h->d * sizeof(float));
     return UTIL_OK;
@@ -108,7 +117,8 @@ static int stage_backward(run_ctx *r, const plan_op *o, const ex_batch *b, run_h
 /* FORWARD, BACKWARD or (the LLM's last stage) FORWARD_BACKWARD of one micro-batch. */
 static int op_compute(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, run_stats *st, char *err)
 {
-    int rc = ex_module_set_slot(r->em, o->module, o->slot >= 0 ? o->slot : 0, err);
+    int rc = ex_module_set_chunk(r->em, o->module, o->vchunk, err);
+    if (!rc) rc = ex_module_set_slot(r->em, o->module, o->slot >= 0 ? o->slot : 0, err);
     if (rc) return rc;
     ex_batch b = op_batch(r, o, d, st);
     if (o->kind != PLAN_OP_BACKWARD) rc = stage_forward(r, o, &b, h, st, err);
@@ -127,12 +137,12 @@ static int op_hop(run_ctx *r, const plan_op *o, const run_data *d, run_stats *st
     ex_batch b = op_batch(r, o, d, st);
     int rows = ex_stage_rows(r->em, o->module, &b);
     if (in->sends) {
-        int rc = run_stage_send(r, o->module, in->grad, m->st.pending, rows, err);
+        int rc = run_stage_send(r, o, m->st.pending, rows, err);
         m->st.pending = NULL;
         return rc;
     }
     const float *buf;
-    return run_stage_recv(r, o->module, in->grad, rows, &buf, err);
+    return run_stage_recv(r, o, rows, &buf, err);
 }
 
 /* A tied embedding's gradient summed between the first and the last stage. */
@@ -198,8 +208,8 @@ static int op_dp(run_ctx *r, const plan_op *o, char *err)
  * the module's unit hooks, so that its shard group's collectives still match. */
 static int empty_pass(run_ctx *r, const plan_op *o, char *err)
 {
-    int rc = UTIL_OK;
-    if (o->kind != PLAN_OP_BACKWARD) rc = ex_stage_empty_pass(r->em, o->module, EX_USE_FORWARD, err);
+    int rc = ex_module_set_chunk(r->em, o->module, o->vchunk, err);
+    if (!rc && o->kind != PLAN_OP_BACKWARD) rc = ex_stage_empty_pass(r->em, o->module, EX_USE_FORWARD, err);
     if (!rc && (o->kind == PLAN_OP_BACKWARD || (o->kind == PLAN_OP_FORWARD_BACKWARD && llm_backward(r))))
         rc = ex_stage_empty_pass(r->em, o->module, EX_USE_BACKWARD, err);
     return rc;

@@ -7,12 +7,16 @@
  * sends in the order the sender's schedule made them; a send stays in
  * flight until the next send on its edge, which waits for it before it
  * reuses the edge's buffer (the memory model counts those buffers:
- * planner/memory.c). */
+ * planner/memory.c). Interleaved, a rank's chunks hop to the next rank's,
+ * the last stage's chunk v to the first stage's chunk v + 1
+ * (plan_stage_peer), each edge its own channel. */
 #include "executor/run_internal.h"
 
 #include <string.h>
 
-enum { TAG_ACT = 1, TAG_GRAD = 2 };
+/* One tag per edge and direction: the edge's lower virtual stage
+ * (plan_hop_edge), activations and gradients apart. */
+static int edge_tag(const run_ctx *r, const plan_op *o) { return 1 + 2 * plan_hop_edge(&r->plan, o, r->rank) + plan_op_props(o->kind)->grad; }
 
 /* The module runs a backward: an encoder that trains, the LLM always
  * (plan_schedule_check refuses a plan where nothing trains). */
@@ -28,28 +32,38 @@ static size_t edge_floats(const run_ctx *r, int k)
     return (size_t)(bytes / sizeof(float) + 0.5);
 }
 
+static int edge_buffer(const run_ctx *r, float **b, size_t bytes, char *err)
+{
+    *b = r->be->alloc(bytes, UTIL_MEM_COMM);
+    return *b ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "run: out of memory for pipeline buffers");
+}
+
+/* As plan_stage_edge_buffers counts them: a send buffer for each chunk
+ * with a next (previous) virtual stage, a receive buffer each way used. */
 int run_stage_init(run_ctx *r, int k, char *err)
 {
     run_module *m = &r->mod[k];
     run_stage *st = &m->st;
-    int pp = r->plan.mod[k].pp;
-    st->prev = m->at.pp > 0 ? m->at.pp - 1 : -1;
-    st->next = m->at.pp < pp - 1 ? m->at.pp + 1 : -1;
-    if (pp <= 1) return UTIL_OK;
+    const plan_module *s = &r->plan.mod[k];
+    if (s->pp <= 1) return UTIL_OK;
     bool back = backprops(r, k);
     st->cap = edge_floats(r, k);
     size_t bytes = (st->cap ? st->cap : 1) * sizeof(float);
-    if (st->prev >= 0) {
-        st->act_in = r->be->alloc(bytes, UTIL_MEM_COMM);
-        if (back) st->grad_out = r->be->alloc(bytes, UTIL_MEM_COMM);
-        if (!st->act_in || (back && !st->grad_out)) return util_fail(err, UTIL_ENOMEM, "run: out of memory for pipeline buffers");
+    int rc = UTIL_OK;
+    bool down = false, up = false;
+    for (int v = 0; !rc && v < plan_vp(s); v++) {
+        if (plan_stage_peer(&r->plan, k, r->rank, v, +1) >= 0) {
+            down = true;
+            rc = edge_buffer(r, &st->act_out[v], bytes, err);
+        }
+        if (!rc && plan_stage_peer(&r->plan, k, r->rank, v, -1) >= 0) {
+            up = true;
+            if (back) rc = edge_buffer(r, &st->grad_out[v], bytes, err);
+        }
     }
-    if (st->next >= 0) {
-        st->act_out = r->be->alloc(bytes, UTIL_MEM_COMM);
-        if (back) st->grad_in = r->be->alloc(bytes, UTIL_MEM_COMM);
-        if (!st->act_out || (back && !st->grad_in)) return util_fail(err, UTIL_ENOMEM, "run: out of memory for pipeline buffers");
-    }
-    return UTIL_OK;
+    if (!rc && up) rc = edge_buffer(r, &st->act_in, bytes, err);
+    if (!rc && down && back) rc = edge_buffer(r, &st->grad_in, bytes, err);
+    return rc;
 }
 
 static int wait_edge(run_stage *st, ex_request **req, char *err)
@@ -60,33 +74,45 @@ static int wait_edge(run_stage *st, ex_request **req, char *err)
     return rc ? util_fail(err, UTIL_ERUNTIME, "run: a pipeline send failed: %s", ex_comm_error(st->pp)) : UTIL_OK;
 }
 
-int run_stage_send(run_ctx *r, int k, bool grad, const float *src, int rows, char *err)
+/* The op's peer's key in the pipeline communicator (its stage), -1 if none. */
+static int peer_key(const run_ctx *r, const plan_op *o, int dir)
 {
+    plan_coord c;
+    int peer = plan_stage_peer(&r->plan, o->module, r->rank, o->vchunk, dir);
+    return peer >= 0 && plan_rank_coord(&r->plan, o->module, peer, &c) ? c.pp : -1;
+}
+
+int run_stage_send(run_ctx *r, const plan_op *o, const float *src, int rows, char *err)
+{
+    int k = o->module, v = o->vchunk;
+    bool grad = plan_op_props(o->kind)->grad;
     run_stage *st = &r->mod[k].st;
-    int peer = grad ? st->prev : st->next;
-    float *buf = grad ? st->grad_out : st->act_out;
-    ex_request **req = grad ? &st->grad_req : &st->act_req;
+    int peer = peer_key(r, o, grad ? -1 : 1);
+    float *buf = v >= 0 && v < PLAN_MAX_VP ? (grad ? st->grad_out[v] : st->act_out[v]) : NULL;
+    ex_request **req = grad ? &st->grad_req[v] : &st->act_req[v];
     size_t n = (size_t)rows * (size_t)r->plan.model.mod[k].hidden;
     if (peer < 0 || !buf) return util_fail(err, UTIL_EINVAL, "run: module %s: no pipeline stage to send to", r->plan.mod[k].module);
     if (n > st->cap) return util_fail(err, UTIL_EINVAL, "run: module %s: %d rows exceed the pipeline buffer", r->plan.mod[k].module, rows);
     int rc = wait_edge(st, req, err);
     if (rc) return rc;
     if (src) r->be->d2d(buf, src, n * sizeof(float));
-    if (ex_comm_isend(st->pp, buf, n, peer, grad ? TAG_GRAD : TAG_ACT, req))
+    if (ex_comm_isend(st->pp, buf, n, peer, edge_tag(r, o), req))
         return util_fail(err, UTIL_ERUNTIME, "run: module %s: pipeline send to stage %d failed: %s", r->plan.mod[k].module, peer,
                          ex_comm_error(st->pp));
     return UTIL_OK;
 }
 
-int run_stage_recv(run_ctx *r, int k, bool grad, int rows, const float **out, char *err)
+int run_stage_recv(run_ctx *r, const plan_op *o, int rows, const float **out, char *err)
 {
+    int k = o->module;
+    bool grad = plan_op_props(o->kind)->grad;
     run_stage *st = &r->mod[k].st;
-    int peer = grad ? st->next : st->prev;
+    int peer = peer_key(r, o, grad ? 1 : -1);
     float *buf = grad ? st->grad_in : st->act_in;
     size_t n = (size_t)rows * (size_t)r->plan.model.mod[k].hidden;
     if (peer < 0 || !buf) return util_fail(err, UTIL_EINVAL, "run: module %s: no pipeline stage to receive from", r->plan.mod[k].module);
     if (n > st->cap) return util_fail(err, UTIL_EINVAL, "run: module %s: %d rows exceed the pipeline buffer", r->plan.mod[k].module, rows);
-    if (ex_comm_recv(st->pp, buf, n, peer, grad ? TAG_GRAD : TAG_ACT))
+    if (ex_comm_recv(st->pp, buf, n, peer, edge_tag(r, o)))
         return util_fail(err, UTIL_ERUNTIME, "run: module %s: pipeline receive from stage %d failed: %s", r->plan.mod[k].module, peer,
                          ex_comm_error(st->pp));
     *out = buf;
@@ -98,9 +124,11 @@ int run_stage_wait_all(run_ctx *r, char *err)
     int rc = UTIL_OK;
     for (int k = 0; k < r->plan.n_modules; k++) {
         run_stage *st = &r->mod[k].st;
-        char e[UTIL_ERR_LEN];
-        int a = wait_edge(st, &st->act_req, e), b = wait_edge(st, &st->grad_req, e);
-        if (!rc && (a || b)) rc = util_fail(err, UTIL_ERUNTIME, "%s", e);
+        for (int v = 0; v < PLAN_MAX_VP; v++) {
+            char e[UTIL_ERR_LEN];
+            int a = wait_edge(st, &st->act_req[v], e), b = wait_edge(st, &st->grad_req[v], e);
+            if (!rc && (a || b)) rc = util_fail(err, UTIL_ERUNTIME, "%s", e);
+        }
     }
     return rc;
 }
@@ -109,9 +137,12 @@ void run_stage_free(run_ctx *r, int k)
 {
     run_stage *st = &r->mod[k].st;
     char err[UTIL_ERR_LEN];
-    wait_edge(st, &st->act_req, err);
-    wait_edge(st, &st->grad_req, err);
-    if (r->be) { r->be->release(st->act_in); r->be->release(st->grad_out); r->be->release(st->act_out); r->be->release(st->grad_in); }
+    for (int v = 0; v < PLAN_MAX_VP; v++) {
+        wait_edge(st, &st->act_req[v], err);
+        wait_edge(st, &st->grad_req[v], err);
+        if (r->be) { r->be->release(st->act_out[v]); r->be->release(st->grad_out[v]); }
+    }
+    if (r->be) { r->be->release(st->act_in); r->be->release(st->grad_in); }
     ex_comm_free(st->pp);
     memset(st, 0, sizeof *st);
 }

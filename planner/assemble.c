@@ -72,7 +72,11 @@ int plan_from_candidates(const plan_candidates *cs, const int *chosen, const mod
     p->n_micro = first->colocated ? 1 : first->n_micro;
     for (int k = 0; k < m->n_modules; k++) p->mod[k] = cs->c[chosen[k]].s;
     util_strlcpy(p->label, "dhp", sizeof p->label);
-    return plan_assemble(p, o, err);
+    int rc = plan_assemble(p, o, err);
+    /* interleaved stages the combined plan's passes do not fit: a plan the MILP cannot see */
+    for (int k = 0; !rc && k < p->n_modules; k++)
+        if (plan_vp(&p->mod[k]) > 1) return plan_schedule_check(p, err);
+    return rc;
 }
 
 static int by_step_time(const void *a, const void *b)

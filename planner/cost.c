@@ -547,7 +547,8 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     double cross_tokens = samples * q.cross_span / s->sp;
     /* Blocks differ only by attention kind: price one of each kind, times its count. */
     int n_full = 0, n_window = 0, n_cross = 0;
-    for (int l = st->first; l < st->first + st->count; l++) {
+    for (int j = 0; j < st->count; j++) {
+        int l = plan_stage_block(st, j);
         if (model_layer_is_cross(mm, l)) n_cross++;
         else if (model_layer_is_full_attention(mm, l)) n_full++;
         else n_window++;
@@ -565,8 +566,10 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
                  &selective);
     price_blocks(&p, mm, s, t, 0, 0, true, cross_tokens, NULL, n_cross, &blocks_fwd, &selective);
     int n_a2a_layers = 0;   /* the blocks that exchange by Ulysses all-to-alls (plan_cp_layer) */
-    for (int l = st->first; l < st->first + st->count; l++)
+    for (int j = 0; j < st->count; j++) {
+        int l = plan_stage_block(st, j);
         n_a2a_layers += !model_layer_is_cross(mm, l) && plan_cp_layer(mm, s, l, t) == PLAN_CP_ULYSSES;
+    }
     price_ulysses_copies(&p, mm, s, t, samples, n_a2a_layers);
     double text_rows = 0, head_rows = 0;
     if (mm->kind == MODEL_LLM) {
@@ -622,14 +625,14 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
 void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
                            const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
 {
-    plan_stage st = plan_stage_of(&m->mod[mi], s, stage);
+    plan_stage st = plan_vstage_of(&m->mod[mi], s, stage);
     price_micro(m, mi, s, &st, w, c, o, samples, -1, out);
 }
 
 void plan_cp_micro_time(const model_t *m, int mi, const plan_module *s, int stage, int sp_rank, const plan_workload *w,
                         const cost_cluster *c, const plan_options *o, double samples, plan_time *out)
 {
-    plan_stage st = plan_stage_of(&m->mod[mi], s, stage);
+    plan_stage st = plan_vstage_of(&m->mod[mi], s, stage);
     price_micro(m, mi, s, &st, w, c, o, samples, sp_rank, out);
 }
 
@@ -673,9 +676,13 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     out->micro_s += out->pp_p2p_s;
     out->stage_max_s = 0;
     for (int i = 0; i < s->pp; i++) {
-        plan_time st;
-        plan_stage_micro_time(m, mi, s, i, w, c, o, samples, &st);
-        double t = st.micro_s + vp * hop + (backward ? vp * hop : 0);
+        double chunks = 0;
+        for (int v = 0; v < vp; v++) {   /* the rank's model chunks, each a virtual stage */
+            plan_time st;
+            plan_stage_micro_time(m, mi, s, v * s->pp + i, w, c, o, samples, &st);
+            chunks += st.micro_s;
+        }
+        double t = chunks + vp * hop + (backward ? vp * hop : 0);
         if (t > out->stage_max_s) out->stage_max_s = t;
     }
 }

@@ -113,11 +113,22 @@ bool plan_embed_group_of(const plan_t *p, int k, int rank, plan_group *g)
     return true;
 }
 
-int plan_stage_peer(const plan_t *p, int k, int rank, int dir)
+int plan_stage_peer(const plan_t *p, int k, int rank, int v, int dir)
 {
     plan_coord c;
     if (!plan_rank_coord(p, k, rank, &c)) return -1;
-    c.pp += dir;
-    if (c.pp < 0 || c.pp >= p->mod[k].pp) return -1;
+    int pp = p->mod[k].pp, g = v * pp + c.pp + dir;   /* the neighbouring virtual stage */
+    if (v < 0 || v >= plan_vp(&p->mod[k]) || g < 0 || g >= pp * plan_vp(&p->mod[k])) return -1;
+    c.pp = g % pp;
     return plan_coord_rank(p, k, &c);
+}
+
+int plan_hop_edge(const plan_t *p, const plan_op *o, int rank)
+{
+    plan_coord c;
+    if (!plan_rank_coord(p, o->module, rank, &c)) return -1;
+    const plan_op_info *in = plan_op_props(o->kind);
+    int g = o->vchunk * p->mod[o->module].pp + c.pp;
+    /* a send of activations and a receive of gradients sit below the edge, the others above it */
+    return in->sends != in->grad ? g : g - 1;
 }

@@ -17,7 +17,7 @@
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
 {
     int pp = s && s->pp > 1 ? s->pp : 1, L = mm->layers;
-    if (pp == 1 || i < 0) return (plan_stage){ 0, L, true, true };
+    if (pp == 1 || i < 0) return (plan_stage){ 0, L, true, true, 1, 0 };
     int count[PLAN_MAX_PP];
     bool given = false;
     for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) given |= s->stage_layers[j] > 0;
@@ -29,9 +29,35 @@ plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
         /* the shortfall comes off the ends first: stage 0, pp - 1, 1, pp - 2, ... */
         for (int t = 0; t < short_by; t++) count[t % 2 ? pp - 1 - t / 2 : t / 2]--;
     }
-    int first = 0;
-    for (int j = 0; j < i && j < PLAN_MAX_PP; j++) first += count[j];
-    return (plan_stage){ first, i < PLAN_MAX_PP ? count[i] : 0, i == 0, i == pp - 1 };
+    /* Interleaved: each rank's blocks are vp chunks; round v holds every
+     * rank's chunk v in stage order, so chunk v of stage i starts L / vp
+     * blocks after its chunk v - 1 (Megatron-LM's virtual pipeline layout).
+     * plan_schedule_check refuses a split vp does not divide. */
+    int vp = plan_vp(s), first = 0;
+    for (int j = 0; j < i && j < PLAN_MAX_PP; j++) first += count[j] / vp;
+    return (plan_stage){ first, i < PLAN_MAX_PP ? count[i] : 0, i == 0, i == pp - 1, vp, L / vp };
+}
+
+int plan_stage_block(const plan_stage *st, int j)
+{
+    if (st->chunks <= 1) return st->first + j;
+    int per = st->count / st->chunks;
+    return per > 0 ? st->first + j / per * st->stride + j % per : st->first + j;
+}
+
+plan_stage plan_stage_chunk(const plan_stage *st, int v)
+{
+    if (st->chunks <= 1) return *st;
+    int per = st->count / st->chunks;
+    return (plan_stage){ st->first + v * st->stride, per, st->stem && v == 0, st->head && v == st->chunks - 1, 1, 0 };
+}
+
+plan_stage plan_vstage_of(const model_module *mm, const plan_module *s, int g)
+{
+    int pp = s && s->pp > 1 ? s->pp : 1;
+    if (g < 0) return plan_stage_of(mm, s, g);
+    plan_stage st = plan_stage_of(mm, s, g % pp);
+    return plan_stage_chunk(&st, g / pp);
 }
 
 /* ---------------------------------------------------------------- tensors */
@@ -90,7 +116,8 @@ static void blocks(tensor_list *l, const model_module *mm, const plan_stage *st)
     float std_out = INIT_STD / sqrtf(2.0f * (float)mm->layers);
     const char *blk = mm->kind == MODEL_LLM ? "layers" : "blocks";
     bool ln = mm->norm == MODEL_NORM_LAYERNORM, swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
-    for (int b = st->first; b < st->first + st->count; b++) {
+    for (int j = 0; j < st->count; j++) {
+        int b = plan_stage_block(st, j);
         l->layer = b;
         l->unit = 1 + b;
         snprintf(l->prefix, sizeof l->prefix, "%s.%d.", blk, b);
@@ -157,7 +184,7 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
 {
     tensor_list l = { .out = out, .cap = cap, .tp = tp > 0 ? tp : 1, .tp_rank = tp_rank,
                       .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1, .unit = 0 };
-    plan_stage whole = { 0, mm->layers, true, true }, *st = stage ? (plan_stage *)stage : &whole;
+    plan_stage whole = { 0, mm->layers, true, true, 1, 0 }, *st = stage ? (plan_stage *)stage : &whole;
     int d = mm->hidden;
     if (mm->kind == MODEL_LLM) {
         int vocab_n = mm->vocab / l.tp;
@@ -277,8 +304,8 @@ static bool kept_per_layer(plan_act_id id, plan_recompute rc)
 /* Does any block of stage st exchange its rows by Ulysses all-to-alls (plan_cp_layer)? */
 static bool stage_ulysses(const model_module *mm, const plan_module *s, const plan_stage *st, double N)
 {
-    for (int b = st->first; b < st->first + st->count; b++)
-        if (plan_cp_layer(mm, s, b, N) == PLAN_CP_ULYSSES) return true;
+    for (int j = 0; j < st->count; j++)
+        if (plan_cp_layer(mm, s, plan_stage_block(st, j), N) == PLAN_CP_ULYSSES) return true;
     return false;
 }
 
@@ -344,7 +371,7 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
                      int cap)
 {
     act_list l = { out, cap, 0 };
-    plan_stage st = plan_stage_of(mm, s, stage);
+    plan_stage st = plan_vstage_of(mm, s, stage);
     double tp = s->tp, N = rows->rows, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
     bool seqpar = s->seq_parallel && s->tp > 1;

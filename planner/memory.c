@@ -187,13 +187,26 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
     return (saved + per_mb) * in_flight + live;
 }
 
-/* LM head logits [t, V/tp] in bf16 plus the fp32 copy vocab-parallel
- * cross-entropy works on (Megatron's _VocabParallelCrossEntropy). */
-static double logits_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, const plan_workload *w, double A)
+/* fp32 copies of the logits alive beside the bf16 logits at the loss, the
+ * end of the forward. Megatron-LM's vocab-parallel cross-entropy
+ * (_VocabParallelCrossEntropy) works on one fp32 copy in place. PyTorch's
+ * own loss, under torch.autocast or FSDP's bf16 compute with fp32 weights
+ * (torchtitan: cross_entropy(pred.float(), labels), the bf16 `pred` kept
+ * until after the loss), is F.cross_entropy = log_softmax followed by
+ * nll_loss (torch.nn.functional.cross_entropy docs), run in float32
+ * (torch.amp docs, "CUDA Ops that can autocast to float32": cross_entropy,
+ * log_softmax): log_softmax writes a second fp32 [t, V] tensor, saved for
+ * its backward, while its fp32 input is still alive. */
+static double loss_fp32_copies(plan_precision p) { return p == PLAN_OPT_AUTOCAST ? 2 : 1; }
+
+/* LM head logits [t, V/tp] in bf16 plus the fp32 copies the loss works on. */
+static double logits_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, const plan_workload *w,
+                           const plan_options *o, double A)
 {
     if (mm->kind != MODEL_LLM) return 0;
     double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
-    return plan_head_rows(w, PLAN_TARGET_MEGATRON, s->micro_batch, t) * ceil((double)mm->vocab / s->tp) * (A + FP32);
+    return plan_head_rows(w, PLAN_TARGET_MEGATRON, s->micro_batch, t) * ceil((double)mm->vocab / s->tp)
+         * (A + loss_fp32_copies(o->precision) * FP32);
 }
 
 static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p, double A)
@@ -238,8 +251,11 @@ static void executor_states(const model_module *mm, const plan_module *s, int st
     out->comm = (double)(b.staging + b.pieces) * fmax(sb.param, sb.grad);
 }
 
+/* The activations of rank stage `stage` with vslots[v] slots of its model
+ * chunk v (one chunk without interleaving): each slot saves its chunk's
+ * list, the scratch all slots share is the largest chunk's. */
 static void executor_activations(const model_module *mm, const plan_module *s, int stage, const plan_seq *q,
-                                 const plan_workload *w, double A, int in_flight, plan_mem *out)
+                                 const plan_workload *w, double A, const int *vslots, plan_mem *out)
 {
     double mb = s->micro_batch > 0 ? s->micro_batch : 1, N = mb * q->tokens_per_sample / s->sp;
     plan_act_rows rows = { .rows = (int)N };
@@ -250,36 +266,64 @@ static void executor_activations(const model_module *mm, const plan_module *s, i
          * aside) of the sp rank that holds the most */
         rows = plan_llm_act_rows(mm, s, (int)mb, (int)q->tokens_per_sample, w->text_tokens);
     }
-    double saved, scratch, logits;
-    plan_module_act_floats(mm, s, stage, &rows, &saved, &scratch, &logits);
-    out->activations = A * (saved * in_flight + scratch);
-    out->logits = A * logits;
-    /* A stage's edges (executor/run_stage.c): to each neighbouring stage a
-     * buffer the micro-batch's rows go out or come in through, and where
-     * the module runs a backward one for their gradient. */
-    if (s->pp > 1) {
-        double Nl = N / (s->seq_parallel && s->tp > 1 ? s->tp : 1);
-        int per_edge = mm->kind == MODEL_LLM || !mm->frozen ? 2 : 1;
-        out->comm += A * Nl * mm->hidden * per_edge * ((stage < s->pp - 1) + (stage > 0));
+    double act = 0, most_scratch = 0, all_logits = 0;
+    for (int v = 0; v < plan_vp(s); v++) {
+        double saved, scratch, logits;
+        plan_module_act_floats(mm, s, v * (s->pp > 1 ? s->pp : 1) + stage, &rows, &saved, &scratch, &logits);
+        act += saved * vslots[v];
+        most_scratch = fmax(most_scratch, scratch);
+        all_logits += logits;
     }
+    out->activations = A * (act + most_scratch);
+    out->logits = A * all_logits;
+    /* A stage's edges (executor/run_stage.c): buffers the micro-batch's rows
+     * go out or come in through, and where the module runs a backward
+     * those of their gradient. */
+    double Nl = N / (s->seq_parallel && s->tp > 1 ? s->tp : 1);
+    out->comm += A * Nl * mm->hidden * plan_stage_edge_buffers(s, stage, mm->kind == MODEL_LLM || !mm->frozen);
+}
+
+int plan_stage_edge_buffers(const plan_module *s, int stage, bool backward)
+{
+    int pp = s->pp, vp = plan_vp(s), down = 0, up = 0;
+    if (pp <= 1) return 0;
+    for (int v = 0; v < vp; v++) {
+        down += v * pp + stage < pp * vp - 1;   /* chunk v sends its rows to the next virtual stage */
+        up += v * pp + stage > 0;               /* and its input's gradient to the previous one */
+    }
+    return down + (down > 0 && backward) + (up > 0) + (backward ? up : 0);
 }
 
 void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
+{
+    /* the units in flight over the rank's chunks, as even as they go (the schedule's own: plan_stage_memory_slots) */
+    int vp = plan_vp(s), vslots[PLAN_MAX_VP];
+    if (in_flight < 1) in_flight = 1;
+    for (int v = 0; v < vp && v < PLAN_MAX_VP; v++) vslots[v] = in_flight / vp + (v < in_flight % vp);
+    plan_stage_memory_slots(m, mi, s, stage, w, g, o, vslots, out);
+}
+
+void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
+                             const cost_gpu *g, const plan_options *o, const int *vslots, plan_mem *out)
 {
     const model_module *mm = &m->mod[mi];
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     memset(out, 0, sizeof *out);
     double A = plan_precision_bytes(o->precision).act;
-    if (in_flight < 1) in_flight = 1;
+    int in_flight = 0, ones[PLAN_MAX_VP];
+    for (int v = 0; v < plan_vp(s); v++) {
+        ones[v] = vslots[v] > 0 ? vslots[v] : plan_vp(s) == 1;
+        in_flight += ones[v];
+    }
     if (o->target == PLAN_TARGET_DHP) {
         executor_states(mm, s, stage, o, out);
-        executor_activations(mm, s, stage, &q, w, A, in_flight, out);
+        executor_activations(mm, s, stage, &q, w, A, ones, out);
     } else {
         model_state_bytes(mm, s, o, out);
         out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A);
-        out->logits = logits_bytes(mm, s, &q, w, A);
+        out->logits = logits_bytes(mm, s, &q, w, o, A);
         out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A);
     }
     out->reserved = g->reserved_bytes;
@@ -287,6 +331,15 @@ void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage
     out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations
                + out->logits + out->comm + out->reserved + out->fragmentation;
     out->capacity = g->hbm_bytes;
+}
+
+/* Units (micro-batch x model chunk) stage i of a 1F1B pipeline of `stages`
+ * keeps in flight: pp - i, interleaved its warm-up and one
+ * (planner/schedule.c's warmup_of, before the cap at the step's units). */
+static int pipeline_units(const plan_module *s, int i, int stages)
+{
+    if (stages <= 1) return 1;
+    return plan_vp(s) > 1 ? 2 * (stages - 1 - i) + (plan_vp(s) - 1) * stages + 1 : stages - i;
 }
 
 /* The module's busiest stage. The Megatron target's formulas already take
@@ -297,10 +350,10 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
                         const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
 {
     int stages = o->target == PLAN_TARGET_DHP && s->pp > 1 ? s->pp : 1;
-    plan_stage_memory(m, mi, s, 0, w, g, o, in_flight * (stages > 1 ? stages : 1), out);
+    plan_stage_memory(m, mi, s, 0, w, g, o, in_flight * pipeline_units(s, 0, stages), out);
     for (int i = 1; i < stages; i++) {
         plan_mem t;
-        plan_stage_memory(m, mi, s, i, w, g, o, in_flight * (stages - i), &t);
+        plan_stage_memory(m, mi, s, i, w, g, o, in_flight * pipeline_units(s, i, stages), &t);
         if (t.total > out->total) *out = t;
     }
 }

@@ -55,6 +55,8 @@ typedef struct {
 
 /* Pipeline stages of a module: at most PLAN_MAX_PP. */
 #define PLAN_MAX_PP 64
+/* Model chunks per pipeline rank (interleaved stages): at most PLAN_MAX_VP. */
+#define PLAN_MAX_VP 8
 
 /* One module's strategy. Ranks of the module group are the contiguous global
  * ranks [first_rank, first_rank + n_ranks) with n_ranks = dp*tp*sp*pp, laid out
@@ -83,8 +85,24 @@ static inline int plan_vp(const plan_module *s) { return s->vp > 1 ? s->vp : 1; 
  * allow with the first and the last stage a block short where pp does not
  * divide them, as Llama 3 was trained (they carry the embedding and the
  * head: 126 layers over 16 stages are 7 + 14 x 8 + 7). pp = 1: the whole module. */
-typedef struct { int first, count; bool stem, head; } plan_stage;
+typedef struct {
+    int first, count;
+    bool stem, head;
+    /* Interleaved (s->vp > 1): the count blocks are `chunks` model chunks of
+     * count / chunks blocks, chunk v starting at first + v * stride (rank
+     * stage i holds virtual stages i, i + pp, ...; Narayanan et al. SC'21
+     * sec. 2.2.2). 0 or 1: one contiguous range. */
+    int chunks, stride;
+} plan_stage;
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i);
+/* The j-th block (0 <= j < st->count) a stage holds. */
+int plan_stage_block(const plan_stage *st, int j);
+/* Model chunk v of a stage: one contiguous range, the stem on the first
+ * chunk of a stem stage, the head on the last chunk of a head stage. */
+plan_stage plan_stage_chunk(const plan_stage *st, int v);
+/* Virtual stage g (0 .. pp * vp - 1) of the module's pipeline: chunk g / pp
+ * of rank stage g % pp; with vp = 1 plan_stage_of(g). */
+plan_stage plan_vstage_of(const model_module *mm, const plan_module *s, int g);
 
 /* A rank's position in a module group (see plan_module). */
 typedef struct { int dp, tp, sp, pp; } plan_coord;
@@ -199,6 +217,15 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
 /* The same for pipeline stage `stage` of the module (0 when pp = 1). */
 void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out);
+/* The same with vslots[v] activation slots of each model chunk v (0 .. vp - 1;
+ * plan_schedule.vslots): the dhp target's exact count for interleaved stages. */
+void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
+                             const cost_gpu *g, const plan_options *o, const int *vslots, plan_mem *out);
+/* Buffers of rank stage `stage`'s pipeline edges (executor/run_stage.c): a
+ * send buffer per model chunk with a next virtual stage and, where the
+ * module runs a backward, per chunk with a previous one; a receive buffer
+ * each way used. */
+int plan_stage_edge_buffers(const plan_module *s, int stage, bool backward);
 const char *plan_mem_dominant(const plan_mem *mm);
 /* Parameters one GPU holds before ZeRO sharding (TP and PP split applied). */
 double plan_local_params(const model_module *mm, const plan_module *s);
@@ -252,8 +279,9 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
 /* The per-step terms of plan_time (grad_sync_s .. norm_s) for one pipeline stage. */
 void plan_stage_step_time(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
                           const plan_options *o, plan_time *out);
-/* The same for one pipeline stage (0 when pp = 1): its blocks, and the stem
- * and head where it holds them; no hops. */
+/* The same for one virtual pipeline stage (plan_vstage_of; the rank stage
+ * when vp = 1, 0 when pp = 1): its blocks, and the stem and head where it
+ * holds them; no hops. */
 void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
                            const cost_cluster *c, const plan_options *o, double samples, plan_time *out);
 /* The same for sp rank sp_rank's own work, which under the LLM's context
@@ -416,8 +444,9 @@ int plan_audio_frames_check(const model_module *mm, int F, const char *what, cha
  * rows, else Whisper's 30 s window (3000 mel frames at 10 ms, halved by the
  * stem: openai/whisper audio.py N_FRAMES, model.py AudioEncoder). */
 int plan_audio_default_frames(const model_module *mm);
-/* Of pipeline stage `stage` (its blocks, the stem's and the head's tensors
- * where it holds them); fills out[0 .. min(n, cap)) and returns n. */
+/* Of virtual pipeline stage `stage` (plan_vstage_of: its blocks, the stem's
+ * and the head's tensors where it holds them; with vp = 1 the rank stage);
+ * fills out[0 .. min(n, cap)) and returns n. */
 int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
                      int cap);
 /* The same summed: saved and scratch floats, and the LM head's logits part of the saved ones. */
@@ -577,7 +606,13 @@ void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_wo
  * backward; the micro-batches in 1F1B order (Narayanan et al., PipeDream-
  * Flush, arXiv 2006.09503): stage i forwards pp - 1 - i ahead, then
  * alternates one forward, one backward; the last stage runs each
- * micro-batch's forward and backward as one op. Disaggregated LLM ranks
+ * micro-batch's forward and backward as one op. Interleaved (vp > 1): each
+ * rank holds vp model chunks (plan_stage_of), a unit is one micro-batch
+ * through one chunk, in Megatron-Core's order (groups of pp micro-batches
+ * through chunk 0, then chunk 1, ...; backwards with the chunks reversed),
+ * stage i forwarding 2 (pp - 1 - i) + (vp - 1) pp units ahead; the last
+ * stage's chunk v hands its rows to the first stage's chunk v + 1, and each
+ * pass's micro-batches must come in whole groups of pp. Disaggregated LLM ranks
  * pipeline over the whole step's micro-batches, colocated ranks flush after
  * each chunk, interleaving both roles chunk by chunk. Every rank ends with
  * the embedding sync, gradient sync, the global gradient norm and the
@@ -650,8 +685,12 @@ int plan_group_member(const plan_t *p, int k, unsigned axes, int color, int key)
  * stage at one dp, sp and tp position, where a tied embedding is split over
  * them (plan_dp_rules.step_embed_sync); false for other ranks. */
 bool plan_embed_group_of(const plan_t *p, int k, int rank, plan_group *g);
-/* The rank at the same dp, sp and tp position of module k's stage pp + dir (dir = +1 or -1); -1 if none. */
-int plan_stage_peer(const plan_t *p, int k, int rank, int dir);
+/* The rank at the same dp, sp and tp position that model chunk v of module
+ * k on `rank` exchanges with in direction dir (+1: the next virtual stage,
+ * -1: the previous): stage pp + dir, wrapping around between chunks when
+ * interleaved (the last stage's chunk v feeds the first stage's chunk v + 1);
+ * -1 if none. */
+int plan_stage_peer(const plan_t *p, int k, int rank, int v, int dir);
 /* Size and members per node of a group over `axes` of strategy s on nodes
  * of gpus_per_node (the group holding the module's first rank). */
 void plan_group_shape(const plan_module *s, unsigned axes, int gpus_per_node, int *size, int *per_node);
@@ -685,13 +724,20 @@ typedef struct {
     int chunk;                /* -1 for per-step ops */
     int sample0, samples;     /* this rank's samples of the step (compute ops, send/recv of its share) */
     int slot;                 /* activation slot of a FORWARD or BACKWARD, -1 if none */
+    int vchunk;               /* model chunk (interleaved pipeline, 0 .. vp - 1) of a compute or hop op; else 0 */
 } plan_op;
+
+/* A pipeline hop op's channel: the lower virtual stage of the edge it
+ * crosses (activations go from it to the next, gradients come back), so
+ * each edge and direction is one FIFO channel. */
+int plan_hop_edge(const plan_t *p, const plan_op *o, int rank);
 
 typedef struct {
     int rank;
     int n, cap;
     plan_op *op;
     int slots[MODEL_MAX_MODULES];   /* activation slots each module's forwards fill on this rank */
+    int vslots[PLAN_MAX_VP];        /* of the LLM's slots, those each model chunk fills (interleaved) */
 } plan_schedule;
 
 /* Chunks of one step and the samples of chunk c ([*first, *first + *count)). */

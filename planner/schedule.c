@@ -161,6 +161,45 @@ static int disjoint_groups(const plan_t *p, char *err)
     return UTIL_OK;
 }
 
+/* The LLM's micro-batches that one 1F1B pass of dp rank d runs: the whole
+ * step's, or colocated beside encoders one chunk's (plan_schedule_rank). */
+static int pass_micros(const plan_t *p, int d, int c0, int c1)
+{
+    int L = p->model.llm, n = 0;
+    for (int c = c0; c < c1; c++) {
+        int f, cnt;
+        plan_chunk_share(p, L, c, d, &f, &cnt);
+        n += micro_ops(p, L, c, cnt);
+    }
+    return n;
+}
+
+/* Interleaved stages (vp > 1): the LLM's, every rank stage's blocks in vp
+ * chunks, and each 1F1B pass's micro-batches in whole groups of pp, as
+ * Megatron-LM's interleaved schedule asks (its schedule table then pairs
+ * the last stage's head forward with its backward). */
+static int vp_check(const plan_t *p, int k, char *err)
+{
+    const plan_module *s = &p->mod[k];
+    int vp = plan_vp(s), pp = s->pp;
+    if (vp == 1) return UTIL_OK;
+    if (k != p->model.llm || pp < 2 || vp > PLAN_MAX_VP)
+        return util_fail(err, UTIL_EINVAL, "plan: module %s: vp %d: interleaved stages are the LLM's, with pp > 1 and vp <= %d", s->module, vp, PLAN_MAX_VP);
+    for (int i = 0; i < pp; i++)
+        if (plan_stage_of(&p->model.mod[k], s, i).count % vp)
+            return util_fail(err, UTIL_EINVAL, "plan: module %s: pipeline stage %d's %d blocks are not %d equal chunks (vp)", s->module, i,
+                             plan_stage_of(&p->model.mod[k], s, i).count, vp);
+    bool whole = p->placement != PLAN_COLOCATED || plan_whole_batch_pipeline(&p->model, &p->work);
+    int n = plan_chunks(p);
+    for (int d = 0; d < s->dp; d++)
+        for (int c = 0; c < (whole ? 1 : n); c++) {
+            int m = whole ? pass_micros(p, d, 0, n) : pass_micros(p, d, c, c + 1);
+            if (m % pp)
+                return util_fail(err, UTIL_EINVAL, "plan: module %s: vp %d needs the micro-batches of each pipeline pass in whole groups of pp = %d, not %d", s->module, vp, pp, m);
+        }
+    return UTIL_OK;
+}
+
 int plan_schedule_check(const plan_t *p, char *err)
 {
     const model_t *m = &p->model;
@@ -172,11 +211,11 @@ int plan_schedule_check(const plan_t *p, char *err)
             return util_fail(err, UTIL_EINVAL, "plan: module %s: dp, tp, sp, pp and micro_batch must be >= 1", s->module);
         if (s->pp > PLAN_MAX_PP)
             return util_fail(err, UTIL_EINVAL, "plan: module %s: pp %d exceeds %d stages", s->module, s->pp, PLAN_MAX_PP);
-        if (plan_vp(s) > 1)
-            return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: interleaved pipeline stages (vp = %d) are priced for the Megatron target, not scheduled or run by dhp", s->module, plan_vp(s));
         for (int i = 0; i < s->pp; i++)
             if (plan_stage_of(&m->mod[k], s, i).count < 1)
                 return util_fail(err, UTIL_EINVAL, "plan: module %s: pipeline stage %d holds no block", s->module, i);
+        int rc = vp_check(p, k, err);
+        if (rc) return rc;
         if (k == m->llm) continue;
         if (m->mod[k].kind == MODEL_VISION && m->mod[k].pool > 1)
             return util_fail(err, UTIL_EUNSUPPORTED, "plan: module %s: pooled vision tokens (pool %d) are not implemented by the executor", s->module, m->mod[k].pool);
@@ -225,7 +264,7 @@ static int push(plan_schedule *s, plan_op_kind kind, int module, int chunk, int 
         s->op = op;
         s->cap = cap;
     }
-    s->op[s->n++] = (plan_op){ kind, module, chunk, sample0, samples, slot };
+    s->op[s->n++] = (plan_op){ kind, module, chunk, sample0, samples, slot, 0 };
     return UTIL_OK;
 }
 
@@ -258,10 +297,15 @@ static int micros_of(const plan_t *p, int k, int dp_i, int c0, int c1, micro_lis
     return UTIL_OK;
 }
 
-/* Forwards a 1F1B stage runs before its first backward: pp - 1 - stage (none on the last). */
-static int warmup_of(int pp, int stage, int n)
+/* Forwards a 1F1B stage runs before its first backward: pp - 1 - stage (none
+ * on the last); interleaved over vp model chunks, of its n units (micro-batch
+ * x chunk), 2 (pp - 1 - stage) + (vp - 1) pp: each group of pp micro-batches
+ * through every chunk but the last before the last stage's first backward
+ * (Megatron-Core's get_pp_rank_microbatches, microbatch_group_size_per_vp_stage
+ * = pp). */
+static int warmup_of(int pp, int vp, int stage, int n)
 {
-    int w = pp - 1 - stage;
+    int w = vp > 1 ? 2 * (pp - 1 - stage) + (vp - 1) * pp : pp - 1 - stage;
     return w < n ? w : n;
 }
 
@@ -276,16 +320,24 @@ typedef struct {
     int (*forward)(void *ctx, int i, char *err);
     int (*backward)(void *ctx, int i, char *err);
     int (*fused)(void *ctx, int i, char *err);   /* NULL: forward then backward */
+    /* Are forward unit i and backward unit j one unit's fused op? NULL: i == j. */
+    bool (*same)(void *ctx, int i, int j);
 } stage_ops;
 
+/* Units are what a stage runs in turn; with interleaved virtual stages
+ * (Narayanan et al. SC'21 sec. 2.2.2) a unit is one micro-batch through one
+ * model chunk, forward unit i and backward unit j mapped to them by the
+ * caller (Megatron-Core's schedule table), and the same loop: warm-up
+ * forwards, one forward and one backward in turn, the cool-down backwards. */
 static int emit_1f1b(int n, int warmup, bool backward, const stage_ops *ops, void *ctx, char *err)
 {
     int rc = UTIL_OK;
     if (!backward || warmup > n) warmup = n;
     for (int i = 0; !rc && i < warmup; i++) rc = ops->forward(ctx, i, err);
     for (int j = 0; !rc && backward && j < n; j++) {
-        if (warmup == 0 && ops->fused) { rc = ops->fused(ctx, j, err); continue; }
-        if (j + warmup < n) rc = ops->forward(ctx, j + warmup, err);
+        int i = j + warmup;
+        if (i < n && ops->fused && (ops->same ? ops->same(ctx, i, j) : i == j)) { rc = ops->fused(ctx, j, err); continue; }
+        if (i < n) rc = ops->forward(ctx, i, err);
         if (!rc) rc = ops->backward(ctx, j, err);
     }
     return rc;
@@ -357,13 +409,53 @@ static int encoder_unit_backward(void *ctx, int c, char *err)
 typedef struct {
     const plan_t *p;
     plan_schedule *s;
-    int L, dp, stage, pp, window;
-    bool first, last;
+    int L, dp, stage, pp, vp;
     micro_list M;
     int next_recv;            /* the first chunk whose encoder rows are not received yet */
     int *left;                /* per chunk of [c0, c1): backwards still to run before its gradient goes back */
     int c0;
+    int *slot;                /* per (micro-batch, model chunk): the slot its forward filled */
+    bool *busy;               /* per (slot / vp, model chunk): a slot in use */
+    int cap;                  /* slots per model chunk */
 } llm_pipe;
+
+/* Unit u of the stage's 1F1B order, micro-batch *mi through model chunk *v:
+ * Megatron-Core's schedule table (get_schedule_table, groups of pp
+ * micro-batches through chunk 0, then chunk 1, ...), the model chunks in
+ * reverse for backwards (get_model_chunk_id). vp = 1: micro-batch u. */
+static void table_unit(int pp, int vp, int u, bool forward, int *mi, int *v)
+{
+    int group = u / (pp * vp), r = u % (pp * vp);
+    *v = forward ? r / pp : vp - 1 - r / pp;
+    *mi = group * pp + r % pp;
+}
+
+static void llm_unit(const llm_pipe *q, int u, bool forward, int *mi, int *v) { table_unit(q->pp, q->vp, u, forward, mi, v); }
+
+/* The first and the last virtual stage: the stem (encoder rows in, their gradient out) and the head. */
+static bool unit_first(const llm_pipe *q, int v) { return q->stage == 0 && v == 0; }
+static bool unit_last(const llm_pipe *q, int v) { return q->stage == q->pp - 1 && v == q->vp - 1; }
+
+/* A slot for micro-batch mi's forward through chunk v: the lowest free one of
+ * the chunk's, numbered slot * vp + v so that each slot holds one chunk's
+ * activations (vp = 1: forward i in slot i mod the in-flight count, as
+ * backwards free them in forward order). */
+static int take_slot(llm_pipe *q, int mi, int v)
+{
+    int k = 0;
+    while (k < q->cap - 1 && q->busy[k * q->vp + v]) k++;
+    q->busy[k * q->vp + v] = true;
+    return q->slot[mi * q->vp + v] = k * q->vp + v;
+}
+
+static void free_slot(llm_pipe *q, int mi, int v) { q->busy[q->slot[mi * q->vp + v]] = false; }
+
+static int llm_push(llm_pipe *q, plan_op_kind kind, const micro_item *m, int slot, int v, char *err)
+{
+    int rc = push(q->s, kind, q->L, m->chunk, m->sample0, m->samples, slot, err);
+    if (!rc) q->s->op[q->s->n - 1].vchunk = v;
+    return rc;
+}
 
 /* The first stage's share of chunk c: the samples its encoder transfers carry. */
 static void pipe_share(const llm_pipe *q, int c, int *f, int *n) { plan_chunk_share(q->p, q->L, c, q->dp, f, n); }
@@ -383,7 +475,7 @@ static int receive_chunks(llm_pipe *q, int upto, char *err)
 {
     const plan_t *p = q->p;
     int rc = UTIL_OK;
-    for (; !rc && q->first && q->next_recv <= upto; q->next_recv++) {
+    for (; !rc && q->stage == 0 && q->next_recv <= upto; q->next_recv++) {
         int c = q->next_recv, f, n;
         pipe_share(q, c, &f, &n);
         for (int k = 0; !rc && k < p->n_modules; k++)
@@ -393,70 +485,95 @@ static int receive_chunks(llm_pipe *q, int upto, char *err)
     return rc;
 }
 
-static int llm_input(llm_pipe *q, const micro_item *m, char *err)
+static int llm_input(llm_pipe *q, const micro_item *m, int v, char *err)
 {
-    int rc = receive_chunks(q, m->chunk, err);
-    if (!rc && !q->first) rc = push(q->s, PLAN_OP_RECV_STAGE, q->L, m->chunk, m->sample0, m->samples, -1, err);
-    return rc;
+    if (unit_first(q, v)) return receive_chunks(q, m->chunk, err);
+    return llm_push(q, PLAN_OP_RECV_STAGE, m, -1, v, err);
 }
 
 /* After micro-batch m's backward: its input's gradient to the previous stage, or on the first stage the chunk's encoder gradients once its last backward ran. */
-static int llm_input_grad(llm_pipe *q, const micro_item *m, char *err)
+static int llm_input_grad(llm_pipe *q, const micro_item *m, int v, char *err)
 {
-    if (!q->first) return push(q->s, PLAN_OP_SEND_STAGE_GRAD, q->L, m->chunk, m->sample0, m->samples, -1, err);
+    if (!unit_first(q, v)) return llm_push(q, PLAN_OP_SEND_STAGE_GRAD, m, -1, v, err);
     return --q->left[m->chunk - q->c0] == 0 ? send_grads(q, m->chunk, err) : UTIL_OK;
 }
 
 static int llm_forward(void *ctx, int i, char *err)
 {
     llm_pipe *q = ctx;
-    const micro_item *m = &q->M.v[i];
-    int rc = llm_input(q, m, err);
-    if (!rc) rc = push(q->s, PLAN_OP_FORWARD, q->L, m->chunk, m->sample0, m->samples, i % q->window, err);
-    if (!rc) rc = push(q->s, PLAN_OP_SEND_STAGE, q->L, m->chunk, m->sample0, m->samples, -1, err);
+    int mi, v;
+    llm_unit(q, i, true, &mi, &v);
+    const micro_item *m = &q->M.v[mi];
+    int rc = llm_input(q, m, v, err);
+    if (!rc) rc = llm_push(q, PLAN_OP_FORWARD, m, take_slot(q, mi, v), v, err);
+    if (!rc) rc = llm_push(q, PLAN_OP_SEND_STAGE, m, -1, v, err);
     return rc;
 }
 
 static int llm_backward(void *ctx, int j, char *err)
 {
     llm_pipe *q = ctx;
-    const micro_item *m = &q->M.v[j];
-    int rc = push(q->s, PLAN_OP_RECV_STAGE_GRAD, q->L, m->chunk, m->sample0, m->samples, -1, err);
-    if (!rc) rc = push(q->s, PLAN_OP_BACKWARD, q->L, m->chunk, m->sample0, m->samples, j % q->window, err);
-    return rc ? rc : llm_input_grad(q, m, err);
+    int mi, v;
+    llm_unit(q, j, false, &mi, &v);
+    const micro_item *m = &q->M.v[mi];
+    int rc = llm_push(q, PLAN_OP_RECV_STAGE_GRAD, m, -1, v, err);
+    if (!rc) rc = llm_push(q, PLAN_OP_BACKWARD, m, q->slot[mi * q->vp + v], v, err);
+    free_slot(q, mi, v);
+    return rc ? rc : llm_input_grad(q, m, v, err);
 }
 
-/* The last stage: forward and backward of one micro-batch as one op. */
+/* The head (the last stage's last chunk): forward and backward of one
+ * micro-batch as one op, in a slot of its own when it shares the rank with
+ * other chunks (else -1: the module's slot 0). */
 static int llm_fused(void *ctx, int j, char *err)
 {
     llm_pipe *q = ctx;
-    const micro_item *m = &q->M.v[j];
-    int rc = llm_input(q, m, err);
-    if (!rc) rc = push(q->s, PLAN_OP_FORWARD_BACKWARD, q->L, m->chunk, m->sample0, m->samples, -1, err);
-    return rc ? rc : llm_input_grad(q, m, err);
+    int mi, v;
+    llm_unit(q, j, false, &mi, &v);
+    const micro_item *m = &q->M.v[mi];
+    int rc = llm_input(q, m, v, err), slot = -1;
+    if (q->vp > 1) {
+        slot = take_slot(q, mi, v);
+        free_slot(q, mi, v);
+    }
+    if (!rc) rc = llm_push(q, PLAN_OP_FORWARD_BACKWARD, m, slot, v, err);
+    return rc ? rc : llm_input_grad(q, m, v, err);
+}
+
+/* Forward unit i and backward unit j fuse where they are the head's pass of one micro-batch. */
+static bool llm_same(void *ctx, int i, int j)
+{
+    llm_pipe *q = ctx;
+    int fi, fv, bi, bv;
+    llm_unit(q, i, true, &fi, &fv);
+    llm_unit(q, j, false, &bi, &bv);
+    return fi == bi && fv == bv && unit_last(q, fv);
 }
 
 /* Chunks [c0, c1) of the LLM on this rank's stage: stage i forwards
- * pp - 1 - i micro-batches ahead, then one forward, one backward; each
- * forward's activations in slot (its index mod the pp - i in flight), which
- * the backward of the same index frees: backwards run in forward order. */
+ * pp - 1 - i micro-batches ahead (interleaved: warmup_of's units), then one
+ * forward, one backward; each forward's activations in a slot the backward
+ * of the same unit frees. */
 static int llm_chunks(const plan_t *p, const plan_coord *me, int c0, int c1, plan_schedule *s, char *err)
 {
     int L = p->model.llm;
-    llm_pipe q = { .p = p, .s = s, .L = L, .dp = me->dp, .stage = me->pp, .pp = p->mod[L].pp, .c0 = c0, .next_recv = c0 };
-    q.first = q.stage == 0;
-    q.last = q.stage == q.pp - 1;
+    llm_pipe q = { .p = p, .s = s, .L = L, .dp = me->dp, .stage = me->pp, .pp = p->mod[L].pp,
+                   .vp = plan_vp(&p->mod[L]), .c0 = c0, .next_recv = c0 };
     int rc = micros_of(p, L, me->dp, c0, c1, &q.M, err);
+    int n = q.M.n * q.vp, w = warmup_of(q.pp, q.vp, q.stage, n);
+    q.cap = w + 1;
     q.left = rc ? NULL : util_calloc((size_t)(c1 - c0), sizeof *q.left);
-    if (!rc && !q.left) rc = util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
+    q.slot = rc ? NULL : util_calloc((size_t)(n > 0 ? n : 1), sizeof *q.slot);
+    q.busy = rc ? NULL : util_calloc((size_t)q.cap * q.vp, sizeof *q.busy);
+    if (!rc && (!q.left || !q.slot || !q.busy)) rc = util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
     for (int i = 0; !rc && i < q.M.n; i++) q.left[q.M.v[i].chunk - c0]++;
-    int w = warmup_of(q.pp, q.stage, q.M.n);
-    q.window = w + 1;
-    static const stage_ops ops = { llm_forward, llm_backward, llm_fused };
-    if (!rc) rc = emit_1f1b(q.M.n, w, true, &ops, &q, err);
+    static const stage_ops ops = { llm_forward, llm_backward, llm_fused, llm_same };
+    if (!rc) rc = emit_1f1b(n, w, true, &ops, &q, err);
     if (!rc) rc = receive_chunks(&q, c1 - 1, err);   /* chunks with no micro-batch after the last one */
     util_free(q.M.v);
     util_free(q.left);
+    util_free(q.slot);
+    util_free(q.busy);
     return rc;
 }
 
@@ -473,12 +590,18 @@ static int encoder_window(const plan_t *p, int enc, int n_chunks, char *err)
         micro_list M;
         int rc = micros_of(p, L, d, 0, n_chunks, &M, err);
         if (rc) return -1;
-        int w = warmup_of(pp, 0, M.n);
-        for (int j = 0; j < M.n; j++) {
-            bool chunk_end = j + 1 == M.n || M.v[j + 1].chunk != M.v[j].chunk;
-            int ahead = j + w < M.n ? j + w : M.n - 1;
-            int need = M.v[ahead].chunk - M.v[j].chunk + 1;
-            if (chunk_end && need > W) W = need;
+        int vp = plan_vp(&p->mod[L]), n = M.n * vp, w = warmup_of(pp, vp, 0, n);
+        for (int j = 0; j < n; j++) {   /* backward unit j; with it, forward unit j + w has run */
+            int mi, v, ahead = j + w < n ? j + w : n - 1, most = 0;
+            table_unit(pp, vp, j, false, &mi, &v);
+            if (v != 0 || (mi + 1 < M.n && M.v[mi + 1].chunk == M.v[mi].chunk)) continue;   /* not a chunk's last backward */
+            for (int a = 0; a <= ahead; a++) {   /* the latest micro-batch into the first chunk by then */
+                int ami, av;
+                table_unit(pp, vp, a, true, &ami, &av);
+                if (av == 0 && ami > most) most = ami;
+            }
+            int need = M.v[most].chunk - M.v[mi].chunk + 1;
+            if (need > W) W = need;
         }
         util_free(M.v);
     }
@@ -511,7 +634,7 @@ static int step_tail(const plan_t *p, int rank, const bool *on, plan_schedule *s
 /* The activation slots each module's forwards fill on this rank, each
  * allocated at its first use (an empty micro-batch fills none; the LLM's
  * last stage fills slot 0). */
-static int count_slots(plan_schedule *s, char *err)
+static int count_slots(plan_schedule *s, int llm, char *err)
 {
     int most = -1;
     for (int i = 0; i < s->n; i++)
@@ -524,7 +647,11 @@ static int count_slots(plan_schedule *s, char *err)
         if (!fills) continue;
         int slot = o->slot >= 0 ? o->slot : 0;
         bool *u = &used[(size_t)o->module * (most + 2) + slot];
-        if (!*u) { *u = true; s->slots[o->module]++; }
+        if (!*u) {
+            *u = true;
+            s->slots[o->module]++;
+            if (o->module == llm && o->vchunk >= 0 && o->vchunk < PLAN_MAX_VP) s->vslots[o->vchunk]++;
+        }
     }
     util_free(used);
     return UTIL_OK;
@@ -564,12 +691,12 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
         rc = llm_chunks(p, &me[L], 0, n, s, err);
     } else {
         /* each encoder its own group: W chunks in flight, W - 1 forwards before the first backward */
-        static const stage_ops ops = { encoder_unit_forward, encoder_unit_backward, NULL };
+        static const stage_ops ops = { encoder_unit_forward, encoder_unit_backward, NULL, NULL };
         for (int e = 0; !rc && e < n_enc; e++)
             if (on[enc[e].k]) rc = emit_1f1b(n, enc[e].W - 1, trains(p, enc[e].k), &ops, &enc[e], err);
     }
     if (!rc) rc = step_tail(p, rank, on, s, err);
-    if (!rc) rc = count_slots(s, err);
+    if (!rc) rc = count_slots(s, p->model.llm, err);
     if (rc) plan_schedule_free(s);
     return rc;
 }

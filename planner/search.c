@@ -97,12 +97,21 @@ static void price(const build_ctx *b, int k, const plan_module *s, int in_flight
 }
 
 /* Colocated candidates of module k with given degrees, for every samples-per-step. */
+/* Interleaved stages run where each 1F1B pass's micro-batches come in
+ * whole groups of pp (plan_schedule_check; Megatron-LM's rule). */
+static bool interleaving_fits(const plan_module *s, int micro_per_pass)
+{
+    return plan_vp(s) == 1 || (micro_per_pass > 0 && micro_per_pass % s->pp == 0);
+}
+
 static int add_colocated(const build_ctx *b, int k, plan_module s, int gpus)
 {
     int B = b->w->global_batch;
     for (int mb = 1; mb * s.dp <= B; mb *= 2) {
         int S = mb * s.dp;
         if (B % S) continue;
+        /* beside encoders each chunk of S samples is its own pass: one micro-batch per rank */
+        if (!interleaving_fits(&s, plan_whole_batch_pipeline(b->m, b->w) ? B / S : 1)) continue;
         s.micro_batch = mb;
         plan_time t; plan_mem mem;
         price(b, k, &s, 1, &t, &mem);
@@ -135,6 +144,9 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
         /* Uneven splits are allowed: the busiest rank takes ceil(chunk / dp). */
         int per_rank = (chunk + s.dp - 1) / s.dp;
         for (int mb = encoder ? per_rank : 1; mb <= per_rank; mb *= 2) {
+            /* the whole step is one pass: interleave only where every replica's share splits evenly */
+            bool even = chunk % s.dp == 0 && per_rank % mb == 0;
+            if (!interleaving_fits(&s, even ? n * (per_rank / mb) : 0)) continue;
             s.micro_batch = mb;
             plan_time t; plan_mem mem;
             price(b, k, &s, encoder && n > 1 ? 2 : 1, &t, &mem);
@@ -210,14 +222,16 @@ static int build_module(const build_ctx *b, int k)
             int g = gs[gi];
             for (int tp = 1; tp <= pool->gpus_per_node && tp <= g; tp *= 2)
             for (int sp = 1; tp * sp <= g && tp * sp <= mm->heads; sp *= 2)
-            for (int pp = 1; tp * sp * pp <= g && pp <= b->o->max_pp; pp *= 2) {
+            for (int pp = 1; tp * sp * pp <= g && pp <= b->o->max_pp; pp *= 2)
+            /* the LLM's interleaved virtual stages (Narayanan et al. SC'21 sec. 2.2.2): 2 chunks per rank */
+            for (int vp = 1; vp <= (k == b->m->llm && pp > 1 ? 2 : 1); vp++) {
                 if (g % (tp * sp * pp)) continue;
                 int dp = g / (tp * sp * pp);
                 for (int rc = 0; rc < 3; rc++)
                 for (int zero = 0; zero <= 3; zero++) {
                     if (zero > 0 && dp * sp == 1) break;
                     plan_module s = { .module_index = k, .pool = p, .dp = dp, .tp = tp, .sp = sp, .pp = pp,
-                                      .zero = zero, .micro_batch = 1, .recompute = (plan_recompute)rc,
+                                      .zero = zero, .micro_batch = 1, .recompute = (plan_recompute)rc, .vp = vp,
                                       .seq_parallel = mm->kind == MODEL_LLM && tp > 1, .n_ranks = g };
                     util_strlcpy(s.module, mm->name, sizeof s.module);
                     if (plan_strategy_check(b->m, k, &s, b->w, b->c, NULL)) continue;

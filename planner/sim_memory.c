@@ -75,7 +75,9 @@ void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, plan
         int in_flight = sched->slots[k];
         plan_mem m;
         const cost_gpu *g = &p->cluster.pool[s->pool].gpu;
-        if (p->target == PLAN_TARGET_DHP) {
+        if (p->target == PLAN_TARGET_DHP && plan_vp(s) > 1) {
+            plan_stage_memory_slots(&p->model, k, s, cd.pp, &p->work, g, &o, sched->vslots, &m);
+        } else if (p->target == PLAN_TARGET_DHP) {
             plan_stage_memory(&p->model, k, s, cd.pp, &p->work, g, &o, in_flight, &m);
         } else {
             /* Megatron's formulas take the worst stage with its 1F1B micro-batches (plan_module_memory) */

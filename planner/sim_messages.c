@@ -71,13 +71,14 @@ static int handoff_messages(const plan_t *p, sim_messages *t, char *err)
  * the n-th receive a rank posts from a peer for a module and direction takes
  * the n-th such message the peer sent (the executor's FIFO channels). */
 
-typedef struct { int src, dst, module, grad, seq, rank, op, msg; } hop_end;
+typedef struct { int src, dst, module, edge, grad, seq, rank, op, msg; } hop_end;
 
 /* Compares the channels (and the order on them: seq, when with_seq). */
 static int hop_cmp(const hop_end *x, const hop_end *y, bool with_seq)
 {
-    int kx[5] = { x->src, x->dst, x->module, x->grad, x->seq }, ky[5] = { y->src, y->dst, y->module, y->grad, y->seq };
-    for (int i = 0; i < (with_seq ? 5 : 4); i++)
+    int kx[6] = { x->src, x->dst, x->module, x->edge, x->grad, x->seq };
+    int ky[6] = { y->src, y->dst, y->module, y->edge, y->grad, y->seq };
+    for (int i = 0; i < (with_seq ? 6 : 5); i++)
         if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
     return 0;
 }
@@ -106,13 +107,13 @@ static int collect_hops(const plan_t *p, const plan_schedule *sched, bool sendin
             if (!is_hop(o->kind) || in->sends != sending) continue;
             /* activations go down the pipeline (+1), gradients up (-1) */
             int dir = (in->grad ? -1 : 1) * (sending ? 1 : -1);
-            int peer = plan_stage_peer(p, o->module, r, dir);
+            int peer = plan_stage_peer(p, o->module, r, o->vchunk, dir);
             if (peer < 0)
                 return util_free(h), util_fail(err, UTIL_EINVAL, "simulate: rank %d: %s of module %s has no neighbouring stage",
                                                r, in->name, p->mod[o->module].module);
             /* one rank's end of a channel: its op index is its program order */
             h[m++] = (hop_end){ .src = sending ? r : peer, .dst = sending ? peer : r, .module = o->module,
-                                .grad = in->grad, .seq = i, .rank = r, .op = i, .msg = -1 };
+                                .edge = plan_hop_edge(p, o, r), .grad = in->grad, .seq = i, .rank = r, .op = i, .msg = -1 };
         }
     qsort(h, (size_t)m, sizeof *h, by_hop);
     *out = h;
@@ -136,7 +137,7 @@ static int stage_messages(const plan_t *p, const plan_schedule *sched, sim_messa
         for (int i = 0; !rc && i < sched[r].n; i++) {
             const plan_op *o = &sched[r].op[i];
             if (!is_hop(o->kind) || !plan_op_props(o->kind)->sends) continue;
-            int dst = plan_stage_peer(p, o->module, r, plan_op_props(o->kind)->grad ? -1 : 1);
+            int dst = plan_stage_peer(p, o->module, r, o->vchunk, plan_op_props(o->kind)->grad ? -1 : 1);
             if (dst < 0) return util_fail(err, UTIL_EINVAL, "simulate: rank %d: a pipeline send has no neighbouring stage", r);
             rc = add_message(t, r, dst, sim_stage_hop_bytes(p, o->module, o->samples), false, err);
             if (!rc) {

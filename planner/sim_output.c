@@ -10,6 +10,8 @@ void plan_sim_op_label(const plan_t *p, const plan_op *op, char *buf, size_t n)
 {
     const char *mod = op->module >= 0 && op->module < p->n_modules ? p->mod[op->module].module : "";
     if (op->chunk < 0) snprintf(buf, n, "%s%s%s", plan_op_name(op->kind), *mod ? " " : "", mod);
+    else if (op->module >= 0 && plan_vp(&p->mod[op->module]) > 1)   /* interleaved: the model chunk too */
+        snprintf(buf, n, "%s %s c%d s%d+%d v%d", plan_op_name(op->kind), mod, op->chunk, op->sample0, op->samples, op->vchunk);
     else snprintf(buf, n, "%s %s c%d s%d+%d", plan_op_name(op->kind), mod, op->chunk, op->sample0, op->samples);
 }
 

@@ -127,21 +127,22 @@ plan_sim_cost sim_price(sim_pricer *pr, int rank, const plan_op *op)
     const plan_time *t;
     const plan_t *p = pr->p;
     int stage = op->module >= 0 ? stage_of(p, op->module, rank) : 0;
+    int vstage = op->module >= 0 ? op->vchunk * p->mod[op->module].pp + stage : 0;   /* the op's model chunk */
     switch (op->kind) {
     case PLAN_OP_FORWARD:
-        t = micro_time(pr, op->module, stage, op->samples, &scratch);
+        t = micro_time(pr, op->module, vstage, op->samples, &scratch);
         c.busy_s = t->fwd_s;
         c.comm_s = t->fwd_comm_s;
         c.syncs = t->fwd_syncs;
         break;
     case PLAN_OP_BACKWARD:
-        t = micro_time(pr, op->module, stage, op->samples, &scratch);
+        t = micro_time(pr, op->module, vstage, op->samples, &scratch);
         c.busy_s = t->bwd_s + t->recompute_s;
         c.comm_s = plan_time_backward_s(t) - c.busy_s;
         c.syncs = t->bwd_syncs;
         break;
     case PLAN_OP_FORWARD_BACKWARD:
-        t = micro_time(pr, op->module, stage, op->samples, &scratch);
+        t = micro_time(pr, op->module, vstage, op->samples, &scratch);
         c.busy_s = t->fwd_s + t->bwd_s + t->recompute_s;
         c.comm_s = t->micro_s - c.busy_s;
         c.syncs = t->fwd_syncs + t->bwd_syncs;

@@ -55,6 +55,7 @@ typedef struct {
     int text;                  /* > 0: text tokens per sample instead of DRIFT_TEXT */
     int layers;                /* > 0: the module's blocks instead of the zoo's */
     int pp, stage;             /* pp > 1: stage `stage` of a pipeline of pp (plan_stage_of) */
+    int vp;                    /* > 1: interleaved, `stage` the virtual stage (plan_vstage_of) */
 } drift_case;
 
 /* Runs one micro-batch (forward and backward) of module `module` of m (of

@@ -515,10 +515,12 @@ static void *run_rank(void *arg)
     per[j->module] = j->par;
     if (j->dc->pp > 1) {
         per[j->module].pp_size = j->dc->pp;
-        per[j->module].pp_rank = j->dc->stage;
+        per[j->module].pp_rank = j->dc->stage % j->dc->pp;   /* interleaved: the rank of virtual stage `stage` */
+        per[j->module].vp = j->dc->vp;
     }
     ex_model *em = NULL;
     j->rc = ex_model_create_per_module(&counting_backend, j->m, 7, 1u << j->module, per, &em, j->err);
+    if (!j->rc && j->dc->pp > 1) j->rc = ex_module_set_chunk(em, j->module, j->dc->stage / j->dc->pp, j->err);
     ex_unit_hooks hooks = { NULL, hook_begin, hook_end };
     if (!j->rc) j->rc = ex_model_set_unit_hooks(em, j->module, &hooks);
     memset(j->t, 0, sizeof *j->t);

@@ -61,6 +61,21 @@ else
     fail published_bench_runs_dhp_per_row "$(head -c 1500 "$T/bench")"
 fi
 
+# The attention sequence-length curve: the fit points beside dhp's ratios, within 2% of both kernels'.
+if "$PY" - "$T/bench" <<'PYEOF'
+import sys
+lines = open(sys.argv[1]).read().split("attention by sequence length")[1].splitlines()[3:9]
+for l in lines:
+    s, fa3, fa2, d = l.split()
+    assert abs(float(d) - float(fa3)) < 0.02 and abs(float(d) - float(fa2)) < 0.02, l
+assert lines[-1].split()[0] == "16384"
+PYEOF
+then
+    ok published_bench_attention_sequence_curve
+else
+    fail published_bench_attention_sequence_curve "$(grep -A9 'attention by sequence length' "$T/bench")"
+fi
+
 # dhp clusters --price: the costdb's price of one kernel or collective.
 "$DHP" clusters 8xa100-80g --price allreduce:1048576,8 >"$T/p" 2>&1
 if "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); t=2*7*7.1e-6+1048576*2*7/8/217e9; assert abs(d['seconds']-t)<1e-12*t+1e-15, d" "$T/p"; then

@@ -110,6 +110,20 @@ if plan ref_deep colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_deep; th
     plan deep_split disaggregated "vision:gpus=1;llm:gpus=2,split=1:2,mb=1" --n-micro 4 && check_plan deep_split ref_deep
 else fail run_reference_deep "$(tail -c 300 "$T/ref_deep.err")"; fi
 unset MODEL
+# Interleaved virtual stages (vp = 2, Megatron's interleaved 1F1B): an LLM of
+# 4 layers on 2 stages of 2 one-layer chunks (rank stage 0 holds layers 0 and
+# 2, stage 1 layers 1 and 3, the last stage's chunk 0 feeding the first
+# stage's chunk 1), fed by the encoder; with tp 2 and sequence parallelism;
+# with dp 2 and ZeRO-1 behind 2 encoder replicas.
+variant deep4 layers=4 llm
+export MODEL="$T/deep4.model.json"
+if plan ref_deep4 colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_deep4; then
+    losses "$T/ref_deep4.log" >"$T/ref_deep4.losses"
+    plan vp_dis disaggregated "vision:gpus=1;llm:gpus=2,pp=2,vp=2,mb=1" --n-micro 4 && check_plan vp_dis ref_deep4
+    plan vp_tp2 disaggregated "vision:gpus=1;llm:gpus=4,pp=2,vp=2,tp=2,seqpar=1,mb=1" --n-micro 4 && check_plan vp_tp2 ref_deep4
+    plan vp_dp2_z1 disaggregated "vision:gpus=2,dp=2;llm:gpus=4,pp=2,vp=2,dp=2,zero=1,mb=1" --n-micro 2 && check_plan vp_dp2_z1 ref_deep4
+else fail run_reference_deep4 "$(tail -c 300 "$T/ref_deep4.err")"; fi
+unset MODEL
 
 # Context parallelism of the LLM (sp > 1). Ulysses where tp * sp divides the
 # heads (tiny-vl: 4 heads, 2 kv heads over sp = 2): colocated, disaggregated,
@@ -196,7 +210,7 @@ SETUP="$SETUP_VL --audio-frames 32"
 # memory: what `dhp simulate` predicts per rank and category is what the run allocated (parameters, gradients,
 # optimizer, hand-off and pipeline buffers, ZeRO buffers to the byte; activations within 0.1%: the
 # executor's few sequence-offset integers per slot, as for vision-only plans)
-for name in omni_dis_tp omni_col_ring frozen_audio_dis audio_dis_pp; do
+for name in omni_dis_tp omni_col_ring frozen_audio_dis audio_dis_pp vp_dis vp_tp2; do
     "$DHP" simulate "$T/$name.json" --json >"$T/$name.sim.json" 2>"$T/err" || { fail "run_memory_is_predicted_$name" "$(head -c 300 "$T/err")"; continue; }
     if out=$(/usr/bin/python3 - "$T/$name.sim.json" "$T/$name.log" 2>&1 <<'PY'
 import json, sys

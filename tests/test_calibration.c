@@ -1,8 +1,9 @@
 /* The cost and memory terms issue 22's comparison with published runs
  * added (bench/published.py): GEMM wave quantization, the attention
- * head-dim curve, attention without FlashAttention and dropout (Korthikanti
+ * head-dim and sequence-length curves, attention without FlashAttention and dropout (Korthikanti
  * et al.'s activation formula), Megatron-LM's selective recomputation, the
- * interleaved and uneven pipeline, ZeRO-3's per-unit collectives. Every
+ * interleaved and uneven pipeline, ZeRO-3's per-unit collectives, the loss's
+ * fp32 logit copies under autocast. Every
  * expected figure is worked out by hand in the comment beside it. */
 #include "test.h"
 #include "planner/planner.h"
@@ -50,6 +51,27 @@ TEST(calib_attention_head_dim_curve_by_hand)
     CHECK_NEAR(cost_attention_efficiency(&g, 64), 0.3833333333, 1e-9);
     /* 2e9 scores of d = 64 forward: 2e9 x 256 FLOPs / (1e15 x 0.383333) + launch */
     CHECK_NEAR(cost_attention_forward_time(&g, 1e6, 2e9, 64), 2e9 * 256 / (1e15 * 0.3833333333333) + 1e-5, 1e-9);
+}
+
+/* The sequence-length curve: rows seeing s keys each run at s / (s + attn_row_scores)
+ * of the long-sequence rate, so the time per score at s over that at 16k follows it. */
+TEST(calib_attention_row_scores_give_the_sequence_length_curve)
+{
+    cost_gpu g = round_gpu();
+    g.attn_row_scores = 238;
+    double H = 16, d = 128, ref = 16384;
+    double per_score_ref = cost_attention_forward_time(&g, ref * H, ref * ref * H, d) / (ref * ref * H);
+    double seqs[] = { 512, 2048, 8192 };
+    for (int i = 0; i < 3; i++) {
+        double s = seqs[i], rows = s * H, scores = s * s * H;
+        double rate = 1 / (cost_attention_forward_time(&g, rows, scores, d) - g.kernel_launch_s) * scores;
+        double rate_ref = 1 / (per_score_ref - g.kernel_launch_s / (ref * ref * H));
+        CHECK_NEAR(rate / rate_ref, (s / (s + 238)) / (ref / (ref + 238)), 1e-9);
+    }
+    /* none by default: the rate does not depend on the keys per row */
+    g.attn_row_scores = 0;
+    CHECK_NEAR(cost_attention_forward_time(&g, 512 * H, 512 * 512 * H, d) - g.kernel_launch_s,
+               (512 * 512 * H) * 4 * d / (g.peak_flops * g.attn_eff), 1e-15);
 }
 
 /* A 4-layer GPT (LayerNorm, GELU 4h, MHA) of width 1024, 16 heads. */
@@ -334,4 +356,29 @@ TEST(calib_torchtitan_op_checkpointing_memory_and_recompute)
                  + cost_gemm_time(g, t, 1024, 2816);
     CHECK_NEAR(t2.recompute_s, 2 * (block - core - saved), 1e-9);
     CHECK(t2.recompute_s > 0);
+}
+
+/* The logits' bytes of module 0 on one A100 node, batch 2 of 256 text tokens. */
+static double logits_under(const model_t *m, const plan_module *s, plan_precision precision)
+{
+    cost_cluster c = one_node();
+    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
+    plan_options o;
+    plan_options_default(&o);
+    o.precision = precision;
+    plan_mem mem;
+    plan_module_memory(m, 0, s, &w, &c.pool[0].gpu, &o, 1, &mem);
+    return mem.logits;
+}
+
+/* The loss's logits: Megatron's vocab-parallel cross-entropy holds the bf16
+ * logits and one fp32 copy (6 B each); PyTorch's F.cross_entropy under
+ * bf16-autocast the bf16 logits, the fp32 input and log_softmax's fp32
+ * output (10 B). mb 2 x 256 positions = 512 head rows x vocab 1000. */
+TEST(calib_autocast_loss_holds_two_fp32_logit_copies)
+{
+    model_t m = gpt(false, false, 4);
+    plan_module s = strat(1, 1, 1, 0, 2, PLAN_RECOMP_NONE, false);
+    CHECK_NEAR(logits_under(&m, &s, PLAN_OPT_MIXED_FP32), 512.0 * 1000 * (2 + 4), 1e-9);
+    CHECK_NEAR(logits_under(&m, &s, PLAN_OPT_AUTOCAST), 512.0 * 1000 * (2 + 4 + 4), 1e-9);
 }

@@ -411,6 +411,10 @@ TEST(costdb_memory_attention_gemm_times_by_hand)
     g.attn_bwd_row_s = 3e-8;
     CHECK_NEAR(cost_attention_forward_time(&g, 1e6, 2e9, 125), 2e-3 + 2.0 + 1e-2 + 1e-5, 1e-12);
     CHECK_NEAR(cost_attention_backward_time(&g, 1e6, 2e9, 125), 5e-3 + 6.0 + 3e-2 + 1e-5, 1e-12);
+    /* plus 200 scores' matmul price per row: 1e6 rows x 200 = 2e8 scores more, 2e-4 s forward */
+    g.attn_row_scores = 200;
+    CHECK_NEAR(cost_attention_forward_time(&g, 1e6, 2e9, 125), 2e-3 + 2.0 + 1e-2 + 2e-4 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_attention_backward_time(&g, 1e6, 2e9, 125), 5e-3 + 6.0 + 3e-2 + 5e-4 + 1e-5, 1e-12);
     CHECK_NEAR(cost_memory_time(&g, 0), 0, 0);
     CHECK_NEAR(cost_attention_forward_time(&g, 1, -1, 64), 0, 0);
     CHECK_NEAR(cost_attention_backward_time(&g, 1, 0, 64), 0, 0);

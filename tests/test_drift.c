@@ -271,6 +271,16 @@ TEST(drift_llm_pipeline_middle_stage_tp2_sequence_parallel)
                      .tp = 2, .seqpar = true, .biases = true), NULL);
 }
 
+/* Interleaved stages: a 4-block LLM on 2 ranks of 2 one-block chunks; the
+ * second rank's first chunk, the first rank's second chunk (fed by the last
+ * rank's first chunk) and the head chunk, each priced as its virtual stage. */
+TEST(drift_llm_interleaved_chunks)
+{
+    drift_check(CASE(.name = "llm virtual stage 1 of 4", .model = "tiny-vl", .layers = 4, .pp = 2, .vp = 2, .stage = 1), NULL);
+    drift_check(CASE(.name = "llm virtual stage 2 of 4", .model = "tiny-vl", .layers = 4, .pp = 2, .vp = 2, .stage = 2), NULL);
+    drift_check(CASE(.name = "llm virtual stage 3 of 4", .model = "tiny-vl", .layers = 4, .pp = 2, .vp = 2, .stage = 3), NULL);
+}
+
 /* The first and last stages of a vision pipeline: the patch embedding with
  * the boundary's gradient copy, and the merger with its input copy. */
 TEST(drift_vision_pipeline_end_stages)
