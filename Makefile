@@ -17,9 +17,19 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # sm_80 (A100), sm_90 (H100/H200) and PTX for newer GPUs to JIT.
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
+# NCCL (executor/comm_nccl.c, dhp run --comm nccl): with CUDA, where nccl.h is
+# found (the CUDA toolkit, /usr/local/cuda, /usr); NCCL=0 leaves it out and
+# `--comm nccl` then says so.
+NCCL_HOME ?= $(firstword $(foreach d,$(CUDA_HOME) /usr/local/cuda /usr,$(if $(wildcard $(d)/include/nccl.h),$(d))))
+NCCL      ?= $(if $(and $(filter 1,$(CUDA)),$(NCCL_HOME)),1,0)
 ifeq ($(CUDA),1)
 CUDA_LIBDIRS := $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib)
 override CFLAGS += -DDHP_CUDA=1 -isystem $(CUDA_HOME)/include
+ifeq ($(NCCL),1)
+NCCL_LIBDIRS := $(filter-out $(CUDA_LIBDIRS),$(wildcard $(NCCL_HOME)/lib64 $(NCCL_HOME)/lib $(NCCL_HOME)/lib/x86_64-linux-gnu))
+override CFLAGS += -DDHP_NCCL=1 $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-isystem $(NCCL_HOME)/include)
+LDLIBS  += $(foreach d,$(NCCL_LIBDIRS),-L$(d) -Wl,-rpath,$(d))
+endif
 LDLIBS  += $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lnccl -lcublas -lcudart -lstdc++
 CU_SRC  := $(wildcard executor/*.cu)
 else
@@ -62,6 +72,25 @@ $(BUILD)/test_dhp: $(LIB_OBJ) $(TEST_OBJ)
 
 # Standalone MPI check of the communicator, run by tests/t_comm.sh under mpirun.
 $(BUILD)/comm_check: $(BUILD)/obj/tests/mpi/comm_check.o $(LIB_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+# The emulator build: the binaries with EMU_OBJS in place of EMU_REPLACES —
+# executor/comm_nccl.c against tests/ncclemu.h (NCCL and the CUDA runtime
+# emulated over MPI, device memory = host memory), so `dhp-emu run --comm
+# nccl` and `comm_check_emu --comm nccl` run NCCL's code path without a GPU
+# (tests/t_comm.sh, tests/t_comm_nccl.sh).
+EMU_REPLACES := $(BUILD)/obj/executor/comm_nccl.o
+EMU_OBJS     := $(BUILD)/obj/emu/executor/comm_nccl.o
+EMU_LIB_OBJ  := $(filter-out $(EMU_REPLACES),$(LIB_OBJ)) $(EMU_OBJS)
+
+$(BUILD)/obj/emu/executor/comm_nccl.o: executor/comm_nccl.c tests/ncclemu.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -UDHP_NCCL -DDHP_NCCL=1 -DDHP_NCCL_EMU -include tests/ncclemu.h -c -o $@ $<
+
+$(BUILD)/dhp-emu: $(EMU_LIB_OBJ) $(CLI_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/comm_check_emu: $(BUILD)/obj/tests/mpi/comm_check.o $(EMU_LIB_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
 # Attention kernels' thread scaling (bench/run.sh).
@@ -134,8 +163,9 @@ fuzz: $(DHP_BIN) fuzz-build
 	DHP=$(abspath $(DHP_BIN)) FUZZ_BIN=$(abspath $(FUZZ_BUILD)/fuzz) bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(abspath $(FUZZ_BUILD))
 
 # The test command (README, CI): unit tests, CLI and integration scripts.
-test: $(DHP_BIN) $(BUILD)/test_dhp $(BUILD)/comm_check fuzz-build
+test: $(DHP_BIN) $(BUILD)/test_dhp $(BUILD)/comm_check $(BUILD)/comm_check_emu $(BUILD)/dhp-emu fuzz-build
 	DHP=$(abspath $(DHP_BIN)) TEST_BIN=$(abspath $(BUILD)/test_dhp) COMM_CHECK=$(abspath $(BUILD)/comm_check) \
+	  COMM_CHECK_EMU=$(abspath $(BUILD)/comm_check_emu) DHP_EMU=$(abspath $(BUILD)/dhp-emu) \
 	  FUZZ_BIN=$(abspath $(FUZZ_BUILD)/fuzz) FUZZ_SMOKE_SECONDS=$(FUZZ_SMOKE_SECONDS) bash tests/run.sh
 
 # Same tests built with AddressSanitizer and UndefinedBehaviorSanitizer.

@@ -28,6 +28,7 @@ static void run_usage(void)
            "  --ckpt-keep N      keep only the newest N checkpoints (default: all)\n"
            "  --resume           continue from DIR/latest\n"
            "  --init-from DIR    start from a Hugging Face safetensors checkpoint (qwen2_5_vl, qwen2_audio)\n"
+           "  --comm mpi|nccl    the communicator (default: nccl with the CUDA backend when built in, else mpi)\n"
            "  --comm-timeout S   a rank waiting S seconds for another ends the run naming it\n"
            "                     (0 = wait forever; default $DHP_COMM_TIMEOUT, else 600)\n"
            "  --log-json         one JSON object per step on stdout\n"
@@ -73,6 +74,7 @@ static int parse(int argc, char **argv, ex_run_options *o)
         else if (!strcmp(a, "--ckpt")) o->ckpt_dir = v;
         else if (!strcmp(a, "--trace")) o->trace_path = v;
         else if (!strcmp(a, "--init-from")) o->init_from = v;
+        else if (!strcmp(a, "--comm")) o->comm = v;
         else if (!strcmp(a, "--steps")) rc = cli_int_arg("run", a, v, 1, 1 << 30, &o->steps);
         else if (!strcmp(a, "--stop-after")) rc = cli_int_arg("run", a, v, 1, 1 << 30, &o->stop_after);
         else if (!strcmp(a, "--warmup")) rc = cli_int_arg("run", a, v, 0, 1 << 30, &o->optim.warmup_steps);

@@ -642,6 +642,7 @@ typedef struct {
     int ckpt_keep;             /* keep the newest N step directories; 0: all */
     double comm_timeout_s;     /* a communicator wait longer than this ends the run; 0: none, < 0: the
                                   default (DHP_COMM_TIMEOUT, else ex_comm_set_timeout's) */
+    const char *comm;          /* "mpi", "nccl", NULL: the default (ex_comm_pick) */
 } ex_run_options;
 void ex_run_options_default(ex_run_options *o);
 /* Runs the training; returns UTIL_OK or an error code with err filled on

@@ -496,11 +496,16 @@ int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err)
     r->optim = o->optim;
     r->optim.total_steps = o->steps;
     if (o->comm_timeout_s >= 0) ex_comm_set_timeout(o->comm_timeout_s);
-    int rc = ex_comm_world(argc, argv, &r->world, err);
+    ex_comm_kind kind;
+    char comm_line[160];
+    /* the CPU backend: the one dhp run has here (issue 21's --backend cuda passes true) */
+    int rc = ex_comm_pick(o->comm, false, &kind, comm_line, sizeof comm_line, err);
+    if (!rc) rc = ex_comm_world(argc, argv, kind, &r->world, err);
     if (rc) { util_free(r); return rc; }
     run_signals_install();
     r->rank = ex_comm_rank(r->world);
     r->size = ex_comm_size(r->world);
+    if (r->rank == 0 && !o->log_json) printf("%s\n", comm_line);
     ex_dataset *ds = NULL;
     if (o->steps < 1) rc = util_fail(err, UTIL_EINVAL, "run: --steps must be >= 1");
     if (!rc) rc = plan_read(o->plan_path, &r->plan, err);
