@@ -222,12 +222,17 @@ static int test_event(ex_comm *c, void *arg, bool *done)
     return UTIL_OK;
 }
 
+static int launch_all(ex_comm *c);
+
 /* Waits for ev on s's stream, bounded by the timeout; after a timeout or an
- * error the communicator is aborted. */
+ * error the communicator is aborted. Every communicator's collected sends
+ * and receives are launched first: a peer may need them to reach this
+ * operation (MPI would have progressed them meanwhile). */
 static int wait_event(ex_comm *c, nccl_state *s, cudaEvent_t ev, int peer, const char *call)
 {
     nccl_wait_arg w = { s, ev, call };
-    int rc = comm_poll(c, test_event, &w, peer, call);
+    int rc = launch_all(c);
+    if (!rc) rc = comm_poll(c, test_event, &w, peer, call);
     if (rc != UTIL_OK && comm_broken()) abort_comm(s);
     return rc;
 }

@@ -30,7 +30,7 @@ losses() { /usr/bin/python3 -c "import json,sys; print(' '.join(repr(json.loads(
 train() {   # train NAME TAG BINARY [dhp run options]
     local name=$1 tag=$2 bin=$3; shift 3
     timeout 300 mpirun --oversubscribe -np "$(world "$T/$name.json")" "$bin" run "$T/$name.json" --data "$T/data" \
-        --steps $STEPS --ckpt "$T/$name.$tag.ck" --log-json "$@" >"$T/$name.$tag.log" 2>"$T/$name.$tag.err"
+        --steps $STEPS --ckpt "$T/$name.$tag.ck" --log-json --comm-timeout 60 "$@" >"$T/$name.$tag.log" 2>"$T/$name.$tag.err"
 }
 same_losses() {
     /usr/bin/python3 - "$1" "$2" <<'PY'
@@ -72,6 +72,12 @@ if [ -f "$T/dp2.json" ]; then
     "$DHP" run "$T/dp2.json" --data "$T/data" --steps 1 >"$T/line.out" 2>&1
     if grep -qx 'comm: mpi (default with the CPU backend)' "$T/line.out"; then ok comm_default_is_mpi_on_the_cpu_backend
     else fail comm_default_is_mpi_on_the_cpu_backend "$(head -c 300 "$T/line.out")"; fi
+    # one process per GPU: a node of 1 (emulated) GPU refuses a second process
+    DHP_EMU_GPUS=1 timeout 120 mpirun --oversubscribe -np 2 -x DHP_EMU_GPUS "$DHP_EMU" run "$T/dp2.json" --data "$T/data" \
+        --steps 1 --comm nccl >"$T/gpus.out" 2>&1
+    if grep -q 'rank 1 is rank 1 on its node, which has 1 GPU: run one process per GPU' "$T/gpus.out"; then
+        ok comm_nccl_one_process_per_gpu
+    else fail comm_nccl_one_process_per_gpu "$(grep -m2 -v '^[- ]' "$T/gpus.out" | head -c 300)"; fi
     expect_err comm_bad_value "--comm: 'tcp' is not mpi or nccl" "$DHP" run "$T/dp2.json" --data "$T/data" --comm tcp
     # a real build: NCCL absent, or present and needing the CUDA backend's device memory
     expect_err comm_nccl_needs_device_memory "--comm nccl(: this dhp was built without NCCL| moves device memory)" \
