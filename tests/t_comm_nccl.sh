@@ -26,22 +26,10 @@ plan() {   # plan NAME PLACEMENT STRATEGY [dhp plan options]
         || { fail "comm_nccl_plan_$name" "$(head -c 300 "$T/$name.plan.out")"; return 1; }
 }
 world() { /usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['world_size'])" "$1"; }
-losses() { /usr/bin/python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if l.startswith('{')))" "$1"; }
 train() {   # train NAME TAG BINARY [dhp run options]
     local name=$1 tag=$2 bin=$3; shift 3
     timeout 300 mpirun --oversubscribe -np "$(world "$T/$name.json")" "$bin" run "$T/$name.json" --data "$T/data" \
         --steps $STEPS --ckpt "$T/$name.$tag.ck" --log-json --comm-timeout 60 "$@" >"$T/$name.$tag.log" 2>"$T/$name.$tag.err"
-}
-same_losses() {
-    /usr/bin/python3 - "$1" "$2" <<'PY'
-import sys
-a = [float(x) for x in open(sys.argv[1]).read().split()]
-b = [float(x) for x in open(sys.argv[2]).read().split()]
-if len(a) != len(b) or not a: sys.exit(f"{len(a)} vs {len(b)} steps")
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(f"losses: worst relative difference {worst:.2e}")
-sys.exit(0 if worst <= 1e-5 else 1)
-PY
 }
 
 # compare NAME: the MPI run and the emulated-NCCL run of plan NAME agree
