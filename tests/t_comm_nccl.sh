@@ -2,8 +2,8 @@
 # dhp run --comm nccl without a GPU: $DHP_EMU is dhp with executor/comm_nccl.c
 # built against tests/ncclemu.h (NCCL emulated over MPI, device memory = host
 # memory, so the CPU backend's buffers are NCCL's). Equivalence plans — DP 2,
-# TP 2, ZeRO-3, a pipeline, Ulysses context parallelism, ring attention, a
-# disaggregated plan — must give the MPI run's losses and final weights
+# TP 2, ZeRO-3, a pipeline, Ulysses context parallelism, a disaggregated plan,
+# ring attention — must give the MPI run's losses and final weights
 # within 1e-5; --comm's choice and its errors; a stopped rank under NCCL
 # ends the job naming it (the async-error poll and ncclCommAbort path).
 . "$(dirname "$0")/lib.sh"
@@ -51,6 +51,8 @@ plan z3_dp2 colocated "vision:dp=2,zero=3;llm:dp=2,zero=3" --gpus 2 && compare z
 plan pp_dis disaggregated "vision:gpus=1;llm:gpus=2,pp=2,mb=1" --n-micro 4 && compare pp_dis
 plan cp_ulysses colocated "vision:sp=2;llm:sp=2" --gpus 2 && compare cp_ulysses
 plan dis_1_tp2 disaggregated "vision:gpus=1;llm:gpus=2,tp=2,seqpar=0" --n-micro 4 && compare dis_1_tp2
+# ring attention: both directions' sends and receives of each block, grouped
+plan cp_ring_tp2 colocated "vision:dp=4;llm:sp=2,tp=2,seqpar=1" --gpus 4 && compare cp_ring_tp2
 
 # --comm: the choice in one log line; bad values and NCCL where it cannot run, one error line
 if [ -f "$T/dp2.json" ]; then
