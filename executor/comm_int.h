@@ -45,7 +45,8 @@ typedef struct ex_comm_ops {
      * collective over c); detach frees it. */
     int (*attach)(ex_comm *c, char *err);
     void (*detach)(ex_comm *c);
-    /* Collectives over c, size >= 2; `call` names the operation for errors. */
+    /* Collectives over c (not the self communicator), arguments checked; each
+     * names its own calls in errors (MPI_Allgather, ncclAllGather). */
     int (*barrier)(ex_comm *c);
     int (*allreduce)(ex_comm *c, void *buf, size_t n, comm_dtype t, comm_redop op);
     int (*allgather)(ex_comm *c, const float *send, float *recv, size_t n);
