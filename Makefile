@@ -17,9 +17,19 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # sm_80 (A100), sm_90 (H100/H200) and PTX for newer GPUs to JIT.
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
+# NCCL (executor/comm_nccl.c, dhp run --comm nccl): with CUDA, where nccl.h is
+# found (the CUDA toolkit, /usr/local/cuda, /usr); NCCL=0 leaves it out and
+# `--comm nccl` then says so.
+NCCL_HOME ?= $(firstword $(foreach d,$(CUDA_HOME) /usr/local/cuda /usr,$(if $(wildcard $(d)/include/nccl.h),$(d))))
+NCCL      ?= $(if $(and $(filter 1,$(CUDA)),$(NCCL_HOME)),1,0)
 ifeq ($(CUDA),1)
 CUDA_LIBDIRS := $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib)
 override CFLAGS += -DDHP_CUDA=1 -isystem $(CUDA_HOME)/include
+ifeq ($(NCCL),1)
+NCCL_LIBDIRS := $(filter-out $(CUDA_LIBDIRS),$(wildcard $(NCCL_HOME)/lib64 $(NCCL_HOME)/lib $(NCCL_HOME)/lib/x86_64-linux-gnu))
+override CFLAGS += -DDHP_NCCL=1 $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-isystem $(NCCL_HOME)/include)
+LDLIBS  += $(foreach d,$(NCCL_LIBDIRS),-L$(d) -Wl,-rpath,$(d))
+endif
 LDLIBS  += $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lnccl -lcublas -lcudart -lstdc++
 CU_SRC  := $(wildcard executor/*.cu)
 else
@@ -57,18 +67,29 @@ endif
 $(DHP_BIN): $(LIB_OBJ) $(CLI_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
-# dhp-emu: dhp with the CUDA backend's source (executor/cuda_kernels.cu)
-# compiled for the CPU against tests/cudaemu.h, with its device-pointer guard,
-# in place of the real CUDA backend, so `dhp-emu run --backend cuda` drives a
-# whole run through the CUDA backend's code on a machine without a GPU.
-# EMU_EXTRA_OBJ: further emulated objects to link in (e.g. an emulated NCCL
-# communicator), EMU_REPLACED_OBJ: the real objects they stand in for.
-EMU_EXTRA_OBJ ?=
-EMU_REPLACED_OBJ ?=
-EMU_LIB_OBJ := $(filter-out $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC)) $(BUILD)/obj/executor/cuda_none.o \
-                 $(EMU_REPLACED_OBJ),$(LIB_OBJ))
-$(BUILD)/dhp-emu: $(EMU_LIB_OBJ) $(CLI_OBJ) $(BUILD)/obj/tests/cuda_kernels_emu_dhp.o $(EMU_EXTRA_OBJ)
+# The emulator build, for a machine without a GPU: dhp-emu is dhp with the
+# CUDA backend's source (executor/cuda_kernels.cu) compiled for the CPU
+# against tests/cudaemu.h, with its device-pointer guard, and
+# executor/comm_nccl.c against tests/ncclemu.h (NCCL and the CUDA runtime's
+# streams and events emulated over MPI), in place of the real CUDA backend
+# and NCCL communicator: `dhp-emu run --backend cuda --comm nccl` drives a
+# whole run through both code paths (tests/t_backend.sh, t_comm_nccl.sh);
+# comm_check_emu is the communicator check on the same objects (t_comm.sh).
+# EMU_OBJS: the emulated objects; EMU_REPLACES: the real ones they stand in for.
+EMU_REPLACES := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC)) $(BUILD)/obj/executor/cuda_none.o \
+                $(BUILD)/obj/executor/comm_nccl.o
+EMU_OBJS     := $(BUILD)/obj/tests/cuda_kernels_emu_dhp.o $(BUILD)/obj/emu/executor/comm_nccl.o
+EMU_LIB_OBJ  := $(filter-out $(EMU_REPLACES),$(LIB_OBJ)) $(EMU_OBJS)
+
+$(BUILD)/dhp-emu: $(EMU_LIB_OBJ) $(CLI_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lstdc++
+
+$(BUILD)/comm_check_emu: $(BUILD)/obj/tests/mpi/comm_check.o $(EMU_LIB_OBJ)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lstdc++
+
+$(BUILD)/obj/emu/executor/comm_nccl.o: executor/comm_nccl.c tests/ncclemu.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -UDHP_NCCL -DDHP_NCCL=1 -DDHP_NCCL_EMU -include tests/ncclemu.h -c -o $@ $<
 
 $(BUILD)/test_dhp: $(LIB_OBJ) $(TEST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lstdc++
@@ -158,8 +179,9 @@ fuzz: $(DHP_BIN) fuzz-build
 	DHP=$(abspath $(DHP_BIN)) FUZZ_BIN=$(abspath $(FUZZ_BUILD)/fuzz) bash tests/fuzz/run.sh $(FUZZ_SECONDS) $(abspath $(FUZZ_BUILD))
 
 # The test command (README, CI): unit tests, CLI and integration scripts.
-test: $(DHP_BIN) $(BUILD)/dhp-emu $(BUILD)/emu_guard_check $(BUILD)/test_dhp $(BUILD)/comm_check fuzz-build
-	DHP=$(abspath $(DHP_BIN)) DHP_EMU=$(abspath $(BUILD)/dhp-emu) EMU_GUARD_CHECK=$(abspath $(BUILD)/emu_guard_check) TEST_BIN=$(abspath $(BUILD)/test_dhp) COMM_CHECK=$(abspath $(BUILD)/comm_check) \
+test: $(DHP_BIN) $(BUILD)/dhp-emu $(BUILD)/emu_guard_check $(BUILD)/test_dhp $(BUILD)/comm_check $(BUILD)/comm_check_emu fuzz-build
+	DHP=$(abspath $(DHP_BIN)) DHP_EMU=$(abspath $(BUILD)/dhp-emu) EMU_GUARD_CHECK=$(abspath $(BUILD)/emu_guard_check) TEST_BIN=$(abspath $(BUILD)/test_dhp) \
+	  COMM_CHECK=$(abspath $(BUILD)/comm_check) COMM_CHECK_EMU=$(abspath $(BUILD)/comm_check_emu) \
 	  FUZZ_BIN=$(abspath $(FUZZ_BUILD)/fuzz) FUZZ_SMOKE_SECONDS=$(FUZZ_SMOKE_SECONDS) bash tests/run.sh
 
 # Same tests built with AddressSanitizer and UndefinedBehaviorSanitizer.

@@ -29,6 +29,7 @@ static void run_usage(void)
            "  --resume           continue from DIR/latest\n"
            "  --init-from DIR    start from a Hugging Face safetensors checkpoint (qwen2_5_vl, qwen2_audio)\n"
            "  --backend B        cpu, cuda or auto: cuda where a GPU is visible, else cpu (auto)\n"
+           "  --comm mpi|nccl    the communicator (default: nccl with the CUDA backend when built in, else mpi)\n"
            "  --comm-timeout S   a rank waiting S seconds for another ends the run naming it\n"
            "                     (0 = wait forever; default $DHP_COMM_TIMEOUT, else 600)\n"
            "  --log-json         one JSON object per step on stdout\n"
@@ -79,6 +80,7 @@ static int parse(int argc, char **argv, ex_run_options *o)
             if (v && strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
                 return cli_usage_error("run", "--backend: '%s' is not cpu, cuda or auto", v);
         }
+        else if (!strcmp(a, "--comm")) o->comm = v;
         else if (!strcmp(a, "--steps")) rc = cli_int_arg("run", a, v, 1, 1 << 30, &o->steps);
         else if (!strcmp(a, "--stop-after")) rc = cli_int_arg("run", a, v, 1, 1 << 30, &o->stop_after);
         else if (!strcmp(a, "--warmup")) rc = cli_int_arg("run", a, v, 0, 1 << 30, &o->optim.warmup_steps);

@@ -1,6 +1,8 @@
 /* executor-internal: the communicator interface. The training driver
- * (executor/run.c) talks to other ranks only through these calls, so a
- * CUDA backend (NCCL) can replace the CPU one (MPI, executor/comm_mpi.c).
+ * (executor/run.c) talks to other ranks only through these calls; behind
+ * them an operations table (comm_int.h) picks the implementation: MPI
+ * (executor/comm_mpi.c) or NCCL (executor/comm_nccl.c, one NCCL
+ * communicator per ex_comm, for buffers in device memory).
  *
  * Conventions: every collective is called by all ranks of the communicator
  * in the same order; counts are in floats unless named bytes; chunked
@@ -19,10 +21,28 @@
 typedef struct ex_comm ex_comm;
 typedef struct ex_request ex_request;
 
-/* The world communicator: initialises MPI (MPI_THREAD_FUNNELED) unless it
- * already is; without mpirun this is a 1-rank world. *out is owned by the
- * caller (ex_comm_free, then ex_comm_finalize once at exit). */
-int ex_comm_world(int *argc, char ***argv, ex_comm **out, char *err);
+typedef enum { EX_COMM_MPI, EX_COMM_NCCL } ex_comm_kind;
+const char *ex_comm_kind_name(ex_comm_kind kind);   /* "mpi", "nccl" */
+/* Which implementation a run uses (dhp run --comm): `asked` "mpi", "nccl" or
+ * NULL for the default, NCCL when the backend is CUDA and NCCL is built in,
+ * else MPI. Fills `line` with the one log line saying which and why;
+ * UTIL_EINVAL / UTIL_EUNSUPPORTED with one line in err otherwise. */
+int ex_comm_pick(const char *asked, bool cuda_backend, ex_comm_kind *out, char *line, size_t line_len, char *err);
+/* Whether this dhp has NCCL (a real one, or the tests' emulation); its version string. */
+bool ex_comm_nccl_built(const char **version);
+
+/* The world communicator of `kind`: initialises MPI (MPI_THREAD_FUNNELED)
+ * unless it already is — MPI launches every implementation and carries its
+ * host data; without mpirun this is a 1-rank world. NCCL first picks this
+ * process's GPU (ex_comm_local_rank: one process per GPU). Splits inherit the
+ * kind. *out is owned by the caller (ex_comm_free, then ex_comm_finalize
+ * once at exit). */
+int ex_comm_world(int *argc, char ***argv, ex_comm_kind kind, ex_comm **out, char *err);
+ex_comm_kind ex_comm_kind_of(const ex_comm *c);
+/* This process's rank among the world's ranks on its node (the GPU it
+ * drives): $OMPI_COMM_WORLD_LOCAL_RANK (mpirun), else $SLURM_LOCALID (srun),
+ * else its rank in MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) of world. */
+int ex_comm_local_rank(const ex_comm *world);
 void ex_comm_finalize(void);
 /* A 1-rank communicator that needs no MPI (unit tests, the planner-only CLI). */
 int ex_comm_self(ex_comm **out, char *err);

@@ -658,6 +658,7 @@ typedef struct {
     double comm_timeout_s;     /* a communicator wait longer than this ends the run; 0: none, < 0: the
                                   default (DHP_COMM_TIMEOUT, else ex_comm_set_timeout's) */
     const char *backend;       /* "cpu", "cuda", NULL / "auto": cuda where a device is visible (ex_backend_pick) */
+    const char *comm;          /* "mpi", "nccl", NULL: the default (ex_comm_pick) */
 } ex_run_options;
 void ex_run_options_default(ex_run_options *o);
 /* Runs the training; returns UTIL_OK or an error code with err filled on

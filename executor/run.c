@@ -496,7 +496,17 @@ int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err)
     r->optim = o->optim;
     r->optim.total_steps = o->steps;
     if (o->comm_timeout_s >= 0) ex_comm_set_timeout(o->comm_timeout_s);
-    int rc = ex_comm_world(argc, argv, &r->world, err);
+    ex_comm_kind kind;
+    char comm_line[160];
+    /* The communicator is picked before the world exists, the backend after
+     * (run_pick_backend needs the plan): NCCL is the default when the CUDA
+     * backend was asked for and a device (or the emulator) is there: else
+     * run_pick_backend says why it is not; under auto the run may still
+     * compute on a GPU over MPI (one rank, run_pick_backend). */
+    char why[UTIL_ERR_LEN + 64], ignored[UTIL_ERR_LEN];
+    bool cuda = o->backend && !strcmp(o->backend, "cuda") && ex_backend_pick("cuda", why, sizeof why, ignored);
+    int rc = ex_comm_pick(o->comm, cuda, &kind, comm_line, sizeof comm_line, err);
+    if (!rc) rc = ex_comm_world(argc, argv, kind, &r->world, err);
     if (rc) { util_free(r); return rc; }
     run_signals_install();
     r->rank = ex_comm_rank(r->world);
@@ -508,6 +518,7 @@ int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err)
     if (!rc) rc = ex_data_open(o->data_dir, &ds, err);
     if (!rc) rc = check_data(r, ex_data_info(ds), err);
     if (!rc) rc = agree(r, run_pick_backend(r, err), err);
+    if (!rc && r->rank == 0 && !o->log_json) printf("%s\n", comm_line);   /* after the backend's line: a refused run prints nothing */
     if (!rc && o->resume && !o->ckpt_dir) rc = util_fail(err, UTIL_EINVAL, "run: --resume needs --ckpt DIR");
     if (!rc && o->resume && o->init_from)
         rc = util_fail(err, UTIL_EINVAL, "run: --init-from and --resume: a resumed run continues its checkpoint's weights");

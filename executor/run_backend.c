@@ -1,9 +1,10 @@
 /* `dhp run --backend cpu|cuda|auto`: the backend is chosen once, here, and
  * handed to the model (ex_model_create_per_module) and to every buffer the
- * driver allocates. Until the NCCL communicator lands, the MPI communicator
- * reads and writes its buffers as host memory, so a backend whose memory is
- * not host memory (a real GPU) runs one rank only; the CUDA emulator's
- * device memory is host memory (tests/cudaemu.h), so dhp-emu runs any plan. */
+ * driver allocates. The communicators still move a rank's messages to
+ * itself (and size-1 groups' collectives) with host copies, so a backend
+ * whose memory is not host memory (a real GPU) runs one rank only; the CUDA
+ * emulator's device memory is host memory (tests/cudaemu.h), so dhp-emu runs
+ * any plan. */
 #include "executor/run_internal.h"
 
 #include <stdio.h>
@@ -21,12 +22,12 @@ int run_pick_backend(run_ctx *r, char *err)
     if (!be->host_memory && r->size > 1) {
         if (want && !strcmp(want, "cuda")) {
             if (r->rank == 0)
-                return util_fail(err, UTIL_EUNSUPPORTED, "--backend cuda: %d ranks need the NCCL communicator, which this build has not (the MPI one reads host memory); run one rank or --backend cpu", r->size);
+                return util_fail(err, UTIL_EUNSUPPORTED, "--backend cuda: %d ranks: the communicators still copy a rank's messages to itself in host memory; run one rank or --backend cpu", r->size);
             err[0] = '\0';
             return UTIL_EUNSUPPORTED;
         }
         be = ex_backend_cpu();
-        snprintf(why, sizeof why, "backend: cpu (a CUDA device is visible, but %d ranks need the NCCL communicator, which this build has not)", r->size);
+        snprintf(why, sizeof why, "backend: cpu (a CUDA device is visible, but on %d ranks the communicators still copy a rank's messages to itself in host memory)", r->size);
     }
     r->be = be;
     if (r->rank == 0) {

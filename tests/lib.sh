@@ -45,3 +45,19 @@ start_http_server() {
 
 # Requests to the test servers must not go through a proxy from the environment.
 export NO_PROXY="127.0.0.1,localhost${NO_PROXY:+,$NO_PROXY}" no_proxy="127.0.0.1,localhost${no_proxy:+,$no_proxy}"
+
+# dhp run --log-json: losses FILE prints the steps' losses; same_losses A B: every
+# step's loss (files of losses) within 1e-5 relative.
+losses() { /usr/bin/python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if l.startswith('{')))" "$1"; }
+
+same_losses() {
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys
+a = [float(x) for x in open(sys.argv[1]).read().split()]
+b = [float(x) for x in open(sys.argv[2]).read().split()]
+if len(a) != len(b) or not a: sys.exit(f"{len(a)} vs {len(b)} steps")
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"losses: worst relative difference {worst:.2e}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+}

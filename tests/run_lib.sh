@@ -24,18 +24,5 @@ train() {
         --ckpt "$T/$name.ck" --log-json "$@" >"$T/$name.log" 2>"$T/$name.err"
 }
 
-losses() { /usr/bin/python3 -c "import json,sys; print(' '.join(repr(json.loads(l)['loss']) for l in open(sys.argv[1]) if l.startswith('{')))" "$1"; }
-
-# same_losses A B: every step's loss within 1e-5 relative
-same_losses() {
-    /usr/bin/python3 - "$1" "$2" <<'PY'
-import sys
-a = [float(x) for x in open(sys.argv[1]).read().split()]
-b = [float(x) for x in open(sys.argv[2]).read().split()]
-if len(a) != len(b) or not a: sys.exit(f"{len(a)} vs {len(b)} steps")
-worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
-print(f"losses: worst relative difference {worst:.2e}")
-sys.exit(0 if worst <= 1e-5 else 1)
-PY
-}
+# losses and same_losses: tests/lib.sh
 

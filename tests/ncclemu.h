@@ -1,0 +1,455 @@
+/* A thin NCCL + CUDA-runtime emulation over MPI, for the CPU: exactly the
+ * nccl* and cuda* calls executor/comm_nccl.c makes, so that file compiles
+ * and runs in `make test` without a GPU (make's emulator build: $(BUILD)/
+ * dhp-emu and $(BUILD)/comm_check_emu, comm_nccl.c compiled with
+ * -DDHP_NCCL -DDHP_NCCL_EMU -include tests/ncclemu.h).
+ *
+ * What is faithful:
+ * - Communicator creation: ncclGetUniqueId names a root (its world rank and
+ *   a sequence number); ncclCommInitRank sends (rank, world rank) to the
+ *   root, which answers every member with the full table, and the members
+ *   build an MPI communicator of exactly those ranks, in NCCL rank order
+ *   (MPI_Comm_create_group: collective over the members only, as NCCL's
+ *   bootstrap is). A wrong id or rank count hangs here as NCCL's would.
+ * - Semantics of AllReduce (sum, max; float, double, int32), AllGather,
+ *   ReduceScatter (recvcount per rank), Broadcast (in place or not),
+ *   Send / Recv matched in order per peer (MPI's non-overtaking rule on a
+ *   fixed tag), grouped between ncclGroupStart and ncclGroupEnd.
+ * - Asynchrony: every operation is posted non-blocking (MPI_I*) when it is
+ *   enqueued and completes later; cudaEventRecord marks what was posted on
+ *   its stream so far; cudaEventQuery says cudaErrorNotReady until all of it
+ *   has completed, so comm_nccl.c's polling, timeout and ncclCommAbort paths
+ *   run as on a GPU. ncclCommGetAsyncError reports ncclInvalidUsage when a
+ *   receive and its send disagree on the size (MPI truncation), where real
+ *   NCCL would hang or corrupt.
+ * What is not:
+ * - Device memory is host memory: cudaMalloc is malloc, cudaMemcpy* with
+ *   any kind is memmove, and cudaPointerGetAttributes calls every pointer
+ *   device memory (so the CPU backend's buffers, and the run's host
+ *   variables, all go through the emulated NCCL; on a GPU the host ones go
+ *   through MPI).
+ * - Stream order is not enforced: operations on one stream start at once
+ *   instead of after the previous one finished, and a ncclSend / ncclRecv
+ *   outside a group does not block its stream. So a schedule that would
+ *   deadlock on a GPU through stream order is not caught here; data order is
+ *   kept because comm_nccl.c waits for a blocking operation's event before
+ *   the next and never reuses a non-blocking operation's buffers early.
+ *   cudaStreamWaitEvent waits on the host for the event.
+ * - The "legacy default stream" (0) is the host: work on it is done when the
+ *   call returns, so an event recorded on it is complete at once.
+ * - cudaGetDeviceCount says 8 (DHP_EMU_GPUS overrides): the node of one
+ *   process per emulated GPU. Counts above INT_MAX elements are refused
+ *   (ncclInvalidArgument) rather than split. */
+#ifndef DHP_TESTS_NCCLEMU_H
+#define DHP_TESTS_NCCLEMU_H
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- CUDA runtime ---- */
+
+typedef enum {
+    cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidDevice = 101,
+    cudaErrorNoDevice = 100, cudaErrorNotReady = 600
+} cudaError_t;
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice,
+                      cudaMemcpyDefault };
+enum cudaMemoryType { cudaMemoryTypeUnregistered, cudaMemoryTypeHost, cudaMemoryTypeDevice, cudaMemoryTypeManaged };
+struct cudaPointerAttributes { enum cudaMemoryType type; int device; void *devicePointer, *hostPointer; };
+#define cudaStreamNonBlocking 1u
+#define cudaEventDisableTiming 2u
+
+typedef struct emu_stream *cudaStream_t;
+typedef struct emu_event *cudaEvent_t;
+
+/* What a stream has posted: MPI requests, completed in any order; a
+ * receive's entry keeps its count to check the message's. */
+struct emu_nccl;
+typedef struct { MPI_Request r; MPI_Datatype t; int want; } emu_req;
+struct emu_stream {
+    emu_req *reqs;
+    int n, cap;
+    unsigned long posted, completed_upto;   /* requests posted; all below this index are complete */
+    struct emu_nccl *owner;                 /* the communicator whose async error a bad receive sets */
+};
+struct emu_event {
+    cudaStream_t stream;                    /* NULL: recorded on the host stream (or never) */
+    unsigned long upto;                     /* complete when the stream's first `upto` requests are */
+};
+static void emu_bad_receive(struct emu_nccl *c);
+
+static int emu_device = 0;
+
+static inline const char *cudaGetErrorString(cudaError_t e)
+{
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorNotReady: return "device not ready";
+    }
+    return "unknown error";
+}
+static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+static inline cudaError_t cudaGetDeviceCount(int *n)
+{
+    const char *v = getenv("DHP_EMU_GPUS");
+    *n = v && atoi(v) >= 0 ? atoi(v) : 8;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaSetDevice(int d)
+{
+    int n;
+    cudaGetDeviceCount(&n);
+    if (d < 0 || d >= n) return cudaErrorInvalidDevice;
+    emu_device = d;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static inline cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k)
+{
+    (void)k;
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k, cudaStream_t s)
+{
+    (void)s;
+    return cudaMemcpy(dst, src, bytes, k);
+}
+static inline cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
+{
+    memset(a, 0, sizeof *a);
+    a->type = cudaMemoryTypeDevice;
+    a->device = emu_device;
+    a->devicePointer = (void *)p;
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+    (void)flags;
+    *s = calloc(1, sizeof **s);
+    return *s ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+/* A stream's requests, tested; frees the prefix that completed. */
+static inline cudaError_t emu_stream_progress(cudaStream_t s)
+{
+    int done = 0;
+    while (done < s->n) {
+        int flag = 0, count = 0;
+        MPI_Status st;
+        emu_req *q = &s->reqs[done];
+        if (MPI_Test(&q->r, &flag, &st) != MPI_SUCCESS) { flag = 1; emu_bad_receive(s->owner); }
+        if (!flag) break;
+        if (q->want >= 0 && (MPI_Get_count(&st, q->t, &count) != MPI_SUCCESS || count != q->want))
+            emu_bad_receive(s->owner);
+        done++;
+    }
+    if (done) {
+        memmove(s->reqs, s->reqs + done, (size_t)(s->n - done) * sizeof *s->reqs);
+        s->n -= done;
+        s->completed_upto += (unsigned long)done;
+    }
+    return cudaSuccess;
+}
+static inline cudaError_t emu_stream_add(cudaStream_t s, MPI_Request r, MPI_Datatype t, int want)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 16;
+        emu_req *q = realloc(s->reqs, (size_t)cap * sizeof *q);
+        if (!q) return cudaErrorMemoryAllocation;
+        s->reqs = q;
+        s->cap = cap;
+    }
+    s->reqs[s->n++] = (emu_req){ r, t, want };
+    s->posted++;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    while (s && s->n) emu_stream_progress(s);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if (s) free(s->reqs);
+    free(s);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+    (void)flags;
+    *e = calloc(1, sizeof **e);
+    return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    e->stream = s;
+    e->upto = s ? s->posted : 0;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    if (!e->stream) return cudaSuccess;
+    emu_stream_progress(e->stream);
+    return e->stream->completed_upto >= e->upto ? cudaSuccess : cudaErrorNotReady;
+}
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
+{
+    (void)s; (void)flags;
+    while (cudaEventQuery(e) == cudaErrorNotReady) {}
+    return cudaSuccess;
+}
+
+/* ---- NCCL ---- */
+
+typedef enum {
+    ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
+    ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7
+} ncclResult_t;
+typedef enum { ncclInt32 = 2, ncclUint8 = 1, ncclFloat32 = 7, ncclFloat64 = 8 } ncclDataType_t;
+typedef enum { ncclSum = 0, ncclMax = 3 } ncclRedOp_t;
+#define NCCL_UNIQUE_ID_BYTES 128
+typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
+
+struct emu_nccl {
+    MPI_Comm comm;
+    int rank, size;
+    bool aborted;
+    ncclResult_t async;
+};
+typedef struct emu_nccl *ncclComm_t;
+
+#define EMU_NCCL_VERSION 22304   /* the API this emulates: NCCL 2.23's */
+#define EMU_MAGIC 0x6e63636cu     /* "nccl" */
+#define EMU_TAG_BOOT 30000        /* bootstrap tags on MPI_COMM_WORLD: EMU_TAG_BOOT + 2 * (seq % 1000) (+1) */
+#define EMU_TAG_P2P 7
+
+typedef struct { uint32_t magic; int root; int seq; } emu_id;
+
+static inline ncclResult_t ncclGetVersion(int *v) { *v = EMU_NCCL_VERSION; return ncclSuccess; }
+static inline const char *ncclGetErrorString(ncclResult_t r)
+{
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage (emulation: a receive and its send disagree on the size)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    }
+    return "unknown result code";
+}
+
+static inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    static int seq;
+    emu_id e = { EMU_MAGIC, 0, seq++ };
+    if (MPI_Comm_rank(MPI_COMM_WORLD, &e.root) != MPI_SUCCESS) return ncclSystemError;
+    memset(id, 0, sizeof *id);
+    memcpy(id->internal, &e, sizeof e);
+    return ncclSuccess;
+}
+
+static inline ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank)
+{
+    emu_id e;
+    memcpy(&e, id.internal, sizeof e);
+    if (e.magic != EMU_MAGIC || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
+    int me, tag = EMU_TAG_BOOT + 2 * (e.seq % 1000), pair[2] = { rank, 0 };
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    pair[1] = me;
+    int *world = calloc((size_t)nranks, sizeof *world);
+    if (!world) return ncclSystemError;
+    int ok = 1;
+    if (me == e.root) {   /* the root collects every member's world rank and answers with the table */
+        world[rank] = me;
+        for (int i = 1; i < nranks && ok; i++) {
+            int got[2];
+            ok = MPI_Recv(got, 2, MPI_INT, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS
+                 && got[0] >= 0 && got[0] < nranks;
+            if (ok) world[got[0]] = got[1];
+        }
+        for (int i = 0; i < nranks && ok; i++)
+            if (i != rank) ok = MPI_Send(world, nranks, MPI_INT, world[i], tag + 1, MPI_COMM_WORLD) == MPI_SUCCESS;
+    } else {
+        ok = MPI_Send(pair, 2, MPI_INT, e.root, tag, MPI_COMM_WORLD) == MPI_SUCCESS
+             && MPI_Recv(world, nranks, MPI_INT, e.root, tag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS;
+    }
+    MPI_Group wg, g;
+    ncclComm_t c = ok ? calloc(1, sizeof *c) : NULL;
+    if (c) {
+        MPI_Comm_group(MPI_COMM_WORLD, &wg);
+        MPI_Group_incl(wg, nranks, world, &g);
+        ok = MPI_Comm_create_group(MPI_COMM_WORLD, g, tag, &c->comm) == MPI_SUCCESS;
+        MPI_Group_free(&g);
+        MPI_Group_free(&wg);
+        if (ok) MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+    }
+    free(world);
+    if (!ok) { free(c); return ncclSystemError; }
+    c->rank = rank;
+    c->size = nranks;
+    *out = c;
+    return ncclSuccess;
+}
+
+static inline ncclResult_t ncclCommDestroy(ncclComm_t c)
+{
+    if (!c) return ncclSuccess;
+    if (!c->aborted) MPI_Comm_free(&c->comm);
+    free(c);
+    return ncclSuccess;
+}
+/* Posted operations are left behind (MPI cannot cancel collectives); the
+ * process is expected to end, as after a real abort. */
+static inline ncclResult_t ncclCommAbort(ncclComm_t c)
+{
+    c->aborted = true;
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r)
+{
+    *r = c->async;
+    return ncclSuccess;
+}
+
+static inline MPI_Datatype emu_type(ncclDataType_t t)
+{
+    return t == ncclFloat32 ? MPI_FLOAT : t == ncclFloat64 ? MPI_DOUBLE : t == ncclInt32 ? MPI_INT : MPI_BYTE;
+}
+static inline size_t emu_size(ncclDataType_t t)
+{
+    return t == ncclFloat32 || t == ncclInt32 ? 4 : t == ncclFloat64 ? 8 : 1;
+}
+static void emu_bad_receive(struct emu_nccl *c)
+{
+    if (c) c->async = ncclInvalidUsage;
+}
+/* rc: the MPI call that posted r; want: a receive's count, else -1. */
+static inline ncclResult_t emu_post_recv(ncclComm_t c, cudaStream_t s, int rc, MPI_Request r, MPI_Datatype t, int want)
+{
+    if (rc != MPI_SUCCESS) return ncclSystemError;
+    s->owner = c;
+    return emu_stream_add(s, r, t, want) == cudaSuccess ? ncclSuccess : ncclSystemError;
+}
+static inline ncclResult_t emu_post(ncclComm_t c, cudaStream_t s, int rc, MPI_Request r)
+{
+    return emu_post_recv(c, s, rc, r, MPI_BYTE, -1);
+}
+static inline ncclResult_t emu_check(ncclComm_t c, size_t count)
+{
+    if (!c || c->aborted) return ncclInvalidUsage;
+    return count > INT_MAX ? ncclInvalidArgument : ncclSuccess;
+}
+
+static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                                         ncclComm_t c, cudaStream_t s)
+{
+    ncclResult_t e = emu_check(c, count);
+    if (e) return e;
+    MPI_Request r;
+    int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, emu_type(t),
+                            op == ncclMax ? MPI_MAX : MPI_SUM, c->comm, &r);
+    return emu_post(c, s, rc, r);
+}
+static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
+                                         cudaStream_t s)
+{
+    ncclResult_t e = emu_check(c, count);
+    if (e) return e;
+    bool in_place = (const char *)send == (const char *)recv + (size_t)c->rank * count * emu_size(t);
+    MPI_Request r;
+    int rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, emu_type(t), recv, (int)count, emu_type(t),
+                            c->comm, &r);
+    return emu_post(c, s, rc, r);
+}
+static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t,
+                                             ncclRedOp_t op, ncclComm_t c, cudaStream_t s)
+{
+    ncclResult_t e = emu_check(c, count);
+    if (e) return e;
+    bool in_place = (const char *)send + (size_t)c->rank * count * emu_size(t) == (const char *)recv;
+    MPI_Request r;
+    int rc = MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, (int)count, emu_type(t),
+                                       op == ncclMax ? MPI_MAX : MPI_SUM, c->comm, &r);
+    return emu_post(c, s, rc, r);
+}
+static inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
+                                         ncclComm_t c, cudaStream_t s)
+{
+    ncclResult_t e = emu_check(c, count);
+    if (e) return e;
+    if (root < 0 || root >= c->size) return ncclInvalidArgument;
+    if (c->rank == root && send != recv) memmove(recv, send, count * emu_size(t));
+    MPI_Request r;
+    int rc = MPI_Ibcast(recv, (int)count, emu_type(t), root, c->comm, &r);
+    return emu_post(c, s, rc, r);
+}
+
+/* Point-to-point: inside a group, collected and posted together at ncclGroupEnd. */
+typedef struct { bool send; void *buf; size_t count; ncclDataType_t t; int peer; ncclComm_t c; cudaStream_t s; } emu_p2p;
+static int emu_group_depth;
+static emu_p2p *emu_group_ops;
+static int emu_group_n, emu_group_cap;
+
+/* A receive whose message is longer (MPI's truncation error) or shorter
+ * than its count sets the communicator's asynchronous error when it completes. */
+static inline ncclResult_t emu_p2p_post(const emu_p2p *o)
+{
+    ncclResult_t e = emu_check(o->c, o->count);
+    if (e) return e;
+    if (o->peer < 0 || o->peer >= o->c->size) return ncclInvalidArgument;
+    MPI_Request r;
+    int rc = o->send ? MPI_Isend(o->buf, (int)o->count, emu_type(o->t), o->peer, EMU_TAG_P2P, o->c->comm, &r)
+                     : MPI_Irecv(o->buf, (int)o->count, emu_type(o->t), o->peer, EMU_TAG_P2P, o->c->comm, &r);
+    return emu_post_recv(o->c, o->s, rc, r, emu_type(o->t), o->send ? -1 : (int)o->count);
+}
+static inline ncclResult_t emu_p2p_add(emu_p2p o)
+{
+    if (!emu_group_depth) return emu_p2p_post(&o);
+    if (emu_group_n == emu_group_cap) {
+        int cap = emu_group_cap ? 2 * emu_group_cap : 16;
+        emu_p2p *q = realloc(emu_group_ops, (size_t)cap * sizeof *q);
+        if (!q) return ncclSystemError;
+        emu_group_ops = q;
+        emu_group_cap = cap;
+    }
+    emu_group_ops[emu_group_n++] = o;
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s)
+{
+    return emu_p2p_add((emu_p2p){ true, (void *)buf, count, t, peer, c, s });
+}
+static inline ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s)
+{
+    return emu_p2p_add((emu_p2p){ false, buf, count, t, peer, c, s });
+}
+static inline ncclResult_t ncclGroupStart(void) { emu_group_depth++; return ncclSuccess; }
+static inline ncclResult_t ncclGroupEnd(void)
+{
+    if (emu_group_depth <= 0) return ncclInvalidUsage;
+    if (--emu_group_depth) return ncclSuccess;
+    ncclResult_t r = ncclSuccess;
+    for (int i = 0; i < emu_group_n && r == ncclSuccess; i++) r = emu_p2p_post(&emu_group_ops[i]);
+    emu_group_n = 0;
+    return r;
+}
+
+#endif
