@@ -593,7 +593,7 @@ int64_t ex_ckpt_numel(const ex_ckpt_entry *e);
  * The safetensors layout transformers' save_pretrained writes: model.safetensors,
  * or shards listed in model.safetensors.index.json ("weight_map": name -> file),
  * beside config.json. */
-typedef enum { EX_HF_QWEN2_5_VL = 0, EX_HF_QWEN2_AUDIO } ex_hf_arch;
+typedef enum { EX_HF_QWEN2_5_VL = 0, EX_HF_QWEN2_AUDIO, EX_HF_LLAVA } ex_hf_arch;
 typedef struct {
     char name[160];                    /* the Hugging Face tensor name */
     int ndim;
@@ -604,6 +604,10 @@ typedef struct {
 int ex_hf_arch_of(const model_t *m, ex_hf_arch *out, const char **model_type, const char **architecture, char *err);
 /* Where dhp tensor t (plan_module_tensors of module mm, whole: tp 1) lives in a Hugging Face checkpoint. */
 int ex_hf_ref_of(const model_t *m, const model_module *mm, const plan_tensor *t, ex_hf_ref *out, char *err);
+/* A checkpoint tensor of m's architecture that dhp does not hold (LLaVA's CLIP
+ * blocks after the feature layer and post_layernorm: models.h unused_layers):
+ * --init-from skips it, export-weights does not write it. */
+bool ex_hf_unused(const model_t *m, const char *name);
 
 typedef struct ex_hf ex_hf;
 /* Opens the checkpoint in dir and checks it holds model m: config.json (when

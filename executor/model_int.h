@@ -32,6 +32,7 @@ typedef struct {
     float *wte, *lnf, *head;                  /* llm; head == wte when tied */
     /* audio: conv stem, learned positions (NULL: sinusoids), final norm's bias, projector */
     float *conv1w, *conv1b, *conv2w, *conv2b, *pos, *lnf_b, *proj_w, *proj_b;
+    float *cls, *pre_ln, *pre_ln_b;           /* CLIP tower (clip.c); its positions are pos */
     ex_block_w *blk;                          /* [layers] */
 } ex_weights;
 
@@ -75,6 +76,7 @@ typedef struct {
     /* audio (plan_module_acts): the conv stem, pooling, final norm, projector */
     float *c1pre, *c1out, *c2pre, *col, *dcol, *dc1out, *dc1pre;
     float *pooled, *fln, *fmean, *frstd, *aout, *dpooled;
+    float *clip_emb, *clip_mean, *clip_rstd;   /* CLIP stem (clip.c): embeddings before pre_layrnorm */
 } ex_acts;
 
 /* One forward's saved activations and geometry (a vision slot, or the LLM's only one). */
@@ -186,6 +188,11 @@ int ex_encoder_empty_pass(ex_model *em, int k, const char *call, const char *kin
 int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_vision_rows(const ex_module *md, const ex_batch *b);
+/* clip.c: LLaVA's CLIP tower (plan_module_clip), the same calls as vision.c's. */
+int ex_check_clip_module(const model_module *mm, const model_module *llm, char *err);
+int ex_clip_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_clip_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_clip_rows(const ex_module *md, const ex_batch *b);
 /* audio.c: what the executor supports of an audio module; a stage's passes
  * and its rows at the stage boundary (as vision.c's). */
 int ex_check_audio_module(const model_module *mm, const model_module *llm, char *err);

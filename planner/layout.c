@@ -182,10 +182,16 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
     if (st->stem) {
         add(&l, "patch_embed.weight", PLAN_TW_PATCH_W, 2, d, cpp, INIT_STD, 0);
         if (mm->patch_bias) add(&l, "patch_embed.bias", PLAN_TW_PATCH_B, 1, d, 1, 0, 0);
+        if (plan_module_clip(mm)) {   /* executor/clip.c */
+            add(&l, "class_embedding", PLAN_TW_CLS, 1, d, 1, INIT_STD, 0);
+            add(&l, "position_embedding.weight", PLAN_TW_POS, 2, mm->max_positions, d, INIT_STD, 0);
+            add(&l, "pre_norm.weight", PLAN_TW_PRE_LN, 1, d, 1, 0, 1);
+            add(&l, "pre_norm.bias", PLAN_TW_PRE_LN_B, 1, d, 1, 0, 0);
+        }
     }
     blocks(&l, mm, st);
     if (!st->head) return l.n;
-    add(&l, "merger.norm.weight", PLAN_TW_MERGE_LN, 1, d, 1, 0, 1);
+    if (mm->proj_norm) add(&l, "merger.norm.weight", PLAN_TW_MERGE_LN, 1, d, 1, 0, 1);
     add(&l, "merger.fc1.weight", PLAN_TW_M0W, 2, mm->proj_hidden, mm->proj_in, INIT_STD, 0);
     add(&l, "merger.fc1.bias", PLAN_TW_M0B, 1, mm->proj_hidden, 1, 0, 0);
     add(&l, "merger.fc2.weight", PLAN_TW_M2W, 2, mm->out_hidden, mm->proj_hidden, INIT_STD, 0);
@@ -392,10 +398,19 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
         return l.n;
     }
     if (mm->kind != MODEL_LLM) {
+        if (st.stem && plan_module_clip(mm)) {
+            act(&l, PLAN_ACT_CLIP_EMB, -1, true, N * d);
+            act(&l, PLAN_ACT_CLIP_MEAN, -1, true, N);
+            act(&l, PLAN_ACT_CLIP_RSTD, -1, true, N);
+        }
         if (!st.head) return l.n;   /* the merger is the last stage's */
         double M = rows->merged_rows, ph = mm->proj_hidden, oh = mm->out_hidden;
-        act(&l, PLAN_ACT_MLN, -1, true, N * d);
-        act(&l, PLAN_ACT_MRSTD, -1, true, N);
+        if (mm->proj_norm) {
+            act(&l, PLAN_ACT_MLN, -1, true, N * d);
+            act(&l, PLAN_ACT_MRSTD, -1, true, N);
+        } else {   /* CLIP: the kept rows, the projector's input */
+            act(&l, PLAN_ACT_MLN, -1, true, M * d);
+        }
         act(&l, PLAN_ACT_H1, -1, true, M * ph);
         act(&l, PLAN_ACT_A1, -1, true, M * ph);
         act(&l, PLAN_ACT_VOUT, -1, true, M * oh);
