@@ -604,10 +604,6 @@ typedef struct {
 int ex_hf_arch_of(const model_t *m, ex_hf_arch *out, const char **model_type, const char **architecture, char *err);
 /* Where dhp tensor t (plan_module_tensors of module mm, whole: tp 1) lives in a Hugging Face checkpoint. */
 int ex_hf_ref_of(const model_t *m, const model_module *mm, const plan_tensor *t, ex_hf_ref *out, char *err);
-/* A checkpoint tensor of m's architecture that dhp does not hold (LLaVA's CLIP
- * blocks after the feature layer and post_layernorm: models.h unused_layers):
- * --init-from skips it, export-weights does not write it. */
-bool ex_hf_unused(const model_t *m, const char *name);
 
 typedef struct ex_hf ex_hf;
 /* Opens the checkpoint in dir and checks it holds model m: config.json (when

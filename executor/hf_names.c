@@ -112,6 +112,8 @@ static const hf_row LLAVA_VISION[] = {
     { PLAN_TW_BU, CLIP "encoder.layers.%d.mlp.fc1.bias", WHOLE, 0 },
     { PLAN_TW_WD, CLIP "encoder.layers.%d.mlp.fc2.weight", WHOLE, 0 },
     { PLAN_TW_BD, CLIP "encoder.layers.%d.mlp.fc2.bias", WHOLE, 0 },
+    { PLAN_TW_LNF, CLIP "post_layernorm.weight", WHOLE, 0 },
+    { PLAN_TW_LNF_B, CLIP "post_layernorm.bias", WHOLE, 0 },
     { PLAN_TW_M0W, "multi_modal_projector.linear_1.weight", WHOLE, 0 },
     { PLAN_TW_M0B, "multi_modal_projector.linear_1.bias", WHOLE, 0 },
     { PLAN_TW_M2W, "multi_modal_projector.linear_2.weight", WHOLE, 0 },
@@ -255,14 +257,3 @@ int ex_hf_ref_of(const model_t *m, const model_module *mm, const plan_tensor *t,
                      a->model_type);
 }
 
-bool ex_hf_unused(const model_t *m, const char *name)
-{
-    int v = model_find_kind(m, MODEL_VISION), layer;
-    if (v < 0 || !plan_module_clip(&m->mod[v]) || strncmp(name, CLIP, strlen(CLIP))) return false;
-    const model_module *mm = &m->mod[v];
-    const char *rest = name + strlen(CLIP);
-    if (!strncmp(rest, "post_layernorm.", 15)) return mm->final_norm;
-    char tail[96];
-    return sscanf(rest, "encoder.layers.%d.%95s", &layer, tail) == 2 && layer >= mm->layers &&
-           layer < mm->layers + mm->unused_layers;
-}

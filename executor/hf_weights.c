@@ -244,7 +244,7 @@ int ex_hf_open(const char *dir, const model_t *m, ex_hf **out, char *err)
     if (!rc) rc = check_config(h, err);
     for (int k = 0; !rc && k < m->n_modules; k++) rc = map_module(h, k, err);
     for (int i = 0; !rc && i < h->n_entries; i++)
-        if (!h->entry[i].used && !ex_hf_unused(m, h->entry[i].name))
+        if (!h->entry[i].used)
             rc = util_fail(err, UTIL_EINVAL, "%s/%s: tensor %s is not part of model %s (another architecture?)", dir,
                            h->shard_name[h->entry[i].shard], h->entry[i].name, m->name);
     if (rc) { ex_hf_close(h); return rc; }

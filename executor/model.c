@@ -81,8 +81,8 @@ static int layout(ex_module *md, char *err)
         snprintf(t->name, sizeof t->name, "%s.%s", mm->name, pt[i].name);
         t->off = md->n_params;
         t->numel = (size_t)(pt[i].shape[0] * pt[i].shape[1]);
-        t->pslot = view_of(&md->w, pt[i].role, pt[i].layer);
-        t->gslot = view_of(&md->g, pt[i].role, pt[i].layer);
+        t->pslot = pt[i].unused ? NULL : view_of(&md->w, pt[i].role, pt[i].layer);   /* never read: no view */
+        t->gslot = pt[i].unused ? NULL : view_of(&md->g, pt[i].role, pt[i].layer);
         md->n_params += t->numel;
         md->unit_off[pt[i].unit + 1] = md->n_params;
     }
@@ -107,6 +107,7 @@ static void bind_tensor(ex_module *md, const ex_tensor *t, int kind, float *base
 {
     float *flat = kind == EX_BUF_PARAMS ? md->params : md->grads;
     float **slot = kind == EX_BUF_PARAMS ? t->pslot : t->gslot;
+    if (!slot) return;
     size_t unit0 = md->unit_off[t->d.unit];
     *slot = base ? base + (t->off - unit0) : flat ? flat + t->off : NULL;
 }

@@ -92,7 +92,7 @@ typedef struct {
     int gated_layers;            /* trailing blocks with two scalar tanh gates (Mllama global transformer) */
     int unused_layers;           /* vision: trailing blocks the checkpoint holds after the feature layer (LLaVA's
                                     vision_feature_layer -2: 1); `layers` are the ones that run. Counted in the
-                                    parameters (with the head, as is the final norm after them), never run */
+                                    parameters (with the head, as is the final norm after them), held, never run */
     int max_tiles;               /* Mllama tiles per image: gated tile position embeddings; 0 = none */
     int aspect_ratios;           /* Mllama aspect-ratio ids (max_aspect_ratio_id + 1) */
     int proj_norm_width;         /* width of the projector norm: hidden (Qwen ln_q) or proj_in (InternVL mlp1.0) */

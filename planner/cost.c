@@ -811,18 +811,18 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (plan_vp(s) > 1 && s->pp == 1)
         return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and every stage's blocks divisible by vp", mm->name,
                          plan_vp(s));
+    /* dhp's executor splits an encoder's rows evenly over its sp ranks and
+     * hands the LLM equal rows per rank: a class row per image breaks both */
+    if (plan_module_clip(mm) && s->sp > 1)
+        return util_fail(err, UTIL_EINVAL, "%s: sp %d: a tower with a class row per image runs without sequence "
+                         "parallelism (the class row is dropped before the projector, so ranks would hand on unequal rows)",
+                         mm->name, s->sp);
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     if (s->sp > 1 && fmod(q.seq, s->sp) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sequence %.0f is not divisible by sp %d", mm->name, q.seq, s->sp);
     int rc = plan_cp_check(mm, s, q.seq, err);
     if (rc) return rc;
-    /* dhp's executor splits an encoder's rows evenly over its sp ranks and
-     * hands the LLM equal rows per rank: a class row per image breaks both */
-    if (mm->kind == MODEL_VISION && mm->cls_token && s->sp > 1)
-        return util_fail(err, UTIL_EINVAL, "%s: sp %d: a tower with a class row per image runs without sequence "
-                         "parallelism (the class row is dropped before the projector, so ranks would hand on unequal rows)",
-                         mm->name, s->sp);
     if (mm->kind != MODEL_LLM && s->sp > 1 && mm->merge > 1 && fmod(q.seq / s->sp, mm->merge * mm->merge) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sp %d splits merge groups", mm->name, s->sp);
     /* The audio encoder pools each rank's rows on their own (executor/audio.c). */

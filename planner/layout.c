@@ -83,38 +83,45 @@ static void seq_partial(tensor_list *l, plan_tensor *t)
     if (t && l->tp > 1 && l->seq_parallel) t->seq_partial = true;
 }
 
-static void blocks(tensor_list *l, const model_module *mm, const plan_stage *st)
+/* Block b's tensors (l->layer and l->unit set by the caller). */
+static void block(tensor_list *l, const model_module *mm, int b)
 {
     int d = mm->hidden, qd = mm->heads / l->tp * mm->head_dim, kd = mm->kv_heads / l->tp * mm->head_dim;
     int f = mm->ffn / l->tp;
     float std_out = INIT_STD / sqrtf(2.0f * (float)mm->layers);
     const char *blk = mm->kind == MODEL_LLM ? "layers" : "blocks";
     bool ln = mm->norm == MODEL_NORM_LAYERNORM, swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
+    snprintf(l->prefix, sizeof l->prefix, "%s.%d.", blk, b);
+    seq_partial(l, add(l, "norm1.weight", PLAN_TW_LN1, 1, d, 1, 0, 1));
+    if (ln) seq_partial(l, add(l, "norm1.bias", PLAN_TW_LN1_B, 1, d, 1, 0, 0));
+    split(l, add(l, "attn.q.weight", PLAN_TW_WQ, 2, qd, d, INIT_STD, 0), 0);
+    if (mm->qkv_bias) split(l, add(l, "attn.q.bias", PLAN_TW_BQ, 1, qd, 1, 0, 0), 0);
+    split(l, add(l, "attn.k.weight", PLAN_TW_WK, 2, kd, d, INIT_STD, 0), 0);
+    if (mm->k_bias) split(l, add(l, "attn.k.bias", PLAN_TW_BK, 1, kd, 1, 0, 0), 0);
+    split(l, add(l, "attn.v.weight", PLAN_TW_WV, 2, kd, d, INIT_STD, 0), 0);
+    if (mm->qkv_bias) split(l, add(l, "attn.v.bias", PLAN_TW_BV, 1, kd, 1, 0, 0), 0);
+    split(l, add(l, "attn.o.weight", PLAN_TW_WO, 2, d, qd, std_out, 0), 1);
+    if (mm->out_bias) seq_partial(l, add(l, "attn.o.bias", PLAN_TW_BO, 1, d, 1, 0, 0));
+    seq_partial(l, add(l, "norm2.weight", PLAN_TW_LN2, 1, d, 1, 0, 1));
+    if (ln) seq_partial(l, add(l, "norm2.bias", PLAN_TW_LN2_B, 1, d, 1, 0, 0));
+    if (swiglu) {
+        split(l, add(l, "mlp.gate.weight", PLAN_TW_WG, 2, f, d, INIT_STD, 0), 0);
+        if (mm->mlp_bias) split(l, add(l, "mlp.gate.bias", PLAN_TW_BG, 1, f, 1, 0, 0), 0);
+    }
+    split(l, add(l, swiglu ? "mlp.up.weight" : "mlp.fc1.weight", PLAN_TW_WU, 2, f, d, INIT_STD, 0), 0);
+    if (mm->mlp_bias) split(l, add(l, swiglu ? "mlp.up.bias" : "mlp.fc1.bias", PLAN_TW_BU, 1, f, 1, 0, 0), 0);
+    split(l, add(l, swiglu ? "mlp.down.weight" : "mlp.fc2.weight", PLAN_TW_WD, 2, d, f, std_out, 0), 1);
+    if (mm->mlp_bias)
+        seq_partial(l, add(l, swiglu ? "mlp.down.bias" : "mlp.fc2.bias", PLAN_TW_BD, 1, d, 1, 0, 0));
+    l->prefix[0] = 0;
+}
+
+static void blocks(tensor_list *l, const model_module *mm, const plan_stage *st)
+{
     for (int b = st->first; b < st->first + st->count; b++) {
         l->layer = b;
         l->unit = 1 + b;
-        snprintf(l->prefix, sizeof l->prefix, "%s.%d.", blk, b);
-        seq_partial(l, add(l, "norm1.weight", PLAN_TW_LN1, 1, d, 1, 0, 1));
-        if (ln) seq_partial(l, add(l, "norm1.bias", PLAN_TW_LN1_B, 1, d, 1, 0, 0));
-        split(l, add(l, "attn.q.weight", PLAN_TW_WQ, 2, qd, d, INIT_STD, 0), 0);
-        if (mm->qkv_bias) split(l, add(l, "attn.q.bias", PLAN_TW_BQ, 1, qd, 1, 0, 0), 0);
-        split(l, add(l, "attn.k.weight", PLAN_TW_WK, 2, kd, d, INIT_STD, 0), 0);
-        if (mm->k_bias) split(l, add(l, "attn.k.bias", PLAN_TW_BK, 1, kd, 1, 0, 0), 0);
-        split(l, add(l, "attn.v.weight", PLAN_TW_WV, 2, kd, d, INIT_STD, 0), 0);
-        if (mm->qkv_bias) split(l, add(l, "attn.v.bias", PLAN_TW_BV, 1, kd, 1, 0, 0), 0);
-        split(l, add(l, "attn.o.weight", PLAN_TW_WO, 2, d, qd, std_out, 0), 1);
-        if (mm->out_bias) seq_partial(l, add(l, "attn.o.bias", PLAN_TW_BO, 1, d, 1, 0, 0));
-        seq_partial(l, add(l, "norm2.weight", PLAN_TW_LN2, 1, d, 1, 0, 1));
-        if (ln) seq_partial(l, add(l, "norm2.bias", PLAN_TW_LN2_B, 1, d, 1, 0, 0));
-        if (swiglu) {
-            split(l, add(l, "mlp.gate.weight", PLAN_TW_WG, 2, f, d, INIT_STD, 0), 0);
-            if (mm->mlp_bias) split(l, add(l, "mlp.gate.bias", PLAN_TW_BG, 1, f, 1, 0, 0), 0);
-        }
-        split(l, add(l, swiglu ? "mlp.up.weight" : "mlp.fc1.weight", PLAN_TW_WU, 2, f, d, INIT_STD, 0), 0);
-        if (mm->mlp_bias) split(l, add(l, swiglu ? "mlp.up.bias" : "mlp.fc1.bias", PLAN_TW_BU, 1, f, 1, 0, 0), 0);
-        split(l, add(l, swiglu ? "mlp.down.weight" : "mlp.fc2.weight", PLAN_TW_WD, 2, d, f, std_out, 0), 1);
-        if (mm->mlp_bias)
-            seq_partial(l, add(l, swiglu ? "mlp.down.bias" : "mlp.fc2.bias", PLAN_TW_BD, 1, d, 1, 0, 0));
+        block(l, mm, b);
     }
     l->layer = -1;
     l->unit = mm->layers + 1;
@@ -150,6 +157,28 @@ static void audio_tensors(tensor_list *l, const model_module *mm, const plan_sta
     }
     add(l, "proj.weight", PLAN_TW_PROJ_W, 2, mm->out_hidden, mm->proj_in, INIT_STD, 0);
     if (mm->proj_bias) add(l, "proj.bias", PLAN_TW_PROJ_B, 1, mm->out_hidden, 1, 0, 0);
+}
+
+/* A CLIP tower's blocks after LLaVA's feature layer and its post_layernorm,
+ * in the head's unit: the checkpoint holds them (transformers' CLIPVisionModel
+ * has every block), so --init-from reads them and export-weights writes them
+ * back, unchanged (executor/clip.c never reads them). */
+static void clip_unused(tensor_list *l, const model_module *mm)
+{
+    int n0 = l->n;
+    for (int j = 0; j < mm->unused_layers; j++) {
+        l->layer = mm->layers + j;
+        block(l, mm, mm->layers + j);
+    }
+    l->layer = -1;
+    if (mm->final_norm) {
+        add(l, "post_norm.weight", PLAN_TW_LNF, 1, mm->hidden, 1, 0, 1);
+        add(l, "post_norm.bias", PLAN_TW_LNF_B, 1, mm->hidden, 1, 0, 0);
+    }
+    for (int i = n0; i < l->n && i < l->cap; i++) {
+        l->out[i].unused = true;
+        l->out[i].decay = false;
+    }
 }
 
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *stage,
@@ -196,6 +225,7 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
     add(&l, "merger.fc1.bias", PLAN_TW_M0B, 1, mm->proj_hidden, 1, 0, 0);
     add(&l, "merger.fc2.weight", PLAN_TW_M2W, 2, mm->out_hidden, mm->proj_hidden, INIT_STD, 0);
     add(&l, "merger.fc2.bias", PLAN_TW_M2B, 1, mm->out_hidden, 1, 0, 0);
+    if (plan_module_clip(mm)) clip_unused(&l, mm);
     return l.n;
 }
 

@@ -326,6 +326,8 @@ typedef struct {
                                  rows each tp rank holds a slice of) */
     bool decay;               /* AdamW weight decay applies (matrices) */
     bool tied_copy;           /* the last pipeline stage's copy of a tied embedding (named as the embedding) */
+    bool unused;              /* held and checkpointed, never read (a CLIP tower's blocks after LLaVA's feature
+                                 layer and its post_layernorm): no gradient, no weight decay, so never changed */
     float init_std, init_const;  /* N(0, std) when std > 0, else the constant */
 } plan_tensor;
 /* The tensors of pipeline stage st (NULL: the whole module) on one tp rank;
