@@ -238,10 +238,7 @@ int ex_audio_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_st
         io->out = a->aout;
         io->out_rows = M;
     }
-    ex_slot_filled(md);
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
-    return UTIL_OK;
+    return ex_encoder_pass_end(md, true, err);
 }
 
 /* Audio backward of this stage, from daout [M, out] on the last stage (else
@@ -286,9 +283,7 @@ int ex_audio_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_s
         io->out = a->dres;
         io->out_rows = N;
     }
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
-    return UTIL_OK;
+    return ex_encoder_pass_end(md, false, err);
 }
 
 int ex_audio_set_slot(ex_model *em, int slot, char *err)

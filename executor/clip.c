@@ -122,17 +122,12 @@ int ex_clip_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_sta
         ex_unit_begin(md, L + 1, EX_USE_FORWARD);
         for (int i = 0; i < b->n_images; i++)   /* the patch rows, class row dropped */
             be->copy(a->mln + (size_t)i * P * d, a->x_final + ((size_t)i * R + 1) * d, (size_t)P * d);
-        be->linear_forward(a->h1, a->mln, md->w.m0w, md->w.m0b, M, mm->proj_in, mm->proj_hidden);
-        be->gelu_forward(a->a1, a->h1, (size_t)M * mm->proj_hidden);
-        be->linear_forward(a->vout, a->a1, md->w.m2w, md->w.m2b, M, mm->proj_hidden, mm->out_hidden);
+        ex_projector_forward(be, md, a->mln, M);
         ex_unit_end(md, L + 1, EX_USE_FORWARD, false);
         io->out = a->vout;
         io->out_rows = M;
     }
-    ex_slot_filled(md);
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
-    return UTIL_OK;
+    return ex_encoder_pass_end(md, true, err);
 }
 
 /* CLIP backward of this stage, from dvout [n_images P, out] on the last
@@ -154,15 +149,9 @@ int ex_clip_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_st
     if (mm->frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
     ex_acts *a = &md->a;
     int P = b->patches, R = P + 1, N = md->n_rows, M = b->n_images * P, d = md->d, L = mm->layers;
-    size_t Mph = (size_t)M * mm->proj_hidden;
     if (md->stage.head) {
         ex_unit_begin(md, L + 1, EX_USE_BACKWARD);
-        be->zero(a->da1, Mph);
-        be->linear_backward(a->da1, md->g.m2w, md->g.m2b, io->in, a->a1, md->w.m2w, M, mm->proj_hidden, mm->out_hidden);
-        be->zero(a->dh1, Mph);
-        be->gelu_backward(a->dh1, a->da1, a->h1, Mph);
-        be->zero(a->dln, (size_t)M * d);
-        be->linear_backward(a->dln, md->g.m0w, md->g.m0b, a->dh1, a->mln, md->w.m0w, M, mm->proj_in, mm->proj_hidden);
+        ex_projector_backward(be, md, a->mln, io->in, a->dln, M);
         be->zero(a->dres, (size_t)N * d);   /* the class rows get no gradient from the projector */
         for (int i = 0; i < b->n_images; i++)
             be->copy(a->dres + ((size_t)i * R + 1) * d, a->dln + (size_t)i * P * d, (size_t)P * d);
@@ -179,7 +168,5 @@ int ex_clip_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_st
         io->out = a->dres;
         io->out_rows = N;
     }
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
-    return UTIL_OK;
+    return ex_encoder_pass_end(md, false, err);
 }

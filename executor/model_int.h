@@ -185,6 +185,11 @@ int ex_encoder_forward(ex_model *em, int k, const char *call, const char *kind, 
 int ex_encoder_backward(ex_model *em, int k, const char *call, const char *kind, const ex_batch *b, const float *dout,
                         char *err);
 int ex_encoder_empty_pass(ex_model *em, int k, const char *call, const char *kind, ex_unit_use use, char *err);
+/* encoder.c: a vision head's two-linear GELU projector over M rows (into a->vout; backward: din = dL/d(in)),
+ * and an encoder stage pass's end (a forward's slot filled; a failed collective or hook as the error). */
+void ex_projector_forward(const ex_backend *be, ex_module *md, const float *in, int M);
+void ex_projector_backward(const ex_backend *be, ex_module *md, const float *in, const float *dout, float *din, int M);
+int ex_encoder_pass_end(ex_module *md, bool forward, char *err);
 int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_vision_rows(const ex_module *md, const ex_batch *b);
