@@ -55,8 +55,10 @@ int cmd_import(int argc, char **argv)
     } else {
         cli_emit_json(doc);
     }
-    fprintf(stderr, "dhp import: %s: %.3fB parameters", m.name, model_total_params(&m) / 1e9);
-    for (int k = 0; k < m.n_modules; k++) fprintf(stderr, ", %s %.3fB", m.mod[k].name, model_module_params(&m.mod[k]) / 1e9);
+    char b[32];
+    fprintf(stderr, "dhp import: %s: %s parameters", m.name, cli_fmt_count((double)model_total_params(&m), b, sizeof b));
+    for (int k = 0; k < m.n_modules; k++)
+        fprintf(stderr, ", %s %s", m.mod[k].name, cli_fmt_count((double)model_module_params(&m.mod[k]), b, sizeof b));
     fprintf(stderr, "%s%s\n", out ? " -> " : "", out ? out : "");
     return 0;
 }

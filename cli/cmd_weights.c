@@ -38,6 +38,10 @@ int cmd_export_weights(int argc, char **argv)
     if (!p) return cli_bad_input("out of memory");
     int rc = plan_path ? plan_read(plan_path, p, err) : model_load(model, &p->model, err);
     if (!rc) rc = ex_hf_export(ckpt, &p->model, out, err);
+    const char *missing = rc ? NULL : ex_hf_missing_token(&p->model);
+    if (missing)
+        fprintf(stderr, "dhp export-weights: note: model %s records no %s (its \"tokens\"); config.json leaves it to transformers' default\n",
+                p->model.name, missing);
     util_free(p);
     if (rc) return cli_bad_input(err);
     printf("wrote %s/model.safetensors and %s/config.json\n", out, out);

@@ -1,7 +1,9 @@
-/* costdb-internal: what the CPU (costdb/profile.c) and CUDA
- * (costdb/profile_cuda.c) measurements of dhp profile share: the MPI
- * context of the ranks, the host's identity, the fits and the derivation of
- * the cost-model fields. Not part of the module's face (costdb.h). */
+/* costdb-internal: what the files of dhp profile share: the CPU
+ * measurements (costdb/profile.c), the CUDA ones (profile_cuda.c), the
+ * collectives (profile_coll.c), the fits and the derivation of the
+ * cost-model fields (profile_fit.c) and the files written
+ * (profile_json.c): the MPI context of the ranks and the host's identity.
+ * Not part of the module's face (costdb.h). */
 #ifndef DHP_COSTDB_PROFILE_INTERNAL_H
 #define DHP_COSTDB_PROFILE_INTERNAL_H
 
@@ -18,6 +20,24 @@ typedef struct {
     int rank, size;
     const cost_profile_opts *o;
 } prof_ctx;
+
+/* How the CPU profile measures (costdb/profile.c), which the files it
+ * writes state beside the figures (profile_json.c). */
+#define GEMM_BATCHES 2        /* timed batches of a GEMM shape per pass */
+#define EW_ROW 768            /* rows of RMSNorm and the bias kernels: dhp-100m's hidden size */
+#define EW_HEADS 8            /* RoPE rows of 8 heads x 64 */
+#define EW_HEAD_DIM 64
+#define EW_VOCAB 1024         /* cross-entropy rows */
+#define SHARING_TRIALS 8      /* windows per rank count of the compute-sharing benchmark */
+#define HANDOFF_WORK_S 100e-6 /* work between the pings of the hand-back benchmark */
+#define HANDOFF_TRIALS 3
+#define OVERLAP_BYTES (64u << 10)   /* the all-reduce of the overlap benchmark */
+#define OVERLAP_TRIALS 7
+/* Passes over the GEMM grid and over the element-wise kernels, best of them per shape. */
+static inline int gemm_passes(const cost_profile *p) { return p->quick ? 2 : 3; }
+static inline int ew_passes(const cost_profile *p) { return p->quick ? 2 : 3; }
+/* Score entries one sequence's attention computes (causal: about half). */
+double cost_prof_attn_scores(const cost_profile_attn *a);
 
 void cost_prof_barrier(const prof_ctx *c);
 /* The slowest rank's value: every rank gets max over ranks of *v. */
@@ -43,6 +63,9 @@ typedef struct { int seq, heads, kv_heads, head_dim; bool causal; } cost_prof_at
 cost_profile_attn cost_prof_attn_of(cost_prof_attn_shape s);
 /* One sequence's attention forward FLOPs, 4 head_dim x scores (cost_profile_attn.fwd_flops). */
 double cost_prof_attn_fwd_flops(const cost_profile_attn *a);
+/* The collectives over c's ranks at every message size of the profile
+ * (costdb/profile_coll.c): p->coll's times and their alpha-beta points. */
+int cost_prof_measure_collectives(const prof_ctx *c, cost_profile *p, char *err);
 /* The cost-model fields (p->gpu) from the measurements, either backend. */
 int cost_prof_derive(cost_profile *p, char *err);
 

@@ -195,7 +195,7 @@ const struct ex_backend *ex_model_backend(const ex_model *em);
 void ex_model_set_backend(ex_model *em, const struct ex_backend *be);
 
 /* One batch. Images all have grid_h x grid_w patches (patches == grid_h *
- * grid_w), stored in the window / merge order of ex_patch_positions: every
+ * grid_w), stored in the window / merge order of model_patch_order (models.h): every
  * merge^2 consecutive patches are one merge group and every `window`
  * consecutive patches one attention window. pixels is [n_images, patches,
  * in_channels * temporal_patch * patch^2]. Sample b's LLM sequence is the
@@ -230,13 +230,6 @@ typedef struct {
     const int *audio_per_sample;
 } ex_batch;
 
-/* The (row, col) of each stored patch of a grid_h x grid_w image in the
- * order above: windows in raster order, merge groups in raster order inside
- * a window, patches in raster order inside a group (window side =
- * sqrt(window) patches; window 0 = merge groups only). */
-int ex_patch_positions(const model_module *mm, int grid_h, int grid_w, int *rows, int *cols,
-                       char *err);
-
 /* Forward + backward of one batch; gradients ACCUMULATE into the model's
  * gradient buffers (zeroed at create and by ex_optimizer_step / ex_zero_grads),
  * so micro-batches can be summed. *loss gets the batch loss (sum of the kept
@@ -249,12 +242,17 @@ void ex_zero_grads(ex_model *em);
 
 /* The module-level pieces a step is made of, for running the encoders and
  * the LLM on different rank groups. A step of a vision model is exactly:
- *   ex_vision_forward -> vis_out [vis_rows, llm hidden] (merged tokens of all images)
- *   ex_llm_forward_backward(enc_in = vis_out) -> loss, denc [vis_rows, llm hidden]
- *   ex_vision_backward(denc).
+ *   ex_vision_forward -> vis_out [vis_rows, llm hidden] (merged tokens of all
+ *     images, each image's in the encoder's stored (window) order)
+ *   ex_encoder_rows_to_llm -> enc [vis_rows, llm hidden] (each image's in raster order)
+ *   ex_llm_forward_backward(enc_in = enc) -> loss, denc (the same layout)
+ *   ex_encoder_rows_from_llm(denc) -> dvis (vis_out's layout)
+ *   ex_vision_backward(dvis).
  * With an audio encoder too, ex_audio_forward's rows join them: enc_in holds
  * each sample's encoder rows in plan_sample_offset's order (its images',
- * then its clips'), and denc comes back in the same layout. 
+ * then its clips'), and denc comes back in the same layout. `dhp run` moves
+ * the same rows between rank groups with the planner's hand-off segments
+ * (plan_handoff), which put them in the same order.
  * Returned pointers are owned by em and valid until the next call of the same
  * function (vis_out: until the next ex_vision_forward into the same slot).
  * ex_vision_backward needs the batch of the last ex_vision_forward. */
@@ -263,6 +261,13 @@ int ex_vision_forward(ex_model *em, const ex_batch *b, const float **vis_out, in
 int ex_llm_forward_backward(ex_model *em, const ex_batch *b, const float *enc_in, bool backward,
                             float *loss, const float **denc, char *err);
 int ex_vision_backward(ex_model *em, const ex_batch *b, const float *dvis, char *err);
+/* The encoders' output rows (out[0] vision, out[1] audio, NULL where absent;
+ * each sample after sample) into the LLM's input enc, and back: the LLM's
+ * gradient denc into grad[0] / grad[1]. Rows of the LLM's hidden width; an
+ * image's merged tokens go from the encoder's stored order to raster order
+ * (models/geometry.c), as Qwen2.5-VL's vision tower returns them. */
+int ex_encoder_rows_to_llm(const ex_model *em, const ex_batch *b, const float *const out[2], float *enc, char *err);
+int ex_encoder_rows_from_llm(const ex_model *em, const ex_batch *b, const float *denc, float *const grad[2], char *err);
 /* A micro-batch of no samples on this rank while the others of its shard
  * group run one: only the unit hooks, in the order a real pass calls them, so
  * a ZeRO-2/3 strategy's collectives are matched (PyTorch's Join). */
@@ -617,6 +622,10 @@ void ex_hf_close(ex_hf *h);
  * or one step-N directory) of model m as out_dir/model.safetensors and
  * out_dir/config.json in the Hugging Face layout; creates out_dir. */
 int ex_hf_export(const char *ckpt, const model_t *m, const char *out_dir, char *err);
+/* The first special-token key the exported config.json leaves out because m
+ * records no id for it (model_t.tokens; transformers then uses its default),
+ * NULL if none. */
+const char *ex_hf_missing_token(const model_t *m);
 
 /* ---- dhp run: the training driver (executor/run.c) ----
  * Every rank of `mpirun -np N dhp run` calls ex_run with the same options.

@@ -156,7 +156,36 @@ static void llava_config(cJSON *o, const model_module *l, const model_module *e)
     cJSON_AddStringToObject(o, "projector_hidden_act", "gelu");
 }
 
-/* config.json (transformers' Qwen2_5_VLConfig / Qwen2AudioConfig fields; the model_type is what
+/* The special token ids each architecture's config names (transformers'
+ * Qwen2_5_VLConfig, Qwen2AudioConfig, LlavaConfig). */
+static const struct { ex_hf_arch arch; model_token token; const char *key; } token_keys[] = {
+    { EX_HF_QWEN2_5_VL, MODEL_TOK_IMAGE, "image_token_id" },
+    { EX_HF_QWEN2_5_VL, MODEL_TOK_VIDEO, "video_token_id" },
+    { EX_HF_QWEN2_5_VL, MODEL_TOK_VISION_START, "vision_start_token_id" },
+    { EX_HF_QWEN2_5_VL, MODEL_TOK_VISION_END, "vision_end_token_id" },
+    { EX_HF_QWEN2_AUDIO, MODEL_TOK_AUDIO, "audio_token_index" },
+    { EX_HF_LLAVA, MODEL_TOK_IMAGE, "image_token_index" },
+};
+
+static void add_tokens(cJSON *o, const model_t *m, ex_hf_arch arch)
+{
+    for (size_t i = 0; i < sizeof token_keys / sizeof *token_keys; i++)
+        if (token_keys[i].arch == arch && m->tokens[token_keys[i].token] >= 0)
+            cJSON_AddNumberToObject(o, token_keys[i].key, m->tokens[token_keys[i].token]);
+}
+
+const char *ex_hf_missing_token(const model_t *m)
+{
+    ex_hf_arch arch;
+    const char *type, *architecture;
+    char err[UTIL_ERR_LEN];
+    if (ex_hf_arch_of(m, &arch, &type, &architecture, err)) return NULL;
+    for (size_t i = 0; i < sizeof token_keys / sizeof *token_keys; i++)
+        if (token_keys[i].arch == arch && m->tokens[token_keys[i].token] < 0) return token_keys[i].key;
+    return NULL;
+}
+
+/* config.json (transformers' Qwen2_5_VLConfig / Qwen2AudioConfig / LlavaConfig fields; the model_type is what
  * models/import_hf.c reads back). */
 static char *config_text(const model_t *m, ex_hf_arch arch, const char *type, const char *architecture)
 {
@@ -165,6 +194,7 @@ static char *config_text(const model_t *m, ex_hf_arch arch, const char *type, co
     cJSON_AddItemToArray(cJSON_GetObjectItem(o, "architectures"), cJSON_CreateString(architecture));
     cJSON_AddStringToObject(o, "model_type", type);
     cJSON_AddStringToObject(o, "torch_dtype", "float32");
+    add_tokens(o, m, arch);
     const model_module *l = &m->mod[m->llm], *e = NULL;
     for (int k = 0; k < m->n_modules; k++)
         if (k != m->llm) e = &m->mod[k];

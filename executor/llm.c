@@ -49,53 +49,38 @@ static double rope_theta(const ex_module *md) { return md->mm.rope_theta > 0 ? m
  * the next image or the text starts at st + max(grid rows, grid cols) (a
  * still image's temporal grid is 1); text token j is (st + j) x 3. Rotary
  * pair i takes its angle from t, h or w by mrope_section (t pairs first). */
-static void mrope_position(const ex_model *em, const ex_batch *b, int s, int p, const int *mrow, const int *mcol, int pos[3])
+static void mrope_position(const ex_model *em, const ex_batch *b, int s, int p, int pos[3])
 {
-    int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, mpi = ex_merged_per_image(em, b), adv = 0;
+    int nimg = b->images_per_sample ? b->images_per_sample[s] : 0, mpi = ex_merged_per_image(em, b), adv = 0, gw = 1;
     if (nimg > 0) {
         const model_module *v = &em->m.mod[em->vis_index];
-        int gh = b->grid_h / v->merge, gw = b->grid_w / v->merge;
+        int gh = b->grid_h / v->merge;
+        gw = b->grid_w / v->merge;
         adv = gh > gw ? gh : gw;
     }
-    if (p < nimg * mpi) {
+    if (p < nimg * mpi) {   /* an image's merged tokens come in raster order (models/geometry.c) */
         int st = (p / mpi) * adv, j = p % mpi;
         pos[0] = st;
-        pos[1] = st + mrow[j];
-        pos[2] = st + mcol[j];
+        pos[1] = st + j / gw;
+        pos[2] = st + j % gw;
         return;
     }
     pos[0] = pos[1] = pos[2] = nimg * adv + p - nimg * mpi;
 }
 
 /* Every local row's table, sample by sample (samples with other image
- * counts have other positions). mrow / mcol: each merged token's place in
- * the merged grid, in the vision encoder's output order (ex_patch_positions
- * of the group's first patch). */
-static int mrope_tables(ex_model *em, ex_module *md, const ex_batch *b, const double *inv, char *err)
+ * counts have other positions). */
+static void mrope_tables(ex_model *em, ex_module *md, const ex_batch *b, const double *inv)
 {
-    int half = md->hd / 2, mpi = ex_merged_per_image(em, b), *mrow = NULL, *mcol = NULL;
+    int half = md->hd / 2;
     const int *sec = md->mm.mrope_section;
-    if (b->n_images > 0) {
-        const model_module *v = &em->m.mod[em->vis_index];
-        int P = b->patches, g = v->merge * v->merge;
-        int *rows = util_malloc((size_t)(2 * P + 2 * mpi) * sizeof *rows);
-        if (!rows) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
-        int rc = ex_patch_positions(v, b->grid_h, b->grid_w, rows, rows + P, err);
-        if (rc) { util_free(rows); return rc; }
-        mrow = rows + 2 * P;
-        mcol = mrow + mpi;
-        for (int j = 0; j < mpi; j++) {
-            mrow[j] = rows[j * g] / v->merge;
-            mcol[j] = rows[P + j * g] / v->merge;
-        }
-    }
     for (int s = 0; s < md->n_seq; s++) {
         plan_cp_span span = sample_span(em, md, b, s);
         int n = plan_cp_rows(&span);
         float *c = md->a.cos + (size_t)row0(md, em, b, s) * half, *sn = md->a.sin + (size_t)row0(md, em, b, s) * half;
         for (int t = 0; t < n; t++) {
             int pos[3];
-            mrope_position(em, b, s, plan_cp_position(&span, t), mrow, mcol, pos);
+            mrope_position(em, b, s, plan_cp_position(&span, t), pos);
             for (int i = 0; i < half; i++) {
                 double ang = pos[i < sec[0] ? 0 : i < sec[0] + sec[1] ? 1 : 2] * inv[i];
                 c[(size_t)t * half + i] = (float)cos(ang);
@@ -103,20 +88,21 @@ static int mrope_tables(ex_model *em, ex_module *md, const ex_batch *b, const do
             }
         }
     }
-    util_free(mrow ? mrow - 2 * b->patches : NULL);
-    return UTIL_OK;
 }
 
 /* 1-D RoPE at each local row's position within its sample: pair i rotates by
  * p * theta^(-2i/hd). The sample with the most local rows gets the table;
  * every other one's positions are a prefix of its (all samples share one
  * span under context parallelism). With mrope_section, mrope_tables. */
-static int llm_rope_tables(ex_model *em, ex_module *md, const ex_batch *b, char *err)
+static void llm_rope_tables(ex_model *em, ex_module *md, const ex_batch *b)
 {
     int half = md->hd / 2, longest = 0;
     double inv[EX_MAX_HEAD_DIM / 2];
     for (int i = 0; i < half; i++) inv[i] = pow(rope_theta(md), -2.0 * i / (double)md->hd);
-    if (md->mm.n_mrope) return mrope_tables(em, md, b, inv, err);
+    if (md->mm.n_mrope) {
+        mrope_tables(em, md, b, inv);
+        return;
+    }
     plan_cp_span span[2];
     for (int s = 1; s < md->n_seq; s++) {
         span[0] = sample_span(em, md, b, s);
@@ -141,7 +127,6 @@ static int llm_rope_tables(ex_model *em, ex_module *md, const ex_batch *b, char 
         memcpy(md->a.cos + at, c0, n * sizeof *c0);
         memcpy(md->a.sin + at, s0, n * sizeof *s0);
     }
-    return UTIL_OK;
 }
 
 /* The predictions this rank holds: position R + t of sample s (its text
@@ -423,8 +408,7 @@ int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stag
     } else {
         be->copy(md->a.blk[md->stage.first].x, io->in, (size_t)ex_norm_rows(md) * md->d);
     }
-    rc = llm_rope_tables(em, md, b, err);
-    if (rc) return rc;
+    llm_rope_tables(em, md, b);
     ex_blocks_forward(be, md, md->cu, md->cu, true);
     io->loss = 0;
     io->out = md->a.x_final;
@@ -517,29 +501,62 @@ int ex_llm_empty_pass(ex_model *em, bool backward, char *err)
     return rc || !backward ? rc : ex_stage_empty_pass(em, em->m.llm, EX_USE_BACKWARD, err);
 }
 
+/* Moves n rows of width d between an encoder's output (enc_rows, its order)
+ * and the LLM's input (llm_rows): image by image through raster (each
+ * image's merged tokens, models/geometry.c) when given, else in order. */
+static void move_rows(float *enc_rows, float *llm_rows, size_t n, size_t d, const int *raster, int per_image, bool to_llm)
+{
+    for (size_t r = 0; r < n; r++) {
+        size_t q = raster ? r - r % (size_t)per_image + (size_t)raster[r % (size_t)per_image] : r;
+        if (to_llm) memcpy(llm_rows + q * d, enc_rows + r * d, d * sizeof(float));
+        else memcpy(enc_rows + r * d, llm_rows + q * d, d * sizeof(float));
+    }
+}
+
 /* The whole step's encoder rows between the encoders' outputs (each its
  * rows sample after sample: out[k]) and the LLM's input (each sample's
- * encoders in plan_sample_offset's order: enc); back (to_llm false), the
- * LLM's gradient of them into grad[k]. */
-static void shuffle_rows(const ex_model *em, const ex_batch *b, const float *const *out, float *const *grad, float *enc,
-                         bool to_llm, int d)
+ * encoders in plan_sample_offset's order, an image's tokens in raster
+ * order: enc); back (to_llm false), the LLM's gradient of them into grad[k]. */
+static int shuffle_rows(const ex_model *em, const ex_batch *b, const float *const *out, float *const *grad, float *enc,
+                        bool to_llm, char *err)
 {
-    int k_of[2] = { em->vis_index, em->aud_index }, taken[2] = { 0, 0 }, at = 0;
+    int d = em->m.mod[em->m.llm].hidden;
+    int k_of[2] = { em->vis_index, em->aud_index }, taken[2] = { 0, 0 }, at = 0, mpi = 0, *raster = NULL;
+    if (em->vis_index >= 0 && b->n_images > 0) {
+        const model_module *v = &em->m.mod[em->vis_index];
+        mpi = ex_merged_per_image(em, b);
+        if (!model_merged_order_is_raster(v, b->grid_w)) {
+            if (!(raster = util_malloc((size_t)mpi * sizeof *raster))) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
+            int rc = model_merged_raster(v, b->grid_h, b->grid_w, raster, err);
+            if (rc) { util_free(raster); return rc; }
+        }
+    }
     for (int s = 0; s < b->batch; s++) {
         int rows[MODEL_MAX_MODULES] = { 0 };
-        if (em->vis_index >= 0 && b->n_images > 0) rows[em->vis_index] = b->images_per_sample[s] * ex_merged_per_image(em, b);
+        if (em->vis_index >= 0 && b->n_images > 0) rows[em->vis_index] = b->images_per_sample[s] * mpi;
         if (em->aud_index >= 0 && b->n_audio > 0) rows[em->aud_index] = b->audio_per_sample[s] * ex_audio_rows_per_clip(em, b);
         for (int e = 0; e < 2; e++) {
             int k = k_of[e];
             if (k < 0 || rows[k] == 0) continue;
-            size_t n = (size_t)rows[k] * d;
             float *llm = enc + (size_t)(at + plan_sample_offset(&em->m, rows, k)) * d;
-            if (to_llm) memcpy(llm, out[e] + (size_t)taken[e] * d, n * sizeof(float));
-            else memcpy(grad[e] + (size_t)taken[e] * d, llm, n * sizeof(float));
+            float *own = (to_llm ? (float *)out[e] : grad[e]) + (size_t)taken[e] * d;
+            move_rows(own, llm, (size_t)rows[k], (size_t)d, e == 0 ? raster : NULL, mpi, to_llm);
             taken[e] += rows[k];
         }
         at += plan_sample_offset(&em->m, rows, em->m.n_modules);
     }
+    util_free(raster);
+    return UTIL_OK;
+}
+
+int ex_encoder_rows_to_llm(const ex_model *em, const ex_batch *b, const float *const out[2], float *enc, char *err)
+{
+    return shuffle_rows(em, b, out, NULL, enc, true, err);
+}
+
+int ex_encoder_rows_from_llm(const ex_model *em, const ex_batch *b, const float *denc, float *const grad[2], char *err)
+{
+    return shuffle_rows(em, b, NULL, grad, (float *)denc, false, err);
 }
 
 static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, char *err)
@@ -560,11 +577,11 @@ static int step(ex_model *em, const ex_batch *b, bool backward, float *loss, cha
     grad[0] = util_malloc(((size_t)rows[0] * d + 1) * sizeof(float));
     grad[1] = util_malloc(((size_t)rows[1] * d + 1) * sizeof(float));
     if (!enc || !grad[0] || !grad[1]) rc = util_fail(err, UTIL_ENOMEM, "executor: out of memory");
-    if (!rc) shuffle_rows(em, b, out, grad, enc, true, d);
+    if (!rc) rc = ex_encoder_rows_to_llm(em, b, out, enc, err);
     if (!rc) rc = ex_llm_forward_backward(em, b, all ? enc : NULL, backward, loss, &denc, err);
     if (!rc && backward && all) {
-        shuffle_rows(em, b, out, grad, (float *)denc, false, d);
-        if (b->n_images > 0) rc = ex_vision_backward(em, b, grad[0], err);
+        rc = ex_encoder_rows_from_llm(em, b, denc, grad, err);
+        if (!rc && b->n_images > 0) rc = ex_vision_backward(em, b, grad[0], err);
         if (!rc && b->n_audio > 0) rc = ex_audio_backward(em, b, grad[1], err);
     }
     util_free(enc); util_free(grad[0]); util_free(grad[1]);

@@ -80,9 +80,37 @@ void run_handoff_free(run_ctx *r, run_handoff *h)
     for (int k = 0; k < MODEL_MAX_MODULES; k++) {
         run_handoff_enc *e = &h->enc[k];
         for (int c = 0; e->seg && c < h->chunks; c++) util_free(e->seg[c]);
-        util_free(e->seg); util_free(e->nseg); util_free(e->act_pack); util_free(e->grad_pack);
+        util_free(e->seg); util_free(e->nseg); util_free(e->act_pack); util_free(e->grad_pack); util_free(e->order);
     }
     util_free(h->pend); util_free(h->act_in); util_free(h->grad_out);
+}
+
+/* Moves segment sg's rows between a message (msg, the encoder's stored
+ * order) and an own buffer (own, at offset off): in order, or on the LLM's
+ * side (llm_side) block by block through the block's raster order. */
+static int move_segment(run_ctx *r, run_handoff_enc *e, int k, const plan_segment *sg, float *msg, float *own, int off,
+                        bool llm_side, bool to_msg, size_t d, char *err)
+{
+    size_t n = (size_t)sg->rows;
+    if (!sg->block || !llm_side) {
+        if (to_msg) memcpy(msg, own + (size_t)off * d, n * d * sizeof(float));
+        else memcpy(own + (size_t)off * d, msg, n * d * sizeof(float));
+        return UTIL_OK;
+    }
+    if (e->order_block != sg->block) {
+        util_free(e->order);
+        e->order_block = 0;
+        if (!(e->order = util_malloc((size_t)sg->block * sizeof *e->order))) return util_fail(err, UTIL_ENOMEM, "run: out of memory");
+        int rc = plan_handoff_block_order(&r->plan, k, sg->block, e->order, err);
+        if (rc) return rc;
+        e->order_block = sg->block;
+    }
+    for (size_t j = 0; j < n; j++) {
+        float *row = own + ((size_t)off + j - j % (size_t)sg->block + (size_t)e->order[j % (size_t)sg->block]) * d;
+        if (to_msg) memcpy(msg + j * d, row, d * sizeof(float));
+        else memcpy(row, msg + j * d, d * sizeof(float));
+    }
+    return UTIL_OK;
 }
 
 /* Sends this rank's rows of chunk c of encoder k: one message per peer, the
@@ -100,11 +128,13 @@ int run_handoff_send(run_ctx *r, run_handoff *h, int k, int c, bool grad, const 
         float *msg = util_malloc_cat(UTIL_MEM_COMM, (rows ? rows : 1) * d * sizeof(float));
         if (!msg) return util_fail(err, UTIL_ENOMEM, "run: out of memory for a hand-off message");
         size_t at = 0;
-        for (int q = i; q < j; q++) {
-            int off = grad ? sg[q].llm_off : sg[q].enc_off;
-            memcpy(msg + at * d, src + (size_t)off * d, (size_t)sg[q].rows * d * sizeof(float));
+        int rc = UTIL_OK;
+        for (int q = i; !rc && q < j; q++) {
+            rc = move_segment(r, &h->enc[k], k, &sg[q], msg + at * d, (float *)src, grad ? sg[q].llm_off : sg[q].enc_off, grad,
+                              true, d, err);
             at += sg[q].rows;
         }
+        if (rc) { util_free(msg); return rc; }
         if (h->n_pend == h->cap_pend) {
             int cap = h->cap_pend ? 2 * h->cap_pend : 16;
             run_pending *pn = util_realloc(h->pend, (size_t)cap * sizeof *pn);
@@ -139,12 +169,14 @@ int run_handoff_recv(run_ctx *r, run_handoff *h, int k, int c, bool grad, float 
             return util_fail(err, UTIL_ERUNTIME, "run: hand-off receive from rank %d failed: %s", peer, ex_comm_error(r->world));
         }
         size_t at = 0;
-        for (int q = i; q < j; q++) {
-            int off = grad ? sg[q].enc_off : sg[q].llm_off;
-            memcpy(dst + (size_t)off * d, msg + at * d, (size_t)sg[q].rows * d * sizeof(float));
+        int rc = UTIL_OK;
+        for (int q = i; !rc && q < j; q++) {
+            rc = move_segment(r, &h->enc[k], k, &sg[q], msg + at * d, dst, grad ? sg[q].enc_off : sg[q].llm_off, !grad,
+                              false, d, err);
             at += sg[q].rows;
         }
         util_free(msg);
+        if (rc) return rc;
     }
     return UTIL_OK;
 }

@@ -203,6 +203,7 @@ typedef struct {
     int *nseg;
     int rows;                 /* merged rows per sample */
     float *act_pack, *grad_pack;  /* encoder: this rank's rows of the current chunk */
+    int *order, order_block;  /* LLM: plan_handoff_block_order of the last block size seen */
 } run_handoff_enc;
 
 /* The encoders -> LLM hand-off of the step's chunks: every encoder's

@@ -7,28 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-int ex_patch_positions(const model_module *mm, int gh, int gw, int *rows, int *cols, char *err)
-{
-    int m = mm->merge > 0 ? mm->merge : 1;
-    int side = mm->window > 0 ? (int)lround(sqrt((double)mm->window)) : m;
-    if (side <= 0 || side % m)
-        return util_fail(err, UTIL_EINVAL, "executor: module %s: window %d is not a square of a multiple of merge %d", mm->name, mm->window, m);
-    if (gh <= 0 || gw <= 0 || gh % side || gw % side)
-        return util_fail(err, UTIL_EINVAL, "executor: batch: grid %dx%d is not a multiple of the %s window/merge side %d", gh, gw, mm->name, side);
-    int i = 0;
-    for (int wr = 0; wr < gh / side; wr++)
-        for (int wc = 0; wc < gw / side; wc++)
-            for (int ur = 0; ur < side / m; ur++)
-                for (int uc = 0; uc < side / m; uc++)
-                    for (int mr = 0; mr < m; mr++)
-                        for (int mc = 0; mc < m; mc++) {
-                            rows[i] = wr * side + ur * m + mr;
-                            cols[i] = wc * side + uc * m + mc;
-                            i++;
-                        }
-    return UTIL_OK;
-}
-
 /* Qwen2-VL vision rotary: rotary pairs i < hd/4 rotate by row * theta^(-4i/hd),
  * pairs hd/4 <= i < hd/2 by col * theta^(-4(i - hd/4)/hd). cos/sin [n, hd/2]. */
 static void vision_rope_tables(ex_module *md, const int *rows, const int *cols, int patches, int row0, int n)
@@ -67,7 +45,7 @@ static int vision_geometry(ex_module *md, const ex_batch *b, char *err)
     if (rc) return rc;
     int *rows = util_malloc((size_t)P * 2 * sizeof(int));
     if (!rows) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");
-    rc = ex_patch_positions(mm, b->grid_h, b->grid_w, rows, rows + P, err);
+    rc = model_patch_order(mm, b->grid_h, b->grid_w, rows, rows + P, err);
     if (!rc) vision_rope_tables(md, rows, rows + P, P, md->sp_rank * Nl, Nl);
     util_free(rows);
     if (rc) return rc;

@@ -422,7 +422,11 @@ static int import_qwen2_audio(const cJSON *root, const char *what, model_t *m, c
     return UTIL_OK;
 }
 
-static void name_from_what(model_t *m, const char *what)
+/* The model's name: the file's, unless it is the usual config.json of a
+ * model directory: then the directory's (.../Qwen2.5-VL-7B/config.json), or
+ * for a URL or a bare config.json the config's own _name_or_path (its last
+ * part), else its model_type. */
+static void name_from_what(model_t *m, const cJSON *root, const char *what)
 {
     const char *base = strrchr(what, '/');
     base = base ? base + 1 : what;
@@ -430,6 +434,46 @@ static void name_from_what(model_t *m, const char *what)
     size_t n = strlen(m->name);
     if (n > 5 && strcmp(m->name + n - 5, ".json") == 0) m->name[n - 5] = '\0';
     util_strlcpy(m->source, what, sizeof m->source);
+    if (strcmp(m->name, "config")) return;
+    if (!strstr(what, "://") && base > what) {
+        const char *end = base - 1, *dir = end;
+        while (dir > what && dir[-1] != '/') dir--;
+        if (end > dir && !(end - dir == 1 && *dir == '.') && !(end - dir == 2 && !strncmp(dir, "..", 2))) {
+            snprintf(m->name, sizeof m->name, "%.*s", (int)(end - dir), dir);
+            return;
+        }
+    }
+    const cJSON *own = cJSON_GetObjectItemCaseSensitive(root, "_name_or_path");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (cJSON_IsString(own) && own->valuestring[0]) {
+        const char *slash = strrchr(own->valuestring, '/');
+        util_strlcpy(m->name, slash && slash[1] ? slash + 1 : own->valuestring, sizeof m->name);
+    } else if (cJSON_IsString(type)) {
+        util_strlcpy(m->name, type->valuestring, sizeof m->name);
+    }
+}
+
+/* The special token ids, under the names transformers' configs use for
+ * them (at the top or in a Qwen2.5-Omni thinker_config). */
+static int import_tokens(const cJSON *root, const char *what, model_t *m, char *err)
+{
+    static const char *const keys[MODEL_NTOKENS][2] = {
+        { "image_token_id", "image_token_index" }, { "video_token_id", "video_token_index" },
+        { "vision_start_token_id", NULL }, { "vision_end_token_id", NULL }, { "audio_token_index", "audio_token_id" },
+    };
+    const cJSON *places[2] = { root, hf_sub(root, "thinker_config") };
+    for (int t = 0; t < MODEL_NTOKENS; t++) {
+        m->tokens[t] = -1;
+        for (int p = 0; p < 2 && m->tokens[t] < 0; p++)
+            for (int k = 0; k < 2 && places[p] && keys[t][k] && m->tokens[t] < 0; k++) {
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(places[p], keys[t][k]);
+                if (!v || cJSON_IsNull(v)) continue;
+                if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > INT_MAX || v->valuedouble != (int)v->valuedouble)
+                    return util_fail(err, UTIL_EINVAL, "%s: %s: must be a non-negative integer", what, keys[t][k]);
+                m->tokens[t] = (int)v->valuedouble;
+            }
+    }
+    return UTIL_OK;
 }
 
 static int import_root(const cJSON *root, const char *what, model_t *m, char *err)
@@ -470,9 +514,10 @@ int model_import_hf(const char *config_json_text, const char *what, model_t *m, 
     memset(m, 0, sizeof *m);
     int rc = cJSON_IsObject(root) ? import_root(root, what, m, err)
                                   : util_fail(err, UTIL_EINVAL, "%s: top level must be an object", what);
+    if (!rc) name_from_what(m, root, what);
+    if (!rc) rc = import_tokens(root, what, m, err);
     cJSON_Delete(root);
     if (rc) return rc;
-    name_from_what(m, what);
     /* Through our schema once: validates, and gives the fields the importer
      * leaves unset for a kind the same defaults a loaded file gets. */
     cJSON *ours = model_to_json(m);

@@ -284,6 +284,30 @@ static int top_level_error(const char *what, char *err)
     return UTIL_EINVAL;
 }
 
+static const char *const token_names[MODEL_NTOKENS] = { "image", "video", "vision_start", "vision_end", "audio" };
+
+const char *model_token_name(model_token t) { return t >= 0 && t < MODEL_NTOKENS ? token_names[t] : "?"; }
+
+/* "tokens": {"image": 151655, ...}: optional, each id a non-negative integer. */
+static int parse_tokens(const cJSON *root, const char *what, model_t *m, char *err)
+{
+    for (int t = 0; t < MODEL_NTOKENS; t++) m->tokens[t] = -1;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    if (!o) return UTIL_OK;
+    if (!cJSON_IsObject(o)) return util_fail(err, UTIL_EINVAL, "%s.tokens: must be an object", what);
+    const cJSON *c;
+    cJSON_ArrayForEach(c, o) {
+        int t = 0;
+        while (t < MODEL_NTOKENS && strcmp(c->string, token_names[t])) t++;
+        if (t == MODEL_NTOKENS)
+            return util_fail(err, UTIL_EINVAL, "%s.tokens.%s: unknown token (known: image, video, vision_start, vision_end, audio)", what, c->string);
+        if (!cJSON_IsNumber(c) || c->valuedouble < 0 || c->valuedouble > INT_MAX || c->valuedouble != (int)c->valuedouble)
+            return util_fail(err, UTIL_EINVAL, "%s.tokens.%s: must be a non-negative integer", what, c->string);
+        m->tokens[t] = (int)c->valuedouble;
+    }
+    return UTIL_OK;
+}
+
 static int parse_top(const cJSON *root, const char *what, model_t *m, char *err)
 {
     char buf[64];
@@ -298,6 +322,7 @@ static int parse_top(const cJSON *root, const char *what, model_t *m, char *err)
     if (util_json_str(root, what, "published_source", false, "", m->published_source, sizeof m->published_source,
                       err))
         return UTIL_EINVAL;
+    if (parse_tokens(root, what, m, err)) return UTIL_EINVAL;
     const cJSON *mods = cJSON_GetObjectItemCaseSensitive(root, "modules");
     if (!cJSON_IsArray(mods)) return util_fail(err, UTIL_EINVAL, "%s.modules: required array is missing", what);
     int n = cJSON_GetArraySize(mods);
@@ -311,11 +336,11 @@ int model_from_json(const cJSON *root, const char *what, model_t *m, char *err)
     memset(m, 0, sizeof *m);
     if (!cJSON_IsObject(root)) return util_fail(err, UTIL_EINVAL, "%s: top level must be an object", what);
     static const char *top_keys[] = {"schema", "name", "source", "published_params", "published_source",
-                                     "modules"};
+                                     "tokens", "modules"};
     const cJSON *c;
     cJSON_ArrayForEach(c, root) {
         bool known = false;
-        for (int i = 0; i < 6; i++) known |= strcmp(c->string, top_keys[i]) == 0;
+        for (size_t i = 0; i < sizeof top_keys / sizeof *top_keys; i++) known |= strcmp(c->string, top_keys[i]) == 0;
         if (!known) return util_fail(err, UTIL_EINVAL, "%s: %s: unknown field", what, c->string);
     }
     if (parse_top(root, what, m, err)) return top_level_error(what, err);
@@ -498,6 +523,10 @@ int model_validate_as(const model_t *m, const char *what, char *err)
         int rc = mm->kind == MODEL_LLM ? validate_llm(mm, what, i, err) : validate_encoder(m, mm, what, i, err);
         if (rc) return rc;
     }
+    int rows = m->mod[m->llm].vocab + m->mod[m->llm].vocab_extra;
+    for (int t = 0; t < MODEL_NTOKENS; t++)
+        if (m->tokens[t] >= rows)
+            return BAD("%s: tokens.%s: %d is outside the llm's %d embedding rows", what, token_names[t], m->tokens[t], rows);
     return UTIL_OK;
 }
 
@@ -547,6 +576,12 @@ cJSON *model_to_json(const model_t *m)
     cJSON_AddStringToObject(root, "source", m->source);
     cJSON_AddNumberToObject(root, "published_params", (double)m->published_params);
     if (m->published_source[0]) cJSON_AddStringToObject(root, "published_source", m->published_source);
+    cJSON *tok = NULL;
+    for (int t = 0; t < MODEL_NTOKENS; t++)
+        if (m->tokens[t] >= 0) {
+            if (!tok) tok = cJSON_AddObjectToObject(root, "tokens");
+            cJSON_AddNumberToObject(tok, token_names[t], m->tokens[t]);
+        }
     cJSON *mods = cJSON_AddArrayToObject(root, "modules");
     for (int i = 0; i < m->n_modules; i++) cJSON_AddItemToArray(mods, module_to_json(m, &m->mod[i]));
     return root;

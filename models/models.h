@@ -101,6 +101,17 @@ typedef struct {
     int vocab_extra;             /* embedding rows beyond vocab that the LM head lacks (Mllama: 8) */
 } model_module;
 
+/* Special tokens of the model's vocabulary around its encoders' rows (the
+ * processor's placeholders: where an image's merged tokens or an audio clip's
+ * rows go, and the markers around an image), as transformers' configs name
+ * them (image_token_id / image_token_index, video_token_id,
+ * vision_start_token_id, vision_end_token_id, audio_token_index). dhp places
+ * encoder rows without them; they are kept from an imported config so
+ * `dhp export-weights` writes them back (-1: not known). */
+typedef enum { MODEL_TOK_IMAGE, MODEL_TOK_VIDEO, MODEL_TOK_VISION_START, MODEL_TOK_VISION_END, MODEL_TOK_AUDIO,
+               MODEL_NTOKENS } model_token;
+const char *model_token_name(model_token t);   /* "image", ... (the model file's "tokens" keys) */
+
 typedef struct {
     char name[MODEL_NAME_LEN];   /* "qwen2.5-vl-32b" */
     char source[256];            /* where the numbers come from (config.json URL) */
@@ -109,6 +120,7 @@ typedef struct {
     int n_modules;
     model_module mod[MODEL_MAX_MODULES];
     int llm;                     /* index of the LLM module */
+    int tokens[MODEL_NTOKENS];   /* special token ids, -1 = not known */
 } model_t;
 
 /* Loads a model from a file path or a zoo name ("qwen2.5-vl-32b"). Validates
@@ -131,6 +143,23 @@ const char *model_zoo_name(int i);
 /* Finds a module by name or kind; -1 if absent. */
 int model_find(const model_t *m, const char *module_name);
 int model_find_kind(const model_t *m, model_kind kind);
+
+/* A vision encoder's image geometry (models/geometry.c). An image of
+ * gh x gw patches is stored in window order: windows in raster order, merge
+ * groups in raster order inside a window, patches in raster order inside a
+ * group (window side sqrt(window) patches; window 0: merge groups only);
+ * model_patch_order gives each stored patch's (row, col). Its merged tokens
+ * come out of the encoder in the same order; raster[j] is where merged token
+ * j sits in the row-major (gh/m) x (gw/m) merged grid, the order the LLM
+ * reads them in (Qwen2.5-VL's reverse_indices). A band of whole window rows
+ * (model_window_band_rows merged tokens each, gw patches wide) is the same
+ * order over a shorter region, so a stored range of whole window rows maps
+ * onto a contiguous raster range. model_merged_order_is_raster: the stored
+ * order is already raster (no windows, or a window spans the image width). */
+int model_patch_order(const model_module *mm, int gh, int gw, int *rows, int *cols, char *err);
+int model_merged_raster(const model_module *mm, int gh, int gw, int *raster, char *err);
+int model_window_band_rows(const model_module *mm, int gw);
+bool model_merged_order_is_raster(const model_module *mm, int gw);
 
 /* Parameter counts (elements, not bytes). */
 bool model_layer_is_full_attention(const model_module *mm, int layer);

@@ -4,6 +4,7 @@
  * simulator (planner/sim_messages.c) prices the same messages. */
 #include "planner/planner_int.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 int plan_handoff_tag(int k, int c, bool grad) { return ((c * MODEL_MAX_MODULES + k) << 1 | (grad ? 1 : 0)) & ((1 << 20) - 1); }
@@ -65,52 +66,176 @@ static int seg_append(seg_list *l, plan_segment sg, char *err)
 {
     plan_segment *e = l->n ? &l->v[l->n - 1] : NULL;
     if (e && e->enc_rank == sg.enc_rank && e->enc_tp == sg.enc_tp && e->llm_rank == sg.llm_rank && e->llm_tp == sg.llm_tp
-        && e->enc_off + e->rows == sg.enc_off && e->llm_off + e->rows == sg.llm_off) {
+        && e->block == sg.block && e->enc_off + e->rows == sg.enc_off && e->llm_off + e->rows == sg.llm_off) {
         e->rows += sg.rows;
         return UTIL_OK;
     }
     return seg_push(l, sg, err);
 }
 
-/* Rows [g0, g0 + rows) of the step (merged-row index, R per sample) held by
- * one encoder rank at offset enc_off: split them over the LLM dp shares and,
- * under the LLM's context parallelism, over its sp ranks: rank j holds the
- * positions plan_cp_span_of gives of each sample's S-token sequence, whose
- * first E are every encoder's rows, encoder k's at [off, off + R)
- * (plan_encoder_offset). Rank j's input buffer keeps, sample after sample,
- * the E_j encoder positions it holds in the order of its local rows. */
-static int route_rows(const plan_t *p, int k, int c, const plan_coord *ec, int g0, int rows, int enc_off,
-                      seg_list *l, char *err)
+/* The image geometry the hand-off reorders by: an image's merged tokens are
+ * stored in the encoder's (window) order and read by the LLM in raster order
+ * (models/geometry.c). Square images of image_tokens patches, as the data
+ * shards hold them (executor/data.c). raster == NULL: rows keep their order
+ * (not a vision encoder, no windows, or a grid the executor cannot take). */
+typedef struct {
+    int *raster;     /* [per_image]: raster index of stored row j */
+    int per_image;   /* merged rows per image */
+    int band;        /* merged rows per window row */
+} row_order;
+
+static int image_grid(const plan_t *p)
 {
-    int L = p->model.llm, R = plan_rows_per_sample(p, k), off = plan_encoder_offset(p, k);
-    int E = plan_encoder_offset(p, p->n_modules);
+    int g = (int)lround(sqrt((double)p->work.image_tokens));
+    return g * g == p->work.image_tokens ? g : 0;
+}
+
+static int row_order_of(const plan_t *p, int k, row_order *o, char *err)
+{
+    *o = (row_order){ 0 };
+    const model_module *mm = &p->model.mod[k];
+    int G = image_grid(p), m = mm->merge > 0 ? mm->merge : 1;
+    if (mm->kind != MODEL_VISION || G <= 0 || G % m || model_merged_order_is_raster(mm, G)) return UTIL_OK;
+    int per = (G / m) * (G / m);
+    char ignored[UTIL_ERR_LEN];
+    if (!(o->raster = util_malloc((size_t)per * sizeof *o->raster))) return util_fail(err, UTIL_ENOMEM, "plan: out of memory for the hand-off");
+    if (model_merged_raster(mm, G, G, o->raster, ignored)) {   /* not a whole number of windows: the executor refuses such data */
+        util_free(o->raster);
+        o->raster = NULL;
+        return UTIL_OK;
+    }
+    o->per_image = per;
+    o->band = model_window_band_rows(mm, G);
+    return UTIL_OK;
+}
+
+int plan_handoff_block_order(const plan_t *p, int k, int block, int *raster, char *err)
+{
+    const model_module *mm = &p->model.mod[k];
+    int G = image_grid(p), m = mm->merge > 0 ? mm->merge : 1;
+    if (mm->kind != MODEL_VISION || G <= 0 || G % m || block <= 0 || block % (G / m))
+        return util_fail(err, UTIL_EINVAL, "plan: a hand-off block of %d rows is not whole rows of a %s image", block, mm->name);
+    return model_merged_raster(mm, block / (G / m) * m, G, raster, err);
+}
+
+/* Where one sample's rows go: sample i (the f-th.. of LLM dp rank d's share)
+ * of the step, positions [a, b) of its sequence, the first of them encoder
+ * row ra of the sample (rows in order from there, or one block of stored
+ * rows whose positions are [a, b) in raster order: block = b - a). The
+ * encoder rank holds the step's rows from g0 at its offset enc_off. Under
+ * the LLM's context parallelism sp rank j holds the positions
+ * plan_cp_span_of gives; rank j's input buffer keeps, sample after sample,
+ * the E_j encoder positions it holds in the order of its local rows. */
+typedef struct {
+    const plan_t *p;
+    int k, g0, enc_off, R, E, S, t, d, f;
+    plan_cp cp;
+    const plan_coord *ec;
+    seg_list *l;
+} route;
+
+static int route_positions(const route *rt, int i, long a, long b, long ra, int block, char *err)
+{
+    const plan_t *p = rt->p;
+    const plan_module *lm = &p->mod[p->model.llm];
+    int rc = UTIL_OK;
+    for (int j = 0; !rc && j < lm->sp; j++) {
+        plan_cp_span span = plan_cp_span_of(rt->cp, rt->S, lm->sp, j);
+        int Ej = plan_cp_held(&span, 0, rt->E);   /* the encoder rows rank j holds */
+        for (int r = 0; !rc && r < span.n; r++) {
+            long lo = a > span.lo[r] ? a : span.lo[r], hi = b < span.hi[r] ? b : span.hi[r];
+            if (lo >= hi) continue;
+            plan_coord lc = { .dp = rt->d, .tp = rt->t, .sp = j, .pp = 0 };   /* the LLM's first stage */
+            plan_segment sg = { .enc_rank = plan_coord_rank(p, rt->k, rt->ec), .enc_tp = rt->ec->tp,
+                                .llm_rank = plan_coord_rank(p, p->model.llm, &lc), .llm_tp = rt->t, .rows = (int)(hi - lo),
+                                .enc_off = rt->enc_off + (int)((long)i * rt->R + ra + (lo - a) - rt->g0),
+                                .llm_off = (int)((long)(i - rt->f) * Ej + plan_cp_local(&span, (int)lo)), .block = block };
+            rc = seg_append(rt->l, sg, err);
+        }
+    }
+    return rc;
+}
+
+/* Whether positions [a, b) lie in one range of one LLM sp rank. */
+static bool one_piece(const route *rt, long a, long b)
+{
+    const plan_module *lm = &rt->p->mod[rt->p->model.llm];
+    for (int j = 0; j < lm->sp; j++) {
+        plan_cp_span span = plan_cp_span_of(rt->cp, rt->S, lm->sp, j);
+        for (int r = 0; r < span.n; r++)
+            if (span.lo[r] <= a && b <= span.hi[r]) return true;
+    }
+    return false;
+}
+
+/* Stored rows [x0, x1) of image im of sample i, its encoder's rows starting
+ * at position off, as runs that stay consecutive in raster order. */
+static int route_runs(const route *rt, const row_order *o, int i, int off, int im, int x0, int x1, char *err)
+{
+    long base = (long)im * o->per_image;
+    int rc = UTIL_OK;
+    for (int r = x0; !rc && r < x1;) {
+        int e = r + 1;
+        while (e < x1 && o->raster[e] == o->raster[e - 1] + 1) e++;
+        rc = route_positions(rt, i, off + base + o->raster[r], off + base + o->raster[r] + (e - r), base + r, 0, err);
+        r = e;
+    }
+    return rc;
+}
+
+/* Stored rows [x0, x1) of image im: each whole window row (a band, stored in
+ * window order, a contiguous raster range) whose positions one LLM rank
+ * holds goes as a block (consecutive ones merge into one segment); the rest
+ * as raster runs. */
+static int route_image(const route *rt, const row_order *o, int i, int off, int im, int x0, int x1, char *err)
+{
+    long base = (long)im * o->per_image;
+    int B = o->band, rc = UTIL_OK;
+    for (int x = x0; !rc && x < x1;) {
+        int end = (x / B + 1) * B < x1 ? (x / B + 1) * B : x1;
+        if (x % B == 0 && end - x == B && one_piece(rt, off + base + x, off + base + end))
+            rc = route_positions(rt, i, off + base + x, off + base + end, base + x, B, err);
+        else
+            rc = route_runs(rt, o, i, off, im, x, end, err);
+        x = end;
+    }
+    return rc;
+}
+
+/* Rows [g0, g0 + rows) of the step (merged-row index, R per sample) held by
+ * one encoder rank at offset enc_off: split them over the LLM dp shares and
+ * sp ranks (route_positions), image by image where the LLM reads them in
+ * another order (route_image). */
+static int route_rows(const plan_t *p, int k, int c, const plan_coord *ec, int g0, int rows, int enc_off,
+                      const row_order *o, seg_list *l, char *err)
+{
+    int L = p->model.llm, off = plan_encoder_offset(p, k);
     const plan_module *lm = &p->mod[L];
     plan_seq q;
     plan_module_seq(&p->model, L, &p->work, &q);
-    plan_cp cp = plan_cp_of(&p->model.mod[L], lm);
-    int rc = UTIL_OK;
+    route rt = { .p = p, .k = k, .g0 = g0, .enc_off = enc_off, .R = plan_rows_per_sample(p, k),
+                 .E = plan_encoder_offset(p, p->n_modules), .S = (int)q.seq, .cp = plan_cp_of(&p->model.mod[L], lm),
+                 .ec = ec, .l = l };
+    int R = rt.R, rc = UTIL_OK;
     for (int t = 0; !rc && t < lm->tp; t++)
     for (int d = 0; !rc && d < lm->dp; d++) {
         int f, n;
         plan_chunk_share(p, L, c, d, &f, &n);
+        rt.t = t;
+        rt.d = d;
+        rt.f = f;
         for (int i = f; !rc && i < f + n; i++) {
             long a = (long)i * R > g0 ? (long)i * R : g0, b = (long)(i + 1) * R < (long)g0 + rows ? (long)(i + 1) * R : (long)g0 + rows;
             if (a >= b) continue;
-            a += off - (long)i * R;   /* positions in the sample's sequence */
-            b += off - (long)i * R;
-            for (int j = 0; !rc && j < lm->sp; j++) {
-                plan_cp_span span = plan_cp_span_of(cp, (int)q.seq, lm->sp, j);
-                int Ej = plan_cp_held(&span, 0, E);   /* the encoder rows rank j holds */
-                for (int r = 0; !rc && r < span.n; r++) {
-                    long lo = a > span.lo[r] ? a : span.lo[r], hi = b < span.hi[r] ? b : span.hi[r];
-                    if (lo >= hi) continue;
-                    plan_coord lc = { .dp = d, .tp = t, .sp = j, .pp = 0 };   /* the LLM's first stage */
-                    plan_segment sg = { .enc_rank = plan_coord_rank(p, k, ec), .enc_tp = ec->tp,
-                                        .llm_rank = plan_coord_rank(p, L, &lc), .llm_tp = t, .rows = (int)(hi - lo),
-                                        .enc_off = enc_off + (int)((long)i * R + lo - off - g0),
-                                        .llm_off = (int)((long)(i - f) * Ej + plan_cp_local(&span, (int)lo)) };
-                    rc = seg_append(l, sg, err);
-                }
+            a -= (long)i * R;   /* the sample's rows */
+            b -= (long)i * R;
+            if (!o->raster) {
+                rc = route_positions(&rt, i, off + a, off + b, a, 0, err);
+                continue;
+            }
+            for (long im = a / o->per_image; !rc && im * o->per_image < b; im++) {
+                long lo = im * o->per_image > a ? im * o->per_image : a, hi = (im + 1) * o->per_image < b ? (im + 1) * o->per_image : b;
+                rc = route_image(&rt, o, i, off, (int)im, (int)(lo - im * o->per_image), (int)(hi - im * o->per_image), err);
             }
         }
     }
@@ -126,7 +251,8 @@ int plan_handoff(const plan_t *p, int k, int c, plan_segment **segs, int *n_out,
     const plan_module *e = &p->mod[k];
     int R = plan_rows_per_sample(p, k);
     seg_list l = { 0 };
-    int rc = UTIL_OK;
+    row_order o;
+    int rc = row_order_of(p, k, &o, err);
     for (int i = 0; !rc && i < e->dp; i++) {
         int f, n;
         plan_chunk_share(p, k, c, i, &f, &n);
@@ -138,11 +264,12 @@ int plan_handoff(const plan_t *p, int k, int c, plan_segment **segs, int *n_out,
                     int uf, un;
                     plan_micro_range(e, f, n, u, &uf, &un);
                     int rows = un * R / e->sp;
-                    rc = route_rows(p, k, c, &ec, uf * R + j * rows, rows, off, &l, err);
+                    rc = route_rows(p, k, c, &ec, uf * R + j * rows, rows, off, &o, &l, err);
                     off += rows;
                 }
             }
     }
+    util_free(o.raster);
     if (rc) { util_free(l.v); return rc; }
     qsort(l.v, (size_t)l.n, sizeof *l.v, segment_order);
     *segs = l.v;

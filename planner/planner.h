@@ -744,8 +744,15 @@ const char *plan_op_name(plan_op_kind k);
  * Transfer ops name the encoder in plan_op.module; their message tags are
  * plan_handoff_tag(k, c, grad). *segs is freed with util_free. */
 /* Encoder tp ranks hold the same rows: activations go from enc_tp == 0 to
- * every llm_tp; gradients from llm_tp == 0 to every enc_tp. */
-typedef struct { int enc_rank, enc_tp, llm_rank, llm_tp, rows, enc_off, llm_off; } plan_segment;
+ * every llm_tp; gradients from llm_tp == 0 to every enc_tp.
+ * block > 0: the rows are consecutive blocks of `block` rows, each a band of
+ * whole window rows of an image, in the encoder's stored order on its side
+ * and in raster order on the LLM's (the LLM side moves row j of a block to
+ * row raster[j] of it, plan_handoff_block_order; models/geometry.c). */
+typedef struct { int enc_rank, enc_tp, llm_rank, llm_tp, rows, enc_off, llm_off, block; } plan_segment;
+/* raster[j] for j < block: where stored row j of a hand-off block of encoder
+ * k sits in the LLM's (raster) order of the block. */
+int plan_handoff_block_order(const plan_t *p, int k, int block, int *raster, char *err);
 int plan_handoff(const plan_t *p, int k, int c, plan_segment **segs, int *n, char *err);
 int plan_handoff_tag(int k, int c, bool grad);
 /* The next message rank sends (sending) or receives in direction grad among

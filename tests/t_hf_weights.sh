@@ -37,6 +37,16 @@ else fail hf_init_from_tp2_zero3 "$(tail -c 300 "$T/run.out")"; fi
 if "$DHP" export-weights "$T/ck" -o "$T/exp" --plan "$T/p2.json" >"$T/exp.out" 2>&1 &&
    r=$("$PY" "$HERE/ref/hf_compare.py" "$O/cli" "$T/exp" 2>&1); then echo "# $r"; ok hf_export_round_trip
 else fail hf_export_round_trip "$(cat "$T/exp.out") ${r:-}"; fi
+# the special token ids the source config names come back (dhp import keeps them in the model's "tokens")
+if r=$(/usr/bin/python3 - "$O/cli/config.json" "$T/exp/config.json" 2>&1 <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+keys = ["image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"]
+bad = [k for k in keys if a.get(k) is None or a.get(k) != b.get(k)]
+if bad: sys.exit(f"differ: {[(k, a.get(k), b.get(k)) for k in bad]}")
+print(" ".join(f"{k} {b[k]}" for k in keys))
+PY
+); then echo "# exported $r"; ok hf_export_keeps_special_tokens; else fail hf_export_keeps_special_tokens "$r"; fi
 # a trained checkpoint exports too, and transformers loads it
 if timeout 300 "$DHP" run "$T/p1.json" --data "$T/data" --init-from "$O/cli" --steps 2 --ckpt "$T/ck1" --no-progress \
         >"$T/run1.out" 2>&1 && "$DHP" export-weights "$T/ck1/step-00000002" -o "$T/exp1" --model "$T/m.json" >/dev/null 2>&1 &&

@@ -210,6 +210,21 @@ for m in tiny-omni tiny-audio "$T/frozen_audio.model.json"; do
         plan frozen_audio_col colocated "vision:dp=2,zero=3;audio:dp=2,zero=3;llm:pp=2,zero=1" --gpus 2 && check_plan frozen_audio_col $r;;
     esac
 done
+# Window attention (tiny-vl-window: an 8 x 8-patch image is 2 x 2 windows of
+# 2 x 2 merge groups): the merged tokens leave the vision encoder in window
+# order and reach the LLM in raster order (Qwen2.5-VL's reverse_indices; the
+# hand-off moves whole window rows as blocks, planner/handoff.c, and the rest
+# as row runs): the vision encoder's sequence split cuts the images in whole
+# window rows (disaggregated, Ulysses LLM) and mid-window-row (colocated, ring
+# attention over tp 2 x sp 2 with 2 kv heads).
+"$DHP" data synth --out "$T/wdata" --samples 64 --window 16 >/dev/null || fail run_window_data "dhp data synth --window 16 failed"
+SETUP=$SETUP_VL
+export DATA="$T/wdata" MODEL=tiny-vl-window
+if plan ref_window colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_window; then
+    losses "$T/ref_window.log" >"$T/ref_window.losses"
+    plan window_dis disaggregated "vision:gpus=2,sp=2;llm:gpus=2,sp=2" --n-micro 2 && check_plan window_dis ref_window
+    plan window_col_ring colocated "vision:sp=4;llm:sp=2,tp=2,seqpar=1" --gpus 4 && check_plan window_col_ring ref_window
+else fail run_reference_ref_window "$(tail -c 300 "$T/ref_window.err")"; fi
 # LLaVA (tiny-llava: a CLIP tower, its class row in every image's 17 rows and
 # dropped before the projector, feeding a Llama LLM) on 16 px images of
 # unmerged 4 px patches: tensor and data parallelism, ZeRO, a pipelined tower
@@ -226,6 +241,9 @@ if plan ref_llava colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_llava; 
 else fail run_reference_ref_llava "$(tail -c 300 "$T/ref_llava.err")"; fi
 expect_err run_llava_refuses_vision_sp 'vision: sp 2: a tower with a class row per image runs without sequence parallelism' \
     "$DHP" plan $SETUP --model tiny-llava --placement colocated --strategy "vision:sp=2;llm:dp=2" --gpus 2 -o "$T/x.json"
+export DATA="$T/adata"
+unset MODEL
+SETUP="$SETUP_VL --audio-frames 32"
 # memory: what `dhp simulate` predicts per rank and category is what the run allocated (parameters, gradients,
 # optimizer, hand-off and pipeline buffers, ZeRO buffers to the byte; activations within 0.1%: the
 # executor's few sequence-offset integers per slot, as for vision-only plans)

@@ -370,7 +370,7 @@ TEST(executor_patch_positions_follow_window_and_merge_order)
     tiny_vl(&m, true);
     int rows[64], cols[64];
     char err[UTIL_ERR_LEN];
-    CHECK_OK(ex_patch_positions(&m.mod[0], 8, 8, rows, cols, err));
+    CHECK_OK(model_patch_order(&m.mod[0], 8, 8, rows, cols, err));
     /* First merge group is the top-left 2x2 in raster order. */
     CHECK(rows[0] == 0 && cols[0] == 0 && rows[1] == 0 && cols[1] == 1 && rows[2] == 1 && cols[2] == 0 && rows[3] == 1 && cols[3] == 1);
     /* Second merge group is the next 2x2 to the right inside the first 4x4 window. */
@@ -383,7 +383,7 @@ TEST(executor_patch_positions_follow_window_and_merge_order)
         CHECK_MSG(rows[i] / 2 == rows[g * 4] / 2 && cols[i] / 2 == cols[g * 4] / 2, "patch %d outside merge group %d", i, g);
     }
     for (int i = 0; i < 64; i++) CHECK_EQ_INT(seen[i], 1);
-    CHECK_EQ_INT(ex_patch_positions(&m.mod[0], 8, 6, rows, cols, err), UTIL_EINVAL);
+    CHECK_EQ_INT(model_patch_order(&m.mod[0], 8, 6, rows, cols, err), UTIL_EINVAL);
     CHECK(strstr(err, "grid 8x6") != NULL);
 }
 
@@ -530,7 +530,8 @@ static bool same_buffer(ex_model *a, ex_model *b, int module, ex_buffer_kind k)
 }
 
 /* The encoder and the LLM on separate instances (as on separate rank groups),
- * joined by ex_vision_forward / ex_llm_forward_backward / ex_vision_backward,
+ * joined by ex_vision_forward / ex_encoder_rows_to_llm / ex_llm_forward_backward /
+ * ex_encoder_rows_from_llm / ex_vision_backward,
  * give exactly the whole-model step: same loss, same gradients. */
 TEST(executor_split_modules_reproduce_the_whole_step)
 {
@@ -547,9 +548,16 @@ TEST(executor_split_modules_reproduce_the_whole_step)
     if (!rc) rc = ex_model_create_modules(&m, 5, 1u << 0, &vis, err);
     if (!rc) rc = ex_model_create_modules(&m, 5, 1u << 1, &llm, err);
     if (!rc) rc = ex_step_forward_backward(whole, &tb.b, &lw, err);
+    float *enc = NULL, *dv = NULL;
     if (!rc) rc = ex_vision_forward(vis, &tb.b, &vout, &rows, err);
-    if (!rc) rc = ex_llm_forward_backward(llm, &tb.b, vout, true, &ls, &dvis, err);
-    if (!rc) rc = ex_vision_backward(vis, &tb.b, dvis, err);
+    size_t nrow = (size_t)rows * m.mod[m.llm].hidden;
+    if (!rc && (!(enc = malloc(nrow * sizeof *enc)) || !(dv = malloc(nrow * sizeof *dv)))) rc = UTIL_ENOMEM;
+    if (!rc) rc = ex_encoder_rows_to_llm(vis, &tb.b, (const float *const[2]){ vout, NULL }, enc, err);
+    if (!rc) rc = ex_llm_forward_backward(llm, &tb.b, enc, true, &ls, &dvis, err);
+    if (!rc) rc = ex_encoder_rows_from_llm(vis, &tb.b, dvis, (float *const[2]){ dv, NULL }, err);
+    if (!rc) rc = ex_vision_backward(vis, &tb.b, dv, err);
+    free(enc);
+    free(dv);
     bool same = !rc && lw == ls && same_buffer(whole, vis, 0, EX_BUF_GRADS) && same_buffer(whole, llm, 1, EX_BUF_GRADS) &&
                 same_buffer(whole, vis, 0, EX_BUF_PARAMS) && same_buffer(whole, llm, 1, EX_BUF_PARAMS);
     float *p;

@@ -126,10 +126,6 @@ static void oracle_case(const char *sub, const char *prefix)
     if (!rc) rc = compare_grads(em, &m, path, NULL, worst, sizeof worst, &gerr, err);
     printf("hf_oracle %s: dhp loss %.9g, transformers %.9g (diff %.3g); gradients: worst %s, max |diff| / max |grad| %.3g\n",
            sub, (double)loss, ref_loss, fabs(loss - ref_loss), worst, gerr);
-    const cJSON *raster = cJSON_GetObjectItemCaseSensitive(b, "loss_raster_order");
-    if (raster)
-        printf("hf_oracle %s: transformers with the image tokens in its raster order: loss %.9g (dhp's window order differs by %.3g)\n",
-               sub, raster->valuedouble, fabs(loss - raster->valuedouble));
     ex_model_free(em);
     cJSON_Delete(b);
     util_free(cfg); util_free(bj); util_free(pixels); util_free(tokens);
@@ -142,8 +138,8 @@ static void oracle_case(const char *sub, const char *prefix)
 TEST_DRIVEN(hf_oracle_qwen2_5_vl) { oracle_case("model", ""); }
 /* the same weights in the shards save_pretrained writes with model.safetensors.index.json */
 TEST_DRIVEN(hf_oracle_qwen2_5_vl_sharded) { oracle_case("sharded", ""); }
-/* window attention (4 windows an image, layer 1 full): transformers' modules
- * with the image tokens in dhp's window order (see tests/ref/hf_oracle.py) */
+/* window attention (4 windows an image, layer 1 full): the true model, which
+ * hands the merged tokens to the LLM in raster order (tests/ref/hf_oracle.py) */
 TEST_DRIVEN(hf_oracle_qwen2_5_vl_windows) { oracle_case("window", "window_"); }
 
 /* LLaVA: the CLIP tower read at layer -2 with the class row dropped, the
@@ -203,5 +199,50 @@ TEST_DRIVEN(hf_oracle_qwen2_audio_encoder)
     CHECK_MSG(positions_frozen, "transformers freezes other audio tensors than embed_positions");
     CHECK_MSG(shape, "dhp's %d rows x %zu do not match transformers' %zu bytes", rows, width, n_out);
     CHECK_MSG(oerr / omax <= 1e-5, "output differs from transformers' by %.3g of its largest entry", oerr / omax);
+    CHECK_MSG(gerr <= 1e-4, "gradient of %s differs from transformers' by %.3g of its largest entry", worst, gerr);
+}
+
+/* The whole tiny Qwen2-Audio against transformers' loss: each sample's clip
+ * (its pooled rows where the processor puts the expanded audio tokens), then
+ * its text; dhp's loss and every parameter's gradient on the same batch. */
+TEST_DRIVEN(hf_oracle_qwen2_audio)
+{
+    const char *dir = getenv("DHP_HF_ORACLE_DIR");
+    if (!dir) { test_skip("driven by tests/t_hf_oracle.sh (needs DHP_HF_ORACLE_DIR)"); return; }
+    char err[UTIL_ERR_LEN] = "", path[600];
+    size_t n;
+    snprintf(path, sizeof path, "%s/audio", dir);
+    char *cfg = test_read_all(path, "config.json", &n), *bj = test_read_all(dir, "audio_llm_batch.json", &n);
+    float *mel = test_read_all(dir, "audio_llm_mel.bin", &n);
+    int32_t *tokens = test_read_all(dir, "audio_llm_tokens.bin", &n);
+    CHECK(cfg && bj && mel && tokens);
+    model_t m;
+    CHECK_OK(model_import_hf(cfg, "config.json", &m, err));
+    cJSON *b = cJSON_Parse(bj);
+    CHECK(b != NULL);
+    int B = json_int(b, "batch"), aps[8];
+    for (int s = 0; s < B && s < 8; s++) aps[s] = 1;
+    ex_batch batch = { .n_audio = B, .mel_frames = json_int(b, "mel_frames"), .mel = mel, .audio_per_sample = aps,
+                       .batch = B, .text_tokens = json_int(b, "text_tokens"), .tokens = tokens };
+    double ref_loss = cJSON_GetObjectItemCaseSensitive(b, "loss")->valuedouble;
+    int want_rows = json_int(b, "audio_rows");
+    ex_model *em;
+    CHECK_OK(ex_model_create(&m, 1, &em, err));
+    int rc = load_all(em, &m, path, false, err);
+    float loss = 0;
+    if (!rc) rc = ex_step_forward_backward(em, &batch, &loss, err);
+    int rows = rc ? -1 : ex_audio_rows_per_clip(em, &batch);
+    snprintf(path, sizeof path, "%s/audio_llm_grads", dir);
+    char worst[200] = "";
+    double gerr = 1;
+    if (!rc) rc = compare_grads(em, &m, path, NULL, worst, sizeof worst, &gerr, err);
+    printf("hf_oracle audio+llm: dhp loss %.9g, transformers %.9g (diff %.3g); gradients: worst %s, max |diff| / max |grad| %.3g\n",
+           (double)loss, ref_loss, fabs(loss - ref_loss), worst, gerr);
+    ex_model_free(em);
+    cJSON_Delete(b);
+    util_free(cfg); util_free(bj); util_free(mel); util_free(tokens);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK_EQ_INT(rows, want_rows);
+    CHECK_MSG(fabs(loss - ref_loss) <= 2e-5 * fabs(ref_loss), "loss %.9g vs transformers %.9g", (double)loss, ref_loss);
     CHECK_MSG(gerr <= 1e-4, "gradient of %s differs from transformers' by %.3g of its largest entry", worst, gerr);
 }

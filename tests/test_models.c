@@ -423,3 +423,50 @@ TEST(models_extreme_values_never_crash)
         cJSON_Delete(root);
     }
 }
+
+/* Special token ids: kept through a file, each below the vocabulary's rows. */
+TEST(models_tokens_round_trip_and_bad_ids)
+{
+    char err[UTIL_ERR_LEN];
+    char *s = variant("\"name\": \"t\",", "\"name\": \"t\", \"tokens\": {\"image\": 259, \"audio\": 263},");
+    model_t m, back;
+    CHECK_OK(model_parse_json(s, "x.json", &m, err));
+    free(s);
+    CHECK_EQ_INT(m.tokens[MODEL_TOK_IMAGE], 259);
+    CHECK_EQ_INT(m.tokens[MODEL_TOK_AUDIO], 263);
+    CHECK_EQ_INT(m.tokens[MODEL_TOK_VIDEO], -1);
+    cJSON *j = model_to_json(&m);
+    CHECK_OK(model_from_json(j, "y.json", &back, err));
+    cJSON_Delete(j);
+    for (int t = 0; t < MODEL_NTOKENS; t++) CHECK_EQ_INT(back.tokens[t], m.tokens[t]);
+    CHECK_MSG(strcmp(model_token_name(MODEL_TOK_VISION_START), "vision_start") == 0, "%s", model_token_name(MODEL_TOK_VISION_START));
+    CHECK_BAD("\"name\": \"t\",", "\"name\": \"t\", \"tokens\": {\"image\": 272},", "tokens.image: 272 is outside the llm's 272 embedding rows");
+    CHECK_BAD("\"name\": \"t\",", "\"name\": \"t\", \"tokens\": {\"picture\": 1},", "tokens.picture: unknown token");
+    CHECK_BAD("\"name\": \"t\",", "\"name\": \"t\", \"tokens\": {\"image\": -1},", "tokens.image: must be a non-negative integer");
+    CHECK_BAD("\"name\": \"t\",", "\"name\": \"t\", \"tokens\": [1],", "tokens: must be an object");
+}
+
+/* An imported config's special tokens, and the model's name from its directory. */
+TEST(models_import_hf_keeps_tokens_and_names_by_directory)
+{
+    char err[UTIL_ERR_LEN];
+    const char *cfg = "{\"model_type\": \"qwen2\", \"vocab_size\": 300, \"hidden_size\": 64, \"intermediate_size\": 128,"
+                      " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+                      " \"image_token_id\": 290, \"audio_token_index\": 291}";
+    model_t m;
+    CHECK_OK(model_import_hf(cfg, "/models/My-Model-7B/config.json", &m, err));
+    CHECK_MSG(strcmp(m.name, "My-Model-7B") == 0, "name %s", m.name);
+    CHECK_EQ_INT(m.tokens[MODEL_TOK_IMAGE], 290);
+    CHECK_EQ_INT(m.tokens[MODEL_TOK_AUDIO], 291);
+    CHECK_EQ_INT(m.tokens[MODEL_TOK_VISION_END], -1);
+    CHECK_OK(model_import_hf(cfg, "config.json", &m, err));
+    CHECK_MSG(strcmp(m.name, "qwen2") == 0, "name %s", m.name);
+    CHECK_OK(model_import_hf(cfg, "https://example.org/resolve/main/config.json", &m, err));
+    CHECK_MSG(strcmp(m.name, "qwen2") == 0, "name %s", m.name);
+    CHECK_OK(model_import_hf(cfg, "/x/llama-3.json", &m, err));
+    CHECK_MSG(strcmp(m.name, "llama-3") == 0, "name %s", m.name);
+    const char *bad = "{\"model_type\": \"qwen2\", \"vocab_size\": 300, \"hidden_size\": 64, \"intermediate_size\": 128,"
+                      " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"image_token_id\": \"x\"}";
+    CHECK_EQ_INT(model_import_hf(bad, "c.json", &m, err), UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "image_token_id: must be a non-negative integer") != NULL, "%s", err);
+}

@@ -51,7 +51,7 @@ def main():
         pairs = [("text_config", k) for k in text] + [("vision_config", k) for k in (
             "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_channels",
             "image_size", "patch_size", "hidden_act")] + [(None, k) for k in (
-            "vision_feature_layer", "vision_feature_select_strategy", "projector_hidden_act")]
+            "vision_feature_layer", "vision_feature_select_strategy", "projector_hidden_act", "image_token_index")]
     else:
         pairs = [(None, k) for k in text] + [(None, "rope_scaling")] + [("vision_config", k) for k in (
             "depth", "hidden_size", "intermediate_size", "num_heads", "in_channels", "patch_size",

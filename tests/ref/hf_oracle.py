@@ -17,8 +17,10 @@ and biases are not their initial 1 and 0), and writes:
   DIR/audio/, DIR/audio_*       a tiny Qwen2-Audio (Qwen2AudioForConditionalGeneration):
                        its audio tower + projector's output on 3 clips of 16
                        log-mel frames (audio_out.bin), and the gradients of
-                       sum(output * audio_dout.bin) (dhp's executor does not
-                       feed audio rows to the LLM yet, so the encoder alone)
+                       sum(output * audio_dout.bin)
+  DIR/audio_llm_*      the same model's whole loss (audio tower, projector, the
+                       Qwen2 LLM) on 2 samples of one clip and 10 text tokens
+                       each, and every parameter's gradient
   DIR/window/, DIR/window_*     a model with window attention (4 windows of 2 x 2
                        merged tokens an image, layer 1 full) and its batch: see
                        main() for what its reference is
@@ -94,23 +96,20 @@ def main():
     model.save_pretrained(f"{out}/sharded", safe_serialization=True, max_shard_size="40KB")
 
     batch = make_batch(model)
-    loss = forward_backward(model, batch, False)
+    loss = forward_backward(model, batch)
     write_case(out, "", model, batch, loss, {"loss": loss})
     print(f"transformers loss {loss:.9g}")
 
-    # Window attention over 4 windows of 2 x 2 merged tokens per image.
-    # transformers hands the merged tokens to the LLM in raster order, dhp in
-    # window order; the reference for dhp is transformers' own modules with
-    # the image tokens (embeddings and M-RoPE positions) taken in window
-    # order; the true model's loss is recorded beside it.
+    # Window attention over 4 windows of 2 x 2 merged tokens per image: the
+    # true model (its vision tower reorders the patches into windows and the
+    # merged tokens back to raster order before the LLM; dhp stores the
+    # patches in window order and puts the tokens back in the hand-off).
     model = random_model(2, window_px=16)
     model.save_pretrained(f"{out}/window", safe_serialization=True)
     batch = make_batch(model)
-    raster = forward_backward(model, batch, False)
-    model.zero_grad()
-    loss = forward_backward(model, batch, True)
-    write_case(out, "window_", model, batch, loss, {"loss": loss, "loss_raster_order": raster})
-    print(f"transformers window loss {raster:.9g}, with the image tokens in window order {loss:.9g}")
+    loss = forward_backward(model, batch)
+    write_case(out, "window_", model, batch, loss, {"loss": loss})
+    print(f"transformers window loss {loss:.9g}")
     audio_case(out)
     llava_case(out)
 
@@ -204,6 +203,32 @@ def audio_case(out, clips=3, frames=16, mel=16):
     with open(f"{out}/audio_batch.json", "w") as f:
         json.dump({"n_audio": clips, "mel_frames": frames, "rows": y.shape[0] * y.shape[1], "width": y.shape[2],
                    "frozen": frozen}, f)
+    audio_llm_case(out, model, frames, mel)
+
+
+def audio_llm_case(out, model, frames, mel):
+    """The whole model: each sample is its clip's pooled rows (the audio
+    tokens, already expanded as Qwen2AudioProcessor expands them), then its
+    text; labels -100 on the audio tokens and the first text token."""
+    model.zero_grad()
+    features = torch.randn(BATCH, mel, frames)
+    rows = model.audio_tower._get_feat_extract_output_lengths(torch.tensor([frames]))[1].item()
+    text = torch.randint(0, 256, (BATCH, TEXT))
+    ids = torch.cat([torch.full((BATCH, rows), VIDEO), text], 1)
+    labels = ids.clone()
+    labels[:, :rows + 1] = -100
+    res = model(input_ids=ids, input_features=features, feature_attention_mask=torch.ones(BATCH, frames, dtype=torch.long),
+                labels=labels)
+    res.loss.backward()
+    os.makedirs(f"{out}/audio_llm_grads", exist_ok=True)
+    save_file({n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().contiguous()
+               for n, p in model.named_parameters()}, f"{out}/audio_llm_grads/model.safetensors", metadata={"format": "pt"})
+    features.transpose(1, 2).contiguous().numpy().astype(np.float32).tofile(f"{out}/audio_llm_mel.bin")
+    text.numpy().astype(np.int32).tofile(f"{out}/audio_llm_tokens.bin")
+    with open(f"{out}/audio_llm_batch.json", "w") as f:
+        json.dump({"batch": BATCH, "text_tokens": TEXT, "mel_frames": frames, "audio_rows": rows,
+                   "loss": res.loss.item()}, f)
+    print(f"transformers audio loss {res.loss.item():.9g}")
 
 
 MERGED = GRID * GRID // 4
@@ -224,21 +249,10 @@ def make_batch(model):
             "labels": labels, "window_index": torch.as_tensor(widx)}
 
 
-def forward_backward(model, b, window_order):
+def forward_backward(model, b):
     model.train()
-    if not window_order:
-        res = model(input_ids=b["ids"], pixel_values=b["pixels"], image_grid_thw=b["grid_thw"],
-                    position_ids=b["pos"], labels=b["labels"])
-    else:
-        w = b["window_index"]
-        image = model.visual(b["pixels"], grid_thw=b["grid_thw"])[w]
-        emb = model.model.embed_tokens(b["ids"])
-        emb = emb.masked_scatter((b["ids"] == IMAGE).unsqueeze(-1).expand_as(emb), image)
-        pos = b["pos"].clone()
-        for s in range(BATCH):
-            local = w[s * MERGED:(s + 1) * MERGED] - s * MERGED
-            pos[:, s, :MERGED] = b["pos"][:, s, :MERGED][:, local]
-        res = model(inputs_embeds=emb, position_ids=pos, labels=b["labels"])
+    res = model(input_ids=b["ids"], pixel_values=b["pixels"], image_grid_thw=b["grid_thw"],
+                position_ids=b["pos"], labels=b["labels"])
     res.loss.backward()
     return res.loss.item()
 

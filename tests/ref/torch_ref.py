@@ -15,7 +15,7 @@ PyTorch independently of the C code, in float64, and writes:
 Model: Qwen2.5-VL style (transformers models/qwen2_5_vl/modeling_qwen2_5_vl.py):
 vision patch linear, pre-norm blocks (RMSNorm, attention with 2-D rotary,
 SwiGLU), full or window attention, merger RMSNorm -> concat merge^2 ->
-Linear -> GELU(erf) -> Linear; LLM with 1-D rotary, GQA causal attention,
+Linear -> GELU(erf) -> Linear, merged tokens back to raster order; LLM with 1-D rotary, GQA causal attention,
 SwiGLU, final RMSNorm, LM head, cross-entropy on next text tokens. With
 batch.loss_mask ([batch * text_tokens], null = none) only positions t with
 mask[t] != 0 count (t = text_tokens - 1 never does) and the loss is their
@@ -127,7 +127,14 @@ def vision_forward(P, vm, b, pixels):
         is_win = W > 0 and l not in vm["full_layers"]
         x = block(P, f"vision.blocks.{l}.", x, cos, sin, win if is_win else full, False, vm)
     x = rmsnorm(x, P["vision.merger.norm.weight"]).reshape(-1, vm["proj_in"])
-    return linear(F.gelu(linear(x, P, "vision.merger.fc1")), P, "vision.merger.fc2")
+    y = linear(F.gelu(linear(x, P, "vision.merger.fc1")), P, "vision.merger.fc2")
+    # back to raster order, as Qwen2.5-VL's vision tower returns its tokens
+    # (hidden_states[reverse_indices]): merged token j sits at (row, col) of
+    # its group's first patch, divided by the merge
+    m2 = vm["merge"] ** 2
+    raster = (rows[::m2] // vm["merge"]) * (gw // vm["merge"]) + cols[::m2] // vm["merge"]
+    inverse = torch.argsort(raster)
+    return y.reshape(nimg, -1, y.shape[-1])[:, inverse].reshape(y.shape)
 
 
 def llm_forward(P, lm, b, tokens, vout):

@@ -1,0 +1,365 @@
+/* dhp profile: the fits (alpha-beta of the collectives, the attention and
+ * GEMM efficiency curves) and the derivation of the cost-model fields from a
+ * profile's measurements, either backend (costdb/profile.c, profile_cuda.c).
+ * The rules are in costdb/SCHEMA.md ("Measured files"). */
+#include "costdb/costdb.h"
+#include "costdb/profile_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- fitting ---- */
+
+int cost_profile_fit_alpha_beta(const double *a, const double *x, const double *t, int n,
+                                double *alpha, double *beta, double *rms_rel, char *err)
+{
+    double saa = 0, sax = 0, sxx = 0, sat = 0, sxt = 0;
+    int used = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(t[i] > 0) || !(a[i] >= 0) || !(x[i] >= 0) || !isfinite(t[i] + a[i] + x[i])) continue;
+        double w = 1.0 / (t[i] * t[i]);
+        saa += w * a[i] * a[i];
+        sax += w * a[i] * x[i];
+        sxx += w * x[i] * x[i];
+        sat += w * a[i] * t[i];
+        sxt += w * x[i] * t[i];
+        used++;
+    }
+    if (used < 2) return util_fail(err, UTIL_EINVAL, "alpha-beta fit: needs 2 usable points (got %d)", used);
+    if (!(sxx > 0)) return util_fail(err, UTIL_EINVAL, "alpha-beta fit: every point moves 0 bytes");
+    double det = saa * sxx - sax * sax, al, be;
+    if (det > 1e-12 * saa * sxx) {
+        al = (sat * sxx - sxt * sax) / det;
+        be = (saa * sxt - sax * sat) / det;
+    } else if (saa == 0) {
+        al = 0;
+        be = sxt / sxx;
+    } else {
+        return util_fail(err, UTIL_EINVAL, "alpha-beta fit: latency steps and bytes are proportional; alpha and beta cannot be told apart");
+    }
+    if (al < 0) { al = 0; be = sxt / sxx; }
+    if (!(be > 0) || !isfinite(be))
+        return util_fail(err, UTIL_EINVAL, "alpha-beta fit: the bandwidth term is not positive (%g s/B)", be);
+    if (rms_rel) {
+        double ss = 0;
+        for (int i = 0; i < n; i++) {
+            if (!(t[i] > 0) || !(a[i] >= 0) || !(x[i] >= 0) || !isfinite(t[i] + a[i] + x[i])) continue;
+            double r = (al * a[i] + be * x[i] - t[i]) / t[i];
+            ss += r * r;
+        }
+        *rms_rel = sqrt(ss / used);
+    }
+    *alpha = al;
+    *beta = be;
+    return UTIL_OK;
+}
+
+/* Solves the k x k normal equations a x = b (row-major, symmetric, k <= 5)
+ * by Gaussian elimination with partial pivoting, rows and columns first scaled
+ * to a unit diagonal (the unknowns differ by orders of magnitude); false when
+ * it is singular, a pivot lost to rounding (below 1e-10 after scaling) too. */
+static bool solve_small(double *a, double *b, int k, double *x)
+{
+    double d[5];
+    if (k > 5) return false;
+    for (int i = 0; i < k; i++) {
+        if (!(a[i * k + i] > 0)) return false;
+        d[i] = sqrt(a[i * k + i]);
+    }
+    for (int i = 0; i < k; i++) {
+        b[i] /= d[i];
+        for (int j = 0; j < k; j++) a[i * k + j] /= d[i] * d[j];
+    }
+    const double tiny = 1e-10;
+    for (int c = 0; c < k; c++) {
+        int piv = c;
+        for (int r = c + 1; r < k; r++) if (fabs(a[r * k + c]) > fabs(a[piv * k + c])) piv = r;
+        if (!(fabs(a[piv * k + c]) > tiny)) return false;
+        for (int j = 0; j < k; j++) { double t = a[c * k + j]; a[c * k + j] = a[piv * k + j]; a[piv * k + j] = t; }
+        double t = b[c]; b[c] = b[piv]; b[piv] = t;
+        for (int r = c + 1; r < k; r++) {
+            double f = a[r * k + c] / a[c * k + c];
+            for (int j = c; j < k; j++) a[r * k + j] -= f * a[c * k + j];
+            b[r] -= f * b[c];
+        }
+    }
+    for (int c = k - 1; c >= 0; c--) {
+        double s = b[c];
+        for (int j = c + 1; j < k; j++) s -= a[c * k + j] * x[j];
+        x[c] = s / a[c * k + c];
+    }
+    for (int c = 0; c < k; c++) x[c] /= d[c];
+    return true;
+}
+
+/* The attention fit's unknowns: fwd and bwd seconds per score, seconds per
+ * FLOP, fwd and bwd seconds per row (query row x head). */
+enum { ATT_SCORE, ATT_BWD_SCORE, ATT_FLOP, ATT_ROW, ATT_BWD_ROW, ATT_N };
+
+double cost_prof_attn_scores(const cost_profile_attn *a)
+{
+    return (double)a->seq * cost_attention_mean_span(a->seq, a->causal) * a->heads;
+}
+
+double cost_prof_attn_fwd_flops(const cost_profile_attn *a) { return 4.0 * a->head_dim * cost_prof_attn_scores(a); }
+
+static void attn_rows(const cost_profile_attn *a, bool bwd, double *row, double *t)
+{
+    double scores = cost_prof_attn_scores(a), flops = cost_prof_attn_fwd_flops(a), rows = (double)a->seq * a->heads;
+    row[ATT_SCORE] = bwd ? 0 : scores;
+    row[ATT_BWD_SCORE] = bwd ? scores : 0;
+    row[ATT_FLOP] = bwd ? COST_ATTN_BWD_FLOPS * flops : flops;
+    row[ATT_ROW] = bwd ? 0 : rows;
+    row[ATT_BWD_ROW] = bwd ? rows : 0;
+    *t = bwd ? a->bwd_s : a->fwd_s;
+}
+
+/* Least squares in relative error over the free unknowns (fixed ones keep x[j]). */
+static bool attn_solve(const cost_profile_attn *a, int n, const bool *free_, double *x)
+{
+    double ata[ATT_N * ATT_N] = {0}, atb[ATT_N] = {0}, y[ATT_N] = {0};
+    int idx[ATT_N], k = 0;
+    for (int j = 0; j < ATT_N; j++) if (free_[j]) idx[k++] = j;
+    if (k == 0) return true;
+    for (int i = 0; i < 2 * n; i++) {
+        double row[ATT_N], t;
+        attn_rows(&a[i / 2], i % 2, row, &t);
+        if (!(t > 0)) continue;
+        double rhs = 1.0;
+        for (int j = 0; j < ATT_N; j++) { row[j] /= t; if (!free_[j]) rhs -= row[j] * x[j]; }
+        for (int p = 0; p < k; p++) {
+            atb[p] += row[idx[p]] * rhs;
+            for (int q = 0; q < k; q++) ata[p * k + q] += row[idx[p]] * row[idx[q]];
+        }
+    }
+    if (!solve_small(ata, atb, k, y)) return false;
+    for (int p = 0; p < k; p++) x[idx[p]] = y[p];
+    return true;
+}
+
+/* Solves with the free unknowns, pinning a negative overhead (at 0) or a
+ * FLOP cost above the peak rate (at 1 / peak), noise either way, and refitting the rest. */
+static bool attn_fit_pinned(const cost_profile_attn *a, int n, double peak_flops, bool *free_, double *x)
+{
+    bool ok = attn_solve(a, n, free_, x);
+    for (int pass = 0; ok && pass < ATT_N; pass++) {
+        bool changed = false;
+        if (free_[ATT_FLOP] && x[ATT_FLOP] < 1.0 / peak_flops) { x[ATT_FLOP] = 1.0 / peak_flops; free_[ATT_FLOP] = false; changed = true; }
+        for (int j = 0; j < ATT_N; j++)
+            if (j != ATT_FLOP && free_[j] && x[j] < 0) { x[j] = 0; free_[j] = false; changed = true; }
+        if (!changed) break;
+        ok = attn_solve(a, n, free_, x);
+    }
+    return ok;
+}
+
+int cost_profile_fit_attention(const cost_profile_attn *a, int n, double peak_flops, cost_attn_fit *out, char *err)
+{
+    if (n < 2) return util_fail(err, UTIL_EINVAL, "attention fit: needs 2 shapes (got %d)", n);
+    if (!(peak_flops > 0)) return util_fail(err, UTIL_EINVAL, "attention fit: peak_flops must be > 0");
+    double x[ATT_N] = {0};
+    bool free_[ATT_N] = {true, true, true, true, true};
+    bool ok = attn_fit_pinned(a, n, peak_flops, free_, x);
+    if (!ok) {   /* shapes of one span cannot tell a row's cost from its keys': without the row terms */
+        bool no_rows[ATT_N] = {true, true, true, false, false};
+        memset(x, 0, sizeof x);
+        ok = attn_fit_pinned(a, n, peak_flops, no_rows, x);
+    }
+    if (!ok) return util_fail(err, UTIL_EINVAL, "attention fit: the shapes do not separate per-score and per-FLOP cost");
+    double ss = 0;
+    for (int i = 0; i < 2 * n; i++) {
+        double row[ATT_N], t, m = 0;
+        attn_rows(&a[i / 2], i % 2, row, &t);
+        for (int j = 0; j < ATT_N; j++) m += row[j] * x[j];
+        ss += (m - t) * (m - t) / (t * t);
+    }
+    out->score_s = x[ATT_SCORE];
+    out->bwd_score_s = x[ATT_BWD_SCORE];
+    out->row_s = x[ATT_ROW];
+    out->bwd_row_s = x[ATT_BWD_ROW];
+    out->attn_eff = fmin(1.0, 1.0 / (x[ATT_FLOP] * peak_flops));
+    out->rms_rel = sqrt(ss / (2 * n));
+    return UTIL_OK;
+}
+
+static double shape_s(double x, double half) { return x / (x + half); }
+
+/* Sum of squared relative errors of rate_i ~ R f_i(half), with R in closed
+ * form: g_i = f_i / rate_i, minimise sum (1 - R g_i)^2 -> R = sum g / sum g^2. */
+static double gemm_objective(const double *m, const double *n, const double *k, const double *rate,
+                             int count, double half, double *R)
+{
+    double sg = 0, sgg = 0;
+    for (int i = 0; i < count; i++) {
+        double g = shape_s(m[i], half) * shape_s(n[i], half) * shape_s(k[i], half) / rate[i];
+        sg += g;
+        sgg += g * g;
+    }
+    double r = sg / sgg, ss = 0;
+    for (int i = 0; i < count; i++) {
+        double g = shape_s(m[i], half) * shape_s(n[i], half) * shape_s(k[i], half) / rate[i];
+        ss += (1 - r * g) * (1 - r * g);
+    }
+    *R = r;
+    return ss;
+}
+
+int cost_profile_fit_gemm(const double *m, const double *n, const double *k, const double *rate,
+                          int count, double *rate_max, double *half, double *rms_rel, char *err)
+{
+    if (count < 2) return util_fail(err, UTIL_EINVAL, "GEMM fit: needs 2 shapes (got %d)", count);
+    for (int i = 0; i < count; i++)
+        if (!(m[i] > 0 && n[i] > 0 && k[i] > 0 && rate[i] > 0 && isfinite(rate[i])))
+            return util_fail(err, UTIL_EINVAL, "GEMM fit: shape %d has a non-positive size or rate", i);
+    /* Scan half = 0 and 10^e, e = -1 .. 5 in steps of 0.05, then refine e by golden section. */
+    const double e_lo = -1, e_hi = 5, step = 0.05;
+    double R, best = gemm_objective(m, n, k, rate, count, 0, &R), best_e = -INFINITY;
+    for (double e = e_lo; e <= e_hi + 1e-9; e += step) {
+        double v = gemm_objective(m, n, k, rate, count, pow(10, e), &R);
+        if (v < best) { best = v; best_e = e; }
+    }
+    double h = 0;
+    if (isfinite(best_e)) {
+        const double gr = 0.6180339887498949;
+        double lo = fmax(e_lo, best_e - step), hi = fmin(e_hi, best_e + step);
+        double c = hi - gr * (hi - lo), d = lo + gr * (hi - lo);
+        double fc = gemm_objective(m, n, k, rate, count, pow(10, c), &R);
+        double fd = gemm_objective(m, n, k, rate, count, pow(10, d), &R);
+        for (int it = 0; it < 200 && hi - lo > 1e-14; it++) {
+            if (fc < fd) { hi = d; d = c; fd = fc; c = hi - gr * (hi - lo); fc = gemm_objective(m, n, k, rate, count, pow(10, c), &R); }
+            else { lo = c; c = d; fc = fd; d = lo + gr * (hi - lo); fd = gemm_objective(m, n, k, rate, count, pow(10, d), &R); }
+        }
+        h = pow(10, 0.5 * (lo + hi));
+        if (gemm_objective(m, n, k, rate, count, h, &R) > best) h = pow(10, best_e);
+    }
+    best = gemm_objective(m, n, k, rate, count, h, &R);
+    *rate_max = R;
+    *half = h;
+    if (rms_rel) *rms_rel = sqrt(best / count);
+    return UTIL_OK;
+}
+
+void cost_profile_op_terms(cost_prof_op op, double bytes, int n, double *steps, double *xbytes)
+{
+    double k = n > 1 ? n : 1;
+    switch (op) {
+    case COST_PROF_ALLREDUCE: *steps = 2 * (k - 1); *xbytes = bytes * 2 * (k - 1) / k; return;
+    case COST_PROF_ALLGATHER:
+    case COST_PROF_REDUCESCATTER:
+    case COST_PROF_ALLTOALL: *steps = k - 1; *xbytes = bytes * (k - 1) / k; return;
+    case COST_PROF_SENDRECV:
+    case COST_PROF_MEMCPY:
+    case COST_PROF_NOPS: break;
+    }
+    *steps = 1;
+    *xbytes = bytes;
+}
+
+const char *cost_profile_op_name(cost_prof_op op)
+{
+    switch (op) {
+    case COST_PROF_ALLREDUCE: return "all-reduce";
+    case COST_PROF_ALLGATHER: return "all-gather";
+    case COST_PROF_REDUCESCATTER: return "reduce-scatter";
+    case COST_PROF_ALLTOALL: return "all-to-all";
+    case COST_PROF_SENDRECV: return "send-recv";
+    case COST_PROF_MEMCPY: return "self-memcpy";
+    case COST_PROF_NOPS: break;
+    }
+    return "unknown";
+}
+
+/* ---- from measurements to the cost model's fields ---- */
+
+/* Position of v in a[0..*n), appended if new (the grid's axes in measuring order). */
+static int axis_index(double *a, int *n, double v)
+{
+    for (int i = 0; i < *n; i++)
+        if (a[i] == v) return i;
+    if (*n >= COST_GEMM_GRID) return -1;
+    a[*n] = v;
+    return (*n)++;
+}
+
+/* The measured GEMM grid: rate[i] (launch cost removed, as the fit saw it) /
+ * peak at each measured shape; none unless the shapes form a full grid with
+ * ascending axes (how measure_gemm runs them). */
+static void measured_grid(const cost_profile *p, const double *rate, cost_gemm_grid *G)
+{
+    memset(G, 0, sizeof *G);
+    int nm = 0, nn = 0, nk = 0;
+    for (int i = 0; i < p->n_gemm; i++)
+        if (axis_index(G->m, &nm, p->gemm[i].m) < 0 || axis_index(G->n, &nn, p->gemm[i].n) < 0
+            || axis_index(G->k, &nk, p->gemm[i].k) < 0) { memset(G, 0, sizeof *G); return; }
+    bool ascending = nm >= 2 && nn >= 2 && nk >= 2 && nm * nn * nk == p->n_gemm;
+    for (int i = 1; ascending && i < nm; i++) ascending = G->m[i] > G->m[i - 1];
+    for (int i = 1; ascending && i < nn; i++) ascending = G->n[i] > G->n[i - 1];
+    for (int i = 1; ascending && i < nk; i++) ascending = G->k[i] > G->k[i - 1];
+    if (!ascending) { memset(G, 0, sizeof *G); return; }
+    G->n_m = nm; G->n_n = nn; G->n_k = nk;
+    for (int i = 0; i < p->n_gemm; i++) {
+        const cost_profile_gemm *g = &p->gemm[i];
+        int a = axis_index(G->m, &nm, g->m), b = axis_index(G->n, &nn, g->n), c = axis_index(G->k, &nk, g->k);
+        G->eff[(a * G->n_n + b) * G->n_k + c] = fmin(1.0, rate[i] / p->gpu.peak_flops);
+    }
+}
+
+int cost_prof_derive(cost_profile *p, char *err)
+{
+    double m[COST_PROFILE_MAX_GEMM], n[COST_PROFILE_MAX_GEMM], k[COST_PROFILE_MAX_GEMM], y[COST_PROFILE_MAX_GEMM];
+    for (int i = 0; i < p->n_gemm; i++) {
+        const cost_profile_gemm *g = &p->gemm[i];
+        double t = g->seconds - p->launch_s;   /* the model adds kernel_launch_s itself */
+        m[i] = g->m; n[i] = g->n; k[i] = g->k;
+        y[i] = 2.0 * g->m * g->n * g->k / (t > 0.5 * g->seconds ? t : g->seconds);
+    }
+    cost_gpu *gpu = &p->gpu;
+    memset(gpu, 0, sizeof *gpu);
+    int rc = cost_profile_fit_gemm(m, n, k, y, p->n_gemm, &p->gemm_rate_max, &gpu->gemm_half, &p->gemm_fit_rms, err);
+    if (rc) return rc;
+    /* Peak = FLOP/cycle x clock x units (a CPU rank's cores, a GPU's SMs),
+     * FLOP/cycle per unit being that of the fitted large-shape rate or of the
+     * best measured shape, whichever is higher, rounded up to a power of two. */
+    double hz = p->cuda ? p->dev.clock_hz : p->cpu_hz, best = p->gemm_rate_max;
+    for (int i = 0; i < p->n_gemm; i++) best = fmax(best, y[i]);
+    double units = p->cuda ? p->dev.sms : fmin((double)p->blas_threads, (double)p->cpus);
+    p->core_share = units;
+    if (hz > 0 && units > 0) {
+        double fpc = best / (hz * units);
+        p->flops_per_cycle = pow(2, ceil(log2(fpc)));
+        gpu->peak_flops = p->flops_per_cycle * hz * units;
+    } else {
+        p->flops_per_cycle = 0;
+        gpu->peak_flops = best;
+    }
+    gpu->gemm_eff_max = fmin(1.0, p->gemm_rate_max / gpu->peak_flops);
+    cost_attn_fit af;
+    if ((rc = cost_profile_fit_attention(p->attn, p->n_attn, gpu->peak_flops, &af, err))) return rc;
+    gpu->attn_eff = af.attn_eff;
+    gpu->attn_score_s = af.score_s;
+    gpu->attn_bwd_score_s = af.bwd_score_s;
+    gpu->attn_row_s = af.row_s;
+    gpu->attn_bwd_row_s = af.bwd_row_s;
+    p->attn_fit_rms = af.rms_rel;
+    if (p->cuda) {
+        /* The device's theoretical rate, as the shipped files give it: memory
+         * clock x 2 (double data rate) x bus width; the copy when unknown. */
+        double theory = p->dev.mem_clock_hz * 2 * p->dev.bus_bits / 8;
+        gpu->hbm_bw = theory > 0 ? theory : p->dev.d2d_bw;
+        gpu->hbm_bytes = p->phys_bytes;
+        gpu->reserved_bytes = p->used_bytes;
+        util_strlcpy(gpu->name, p->dev.name, sizeof gpu->name);
+    } else {
+        gpu->hbm_bw = fmax(fmax(p->copy_bw, p->scale_bw), fmax(p->add_bw, p->triad_bw));
+        gpu->hbm_bytes = p->phys_bytes / p->ranks;
+        gpu->reserved_bytes = p->used_bytes / p->ranks;
+        snprintf(gpu->name, sizeof gpu->name, "CPU-%.59s", p->host);
+    }
+    gpu->mem_eff = fmin(1.0, p->ew_bw / gpu->hbm_bw);
+    gpu->kernel_launch_s = p->launch_s;
+    measured_grid(p, y, &gpu->grid);
+    gpu->ew = p->ew;
+    return cost_gpu_validate(gpu, "profile", err);
+}
