@@ -248,17 +248,11 @@ int ex_audio_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_s
 {
     const model_module *mm = &md->mm;
     const ex_backend *be = em->be;
-    if (!md->slot[md->cur].filled)
-        return util_fail(err, UTIL_EINVAL, "executor: %s backward: slot %d holds no forward", mm->name, md->cur);
-    ex_slot_bind(md);
     int rc = ex_check_audio(em, b, err);
+    if (!rc) rc = ex_encoder_backward_begin(md, ex_audio_rows(md, b), io, err);
     if (rc) return rc;
-    if (md->n_rows * md->sp != b->n_audio * (b->mel_frames / 2) || md->n_seq != b->n_audio)
+    if (md->n_seq != b->n_audio)
         return util_fail(err, UTIL_EINVAL, "executor: %s backward: batch differs from slot %d's forward", mm->name, md->cur);
-    if (!io->in) return util_fail(err, UTIL_EINVAL, "executor: %s stage %d backward: no output gradient", mm->name, md->stage_index);
-    io->out = NULL;
-    io->out_rows = 0;
-    md->comm_rc = 0;
     if (mm->frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
     ex_acts *a = &md->a;
     int L = mm->layers, d = md->d, N = md->n_rows, M = N / mm->pool;

@@ -72,3 +72,21 @@ int ex_encoder_pass_end(ex_module *md, bool forward, char *err)
         return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", md->mm.name, ex_comm_what(md), md->comm_rc);
     return UTIL_OK;
 }
+
+/* The start of an encoder stage's backward: the current slot holds a
+ * forward of this batch (rows: the batch's rows on this rank), bound, and
+ * an output gradient comes in; io's output and the collectives' code reset. */
+int ex_encoder_backward_begin(ex_module *md, int rows, ex_stage_io *io, char *err)
+{
+    const char *n = md->mm.name;
+    if (!md->slot[md->cur].filled)
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: slot %d holds no forward", n, md->cur);
+    ex_slot_bind(md);
+    if (md->n_rows != rows)
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: batch differs from slot %d's forward", n, md->cur);
+    if (!io->in) return util_fail(err, UTIL_EINVAL, "executor: %s stage %d backward: no output gradient", n, md->stage_index);
+    io->out = NULL;
+    io->out_rows = 0;
+    md->comm_rc = 0;
+    return UTIL_OK;
+}

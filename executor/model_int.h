@@ -190,6 +190,8 @@ int ex_encoder_empty_pass(ex_model *em, int k, const char *call, const char *kin
 void ex_projector_forward(const ex_backend *be, ex_module *md, const float *in, int M);
 void ex_projector_backward(const ex_backend *be, ex_module *md, const float *in, const float *dout, float *din, int M);
 int ex_encoder_pass_end(ex_module *md, bool forward, char *err);
+/* encoder.c: a stage backward's start (the slot holds a forward of `rows` rows, bound; an output gradient in). */
+int ex_encoder_backward_begin(ex_module *md, int rows, ex_stage_io *io, char *err);
 int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_vision_rows(const ex_module *md, const ex_batch *b);

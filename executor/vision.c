@@ -104,15 +104,8 @@ int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_
 {
     const model_module *mm = &md->mm;
     const ex_backend *be = em->be;
-    if (!md->slot[md->cur].filled)
-        return util_fail(err, UTIL_EINVAL, "executor: %s backward: slot %d holds no forward", mm->name, md->cur);
-    ex_slot_bind(md);
-    if (md->n_rows * md->sp != b->n_images * b->patches)
-        return util_fail(err, UTIL_EINVAL, "executor: %s backward: batch differs from slot %d's forward", mm->name, md->cur);
-    if (!io->in) return util_fail(err, UTIL_EINVAL, "executor: %s stage %d backward: no output gradient", mm->name, md->stage_index);
-    io->out = NULL;
-    io->out_rows = 0;
-    md->comm_rc = 0;
+    int rc = ex_encoder_backward_begin(md, ex_vision_rows(md, b), io, err);
+    if (rc) return rc;
     if (mm->frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
     ex_acts *a = &md->a;
     int N = md->n_rows, Mr = N / (mm->merge * mm->merge), L = mm->layers;
