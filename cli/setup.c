@@ -10,7 +10,8 @@ const char *cli_setup_help =
     "  --cluster NAME|PATH   cluster preset or cluster JSON (default 8xh100; 'dhp clusters' lists presets)\n"
     "  --batch N             global batch, samples per step (default 8)\n"
     "  --images N            images per sample, >= 1 (default 1 for models with a vision encoder)\n"
-    "  --vision-tokens N     vision tokens (patches) per image, before the merger (default 16384)\n"
+    "  --vision-tokens N     vision tokens (patches) per image, before the merger (default 16384;\n"
+    "                        a CLIP tower (LLaVA): the patches of its image_size)\n"
     "  --image-size PX       square image side in pixels instead of --vision-tokens\n"
     "  --audio-frames N      audio encoder frames per sample after its conv stem (default: its learned\n"
     "                        positions' rows, else 1500, Whisper's 30 s)\n"
@@ -30,7 +31,7 @@ void cli_setup_default(cli_setup *s)
     s->cluster = "8xh100";
     s->batch = 8;
     s->images = -1;
-    s->vision_tokens = 16384;
+    s->vision_tokens = -1;   /* cli_setup_load: 16384, or what a fixed-size CLIP tower takes */
     s->audio_frames = -1;
     s->text_tokens = 512;
     s->precision = PLAN_OPT_MIXED_FP32;
@@ -108,7 +109,10 @@ int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster
     int ai = model_find_kind(m, MODEL_AUDIO);
     w->images_per_sample = s->images >= 0 ? s->images : (vision ? 1 : 0);
     if (w->images_per_sample > 0) {
-        w->image_tokens = s->vision_tokens;
+        int vi = model_find_kind(m, MODEL_VISION);
+        /* a CLIP tower takes images of its image_size only: a position per patch and the class row */
+        bool clip = vi >= 0 && plan_module_clip(&m->mod[vi]) && m->mod[vi].max_positions > 1;
+        w->image_tokens = s->vision_tokens >= 0 ? s->vision_tokens : clip ? m->mod[vi].max_positions - 1 : 16384;
         if (s->image_size > 0 && plan_image_tokens_from_pixels(m, s->image_size, &w->image_tokens, err))
             return cli_usage_error(cmd, "%s", err);
     }

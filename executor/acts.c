@@ -78,6 +78,9 @@ static float **act_view(ex_acts *a, plan_act_id id, int layer)
     case PLAN_ACT_FRSTD: return &a->frstd;
     case PLAN_ACT_AOUT: return &a->aout;
     case PLAN_ACT_DPOOLED: return &a->dpooled;
+    case PLAN_ACT_CLIP_EMB: return &a->clip_emb;
+    case PLAN_ACT_CLIP_MEAN: return &a->clip_mean;
+    case PLAN_ACT_CLIP_RSTD: return &a->clip_rstd;
     default: return NULL;
     }
 }

@@ -248,10 +248,7 @@ int ex_audio_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_st
         io->out = a->aout;
         io->out_rows = M;
     }
-    ex_slot_filled(md);
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
-    return UTIL_OK;
+    return ex_encoder_pass_end(md, true, err);
 }
 
 /* Audio backward of this stage, from daout [M, out] on the last stage (else
@@ -261,17 +258,11 @@ int ex_audio_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_s
 {
     const model_module *mm = &md->mm;
     const ex_backend *be = em->be;
-    if (!md->slot[md->cur].filled)
-        return util_fail(err, UTIL_EINVAL, "executor: %s backward: slot %d holds no forward", mm->name, md->cur);
-    ex_slot_bind(md);
     int rc = ex_check_audio(em, b, err);
+    if (!rc) rc = ex_encoder_backward_begin(md, ex_audio_rows(md, b), io, err);
     if (rc) return rc;
-    if (md->n_rows * md->sp != b->n_audio * (b->mel_frames / 2) || md->n_seq != b->n_audio)
+    if (md->n_seq != b->n_audio)
         return util_fail(err, UTIL_EINVAL, "executor: %s backward: batch differs from slot %d's forward", mm->name, md->cur);
-    if (!io->in) return util_fail(err, UTIL_EINVAL, "executor: %s stage %d backward: no output gradient", mm->name, md->stage_index);
-    io->out = NULL;
-    io->out_rows = 0;
-    md->comm_rc = 0;
     if (mm->frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
     ex_acts *a = &md->a;
     int L = mm->layers, d = md->d, N = md->n_rows, M = N / mm->pool;
@@ -296,9 +287,7 @@ int ex_audio_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_s
         io->out = a->dres;
         io->out_rows = N;
     }
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
-    return UTIL_OK;
+    return ex_encoder_pass_end(md, false, err);
 }
 
 int ex_audio_set_slot(ex_model *em, int slot, char *err)

@@ -101,6 +101,10 @@ typedef struct ex_backend {
                             const float *u, size_t n);
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n);
+    /* CLIP's quick GELU (transformers activations.py QuickGELUActivation):
+     * out = x sigmoid(1.702 x); backward dinp += dout s (1 + 1.702 x (1 - s)), s = sigmoid(1.702 x). */
+    void (*quick_gelu_forward)(float *out, const float *inp, size_t n);
+    void (*quick_gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n);
     /* LayerNorm with bias (torch.nn.LayerNorm): mean[r] = mean_j x[r, j],
      * rstd[r] = 1 / sqrt(mean_j (x[r, j] - mean[r])^2 + eps) (the biased
      * variance; sums in double), out[r, j] = (x[r, j] - mean[r]) rstd[r] w[j] + b[j]. */

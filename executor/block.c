@@ -52,6 +52,20 @@ void ex_norm_backward(const ex_backend *be, const ex_module *md, float *dinp, fl
     else be->rmsnorm_backward(dinp, dw, dout, x, w, rstd, n, md->d);
 }
 
+/* A GELU MLP's activation: erf GELU, or CLIP's quick GELU (model_ffn_kind). */
+static void mlp_act_forward(const ex_backend *be, const ex_module *md, float *out, const float *in, size_t n)
+{
+    if (md->mm.ffn_kind == MODEL_FFN_QUICK_GELU) be->quick_gelu_forward(out, in, n);
+    else be->gelu_forward(out, in, n);
+}
+
+static void mlp_act_backward(const ex_backend *be, const ex_module *md, float *din, const float *dout, const float *in,
+                             size_t n)
+{
+    if (md->mm.ffn_kind == MODEL_FFN_QUICK_GELU) be->quick_gelu_backward(din, dout, in, n);
+    else be->gelu_backward(din, dout, in, n);
+}
+
 /* ------------------------------------------------------ tensor-parallel regions
  * Entering: the column-parallel linears' input, all N rows (under sequence
  * parallelism all-gathered from every rank's rows); its gradient leaves
@@ -198,7 +212,7 @@ void ex_block_forward(const ex_backend *be, ex_module *md, int l, float *out, co
         be->swiglu_forward(a->h, a->g, a->u, (size_t)N * f);
     } else {
         be->linear_forward(a->g, in, w->wu, w->bu, N, d, f);   /* fc1 */
-        be->gelu_forward(a->h, a->g, (size_t)N * f);
+        mlp_act_forward(be, md, a->h, a->g, (size_t)N * f);
     }
     part = region_partial(md, out);
     be->linear_forward(part, a->h, w->wd, NULL, N, f, d);
@@ -237,7 +251,7 @@ void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, 
         be->zero(s->du, Nf);
         be->swiglu_backward(s->dg, s->du, s->dh, a->g, a->u, Nf);
     } else {
-        be->gelu_backward(s->dg, s->dh, a->g, Nf);
+        mlp_act_backward(be, md, s->dg, s->dh, a->g, Nf);
     }
     const float *in = region_enter(md, a->ln2);
     float *dpart = region_grad_partial(md);
@@ -311,7 +325,7 @@ static void recompute(const ex_backend *be, ex_module *md, int l, const int *cu,
         attention_core(be, md, l, cu, nseq, causal);
         ex_block_acts *a = &md->a.blk[l];
         if (md->mm.ffn_kind == MODEL_FFN_SWIGLU) be->swiglu_forward(a->h, a->g, a->u, (size_t)md->n_rows * md->f);
-        else be->gelu_forward(a->h, a->g, (size_t)md->n_rows * md->f);
+        else mlp_act_forward(be, md, a->h, a->g, (size_t)md->n_rows * md->f);
     }
 }
 

@@ -349,6 +349,21 @@ static void cpu_gelu_forward(float *out, const float *inp, size_t n)
     for (size_t i = 0; i < n; i++) out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * (float)M_SQRT1_2));
 }
 
+/* Quick GELU (CLIP's hidden_act, transformers activations.py QuickGELUActivation):
+ * out = x sigmoid(1.702 x); dinp += dout s (1 + 1.702 x (1 - s)). */
+static void cpu_quick_gelu_forward(float *out, const float *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] / (1.0f + expf(-1.702f * inp[i]));
+}
+
+static void cpu_quick_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i], s = 1.0f / (1.0f + expf(-1.702f * x));
+        dinp[i] += dout[i] * s * (1.0f + 1.702f * x * (1.0f - s));
+    }
+}
+
 /* GELU backward: dinp += dout (0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)) */
 static void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n)
 {
@@ -534,6 +549,8 @@ static const ex_backend cpu_backend = {
     .swiglu_backward = cpu_swiglu_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
+    .quick_gelu_forward = cpu_quick_gelu_forward,
+    .quick_gelu_backward = cpu_quick_gelu_backward,
     .layernorm_forward = ex_cpu_layernorm_forward,
     .layernorm_backward = ex_cpu_layernorm_backward,
     .im2col1d = ex_cpu_im2col1d,

@@ -141,6 +141,12 @@ static void check_rmsnorm_swiglu(checker *c)
     c->gpu->swiglu_backward(Ddg, Ddu, Dy, Dx, Ddy, N * D);
     compare(c, "swiglu_backward dg", Ddg, dg, N * D);
     compare(c, "swiglu_backward du", Ddu, du, N * D);
+    c->cpu->quick_gelu_forward(h, x, N * D);
+    c->gpu->quick_gelu_forward(Dh, Dx, N * D);
+    compare(c, "quick_gelu_forward", Dh, h, N * D);
+    c->cpu->quick_gelu_backward(dg, dy, x, N * D);
+    c->gpu->quick_gelu_backward(Ddg, Ddy, Dx, N * D);
+    compare(c, "quick_gelu_backward", Ddg, dg, N * D);
     c->cpu->add_inplace(y, x, N * D);
     c->gpu->add_inplace(Dy, Dx, N * D);
     compare(c, "add_inplace", Dy, y, N * D);

@@ -505,6 +505,20 @@ static __global__ void gelu_backward_kernel(float *dinp, const float *dout, cons
     }
 }
 
+/* Quick GELU (CLIP): out = x sigmoid(1.702 x); dinp += dout s (1 + 1.702 x (1 - s)) */
+static __global__ void quick_gelu_forward_kernel(float *out, const float *inp, size_t n)
+{
+    for (size_t i = gs_first(); i < n; i += gs_stride()) out[i] = inp[i] / (1.0f + expf(-1.702f * inp[i]));
+}
+
+static __global__ void quick_gelu_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n)
+{
+    for (size_t i = gs_first(); i < n; i += gs_stride()) {
+        float x = inp[i], s = 1.0f / (1.0f + expf(-1.702f * x));
+        dinp[i] += dout[i] * s * (1.0f + 1.702f * x * (1.0f - s));
+    }
+}
+
 static void cuda_swiglu_forward(float *h, const float *g, const float *u, size_t n)
 {
     if (n) EX_LAUNCH(swiglu_forward_kernel, grid_for(n, THREADS), THREADS, h, g, u, n);
@@ -523,6 +537,16 @@ static void cuda_gelu_forward(float *out, const float *inp, size_t n)
 static void cuda_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n)
 {
     if (n && dinp) EX_LAUNCH(gelu_backward_kernel, grid_for(n, THREADS), THREADS, dinp, dout, inp, n);
+}
+
+static void cuda_quick_gelu_forward(float *out, const float *inp, size_t n)
+{
+    if (n) EX_LAUNCH(quick_gelu_forward_kernel, grid_for(n, THREADS), THREADS, out, inp, n);
+}
+
+static void cuda_quick_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n)
+{
+    if (n && dinp) EX_LAUNCH(quick_gelu_backward_kernel, grid_for(n, THREADS), THREADS, dinp, dout, inp, n);
 }
 
 /* ------------------------------------------------------------ embeddings */
@@ -779,6 +803,8 @@ static ex_backend make_table(void)
     t.swiglu_backward = cuda_swiglu_backward;
     t.gelu_forward = cuda_gelu_forward;
     t.gelu_backward = cuda_gelu_backward;
+    t.quick_gelu_forward = cuda_quick_gelu_forward;
+    t.quick_gelu_backward = cuda_quick_gelu_backward;
     t.layernorm_forward = cuda_layernorm_forward;
     t.layernorm_backward = cuda_layernorm_backward;
     t.im2col1d = cuda_im2col1d;

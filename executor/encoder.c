@@ -35,3 +35,58 @@ int ex_encoder_empty_pass(ex_model *em, int k, const char *call, const char *kin
     if (k < 0) return not_held(call, kind, err);
     return ex_stage_empty_pass(em, k, use, err);
 }
+
+/* The two-linear GELU projector of a vision encoder's head (Qwen2.5-VL's
+ * merger MLP, LLaVA's multi_modal_projector): vout = fc2(gelu(fc1(in))) over
+ * M rows of proj_in, keeping h1 and a1 for the backward. */
+void ex_projector_forward(const ex_backend *be, ex_module *md, const float *in, int M)
+{
+    const model_module *mm = &md->mm;
+    ex_acts *a = &md->a;
+    be->linear_forward(a->h1, in, md->w.m0w, md->w.m0b, M, mm->proj_in, mm->proj_hidden);
+    be->gelu_forward(a->a1, a->h1, (size_t)M * mm->proj_hidden);
+    be->linear_forward(a->vout, a->a1, md->w.m2w, md->w.m2b, M, mm->proj_hidden, mm->out_hidden);
+}
+
+/* Its backward from dout [M, out_hidden]: the weights' gradients, and din
+ * [M, proj_in] = dL/d(in) (overwritten). */
+void ex_projector_backward(const ex_backend *be, ex_module *md, const float *in, const float *dout, float *din, int M)
+{
+    const model_module *mm = &md->mm;
+    ex_acts *a = &md->a;
+    size_t Mph = (size_t)M * mm->proj_hidden;
+    be->zero(a->da1, Mph);
+    be->linear_backward(a->da1, md->g.m2w, md->g.m2b, dout, a->a1, md->w.m2w, M, mm->proj_hidden, mm->out_hidden);
+    be->zero(a->dh1, Mph);
+    be->gelu_backward(a->dh1, a->da1, a->h1, Mph);
+    be->zero(din, (size_t)M * mm->proj_in);
+    be->linear_backward(din, md->g.m0w, md->g.m0b, a->dh1, in, md->w.m0w, M, mm->proj_in, mm->proj_hidden);
+}
+
+/* The end of an encoder stage's pass: a forward marks its slot filled; a
+ * failed collective or unit hook becomes the pass's error. */
+int ex_encoder_pass_end(ex_module *md, bool forward, char *err)
+{
+    if (forward) ex_slot_filled(md);
+    if (md->comm_rc)
+        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", md->mm.name, ex_comm_what(md), md->comm_rc);
+    return UTIL_OK;
+}
+
+/* The start of an encoder stage's backward: the current slot holds a
+ * forward of this batch (rows: the batch's rows on this rank), bound, and
+ * an output gradient comes in; io's output and the collectives' code reset. */
+int ex_encoder_backward_begin(ex_module *md, int rows, ex_stage_io *io, char *err)
+{
+    const char *n = md->mm.name;
+    if (!md->slot[md->cur].filled)
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: slot %d holds no forward", n, md->cur);
+    ex_slot_bind(md);
+    if (md->n_rows != rows)
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: batch differs from slot %d's forward", n, md->cur);
+    if (!io->in) return util_fail(err, UTIL_EINVAL, "executor: %s stage %d backward: no output gradient", n, md->stage_index);
+    io->out = NULL;
+    io->out_rows = 0;
+    md->comm_rc = 0;
+    return UTIL_OK;
+}

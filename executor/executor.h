@@ -604,7 +604,7 @@ int64_t ex_ckpt_numel(const ex_ckpt_entry *e);
  * The safetensors layout transformers' save_pretrained writes: model.safetensors,
  * or shards listed in model.safetensors.index.json ("weight_map": name -> file),
  * beside config.json. */
-typedef enum { EX_HF_QWEN2_5_VL = 0, EX_HF_QWEN2_AUDIO } ex_hf_arch;
+typedef enum { EX_HF_QWEN2_5_VL = 0, EX_HF_QWEN2_AUDIO, EX_HF_LLAVA } ex_hf_arch;
 typedef struct {
     char name[160];                    /* the Hugging Face tensor name */
     int ndim;

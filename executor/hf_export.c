@@ -132,16 +132,39 @@ static void text_config(cJSON *o, const model_module *l)
     cJSON_AddBoolToObject(o, "tie_word_embeddings", l->tied_embeddings);
 }
 
-/* config.json (transformers' Qwen2_5_VLConfig / Qwen2AudioConfig fields; the model_type is what
- * models/import_hf.c reads back). */
+/* transformers' LlavaConfig: a Llama text_config, CLIPVisionConfig (all its
+ * blocks: the ones after the feature layer are not written, transformers
+ * initialises them and never reads them), the feature layer and the
+ * "default" selection (the class row dropped). */
+static void llava_config(cJSON *o, const model_module *l, const model_module *e)
+{
+    cJSON *t = cJSON_AddObjectToObject(o, "text_config");
+    cJSON_AddStringToObject(t, "model_type", "llama");
+    text_config(t, l);
+    cJSON *v = cJSON_AddObjectToObject(o, "vision_config");
+    cJSON_AddStringToObject(v, "model_type", "clip_vision_model");
+    cJSON_AddNumberToObject(v, "hidden_size", e->hidden);
+    cJSON_AddNumberToObject(v, "intermediate_size", e->ffn);
+    cJSON_AddNumberToObject(v, "num_hidden_layers", e->layers + e->unused_layers);
+    cJSON_AddNumberToObject(v, "num_attention_heads", e->heads);
+    cJSON_AddNumberToObject(v, "num_channels", e->in_channels);
+    cJSON_AddNumberToObject(v, "image_size", e->image_size);
+    cJSON_AddNumberToObject(v, "patch_size", e->patch);
+    cJSON_AddStringToObject(v, "hidden_act", e->ffn_kind == MODEL_FFN_QUICK_GELU ? "quick_gelu" : "gelu");
+    cJSON_AddNumberToObject(o, "vision_feature_layer", -1 - e->unused_layers);
+    cJSON_AddStringToObject(o, "vision_feature_select_strategy", "default");
+    cJSON_AddStringToObject(o, "projector_hidden_act", "gelu");
+}
+
 /* The special token ids each architecture's config names (transformers'
- * Qwen2_5_VLConfig, Qwen2AudioConfig). */
+ * Qwen2_5_VLConfig, Qwen2AudioConfig, LlavaConfig). */
 static const struct { ex_hf_arch arch; model_token token; const char *key; } token_keys[] = {
     { EX_HF_QWEN2_5_VL, MODEL_TOK_IMAGE, "image_token_id" },
     { EX_HF_QWEN2_5_VL, MODEL_TOK_VIDEO, "video_token_id" },
     { EX_HF_QWEN2_5_VL, MODEL_TOK_VISION_START, "vision_start_token_id" },
     { EX_HF_QWEN2_5_VL, MODEL_TOK_VISION_END, "vision_end_token_id" },
     { EX_HF_QWEN2_AUDIO, MODEL_TOK_AUDIO, "audio_token_index" },
+    { EX_HF_LLAVA, MODEL_TOK_IMAGE, "image_token_index" },
 };
 
 static void add_tokens(cJSON *o, const model_t *m, ex_hf_arch arch)
@@ -162,6 +185,8 @@ const char *ex_hf_missing_token(const model_t *m)
     return NULL;
 }
 
+/* config.json (transformers' Qwen2_5_VLConfig / Qwen2AudioConfig / LlavaConfig fields; the model_type is what
+ * models/import_hf.c reads back). */
 static char *config_text(const model_t *m, ex_hf_arch arch, const char *type, const char *architecture)
 {
     cJSON *o = cJSON_CreateObject();
@@ -196,6 +221,8 @@ static char *config_text(const model_t *m, ex_hf_arch arch, const char *type, co
         while ((side + 1) * (side + 1) <= e->window) side++;
         cJSON_AddNumberToObject(v, "window_size", side * e->patch);
         add_ints(v, "fullatt_block_indexes", e->full_layers, e->n_full_layers);
+    } else if (arch == EX_HF_LLAVA) {
+        llava_config(o, l, e);
     } else {
         cJSON *t = cJSON_AddObjectToObject(o, "text_config");
         cJSON_AddStringToObject(t, "model_type", "qwen2");

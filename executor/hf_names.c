@@ -12,6 +12,13 @@
  *     self_attn_layer_norm, self_attn.{q,k,v,out}_proj, final_layer_norm, fc1,
  *     fc2}, layer_norm; multi_modal_projector.linear; language_model: a
  *     Qwen2ForCausalLM, so language_model.model.* and language_model.lm_head)
+ *   models/llava/modeling_llava.py  LlavaForConditionalGeneration (vision_tower:
+ *     a CLIPVisionModel, models/clip/modeling_clip.py: vision_model.embeddings.{
+ *     patch_embedding Conv2d without bias, class_embedding, position_embedding},
+ *     pre_layrnorm, encoder.layers.N.{layer_norm1, self_attn.{q,k,v,out}_proj,
+ *     layer_norm2, mlp.fc1, mlp.fc2}, post_layernorm; multi_modal_projector.{
+ *     linear_1, linear_2}; language_model: a LlamaForCausalLM, whose model
+ *     has Qwen2Model's names, without biases)
  *   models/qwen2/modeling_qwen2.py  Qwen2Model (embed_tokens, layers.N.{
  *     input_layernorm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
  *     mlp.{gate,up,down}_proj}, norm). */
@@ -21,7 +28,7 @@
 #include <string.h>
 
 enum { WHOLE = 0, PART_Q, PART_K, PART_V };   /* its own tensor, or q / k / v rows of a fused qkv */
-enum { SHAPE_DHP = 0, SHAPE_CONV3D, SHAPE_CONV1D };
+enum { SHAPE_DHP = 0, SHAPE_CONV3D, SHAPE_CONV1D, SHAPE_CONV2D };
 
 typedef struct {
     plan_tensor_role role;
@@ -82,6 +89,37 @@ static const hf_row QWEN2_AUDIO[] = {
     { PLAN_TW_PROJ_B, "multi_modal_projector.linear.bias", WHOLE, 0 },
 };
 
+#define CLIP "vision_tower.vision_model."
+static const hf_row LLAVA_VISION[] = {
+    { PLAN_TW_PATCH_W, CLIP "embeddings.patch_embedding.weight", WHOLE, SHAPE_CONV2D },
+    { PLAN_TW_CLS, CLIP "embeddings.class_embedding", WHOLE, 0 },
+    { PLAN_TW_POS, CLIP "embeddings.position_embedding.weight", WHOLE, 0 },
+    { PLAN_TW_PRE_LN, CLIP "pre_layrnorm.weight", WHOLE, 0 },
+    { PLAN_TW_PRE_LN_B, CLIP "pre_layrnorm.bias", WHOLE, 0 },
+    { PLAN_TW_LN1, CLIP "encoder.layers.%d.layer_norm1.weight", WHOLE, 0 },
+    { PLAN_TW_LN1_B, CLIP "encoder.layers.%d.layer_norm1.bias", WHOLE, 0 },
+    { PLAN_TW_WQ, CLIP "encoder.layers.%d.self_attn.q_proj.weight", WHOLE, 0 },
+    { PLAN_TW_BQ, CLIP "encoder.layers.%d.self_attn.q_proj.bias", WHOLE, 0 },
+    { PLAN_TW_WK, CLIP "encoder.layers.%d.self_attn.k_proj.weight", WHOLE, 0 },
+    { PLAN_TW_BK, CLIP "encoder.layers.%d.self_attn.k_proj.bias", WHOLE, 0 },
+    { PLAN_TW_WV, CLIP "encoder.layers.%d.self_attn.v_proj.weight", WHOLE, 0 },
+    { PLAN_TW_BV, CLIP "encoder.layers.%d.self_attn.v_proj.bias", WHOLE, 0 },
+    { PLAN_TW_WO, CLIP "encoder.layers.%d.self_attn.out_proj.weight", WHOLE, 0 },
+    { PLAN_TW_BO, CLIP "encoder.layers.%d.self_attn.out_proj.bias", WHOLE, 0 },
+    { PLAN_TW_LN2, CLIP "encoder.layers.%d.layer_norm2.weight", WHOLE, 0 },
+    { PLAN_TW_LN2_B, CLIP "encoder.layers.%d.layer_norm2.bias", WHOLE, 0 },
+    { PLAN_TW_WU, CLIP "encoder.layers.%d.mlp.fc1.weight", WHOLE, 0 },
+    { PLAN_TW_BU, CLIP "encoder.layers.%d.mlp.fc1.bias", WHOLE, 0 },
+    { PLAN_TW_WD, CLIP "encoder.layers.%d.mlp.fc2.weight", WHOLE, 0 },
+    { PLAN_TW_BD, CLIP "encoder.layers.%d.mlp.fc2.bias", WHOLE, 0 },
+    { PLAN_TW_LNF, CLIP "post_layernorm.weight", WHOLE, 0 },
+    { PLAN_TW_LNF_B, CLIP "post_layernorm.bias", WHOLE, 0 },
+    { PLAN_TW_M0W, "multi_modal_projector.linear_1.weight", WHOLE, 0 },
+    { PLAN_TW_M0B, "multi_modal_projector.linear_1.bias", WHOLE, 0 },
+    { PLAN_TW_M2W, "multi_modal_projector.linear_2.weight", WHOLE, 0 },
+    { PLAN_TW_M2B, "multi_modal_projector.linear_2.bias", WHOLE, 0 },
+};
+
 static const hf_row QWEN2_TEXT[] = {
     { PLAN_TW_WTE, "embed_tokens.weight", WHOLE, 0 },
     { PLAN_TW_LN1, "layers.%d.input_layernorm.weight", WHOLE, 0 },
@@ -115,18 +153,25 @@ static const hf_arch ARCHS[] = {
       N_OF(QWEN25_VISION), "model.", "lm_head.weight" },
     { EX_HF_QWEN2_AUDIO, "qwen2_audio", "Qwen2AudioForConditionalGeneration", MODEL_AUDIO, QWEN2_AUDIO,
       N_OF(QWEN2_AUDIO), "language_model.model.", "language_model.lm_head.weight" },
+    { EX_HF_LLAVA, "llava", "LlavaForConditionalGeneration", MODEL_VISION, LLAVA_VISION, N_OF(LLAVA_VISION),
+      "language_model.model.", "language_model.lm_head.weight" },
 };
 
 /* What of the layer's module the table does not express: Qwen2.5-VL's
  * patch embedding has no bias, its text attention output none either. */
 static int check_fit(const hf_arch *a, const model_t *m, char *err)
 {
+    bool llama = a->id == EX_HF_LLAVA;   /* LLaVA-1.5's Vicuna: a Llama without biases */
     for (int k = 0; k < m->n_modules; k++) {
         const model_module *mm = &m->mod[k];
-        if (mm->kind == MODEL_LLM && (mm->out_bias || mm->mlp_bias || !mm->qkv_bias || mm->norm != MODEL_NORM_RMSNORM ||
-                                      mm->ffn_kind != MODEL_FFN_SWIGLU))
-            return util_fail(err, UTIL_EINVAL, "model %s: module %s is not a Qwen2 text model (RMSNorm, SwiGLU, biases on q/k/v only), "
-                             "which %s holds", m->name, mm->name, a->model_type);
+        if (mm->kind == MODEL_LLM && (mm->out_bias || mm->mlp_bias || mm->qkv_bias != !llama ||
+                                      mm->norm != MODEL_NORM_RMSNORM || mm->ffn_kind != MODEL_FFN_SWIGLU))
+            return util_fail(err, UTIL_EINVAL, "model %s: module %s is not a %s text model (RMSNorm, SwiGLU, %s), "
+                             "which %s holds", m->name, mm->name, llama ? "Llama" : "Qwen2",
+                             llama ? "no biases" : "biases on q/k/v only", a->model_type);
+        if (llama && mm->kind == MODEL_VISION && !plan_module_clip(mm))
+            return util_fail(err, UTIL_EINVAL, "model %s: module %s is not a CLIP vision tower (cls_token), which %s holds",
+                             m->name, mm->name, a->model_type);
         if (a->id == EX_HF_QWEN2_5_VL && mm->kind == MODEL_VISION &&
             (mm->norm != MODEL_NORM_RMSNORM || mm->ffn_kind != MODEL_FFN_SWIGLU || mm->cls_token || mm->max_positions))
             return util_fail(err, UTIL_EINVAL, "model %s: module %s is not a Qwen2.5-VL vision tower (RMSNorm, SwiGLU, rotary "
@@ -144,9 +189,10 @@ static const hf_arch *arch_of(const model_t *m, char *err)
     for (int k = 0; k < m->n_modules; k++)
         if (m->mod[k].kind != MODEL_LLM) { enc = k; n_enc++; }
     for (size_t i = 0; n_enc == 1 && i < sizeof ARCHS / sizeof ARCHS[0]; i++)
-        if (ARCHS[i].encoder == m->mod[enc].kind) return check_fit(&ARCHS[i], m, err) ? NULL : &ARCHS[i];
+        if (ARCHS[i].encoder == m->mod[enc].kind && (ARCHS[i].id == EX_HF_LLAVA) == plan_module_clip(&m->mod[enc]))
+            return check_fit(&ARCHS[i], m, err) ? NULL : &ARCHS[i];
     util_fail(err, UTIL_EINVAL, "model %s: no Hugging Face layout for its %d encoder(s); supported: one vision encoder "
-              "(qwen2_5_vl) or one audio encoder (qwen2_audio) feeding the LLM", m->name, n_enc);
+              "(qwen2_5_vl, or a CLIP tower: llava) or one audio encoder (qwen2_audio) feeding the LLM", m->name, n_enc);
     return NULL;
 }
 
@@ -168,6 +214,10 @@ static void hf_shape(const model_module *mm, const plan_tensor *t, int kind, ex_
     if (kind == SHAPE_CONV3D) {        /* Conv3d [d, C, T, P, P] */
         int64_t s[5] = { t->full[0], mm->in_channels, mm->temporal_patch, mm->patch, mm->patch };
         r->ndim = 5;
+        memcpy(r->shape, s, sizeof s);
+    } else if (kind == SHAPE_CONV2D) { /* Conv2d [d, C, P, P] */
+        int64_t s[4] = { t->full[0], mm->in_channels, mm->patch, mm->patch };
+        r->ndim = 4;
         memcpy(r->shape, s, sizeof s);
     } else if (kind == SHAPE_CONV1D) { /* Conv1d [d, C_in, k] */
         r->ndim = 3;
@@ -206,3 +256,4 @@ int ex_hf_ref_of(const model_t *m, const model_module *mm, const plan_tensor *t,
     return util_fail(err, UTIL_EINVAL, "model %s: tensor %s.%s has no %s counterpart", m->name, mm->name, t->name,
                      a->model_type);
 }
+

@@ -54,6 +54,9 @@ static float **view_of(ex_weights *W, plan_tensor_role role, int layer)
     case PLAN_TW_POS: return &W->pos;
     case PLAN_TW_PROJ_W: return &W->proj_w;
     case PLAN_TW_PROJ_B: return &W->proj_b;
+    case PLAN_TW_CLS: return &W->cls;
+    case PLAN_TW_PRE_LN: return &W->pre_ln;
+    case PLAN_TW_PRE_LN_B: return &W->pre_ln_b;
     default: return NULL;
     }
 }
@@ -78,8 +81,8 @@ static int layout(ex_module *md, char *err)
         snprintf(t->name, sizeof t->name, "%s.%s", mm->name, pt[i].name);
         t->off = md->n_params;
         t->numel = (size_t)(pt[i].shape[0] * pt[i].shape[1]);
-        t->pslot = view_of(&md->w, pt[i].role, pt[i].layer);
-        t->gslot = view_of(&md->g, pt[i].role, pt[i].layer);
+        t->pslot = pt[i].unused ? NULL : view_of(&md->w, pt[i].role, pt[i].layer);   /* never read: no view */
+        t->gslot = pt[i].unused ? NULL : view_of(&md->g, pt[i].role, pt[i].layer);
         md->n_params += t->numel;
         md->unit_off[pt[i].unit + 1] = md->n_params;
     }
@@ -104,6 +107,7 @@ static void bind_tensor(ex_module *md, const ex_tensor *t, int kind, float *base
 {
     float *flat = kind == EX_BUF_PARAMS ? md->params : md->grads;
     float **slot = kind == EX_BUF_PARAMS ? t->pslot : t->gslot;
+    if (!slot) return;
     size_t unit0 = md->unit_off[t->d.unit];
     *slot = base ? base + (t->off - unit0) : flat ? flat + t->off : NULL;
 }
@@ -184,11 +188,12 @@ static int check_common(const model_module *mm, char *err)
         return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: head_dim %d must be a multiple of %d and <= %d", n, mm->head_dim, rot, EX_MAX_HEAD_DIM);
     /* The blocks run RMSNorm or LayerNorm, SwiGLU or GELU MLPs (block.c); the
      * LLM's head and the vision merger are RMSNorm models (llm.c, vision.c). */
-    if (mm->kind != MODEL_AUDIO && mm->norm != MODEL_NORM_RMSNORM)
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: layernorm is implemented for the audio encoder only", n);
-    if (mm->qk_norm || mm->layer_scale || mm->n_cross_layers || mm->cls_token || mm->gated_layers ||
-        (mm->max_positions && mm->kind != MODEL_AUDIO) || mm->qk_norm_head || mm->post_norms || mm->extra_params)
-        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: qk norms, post norms, layer_scale, cross layers, gated layers, cls_token, learned positions outside an audio encoder and extra parameters are not implemented", n);
+    bool abs_pos = mm->kind == MODEL_AUDIO || plan_module_clip(mm);   /* audio.c, clip.c */
+    if (!abs_pos && mm->norm != MODEL_NORM_RMSNORM)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: layernorm is implemented for the audio encoder and a CLIP tower (cls_token) only", n);
+    if (mm->qk_norm || mm->layer_scale || mm->n_cross_layers || mm->gated_layers ||
+        (mm->max_positions && !abs_pos) || mm->qk_norm_head || mm->post_norms || mm->extra_params)
+        return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: qk norms, post norms, layer_scale, cross layers, gated layers, learned positions outside an audio encoder or a CLIP tower and extra parameters are not implemented", n);
     if (mm->unfused_attention || mm->dropout)
         return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: unfused_attention and dropout are priced, not run (FlashAttention-style attention, no dropout)", n);
     return UTIL_OK;
@@ -197,6 +202,7 @@ static int check_common(const model_module *mm, char *err)
 static int check_vision(const model_module *mm, const model_module *llm, char *err)
 {
     const char *n = mm->name;
+    if (plan_module_clip(mm)) return ex_check_clip_module(mm, llm, err);
     int m = mm->merge;
     if (mm->in_channels <= 0 || mm->patch <= 0 || mm->temporal_patch <= 0 || m <= 0)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: in_channels, patch, temporal_patch, merge must be > 0", n);
@@ -525,6 +531,7 @@ int ex_stage_rows(ex_model *em, int module_index, const ex_batch *b)
 {
     ex_module *md = ex_module_at(em, module_index);
     if (!md) return 0;
+    if (plan_module_clip(&md->mm)) return ex_clip_rows(md, b);
     return md->mm.kind == MODEL_LLM ? ex_llm_rows(em, md, b) : md->mm.kind == MODEL_AUDIO ? ex_audio_rows(md, b)
                                                                                         : ex_vision_rows(md, b);
 }
@@ -544,6 +551,7 @@ int ex_stage_forward(ex_model *em, int module_index, const ex_batch *b, ex_stage
     ex_module *md = ex_module_at(em, module_index);
     if (!md) return util_fail(err, UTIL_EINVAL, "executor: module %d is not on this model instance", module_index);
     if (md->mm.kind == MODEL_AUDIO) return ex_audio_stage_forward(em, md, b, io, err);
+    if (plan_module_clip(&md->mm)) return ex_clip_stage_forward(em, md, b, io, err);
     return md->mm.kind == MODEL_LLM ? ex_llm_stage_forward(em, md, b, io, err) : ex_vision_stage_forward(em, md, b, io, err);
 }
 
@@ -552,6 +560,7 @@ int ex_stage_backward(ex_model *em, int module_index, const ex_batch *b, ex_stag
     ex_module *md = ex_module_at(em, module_index);
     if (!md) return util_fail(err, UTIL_EINVAL, "executor: module %d is not on this model instance", module_index);
     if (md->mm.kind == MODEL_AUDIO) return ex_audio_stage_backward(em, md, b, io, err);
+    if (plan_module_clip(&md->mm)) return ex_clip_stage_backward(em, md, b, io, err);
     return md->mm.kind == MODEL_LLM ? ex_llm_stage_backward(em, md, b, io, err) : ex_vision_stage_backward(em, md, b, io, err);
 }
 

@@ -32,6 +32,7 @@ typedef struct {
     float *wte, *lnf, *head;                  /* llm; head == wte when tied */
     /* audio: conv stem, learned positions (NULL: sinusoids), final norm's bias, projector */
     float *conv1w, *conv1b, *conv2w, *conv2b, *pos, *lnf_b, *proj_w, *proj_b;
+    float *cls, *pre_ln, *pre_ln_b;           /* CLIP tower (clip.c); its positions are pos */
     ex_block_w *blk;                          /* [layers] */
 } ex_weights;
 
@@ -75,6 +76,7 @@ typedef struct {
     /* audio (plan_module_acts): the conv stem, pooling, final norm, projector */
     float *c1pre, *c1out, *c2pre, *col, *dcol, *dc1out, *dc1pre;
     float *pooled, *fln, *fmean, *frstd, *aout, *dpooled;
+    float *clip_emb, *clip_mean, *clip_rstd;   /* CLIP stem (clip.c): embeddings before pre_layrnorm */
 } ex_acts;
 
 /* One forward's saved activations and geometry (a vision slot, or the LLM's only one). */
@@ -209,9 +211,21 @@ int ex_encoder_forward(ex_model *em, int k, const char *call, const char *kind, 
 int ex_encoder_backward(ex_model *em, int k, const char *call, const char *kind, const ex_batch *b, const float *dout,
                         char *err);
 int ex_encoder_empty_pass(ex_model *em, int k, const char *call, const char *kind, ex_unit_use use, char *err);
+/* encoder.c: a vision head's two-linear GELU projector over M rows (into a->vout; backward: din = dL/d(in)),
+ * and an encoder stage pass's end (a forward's slot filled; a failed collective or hook as the error). */
+void ex_projector_forward(const ex_backend *be, ex_module *md, const float *in, int M);
+void ex_projector_backward(const ex_backend *be, ex_module *md, const float *in, const float *dout, float *din, int M);
+int ex_encoder_pass_end(ex_module *md, bool forward, char *err);
+/* encoder.c: a stage backward's start (the slot holds a forward of `rows` rows, bound; an output gradient in). */
+int ex_encoder_backward_begin(ex_module *md, int rows, ex_stage_io *io, char *err);
 int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_vision_rows(const ex_module *md, const ex_batch *b);
+/* clip.c: LLaVA's CLIP tower (plan_module_clip), the same calls as vision.c's. */
+int ex_check_clip_module(const model_module *mm, const model_module *llm, char *err);
+int ex_clip_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_clip_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
+int ex_clip_rows(const ex_module *md, const ex_batch *b);
 /* audio.c: what the executor supports of an audio module; a stage's passes
  * and its rows at the stage boundary (as vision.c's). */
 int ex_check_audio_module(const model_module *mm, const model_module *llm, char *err);

@@ -96,17 +96,12 @@ int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_s
     if (md->stage.head) {
         ex_unit_begin(md, L + 1, EX_USE_FORWARD);
         be->rmsnorm_forward(a->mln, a->mrstd, a->x_final, md->w.merge_ln, Nl, md->d, EX_NORM_EPS);
-        be->linear_forward(a->h1, a->mln, md->w.m0w, md->w.m0b, Mr, mm->proj_in, mm->proj_hidden);
-        be->gelu_forward(a->a1, a->h1, (size_t)Mr * mm->proj_hidden);
-        be->linear_forward(a->vout, a->a1, md->w.m2w, md->w.m2b, Mr, mm->proj_hidden, mm->out_hidden);
+        ex_projector_forward(be, md, a->mln, Mr);
         ex_unit_end(md, L + 1, EX_USE_FORWARD, false);
         io->out = a->vout;
         io->out_rows = Mr;
     }
-    ex_slot_filled(md);
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
-    return UTIL_OK;
+    return ex_encoder_pass_end(md, true, err);
 }
 
 /* Vision backward of this stage, from the merged rows' gradient dvout
@@ -117,27 +112,14 @@ int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_
 {
     const model_module *mm = &md->mm;
     const ex_backend *be = em->be;
-    if (!md->slot[md->cur].filled)
-        return util_fail(err, UTIL_EINVAL, "executor: %s backward: slot %d holds no forward", mm->name, md->cur);
-    ex_slot_bind(md);
-    if (md->n_rows * md->sp != b->n_images * b->patches)
-        return util_fail(err, UTIL_EINVAL, "executor: %s backward: batch differs from slot %d's forward", mm->name, md->cur);
-    if (!io->in) return util_fail(err, UTIL_EINVAL, "executor: %s stage %d backward: no output gradient", mm->name, md->stage_index);
-    io->out = NULL;
-    io->out_rows = 0;
-    md->comm_rc = 0;
+    int rc = ex_encoder_backward_begin(md, ex_vision_rows(md, b), io, err);
+    if (rc) return rc;
     if (mm->frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
     ex_acts *a = &md->a;
     int N = md->n_rows, Mr = N / (mm->merge * mm->merge), L = mm->layers;
-    size_t Mph = (size_t)Mr * mm->proj_hidden;
     if (md->stage.head) {
         ex_unit_begin(md, L + 1, EX_USE_BACKWARD);
-        be->zero(a->da1, Mph);
-        be->linear_backward(a->da1, md->g.m2w, md->g.m2b, io->in, a->a1, md->w.m2w, Mr, mm->proj_hidden, mm->out_hidden);
-        be->zero(a->dh1, Mph);
-        be->gelu_backward(a->dh1, a->da1, a->h1, Mph);
-        be->zero(a->dln, (size_t)N * md->d);
-        be->linear_backward(a->dln, md->g.m0w, md->g.m0b, a->dh1, a->mln, md->w.m0w, Mr, mm->proj_in, mm->proj_hidden);
+        ex_projector_backward(be, md, a->mln, io->in, a->dln, Mr);   /* proj_in = d m^2: all N rows of dln */
         be->zero(a->dres, (size_t)N * md->d);
         be->rmsnorm_backward(a->dres, md->g.merge_ln, a->dln, a->x_final, md->w.merge_ln, a->mrstd, N, md->d);
         ex_unit_end(md, L + 1, EX_USE_BACKWARD, true);
@@ -155,9 +137,7 @@ int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_
         io->out = a->dres;
         io->out_rows = N;
     }
-    if (md->comm_rc)
-        return util_fail(err, UTIL_ERUNTIME, "executor: %s %s failed with %d", mm->name, ex_comm_what(md), md->comm_rc);
-    return UTIL_OK;
+    return ex_encoder_pass_end(md, false, err);
 }
 
 int ex_vision_set_slot(ex_model *em, int slot, char *err)

@@ -182,7 +182,9 @@ int hf_import_clip_vision(const cJSON *root, const char *what, model_module *mm,
     hf_section s;
     hf_sec(&s, hf_sub(root, "vision_config"), NULL, what, "vision_config");
     hf_init_module(mm, "vision", MODEL_VISION);
-    mm->ffn_kind = MODEL_FFN_GELU;
+    /* CLIPVisionConfig hidden_act, default "quick_gelu" (configuration_clip.py) */
+    const char *act = hf_str(&s, "hidden_act");
+    mm->ffn_kind = !act || strcmp(act, "quick_gelu") == 0 ? MODEL_FFN_QUICK_GELU : MODEL_FFN_GELU;
     mm->norm = MODEL_NORM_LAYERNORM;
     mm->qkv_bias = mm->k_bias = mm->out_bias = mm->mlp_bias = true;
     mm->cls_token = mm->pre_norm = mm->final_norm = true;
@@ -331,12 +333,36 @@ static int import_qwen_vl(const cJSON *root, const char *what, bool v25, model_t
     return UTIL_OK;
 }
 
+/* LlavaConfig vision_feature_layer (default -2): the features are
+ * hidden_states[k] of the CLIP tower (modeling_llava.py get_image_features),
+ * the embeddings then one entry per block, so k < 0 leaves the last -k - 1
+ * blocks (and post_layernorm, which hidden_states never passes) unused and
+ * k > 0 runs k blocks. Its "default" select strategy drops the class row. */
+static int llava_feature_layer(const cJSON *root, const char *what, model_module *v, char *err)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "vision_feature_layer");
+    double k = f ? (cJSON_IsNumber(f) ? f->valuedouble : 0) : -2;
+    int total = v->layers;
+    if (k != (double)(int)k || k == 0 || k > total || k < -total)
+        return util_fail(err, UTIL_EINVAL, "%s: vision_feature_layer: must be an integer in [-%d, -1] or [1, %d] "
+                         "(one layer of the %d-block tower)", what, total, total, total);
+    v->layers = k > 0 ? (int)k : total + (int)k + 1;
+    v->unused_layers = total - v->layers;
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "vision_feature_select_strategy");
+    const char *sel = cJSON_IsString(st) ? st->valuestring : NULL;
+    if (sel && strcmp(sel, "default") != 0)
+        return util_fail(err, UTIL_EINVAL, "%s: vision_feature_select_strategy: '%s' is not supported (\"default\": "
+                         "the class row dropped)", what, sel);
+    return UTIL_OK;
+}
+
 /* multi_modal_projector: Linear(vision hidden -> text hidden), GELU, Linear(text -> text). */
 int hf_import_llava(const cJSON *root, const char *what, model_t *m, char *err)
 {
     m->n_modules = 2;
     m->llm = 1;
     if (hf_import_clip_vision(root, what, &m->mod[0], err)) return UTIL_EINVAL;
+    if (llava_feature_layer(root, what, &m->mod[0], err)) return UTIL_EINVAL;
     int rc = hf_import_text_config(root, "text_config", "llama", false, what, &m->mod[1], err);
     if (rc) return rc;
     hf_connect(m, &m->mod[0], m->mod[1].hidden);

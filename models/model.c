@@ -10,11 +10,11 @@
 #include <sys/stat.h>
 
 static const char *kind_names[] = {"vision", "audio", "llm"};
-static const char *ffn_names[] = {"gelu", "swiglu"};
+static const char *ffn_names[] = {"gelu", "swiglu", "quick_gelu"};
 static const char *norm_names[] = {"layernorm", "rmsnorm"};
 
 const char *model_kind_name(model_kind k) { return (unsigned)k < 3 ? kind_names[k] : "?"; }
-const char *model_ffn_kind_name(model_ffn_kind k) { return (unsigned)k < 2 ? ffn_names[k] : "?"; }
+const char *model_ffn_kind_name(model_ffn_kind k) { return (unsigned)k < 3 ? ffn_names[k] : "?"; }
 const char *model_norm_kind_name(model_norm_kind k) { return (unsigned)k < 2 ? norm_names[k] : "?"; }
 
 /* ---- field table: one row per scalar field of model_module ---- */
@@ -45,7 +45,7 @@ static const field_desc fields[] = {
     FI(in_channels, G_ENCODER), FI(patch, G_ENCODER), FB(patch_bias, G_ENCODER),
     FI(temporal_patch, G_ENCODER), FI(image_size, G_ENCODER), FI(max_positions, G_ENCODER),
     FB(cls_token, G_ENCODER), FI(merge, G_ENCODER), FI(pool, G_ENCODER), FI(window, G_ENCODER),
-    FI(gated_layers, G_ENCODER), FI(max_tiles, G_ENCODER), FI(aspect_ratios, G_ENCODER),
+    FI(gated_layers, G_ENCODER), FI(unused_layers, G_ENCODER), FI(max_tiles, G_ENCODER), FI(aspect_ratios, G_ENCODER),
     FB(proj_norm, G_ENCODER), FD(proj_norm_width, F_INT, G_ENCODER),
     FD(proj_norm_kind, F_NORM, G_ENCODER), FD(proj_in, F_INT, G_ENCODER), FI(proj_hidden, G_ENCODER),
     FI(out_hidden, G_ENCODER), FB(proj_bias, G_ENCODER),
@@ -232,7 +232,7 @@ static int parse_module(const cJSON *obj, const char *ctx, model_module *mm, cha
     if (check_keys(obj, ctx, mm->kind, err)) return UTIL_EINVAL;
     if (util_json_str(obj, ctx, "name", true, NULL, mm->name, sizeof mm->name, err)) return UTIL_EINVAL;
     int e;
-    if (parse_enum(obj, ctx, "ffn_kind", ffn_names, 2, (int)mm->ffn_kind, false, &e, err)) return UTIL_EINVAL;
+    if (parse_enum(obj, ctx, "ffn_kind", ffn_names, 3, (int)mm->ffn_kind, false, &e, err)) return UTIL_EINVAL;
     mm->ffn_kind = (model_ffn_kind)e;
     if (parse_enum(obj, ctx, "norm", norm_names, 2, (int)mm->norm, false, &e, err)) return UTIL_EINVAL;
     mm->norm = (model_norm_kind)e;
@@ -411,7 +411,7 @@ static int validate_common(const model_module *mm, const char *what, int i, char
         return BAD("%s: modules[%d].name: '%s' must be letters, digits, '.', '_' or '-' (not first '.' or '-')",
                    what, i, mm->name);
     if ((unsigned)mm->kind > MODEL_LLM) return BAD("%s: modules[%d].kind: unknown kind %d", what, i, (int)mm->kind);
-    if ((unsigned)mm->ffn_kind > MODEL_FFN_SWIGLU) return BAD("%s: modules[%d].ffn_kind: unknown", what, i);
+    if ((unsigned)mm->ffn_kind > MODEL_FFN_QUICK_GELU) return BAD("%s: modules[%d].ffn_kind: unknown", what, i);
     if ((unsigned)mm->norm > MODEL_NORM_RMSNORM) return BAD("%s: modules[%d].norm: unknown", what, i);
     const char *keys[] = {"layers", "hidden", "heads", "kv_heads", "head_dim", "ffn"};
     const int vals[] = {mm->layers, mm->hidden, mm->heads, mm->kv_heads, mm->head_dim, mm->ffn};
@@ -456,6 +456,11 @@ static int validate_encoder(const model_t *m, const model_module *mm, const char
     if ((unsigned)mm->proj_norm_kind > MODEL_NORM_RMSNORM) return BAD("%s: modules[%d].proj_norm_kind: unknown", what, i);
     if (mm->gated_layers > mm->layers)
         return BAD("%s: modules[%d].gated_layers: %d exceeds layers %d", what, i, mm->gated_layers, mm->layers);
+    if (check_at_least(what, i, "unused_layers", mm->unused_layers, 0, err) ||
+        check_at_most(what, i, "unused_layers", mm->unused_layers, MODEL_MAX_LAYERS, err))
+        return UTIL_EINVAL;
+    if (mm->unused_layers > 0 && mm->kind != MODEL_VISION)
+        return BAD("%s: modules[%d].unused_layers: a vision tower's field (LLaVA's vision_feature_layer)", what, i);
     if (mm->max_tiles > 0 && (mm->aspect_ratios <= 0 || mm->max_positions <= 0))
         return BAD("%s: modules[%d].max_tiles: tile embeddings need aspect_ratios > 0 and max_positions > 0", what, i);
     int64_t merged = (int64_t)mm->hidden * mm->merge * mm->merge;

@@ -21,7 +21,9 @@
 #define MODEL_MAX_FACTOR 1024        /* in_channels, patch, temporal_patch, merge, pool, tiles, aspect ratios */
 
 typedef enum { MODEL_VISION = 0, MODEL_AUDIO, MODEL_LLM } model_kind;
-typedef enum { MODEL_FFN_GELU = 0, MODEL_FFN_SWIGLU } model_ffn_kind;
+/* GELU: fc1, erf-GELU, fc2. QUICK_GELU: the same with CLIP's x * sigmoid(1.702 x)
+ * (hidden_act "quick_gelu"). Both are "a GELU MLP" wherever only the shape matters. */
+typedef enum { MODEL_FFN_GELU = 0, MODEL_FFN_SWIGLU, MODEL_FFN_QUICK_GELU } model_ffn_kind;
 typedef enum { MODEL_NORM_LAYERNORM = 0, MODEL_NORM_RMSNORM } model_norm_kind;
 
 typedef struct {
@@ -88,6 +90,9 @@ typedef struct {
     bool pre_norm;               /* norm on the embeddings before block 0 (CLIP pre_layrnorm, Mllama layernorm_pre) */
     bool final_norm;             /* norm after the last block (CLIP post_layernorm, Whisper layer_norm; every LLM) */
     int gated_layers;            /* trailing blocks with two scalar tanh gates (Mllama global transformer) */
+    int unused_layers;           /* vision: trailing blocks the checkpoint holds after the feature layer (LLaVA's
+                                    vision_feature_layer -2: 1); `layers` are the ones that run. Counted in the
+                                    parameters (with the head, as is the final norm after them), held, never run */
     int max_tiles;               /* Mllama tiles per image: gated tile position embeddings; 0 = none */
     int aspect_ratios;           /* Mllama aspect-ratio ids (max_aspect_ratio_id + 1) */
     int proj_norm_width;         /* width of the projector norm: hidden (Qwen ln_q) or proj_in (InternVL mlp1.0) */

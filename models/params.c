@@ -142,6 +142,8 @@ int64_t model_embed_params(const model_module *mm)
 int64_t model_head_params(const model_module *mm)
 {
     int64_t p = (mm->final_norm ? model_norm_params(mm->norm, mm->hidden) : 0) + mm->extra_params;
+    /* the blocks after the feature layer, held by the checkpoint (their index continues after `layers`) */
+    for (int l = 0; l < mm->unused_layers; l++) p += model_layer_params(mm, mm->layers + l);
     if (mm->kind == MODEL_LLM)
         return p + (mm->tied_embeddings ? 0 : (int64_t)mm->vocab * mm->hidden);
     if (mm->proj_norm) p += model_norm_params(mm->proj_norm_kind, mm->proj_norm_width);

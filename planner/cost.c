@@ -349,18 +349,31 @@ static void price_encoder_stem(pricer *p, const model_module *mm, const plan_mod
     price_linear(&stem, t, h, pix);
     p->fwd = stem.fwd;
     p->bwd = stem.bwd;
+    if (mm->max_positions > 0) {   /* learned positions added; CLIP's pre_layrnorm (executor/clip.c) */
+        ew_fwd(p, COST_EW_ADD, t * h);
+        ew_bwd(p, COST_EW_ADD, t * h);
+    }
+    if (mm->pre_norm) {
+        ew_fwd(p, COST_EW_LAYERNORM, t * h);
+        ew_bwd(p, COST_EW_ZERO, t * h);
+        ew_bwd(p, COST_EW_LAYERNORM_BWD, t * h);
+    }
     if (mm->patch_bias) ew_fwd(p, COST_EW_BIAS, t * h);
     ew_bias_grad(p, mm->patch_bias, t * h);
 }
 
-static void price_encoder_head(pricer *p, const model_module *mm, const plan_module *s, double t)
+static void price_encoder_head(pricer *p, const model_module *mm, const plan_module *s, double t, double merged)
 {
     double h = mm->hidden, split = encoder_ends_split(p, s);
-    double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
-    ew_fwd(p, COST_EW_RMSNORM, t * h);
+    if (mm->proj_norm) {
+        ew_fwd(p, COST_EW_RMSNORM, t * h);
+        ew_bwd(p, COST_EW_ZERO, t * h);
+        ew_bwd(p, COST_EW_RMSNORM_BWD, t * h);
+    } else {   /* CLIP (executor/clip.c): the kept rows gathered, their gradient scattered back */
+        ew_fwd(p, COST_EW_COPY, merged * h);
+        ew_bwd(p, COST_EW_COPY, merged * h);
+    }
     ew_bwd(p, COST_EW_ZERO, t * h);
-    ew_bwd(p, COST_EW_ZERO, t * h);
-    ew_bwd(p, COST_EW_RMSNORM_BWD, t * h);
     if (mm->proj_hidden > 0) {
         double ph = mm->proj_hidden / split;
         price_linear(p, merged, ph, mm->proj_in);
@@ -578,7 +591,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
         plan_price_audio_ends(&p, mm, st, samples, q.seq, s->sp, t);
     } else {
         if (st->stem) price_encoder_stem(&p, mm, s, t);
-        if (st->head) price_encoder_head(&p, mm, s, t);
+        if (st->head) price_encoder_head(&p, mm, s, t, plan_encoder_out_rows(mm, &q, t));
     }
     /* a pipeline stage's input rows in from the previous stage's message,
      * its output's gradient in from the next one's (executor/llm.c, vision.c, audio.c) */
@@ -805,6 +818,12 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (plan_vp(s) > 1 && s->pp == 1)
         return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and every stage's blocks divisible by vp", mm->name,
                          plan_vp(s));
+    /* dhp's executor splits an encoder's rows evenly over its sp ranks and
+     * hands the LLM equal rows per rank: a class row per image breaks both */
+    if (plan_module_clip(mm) && s->sp > 1)
+        return util_fail(err, UTIL_EINVAL, "%s: sp %d: a tower with a class row per image runs without sequence "
+                         "parallelism (the class row is dropped before the projector, so ranks would hand on unequal rows)",
+                         mm->name, s->sp);
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     if (s->sp > 1 && fmod(q.seq, s->sp) != 0)

@@ -13,7 +13,7 @@ static double handoff_bytes_per_sample(const model_t *m, int mi, const plan_work
     const model_module *mm = &m->mod[mi];
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
-    double tokens = q.tokens_per_sample / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
+    double tokens = plan_encoder_out_rows(mm, &q, q.tokens_per_sample);
     return A * tokens * mm->out_hidden;
 }
 

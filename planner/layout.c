@@ -109,39 +109,46 @@ static void seq_partial(tensor_list *l, plan_tensor *t)
     if (t && l->tp > 1 && l->seq_parallel) t->seq_partial = true;
 }
 
-static void blocks(tensor_list *l, const model_module *mm, const plan_stage *st)
+/* Block b's tensors (l->layer and l->unit set by the caller). */
+static void block(tensor_list *l, const model_module *mm, int b)
 {
     int d = mm->hidden, qd = mm->heads / l->tp * mm->head_dim, kd = mm->kv_heads / l->tp * mm->head_dim;
     int f = mm->ffn / l->tp;
     float std_out = INIT_STD / sqrtf(2.0f * (float)mm->layers);
     const char *blk = mm->kind == MODEL_LLM ? "layers" : "blocks";
     bool ln = mm->norm == MODEL_NORM_LAYERNORM, swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
+    snprintf(l->prefix, sizeof l->prefix, "%s.%d.", blk, b);
+    seq_partial(l, add(l, "norm1.weight", PLAN_TW_LN1, 1, d, 1, 0, 1));
+    if (ln) seq_partial(l, add(l, "norm1.bias", PLAN_TW_LN1_B, 1, d, 1, 0, 0));
+    split(l, add(l, "attn.q.weight", PLAN_TW_WQ, 2, qd, d, INIT_STD, 0), 0);
+    if (mm->qkv_bias) split(l, add(l, "attn.q.bias", PLAN_TW_BQ, 1, qd, 1, 0, 0), 0);
+    split(l, add(l, "attn.k.weight", PLAN_TW_WK, 2, kd, d, INIT_STD, 0), 0);
+    if (mm->k_bias) split(l, add(l, "attn.k.bias", PLAN_TW_BK, 1, kd, 1, 0, 0), 0);
+    split(l, add(l, "attn.v.weight", PLAN_TW_WV, 2, kd, d, INIT_STD, 0), 0);
+    if (mm->qkv_bias) split(l, add(l, "attn.v.bias", PLAN_TW_BV, 1, kd, 1, 0, 0), 0);
+    split(l, add(l, "attn.o.weight", PLAN_TW_WO, 2, d, qd, std_out, 0), 1);
+    if (mm->out_bias) seq_partial(l, add(l, "attn.o.bias", PLAN_TW_BO, 1, d, 1, 0, 0));
+    seq_partial(l, add(l, "norm2.weight", PLAN_TW_LN2, 1, d, 1, 0, 1));
+    if (ln) seq_partial(l, add(l, "norm2.bias", PLAN_TW_LN2_B, 1, d, 1, 0, 0));
+    if (swiglu) {
+        split(l, add(l, "mlp.gate.weight", PLAN_TW_WG, 2, f, d, INIT_STD, 0), 0);
+        if (mm->mlp_bias) split(l, add(l, "mlp.gate.bias", PLAN_TW_BG, 1, f, 1, 0, 0), 0);
+    }
+    split(l, add(l, swiglu ? "mlp.up.weight" : "mlp.fc1.weight", PLAN_TW_WU, 2, f, d, INIT_STD, 0), 0);
+    if (mm->mlp_bias) split(l, add(l, swiglu ? "mlp.up.bias" : "mlp.fc1.bias", PLAN_TW_BU, 1, f, 1, 0, 0), 0);
+    split(l, add(l, swiglu ? "mlp.down.weight" : "mlp.fc2.weight", PLAN_TW_WD, 2, d, f, std_out, 0), 1);
+    if (mm->mlp_bias)
+        seq_partial(l, add(l, swiglu ? "mlp.down.bias" : "mlp.fc2.bias", PLAN_TW_BD, 1, d, 1, 0, 0));
+    l->prefix[0] = 0;
+}
+
+static void blocks(tensor_list *l, const model_module *mm, const plan_stage *st)
+{
     for (int j = 0; j < st->count; j++) {
         int b = plan_stage_block(st, j);
         l->layer = b;
         l->unit = 1 + b;
-        snprintf(l->prefix, sizeof l->prefix, "%s.%d.", blk, b);
-        seq_partial(l, add(l, "norm1.weight", PLAN_TW_LN1, 1, d, 1, 0, 1));
-        if (ln) seq_partial(l, add(l, "norm1.bias", PLAN_TW_LN1_B, 1, d, 1, 0, 0));
-        split(l, add(l, "attn.q.weight", PLAN_TW_WQ, 2, qd, d, INIT_STD, 0), 0);
-        if (mm->qkv_bias) split(l, add(l, "attn.q.bias", PLAN_TW_BQ, 1, qd, 1, 0, 0), 0);
-        split(l, add(l, "attn.k.weight", PLAN_TW_WK, 2, kd, d, INIT_STD, 0), 0);
-        if (mm->k_bias) split(l, add(l, "attn.k.bias", PLAN_TW_BK, 1, kd, 1, 0, 0), 0);
-        split(l, add(l, "attn.v.weight", PLAN_TW_WV, 2, kd, d, INIT_STD, 0), 0);
-        if (mm->qkv_bias) split(l, add(l, "attn.v.bias", PLAN_TW_BV, 1, kd, 1, 0, 0), 0);
-        split(l, add(l, "attn.o.weight", PLAN_TW_WO, 2, d, qd, std_out, 0), 1);
-        if (mm->out_bias) seq_partial(l, add(l, "attn.o.bias", PLAN_TW_BO, 1, d, 1, 0, 0));
-        seq_partial(l, add(l, "norm2.weight", PLAN_TW_LN2, 1, d, 1, 0, 1));
-        if (ln) seq_partial(l, add(l, "norm2.bias", PLAN_TW_LN2_B, 1, d, 1, 0, 0));
-        if (swiglu) {
-            split(l, add(l, "mlp.gate.weight", PLAN_TW_WG, 2, f, d, INIT_STD, 0), 0);
-            if (mm->mlp_bias) split(l, add(l, "mlp.gate.bias", PLAN_TW_BG, 1, f, 1, 0, 0), 0);
-        }
-        split(l, add(l, swiglu ? "mlp.up.weight" : "mlp.fc1.weight", PLAN_TW_WU, 2, f, d, INIT_STD, 0), 0);
-        if (mm->mlp_bias) split(l, add(l, swiglu ? "mlp.up.bias" : "mlp.fc1.bias", PLAN_TW_BU, 1, f, 1, 0, 0), 0);
-        split(l, add(l, swiglu ? "mlp.down.weight" : "mlp.fc2.weight", PLAN_TW_WD, 2, d, f, std_out, 0), 1);
-        if (mm->mlp_bias)
-            seq_partial(l, add(l, swiglu ? "mlp.down.bias" : "mlp.fc2.bias", PLAN_TW_BD, 1, d, 1, 0, 0));
+        block(l, mm, b);
     }
     l->layer = -1;
     l->unit = mm->layers + 1;
@@ -179,6 +186,28 @@ static void audio_tensors(tensor_list *l, const model_module *mm, const plan_sta
     if (mm->proj_bias) add(l, "proj.bias", PLAN_TW_PROJ_B, 1, mm->out_hidden, 1, 0, 0);
 }
 
+/* A CLIP tower's blocks after LLaVA's feature layer and its post_layernorm,
+ * in the head's unit: the checkpoint holds them (transformers' CLIPVisionModel
+ * has every block), so --init-from reads them and export-weights writes them
+ * back, unchanged (executor/clip.c never reads them). */
+static void clip_unused(tensor_list *l, const model_module *mm)
+{
+    int n0 = l->n;
+    for (int j = 0; j < mm->unused_layers; j++) {
+        l->layer = mm->layers + j;
+        block(l, mm, mm->layers + j);
+    }
+    l->layer = -1;
+    if (mm->final_norm) {
+        add(l, "post_norm.weight", PLAN_TW_LNF, 1, mm->hidden, 1, 0, 1);
+        add(l, "post_norm.bias", PLAN_TW_LNF_B, 1, mm->hidden, 1, 0, 0);
+    }
+    for (int i = n0; i < l->n && i < l->cap; i++) {
+        l->out[i].unused = true;
+        l->out[i].decay = false;
+    }
+}
+
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *stage,
                         plan_tensor *out, int cap)
 {
@@ -209,14 +238,21 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
     if (st->stem) {
         add(&l, "patch_embed.weight", PLAN_TW_PATCH_W, 2, d, cpp, INIT_STD, 0);
         if (mm->patch_bias) add(&l, "patch_embed.bias", PLAN_TW_PATCH_B, 1, d, 1, 0, 0);
+        if (plan_module_clip(mm)) {   /* executor/clip.c */
+            add(&l, "class_embedding", PLAN_TW_CLS, 1, d, 1, INIT_STD, 0);
+            add(&l, "position_embedding.weight", PLAN_TW_POS, 2, mm->max_positions, d, INIT_STD, 0);
+            add(&l, "pre_norm.weight", PLAN_TW_PRE_LN, 1, d, 1, 0, 1);
+            add(&l, "pre_norm.bias", PLAN_TW_PRE_LN_B, 1, d, 1, 0, 0);
+        }
     }
     blocks(&l, mm, st);
     if (!st->head) return l.n;
-    add(&l, "merger.norm.weight", PLAN_TW_MERGE_LN, 1, d, 1, 0, 1);
+    if (mm->proj_norm) add(&l, "merger.norm.weight", PLAN_TW_MERGE_LN, 1, d, 1, 0, 1);
     add(&l, "merger.fc1.weight", PLAN_TW_M0W, 2, mm->proj_hidden, mm->proj_in, INIT_STD, 0);
     add(&l, "merger.fc1.bias", PLAN_TW_M0B, 1, mm->proj_hidden, 1, 0, 0);
     add(&l, "merger.fc2.weight", PLAN_TW_M2W, 2, mm->out_hidden, mm->proj_hidden, INIT_STD, 0);
     add(&l, "merger.fc2.bias", PLAN_TW_M2B, 1, mm->out_hidden, 1, 0, 0);
+    if (plan_module_clip(mm)) clip_unused(&l, mm);
     return l.n;
 }
 
@@ -419,10 +455,19 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
         return l.n;
     }
     if (mm->kind != MODEL_LLM) {
+        if (st.stem && plan_module_clip(mm)) {
+            act(&l, PLAN_ACT_CLIP_EMB, -1, true, N * d);
+            act(&l, PLAN_ACT_CLIP_MEAN, -1, true, N);
+            act(&l, PLAN_ACT_CLIP_RSTD, -1, true, N);
+        }
         if (!st.head) return l.n;   /* the merger is the last stage's */
         double M = rows->merged_rows, ph = mm->proj_hidden, oh = mm->out_hidden;
-        act(&l, PLAN_ACT_MLN, -1, true, N * d);
-        act(&l, PLAN_ACT_MRSTD, -1, true, N);
+        if (mm->proj_norm) {
+            act(&l, PLAN_ACT_MLN, -1, true, N * d);
+            act(&l, PLAN_ACT_MRSTD, -1, true, N);
+        } else {   /* CLIP: the kept rows, the projector's input */
+            act(&l, PLAN_ACT_MLN, -1, true, M * d);
+        }
         act(&l, PLAN_ACT_H1, -1, true, M * ph);
         act(&l, PLAN_ACT_A1, -1, true, M * ph);
         act(&l, PLAN_ACT_VOUT, -1, true, M * oh);

@@ -180,7 +180,7 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
      * peak, holds no head, and its first block saves the embedding output. */
     if (s->pp == 1) per_mb += t * A * mm->hidden * 2;
     if (mm->kind != MODEL_LLM) {
-        double merged = t / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
+        double merged = plan_encoder_out_rows(mm, q, t);
         per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
         per_mb += merged * A * (mm->proj_in + 2.0 * mm->proj_hidden);
     }
@@ -260,7 +260,7 @@ static void executor_activations(const model_module *mm, const plan_module *s, i
     double mb = s->micro_batch > 0 ? s->micro_batch : 1, N = mb * q->tokens_per_sample / s->sp;
     plan_act_rows rows = { .rows = (int)N };
     if (mm->kind != MODEL_LLM) {
-        rows.merged_rows = (int)(N / ((double)mm->merge * mm->merge));
+        rows.merged_rows = (int)(mm->kind == MODEL_VISION ? plan_encoder_out_rows(mm, q, N) : N / ((double)mm->merge * mm->merge));
     } else {
         /* the head is sized for every text position's prediction (the loss mask
          * aside) of the sp rank that holds the most */

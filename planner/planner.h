@@ -163,6 +163,10 @@ typedef struct {
     double cross_span;        /* LLM cross-attention layers: encoder tokens per sample */
 } plan_seq;
 int plan_module_seq(const model_t *m, int module, const plan_workload *w, plan_seq *out);
+/* Of `rows` rows an encoder's blocks run on, the rows it hands on: the class
+ * rows dropped (CLIP in LLaVA: vision_feature_select_strategy "default"),
+ * merged m x m and pooled (q: plan_module_seq's). */
+double plan_encoder_out_rows(const model_module *mm, const plan_seq *q, double rows);
 /* Rows encoder k gives one sample's LLM sequence (merged image tokens,
  * pooled audio frames; 0 for the LLM or an encoder the samples carry no
  * input for), and their integer count. */
@@ -332,6 +336,8 @@ typedef enum {
     /* LayerNorm biases (blocks, final norm); the audio stem (two convolutions, positions) and projector */
     PLAN_TW_LN1_B, PLAN_TW_LN2_B, PLAN_TW_LNF_B,
     PLAN_TW_CONV1_W, PLAN_TW_CONV1_B, PLAN_TW_CONV2_W, PLAN_TW_CONV2_B, PLAN_TW_POS, PLAN_TW_PROJ_W, PLAN_TW_PROJ_B,
+    /* the CLIP tower's class embedding and pre-LayerNorm (its positions are PLAN_TW_POS) */
+    PLAN_TW_CLS, PLAN_TW_PRE_LN, PLAN_TW_PRE_LN_B,
     PLAN_NTW
 } plan_tensor_role;
 typedef struct {
@@ -348,6 +354,8 @@ typedef struct {
                                  rows each tp rank holds a slice of) */
     bool decay;               /* AdamW weight decay applies (matrices) */
     bool tied_copy;           /* the last pipeline stage's copy of a tied embedding (named as the embedding) */
+    bool unused;              /* held and checkpointed, never read (a CLIP tower's blocks after LLaVA's feature
+                                 layer and its post_layernorm): no gradient, no weight decay, so never changed */
     float init_std, init_const;  /* N(0, std) when std > 0, else the constant */
 } plan_tensor;
 /* The tensors of pipeline stage st (NULL: the whole module) on one tp rank;
@@ -359,8 +367,16 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
                         plan_tensor *out, int cap);
 static inline int plan_module_units(const model_module *mm) { return mm->layers + 2; }
 /* Whether the module's attention uses rotary positions (vision 2-D, LLM 1-D);
- * the audio encoder adds absolute positions to its input instead. */
-static inline bool plan_module_rotary(const model_module *mm) { return mm->kind != MODEL_AUDIO; }
+ * the audio encoder and a vision tower with learned positions (CLIP) add
+ * absolute positions to their input instead. */
+/* A CLIP-style vision tower (LLaVA's, executor/clip.c): a class row per
+ * image, learned positions, pre-LayerNorm, the class row dropped before the
+ * projector. */
+static inline bool plan_module_clip(const model_module *mm) { return mm->kind == MODEL_VISION && mm->cls_token; }
+static inline bool plan_module_rotary(const model_module *mm)
+{
+    return mm->kind == MODEL_LLM || (mm->kind == MODEL_VISION && mm->max_positions == 0);
+}
 /* Elements of each unit of stage st (NULL: all) on one tp rank (units[plan_module_units], 0 for the
  * units another stage holds); returns the stage's total. */
 int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, int64_t *units);
@@ -405,6 +421,8 @@ typedef enum {
      * (saved) and the pooled rows' gradient (scratch) */
     PLAN_ACT_C1PRE, PLAN_ACT_C1OUT, PLAN_ACT_C2PRE, PLAN_ACT_COL, PLAN_ACT_DCOL, PLAN_ACT_DC1OUT, PLAN_ACT_DC1PRE,
     PLAN_ACT_POOLED, PLAN_ACT_FLN, PLAN_ACT_FMEAN, PLAN_ACT_FRSTD, PLAN_ACT_AOUT, PLAN_ACT_DPOOLED,
+    /* CLIP stem (saved): the embeddings before pre_layrnorm, its row means and 1/std */
+    PLAN_ACT_CLIP_EMB, PLAN_ACT_CLIP_MEAN, PLAN_ACT_CLIP_RSTD,
     PLAN_NACT
 } plan_act_id;
 typedef struct {

@@ -236,6 +236,9 @@ int plan_schedule_check(const plan_t *p, char *err)
         int m2 = mm->merge * mm->merge;
         if (mm->kind == MODEL_VISION && p->work.image_tokens % m2)
             return util_fail(err, UTIL_EINVAL, "plan: module %s: %d vision tokens per image are not whole %dx%d merge groups", s->module, p->work.image_tokens, mm->merge, mm->merge);
+        /* transformers' CLIPVisionEmbeddings takes images of its image_size only: a position per patch and the class row */
+        if (plan_module_clip(mm) && p->work.image_tokens + 1 != mm->max_positions)
+            return util_fail(err, UTIL_EINVAL, "plan: module %s: %d vision tokens per image + the class row != its %d learned positions", s->module, p->work.image_tokens, mm->max_positions);
         if (mm->kind == MODEL_AUDIO && (rc = plan_audio_frames_check(mm, p->work.audio_frames, "plan: workload.audio_frames", err)))
             return rc;
         for (int c = 0; c < plan_chunks(p); c++)

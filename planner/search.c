@@ -156,8 +156,8 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
                 const model_module *mm = &b->m->mod[k];
                 plan_seq q;
                 plan_module_seq(b->m, k, b->w, &q);
-                double bytes = plan_precision_bytes(b->o->opt.precision).act * q.tokens_per_sample * per_rank / s.sp
-                             * mm->out_hidden / ((double)mm->merge * mm->merge * (mm->pool > 0 ? mm->pool : 1));
+                double bytes = plan_precision_bytes(b->o->opt.precision).act
+                             * plan_encoder_out_rows(mm, &q, q.tokens_per_sample * per_rank / s.sp) * mm->out_hidden;
                 bool one_node = cost_pool_gpus(&b->c->pool[s.pool]) <= b->c->pool[s.pool].gpus_per_node;
                 time += 2.0 * cost_p2p_time(b->c, s.pool, s.pool, one_node, bytes);
             }

@@ -55,7 +55,7 @@ int plan_module_seq(const model_t *m, int mi, const plan_workload *w, plan_seq *
     switch (mm->kind) {
     case MODEL_VISION:
         s.samples_units = w->images_per_sample;
-        s.seq = w->image_tokens;
+        s.seq = w->image_tokens + (mm->cls_token ? 1 : 0);   /* the class row runs through the blocks */
         s.attn_span_full = s.seq;
         s.attn_span_window = mm->window > 0 ? fmin(mm->window, s.seq) : s.seq;
         break;
@@ -79,6 +79,13 @@ int plan_module_seq(const model_t *m, int mi, const plan_workload *w, plan_seq *
     s.tokens_per_sample = s.samples_units * s.seq;
     *out = s;
     return UTIL_OK;
+}
+
+double plan_encoder_out_rows(const model_module *mm, const plan_seq *q, double rows)
+{
+    double cls = mm->kind == MODEL_VISION && mm->cls_token ? 1 : 0, pool = mm->pool > 0 ? mm->pool : 1;
+    double kept = q->seq > 0 ? rows * (q->seq - cls) / q->seq : rows;
+    return kept / ((double)mm->merge * mm->merge * pool);
 }
 
 double plan_head_rows(const plan_workload *w, plan_target t, double samples, double tokens)

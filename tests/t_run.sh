@@ -204,13 +204,29 @@ if plan ref_window colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_window
     plan window_dis disaggregated "vision:gpus=2,sp=2;llm:gpus=2,sp=2" --n-micro 2 && check_plan window_dis ref_window
     plan window_col_ring colocated "vision:sp=4;llm:sp=2,tp=2,seqpar=1" --gpus 4 && check_plan window_col_ring ref_window
 else fail run_reference_ref_window "$(tail -c 300 "$T/ref_window.err")"; fi
+# LLaVA (tiny-llava: a CLIP tower, its class row in every image's 17 rows and
+# dropped before the projector, feeding a Llama LLM) on 16 px images of
+# unmerged 4 px patches: tensor and data parallelism, ZeRO, a pipelined tower
+# and a disaggregated one; the tower runs without sp (refused by the planner).
+"$DHP" data synth --out "$T/cdata" --samples 64 --image-size 16 --merge 1 --window 0 >/dev/null || fail run_llava_data "dhp data synth failed"
+export DATA="$T/cdata" MODEL=tiny-llava
+SETUP="$SETUP_VL --vision-tokens 16"
+if plan ref_llava colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_llava; then
+    losses "$T/ref_llava.log" >"$T/ref_llava.losses"
+    plan llava_col_tp2 colocated "vision:dp=2;llm:tp=2,dp=1,seqpar=0" --gpus 2 && check_plan llava_col_tp2 ref_llava
+    plan llava_col_vtp2_z3 colocated "vision:tp=2,dp=2,zero=3;llm:dp=4,zero=2" --gpus 4 && check_plan llava_col_vtp2_z3 ref_llava
+    plan llava_dis_tp2 disaggregated "vision:gpus=1;llm:gpus=2,tp=2,seqpar=1" --n-micro 4 && check_plan llava_dis_tp2 ref_llava
+    plan llava_dis_vpp2 disaggregated "vision:gpus=2,pp=2,mb=1;llm:gpus=1" --n-micro 4 && check_plan llava_dis_vpp2 ref_llava
+else fail run_reference_ref_llava "$(tail -c 300 "$T/ref_llava.err")"; fi
+expect_err run_llava_refuses_vision_sp 'vision: sp 2: a tower with a class row per image runs without sequence parallelism' \
+    "$DHP" plan $SETUP --model tiny-llava --placement colocated --strategy "vision:sp=2;llm:dp=2" --gpus 2 -o "$T/x.json"
 export DATA="$T/adata"
 unset MODEL
 SETUP="$SETUP_VL --audio-frames 32"
 # memory: what `dhp simulate` predicts per rank and category is what the run allocated (parameters, gradients,
 # optimizer, hand-off and pipeline buffers, ZeRO buffers to the byte; activations within 0.1%: the
 # executor's few sequence-offset integers per slot, as for vision-only plans)
-for name in omni_dis_tp omni_col_ring frozen_audio_dis audio_dis_pp vp_dis vp_tp2; do
+for name in omni_dis_tp omni_col_ring frozen_audio_dis audio_dis_pp vp_dis vp_tp2 llava_col_vtp2_z3 llava_dis_vpp2; do
     "$DHP" simulate "$T/$name.json" --json >"$T/$name.sim.json" 2>"$T/err" || { fail "run_memory_is_predicted_$name" "$(head -c 300 "$T/err")"; continue; }
     if out=$(/usr/bin/python3 - "$T/$name.sim.json" "$T/$name.log" 2>&1 <<'PY'
 import json, sys

@@ -9,7 +9,7 @@ if ! command -v mpirun >/dev/null 2>&1; then skip zoo_run "mpirun not found"; ex
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 HERE=$(cd "$(dirname "$0")" && pwd)
-MODELS=${ZOO_MODELS:-"tiny-vl tiny-vl-window tiny-audio tiny-omni"}
+MODELS=${ZOO_MODELS:-"tiny-vl tiny-vl-window tiny-audio tiny-omni tiny-llava"}
 
 # cpu-N: the cpu-4 profile with N ranks on the node (processor sets alternate as measured)
 for n in 1 2 4 8; do
@@ -30,9 +30,11 @@ done
 "$DHP" data synth --out "$T/data-w16" --samples 64 --window 16 >/dev/null || { fail zoo_run_data "dhp data synth failed"; exit 0; }
 # the audio models': a clip of 64 mel frames per sample, 32 rows after the conv stem
 "$DHP" data synth --out "$T/data-audio" --samples 64 --window 0 --audio >/dev/null || { fail zoo_run_data "dhp data synth --audio failed"; exit 0; }
-data_of() { case "$1" in *window*) echo "$T/data-w16";; *audio*|*omni*) echo "$T/data-audio";; *) echo "$T/data-w0";; esac; }
+# tiny-llava's CLIP tower: 16 px images of 4 px patches, unmerged, in raster order (16 patches + the class row)
+"$DHP" data synth --out "$T/data-clip" --samples 64 --image-size 16 --merge 1 --window 0 >/dev/null || { fail zoo_run_data "dhp data synth failed"; exit 0; }
+data_of() { case "$1" in *window*) echo "$T/data-w16";; *audio*|*omni*) echo "$T/data-audio";; *llava*) echo "$T/data-clip";; *) echo "$T/data-w0";; esac; }
 modules_of() { /usr/bin/python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['modules']))" "$HERE/../models/zoo/$1.json"; }
-workload_of() { case "$1" in *audio*|*omni*) echo "--audio-frames 32";; esac; }
+workload_of() { case "$1" in *audio*|*omni*) echo "--audio-frames 32";; *llava*) echo "--vision-tokens 16";; esac; }
 
 strategy_of() {
     /usr/bin/python3 -c "

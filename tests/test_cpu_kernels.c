@@ -323,3 +323,24 @@ TEST(cpu_kernels_avgpool_rows_mean_and_adjoint)
     CHECK_MSG(worst < 1e-6, "pooled rows differ from the mean by %g", worst);
     CHECK_MSG(fabs(lhs - rhs) < 1e-5 * (fabs(lhs) + 1), "<pool x, r> %g != <x, pool^T r> %g", lhs, rhs);
 }
+
+/* CLIP's quick GELU against its formula x sigmoid(1.702 x) (transformers
+ * QuickGELUActivation) and its backward against central differences. */
+TEST(cpu_kernels_quick_gelu_formula_and_derivative)
+{
+    const ex_backend *be = ex_backend_cpu();
+    const size_t n = 257;
+    float *x = rnd(n, 4), *y = calloc(n, 4), *dy = rnd(n, 1), *dx = calloc(n, 4);
+    be->quick_gelu_forward(y, x, n);
+    be->quick_gelu_backward(dx, dy, x, n);
+    double worst_f = 0, worst_b = 0;
+    for (size_t i = 0; i < n; i++) {
+        double xi = x[i], h = 1e-3;
+        worst_f = fmax(worst_f, fabs(y[i] - xi / (1 + exp(-1.702 * xi))));
+        double num = ((xi + h) / (1 + exp(-1.702 * (xi + h))) - (xi - h) / (1 + exp(-1.702 * (xi - h)))) / (2 * h);
+        worst_b = fmax(worst_b, fabs(dx[i] - dy[i] * num));
+    }
+    free(x); free(y); free(dy); free(dx);
+    CHECK_MSG(worst_f < 1e-5, "forward differs from x sigmoid(1.702 x) by %g", worst_f);
+    CHECK_MSG(worst_b < 1e-4, "backward differs from the central difference by %g", worst_b);
+}

@@ -115,6 +115,18 @@ TEST(cuda_kernels_emu_elementwise_match_cpu)
     cpu->gelu_backward(b, dh, g, n);
     CHECK_SYNC();
     CHECK_CLOSE(a, b, n, 1e-6, "gelu_backward (+=)");
+    /* quick GELU forward, backward (+=) */
+    CHECK(be->quick_gelu_forward && be->quick_gelu_backward);
+    be->quick_gelu_forward(a, g, n);
+    cpu->quick_gelu_forward(b, g, n);
+    CHECK_SYNC();
+    CHECK_CLOSE(a, b, n, 1e-6, "quick_gelu_forward");
+    memcpy(a, y0, n * sizeof *a);
+    memcpy(b, y0, n * sizeof *b);
+    be->quick_gelu_backward(a, dh, g, n);
+    cpu->quick_gelu_backward(b, dh, g, n);
+    CHECK_SYNC();
+    CHECK_CLOSE(a, b, n, 1e-6, "quick_gelu_backward (+=)");
     /* AdamW (two steps, so m and v are non-trivial) */
     float *p = dup(x, n), *m = rnd(n, 0.1f), *v = rnd(n, 0.1f);
     for (size_t i = 0; i < n; i++) v[i] *= v[i];

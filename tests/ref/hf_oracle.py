@@ -24,6 +24,11 @@ and biases are not their initial 1 and 0), and writes:
   DIR/window/, DIR/window_*     a model with window attention (4 windows of 2 x 2
                        merged tokens an image, layer 1 full) and its batch: see
                        main() for what its reference is
+  DIR/llava/, DIR/llava_*       a tiny LLaVA (LlavaForConditionalGeneration: a
+                       3-block CLIP tower read at vision_feature_layer -2, the
+                       class row dropped, a Llama LLM), its batch, loss and
+                       gradients as the Qwen2.5-VL case's (llava_cli/: the same
+                       shapes in shards for `dhp run --init-from`)
   DIR/batch.json       the batch's geometry, and transformers' loss
   DIR/pixels.bin       pixel_values (fp32, [patches, C * Tp * P * P], merge-block order)
   DIR/tokens.bin       the text tokens (int32, [batch, text_tokens])
@@ -46,8 +51,8 @@ import sys
 import numpy as np
 import torch
 from safetensors.torch import save_file
-from transformers import (Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2_5_VLConfig,
-                          Qwen2_5_VLForConditionalGeneration)
+from transformers import (LlavaConfig, LlavaForConditionalGeneration, Qwen2AudioConfig,
+                          Qwen2AudioForConditionalGeneration, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration)
 
 VOCAB = 272
 IMAGE, VSTART, VEND, VIDEO = 270, 269, 268, 267
@@ -106,6 +111,65 @@ def main():
     write_case(out, "window_", model, batch, loss, {"loss": loss})
     print(f"transformers window loss {loss:.9g}")
     audio_case(out)
+    llava_case(out)
+
+
+LLAVA_SIDE, LLAVA_PATCH = 16, 4     # 16 px images of 4 px patches: 16 patches + the class row
+
+
+def llava_model():
+    cfg = LlavaConfig(
+        vision_config={"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+                       "num_hidden_layers": 3, "num_attention_heads": 4, "num_channels": 3,
+                       "image_size": LLAVA_SIDE, "patch_size": LLAVA_PATCH, "hidden_act": "quick_gelu"},
+        text_config={"model_type": "llama", "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                     "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 512,
+                     "tie_word_embeddings": False},
+        image_token_index=IMAGE, vision_feature_layer=-2, vision_feature_select_strategy="default",
+        projector_hidden_act="gelu")
+    cfg._attn_implementation = "eager"
+    cfg.vision_config._attn_implementation = "eager"
+    cfg.text_config._attn_implementation = "eager"
+    model = LlavaForConditionalGeneration(cfg).float()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    return model
+
+
+def llava_case(out):
+    """LLaVA-1.5's layout: each sample is its image's 16 patch tokens (image_token_index,
+    replaced by the projected features in transformers) then its text; labels as the
+    Qwen2.5-VL case's. dhp's pixels are the image's patches in raster order, each
+    patch flattened as the Conv2d weight's [C, P, P]."""
+    model = llava_model()
+    model.save_pretrained(f"{out}/llava", safe_serialization=True)
+    llava_model().save_pretrained(f"{out}/llava_cli", safe_serialization=True, max_shard_size="60KB")
+    g = LLAVA_SIDE // LLAVA_PATCH
+    P = g * g
+    pixel_values = torch.randn(BATCH, 3, LLAVA_SIDE, LLAVA_SIDE)
+    text = torch.randint(0, 256, (BATCH, TEXT))
+    ids = torch.cat([torch.full((BATCH, P), IMAGE), text], 1)
+    labels = ids.clone()
+    labels[:, :P + 1] = -100
+    model.train()
+    res = model(input_ids=ids, pixel_values=pixel_values, labels=labels)
+    res.loss.backward()
+    loss = res.loss.item()
+    os.makedirs(f"{out}/llava_grads", exist_ok=True)
+    # the block after the feature layer and post_layernorm get no gradient (nothing reads them)
+    save_file({n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().contiguous()
+               for n, p in model.named_parameters()}, f"{out}/llava_grads/model.safetensors", metadata={"format": "pt"})
+    patches = pixel_values.view(BATCH, 3, g, LLAVA_PATCH, g, LLAVA_PATCH).permute(0, 2, 4, 1, 3, 5)
+    patches.reshape(BATCH * P, 3 * LLAVA_PATCH * LLAVA_PATCH).contiguous().numpy().astype(np.float32).tofile(
+        f"{out}/llava_pixels.bin")
+    text.numpy().astype(np.int32).tofile(f"{out}/llava_tokens.bin")
+    unused = [n for n, p in model.named_parameters() if p.grad is None]
+    with open(f"{out}/llava_batch.json", "w") as f:
+        json.dump({"batch": BATCH, "text_tokens": TEXT, "n_images": BATCH, "patches": P, "grid_h": g, "grid_w": g,
+                   "loss": loss, "no_grad": unused}, f)
+    print(f"transformers llava loss {loss:.9g}; {len(unused)} tensors without a gradient (block 2, post_layernorm)")
 
 
 def audio_case(out, clips=3, frames=16, mel=16):
