@@ -41,8 +41,8 @@ int ex_norm_rows(const ex_module *md) { return md->seqpar ? md->n_rows / md->tp 
 void ex_norm_forward(const ex_backend *be, const ex_module *md, float *out, float *mean, float *rstd, const float *x,
                      const float *w, const float *b, int n)
 {
-    if (md->mm.norm == MODEL_NORM_LAYERNORM) be->layernorm_forward(out, mean, rstd, x, w, b, n, md->d, EX_LAYERNORM_EPS);
-    else be->rmsnorm_forward(out, rstd, x, w, n, md->d, EX_NORM_EPS);
+    if (md->mm.norm == MODEL_NORM_LAYERNORM) be->layernorm_forward(out, mean, rstd, x, w, b, n, md->d, (float)model_norm_eps(&md->mm));
+    else be->rmsnorm_forward(out, rstd, x, w, n, md->d, (float)model_norm_eps(&md->mm));
 }
 
 void ex_norm_backward(const ex_backend *be, const ex_module *md, float *dinp, float *dw, float *db, const float *dout,

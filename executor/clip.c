@@ -67,7 +67,7 @@ static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b,
         be->add_inplace(rows, md->w.pos, (size_t)R * d);
     }
     be->layernorm_forward(x0, md->a.clip_mean, md->a.clip_rstd, emb, md->w.pre_ln, md->w.pre_ln_b, md->n_rows, d,
-                          EX_LAYERNORM_EPS);
+                          (float)model_norm_eps(&md->mm));
 }
 
 /* From dres = dL/d(x0): pre_layrnorm's, the positions', the class

@@ -127,7 +127,7 @@ static void text_config(cJSON *o, const model_module *l)
     cJSON_AddNumberToObject(o, "num_attention_heads", l->heads);
     cJSON_AddNumberToObject(o, "num_key_value_heads", l->kv_heads);
     cJSON_AddStringToObject(o, "hidden_act", "silu");
-    cJSON_AddNumberToObject(o, "rms_norm_eps", 1e-6);
+    cJSON_AddNumberToObject(o, "rms_norm_eps", model_norm_eps(l));
     cJSON_AddNumberToObject(o, "rope_theta", l->rope_theta);
     cJSON_AddBoolToObject(o, "tie_word_embeddings", l->tied_embeddings);
 }
@@ -151,6 +151,7 @@ static void llava_config(cJSON *o, const model_module *l, const model_module *e)
     cJSON_AddNumberToObject(v, "image_size", e->image_size);
     cJSON_AddNumberToObject(v, "patch_size", e->patch);
     cJSON_AddStringToObject(v, "hidden_act", e->ffn_kind == MODEL_FFN_QUICK_GELU ? "quick_gelu" : "gelu");
+    cJSON_AddNumberToObject(v, "layer_norm_eps", model_norm_eps(e));
     cJSON_AddNumberToObject(o, "vision_feature_layer", -1 - e->unused_layers);
     cJSON_AddStringToObject(o, "vision_feature_select_strategy", "default");
     cJSON_AddStringToObject(o, "projector_hidden_act", "gelu");

@@ -354,7 +354,7 @@ static void llm_head_forward(ex_model *em, ex_module *md, const ex_batch *b, boo
     }
     if (Np > 0) {
         be->gather_rows(a->xg, final, em->pred_rows_dev, Np, d);
-        be->rmsnorm_forward(a->gath, a->rstdf, a->xg, md->w.lnf, Np, d, EX_NORM_EPS);
+        be->rmsnorm_forward(a->gath, a->rstdf, a->xg, md->w.lnf, Np, d, (float)model_norm_eps(&md->mm));
         be->linear_forward(a->logits, a->gath, md->w.head, NULL, Np, d, md->vocab_n);
         double den = b->loss_denominator > 0 ? b->loss_denominator : (double)Np;
         *loss = (float)(llm_cross_entropy(em, md, backward, (float)(1.0 / den)) / den);

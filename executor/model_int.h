@@ -7,17 +7,10 @@
 #include "executor/executor.h"
 #include "executor/backend.h"
 
-/* Qwen2.5-VL config.json "rms_norm_eps": 1e-06 (vision and text),
- * https://huggingface.co/Qwen/Qwen2.5-VL-7B-Instruct/blob/main/config.json */
-#define EX_NORM_EPS 1e-6f
 /* RoPE base: the vision rotary uses theta 10000 (VisionRotaryEmbedding in
  * modeling_qwen2_5_vl.py); models.h has no rope_theta field yet, so the LLM
  * uses 10000 too (the tiny zoo models' value). */
 #define EX_ROPE_THETA 10000.0
-/* LayerNorm eps: torch.nn.LayerNorm's default 1e-5, which Whisper's and
- * Qwen2-Audio's encoder layers use (nn.LayerNorm(embed_dim) in
- * modeling_qwen2_audio.py). */
-#define EX_LAYERNORM_EPS 1e-5f
 
 /* A GELU MLP's fc1 and fc2 are the up (wu, bu) and down (wd, bd) views;
  * ln1b, ln2b are LayerNorm biases. */

@@ -95,7 +95,7 @@ int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_s
     io->out_rows = Nl;
     if (md->stage.head) {
         ex_unit_begin(md, L + 1, EX_USE_FORWARD);
-        be->rmsnorm_forward(a->mln, a->mrstd, a->x_final, md->w.merge_ln, Nl, md->d, EX_NORM_EPS);
+        be->rmsnorm_forward(a->mln, a->mrstd, a->x_final, md->w.merge_ln, Nl, md->d, (float)model_norm_eps(&md->mm));
         ex_projector_forward(be, md, a->mln, Mr);
         ex_unit_end(md, L + 1, EX_USE_FORWARD, false);
         io->out = a->vout;

@@ -73,6 +73,7 @@ static int import_llm(const hf_section *s, llm_family fam, const cJSON *root, mo
     hf_sec(&top, root, s->obj, "", "");
     util_strlcpy(top.ctx, s->ctx, sizeof top.ctx);
     if (hf_bool(&top, "tie_word_embeddings", d->tied, &mm->tied_embeddings, err)) return UTIL_EINVAL;
+    if (hf_eps(s, "rms_norm_eps", &mm->norm_eps, err)) return UTIL_EINVAL;
     /* rope_theta: a float in the configs (1000000.0); every config class defaults it to 10000.0 */
     const cJSON *theta = hf_lookup(s, "rope_theta");
     mm->rope_theta = 10000;
@@ -193,7 +194,7 @@ int hf_import_clip_vision(const cJSON *root, const char *what, model_module *mm,
         hf_int(&s, "num_hidden_layers", 12, &mm->layers, err) ||
         hf_int(&s, "num_attention_heads", 12, &mm->heads, err) ||
         hf_int(&s, "image_size", 224, &mm->image_size, err) || hf_int(&s, "patch_size", 32, &mm->patch, err) ||
-        hf_int(&s, "num_channels", 3, &mm->in_channels, err))
+        hf_int(&s, "num_channels", 3, &mm->in_channels, err) || hf_eps(&s, "layer_norm_eps", &mm->norm_eps, err))
         return UTIL_EINVAL;
     if (mm->patch <= 0 || mm->image_size % mm->patch)
         return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
@@ -222,7 +223,7 @@ static int import_internvit(const cJSON *root, const char *what, model_module *m
         hf_int(&s, "image_size", 224, &mm->image_size, err) || hf_int(&s, "patch_size", 14, &mm->patch, err) ||
         hf_int(&s, "num_channels", 3, &mm->in_channels, err) ||
         hf_bool(&s, "qkv_bias", false, &mm->qkv_bias, err) ||
-        hf_bool(&s, "qk_normalization", false, &mm->qk_norm, err))
+        hf_bool(&s, "qk_normalization", false, &mm->qk_norm, err) || hf_eps(&s, "layer_norm_eps", &mm->norm_eps, err))
         return UTIL_EINVAL;
     const char *norm = hf_str(&s, "norm_type");
     mm->norm = norm && strcmp(norm, "rms_norm") == 0 ? MODEL_NORM_RMSNORM : MODEL_NORM_LAYERNORM;
@@ -253,7 +254,7 @@ static int import_mllama_vision(const cJSON *root, const char *what, model_modul
         hf_int(&s, "num_hidden_layers", 32, &local, err) || hf_int(&s, "num_global_layers", 8, &global, err) ||
         hf_int(&s, "attention_heads", 16, &mm->heads, err) || hf_int(&s, "image_size", 448, &mm->image_size, err) ||
         hf_int(&s, "patch_size", 14, &mm->patch, err) || hf_int(&s, "num_channels", 3, &mm->in_channels, err) ||
-        hf_int(&s, "max_num_tiles", 4, &mm->max_tiles, err))
+        hf_int(&s, "max_num_tiles", 4, &mm->max_tiles, err) || hf_eps(&s, "norm_eps", &mm->norm_eps, err))
         return UTIL_EINVAL;
     mm->layers = local + global;
     mm->gated_layers = global;

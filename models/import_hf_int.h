@@ -16,6 +16,7 @@ const cJSON *hf_lookup(const hf_section *s, const char *key);
 /* Integer in [0, MODEL_MAX_WIDTH]; dflt < 0 means required. */
 int hf_int(const hf_section *s, const char *key, long dflt, int *out, char *err);
 int hf_bool(const hf_section *s, const char *key, bool dflt, bool *out, char *err);
+int hf_eps(const hf_section *s, const char *key, double *out, char *err);
 const char *hf_str(const hf_section *s, const char *key);
 int hf_list(const hf_section *s, const char *key, int *list, int *n, char *err);
 /* A derived size (product of config values) that must fit an int. */

@@ -38,6 +38,18 @@ int hf_int(const hf_section *s, const char *key, long dflt, int *out, char *err)
     return UTIL_OK;
 }
 
+/* A norm epsilon key, when present (rms_norm_eps, layer_norm_eps): *out is
+ * left as it is (0: the norm kind's default, model_norm_eps) otherwise. */
+int hf_eps(const hf_section *s, const char *key, double *out, char *err)
+{
+    const cJSON *v = hf_lookup(s, key);
+    if (!v) return UTIL_OK;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= MODEL_MAX_NORM_EPS))
+        return util_fail(err, UTIL_EINVAL, "%s.%s: must be a number in (0, %g]", s->ctx, key, MODEL_MAX_NORM_EPS);
+    *out = v->valuedouble;
+    return UTIL_OK;
+}
+
 int hf_bool(const hf_section *s, const char *key, bool dflt, bool *out, char *err)
 {
     const cJSON *v = hf_lookup(s, key);

@@ -39,7 +39,7 @@ static int import_siglip(const cJSON *root, const char *what, const siglip_defau
         hf_int(&s, "num_attention_heads", d->heads, &mm->heads, err) ||
         hf_int(&s, "image_size", d->image, &mm->image_size, err) || hf_int(&s, "patch_size", d->patch, &mm->patch, err) ||
         hf_int(&s, "num_channels", 3, &mm->in_channels, err) ||
-        hf_bool(&s, "vision_use_head", d->use_head, &use_head, err))
+        hf_bool(&s, "vision_use_head", d->use_head, &use_head, err) || hf_eps(&s, "layer_norm_eps", &mm->norm_eps, err))
         return UTIL_EINVAL;
     /* a valid-padding conv: image_size // patch_size patches a side (SiglipVisionEmbeddings.num_patches) */
     if (mm->patch <= 0 || mm->image_size < mm->patch)

@@ -19,7 +19,7 @@ const char *model_norm_kind_name(model_norm_kind k) { return (unsigned)k < 2 ? n
 
 /* ---- field table: one row per scalar field of model_module ---- */
 
-typedef enum { F_INT, F_BOOL, F_NORM } field_type;
+typedef enum { F_INT, F_BOOL, F_NORM, F_EPS } field_type;
 typedef enum { G_ALL, G_ENCODER, G_LLM } field_group;
 
 typedef struct {
@@ -49,6 +49,7 @@ static const field_desc fields[] = {
     FB(proj_norm, G_ENCODER), FD(proj_norm_width, F_INT, G_ENCODER),
     FD(proj_norm_kind, F_NORM, G_ENCODER), FD(proj_in, F_INT, G_ENCODER), FI(proj_hidden, G_ENCODER),
     FI(out_hidden, G_ENCODER), FB(proj_bias, G_ENCODER),
+    {"norm_eps", F_EPS, G_ALL, offsetof(model_module, norm_eps), false},
     FI(vocab, G_LLM), FI(vocab_extra, G_LLM), FB(tied_embeddings, G_LLM), FI(rope_theta, G_LLM),
 };
 #define N_FIELDS ((int)(sizeof fields / sizeof fields[0]))
@@ -192,6 +193,8 @@ static int read_field(const cJSON *obj, const char *ctx, const field_desc *f, mo
             return UTIL_EINVAL;
         *norm_at(mm, f) = (model_norm_kind)e;
         return UTIL_OK;
+    case F_EPS:
+        return util_json_num(obj, ctx, f->key, required, 0, MODEL_MAX_NORM_EPS, 0, (double *)((char *)mm + f->off), err);
     }
     return UTIL_EINVAL;
 }
@@ -403,8 +406,16 @@ static int check_layer_list(const char *what, int i, const char *key, const int 
     return UTIL_OK;
 }
 
+double model_norm_eps(const model_module *mm)
+{
+    if (mm->norm_eps > 0) return mm->norm_eps;
+    return mm->norm == MODEL_NORM_LAYERNORM ? 1e-5 : 1e-6;
+}
+
 static int validate_common(const model_module *mm, const char *what, int i, char *err)
 {
+    if (!(mm->norm_eps >= 0 && mm->norm_eps <= MODEL_MAX_NORM_EPS))
+        return BAD("%s: modules[%d].norm_eps: must be in [0, %g] (0: the norm's default)", what, i, MODEL_MAX_NORM_EPS);
     if (!mm->name[0]) return BAD("%s: modules[%d].name: must not be empty", what, i);
     /* module names become file names (checkpoints: DIR/step-N/<module>.safetensors) */
     if (!util_name_ok(mm->name))
@@ -555,6 +566,7 @@ static cJSON *module_to_json(const model_t *m, const model_module *mm)
         if (!group_applies(f->group, mm->kind)) continue;
         if (f->type == F_INT) cJSON_AddNumberToObject(o, f->key, int_of(mm, f));
         else if (f->type == F_BOOL) cJSON_AddBoolToObject(o, f->key, bool_of(mm, f));
+        else if (f->type == F_EPS) { if (mm->norm_eps > 0) cJSON_AddNumberToObject(o, f->key, mm->norm_eps); }
         else cJSON_AddStringToObject(o, f->key, model_norm_kind_name(norm_of(mm, f)));
     }
     if (mm->kind == MODEL_LLM) {

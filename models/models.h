@@ -17,6 +17,7 @@
 #define MODEL_SCHEMA "dhp.model/1"
 /* Validation limits: keep every parameter count well inside int64. */
 #define MODEL_MAX_WIDTH (1 << 20)    /* hidden, ffn, heads*head_dim, vocab, positions, projector widths */
+#define MODEL_MAX_NORM_EPS 0.01      /* a norm epsilon above this is a mistake, not a model */
 #define MODEL_MAX_LAYERS (1 << 17)
 #define MODEL_MAX_FACTOR 1024        /* in_channels, patch, temporal_patch, merge, pool, tiles, aspect ratios */
 
@@ -99,6 +100,8 @@ typedef struct {
     model_norm_kind proj_norm_kind;
     bool proj_bias;              /* biases on the projector linears */
     int vocab_extra;             /* embedding rows beyond vocab that the LM head lacks (Mllama: 8) */
+    double norm_eps;             /* the norms' epsilon (transformers' rms_norm_eps / layer_norm_eps);
+                                    0 = the norm kind's default (model_norm_eps) */
 } model_module;
 
 /* Special tokens of the model's vocabulary around its encoders' rows (the
@@ -139,6 +142,13 @@ cJSON *model_to_json(const model_t *m);
 /* Zoo: names of the built-in models. */
 int model_zoo_count(void);
 const char *model_zoo_name(int i);
+
+/* The epsilon mm's norms add to the variance: norm_eps, else the kind's
+ * default: RMSNorm 1e-6 (Qwen2 / Qwen2.5-VL's rms_norm_eps, and the
+ * Qwen2-VL vision tower's RMSNorms, eps=1e-6 in modeling_qwen2_5_vl.py),
+ * LayerNorm 1e-5 (torch.nn.LayerNorm's default, which Whisper's and CLIP's
+ * layer_norm_eps keep). */
+double model_norm_eps(const model_module *mm);
 
 /* Finds a module by name or kind; -1 if absent. */
 int model_find(const model_t *m, const char *module_name);

@@ -470,3 +470,32 @@ TEST(models_import_hf_keeps_tokens_and_names_by_directory)
     CHECK_EQ_INT(model_import_hf(bad, "c.json", &m, err), UTIL_EINVAL);
     CHECK_MSG(strstr(err, "image_token_id: must be a non-negative integer") != NULL, "%s", err);
 }
+
+/* The norms' epsilon: the file's, else the norm kind's default; an imported
+ * config's rms_norm_eps / layer_norm_eps. */
+TEST(models_norm_eps_default_round_trip_and_import)
+{
+    char err[UTIL_ERR_LEN];
+    model_t m, back;
+    CHECK_OK(model_parse_json(base_json, "x.json", &m, err));
+    CHECK(fabs(model_norm_eps(&m.mod[0]) - 1e-5) < 1e-12);   /* the vision LayerNorm's default */
+    CHECK(fabs(model_norm_eps(&m.mod[1]) - 1e-6) < 1e-12);   /* the LLM RMSNorm's default */
+    char *s = variant("\"vocab\": 272", "\"vocab\": 272, \"norm_eps\": 1e-05");
+    CHECK_OK(model_parse_json(s, "x.json", &m, err));
+    free(s);
+    CHECK(fabs(model_norm_eps(&m.mod[1]) - 1e-5) < 1e-12);
+    cJSON *j = model_to_json(&m);
+    CHECK_OK(model_from_json(j, "y.json", &back, err));
+    cJSON_Delete(j);
+    CHECK(back.mod[1].norm_eps == m.mod[1].norm_eps && back.mod[0].norm_eps == 0);
+    CHECK_BAD("\"vocab\": 272", "\"vocab\": 272, \"norm_eps\": 0.5", "modules[1].norm_eps");
+    CHECK_BAD("\"vocab\": 272", "\"vocab\": 272, \"norm_eps\": -1e-6", "modules[1].norm_eps");
+    const char *cfg = "{\"model_type\": \"llama\", \"vocab_size\": 300, \"hidden_size\": 64, \"intermediate_size\": 128,"
+                      " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"rms_norm_eps\": 1e-05}";
+    CHECK_OK(model_import_hf(cfg, "c.json", &m, err));
+    CHECK(fabs(model_norm_eps(&m.mod[0]) - 1e-5) < 1e-12);
+    const char *bad = "{\"model_type\": \"llama\", \"vocab_size\": 300, \"hidden_size\": 64, \"intermediate_size\": 128,"
+                      " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"rms_norm_eps\": 0}";
+    CHECK_EQ_INT(model_import_hf(bad, "c.json", &m, err), UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "rms_norm_eps: must be a number in (0, 0.01]") != NULL, "%s", err);
+}

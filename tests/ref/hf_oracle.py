@@ -121,10 +121,11 @@ def llava_model():
     cfg = LlavaConfig(
         vision_config={"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64,
                        "num_hidden_layers": 3, "num_attention_heads": 4, "num_channels": 3,
-                       "image_size": LLAVA_SIDE, "patch_size": LLAVA_PATCH, "hidden_act": "quick_gelu"},
+                       "image_size": LLAVA_SIDE, "patch_size": LLAVA_PATCH, "hidden_act": "quick_gelu",
+                       "layer_norm_eps": 1e-3},
         text_config={"model_type": "llama", "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128,
                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                     "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 512,
+                     "rms_norm_eps": 1e-3, "rope_theta": 10000.0, "max_position_embeddings": 512,
                      "tie_word_embeddings": False},
         image_token_index=IMAGE, vision_feature_layer=-2, vision_feature_select_strategy="default",
         projector_hidden_act="gelu")
@@ -178,7 +179,7 @@ def audio_case(out, clips=3, frames=16, mel=16):
                       "num_mel_bins": mel, "max_source_positions": frames // 2},
         text_config={"model_type": "qwen2", "vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128,
                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-                     "tie_word_embeddings": False},
+                     "rms_norm_eps": 1e-3, "tie_word_embeddings": False},
         audio_token_index=VIDEO)
     cfg._attn_implementation = "eager"
     cfg.audio_config._attn_implementation = "eager"
