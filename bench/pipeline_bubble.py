@@ -54,8 +54,10 @@ def main():
     tmp = tempfile.mkdtemp(prefix="dhp-bubble.")
     sim_trace, run_trace = os.path.join(tmp, "sim.json"), os.path.join(tmp, "run.json")
     sh([a.dhp, "simulate", a.plan, "--trace", sim_trace], env)
-    sh(["mpirun", "--oversubscribe", "-np", str(plan["world_size"]), a.dhp, "run", a.plan, "--data", a.data,
-        "--steps", str(a.steps), "--trace", run_trace], env)
+    # ranks bound to cores round-robin, as `dhp profile` ran when it measured
+    # the cluster file the plan was priced on (bench/fidelity.py does the same)
+    sh(["mpirun", "--oversubscribe", "--bind-to", "core:overload-allowed", "-np", str(plan["world_size"]), a.dhp, "run",
+        a.plan, "--data", a.data, "--steps", str(a.steps), "--trace", run_trace], env)
     sim_step, sim_busy = compute_share(sim_trace)
     run_step, run_busy = compute_share(run_trace)
     llm = next(m for m in plan["modules"] if m["module"] == "llm")
