@@ -167,6 +167,21 @@ typedef struct ex_backend {
 
 const ex_backend *ex_backend_cpu(void);
 
+/* Rows between a packed buffer (rows in order) and a permuted one: in
+ * consecutive blocks of `block` rows, packed row j of a block is permuted
+ * row order[j] of it (order NULL: the same order), n rows of d floats;
+ * to_permuted: packed -> permuted, else back. One backend copy per row (the
+ * encoder -> LLM hand-off's raster order, models/geometry.c). */
+static inline void ex_move_permuted_rows(const ex_backend *be, float *packed, float *permuted, size_t n, size_t d,
+                                         const int *order, size_t block, bool to_permuted)
+{
+    for (size_t r = 0; r < n; r++) {
+        size_t q = order ? r - r % block + (size_t)order[r % block] : r;
+        if (to_permuted) be->d2d(permuted + q * d, packed + r * d, d * sizeof(float));
+        else be->d2d(packed + r * d, permuted + q * d, d * sizeof(float));
+    }
+}
+
 /* The backend `dhp run --backend` names (executor/backend_pick.c): "cpu",
  * "cuda", or NULL / "auto" for cuda where a device is usable, else cpu.
  * *why gets the one log line saying which and why; NULL with err when

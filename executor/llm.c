@@ -524,19 +524,6 @@ int ex_llm_empty_pass(ex_model *em, bool backward, char *err)
     return rc || !backward ? rc : ex_stage_empty_pass(em, em->m.llm, EX_USE_BACKWARD, err);
 }
 
-/* Moves n rows of width d between an encoder's output (enc_rows, its order)
- * and the LLM's input (llm_rows): image by image through raster (each
- * image's merged tokens, models/geometry.c) when given, else in order. */
-static void move_rows(const ex_backend *be, float *enc_rows, float *llm_rows, size_t n, size_t d, const int *raster,
-                      int per_image, bool to_llm)
-{
-    for (size_t r = 0; r < n; r++) {
-        size_t q = raster ? r - r % (size_t)per_image + (size_t)raster[r % (size_t)per_image] : r;
-        if (to_llm) be->d2d(llm_rows + q * d, enc_rows + r * d, d * sizeof(float));
-        else be->d2d(enc_rows + r * d, llm_rows + q * d, d * sizeof(float));
-    }
-}
-
 /* The whole step's encoder rows between the encoders' outputs (each its
  * rows sample after sample: out[k]) and the LLM's input (each sample's
  * encoders in plan_sample_offset's order, an image's tokens in raster
@@ -564,7 +551,7 @@ static int shuffle_rows(const ex_model *em, const ex_batch *b, const float *cons
             if (k < 0 || rows[k] == 0) continue;
             float *llm = enc + (size_t)(at + plan_sample_offset(&em->m, rows, k)) * d;
             float *own = (to_llm ? (float *)out[e] : grad[e]) + (size_t)taken[e] * d;
-            move_rows(em->be, own, llm, (size_t)rows[k], (size_t)d, e == 0 ? raster : NULL, mpi, to_llm);
+            ex_move_permuted_rows(em->be, own, llm, (size_t)rows[k], (size_t)d, e == 0 ? raster : NULL, (size_t)mpi, to_llm);
             taken[e] += rows[k];
         }
         at += plan_sample_offset(&em->m, rows, em->m.n_modules);

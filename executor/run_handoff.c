@@ -107,11 +107,7 @@ static int move_segment(run_ctx *r, run_handoff_enc *e, int k, const plan_segmen
         if (rc) return rc;
         e->order_block = sg->block;
     }
-    for (size_t j = 0; j < n; j++) {
-        float *row = own + ((size_t)off + j - j % (size_t)sg->block + (size_t)e->order[j % (size_t)sg->block]) * d;
-        if (to_msg) r->be->d2d(msg + j * d, row, d * sizeof(float));
-        else r->be->d2d(row, msg + j * d, d * sizeof(float));
-    }
+    ex_move_permuted_rows(r->be, msg, own + (size_t)off * d, n, d, e->order, (size_t)sg->block, !to_msg);
     return UTIL_OK;
 }
 
