@@ -74,7 +74,8 @@ static int ray_nodes(const char *address, ray_node *nodes, int *n, char *err)
         o->head = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(nd, "is_head_node"));
         const cJSON *rt = cJSON_GetObjectItemCaseSensitive(nd, "resources_total"), *kv;
         cJSON_ArrayForEach(kv, rt) {
-            if (!strcmp(kv->string, "GPU") && cJSON_IsNumber(kv)) o->gpus = (int)kv->valuedouble;
+            if (!strcmp(kv->string, "GPU") && cJSON_IsNumber(kv))   /* Ray reports counts as floats */
+                o->gpus = kv->valuedouble >= 0 && kv->valuedouble <= 1 << 20 ? (int)kv->valuedouble : 0;
             else if (!strncmp(kv->string, "accelerator_type:", 17)) util_strlcpy(o->accel, kv->string + 17, sizeof o->accel);
         }
     }

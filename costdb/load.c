@@ -615,7 +615,7 @@ static int parse_sets(const cJSON *pool, const char *what, const char *path, cos
                          what, sub, p->gpus_per_node, COST_MAX_SPEED);
     for (int i = 0; i < n; i++) {
         const cJSON *x = cJSON_GetArrayItem(v, i);
-        int s = cJSON_IsNumber(x) ? (int)x->valuedouble : -1;
+        int s = cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble <= i ? (int)x->valuedouble : -1;
         if (!cJSON_IsNumber(x) || s != x->valuedouble || s < 0 || s > i || (s < i && p->set_of[s] != s))
             return util_fail(err, UTIL_EINVAL, "%s: %s[%d]: must be the lowest rank of its set (0..%d, itself a set's first)",
                              what, sub, i, i);

@@ -344,7 +344,8 @@ static int llava_feature_layer(const cJSON *root, const char *what, model_module
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, "vision_feature_layer");
     double k = f ? (cJSON_IsNumber(f) ? f->valuedouble : 0) : -2;
     int total = v->layers;
-    if (k != (double)(int)k || k == 0 || k > total || k < -total)
+    /* the range first: casting a double outside int's range is undefined */
+    if (!(k >= -total && k <= total) || k == 0 || k != (double)(int)k)
         return util_fail(err, UTIL_EINVAL, "%s: vision_feature_layer: must be an integer in [-%d, -1] or [1, %d] "
                          "(one layer of the %d-block tower)", what, total, total, total);
     v->layers = k > 0 ? (int)k : total + (int)k + 1;
@@ -384,7 +385,7 @@ static int import_internvl(const cJSON *root, const char *what, model_t *m, char
     if (rc) return rc;
     const cJSON *ratio = cJSON_GetObjectItemCaseSensitive(root, "downsample_ratio");
     double r = cJSON_IsNumber(ratio) ? ratio->valuedouble : 0.5;
-    if (!(r > 0 && r <= 1) || (double)(int)(1.0 / r + 0.5) * r < 0.999 || (double)(int)(1.0 / r + 0.5) * r > 1.001)
+    if (!(r >= 1.0 / 1024 && r <= 1) || (double)(int)(1.0 / r + 0.5) * r < 0.999 || (double)(int)(1.0 / r + 0.5) * r > 1.001)
         return util_fail(err, UTIL_EINVAL, "%s: downsample_ratio: %g is not 1/integer", what, r);
     v->merge = (int)(1.0 / r + 0.5);
     hf_section vs;
