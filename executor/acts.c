@@ -2,6 +2,7 @@
  * needs, carved tensor by tensor as plan_module_acts lists them (the memory
  * model sums the same list); scratch is shared by all slots. */
 #include "executor/model_int.h"
+#include "executor/precision.h"
 
 #include <string.h>
 
@@ -164,6 +165,9 @@ int ex_acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int reserve_pre
     s->filled = false;
     if (grow_floats(md->be, &s->mem, &s->cap, ns) || grow_floats(md->be, &md->scratch, &md->scratch_cap, nx))
         return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for activations (%zu floats)", md->mm.name, ns + nx);
+    plan_act_rows rows = { want.n_rows, want.m_rows, want.n_pred, want.emb_rows };
+    int rc = ex_precision_reserve(md, &rows, err);
+    if (rc) return rc;
     if (n_cu + 1 > s->n_cu_cap) {
         size_t bytes = (size_t)(n_cu + 1) * sizeof(int);
         util_free(s->cu);

@@ -63,6 +63,17 @@ typedef struct ex_backend {
                            int n, int in, int out_dim);
     void (*linear_backward)(float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, int n, int in, int out_dim);
+    /* bf16-mixed (executor/precision.c): dst[i] = src[i] rounded to bfloat16
+     * (round to nearest, ties to even: executor/bf16.h), and the linears on
+     * bf16 operands with fp32 accumulation and fp32 outputs (cuBLAS GEMM with
+     * CUDA_R_16BF A and B, CUBLAS_COMPUTE_32F). The same shapes and sums as
+     * linear_forward / linear_backward; the bias gradient sums the fp32 dout,
+     * the GEMMs read its bf16 copy dout16. */
+    void (*to_bf16)(uint16_t *dst, const float *src, size_t n);
+    void (*linear_forward_bf16)(float *out, const uint16_t *inp, const uint16_t *w, const float *b,
+                                int n, int in, int out_dim);
+    void (*linear_backward_bf16)(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16,
+                                 const uint16_t *inp, const uint16_t *w, int n, int in, int out_dim);
     void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w,
                             int n, int d, float eps);
     void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,

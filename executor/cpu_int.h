@@ -25,6 +25,13 @@ void ex_cpu_attention_part_backward(float *dq, float *dk, float *dv, const float
 void ex_cpu_attention_merge(float *out, float *lse, const float *part, const float *part_lse, int nseq, int stride,
                             int q0, int nq, int H, int hd);
 
+/* cpu_bf16.c: the bf16-mixed entries (see backend.h). */
+void ex_cpu_to_bf16(uint16_t *dst, const float *src, size_t n);
+void ex_cpu_linear_forward_bf16(float *out, const uint16_t *inp, const uint16_t *w, const float *b, int n, int in,
+                                int o);
+void ex_cpu_linear_backward_bf16(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16,
+                                 const uint16_t *inp, const uint16_t *w, int n, int in, int o);
+
 /* cpu_kernels_whisper.c: LayerNorm, the conv stem's im2col / col2im and
  * average pooling of rows (a Whisper-style audio encoder). */
 void ex_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,

@@ -368,6 +368,8 @@ static void cuda_linear_backward(float *dinp, float *dw, float *db, const float 
     if (db) column_sum(db, dout, NULL, NULL, NULL, n, o);
 }
 
+#include "executor/cuda_gemm_bf16.cuh"
+
 /* ------------------------------------------------------------ RMSNorm */
 
 /* RMSNorm, a block per row r (rows strided over the grid), inp/out[n, d]:
@@ -789,6 +791,9 @@ static ex_backend make_table(void)
     t.sumsq = cuda_sumsq;
     t.linear_forward = cuda_linear_forward;
     t.linear_backward = cuda_linear_backward;
+    t.to_bf16 = cuda_to_bf16;
+    t.linear_forward_bf16 = cuda_linear_forward_bf16;
+    t.linear_backward_bf16 = cuda_linear_backward_bf16;
     t.rmsnorm_forward = cuda_rmsnorm_forward;
     t.rmsnorm_backward = cuda_rmsnorm_backward;
     t.rope_forward = cuda_rope_forward;

@@ -6,6 +6,7 @@
  * VisionRotaryEmbedding, PatchMerger) and models/qwen2/modeling_qwen2.py (LLM).
  * The computation is in block.c, vision.c, llm.c and optimizer.c. */
 #include "executor/model_int.h"
+#include "executor/precision.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -270,6 +271,7 @@ static void module_free(ex_module *md)
     util_free(md->w.blk);
     util_free(md->g.blk);
     util_free(md->a.blk);
+    ex_precision_detach(md);
     if (be) {
         be->release(md->params);
         be->release(md->grads);

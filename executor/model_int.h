@@ -116,6 +116,10 @@ typedef struct {
      * (pshard) and the gradient accumulator (gshard) */
     ex_shard shard;
     float *m, *v, *pshard, *gshard;
+    /* bf16-mixed (executor/precision.c): the weights' bf16 copy (n_params,
+     * params' layout) and the linears' staging: operand | gradient, stage_cap each */
+    uint16_t *w16, *stage16;
+    size_t stage_cap;
     ex_weights w, g;
     ex_unit_hooks hooks;
     ex_acts a;                 /* views into slot[cur] and scratch */

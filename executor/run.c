@@ -4,6 +4,7 @@
  * its op list from plan_schedule_rank (planner/schedule.c) — the same list
  * the simulator prices — on the data-parallel shares of the global batch. */
 #include "executor/run_internal.h"
+#include "executor/precision.h"
 
 #include <math.h>
 #include <time.h>
@@ -151,6 +152,7 @@ static int check_plan(run_ctx *r, char *err)
 {
     const plan_t *p = &r->plan;
     int rc = plan_schedule_check(p, err);
+    if (!rc) rc = plan_run_check(p, err);
     if (rc) return rc;
     if (p->world_size != r->size)
         return util_fail(err, UTIL_EINVAL, "run: the plan needs %d ranks, this run has %d (mpirun -np %d)", p->world_size, r->size, p->world_size);
@@ -182,6 +184,7 @@ static int create_model(run_ctx *r, char *err)
         run_cp_hooks(&par[k]);
     }
     int rc = ex_model_create_per_module(r->be, &p->model, r->o->seed, mask, par, &r->em, err);
+    if (!rc) rc = ex_precision_attach(r->em, err);
     for (int k = 0; !rc && k < p->n_modules; k++) {
         run_module *m = &r->mod[k];
         if (!m->on) continue;
@@ -283,6 +286,7 @@ static int run_step(run_ctx *r, const plan_schedule *s, ex_dataset *ds, run_data
                     run_stats *st, op_event *ev, char *err)
 {
     memset(st, 0, sizeof *st);
+    ex_precision_refresh(r->em);   /* bf16-mixed: the weights' bf16 copy from this step's master */
     int rc = data_load(r, ds, r->step, d, err);
     if (!rc) rc = count_predictions(r, s, d, st, err);
     if (rc) return rc;

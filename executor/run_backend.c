@@ -6,6 +6,7 @@
  * emulator's device memory is host memory (tests/cudaemu.h), so dhp-emu runs
  * any plan. */
 #include "executor/run_internal.h"
+#include "executor/precision.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -29,7 +30,8 @@ int run_pick_backend(run_ctx *r, char *err)
         be = ex_backend_cpu();
         snprintf(why, sizeof why, "backend: cpu (a CUDA device is visible, but on %d ranks the communicators still copy a rank's messages to itself in host memory)", r->size);
     }
-    r->be = be;
+    plan_options po = plan_options_of(&r->plan);
+    r->be = ex_precision_backend(be, plan_runs_bf16(&po));   /* bf16-mixed: the linears on bf16 operands */
     if (r->rank == 0) {
         bool stdout_busy = r->o->log_json || (r->o->trace_path && !strcmp(r->o->trace_path, "-"));
         fprintf(stdout_busy ? stderr : stdout, "%s\n", why);

@@ -68,7 +68,10 @@ plan_state_bytes plan_precision_bytes(plan_precision p)
 
 plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_options *o)
 {
-    plan_state_bytes b = plan_precision_bytes(o->precision);
+    /* dhp's executor keeps fp32 states and activations under bf16-mixed, its
+     * bf16 weight copy apart (planner/precision.c); the step also writes that copy */
+    plan_state_bytes b = plan_precision_bytes(plan_runs_bf16(o) ? PLAN_OPT_FP32 : o->precision);
+    b.step_traffic += plan_weight_copy_bytes(mm, o);
     if (!mm->frozen) return b;
     if (o->target == PLAN_TARGET_MEGATRON) b.param = BF16;
     b.grad = 0;
@@ -244,7 +247,7 @@ static void executor_states(const model_module *mm, const plan_module *s, int st
     plan_dp_buffers b = plan_dp_buffers_of(mm, s, stage);
     plan_state_bytes sb = plan_module_state_bytes(mm, o);
     double local = (double)b.local, shard = (double)b.shard_elems, unit = (double)r.shard * b.max_piece;
-    out->params = (r.shard_params ? shard : local) * sb.param;
+    out->params = (r.shard_params ? shard : local) * sb.param + local * plan_weight_copy_bytes(mm, o);
     out->grads = (r.shard_grads ? shard : local) * sb.grad;
     out->optim = (r.shard_optim ? shard : local) * sb.optim;
     out->zero_buffers = b.gather_slots * unit * sb.param + b.bucket_slots * unit * sb.grad;
@@ -255,7 +258,7 @@ static void executor_states(const model_module *mm, const plan_module *s, int st
  * chunk v (one chunk without interleaving): each slot saves its chunk's
  * list, the scratch all slots share is the largest chunk's. */
 static void executor_activations(const model_module *mm, const plan_module *s, int stage, const plan_seq *q,
-                                 const plan_workload *w, double A, const int *vslots, plan_mem *out)
+                                 const plan_workload *w, const plan_options *o, const int *vslots, plan_mem *out)
 {
     double mb = s->micro_batch > 0 ? s->micro_batch : 1, N = mb * q->tokens_per_sample / s->sp;
     plan_act_rows rows = { .rows = (int)N };
@@ -266,15 +269,18 @@ static void executor_activations(const model_module *mm, const plan_module *s, i
          * aside) of the sp rank that holds the most */
         rows = plan_llm_act_rows(mm, s, (int)mb, (int)q->tokens_per_sample, w->text_tokens);
     }
-    double act = 0, most_scratch = 0, all_logits = 0;
+    double A = plan_module_state_bytes(mm, o).act, act = 0, most_scratch = 0, all_logits = 0, staging = 0;
     for (int v = 0; v < plan_vp(s); v++) {
         double saved, scratch, logits;
-        plan_module_act_floats(mm, s, v * (s->pp > 1 ? s->pp : 1) + stage, &rows, &saved, &scratch, &logits);
+        int vstage = v * (s->pp > 1 ? s->pp : 1) + stage;
+        plan_module_act_floats(mm, s, vstage, &rows, &saved, &scratch, &logits);
         act += saved * vslots[v];
         most_scratch = fmax(most_scratch, scratch);
         all_logits += logits;
+        if (plan_runs_bf16(o)) staging = fmax(staging, plan_gemm_staging_elems(mm, s, vstage, &rows));
     }
-    out->activations = A * (act + most_scratch);
+    /* bf16-mixed: the linears' two bf16 staging buffers (executor/precision.c) */
+    out->activations = A * (act + most_scratch) + 2 * BF16 * staging;
     out->logits = A * all_logits;
     /* A stage's edges (executor/run_stage.c): buffers the micro-batch's rows
      * go out or come in through, and where the module runs a backward
@@ -311,7 +317,7 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     memset(out, 0, sizeof *out);
-    double A = plan_precision_bytes(o->precision).act;
+    double A = plan_module_state_bytes(mm, o).act;
     int in_flight = 0, ones[PLAN_MAX_VP];
     for (int v = 0; v < plan_vp(s); v++) {
         ones[v] = vslots[v] > 0 ? vslots[v] : plan_vp(s) == 1;
@@ -319,7 +325,7 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
     }
     if (o->target == PLAN_TARGET_DHP) {
         executor_states(mm, s, stage, o, out);
-        executor_activations(mm, s, stage, &q, w, A, ones, out);
+        executor_activations(mm, s, stage, &q, w, o, ones, out);
     } else {
         model_state_bytes(mm, s, o, out);
         out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A);

@@ -214,6 +214,16 @@ plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_opti
 /* The options a plan was made under: its precision and target, default allowances. */
 plan_options plan_options_of(const plan_t *p);
 
+/* What dhp run runs (planner/precision.c, the one owner): plans of target
+ * dhp in fp32 or bf16-mixed (not bf16-mixed with ZeRO-3 yet); else one
+ * line naming what it runs. */
+int plan_run_check(const plan_t *p, char *err);
+/* The executor runs bf16-mixed under these options (target dhp, precision bf16-mixed). */
+bool plan_runs_bf16(const plan_options *o);
+/* Bytes per local parameter of the executor's bf16 working copy of the weights (0 without one). */
+double plan_weight_copy_bytes(const model_module *mm, const plan_options *o);
+
+
 /* Memory of module `mi` under strategy s on pool gpu g; `in_flight` = micro-batches whose
  * activations are alive at the peak (1 colocated; pipeline depth when disaggregated). */
 void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
@@ -438,6 +448,11 @@ typedef struct {
     int pred_rows;            /* LLM: rows the head is sized for (every text position's prediction) */
     int emb_rows;             /* LLM with tp > 1: text rows of the vocab-parallel embedding */
 } plan_act_rows;
+/* bf16 elements of each of the executor's two GEMM staging buffers under
+ * bf16-mixed (a linear's activation operand and its incoming gradient,
+ * rounded to bf16; planner/precision.c): the module's largest activation
+ * tensor of plan_module_acts. */
+double plan_gemm_staging_elems(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows);
 /* The audio encoder's conv stem geometry (planner/audio.c): a rank holds
  * rows [lo, lo + rows) of the batch's clips of F rows each (2F mel frames);
  * its segment of clip c is the clip's rows [t0, t0 + n) at the rank's row

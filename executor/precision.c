@@ -1,0 +1,165 @@
+/* bf16-mixed in the executor (the rules and their memory: planner/precision.c).
+ * The model runs on a backend table that is the chosen backend's in every
+ * entry but the linears: a linear finds the module whose fp32 weights hold
+ * its weight (the master), reads the same offset of the module's bf16 copy
+ * (one allocation, the weights' layout: a view per tensor, as llm.c's
+ * params_memory), rounds its activation operand (backward: also the
+ * incoming gradient) to bf16 in the module's staging buffers and calls the
+ * backend's bf16 GEMM (fp32 accumulation, fp32 outputs and gradients).
+ * Everything else (norms, attention, softmax, the loss, gradients, their
+ * reduction, AdamW) stays fp32. A weight outside every copy or an operand
+ * larger than the staging is a failure the step's sync reports. */
+#include "executor/precision.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_MODULES 64
+
+static struct {
+    const ex_backend *base;
+    ex_backend table;
+    ex_module *mod[MAX_MODULES];   /* the modules with a bf16 copy */
+    char failure[UTIL_ERR_LEN];
+} g;
+
+/* Keeps the first failure until the next sync. */
+static void fail_once(const ex_module *md, size_t need)
+{
+    if (g.failure[0]) return;
+    if (!md) snprintf(g.failure, sizeof g.failure, "bf16-mixed: a linear's weight is outside every module's fp32 weights");
+    else snprintf(g.failure, sizeof g.failure, "bf16-mixed: module %s: a linear's operand of %zu elements exceeds its bf16 staging of %zu",
+                  md->mm.name, need, md->stage_cap);
+}
+
+static ex_module *owner_of(const float *w)
+{
+    for (int i = 0; i < MAX_MODULES; i++) {
+        ex_module *md = g.mod[i];
+        if (md && md->params && w >= md->params && w < md->params + md->n_params) return md;
+    }
+    return NULL;
+}
+
+/* The module holding w with room for operands of `need` elements, or NULL (failure noted). */
+static ex_module *module_for(const float *w, size_t need)
+{
+    ex_module *md = owner_of(w);
+    if (!md || need > md->stage_cap) {
+        fail_once(md, need);
+        return NULL;
+    }
+    return md;
+}
+
+static void mixed_linear_forward(float *out, const float *inp, const float *w, const float *b, int n, int in, int o)
+{
+    if (n <= 0 || o <= 0) return;
+    ex_module *md = module_for(w, (size_t)n * (size_t)(in > 0 ? in : 0));
+    if (!md) return;
+    g.base->to_bf16(md->stage16, inp, (size_t)n * in);
+    g.base->linear_forward_bf16(out, md->stage16, md->w16 + (w - md->params), b, n, in, o);
+}
+
+static void mixed_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                  const float *w, int n, int in, int o)
+{
+    if (n <= 0 || o <= 0) return;
+    if ((!dinp && !dw) || in <= 0) {   /* the bias gradient alone: fp32 */
+        g.base->linear_backward(NULL, NULL, db, dout, inp, w, n, in, o);
+        return;
+    }
+    size_t ni = (size_t)n * in, nd = (size_t)n * o;
+    ex_module *md = module_for(w, ni > nd ? ni : nd);
+    if (!md) return;
+    uint16_t *a16 = md->stage16, *d16 = md->stage16 + md->stage_cap;
+    if (dw) g.base->to_bf16(a16, inp, ni);
+    g.base->to_bf16(d16, dout, nd);
+    g.base->linear_backward_bf16(dinp, dw, db, dout, d16, a16, md->w16 + (w - md->params), n, in, o);
+}
+
+static int mixed_sync(char *err)
+{
+    int rc = g.base->sync(err);
+    if (!rc && g.failure[0]) {
+        rc = util_fail(err, UTIL_ERUNTIME, "%s", g.failure);
+        g.failure[0] = '\0';
+    }
+    return rc;
+}
+
+const ex_backend *ex_precision_backend(const ex_backend *base, bool bf16_mixed)
+{
+    if (!bf16_mixed || !base) return base;
+    if (g.base != base) {
+        g.base = base;
+        g.table = *base;
+        g.table.linear_forward = mixed_linear_forward;
+        g.table.linear_backward = mixed_linear_backward;
+        g.table.sync = mixed_sync;
+    }
+    return &g.table;
+}
+
+bool ex_precision_is_mixed(const ex_backend *be) { return be && g.base && be == &g.table; }
+
+static int enroll(ex_module *md)
+{
+    for (int i = 0; i < MAX_MODULES; i++)
+        if (!g.mod[i]) {
+            g.mod[i] = md;
+            return UTIL_OK;
+        }
+    return UTIL_ENOMEM;
+}
+
+int ex_precision_attach(ex_model *em, char *err)
+{
+    if (!ex_precision_is_mixed(em->be)) return UTIL_OK;
+    for (int k = 0; k < MODEL_MAX_MODULES; k++) {
+        ex_module *md = &em->mod[k];
+        if (!md->on) continue;
+        if (!md->params)
+            return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: bf16-mixed needs the module's whole fp32 weights on the rank (zero 0-2)", md->mm.name);
+        md->w16 = md->be->alloc((md->n_params ? md->n_params : 1) * sizeof(uint16_t), UTIL_MEM_PARAMS);
+        if (!md->w16)
+            return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the bf16 copy of %zu parameters", md->mm.name, md->n_params);
+        if (enroll(md)) return util_fail(err, UTIL_ENOMEM, "executor: more than %d modules with a bf16 copy", MAX_MODULES);
+    }
+    ex_precision_refresh(em);
+    return UTIL_OK;
+}
+
+void ex_precision_refresh(ex_model *em)
+{
+    for (int k = 0; k < MODEL_MAX_MODULES; k++) {
+        ex_module *md = &em->mod[k];
+        if (md->on && md->w16 && md->params) g.base->to_bf16(md->w16, md->params, md->n_params);
+    }
+}
+
+int ex_precision_reserve(ex_module *md, const plan_act_rows *rows, char *err)
+{
+    if (!md->w16) return UTIL_OK;
+    size_t need = (size_t)plan_gemm_staging_elems(&md->mm, &md->strat, md->stage_index, rows);
+    if (need <= md->stage_cap && md->stage16) return UTIL_OK;
+    md->be->release(md->stage16);
+    md->stage_cap = 0;
+    md->stage16 = md->be->alloc(2 * (need ? need : 1) * sizeof(uint16_t), UTIL_MEM_ACTIV);
+    if (!md->stage16)
+        return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the bf16 staging (%zu elements)", md->mm.name, 2 * need);
+    md->stage_cap = need ? need : 1;
+    return UTIL_OK;
+}
+
+void ex_precision_detach(ex_module *md)
+{
+    for (int i = 0; i < MAX_MODULES; i++)
+        if (g.mod[i] == md) g.mod[i] = NULL;
+    if (md->be) {
+        md->be->release(md->w16);
+        md->be->release(md->stage16);
+    }
+    md->w16 = md->stage16 = NULL;
+    md->stage_cap = 0;
+}

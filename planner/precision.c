@@ -1,0 +1,64 @@
+/* What `dhp run` runs under each precision, and what that costs in memory:
+ * the one owner of the executor's precision rules (the dhp target's memory
+ * model, the executor's layout and the run's refusal read them here).
+ *
+ * dhp run runs fp32 and bf16-mixed. bf16-mixed is Megatron-LM's --bf16 with
+ * its distributed optimizer off (megatron/core/optimizer: Float16OptimizerWithFloat16Params
+ * keeps fp32 main params and Adam state, main_grad accumulates in fp32,
+ * the bf16 model params are copied from the main params after each step;
+ * DeepSpeed's bf16 mode the same, deepspeed/runtime/bf16_optimizer.py): the
+ * executor keeps its fp32 weights as the master, AdamW moments and gradients
+ * in fp32 as under fp32, and adds one bf16 working copy of the weights
+ * (one allocation with a view per tensor, as llm.c's params_memory) that the
+ * linears read, refreshed from the master before each step's first forward.
+ * Activations stay fp32 in this step: each linear rounds its activation
+ * operand (and, backward, the incoming gradient) to bf16 in a staging
+ * buffer of the module's largest activation tensor, two of them (operand
+ * and gradient), which the dhp target counts as activations. */
+#include "planner/planner.h"
+
+
+#define BF16 2.0
+#define FP32 4.0
+
+bool plan_runs_bf16(const plan_options *o)
+{
+    return o->target == PLAN_TARGET_DHP && o->precision == PLAN_OPT_MIXED_FP32;
+}
+
+int plan_run_check(const plan_t *p, char *err)
+{
+    if (p->target != PLAN_TARGET_DHP)
+        return util_fail(err, UTIL_EUNSUPPORTED,
+                         "plan: target %s prices %s, not what dhp run does: make the plan with --target dhp "
+                         "(dhp run runs precision fp32 and bf16-mixed)",
+                         plan_target_name(p->target), p->target == PLAN_TARGET_MEGATRON ? "Megatron-LM" : "another executor");
+    if (p->precision != PLAN_OPT_FP32 && p->precision != PLAN_OPT_MIXED_FP32)
+        return util_fail(err, UTIL_EUNSUPPORTED, "plan: precision %s is planned, not run: dhp run runs fp32 and bf16-mixed",
+                         plan_precision_name(p->precision));
+    for (int k = 0; p->precision == PLAN_OPT_MIXED_FP32 && k < p->n_modules; k++)
+        if (p->mod[k].zero >= 3)
+            return util_fail(err, UTIL_EUNSUPPORTED,
+                             "plan: module %s: bf16-mixed with zero 3 is not run yet (a gathered unit has no bf16 "
+                             "working copy): use zero 0-2 or precision fp32", p->model.mod[k].name);
+    return UTIL_OK;
+}
+
+double plan_weight_copy_bytes(const model_module *mm, const plan_options *o)
+{
+    (void)mm;
+    return plan_runs_bf16(o) ? BF16 : 0;
+}
+
+double plan_gemm_staging_elems(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows)
+{
+    int n = plan_module_acts(mm, s, stage, rows, NULL, 0);
+    plan_act *a = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *a);
+    if (!a) return 0;
+    plan_module_acts(mm, s, stage, rows, a, n);
+    double most = 0;
+    for (int i = 0; i < n; i++)
+        if ((double)a[i].floats > most) most = (double)a[i].floats;
+    util_free(a);
+    return most;
+}
