@@ -10,6 +10,7 @@
  * them: "crc32:<tensor>" = 8 hex digits, the CRC-32 of the tensor's bytes as
  * stored, and "meta_crc32", the CRC-32 of every other metadata key and value
  * (each NUL-terminated, in file order). A reader verifies what is there. */
+#include "executor/bf16.h"
 #include "executor/executor.h"
 
 #include <errno.h>
@@ -44,23 +45,6 @@ static int dtype_size(const char *name)
     return 0;
 }
 
-/* BF16 is the top half of an IEEE binary32; round to nearest even, keep NaNs quiet. */
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* IEEE binary16 -> binary32, exact (subnormals, infinities and NaNs included). */
 static float f16_to_f32(uint16_t h)
@@ -204,7 +188,7 @@ static int tensor_bytes(int fd, const ex_named_tensor *t, uint32_t *crc)
     uint16_t buf[CHUNK_FLOATS];
     for (size_t i = 0; i < numel; i += CHUNK_FLOATS) {
         size_t k = numel - i < CHUNK_FLOATS ? numel - i : CHUNK_FLOATS;
-        for (size_t j = 0; j < k; j++) buf[j] = f32_to_bf16(t->data[i + j]);
+        for (size_t j = 0; j < k; j++) buf[j] = ex_bf16_from_f32(t->data[i + j]);
         if (crc) *crc = util_crc32(*crc, buf, k * sizeof(uint16_t));
         if (fd >= 0 && util_write_all(fd, buf, k * sizeof(uint16_t))) return -1;
     }
@@ -614,7 +598,7 @@ int ex_ckpt_read_f32(ex_ckpt *c, const ex_ckpt_entry *e, float *out, size_t nume
             if (fread(buf, sizeof(uint16_t), k, c->f) != k)
                 return util_fail(err, UTIL_EIO, "%s: tensor '%s': short read", c->path, e->name);
             if (e->has_crc) crc = util_crc32(crc, buf, k * sizeof(uint16_t));
-            for (size_t j = 0; j < k; j++) out[i + j] = bf16 ? bf16_to_f32(buf[j]) : f16_to_f32(buf[j]);
+            for (size_t j = 0; j < k; j++) out[i + j] = bf16 ? ex_bf16_to_f32(buf[j]) : f16_to_f32(buf[j]);
         }
     }
     if (e->has_crc && crc != e->crc)
