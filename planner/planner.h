@@ -451,7 +451,7 @@ typedef struct {
 /* bf16 elements of each of the executor's two GEMM staging buffers under
  * bf16-mixed (a linear's activation operand and its incoming gradient,
  * rounded to bf16; planner/precision.c): the module's largest activation
- * tensor of plan_module_acts. */
+ * tensor of plan_module_acts, or a vision stem's pixels if larger. */
 double plan_gemm_staging_elems(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows);
 /* The audio encoder's conv stem geometry (planner/audio.c): a rank holds
  * rows [lo, lo + rows) of the batch's clips of F rows each (2F mel frames);

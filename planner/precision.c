@@ -13,9 +13,12 @@
  * linears read, refreshed from the master before each step's first forward.
  * Activations stay fp32 in this step: each linear rounds its activation
  * operand (and, backward, the incoming gradient) to bf16 in a staging
- * buffer of the module's largest activation tensor, two of them (operand
- * and gradient), which the dhp target counts as activations. */
+ * buffer of the module's largest linear operand (its largest activation
+ * tensor, or a vision stem's pixels), two of them (operand and gradient),
+ * which the dhp target counts as activations. */
 #include "planner/planner.h"
+
+#include <math.h>
 
 
 #define BF16 2.0
@@ -60,5 +63,8 @@ double plan_gemm_staging_elems(const model_module *mm, const plan_module *s, int
     for (int i = 0; i < n; i++)
         if ((double)a[i].floats > most) most = (double)a[i].floats;
     util_free(a);
+    /* the patch embedding's input, the pixels (not an activation of the list) */
+    if (mm->kind == MODEL_VISION && plan_vstage_of(mm, s, stage).stem)
+        most = fmax(most, (double)rows->rows * mm->in_channels * mm->temporal_patch * mm->patch * mm->patch);
     return most;
 }

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# dhp run in bf16-mixed (planner/precision.c, executor/precision.c), through
+# the CUDA backend's code on the CPU (build/dhp-emu --backend cuda: the bf16
+# linears are tests/cudaemu.h's cublasGemmEx) and on the CPU backend:
+# (a) the equivalence plans on 1-4 ranks give the 1-rank bf16-mixed run's
+#     losses; (b) bf16-mixed tracks fp32; (c) the CPU backend's bf16 run and
+#     the emulated CUDA one agree; (d) `dhp simulate` predicts every rank's
+#     memory by category (the bf16 weight copy, the GEMM staging) as the run
+#     allocates it; (e) what dhp run does not run is refused in one line.
+#
+# Tolerances. bf16 keeps 8 significant bits: rounding an operand moves it by
+# at most u = 2^-8 relative (tests/test_bf16.c). (a) Two layouts of the same
+# plan round the same fp32 values the same way; they differ only where the
+# fp32 sums before a rounding were added in another order (tensor / sequence
+# parallel partial sums, data-parallel gradient sums): such a value lands on
+# the other side of a bf16 rounding boundary only when it sits within an fp32
+# ulp of it, and then moves by u. Those rare flips perturb a step's loss by
+# far less than u; we allow u / 16 = 2^-12 (2.4e-4) relative per loss over
+# STEPS steps, which the fp32 layouts' own 1e-5 agreement (t_run.sh) does not
+# need and a rank running its GEMMs in fp32 (a bf16-vs-fp32 gap) would break
+# only where that gap is larger: (b) measures it. (b) bf16-mixed against
+# fp32: each GEMM's inputs carry relative errors up to u, so its outputs
+# (sums of k products with independent rounding errors) err by about
+# u / sqrt(3) ~ 2.3e-3 relative; the loss, a mean of cross-entropies over
+# many tokens, averages these; over training the weights diverge too. We
+# allow 4 u = 2^-6 (1.6e-2) relative per loss for the STEPS steps here (and
+# measured 100 steps by hand: README, Executor).
+. "$(dirname "$0")/lib.sh"
+if ! command -v mpirun >/dev/null 2>&1; then skip bf16 "mpirun not found"; exit 0; fi
+if [ -z "${DHP_EMU:-}" ] || [ ! -x "$DHP_EMU" ]; then fail bf16 "DHP_EMU (build/dhp-emu) not built: make build/dhp-emu"; exit 0; fi
+HERE=$(cd "$(dirname "$0")" && pwd)
+STEPS=${BF16_STEPS:-8}
+. "$HERE/run_lib.sh"
+FP32_SETUP=$SETUP
+SETUP="${SETUP/--precision fp32/--precision bf16-mixed --target dhp}"
+
+"$DHP" data synth --out "$T/data" --samples 64 --window 0 >/dev/null || { fail bf16_data "dhp data synth failed"; exit 0; }
+
+# close A B TOL NAME: every step's loss of A and B (files of losses) within TOL relative
+close() {
+    /usr/bin/python3 - "$1" "$2" "$3" <<'PY'
+import sys
+a = [float(x) for x in open(sys.argv[1]).read().split()]
+b = [float(x) for x in open(sys.argv[2]).read().split()]
+tol = float(sys.argv[3])
+if len(a) != len(b) or not a: sys.exit(f"{len(a)} vs {len(b)} steps")
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+print(f"losses: worst relative difference {worst:.2e} (tolerance {tol:.1e})")
+sys.exit(0 if worst <= tol else 1)
+PY
+}
+U=0.00390625   # 2^-8
+
+RUN_DHP=$DHP_EMU
+plan ref colocated "vision:dp=1;llm:dp=1" --gpus 1 || exit 0
+if ! train ref --backend cuda; then fail bf16_reference "$(tail -c 300 "$T/ref.err")"; exit 0; fi
+losses "$T/ref.log" >"$T/ref.losses"
+
+# (a) 1-4 ranks against the 1-rank bf16 run
+for spec in "dp2 colocated vision:dp=2;llm:dp=2,zero=1 --gpus 2" \
+            "sp2_tp2 colocated vision:sp=2,dp=1;llm:tp=2,dp=1,seqpar=1 --gpus 2" \
+            "z2_dp2 colocated vision:dp=2,zero=2;llm:dp=2,zero=2 --gpus 2" \
+            "dis_1_tp2 disaggregated vision:gpus=1;llm:gpus=2,tp=2,seqpar=0 --n-micro 4" \
+            "vtp2_dp2 colocated vision:tp=2,dp=2;llm:tp=2,dp=2,seqpar=0 --gpus 4"; do
+    set -- $spec
+    name=$1 pl=$2 strat=$3; shift 3
+    plan "$name" "$pl" "$strat" "$@" || continue
+    if ! train "$name" --backend cuda; then fail "bf16_equivalence_$name" "$(tail -c 300 "$T/$name.err")"; continue; fi
+    losses "$T/$name.log" >"$T/$name.losses"
+    if out=$(close "$T/ref.losses" "$T/$name.losses" 2.44140625e-4); then echo "# $name: $out"; ok "bf16_equivalence_$name"
+    else fail "bf16_equivalence_$name" "$out"; fi
+done
+
+# (b) bf16-mixed tracks fp32 (the same plan in fp32, through the same backend)
+SETUP=$FP32_SETUP plan ref_fp32 colocated "vision:dp=1;llm:dp=1" --gpus 1 && if train ref_fp32 --backend cuda; then
+    losses "$T/ref_fp32.log" >"$T/ref_fp32.losses"
+    if out=$(close "$T/ref_fp32.losses" "$T/ref.losses" 0.015625); then echo "# bf16 vs fp32: $out"; ok bf16_tracks_fp32
+    else fail bf16_tracks_fp32 "$out"; fi
+else fail bf16_tracks_fp32 "$(tail -c 300 "$T/ref_fp32.err")"; fi
+
+# (c) the CPU backend runs bf16-mixed the same way (the same roundings, sgemm on the widened operands)
+RUN_DHP=$DHP
+cp "$T/ref.json" "$T/ref_cpu_run.json"
+if train ref_cpu_run --backend cpu; then
+    losses "$T/ref_cpu_run.log" >"$T/ref_cpu_run.losses"
+    if out=$(close "$T/ref.losses" "$T/ref_cpu_run.losses" 2.44140625e-4); then echo "# cpu vs cuda-emu: $out"; ok bf16_cpu_backend_matches_emulated_cuda
+    else fail bf16_cpu_backend_matches_emulated_cuda "$out"; fi
+else fail bf16_cpu_backend_matches_emulated_cuda "$(tail -c 300 "$T/ref_cpu_run.err")"; fi
+
+# (d) memory: every rank's peaks by category as `dhp simulate` predicts them (activations within 0.1%: the
+# executor's few sequence-offset integers per slot, as in t_run.sh), the bf16 copy included in parameters
+for name in ref dp2 dis_1_tp2 vtp2_dp2; do
+    [ -s "$T/$name.log" ] || continue
+    "$DHP" simulate "$T/$name.json" --json >"$T/$name.sim.json" 2>"$T/err" || { fail "bf16_memory_is_predicted_$name" "$(head -c 300 "$T/err")"; continue; }
+    if out=$(/usr/bin/python3 - "$T/$name.sim.json" "$T/$name.log" 2>&1 <<'PY'
+import json, sys
+sim = json.load(open(sys.argv[1]))
+last = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")][-1]
+cats = [("params", ["params"]), ("grads", ["grads"]), ("optim", ["optim"]), ("activations", ["activations", "logits"]),
+        ("comm", ["comm"]), ("zero_buffers", ["zero_buffers"])]
+worst = 0
+for q, r in enumerate(last["ranks"]):
+    for c, terms in cats:
+        p, g = sum(sim["ranks"][q]["memory"][t] for t in terms), r["peak_bytes"].get(c, 0)
+        tol = 1e-3 * g if c == "activations" else 0
+        if abs(p - g) > tol: sys.exit(f"rank {q} {c}: predicted {p:.0f} B, allocated {g:.0f} B")
+        if g: worst = max(worst, abs(p - g) / g)
+    # the bf16 copy: without ZeRO sharding, 4 + 2 bytes of parameters per 4 of fp32 gradients
+    if len(last["ranks"]) == 1 and r["peak_bytes"]["params"] * 4 != r["peak_bytes"]["grads"] * 6:
+        sys.exit(f"rank {q}: parameters {r['peak_bytes']['params']} B are not 1.5 x the gradients {r['peak_bytes']['grads']} B")
+print(f"worst {worst:.1e}")
+PY
+    ); then echo "# $name memory: $out"; ok "bf16_memory_is_predicted_$name"; else fail "bf16_memory_is_predicted_$name" "$out"; fi
+done
+
+# (e) what dhp run does not run: one line, exit 2, naming what it runs
+"$DHP" plan ${FP32_SETUP/--precision fp32/} --placement colocated --strategy "vision:dp=1;llm:dp=1" --gpus 1 -o "$T/megatron.json" >/dev/null 2>&1
+expect_err bf16_run_refuses_a_megatron_target_plan 'target megatron prices Megatron-LM, not what dhp run does: make the plan with --target dhp' \
+    "$DHP" run "$T/megatron.json" --data "$T/data" --steps 1
+"$DHP" plan ${FP32_SETUP/--precision fp32/--precision bf16-pure --target dhp} --placement colocated --strategy "vision:dp=1;llm:dp=1" --gpus 1 -o "$T/pure.json" >/dev/null 2>&1
+expect_err bf16_run_refuses_bf16_pure 'precision bf16-pure is planned, not run: dhp run runs fp32 and bf16-mixed' \
+    "$DHP" run "$T/pure.json" --data "$T/data" --steps 1
+plan z3 colocated "vision:dp=1;llm:dp=1,zero=3" --gpus 1 && expect_err bf16_run_refuses_zero3 'module llm: bf16-mixed with zero 3 is not run yet' \
+    "$DHP" run "$T/z3.json" --data "$T/data" --steps 1
