@@ -542,7 +542,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     plan_module_seq(m, mi, w, &q);
     memset(out, 0, sizeof *out);
 
-    double A = plan_precision_bytes(o->precision).act;   /* activation / communication element */
+    double A = plan_module_state_bytes(mm, o).act;   /* activation / communication element (dhp's executor: fp32) */
     pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM),
                  .megatron = o->target == PLAN_TARGET_MEGATRON };
     bool backward = runs_backward(&p);
@@ -658,7 +658,7 @@ double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, cons
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     double rows = samples * q.tokens_per_sample / s->sp / (s->seq_parallel && s->tp > 1 ? s->tp : 1);
-    return plan_precision_bytes(o->precision).act * rows * m->mod[mi].hidden;
+    return plan_module_state_bytes(&m->mod[mi], o).act * rows * m->mod[mi].hidden;
 }
 
 double plan_stage_hop_s(const model_t *m, int mi, const plan_module *s, const plan_workload *w, const cost_cluster *c,

@@ -220,6 +220,9 @@ plan_options plan_options_of(const plan_t *p);
 int plan_run_check(const plan_t *p, char *err);
 /* The executor runs bf16-mixed under these options (target dhp, precision bf16-mixed). */
 bool plan_runs_bf16(const plan_options *o);
+/* dhp run runs a module's strategy under these options (the dhp target's
+ * search offers only those): bf16-mixed not with zero 3 yet. */
+bool plan_runs_strategy(const plan_options *o, const plan_module *s);
 /* Bytes per local parameter of the executor's bf16 working copy of the weights (0 without one). */
 double plan_weight_copy_bytes(const model_module *mm, const plan_options *o);
 

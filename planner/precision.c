@@ -39,12 +39,18 @@ int plan_run_check(const plan_t *p, char *err)
     if (p->precision != PLAN_OPT_FP32 && p->precision != PLAN_OPT_MIXED_FP32)
         return util_fail(err, UTIL_EUNSUPPORTED, "plan: precision %s is planned, not run: dhp run runs fp32 and bf16-mixed",
                          plan_precision_name(p->precision));
-    for (int k = 0; p->precision == PLAN_OPT_MIXED_FP32 && k < p->n_modules; k++)
-        if (p->mod[k].zero >= 3)
+    plan_options o = plan_options_of(p);
+    for (int k = 0; k < p->n_modules; k++)
+        if (!plan_runs_strategy(&o, &p->mod[k]))
             return util_fail(err, UTIL_EUNSUPPORTED,
                              "plan: module %s: bf16-mixed with zero 3 is not run yet (a gathered unit has no bf16 "
                              "working copy): use zero 0-2 or precision fp32", p->model.mod[k].name);
     return UTIL_OK;
+}
+
+bool plan_runs_strategy(const plan_options *o, const plan_module *s)
+{
+    return !(plan_runs_bf16(o) && s->zero >= 3);
 }
 
 double plan_weight_copy_bytes(const model_module *mm, const plan_options *o)

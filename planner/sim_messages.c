@@ -36,7 +36,8 @@ static int chunk_messages(const plan_t *p, int k, int c, bool grad, sim_messages
     plan_segment *sg;
     int n, rc = plan_handoff(p, k, c, &sg, &n, err);
     if (rc) return rc;
-    double row_bytes = p->model.mod[k].out_hidden * plan_precision_bytes(p->precision).act;
+    plan_options po = plan_options_of(p);
+    double row_bytes = p->model.mod[k].out_hidden * plan_module_state_bytes(&p->model.mod[k], &po).act;
     const plan_module *senders = &p->mod[grad ? p->model.llm : k];
     for (int r = senders->first_rank; !rc && r < senders->first_rank + senders->n_ranks; r++) {
         int i, j, peer, rows;
