@@ -116,10 +116,12 @@ typedef struct {
      * (pshard) and the gradient accumulator (gshard) */
     ex_shard shard;
     float *m, *v, *pshard, *gshard;
-    /* bf16-mixed (executor/precision.c): the weights' bf16 copy (n_params,
-     * params' layout) and the linears' staging: operand | gradient, stage_cap each */
-    uint16_t *w16, *stage16;
-    size_t stage_cap;
+    /* bf16 (executor/precision.c): the weights' bf16 copy (mixed: n_params,
+     * params' layout) or autocast's weight cast (wcast_cap), and the
+     * linears' staging: operand | gradient, stage_cap each */
+    bool bf16;
+    uint16_t *w16, *wcast16, *stage16;
+    size_t wcast_cap, stage_cap;
     ex_weights w, g;
     ex_unit_hooks hooks;
     ex_acts a;                 /* views into slot[cur] and scratch */

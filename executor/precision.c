@@ -1,9 +1,11 @@
-/* bf16-mixed in the executor (the rules and their memory: planner/precision.c).
- * The model runs on a backend table that is the chosen backend's in every
- * entry but the linears: a linear finds the module whose fp32 weights hold
- * its weight (the master), reads the same offset of the module's bf16 copy
- * (one allocation, the weights' layout: a view per tensor, as llm.c's
- * params_memory), rounds its activation operand (backward: also the
+/* bf16-mixed and -autocast in the executor (the rules and their memory:
+ * planner/precision.c). The model runs on a backend table that is the
+ * chosen backend's in every entry but the linears: a linear finds the
+ * module whose fp32 weights hold its weight (the master), reads the same
+ * offset of the module's bf16 copy (bf16-mixed: one allocation, the
+ * weights' layout, a view per tensor, as llm.c's params_memory) or rounds
+ * the weight into the module's cast staging (autocast: torch.autocast's
+ * per-op cast), rounds its activation operand (backward: also the
  * incoming gradient) to bf16 in the module's staging buffers and calls the
  * backend's bf16 GEMM (fp32 accumulation, fp32 outputs and gradients).
  * Everything else (norms, attention, softmax, the loss, gradients, their
@@ -19,17 +21,18 @@
 static struct {
     const ex_backend *base;
     ex_backend table;
+    bool copy;                     /* bf16-mixed: a persistent copy; autocast: a cast per linear */
     ex_module *mod[MAX_MODULES];   /* the modules with a bf16 copy */
     char failure[UTIL_ERR_LEN];
 } g;
 
 /* Keeps the first failure until the next sync. */
-static void fail_once(const ex_module *md, size_t need)
+static void fail_once(const ex_module *md, size_t need, size_t cap)
 {
     if (g.failure[0]) return;
-    if (!md) snprintf(g.failure, sizeof g.failure, "bf16-mixed: a linear's weight is outside every module's fp32 weights");
-    else snprintf(g.failure, sizeof g.failure, "bf16-mixed: module %s: a linear's operand of %zu elements exceeds its bf16 staging of %zu",
-                  md->mm.name, need, md->stage_cap);
+    if (!md) snprintf(g.failure, sizeof g.failure, "bf16 linears: a linear's weight is outside every module's fp32 weights");
+    else snprintf(g.failure, sizeof g.failure, "bf16 linears: module %s: a linear's operand of %zu elements exceeds its bf16 staging of %zu",
+                  md->mm.name, need, cap);
 }
 
 static ex_module *owner_of(const float *w)
@@ -46,19 +49,33 @@ static ex_module *module_for(const float *w, size_t need)
 {
     ex_module *md = owner_of(w);
     if (!md || need > md->stage_cap) {
-        fail_once(md, need);
+        fail_once(md, need, md ? md->stage_cap : 0);
         return NULL;
     }
     return md;
+}
+
+/* The bf16 weight w[o, in] the linear reads: the copy's view, or w rounded into the cast staging. */
+static const uint16_t *bf16_weight(ex_module *md, const float *w, int in, int o)
+{
+    if (md->w16) return md->w16 + (w - md->params);
+    size_t n = (size_t)o * in;
+    if (n > md->wcast_cap) {
+        fail_once(md, n, md->wcast_cap);
+        return NULL;
+    }
+    g.base->to_bf16(md->wcast16, w, n);
+    return md->wcast16;
 }
 
 static void mixed_linear_forward(float *out, const float *inp, const float *w, const float *b, int n, int in, int o)
 {
     if (n <= 0 || o <= 0) return;
     ex_module *md = module_for(w, (size_t)n * (size_t)(in > 0 ? in : 0));
-    if (!md) return;
+    const uint16_t *w16 = md ? bf16_weight(md, w, in, o) : NULL;
+    if (!w16) return;
     g.base->to_bf16(md->stage16, inp, (size_t)n * in);
-    g.base->linear_forward_bf16(out, md->stage16, md->w16 + (w - md->params), b, n, in, o);
+    g.base->linear_forward_bf16(out, md->stage16, w16, b, n, in, o);
 }
 
 static void mixed_linear_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -71,11 +88,12 @@ static void mixed_linear_backward(float *dinp, float *dw, float *db, const float
     }
     size_t ni = (size_t)n * in, nd = (size_t)n * o;
     ex_module *md = module_for(w, ni > nd ? ni : nd);
-    if (!md) return;
+    const uint16_t *w16 = md ? bf16_weight(md, w, in, o) : NULL;
+    if (!w16) return;
     uint16_t *a16 = md->stage16, *d16 = md->stage16 + md->stage_cap;
     if (dw) g.base->to_bf16(a16, inp, ni);
     g.base->to_bf16(d16, dout, nd);
-    g.base->linear_backward_bf16(dinp, dw, db, dout, d16, a16, md->w16 + (w - md->params), n, in, o);
+    g.base->linear_backward_bf16(dinp, dw, db, dout, d16, a16, w16, n, in, o);
 }
 
 static int mixed_sync(char *err)
@@ -88,9 +106,10 @@ static int mixed_sync(char *err)
     return rc;
 }
 
-const ex_backend *ex_precision_backend(const ex_backend *base, bool bf16_mixed)
+const ex_backend *ex_precision_backend(const ex_backend *base, const plan_options *o)
 {
-    if (!bf16_mixed || !base) return base;
+    if (!plan_runs_bf16(o) || !base) return base;
+    g.copy = plan_weight_copy_bytes(NULL, o) > 0;
     if (g.base != base) {
         g.base = base;
         g.table = *base;
@@ -120,11 +139,21 @@ int ex_precision_attach(ex_model *em, char *err)
         ex_module *md = &em->mod[k];
         if (!md->on) continue;
         if (!md->params)
-            return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: bf16-mixed needs the module's whole fp32 weights on the rank (zero 0-2)", md->mm.name);
-        md->w16 = md->be->alloc((md->n_params ? md->n_params : 1) * sizeof(uint16_t), UTIL_MEM_PARAMS);
-        if (!md->w16)
-            return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the bf16 copy of %zu parameters", md->mm.name, md->n_params);
-        if (enroll(md)) return util_fail(err, UTIL_ENOMEM, "executor: more than %d modules with a bf16 copy", MAX_MODULES);
+            return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: bf16 linears need the module's whole fp32 weights on the rank (zero 0-2)", md->mm.name);
+        md->bf16 = true;
+        if (enroll(md)) return util_fail(err, UTIL_ENOMEM, "executor: more than %d modules with bf16 linears", MAX_MODULES);
+        if (g.copy) {
+            md->w16 = md->be->alloc((md->n_params ? md->n_params : 1) * sizeof(uint16_t), UTIL_MEM_PARAMS);
+            if (!md->w16)
+                return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the bf16 copy of %zu parameters", md->mm.name, md->n_params);
+            continue;
+        }
+        /* autocast: the largest tensor the rank holds (plan_weight_cast_elems over the same list) */
+        for (int i = 0; i < md->n_tensors; i++)
+            if (md->t[i].numel > md->wcast_cap) md->wcast_cap = md->t[i].numel;
+        md->wcast16 = md->be->alloc((md->wcast_cap ? md->wcast_cap : 1) * sizeof(uint16_t), UTIL_MEM_ACTIV);
+        if (!md->wcast16)
+            return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the bf16 weight cast (%zu elements)", md->mm.name, md->wcast_cap);
     }
     ex_precision_refresh(em);
     return UTIL_OK;
@@ -140,7 +169,7 @@ void ex_precision_refresh(ex_model *em)
 
 int ex_precision_reserve(ex_module *md, const plan_act_rows *rows, char *err)
 {
-    if (!md->w16) return UTIL_OK;
+    if (!md->bf16) return UTIL_OK;
     size_t need = (size_t)plan_gemm_staging_elems(&md->mm, &md->strat, md->stage_index, rows);
     if (need <= md->stage_cap && md->stage16) return UTIL_OK;
     md->be->release(md->stage16);
@@ -158,8 +187,10 @@ void ex_precision_detach(ex_module *md)
         if (g.mod[i] == md) g.mod[i] = NULL;
     if (md->be) {
         md->be->release(md->w16);
+        md->be->release(md->wcast16);
         md->be->release(md->stage16);
     }
-    md->w16 = md->stage16 = NULL;
-    md->stage_cap = 0;
+    md->w16 = md->wcast16 = md->stage16 = NULL;
+    md->stage_cap = md->wcast_cap = 0;
+    md->bf16 = false;
 }

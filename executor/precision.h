@@ -5,14 +5,16 @@
 
 #include "executor/model_int.h"
 
-/* The backend the model runs on: base itself for fp32, for bf16-mixed a
- * table that is base in everything but the linears, which read the
- * module's bf16 weight copy and round their activation operands to bf16
- * (one process runs one precision: the table is the process's). */
-const ex_backend *ex_precision_backend(const ex_backend *base, bool bf16_mixed);
+/* The backend the model runs on under the plan's options: base itself for
+ * fp32; for bf16-mixed and -autocast a table that is base in everything but
+ * the linears, which read bf16 weights (mixed: the module's copy; autocast:
+ * the weight rounded per linear) and round their activation operands to
+ * bf16 (one process runs one precision: the table is the process's). */
+const ex_backend *ex_precision_backend(const ex_backend *base, const plan_options *o);
 bool ex_precision_is_mixed(const ex_backend *be);
-/* Allocates every module's bf16 weight copy (UTIL_MEM_PARAMS) where the
- * model's backend is the bf16-mixed one; a no-op under fp32. */
+/* Allocates every module's bf16 weight copy (bf16-mixed, UTIL_MEM_PARAMS)
+ * or weight cast staging (autocast, UTIL_MEM_ACTIV: the largest tensor);
+ * a no-op under fp32. */
 int ex_precision_attach(ex_model *em, char *err);
 /* Rounds each module's weights into its copy: before a step's first forward
  * (after the previous step's optimizer, a resume or --init-from). */

@@ -31,7 +31,7 @@ int run_pick_backend(run_ctx *r, char *err)
         snprintf(why, sizeof why, "backend: cpu (a CUDA device is visible, but on %d ranks the communicators still copy a rank's messages to itself in host memory)", r->size);
     }
     plan_options po = plan_options_of(&r->plan);
-    r->be = ex_precision_backend(be, plan_runs_bf16(&po));   /* bf16-mixed: the linears on bf16 operands */
+    r->be = ex_precision_backend(be, &po);   /* bf16-mixed / -autocast: the linears on bf16 operands */
     if (r->rank == 0) {
         bool stdout_busy = r->o->log_json || (r->o->trace_path && !strcmp(r->o->trace_path, "-"));
         fprintf(stdout_busy ? stderr : stdout, "%s\n", why);

@@ -279,8 +279,8 @@ static void executor_activations(const model_module *mm, const plan_module *s, i
         all_logits += logits;
         if (plan_runs_bf16(o)) staging = fmax(staging, plan_gemm_staging_elems(mm, s, vstage, &rows));
     }
-    /* bf16-mixed: the linears' two bf16 staging buffers (executor/precision.c) */
-    out->activations = A * (act + most_scratch) + 2 * BF16 * staging;
+    /* bf16: the linears' two bf16 staging buffers, autocast's weight cast (executor/precision.c) */
+    out->activations = A * (act + most_scratch) + BF16 * (2 * staging + plan_weight_cast_elems(mm, s, stage, o));
     out->logits = A * all_logits;
     /* A stage's edges (executor/run_stage.c): buffers the micro-batch's rows
      * go out or come in through, and where the module runs a backward

@@ -2,7 +2,7 @@
  * the one owner of the executor's precision rules (the dhp target's memory
  * model, the executor's layout and the run's refusal read them here).
  *
- * dhp run runs fp32 and bf16-mixed. bf16-mixed is Megatron-LM's --bf16 with
+ * dhp run runs fp32, bf16-mixed and bf16-autocast. bf16-mixed is Megatron-LM's --bf16 with
  * its distributed optimizer off (megatron/core/optimizer: Float16OptimizerWithFloat16Params
  * keeps fp32 main params and Adam state, main_grad accumulates in fp32,
  * the bf16 model params are copied from the main params after each step;
@@ -11,6 +11,13 @@
  * in fp32 as under fp32, and adds one bf16 working copy of the weights
  * (one allocation with a view per tensor, as llm.c's params_memory) that the
  * linears read, refreshed from the master before each step's first forward.
+ * bf16-autocast (torch.autocast(dtype=torch.bfloat16) over fp32 weights,
+ * as torchtitan's mixed_precision_param float32 without FSDP's bf16 cast):
+ * the same linears, but no persistent copy: each linear rounds its weight
+ * into a staging buffer of the rank's largest weight tensor (autocast's
+ * per-op cast), counted with the activations. The weights do not change
+ * within a step, so autocast's roundings are bf16-mixed's and both give the
+ * same losses; they differ in memory only.
  * Activations stay fp32 in this step: each linear rounds its activation
  * operand (and, backward, the incoming gradient) to bf16 in a staging
  * buffer of the module's largest linear operand (its largest activation
@@ -26,7 +33,7 @@
 
 bool plan_runs_bf16(const plan_options *o)
 {
-    return o->target == PLAN_TARGET_DHP && o->precision == PLAN_OPT_MIXED_FP32;
+    return o->target == PLAN_TARGET_DHP && (o->precision == PLAN_OPT_MIXED_FP32 || o->precision == PLAN_OPT_AUTOCAST);
 }
 
 int plan_run_check(const plan_t *p, char *err)
@@ -34,17 +41,18 @@ int plan_run_check(const plan_t *p, char *err)
     if (p->target != PLAN_TARGET_DHP)
         return util_fail(err, UTIL_EUNSUPPORTED,
                          "plan: target %s prices %s, not what dhp run does: make the plan with --target dhp "
-                         "(dhp run runs precision fp32 and bf16-mixed)",
+                         "(dhp run runs precision fp32, bf16-mixed and bf16-autocast)",
                          plan_target_name(p->target), p->target == PLAN_TARGET_MEGATRON ? "Megatron-LM" : "another executor");
-    if (p->precision != PLAN_OPT_FP32 && p->precision != PLAN_OPT_MIXED_FP32)
-        return util_fail(err, UTIL_EUNSUPPORTED, "plan: precision %s is planned, not run: dhp run runs fp32 and bf16-mixed",
+    if (p->precision == PLAN_OPT_PURE_BF16)
+        return util_fail(err, UTIL_EUNSUPPORTED, "plan: precision %s is planned, not run: dhp run runs fp32, bf16-mixed and bf16-autocast",
                          plan_precision_name(p->precision));
     plan_options o = plan_options_of(p);
     for (int k = 0; k < p->n_modules; k++)
         if (!plan_runs_strategy(&o, &p->mod[k]))
             return util_fail(err, UTIL_EUNSUPPORTED,
-                             "plan: module %s: bf16-mixed with zero 3 is not run yet (a gathered unit has no bf16 "
-                             "working copy): use zero 0-2 or precision fp32", p->model.mod[k].name);
+                             "plan: module %s: %s with zero 3 is not run yet (the linears find their bf16 "
+                             "operands by the module's whole weights): use zero 0-2 or precision fp32",
+                             p->model.mod[k].name, plan_precision_name(p->precision));
     return UTIL_OK;
 }
 
@@ -56,7 +64,21 @@ bool plan_runs_strategy(const plan_options *o, const plan_module *s)
 double plan_weight_copy_bytes(const model_module *mm, const plan_options *o)
 {
     (void)mm;
-    return plan_runs_bf16(o) ? BF16 : 0;
+    return plan_runs_bf16(o) && o->precision == PLAN_OPT_MIXED_FP32 ? BF16 : 0;
+}
+
+double plan_weight_cast_elems(const model_module *mm, const plan_module *s, int stage, const plan_options *o)
+{
+    if (!plan_runs_bf16(o) || o->precision != PLAN_OPT_AUTOCAST) return 0;
+    plan_stage st = plan_stage_of(mm, s, stage);
+    int n = plan_module_tensors(mm, s->tp, 0, s->seq_parallel, &st, NULL, 0);
+    plan_tensor *t = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
+    if (!t) return 0;
+    plan_module_tensors(mm, s->tp, 0, s->seq_parallel, &st, t, n);
+    double most = 0;
+    for (int i = 0; i < n; i++) most = fmax(most, (double)t[i].shape[0] * (t[i].ndim > 1 ? t[i].shape[1] : 1));
+    util_free(t);
+    return most;
 }
 
 double plan_gemm_staging_elems(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows)

@@ -2,11 +2,13 @@
 # dhp run in bf16-mixed (planner/precision.c, executor/precision.c), through
 # the CUDA backend's code on the CPU (build/dhp-emu --backend cuda: the bf16
 # linears are tests/cudaemu.h's cublasGemmEx) and on the CPU backend:
-# (a) the equivalence plans on 1-4 ranks give the 1-rank bf16-mixed run's
-#     losses; (b) bf16-mixed tracks fp32; (c) the CPU backend's bf16 run and
+# (a) the equivalence plans on 1-4 ranks (DP with ZeRO-1 and -2, Ulysses + TP
+#     with sequence parallelism, disaggregated TP, vision TP x DP, pipelines
+#     in both modules) give the 1-rank bf16-mixed run's losses; (b) bf16-mixed tracks fp32; (c) the CPU backend's bf16 run and
 #     the emulated CUDA one agree; (d) `dhp simulate` predicts every rank's
 #     memory by category (the bf16 weight copy, the GEMM staging) as the run
-#     allocates it; (e) what dhp run does not run is refused in one line.
+#     allocates it; (e) what dhp run does not run is refused in one line;
+#     (f) bf16-autocast gives bf16-mixed's losses with its own memory.
 #
 # Tolerances. bf16 keeps 8 significant bits: rounding an operand moves it by
 # at most u = 2^-8 relative (tests/test_bf16.c). (a) Two layouts of the same
@@ -64,6 +66,7 @@ losses "$T/ref.log" >"$T/ref.losses"
 for spec in "dp2 colocated vision:dp=2;llm:dp=2,zero=1 --gpus 2" \
             "sp2_tp2 colocated vision:sp=2,dp=1;llm:tp=2,dp=1,seqpar=1 --gpus 2" \
             "z2_dp2 colocated vision:dp=2,zero=2;llm:dp=2,zero=2 --gpus 2" \
+            "pp_enc_dis disaggregated vision:gpus=2,pp=2;llm:gpus=2,pp=2 --n-micro 2" \
             "dis_1_tp2 disaggregated vision:gpus=1;llm:gpus=2,tp=2,seqpar=0 --n-micro 4" \
             "vtp2_dp2 colocated vision:tp=2,dp=2;llm:tp=2,dp=2,seqpar=0 --gpus 4"; do
     set -- $spec
@@ -93,38 +96,37 @@ if train ref_cpu_run --backend cpu; then
     else fail bf16_cpu_backend_matches_emulated_cuda "$out"; fi
 else fail bf16_cpu_backend_matches_emulated_cuda "$(tail -c 300 "$T/ref_cpu_run.err")"; fi
 
-# (d) memory: every rank's peaks by category as `dhp simulate` predicts them (activations within 0.1%: the
-# executor's few sequence-offset integers per slot, as in t_run.sh), the bf16 copy included in parameters
-for name in ref dp2 dis_1_tp2 vtp2_dp2; do
+# (d) memory: every rank's peaks by category as `dhp simulate` predicts them (run_lib.sh), the bf16 copy in
+# parameters, the GEMM staging in activations
+for name in ref dp2 dis_1_tp2 vtp2_dp2 pp_enc_dis; do
     [ -s "$T/$name.log" ] || continue
-    "$DHP" simulate "$T/$name.json" --json >"$T/$name.sim.json" 2>"$T/err" || { fail "bf16_memory_is_predicted_$name" "$(head -c 300 "$T/err")"; continue; }
-    if out=$(/usr/bin/python3 - "$T/$name.sim.json" "$T/$name.log" 2>&1 <<'PY'
-import json, sys
-sim = json.load(open(sys.argv[1]))
-last = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")][-1]
-cats = [("params", ["params"]), ("grads", ["grads"]), ("optim", ["optim"]), ("activations", ["activations", "logits"]),
-        ("comm", ["comm"]), ("zero_buffers", ["zero_buffers"])]
-worst = 0
-for q, r in enumerate(last["ranks"]):
-    for c, terms in cats:
-        p, g = sum(sim["ranks"][q]["memory"][t] for t in terms), r["peak_bytes"].get(c, 0)
-        tol = 1e-3 * g if c == "activations" else 0
-        if abs(p - g) > tol: sys.exit(f"rank {q} {c}: predicted {p:.0f} B, allocated {g:.0f} B")
-        if g: worst = max(worst, abs(p - g) / g)
-    # the bf16 copy: without ZeRO sharding, 4 + 2 bytes of parameters per 4 of fp32 gradients
-    if len(last["ranks"]) == 1 and r["peak_bytes"]["params"] * 4 != r["peak_bytes"]["grads"] * 6:
-        sys.exit(f"rank {q}: parameters {r['peak_bytes']['params']} B are not 1.5 x the gradients {r['peak_bytes']['grads']} B")
-print(f"worst {worst:.1e}")
-PY
-    ); then echo "# $name memory: $out"; ok "bf16_memory_is_predicted_$name"; else fail "bf16_memory_is_predicted_$name" "$out"; fi
+    check_memory "$name" "bf16_memory_is_predicted_$name"
 done
+# and the copy is there: the bf16-mixed run's parameters are 6 bytes each, the fp32 run's 4
+if [ -s "$T/ref_fp32.log" ] && /usr/bin/python3 - "$T/ref.log" "$T/ref_fp32.log" <<'PY'
+import json, sys
+p = [[json.loads(l) for l in open(f) if l.startswith("{")][-1]["ranks"][0]["peak_bytes"]["params"] for f in sys.argv[1:]]
+sys.exit(0 if p[0] * 4 == p[1] * 6 else f"parameters {p[0]} B in bf16-mixed, {p[1]} B in fp32")
+PY
+then ok bf16_weight_copy_is_two_bytes_a_parameter; else fail bf16_weight_copy_is_two_bytes_a_parameter "see above"; fi
+
+# (f) bf16-autocast: the same linears with the weight rounded per linear (no copy): the weights do not change
+# within a step, so the losses are bf16-mixed's to the bit; parameters are fp32's, the cast staging an activation
+RUN_DHP=$DHP_EMU
+SETUP="${FP32_SETUP/--precision fp32/--precision bf16-autocast --target dhp}" plan autocast colocated "vision:dp=1;llm:dp=1" --gpus 1 \
+    && if train autocast --backend cuda; then
+    losses "$T/autocast.log" >"$T/autocast.losses"
+    if cmp -s "$T/ref.losses" "$T/autocast.losses"; then ok bf16_autocast_gives_bf16_mixed_losses
+    else fail bf16_autocast_gives_bf16_mixed_losses "$(head -c 200 "$T/ref.losses") vs $(head -c 200 "$T/autocast.losses")"; fi
+    check_memory autocast bf16_autocast_memory_is_predicted
+else fail bf16_autocast_gives_bf16_mixed_losses "$(tail -c 300 "$T/autocast.err")"; fi
 
 # (e) what dhp run does not run: one line, exit 2, naming what it runs
 "$DHP" plan ${FP32_SETUP/--precision fp32/} --placement colocated --strategy "vision:dp=1;llm:dp=1" --gpus 1 -o "$T/megatron.json" >/dev/null 2>&1
-expect_err bf16_run_refuses_a_megatron_target_plan 'target megatron prices Megatron-LM, not what dhp run does: make the plan with --target dhp' \
+expect_err bf16_run_refuses_a_megatron_target_plan 'target megatron prices Megatron-LM, not what dhp run does: make the plan with --target dhp \(dhp run runs precision fp32, bf16-mixed and bf16-autocast\)' \
     "$DHP" run "$T/megatron.json" --data "$T/data" --steps 1
 "$DHP" plan ${FP32_SETUP/--precision fp32/--precision bf16-pure --target dhp} --placement colocated --strategy "vision:dp=1;llm:dp=1" --gpus 1 -o "$T/pure.json" >/dev/null 2>&1
-expect_err bf16_run_refuses_bf16_pure 'precision bf16-pure is planned, not run: dhp run runs fp32 and bf16-mixed' \
+expect_err bf16_run_refuses_bf16_pure 'precision bf16-pure is planned, not run: dhp run runs fp32, bf16-mixed and bf16-autocast' \
     "$DHP" run "$T/pure.json" --data "$T/data" --steps 1
 plan z3 colocated "vision:dp=1;llm:dp=1,zero=3" --gpus 1 && expect_err bf16_run_refuses_zero3 'module llm: bf16-mixed with zero 3 is not run yet' \
     "$DHP" run "$T/z3.json" --data "$T/data" --steps 1

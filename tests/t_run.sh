@@ -227,23 +227,7 @@ SETUP="$SETUP_VL --audio-frames 32"
 # optimizer, hand-off and pipeline buffers, ZeRO buffers to the byte; activations within 0.1%: the
 # executor's few sequence-offset integers per slot, as for vision-only plans)
 for name in omni_dis_tp omni_col_ring frozen_audio_dis audio_dis_pp vp_dis vp_tp2 llava_col_vtp2_z3 llava_dis_vpp2; do
-    "$DHP" simulate "$T/$name.json" --json >"$T/$name.sim.json" 2>"$T/err" || { fail "run_memory_is_predicted_$name" "$(head -c 300 "$T/err")"; continue; }
-    if out=$(/usr/bin/python3 - "$T/$name.sim.json" "$T/$name.log" 2>&1 <<'PY'
-import json, sys
-sim = json.load(open(sys.argv[1]))
-last = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")][-1]
-cats = [("params", ["params"]), ("grads", ["grads"]), ("optim", ["optim"]), ("activations", ["activations", "logits"]),
-        ("comm", ["comm"]), ("zero_buffers", ["zero_buffers"])]
-worst = 0
-for q, r in enumerate(last["ranks"]):
-    for c, terms in cats:
-        p, g = sum(sim["ranks"][q]["memory"][t] for t in terms), r["peak_bytes"].get(c, 0)
-        tol = 1e-3 * g if c == "activations" else 0
-        if abs(p - g) > tol: sys.exit(f"rank {q} {c}: predicted {p:.0f} B, allocated {g:.0f} B")
-        if g: worst = max(worst, abs(p - g) / g)
-print(f"worst {worst:.1e}")
-PY
-    ); then echo "# $name memory: $out"; ok "run_memory_is_predicted_$name"; else fail "run_memory_is_predicted_$name" "$out"; fi
+    check_memory "$name" "run_memory_is_predicted_$name"
 done
 # audio data for a model without an audio encoder, a model with one without audio, and clips the plan did not plan for:
 # one line naming the field, exit 2, before any rank allocates
