@@ -286,7 +286,7 @@ static int run_step(run_ctx *r, const plan_schedule *s, ex_dataset *ds, run_data
                     run_stats *st, op_event *ev, char *err)
 {
     memset(st, 0, sizeof *st);
-    ex_precision_refresh(r->em);   /* bf16-mixed: the weights' bf16 copy from this step's master */
+    ex_precision_refresh(r->em);   /* bf16-mixed: the weights' bf16 copy from this step's master (a no-op otherwise) */
     int rc = data_load(r, ds, r->step, d, err);
     if (!rc) rc = count_predictions(r, s, d, st, err);
     if (rc) return rc;

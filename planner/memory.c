@@ -68,8 +68,9 @@ plan_state_bytes plan_precision_bytes(plan_precision p)
 
 plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_options *o)
 {
-    /* dhp's executor keeps fp32 states and activations under bf16-mixed, its
-     * bf16 weight copy apart (planner/precision.c); the step also writes that copy */
+    /* dhp's executor keeps fp32 states and activations under bf16-mixed and
+     * -autocast, bf16-mixed's weight copy apart (planner/precision.c); the
+     * step also writes that copy */
     plan_state_bytes b = plan_precision_bytes(plan_runs_bf16(o) ? PLAN_OPT_FP32 : o->precision);
     b.step_traffic += plan_weight_copy_bytes(mm, o);
     if (!mm->frozen) return b;
