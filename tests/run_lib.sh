@@ -50,3 +50,22 @@ print(f"worst {worst:.1e}")
 PY
     ); then echo "# $name memory: $out"; ok "$test"; else fail "$test" "$out"; fi
 }
+
+# resume_check PLAN TEST: STEPS / 2 steps, stop, resume for the rest == STEPS straight (PLAN's run, its
+# checkpoint in PLAN.ck), bit for bit
+resume_check() {
+    local R=$1 t=$2 half=$((STEPS / 2))
+    cp "$T/$R.json" "$T/resumed_$R.json"
+    if ! train "resumed_$R" --stop-after $half; then fail "$t" "first half failed: $(tail -c 300 "$T/resumed_$R.err")"
+    elif ! train "resumed_$R" --resume; then fail "$t" "resume failed: $(tail -c 300 "$T/resumed_$R.err")"
+    else
+        local a b first
+        a=$(cat "$T/resumed_$R.ck/latest"); b=$(cat "$T/$R.ck/latest")
+        first=$(grep -m1 '^{' "$T/resumed_$R.log" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
+        if [ "$first" != $((half + 1)) ]; then fail "$t" "the resumed run's first step is $first, not $((half + 1))"
+        elif [ "$a" = "$b" ] && cmp -s "$T/resumed_$R.ck/$a/llm.safetensors" "$T/$R.ck/$b/llm.safetensors" \
+           && cmp -s "$T/resumed_$R.ck/$a/vision.safetensors" "$T/$R.ck/$b/vision.safetensors"; then
+            ok "$t"
+        else fail "$t" "checkpoints after $half + resume differ from $STEPS straight ($a vs $b)"; fi
+    fi
+}

@@ -7,7 +7,8 @@
 #     pipelines in both modules) give the 1-rank bf16-mixed run's losses; (b) bf16-mixed tracks fp32; (c) the CPU backend's bf16 run and
 #     the emulated CUDA one agree; (d) `dhp simulate` predicts every rank's
 #     memory by category (the bf16 weight copy, the GEMM staging) as the run
-#     allocates it; (e) what dhp run does not run is refused in one line;
+#     allocates it, and a resumed run is the straight one bit for bit;
+#     (e) what dhp run does not run is refused in one line;
 #     (f) bf16-autocast gives bf16-mixed's losses with its own memory.
 #
 # Tolerances. bf16 keeps 8 significant bits: rounding an operand moves it by
@@ -92,6 +93,8 @@ if train ref_cpu_run --backend cpu; then
     losses "$T/ref_cpu_run.log" >"$T/ref_cpu_run.losses"
     if out=$(close "$T/ref.losses" "$T/ref_cpu_run.losses" 2.44140625e-4); then echo "# cpu vs cuda-emu: $out"; ok bf16_cpu_backend_matches_emulated_cuda
     else fail bf16_cpu_backend_matches_emulated_cuda "$out"; fi
+    # a resumed run rounds its copy from the checkpoint's master: the straight run's weights, bit for bit
+    resume_check ref_cpu_run bf16_resume_is_bit_identical
 else fail bf16_cpu_backend_matches_emulated_cuda "$(tail -c 300 "$T/ref_cpu_run.err")"; fi
 
 # (d) memory: every rank's peaks by category as `dhp simulate` predicts them (run_lib.sh), the bf16 copy in

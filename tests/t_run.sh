@@ -242,23 +242,7 @@ unset MODEL DATA
 SETUP=$SETUP_VL
 
 # resume: 10 steps, stop, resume for 10 more == 20 straight (bit for bit), on
-# stages too (each stage loads its blocks from the whole-tensor checkpoint)
-resume_check() {   # resume_check PLAN TEST
-    local R=$1 t=$2
-    cp "$T/$R.json" "$T/resumed_$R.json"
-    if ! train "resumed_$R" --stop-after 10; then fail "$t" "first half failed: $(tail -c 300 "$T/resumed_$R.err")"
-    elif ! train "resumed_$R" --resume; then fail "$t" "resume failed: $(tail -c 300 "$T/resumed_$R.err")"
-    else
-        local a b first
-        a=$(cat "$T/resumed_$R.ck/latest"); b=$(cat "$T/$R.ck/latest")
-        first=$(grep -m1 '^{' "$T/resumed_$R.log" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])')
-        if [ "$first" != 11 ]; then fail "$t" "the resumed run's first step is $first, not 11"
-        elif [ "$a" = "$b" ] && cmp -s "$T/resumed_$R.ck/$a/llm.safetensors" "$T/$R.ck/$b/llm.safetensors" \
-           && cmp -s "$T/resumed_$R.ck/$a/vision.safetensors" "$T/$R.ck/$b/vision.safetensors"; then
-            ok "$t"
-        else fail "$t" "checkpoints after 10 + resume + 10 differ from 20 straight ($a vs $b)"; fi
-    fi
-}
+# stages too (each stage loads its blocks from the whole-tensor checkpoint): resume_check (run_lib.sh)
 resume_check dis_sp2_dp2 run_resume_is_bit_identical
 resume_check pp_enc_dis run_resume_on_pipeline_stages_is_bit_identical
 
