@@ -53,6 +53,7 @@ void ex_comm_set_max_piece(size_t elems)
 
 size_t comm_max_piece(void) { return g_max_piece; }
 bool comm_broken(void) { return g_broken; }
+void comm_set_broken(void) { g_broken = true; }
 
 size_t comm_dtype_size(comm_dtype t)
 {

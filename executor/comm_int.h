@@ -91,6 +91,10 @@ __attribute__((format(printf, 2, 3)))
 int comm_fail(ex_comm *c, const char *fmt, ...);
 /* A wait timed out somewhere: every later call fails at once, MPI is not finalized. */
 bool comm_broken(void);
+/* Marks the communicators broken (an aborted NCCL communicator: peers may
+ * wait on this rank forever), so this process exits without MPI_Finalize
+ * and the launcher ends the job. */
+void comm_set_broken(void);
 /* Refuses `call` after a timeout (UTIL_ERUNTIME with the message in c). */
 int comm_check_live(ex_comm *c, const char *call);
 /* The largest element count one MPI call is given (ex_comm_set_max_piece). */

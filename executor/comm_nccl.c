@@ -216,8 +216,13 @@ static int test_event(ex_comm *c, void *arg, bool *done)
     ncclResult_t r = ncclCommGetAsyncError(w->s->nccl, &async);
     if (r != ncclSuccess) return nccl_fail(c, w->call, r);
     if (async != ncclSuccess && async != ncclInProgress) {
+        /* its peers may wait on this rank's part forever: the job ends (comm_set_broken) */
         abort_comm(w->s);
-        return comm_fail(c, "%s: rank %d: NCCL asynchronous error: %s", w->call, c->rank, ncclGetErrorString(async));
+        comm_set_broken();
+        int world = -1;
+        MPI_Comm_rank(MPI_COMM_WORLD, &world);
+        return comm_fail(c, "%s: rank %d (rank %d of %d in this group): NCCL asynchronous error: %s; communicator "
+                         "aborted", w->call, world, c->rank, c->size, ncclGetErrorString(async));
     }
     return UTIL_OK;
 }
