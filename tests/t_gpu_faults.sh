@@ -73,7 +73,7 @@ else fail gpu_faults_oom_on_one_rank_ends_every_rank "exit $rc in ${took}s: $(gr
 # nccl_fault NAME SPEC TIMEOUT: a 2-rank run with DHP_EMU_NCCL_FAULT=SPEC; sets rc, took, NAME.err
 nccl_fault() {
     local t0; t0=$(date +%s)
-    timeout 120 mpirun --oversubscribe -np 2 -x DHP_EMU_NCCL_FAULT="$2" "$DHP_EMU" run dis.json --data data --steps 20 \
+    timeout 120 mpirun --oversubscribe -np 2 -x DHP_EMU_NCCL_FAULT="$2" "$DHP_EMU" run dis.json --data data --steps 6 \
         --backend cuda --comm-timeout "$3" --ckpt "$1.ck" --ckpt-every 1 --log-json >"$1.log" 2>"$1.err"
     rc=$?; took=$(( $(date +%s) - t0 ))
 }
@@ -82,12 +82,12 @@ whole_ckpt() {
     local st; st=$(cat "$1/latest" 2>/dev/null) || return 1
     [ -s "$1/$st/vision.safetensors" ] && [ -s "$1/$st/llm.safetensors" ] && [ -z "$(find "$1" -name '*.tmp.*')" ]
 }
-nccl_fault err 1:30:error 20
+nccl_fault err 1:12:error 20
 if [ $rc != 0 ] && [ $rc != 124 ] && [ $took -le 60 ] && whole_ckpt err.ck; then
     one_line gpu_faults_nccl_async_error_aborts_naming_rank_and_op \
         'step [0-9]+: .*nccl[A-Za-z]+\([^)]*\): rank 1 \(rank 1 of 2 in this group\): NCCL asynchronous error: unhandled system error; communicator aborted$' err.err
 else fail gpu_faults_nccl_async_error_aborts_naming_rank_and_op "exit $rc in ${took}s, ckpt $(cat err.ck/latest 2>&1): $(grep -v '^[- ]' err.err | head -c 400)"; fi
-nccl_fault hang 0:30:stall 3
+nccl_fault hang 0:12:stall 2
 if [ $rc != 0 ] && [ $rc != 124 ] && [ $took -le 60 ] && whole_ckpt hang.ck; then
     one_line gpu_faults_nccl_hang_times_out_naming_the_peer \
         'step [0-9]+: .*nccl[A-Za-z]+\([^)]*\): rank [01] waited [0-9]+ s \(the communication timeout\): rank [01] answers but did not complete it' hang.err
