@@ -42,12 +42,13 @@ int run_pick_backend(run_ctx *r, char *err)
  * in its own words; the CUDA backend kept the failure's details (device,
  * bytes asked and free, category) as its sticky error, which sync hands
  * over. */
-int run_backend_explain(run_ctx *r, int rc, char *err)
+int run_backend_explain(run_ctx *r, int rc, const char *doing, char *err)
 {
     if (!rc || !r->be || !r->be->sync) return rc;
     char why[UTIL_ERR_LEN];
     if (r->be->sync(why) == UTIL_OK) return rc;
-    util_strlcpy(err, why, UTIL_ERR_LEN);
+    size_t at = doing ? (size_t)snprintf(err, UTIL_ERR_LEN, "%s: ", doing) : 0;
+    util_strlcpy(err + (at < UTIL_ERR_LEN ? at : 0), why, UTIL_ERR_LEN - (at < UTIL_ERR_LEN ? at : 0));
     plan_sim_mem pred;
     char ignored[UTIL_ERR_LEN];
     if (rc == UTIL_ENOMEM && plan_sim_memory(&r->plan, r->rank, &pred, ignored) == UTIL_OK) {

@@ -46,17 +46,30 @@ then ok gpu_faults_old_driver_auto_runs_on_cpu_saying_why
 else fail gpu_faults_old_driver_auto_runs_on_cpu_saying_why "exit $rc: $(head -c 300 out) $(head -c 300 err)"; fi
 
 # --- out of device memory: the device, bytes asked and free, the category, the plan's prediction ---
-# 1 MiB: the LLM's parameters do not fit (set-up); 3 MiB: the parameters fit, step 1's activations do not
+# Device sizes from an uncapped run's peaks by category (the emulated device's allocations):
+# 1 MiB, below the LLM's parameters (set-up fails); the set-up's tensors + a quarter of the
+# activations (step 1 fails); every peak + 64 KiB (training fits, staging a module's state for
+# the checkpoint does not)
+"$DHP_EMU" run one.json --data data --steps 1 --backend cuda --log-json >peaks.log 2>&1 || { fail gpu_faults_oom "uncapped run: $(tail -c 300 peaks.log)"; exit 0; }
+read -r STEP_CAP CKPT_CAP < <(/usr/bin/python3 -c 'import json,sys
+p = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]["ranks"][0]["peak_bytes"]
+setup = p["params"] + p["grads"] + p["optim"] + p["comm"]
+print(int(setup + p["activations"] / 4), int(sum(p.values()) + 65536))' peaks.log)
 OOM_RE='out of device memory on GPU 0 \(cuda-emu 0 \(the CPU\)\): [0-9]+ bytes \([0-9.]+ [KM]iB\) asked for'
 PRED_RE="free of [0-9.]+ MiB; the plan predicts rank 0's peak at [0-9.]+ MiB of the [0-9.]+ GiB per GPU it assumed \(dhp memory one.json\)$"
 DHP_EMU_DEVICE_BYTES=1M "$DHP_EMU" run one.json --data data --steps 1 --backend cuda --ckpt ck1 >out 2>err; rc=$?
 if [ $rc != 0 ] && [ ! -e ck1/latest ]; then
     one_line gpu_faults_oom_at_setup_names_device_bytes_category "cuda: cudaMalloc: $OOM_RE parameters, [0-9]+ bytes \([0-9.]+ KiB\) $PRED_RE" err
 else fail gpu_faults_oom_at_setup_names_device_bytes_category "exit $rc, ck1: $(ls ck1 2>&1): $(head -c 300 err)"; fi
-DHP_EMU_DEVICE_BYTES=3M "$DHP_EMU" run one.json --data data --steps 1 --backend cuda >out 2>err; rc=$?
+DHP_EMU_DEVICE_BYTES=$STEP_CAP "$DHP_EMU" run one.json --data data --steps 1 --backend cuda >out 2>err; rc=$?
 if [ $rc != 0 ]; then
     one_line gpu_faults_oom_in_a_step_names_activations "step 1: cuda: cudaMalloc: $OOM_RE activations, .*$PRED_RE" err
 else fail gpu_faults_oom_in_a_step_names_activations "exit $rc: $(head -c 300 err)"; fi
+rm -rf ck3
+DHP_EMU_DEVICE_BYTES=$CKPT_CAP "$DHP_EMU" run one.json --data data --steps 2 --backend cuda --ckpt ck3 --ckpt-every 1 >out 2>err; rc=$?
+if [ $rc != 0 ] && grep -q '^step 1/2 ' out && [ ! -e ck3/latest ] && [ -z "$(find ck3 -type f)" ]; then
+    one_line gpu_faults_oom_at_a_checkpoint_leaves_no_checkpoint "checkpoint: cuda: cudaMalloc: $OOM_RE other, .*$PRED_RE" err
+else fail gpu_faults_oom_at_a_checkpoint_leaves_no_checkpoint "exit $rc, ck3: $(find ck3 -type f): $(head -c 300 out) $(head -c 300 err)"; fi
 # two ranks, only rank 0's device too small, after 2 steps with checkpoints: both end, the checkpoints are whole
 t0=$(date +%s)
 timeout 120 mpirun --oversubscribe -np 1 -x DHP_EMU_DEVICE_BYTES=3M "$DHP_EMU" run dis.json --data data --steps 2 --backend cuda \
