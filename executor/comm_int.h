@@ -120,6 +120,10 @@ void comm_diag_serve(void);
 /* After a wait on c timed out: pings the members of c (only `peer`, its rank
  * in c, if >= 0) and writes into why which world ranks did not answer. */
 void comm_diag_timeout(MPI_Comm c, int peer, double waited, char *why, size_t n);
+/* After a failure that does not say which rank is gone (NCCL's
+ * ncclRemoteError): "; no answer from rank(s) ..." for c's members that do
+ * not answer a ping within a few seconds, else that every other one does. */
+void comm_diag_missing(MPI_Comm c, char *why, size_t n);
 
 /* MPI's message for an MPI return code (s: MPI_MAX_ERROR_STRING bytes). */
 const char *comm_mpi_message(int rc, char *s);

@@ -220,9 +220,11 @@ static int test_event(ex_comm *c, void *arg, bool *done)
         abort_comm(w->s);
         comm_set_broken();
         int world = -1;
+        char who[320] = "";
         MPI_Comm_rank(MPI_COMM_WORLD, &world);
+        if (c->size > 1) comm_diag_missing(c->mpi, who, sizeof who);
         return comm_fail(c, "%s: rank %d (rank %d of %d in this group): NCCL asynchronous error: %s; communicator "
-                         "aborted", w->call, world, c->rank, c->size, ncclGetErrorString(async));
+                         "aborted%s", w->call, world, c->rank, c->size, ncclGetErrorString(async), who);
     }
     return UTIL_OK;
 }

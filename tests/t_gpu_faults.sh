@@ -98,7 +98,7 @@ whole_ckpt() {
 nccl_fault err 1:12:error 20
 if [ $rc != 0 ] && [ $rc != 124 ] && [ $took -le 60 ] && whole_ckpt err.ck; then
     one_line gpu_faults_nccl_async_error_aborts_naming_rank_and_op \
-        'step [0-9]+: .*nccl[A-Za-z]+\([^)]*\): rank 1 \(rank 1 of 2 in this group\): NCCL asynchronous error: unhandled system error; communicator aborted$' err.err
+        'step [0-9]+: .*nccl[A-Za-z]+\([^)]*\): rank 1 \(rank 1 of 2 in this group\): NCCL asynchronous error: unhandled system error; communicator aborted; every other rank of the group answers$' err.err
 else fail gpu_faults_nccl_async_error_aborts_naming_rank_and_op "exit $rc in ${took}s, ckpt $(cat err.ck/latest 2>&1): $(grep -v '^[- ]' err.err | head -c 400)"; fi
 nccl_fault hang 0:12:stall 2
 if [ $rc != 0 ] && [ $rc != 124 ] && [ $took -le 60 ] && whole_ckpt hang.ck; then
