@@ -86,7 +86,7 @@ else fail gpu_faults_oom_on_one_rank_ends_every_rank "exit $rc in ${took}s: $(gr
 # nccl_fault NAME SPEC TIMEOUT: a 2-rank run with DHP_EMU_NCCL_FAULT=SPEC; sets rc, took, NAME.err
 nccl_fault() {
     local t0; t0=$(date +%s)
-    timeout 120 mpirun --oversubscribe -np 2 -x DHP_EMU_NCCL_FAULT="$2" "$DHP_EMU" run dis.json --data data --steps 6 \
+    timeout 120 mpirun --oversubscribe -np 2 -x DHP_EMU_NCCL_FAULT="$2" "$DHP_EMU" run dis.json --data data --steps 3 \
         --backend cuda --comm-timeout "$3" --ckpt "$1.ck" --ckpt-every 1 --log-json >"$1.log" 2>"$1.err"
     rc=$?; took=$(( $(date +%s) - t0 ))
 }
