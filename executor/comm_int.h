@@ -36,6 +36,7 @@ struct ex_request {
     bool done;            /* self receive delivered */
     self_msg *msg;        /* self send still queued */
     ex_request *next;     /* in the comm's list of pending self receives */
+    bool host;            /* posted through MPI by an implementation for device memory (host data) */
     void *impl;
 };
 
@@ -105,6 +106,11 @@ size_t comm_max_piece(void);
  * did not answer. test returns UTIL_OK or fails with its message in c. */
 typedef int (*comm_test_fn)(ex_comm *c, void *arg, bool *done);
 int comm_poll(ex_comm *c, comm_test_fn test, void *arg, int peer, const char *call);
+/* A check comm_poll runs now and then while any wait polls (NCCL's
+ * asynchronous errors, which MPI's waits on host data must see too): non-zero
+ * ends the wait with c's message. */
+typedef int (*comm_async_fn)(ex_comm *c, const char *call);
+void comm_set_async_check(comm_async_fn fn);
 /* A wrapped communicator over m (taken over, freed on failure) with ops'
  * state attached. */
 int comm_wrap(const ex_comm_ops *ops, MPI_Comm m, ex_comm **out, char *err);

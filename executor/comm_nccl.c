@@ -11,8 +11,10 @@
  * through the MPI operations on the same members (cudaPointerGetAttributes
  * says which); the int all-reduce that ranks use to agree on errors and
  * gather_bytes / barrier always through MPI, so ranks can still agree after
- * an NCCL failure. Point-to-point and the non-blocking collectives need
- * device buffers.
+ * an NCCL failure. Point-to-point messages in host memory (a checkpoint's
+ * tensors) go through MPI too; the non-blocking collectives need device
+ * buffers. Before any host (MPI) operation the sends and receives collected
+ * for NCCL are launched, so a peer blocked on one of them gets it.
  *
  * Ordering: the communication stream first waits for an event recorded on
  * the compute stream (the legacy default stream), so an operation sees what
@@ -144,6 +146,8 @@ static void free_state(nccl_state *s)
     util_free(s);
 }
 
+static int check_async(ex_comm *c, const char *call);
+
 static int nccl_attach(ex_comm *c, char *err)
 {
     if (!g_device_set) {
@@ -181,6 +185,7 @@ static int nccl_attach(ex_comm *c, char *err)
     s->next = g_live;
     g_live = s;
     c->impl = s;
+    comm_set_async_check(check_async);   /* MPI's waits (host data) poll NCCL's errors too */
     return UTIL_OK;
 }
 
@@ -206,27 +211,44 @@ typedef struct {
     const char *call;
 } nccl_wait_arg;
 
+/* s reported an asynchronous error while this rank waited in `call` on c:
+ * s is aborted, and the job ends (comm_set_broken), since its peers may wait
+ * on this rank's part forever. */
+static int async_failure(ex_comm *c, nccl_state *s, ncclResult_t async, const char *call)
+{
+    abort_comm(s);
+    comm_set_broken();
+    int world = -1;
+    char who[320] = "";
+    MPI_Comm_rank(MPI_COMM_WORLD, &world);
+    if (s->c->size > 1) comm_diag_missing(s->c->mpi, who, sizeof who);
+    return comm_fail(c, "%s: rank %d: NCCL asynchronous error on %s group's communicator (its rank %d of %d): %s; "
+                     "communicator aborted%s", call, world, s->c == c ? "this" : "another", s->c->rank, s->c->size,
+                     ncclGetErrorString(async), who);
+}
+
+/* Every live communicator's asynchronous error: NCCL reports a failed
+ * operation on its own communicator, which may not be the one this rank
+ * waits on (a send on one, then a wait on another whose peer needs it). */
+static int check_async(ex_comm *c, const char *call)
+{
+    for (nccl_state *s = g_live; s; s = s->next) {
+        ncclResult_t async = ncclSuccess;
+        if (s->aborted) continue;
+        ncclResult_t r = ncclCommGetAsyncError(s->nccl, &async);
+        if (r != ncclSuccess) return nccl_fail(c, call, r);
+        if (async != ncclSuccess && async != ncclInProgress) return async_failure(c, s, async, call);
+    }
+    return UTIL_OK;
+}
+
 static int test_event(ex_comm *c, void *arg, bool *done)
 {
     nccl_wait_arg *w = arg;
     cudaError_t e = cudaEventQuery(w->ev);
     if (e == cudaSuccess) { *done = true; return UTIL_OK; }
     if (e != cudaErrorNotReady) return cuda_fail(c, w->call, e);
-    ncclResult_t async = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(w->s->nccl, &async);
-    if (r != ncclSuccess) return nccl_fail(c, w->call, r);
-    if (async != ncclSuccess && async != ncclInProgress) {
-        /* its peers may wait on this rank's part forever: the job ends (comm_set_broken) */
-        abort_comm(w->s);
-        comm_set_broken();
-        int world = -1;
-        char who[320] = "";
-        MPI_Comm_rank(MPI_COMM_WORLD, &world);
-        if (c->size > 1) comm_diag_missing(c->mpi, who, sizeof who);
-        return comm_fail(c, "%s: rank %d (rank %d of %d in this group): NCCL asynchronous error: %s; communicator "
-                         "aborted%s", w->call, world, c->rank, c->size, ncclGetErrorString(async), who);
-    }
-    return UTIL_OK;
+    return check_async(c, w->call);
 }
 
 static int launch_all(ex_comm *c);
@@ -280,6 +302,23 @@ static bool on_device(const void *p)
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+/* Host data goes through MPI on the same members. Collected sends and
+ * receives are launched first: a peer blocked on one of them could not
+ * reach the MPI operation otherwise (a deadlock no NCCL timeout sees). */
+static int host_path(ex_comm *c) { return launch_all(c); }
+
+static int host_barrier(ex_comm *c)
+{
+    int rc = host_path(c);
+    return rc ? rc : comm_mpi_ops.barrier(c);
+}
+
+static int host_gather_bytes(ex_comm *c, const void *send, void *recv, size_t bytes, int root)
+{
+    int rc = host_path(c);
+    return rc ? rc : comm_mpi_ops.gather_bytes(c, send, recv, bytes, root);
+}
+
 static ncclDataType_t nccl_type(comm_dtype t)
 {
     return t == COMM_F32 ? ncclFloat32 : t == COMM_F64 ? ncclFloat64 : t == COMM_I32 ? ncclInt32 : ncclUint8;
@@ -287,7 +326,9 @@ static ncclDataType_t nccl_type(comm_dtype t)
 
 static int nccl_allreduce(ex_comm *c, void *buf, size_t n, comm_dtype t, comm_redop op)
 {
-    if (t == COMM_I32 || !on_device(buf)) return comm_mpi_ops.allreduce(c, buf, n, t, op);
+    /* the ranks' agreement on errors: through MPI even after a failed launch */
+    if (t == COMM_I32) return (void)host_path(c), comm_mpi_ops.allreduce(c, buf, n, t, op);
+    if (!on_device(buf)) return host_path(c) ? UTIL_ERUNTIME : comm_mpi_ops.allreduce(c, buf, n, t, op);
     const char *call = op == COMM_MAX ? (t == COMM_F64 ? "ncclAllReduce(max f64)" : "ncclAllReduce(max)")
                                       : (t == COMM_F64 ? "ncclAllReduce(sum f64)" : "ncclAllReduce(sum)");
     int rc = begin(c, call);
@@ -298,7 +339,7 @@ static int nccl_allreduce(ex_comm *c, void *buf, size_t n, comm_dtype t, comm_re
 
 static int nccl_allgather(ex_comm *c, const float *send, float *recv, size_t n)
 {
-    if (!on_device(recv)) return comm_mpi_ops.allgather(c, send, recv, n);
+    if (!on_device(recv)) return host_path(c) ? UTIL_ERUNTIME : comm_mpi_ops.allgather(c, send, recv, n);
     int rc = begin(c, "ncclAllGather");
     nccl_state *s = state(c);
     return rc ? rc : finish(c, ncclAllGather(send, recv, n, ncclFloat32, s->nccl, s->stream), "ncclAllGather");
@@ -306,7 +347,7 @@ static int nccl_allgather(ex_comm *c, const float *send, float *recv, size_t n)
 
 static int nccl_reduce_scatter(ex_comm *c, const float *send, float *recv, size_t n)
 {
-    if (!on_device(recv)) return comm_mpi_ops.reduce_scatter(c, send, recv, n);
+    if (!on_device(recv)) return host_path(c) ? UTIL_ERUNTIME : comm_mpi_ops.reduce_scatter(c, send, recv, n);
     int rc = begin(c, "ncclReduceScatter");
     nccl_state *s = state(c);
     return rc ? rc : finish(c, ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, s->nccl, s->stream), "ncclReduceScatter");
@@ -317,7 +358,7 @@ static int nccl_reduce_scatter(ex_comm *c, const float *send, float *recv, size_
 static int nccl_alltoall(ex_comm *c, const float *send, float *recv, size_t chunk)
 {
     const char *call = "all-to-all (grouped ncclSend/ncclRecv)";
-    if (!on_device(recv)) return comm_mpi_ops.alltoall(c, send, recv, chunk);
+    if (!on_device(recv)) return host_path(c) ? UTIL_ERUNTIME : comm_mpi_ops.alltoall(c, send, recv, chunk);
     int rc = begin(c, call);
     if (rc) return rc;
     nccl_state *s = state(c);
@@ -336,7 +377,7 @@ static int nccl_alltoall(ex_comm *c, const float *send, float *recv, size_t chun
 
 static int nccl_bcast(ex_comm *c, void *buf, size_t bytes, int root)
 {
-    if (!on_device(buf)) return comm_mpi_ops.bcast(c, buf, bytes, root);
+    if (!on_device(buf)) return host_path(c) ? UTIL_ERUNTIME : comm_mpi_ops.bcast(c, buf, bytes, root);
     int rc = begin(c, "ncclBroadcast");
     nccl_state *s = state(c);
     return rc ? rc : finish(c, ncclBroadcast(buf, buf, bytes, ncclUint8, root, s->nccl, s->stream), "ncclBroadcast");
@@ -350,11 +391,15 @@ static int need_device(ex_comm *c, const void *buf, size_t n, const char *call)
          : comm_fail(c, "%s: rank %d: the buffer is in host memory; NCCL moves device memory (--comm mpi)", call, c->rank);
 }
 
+/* A message in host memory (a checkpoint's tensors on their way to the
+ * writer) goes through MPI, as host collectives do; both ends must hold it
+ * in host memory (a mismatch ends in the timeout, naming the peer). */
 static int nccl_post(ex_comm *c, ex_request *r)
 {
     const char *call = r->send ? "ncclSend" : "ncclRecv";
     nccl_state *s = state(c);
-    if (need_device(c, r->buf, r->n, call)) return UTIL_ERUNTIME;
+    r->host = r->n && !on_device(r->buf);
+    if (r->host) return comm_mpi_ops.post(c, r);
     if (s->aborted) return comm_fail(c, "%s: not attempted: this NCCL communicator was aborted", call);
     r->impl = NULL;   /* set to its group once launched */
     r->next = NULL;
@@ -409,7 +454,7 @@ static int launch_group(nccl_state *s)
 static int launch_all(ex_comm *c)
 {
     for (nccl_state *s = g_live; s; s = s->next)
-        if (s->pending && launch_group(s) != UTIL_OK) {
+        if (s->pending && !s->aborted && launch_group(s) != UTIL_OK) {
             if (s->c != c) snprintf(c->err, sizeof c->err, "%s", s->c->err);
             return UTIL_ERUNTIME;
         }
@@ -441,6 +486,10 @@ static int nccl_post_coll(ex_comm *c, ex_request *r, const float *send, float *r
 
 static int nccl_wait(ex_comm *c, ex_request *r)
 {
+    if (r->host) {   /* the peer may first need what this rank has collected */
+        int rc = host_path(c);
+        return rc ? rc : comm_mpi_ops.wait(c, r);
+    }
     char what[80];
     if (r->coll) snprintf(what, sizeof what, "%s (wait)", r->reduce ? "ncclReduceScatter" : "ncclAllGather");
     else snprintf(what, sizeof what, "%s(%s %d, tag %d)", r->send ? "ncclSend" : "ncclRecv", r->send ? "to" : "from", r->peer, r->tag);
@@ -474,13 +523,13 @@ static const ex_comm_ops nccl_ops = {
     .name = "nccl",
     .attach = nccl_attach,
     .detach = nccl_detach,
-    .barrier = NULL,          /* set from the MPI table below: host synchronisation */
+    .barrier = host_barrier,  /* host synchronisation: MPI's */
     .allreduce = nccl_allreduce,
     .allgather = nccl_allgather,
     .reduce_scatter = nccl_reduce_scatter,
     .alltoall = nccl_alltoall,
     .bcast = nccl_bcast,
-    .gather_bytes = NULL,     /* MPI's: host data */
+    .gather_bytes = host_gather_bytes,   /* host data: MPI's */
     .post = nccl_post,
     .post_coll = nccl_post_coll,
     .wait = nccl_wait,
@@ -491,14 +540,8 @@ static const ex_comm_ops nccl_ops = {
 
 const ex_comm_ops *comm_nccl_ops(char *err)
 {
-    static ex_comm_ops ops;
     (void)err;
-    if (!ops.name) {
-        ops = nccl_ops;
-        ops.barrier = comm_mpi_ops.barrier;
-        ops.gather_bytes = comm_mpi_ops.gather_bytes;
-    }
-    return &ops;
+    return &nccl_ops;
 }
 
 #endif

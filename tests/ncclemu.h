@@ -27,7 +27,9 @@
  *   any kind is memmove, and cudaPointerGetAttributes calls every pointer
  *   device memory (so the CPU backend's buffers, and the run's host
  *   variables, all go through the emulated NCCL; on a GPU the host ones go
- *   through MPI).
+ *   through MPI) - except under dhp-emu's CUDA backend, where it answers as a
+ *   GPU does (only cudaMalloc's memory is device memory: host variables take
+ *   comm_nccl.c's MPI path) and an NCCL call given host memory aborts.
  * - Stream order is not enforced: operations on one stream start at once
  *   instead of after the previous one finished, and a ncclSend / ncclRecv
  *   outside a group does not block its stream. So a schedule that would
@@ -133,10 +135,33 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t byt
     (void)s;
     return cudaMemcpy(dst, src, bytes, k);
 }
+/* Strict pointers: when dhp-emu's CUDA backend is in use, tests/cudaemu.h
+ * (its device-pointer guard) answers which pointers are emulated device
+ * memory: 1 or 0; -1 when the CUDA backend is not in use (the CPU backend's
+ * buffers then count as device memory, as above). Weak: comm_check_emu and
+ * dhp-emu define it, a build without tests/cudaemu.h does not. */
+extern int cudaemu_strict_is_device(const void *p) __attribute__((weak));
+static inline int emu_strict_device(const void *p)
+{
+    return cudaemu_strict_is_device ? cudaemu_strict_is_device(p) : -1;
+}
+
+/* NCCL moves device memory only: under strict pointers a host buffer handed
+ * to an NCCL call aborts naming it, as the guard does for kernels. */
+static inline void emu_nccl_buffer(const char *call, const char *which, const void *p)
+{
+    if (p && emu_strict_device(p) == 0) {
+        fprintf(stderr, "ncclemu guard: %s: %s %p is not device memory (a host buffer handed to NCCL)\n", call, which, p);
+        fflush(stderr);
+        abort();
+    }
+}
+
 static inline cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
 {
     memset(a, 0, sizeof *a);
-    a->type = cudaMemoryTypeDevice;
+    /* CUDA 11+ answers cudaSuccess and "unregistered" for plain host memory */
+    a->type = emu_strict_device(p) == 0 ? cudaMemoryTypeUnregistered : cudaMemoryTypeDevice;
     a->device = emu_device;
     a->devicePointer = (void *)p;
     return cudaSuccess;
@@ -367,10 +392,10 @@ static inline ncclResult_t emu_check(ncclComm_t c, size_t count)
 /* Injected faults, for the tests: DHP_EMU_NCCL_FAULT=RANK:OP:KIND makes
  * the process of world rank RANK fail its OP-th NCCL operation (1-based,
  * counting every collective and every send and receive as it is posted):
- * KIND `error` leaves the operation unposted and sets its communicator's
- * asynchronous error to ncclSystemError (as NCCL reports a failed proxy
- * or network transfer); `stall` leaves it unposted and its stream never
- * completes again (a hung kernel: the process stays alive and answers).
+ * the operation is left unposted and its stream never completes again;
+ * KIND `error` also sets its communicator's asynchronous error to
+ * ncclSystemError (as NCCL reports a failed proxy or network transfer),
+ * `stall` does not (a hung kernel: the process stays alive and answers).
  * Returns whether the operation must not be posted. */
 static inline bool emu_fault(ncclComm_t c, cudaStream_t s)
 {
@@ -385,8 +410,8 @@ static inline bool emu_fault(ncclComm_t c, cudaStream_t s)
         if (!v || sscanf(v, "%d:%d:%15s", &rank, &op, kind) != 3 || rank != me || op < 1) op = 0;
     }
     if (!op || ++count != op) return false;
-    if (!strcmp(kind, "stall")) s->stalled = true;
-    else c->async = ncclSystemError;
+    s->stalled = true;   /* a failed operation does not complete either */
+    if (strcmp(kind, "stall")) c->async = ncclSystemError;
     return true;
 }
 
@@ -394,7 +419,10 @@ static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t co
                                          ncclComm_t c, cudaStream_t s)
 {
     ncclResult_t e = emu_check(c, count);
-    if (e || emu_fault(c, s)) return e;
+    if (e) return e;
+    emu_nccl_buffer("ncclAllReduce", "send buffer", send);
+    emu_nccl_buffer("ncclAllReduce", "receive buffer", recv);
+    if (emu_fault(c, s)) return ncclSuccess;
     MPI_Request r;
     int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, emu_type(t),
                             op == ncclMax ? MPI_MAX : MPI_SUM, c->comm, &r);
@@ -404,7 +432,10 @@ static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t co
                                          cudaStream_t s)
 {
     ncclResult_t e = emu_check(c, count);
-    if (e || emu_fault(c, s)) return e;
+    if (e) return e;
+    emu_nccl_buffer("ncclAllGather", "send buffer", send);
+    emu_nccl_buffer("ncclAllGather", "receive buffer", recv);
+    if (emu_fault(c, s)) return ncclSuccess;
     bool in_place = (const char *)send == (const char *)recv + (size_t)c->rank * count * emu_size(t);
     MPI_Request r;
     int rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, emu_type(t), recv, (int)count, emu_type(t),
@@ -415,7 +446,10 @@ static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_
                                              ncclRedOp_t op, ncclComm_t c, cudaStream_t s)
 {
     ncclResult_t e = emu_check(c, count);
-    if (e || emu_fault(c, s)) return e;
+    if (e) return e;
+    emu_nccl_buffer("ncclReduceScatter", "send buffer", send);
+    emu_nccl_buffer("ncclReduceScatter", "receive buffer", recv);
+    if (emu_fault(c, s)) return ncclSuccess;
     bool in_place = (const char *)send + (size_t)c->rank * count * emu_size(t) == (const char *)recv;
     MPI_Request r;
     int rc = MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, (int)count, emu_type(t),
@@ -426,8 +460,11 @@ static inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t co
                                          ncclComm_t c, cudaStream_t s)
 {
     ncclResult_t e = emu_check(c, count);
-    if (e || emu_fault(c, s)) return e;
+    if (e) return e;
     if (root < 0 || root >= c->size) return ncclInvalidArgument;
+    emu_nccl_buffer("ncclBroadcast", "send buffer", send);
+    emu_nccl_buffer("ncclBroadcast", "receive buffer", recv);
+    if (emu_fault(c, s)) return ncclSuccess;
     if (c->rank == root && send != recv) memmove(recv, send, count * emu_size(t));
     MPI_Request r;
     int rc = MPI_Ibcast(recv, (int)count, emu_type(t), root, c->comm, &r);
@@ -445,8 +482,10 @@ static int emu_group_n, emu_group_cap;
 static inline ncclResult_t emu_p2p_post(const emu_p2p *o)
 {
     ncclResult_t e = emu_check(o->c, o->count);
-    if (e || emu_fault(o->c, o->s)) return e;
+    if (e) return e;
     if (o->peer < 0 || o->peer >= o->c->size) return ncclInvalidArgument;
+    emu_nccl_buffer(o->send ? "ncclSend" : "ncclRecv", "buffer", o->buf);
+    if (emu_fault(o->c, o->s)) return ncclSuccess;
     MPI_Request r;
     int rc = o->send ? MPI_Isend(o->buf, (int)o->count, emu_type(o->t), o->peer, EMU_TAG_P2P, o->c->comm, &r)
                      : MPI_Irecv(o->buf, (int)o->count, emu_type(o->t), o->peer, EMU_TAG_P2P, o->c->comm, &r);
