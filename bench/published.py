@@ -257,6 +257,9 @@ def interpret(r, idx):
             inferred.append("global batch 2240 (Narayanan et al. Table 2's 530B run on 2240 GPUs)")
         if fam == "narayanan-t2" and c["zero"] == 3:
             tp = pp = 1
+            c["zero3"] = "deepspeed-2021"
+            inferred.append("DeepSpeed ZeRO-3 of the paper's date (arXiv 2104.04473, April 2021: DeepSpeed "
+                            "v0.3.13-v0.3.16): --zero3 deepspeed-2021")
         if not dp:
             dp = gpus // (tp * pp)
     elif fam.startswith("torchtitan"):
@@ -389,6 +392,8 @@ def run_dhp(dhp, c, tmp):
     cmd = [dhp, "plan", "--model", mpath, "--cluster", cpath, "--batch", str(c["gb"]), "--text-tokens", str(c["seq"]),
            "--precision", c["precision"], "--target", "megatron", "--gpus", str(c["gpus"]),
            "--strategy", strategy_of(c), "-o", ppath, "--json"]
+    if c.get("zero3"):
+        cmd[-3:-3] = ["--zero3", c["zero3"]]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1][:200]}
