@@ -27,10 +27,13 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* Key and value weights (biases) are part of the query's tensor. */
-static bool fused_into_previous(plan_tensor_role r)
+/* Key and value weights (biases) are part of the query's weight (bias):
+ * the role they join, or -1. */
+static int fused_into(plan_tensor_role r)
 {
-    return r == PLAN_TW_WK || r == PLAN_TW_WV || r == PLAN_TW_BK || r == PLAN_TW_BV;
+    if (r == PLAN_TW_WK || r == PLAN_TW_WV) return PLAN_TW_WQ;
+    if (r == PLAN_TW_BK || r == PLAN_TW_BV) return PLAN_TW_BQ;
+    return -1;
 }
 
 /* Megatron-LM's parameter tensors of the whole module (no pipeline under
@@ -48,11 +51,17 @@ int plan_zero3_megatron_tensors(const model_module *mm, const plan_module *s, do
         return -1;
     }
     plan_module_tensors(mm, s->tp, 0, false, &st, t, n);
-    int k = 0;
+    int k = 0, at[2] = { -1, -1 };   /* this block's query weight and bias */
     for (int i = 0; i < n; i++) {
         double x = (double)t[i].shape[0] * (double)t[i].shape[1];
-        if (k > 0 && fused_into_previous(t[i].role)) e[k - 1] += x;
-        else e[k++] = x;
+        int into = fused_into(t[i].role), j = into == PLAN_TW_WQ ? at[0] : into == PLAN_TW_BQ ? at[1] : -1;
+        if (j >= 0) {
+            e[j] += x;
+            continue;
+        }
+        if (t[i].role == PLAN_TW_WQ) at[0] = k;
+        if (t[i].role == PLAN_TW_BQ) at[1] = k;
+        e[k++] = x;
     }
     free(t);
     *elems = e;
