@@ -98,3 +98,31 @@ TEST(zero3_choice_names)
     CHECK(plan_zero3_parse("deepspeed", &z) != UTIL_OK);
     CHECK(!strcmp(plan_zero3_name(PLAN_ZERO3_DEEPSPEED_2021), "deepspeed-2021"));
 }
+
+/* A plan made under deepspeed-2021 says so in its file and prices the same
+ * after the round trip (dhp simulate re-prices a plan file); a plan made
+ * under the default leaves the key out. */
+TEST(zero3_choice_travels_with_the_plan)
+{
+    model_t m = megatron_gpt(2);
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK(cost_cluster_load("2x8xh100", &c, err) == UTIL_OK);
+    plan_workload w = { .global_batch = 16, .text_tokens = 256 };
+    plan_options o;
+    plan_options_default(&o);
+    plan_t units, ds, back;
+    CHECK(plan_from_strategy_opts("llm:dp=16,zero=3", &m, &c, &w, PLAN_COLOCATED, 16, 1, &o, &units, err) == UTIL_OK);
+    o.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
+    CHECK(plan_from_strategy_opts("llm:dp=16,zero=3", &m, &c, &w, PLAN_COLOCATED, 16, 1, &o, &ds, err) == UTIL_OK);
+    CHECK(ds.zero3 == PLAN_ZERO3_DEEPSPEED_2021 && ds.pred.step_time_s > units.pred.step_time_s);
+    cJSON *j = plan_to_json(&units);
+    CHECK(!cJSON_GetObjectItemCaseSensitive(j, "zero3"));
+    cJSON_Delete(j);
+    j = plan_to_json(&ds);
+    CHECK(plan_from_json(j, "plan", &back, err) == UTIL_OK);
+    cJSON_Delete(j);
+    CHECK(back.zero3 == PLAN_ZERO3_DEEPSPEED_2021);
+    plan_options ob = plan_options_of(&back);
+    CHECK(ob.zero3 == PLAN_ZERO3_DEEPSPEED_2021);
+}
