@@ -23,6 +23,18 @@ static model_t megatron_gpt(int layers)
     return m;
 }
 
+/* 2 nodes of 8 H100s (the shipped preset). */
+static cost_cluster two_nodes(void)
+{
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    if (cost_cluster_load("2x8xh100", &c, err)) { fprintf(stderr, "%s\n", err); abort(); }
+    return c;
+}
+
+/* 16 samples of 256 tokens: one per rank of dp 16. */
+static plan_workload step_of_16(void) { return (plan_workload){ .global_batch = 16, .text_tokens = 256 }; }
+
 /* Megatron-LM's ParallelTransformerLayer holds 12 tensors: input_layernorm
  * weight and bias, query_key_value weight and bias, dense weight and bias,
  * post_attention_layernorm weight and bias, dense_h_to_4h and dense_4h_to_h
@@ -56,10 +68,8 @@ TEST(zero3_megatron_tensors_fuse_qkv)
 TEST(zero3_deepspeed_2021_per_tensor_unhidden)
 {
     model_t m = megatron_gpt(2);
-    cost_cluster c;
-    char err[UTIL_ERR_LEN];
-    CHECK(cost_cluster_load("2x8xh100", &c, err) == UTIL_OK);
-    plan_workload w = { .global_batch = 16, .text_tokens = 256 };
+    cost_cluster c = two_nodes();
+    plan_workload w = step_of_16();
     plan_options o;
     plan_options_default(&o);
     plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .recompute = PLAN_RECOMP_NONE,
@@ -105,10 +115,9 @@ TEST(zero3_choice_names)
 TEST(zero3_choice_travels_with_the_plan)
 {
     model_t m = megatron_gpt(2);
-    cost_cluster c;
+    cost_cluster c = two_nodes();
     char err[UTIL_ERR_LEN];
-    CHECK(cost_cluster_load("2x8xh100", &c, err) == UTIL_OK);
-    plan_workload w = { .global_batch = 16, .text_tokens = 256 };
+    plan_workload w = step_of_16();
     plan_options o;
     plan_options_default(&o);
     plan_t units, ds, back;
