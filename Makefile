@@ -180,7 +180,7 @@ fuzz: $(DHP_BIN) fuzz-build
 
 # The test command (README, CI): unit tests, CLI and integration scripts.
 test: $(DHP_BIN) $(BUILD)/dhp-emu $(BUILD)/emu_guard_check $(BUILD)/test_dhp $(BUILD)/comm_check $(BUILD)/comm_check_emu fuzz-build
-	DHP=$(abspath $(DHP_BIN)) DHP_EMU=$(abspath $(BUILD)/dhp-emu) EMU_GUARD_CHECK=$(abspath $(BUILD)/emu_guard_check) TEST_BIN=$(abspath $(BUILD)/test_dhp) \
+	DHP_SANITIZED=$(SANITIZED) DHP=$(abspath $(DHP_BIN)) DHP_EMU=$(abspath $(BUILD)/dhp-emu) EMU_GUARD_CHECK=$(abspath $(BUILD)/emu_guard_check) TEST_BIN=$(abspath $(BUILD)/test_dhp) \
 	  COMM_CHECK=$(abspath $(BUILD)/comm_check) COMM_CHECK_EMU=$(abspath $(BUILD)/comm_check_emu) \
 	  FUZZ_BIN=$(abspath $(FUZZ_BUILD)/fuzz) FUZZ_SMOKE_SECONDS=$(FUZZ_SMOKE_SECONDS) bash tests/run.sh
 
@@ -189,7 +189,7 @@ test-asan sanitize:
 	$(MAKE) BUILD=build-asan OPT=-O1 \
 	  CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  CXXFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	  LDFLAGS="-fsanitize=address,undefined" test
+	  LDFLAGS="-fsanitize=address,undefined" SANITIZED=1 test
 
 bench: $(DHP_BIN) $(BUILD)/attn_threads
 	bash bench/run.sh

@@ -64,15 +64,25 @@ def gpu_numbers(fam):
     return {k: plain(v) for k, v in g.items() if k not in ("schema", "name")}
 
 
-def cluster_json(fam, gpus, hbm_gib=None):
+# The Grand Teton H100 of torchtitan's benchmarks (benchmarks/llama3_h100_202412_torchtitan.md and
+# asyncTP_llama3_h100_2025-06_torchtitan.md, "Hardware"): "96GB HBM2e with 2.4 TB/sec peak memory
+# bandwidth", 500 W; its peak TFLOP/s is "between SXM and NVL, and we don't know its exact value"
+# (footnote 2), so the SXM file's compute figures stay.
+GRAND_TETON_HBM_BW = 2.4e12
+
+
+def cluster_json(fam, gpus, hbm_gib=None, hbm_bw=None):
     """A one-pool cluster of ceil(gpus / 8) nodes of 8, links as the preset's."""
     c = load_json(os.path.join(ROOT, "costdb", "clusters", PRESET[fam]))
     pool = c["pools"][0]
     pool["nodes"] = max(1, -(-gpus // 8))
-    if hbm_gib:
+    if hbm_gib or hbm_bw:
         g = load_json(os.path.join(ROOT, "costdb", "gpus", GPU_FILE[fam] + ".json"))
-        g["name"] = f"{GPU_FILE[fam]}-{hbm_gib}G"
-        g["hbm_bytes"] = {"value": hbm_gib * GIB, "source": "published.tsv row: the run's GPU memory"}
+        g["name"] = GPU_FILE[fam] + (f"-{hbm_gib}G" if hbm_gib else "") + ("-hbm2e" if hbm_bw else "")
+        if hbm_gib:
+            g["hbm_bytes"] = {"value": hbm_gib * GIB, "source": "published.tsv row: the run's GPU memory"}
+        if hbm_bw:
+            g["hbm_bw"] = {"value": hbm_bw, "source": "torchtitan benchmarks, Hardware: 96GB HBM2e, 2.4 TB/s"}
         pool["gpu"] = g
     c["name"] = f"{fam}-{gpus}"
     return c
@@ -222,6 +232,11 @@ def interpret(r, idx):
     c["gpu"] = "h100" if ("H100" in gpu or "H200" in gpu) else "a100"
     if "96GB" in gpu or "94GB" in gpu:
         c["hbm_gib"] = 96 if "96GB" in gpu else 94
+    c["hbm_bw"] = None
+    if "H100 96GB" in gpu and fam.startswith("torchtitan"):
+        c["hbm_bw"] = GRAND_TETON_HBM_BW
+        inferred.append("Grand Teton H100 96GB HBM2e: 2.4 TB/s (the source's Hardware section); peak TFLOP/s "
+                        "unknown (between SXM and NVL, the source says): the SXM file's")
     zero = r["zero_or_fsdp"]
     c["zero"] = 3 if ("ZeRO-3" in zero or "FSDP" in zero and "FSDP=1" not in zero) else 0
     cp = r["cp_or_sp"]
@@ -257,6 +272,9 @@ def interpret(r, idx):
             inferred.append("global batch 2240 (Narayanan et al. Table 2's 530B run on 2240 GPUs)")
         if fam == "narayanan-t2" and c["zero"] == 3:
             tp = pp = 1
+            c["zero3"] = "deepspeed-2021"
+            inferred.append("DeepSpeed ZeRO-3 of the paper's date (arXiv 2104.04473, April 2021: DeepSpeed "
+                            "v0.3.13-v0.3.16): --zero3 deepspeed-2021")
         if not dp:
             dp = gpus // (tp * pp)
     elif fam.startswith("torchtitan"):
@@ -385,10 +403,12 @@ def run_dhp(dhp, c, tmp):
     with open(mpath, "w") as f:
         json.dump(model, f)
     with open(cpath, "w") as f:
-        json.dump(cluster_json(c["gpu"], c["gpus"], c["hbm_gib"] if c["hbm_gib"] != 80 else None), f)
+        json.dump(cluster_json(c["gpu"], c["gpus"], c["hbm_gib"] if c["hbm_gib"] != 80 else None, c.get("hbm_bw")), f)
     cmd = [dhp, "plan", "--model", mpath, "--cluster", cpath, "--batch", str(c["gb"]), "--text-tokens", str(c["seq"]),
            "--precision", c["precision"], "--target", "megatron", "--gpus", str(c["gpus"]),
            "--strategy", strategy_of(c), "-o", ppath, "--json"]
+    if c.get("zero3"):
+        cmd[-3:-3] = ["--zero3", c["zero3"]]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1][:200]}

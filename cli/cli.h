@@ -30,6 +30,7 @@ typedef struct {
     bool precision_given;
     plan_target target;
     bool target_given;
+    plan_zero3 zero3;
     bool json;
 } cli_setup;
 

@@ -22,6 +22,9 @@ const char *cli_setup_help =
     "  --target T            what memory and time describe: megatron (Megatron-LM / DeepSpeed's published\n"
     "                        formulas) or dhp (what `dhp run` allocates and issues); default dhp for fp32,\n"
     "                        else megatron\n"
+    "  --zero3 Z             the megatron target's ZeRO-3: units (one gather per layer, hidden behind the\n"
+    "                        compute: FSDP; default) or deepspeed-2021 (DeepSpeed v0.3-0.4: one per weight\n"
+    "                        tensor, the GPU drained before each)\n"
     "  --json                machine-readable output on stdout\n";
 
 void cli_setup_default(cli_setup *s)
@@ -86,6 +89,15 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         (*i)++;
         return 1;
     }
+    if (!strcmp(a, "--zero3")) {
+        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
+        if (plan_zero3_parse(val, &s->zero3)) {
+            cli_usage_error(cmd, "--zero3: '%s' is not units or deepspeed-2021", val);
+            return 2;
+        }
+        (*i)++;
+        return 1;
+    }
     if (!strcmp(a, "--json")) { s->json = true; return 1; }
     return 0;
 }
@@ -95,6 +107,7 @@ void cli_setup_options(const cli_setup *s, plan_options *o)
     plan_options_default(o);
     o->precision = s->precision;
     o->target = s->target_given ? s->target : plan_target_default(s->precision);
+    o->zero3 = s->zero3;
 }
 
 int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster *c, plan_workload *w)

@@ -53,6 +53,10 @@ void ex_comm_set_max_piece(size_t elems)
 
 size_t comm_max_piece(void) { return g_max_piece; }
 bool comm_broken(void) { return g_broken; }
+void comm_set_broken(void) { g_broken = true; }
+
+static comm_async_fn g_async_check;
+void comm_set_async_check(comm_async_fn fn) { g_async_check = fn; }
 
 size_t comm_dtype_size(comm_dtype t)
 {
@@ -100,6 +104,7 @@ int comm_poll(ex_comm *c, comm_test_fn test, void *arg, int peer, const char *ca
         if (done) return UTIL_OK;
         if (spin % 64) continue;
         comm_diag_serve();
+        if (g_async_check && (rc = g_async_check(c, call)) != UTIL_OK) return rc;
         double waited = util_now() - start;
         if (limit > 0 && waited > limit) {
             g_broken = true;

@@ -99,27 +99,62 @@ static void ping_round(const int *world, int n, int me, bool *answered)
     }
 }
 
-void comm_diag_timeout(MPI_Comm c, int peer, double waited, char *why, size_t n)
+/* Appends world rank r to a list of ranks: the first 8, then how many more. */
+static void add_rank(char *list, size_t n, int r, int before)
+{
+    size_t len = strlen(list);
+    if (before < 8) snprintf(list + len, n - len, "%s%d", before ? ", " : "", r);
+    else if (before == 8) snprintf(list + len, n - len, " and more");
+}
+
+/* Pings c's members (only `peer` if >= 0) and lists those that answer and
+ * those that do not, this rank left out. */
+typedef struct { char silent[256], alive[256]; int n_silent, n_alive, me; } diag_roll;
+
+static void roll_call(MPI_Comm c, int peer, diag_roll *d)
 {
     enum { MAX = 4096 };
     static int world[MAX];
     static bool answered[MAX];
-    int me = -1;
-    MPI_Comm_rank(g_ctl, &me);
+    memset(d, 0, sizeof *d);
+    d->me = -1;
+    MPI_Comm_rank(g_ctl != MPI_COMM_NULL ? g_ctl : MPI_COMM_WORLD, &d->me);
     int m = g_ctl == MPI_COMM_NULL ? 0 : members(c, peer, world, MAX);
-    ping_round(world, m, me, answered);
-    char list[256] = "";
-    int silent = 0;
+    ping_round(world, m, d->me, answered);
     for (int i = 0; i < m; i++) {
-        if (answered[i]) continue;
-        size_t len = strlen(list);
-        if (silent++ < 8) snprintf(list + len, sizeof list - len, "%s%d", len ? ", " : "", world[i]);
+        if (world[i] == d->me) continue;
+        if (answered[i]) add_rank(d->alive, sizeof d->alive, world[i], d->n_alive++);
+        else add_rank(d->silent, sizeof d->silent, world[i], d->n_silent++);
     }
-    if (silent > 8) snprintf(list + strlen(list), sizeof list - strlen(list), " and %d more", silent - 8);
-    if (silent)
+}
+
+void comm_diag_timeout(MPI_Comm c, int peer, double waited, char *why, size_t n)
+{
+    diag_roll d;
+    roll_call(c, peer, &d);
+    int me = d.me;
+    if (d.n_silent)
         snprintf(why, n, "rank %d waited %.0f s (the communication timeout): no answer from rank%s %s "
-                 "(killed, stopped, or busy outside communication for that long)", me, waited, silent > 1 ? "s" : "", list);
+                 "(killed, stopped, or busy outside communication for that long)", me, waited, d.n_silent > 1 ? "s" : "", d.silent);
+    else if (d.n_alive)
+        snprintf(why, n, "rank %d waited %.0f s (the communication timeout): rank%s %s answer%s but did not complete it: "
+                 "waiting in another operation (the ranks' schedules differ) or in a device operation that does not "
+                 "finish (a hung NCCL kernel or link)", me, waited, d.n_alive > 1 ? "s" : "", d.alive, d.n_alive > 1 ? "" : "s");
+    else if (g_ctl == MPI_COMM_NULL)
+        snprintf(why, n, "rank %d waited %.0f s (the communication timeout); which rank is missing is not known "
+                 "(no control channel)", me, waited);
     else
-        snprintf(why, n, "rank %d waited %.0f s (the communication timeout); the %d other rank%s answer%s: they wait in "
-                 "other operations (the ranks' schedules differ)", me, waited, m - 1, m - 1 == 1 ? "" : "s", m - 1 == 1 ? "s" : "");
+        snprintf(why, n, "rank %d waited %.0f s (the communication timeout) on an operation no other rank takes part in: "
+                 "a device operation that does not finish (a hung kernel or NCCL)", me, waited);
+}
+
+void comm_diag_missing(MPI_Comm c, char *why, size_t n)
+{
+    diag_roll d;
+    roll_call(c, -1, &d);
+    if (d.n_silent)
+        snprintf(why, n, "; no answer from rank%s %s (killed, stopped, or busy outside communication)",
+                 d.n_silent > 1 ? "s" : "", d.silent);
+    else
+        snprintf(why, n, "%s", d.n_alive ? "; every other rank of the group answers" : "");
 }

@@ -92,6 +92,10 @@ __attribute__((format(printf, 2, 3)))
 int comm_fail(ex_comm *c, const char *fmt, ...);
 /* A wait timed out somewhere: every later call fails at once, MPI is not finalized. */
 bool comm_broken(void);
+/* Marks the communicators broken (an aborted NCCL communicator: peers may
+ * wait on this rank forever), so this process exits without MPI_Finalize
+ * and the launcher ends the job. */
+void comm_set_broken(void);
 /* Refuses `call` after a timeout (UTIL_ERUNTIME with the message in c). */
 int comm_check_live(ex_comm *c, const char *call);
 /* The largest element count one MPI call is given (ex_comm_set_max_piece). */
@@ -102,6 +106,11 @@ size_t comm_max_piece(void);
  * did not answer. test returns UTIL_OK or fails with its message in c. */
 typedef int (*comm_test_fn)(ex_comm *c, void *arg, bool *done);
 int comm_poll(ex_comm *c, comm_test_fn test, void *arg, int peer, const char *call);
+/* A check comm_poll runs now and then while any wait polls (NCCL's
+ * asynchronous errors, which MPI's waits on host data must see too): non-zero
+ * ends the wait with c's message. */
+typedef int (*comm_async_fn)(ex_comm *c, const char *call);
+void comm_set_async_check(comm_async_fn fn);
 /* A wrapped communicator over m (taken over, freed on failure) with ops'
  * state attached. */
 int comm_wrap(const ex_comm_ops *ops, MPI_Comm m, ex_comm **out, char *err);
@@ -117,6 +126,10 @@ void comm_diag_serve(void);
 /* After a wait on c timed out: pings the members of c (only `peer`, its rank
  * in c, if >= 0) and writes into why which world ranks did not answer. */
 void comm_diag_timeout(MPI_Comm c, int peer, double waited, char *why, size_t n);
+/* After a failure that does not say which rank is gone (NCCL's
+ * ncclRemoteError): "; no answer from rank(s) ..." for c's members that do
+ * not answer a ping within a few seconds, else that every other one does. */
+void comm_diag_missing(MPI_Comm c, char *why, size_t n);
 
 /* MPI's message for an MPI return code (s: MPI_MAX_ERROR_STRING bytes). */
 const char *comm_mpi_message(int rc, char *s);

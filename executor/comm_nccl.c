@@ -146,6 +146,8 @@ static void free_state(nccl_state *s)
     util_free(s);
 }
 
+static int check_async(ex_comm *c, const char *call);
+
 static int nccl_attach(ex_comm *c, char *err)
 {
     if (!g_device_set) {
@@ -183,6 +185,7 @@ static int nccl_attach(ex_comm *c, char *err)
     s->next = g_live;
     g_live = s;
     c->impl = s;
+    comm_set_async_check(check_async);   /* MPI's waits (host data) poll NCCL's errors too */
     return UTIL_OK;
 }
 
@@ -208,20 +211,44 @@ typedef struct {
     const char *call;
 } nccl_wait_arg;
 
+/* s reported an asynchronous error while this rank waited in `call` on c:
+ * s is aborted, and the job ends (comm_set_broken), since its peers may wait
+ * on this rank's part forever. */
+static int async_failure(ex_comm *c, nccl_state *s, ncclResult_t async, const char *call)
+{
+    abort_comm(s);
+    comm_set_broken();
+    int world = -1;
+    char who[320] = "";
+    MPI_Comm_rank(MPI_COMM_WORLD, &world);
+    if (s->c->size > 1) comm_diag_missing(s->c->mpi, who, sizeof who);
+    return comm_fail(c, "%s: rank %d: NCCL asynchronous error on %s group's communicator (its rank %d of %d): %s; "
+                     "communicator aborted%s", call, world, s->c == c ? "this" : "another", s->c->rank, s->c->size,
+                     ncclGetErrorString(async), who);
+}
+
+/* Every live communicator's asynchronous error: NCCL reports a failed
+ * operation on its own communicator, which may not be the one this rank
+ * waits on (a send on one, then a wait on another whose peer needs it). */
+static int check_async(ex_comm *c, const char *call)
+{
+    for (nccl_state *s = g_live; s; s = s->next) {
+        ncclResult_t async = ncclSuccess;
+        if (s->aborted) continue;
+        ncclResult_t r = ncclCommGetAsyncError(s->nccl, &async);
+        if (r != ncclSuccess) return nccl_fail(c, call, r);
+        if (async != ncclSuccess && async != ncclInProgress) return async_failure(c, s, async, call);
+    }
+    return UTIL_OK;
+}
+
 static int test_event(ex_comm *c, void *arg, bool *done)
 {
     nccl_wait_arg *w = arg;
     cudaError_t e = cudaEventQuery(w->ev);
     if (e == cudaSuccess) { *done = true; return UTIL_OK; }
     if (e != cudaErrorNotReady) return cuda_fail(c, w->call, e);
-    ncclResult_t async = ncclSuccess;
-    ncclResult_t r = ncclCommGetAsyncError(w->s->nccl, &async);
-    if (r != ncclSuccess) return nccl_fail(c, w->call, r);
-    if (async != ncclSuccess && async != ncclInProgress) {
-        abort_comm(w->s);
-        return comm_fail(c, "%s: rank %d: NCCL asynchronous error: %s", w->call, c->rank, ncclGetErrorString(async));
-    }
-    return UTIL_OK;
+    return check_async(c, w->call);
 }
 
 static int launch_all(ex_comm *c);

@@ -760,6 +760,7 @@ static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, f
 /* ------------------------------------------------------------ memory */
 
 #include "executor/cuda_memory.cuh"
+#include "executor/cuda_device.cuh"
 
 /* ------------------------------------------------------------ entry points */
 
@@ -836,14 +837,7 @@ static ex_backend make_table(void)
 
 extern "C" const ex_backend *ex_backend_cuda(char *err)
 {
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count <= 0) {
-        (void)cudaGetLastError();   /* not a sticky error of the kernels */
-        util_fail(err, UTIL_ERUNTIME, "no CUDA device: %s",
-                  cudaGetErrorString(e != cudaSuccess ? e : cudaErrorNoDevice));
-        return NULL;
-    }
+    if (!cuda_device_usable(err)) return NULL;
     static const ex_backend table = make_table();
     return &table;
 }

@@ -4,8 +4,8 @@
  * so the memory report and the planner's exact predictions count device
  * memory as they count the CPU backend's; the copies are cudaMemcpy, which on
  * the legacy default stream waits for the kernels queued before it. A
- * failed allocation is a sticky error naming the bytes asked, the bytes free
- * and the category. */
+ * failed allocation is a sticky error naming the device, the bytes asked,
+ * the bytes free and the category (note_alloc_failure). */
 #include <unordered_map>
 #include <utility>
 
@@ -14,18 +14,40 @@ static struct {
     std::unordered_map<void *, std::pair<size_t, util_mem_cat>> live;
 } g_mem;
 
+/* The one line of a failed cudaMalloc: the device (index and name), the
+ * bytes asked and for which category, the bytes free of the device's total
+ * (cudaMemGetInfo, after the failure). */
+static void note_alloc_failure(cudaError_t e, size_t bytes, util_mem_cat cat)
+{
+    (void)cudaGetLastError();
+    int dev = -1;
+    struct cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(prop.name, sizeof prop.name, "unknown");
+    }
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) (void)cudaGetLastError();
+    char asked[24], fr[24], tot[24], why[UTIL_ERR_LEN];
+    util_fmt_bytes((double)bytes, asked, sizeof asked);
+    util_fmt_bytes((double)free_b, fr, sizeof fr);
+    util_fmt_bytes((double)total_b, tot, sizeof tot);
+    if (e == cudaErrorMemoryAllocation)
+        snprintf(why, sizeof why, "out of device memory on GPU %d (%s): %zu bytes (%s) asked for %s, %zu bytes (%s) free of %s",
+                 dev, prop.name, bytes, asked, util_mem_cat_name(cat), free_b, fr, tot);
+    else
+        snprintf(why, sizeof why, "%s on GPU %d (%s): %zu bytes (%s) asked for %s, %zu bytes (%s) free of %s",
+                 cudaGetErrorString(e), dev, prop.name, bytes, asked, util_mem_cat_name(cat), free_b, fr, tot);
+    note_failure("cudaMalloc", why);
+}
+
 static void *cuda_alloc(size_t bytes, util_mem_cat cat)
 {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        size_t free_b = 0, total_b = 0;
-        (void)cudaMemGetInfo(&free_b, &total_b);
-        char why[200];
-        snprintf(why, sizeof why, "%s: %zu bytes asked, %zu of %zu free (%s)", cudaGetErrorString(e), bytes, free_b,
-                 total_b, util_mem_cat_name(cat));
-        note_failure("cudaMalloc", why);
+        note_alloc_failure(e, bytes, cat);
         return NULL;
     }
     note_cuda(cudaMemset(p, 0, bytes ? bytes : 1), "cudaMemset of a new buffer");

@@ -462,7 +462,7 @@ static int train(run_ctx *r, ex_dataset *ds, char *err)
     while (!rc && r->step < stop) {
         run_stats st;
         double t0 = util_now();
-        if ((rc = run_step(r, &s, ds, &d, &h, &st, ev, err)) || (rc = r->be->sync(err))) {
+        if ((rc = run_backend_explain(r, run_step(r, &s, ds, &d, &h, &st, ev, err), NULL, err)) || (rc = r->be->sync(err))) {
             char why[UTIL_ERR_LEN];
             util_strlcpy(why, err, sizeof why);
             util_fail(err, rc, "step %d: %s", r->step + 1, why);
@@ -479,7 +479,7 @@ static int train(run_ctx *r, ex_dataset *ds, char *err)
         if (r->rank == 0 && (last || r->o->log_json || r->step % (r->o->log_every > 0 ? r->o->log_every : 1) == 0))
             log_step(r, &st, rep, eta);
         bool ckpt = r->o->ckpt_dir && (last || (r->o->ckpt_every > 0 && r->step % r->o->ckpt_every == 0));
-        if (ckpt) rc = run_ckpt_save(r, err);
+        if (ckpt) rc = run_backend_explain(r, run_ckpt_save(r, err), "checkpoint", err);
         if (!rc && last && r->o->trace_path) rc = write_trace(r, &s, ev, err);
         if (!rc && halt) { run_signals_note(r, sig); break; }
     }
@@ -529,7 +529,7 @@ int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err)
     if (!rc) rc = run_paths_prepare(r, err);
     /* set-up checks are identical on every rank, so communicators are built only when all passed */
     if (!rc) rc = build_comms(r, err);
-    if (!rc) rc = agree(r, create_model(r, err), err);
+    if (!rc) rc = agree(r, run_backend_explain(r, create_model(r, err), NULL, err), err);
     /* the log reports the training steps' peaks, not the set-up's (ZeRO-1
      * frees the moments the model first allocates whole) */
     util_mem_reset_peaks();

@@ -37,3 +37,27 @@ int run_pick_backend(run_ctx *r, char *err)
     }
     return UTIL_OK;
 }
+
+/* A caller that sees a NULL from the backend's alloc says "out of memory"
+ * in its own words; the CUDA backend kept the failure's details (device,
+ * bytes asked and free, category) as its sticky error, which sync hands
+ * over. */
+int run_backend_explain(run_ctx *r, int rc, const char *doing, char *err)
+{
+    if (!rc || !r->be || !r->be->sync) return rc;
+    char why[UTIL_ERR_LEN];
+    if (r->be->sync(why) == UTIL_OK) return rc;
+    size_t at = doing ? (size_t)snprintf(err, UTIL_ERR_LEN, "%s: ", doing) : 0;
+    util_strlcpy(err + (at < UTIL_ERR_LEN ? at : 0), why, UTIL_ERR_LEN - (at < UTIL_ERR_LEN ? at : 0));
+    plan_sim_mem pred;
+    char ignored[UTIL_ERR_LEN];
+    if (rc == UTIL_ENOMEM && plan_sim_memory(&r->plan, r->rank, &pred, ignored) == UTIL_OK) {
+        char peak[24], cap[24];
+        util_fmt_bytes(pred.total, peak, sizeof peak);
+        util_fmt_bytes(pred.capacity, cap, sizeof cap);
+        size_t len = strlen(err);
+        snprintf(err + len, UTIL_ERR_LEN - len, "; the plan predicts rank %d's peak at %s of the %s per GPU it assumed "
+                 "(dhp memory %s)", r->rank, peak, cap, r->o->plan_path);
+    }
+    return rc;
+}

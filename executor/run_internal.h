@@ -142,6 +142,10 @@ typedef struct {
 
 /* The run's backend from --backend (run_backend.c): r->be, and its one log line on rank 0. */
 int run_pick_backend(run_ctx *r, char *err);
+/* After rc failed: the backend's own first failure since its last sync
+ * (a device allocation, a launch) is the cause, so it replaces err
+ * (prefixed with `doing` unless NULL). */
+int run_backend_explain(run_ctx *r, int rc, const char *doing, char *err);
 
 /* Checkpoints: DIR/step-NNNNNNNN/<module>.safetensors with every parameter
  * as a whole tensor and its AdamW moments ("adam_m." / "adam_v." + name),

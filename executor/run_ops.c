@@ -177,7 +177,7 @@ static int op_grad_norm(run_ctx *r, run_stats *st, int failed, char *err)
     if (ex_comm_allreduce_sum_f64(r->world, v, 3))
         return util_fail(err, UTIL_ERUNTIME, "run: gradient-norm all-reduce failed: %s", ex_comm_error(r->world));
     if (v[2] > 0)
-        return failed ? failed : util_fail(err, UTIL_ERUNTIME, "run: step %d failed on %g other rank(s)", r->step, v[2]);
+        return failed ? failed : util_fail(err, UTIL_ERUNTIME, "run: the step failed on %g other rank(s) (their message is above)", v[2]);
     st->grad_norm = sqrt(v[0]);
     st->loss = v[1];
     if (!isfinite(st->loss) || !isfinite(st->grad_norm))

@@ -94,6 +94,8 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
             /* the bucket zeroed before the unit's backward, its reduced piece added to the shard */
             *bwd_busy += ew(&d, COST_EW_ZERO, d.G * piece(&d, u), d.grad_bytes) + ew(&d, COST_EW_ADD, piece(&d, u), d.grad_bytes);
         }
+    } else if (r.stage == 3 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021) {
+        if (plan_zero3_deepspeed_2021(mm, s, pool, o, r.unit_param_gather, gather_back, reduce, &raw)) raw = (plan_comm){ 0 };
     } else {
         int U = plan_module_units(mm);
         if (r.unit_param_gather) {
@@ -108,6 +110,7 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
      * much as the pool measures for dhp's executor (dhp profile), else the
      * planner's allowance. */
     double overlap = d.dhp && pool->has_overlap ? pool->overlap : o->overlap;
+    if (!d.dhp && r.stage == 3 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021) overlap = 0;   /* cost_zero3.c */
     comm->fwd_s += fmax(0.0, raw.fwd_s - overlap * fwd_compute);
     comm->bwd_s += fmax(0.0, raw.bwd_s - overlap * bwd_compute);
     comm->fwd_syncs += raw.fwd_syncs;

@@ -23,6 +23,15 @@ int plan_target_parse(const char *s, plan_target *out)
     return UTIL_EINVAL;
 }
 
+static const char *zero3_names[PLAN_NZERO3] = { "units", "deepspeed-2021" };
+const char *plan_zero3_name(plan_zero3 z) { return z >= 0 && z < PLAN_NZERO3 ? zero3_names[z] : "?"; }
+int plan_zero3_parse(const char *s, plan_zero3 *out)
+{
+    for (int i = 0; i < PLAN_NZERO3; i++)
+        if (!strcmp(s, zero3_names[i])) { *out = (plan_zero3)i; return UTIL_OK; }
+    return UTIL_EINVAL;
+}
+
 plan_target plan_target_default(plan_precision p) { return p == PLAN_OPT_FP32 ? PLAN_TARGET_DHP : PLAN_TARGET_MEGATRON; }
 
 int plan_precision_parse(const char *s, plan_precision *out)
@@ -100,6 +109,7 @@ cJSON *plan_to_json(const plan_t *p)
     cJSON_AddStringToObject(root, "schedule", p->placement == PLAN_COLOCATED ? "in-turn" : "1f1b-across-modules");
     cJSON_AddStringToObject(root, "precision", precision_names[p->precision]);
     cJSON_AddStringToObject(root, "target", plan_target_name(p->target));
+    if (p->zero3 != PLAN_ZERO3_UNITS) cJSON_AddStringToObject(root, "zero3", plan_zero3_name(p->zero3));
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
     cJSON *mods = cJSON_AddArrayToObject(root, "modules");
@@ -213,6 +223,9 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
                             sizeof buf, err))) return rc;
     if (plan_target_parse(buf, &p->target))
         return util_fail(err, UTIL_EINVAL, "%s.target: '%s' is not megatron or dhp", what, buf);
+    if ((rc = util_json_str(root, what, "zero3", false, plan_zero3_name(PLAN_ZERO3_UNITS), buf, sizeof buf, err))) return rc;
+    if (plan_zero3_parse(buf, &p->zero3))
+        return util_fail(err, UTIL_EINVAL, "%s.zero3: '%s' is not units or deepspeed-2021", what, buf);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;

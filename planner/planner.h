@@ -117,6 +117,15 @@ typedef struct {
     bool fits;
 } plan_prediction;
 
+/* How the Megatron target prices ZeRO-3's collectives: one per unit, hidden
+ * behind the compute up to `overlap` (FSDP, DeepSpeed since it coalesces a
+ * module's gathers; the default), or as DeepSpeed issued them in 2021, one
+ * per parameter tensor with the device drained before each gather
+ * (planner/cost_zero3.c). */
+typedef enum { PLAN_ZERO3_UNITS = 0, PLAN_ZERO3_DEEPSPEED_2021, PLAN_NZERO3 } plan_zero3;
+const char *plan_zero3_name(plan_zero3 z);
+int plan_zero3_parse(const char *s, plan_zero3 *out);
+
 typedef struct {
     int version;
     model_t model;            /* full description, so a plan is self-contained */
@@ -125,6 +134,7 @@ typedef struct {
     plan_placement placement;
     plan_precision precision;
     plan_target target;
+    plan_zero3 zero3;         /* the Megatron target's ZeRO-3 (plan_options.zero3) */
     int world_size;           /* total ranks the plan uses */
     int n_micro;              /* micro-batches per step flowing between module groups */
     int n_modules;            /* one entry per model module, same order as model.mod */
@@ -203,6 +213,7 @@ typedef struct {
 typedef struct {
     plan_precision precision;
     plan_target target;
+    plan_zero3 zero3;
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
     double overlap;               /* fraction of DP communication hidden behind backward, default 0.8 */
 } plan_options;

@@ -28,6 +28,18 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
 void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
                         const plan_options *o, plan_time *out);
 
+/* cost_zero3.c: ZeRO-3 as DeepSpeed issued it in 2021 (PLAN_ZERO3_DEEPSPEED_2021):
+ * one all-gather per Megatron-LM parameter tensor for the forward
+ * (gather_fwd) and the backward (gather_bwd), one reduce-scatter per
+ * gradient (reduce), each with PyTorch's list-form copies; the raw seconds
+ * and collectives into *raw (none of them overlaps anything). */
+int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
+                              bool gather_fwd, bool gather_bwd, bool reduce, plan_comm *raw);
+/* Megatron-LM's parameter tensors of the module on one tp rank (query, key
+ * and value one tensor, their biases one): *elems (malloc'd) gets each one's
+ * elements; returns their count, -1 when out of memory. */
+int plan_zero3_megatron_tensors(const model_module *mm, const plan_module *s, double **elems);
+
 /* cost_dp.c: the EMBED_SYNC op: the tied embedding's gradient (this tp
  * rank's vocabulary rows) all-reduced between the first and the last stage,
  * per_node of the two on one node. */

@@ -24,8 +24,11 @@
  *    (so "device" pointers are host pointers and AddressSanitizer checks every
  *    kernel access): cudaMalloc / cudaFree / cudaMemcpy[Async] (every kind
  *    is one memmove) / cudaMemset[Async] / cudaMemGetInfo (the host's
- *    MemAvailable) / cudaGetLastError / cudaDeviceSynchronize /
- *    cudaGetDeviceCount (always one device) / cudaGetErrorString;
+ *    MemAvailable, or DHP_EMU_DEVICE_BYTES) / cudaGetLastError /
+ *    cudaDeviceSynchronize / cudaGetDeviceCount / cudaGetDevice /
+ *    cudaGetDeviceProperties (name, memory) / cudaDriverGetVersion /
+ *    cudaRuntimeGetVersion / cudaGetErrorString, with the environment's
+ *    fault knobs (no device, an old driver, a small device: below);
  *  - with CUDAEMU_GUARD defined (the dhp-emu binary), a device-pointer guard:
  *    cudaMalloc records each allocation's range, and a pointer that is not
  *    inside one (a host pointer) given as a kernel argument, to cublasSgemm,
@@ -194,6 +197,7 @@ enum cudaError {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
+    cudaErrorInsufficientDriver = 35,
     cudaErrorNoDevice = 100,
 };
 typedef enum cudaError cudaError_t;
@@ -224,6 +228,7 @@ static inline const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     }
     return "unrecognized error code";
@@ -238,10 +243,89 @@ static inline cudaError_t cudaGetLastError(void)
 
 static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
+/* ---- the emulated machine, from the environment (the tests' fault knobs):
+ * DHP_EMU_GPUS     devices (default 1; 0: cudaErrorNoDevice, as a machine
+ *                  with a driver and no GPU);
+ * DHP_EMU_CUDA_DRIVER  the driver's CUDA version, 1000 * major + 10 * minor
+ *                  (default: the emulated runtime's; 0: no driver installed;
+ *                  below the runtime's: cudaGetDeviceCount says
+ *                  cudaErrorInsufficientDriver, as the real runtime does);
+ * DHP_EMU_DEVICE_BYTES the device memory (bytes, or with a K, M or G suffix:
+ *                  powers of 1024); cudaMalloc beyond it fails with
+ *                  cudaErrorMemoryAllocation and cudaMemGetInfo reports it
+ *                  (default: no cap, the host's memory). */
+#define CUDAEMU_RUNTIME_VERSION 12080   /* the CUDA 12.8 runtime API */
+
+static inline long long cudaemu_env_num(const char *name, long long dflt)
+{
+    const char *v = std::getenv(name);
+    char *end = nullptr;
+    if (!v || !*v) return dflt;
+    long long n = std::strtoll(v, &end, 10);
+    if (end == v || n < 0) return dflt;
+    switch (*end) {
+    case 'k': case 'K': n <<= 10; end++; break;
+    case 'm': case 'M': n <<= 20; end++; break;
+    case 'g': case 'G': n <<= 30; end++; break;
+    }
+    return *end ? dflt : n;
+}
+
+static inline cudaError_t cudaDriverGetVersion(int *v)
+{
+    *v = (int)cudaemu_env_num("DHP_EMU_CUDA_DRIVER", CUDAEMU_RUNTIME_VERSION);
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaRuntimeGetVersion(int *v)
+{
+    *v = CUDAEMU_RUNTIME_VERSION;
+    return cudaSuccess;
+}
+
 static inline cudaError_t cudaGetDeviceCount(int *count)
 {
-    *count = 1;
+    int driver = 0;
+    cudaDriverGetVersion(&driver);
+    *count = 0;
+    if (driver < CUDAEMU_RUNTIME_VERSION) return cudaemu_fail(cudaErrorInsufficientDriver);
+    *count = (int)cudaemu_env_num("DHP_EMU_GPUS", 1);
+    return *count > 0 ? cudaSuccess : cudaemu_fail(cudaErrorNoDevice);
+}
+
+static inline cudaError_t cudaGetDevice(int *device)
+{
+    *device = 0;
     return cudaSuccess;
+}
+
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+};
+
+static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int device)
+{
+    std::memset(prop, 0, sizeof *prop);
+    std::snprintf(prop->name, sizeof prop->name, "cuda-emu %d (the CPU)", device);
+    size_t free_b = 0;
+    return cudaMemGetInfo(&free_b, &prop->totalGlobalMem);
+}
+
+/* Device memory in use, counted when DHP_EMU_DEVICE_BYTES caps it. */
+struct cudaemu_budget {
+    std::mutex mu;
+    size_t cap, used;
+    std::unordered_map<const void *, size_t> size;
+};
+static cudaemu_budget &cudaemu_dev_budget(void)
+{
+    static cudaemu_budget b;
+    static std::once_flag once;
+    std::call_once(once, [] { b.cap = (size_t)cudaemu_env_num("DHP_EMU_DEVICE_BYTES", 0); });
+    return b;
 }
 
 /* ---- the device-pointer guard (CUDAEMU_GUARD): live allocations by start */
@@ -307,7 +391,16 @@ static inline void cudaemu_guard(const char *what, const char *which, const void
 
 static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 {
-    *p = std::malloc(bytes ? bytes : 1);
+    cudaemu_budget &b = cudaemu_dev_budget();
+    *p = nullptr;
+    if (b.cap) {
+        std::lock_guard<std::mutex> lock(b.mu);
+        if (bytes > b.cap - b.used) return cudaemu_fail(cudaErrorMemoryAllocation);
+        *p = std::malloc(bytes ? bytes : 1);
+        if (*p) { b.used += bytes; b.size[*p] = bytes; }
+    } else {
+        *p = std::malloc(bytes ? bytes : 1);
+    }
     if (!*p) return cudaemu_fail(cudaErrorMemoryAllocation);
     if (CUDAEMU_GUARD_ON) {
         std::lock_guard<std::mutex> lock(cudaemu_mem().mu);
@@ -322,14 +415,28 @@ static inline cudaError_t cudaFree(void *p)
         std::lock_guard<std::mutex> lock(cudaemu_mem().mu);
         if (!cudaemu_mem().live.erase((const char *)p)) cudaemu_guard_fail("cudaFree", "pointer", p);
     }
+    cudaemu_budget &b = cudaemu_dev_budget();
+    if (b.cap && p) {
+        std::lock_guard<std::mutex> lock(b.mu);
+        auto it = b.size.find(p);
+        if (it != b.size.end()) { b.used -= it->second; b.size.erase(it); }
+    }
     std::free(p);
     return cudaSuccess;
 }
 
-/* Free and total memory: the host's (the emulated device's memory is the host's). */
+/* Free and total memory: the cap's (DHP_EMU_DEVICE_BYTES), else the host's
+ * (the emulated device's memory is the host's). */
 static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 {
     *free_bytes = *total_bytes = 0;
+    cudaemu_budget &b = cudaemu_dev_budget();
+    if (b.cap) {
+        std::lock_guard<std::mutex> lock(b.mu);
+        *total_bytes = b.cap;
+        *free_bytes = b.cap - b.used;
+        return cudaSuccess;
+    }
     FILE *f = std::fopen("/proc/meminfo", "r");
     if (!f) return cudaSuccess;
     char key[64];

@@ -40,7 +40,10 @@
  * - The "legacy default stream" (0) is the host: work on it is done when the
  *   call returns, so an event recorded on it is complete at once.
  * - cudaGetDeviceCount says 8 (DHP_EMU_GPUS overrides): the node of one
- *   process per emulated GPU. Counts above INT_MAX elements are refused
+ *   process per emulated GPU.
+ * - Faults on demand: DHP_EMU_NCCL_FAULT (emu_fault) makes one rank's n-th
+ *   operation fail asynchronously or hang; a real NCCL fails or hangs
+ *   where its network or a peer does. Counts above INT_MAX elements are refused
  *   (ncclInvalidArgument) rather than split. */
 #ifndef DHP_TESTS_NCCLEMU_H
 #define DHP_TESTS_NCCLEMU_H
@@ -78,6 +81,7 @@ struct emu_stream {
     int n, cap;
     unsigned long posted, completed_upto;   /* requests posted; all below this index are complete */
     struct emu_nccl *owner;                 /* the communicator whose async error a bad receive sets */
+    bool stalled;                           /* an injected hang (DHP_EMU_NCCL_FAULT): nothing completes */
 };
 struct emu_event {
     cudaStream_t stream;                    /* NULL: recorded on the host stream (or never) */
@@ -230,6 +234,7 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 static inline cudaError_t cudaEventQuery(cudaEvent_t e)
 {
     if (!e->stream) return cudaSuccess;
+    if (e->stream->stalled) return cudaErrorNotReady;
     emu_stream_progress(e->stream);
     return e->stream->completed_upto >= e->upto ? cudaSuccess : cudaErrorNotReady;
 }
@@ -384,6 +389,32 @@ static inline ncclResult_t emu_check(ncclComm_t c, size_t count)
     return count > INT_MAX ? ncclInvalidArgument : ncclSuccess;
 }
 
+/* Injected faults, for the tests: DHP_EMU_NCCL_FAULT=RANK:OP:KIND makes
+ * the process of world rank RANK fail its OP-th NCCL operation (1-based,
+ * counting every collective and every send and receive as it is posted):
+ * the operation is left unposted and its stream never completes again;
+ * KIND `error` also sets its communicator's asynchronous error to
+ * ncclSystemError (as NCCL reports a failed proxy or network transfer),
+ * `stall` does not (a hung kernel: the process stays alive and answers).
+ * Returns whether the operation must not be posted. */
+static inline bool emu_fault(ncclComm_t c, cudaStream_t s)
+{
+    static int parsed, op;
+    static long count;
+    static char kind[16];
+    if (!parsed) {
+        parsed = 1;
+        const char *v = getenv("DHP_EMU_NCCL_FAULT");
+        int rank = -1, me = -2;
+        MPI_Comm_rank(MPI_COMM_WORLD, &me);
+        if (!v || sscanf(v, "%d:%d:%15s", &rank, &op, kind) != 3 || rank != me || op < 1) op = 0;
+    }
+    if (!op || ++count != op) return false;
+    s->stalled = true;   /* a failed operation does not complete either */
+    if (strcmp(kind, "stall")) c->async = ncclSystemError;
+    return true;
+}
+
 static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                                          ncclComm_t c, cudaStream_t s)
 {
@@ -391,6 +422,7 @@ static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t co
     if (e) return e;
     emu_nccl_buffer("ncclAllReduce", "send buffer", send);
     emu_nccl_buffer("ncclAllReduce", "receive buffer", recv);
+    if (emu_fault(c, s)) return ncclSuccess;
     MPI_Request r;
     int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, emu_type(t),
                             op == ncclMax ? MPI_MAX : MPI_SUM, c->comm, &r);
@@ -403,6 +435,7 @@ static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t co
     if (e) return e;
     emu_nccl_buffer("ncclAllGather", "send buffer", send);
     emu_nccl_buffer("ncclAllGather", "receive buffer", recv);
+    if (emu_fault(c, s)) return ncclSuccess;
     bool in_place = (const char *)send == (const char *)recv + (size_t)c->rank * count * emu_size(t);
     MPI_Request r;
     int rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, emu_type(t), recv, (int)count, emu_type(t),
@@ -416,6 +449,7 @@ static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_
     if (e) return e;
     emu_nccl_buffer("ncclReduceScatter", "send buffer", send);
     emu_nccl_buffer("ncclReduceScatter", "receive buffer", recv);
+    if (emu_fault(c, s)) return ncclSuccess;
     bool in_place = (const char *)send + (size_t)c->rank * count * emu_size(t) == (const char *)recv;
     MPI_Request r;
     int rc = MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, (int)count, emu_type(t),
@@ -430,6 +464,7 @@ static inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t co
     if (root < 0 || root >= c->size) return ncclInvalidArgument;
     emu_nccl_buffer("ncclBroadcast", "send buffer", send);
     emu_nccl_buffer("ncclBroadcast", "receive buffer", recv);
+    if (emu_fault(c, s)) return ncclSuccess;
     if (c->rank == root && send != recv) memmove(recv, send, count * emu_size(t));
     MPI_Request r;
     int rc = MPI_Ibcast(recv, (int)count, emu_type(t), root, c->comm, &r);
@@ -450,6 +485,7 @@ static inline ncclResult_t emu_p2p_post(const emu_p2p *o)
     if (e) return e;
     if (o->peer < 0 || o->peer >= o->c->size) return ncclInvalidArgument;
     emu_nccl_buffer(o->send ? "ncclSend" : "ncclRecv", "buffer", o->buf);
+    if (emu_fault(o->c, o->s)) return ncclSuccess;
     MPI_Request r;
     int rc = o->send ? MPI_Isend(o->buf, (int)o->count, emu_type(o->t), o->peer, EMU_TAG_P2P, o->c->comm, &r)
                      : MPI_Irecv(o->buf, (int)o->count, emu_type(o->t), o->peer, EMU_TAG_P2P, o->c->comm, &r);

@@ -1,0 +1,108 @@
+/* ZeRO-3 as DeepSpeed issued it in 2021 (plan_options.zero3 =
+ * PLAN_ZERO3_DEEPSPEED_2021), the Megatron target's alternative to one
+ * bucketed collective per unit (cost_dp.c). DeepSpeed v0.3.13 to v0.4.0
+ * (March to June 2021; Narayanan et al.'s ZeRO-3 runs, arXiv 2104.04473 of
+ * April 2021, are of that time), deepspeed/runtime/zero/partition_parameters.py:
+ *
+ * - `_allgather_param`: one torch.distributed.all_gather per parameter
+ *   tensor, into a flat buffer made by torch.zeros of the padded size, after
+ *   torch.cuda.synchronize(): the device is drained before every gather, so
+ *   no gather runs beside the compute or beside another collective (the
+ *   backward's reduce-scatters, on their own stream, are drained too).
+ * - `_reduce_scatter_gradient`: one torch.distributed.reduce_scatter per
+ *   parameter tensor, of its gradient in the parameter's dtype (param.grad).
+ * - PyTorch's ProcessGroupNCCL of the time (torch/lib/c10d/ProcessGroupNCCL.cpp,
+ *   allgather and reduce_scatter) takes the list forms DeepSpeed passes: after
+ *   ncclAllGather it copies the flat output into each of the n output
+ *   tensors, before ncclReduceScatter it copies each of the n inputs into a
+ *   flat buffer: n copy kernels of one piece per collective, each at least a
+ *   kernel launch (costdb kernel_launch_s), which at 1,000+ ranks costs as
+ *   much as the ring's (n - 1) steps.
+ *
+ * The parameter tensors are Megatron-LM's (megatron/model/transformer.py,
+ * ParallelAttention.query_key_value): query, key and value are one tensor,
+ * and their biases one. */
+#include "planner/planner_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* Key and value weights (biases) are part of the query's weight (bias):
+ * the role they join, or -1. */
+static int fused_into(plan_tensor_role r)
+{
+    if (r == PLAN_TW_WK || r == PLAN_TW_WV) return PLAN_TW_WQ;
+    if (r == PLAN_TW_BK || r == PLAN_TW_BV) return PLAN_TW_BQ;
+    return -1;
+}
+
+/* Megatron-LM's parameter tensors of the whole module (no pipeline under
+ * ZeRO-3) on one tp rank: elements of each, fused as above; returns their
+ * count, -1 when out of memory. */
+int plan_zero3_megatron_tensors(const model_module *mm, const plan_module *s, double **elems)
+{
+    plan_stage st = plan_stage_of(mm, s, 0);
+    int n = plan_module_tensors(mm, s->tp, 0, false, &st, NULL, 0);
+    plan_tensor *t = malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
+    double *e = malloc((size_t)(n > 0 ? n : 1) * sizeof *e);
+    if (!t || !e) {
+        free(t);
+        free(e);
+        return -1;
+    }
+    plan_module_tensors(mm, s->tp, 0, false, &st, t, n);
+    int k = 0, at[2] = { -1, -1 };   /* this block's query weight and bias */
+    for (int i = 0; i < n; i++) {
+        double x = (double)t[i].shape[0] * (double)t[i].shape[1];
+        int into = fused_into(t[i].role), j = into == PLAN_TW_WQ ? at[0] : into == PLAN_TW_BQ ? at[1] : -1;
+        if (j >= 0) {
+            e[j] += x;
+            continue;
+        }
+        if (t[i].role == PLAN_TW_WQ) at[0] = k;
+        if (t[i].role == PLAN_TW_BQ) at[1] = k;
+        e[k++] = x;
+    }
+    free(t);
+    *elems = e;
+    return k;
+}
+
+/* n copy kernels of one piece (`piece` elements of `bytes` each). */
+static double list_copies(const cost_pool *pool, int n, double piece, double bytes)
+{
+    return n * cost_elementwise_time(&pool->gpu, COST_EW_COPY, piece, bytes);
+}
+
+/* One parameter's gather: the zeroed flat buffer, the all-gather, the copies out. */
+static double gather_s(const cost_pool *pool, int G, int per_node, double piece, double bytes)
+{
+    return cost_elementwise_time(&pool->gpu, COST_EW_ZERO, G * piece, bytes)
+         + cost_collective_time(pool, COST_ALLGATHER, G * piece * bytes, G, per_node) + list_copies(pool, G, piece, bytes);
+}
+
+/* One gradient's reduce-scatter: the copies in, the reduce-scatter. */
+static double reduce_s(const cost_pool *pool, int G, int per_node, double piece, double bytes)
+{
+    return list_copies(pool, G, piece, bytes) + cost_collective_time(pool, COST_REDUCESCATTER, G * piece * bytes, G, per_node);
+}
+
+int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
+                              bool gather_fwd, bool gather_bwd, bool reduce, plan_comm *raw)
+{
+    int G, per_node;
+    plan_group_shape(s, PLAN_AX_SHARD, pool->gpus_per_node, &G, &per_node);
+    double bytes = plan_module_state_bytes(mm, o).param;   /* the gradient is in the parameter's dtype */
+    double *e;
+    int n = plan_zero3_megatron_tensors(mm, s, &e);
+    if (n < 0) return UTIL_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        double piece = ceil(e[i] / G);   /* each rank's partition, the tensor padded to G of them */
+        double g = gather_s(pool, G, per_node, piece, bytes);
+        if (gather_fwd) plan_comm_add(raw, false, g, 1);
+        if (gather_bwd) plan_comm_add(raw, true, g, 1);
+        if (reduce) plan_comm_add(raw, true, reduce_s(pool, G, per_node, piece, bytes), 1);
+    }
+    free(e);
+    return UTIL_OK;
+}

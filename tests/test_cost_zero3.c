@@ -1,0 +1,137 @@
+/* ZeRO-3 as DeepSpeed issued it in 2021 (planner/cost_zero3.c, --zero3
+ * deepspeed-2021): one collective per Megatron-LM weight tensor, PyTorch's
+ * list-form copies, nothing hidden behind the compute. Every expected figure
+ * is worked out beside it. */
+#include "test.h"
+#include "planner/planner_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* A Megatron GPT block: LayerNorm, biases on every linear, GELU MLP, tied embedding. */
+static model_t megatron_gpt(int layers)
+{
+    char text[512], err[UTIL_ERR_LEN];
+    snprintf(text, sizeof text,
+             "{\"schema\": \"dhp.model/1\", \"name\": \"g\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\","
+             " \"layers\": %d, \"hidden\": 1024, \"heads\": 16, \"ffn\": 4096, \"ffn_kind\": \"gelu\","
+             " \"norm\": \"layernorm\", \"qkv_bias\": true, \"out_bias\": true, \"mlp_bias\": true,"
+             " \"vocab\": 1000, \"tied_embeddings\": true}]}",
+             layers);
+    model_t m;
+    if (model_parse_json(text, "gpt", &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
+    return m;
+}
+
+/* 2 nodes of 8 H100s (the shipped preset). */
+static cost_cluster two_nodes(void)
+{
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    if (cost_cluster_load("2x8xh100", &c, err)) { fprintf(stderr, "%s\n", err); abort(); }
+    return c;
+}
+
+/* 16 samples of 256 tokens: one per rank of dp 16. */
+static plan_workload step_of_16(void) { return (plan_workload){ .global_batch = 16, .text_tokens = 256 }; }
+
+/* Megatron-LM's ParallelTransformerLayer holds 12 tensors: input_layernorm
+ * weight and bias, query_key_value weight and bias, dense weight and bias,
+ * post_attention_layernorm weight and bias, dense_h_to_4h and dense_4h_to_h
+ * weights and biases; dhp's layout (plan_module_tensors) adds the embedding
+ * and the final norm's weight (the head is tied; Megatron's learned positions
+ * and final LayerNorm bias, two more tensors, are not in dhp's LLM).
+ * query_key_value holds 3 x 1024 x 1024 elements. */
+TEST(zero3_megatron_tensors_fuse_qkv)
+{
+    model_t m = megatron_gpt(2);
+    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .n_ranks = 16 };
+    double *e = NULL;
+    int n = plan_zero3_megatron_tensors(&m.mod[0], &s, &e);
+    CHECK(n == 2 * 12 + 2);
+    double total = 0, qkv = 0;
+    for (int i = 0; i < n; i++) {
+        total += e[i];
+        if (e[i] == 3.0 * 1024 * 1024) qkv++;
+    }
+    CHECK(qkv == 2);
+    double layer = 12.0 * 1024 * 1024 + 9.0 * 1024 + 4096;   /* 12 h^2, biases 3h + h + f + h, norms 4h */
+    CHECK_NEAR(total, 2 * layer + 1000.0 * 1024 + 1024, 1e-6);
+    free(e);
+}
+
+/* 16 ranks on 2 nodes of 8, bf16-mixed (fp16/bf16 weights and gradients as
+ * DeepSpeed reduces param.grad): each tensor of e elements, piece p = ceil(e / 16),
+ * costs in the forward zero(16 p) + AG(16 p x 2 B) + 16 copy(p), in the backward
+ * that again plus 16 copy(p) + RS(16 p x 2 B); none of it hides behind the
+ * compute (the default overlap 0.8 applies to units only). */
+TEST(zero3_deepspeed_2021_per_tensor_unhidden)
+{
+    model_t m = megatron_gpt(2);
+    cost_cluster c = two_nodes();
+    plan_workload w = step_of_16();
+    plan_options o;
+    plan_options_default(&o);
+    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .recompute = PLAN_RECOMP_NONE,
+                      .n_ranks = 16 };
+    plan_time units, ds;
+    plan_micro_time(&m, 0, &s, &w, &c, &o, 1, &units);
+    o.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
+    plan_micro_time(&m, 0, &s, &w, &c, &o, 1, &ds);
+    const cost_pool *P = &c.pool[0];
+    double *e = NULL;
+    int n = plan_zero3_megatron_tensors(&m.mod[0], &s, &e);
+    double want = 0;
+    for (int i = 0; i < n; i++) {
+        double p = ceil(e[i] / 16), copies = 16 * cost_elementwise_time(&P->gpu, COST_EW_COPY, p, 2);
+        double ag = cost_elementwise_time(&P->gpu, COST_EW_ZERO, 16 * p, 2)
+                  + cost_collective_time(P, COST_ALLGATHER, 16 * p * 2, 16, 8) + copies;
+        double rs = copies + cost_collective_time(P, COST_REDUCESCATTER, 16 * p * 2, 16, 8);
+        want += 2 * ag + rs;
+    }
+    free(e);
+    CHECK_NEAR(ds.zero_comm_s, want, 1e-12);
+    CHECK(ds.fwd_syncs >= n && ds.bwd_syncs >= 2 * n);
+    /* each collective pays at least its 15 ring steps and 16 kernel launches */
+    CHECK(ds.zero_comm_s > 3 * n * (15 * P->inter.alpha_s + 16 * P->gpu.kernel_launch_s));
+    /* the per-unit price hides most of its 3 x 4 collectives behind the compute */
+    CHECK(ds.zero_comm_s > 2 * units.zero_comm_s);
+    CHECK_NEAR(ds.micro_s - ds.zero_comm_s, units.micro_s - units.zero_comm_s, 1e-12);
+}
+
+/* The choice travels with the plan file; a plan without it is "units". */
+TEST(zero3_choice_names)
+{
+    plan_zero3 z;
+    CHECK(plan_zero3_parse("deepspeed-2021", &z) == UTIL_OK && z == PLAN_ZERO3_DEEPSPEED_2021);
+    CHECK(plan_zero3_parse("units", &z) == UTIL_OK && z == PLAN_ZERO3_UNITS);
+    CHECK(plan_zero3_parse("deepspeed", &z) != UTIL_OK);
+    CHECK(!strcmp(plan_zero3_name(PLAN_ZERO3_DEEPSPEED_2021), "deepspeed-2021"));
+}
+
+/* A plan made under deepspeed-2021 says so in its file and prices the same
+ * after the round trip (dhp simulate re-prices a plan file); a plan made
+ * under the default leaves the key out. */
+TEST(zero3_choice_travels_with_the_plan)
+{
+    model_t m = megatron_gpt(2);
+    cost_cluster c = two_nodes();
+    char err[UTIL_ERR_LEN];
+    plan_workload w = step_of_16();
+    plan_options o;
+    plan_options_default(&o);
+    plan_t units, ds, back;
+    CHECK(plan_from_strategy_opts("llm:dp=16,zero=3", &m, &c, &w, PLAN_COLOCATED, 16, 1, &o, &units, err) == UTIL_OK);
+    o.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
+    CHECK(plan_from_strategy_opts("llm:dp=16,zero=3", &m, &c, &w, PLAN_COLOCATED, 16, 1, &o, &ds, err) == UTIL_OK);
+    CHECK(ds.zero3 == PLAN_ZERO3_DEEPSPEED_2021 && ds.pred.step_time_s > units.pred.step_time_s);
+    cJSON *j = plan_to_json(&units);
+    CHECK(!cJSON_GetObjectItemCaseSensitive(j, "zero3"));
+    cJSON_Delete(j);
+    j = plan_to_json(&ds);
+    CHECK(plan_from_json(j, "plan", &back, err) == UTIL_OK);
+    cJSON_Delete(j);
+    CHECK(back.zero3 == PLAN_ZERO3_DEEPSPEED_2021);
+    plan_options ob = plan_options_of(&back);
+    CHECK(ob.zero3 == PLAN_ZERO3_DEEPSPEED_2021);
+}
