@@ -100,8 +100,12 @@ static void print_summary_cuda(const cost_profile *p, const char *gpu_path, cons
         printf("  %-15s best %.1f TFLOP/s (%dx%dx%d); fit %.1f TFLOP/s large-shape, gemm_half %.0f (rms %.0f%%)\n",
                "gemm fp32", p->gemm[best].rate / 1e12, p->gemm[best].m, p->gemm[best].n,
                p->gemm[best].k, p->gemm_rate_max / 1e12, g->gemm_half, 100 * p->gemm_fit_rms);
-    printf("  %-15s %.1f TFLOP/s (%g FLOP/cycle/SM), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e12, p->flops_per_cycle,
-           g->gemm_eff_max);
+    if (p->flops_per_cycle > 0)
+        printf("  %-15s %.1f TFLOP/s (%g FLOP/cycle/SM), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e12,
+               p->flops_per_cycle, g->gemm_eff_max);
+    else
+        printf("  %-15s %.3g TFLOP/s (no clock known: the best measured rate), gemm_eff_max %.3f\n", "peak",
+               g->peak_flops / 1e12, g->gemm_eff_max);
     printf("  %-15s attn_eff %.4f + %.3g ns fwd, %.3g ns bwd per score + %.3g ns fwd, %.3g ns bwd per row (rms %.0f%%, "
            "%d shapes)\n", "attention", g->attn_eff, g->attn_score_s * 1e9, g->attn_bwd_score_s * 1e9, g->attn_row_s * 1e9,
            g->attn_bwd_row_s * 1e9, 100 * p->attn_fit_rms, p->n_attn);

@@ -33,7 +33,7 @@ static int measure_launch(const prof_ctx *c, cost_profile *p, char *err)
 
 /* A device's grid: m tokens of a micro-batch; n, k hidden and FFN sizes of
  * 1B-72B models. A backend whose memory is the host's (the emulator) runs
- * CPU-sized models: the CPU profile's quick grid. */
+ * CPU-sized models: a few of the CPU profile's shapes. */
 static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
 {
     static const int m_full[] = {1024, 4096, 16384}, nk_full[] = {1024, 4096, 8192, 16384};
