@@ -161,7 +161,7 @@ print("  peak memory predicted / measured (MiB):")
 for cat, terms in want.items():
     p = sum(m.get(t, 0) for m in mem["modules"] for t in terms) / 2**20
     g = got.get(cat, 0) / 2**20
-    print(f"    {cat:13s} {p:10.1f} {g:10.1f}" + (f"  ({100 * (p / g - 1):+.1f}%)" if g > 0 else ""))
+    print(f"    {cat:13s} {p:10.2f} {g:10.2f}" + (f"  ({100 * (p / g - 1):+.1f}%)" if g > 0 else ""))
 print(f"    {'(plan total)':13s} {mem['peak_bytes'] / 2**20:10.1f}   incl. reserved and fragmentation")
 PY
     else failed "dhp run $MODEL: $(tail -n 2 "$OUT/train.err")"; fi
