@@ -92,13 +92,9 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
  * over few rows, neither as the executor's calls run (on 2 threads the 9-shape fit
  * was 6.6% rms with one sequence per call, 2.4% with these). */
 #define ATTN_CALL_ROWS 1024
-#define ATTN_MAX_SEQS 16
 
-static int attn_call_seqs(int seq)
-{
-    int n = (ATTN_CALL_ROWS + seq - 1) / seq;
-    return n < 1 ? 1 : n > ATTN_MAX_SEQS ? ATTN_MAX_SEQS : n;
-}
+/* prof_measure_attention caps it (16 sequences: 16 x 64 tokens) */
+static int attn_call_seqs(int seq) { return (ATTN_CALL_ROWS + seq - 1) / seq; }
 
 /* Head shapes of the tiny-vl ViT (d=8) and LLM (d=16) and the dhp-100m LLM
  * and ViT (d=64, models/zoo), at short and long sequences, so the fit can
