@@ -166,6 +166,10 @@ int prof_measure_device(const prof_opts *o, cost_profile *p, char *err)
     char line[UTIL_ERR_LEN];
     int rc = ex_comm_pick(NULL, true, &kind, line, sizeof line, err);
     if (!rc) rc = prof_init_mpi(&c, kind, err);
+    /* MPI reads host memory only: between GPUs the collectives need NCCL */
+    if (!rc && c.size > 1 && kind == EX_COMM_MPI && !o->be->host_memory)
+        rc = util_fail(err, UTIL_EUNSUPPORTED, "profile: %d ranks on the %s backend need NCCL between the GPUs, and this dhp "
+                       "was built without it (make NCCL=1 with nccl.h found)", c.size, o->be->name);
     if (!rc) {
         p->rank = c.rank;
         p->ranks = c.size;
