@@ -37,8 +37,9 @@
 typedef struct ex_backend {
     const char *name;
     /* true where the backend's memory is host memory (the CPU backend, the
-     * CUDA emulator): the MPI communicator may then read and write its
-     * buffers directly. */
+     * kernel tests' CUDA emulator): the MPI communicator may then read and
+     * write its buffers directly. False on a GPU and in dhp-emu, which takes
+     * a GPU's paths: device buffers over NCCL only. */
     bool host_memory;
     /* bytes zeroed bytes, charged to cat (the util counters the memory report
      * and the planner's exact predictions read); NULL when out of memory

@@ -36,6 +36,7 @@ struct ex_request {
     bool done;            /* self receive delivered */
     self_msg *msg;        /* self send still queued */
     ex_request *next;     /* in the comm's list of pending self receives */
+    bool host;            /* posted through MPI by an implementation for device memory (host data) */
     void *impl;
 };
 

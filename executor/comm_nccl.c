@@ -11,8 +11,10 @@
  * through the MPI operations on the same members (cudaPointerGetAttributes
  * says which); the int all-reduce that ranks use to agree on errors and
  * gather_bytes / barrier always through MPI, so ranks can still agree after
- * an NCCL failure. Point-to-point and the non-blocking collectives need
- * device buffers.
+ * an NCCL failure. Point-to-point messages in host memory (a checkpoint's
+ * tensors) go through MPI too; the non-blocking collectives need device
+ * buffers. Before any host (MPI) operation the sends and receives collected
+ * for NCCL are launched, so a peer blocked on one of them gets it.
  *
  * Ordering: the communication stream first waits for an event recorded on
  * the compute stream (the legacy default stream), so an operation sees what
@@ -273,6 +275,23 @@ static bool on_device(const void *p)
     return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+/* Host data goes through MPI on the same members. Collected sends and
+ * receives are launched first: a peer blocked on one of them could not
+ * reach the MPI operation otherwise (a deadlock no NCCL timeout sees). */
+static int host_path(ex_comm *c) { return launch_all(c); }
+
+static int host_barrier(ex_comm *c)
+{
+    int rc = host_path(c);
+    return rc ? rc : comm_mpi_ops.barrier(c);
+}
+
+static int host_gather_bytes(ex_comm *c, const void *send, void *recv, size_t bytes, int root)
+{
+    int rc = host_path(c);
+    return rc ? rc : comm_mpi_ops.gather_bytes(c, send, recv, bytes, root);
+}
+
 static ncclDataType_t nccl_type(comm_dtype t)
 {
     return t == COMM_F32 ? ncclFloat32 : t == COMM_F64 ? ncclFloat64 : t == COMM_I32 ? ncclInt32 : ncclUint8;
@@ -280,7 +299,9 @@ static ncclDataType_t nccl_type(comm_dtype t)
 
 static int nccl_allreduce(ex_comm *c, void *buf, size_t n, comm_dtype t, comm_redop op)
 {
-    if (t == COMM_I32 || !on_device(buf)) return comm_mpi_ops.allreduce(c, buf, n, t, op);
+    /* the ranks' agreement on errors: through MPI even after a failed launch */
+    if (t == COMM_I32) return (void)host_path(c), comm_mpi_ops.allreduce(c, buf, n, t, op);
+    if (!on_device(buf)) return host_path(c) ? UTIL_ERUNTIME : comm_mpi_ops.allreduce(c, buf, n, t, op);
     const char *call = op == COMM_MAX ? (t == COMM_F64 ? "ncclAllReduce(max f64)" : "ncclAllReduce(max)")
                                       : (t == COMM_F64 ? "ncclAllReduce(sum f64)" : "ncclAllReduce(sum)");
     int rc = begin(c, call);
@@ -291,7 +312,7 @@ static int nccl_allreduce(ex_comm *c, void *buf, size_t n, comm_dtype t, comm_re
 
 static int nccl_allgather(ex_comm *c, const float *send, float *recv, size_t n)
 {
-    if (!on_device(recv)) return comm_mpi_ops.allgather(c, send, recv, n);
+    if (!on_device(recv)) return host_path(c) ? UTIL_ERUNTIME : comm_mpi_ops.allgather(c, send, recv, n);
     int rc = begin(c, "ncclAllGather");
     nccl_state *s = state(c);
     return rc ? rc : finish(c, ncclAllGather(send, recv, n, ncclFloat32, s->nccl, s->stream), "ncclAllGather");
@@ -299,7 +320,7 @@ static int nccl_allgather(ex_comm *c, const float *send, float *recv, size_t n)
 
 static int nccl_reduce_scatter(ex_comm *c, const float *send, float *recv, size_t n)
 {
-    if (!on_device(recv)) return comm_mpi_ops.reduce_scatter(c, send, recv, n);
+    if (!on_device(recv)) return host_path(c) ? UTIL_ERUNTIME : comm_mpi_ops.reduce_scatter(c, send, recv, n);
     int rc = begin(c, "ncclReduceScatter");
     nccl_state *s = state(c);
     return rc ? rc : finish(c, ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, s->nccl, s->stream), "ncclReduceScatter");
@@ -310,7 +331,7 @@ static int nccl_reduce_scatter(ex_comm *c, const float *send, float *recv, size_
 static int nccl_alltoall(ex_comm *c, const float *send, float *recv, size_t chunk)
 {
     const char *call = "all-to-all (grouped ncclSend/ncclRecv)";
-    if (!on_device(recv)) return comm_mpi_ops.alltoall(c, send, recv, chunk);
+    if (!on_device(recv)) return host_path(c) ? UTIL_ERUNTIME : comm_mpi_ops.alltoall(c, send, recv, chunk);
     int rc = begin(c, call);
     if (rc) return rc;
     nccl_state *s = state(c);
@@ -329,7 +350,7 @@ static int nccl_alltoall(ex_comm *c, const float *send, float *recv, size_t chun
 
 static int nccl_bcast(ex_comm *c, void *buf, size_t bytes, int root)
 {
-    if (!on_device(buf)) return comm_mpi_ops.bcast(c, buf, bytes, root);
+    if (!on_device(buf)) return host_path(c) ? UTIL_ERUNTIME : comm_mpi_ops.bcast(c, buf, bytes, root);
     int rc = begin(c, "ncclBroadcast");
     nccl_state *s = state(c);
     return rc ? rc : finish(c, ncclBroadcast(buf, buf, bytes, ncclUint8, root, s->nccl, s->stream), "ncclBroadcast");
@@ -343,11 +364,15 @@ static int need_device(ex_comm *c, const void *buf, size_t n, const char *call)
          : comm_fail(c, "%s: rank %d: the buffer is in host memory; NCCL moves device memory (--comm mpi)", call, c->rank);
 }
 
+/* A message in host memory (a checkpoint's tensors on their way to the
+ * writer) goes through MPI, as host collectives do; both ends must hold it
+ * in host memory (a mismatch ends in the timeout, naming the peer). */
 static int nccl_post(ex_comm *c, ex_request *r)
 {
     const char *call = r->send ? "ncclSend" : "ncclRecv";
     nccl_state *s = state(c);
-    if (need_device(c, r->buf, r->n, call)) return UTIL_ERUNTIME;
+    r->host = r->n && !on_device(r->buf);
+    if (r->host) return comm_mpi_ops.post(c, r);
     if (s->aborted) return comm_fail(c, "%s: not attempted: this NCCL communicator was aborted", call);
     r->impl = NULL;   /* set to its group once launched */
     r->next = NULL;
@@ -402,7 +427,7 @@ static int launch_group(nccl_state *s)
 static int launch_all(ex_comm *c)
 {
     for (nccl_state *s = g_live; s; s = s->next)
-        if (s->pending && launch_group(s) != UTIL_OK) {
+        if (s->pending && !s->aborted && launch_group(s) != UTIL_OK) {
             if (s->c != c) snprintf(c->err, sizeof c->err, "%s", s->c->err);
             return UTIL_ERUNTIME;
         }
@@ -434,6 +459,10 @@ static int nccl_post_coll(ex_comm *c, ex_request *r, const float *send, float *r
 
 static int nccl_wait(ex_comm *c, ex_request *r)
 {
+    if (r->host) {   /* the peer may first need what this rank has collected */
+        int rc = host_path(c);
+        return rc ? rc : comm_mpi_ops.wait(c, r);
+    }
     char what[80];
     if (r->coll) snprintf(what, sizeof what, "%s (wait)", r->reduce ? "ncclReduceScatter" : "ncclAllGather");
     else snprintf(what, sizeof what, "%s(%s %d, tag %d)", r->send ? "ncclSend" : "ncclRecv", r->send ? "to" : "from", r->peer, r->tag);
@@ -467,13 +496,13 @@ static const ex_comm_ops nccl_ops = {
     .name = "nccl",
     .attach = nccl_attach,
     .detach = nccl_detach,
-    .barrier = NULL,          /* set from the MPI table below: host synchronisation */
+    .barrier = host_barrier,  /* host synchronisation: MPI's */
     .allreduce = nccl_allreduce,
     .allgather = nccl_allgather,
     .reduce_scatter = nccl_reduce_scatter,
     .alltoall = nccl_alltoall,
     .bcast = nccl_bcast,
-    .gather_bytes = NULL,     /* MPI's: host data */
+    .gather_bytes = host_gather_bytes,   /* host data: MPI's */
     .post = nccl_post,
     .post_coll = nccl_post_coll,
     .wait = nccl_wait,
@@ -484,14 +513,8 @@ static const ex_comm_ops nccl_ops = {
 
 const ex_comm_ops *comm_nccl_ops(char *err)
 {
-    static ex_comm_ops ops;
     (void)err;
-    if (!ops.name) {
-        ops = nccl_ops;
-        ops.barrier = comm_mpi_ops.barrier;
-        ops.gather_bytes = comm_mpi_ops.gather_bytes;
-    }
-    return &ops;
+    return &nccl_ops;
 }
 
 #endif

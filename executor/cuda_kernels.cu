@@ -767,7 +767,13 @@ static ex_backend make_table(void)
 {
     ex_backend t;
     memset(&t, 0, sizeof t);
-#ifdef EX_CUDA_EMU
+#if defined(EX_CUDA_EMU) && defined(CUDAEMU_GUARD)
+    /* dhp-emu: host memory underneath, but every path taken as on a GPU
+     * (device pointers guarded, NCCL told host from device memory) */
+    t.name = "cuda-emu";
+    t.host_memory = false;
+    cudaemu_strict_on();
+#elif defined(EX_CUDA_EMU)
     t.name = "cuda-emu";
     t.host_memory = true;   /* emulated device memory is host memory (tests/cudaemu.h) */
 #else

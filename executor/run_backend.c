@@ -1,10 +1,8 @@
 /* `dhp run --backend cpu|cuda|auto`: the backend is chosen once, here, and
  * handed to the model (ex_model_create_per_module) and to every buffer the
- * driver allocates. The communicators still move a rank's messages to
- * itself (and size-1 groups' collectives) with host copies, so a backend
- * whose memory is not host memory (a real GPU) runs one rank only; the CUDA
- * emulator's device memory is host memory (tests/cudaemu.h), so dhp-emu runs
- * any plan. */
+ * driver allocates. A backend whose memory is not host memory (a GPU; dhp-emu
+ * takes the same paths) needs the NCCL communicator on more than one rank:
+ * MPI would be handed device pointers (dhp does not assume a CUDA-aware MPI). */
 #include "executor/run_internal.h"
 
 #include <stdio.h>
@@ -19,15 +17,15 @@ int run_pick_backend(run_ctx *r, char *err)
         if (r->rank != 0) err[0] = '\0';   /* one line: rank 0's */
         return UTIL_EUNSUPPORTED;
     }
-    if (!be->host_memory && r->size > 1) {
+    if (!be->host_memory && r->size > 1 && ex_comm_kind_of(r->world) != EX_COMM_NCCL) {
         if (want && !strcmp(want, "cuda")) {
             if (r->rank == 0)
-                return util_fail(err, UTIL_EUNSUPPORTED, "--backend cuda: %d ranks: the communicators still copy a rank's messages to itself in host memory; run one rank or --backend cpu", r->size);
+                return util_fail(err, UTIL_EUNSUPPORTED, "--backend cuda: %d ranks over MPI would hand it device memory; use --comm nccl (or --backend cpu)", r->size);
             err[0] = '\0';
             return UTIL_EUNSUPPORTED;
         }
         be = ex_backend_cpu();
-        snprintf(why, sizeof why, "backend: cpu (a CUDA device is visible, but on %d ranks the communicators still copy a rank's messages to itself in host memory)", r->size);
+        snprintf(why, sizeof why, "backend: cpu (a CUDA device is visible, but the communicator is MPI: %d ranks need --comm nccl to run on it)", r->size);
     }
     r->be = be;
     if (r->rank == 0) {

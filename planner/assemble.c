@@ -60,7 +60,13 @@ int plan_assemble(plan_t *p, const plan_options *o, char *err)
     }
     assign_ranks(p);
     plan_eval ev;
-    return plan_evaluate(p, o, &ev, err);
+    int rc = plan_evaluate(p, o, &ev, err);
+    /* interleaved stages whose micro-batches the plan's passes do not give
+     * in whole groups of pp: priced, but not a schedule (the MILP and
+     * --strategy cannot see it; dhp run would refuse it with this line) */
+    for (int k = 0; !rc && k < p->n_modules; k++)
+        if (plan_vp(&p->mod[k]) > 1) return plan_schedule_check(p, err);
+    return rc;
 }
 
 int plan_from_candidates(const plan_candidates *cs, const int *chosen, const model_t *m, const cost_cluster *c,
@@ -72,11 +78,7 @@ int plan_from_candidates(const plan_candidates *cs, const int *chosen, const mod
     p->n_micro = first->colocated ? 1 : first->n_micro;
     for (int k = 0; k < m->n_modules; k++) p->mod[k] = cs->c[chosen[k]].s;
     util_strlcpy(p->label, "dhp", sizeof p->label);
-    int rc = plan_assemble(p, o, err);
-    /* interleaved stages the combined plan's passes do not fit: a plan the MILP cannot see */
-    for (int k = 0; !rc && k < p->n_modules; k++)
-        if (plan_vp(&p->mod[k]) > 1) return plan_schedule_check(p, err);
-    return rc;
+    return plan_assemble(p, o, err);
 }
 
 static int by_step_time(const void *a, const void *b)

@@ -277,6 +277,19 @@ static cudaemu_ranges &cudaemu_mem(void)
 #define CUDAEMU_GUARD_ON 0
 #endif
 
+/* Strict pointers (tests/ncclemu.h): once dhp-emu's CUDA backend is in use
+ * (cudaemu_strict_on, from its backend table), the emulated NCCL and
+ * cudaPointerGetAttributes tell device memory from host memory as a GPU
+ * does: 1 for a live cudaMalloc allocation, 0 otherwise; -1 before. */
+#ifdef CUDAEMU_GUARD
+static bool cudaemu_strict;
+[[maybe_unused]] static void cudaemu_strict_on(void) { cudaemu_strict = true; }
+extern "C" int cudaemu_strict_is_device(const void *p)
+{
+    return cudaemu_strict ? (int)cudaemu_is_device(p) : -1;
+}
+#endif
+
 /* p (if not NULL) must be device memory (want true) or host memory (want false). */
 static inline void cudaemu_guard(const char *what, const char *which, const void *p, bool want = true)
 {

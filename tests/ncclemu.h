@@ -27,7 +27,9 @@
  *   any kind is memmove, and cudaPointerGetAttributes calls every pointer
  *   device memory (so the CPU backend's buffers, and the run's host
  *   variables, all go through the emulated NCCL; on a GPU the host ones go
- *   through MPI).
+ *   through MPI) - except under dhp-emu's CUDA backend, where it answers as a
+ *   GPU does (only cudaMalloc's memory is device memory: host variables take
+ *   comm_nccl.c's MPI path) and an NCCL call given host memory aborts.
  * - Stream order is not enforced: operations on one stream start at once
  *   instead of after the previous one finished, and a ncclSend / ncclRecv
  *   outside a group does not block its stream. So a schedule that would
@@ -47,6 +49,7 @@
 #include <mpi.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -160,10 +163,33 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t byt
     (void)s;
     return cudaMemcpy(dst, src, bytes, k);
 }
+/* Strict pointers: when dhp-emu's CUDA backend is in use, tests/cudaemu.h
+ * (its device-pointer guard) answers which pointers are emulated device
+ * memory: 1 or 0; -1 when the CUDA backend is not in use (the CPU backend's
+ * buffers then count as device memory, as above). Weak: comm_check_emu and
+ * dhp-emu define it, a build without tests/cudaemu.h does not. */
+extern int cudaemu_strict_is_device(const void *p) __attribute__((weak));
+static inline int emu_strict_device(const void *p)
+{
+    return cudaemu_strict_is_device ? cudaemu_strict_is_device(p) : -1;
+}
+
+/* NCCL moves device memory only: under strict pointers a host buffer handed
+ * to an NCCL call aborts naming it, as the guard does for kernels. */
+static inline void emu_nccl_buffer(const char *call, const char *which, const void *p)
+{
+    if (p && emu_strict_device(p) == 0) {
+        fprintf(stderr, "ncclemu guard: %s: %s %p is not device memory (a host buffer handed to NCCL)\n", call, which, p);
+        fflush(stderr);
+        abort();
+    }
+}
+
 static inline cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
 {
     memset(a, 0, sizeof *a);
-    a->type = cudaMemoryTypeDevice;
+    /* CUDA 11+ answers cudaSuccess and "unregistered" for plain host memory */
+    a->type = emu_strict_device(p) == 0 ? cudaMemoryTypeUnregistered : cudaMemoryTypeDevice;
     a->device = emu_device;
     a->devicePointer = (void *)p;
     return cudaSuccess;
@@ -395,6 +421,8 @@ static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t co
 {
     ncclResult_t e = emu_check(c, count);
     if (e) return e;
+    emu_nccl_buffer("ncclAllReduce", "send buffer", send);
+    emu_nccl_buffer("ncclAllReduce", "receive buffer", recv);
     MPI_Request r;
     int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, emu_type(t),
                             op == ncclMax ? MPI_MAX : MPI_SUM, c->comm, &r);
@@ -405,6 +433,8 @@ static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t co
 {
     ncclResult_t e = emu_check(c, count);
     if (e) return e;
+    emu_nccl_buffer("ncclAllGather", "send buffer", send);
+    emu_nccl_buffer("ncclAllGather", "receive buffer", recv);
     bool in_place = (const char *)send == (const char *)recv + (size_t)c->rank * count * emu_size(t);
     MPI_Request r;
     int rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : send, (int)count, emu_type(t), recv, (int)count, emu_type(t),
@@ -416,6 +446,8 @@ static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_
 {
     ncclResult_t e = emu_check(c, count);
     if (e) return e;
+    emu_nccl_buffer("ncclReduceScatter", "send buffer", send);
+    emu_nccl_buffer("ncclReduceScatter", "receive buffer", recv);
     bool in_place = (const char *)send + (size_t)c->rank * count * emu_size(t) == (const char *)recv;
     MPI_Request r;
     int rc = MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, (int)count, emu_type(t),
@@ -428,6 +460,8 @@ static inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t co
     ncclResult_t e = emu_check(c, count);
     if (e) return e;
     if (root < 0 || root >= c->size) return ncclInvalidArgument;
+    emu_nccl_buffer("ncclBroadcast", "send buffer", send);
+    emu_nccl_buffer("ncclBroadcast", "receive buffer", recv);
     if (c->rank == root && send != recv) memmove(recv, send, count * emu_size(t));
     MPI_Request r;
     int rc = MPI_Ibcast(recv, (int)count, emu_type(t), root, c->comm, &r);
@@ -447,6 +481,7 @@ static inline ncclResult_t emu_p2p_post(const emu_p2p *o)
     ncclResult_t e = emu_check(o->c, o->count);
     if (e) return e;
     if (o->peer < 0 || o->peer >= o->c->size) return ncclInvalidArgument;
+    emu_nccl_buffer(o->send ? "ncclSend" : "ncclRecv", "buffer", o->buf);
     MPI_Request r;
     int rc = o->send ? MPI_Isend(o->buf, (int)o->count, emu_type(o->t), o->peer, EMU_TAG_P2P, o->c->comm, &r)
                      : MPI_Irecv(o->buf, (int)o->count, emu_type(o->t), o->peer, EMU_TAG_P2P, o->c->comm, &r);

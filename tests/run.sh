@@ -9,6 +9,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 {
     unit_log=$(mktemp)
+    t0=$SECONDS
     "$TEST_BIN" >"$unit_log" 2>&1
     status=$?
     cat "$unit_log"
@@ -17,9 +18,12 @@ trap 'rm -f "$log"' EXIT
         echo "FAIL unit-tests: $TEST_BIN exited with status $status before finishing"
     fi
     rm -f "$unit_log"
+    echo "# time unit tests: $((SECONDS - t0)) s"
     for t in tests/t_*.sh; do
         [ -e "$t" ] || continue
+        t0=$SECONDS
         bash "$t" 2>&1 || echo "FAIL $t: script exited non-zero"
+        echo "# time $t: $((SECONDS - t0)) s"   # where CI's minutes go
     done
 } | tee "$log" | grep -vE '^unit: '
 passed=$(grep -cE '^ok ' "$log")

@@ -68,6 +68,14 @@ if [ -f "$T/dp2.json" ]; then
     if grep -q 'rank 1 is rank 1 on its node, which has 1 GPU: run one process per GPU' "$T/gpus.out"; then
         ok comm_nccl_one_process_per_gpu
     else fail comm_nccl_one_process_per_gpu "$(grep -m2 -v '^[- ]' "$T/gpus.out" | head -c 300)"; fi
+    # device memory over MPI: dhp-emu's CUDA backend takes a GPU's paths, so 2 ranks need NCCL
+    timeout 120 mpirun --oversubscribe -np 2 "$DHP_EMU" run "$T/dp2.json" --data "$T/data" --steps 1 --backend cuda \
+        --comm mpi >"$T/mpi.out" 2>"$T/mpi.err"
+    rc=$?
+    if [ "$rc" != 0 ] && [ "$(grep -c '^dhp run: ' "$T/mpi.err")" = 1 ] \
+       && grep -q '^dhp run: --backend cuda: 2 ranks over MPI would hand it device memory; use --comm nccl' "$T/mpi.err"; then
+        ok comm_cuda_backend_over_mpi_refused_in_one_line
+    else fail comm_cuda_backend_over_mpi_refused_in_one_line "exit $rc: $(head -c 300 "$T/mpi.err")"; fi
     expect_err comm_bad_value "--comm: 'tcp' is not mpi or nccl" "$DHP" run "$T/dp2.json" --data "$T/data" --comm tcp
     # a real build: NCCL absent, or present and needing the CUDA backend's device memory
     expect_err comm_nccl_needs_device_memory "--comm nccl(: this dhp was built without NCCL| moves device memory)" \

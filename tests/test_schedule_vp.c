@@ -176,11 +176,16 @@ TEST(schedule_interleaved_stage_blocks)
     CHECK_EQ_INT(c.count, 3);
     CHECK_EQ_INT(d.first, 4);
     CHECK_EQ_INT(d.count, 1);
-    /* micro-batches not in whole groups of pp: one line */
+    /* micro-batches not in whole groups of pp (3 chunks of 1): one line, when the plan is made */
     static plan_t p;
     char err[UTIL_ERR_LEN];
-    CHECK_OK(make_vp_plan(2, 2, 3, 4, &p));
-    CHECK(plan_schedule_check(&p, err) == UTIL_EINVAL && strstr(err, "whole groups of pp"));
+    model_t md;
+    cost_cluster cl;
+    CHECK_OK(tiny_vl_llm_layers(4, &md, &cl));
+    plan_workload w = { .global_batch = 3, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 16 };
+    CHECK(plan_from_strategy("vision:gpus=1;llm:gpus=2,pp=2,vp=2,mb=1", &md, &cl, &w, PLAN_DISAGGREGATED, 3, 3, &p, err)
+          == UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "whole groups of pp") != NULL, "%s", err);
 }
 
 /* The search prices interleaved LLM candidates (vp = 2) where each pass's
@@ -212,4 +217,22 @@ TEST(search_prices_interleaved_llm_candidates)
     static plan_search_result r;
     CHECK_OK(plan_search(&m, &c, &w, &o, &r, err));
     for (int i = 0; i < r.n_plans; i++) CHECK_OK(plan_schedule_check(&r.plans[i], err));
+}
+
+/* --strategy writes only what dhp run runs: an interleaved LLM beside an
+ * encoder in a colocated plan (each pass one micro-batch) is refused with
+ * the schedule's own line, at plan time (plan_assemble owns the check). */
+TEST(strategy_refuses_interleaved_passes_not_in_groups_of_pp)
+{
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(tiny_vl_llm_layers(8, &m, &c));
+    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
+    static plan_t p;
+    CHECK(plan_from_strategy("vision:dp=4;llm:pp=2,vp=2,dp=2", &m, &c, &w, PLAN_COLOCATED, 4, 0, &p, err) == UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "whole groups of pp") != NULL, "%s", err);
+    /* the same LLM split in a disaggregated plan whose chunks give each pass 2 micro-batches runs */
+    CHECK_OK(plan_from_strategy("vision:gpus=1;llm:gpus=2,pp=2,vp=2,mb=1", &m, &c, &w, PLAN_DISAGGREGATED, 0, 4, &p, err));
+    CHECK_OK(plan_schedule_check(&p, err));
 }

@@ -8,6 +8,7 @@
  * the second time with MPI calls split in pieces of 5 elements.
  * Prints "comm_check ok N" on rank 0, or "comm_check FAIL rank R: ..." lines;
  * exits nonzero on failure. Run by tests/t_comm.sh under mpirun. */
+#include "executor/backend.h"
 #include "executor/comm.h"
 #include "util/util.h"
 
@@ -252,6 +253,58 @@ static void check_p2p_errors(ex_comm *c, bool sizes)
     }
 }
 
+/* With NCCL beside a backend whose memory is device memory (a GPU, or
+ * comm_check_emu's emulated CUDA backend, which tells host from device
+ * pointers as a GPU does): a device buffer's sum goes through NCCL, a host
+ * one's through MPI, both right, and so does a ring of host messages; and
+ * a send still collected (not launched) when its rank enters a
+ * host collective is launched first, so the peer that waits for it before
+ * the same collective gets it (a deadlock before). Returns whether it ran. */
+static bool check_device_routing(ex_comm *c)
+{
+    char err[UTIL_ERR_LEN];
+    const ex_backend *be = ex_backend_cuda(err);
+    if (!be || be->host_memory) return false;
+    int p = ex_comm_size(c), r = ex_comm_rank(c);
+    enum { N = 64 };
+    float h[N], *d = be->alloc(N * sizeof(float), UTIL_MEM_ACTIV);
+    EXPECT(d != NULL, "device buffer of %d floats", N);
+    if (!d) return true;
+    for (int i = 0; i < N; i++) h[i] = val(r, 0, (size_t)i);
+    be->h2d(d, h, sizeof h);
+    EXPECT_OK(c, ex_comm_allreduce_sum(c, d, N));
+    EXPECT_OK(c, ex_comm_allreduce_sum(c, h, N));
+    float back[N];
+    be->d2h(back, d, sizeof back);
+    for (int i = 0; i < N; i++) {
+        float want = 0;
+        for (int q = 0; q < p; q++) want += val(q, 0, (size_t)i);
+        EXPECT(back[i] == want && h[i] == want, "sum [%d]: device %g host %g, want %g", i, back[i], h[i], want);
+    }
+    if (p > 1) {
+        /* a ring of host messages (through MPI) */
+        float out = (float)r, in = -1;
+        ex_request *q = NULL;
+        EXPECT_OK(c, ex_comm_isend(c, &out, 1, (r + 1) % p, 7, &q));
+        EXPECT_OK(c, ex_comm_recv(c, &in, 1, (r + p - 1) % p, 7));
+        if (q) EXPECT_OK(c, ex_comm_wait(c, q));
+        EXPECT(in == (float)((r + p - 1) % p), "host message from rank %d: %g", (r + p - 1) % p, in);
+        double one = 1;
+        if (r == 0) {
+            ex_request *q = NULL;
+            EXPECT_OK(c, ex_comm_isend(c, d, N, 1, 8, &q));
+            EXPECT_OK(c, ex_comm_allreduce_sum_f64(c, &one, 1));
+            if (q) EXPECT_OK(c, ex_comm_wait(c, q));
+        } else {
+            if (r == 1) EXPECT_OK(c, ex_comm_recv(c, d, N, 0, 8));
+            EXPECT_OK(c, ex_comm_allreduce_sum_f64(c, &one, 1));
+        }
+        EXPECT(one == p, "host sum %g after the collected send, want %d", one, p);
+    }
+    be->release(d);
+    return true;
+}
+
 int main(int argc, char **argv)
 {
     char err[UTIL_ERR_LEN] = "";
@@ -273,12 +326,14 @@ int main(int argc, char **argv)
         check_ring(w, pass == 0 ? (size_t)1 << 18 : 1001);
         if (pass == 0) check_p2p_errors(w, kind == EX_COMM_MPI);
     }
+    bool routed = kind == EX_COMM_NCCL && check_device_routing(w);
     EXPECT(util_mem_current(UTIL_MEM_COMM) == mem0, "COMM memory %zu after, %zu before",
            util_mem_current(UTIL_MEM_COMM), mem0);
     int any = g_fails;
     if (ex_comm_allreduce_max_int(w, &any, 1) != UTIL_OK) any = 1;
     if (g_fails) printf("comm_check FAIL rank %d: %d failures, first %s\n", ex_comm_rank(w), g_fails, g_first);
-    else if (ex_comm_rank(w) == 0 && !any) printf("comm_check ok %d %s\n", ex_comm_size(w), ex_comm_kind_name(kind));
+    else if (ex_comm_rank(w) == 0 && !any) printf("comm_check ok %d %s%s\n", ex_comm_size(w), ex_comm_kind_name(kind),
+                                              routed ? " (device and host buffers routed)" : "");
     ex_comm_free(w);
     ex_comm_finalize();
     return any ? 1 : 0;
