@@ -32,8 +32,8 @@ static int measure_launch(const prof_ctx *c, cost_profile *p, char *err)
 /* ---- GEMMs and attention at the sizes the device runs ---- */
 
 /* A device's grid: m tokens of a micro-batch; n, k hidden and FFN sizes of
- * 1B-72B models. A backend whose memory is the host's (the emulator) runs
- * CPU-sized models: a few of the CPU profile's shapes. */
+ * 1B-72B models. The emulator (a CPU thread running the CUDA kernels)
+ * runs CPU-sized models: a few of the CPU profile's shapes. */
 static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
 {
     static const int m_full[] = {1024, 4096, 16384}, nk_full[] = {1024, 4096, 8192, 16384};
@@ -41,7 +41,7 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
     static const int m_host[] = {64, 256}, nk_host[] = {32, 256};
     prof_gemm_grid g = {p->quick ? m_quick : m_full, p->quick ? 2 : 3, p->quick ? nk_quick : nk_full, p->quick ? 2 : 4,
                         p->quick ? 0.01 : 0.05, p->quick ? 1 : 2, 2};
-    if (c->be->host_memory) g = (prof_gemm_grid){m_host, 2, nk_host, 2, 0.003, 1, 2};
+    if (ex_backend_emulated(c->be)) g = (prof_gemm_grid){m_host, 2, nk_host, 2, 0.003, 1, 2};
     return prof_measure_gemm(c, p, &g, err);
 }
 
@@ -50,7 +50,7 @@ static int one_sequence(int seq) { (void)seq; return 1; }
 /* Head shapes of Qwen2.5-VL's ViT (d=80) and 32B LLM (d=128, GQA 40/8) and a
  * d=64 model, at two lengths, so the fit can tell per-score from per-FLOP
  * cost; the LLM shapes causal too, as LLM layers run. One sequence per
- * call. On a host-memory backend, the CPU profile's quick shapes. */
+ * call. On the emulator, the CPU profile's quick shapes. */
 static int measure_attention(const prof_ctx *c, cost_profile *p, char *err)
 {
     static const prof_attn_shape full[] = {
@@ -61,7 +61,7 @@ static int measure_attention(const prof_ctx *c, cost_profile *p, char *err)
                                             {2048, 16, 16, 64, false}, {1024, 40, 8, 128, true}};
     static const prof_attn_shape host[] = {{64, 4, 4, 8, false}, {128, 4, 2, 16, false},
                                            {128, 12, 4, 64, false}, {128, 4, 2, 16, true}};
-    if (c->be->host_memory) return prof_measure_attention(c, p, host, 4, 1, 0.005, one_sequence, err);
+    if (ex_backend_emulated(c->be)) return prof_measure_attention(c, p, host, 4, 1, 0.005, one_sequence, err);
     return prof_measure_attention(c, p, p->quick ? quick : full, p->quick ? 4 : 9, 1, p->quick ? 0.02 : 0.1,
                                   one_sequence, err);
 }
@@ -91,10 +91,10 @@ static void run_ew_layernorm_bwd(void *v)
     s->be->layernorm_backward(s->c, s->dw, s->db, s->a, s->b, s->w, s->mean, s->rstd, ROWS(s), COST_PROF_GPU_RMSNORM_DIM);
 }
 
-/* Floats per array: 256 MiB (64 MiB quick; 4 MiB on a host-memory backend), whole norm rows. */
+/* Floats per array: 256 MiB (64 MiB quick; 4 MiB on the emulator), whole norm rows. */
 static size_t array_floats(const prof_ctx *c, const cost_profile *p)
 {
-    size_t n = c->be->host_memory ? (1u << 20) : p->quick ? (16u << 20) : (64u << 20);
+    size_t n = ex_backend_emulated(c->be) ? (1u << 20) : p->quick ? (16u << 20) : (64u << 20);
     return n / COST_PROF_GPU_RMSNORM_DIM * COST_PROF_GPU_RMSNORM_DIM;
 }
 

@@ -54,7 +54,7 @@ int prof_measure_gemm(const prof_ctx *c, cost_profile *p, const prof_gemm_grid *
     int rc = prof_agree(c, arena ? UTIL_OK : UTIL_ENOMEM, err);
     if (rc) goto out;
     p->gemm_arena_bytes = (double)arena_n * sizeof *arena;
-    if (c->be->host_memory) {   /* a BLAS call's fixed cost: one slot, the same every call, in cache */
+    if (c->be == ex_backend_cpu()) {   /* a BLAS call's fixed cost: one slot, the same every call, in cache */
         gemm_arg one = gemm_shape(c->be, arena, 16, 1, 1, 1);
         if ((rc = prof_alone_time(c, run_gemm, &one, p->quick ? 0.005 : 0.05, 1000, 3, &p->launch_s, err))) goto out;
     }

@@ -56,7 +56,7 @@ int prof_alone_time(const prof_ctx *c, void (*fn)(void *), void *arg, double tar
 void prof_keep_gemm(cost_profile *p, int idx, int pass, int m, int n, int k, double t);
 /* A GEMM grid (every m x n x k of m[] x nk[] x nk[]), timed through the
  * backend's linear_forward, best of `passes` passes of `batches` batches
- * per shape; on a host-memory backend also the fixed cost of a call
+ * per shape; on the CPU backend also the fixed cost of a call
  * (p->launch_s: a 1x1x1 GEMM). */
 typedef struct {
     const int *m; int n_m;
