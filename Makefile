@@ -38,7 +38,7 @@ endif
 NVCCFLAGS ?= -O2 -g
 override NVCCFLAGS += -std=c++17 $(CUDA_ARCH) -I. -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -MMD -MP
 
-MODULES := util models costdb planner executor
+MODULES := util models costdb planner executor profile
 LIB_SRC := $(foreach m,$(MODULES),$(wildcard $(m)/*.c))
 CLI_SRC := $(wildcard cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
@@ -77,8 +77,9 @@ $(DHP_BIN): $(LIB_OBJ) $(CLI_OBJ)
 # comm_check_emu is the communicator check on the same objects (t_comm.sh).
 # EMU_OBJS: the emulated objects; EMU_REPLACES: the real ones they stand in for.
 EMU_REPLACES := $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC)) $(BUILD)/obj/executor/cuda_none.o \
-                $(BUILD)/obj/executor/comm_nccl.o
-EMU_OBJS     := $(BUILD)/obj/tests/cuda_kernels_emu_dhp.o $(BUILD)/obj/emu/executor/comm_nccl.o
+                $(BUILD)/obj/executor/comm_nccl.o $(BUILD)/obj/profile/device_facts.o
+EMU_OBJS     := $(BUILD)/obj/tests/cuda_kernels_emu_dhp.o $(BUILD)/obj/emu/executor/comm_nccl.o \
+                $(BUILD)/obj/emu/profile/device_facts.o
 EMU_LIB_OBJ  := $(filter-out $(EMU_REPLACES),$(LIB_OBJ)) $(EMU_OBJS)
 
 $(BUILD)/dhp-emu: $(EMU_LIB_OBJ) $(CLI_OBJ)
@@ -90,6 +91,11 @@ $(BUILD)/comm_check_emu: $(BUILD)/obj/tests/mpi/comm_check.o $(EMU_LIB_OBJ)
 $(BUILD)/obj/emu/executor/comm_nccl.o: executor/comm_nccl.c tests/ncclemu.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -UDHP_NCCL -DDHP_NCCL=1 -DDHP_NCCL_EMU -include tests/ncclemu.h -c -o $@ $<
+
+# dhp profile's device queries answered by the emulated runtime (tests/ncclemu.h).
+$(BUILD)/obj/emu/profile/device_facts.o: profile/device_facts.c tests/ncclemu.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -UDHP_CUDA -DDHP_PROFILE_EMU -include tests/ncclemu.h -c -o $@ $<
 
 $(BUILD)/test_dhp: $(LIB_OBJ) $(TEST_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lstdc++
@@ -135,7 +141,7 @@ $(BUILD)/emu_guard_check: tests/emu/guard_check.cpp tests/cudaemu.h
 # floating-point operation (no -ffast-math), so results are unchanged.
 $(BUILD)/obj/executor/cpu_kernels.o $(BUILD)/obj/executor/cpu_attention.o: override CFLAGS += -O3 -fno-math-errno
 # The profile's STREAM loops are built like the kernels they stand for.
-$(BUILD)/obj/costdb/profile.o: override CFLAGS += -O3 -fno-math-errno
+$(BUILD)/obj/profile/cpu.o: override CFLAGS += -O3 -fno-math-errno
 
 $(BUILD)/tools/embed: tools/embed.c
 	@mkdir -p $(dir $@)

@@ -37,7 +37,9 @@ How it measures, and why:
   user who runs `dhp profile` and `dhp run` without OPENBLAS_NUM_THREADS does.
 
 Usage: bench/fidelity.py [--dhp ./dhp] [--rounds 10] [--steps 15] [--warmup 3] [--quick-profile] [--no-bind]
-                         [--threads 1] [--plans c1,d2_1_1,...] [--json OUT]
+                         [--threads 1] [--plans c1,d2_1_1,...] [--json OUT] [--backend cpu|cuda]
+--backend cuda profiles the GPUs (dhp profile --backend cuda) and trains on them (dhp run --backend
+cuda): the same comparison on a GPU host, one rank per GPU.
 """
 import argparse
 import json
@@ -135,6 +137,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="OpenBLAS threads per rank")
     ap.add_argument("--plans", help="comma-separated subset of: " + ",".join(p[0] for p in PLANS))
     ap.add_argument("--json")
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"],
+                    help="the backend dhp profile measures and dhp run trains on (cuda: one rank per GPU)")
     a = ap.parse_args()
     if a.threads < 1:
         sys.exit("--threads must be at least 1")
@@ -174,7 +178,8 @@ def main():
         clusters = {}
         for n in sorted(set(plans.values())):
             clusters[n] = os.path.join(tmp, f"cpu-{n}{tag}.json")
-            sh(mpirun(n, [dhp, "profile", "--cluster-out", clusters[n]] + (["--quick"] if a.quick_profile else [])), env)
+            sh(mpirun(n, [dhp, "profile", "--backend", a.backend, "--cluster-out", clusters[n]]
+                      + (["--quick"] if a.quick_profile else [])), env)
         out = {}
         for name, placement, spec, extra in PLANS:
             plan = os.path.join(tmp, f"{name}{tag}.json")
@@ -190,7 +195,7 @@ def main():
     for rnd in range(a.rounds):
         for name, *_ in PLANS:
             log = sh(mpirun(plans[name], [dhp, "run", os.path.join(tmp, f"{name}.json"), "--data", data_of[name],
-                                          "--steps", str(a.steps), "--log-json"]), env)
+                                          "--steps", str(a.steps), "--backend", a.backend, "--log-json"]), env)
             steps = [json.loads(l) for l in log.splitlines() if l.startswith("{")]
             times[name] += [s["step_s"] for s in steps[a.warmup:]]
             per_round[name].append(quantile([s["step_s"] for s in steps[a.warmup:]], 0.1))

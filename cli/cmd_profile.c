@@ -1,9 +1,10 @@
 /* dhp profile: measure this host's CPU backend (or, with --backend cuda, its
- * GPUs) and write a dhp.gpu/1 file and a one-node dhp.cluster/1 file for the
+ * GPUs) through profile/ and write a dhp.gpu/1 file and a one-node dhp.cluster/1 file for the
  * planner and the simulator. Run under mpirun to measure the collectives
  * between ranks. */
 #include "cli/cli.h"
 #include "executor/backend.h"
+#include "profile/profile.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -11,22 +12,21 @@
 #include <unistd.h>
 
 static const char *profile_help =
-    "usage: dhp profile [--backend cpu|cuda] [-o GPU.json] [--cluster-out CLUSTER.json] [--quick] [--json]\n"
+    "usage: dhp profile [--backend cpu|cuda|auto] [-o GPU.json] [--cluster-out CLUSTER.json] [--quick] [--json]\n"
     "\n"
-    "Measures the local CPU backend: fp32 GEMM (cblas_sgemm) over the tiny / 100M model shapes,\n"
+    "Measures the local CPU backend: fp32 GEMMs (its linear_forward) over the tiny / 100M model shapes,\n"
     "the executor's attention kernels, STREAM and element-wise memory bandwidth, the fixed cost of a\n"
     "BLAS call, physical memory (rank 0 measuring while the others wait), how ranks sharing cores slow\n"
     "each other (bind them as the real run will, e.g. mpirun --bind-to core:overload-allowed), and -\n"
     "under mpirun - all-reduce, all-gather, reduce-scatter, all-to-all and send/recv between the ranks\n"
     "(without mpirun: a memcpy stands in for a send to oneself).\n"
-    "With --backend cuda it measures this host's GPUs instead, one rank per GPU (rank r on device r):\n"
-    "cuBLAS GEMMs (BF16 tensor cores; --gemm-fp32: fp32 cublasSgemm, what dhp run executes), the CUDA\n"
-    "backend's own attention and element-wise kernels, device-to-device copies, the launch cost, device\n"
-    "memory and - under mpirun - NCCL collectives between the GPUs, all timed with CUDA events.\n"
+    "With --backend cuda it measures this host's GPUs instead, one rank per GPU (the rank on its node):\n"
+    "the CUDA backend's own GEMMs (fp32 linear_forward, what dhp run executes), attention and element-wise\n"
+    "kernels, device-to-device copies, the launch cost, device memory and - under mpirun - the\n"
+    "communicator's NCCL collectives between the GPUs: the interfaces dhp run uses.\n"
     "Every field's source says how it was measured (costdb/SCHEMA.md, \"Measured files\").\n"
     "\n"
-    "  --backend B         cpu (default) or cuda\n"
-    "  --gemm-fp32         (cuda) fit the GEMM fields to fp32 cublasSgemm instead of BF16 cublasGemmEx\n"
+    "  --backend B         cpu (default), cuda, or auto (cuda where a device is usable, as dhp run)\n"
     "  -o FILE             write the description of one rank (schema dhp.gpu/1)\n"
     "  --cluster-out FILE  write a cluster 'cpu-<ranks>' (cuda: 'cuda-<ranks>'): 1 node x <ranks>, the GPU inline, the intra\n"
     "                      link fitted to the collectives (use with dhp plan --cluster FILE)\n"
@@ -93,15 +93,19 @@ static void print_summary_cuda(const cost_profile *p, const char *gpu_path, cons
     const cost_profile_device *d = &p->dev;
     char mem[32], res[32];
     int best = best_gemm(p);
-    printf("dhp profile: %s, %s, %d rank%s, %s (sm_%d%d, %d SMs, %.0f MHz), %d GPU%s on the host%s\n", p->host, p->date,
-           p->ranks, p->ranks > 1 ? "s" : "", d->name, d->cc_major, d->cc_minor, d->sms, d->clock_hz / 1e6, d->devices,
-           d->devices > 1 ? "s" : "", p->quick ? ", quick" : "");
+    printf("dhp profile: %s, %s, %d rank%s, %s (sm_%d%d, %d SMs, %.0f MHz), %d GPU%s on the host, backend %s%s\n", p->host,
+           p->date, p->ranks, p->ranks > 1 ? "s" : "", d->name, d->cc_major, d->cc_minor, d->sms, d->clock_hz / 1e6,
+           d->devices, d->devices > 1 ? "s" : "", d->backend, p->quick ? ", quick" : "");
     if (p->n_gemm)
         printf("  %-15s best %.1f TFLOP/s (%dx%dx%d); fit %.1f TFLOP/s large-shape, gemm_half %.0f (rms %.0f%%)\n",
-               d->gemm_fp32 ? "gemm fp32" : "gemm bf16", p->gemm[best].rate / 1e12, p->gemm[best].m, p->gemm[best].n,
+               "gemm fp32", p->gemm[best].rate / 1e12, p->gemm[best].m, p->gemm[best].n,
                p->gemm[best].k, p->gemm_rate_max / 1e12, g->gemm_half, 100 * p->gemm_fit_rms);
-    printf("  %-15s %.1f TFLOP/s (%g FLOP/cycle/SM), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e12, p->flops_per_cycle,
-           g->gemm_eff_max);
+    if (p->flops_per_cycle > 0)
+        printf("  %-15s %.1f TFLOP/s (%g FLOP/cycle/SM), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e12,
+               p->flops_per_cycle, g->gemm_eff_max);
+    else
+        printf("  %-15s %.3g TFLOP/s (no clock known: the best measured rate), gemm_eff_max %.3f\n", "peak",
+               g->peak_flops / 1e12, g->gemm_eff_max);
     printf("  %-15s attn_eff %.4f + %.3g ns fwd, %.3g ns bwd per score + %.3g ns fwd, %.3g ns bwd per row (rms %.0f%%, "
            "%d shapes)\n", "attention", g->attn_eff, g->attn_score_s * 1e9, g->attn_bwd_score_s * 1e9, g->attn_row_s * 1e9,
            g->attn_bwd_row_s * 1e9, 100 * p->attn_fit_rms, p->n_attn);
@@ -179,34 +183,6 @@ static void print_json(const cost_profile *p)
     cli_emit_json(doc);
 }
 
-static int profile_cpu(cost_profile_opts *o, cost_profile *p, char *err)
-{
-    const ex_backend *be = ex_backend_cpu();
-    o->attention_forward = be->attention_forward;
-    o->attention_backward = be->attention_backward;
-    o->add_inplace = be->add_inplace;
-    o->swiglu_forward = be->swiglu_forward;
-    o->rmsnorm_forward = be->rmsnorm_forward;
-    o->layernorm_forward = be->layernorm_forward;
-    o->layernorm_backward = be->layernorm_backward;
-    o->zero = be->zero;
-    o->copy = be->copy;
-    o->add_bias = be->add_bias;
-    o->linear_backward = be->linear_backward;
-    o->rmsnorm_backward = be->rmsnorm_backward;
-    o->rope_forward = be->rope_forward;
-    o->rope_backward = be->rope_backward;
-    o->swiglu_backward = be->swiglu_backward;
-    o->gelu_forward = be->gelu_forward;
-    o->gelu_backward = be->gelu_backward;
-    o->ce_row_max = be->ce_row_max;
-    o->ce_exp_sum = be->ce_exp_sum;
-    o->ce_grad = be->ce_grad;
-    o->sumsq = be->sumsq;
-    o->attention_merge = be->attention_merge;
-    return cost_profile_measure(o, p, err);
-}
-
 static int check_cuda_kernels(char *err)
 {
     int rc = ex_cuda_check(&cuda_check_worst, cuda_check_what, sizeof cuda_check_what, err);
@@ -217,40 +193,21 @@ static int check_cuda_kernels(char *err)
     return UTIL_OK;
 }
 
-static int profile_cuda(cost_profile_opts *o, bool gemm_fp32, cost_profile *p, char *err)
-{
-    memset(p, 0, sizeof *p);
-    const ex_backend *be = ex_backend_cuda(err);
-    if (!be) return UTIL_ERUNTIME;
-    o->check_kernels = check_cuda_kernels;
-    o->attention_forward = be->attention_forward;
-    o->attention_backward = be->attention_backward;
-    o->add_inplace = be->add_inplace;
-    o->swiglu_forward = be->swiglu_forward;
-    o->rmsnorm_forward = be->rmsnorm_forward;
-    o->layernorm_forward = be->layernorm_forward;
-    o->layernorm_backward = be->layernorm_backward;
-    o->sync = ex_cuda_sync;
-    o->gemm_fp32 = gemm_fp32;
-    return cost_profile_measure_cuda(o, p, err);
-}
-
 int cmd_profile(int argc, char **argv)
 {
-    const char *gpu_path = NULL, *cluster_path = NULL;
-    cost_profile_opts o = { .quick = false };
-    bool json = false, cuda = false, gemm_fp32 = false;
+    const char *gpu_path = NULL, *cluster_path = NULL, *backend = "cpu";
+    prof_opts o = { .quick = false };
+    bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(profile_help, stdout); return 0; }
         if (!strcmp(a, "--quick")) o.quick = true;
         else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--gemm-fp32")) gemm_fp32 = true;
         else if (!strcmp(a, "--backend")) {
-            if (i + 1 >= argc) return cli_usage_error("profile", "--backend needs cpu or cuda");
-            const char *b = argv[++i];
-            if (!strcmp(b, "cuda")) cuda = true;
-            else if (strcmp(b, "cpu")) return cli_usage_error("profile", "unknown backend '%s' (cpu or cuda)", b);
+            if (i + 1 >= argc) return cli_usage_error("profile", "--backend needs cpu, cuda or auto");
+            backend = argv[++i];
+            if (strcmp(backend, "cpu") && strcmp(backend, "cuda") && strcmp(backend, "auto"))
+                return cli_usage_error("profile", "unknown backend '%s' (cpu, cuda or auto)", backend);
         }
         else if (!strcmp(a, "-o") || !strcmp(a, "--cluster-out")) {
             if (i + 1 >= argc || !argv[i + 1][0]) return cli_usage_error("profile", "%s needs a file name", a);
@@ -262,11 +219,15 @@ int cmd_profile(int argc, char **argv)
     }
     if (gpu_path && cluster_path && !strcmp(gpu_path, cluster_path))
         return cli_usage_error("profile", "-o and --cluster-out name the same file '%s'", gpu_path);
-    if (gemm_fp32 && !cuda) return cli_usage_error("profile", "--gemm-fp32 is for --backend cuda (the CPU GEMMs are fp32)");
     if ((gpu_path && check_writable(gpu_path)) || (cluster_path && check_writable(cluster_path))) return 2;
     cost_profile p;
-    char err[UTIL_ERR_LEN];
-    int rc = cuda ? profile_cuda(&o, gemm_fp32, &p, err) : profile_cpu(&o, &p, err);
+    memset(&p, 0, sizeof p);
+    char err[UTIL_ERR_LEN], why[UTIL_ERR_LEN];
+    /* the backend dhp run would use (executor/backend_pick.c) */
+    o.be = ex_backend_pick(backend, why, sizeof why, err);
+    int rc = o.be ? UTIL_OK : UTIL_ERUNTIME;
+    if (o.be && o.be != ex_backend_cpu()) o.check_kernels = check_cuda_kernels;
+    if (!rc) rc = prof_measure(&o, &p, err);
     if (rc) {
         if (p.rank == 0) fprintf(stderr, "dhp profile: %s\n", err);
         return rc == UTIL_EINVAL ? 2 : 1;
@@ -277,6 +238,6 @@ int cmd_profile(int argc, char **argv)
         return rc == UTIL_EIO ? 2 : 1;
     }
     if (json) print_json(&p);
-    else print_summary(&p, gpu_path, cluster_path);
+    else { printf("%s\n", why); print_summary(&p, gpu_path, cluster_path); }
     return 0;
 }

@@ -285,9 +285,9 @@ double cost_p2p_time(const cost_cluster *c, int pool_a, int pool_b, bool same_no
 
 const char *cost_coll_name(cost_coll op);
 
-/* ---- dhp profile: measuring the local CPU backend (costdb/profile.c) ----
+/* ---- dhp profile: the measurements (taken by profile/), their fits and files ----
  *
- * cost_profile_measure times fp32 GEMMs (cblas_sgemm), the backend's
+ * profile/ (prof_measure, above the executor) times the backend's GEMMs, its
  * attention and element-wise kernels, STREAM kernels
  * on rank 0 while the other ranks wait (one rank computing alone), then how
  * ranks bound to the same processors slow each other (compute_speed,
@@ -322,63 +322,19 @@ typedef struct {
 typedef struct { cost_prof_op op; double bytes, seconds; } cost_profile_coll;   /* bytes: full buffer S */
 typedef struct { bool valid; double alpha_s, busbw, rms_rel; int points; } cost_profile_fit;
 
-/* The attention kernels to time, the backend's own (the CLI passes the
- * executor's, so the figure describes what dhp run executes; costdb cannot
- * link the executor). Shapes and conventions as executor/backend.h. */
-typedef void (*cost_attn_fwd_fn)(float *out, float *lse, const float *q, const float *k, const float *v,
-                                 const int *cu_seqlens, int nseq, int H, int Hkv, int hd, bool causal);
-typedef void (*cost_attn_bwd_fn)(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                 const float *k, const float *v, const float *out, const float *lse,
-                                 const int *cu_seqlens, int nseq, int H, int Hkv, int hd, bool causal);
-typedef struct {
-    bool quick;                   /* a few seconds instead of about a minute */
-    cost_attn_fwd_fn attention_forward;    /* required */
-    cost_attn_bwd_fn attention_backward;   /* required */
-    /* The backend's element-wise kernels, required (on device pointers,
-     * asynchronous on the default stream, for CUDA), and, CUDA only and
-     * required there, its error check (ex_cuda_sync). */
-    void (*add_inplace)(float *y, const float *x, size_t n);
-    void (*swiglu_forward)(float *h, const float *g, const float *u, size_t n);
-    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int n, int d, float eps);
-    /* LayerNorm, required: the CPU profile's table has it, and the CUDA
-     * profile measures it into a table of its own (the audio encoder's norm) */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
-                              int n, int d, float eps);
-    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                               const float *mean, const float *rstd, int n, int d);
-    /* The rest of the element-wise kernels, for the per-kernel table
-     * (cost_ew_table): required by the CPU profile, unused by the CUDA one
-     * (a GPU's element-wise kernels are all bound by memory: mem_eff). */
-    void (*zero)(float *x, size_t n);
-    void (*copy)(float *dst, const float *src, size_t n);
-    void (*add_bias)(float *y, const float *b, int n, int d);
-    void (*linear_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                            const float *w, int n, int in, int out_dim);   /* db only: the bias gradient */
-    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-                             const float *rstd, int n, int d);
-    void (*rope_forward)(float *x, const float *cos, const float *sin, int n, int nh, int hd);
-    void (*rope_backward)(float *dx, const float *cos, const float *sin, int n, int nh, int hd);
-    void (*swiglu_backward)(float *dg, float *du, const float *dh, const float *g, const float *u, size_t n);
-    void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n);
-    void (*ce_row_max)(float *mx, const float *logits, int n, int vocab);
-    void (*ce_exp_sum)(float *probs, float *st, const float *logits, const float *mx, const int32_t *targets,
-                       int n, int vocab, int v0);
-    void (*ce_grad)(float *dlogits, const float *st, const int32_t *targets, int n, int vocab, int v0,
-                    float dscale);
-    double (*sumsq)(const float *x, size_t n);
-    void (*attention_merge)(float *out, float *lse, const float *part, const float *part_lse, int nseq, int stride,
-                            int q0, int nq, int H, int hd);
-    int (*sync)(char *err);
-    /* CUDA, optional: run once the rank's device is chosen, before any
-     * timing (the CLI checks the kernels against the CPU backend); a
-     * failure stops the profile with its message. */
-    int (*check_kernels)(char *err);
-    /* CUDA: fit the GEMM fields to fp32 cublasSgemm (what dhp run executes)
-     * instead of BF16 tensor-core cublasGemmEx (what the shipped GPU files
-     * describe and the planner prices). */
-    bool gemm_fp32;
-} cost_profile_opts;
+/* How dhp profile measures (profile/), which the files it writes state
+ * beside the figures (costdb/profile_json.c). */
+#define COST_PROF_GPU_RMSNORM_DIM 5120   /* hidden size of a CUDA profile's norm rows: Qwen2.5-32B's LLM */
+#define COST_PROF_GEMM_BATCHES 2         /* timed batches of a GEMM shape per pass */
+#define COST_PROF_EW_ROW 768             /* rows of RMSNorm and the bias kernels: dhp-100m's hidden size */
+#define COST_PROF_EW_HEADS 8             /* RoPE rows of 8 heads x 64 */
+#define COST_PROF_EW_HEAD_DIM 64
+#define COST_PROF_EW_VOCAB 1024          /* cross-entropy rows */
+#define COST_PROF_SHARING_TRIALS 8       /* windows per rank count of the compute-sharing benchmark */
+#define COST_PROF_HANDOFF_WORK_S 100e-6  /* work between the pings of the hand-back benchmark */
+#define COST_PROF_HANDOFF_TRIALS 3
+#define COST_PROF_OVERLAP_BYTES (64u << 10)   /* the all-gather of the overlap benchmark */
+#define COST_PROF_OVERLAP_TRIALS 7
 
 /* The device a CUDA profile measured (rank 0's; all ranks must have the same kind). */
 typedef struct {
@@ -388,7 +344,7 @@ typedef struct {
     double mem_clock_hz;          /* peak memory clock (cudaDevAttrMemoryClockRate) */
     int bus_bits;                 /* cudaDevAttrGlobalMemoryBusWidth */
     double d2d_bw;                /* cudaMemcpy device to device, bytes read + written per second */
-    bool gemm_fp32;               /* the GEMM table is fp32 cublasSgemm (else BF16 cublasGemmEx) */
+    char backend[32];             /* the backend whose kernels were timed (ex_backend.name: "cuda", "cuda-emu") */
     int runtime_version, driver_version, nccl_version;
 } cost_profile_device;
 
@@ -396,7 +352,7 @@ typedef struct {
     /* where and how */
     char host[COST_NAME_LEN], date[32];   /* date: UTC, ISO 8601 */
     bool quick;
-    bool cuda;                    /* measured with cost_profile_measure_cuda: device below, no CPU facts */
+    bool cuda;                    /* measured on the CUDA backend: device below, no CPU facts */
     cost_profile_device dev;
     int rank, ranks;              /* MPI rank and ranks on this host (0 and 1 without mpirun) */
     bool mpi;                     /* collectives measured through MPI */
@@ -473,18 +429,17 @@ int cost_profile_fit_gemm(const double *m, const double *n, const double *k, con
  * n-1 and S (n-1)/n; send/recv and memcpy 1 and S). */
 void cost_profile_op_terms(cost_prof_op op, double bytes, int n, double *steps, double *xbytes);
 const char *cost_profile_op_name(cost_prof_op op);
-/* Measures this host. Under mpirun (and MPI not yet initialised) it
- * initialises MPI and finalises it before returning; every rank must call it,
- * and every rank gets the same result (p->rank differs). Fills p->gpu, p->fit
- * and p->link. */
-int cost_profile_measure(const cost_profile_opts *o, cost_profile *p, char *err);
-/* The same for the CUDA backend: one GPU per rank (rank r on device r of
- * this host): cuBLAS GEMMs, the backend's attention and element-wise
- * kernels, device-to-device copies, the launch cost and, under mpirun,
- * NCCL collectives between the ranks' GPUs; each kernel timed with CUDA
- * events on rank 0 while the others wait. UTIL_EUNSUPPORTED in a build
- * without CUDA, UTIL_ERUNTIME when no device is usable. */
-int cost_profile_measure_cuda(const cost_profile_opts *o, cost_profile *p, char *err);
+/* Score entries one sequence's attention computes (causal: about half), and
+ * its forward FLOPs, 4 head_dim x scores (cost_profile_attn.fwd_flops). */
+double cost_prof_attn_scores(const cost_profile_attn *a);
+double cost_prof_attn_fwd_flops(const cost_profile_attn *a);
+/* Alpha-beta fit of the measured operations op (-1: all of them) over ranks. */
+void cost_prof_fit_points(const cost_profile *p, int op, int ranks, cost_profile_fit *f);
+/* The cost-model fields (p->gpu) from the measurements, either backend. */
+int cost_prof_derive(cost_profile *p, char *err);
+/* Passes over the GEMM grid and over the element-wise kernels, best of them per shape. */
+static inline int cost_prof_gemm_passes(const cost_profile *p) { return p->quick ? 2 : 3; }
+static inline int cost_prof_ew_passes(const cost_profile *p) { return p->quick ? 2 : 3; }
 /* dhp.gpu/1 object: every field {"value", "source"}; with_measurements adds
  * the raw tables under "measurements" (the loader ignores it). */
 cJSON *cost_profile_gpu_json(const cost_profile *p, bool with_measurements);

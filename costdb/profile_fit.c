@@ -1,9 +1,8 @@
 /* dhp profile: the fits (alpha-beta of the collectives, the attention and
  * GEMM efficiency curves) and the derivation of the cost-model fields from a
- * profile's measurements, either backend (costdb/profile.c, profile_cuda.c).
+ * profile's measurements, either backend (taken by profile/cpu.c, profile/device.c).
  * The rules are in costdb/SCHEMA.md ("Measured files"). */
 #include "costdb/costdb.h"
-#include "costdb/profile_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -362,4 +361,22 @@ int cost_prof_derive(cost_profile *p, char *err)
     measured_grid(p, y, &gpu->grid);
     gpu->ew = p->ew;
     return cost_gpu_validate(gpu, "profile", err);
+}
+
+void cost_prof_fit_points(const cost_profile *p, int op, int ranks, cost_profile_fit *f)
+{
+    double a[COST_PROFILE_MAX_COLL], x[COST_PROFILE_MAX_COLL], t[COST_PROFILE_MAX_COLL], beta;
+    int n = 0;
+    for (int i = 0; i < p->n_coll; i++) {
+        if (op >= 0 && (int)p->coll[i].op != op) continue;
+        cost_profile_op_terms(p->coll[i].op, p->coll[i].bytes, ranks, &a[n], &x[n]);
+        t[n++] = p->coll[i].seconds;
+    }
+    memset(f, 0, sizeof *f);
+    f->points = n;
+    char ignored[UTIL_ERR_LEN];
+    if (n && cost_profile_fit_alpha_beta(a, x, t, n, &f->alpha_s, &beta, &f->rms_rel, ignored) == UTIL_OK) {
+        f->busbw = 1.0 / beta;
+        f->valid = true;
+    }
 }

@@ -2,7 +2,6 @@
  * and the one-node dhp.cluster/1 file, with the measurements they come from
  * (costdb/SCHEMA.md, "Measured files"); written atomically and read back. */
 #include "costdb/costdb.h"
-#include "costdb/profile_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -100,23 +99,24 @@ static bool add_fit_fields(cJSON *o, const cost_profile *p, const char *kernels,
                      "(dout . out, the row's loads)");
 }
 
-/* The fields of a CUDA profile (cost_profile_measure_cuda): one rank's GPU. */
+/* The fields of a device profile (profile/device.c): one rank's GPU. */
 static bool add_gpu_fields_cuda(cJSON *o, const cost_profile *p)
 {
     const cost_gpu *g = &p->gpu;
     const cost_profile_device *d = &p->dev;
     char shapes[256], w[256];
     shape_list(p, shapes, sizeof shapes);
-    snprintf(w, sizeof w, "%s (sm_%d%d, %d SMs), CUDA runtime %d, driver %d, rank 0 of %d timing with CUDA events while "
-             "the others wait", d->name, d->cc_major, d->cc_minor, d->sms, d->runtime_version, d->driver_version, p->ranks);
-    const char *kern = d->gemm_fp32 ? "fp32 cublasSgemm" : "BF16 cublasGemmEx (FP32 accumulate)";
+    snprintf(w, sizeof w, "%s (sm_%d%d, %d SMs), CUDA runtime %d, driver %d, the %s backend's kernels, rank 0 of %d timing "
+             "batches of calls ended by the backend's sync while the others wait", d->name, d->cc_major, d->cc_minor, d->sms,
+             d->runtime_version, d->driver_version, d->backend, p->ranks);
+    const char *kern = "fp32 linear_forward (the backend's GEMM, cublasSgemm on CUDA)";
     bool ok;
     if (d->clock_hz > 0)
         ok = add_field(o, p, "peak_flops", g->peak_flops,
                        "%s peak = %g FLOP/cycle/SM x %.0f MHz (cudaDevAttrClockRate) x %d SMs; rule: the higher of the fitted "
                        "large-shape %s rate (%.4g FLOP/s, see gemm_eff_max) and the best measured shape's, / (clock x SMs), "
                        "rounded up to a power of two FLOP/cycle; %s",
-                       d->gemm_fp32 ? "fp32" : "dense BF16 tensor-core", p->flops_per_cycle, d->clock_hz / 1e6, d->sms,
+                       "fp32", p->flops_per_cycle, d->clock_hz / 1e6, d->sms,
                        kern, p->gemm_rate_max, w);
     else
         ok = add_field(o, p, "peak_flops", g->peak_flops,
@@ -132,12 +132,12 @@ static bool add_gpu_fields_cuda(cJSON *o, const cost_profile *p)
     if (d->mem_clock_hz > 0 && d->bus_bits > 0)
         ok = ok && add_field(o, p, "hbm_bw", g->hbm_bw,
                              "theoretical: memory clock %.0f MHz (cudaDevAttrMemoryClockRate) x 2 (double data rate) x "
-                             "%d-bit bus (cudaDevAttrGlobalMemoryBusWidth) / 8; a device-to-device cudaMemcpy of %.0f MiB "
+                             "%d-bit bus (cudaDevAttrGlobalMemoryBusWidth) / 8; the backend's device-to-device copy (d2d) of %.0f MiB "
                              "moved %.4g GB/s (read + written)", d->mem_clock_hz / 1e6, d->bus_bits,
                              p->stream_bytes / 1048576.0, d->d2d_bw / 1e9);
     else
         ok = ok && add_field(o, p, "hbm_bw", g->hbm_bw,
-                             "a device-to-device cudaMemcpy of %.0f MiB, bytes read + written per second (the device "
+                             "the backend's device-to-device copy (d2d) of %.0f MiB, bytes read + written per second (the device "
                              "reports no memory clock)", p->stream_bytes / 1048576.0);
     ok = ok && add_field(o, p, "mem_eff", g->mem_eff,
                          "the CUDA backend's element-wise kernels over fp32 arrays of %.0f MiB (residual add 12 B/element "
@@ -177,7 +177,7 @@ static bool add_gpu_fields_cpu(cJSON *o, const cost_profile *p)
                          "(from memory, as a step's weights and outputs come), time less kernel_launch_s, best of %d batches "
                          "in %d passes over the grid; %s",
                          p->gemm_rate_max, 100 * p->gemm_fit_rms, p->n_gemm, shapes, p->gemm_arena_bytes / 1048576,
-                         GEMM_BATCHES * gemm_passes(p), gemm_passes(p), w);
+                         COST_PROF_GEMM_BATCHES * cost_prof_gemm_passes(p), cost_prof_gemm_passes(p), w);
     ok = ok && add_fit_fields(o, p, "flash-style attention forward and backward, the executor's own kernels "
                                     "(executor/cpu_kernels.c, passed in by the CLI)", w);
     ok = ok && add_field(o, p, "hbm_bytes", g->hbm_bytes,
@@ -194,7 +194,7 @@ static bool add_gpu_fields_cpu(cJSON *o, const cost_profile *p)
                          "the elementwise table's large size, %.0f MiB per array (residual add 12 B/element %.3g GB/s, "
                          "SwiGLU 12 B/element %.3g GB/s, RMSNorm d=%d 8 B/element %.3g GB/s): total bytes / total time "
                          "%.3g GB/s, / hbm_bw",
-                         g->ew.elements[1] * sizeof(float) / 1048576.0, p->ew_add_bw / 1e9, p->ew_swiglu_bw / 1e9, EW_ROW,
+                         g->ew.elements[1] * sizeof(float) / 1048576.0, p->ew_add_bw / 1e9, p->ew_swiglu_bw / 1e9, COST_PROF_EW_ROW,
                          p->ew_rmsnorm_bw / 1e9, p->ew_bw / 1e9);
     ok = ok && add_field(o, p, "reserved_bytes", g->reserved_bytes,
                          p->used_from_meminfo
@@ -229,8 +229,8 @@ static bool add_gpu_fields(cJSON *o, const cost_profile *p)
                  "(executor/cpu_kernels.c, passed in by the CLI) over fp32 arrays of `elements` elements, its nominal bytes "
                  "(tensor elements read + written per element, costdb/model.c ew_kernels, x 4 B) / time, best of %d passes; "
                  "rows of %d (RMSNorm, LayerNorm, bias), %d heads x %d (RoPE), vocabulary %d (cross-entropy); the cost model "
-                 "interpolates in log bytes between the two sizes", p->host, p->date, ew_passes(p), EW_ROW, EW_HEADS,
-                 EW_HEAD_DIM, EW_VOCAB);
+                 "interpolates in log bytes between the two sizes", p->host, p->date, cost_prof_ew_passes(p), COST_PROF_EW_ROW, COST_PROF_EW_HEADS,
+                 COST_PROF_EW_HEAD_DIM, COST_PROF_EW_VOCAB);
     return cost_ew_table_add(o, &p->gpu.ew, src);
 }
 
@@ -247,8 +247,7 @@ static cJSON *gemm_measurements(const cost_profile *p)
 {
     cJSON *o = cJSON_CreateObject(), *rows = cJSON_CreateArray();
     const char *kernel = !p->cuda ? "cblas_sgemm RowMajor NoTrans x Trans, fp32"
-                         : p->dev.gemm_fp32 ? "cublasSgemm OP_T x OP_N (row-major A[m,k] B[n,k]^T), fp32"
-                                            : "cublasGemmEx OP_T x OP_N (row-major A[m,k] B[n,k]^T), BF16 in and out, FP32 compute";
+                         : "the backend's linear_forward (row-major A[m,k] B[n,k]^T; cublasSgemm OP_T x OP_N on CUDA), fp32";
     bool ok = o && rows && cJSON_AddStringToObject(o, "kernel", kernel)
         && add_num(o, "rate_max", p->gemm_rate_max) && add_num(o, "gemm_half", p->gpu.gemm_half)
         && add_num(o, "fit_rms_rel", p->gemm_fit_rms);
@@ -369,18 +368,19 @@ static cJSON *link_json(const cost_profile *p, bool intra)
         snprintf(how, sizeof how, "%d GPUs of this host, one rank each: weighted least-squares fit (relative error, rms "
                  "%.1f%%) of t = steps * alpha_s + S * factor / busbw (nccl-tests factors: all-reduce 2(n-1) steps, "
                  "2(n-1)/n; all-gather, reduce-scatter, all-to-all n-1, (n-1)/n; send/recv 1, 1) jointly over "
-                 "ncclAllReduce, ncclAllGather, ncclReduceScatter, grouped ncclSend/ncclRecv all-to-all and ring "
-                 "exchange (NCCL %d), %s, CUDA events, slowest rank, best of 3 trials; per-operation fits and the raw "
+                 "the executor's communicator (ex_comm over NCCL %d: ncclAllReduce, ncclAllGather, ncclReduceScatter, "
+                 "grouped ncclSend/ncclRecv all-to-all, a ring isend/irecv exchange), %s, slowest rank, best of 3 trials; per-operation fits and the raw "
                  "table under measurements", p->ranks, 100 * p->link.rms_rel, p->dev.nccl_version, sz);
     else if (p->cuda)
-        snprintf(how, sizeof how, "1 process (not under mpirun): a device-to-device cudaMemcpyAsync of %s stands in "
+        snprintf(how, sizeof how, "1 process (not under mpirun): the backend's device-to-device copy of %s stands in "
                  "for a send to oneself, least-squares fit (relative error, rms %.1f%%) of t = alpha_s + S / busbw; no "
                  "link between GPUs measured (run one rank per GPU under mpirun)", sz, 100 * p->link.rms_rel);
     else if (p->mpi)
         snprintf(how, sizeof how, "%d ranks on this host: weighted least-squares fit (relative error, rms %.1f%%) of "
                  "t = steps * alpha_s + S * factor / busbw (nccl-tests factors: all-reduce 2(n-1) steps, 2(n-1)/n; "
-                 "all-gather, reduce-scatter, all-to-all n-1, (n-1)/n; send/recv 1, 1) jointly over MPI_Allreduce, "
-                 "MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall and a ring MPI_Sendrecv, %s, slowest rank, "
+                 "all-gather, reduce-scatter, all-to-all n-1, (n-1)/n; send/recv 1, 1) jointly over the "
+                 "executor's communicator (ex_comm over MPI: all-reduce, all-gather, reduce-scatter, all-to-all and a ring "
+                 "isend/irecv exchange), %s, slowest rank, "
                  "best of 3 trials; per-operation fits and the raw table under measurements",
                  p->ranks, 100 * p->link.rms_rel, sz);
     else
@@ -409,9 +409,9 @@ static cJSON *fit_json(const cost_profile_fit *f)
 static const char *coll_method(const cost_profile *p)
 {
     if (p->cuda)
-        return p->mpi ? "NCCL collectives between the ranks' GPUs, CUDA events, slowest rank, best of 3 trials"
-                      : "device-to-device cudaMemcpyAsync in one process, CUDA events, best of 3 trials";
-    return p->mpi ? "MPI collectives on MPI_COMM_WORLD, slowest rank, best of 3 trials"
+        return p->mpi ? "the executor's communicator (NCCL) between the ranks' GPUs, slowest rank, best of 3 trials"
+                      : "the backend's device-to-device copy in one process, best of 3 trials";
+    return p->mpi ? "the executor's communicator (MPI) over all ranks, slowest rank, best of 3 trials"
                   : "memcpy in one process, best of 3 trials";
 }
 
@@ -457,7 +457,7 @@ static cJSON *speed_json(const cost_profile *p)
              "sent ahead by rank 0, the busy ranks sleeping until it), the others wait in MPI_Allreduce as the executor's "
              "idle ranks wait in MPI_Wait; mean rate of the busy ranks over the rate of "
              "one alone in the windows just before and after (the same state of the host), median of %d trials, capped at 1; %s",
-             p->host, p->date, p->n_speed, 1e3 * p->sharing_unit_s, 40.0, p->quick ? SHARING_TRIALS / 2 : SHARING_TRIALS, who_);
+             p->host, p->date, p->n_speed, 1e3 * p->sharing_unit_s, 40.0, p->quick ? COST_PROF_SHARING_TRIALS / 2 : COST_PROF_SHARING_TRIALS, who_);
     if (o && cJSON_AddItemToObject(o, "value", cJSON_CreateDoubleArray(p->speed, p->n_speed))
         && cJSON_AddStringToObject(o, "source", src)) return o;
     cJSON_Delete(o);
@@ -475,8 +475,8 @@ static cJSON *handoff_json(const cost_profile *p)
              "pause (mean round trip %.3f ms over %d exchanges, median of %d windows) and while the mate waits in MPI "
              "too (%.4f ms); the difference. The simulator gives a rank that waits every interval of compute "
              "min(interval, this) of a shared CPU against a mate's min(its interval, this)",
-             p->host, p->date, 1e6 * HANDOFF_WORK_S, p->handoff_partner, p->handoff_mate, 1e3 * p->handoff_busy_rtt_s,
-             p->handoff_exchanges, p->quick ? 1 : HANDOFF_TRIALS, 1e3 * p->handoff_idle_rtt_s);
+             p->host, p->date, 1e6 * COST_PROF_HANDOFF_WORK_S, p->handoff_partner, p->handoff_mate, 1e3 * p->handoff_busy_rtt_s,
+             p->handoff_exchanges, p->quick ? 1 : COST_PROF_HANDOFF_TRIALS, 1e3 * p->handoff_idle_rtt_s);
     cJSON *o = cJSON_CreateObject();
     if (o && add_num(o, "value", p->handoff_s) && cJSON_AddStringToObject(o, "source", src)) return o;
     cJSON_Delete(o);
@@ -488,12 +488,12 @@ static cJSON *overlap_json(const cost_profile *p)
 {
     char src[700];
     snprintf(src, sizeof src,
-             "measured by dhp profile on %s %s over %d ranks: an MPI_Iallgather of %u KiB per rank, compute without "
-             "MPI calls for as long as the all-gather alone takes (%.1f us), then MPI_Wait, as dhp's ZeRO strategies "
+             "measured by dhp profile on %s %s over %d ranks: an ex_comm_iallgather (MPI_Iallgather) of %u KiB per rank, compute without "
+             "MPI calls for as long as the all-gather alone takes (%.1f us), then ex_comm_wait, as dhp's ZeRO strategies "
              "prefetch a unit: alone %.1f us, compute alone %.1f us, both %.1f us (best of %d, slowest rank); the "
              "fraction of the collective hidden",
-             p->host, p->date, p->ranks, OVERLAP_BYTES >> 10, 1e6 * p->overlap_coll_s, 1e6 * p->overlap_coll_s,
-             1e6 * p->overlap_compute_s, 1e6 * p->overlap_both_s, OVERLAP_TRIALS);
+             p->host, p->date, p->ranks, COST_PROF_OVERLAP_BYTES >> 10, 1e6 * p->overlap_coll_s, 1e6 * p->overlap_coll_s,
+             1e6 * p->overlap_compute_s, 1e6 * p->overlap_both_s, COST_PROF_OVERLAP_TRIALS);
     cJSON *o = cJSON_CreateObject();
     if (o && add_num(o, "value", p->overlap) && cJSON_AddStringToObject(o, "source", src)) return o;
     cJSON_Delete(o);

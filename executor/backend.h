@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "util/util.h"
 
@@ -178,6 +179,10 @@ typedef struct ex_backend {
 } ex_backend;
 
 const ex_backend *ex_backend_cpu(void);
+
+/* Whether be is the CUDA backend's source emulated on the CPU (dhp-emu,
+ * tests/cudaemu.h): its kernels are a GPU's, its speed a CPU thread's. */
+static inline bool ex_backend_emulated(const ex_backend *be) { return be && be->name && !strcmp(be->name, "cuda-emu"); }
 
 /* Rows between a packed buffer (rows in order) and a permuted one: in
  * consecutive blocks of `block` rows, packed row j of a block is permuted

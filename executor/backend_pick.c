@@ -19,7 +19,7 @@ const ex_backend *ex_backend_pick(const char *want, char *why, size_t why_len, c
     char cuda_err[UTIL_ERR_LEN] = "";
     const ex_backend *be = ex_backend_cuda(cuda_err);
     if (be) {
-        bool emu = !strcmp(be->name, "cuda-emu");
+        bool emu = ex_backend_emulated(be);
         snprintf(why, why_len, "backend: %s (%s%s)", be->name, any ? "a CUDA device is visible" : "asked with --backend cuda",
                  emu ? "; emulated on the CPU" : "");
         return be;

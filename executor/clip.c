@@ -54,8 +54,9 @@ static int check_batch(const ex_module *md, const ex_batch *b, char *err)
 
 int ex_clip_rows(const ex_module *md, const ex_batch *b) { (void)md; return b->n_images * (b->patches + 1); }
 
-/* emb = [cls; pixels Wp^T] + positions per image, then x0 = pre_layrnorm(emb). */
-static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b, float *x0)
+/* emb = [cls; pixels Wp^T] + positions per image, then x0 = pre_layrnorm(emb);
+ * px: the batch's pixels in the backend's memory (the slot's input). */
+static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b, const float *px, float *x0)
 {
     const model_module *mm = &md->mm;
     int d = md->d, P = b->patches, R = P + 1, cpp = mm->in_channels * mm->patch * mm->patch;
@@ -63,7 +64,7 @@ static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b,
     for (int i = 0; i < b->n_images; i++) {
         float *rows = emb + (size_t)i * R * d;
         be->copy(rows, md->w.cls, (size_t)d);
-        be->linear_forward(rows + d, b->pixels + (size_t)i * P * cpp, md->w.patch_w, NULL, P, cpp, d);
+        be->linear_forward(rows + d, px + (size_t)i * P * cpp, md->w.patch_w, NULL, P, cpp, d);
         be->add_inplace(rows, md->w.pos, (size_t)R * d);
     }
     be->layernorm_forward(x0, md->a.clip_mean, md->a.clip_rstd, emb, md->w.pre_ln, md->w.pre_ln_b, md->n_rows, d,
@@ -74,6 +75,7 @@ static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b,
  * embedding's and the patch weights' gradients (dln holds dL/d(emb)). */
 static void stem_backward(const ex_backend *be, ex_module *md, const ex_batch *b)
 {
+    const float *px = md->slot[md->cur].in_dev;   /* b->pixels, uploaded by the forward into this slot */
     const model_module *mm = &md->mm;
     ex_acts *a = &md->a;
     int d = md->d, P = b->patches, R = P + 1, cpp = mm->in_channels * mm->patch * mm->patch;
@@ -84,7 +86,7 @@ static void stem_backward(const ex_backend *be, ex_module *md, const ex_batch *b
         const float *drows = a->dln + (size_t)i * R * d;
         be->add_inplace(md->g.pos, drows, (size_t)R * d);
         be->add_inplace(md->g.cls, drows, (size_t)d);
-        be->linear_backward(NULL, md->g.patch_w, NULL, drows + d, b->pixels + (size_t)i * P * cpp, md->w.patch_w, P,
+        be->linear_backward(NULL, md->g.patch_w, NULL, drows + d, px + (size_t)i * P * cpp, md->w.patch_w, P,
                             cpp, d);
     }
 }
@@ -105,17 +107,21 @@ int ex_clip_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_sta
     if (rc) return rc;
     for (int i = 0; i <= b->n_images; i++) md->cu[i] = md->cu_win[i] = i * R;
     md->n_seq = md->n_win = b->n_images;
+    ex_cu_upload(md, md->n_seq, md->n_win);   /* the kernels read the backend's copies */
     ex_acts *a = &md->a;
     float *x0 = a->blk[md->stage.first].x;
     md->comm_rc = 0;
     if (md->stage.stem) {
+        int cpp = mm->in_channels * mm->patch * mm->patch;
+        const float *px = ex_slot_input(md, b->pixels, (size_t)M * cpp * sizeof(float), false, err);
+        if (!px) return UTIL_ENOMEM;
         ex_unit_begin(md, 0, EX_USE_FORWARD);
-        stem_forward(be, md, b, x0);
+        stem_forward(be, md, b, px, x0);
         ex_unit_end(md, 0, EX_USE_FORWARD, false);
     } else {
         be->copy(x0, io->in, (size_t)N * d);
     }
-    ex_blocks_forward(be, md, md->cu, md->cu_win, false);
+    ex_blocks_forward(be, md, md->cu_dev, md->cu_win_dev, false);
     io->out = a->x_final;
     io->out_rows = N;
     if (md->stage.head) {
@@ -152,7 +158,7 @@ int ex_clip_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_st
     } else {
         be->copy(a->dres, io->in, (size_t)N * d);
     }
-    ex_blocks_backward(be, md, md->cu, md->cu_win, false);
+    ex_blocks_backward(be, md, md->cu_dev, md->cu_win_dev, false);
     if (md->stage.stem) {
         ex_unit_begin(md, 0, EX_USE_BACKWARD);
         stem_backward(be, md, b);

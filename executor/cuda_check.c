@@ -3,25 +3,15 @@
  * same random inputs through both tables, and the largest difference is
  * reported. The tests run the CUDA source on the CPU (tests/cudaemu.h); this
  * is the check that needs a real GPU (threads really concurrent, shared
- * memory and launch limits real). */
+ * memory and launch limits real). Device buffers come from the CUDA
+ * backend's own alloc / h2d / d2h (the emulator build checks its emulated
+ * kernels the same way); a build without CUDA has no backend to check. */
 #include "executor/backend.h"
 #include "util/util.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-#ifndef DHP_CUDA
-
-int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
-{
-    (void)worst; (void)what; (void)what_len;
-    return util_fail(err, UTIL_EUNSUPPORTED, "this dhp was built without CUDA");
-}
-
-#else
-
-#include <cuda_runtime_api.h>
 
 #define CHECK_MAX_BUFS 32
 
@@ -52,12 +42,17 @@ static float *host_buf(checker *c, size_t n, unsigned seed, float scale)
 /* A device copy of n elements of size el at src. */
 static void *dev_copy(checker *c, const void *src, size_t n, size_t el)
 {
-    void *d = NULL;
     if (c->rc) return NULL;
     size_t bytes = n * el > 0 ? n * el : 1;
-    cudaError_t e = c->n_dev < CHECK_MAX_BUFS ? cudaMalloc(&d, bytes) : cudaErrorMemoryAllocation;
-    if (e == cudaSuccess) { c->dev[c->n_dev++] = d; e = cudaMemcpy(d, src, n * el, cudaMemcpyHostToDevice); }
-    if (e != cudaSuccess) { c->rc = util_fail(c->err, UTIL_ERUNTIME, "cuda check: %s", cudaGetErrorString(e)); return NULL; }
+    void *d = c->n_dev < CHECK_MAX_BUFS ? c->gpu->alloc(bytes, UTIL_MEM_OTHER) : NULL;
+    if (!d) {
+        char e2[UTIL_ERR_LEN] = "out of buffers";
+        if (c->n_dev < CHECK_MAX_BUFS) c->gpu->sync(e2);
+        c->rc = util_fail(c->err, UTIL_ERUNTIME, "cuda check: allocating %zu bytes: %s", bytes, e2);
+        return NULL;
+    }
+    c->dev[c->n_dev++] = d;
+    c->gpu->h2d(d, src, n * el);
     return d;
 }
 
@@ -69,11 +64,10 @@ static void compare(checker *c, const char *name, const float *dev, const float 
 {
     if (c->rc) return;
     char e2[UTIL_ERR_LEN];
-    if (ex_cuda_sync(e2)) { c->rc = util_fail(c->err, UTIL_ERUNTIME, "cuda check: %s: %s", name, e2); return; }
     float *h = util_malloc(n * sizeof *h);
     if (!h) { c->rc = util_fail(c->err, UTIL_ENOMEM, "cuda check: out of host memory"); return; }
-    cudaError_t e = cudaMemcpy(h, dev, n * sizeof *h, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) { util_free(h); c->rc = util_fail(c->err, UTIL_ERUNTIME, "cuda check: %s", cudaGetErrorString(e)); return; }
+    c->gpu->d2h(h, dev, n * sizeof *h);
+    if (c->gpu->sync(e2)) { util_free(h); c->rc = util_fail(c->err, UTIL_ERUNTIME, "cuda check: %s: %s", name, e2); return; }
     double scale = 1e-30, diff = 0;
     for (size_t i = 0; i < n; i++) {
         scale = fmax(scale, fabs(ref[i]));
@@ -88,7 +82,7 @@ static void compare(checker *c, const char *name, const float *dev, const float 
 
 static void release(checker *c)
 {
-    for (int i = 0; i < c->n_dev; i++) cudaFree(c->dev[i]);
+    for (int i = 0; i < c->n_dev; i++) c->gpu->release(c->dev[i]);
     for (int i = 0; i < c->n_host; i++) util_free(c->host[i]);
     c->n_dev = c->n_host = 0;
 }
@@ -330,5 +324,3 @@ int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
     if (what && what_len) snprintf(what, what_len, "%s", c.what[0] ? c.what : "none");
     return c.rc;
 }
-
-#endif

@@ -1,7 +1,7 @@
 /* planner: memory model, cost model, the GLPK mixed-integer search over
  * per-module strategies and placements, the baselines, and the plan file.
  *
- * Layering: util < models < costdb < planner < executor < cli. The plan
+ * Layering: util < models < costdb < planner < executor < profile < cli. The plan
  * types below are the contract between planner and executor. */
 #ifndef DHP_PLANNER_H
 #define DHP_PLANNER_H

@@ -55,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- CUDA runtime ---- */
 
@@ -116,6 +117,37 @@ static inline cudaError_t cudaSetDevice(int d)
     cudaGetDeviceCount(&n);
     if (d < 0 || d >= n) return cudaErrorInvalidDevice;
     emu_device = d;
+    return cudaSuccess;
+}
+/* The device queries dhp profile makes (profile/device_facts.c): the
+ * emulated device is the CPU, so it names itself "cuda-emu", and its clocks
+ * and bus are not known (cudaErrorInvalidValue: the profile then takes its
+ * peak from the best measured GEMM rate and hbm_bw from the copy); memory is
+ * the host's (sysconf). */
+enum cudaDeviceAttr { cudaDevAttrClockRate = 13, cudaDevAttrMemoryClockRate = 36, cudaDevAttrGlobalMemoryBusWidth = 37 };
+struct cudaDeviceProp { char name[256]; int major, minor, multiProcessorCount; };
+static inline cudaError_t cudaGetDevice(int *d) { *d = emu_device; return cudaSuccess; }
+static inline cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
+{
+    (void)d;
+    memset(p, 0, sizeof *p);
+    strcpy(p->name, "cuda-emu");
+    p->multiProcessorCount = 1;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d)
+{
+    (void)a; (void)d;
+    *v = 0;
+    return cudaErrorInvalidValue;
+}
+static inline cudaError_t cudaRuntimeGetVersion(int *v) { *v = 0; return cudaSuccess; }
+static inline cudaError_t cudaDriverGetVersion(int *v) { *v = 0; return cudaSuccess; }
+static inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    *total_b = pages > 0 && size > 0 ? (size_t)pages * (size_t)size : 0;
+    *free_b = avail > 0 && size > 0 ? (size_t)avail * (size_t)size : 0;
     return cudaSuccess;
 }
 static inline cudaError_t cudaMalloc(void **p, size_t bytes)

@@ -175,9 +175,9 @@ assert 1e12 < v["peak_flops"] < 1e17 and 0 < v["gemm_eff_max"] <= 1 and 0 < v["a
 assert 1e10 < v["hbm_bw"] < 1e14 and 0 < v["mem_eff"] <= 1 and 1e9 < v["hbm_bytes"] < 1e13, v
 assert 0 <= v["reserved_bytes"] < v["hbm_bytes"] and 0 < v["kernel_launch_s"] < 1e-3, v
 m = g["measurements"]
-assert len(m["gemm"]["shapes"]) == 8 and len(m["attention"]) == 4 and "cublasGemmEx" in m["gemm"]["kernel"], m["gemm"]
+assert len(m["gemm"]["shapes"]) == 8 and len(m["attention"]) == 4 and "linear_forward" in m["gemm"]["kernel"], m["gemm"]
 assert c["name"] == "cuda-1" and "compute_speed" not in c["pools"][0], c["name"]
-assert c["measurements"]["collectives"][0]["op"] == "memcpy", c["measurements"]["collectives"][0]
+assert c["measurements"]["collectives"][0]["op"] == "self-memcpy", c["measurements"]["collectives"][0]
 PY
     then ok profile_cuda_quick_writes_both_files; else fail profile_cuda_quick_writes_both_files "$(tail -c 600 "$T/err")"; fi
 elif [ "$cuda_rc" = 1 ] && [ "$(wc -l <"$T/cerr")" = 1 ] && grep -qE "no CUDA device|without CUDA" "$T/cerr" \
@@ -187,8 +187,42 @@ elif [ "$cuda_rc" = 1 ] && [ "$(wc -l <"$T/cerr")" = 1 ] && grep -qE "no CUDA de
 else
     fail profile_cuda_without_a_gpu_fails_cleanly "exit $cuda_rc: $(head -c 300 "$T/cerr")"
 fi
+# The CUDA path through the emulator (build/dhp-emu: the CUDA backend's
+# kernels and NCCL emulated on the CPU): its timings mean nothing, but the
+# path is the GPU's - the kernels checked against the CPU backend, timed
+# through the backend table, NCCL collectives through the communicator (two
+# ranks under mpirun) - and the files it writes load and price a plan.
+if [ -n "${DHP_EMU:-}" ] && [ -x "$DHP_EMU" ]; then
+    np=1 launch=()
+    command -v mpirun >/dev/null 2>&1 && np=2 launch=(mpirun --oversubscribe -np 2)
+    if "${launch[@]}" "$DHP_EMU" profile --backend cuda --quick -o "$T/eg.json" --cluster-out "$T/ec.json" \
+           >"$T/eout" 2>"$T/eerr" \
+       && grep -q '^backend: cuda-emu' "$T/eout" && grep -q 'cuda kernels    match the CPU backend' "$T/eout" \
+       && /usr/bin/python3 - "$T/eg.json" "$T/ec.json" "$np" <<'PY' 2>"$T/err"
+import json, sys
+g = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2])); n = int(sys.argv[3])
+assert g["name"] == "cuda-emu", g["name"]
+m = g["measurements"]
+assert "linear_forward" in m["gemm"]["kernel"] and len(m["gemm"]["shapes"]) == 8, m["gemm"]
+assert len(m["attention"]) == 4 and all(a["fwd_seconds"] > 0 and a["bwd_seconds"] > 0 for a in m["attention"]), m["attention"]
+assert "the cuda-emu backend's kernels" in g["peak_flops"]["source"], g["peak_flops"]["source"]
+assert g["kernel_launch_s"]["value"] > 0 and g["hbm_bw"]["value"] > 0, g
+pool = c["pools"][0]
+assert c["name"] == "cuda-%d" % n and pool["gpus_per_node"] == n and "compute_speed" not in pool, c["name"]
+assert pool["gpu"]["name"] == "cuda-emu"
+ops = ["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv"] if n > 1 else ["self-memcpy"]
+assert [r["op"] for r in c["measurements"]["collectives"]] == [o for o in ops for _ in range(3)]
+if n > 1:
+    assert "ex_comm over NCCL" in pool["intra"]["source"] and pool["intra"]["busbw"] > 0, pool["intra"]
+PY
+    then ok profile_cuda_emulated_writes_both_files; else fail profile_cuda_emulated_writes_both_files "$(tail -c 400 "$T/eerr" "$T/err")"; fi
+    if "$DHP" plan --model tiny-vl --cluster "$T/ec.json" --vision-tokens 64 --batch 2 --top 1 --no-baselines \
+           -o "$T/ep.json" >"$T/out" 2>"$T/err" && grep -q 'cuda-emu' "$T/out"; then
+        ok profile_cuda_emulated_cluster_prices_a_plan
+    else fail profile_cuda_emulated_cluster_prices_a_plan "$(head -c 400 "$T/err")"; fi
+else fail profile_cuda_emulated_writes_both_files "DHP_EMU (build/dhp-emu) not built: make build/dhp-emu"; fi
 expect_err profile_unknown_backend "unknown backend 'tpu'" "$DHP" profile --backend tpu
-expect_err profile_gemm_fp32_is_for_cuda "is for --backend cuda" "$DHP" profile --gemm-fp32
+expect_err profile_gemm_fp32_is_gone "unknown option '--gemm-fp32'" "$DHP" profile --gemm-fp32
 expect_err profile_bad_option "unknown option '--frobnicate'" "$DHP" profile --frobnicate
 expect_err profile_missing_file_name "-o needs a file name" "$DHP" profile -o
 expect_err profile_same_file_twice "same file" "$DHP" profile -o "$T/x.json" --cluster-out "$T/x.json"
