@@ -191,8 +191,10 @@ test: $(DHP_BIN) $(BUILD)/dhp-emu $(BUILD)/emu_guard_check $(BUILD)/test_dhp $(B
 	  FUZZ_BIN=$(abspath $(FUZZ_BUILD)/fuzz) FUZZ_SMOKE_SECONDS=$(FUZZ_SMOKE_SECONDS) bash tests/run.sh
 
 # Same tests built with AddressSanitizer and UndefinedBehaviorSanitizer.
+# The fuzz targets are the same sanitized binaries in both runs (build-fuzz):
+# make test gives each FUZZ_SMOKE_SECONDS, test-asan 2 s more (and the regressions again).
 test-asan sanitize:
-	$(MAKE) BUILD=build-asan OPT=-O1 \
+	$(MAKE) BUILD=build-asan OPT=-O1 FUZZ_SMOKE_SECONDS=2 \
 	  CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  CXXFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" SANITIZED=1 test
