@@ -72,6 +72,8 @@ typedef struct ex_backend {
      * linear_forward / linear_backward; the bias gradient sums the fp32 dout,
      * the GEMMs read its bf16 copy dout16. */
     void (*to_bf16)(uint16_t *dst, const float *src, size_t n);
+    /* dst[i] = src[i] widened to fp32 (exact): bf16-mixed ZeRO-3's gathered weights (dp_zero3_bf16.c) */
+    void (*from_bf16)(float *dst, const uint16_t *src, size_t n);
     void (*linear_forward_bf16)(float *out, const uint16_t *inp, const uint16_t *w, const float *b,
                                 int n, int in, int out_dim);
     void (*linear_backward_bf16)(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16,

@@ -19,6 +19,11 @@ void ex_cpu_to_bf16(uint16_t *dst, const float *src, size_t n)
     for (size_t i = 0; i < n; i++) dst[i] = ex_bf16_from_f32(src[i]);
 }
 
+void ex_cpu_from_bf16(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dst[i] = ex_bf16_to_f32(src[i]);
+}
+
 /* fp32 copies of bf16 operands, one allocation; NULL when out of memory. */
 static float *widen(const uint16_t *a, size_t na, const uint16_t *b, size_t nb)
 {

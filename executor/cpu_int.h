@@ -27,6 +27,7 @@ void ex_cpu_attention_merge(float *out, float *lse, const float *part, const flo
 
 /* cpu_bf16.c: the bf16-mixed entries (see backend.h). */
 void ex_cpu_to_bf16(uint16_t *dst, const float *src, size_t n);
+void ex_cpu_from_bf16(float *dst, const uint16_t *src, size_t n);
 void ex_cpu_linear_forward_bf16(float *out, const uint16_t *inp, const uint16_t *w, const float *b, int n, int in,
                                 int o);
 void ex_cpu_linear_backward_bf16(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16,

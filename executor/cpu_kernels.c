@@ -536,6 +536,7 @@ static const ex_backend cpu_backend = {
     .linear_forward = cpu_linear_forward,
     .linear_backward = cpu_linear_backward,
     .to_bf16 = ex_cpu_to_bf16,
+    .from_bf16 = ex_cpu_from_bf16,
     .linear_forward_bf16 = ex_cpu_linear_forward_bf16,
     .linear_backward_bf16 = ex_cpu_linear_backward_bf16,
     .rmsnorm_forward = cpu_rmsnorm_forward,

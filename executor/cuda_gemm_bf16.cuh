@@ -15,6 +15,16 @@ static void cuda_to_bf16(uint16_t *dst, const float *src, size_t n)
     if (n) EX_LAUNCH(to_bf16_kernel, grid_for(n, THREADS), THREADS, dst, src, n);
 }
 
+static __global__ void from_bf16_kernel(float *dst, const uint16_t *src, size_t n)
+{
+    for (size_t i = gs_first(); i < n; i += gs_stride()) dst[i] = ex_bf16_to_f32(src[i]);
+}
+
+static void cuda_from_bf16(float *dst, const uint16_t *src, size_t n)
+{
+    if (n) EX_LAUNCH(from_bf16_kernel, grid_for(n, THREADS), THREADS, dst, src, n);
+}
+
 static void gemm_bf16(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                       const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, float *C, int ldc,
                       const char *what)

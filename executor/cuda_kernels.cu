@@ -799,6 +799,7 @@ static ex_backend make_table(void)
     t.linear_forward = cuda_linear_forward;
     t.linear_backward = cuda_linear_backward;
     t.to_bf16 = cuda_to_bf16;
+    t.from_bf16 = cuda_from_bf16;
     t.linear_forward_bf16 = cuda_linear_forward_bf16;
     t.linear_backward_bf16 = cuda_linear_backward_bf16;
     t.rmsnorm_forward = cuda_rmsnorm_forward;

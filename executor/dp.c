@@ -82,6 +82,7 @@ static void free_slots(run_dp *d, run_dp_slot *s)
 void run_dp_free(run_dp *d)
 {
     if (!d->ops) return;
+    run_z3b_free(d);
     free_slots(d, d->gather);
     free_slots(d, d->bucket);
     d->be->release(d->staging);

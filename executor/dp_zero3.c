@@ -17,7 +17,7 @@ static int init(run_dp *d, char *err)
     if (run_dp_alloc_slots(d->be, d->gather, d->buf.gather_slots, unit, 0, UTIL_MEM_ZERO) ||
         run_dp_alloc_slots(d->be, d->bucket, d->buf.bucket_slots, unit, (size_t)d->buf.max_piece, UTIL_MEM_ZERO))
         return util_fail(err, UTIL_ENOMEM, "run: out of memory for ZeRO-3 buffers");
-    return UTIL_OK;
+    return run_z3b_init(d, err);
 }
 
 static run_dp_slot *resident(run_dp *d, int unit)
@@ -40,7 +40,10 @@ static int issue(run_dp *d, int u, run_dp_slot **out)
     float *pieces;
     size_t n;
     ex_module_buffer(d->em, d->k, EX_BUF_PARAMS_SHARD, &pieces, &n);
-    if (ex_comm_iallgather(d->comm, pieces + d->shard->at[u], s->buf, d->shard->piece[u], &s->req)) {
+    if (d->z3b) {   /* bf16-mixed: the bf16 shard and the fp32-read elements */
+        int rc = run_z3b_issue(d, u, (int)(s - d->gather));
+        if (rc) return rc;
+    } else if (ex_comm_iallgather(d->comm, pieces + d->shard->at[u], s->buf, d->shard->piece[u], &s->req)) {
         snprintf(d->err, sizeof d->err, "unit %d weight all-gather failed: %s", u, ex_comm_error(d->comm));
         return UTIL_ERUNTIME;
     }
@@ -57,6 +60,7 @@ static int unit_begin(run_dp *d, int unit, ex_unit_use use)
         rc = ex_comm_wait(d->comm, s->req);
         s->req = NULL;
         if (rc) snprintf(d->err, sizeof d->err, "unit %d weight all-gather failed: %s", unit, ex_comm_error(d->comm));
+        else if (d->z3b) rc = run_z3b_finish(d, unit, (int)(s - d->gather));
     }
     if (rc) return rc;
     s->in_use = true;

@@ -10,7 +10,12 @@
  * backend's bf16 GEMM (fp32 accumulation, fp32 outputs and gradients).
  * Everything else (norms, attention, softmax, the loss, gradients, their
  * reduction, AdamW) stays fp32. A weight outside every copy or an operand
- * larger than the staging is a failure the step's sync reports. */
+ * larger than the staging is a failure the step's sync reports.
+ * Under ZeRO-3 a module's weights live in its gathered units: the strategy
+ * registers those buffers (ex_precision_add_weights) and the linears round
+ * the weight they read into the cast staging, as autocast's; bf16-mixed's
+ * bf16 shard is the strategy's (executor/dp_zero3_bf16.c), rounded when
+ * ex_precision_refresh calls the hook it registered. */
 #include "executor/precision.h"
 
 #include <stdio.h>
@@ -23,6 +28,8 @@ static struct {
     ex_backend table;
     bool copy;                     /* bf16-mixed: a persistent copy; autocast: a cast per linear */
     ex_module *mod[MAX_MODULES];   /* the modules with a bf16 copy */
+    struct { ex_module *md; const float *at; size_t n; } gathered[MAX_MODULES * 4];   /* ZeRO-3 units */
+    struct { void (*fn)(void *); void *ctx; } refresh[MAX_MODULES];
     char failure[UTIL_ERR_LEN];
 } g;
 
@@ -41,6 +48,8 @@ static ex_module *owner_of(const float *w)
         ex_module *md = g.mod[i];
         if (md && md->params && w >= md->params && w < md->params + md->n_params) return md;
     }
+    for (size_t i = 0; i < sizeof g.gathered / sizeof g.gathered[0]; i++)
+        if (g.gathered[i].md && w >= g.gathered[i].at && w < g.gathered[i].at + g.gathered[i].n) return g.gathered[i].md;
     return NULL;
 }
 
@@ -132,14 +141,23 @@ static int enroll(ex_module *md)
     return UTIL_ENOMEM;
 }
 
+/* autocast, ZeRO-3: the largest tensor the rank holds (plan_weight_cast_elems over the same list) */
+static int cast_staging(ex_module *md, char *err)
+{
+    for (int i = 0; i < md->n_tensors; i++)
+        if (md->t[i].numel > md->wcast_cap) md->wcast_cap = md->t[i].numel;
+    md->wcast16 = md->be->alloc((md->wcast_cap ? md->wcast_cap : 1) * sizeof(uint16_t), UTIL_MEM_ACTIV);
+    if (!md->wcast16)
+        return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the bf16 weight cast (%zu elements)", md->mm.name, md->wcast_cap);
+    return UTIL_OK;
+}
+
 int ex_precision_attach(ex_model *em, char *err)
 {
     if (!ex_precision_is_mixed(em->be)) return UTIL_OK;
     for (int k = 0; k < MODEL_MAX_MODULES; k++) {
         ex_module *md = &em->mod[k];
         if (!md->on) continue;
-        if (!md->params)
-            return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: bf16 linears need the module's whole fp32 weights on the rank (zero 0-2)", md->mm.name);
         md->bf16 = true;
         if (enroll(md)) return util_fail(err, UTIL_ENOMEM, "executor: more than %d modules with bf16 linears", MAX_MODULES);
         if (g.copy) {
@@ -148,12 +166,8 @@ int ex_precision_attach(ex_model *em, char *err)
                 return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the bf16 copy of %zu parameters", md->mm.name, md->n_params);
             continue;
         }
-        /* autocast: the largest tensor the rank holds (plan_weight_cast_elems over the same list) */
-        for (int i = 0; i < md->n_tensors; i++)
-            if (md->t[i].numel > md->wcast_cap) md->wcast_cap = md->t[i].numel;
-        md->wcast16 = md->be->alloc((md->wcast_cap ? md->wcast_cap : 1) * sizeof(uint16_t), UTIL_MEM_ACTIV);
-        if (!md->wcast16)
-            return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for the bf16 weight cast (%zu elements)", md->mm.name, md->wcast_cap);
+        int rc = cast_staging(md, err);
+        if (rc) return rc;
     }
     ex_precision_refresh(em);
     return UTIL_OK;
@@ -165,7 +179,42 @@ void ex_precision_refresh(ex_model *em)
         ex_module *md = &em->mod[k];
         if (md->on && md->w16 && md->params) g.base->to_bf16(md->w16, md->params, md->n_params);
     }
+    for (int i = 0; i < MAX_MODULES; i++)
+        if (g.refresh[i].fn) g.refresh[i].fn(g.refresh[i].ctx);
 }
+
+int ex_precision_gathered(ex_module *md, char *err)
+{
+    if (!md->bf16 || md->wcast16) return UTIL_OK;
+    md->be->release(md->w16);   /* bf16-mixed: the shard's copy is the strategy's */
+    md->w16 = NULL;
+    return cast_staging(md, err);
+}
+
+int ex_precision_add_weights(ex_module *md, const float *at, size_t n)
+{
+    for (size_t i = 0; i < sizeof g.gathered / sizeof g.gathered[0]; i++)
+        if (!g.gathered[i].md) {
+            g.gathered[i].md = md, g.gathered[i].at = at, g.gathered[i].n = n;
+            return UTIL_OK;
+        }
+    return UTIL_ENOMEM;
+}
+
+int ex_precision_on_refresh(void (*fn)(void *), void *ctx)
+{
+    int at = -1;
+    for (int i = 0; i < MAX_MODULES; i++) {
+        if (g.refresh[i].fn && g.refresh[i].ctx == ctx) g.refresh[i].fn = NULL, g.refresh[i].ctx = NULL;
+        if (at < 0 && !g.refresh[i].fn) at = i;
+    }
+    if (!fn) return UTIL_OK;
+    if (at < 0) return UTIL_ENOMEM;
+    g.refresh[at].fn = fn, g.refresh[at].ctx = ctx;
+    return UTIL_OK;
+}
+
+bool ex_precision_keeps_copy(const ex_backend *be) { return ex_precision_is_mixed(be) && g.copy; }
 
 int ex_precision_reserve(ex_module *md, const plan_act_rows *rows, char *err)
 {
@@ -185,6 +234,8 @@ void ex_precision_detach(ex_module *md)
 {
     for (int i = 0; i < MAX_MODULES; i++)
         if (g.mod[i] == md) g.mod[i] = NULL;
+    for (size_t i = 0; i < sizeof g.gathered / sizeof g.gathered[0]; i++)
+        if (g.gathered[i].md == md) g.gathered[i].md = NULL;
     if (md->be) {
         md->be->release(md->w16);
         md->be->release(md->wcast16);

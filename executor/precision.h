@@ -22,6 +22,16 @@ void ex_precision_refresh(ex_model *em);
 /* Grows the module's two GEMM staging buffers to the bound slot geometry's
  * need (plan_gemm_staging_elems, UTIL_MEM_ACTIV). */
 int ex_precision_reserve(ex_module *md, const plan_act_rows *rows, char *err);
+/* ZeRO-3 (executor/dp_zero3*.c): the module's weights are gathered unit by
+ * unit from now (its whole bf16 copy goes, its linears round the weight they
+ * read into a cast staging); a buffer of n floats the module's gathered
+ * weights are bound in (its linears find their module there); a hook
+ * ex_precision_refresh calls (fn NULL: removes ctx's); whether the linears
+ * read a persistent bf16 copy (bf16-mixed) rather than a per-linear cast. */
+int ex_precision_gathered(ex_module *md, char *err);
+int ex_precision_add_weights(ex_module *md, const float *at, size_t n);
+int ex_precision_on_refresh(void (*fn)(void *), void *ctx);
+bool ex_precision_keeps_copy(const ex_backend *be);
 /* Releases the module's copy and staging. */
 void ex_precision_detach(ex_module *md);
 

@@ -17,6 +17,7 @@
 #define RUN_DP_SLOTS 3
 
 typedef struct run_dp run_dp;
+typedef struct run_z3b run_z3b;
 typedef struct {
     const char *name;
     /* Places the module's state (ex_module_set_shard) and allocates the buffers. */
@@ -54,6 +55,7 @@ struct run_dp {
     /* the model's unit order of a forward and of a backward, and where each pass is */
     int *order[2], n_order[2], cursor[2];
     char err[UTIL_ERR_LEN];   /* what the last failing unit hook saw */
+    run_z3b *z3b;             /* ZeRO-3 under bf16-mixed: the bf16 shard and its gathers (dp_zero3_bf16.c) */
 };
 
 /* dp.c: the strategy of a module (by its rules), the hooks that call it, and the shared pieces. */
@@ -83,6 +85,13 @@ int run_dp_bucket_end(run_dp *d, int u, bool last);
  * group where the state is sharded. */
 int run_dp_gather_state(run_dp *d, ex_buffer_kind kind, float *flat, char *err);
 int run_dp_scatter_state(run_dp *d, ex_buffer_kind kind, const float *flat, char *err);
+/* dp_zero3_bf16.c: ZeRO-3 under bf16 (after the gather slots exist); unit u's
+ * gather into gather slot `slot` (bf16 words and fp32 elements), and once
+ * the slot's request is waited, the fp32 unit from them; free. */
+int run_z3b_init(run_dp *d, char *err);
+int run_z3b_issue(run_dp *d, int u, int slot);
+int run_z3b_finish(run_dp *d, int u, int slot);
+void run_z3b_free(run_dp *d);
 
 /* ---- the rank ---- */
 

@@ -23,6 +23,7 @@ typedef struct {
     int n_units;
     int64_t *units;                   /* elements of each unit on this stage */
     double local;                     /* Megatron: parameters one rank holds before sharding */
+    plan_z3_unit *z3;                 /* dhp's bf16-mixed ZeRO-3: each unit's two gathers (precision_zero3.c) */
 } dp_pricer;
 
 static int dp_pricer_init(dp_pricer *d, const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
@@ -39,7 +40,21 @@ static int dp_pricer_init(dp_pricer *d, const model_module *mm, const plan_modul
     if (!d->units) return UTIL_ENOMEM;
     plan_stage st = plan_stage_of(mm, s, stage);
     plan_unit_sizes(mm, s->tp, &st, d->units);
+    if (d->dhp && plan_zero3_bf16(mm, s, o)) {
+        d->z3 = malloc((size_t)d->n_units * sizeof *d->z3);
+        if (!d->z3 || plan_zero3_bf16_units(mm, s, &st, d->G, d->z3)) {
+            free(d->z3);
+            free(d->units);
+            return UTIL_ENOMEM;
+        }
+    }
     return UTIL_OK;
+}
+
+static void dp_pricer_free(dp_pricer *d)
+{
+    free(d->units);
+    free(d->z3);
 }
 
 static double piece(const dp_pricer *d, int u) { return ceil((double)d->units[u] / d->G); }
@@ -50,6 +65,17 @@ static double unit_coll(const dp_pricer *d, cost_coll op, int u, double bytes_pe
 {
     return cost_collective_time(d->pool, op, d->G * piece(d, u) * bytes_per, d->G, d->per_node);
 }
+
+/* dhp: unit u's weight all-gather (bf16-mixed ZeRO-3: the bf16 words and the packed fp32 elements). */
+static double unit_gather(const dp_pricer *d, int u)
+{
+    if (!d->z3) return unit_coll(d, COST_ALLGATHER, u, d->param_bytes);
+    double t = cost_collective_time(d->pool, COST_ALLGATHER, d->G * d->z3[u].half * 4.0, d->G, d->per_node);
+    if (d->z3[u].full) t += cost_collective_time(d->pool, COST_ALLGATHER, d->G * d->z3[u].full * 4.0, d->G, d->per_node);
+    return t;
+}
+
+static int unit_gathers(const dp_pricer *d, int u) { return d->z3 && d->z3[u].full ? 2 : 1; }
 
 static double module_coll(const dp_pricer *d, cost_coll op, double bytes_per)
 {
@@ -87,8 +113,8 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
     plan_comm raw = { 0 };
     if (d.dhp) {
         for (int u = 0; u < d.n_units; u++) {
-            if (r.unit_param_gather) plan_comm_add(&raw, false, unit_coll(&d, COST_ALLGATHER, u, d.param_bytes), 1);
-            if (gather_back) plan_comm_add(&raw, true, unit_coll(&d, COST_ALLGATHER, u, d.param_bytes), 1);
+            if (r.unit_param_gather) plan_comm_add(&raw, false, unit_gather(&d, u), unit_gathers(&d, u));
+            if (gather_back) plan_comm_add(&raw, true, unit_gather(&d, u), unit_gathers(&d, u));
             if (!reduce) continue;
             plan_comm_add(&raw, true, unit_coll(&d, COST_REDUCESCATTER, u, d.grad_bytes), 1);
             /* the bucket zeroed before the unit's backward, its reduced piece added to the shard */
@@ -105,7 +131,7 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
         if (gather_back) { raw.bwd_s += units_coll(&d, COST_ALLGATHER, d.param_bytes); raw.bwd_syncs += U; }
         if (reduce) { raw.bwd_s += units_coll(&d, COST_REDUCESCATTER, d.grad_bytes); raw.bwd_syncs += U; }
     }
-    free(d.units);
+    dp_pricer_free(&d);
     /* Prefetched gathers and bucketed reductions run beside the compute: as
      * much as the pool measures for dhp's executor (dhp profile), else the
      * planner's allowance. */
@@ -129,7 +155,7 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
         if (r.step_grad_sync)
             out->grad_sync_s = module_coll(&d, r.stage == 0 ? COST_ALLREDUCE : COST_REDUCESCATTER, d.grad_bytes);
         if (r.step_param_gather) out->param_gather_s = module_coll(&d, COST_ALLGATHER, d.param_bytes);
-        free(d.units);
+        dp_pricer_free(&d);
         return;
     }
     double local = 0;
@@ -150,7 +176,7 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
             out->param_gather_busy_s += ew(&d, COST_EW_COPY, mine, d.param_bytes) + ew(&d, COST_EW_COPY, n, d.param_bytes);
         }
     }
-    free(d.units);
+    dp_pricer_free(&d);
 }
 
 double plan_embed_sync_s(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,

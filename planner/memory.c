@@ -254,6 +254,7 @@ static void executor_states(const model_module *mm, const plan_module *s, int st
     out->optim = (r.shard_optim ? shard : local) * sb.optim;
     out->zero_buffers = b.gather_slots * unit * sb.param + b.bucket_slots * unit * sb.grad;
     out->comm = (double)(b.staging + b.pieces) * fmax(sb.param, sb.grad);
+    plan_zero3_bf16_memory(mm, s, stage, o, out);   /* bf16-mixed ZeRO-3: the bf16 shard and gathers */
 }
 
 /* The activations of rank stage `stage` with vslots[v] slots of its model

@@ -226,18 +226,15 @@ plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_opti
 plan_options plan_options_of(const plan_t *p);
 
 /* What dhp run runs (planner/precision.c, the one owner): plans of target
- * dhp in fp32, bf16-mixed or bf16-autocast (the bf16 ones not with ZeRO-3
- * yet); else one line naming what it runs. */
+ * dhp in fp32, bf16-mixed or bf16-autocast, with every ZeRO stage; else one
+ * line naming what it runs. */
 int plan_run_check(const plan_t *p, char *err);
 /* The executor runs its linears in bf16 under these options (target dhp, precision bf16-mixed or -autocast). */
 bool plan_runs_bf16(const plan_options *o);
-/* dhp run runs a module's strategy under these options (the dhp target's
- * search offers only those): bf16-mixed and -autocast not with zero 3 yet. */
-bool plan_runs_strategy(const plan_options *o, const plan_module *s);
 /* Bytes per local parameter of the executor's bf16 working copy of the weights (0 without one: fp32, autocast). */
 double plan_weight_copy_bytes(const model_module *mm, const plan_options *o);
-/* bf16-autocast: bf16 elements of the staging a linear rounds its weight into, the largest weight
- * tensor rank stage `stage` holds; 0 otherwise. */
+/* bf16-autocast, and bf16-mixed under ZeRO-3 (planner/precision_zero3.c): bf16 elements of the
+ * staging a linear rounds its weight into, the largest weight tensor rank stage `stage` holds; 0 otherwise. */
 double plan_weight_cast_elems(const model_module *mm, const plan_module *s, int stage, const plan_options *o);
 
 
@@ -784,5 +781,6 @@ const char *plan_recompute_name(plan_recompute r);
 /* the search and the simulator with the trace writer: their own headers, part of this one */
 #include "planner/search.h"
 #include "planner/simulate.h"
+#include "planner/precision_zero3.h"
 
 #endif

@@ -22,7 +22,11 @@
  * operand (and, backward, the incoming gradient) to bf16 in a staging
  * buffer of the module's largest linear operand (its largest activation
  * tensor, or a vision stem's pixels), two of them (operand and gradient),
- * which the dhp target counts as activations. */
+ * which the dhp target counts as activations.
+ * Under ZeRO-3 both gather each unit before use (planner/precision_zero3.c:
+ * bf16-mixed keeps a bf16 copy of the rank's shard, not of the module, and
+ * gathers its linears' weights in bf16) and the linears round the gathered
+ * weight into autocast's staging. */
 #include "planner/planner.h"
 
 #include <math.h>
@@ -46,19 +50,7 @@ int plan_run_check(const plan_t *p, char *err)
     if (p->precision == PLAN_OPT_PURE_BF16)
         return util_fail(err, UTIL_EUNSUPPORTED, "plan: precision %s is planned, not run: dhp run runs fp32, bf16-mixed and bf16-autocast",
                          plan_precision_name(p->precision));
-    plan_options o = plan_options_of(p);
-    for (int k = 0; k < p->n_modules; k++)
-        if (!plan_runs_strategy(&o, &p->mod[k]))
-            return util_fail(err, UTIL_EUNSUPPORTED,
-                             "plan: module %s: %s with zero 3 is not run yet (the linears find their bf16 "
-                             "operands by the module's whole weights): use zero 0-2 or precision fp32",
-                             p->model.mod[k].name, plan_precision_name(p->precision));
     return UTIL_OK;
-}
-
-bool plan_runs_strategy(const plan_options *o, const plan_module *s)
-{
-    return !(plan_runs_bf16(o) && s->zero >= 3);
 }
 
 double plan_weight_copy_bytes(const model_module *mm, const plan_options *o)
@@ -69,7 +61,7 @@ double plan_weight_copy_bytes(const model_module *mm, const plan_options *o)
 
 double plan_weight_cast_elems(const model_module *mm, const plan_module *s, int stage, const plan_options *o)
 {
-    if (!plan_runs_bf16(o) || o->precision != PLAN_OPT_AUTOCAST) return 0;
+    if (!plan_runs_bf16(o) || (o->precision != PLAN_OPT_AUTOCAST && !plan_zero3_bf16(mm, s, o))) return 0;
     plan_stage st = plan_stage_of(mm, s, stage);
     int n = plan_module_tensors(mm, s->tp, 0, s->seq_parallel, &st, NULL, 0);
     plan_tensor *t = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *t);

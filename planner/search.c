@@ -234,7 +234,7 @@ static int build_module(const build_ctx *b, int k)
                                       .zero = zero, .micro_batch = 1, .recompute = (plan_recompute)rc, .vp = vp,
                                       .seq_parallel = mm->kind == MODEL_LLM && tp > 1, .n_ranks = g };
                     util_strlcpy(s.module, mm->name, sizeof s.module);
-                    if (plan_strategy_check(b->m, k, &s, b->w, b->c, NULL) || !plan_runs_strategy(&b->o->opt, &s)) continue;
+                    if (plan_strategy_check(b->m, k, &s, b->w, b->c, NULL)) continue;
                     int err;
                     if (b->o->allow_colocated && (err = add_colocated(b, k, s, g))) return err;
                     if (b->o->allow_disaggregated && (err = add_disaggregated(b, k, s, g))) return err;

@@ -3,11 +3,16 @@
 # the CUDA backend's code on the CPU (build/dhp-emu --backend cuda: the bf16
 # linears are tests/cudaemu.h's cublasGemmEx) and on the CPU backend:
 # (a) the equivalence plans on 1-4 ranks (Ulysses + TP with sequence
-#     parallelism, disaggregated TP, TP x DP with ZeRO-2 and ZeRO-1,
-#     pipelines in both modules) give the 1-rank bf16-mixed run's losses; (b) bf16-mixed tracks fp32; (c) the CPU backend's bf16 run and
-#     the emulated CUDA one agree; (d) `dhp simulate` predicts every rank's
-#     memory by category (the bf16 weight copy, the GEMM staging) as the run
-#     allocates it, and a resumed run is the straight one bit for bit;
+#     parallelism and ZeRO-3 over the Ulysses ranks, disaggregated TP, TP x DP
+#     with ZeRO-2 and ZeRO-3, pipelines in both modules) give the 1-rank
+#     bf16-mixed run's losses: ZeRO-3 gathers its linears' weights in bf16
+#     and the rest in fp32 (planner/precision_zero3.c), so every op reads
+#     what it reads under ZeRO 0-2; (b) bf16-mixed tracks fp32; (c) the CPU
+#     backend's bf16 run and the emulated CUDA one agree, on a ZeRO-3 plan;
+#     (d) `dhp simulate` predicts every rank's memory by category (the bf16
+#     weight copy or ZeRO-3's bf16 shard and gather buffers, the GEMM
+#     staging) as the run allocates it, and a resumed run is the straight one
+#     bit for bit;
 #     (e) what dhp run does not run is refused in one line;
 #     (f) bf16-autocast gives bf16-mixed's losses with its own memory.
 #
@@ -64,9 +69,9 @@ if ! train ref --backend cuda; then fail bf16_reference "$(tail -c 300 "$T/ref.e
 losses "$T/ref.log" >"$T/ref.losses"
 
 # (a) 1-4 ranks against the 1-rank bf16 run
-for spec in "sp2_tp2 colocated vision:sp=2,dp=1;llm:tp=2,dp=1,seqpar=1 --gpus 2" \
+for spec in "sp2_tp2 colocated vision:sp=2,dp=1,zero=3;llm:tp=2,dp=1,seqpar=1 --gpus 2" \
             "dis_1_tp2 disaggregated vision:gpus=1;llm:gpus=2,tp=2,seqpar=0 --n-micro 4" \
-            "vtp2_z2_z1 colocated vision:tp=2,dp=2,zero=2;llm:tp=2,dp=2,zero=1,seqpar=0 --gpus 4" \
+            "vtp2_z2_z3 colocated vision:tp=2,dp=2,zero=2;llm:tp=2,dp=2,zero=3,seqpar=0 --gpus 4" \
             "pp_enc_dis disaggregated vision:gpus=2,pp=2;llm:gpus=2,pp=2 --n-micro 2"; do
     set -- $spec
     name=$1 pl=$2 strat=$3; shift 3
@@ -86,20 +91,22 @@ SETUP=$FP32_SETUP plan ref_fp32 colocated "vision:dp=1;llm:dp=1" --gpus 1 && if 
     else fail bf16_tracks_fp32 "$out"; fi
 else fail bf16_tracks_fp32 "$(tail -c 300 "$T/ref_fp32.err")"; fi
 
-# (c) the CPU backend runs bf16-mixed the same way (the same roundings, sgemm on the widened operands)
+# (c) the CPU backend runs bf16-mixed the same way (the same roundings, sgemm on the widened operands),
+# here on the ZeRO-3 plan (its bf16 shard, the two gathers, the widening)
 RUN_DHP=$DHP
-cp "$T/ref.json" "$T/ref_cpu_run.json"
-if train ref_cpu_run --backend cpu; then
-    losses "$T/ref_cpu_run.log" >"$T/ref_cpu_run.losses"
-    if out=$(close "$T/ref.losses" "$T/ref_cpu_run.losses" 2.44140625e-4); then echo "# cpu vs cuda-emu: $out"; ok bf16_cpu_backend_matches_emulated_cuda
+cp "$T/sp2_tp2.json" "$T/cpu_run.json"
+if train cpu_run --backend cpu; then
+    losses "$T/cpu_run.log" >"$T/cpu_run.losses"
+    if out=$(close "$T/ref.losses" "$T/cpu_run.losses" 2.44140625e-4); then echo "# cpu vs cuda-emu: $out"; ok bf16_cpu_backend_matches_emulated_cuda
     else fail bf16_cpu_backend_matches_emulated_cuda "$out"; fi
-    # a resumed run rounds its copy from the checkpoint's master: the straight run's weights, bit for bit
-    resume_check ref_cpu_run bf16_resume_is_bit_identical
-else fail bf16_cpu_backend_matches_emulated_cuda "$(tail -c 300 "$T/ref_cpu_run.err")"; fi
+    # a resumed run rounds its copy (ZeRO-3: its bf16 shard) from the checkpoint's master: the straight
+    # run's weights, bit for bit
+    resume_check cpu_run bf16_resume_is_bit_identical
+else fail bf16_cpu_backend_matches_emulated_cuda "$(tail -c 300 "$T/cpu_run.err")"; fi
 
 # (d) memory: every rank's peaks by category as `dhp simulate` predicts them (run_lib.sh), the bf16 copy in
 # parameters, the GEMM staging in activations
-for name in ref dis_1_tp2 vtp2_z2_z1 pp_enc_dis; do
+for name in ref sp2_tp2 dis_1_tp2 vtp2_z2_z3 pp_enc_dis; do
     [ -s "$T/$name.log" ] || continue
     check_memory "$name" "bf16_memory_is_predicted_$name"
 done
@@ -112,13 +119,14 @@ PY
 then ok bf16_weight_copy_is_two_bytes_a_parameter; else fail bf16_weight_copy_is_two_bytes_a_parameter "see above"; fi
 
 # (f) bf16-autocast: the same linears with the weight rounded per linear (no copy): the weights do not change
-# within a step, so the losses are bf16-mixed's to the bit; parameters are fp32's, the cast staging an activation
+# within a step, so the losses are bf16-mixed's to the bit; parameters are fp32's, the cast staging an activation.
+# On sp2_tp2's layout: its ZeRO-3 module gathers fp32 and rounds per linear, bf16-mixed's gathers bf16.
 RUN_DHP=$DHP_EMU
-SETUP="${FP32_SETUP/--precision fp32/--precision bf16-autocast --target dhp}" plan autocast colocated "vision:dp=1;llm:dp=1" --gpus 1 \
+SETUP="${FP32_SETUP/--precision fp32/--precision bf16-autocast --target dhp}" plan autocast colocated "vision:sp=2,dp=1,zero=3;llm:tp=2,dp=1,seqpar=1" --gpus 2 \
     && if train autocast --backend cuda; then
     losses "$T/autocast.log" >"$T/autocast.losses"
-    if cmp -s "$T/ref.losses" "$T/autocast.losses"; then ok bf16_autocast_gives_bf16_mixed_losses
-    else fail bf16_autocast_gives_bf16_mixed_losses "$(head -c 200 "$T/ref.losses") vs $(head -c 200 "$T/autocast.losses")"; fi
+    if cmp -s "$T/sp2_tp2.losses" "$T/autocast.losses"; then ok bf16_autocast_gives_bf16_mixed_losses
+    else fail bf16_autocast_gives_bf16_mixed_losses "$(head -c 200 "$T/sp2_tp2.losses") vs $(head -c 200 "$T/autocast.losses")"; fi
     check_memory autocast bf16_autocast_memory_is_predicted
 else fail bf16_autocast_gives_bf16_mixed_losses "$(tail -c 300 "$T/autocast.err")"; fi
 
@@ -129,5 +137,3 @@ expect_err bf16_run_refuses_a_megatron_target_plan 'target megatron prices Megat
 "$DHP" plan ${FP32_SETUP/--precision fp32/--precision bf16-pure --target dhp} --placement colocated --strategy "vision:dp=1;llm:dp=1" --gpus 1 -o "$T/pure.json" >/dev/null 2>&1
 expect_err bf16_run_refuses_bf16_pure 'precision bf16-pure is planned, not run: dhp run runs fp32, bf16-mixed and bf16-autocast' \
     "$DHP" run "$T/pure.json" --data "$T/data" --steps 1
-plan z3 colocated "vision:dp=1;llm:dp=1,zero=3" --gpus 1 && expect_err bf16_run_refuses_zero3 'module llm: bf16-mixed with zero 3 is not run yet' \
-    "$DHP" run "$T/z3.json" --data "$T/data" --steps 1

@@ -60,7 +60,13 @@ static void check_to_bf16(const ex_backend *be)
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += b[i] != ex_bf16_from_f32(x[i]);
     CHECK_MSG(bad == 0, "%s: %zu of %zu roundings differ", be->name, bad, n);
-    free(x); free(b);
+    /* and back: from_bf16 widens exactly */
+    float *w = malloc(n * sizeof *w);
+    be->from_bf16(w, b, n);
+    bad = 0;
+    for (size_t i = 2; i < n; i++) bad += w[i] != ex_bf16_to_f32(b[i]) || ex_bf16_from_f32(w[i]) != b[i];
+    CHECK_MSG(bad == 0 && isnan(w[0]) && isinf(w[1]), "%s: %zu of %zu widenings differ", be->name, bad, n);
+    free(x); free(b); free(w);
 }
 
 /* One linear case: the backend's bf16 entries against the CPU's fp32 linears on the rounded operands. */
