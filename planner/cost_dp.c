@@ -67,15 +67,16 @@ static double unit_coll(const dp_pricer *d, cost_coll op, int u, double bytes_pe
 }
 
 /* dhp: unit u's weight all-gather (bf16-mixed ZeRO-3: the bf16 words and the packed fp32 elements). */
-static double unit_gather(const dp_pricer *d, int u)
+static void unit_gather(const dp_pricer *d, int u, bool backward, plan_comm *raw)
 {
-    if (!d->z3) return unit_coll(d, COST_ALLGATHER, u, d->param_bytes);
-    double t = cost_collective_time(d->pool, COST_ALLGATHER, d->G * d->z3[u].half * 4.0, d->G, d->per_node);
-    if (d->z3[u].full) t += cost_collective_time(d->pool, COST_ALLGATHER, d->G * d->z3[u].full * 4.0, d->G, d->per_node);
-    return t;
+    if (!d->z3) {
+        plan_comm_add(raw, backward, unit_coll(d, COST_ALLGATHER, u, d->param_bytes), 1);
+        return;
+    }
+    plan_comm_add(raw, backward, cost_collective_time(d->pool, COST_ALLGATHER, d->G * d->z3[u].half * 4.0, d->G, d->per_node), 1);
+    if (d->z3[u].full)
+        plan_comm_add(raw, backward, cost_collective_time(d->pool, COST_ALLGATHER, d->G * d->z3[u].full * 4.0, d->G, d->per_node), 1);
 }
-
-static int unit_gathers(const dp_pricer *d, int u) { return d->z3 && d->z3[u].full ? 2 : 1; }
 
 static double module_coll(const dp_pricer *d, cost_coll op, double bytes_per)
 {
@@ -113,8 +114,8 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
     plan_comm raw = { 0 };
     if (d.dhp) {
         for (int u = 0; u < d.n_units; u++) {
-            if (r.unit_param_gather) plan_comm_add(&raw, false, unit_gather(&d, u), unit_gathers(&d, u));
-            if (gather_back) plan_comm_add(&raw, true, unit_gather(&d, u), unit_gathers(&d, u));
+            if (r.unit_param_gather) unit_gather(&d, u, false, &raw);
+            if (gather_back) unit_gather(&d, u, true, &raw);
             if (!reduce) continue;
             plan_comm_add(&raw, true, unit_coll(&d, COST_REDUCESCATTER, u, d.grad_bytes), 1);
             /* the bucket zeroed before the unit's backward, its reduced piece added to the shard */
