@@ -68,6 +68,26 @@ int plan_zero3_megatron_tensors(const model_module *mm, const plan_module *s, do
     return k;
 }
 
+/* DeepSpeed's gather buffer under ZeRO-3: 4 bytes (the fp16 weight
+ * gathered and its fp16 gradient) per element of the largest module's own
+ * parameters, `largest_layer_memory = 4 * largest_layer_params` in
+ * deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs,
+ * where model_to_params takes each module's parameters with recurse=False:
+ * one Linear (Megatron-LM's fused QKV, fc1, ...) or the embedding, never a
+ * whole transformer block, since DeepSpeed fetches a submodule's parameters
+ * at a time. The largest Megatron-LM tensor on this tp rank; the Linear's
+ * bias (one row of it) is left out. 0 when out of memory. */
+double plan_zero3_deepspeed_buffer_bytes(const model_module *mm, const plan_module *s)
+{
+    double *e, best = 0;
+    int n = plan_zero3_megatron_tensors(mm, s, &e);
+    if (n < 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (e[i] > best) best = e[i];
+    free(e);
+    return 4.0 * best;
+}
+
 /* n copy kernels of one piece (`piece` elements of `bytes` each). */
 static double list_copies(const cost_pool *pool, int n, double piece, double bytes)
 {

@@ -10,7 +10,7 @@
  * Activations are itemised per saved tensor following Korthikanti et al.,
  * "Reducing Activation Recomputation in Large Transformer Models"
  * (arXiv 2205.05198), with FlashAttention (no s^2 term, arXiv 2307.08691). */
-#include "planner/planner.h"
+#include "planner/planner_int.h"
 
 #include <math.h>
 #include <string.h>
@@ -92,6 +92,8 @@ static void model_state_bytes(const model_module *mm, const plan_module *s, cons
     out->grads = p * b.grad / (s->zero >= 2 ? shard : 1);
     out->optim = p * b.optim / (s->zero >= 1 ? shard : 1);
     out->zero_buffers = s->zero >= 3 && shard > 1 ? 2 * BF16 * model_largest_layer_params(mm) / s->tp : 0;
+    if (out->zero_buffers > 0 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021)   /* per-tensor gathers (cost_zero3.c) */
+        out->zero_buffers = plan_zero3_deepspeed_buffer_bytes(mm, s);
 }
 
 /* Bytes saved for backward per token of one block (A bytes per element), before dividing by
