@@ -99,6 +99,28 @@ TEST(zero3_deepspeed_2021_per_tensor_unhidden)
     CHECK_NEAR(ds.micro_s - ds.zero_comm_s, units.micro_s - units.zero_comm_s, 1e-12);
 }
 
+/* DeepSpeed's ZeRO-3 gather buffer is 4 bytes per element of its largest
+ * module (estimate_zero3_model_states_mem_needs: 4 x largest_layer_params,
+ * one Linear's own parameters): here dense_h_to_4h, 1024 x 4096 (the fused
+ * QKV is 3 x 1024 x 1024, the embedding 1000 x 1024); the per-unit (FSDP)
+ * choice keeps two bf16 copies of a whole block. */
+TEST(zero3_deepspeed_2021_buffer_is_largest_module)
+{
+    model_t m = megatron_gpt(2);
+    plan_workload w = step_of_16();
+    plan_options o;
+    plan_options_default(&o);
+    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .recompute = PLAN_RECOMP_NONE,
+                      .n_ranks = 16 };
+    cost_cluster c = two_nodes();
+    plan_mem units, ds;
+    plan_module_memory(&m, 0, &s, &w, &c.pool[0].gpu, &o, 1, &units);
+    o.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
+    plan_module_memory(&m, 0, &s, &w, &c.pool[0].gpu, &o, 1, &ds);
+    CHECK_NEAR(ds.zero_buffers, 4.0 * 1024 * 4096, 1e-6);
+    CHECK_NEAR(units.zero_buffers, 4.0 * (double)model_largest_layer_params(&m.mod[0]), 1e-6);
+}
+
 /* The choice travels with the plan file; a plan without it is "units". */
 TEST(zero3_choice_names)
 {
