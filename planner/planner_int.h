@@ -40,6 +40,8 @@ int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, cons
  * elements; returns their count, -1 when out of memory. */
 int plan_zero3_megatron_tensors(const model_module *mm, const plan_module *s, double **elems);
 double plan_zero3_deepspeed_buffer_bytes(const model_module *mm, const plan_module *s);
+/* cost_dp.c: what `comm` seconds beside `hideable` seconds of compute add (with the contention slowdown) */
+double plan_overlapped_comm_s(double comm, double hideable, bool contention);
 
 /* cost_dp.c: the EMBED_SYNC op: the tied embedding's gradient (this tp
  * rank's vocabulary rows) all-reduced between the first and the last stage,
