@@ -149,6 +149,10 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
 {
     plan_dp_rules r = plan_dp_rules_of(mm, s);
     out->grad_sync_s = out->grad_sync_busy_s = out->param_gather_s = out->param_gather_busy_s = 0;
+    /* DeepSpeed's persistent parameters, gathered once after the step (cost_zero3.c); the
+     * closed form lets the last backward hide it like the others: one small collective */
+    if (o->target == PLAN_TARGET_MEGATRON && r.stage == 3 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021)
+        out->param_gather_s = plan_zero3_persistent_gather_s(mm, s, pool, o);
     if (!r.step_grad_sync && !r.step_param_gather) return;
     dp_pricer d;
     if (dp_pricer_init(&d, mm, s, stage, pool, o)) return;

@@ -40,6 +40,8 @@ int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, cons
  * elements; returns their count, -1 when out of memory. */
 int plan_zero3_megatron_tensors(const model_module *mm, const plan_module *s, double **elems);
 double plan_zero3_deepspeed_buffer_bytes(const model_module *mm, const plan_module *s);
+double plan_zero3_persistent_gather_s(const model_module *mm, const plan_module *s, const cost_pool *pool,
+                                      const plan_options *o);
 /* cost_tp.c: the TP regions of the blocks and of the LLM's ends, Ulysses' all-to-alls (fwd: what full recomputation repeats) */
 void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool, double A,
                           double t, bool backward, bool weight_grads, plan_comm *c, plan_comm *fwd);

@@ -63,8 +63,9 @@ TEST(zero3_megatron_tensors_fuse_qkv)
 /* 16 ranks on 2 nodes of 8, bf16-mixed (fp16/bf16 weights and gradients as
  * DeepSpeed reduces param.grad): each tensor of e elements, piece p = ceil(e / 16),
  * costs in the forward zero(16 p) + AG(16 p x 2 B) + 16 copy(p), in the backward
- * that again plus 16 copy(p) + RS(16 p x 2 B); none of it hides behind the
- * compute (the default overlap 0.8 applies to units only). */
+ * that again plus 16 copy(p) + RS(16 p x 2 B); a tensor under 100,000 elements
+ * (the biases and norms here) persists: its reduce-scatter only. None of it
+ * hides behind the compute (the default overlap 0.8 applies to units only). */
 TEST(zero3_deepspeed_2021_per_tensor_unhidden)
 {
     model_t m = megatron_gpt(2);
@@ -87,13 +88,21 @@ TEST(zero3_deepspeed_2021_per_tensor_unhidden)
         double ag = cost_elementwise_time(&P->gpu, COST_EW_ZERO, 16 * p, 2)
                   + cost_collective_time(P, COST_ALLGATHER, 16 * p * 2, 16, 8) + copies;
         double rs = copies + cost_collective_time(P, COST_REDUCESCATTER, 16 * p * 2, 16, 8);
-        want += 2 * ag + rs;
+        want += (e[i] < 100000 ? 0 : 2 * ag) + rs;
     }
+    int big = 0;
+    for (int i = 0; i < n; i++) big += e[i] >= 100000;
     free(e);
     CHECK_NEAR(ds.zero_comm_s, want, 1e-12);
-    CHECK(ds.fwd_syncs >= n && ds.bwd_syncs >= 2 * n);
+    CHECK(big == 2 * 4 + 1);   /* qkv, dense, h_to_4h, 4h_to_h per block, the embedding */
+    CHECK(ds.fwd_syncs >= big && ds.bwd_syncs >= big + n);
     /* each collective pays at least its 15 ring steps and 16 kernel launches */
-    CHECK(ds.zero_comm_s > 3 * n * (15 * P->inter.alpha_s + 16 * P->gpu.kernel_launch_s));
+    CHECK(ds.zero_comm_s > (2 * big + n) * (15 * P->inter.alpha_s + 16 * P->gpu.kernel_launch_s));
+    /* the persistent ones in one gather after the step */
+    plan_time step = ds;
+    plan_stage_step_time(&m.mod[0], &s, 0, P, &o, &step);
+    CHECK_NEAR(step.param_gather_s, plan_zero3_persistent_gather_s(&m.mod[0], &s, P, &o), 1e-15);
+    CHECK(step.param_gather_s > 15 * P->inter.alpha_s && step.param_gather_s < ds.zero_comm_s / big);
     /* the per-unit price hides most of its 3 x 4 collectives behind the compute */
     CHECK(ds.zero_comm_s > 2 * units.zero_comm_s);
     CHECK_NEAR(ds.micro_s - ds.zero_comm_s, units.micro_s - units.zero_comm_s, 1e-12);
