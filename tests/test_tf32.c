@@ -11,6 +11,7 @@
 #include "test.h"
 #include "executor/tf32.h"
 #include "tests/kernel_data.h"
+#include "planner/planner.h"
 #include "util/util.h"
 
 #include <float.h>
@@ -104,4 +105,48 @@ TEST(cuda_emu_linears_unfused_where_cublaslt_refuses_the_epilogue)
     linear_case(be, false, 37, 29, 45, true);
     linear_case(be, false, 19, 50, 33, true);
     unsetenv("DHP_EMU_LT_EPILOGUES");
+}
+
+/* The dhp target prices precision fp32's linears at the GPU's fp32 peak
+ * (CUDA cores: H100 SXM 67 TFLOPS) and with tf32 at its TF32 peak (494.5
+ * dense), both below bf16's 989: a micro-batch's forward orders so, and a
+ * GEMM's time scales by the peaks' ratio. A tf32 plan file keeps the flag;
+ * tf32 with a bf16 precision is one line. */
+TEST(tf32_prices_fp32_gemms_at_the_tf32_peak)
+{
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK_MSG(!model_load("tiny-vl", &m, err) && !cost_cluster_load("8xh100", &c, err), "%s", err);
+    const cost_gpu *g = &c.pool[0].gpu;
+    CHECK_NEAR(cost_gemm_peak(g, COST_MATH_FP32), 67e12, 1e-12);
+    CHECK_NEAR(cost_gemm_peak(g, COST_MATH_TF32), 494.5e12, 1e-12);
+    CHECK_NEAR(cost_gemm_peak(g, COST_MATH_BF16), g->peak_flops, 1e-12);
+    double big = 4096, launch = g->kernel_launch_s;
+    CHECK_NEAR(cost_gemm_time_in(g, COST_MATH_FP32, big, big, big) - launch,
+               (cost_gemm_time_in(g, COST_MATH_TF32, big, big, big) - launch) * 494.5 / 67, 1e-9);
+    plan_options o;
+    plan_options_default(&o);
+    o.precision = PLAN_OPT_FP32;
+    o.target = PLAN_TARGET_DHP;
+    CHECK(plan_gemm_math(&o) == COST_MATH_FP32);
+    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
+    int li = model_find_kind(&m, MODEL_LLM);
+    plan_module s = { .dp = 1, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 2, .n_ranks = 1 };
+    plan_time fp32, tf32, bf16;
+    plan_micro_time(&m, li, &s, &w, &c, &o, 2, &fp32);
+    o.tf32 = true;
+    CHECK(plan_gemm_math(&o) == COST_MATH_TF32 && plan_tf32_check(&o, err) == 0);
+    plan_micro_time(&m, li, &s, &w, &c, &o, 2, &tf32);
+    o.tf32 = false;
+    o.precision = PLAN_OPT_MIXED_FP32;
+    plan_micro_time(&m, li, &s, &w, &c, &o, 2, &bf16);
+    CHECK_MSG(fp32.fwd_s > tf32.fwd_s && tf32.fwd_s > bf16.fwd_s, "forward fp32 %.3g, tf32 %.3g, bf16 %.3g s",
+              fp32.fwd_s, tf32.fwd_s, bf16.fwd_s);
+    o.tf32 = true;
+    CHECK(plan_tf32_check(&o, err) == UTIL_EINVAL && strstr(err, "precision bf16-mixed"));
+    /* the Megatron target keeps its published pricing */
+    o.precision = PLAN_OPT_FP32;
+    o.target = PLAN_TARGET_MEGATRON;
+    CHECK(plan_gemm_math(&o) == COST_MATH_BF16);
 }
