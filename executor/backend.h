@@ -192,17 +192,11 @@ static inline bool ex_backend_emulated(const ex_backend *be) { return be && be->
 /* Rows between a packed buffer (rows in order) and a permuted one: in
  * consecutive blocks of `block` rows, packed row j of a block is permuted
  * row order[j] of it (order NULL: the same order), n rows of d floats;
- * to_permuted: packed -> permuted, else back. One backend copy per row (the
- * encoder -> LLM hand-off's raster order, models/geometry.c). */
-static inline void ex_move_permuted_rows(const ex_backend *be, float *packed, float *permuted, size_t n, size_t d,
-                                         const int *order, size_t block, bool to_permuted)
-{
-    for (size_t r = 0; r < n; r++) {
-        size_t q = order ? r - r % block + (size_t)order[r % block] : r;
-        if (to_permuted) be->d2d(permuted + q * d, packed + r * d, d * sizeof(float));
-        else be->d2d(packed + r * d, permuted + q * d, d * sizeof(float));
-    }
-}
+ * to_permuted: packed -> permuted, else back. One gather_rows over all n
+ * rows through an index list kept on the backend (executor/rows_permuted.c;
+ * the encoder -> LLM hand-off's raster order, models/geometry.c). */
+void ex_move_permuted_rows(const ex_backend *be, float *packed, float *permuted, size_t n, size_t d,
+                           const int *order, size_t block, bool to_permuted);
 
 /* The backend `dhp run --backend` names (executor/backend_pick.c): "cpu",
  * "cuda", or NULL / "auto" for cuda where a device is usable, else cpu.
