@@ -88,12 +88,12 @@ $(BUILD)/dhp-emu: $(EMU_LIB_OBJ) $(CLI_OBJ)
 $(BUILD)/comm_check_emu: $(BUILD)/obj/tests/mpi/comm_check.o $(EMU_LIB_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lstdc++
 
-$(BUILD)/obj/emu/executor/comm_nccl.o: executor/comm_nccl.c tests/ncclemu.h
+$(BUILD)/obj/emu/executor/comm_nccl.o: executor/comm_nccl.c tests/ncclemu.h tests/ncclemu_init.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -UDHP_NCCL -DDHP_NCCL=1 -DDHP_NCCL_EMU -include tests/ncclemu.h -c -o $@ $<
 
 # dhp profile's device queries answered by the emulated runtime (tests/ncclemu.h).
-$(BUILD)/obj/emu/profile/device_facts.o: profile/device_facts.c tests/ncclemu.h
+$(BUILD)/obj/emu/profile/device_facts.o: profile/device_facts.c tests/ncclemu.h tests/ncclemu_init.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -UDHP_CUDA -DDHP_PROFILE_EMU -include tests/ncclemu.h -c -o $@ $<
 
