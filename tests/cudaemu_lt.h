@@ -62,7 +62,16 @@ static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *handle)
     return CUBLAS_STATUS_SUCCESS;
 }
 
-static inline const char *cublasLtGetStatusString(cublasStatus_t s) { return cublasGetStatusString(s); }
+static inline const char *cublasLtGetStatusString(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    }
+    return "unknown error";
+}
 
 static inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
                                                       cudaDataType scale)
