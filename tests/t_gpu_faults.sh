@@ -109,7 +109,7 @@ else fail gpu_faults_nccl_hang_times_out_naming_the_peer "exit $rc in ${took}s, 
 # a peer that hangs (or died) while the communicators are set up: NCCL's non-blocking init
 # (ncclCommInitRankConfig, blocking = 0) polled with the timeout, then ncclCommAbort: one line, no hang
 # (both ranks wait in it here, the stalled one too: each that times out says so in one line)
-nccl_fault init 1:init:stall 2
+nccl_fault init 1:init:stall 1
 n=$(grep -c '^dhp run: ' init.err)
 if [ $rc != 0 ] && [ $rc != 124 ] && [ $took -le 60 ] && [ "$n" -ge 1 ] && [ "$n" -le 2 ] \
    && [ "$(grep -cE '^dhp run: comm: ncclCommInitRankConfig: rank [01] waited [0-9]+ s \(the communication timeout\): rank [01] answers but did not complete it' init.err)" = "$n" ]
