@@ -69,6 +69,17 @@ def gpu_numbers(fam):
 # bandwidth", 500 W; its peak TFLOP/s is "between SXM and NVL, and we don't know its exact value"
 # (footnote 2), so the SXM file's compute figures stay.
 GRAND_TETON_HBM_BW = 2.4e12
+# Its compute at the 500 W power limit the source states ("We used the default 500W power limit, although
+# tuning it up to 700W TDP can potentially provide further speedups"): between the two datasheet parts the
+# source names, H100 SXM (989.5 dense BF16 TFLOP/s, up to 700 W) and H100 NVL (1,671 with sparsity = 835.5
+# dense, 350-400 W; NVIDIA H100 datasheet). Same die, so the peak follows the sustainable clock, and dynamic
+# power C V^2 f with V rising with f makes the clock a power law of the power limit: the two parts give the
+# exponent ln(835.5 / 989.5) / ln(400 / 700) = 0.30 (the cube law's 1/3), and 500 W then 989.5 (500/700)^0.30.
+# No training row enters it.
+H100_SXM_PEAK, H100_SXM_W, H100_NVL_PEAK, H100_NVL_W = 989.5e12, 700.0, 835.5e12, 400.0
+GRAND_TETON_W = 500.0
+GRAND_TETON_PEAK = H100_SXM_PEAK * (GRAND_TETON_W / H100_SXM_W) ** (
+    math.log(H100_NVL_PEAK / H100_SXM_PEAK) / math.log(H100_NVL_W / H100_SXM_W))
 
 
 def cluster_json(fam, gpus, hbm_gib=None, hbm_bw=None):
@@ -83,6 +94,9 @@ def cluster_json(fam, gpus, hbm_gib=None, hbm_bw=None):
             g["hbm_bytes"] = {"value": hbm_gib * GIB, "source": "published.tsv row: the run's GPU memory"}
         if hbm_bw:
             g["hbm_bw"] = {"value": hbm_bw, "source": "torchtitan benchmarks, Hardware: 96GB HBM2e, 2.4 TB/s"}
+            g["peak_flops"] = {"value": GRAND_TETON_PEAK,
+                               "source": "torchtitan benchmarks, Hardware: 500 W power limit; SXM and NVL datasheet "
+                                         "peaks interpolated by power (published.py GRAND_TETON_PEAK)"}
         pool["gpu"] = g
     c["name"] = f"{fam}-{gpus}"
     return c
@@ -236,7 +250,8 @@ def interpret(r, idx):
     if "H100 96GB" in gpu and fam.startswith("torchtitan"):
         c["hbm_bw"] = GRAND_TETON_HBM_BW
         inferred.append("Grand Teton H100 96GB HBM2e: 2.4 TB/s (the source's Hardware section); peak TFLOP/s "
-                        "unknown (between SXM and NVL, the source says): the SXM file's")
+                        f"unknown (between SXM and NVL, the source says): {GRAND_TETON_PEAK / 1e12:.0f} at its "
+                        "500 W limit, the SXM and NVL datasheet peaks interpolated by power")
     zero = r["zero_or_fsdp"]
     c["zero"] = 3 if ("ZeRO-3" in zero or "FSDP" in zero and "FSDP=1" not in zero) else 0
     cp = r["cp_or_sp"]

@@ -15,6 +15,7 @@ typedef struct plan_pricer {
     bool need_weight_grad;       /* false when frozen */
     bool need_input_grad;        /* false for a frozen first module */
     bool megatron;               /* PLAN_TARGET_MEGATRON: Megatron-LM's kernels and recomputation */
+    cost_gemm_math math;         /* the linears' GEMMs (plan_gemm_math) */
 } pricer;
 
 void plan_comm_add(plan_comm *c, bool backward, double seconds, int count)
@@ -30,9 +31,9 @@ static bool runs_backward(const pricer *p) { return p->need_input_grad || p->nee
 static void price_linear(pricer *p, double m, double n, double k)
 {
     if (m <= 0 || n <= 0 || k <= 0) return;
-    p->fwd += cost_gemm_time(p->g, m, n, k);
-    if (p->need_input_grad) p->bwd += cost_gemm_time(p->g, m, k, n);
-    if (p->need_weight_grad) p->bwd += cost_gemm_time(p->g, k, n, m);
+    p->fwd += cost_gemm_time_in(p->g, p->math, m, n, k);
+    if (p->need_input_grad) p->bwd += cost_gemm_time_in(p->g, p->math, m, k, n);
+    if (p->need_weight_grad) p->bwd += cost_gemm_time_in(p->g, p->math, k, n, m);
 }
 
 /* softmax(Q K^T) V over `queries` queries, each attending to `span` keys:
@@ -203,9 +204,10 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
          * the attention core and the saved matmuls (plan_recompute): wq, wv,
          * and w1, w2 (SwiGLU) or fc1 (GELU), priced as the separate GEMMs
          * they are there. */
-        double saved = cost_gemm_time(p->g, t, H * d / tp, h) + (cross ? 0 : cost_gemm_time(p->g, t, KV * d / tp, h))
-                     + cost_gemm_time(p->g, t, f / tp, h)
-                     + (mm->ffn_kind == MODEL_FFN_SWIGLU ? cost_gemm_time(p->g, t, h, f / tp) : 0);
+        double saved = cost_gemm_time_in(p->g, p->math, t, H * d / tp, h)
+                     + (cross ? 0 : cost_gemm_time_in(p->g, p->math, t, KV * d / tp, h))
+                     + cost_gemm_time_in(p->g, p->math, t, f / tp, h)
+                     + (mm->ffn_kind == MODEL_FFN_SWIGLU ? cost_gemm_time_in(p->g, p->math, t, h, f / tp) : 0);
         *selective = fmax(0.0, p->fwd - fwd0 - core.fwd - saved);
         return;
     }
@@ -393,14 +395,6 @@ static void price_encoder_head(pricer *p, const model_module *mm, const plan_mod
     }
 }
 
-/* One collective of op over module s's group on `axes` (plan_group_shape places it in the node). */
-static double group_coll(const cost_pool *pool, const plan_module *s, unsigned axes, cost_coll op, double bytes)
-{
-    int n, per_node;
-    plan_group_shape(s, axes, pool->gpus_per_node, &n, &per_node);
-    return cost_collective_time(pool, op, bytes, n, per_node);
-}
-
 /* FLOPs of one sample through the module's forward at tp = sp = 1. */
 static double forward_flops_per_sample(const model_module *mm, const plan_seq *q)
 {
@@ -449,73 +443,6 @@ static void price_ulysses_copies(pricer *p, const model_module *mm, const plan_m
         }
 }
 
-/* The tensor-parallel regions of the blocks (executor/block.c): per block,
- * the attention and the MLP each enter (column-parallel) and leave
- * (row-parallel) one. Without sequence parallelism leaving is an all-reduce
- * forward and entering one backward; with it, an all-gather entering and a
- * reduce-scatter leaving forward, and backward an all-gather of the output
- * gradient, an all-gather re-gathering the saved norm rows, a reduce-scatter
- * of the input gradient, and once per block the norms' partial weight
- * gradients summed. t rows per micro-batch. fwd gets the forward's, which
- * full recomputation issues again in backward. */
-static void price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool, double A,
-                            double t, bool backward, bool weight_grads, plan_comm *c, plan_comm *fwd)
-{
-    if (s->tp <= 1) return;
-    double rows = A * t * mm->hidden;
-    if (s->seq_parallel) {
-        double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, rows);
-        double rs = group_coll(pool, s, PLAN_AX_TP, COST_REDUCESCATTER, rows);
-        plan_comm_add(fwd, false, ag, 2 * L);
-        plan_comm_add(fwd, false, rs, 2 * L);
-        if (!backward) return;
-        plan_comm_add(c, true, ag, 4 * L);
-        plan_comm_add(c, true, rs, 2 * L);
-        if (weight_grads) plan_comm_add(c, true, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * 2 * mm->hidden), L);
-        return;
-    }
-    double ar = group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, rows);
-    plan_comm_add(fwd, false, ar, 2 * L);
-    if (backward) plan_comm_add(c, true, ar, 2 * L);
-}
-
-/* The LLM's ends under tensor parallelism (executor/llm.c): forward, the
- * vocab-parallel embedding's all-reduce of the text rows and the
- * cross-entropy's row maxima and [sum-exp, target logit] (fp32); backward,
- * the head's input gradient. Under sequence parallelism the final hidden
- * rows are all-gathered for the head, and the blocks' input gradient for the
- * embedding's backward. */
-static void price_tp_llm_ends(const model_module *mm, const plan_module *s, const plan_stage *st, const cost_pool *pool,
-                              double A, double t, double text_rows, double head_rows, bool backward, plan_comm *c)
-{
-    if (s->tp <= 1 || mm->kind != MODEL_LLM) return;
-    double h = mm->hidden, ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, A * t * h);
-    if (st->stem) {
-        plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * text_rows * h), 1);
-        if (s->seq_parallel && backward) plan_comm_add(c, true, ag, 1);
-    }
-    if (!st->head) return;
-    plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * head_rows), 1);
-    plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * 2 * head_rows), 1);
-    if (backward) plan_comm_add(c, true, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * head_rows * h), 1);
-    if (s->seq_parallel) plan_comm_add(c, false, ag, 1);
-}
-
-/* Ulysses: q, k, v and the output re-sharded forward, one all-to-all each,
- * and their gradients backward, in every layer that crosses ranks. */
-static void price_ulysses(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,
-                          int layers, bool backward, plan_comm *fwd, plan_comm *c)
-{
-    if (s->sp <= 1) return;
-    double q = A * t * mm->heads * mm->head_dim / s->tp, kv = A * t * mm->kv_heads * mm->head_dim / s->tp;
-    double aq = group_coll(pool, s, PLAN_AX_SP, COST_ALLTOALL, q), akv = group_coll(pool, s, PLAN_AX_SP, COST_ALLTOALL, kv);
-    plan_comm_add(fwd, false, aq, 2 * layers);
-    plan_comm_add(fwd, false, akv, 2 * layers);
-    if (!backward) return;
-    plan_comm_add(c, true, aq, 2 * layers);
-    plan_comm_add(c, true, akv, 2 * layers);
-}
-
 /* What full recomputation re-runs in backward: the blocks' forward, its exchanges too. */
 static void recompute_comm(const plan_comm *fwd, plan_comm *c)
 {
@@ -544,7 +471,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
 
     double A = plan_module_state_bytes(mm, o).act;   /* activation / communication element (dhp's executor: fp32) */
     pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM),
-                 .megatron = o->target == PLAN_TARGET_MEGATRON };
+                 .megatron = o->target == PLAN_TARGET_MEGATRON, .math = plan_gemm_math(o) };
     bool backward = runs_backward(&p);
     if (samples <= 0) {   /* an empty micro-batch (planner/schedule.c, micro_ops): the strategy's collectives only */
         plan_comm dp = { 0 };
@@ -607,9 +534,9 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     /* In-op communication: the blocks' forward exchanges (re-issued by full
      * recomputation), then everything else. */
     plan_comm tp_fwd = { 0 }, tp = { 0 }, sp_fwd = { 0 }, sp = { 0 }, dp = { 0 };
-    price_tp_blocks(mm, s, st->count, pool, A, t, backward, !mm->frozen, &tp, &tp_fwd);
-    price_tp_llm_ends(mm, s, st, pool, A, t, text_rows, head_rows, backward, &tp);
-    price_ulysses(mm, s, pool, A, t, n_a2a_layers, backward, &sp_fwd, &sp);
+    plan_price_tp_blocks(mm, s, st->count, pool, A, t, backward, !mm->frozen, &tp, &tp_fwd);
+    plan_price_tp_llm_ends(mm, s, st, pool, A, t, text_rows, head_rows, backward, &tp);
+    plan_price_ulysses(mm, s, pool, A, t, n_a2a_layers, backward, &sp_fwd, &sp);
     sp_fwd.fwd_s += n_full * rp.fwd_comm_s;
     sp_fwd.fwd_syncs += n_full * rp.fwd_syncs;
     sp.bwd_s += n_full * rp.bwd_comm_s;
@@ -742,7 +669,7 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     }
     /* Bucketed gradient reduction overlaps the last micro-batch's backward. */
     double step_comm = out->grad_sync_s + out->grad_sync_busy_s + out->param_gather_s + out->param_gather_busy_s;
-    out->dp_exposed_s = fmax(0.0, step_comm - o->overlap * out->bwd_s / s->pp);
+    out->dp_exposed_s = plan_overlapped_comm_s(step_comm, o->overlap * out->bwd_s / s->pp, o->target == PLAN_TARGET_MEGATRON);
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     double passes = mm->frozen ? (mm->kind == MODEL_LLM ? 2.0 : 1.0) : 3.0;

@@ -19,6 +19,15 @@
  *   kernel launch (costdb kernel_launch_s), which at 1,000+ ranks costs as
  *   much as the ring's (n - 1) steps.
  *
+ * - stage3_param_persistence_threshold (default 100000,
+ *   deepspeed/runtime/zero/constants.py): a parameter of fewer elements
+ *   (ds_numel, the tp rank's tensor) is marked ds_persist and never released
+ *   after its submodule ran (stage3.py release_sub_module), so it is not
+ *   gathered again in the forward and backward; after each optimizer step
+ *   stage3.py gathers all of them in one synchronous call
+ *   (persistent_parameters[0].all_gather, _allgather_params: one flat
+ *   collective). Their gradients are reduce-scattered like any other's.
+ *
  * The parameter tensors are Megatron-LM's (megatron/model/transformer.py,
  * ParallelAttention.query_key_value): query, key and value are one tensor,
  * and their biases one. */
@@ -26,6 +35,8 @@
 
 #include <math.h>
 #include <stdlib.h>
+
+#define DS_PERSISTENCE_THRESHOLD 100000.0   /* stage3_param_persistence_threshold's default, elements */
 
 /* Key and value weights (biases) are part of the query's weight (bias):
  * the role they join, or -1. */
@@ -68,6 +79,26 @@ int plan_zero3_megatron_tensors(const model_module *mm, const plan_module *s, do
     return k;
 }
 
+/* DeepSpeed's gather buffer under ZeRO-3: 4 bytes (the fp16 weight
+ * gathered and its fp16 gradient) per element of the largest module's own
+ * parameters, `largest_layer_memory = 4 * largest_layer_params` in
+ * deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs,
+ * where model_to_params takes each module's parameters with recurse=False:
+ * one Linear (Megatron-LM's fused QKV, fc1, ...) or the embedding, never a
+ * whole transformer block, since DeepSpeed fetches a submodule's parameters
+ * at a time. The largest Megatron-LM tensor on this tp rank; the Linear's
+ * bias (one row of it) is left out. 0 when out of memory. */
+double plan_zero3_deepspeed_buffer_bytes(const model_module *mm, const plan_module *s)
+{
+    double *e, best = 0;
+    int n = plan_zero3_megatron_tensors(mm, s, &e);
+    if (n < 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (e[i] > best) best = e[i];
+    free(e);
+    return 4.0 * best;
+}
+
 /* n copy kernels of one piece (`piece` elements of `bytes` each). */
 static double list_copies(const cost_pool *pool, int n, double piece, double bytes)
 {
@@ -99,10 +130,32 @@ int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, cons
     for (int i = 0; i < n; i++) {
         double piece = ceil(e[i] / G);   /* each rank's partition, the tensor padded to G of them */
         double g = gather_s(pool, G, per_node, piece, bytes);
-        if (gather_fwd) plan_comm_add(raw, false, g, 1);
-        if (gather_bwd) plan_comm_add(raw, true, g, 1);
+        bool persists = e[i] < DS_PERSISTENCE_THRESHOLD;   /* gathered once per step instead */
+        if (gather_fwd && !persists) plan_comm_add(raw, false, g, 1);
+        if (gather_bwd && !persists) plan_comm_add(raw, true, g, 1);
         if (reduce) plan_comm_add(raw, true, reduce_s(pool, G, per_node, piece, bytes), 1);
     }
     free(e);
     return UTIL_OK;
+}
+
+/* The step's one gather of every persistent parameter (above): a flat
+ * buffer zeroed, one all-gather of the padded pieces, the copies out.
+ * 0 when none persists or out of memory. */
+double plan_zero3_persistent_gather_s(const model_module *mm, const plan_module *s, const cost_pool *pool,
+                                      const plan_options *o)
+{
+    int G, per_node;
+    plan_group_shape(s, PLAN_AX_SHARD, pool->gpus_per_node, &G, &per_node);
+    double *e, piece = 0;
+    int n = plan_zero3_megatron_tensors(mm, s, &e), count = 0;
+    if (n < 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (e[i] < DS_PERSISTENCE_THRESHOLD) { piece += ceil(e[i] / G); count++; }
+    free(e);
+    if (count == 0 || G <= 1) return 0;
+    double bytes = plan_module_state_bytes(mm, o).param;
+    return cost_elementwise_time(&pool->gpu, COST_EW_ZERO, G * piece, bytes)
+         + cost_collective_time(pool, COST_ALLGATHER, G * piece * bytes, G, per_node)
+         + count * cost_elementwise_time(&pool->gpu, COST_EW_COPY, piece / count * G, bytes);
 }

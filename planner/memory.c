@@ -10,7 +10,7 @@
  * Activations are itemised per saved tensor following Korthikanti et al.,
  * "Reducing Activation Recomputation in Large Transformer Models"
  * (arXiv 2205.05198), with FlashAttention (no s^2 term, arXiv 2307.08691). */
-#include "planner/planner.h"
+#include "planner/planner_int.h"
 
 #include <math.h>
 #include <string.h>
@@ -34,6 +34,7 @@ void plan_options_default(plan_options *o)
     o->precision = PLAN_OPT_MIXED_FP32;
     o->target = PLAN_TARGET_MEGATRON;
     o->zero3 = PLAN_ZERO3_UNITS;
+    o->tf32 = false;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
      * dynamic (activation) memory is the allowance we keep for that. */
     o->fragmentation = 0.10;
@@ -92,6 +93,8 @@ static void model_state_bytes(const model_module *mm, const plan_module *s, cons
     out->grads = p * b.grad / (s->zero >= 2 ? shard : 1);
     out->optim = p * b.optim / (s->zero >= 1 ? shard : 1);
     out->zero_buffers = s->zero >= 3 && shard > 1 ? 2 * BF16 * model_largest_layer_params(mm) / s->tp : 0;
+    if (out->zero_buffers > 0 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021)   /* per-tensor gathers (cost_zero3.c) */
+        out->zero_buffers = plan_zero3_deepspeed_buffer_bytes(mm, s);
 }
 
 /* Bytes saved for backward per token of one block (A bytes per element), before dividing by
@@ -374,6 +377,7 @@ plan_options plan_options_of(const plan_t *p)
     o.precision = p->precision;
     o.target = p->target;
     o.zero3 = p->zero3;
+    o.tf32 = p->tf32;
     return o;
 }
 

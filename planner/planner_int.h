@@ -39,6 +39,18 @@ int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, cons
  * and value one tensor, their biases one): *elems (malloc'd) gets each one's
  * elements; returns their count, -1 when out of memory. */
 int plan_zero3_megatron_tensors(const model_module *mm, const plan_module *s, double **elems);
+double plan_zero3_deepspeed_buffer_bytes(const model_module *mm, const plan_module *s);
+double plan_zero3_persistent_gather_s(const model_module *mm, const plan_module *s, const cost_pool *pool,
+                                      const plan_options *o);
+/* cost_tp.c: the TP regions of the blocks and of the LLM's ends, Ulysses' all-to-alls (fwd: what full recomputation repeats) */
+void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool, double A,
+                          double t, bool backward, bool weight_grads, plan_comm *c, plan_comm *fwd);
+void plan_price_tp_llm_ends(const model_module *mm, const plan_module *s, const plan_stage *st, const cost_pool *pool,
+                            double A, double t, double text_rows, double head_rows, bool backward, plan_comm *c);
+void plan_price_ulysses(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,
+                        int layers, bool backward, plan_comm *fwd, plan_comm *c);
+/* cost_dp.c: what `comm` seconds beside `hideable` seconds of compute add (with the contention slowdown) */
+double plan_overlapped_comm_s(double comm, double hideable, bool contention);
 
 /* cost_dp.c: the EMBED_SYNC op: the tied embedding's gradient (this tp
  * rank's vocabulary rows) all-reduced between the first and the last stage,

@@ -36,6 +36,10 @@ g = dict(metric="TFLOP/s/GPU", value=100, gb=4, seq=2048, gpus=8, family="naraya
 near(P.published_step(g), P.megatron_flops(4, 2048, 4, 1024, 51200) / (100e12 * 8), "TFLOP/s -> s")
 g.update(metric="tokens/s/GPU", value=1000)
 near(P.published_step(g), 4 * 2048 / (1000 * 8), "tokens/s/GPU -> s")
+import math
+e = math.log(835.5 / 989.5) / math.log(400 / 700)     # the SXM and NVL datasheet parts
+near(P.GRAND_TETON_PEAK, 989.5e12 * (500 / 700) ** e, "Grand Teton 500 W peak")
+assert 835.5e12 < P.GRAND_TETON_PEAK < 989.5e12, "between NVL and SXM, as the source says"
 print("formulas-ok")
 PYEOF
 )

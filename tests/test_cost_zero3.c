@@ -63,8 +63,9 @@ TEST(zero3_megatron_tensors_fuse_qkv)
 /* 16 ranks on 2 nodes of 8, bf16-mixed (fp16/bf16 weights and gradients as
  * DeepSpeed reduces param.grad): each tensor of e elements, piece p = ceil(e / 16),
  * costs in the forward zero(16 p) + AG(16 p x 2 B) + 16 copy(p), in the backward
- * that again plus 16 copy(p) + RS(16 p x 2 B); none of it hides behind the
- * compute (the default overlap 0.8 applies to units only). */
+ * that again plus 16 copy(p) + RS(16 p x 2 B); a tensor under 100,000 elements
+ * (the biases and norms here) persists: its reduce-scatter only. None of it
+ * hides behind the compute (the default overlap 0.8 applies to units only). */
 TEST(zero3_deepspeed_2021_per_tensor_unhidden)
 {
     model_t m = megatron_gpt(2);
@@ -87,16 +88,46 @@ TEST(zero3_deepspeed_2021_per_tensor_unhidden)
         double ag = cost_elementwise_time(&P->gpu, COST_EW_ZERO, 16 * p, 2)
                   + cost_collective_time(P, COST_ALLGATHER, 16 * p * 2, 16, 8) + copies;
         double rs = copies + cost_collective_time(P, COST_REDUCESCATTER, 16 * p * 2, 16, 8);
-        want += 2 * ag + rs;
+        want += (e[i] < 100000 ? 0 : 2 * ag) + rs;
     }
+    int big = 0;
+    for (int i = 0; i < n; i++) big += e[i] >= 100000;
     free(e);
     CHECK_NEAR(ds.zero_comm_s, want, 1e-12);
-    CHECK(ds.fwd_syncs >= n && ds.bwd_syncs >= 2 * n);
+    CHECK(big == 2 * 4 + 1);   /* qkv, dense, h_to_4h, 4h_to_h per block, the embedding */
+    CHECK(ds.fwd_syncs >= big && ds.bwd_syncs >= big + n);
     /* each collective pays at least its 15 ring steps and 16 kernel launches */
-    CHECK(ds.zero_comm_s > 3 * n * (15 * P->inter.alpha_s + 16 * P->gpu.kernel_launch_s));
+    CHECK(ds.zero_comm_s > (2 * big + n) * (15 * P->inter.alpha_s + 16 * P->gpu.kernel_launch_s));
+    /* the persistent ones in one gather after the step */
+    plan_time step = ds;
+    plan_stage_step_time(&m.mod[0], &s, 0, P, &o, &step);
+    CHECK_NEAR(step.param_gather_s, plan_zero3_persistent_gather_s(&m.mod[0], &s, P, &o), 1e-15);
+    CHECK(step.param_gather_s > 15 * P->inter.alpha_s && step.param_gather_s < ds.zero_comm_s / big);
     /* the per-unit price hides most of its 3 x 4 collectives behind the compute */
     CHECK(ds.zero_comm_s > 2 * units.zero_comm_s);
     CHECK_NEAR(ds.micro_s - ds.zero_comm_s, units.micro_s - units.zero_comm_s, 1e-12);
+}
+
+/* DeepSpeed's ZeRO-3 gather buffer is 4 bytes per element of its largest
+ * module (estimate_zero3_model_states_mem_needs: 4 x largest_layer_params,
+ * one Linear's own parameters): here dense_h_to_4h, 1024 x 4096 (the fused
+ * QKV is 3 x 1024 x 1024, the embedding 1000 x 1024); the per-unit (FSDP)
+ * choice keeps two bf16 copies of a whole block. */
+TEST(zero3_deepspeed_2021_buffer_is_largest_module)
+{
+    model_t m = megatron_gpt(2);
+    plan_workload w = step_of_16();
+    plan_options o;
+    plan_options_default(&o);
+    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .recompute = PLAN_RECOMP_NONE,
+                      .n_ranks = 16 };
+    cost_cluster c = two_nodes();
+    plan_mem units, ds;
+    plan_module_memory(&m, 0, &s, &w, &c.pool[0].gpu, &o, 1, &units);
+    o.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
+    plan_module_memory(&m, 0, &s, &w, &c.pool[0].gpu, &o, 1, &ds);
+    CHECK_NEAR(ds.zero_buffers, 4.0 * 1024 * 4096, 1e-6);
+    CHECK_NEAR(units.zero_buffers, 4.0 * (double)model_largest_layer_params(&m.mod[0]), 1e-6);
 }
 
 /* The choice travels with the plan file; a plan without it is "units". */

@@ -1,0 +1,80 @@
+/* The cost model's collectives inside a micro-batch that the model's
+ * parallel layout issues (cost.c price_micro calls them): the tensor-parallel
+ * regions of the blocks and of the LLM's ends, and Ulysses' all-to-alls;
+ * each placed in the node by plan_group_shape. */
+#include "planner/planner_int.h"
+
+/* One collective of op over module s's group on `axes` (plan_group_shape places it in the node). */
+static double group_coll(const cost_pool *pool, const plan_module *s, unsigned axes, cost_coll op, double bytes)
+{
+    int n, per_node;
+    plan_group_shape(s, axes, pool->gpus_per_node, &n, &per_node);
+    return cost_collective_time(pool, op, bytes, n, per_node);
+}
+
+/* The tensor-parallel regions of the blocks (executor/block.c): per block,
+ * the attention and the MLP each enter (column-parallel) and leave
+ * (row-parallel) one. Without sequence parallelism leaving is an all-reduce
+ * forward and entering one backward; with it, an all-gather entering and a
+ * reduce-scatter leaving forward, and backward an all-gather of the output
+ * gradient, an all-gather re-gathering the saved norm rows, a reduce-scatter
+ * of the input gradient, and once per block the norms' partial weight
+ * gradients summed. t rows per micro-batch. fwd gets the forward's, which
+ * full recomputation issues again in backward. */
+void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool, double A,
+                          double t, bool backward, bool weight_grads, plan_comm *c, plan_comm *fwd)
+{
+    if (s->tp <= 1) return;
+    double rows = A * t * mm->hidden;
+    if (s->seq_parallel) {
+        double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, rows);
+        double rs = group_coll(pool, s, PLAN_AX_TP, COST_REDUCESCATTER, rows);
+        plan_comm_add(fwd, false, ag, 2 * L);
+        plan_comm_add(fwd, false, rs, 2 * L);
+        if (!backward) return;
+        plan_comm_add(c, true, ag, 4 * L);
+        plan_comm_add(c, true, rs, 2 * L);
+        if (weight_grads) plan_comm_add(c, true, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * 2 * mm->hidden), L);
+        return;
+    }
+    double ar = group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, rows);
+    plan_comm_add(fwd, false, ar, 2 * L);
+    if (backward) plan_comm_add(c, true, ar, 2 * L);
+}
+
+/* The LLM's ends under tensor parallelism (executor/llm.c): forward, the
+ * vocab-parallel embedding's all-reduce of the text rows and the
+ * cross-entropy's row maxima and [sum-exp, target logit] (fp32); backward,
+ * the head's input gradient. Under sequence parallelism the final hidden
+ * rows are all-gathered for the head, and the blocks' input gradient for the
+ * embedding's backward. */
+void plan_price_tp_llm_ends(const model_module *mm, const plan_module *s, const plan_stage *st, const cost_pool *pool,
+                            double A, double t, double text_rows, double head_rows, bool backward, plan_comm *c)
+{
+    if (s->tp <= 1 || mm->kind != MODEL_LLM) return;
+    double h = mm->hidden, ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, A * t * h);
+    if (st->stem) {
+        plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * text_rows * h), 1);
+        if (s->seq_parallel && backward) plan_comm_add(c, true, ag, 1);
+    }
+    if (!st->head) return;
+    plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * head_rows), 1);
+    plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * 2 * head_rows), 1);
+    if (backward) plan_comm_add(c, true, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * head_rows * h), 1);
+    if (s->seq_parallel) plan_comm_add(c, false, ag, 1);
+}
+
+/* Ulysses: q, k, v and the output re-sharded forward, one all-to-all each,
+ * and their gradients backward, in every layer that crosses ranks. */
+void plan_price_ulysses(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,
+                        int layers, bool backward, plan_comm *fwd, plan_comm *c)
+{
+    if (s->sp <= 1) return;
+    double q = A * t * mm->heads * mm->head_dim / s->tp, kv = A * t * mm->kv_heads * mm->head_dim / s->tp;
+    double aq = group_coll(pool, s, PLAN_AX_SP, COST_ALLTOALL, q), akv = group_coll(pool, s, PLAN_AX_SP, COST_ALLTOALL, kv);
+    plan_comm_add(fwd, false, aq, 2 * layers);
+    plan_comm_add(fwd, false, akv, 2 * layers);
+    if (!backward) return;
+    plan_comm_add(c, true, aq, 2 * layers);
+    plan_comm_add(c, true, akv, 2 * layers);
+}
