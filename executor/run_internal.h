@@ -53,6 +53,12 @@ struct run_dp {
     run_dp_slot gather[RUN_DP_SLOTS], bucket[RUN_DP_SLOTS];
     /* the model's unit order of a forward and of a backward, and where each pass is */
     int *order[2], n_order[2], cursor[2];
+    /* replicated / ZeRO-1: the step's reduction, unit by unit (dp_overlap.c) */
+    bool final_pass;          /* the running compute op is its chunk's last backward of the step */
+    bool *posted;             /* [n_units] reduction posted this step */
+    ex_request **ureq;        /* [n_units] replicated: each unit's all-reduce in flight */
+    ex_request *step_req;     /* ZeRO-1: the reduce-scatter in flight from staging into piece */
+    int step_unit;            /* its unit, -1: none */
     char err[UTIL_ERR_LEN];   /* what the last failing unit hook saw */
 };
 
@@ -76,6 +82,13 @@ int run_dp_gather_params(run_dp *d, char *err);
  * after its last one reduce-scatter it into this rank's gradient shard. */
 int run_dp_bucket_begin(run_dp *d, int u);
 int run_dp_bucket_end(run_dp *d, int u, bool last);
+/* dp_overlap.c: replicated / ZeRO-1's step reduction: buffers (after the
+ * shard is placed), the unit hook that posts a finished unit in the last
+ * micro-batch, and GRAD_SYNC (posts the rest, waits for all). */
+int run_dp_step_init(run_dp *d, char *err);
+void run_dp_step_free(run_dp *d);
+int run_dp_step_unit_end(run_dp *d, int unit, ex_unit_use use, bool last);
+int run_dp_step_grad_sync(run_dp *d, char *err);
 /* The module's whole state of this tp rank (EX_BUF_PARAMS, EX_BUF_ADAM_M,
  * EX_BUF_ADAM_V) as one flat buffer[n_params], from wherever the strategy
  * keeps it; and the inverse (every rank passes the whole buffer). flat is
