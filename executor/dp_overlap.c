@@ -62,6 +62,7 @@ static int post(run_dp *d, int u)
     const ex_shard *sh = d->shard;
     size_t nu = sh->off[u + 1] - sh->off[u];
     d->posted[u] = true;
+    if (nu == 0) return UTIL_OK;   /* a unit on another pipeline stage */
     if (d->rules.stage == 0) {
         if (!ex_comm_iallreduce_sum(d->comm, g + sh->off[u], nu, &d->ureq[u])) return UTIL_OK;
         snprintf(d->err, sizeof d->err, "unit %d gradient all-reduce failed: %s", u, ex_comm_error(d->comm));
