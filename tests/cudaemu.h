@@ -449,8 +449,18 @@ static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes
     return cudaSuccess;
 }
 
+/* Work issued on the compute stream (the legacy default stream: every
+ * launch, copy, memset and GEMM here), counted: tests/ncclemu.h refuses an
+ * NCCL operation whose stream has not waited, through an event, for all of
+ * it (cudaemu_compute_ops, under the guard: dhp-emu and comm_check_emu). */
+static unsigned long cudaemu_ops;
+#ifdef CUDAEMU_GUARD
+extern "C" unsigned long cudaemu_compute_ops(void) { return cudaemu_ops; }
+#endif
+
 static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
 {
+    cudaemu_ops++;
     if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice) cudaemu_guard("cudaMemcpy", "destination", dst);
     if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice) cudaemu_guard("cudaMemcpy", "source", src);
     if (kind == cudaMemcpyDeviceToHost) cudaemu_guard("cudaMemcpy", "destination", dst, false);
@@ -468,6 +478,7 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t byt
 
 static inline cudaError_t cudaMemset(void *p, int value, size_t bytes)
 {
+    cudaemu_ops++;
     cudaemu_guard("cudaMemset", "pointer", p);
     if (bytes) std::memset(p, value, bytes);
     return cudaSuccess;
@@ -524,6 +535,7 @@ static void cudaemu_launch(Kernel kernel, dim3 grid, dim3 block, const Args &...
         cudaemu_fail(cudaErrorInvalidConfiguration);
         return;
     }
+    cudaemu_ops++;
     static std::unordered_map<const void *, bool> syncs;   /* kernel -> its first launch called __syncthreads */
     cudaemu_sched &s = cudaemu_s();
     unsigned threads = block.x * block.y * block.z;
@@ -631,6 +643,7 @@ static inline cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_
         ldb < cudaemu_max1(tb == CUBLAS_OP_N ? k : n) || ldc < cudaemu_max1(m))
         return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    cudaemu_ops++;
     cudaemu_guard("cublasSgemm", "A", A);
     cudaemu_guard("cublasSgemm", "B", B);
     cudaemu_guard("cublasSgemm", "C", C);
@@ -655,6 +668,7 @@ static inline cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation
         ldb < cudaemu_max1(tb == CUBLAS_OP_N ? k : n) || ldc < cudaemu_max1(m))
         return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    cudaemu_ops++;
     cudaemu_guard("cublasGemmEx", "A", A);
     cudaemu_guard("cublasGemmEx", "B", B);
     cudaemu_guard("cublasGemmEx", "C", C);
