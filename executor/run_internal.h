@@ -204,11 +204,14 @@ void run_signals_note(const run_ctx *r, int sig);
 
 /* ---- one step's ops (run_ops.c, run_handoff.c) ---- */
 
-/* This rank's samples of the step. */
+/* One set of a step's host buffers (the backend's alloc_host memory). */
+typedef struct { float *pixels, *mel, *mask; int32_t *tokens; } run_data_set;
+
+/* This rank's samples of the step, double-buffered (run_data.c). */
 typedef struct {
     int n;                    /* samples this rank holds */
     int *row_of;              /* [global_batch] row in the buffers below, -1 if not held */
-    float *pixels;            /* [n, patches, patch_dim] */
+    float *pixels;            /* [n, patches, patch_dim]    (the current set's) */
     float *mel;               /* [n, mel_frames, mel_bins] (audio sets) */
     int32_t *tokens;          /* [n, T] */
     float *mask;              /* [n, T] */
@@ -216,7 +219,20 @@ typedef struct {
     ex_data_rows one;         /* loader buffer of one row */
     int patches, patch_dim, T, grid, mel_frames, mel_bins;
     bool images, audio;       /* the samples' images / clips feed the LLM (plan_encoder_feeds) */
+    const ex_backend *be;     /* whose host memory the sets are */
+    run_data_set set[2];
+    long loaded[2];           /* the step each set holds, -1: none */
+    int cur;                  /* the set the step computes on */
 } run_data;
+
+/* run_data.c: the buffers (two sets) for the rank's schedule; step `step`'s
+ * samples in the current set (prefetched, or read now); and, once a step's
+ * ops are issued and before its sync, step `step`'s samples into the other
+ * set (nothing past the run's last step). */
+int run_data_init(run_ctx *r, const plan_schedule *s, ex_dataset *ds, run_data *d, char *err);
+void run_data_free(run_data *d);
+int run_data_load(run_ctx *r, ex_dataset *ds, long step, run_data *d, char *err);
+int run_data_prefetch(run_ctx *r, ex_dataset *ds, long step, run_data *d, char *err);
 
 typedef struct { ex_request *req; float *buf; } run_pending;
 

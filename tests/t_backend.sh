@@ -53,6 +53,12 @@ else
     if [ "$a" = 0 ] && [ "$b" != 0 ] && [ "$cc" != 0 ] && echo "$k" | grep -q 'cudaemu guard: scale_kernel: argument .* is not device memory' \
        && echo "$c" | grep -q 'cudaemu guard: cudaMemcpy: source .* is device memory'; then ok backend_emu_guard_catches_host_pointers
     else fail backend_emu_guard_catches_host_pointers "device: $a $out; kernel: $b $k; copy: $cc $c"; fi
+    # a page-locked source of an asynchronous copy written before the host synchronized aborts at the synchronize
+    p=$("$EMU_GUARD_CHECK" pinned 2>&1); a=$?
+    k=$("$EMU_GUARD_CHECK" pinned-race 2>&1); b=$?
+    if [ "$a" = 0 ] && [ "$b" != 0 ] && grep -q 'cudaemu stream order: cudaDeviceSynchronize: the page-locked source' <<<"$k"; then
+        ok backend_emu_catches_a_pinned_source_written_before_its_copy_synchronized
+    else fail backend_emu_catches_a_pinned_source_written_before_its_copy_synchronized "pinned: $a $p; race: $b $k"; fi
 fi
 
 # (a) each plan on the CPU backend (dhp) and the emulated CUDA backend (dhp-emu)
