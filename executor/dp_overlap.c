@@ -16,9 +16,10 @@
  *    reduce-scattered into the piece buffer, without waiting; the staging
  *    buffer is the one slot, so the next unit's post (or GRAD_SYNC) first
  *    waits for it and copies the piece into this rank's range.
- * GRAD_SYNC posts, in unit order, what was not posted (a tied embedding,
- * whose EMBED_SYNC must come first; a backward that did not run on this
- * rank) and waits for everything: the optimizer reads finished gradients.
+ * GRAD_SYNC posts, in unit order, what was not posted (the unit holding a
+ * pipeline's tied embedding, whose EMBED_SYNC must come first; a backward
+ * that did not run on this rank) and waits for everything: the optimizer
+ * reads finished gradients.
  *
  * Summation order: every element is reduced by the same MPI call as before
  * (MPI_Iallreduce, MPI_Ireduce_scatter_block over the same ranks, ordered by
@@ -30,9 +31,18 @@
 
 #include <stdio.h>
 
-static bool deferred(const run_dp *d, int u)
+/* The unit holding this stage's copy of a tied embedding (the stem on the
+ * first stage, the head on the last): EMBED_SYNC adds the other stage's
+ * gradient into it first, so GRAD_SYNC reduces it. -1: none. */
+static int embed_unit(run_dp *d)
 {
-    return u == 0 && d->rules.step_embed_sync;   /* the tied embedding: EMBED_SYNC, then this */
+    float *g, *e;
+    size_t n, ne;
+    if (!d->rules.step_embed_sync || ex_module_buffer(d->em, d->k, EX_BUF_GRADS, &g, &n)) return -1;
+    if (!(e = ex_module_embedding_grad(d->em, d->k, &ne)) || e < g || e >= g + n) return -1;
+    for (int u = 0; u < d->shard->n_units; u++)
+        if ((size_t)(e - g) >= d->shard->off[u] && (size_t)(e - g) < d->shard->off[u + 1]) return u;
+    return -1;
 }
 
 /* ZeRO-1: the unit in flight done, its reduced piece into this rank's range. */
@@ -85,6 +95,7 @@ int run_dp_step_init(run_dp *d, char *err)
 {
     d->step_unit = -1;
     if (!d->rules.step_grad_sync) return UTIL_OK;
+    d->embed_unit = embed_unit(d);
     int n = d->shard->n_units > 0 ? d->shard->n_units : 1;
     d->posted = util_calloc((size_t)n, sizeof *d->posted);
     d->ureq = util_calloc((size_t)n, sizeof *d->ureq);
@@ -106,7 +117,7 @@ void run_dp_step_free(run_dp *d)
 
 int run_dp_step_unit_end(run_dp *d, int unit, ex_unit_use use, bool last)
 {
-    if (use != EX_USE_BACKWARD || !last || !d->final_pass || !d->posted || deferred(d, unit) || d->posted[unit])
+    if (use != EX_USE_BACKWARD || !last || !d->final_pass || !d->posted || unit == d->embed_unit || d->posted[unit])
         return UTIL_OK;
     return post(d, unit);
 }

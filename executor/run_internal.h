@@ -59,6 +59,7 @@ struct run_dp {
     ex_request **ureq;        /* [n_units] replicated: each unit's all-reduce in flight */
     ex_request *step_req;     /* ZeRO-1: the reduce-scatter in flight from staging into piece */
     int step_unit;            /* its unit, -1: none */
+    int embed_unit;           /* the unit EMBED_SYNC adds into (reduced in GRAD_SYNC), -1: none */
     char err[UTIL_ERR_LEN];   /* what the last failing unit hook saw */
 };
 

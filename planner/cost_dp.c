@@ -138,10 +138,12 @@ static double finish_at(double start, double w, double until, double overlap)
  * order); replicated posts need no buffer, ZeRO-1's one staging slot makes
  * each post wait for the previous collective (the compute stalls). The
  * first collective cannot start before the first unit's backward ends and
- * the last one (the stem's) runs after the backward. A tied embedding with
- * an EMBED_SYNC (deferred) is reduced in GRAD_SYNC, after everything. c[u]:
- * unit u's collective and copies, 0 for units not on the stage. */
-static double reduction_exposed(const dp_pricer *d, const double *c, double bwd_s, bool one_slot, bool defer_stem,
+ * the last one (the stem's) runs after the backward. The unit holding a
+ * pipeline stage's copy of a tied embedding (`deferred`: the stem on the
+ * first stage, the head on the last; EMBED_SYNC adds into it first) is
+ * reduced in GRAD_SYNC, after everything. c[u]: unit u's collective, 0 for
+ * units not on the stage. */
+static double reduction_exposed(const dp_pricer *d, const double *c, double bwd_s, bool one_slot, int deferred,
                                 double overlap)
 {
     double total = 0;
@@ -151,7 +153,7 @@ static double reduction_exposed(const dp_pricer *d, const double *c, double bwd_
     for (int u = d->n_units - 1; u >= 0; u--) {
         if (d->units[u] <= 0) continue;
         double b = bwd_s * (double)d->units[u] / total;
-        bool post = !(defer_stem && u == 0);
+        bool post = u != deferred;
         if (one_slot) {
             double done = finish_at(t, pending, t + b, overlap);   /* the previous unit's, beside this backward */
             t += b;
@@ -164,7 +166,7 @@ static double reduction_exposed(const dp_pricer *d, const double *c, double bwd_
         }
     }
     double rest = one_slot ? stall + pending : fmax(0.0, end - t);
-    return rest + (defer_stem && d->units[0] > 0 ? c[0] : 0);
+    return rest + (deferred >= 0 && d->units[deferred] > 0 ? c[deferred] : 0);
 }
 
 void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
@@ -202,7 +204,9 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
     }
     if (r.step_grad_sync) {
         double overlap = pool->has_overlap ? pool->overlap : o->overlap;
-        out->grad_sync_s = reduction_exposed(&d, c, fmax(0.0, bwd_window_s), r.stage == 1, r.step_embed_sync, overlap);
+        plan_stage st = plan_stage_of(mm, s, stage);
+        int deferred = !r.step_embed_sync ? -1 : st.stem ? 0 : st.head ? d.n_units - 1 : -1;
+        out->grad_sync_s = reduction_exposed(&d, c, fmax(0.0, bwd_window_s), r.stage == 1, deferred, overlap);
     }
     free(c);
     free(d.units);
