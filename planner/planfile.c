@@ -32,8 +32,6 @@ int plan_zero3_parse(const char *s, plan_zero3 *out)
     return UTIL_EINVAL;
 }
 
-plan_target plan_target_default(plan_precision p) { return p == PLAN_OPT_FP32 ? PLAN_TARGET_DHP : PLAN_TARGET_MEGATRON; }
-
 int plan_precision_parse(const char *s, plan_precision *out)
 {
     for (int i = 0; i < PLAN_NPRECISION; i++)

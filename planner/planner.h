@@ -33,7 +33,8 @@ typedef enum { PLAN_OPT_MIXED_FP32 = 0, PLAN_OPT_PURE_BF16, PLAN_OPT_AUTOCAST, P
 typedef enum { PLAN_TARGET_MEGATRON = 0, PLAN_TARGET_DHP, PLAN_NTARGET } plan_target;
 const char *plan_target_name(plan_target t);
 int plan_target_parse(const char *s, plan_target *out);
-/* The target a precision implies when none is given: the CPU executor runs fp32. */
+/* The target a precision implies when none is given: dhp (what dhp run runs)
+ * where dhp run runs the precision, else megatron (planner/precision.c). */
 plan_target plan_target_default(plan_precision p);
 /* Bytes per parameter of each model state under a precision, and the bytes
  * an AdamW step moves per parameter. */

@@ -31,6 +31,17 @@
 #define BF16 2.0
 #define FP32 4.0
 
+/* The precisions dhp run runs (under the dhp target). */
+static bool precision_runs(plan_precision p) { return p != PLAN_OPT_PURE_BF16; }
+
+/* A plan is made for what dhp run runs unless asked otherwise (--target megatron
+ * prices Megatron-LM's kernels and memory for a plan exported to it): dhp plan's
+ * choice must be one dhp run can run. bf16-pure is planned for Megatron only. */
+plan_target plan_target_default(plan_precision p)
+{
+    return precision_runs(p) ? PLAN_TARGET_DHP : PLAN_TARGET_MEGATRON;
+}
+
 bool plan_runs_bf16(const plan_options *o)
 {
     return o->target == PLAN_TARGET_DHP && (o->precision == PLAN_OPT_MIXED_FP32 || o->precision == PLAN_OPT_AUTOCAST);
@@ -43,7 +54,7 @@ int plan_run_check(const plan_t *p, char *err)
                          "plan: target %s prices %s, not what dhp run does: make the plan with --target dhp "
                          "(dhp run runs precision fp32, bf16-mixed and bf16-autocast)",
                          plan_target_name(p->target), p->target == PLAN_TARGET_MEGATRON ? "Megatron-LM" : "another executor");
-    if (p->precision == PLAN_OPT_PURE_BF16)
+    if (!precision_runs(p->precision))
         return util_fail(err, UTIL_EUNSUPPORTED, "plan: precision %s is planned, not run: dhp run runs fp32, bf16-mixed and bf16-autocast",
                          plan_precision_name(p->precision));
     plan_options o = plan_options_of(p);

@@ -123,7 +123,12 @@ SETUP="${FP32_SETUP/--precision fp32/--precision bf16-autocast --target dhp}" pl
 else fail bf16_autocast_gives_bf16_mixed_losses "$(tail -c 300 "$T/autocast.err")"; fi
 
 # (e) what dhp run does not run: one line, exit 2, naming what it runs
-"$DHP" plan ${FP32_SETUP/--precision fp32/} --placement colocated --strategy "vision:dp=1;llm:dp=1" --gpus 1 -o "$T/megatron.json" >/dev/null 2>&1
+# dhp plan's default (no --precision, no --target) is what dhp run runs: bf16-mixed, target dhp
+if "$DHP" plan ${FP32_SETUP/--precision fp32/} --placement colocated --strategy "vision:dp=1;llm:dp=1" --gpus 1 -o "$T/default.json" >/dev/null 2>&1 \
+   && grep -q '"target":[[:space:]]*"dhp"' "$T/default.json" && "$DHP" run "$T/default.json" --data "$T/data" --steps 1 >/dev/null 2>"$T/default.err"; then
+    ok bf16_default_plan_runs
+else fail bf16_default_plan_runs "$(tail -c 300 "$T/default.err" 2>/dev/null)"; fi
+"$DHP" plan ${FP32_SETUP/--precision fp32/--target megatron} --placement colocated --strategy "vision:dp=1;llm:dp=1" --gpus 1 -o "$T/megatron.json" >/dev/null 2>&1
 expect_err bf16_run_refuses_a_megatron_target_plan 'target megatron prices Megatron-LM, not what dhp run does: make the plan with --target dhp \(dhp run runs precision fp32, bf16-mixed and bf16-autocast\)' \
     "$DHP" run "$T/megatron.json" --data "$T/data" --steps 1
 "$DHP" plan ${FP32_SETUP/--precision fp32/--precision bf16-pure --target dhp} --placement colocated --strategy "vision:dp=1;llm:dp=1" --gpus 1 -o "$T/pure.json" >/dev/null 2>&1

@@ -7,4 +7,6 @@ if [ -z "${FUZZ_BIN:-}" ] || ! ls "$FUZZ_BIN"/fuzz_* >/dev/null 2>&1; then
     fail fuzz_smoke "no fuzz binaries (FUZZ_BIN='${FUZZ_BIN:-}'; make fuzz-build)"; exit 0
 fi
 export ASAN_OPTIONS=""
-bash "$(dirname "$0")/fuzz/run.sh" "${FUZZ_SMOKE_SECONDS:-6}" "$T/fuzz"
+# the seeds are kept beside the fuzz binaries: make test-asan reuses make test's (tests/fuzz/run.sh
+# makes them again when what they come from changed)
+FUZZ_SEEDS="$(dirname "$FUZZ_BIN")/smoke-seeds" bash "$(dirname "$0")/fuzz/run.sh" "${FUZZ_SMOKE_SECONDS:-6}" "$T/fuzz"
