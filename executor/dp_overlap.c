@@ -97,6 +97,7 @@ int run_dp_step_init(run_dp *d, char *err)
     if (!d->rules.step_grad_sync) return UTIL_OK;
     d->embed_unit = embed_unit(d);
     int n = d->shard->n_units > 0 ? d->shard->n_units : 1;
+    d->step_units = d->shard->n_units;   /* kept: run_dp_free may come after the model (and its shard) is freed */
     d->posted = util_calloc((size_t)n, sizeof *d->posted);
     d->ureq = util_calloc((size_t)n, sizeof *d->ureq);
     if (!d->posted || !d->ureq) return util_fail(err, UTIL_ENOMEM, "run: out of memory for the gradient buckets");
@@ -105,7 +106,7 @@ int run_dp_step_init(run_dp *d, char *err)
 
 void run_dp_step_free(run_dp *d)
 {
-    for (int u = 0; d->ureq && u < d->shard->n_units; u++)
+    for (int u = 0; d->ureq && u < d->step_units; u++)
         if (d->ureq[u]) ex_comm_wait(d->comm, d->ureq[u]);
     if (d->step_req) ex_comm_wait(d->comm, d->step_req);
     util_free(d->ureq);
@@ -113,6 +114,27 @@ void run_dp_step_free(run_dp *d)
     d->ureq = NULL;
     d->posted = NULL;
     d->step_req = NULL;
+}
+
+/* What a step that ended early (an op failed before GRAD_SYNC) left in
+ * flight: waited at the step's end, while the gradients it writes exist. */
+int run_dp_step_wait_all(run_ctx *r, char *err)
+{
+    int rc = UTIL_OK;
+    for (int k = 0; k < MODEL_MAX_MODULES; k++) {
+        run_dp *d = &r->mod[k].dp;
+        for (int u = 0; d->ureq && u < d->step_units; u++) {
+            if (d->posted) d->posted[u] = false;
+            if (d->ureq[u] && ex_comm_wait(d->comm, d->ureq[u]) && !rc)
+                rc = util_fail(err, UTIL_ERUNTIME, "run: unit %d gradient all-reduce failed: %s", u, ex_comm_error(d->comm));
+            d->ureq[u] = NULL;
+        }
+        if (d->step_req && ex_comm_wait(d->comm, d->step_req) && !rc)
+            rc = util_fail(err, UTIL_ERUNTIME, "run: unit %d gradient reduce-scatter failed: %s", d->step_unit, ex_comm_error(d->comm));
+        d->step_req = NULL;
+        d->step_unit = -1;
+    }
+    return rc;
 }
 
 int run_dp_step_unit_end(run_dp *d, int unit, ex_unit_use use, bool last)

@@ -241,6 +241,7 @@ static int run_step(run_ctx *r, const plan_schedule *s, ex_dataset *ds, run_data
     char werr[UTIL_ERR_LEN];
     int wrc = run_handoff_wait_all(r, h, werr);
     if (!wrc) wrc = run_stage_wait_all(r, werr);
+    if (!wrc) wrc = run_dp_step_wait_all(r, werr);
     if (!rc && wrc) rc = util_fail(err, wrc, "%s", werr);
     if (!rc) rc = run_data_prefetch(r, ds, r->step + 1, d, err);   /* beside the step's kernels, before its sync */
     return rc;

@@ -57,6 +57,7 @@ struct run_dp {
     bool final_pass;          /* the running compute op is its chunk's last backward of the step */
     bool *posted;             /* [n_units] reduction posted this step */
     ex_request **ureq;        /* [n_units] replicated: each unit's all-reduce in flight */
+    int step_units;           /* n_units of those arrays */
     ex_request *step_req;     /* ZeRO-1: the reduce-scatter in flight from staging into piece */
     int step_unit;            /* its unit, -1: none */
     int embed_unit;           /* the unit EMBED_SYNC adds into (reduced in GRAD_SYNC), -1: none */
@@ -153,6 +154,9 @@ typedef struct {
      * slice.) */
     double wall_offset;
 } run_ctx;
+
+/* dp_overlap.c, at a step's end: whatever a step that ended early left in flight. */
+int run_dp_step_wait_all(run_ctx *r, char *err);
 
 /* The run's backend from --backend (run_backend.c): r->be, and its one log line on rank 0. */
 int run_pick_backend(run_ctx *r, char *err);
