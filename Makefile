@@ -30,7 +30,7 @@ NCCL_LIBDIRS := $(filter-out $(CUDA_LIBDIRS),$(wildcard $(NCCL_HOME)/lib64 $(NCC
 override CFLAGS += -DDHP_NCCL=1 $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-isystem $(NCCL_HOME)/include)
 LDLIBS  += $(foreach d,$(NCCL_LIBDIRS),-L$(d) -Wl,-rpath,$(d))
 endif
-LDLIBS  += $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lnccl -lcublas -lcudart -lstdc++
+LDLIBS  += $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lnccl -lcublasLt -lcublas -lcudart -lstdc++
 CU_SRC  := $(wildcard executor/*.cu)
 else
 CU_SRC  :=
@@ -88,12 +88,12 @@ $(BUILD)/dhp-emu: $(EMU_LIB_OBJ) $(CLI_OBJ)
 $(BUILD)/comm_check_emu: $(BUILD)/obj/tests/mpi/comm_check.o $(EMU_LIB_OBJ)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(LDLIBS) -lstdc++
 
-$(BUILD)/obj/emu/executor/comm_nccl.o: executor/comm_nccl.c tests/ncclemu.h
+$(BUILD)/obj/emu/executor/comm_nccl.o: executor/comm_nccl.c tests/ncclemu.h tests/ncclemu_init.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -UDHP_NCCL -DDHP_NCCL=1 -DDHP_NCCL_EMU -include tests/ncclemu.h -c -o $@ $<
 
 # dhp profile's device queries answered by the emulated runtime (tests/ncclemu.h).
-$(BUILD)/obj/emu/profile/device_facts.o: profile/device_facts.c tests/ncclemu.h
+$(BUILD)/obj/emu/profile/device_facts.o: profile/device_facts.c tests/ncclemu.h tests/ncclemu_init.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -UDHP_CUDA -DDHP_PROFILE_EMU -include tests/ncclemu.h -c -o $@ $<
 
@@ -120,20 +120,20 @@ $(BUILD)/obj/%.cu.o: %.cu
 # launch's blocks one after another, a thread per CUDA thread, with
 # __syncthreads as a barrier, and stands in for cuBLAS with OpenBLAS.
 CXX ?= g++
-$(BUILD)/obj/tests/cuda_kernels_emu.o: executor/cuda_kernels.cu tests/cudaemu.h
+$(BUILD)/obj/tests/cuda_kernels_emu.o: executor/cuda_kernels.cu tests/cudaemu.h tests/cudaemu_lt.h
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror $(CXXFLAGS) -DEX_CUDA_EMU -I. -MMD -MP -include tests/cudaemu.h \
 	  -x c++ -c -o $@ $<
 
-$(BUILD)/obj/tests/cuda_kernels_emu_dhp.o: executor/cuda_kernels.cu tests/cudaemu.h
+$(BUILD)/obj/tests/cuda_kernels_emu_dhp.o: executor/cuda_kernels.cu tests/cudaemu.h tests/cudaemu_lt.h
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror $(CXXFLAGS) -DEX_CUDA_EMU -DEX_CUDA_EMU_AS_CUDA -DCUDAEMU_GUARD \
 	  -I. -MMD -MP -include tests/cudaemu.h -x c++ -c -o $@ $<
 
 # The guard's own check (tests/t_backend.sh).
-$(BUILD)/emu_guard_check: tests/emu/guard_check.cpp tests/cudaemu.h
+$(BUILD)/emu_guard_check: tests/emu/guard_check.cpp tests/cudaemu.h tests/cudaemu_lt.h
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror $(CXXFLAGS) -DCUDAEMU_GUARD -include tests/cudaemu.h \
+	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror $(CXXFLAGS) -DCUDAEMU_GUARD -I. -include tests/cudaemu.h \
 	  -o $@ $< $(LDFLAGS) -lopenblas
 
 # The CPU kernels' loops vectorize only at -O3 (GCC 12's -O2 cost model skips loops with

@@ -20,7 +20,8 @@ static void usage(void)
            "                        then goes to stderr)\n"
            "  --pick N              write alternative N instead (0 = the chosen plan, 1..--top the next best)\n"
            "  --compare             Ray's published grid (1024..65536 vision tokens, batch 8/8/8/8/4/2):\n"
-           "                        zero3, tp, sp-tp and dhp per row (precision bf16-autocast unless given)\n"
+           "                        zero3, tp, sp-tp and dhp per row (precision bf16-autocast and target\n"
+           "                        megatron, as the experiment ran, unless given)\n"
            "  --grid T:B,...        the grid for --compare, vision tokens:batch pairs\n"
            "  --strategy SPEC       no search: the plan of explicit per-module strategies, e.g.\n"
            "                        'vision:gpus=1,sp=1;llm:gpus=2,tp=2' (keys dp tp sp pp vp zero mb rc\n"
@@ -239,12 +240,18 @@ static int parse_grid(const char *grid, int *tokens, int *batch, int max)
     return *p ? -1 : n;
 }
 
-/* Ray's experiment trains under torch.autocast with fp32 weights. */
+/* Ray's experiment trains under torch.autocast with fp32 weights, in PyTorch with
+ * DeepSpeed ZeRO-3 and Megatron-style TP: its rows are priced as those
+ * frameworks run (the megatron target) unless --target says otherwise. */
 static int compare(const plan_args *a_in)
 {
     plan_args copy = *a_in;
     const plan_args *a = &copy;
     if (!copy.setup.precision_given) copy.setup.precision = PLAN_OPT_AUTOCAST;
+    if (!copy.setup.target_given) {
+        copy.setup.target = PLAN_TARGET_MEGATRON;
+        copy.setup.target_given = true;
+    }
     int tokens[32], batch[32];
     int n = parse_grid(a->grid, tokens, batch, 32);
     if (n <= 0) return cli_usage_error("plan", "--grid: '%s' is not TOKENS:BATCH[,TOKENS:BATCH...]", a->grid);

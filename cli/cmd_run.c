@@ -30,6 +30,8 @@ static void run_usage(void)
            "  --init-from DIR    start from a Hugging Face safetensors checkpoint (qwen2_5_vl, qwen2_audio)\n"
            "  --backend B        cpu, cuda or auto: cuda where a GPU is visible, else cpu (auto)\n"
            "  --comm mpi|nccl    the communicator (default: nccl with the CUDA backend when built in, else mpi)\n"
+           "  --tf32             precision fp32's linears on TF32 tensor cores (the CUDA backend; a plan made\n"
+           "                     with --tf32 runs so too); the CPU backend refuses it\n"
            "  --comm-timeout S   a rank waiting S seconds for another ends the run naming it\n"
            "                     (0 = wait forever; default $DHP_COMM_TIMEOUT, else 600)\n"
            "  --log-json         one JSON object per step on stdout\n"
@@ -101,6 +103,7 @@ static int parse(int argc, char **argv, ex_run_options *o)
             consumed = 0;
             if (!strcmp(a, "--resume")) o->resume = true;
             else if (!strcmp(a, "--log-json")) o->log_json = true;
+            else if (!strcmp(a, "--tf32")) o->tf32 = true;
             else if (!strcmp(a, "--no-progress")) no_progress = true;
             else if (a[0] == '-') return cli_usage_error("run", "unknown option '%s'", a);
             else if (!o->plan_path) o->plan_path = a;

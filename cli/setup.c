@@ -25,6 +25,8 @@ const char *cli_setup_help =
     "  --zero3 Z             the megatron target's ZeRO-3: units (one gather per layer, hidden behind the\n"
     "                        compute: FSDP; default) or deepspeed-2021 (DeepSpeed v0.3-0.4: one per weight\n"
     "                        tensor, the GPU drained before each)\n"
+    "  --tf32                precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32): priced at the\n"
+    "                        GPU's TF32 peak instead of its fp32 (CUDA-core) peak\n"
     "  --json                machine-readable output on stdout\n";
 
 void cli_setup_default(cli_setup *s)
@@ -98,6 +100,7 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         (*i)++;
         return 1;
     }
+    if (!strcmp(a, "--tf32")) { s->tf32 = true; return 1; }
     if (!strcmp(a, "--json")) { s->json = true; return 1; }
     return 0;
 }
@@ -108,11 +111,15 @@ void cli_setup_options(const cli_setup *s, plan_options *o)
     o->precision = s->precision;
     o->target = s->target_given ? s->target : plan_target_default(s->precision);
     o->zero3 = s->zero3;
+    o->tf32 = s->tf32;
 }
 
 int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster *c, plan_workload *w)
 {
     char err[UTIL_ERR_LEN];
+    plan_options o;
+    cli_setup_options(s, &o);
+    if (plan_tf32_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     if (model_load(s->model, m, err)) return cli_usage_error(cmd, "%s", err);
     if (cost_cluster_load(s->cluster, c, err)) return cli_usage_error(cmd, "%s", err);
     memset(w, 0, sizeof *w);

@@ -68,6 +68,10 @@ typedef struct {
 typedef struct {
     char name[COST_NAME_LEN];     /* "H100-SXM-80GB" */
     double peak_flops;            /* dense BF16 tensor-core peak, FLOP/s */
+    /* Dense fp32 GEMM peaks, FLOP/s, where the file gives them (0: not given):
+     * on the CUDA cores (cuBLAS's default math) and on TF32 tensor cores
+     * (CUBLAS_COMPUTE_32F_FAST_TF32, dhp run --tf32); cost_gemm_peak. */
+    double peak_flops_fp32, peak_flops_tf32;
     /* Achieved GEMM efficiency for C[m,n] = A[m,k] B[k,n]:
      *   eff(m,n,k) = gemm_eff_max * s(m) * s(n) * s(k),  s(x) = x / (x + gemm_half)
      * gemm_eff_max is the large-shape achieved/peak ratio (MAMF); gemm_half is
@@ -230,6 +234,16 @@ double cost_gemm_efficiency(const cost_gpu *g, double m, double n, double k);
  * GPU has no sm_count. Part of cost_gemm_efficiency's formula. */
 double cost_gemm_wave_efficiency(const cost_gpu *g, double m, double n, double k);
 double cost_gemm_time(const cost_gpu *g, double m, double n, double k); /* 2mnk FLOPs */
+/* The math a GEMM runs in: bf16 operands on tensor cores, fp32 on the CUDA
+ * cores, or fp32 operands read as TF32 by the tensor cores. */
+typedef enum { COST_MATH_BF16 = 0, COST_MATH_FP32, COST_MATH_TF32 } cost_gemm_math;
+/* The peak a GEMM in that math is priced at: peak_flops for bf16, and for
+ * fp32 / TF32 the file's peak_flops_fp32 / _tf32, or peak_flops where the
+ * file has none (a measured profile: its rate is the fp32 GEMM's). */
+double cost_gemm_peak(const cost_gpu *g, cost_gemm_math math);
+/* cost_gemm_time at that peak (the same efficiency curve, measured for bf16:
+ * assumed for the other maths, as no fp32 / TF32 curve is published). */
+double cost_gemm_time_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k);
 /* Attention of `rows` query rows x heads over `scores` query-key pairs of
  * head_dim d: the forward runs 4 d FLOPs per score, the backward
  * COST_ATTN_BWD_FLOPS times that; each row also pays attn_row_s (backward

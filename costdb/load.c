@@ -200,6 +200,8 @@ static int validate_gpu(const cost_gpu *g, const char *what, const char *path, c
         return util_fail(err, UTIL_EINVAL, "%s: %s: must not be empty", what, fp);
     }
     if ((rc = check_range(what, path, "peak_flops", g->peak_flops, 0, true, HUGE_VAL, err))) return rc;
+    if ((rc = check_range(what, path, "peak_flops_fp32", g->peak_flops_fp32, 0, false, HUGE_VAL, err))) return rc;
+    if ((rc = check_range(what, path, "peak_flops_tf32", g->peak_flops_tf32, 0, false, HUGE_VAL, err))) return rc;
     if ((rc = check_range(what, path, "gemm_eff_max", g->gemm_eff_max, 0, true, 1, err))) return rc;
     if ((rc = check_range(what, path, "gemm_half", g->gemm_half, 0, false, HUGE_VAL, err))) return rc;
     if ((rc = check_range(what, path, "attn_eff", g->attn_eff, 0, true, 1, err))) return rc;
@@ -343,6 +345,7 @@ static int parse_gpu_obj(const cJSON *obj, const char *what, const char *path, b
         {"attn_row_s", &g->attn_row_s}, {"attn_bwd_row_s", &g->attn_bwd_row_s},
         {"sm_count", &g->sm_count}, {"attn_hd_half", &g->attn_hd_half},
         {"attn_row_scores", &g->attn_row_scores},
+        {"peak_flops_fp32", &g->peak_flops_fp32}, {"peak_flops_tf32", &g->peak_flops_tf32},
     };
     for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
         if (cJSON_GetObjectItemCaseSensitive(obj, optional[i].key)
@@ -431,6 +434,8 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && cJSON_AddNumberToObject(o, "mem_eff", g->mem_eff)
         && cJSON_AddNumberToObject(o, "reserved_bytes", g->reserved_bytes)
         && cJSON_AddNumberToObject(o, "kernel_launch_s", g->kernel_launch_s)
+        && (g->peak_flops_fp32 <= 0 || cJSON_AddNumberToObject(o, "peak_flops_fp32", g->peak_flops_fp32))
+        && (g->peak_flops_tf32 <= 0 || cJSON_AddNumberToObject(o, "peak_flops_tf32", g->peak_flops_tf32))
         && (g->sm_count <= 0 || cJSON_AddNumberToObject(o, "sm_count", g->sm_count))
         && (g->attn_hd_half <= 0 || cJSON_AddNumberToObject(o, "attn_hd_half", g->attn_hd_half))
         && (g->attn_row_scores <= 0 || cJSON_AddNumberToObject(o, "attn_row_scores", g->attn_row_scores))

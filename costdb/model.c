@@ -78,12 +78,23 @@ double cost_gemm_efficiency(const cost_gpu *g, double m, double n, double k)
     return formula_efficiency(g, m, n, k);
 }
 
-/* t = 2mnk / (peak_flops * eff(m,n,k)) + kernel_launch_s. */
-double cost_gemm_time(const cost_gpu *g, double m, double n, double k)
+double cost_gemm_peak(const cost_gpu *g, cost_gemm_math math)
+{
+    double p = math == COST_MATH_FP32 ? g->peak_flops_fp32 : math == COST_MATH_TF32 ? g->peak_flops_tf32 : 0;
+    return p > 0 ? p : g->peak_flops;
+}
+
+/* t = 2mnk / (peak * eff(m,n,k)) + kernel_launch_s, peak = cost_gemm_peak(g, math). */
+double cost_gemm_time_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k)
 {
     double eff = cost_gemm_efficiency(g, m, n, k);
     if (eff <= 0) return 0;
-    return 2.0 * m * n * k / (g->peak_flops * eff) + g->kernel_launch_s;
+    return 2.0 * m * n * k / (cost_gemm_peak(g, math) * eff) + g->kernel_launch_s;
+}
+
+double cost_gemm_time(const cost_gpu *g, double m, double n, double k)
+{
+    return cost_gemm_time_in(g, COST_MATH_BF16, m, n, k);
 }
 
 double cost_attention_efficiency(const cost_gpu *g, double head_dim)

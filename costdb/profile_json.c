@@ -109,7 +109,7 @@ static bool add_gpu_fields_cuda(cJSON *o, const cost_profile *p)
     snprintf(w, sizeof w, "%s (sm_%d%d, %d SMs), CUDA runtime %d, driver %d, the %s backend's kernels, rank 0 of %d timing "
              "batches of calls ended by the backend's sync while the others wait", d->name, d->cc_major, d->cc_minor, d->sms,
              d->runtime_version, d->driver_version, d->backend, p->ranks);
-    const char *kern = "fp32 linear_forward (the backend's GEMM, cublasSgemm on CUDA)";
+    const char *kern = "fp32 linear_forward (the backend's GEMM, cublasLtMatmul on CUDA)";
     bool ok;
     if (d->clock_hz > 0)
         ok = add_field(o, p, "peak_flops", g->peak_flops,
@@ -247,7 +247,7 @@ static cJSON *gemm_measurements(const cost_profile *p)
 {
     cJSON *o = cJSON_CreateObject(), *rows = cJSON_CreateArray();
     const char *kernel = !p->cuda ? "cblas_sgemm RowMajor NoTrans x Trans, fp32"
-                         : "the backend's linear_forward (row-major A[m,k] B[n,k]^T; cublasSgemm OP_T x OP_N on CUDA), fp32";
+                         : "the backend's linear_forward (row-major A[m,k] B[n,k]^T; cublasLtMatmul OP_T x OP_N on CUDA), fp32";
     bool ok = o && rows && cJSON_AddStringToObject(o, "kernel", kernel)
         && add_num(o, "rate_max", p->gemm_rate_max) && add_num(o, "gemm_half", p->gpu.gemm_half)
         && add_num(o, "fit_rms_rel", p->gemm_fit_rms);

@@ -74,8 +74,8 @@ typedef struct ex_backend {
                             const float *inp, const float *w, int n, int in, int out_dim);
     /* bf16-mixed (executor/precision.c): dst[i] = src[i] rounded to bfloat16
      * (round to nearest, ties to even: executor/bf16.h), and the linears on
-     * bf16 operands with fp32 accumulation and fp32 outputs (cuBLAS GEMM with
-     * CUDA_R_16BF A and B, CUBLAS_COMPUTE_32F). The same shapes and sums as
+     * bf16 operands with fp32 accumulation and fp32 outputs (cublasLtMatmul
+     * with CUDA_R_16BF A and B, CUBLAS_COMPUTE_32F). The same shapes and sums as
      * linear_forward / linear_backward; the bias gradient sums the fp32 dout,
      * the GEMMs read its bf16 copy dout16. */
     void (*to_bf16)(uint16_t *dst, const float *src, size_t n);
@@ -83,6 +83,11 @@ typedef struct ex_backend {
                                 int n, int in, int out_dim);
     void (*linear_backward_bf16)(float *dinp, float *dw, float *db, const float *dout, const uint16_t *dout16,
                                  const uint16_t *inp, const uint16_t *w, int n, int in, int out_dim);
+    /* fp32 linears on TF32 tensor cores from now on (on: cuBLASLt's
+     * CUBLAS_COMPUTE_32F_FAST_TF32, operands rounded to TF32, executor/tf32.h;
+     * off: exact fp32, the default). NULL where the backend has no TF32 mode
+     * (the CPU backend: dhp run --tf32 refuses it, executor/run_backend.c). */
+    void (*set_tf32)(bool on);
     void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w,
                             int n, int d, float eps);
     void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
@@ -194,17 +199,11 @@ static inline bool ex_backend_emulated(const ex_backend *be) { return be && be->
 /* Rows between a packed buffer (rows in order) and a permuted one: in
  * consecutive blocks of `block` rows, packed row j of a block is permuted
  * row order[j] of it (order NULL: the same order), n rows of d floats;
- * to_permuted: packed -> permuted, else back. One backend copy per row (the
- * encoder -> LLM hand-off's raster order, models/geometry.c). */
-static inline void ex_move_permuted_rows(const ex_backend *be, float *packed, float *permuted, size_t n, size_t d,
-                                         const int *order, size_t block, bool to_permuted)
-{
-    for (size_t r = 0; r < n; r++) {
-        size_t q = order ? r - r % block + (size_t)order[r % block] : r;
-        if (to_permuted) be->d2d(permuted + q * d, packed + r * d, d * sizeof(float));
-        else be->d2d(packed + r * d, permuted + q * d, d * sizeof(float));
-    }
-}
+ * to_permuted: packed -> permuted, else back. One gather_rows over all n
+ * rows through an index list kept on the backend (executor/rows_permuted.c;
+ * the encoder -> LLM hand-off's raster order, models/geometry.c). */
+void ex_move_permuted_rows(const ex_backend *be, float *packed, float *permuted, size_t n, size_t d,
+                           const int *order, size_t block, bool to_permuted);
 
 /* The backend `dhp run --backend` names (executor/backend_pick.c): "cpu",
  * "cuda", or NULL / "auto" for cuda where a device is usable, else cpu.
@@ -213,7 +212,7 @@ static inline void ex_move_permuted_rows(const ex_backend *be, float *packed, fl
 const ex_backend *ex_backend_pick(const char *want, char *why, size_t why_len, char *err);
 
 /* The CUDA backend (executor/cuda_kernels.cu): the same kernels and
- * conventions on device pointers, cuBLAS (fp32 sgemm) for the linears, own
+ * conventions on device pointers, cuBLASLt for the linears (executor/cuda_gemm.cuh), own
  * kernels for the rest, launched asynchronously on the current device's
  * default stream; sumsq and cross_entropy wait for their result. NULL, with
  * err saying why, when dhp was built without CUDA (no nvcc) or no device is

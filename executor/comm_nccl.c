@@ -2,7 +2,8 @@
  * Every ex_comm (the world and every ex_comm_split: TP, SP, DP / ZeRO shard,
  * pipeline neighbours, hand-off pairs) gets its own NCCL communicator,
  * created from its MPI communicator: rank 0 calls ncclGetUniqueId, MPI
- * broadcasts the id, every member calls ncclCommInitRank (NCCL's documented
+ * broadcasts the id, every member calls ncclCommInitRankConfig, non-blocking
+ * and bounded by the timeout (init_comm; after ncclCommInitRank in NCCL's documented
  * MPI bootstrap, docs.nvidia.com/deeplearning/nccl/user-guide/docs/examples.html
  * "Example 2: One Device per Process or Thread"), and its own CUDA stream.
  *
@@ -148,6 +149,54 @@ static void free_state(nccl_state *s)
 
 static int check_async(ex_comm *c, const char *call);
 
+/* Communicators are non-blocking (ncclConfig_t.blocking = 0): a call NCCL is
+ * still working on (the set-up, a first use's connections, a group's
+ * launch) returns ncclInProgress, and the communicator's state is then
+ * ncclCommGetAsyncError's until it leaves ncclInProgress (docs
+ * .../usage/communicators.html, "Creating a communicator with options" and
+ * "Fault Tolerance"). settle waits for that through comm_poll, so a peer that
+ * hangs or died during the set-up ends in the timeout, naming it, instead
+ * of a blocking ncclCommInitRank that never returns. */
+typedef struct {
+    ncclComm_t comm;
+    ncclResult_t state;
+} nccl_settle_arg;
+
+static int test_settled(ex_comm *c, void *arg, bool *done)
+{
+    (void)c;
+    nccl_settle_arg *a = arg;
+    ncclResult_t r = ncclCommGetAsyncError(a->comm, &a->state);
+    if (r != ncclSuccess) a->state = r;
+    *done = a->state != ncclInProgress;
+    return UTIL_OK;
+}
+
+/* *r as returned by a call on comm; ncclInProgress becomes the final state. */
+static int settle(ex_comm *c, ncclComm_t comm, ncclResult_t *r, const char *call)
+{
+    if (*r != ncclInProgress) return UTIL_OK;
+    nccl_settle_arg a = { comm, ncclInProgress };
+    int rc = comm_poll(c, test_settled, &a, -1, call);
+    *r = a.state;
+    return rc;
+}
+
+/* This rank's member of c's NCCL communicator, non-blocking, its set-up bounded by the timeout. */
+static int init_comm(ex_comm *c, nccl_state *s, ncclUniqueId id, char *err)
+{
+    const char *call = "ncclCommInitRankConfig";
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    s->nccl = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&s->nccl, c->size, id, c->rank, &config);
+    int rc = s->nccl ? settle(c, s->nccl, &r, call) : UTIL_OK;
+    if (!rc && r == ncclSuccess) return UTIL_OK;
+    if (s->nccl) ncclCommAbort(s->nccl);
+    if (rc) return util_fail(err, UTIL_ERUNTIME, "comm: %s", c->err);
+    return util_fail(err, UTIL_ERUNTIME, "comm: rank %d: %s (%d ranks): %s", c->rank, call, c->size, ncclGetErrorString(r));
+}
+
 static int nccl_attach(ex_comm *c, char *err)
 {
     if (!g_device_set) {
@@ -177,10 +226,10 @@ static int nccl_attach(ex_comm *c, char *err)
         return util_fail(err, UTIL_ERUNTIME, "comm: rank %d: NCCL id: %s", c->rank,
                          mrc != MPI_SUCCESS ? comm_mpi_message(mrc, m) : "ncclGetUniqueId failed on rank 0");
     }
-    if ((r = ncclCommInitRank(&s->nccl, c->size, id, c->rank)) != ncclSuccess) {
+    int rc = init_comm(c, s, id, err);
+    if (rc) {
         free_state(s);
-        return util_fail(err, UTIL_ERUNTIME, "comm: rank %d: ncclCommInitRank (%d ranks): %s", c->rank, c->size,
-                         ncclGetErrorString(r));
+        return rc;
     }
     s->next = g_live;
     g_live = s;
@@ -287,6 +336,8 @@ static int begin(ex_comm *c, const char *call)
 static int finish(ex_comm *c, ncclResult_t r, const char *call)
 {
     nccl_state *s = state(c);
+    int rc = settle(c, s->nccl, &r, call);
+    if (rc) return rc;
     if (r != ncclSuccess) return nccl_fail(c, call, r);
     cudaError_t e = cudaEventRecord(s->done, s->stream);
     return e != cudaSuccess ? cuda_fail(c, call, e) : wait_event(c, s, s->done, -1, call);
@@ -434,18 +485,21 @@ static int launch_group(nccl_state *s)
         r = q->send ? ncclSend(q->buf, q->n, ncclFloat32, q->peer, s->nccl, s->stream)
                     : ncclRecv(q->buf, q->n, ncclFloat32, q->peer, s->nccl, s->stream);
     }
+    int rc = UTIL_OK;
     if (e == cudaSuccess) {
         ncclResult_t end = ncclGroupEnd();
         if (r == ncclSuccess) r = end;
+        rc = settle(c, s->nccl, &r, call);
     }
-    if (e == cudaSuccess && r == ncclSuccess) e = cudaEventRecord(g->done, s->stream);
-    g->failed = e != cudaSuccess || r != ncclSuccess;
+    if (e == cudaSuccess && r == ncclSuccess && !rc) e = cudaEventRecord(g->done, s->stream);
+    g->failed = e != cudaSuccess || r != ncclSuccess || rc;
     for (ex_request *q = list, *next; q; q = next) {
         next = q->next;
         q->next = NULL;
         q->impl = g;
         g->refs++;
     }
+    if (rc) return rc;
     if (e != cudaSuccess) return cuda_fail(c, call, e);
     return r != ncclSuccess ? nccl_fail(c, call, r) : UTIL_OK;
 }
@@ -481,9 +535,11 @@ static int nccl_post_coll(ex_comm *c, ex_request *r, const float *send, float *r
     ncclResult_t res = r->allreduce ? ncclAllReduce(recv, recv, n, ncclFloat32, ncclSum, s->nccl, s->stream)
                      : r->reduce    ? ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, s->nccl, s->stream)
                                     : ncclAllGather(send, recv, n, ncclFloat32, s->nccl, s->stream);
-    if (res == ncclSuccess) e = cudaEventRecord(g->done, s->stream);
-    if (res != ncclSuccess || e != cudaSuccess) {
+    int rc = settle(c, s->nccl, &res, call);
+    if (res == ncclSuccess && !rc) e = cudaEventRecord(g->done, s->stream);
+    if (rc || res != ncclSuccess || e != cudaSuccess) {
         group_unref(g);
+        if (rc) return rc;
         return res != ncclSuccess ? nccl_fail(c, call, res) : cuda_fail(c, call, e);
     }
     r->impl = g;

@@ -1,8 +1,8 @@
 /* CUDA backend: the kernels of executor/backend.h on device pointers, with the
  * math of executor/cpu_kernels.c (same shapes, accumulate rules, NULL
  * gradients, lse, cu_seqlens / GQA / causal, vocab shards, cross-entropy
- * pieces, AdamW, RoPE layout). Linears are cuBLAS fp32 sgemm; the rest are
- * own kernels. Shapes and math of each kernel are stated above it.
+ * pieces, AdamW, RoPE layout). Linears are cuBLASLt GEMMs (cuda_gemm.cuh); the
+ * rest are own kernels, by job in the cuda_*.cuh files it includes. Shapes and math of each kernel are stated above it.
  *
  *  - Every pointer is a device pointer: tensors, and also cu_seqlens (nseq + 1
  *    ints), tokens, targets and the rows of gather_rows / scatter_add_rows.
@@ -25,7 +25,7 @@
  *  - Failures (a launch, a cuBLAS call, an allocation, a bad shape) are kept
  *    as a sticky first error that ex_cuda_sync reports and clears. */
 #ifndef EX_CUDA_EMU
-#include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 #define EX_LAUNCH_RAW(kernel, grid, block, ...) kernel<<<(grid), (block)>>>(__VA_ARGS__)
 #else
@@ -89,11 +89,6 @@ static void note_cuda(cudaError_t e, const char *what)
     if (e != cudaSuccess) note_failure(what, cudaGetErrorString(e));
 }
 
-static void note_blas(cublasStatus_t s, const char *what)
-{
-    if (s != CUBLAS_STATUS_SUCCESS) note_failure(what, cublasGetStatusString(s));
-}
-
 /* Moves the sticky error into msg and clears it; false when there is none. */
 static bool take_failure(char *msg, size_t len)
 {
@@ -111,24 +106,7 @@ static bool take_failure(char *msg, size_t len)
         note_cuda(cudaGetLastError(), "launch of " #kernel);     \
     } while (0)
 
-/* ------------------------------------------------------------ handles */
-
-static cublasStatus_t g_blas_status;
-
-static cublasHandle_t create_blas(void)
-{
-    cublasHandle_t h = NULL;
-    g_blas_status = cublasCreate(&h);
-    return g_blas_status == CUBLAS_STATUS_SUCCESS ? h : NULL;
-}
-
-/* The cuBLAS handle, created on first use (on the device current then). */
-static cublasHandle_t blas(void)
-{
-    static cublasHandle_t handle = create_blas();
-    if (!handle) note_blas(g_blas_status, "cublasCreate");
-    return handle;
-}
+/* ------------------------------------------------------------ scratch */
 
 static double *create_scratch(void)
 {
@@ -288,87 +266,7 @@ static double cuda_sumsq(const float *x, size_t n)
     return sum_partials(part, blocks);
 }
 
-/* ------------------------------------------------------------ linear */
-
-/* Column sums over rows: dst[j] += sum_r a[r, j] * (x ? xhat[r, j] : 1), a[n, d],
- * xhat = x * rstd (RMSNorm) or (x - mean) * rstd (LayerNorm, mean given).
- * A block takes 32 columns; its 4 row lanes sum rows lane, lane + 4, ...
- * and lane 0 adds the 4 partials in order. (Linear db; the norms' dw.) */
-#define COL_WIDTH 32
-#define COL_LANES (THREADS / COL_WIDTH)
-static __global__ void column_sum_kernel(float *dst, const float *a, const float *x, const float *mean,
-                                         const float *rstd, int n, int d)
-{
-    __shared__ float part[COL_LANES][COL_WIDTH];
-    int c = threadIdx.x % COL_WIDTH, lane = threadIdx.x / COL_WIDTH;
-    for (int j0 = blockIdx.x * COL_WIDTH; j0 < d; j0 += gridDim.x * COL_WIDTH) {
-        int j = j0 + c;
-        float s = 0;
-        if (j < d)
-            for (int r = lane; r < n; r += COL_LANES) {
-                size_t o = (size_t)r * d + j;
-                s += x ? a[o] * ((mean ? x[o] - mean[r] : x[o]) * rstd[r]) : a[o];
-            }
-        part[lane][c] = s;
-        __syncthreads();
-        if (lane == 0 && j < d) {
-            float total = 0;
-            for (int l = 0; l < COL_LANES; l++) total += part[l][c];
-            dst[j] += total;
-        }
-        __syncthreads();
-    }
-}
-
-static void column_sum(float *dst, const float *a, const float *x, const float *mean, const float *rstd, int n,
-                       int d)
-{
-    EX_LAUNCH(column_sum_kernel, grid_for((size_t)d, COL_WIDTH), THREADS, dst, a, x, mean, rstd, n, d);
-}
-
-/* linear: out[n, o] = inp[n, i] @ w[o, i]^T + b[o]   (b may be NULL).
- * Column-major view: out^T[o, n] = w^T... i.e. sgemm(T, N, o, n, i, w, i, inp, i, out, o),
- * after filling out's rows with b (beta = 1) when there is a bias. */
-static void cuda_linear_forward(float *out, const float *inp, const float *w, const float *b,
-                                int n, int in, int o)
-{
-    if (n <= 0 || o <= 0) return;
-    cublasHandle_t h = blas();
-    if (!h) return;
-    float one = 1.0f, beta = 0.0f;
-    if (b) {
-        EX_LAUNCH(fill_rows_kernel, grid_for((size_t)n * o, THREADS), THREADS, out, b, (size_t)n, o);
-        beta = 1.0f;
-    }
-    int ld = in > 1 ? in : 1;
-    note_blas(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, o, n, in, &one, w, ld, inp, ld, &beta, out, o),
-              "cublasSgemm (linear_forward)");
-}
-
-/* linear backward: dinp[n, i] += dout[n, o] @ w[o, i];  dw[o, i] += dout^T @ inp;
- * db[o] += sum_n dout[n, o]. Column-major:
- * dinp: sgemm(N, N, i, n, o, w, i, dout, o, beta 1, dinp, i);
- * dw:   sgemm(N, T, i, o, n, inp, i, dout, o, beta 1, dw, i). */
-static void cuda_linear_backward(float *dinp, float *dw, float *db, const float *dout,
-                                 const float *inp, const float *w, int n, int in, int o)
-{
-    if (n <= 0 || o <= 0) return;
-    float one = 1.0f;
-    int ld = in > 1 ? in : 1;
-    if (dinp || dw) {
-        cublasHandle_t h = blas();
-        if (!h) return;
-        if (dinp && in > 0)
-            note_blas(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, n, o, &one, w, ld, dout, o, &one, dinp, ld),
-                      "cublasSgemm (linear_backward dinp)");
-        if (dw && in > 0)
-            note_blas(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, o, n, &one, inp, ld, dout, o, &one, dw, ld),
-                      "cublasSgemm (linear_backward dw)");
-    }
-    if (db) column_sum(db, dout, NULL, NULL, NULL, n, o);
-}
-
-#include "executor/cuda_gemm_bf16.cuh"
+#include "executor/cuda_gemm.cuh"
 
 /* ------------------------------------------------------------ RMSNorm */
 
@@ -467,295 +365,8 @@ static void cuda_rope_backward(float *dx, const float *cos, const float *sin, in
 
 #include "executor/cuda_attention.cuh"
 
-/* ------------------------------------------------------------ activations */
-
-static __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-/* SwiGLU: h = silu(g) * u, silu(g) = g * sigmoid(g); elementwise over n */
-static __global__ void swiglu_forward_kernel(float *h, const float *g, const float *u, size_t n)
-{
-    for (size_t i = gs_first(); i < n; i += gs_stride()) h[i] = g[i] * sigmoid(g[i]) * u[i];
-}
-
-/* SwiGLU backward: du += dh g sigmoid(g);  dg += dh u sigmoid(g) (1 + g (1 - sigmoid(g)))
- * (either may be NULL) */
-static __global__ void swiglu_backward_kernel(float *dg, float *du, const float *dh, const float *g,
-                                              const float *u, size_t n)
-{
-    for (size_t i = gs_first(); i < n; i += gs_stride()) {
-        float s = sigmoid(g[i]);
-        if (du) du[i] += dh[i] * g[i] * s;
-        if (dg) dg[i] += dh[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
-    }
-}
-
-/* GELU, exact erf form: out = 0.5 x (1 + erf(x / sqrt 2)) */
-static __global__ void gelu_forward_kernel(float *out, const float *inp, size_t n)
-{
-    for (size_t i = gs_first(); i < n; i += gs_stride())
-        out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * (float)SQRT1_2));
-}
-
-/* GELU backward: dinp += dout (0.5 (1 + erf(x / sqrt 2)) + x exp(-x^2 / 2) / sqrt(2 pi)) */
-static __global__ void gelu_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n)
-{
-    const float inv_sqrt_2pi = 0.3989422804014327f;
-    for (size_t i = gs_first(); i < n; i += gs_stride()) {
-        float x = inp[i];
-        float d = 0.5f * (1.0f + erff(x * (float)SQRT1_2)) + x * expf(-0.5f * x * x) * inv_sqrt_2pi;
-        dinp[i] += dout[i] * d;
-    }
-}
-
-/* Quick GELU (CLIP): out = x sigmoid(1.702 x); dinp += dout s (1 + 1.702 x (1 - s)) */
-static __global__ void quick_gelu_forward_kernel(float *out, const float *inp, size_t n)
-{
-    for (size_t i = gs_first(); i < n; i += gs_stride()) out[i] = inp[i] / (1.0f + expf(-1.702f * inp[i]));
-}
-
-static __global__ void quick_gelu_backward_kernel(float *dinp, const float *dout, const float *inp, size_t n)
-{
-    for (size_t i = gs_first(); i < n; i += gs_stride()) {
-        float x = inp[i], s = 1.0f / (1.0f + expf(-1.702f * x));
-        dinp[i] += dout[i] * s * (1.0f + 1.702f * x * (1.0f - s));
-    }
-}
-
-static void cuda_swiglu_forward(float *h, const float *g, const float *u, size_t n)
-{
-    if (n) EX_LAUNCH(swiglu_forward_kernel, grid_for(n, THREADS), THREADS, h, g, u, n);
-}
-
-static void cuda_swiglu_backward(float *dg, float *du, const float *dh, const float *g, const float *u, size_t n)
-{
-    if (n && (dg || du)) EX_LAUNCH(swiglu_backward_kernel, grid_for(n, THREADS), THREADS, dg, du, dh, g, u, n);
-}
-
-static void cuda_gelu_forward(float *out, const float *inp, size_t n)
-{
-    if (n) EX_LAUNCH(gelu_forward_kernel, grid_for(n, THREADS), THREADS, out, inp, n);
-}
-
-static void cuda_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n)
-{
-    if (n && dinp) EX_LAUNCH(gelu_backward_kernel, grid_for(n, THREADS), THREADS, dinp, dout, inp, n);
-}
-
-static void cuda_quick_gelu_forward(float *out, const float *inp, size_t n)
-{
-    if (n) EX_LAUNCH(quick_gelu_forward_kernel, grid_for(n, THREADS), THREADS, out, inp, n);
-}
-
-static void cuda_quick_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n)
-{
-    if (n && dinp) EX_LAUNCH(quick_gelu_backward_kernel, grid_for(n, THREADS), THREADS, dinp, dout, inp, n);
-}
-
-/* ------------------------------------------------------------ embeddings */
-
-/* Embedding over vocab rows [v0, v0 + vn) held in wte[vn, d], out[n, d]:
- * out[t, j] = wte[tokens[t] - v0, j] if the token is in range, else 0 */
-static __global__ void embedding_forward_kernel(float *out, const float *wte, const int32_t *tokens, int n,
-                                                int d, int v0, int vn)
-{
-    for (size_t i = gs_first(); i < (size_t)n * d; i += gs_stride()) {
-        int r = tokens[i / d] - v0;
-        out[i] = r >= 0 && r < vn ? wte[(size_t)r * d + i % d] : 0.0f;
-    }
-}
-
-/* Embedding backward: dwte[tokens[t] - v0, j] += dout[t, j] for in-range tokens
- * (atomicAdd: a repeated token's rows add in an arbitrary order) */
-static __global__ void embedding_backward_kernel(float *dwte, const float *dout, const int32_t *tokens, int n,
-                                                 int d, int v0, int vn)
-{
-    for (size_t i = gs_first(); i < (size_t)n * d; i += gs_stride()) {
-        int r = tokens[i / d] - v0;
-        if (r >= 0 && r < vn) atomicAdd(&dwte[(size_t)r * d + i % d], dout[i]);
-    }
-}
-
-static void cuda_embedding_forward(float *out, const float *wte, const int32_t *tokens, int n, int d,
-                                   int v0, int vn)
-{
-    if (n > 0 && d > 0)
-        EX_LAUNCH(embedding_forward_kernel, grid_for((size_t)n * d, THREADS), THREADS, out, wte, tokens, n, d, v0, vn);
-}
-
-static void cuda_embedding_backward(float *dwte, const float *dout, const int32_t *tokens, int n, int d,
-                                    int v0, int vn)
-{
-    if (n > 0 && d > 0 && dwte)
-        EX_LAUNCH(embedding_backward_kernel, grid_for((size_t)n * d, THREADS), THREADS, dwte, dout, tokens, n, d,
-                  v0, vn);
-}
-
-/* ------------------------------------------------------------ rows by index */
-
-/* gather_rows: dst[i, j] = src[rows[i], j], dst[n, d] */
-static __global__ void gather_rows_kernel(float *dst, const float *src, const int *rows, int n, int d)
-{
-    for (size_t i = gs_first(); i < (size_t)n * d; i += gs_stride()) dst[i] = src[(size_t)rows[i / d] * d + i % d];
-}
-
-/* scatter_add_rows: dst[rows[i], j] += src[i, j]; the rows are distinct, so
- * every element of dst has one owner (no atomics) */
-static __global__ void scatter_add_rows_kernel(float *dst, const float *src, const int *rows, int n, int d)
-{
-    for (size_t i = gs_first(); i < (size_t)n * d; i += gs_stride()) dst[(size_t)rows[i / d] * d + i % d] += src[i];
-}
-
-static void cuda_gather_rows(float *dst, const float *src, const int *rows, int n, int d)
-{
-    if (n > 0 && d > 0) EX_LAUNCH(gather_rows_kernel, grid_for((size_t)n * d, THREADS), THREADS, dst, src, rows, n, d);
-}
-
-static void cuda_scatter_add_rows(float *dst, const float *src, const int *rows, int n, int d)
-{
-    if (n > 0 && d > 0)
-        EX_LAUNCH(scatter_add_rows_kernel, grid_for((size_t)n * d, THREADS), THREADS, dst, src, rows, n, d);
-}
-
-/* ------------------------------------------------------------ cross-entropy */
-
-/* ce_row_max, a block per row: mx[r] = max_c logits[r, c], logits[n, vocab] */
-static __global__ void ce_row_max_kernel(float *mx, const float *logits, int n, int vocab)
-{
-    for (int r = blockIdx.x; r < n; r += gridDim.x) {
-        const float *z = logits + (size_t)r * vocab;
-        float m = -INFINITY;
-        for (int c = threadIdx.x; c < vocab; c += THREADS) m = fmaxf(m, z[c]);
-        m = block_max(m);
-        if (threadIdx.x == 0) mx[r] = m;
-    }
-}
-
-/* ce_exp_sum, a block per row: st[r] = sum_c exp(z[r, c] - mx[r]) (in double),
- * st[n + r] = z[r, targets[r] - v0] if that column is local (else 0),
- * probs[r, c] = exp(z[r, c] - mx[r]) when probs != NULL */
-static __global__ void ce_exp_sum_kernel(float *probs, float *st, const float *logits, const float *mx,
-                                         const int32_t *targets, int n, int vocab, int v0)
-{
-    for (int r = blockIdx.x; r < n; r += gridDim.x) {
-        const float *z = logits + (size_t)r * vocab;
-        float m = mx[r];
-        int tc = targets[r] - v0;
-        float zt = tc >= 0 && tc < vocab ? z[tc] : 0.0f;
-        double sum = 0;
-        for (int c = threadIdx.x; c < vocab; c += THREADS) {
-            float p = expf(z[c] - m);
-            if (probs) probs[(size_t)r * vocab + c] = p;
-            sum += p;
-        }
-        sum = block_sum(sum);
-        if (threadIdx.x == 0) {
-            st[r] = (float)sum;
-            st[n + r] = zt;
-        }
-    }
-}
-
-/* ce_grad: dlogits[r, c] = dscale * (probs[r, c] / st[r] - [c == targets[r] - v0]),
- * in place over the probs, dlogits[n, vocab] */
-static __global__ void ce_grad_kernel(float *dlogits, const float *st, const int32_t *targets, int n, int vocab,
-                                      int v0, float dscale)
-{
-    for (size_t i = gs_first(); i < (size_t)n * vocab; i += gs_stride()) {
-        size_t r = i / vocab;
-        int c = (int)(i % vocab);
-        float p = dlogits[i] * (dscale / st[r]);
-        dlogits[i] = c == targets[r] - v0 ? p - dscale : p;
-    }
-}
-
-/* Fused cross-entropy over logits[n, vocab] (the whole vocabulary), a block per
- * row (rows strided over the grid): mx = max, st = (float) sum exp(z - mx)
- * (double), loss_r = mx + log(st) - z[target] (0 for a target out of range),
- * part[block] = sum of its rows' losses (double); if dlogits != NULL,
- * dlogits[r, c] = dscale * (exp(z - mx) / st - [c == target]). */
-static __global__ void cross_entropy_kernel(double *part, float *dlogits, const float *logits,
-                                            const int32_t *targets, int n, int vocab, float dscale)
-{
-    double total = 0;
-    for (int r = blockIdx.x; r < n; r += gridDim.x) {
-        const float *z = logits + (size_t)r * vocab;
-        float *dl = dlogits ? dlogits + (size_t)r * vocab : NULL;
-        int tc = targets[r];
-        float zt = tc >= 0 && tc < vocab ? z[tc] : 0.0f, m = -INFINITY;
-        for (int c = threadIdx.x; c < vocab; c += THREADS) m = fmaxf(m, z[c]);
-        m = block_max(m);
-        double sum = 0;
-        for (int c = threadIdx.x; c < vocab; c += THREADS) {
-            float p = expf(z[c] - m);
-            if (dl) dl[c] = p;
-            sum += p;
-        }
-        float st = (float)block_sum(sum);
-        total += (double)m + log((double)st) - zt;
-        if (dl) {
-            float s = dscale / st;
-            for (int c = threadIdx.x; c < vocab; c += THREADS) dl[c] = c == tc ? dl[c] * s - dscale : dl[c] * s;
-        }
-    }
-    if (threadIdx.x == 0) part[blockIdx.x] = total;
-}
-
-static void cuda_ce_row_max(float *mx, const float *logits, int n, int vocab)
-{
-    if (n > 0 && vocab > 0) EX_LAUNCH(ce_row_max_kernel, grid_for((size_t)n, 1), THREADS, mx, logits, n, vocab);
-}
-
-static void cuda_ce_exp_sum(float *probs, float *st, const float *logits, const float *mx,
-                            const int32_t *targets, int n, int vocab, int v0)
-{
-    if (n > 0 && vocab > 0)
-        EX_LAUNCH(ce_exp_sum_kernel, grid_for((size_t)n, 1), THREADS, probs, st, logits, mx, targets, n, vocab, v0);
-}
-
-static void cuda_ce_grad(float *dlogits, const float *st, const int32_t *targets, int n, int vocab, int v0,
-                         float dscale)
-{
-    if (n > 0 && vocab > 0)
-        EX_LAUNCH(ce_grad_kernel, grid_for((size_t)n * vocab, THREADS), THREADS, dlogits, st, targets, n, vocab,
-                  v0, dscale);
-}
-
-/* Returns sum_r loss_r (the caller divides); waits for the device. */
-static double cuda_cross_entropy(float *dlogits, const float *logits, const int32_t *targets, int n, int vocab,
-                                 float dscale)
-{
-    double *part = scratch();
-    if (!part) return NAN;
-    if (n <= 0 || vocab <= 0) return 0;
-    unsigned blocks = grid_for((size_t)n, 1);
-    if (blocks > CE_BLOCKS) blocks = CE_BLOCKS;
-    EX_LAUNCH(cross_entropy_kernel, blocks, THREADS, part, dlogits, logits, targets, n, vocab, dscale);
-    return sum_partials(part, blocks);
-}
-
-/* ------------------------------------------------------------ AdamW */
-
-/* AdamW (torch.optim.AdamW), elementwise over n, step = lr / bias_c1,
- * sqrt_c2 = sqrt(bias_c2):  p *= 1 - lr wd;  m = b1 m + (1 - b1) g;
- * v = b2 v + (1 - b2) g^2;  p -= step m / (sqrt(v) / sqrt_c2 + eps) */
-static __global__ void adamw_kernel(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
-                                    float b2, float eps, float wd, float step, float sqrt_c2)
-{
-    for (size_t i = gs_first(); i < n; i += gs_stride()) {
-        p[i] *= 1.0f - lr * wd;
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        p[i] -= step * m[i] / (sqrtf(v[i]) / sqrt_c2 + eps);
-    }
-}
-
-static void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                       float eps, float weight_decay, float bias_c1, float bias_c2)
-{
-    if (n)
-        EX_LAUNCH(adamw_kernel, grid_for(n, THREADS), THREADS, p, g, m, v, n, lr, beta1, beta2, eps, weight_decay,
-                  lr / bias_c1, sqrtf(bias_c2));
-}
+#include "executor/cuda_pointwise.cuh"
+#include "executor/cuda_loss.cuh"
 
 /* ------------------------------------------------------------ memory */
 
@@ -803,6 +414,7 @@ static ex_backend make_table(void)
     t.to_bf16 = cuda_to_bf16;
     t.linear_forward_bf16 = cuda_linear_forward_bf16;
     t.linear_backward_bf16 = cuda_linear_backward_bf16;
+    t.set_tf32 = cuda_set_tf32;
     t.rmsnorm_forward = cuda_rmsnorm_forward;
     t.rmsnorm_backward = cuda_rmsnorm_backward;
     t.rope_forward = cuda_rope_forward;

@@ -659,6 +659,7 @@ typedef struct {
                                   default (DHP_COMM_TIMEOUT, else ex_comm_set_timeout's) */
     const char *backend;       /* "cpu", "cuda", NULL / "auto": cuda where a device is visible (ex_backend_pick) */
     const char *comm;          /* "mpi", "nccl", NULL: the default (ex_comm_pick) */
+    bool tf32;                 /* fp32 linears on TF32 tensor cores (--tf32; also a plan made with --tf32) */
 } ex_run_options;
 void ex_run_options_default(ex_run_options *o);
 /* Runs the training; returns UTIL_OK or an error code with err filled on

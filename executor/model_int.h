@@ -156,6 +156,8 @@ struct ex_model {
 /* model.c */
 ex_module *ex_module_at(ex_model *em, int module_index);
 bool ex_module_trains(const ex_module *md);
+/* Points every tensor view of KIND (EX_BUF_PARAMS / EX_BUF_GRADS) at the flat buffer (model.c). */
+void ex_module_bind_all(ex_module *md, int kind);
 /* Unit hooks around the use of unit u (no-ops without hooks); failures land in md->comm_rc. */
 void ex_unit_begin(ex_module *md, int u, ex_unit_use use);
 void ex_unit_end(ex_module *md, int u, ex_unit_use use, bool last);

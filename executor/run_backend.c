@@ -9,6 +9,28 @@
 #include <stdio.h>
 #include <string.h>
 
+/* --tf32, or a plan made with it: precision fp32's linears on TF32 tensor
+ * cores (planner/precision.c's rule; the backend's set_tf32). The CPU
+ * backend has none: it refuses rather than run exact fp32 under a TF32 name. */
+static int pick_tf32(run_ctx *r, const ex_backend *be, char *why, size_t why_len, char *err)
+{
+    plan_options po = plan_options_of(&r->plan);
+    po.tf32 = po.tf32 || r->o->tf32;
+    if (be->set_tf32) be->set_tf32(po.tf32);
+    if (!po.tf32) return UTIL_OK;
+    int rc = plan_tf32_check(&po, err);
+    if (!rc && !be->set_tf32)
+        rc = util_fail(err, UTIL_EUNSUPPORTED, "--tf32: backend %s has no TF32 mode (a tensor-core format; it computes "
+                       "fp32 GEMMs exactly): run on a GPU (--backend cuda), or without --tf32", be->name);
+    if (rc) {
+        if (r->rank != 0) err[0] = '\0';   /* one line: rank 0's */
+        return rc;
+    }
+    size_t len = strlen(why);
+    snprintf(why + len, why_len - len, "; fp32 linears on TF32 tensor cores (--tf32)");
+    return UTIL_OK;
+}
+
 int run_pick_backend(run_ctx *r, char *err)
 {
     const char *want = r->o->backend;
@@ -28,6 +50,8 @@ int run_pick_backend(run_ctx *r, char *err)
         be = ex_backend_cpu();
         snprintf(why, sizeof why, "backend: cpu (a CUDA device is visible, but the communicator is MPI: %d ranks need --comm nccl to run on it)", r->size);
     }
+    int rc = pick_tf32(r, be, why, sizeof why, err);
+    if (rc) return rc;
     plan_options po = plan_options_of(&r->plan);
     r->be = ex_precision_backend(be, &po);   /* bf16-mixed / -autocast: the linears on bf16 operands */
     if (r->rank == 0) {

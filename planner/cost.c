@@ -15,6 +15,7 @@ typedef struct plan_pricer {
     bool need_weight_grad;       /* false when frozen */
     bool need_input_grad;        /* false for a frozen first module */
     bool megatron;               /* PLAN_TARGET_MEGATRON: Megatron-LM's kernels and recomputation */
+    cost_gemm_math math;         /* the linears' GEMMs (plan_gemm_math) */
 } pricer;
 
 void plan_comm_add(plan_comm *c, bool backward, double seconds, int count)
@@ -30,9 +31,9 @@ static bool runs_backward(const pricer *p) { return p->need_input_grad || p->nee
 static void price_linear(pricer *p, double m, double n, double k)
 {
     if (m <= 0 || n <= 0 || k <= 0) return;
-    p->fwd += cost_gemm_time(p->g, m, n, k);
-    if (p->need_input_grad) p->bwd += cost_gemm_time(p->g, m, k, n);
-    if (p->need_weight_grad) p->bwd += cost_gemm_time(p->g, k, n, m);
+    p->fwd += cost_gemm_time_in(p->g, p->math, m, n, k);
+    if (p->need_input_grad) p->bwd += cost_gemm_time_in(p->g, p->math, m, k, n);
+    if (p->need_weight_grad) p->bwd += cost_gemm_time_in(p->g, p->math, k, n, m);
 }
 
 /* softmax(Q K^T) V over `queries` queries, each attending to `span` keys:
@@ -203,9 +204,10 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
          * the attention core and the saved matmuls (plan_recompute): wq, wv,
          * and w1, w2 (SwiGLU) or fc1 (GELU), priced as the separate GEMMs
          * they are there. */
-        double saved = cost_gemm_time(p->g, t, H * d / tp, h) + (cross ? 0 : cost_gemm_time(p->g, t, KV * d / tp, h))
-                     + cost_gemm_time(p->g, t, f / tp, h)
-                     + (mm->ffn_kind == MODEL_FFN_SWIGLU ? cost_gemm_time(p->g, t, h, f / tp) : 0);
+        double saved = cost_gemm_time_in(p->g, p->math, t, H * d / tp, h)
+                     + (cross ? 0 : cost_gemm_time_in(p->g, p->math, t, KV * d / tp, h))
+                     + cost_gemm_time_in(p->g, p->math, t, f / tp, h)
+                     + (mm->ffn_kind == MODEL_FFN_SWIGLU ? cost_gemm_time_in(p->g, p->math, t, h, f / tp) : 0);
         *selective = fmax(0.0, p->fwd - fwd0 - core.fwd - saved);
         return;
     }
@@ -544,7 +546,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
 
     double A = plan_module_state_bytes(mm, o).act;   /* activation / communication element (dhp's executor: fp32) */
     pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM),
-                 .megatron = o->target == PLAN_TARGET_MEGATRON };
+                 .megatron = o->target == PLAN_TARGET_MEGATRON, .math = plan_gemm_math(o) };
     bool backward = runs_backward(&p);
     if (samples <= 0) {   /* an empty micro-batch (planner/schedule.c, micro_ops): the strategy's collectives only */
         plan_comm dp = { 0 };

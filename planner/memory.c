@@ -34,6 +34,7 @@ void plan_options_default(plan_options *o)
     o->precision = PLAN_OPT_MIXED_FP32;
     o->target = PLAN_TARGET_MEGATRON;
     o->zero3 = PLAN_ZERO3_UNITS;
+    o->tf32 = false;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
      * dynamic (activation) memory is the allowance we keep for that. */
     o->fragmentation = 0.10;
@@ -373,6 +374,7 @@ plan_options plan_options_of(const plan_t *p)
     o.precision = p->precision;
     o.target = p->target;
     o.zero3 = p->zero3;
+    o.tf32 = p->tf32;
     return o;
 }
 

@@ -108,6 +108,7 @@ cJSON *plan_to_json(const plan_t *p)
     cJSON_AddStringToObject(root, "precision", precision_names[p->precision]);
     cJSON_AddStringToObject(root, "target", plan_target_name(p->target));
     if (p->zero3 != PLAN_ZERO3_UNITS) cJSON_AddStringToObject(root, "zero3", plan_zero3_name(p->zero3));
+    if (p->tf32) cJSON_AddBoolToObject(root, "tf32", true);
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
     cJSON *mods = cJSON_AddArrayToObject(root, "modules");
@@ -224,6 +225,10 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if ((rc = util_json_str(root, what, "zero3", false, plan_zero3_name(PLAN_ZERO3_UNITS), buf, sizeof buf, err))) return rc;
     if (plan_zero3_parse(buf, &p->zero3))
         return util_fail(err, UTIL_EINVAL, "%s.zero3: '%s' is not units or deepspeed-2021", what, buf);
+    if ((rc = util_json_bool(root, what, "tf32", false, false, &p->tf32, err))) return rc;
+    plan_options po = plan_options_of(p);
+    char why[UTIL_ERR_LEN];
+    if (plan_tf32_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tf32: %s", what, why);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;

@@ -136,6 +136,7 @@ typedef struct {
     plan_precision precision;
     plan_target target;
     plan_zero3 zero3;         /* the Megatron target's ZeRO-3 (plan_options.zero3) */
+    bool tf32;                /* fp32 GEMMs on TF32 tensor cores (plan_options.tf32) */
     int world_size;           /* total ranks the plan uses */
     int n_micro;              /* micro-batches per step flowing between module groups */
     int n_modules;            /* one entry per model module, same order as model.mod */
@@ -215,6 +216,7 @@ typedef struct {
     plan_precision precision;
     plan_target target;
     plan_zero3 zero3;
+    bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
     double overlap;               /* fraction of DP communication hidden behind backward, default 0.8 */
 } plan_options;
@@ -232,6 +234,10 @@ plan_options plan_options_of(const plan_t *p);
 int plan_run_check(const plan_t *p, char *err);
 /* The executor runs its linears in bf16 under these options (target dhp, precision bf16-mixed or -autocast). */
 bool plan_runs_bf16(const plan_options *o);
+/* tf32 asks for TF32 tensor cores on fp32 GEMMs: one line unless the precision is fp32. */
+int plan_tf32_check(const plan_options *o, char *err);
+/* The math the cost model prices a linear's GEMMs in (cost_gemm_time_in). */
+cost_gemm_math plan_gemm_math(const plan_options *o);
 /* dhp run runs a module's strategy under these options (the dhp target's
  * search offers only those): bf16-mixed and -autocast not with zero 3 yet. */
 bool plan_runs_strategy(const plan_options *o, const plan_module *s);

@@ -67,6 +67,24 @@ int plan_run_check(const plan_t *p, char *err)
     return UTIL_OK;
 }
 
+int plan_tf32_check(const plan_options *o, char *err)
+{
+    if (o->tf32 && o->precision != PLAN_OPT_FP32)
+        return util_fail(err, UTIL_EINVAL, "--tf32 puts fp32 GEMMs on TF32 tensor cores; precision %s has none "
+                         "(its linears are bf16): use --precision fp32", plan_precision_name(o->precision));
+    return UTIL_OK;
+}
+
+/* What the dhp target's executor runs a linear in: bf16 operands (bf16-mixed,
+ * -autocast), or fp32 through cuBLASLt with CUBLAS_COMPUTE_32F (the CUDA
+ * cores) or, with --tf32, CUBLAS_COMPUTE_32F_FAST_TF32 (executor/cuda_gemm.cuh).
+ * The Megatron target keeps its published pricing: every GEMM at the bf16 peak. */
+cost_gemm_math plan_gemm_math(const plan_options *o)
+{
+    if (o->target != PLAN_TARGET_DHP || o->precision != PLAN_OPT_FP32) return COST_MATH_BF16;
+    return o->tf32 ? COST_MATH_TF32 : COST_MATH_FP32;
+}
+
 bool plan_runs_strategy(const plan_options *o, const plan_module *s)
 {
     return !(plan_runs_bf16(o) && s->zero >= 3);

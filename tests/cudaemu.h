@@ -33,18 +33,15 @@
  *    fault knobs (no device, an old driver, a small device: below);
  *  - with CUDAEMU_GUARD defined (the dhp-emu binary), a device-pointer guard:
  *    cudaMalloc records each allocation's range, and a pointer that is not
- *    inside one (a host pointer) given as a kernel argument, to cublasSgemm,
+ *    inside one (a host pointer) given as a kernel argument, to cublasLtMatmul,
  *    as the device side of a cudaMemcpy (or a device pointer given as its
  *    host side) or to cudaMemset/cudaFree aborts with the kernel's or call's
  *    name. It catches host memory handed to the device; it does NOT catch the
  *    host reading or writing device memory directly (emulated device memory
  *    is host memory and stays readable);
- *  - cuBLAS: cublasCreate and cublasSgemm (column-major, with cuBLAS's
- *    argument checks) through OpenBLAS cblas_sgemm(CblasColMajor, ...);
- *    cublasGemmEx for CUDA_R_16BF A and B, CUDA_R_32F C and
- *    CUBLAS_COMPUTE_32F (the bf16-mixed linears): the bf16 operands widened
- *    exactly to fp32, then the same cblas_sgemm (fp32 products of bf16
- *    values are exact; the sums accumulate in fp32, as on the GPU up to order).
+ *  - cuBLASLt (the backend's linears, fp32, TF32 and bf16, fused bias and
+ *    bias gradient) through OpenBLAS cblas_sgemm(CblasColMajor, ...):
+ *    tests/cudaemu_lt.h.
  * Launches are synchronous; one host thread at a time may launch (the static
  * shared memory and the fiber scheduler are process-wide). x86-64 only. Everything here is static or inline, so
  * nothing clashes with the real CUDA runtime linked into the same binary. */
@@ -696,7 +693,7 @@ static void cudaemu_launch_named(const char *name, Kernel kernel, dim3 grid, dim
     cudaemu_launch(kernel, grid, block, args...);
 }
 
-/* ------------------------------------------------------------ cuBLAS */
+/* ------------------------------------------------------------ cuBLAS(Lt) types */
 
 typedef enum {
     CUBLAS_STATUS_SUCCESS = 0,
@@ -704,94 +701,11 @@ typedef enum {
     CUBLAS_STATUS_INVALID_VALUE = 7,
     CUBLAS_STATUS_NOT_SUPPORTED = 15,
 } cublasStatus_t;
-/* The values of library_types.h and cublas_api.h that cublasGemmEx's bf16 call uses. */
+/* The values of library_types.h the GEMMs use. */
 typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType;
-typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
-typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 
-struct cudaemu_blas { int unused; };
-typedef struct cudaemu_blas *cublasHandle_t;
-
-static inline cublasStatus_t cublasCreate(cublasHandle_t *handle)
-{
-    static cudaemu_blas the_handle;
-    *handle = &the_handle;
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-static inline const char *cublasGetStatusString(cublasStatus_t s)
-{
-    switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
-    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
-    }
-    return "unknown error";
-}
-
-static inline int cudaemu_max1(int a) { return a > 1 ? a : 1; }
-
-/* C[m, n] = alpha op(A)[m, k] op(B)[k, n] + beta C, column-major as cuBLAS. */
-static inline cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t ta,
-                                         cublasOperation_t tb, int m, int n, int k,
-                                         const float *alpha, const float *A, int lda,
-                                         const float *B, int ldb, const float *beta, float *C,
-                                         int ldc)
-{
-    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (m < 0 || n < 0 || k < 0 || lda < cudaemu_max1(ta == CUBLAS_OP_N ? m : k) ||
-        ldb < cudaemu_max1(tb == CUBLAS_OP_N ? k : n) || ldc < cudaemu_max1(m))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-    cudaemu_issue();
-    cudaemu_guard("cublasSgemm", "A", A);
-    cudaemu_guard("cublasSgemm", "B", B);
-    cudaemu_guard("cublasSgemm", "C", C);
-    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_T ? CblasTrans : CblasNoTrans,
-                tb == CUBLAS_OP_T ? CblasTrans : CblasNoTrans, m, n, k, *alpha, A, lda, B, ldb,
-                *beta, C, ldc);
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-/* C[m, n] = alpha op(A)[m, k] op(B)[k, n] + beta C with bf16 (uint16_t) A and B widened to fp32. */
-static inline cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
-                                          int n, int k, const void *alpha, const void *A, cudaDataType Atype,
-                                          int lda, const void *B, cudaDataType Btype, int ldb, const void *beta,
-                                          void *C, cudaDataType Ctype, int ldc, cublasComputeType_t compute,
-                                          cublasGemmAlgo_t algo)
-{
-    (void)algo;
-    if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (Atype != CUDA_R_16BF || Btype != CUDA_R_16BF || Ctype != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (m < 0 || n < 0 || k < 0 || lda < cudaemu_max1(ta == CUBLAS_OP_N ? m : k) ||
-        ldb < cudaemu_max1(tb == CUBLAS_OP_N ? k : n) || ldc < cudaemu_max1(m))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-    cudaemu_issue();
-    cudaemu_guard("cublasGemmEx", "A", A);
-    cudaemu_guard("cublasGemmEx", "B", B);
-    cudaemu_guard("cublasGemmEx", "C", C);
-    auto widen = [](const void *p, size_t count) {
-        std::vector<float> f(count);
-        const uint16_t *h = (const uint16_t *)p;
-        for (size_t i = 0; i < count; i++) {
-            uint32_t u = (uint32_t)h[i] << 16;
-            std::memcpy(&f[i], &u, sizeof u);
-        }
-        return f;
-    };
-    /* column-major storage: the last column ends `rows` elements after its start */
-    auto span = [](int ld, int rows, int cols) { return cols > 0 && rows > 0 ? (size_t)ld * (cols - 1) + rows : 0; };
-    std::vector<float> a = widen(A, span(lda, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m));
-    std::vector<float> b = widen(B, span(ldb, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k));
-    cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_T ? CblasTrans : CblasNoTrans,
-                tb == CUBLAS_OP_T ? CblasTrans : CblasNoTrans, m, n, k, *(const float *)alpha, a.data(), lda,
-                b.data(), ldb, *(const float *)beta, (float *)C, ldc);
-    return CUBLAS_STATUS_SUCCESS;
-}
+#include "tests/cudaemu_lt.h"
 
 #endif

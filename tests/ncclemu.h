@@ -6,11 +6,13 @@
  *
  * What is faithful:
  * - Communicator creation: ncclGetUniqueId names a root (its world rank and
- *   a sequence number); ncclCommInitRank sends (rank, world rank) to the
- *   root, which answers every member with the full table, and the members
- *   build an MPI communicator of exactly those ranks, in NCCL rank order
- *   (MPI_Comm_create_group: collective over the members only, as NCCL's
- *   bootstrap is). A wrong id or rank count hangs here as NCCL's would.
+ *   a sequence number); ncclCommInitRankConfig (non-blocking: returns
+ *   ncclInProgress, ncclCommGetAsyncError advances it; tests/ncclemu_init.h)
+ *   sends (rank, world rank) to the root, which answers every member with
+ *   the full table, and the members build an MPI communicator of exactly
+ *   those ranks, in NCCL rank order (MPI_Comm_create_group: collective over
+ *   the members only, as NCCL's bootstrap is). A wrong id or rank count
+ *   stays in progress here as NCCL's would (the caller's timeout ends it).
  * - Semantics of AllReduce (sum, max; float, double, int32), AllGather,
  *   ReduceScatter (recvcount per rank), Broadcast (in place or not),
  *   Send / Recv matched in order per peer (MPI's non-overtaking rule on a
@@ -330,6 +332,7 @@ struct emu_nccl {
     int rank, size;
     bool aborted;
     ncclResult_t async;
+    struct emu_boot *boot;                  /* the set-up while in progress (tests/ncclemu_init.h) */
 };
 typedef struct emu_nccl *ncclComm_t;
 
@@ -366,53 +369,13 @@ static inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     return ncclSuccess;
 }
 
-static inline ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank)
-{
-    emu_id e;
-    memcpy(&e, id.internal, sizeof e);
-    if (e.magic != EMU_MAGIC || nranks < 1 || rank < 0 || rank >= nranks) return ncclInvalidArgument;
-    int me, tag = EMU_TAG_BOOT + 2 * (e.seq % 1000), pair[2] = { rank, 0 };
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    pair[1] = me;
-    int *world = calloc((size_t)nranks, sizeof *world);
-    if (!world) return ncclSystemError;
-    int ok = 1;
-    if (me == e.root) {   /* the root collects every member's world rank and answers with the table */
-        world[rank] = me;
-        for (int i = 1; i < nranks && ok; i++) {
-            int got[2];
-            ok = MPI_Recv(got, 2, MPI_INT, MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS
-                 && got[0] >= 0 && got[0] < nranks;
-            if (ok) world[got[0]] = got[1];
-        }
-        for (int i = 0; i < nranks && ok; i++)
-            if (i != rank) ok = MPI_Send(world, nranks, MPI_INT, world[i], tag + 1, MPI_COMM_WORLD) == MPI_SUCCESS;
-    } else {
-        ok = MPI_Send(pair, 2, MPI_INT, e.root, tag, MPI_COMM_WORLD) == MPI_SUCCESS
-             && MPI_Recv(world, nranks, MPI_INT, e.root, tag + 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE) == MPI_SUCCESS;
-    }
-    MPI_Group wg, g;
-    ncclComm_t c = ok ? calloc(1, sizeof *c) : NULL;
-    if (c) {
-        MPI_Comm_group(MPI_COMM_WORLD, &wg);
-        MPI_Group_incl(wg, nranks, world, &g);
-        ok = MPI_Comm_create_group(MPI_COMM_WORLD, g, tag, &c->comm) == MPI_SUCCESS;
-        MPI_Group_free(&g);
-        MPI_Group_free(&wg);
-        if (ok) MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
-    }
-    free(world);
-    if (!ok) { free(c); return ncclSystemError; }
-    c->rank = rank;
-    c->size = nranks;
-    *out = c;
-    return ncclSuccess;
-}
+#include "tests/ncclemu_init.h"
 
 static inline ncclResult_t ncclCommDestroy(ncclComm_t c)
 {
     if (!c) return ncclSuccess;
-    if (!c->aborted) MPI_Comm_free(&c->comm);
+    if (!c->aborted && !c->boot) MPI_Comm_free(&c->comm);
+    emu_boot_free(c->boot);
     free(c);
     return ncclSuccess;
 }
@@ -425,6 +388,12 @@ static inline ncclResult_t ncclCommAbort(ncclComm_t c)
 }
 static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r)
 {
+    if (c->boot && !c->aborted && c->async == ncclSuccess) {
+        ncclResult_t b = emu_boot_progress(c);
+        if (b != ncclInProgress) c->async = b;
+        *r = b;
+        return ncclSuccess;
+    }
     *r = c->async;
     return ncclSuccess;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # dhp run in bf16-mixed (planner/precision.c, executor/precision.c), through
 # the CUDA backend's code on the CPU (build/dhp-emu --backend cuda: the bf16
-# linears are tests/cudaemu.h's cublasGemmEx) and on the CPU backend:
+# linears are tests/cudaemu_lt.h's cublasLtMatmul) and on the CPU backend:
 # (a) the equivalence plans on 1-4 ranks (Ulysses + TP with sequence
 #     parallelism, disaggregated TP, TP x DP with ZeRO-2 and ZeRO-1,
 #     pipelines in both modules) give the 1-rank bf16-mixed run's losses; (b) bf16-mixed tracks fp32; (c) the CPU backend's bf16 run and
@@ -9,7 +9,8 @@
 #     memory by category (the bf16 weight copy, the GEMM staging) as the run
 #     allocates it, and a resumed run is the straight one bit for bit;
 #     (e) what dhp run does not run is refused in one line;
-#     (f) bf16-autocast gives bf16-mixed's losses with its own memory.
+#     (f) bf16-autocast gives bf16-mixed's losses with its own memory;
+#     (g) fp32 with --tf32 tracks fp32 (TF32-rounded GEMM operands), refused where it cannot run.
 #
 # Tolerances. bf16 keeps 8 significant bits: rounding an operand moves it by
 # at most u = 2^-8 relative (tests/test_bf16.c). (a) Two layouts of the same
@@ -85,6 +86,27 @@ SETUP=$FP32_SETUP plan ref_fp32 colocated "vision:dp=1;llm:dp=1" --gpus 1 && if 
         echo "# bf16 vs fp32: $out"; ok bf16_tracks_fp32
     else fail bf16_tracks_fp32 "$out"; fi
 else fail bf16_tracks_fp32 "$(tail -c 300 "$T/ref_fp32.err")"; fi
+
+# (g) fp32 with --tf32: the linears' operands rounded to TF32 (10 mantissa bits, u = 2^-11, executor/tf32.h)
+# on the emulated CUDA backend; (b)'s reasoning with this u allows 4 u = 2^-9 (2.0e-3) relative per loss
+# (measured: 1.2e-6 at the one step here, 2.7e-6 over 4), and the roundings show (over 5e-7: fp32 layouts
+# agree within 1e-8 here). One step: its forward already reads rounded operands in every linear.
+# The CPU backend has no TF32 mode: --tf32 there is one line, and so is --tf32 with a bf16 precision
+# (dhp plan here; dhp run asks the same rule, planner/precision.c's plan_tf32_check).
+if [ -s "$T/ref_fp32.losses" ]; then
+    cp "$T/ref_fp32.json" "$T/tf32.json"
+    if STEPS=1 train tf32 --backend cuda --tf32; then
+        losses "$T/tf32.log" >"$T/tf32.losses"
+        cut -d' ' -f1 "$T/ref_fp32.losses" >"$T/ref_fp32_1.losses"
+        if out=$(close "$T/ref_fp32_1.losses" "$T/tf32.losses" 0.001953125) && ! close "$T/ref_fp32_1.losses" "$T/tf32.losses" 5e-7 >/dev/null \
+           && grep -q '; fp32 linears on TF32 tensor cores (--tf32)$' "$T/tf32.err"; then echo "# tf32 vs fp32: $out"; ok tf32_tracks_fp32
+        else fail tf32_tracks_fp32 "$out; $(head -c 200 "$T/tf32.err")"; fi
+    else fail tf32_tracks_fp32 "$(tail -c 300 "$T/tf32.err")"; fi
+fi
+expect_err tf32_refused_on_the_cpu_backend '^dhp run: --tf32: backend cpu has no TF32 mode \(a tensor-core format; it computes fp32 GEMMs exactly\)' \
+    "$DHP" run "$T/ref_fp32.json" --data "$T/data" --steps 1 --backend cpu --tf32
+expect_err tf32_plan_needs_fp32 'precision bf16-mixed has none \(its linears are bf16\): use --precision fp32' \
+    "$DHP" plan $SETUP --tf32 --placement colocated --strategy "vision:dp=1;llm:dp=1" --gpus 1 -o "$T/no.json"
 
 # (c) the CPU backend runs bf16-mixed the same way (the same roundings, sgemm on the widened operands)
 RUN_DHP=$DHP

@@ -4,7 +4,8 @@
 # tests/ncclemu.h) and its fault knobs: no device (DHP_EMU_GPUS=0), no driver
 # and a driver older than the runtime (DHP_EMU_CUDA_DRIVER), a device too
 # small for the plan (DHP_EMU_DEVICE_BYTES), an NCCL operation that fails
-# asynchronously or hangs on one rank (DHP_EMU_NCCL_FAULT=RANK:OP:error|stall).
+# asynchronously or hangs on one rank (DHP_EMU_NCCL_FAULT=RANK:OP:error|stall), or hangs in the
+# communicators' set-up (RANK:init:stall).
 # Each ends every rank in bounded time with one line naming what went wrong,
 # and leaves only complete checkpoints behind.
 . "$(dirname "$0")/lib.sh"
@@ -106,3 +107,12 @@ if [ $rc != 0 ] && [ $rc != 124 ] && [ $took -le 60 ] && whole_ckpt hang.ck; the
     one_line gpu_faults_nccl_hang_times_out_naming_the_peer \
         'step [0-9]+: .*(nccl|MPI_)[A-Za-z]+\([^)]*\): rank [01] waited [0-9]+ s \(the communication timeout\): rank [01] answers but did not complete it' hang.err
 else fail gpu_faults_nccl_hang_times_out_naming_the_peer "exit $rc in ${took}s, ckpt $(cat hang.ck/latest 2>&1): $(grep -v '^[- ]' hang.err | head -c 400)"; fi
+# a peer that hangs (or died) while the communicators are set up: NCCL's non-blocking init
+# (ncclCommInitRankConfig, blocking = 0) polled with the timeout, then ncclCommAbort: one line, no hang
+# (both ranks wait in it here, the stalled one too: each that times out says so in one line)
+nccl_fault init 1:init:stall 1
+n=$(grep -c '^dhp run: ' init.err)
+if [ $rc != 0 ] && [ $rc != 124 ] && [ $took -le 60 ] && [ "$n" -ge 1 ] && [ "$n" -le 2 ] \
+   && [ "$(grep -cE '^dhp run: comm: ncclCommInitRankConfig: rank [01] waited [0-9]+ s \(the communication timeout\): rank [01] answers but did not complete it' init.err)" = "$n" ]
+then ok gpu_faults_nccl_init_hang_times_out
+else fail gpu_faults_nccl_init_hang_times_out "exit $rc in ${took}s: $(grep -v '^[- ]' init.err | head -c 400)"; fi

@@ -1,7 +1,7 @@
 /* bf16-mixed's kernels: rounding to bfloat16 (round to nearest, ties to
  * even) and the linears on bf16 operands with fp32 accumulation, on the CPU
  * backend and on the CUDA backend's source through the emulator
- * (tests/cudaemu.h's cublasGemmEx), against the fp32 linears on the same
+ * (tests/cudaemu_lt.h's cublasLtMatmul), against the fp32 linears on the same
  * operands rounded first. A product of two bf16 values (8-bit significands)
  * is exact in fp32 (24 bits), so the bf16 GEMM and the fp32 GEMM of the
  * rounded operands compute the same sums: the CPU backend widens and calls

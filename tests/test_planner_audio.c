@@ -174,7 +174,8 @@ TEST(cost_prices_the_audio_conv_stem)
     plan_micro_time(&m, ai, &s, &w, &c, &o, 2, &b);
     const cost_gpu *g = &c.pool[0].gpu;
     double t = 2 * 32, R1 = 2 * t, h = m.mod[ai].hidden, k = m.mod[ai].patch, C = m.mod[ai].in_channels;
-    double gemm = cost_gemm_time(g, R1, h, C * k) - cost_gemm_time(g, R1, h, C / 4 * k);
+    cost_gemm_math math = plan_gemm_math(&o);   /* fp32 on the dhp target: the GPU's fp32 peak */
+    double gemm = cost_gemm_time_in(g, math, R1, h, C * k) - cost_gemm_time_in(g, math, R1, h, C / 4 * k);
     double im2col = cost_elementwise_time(g, COST_EW_COPY, R1 * C * k, 4) - cost_elementwise_time(g, COST_EW_COPY, R1 * C / 4 * k, 4);
     CHECK_NEAR(b.fwd_s - a.fwd_s, gemm + im2col, 1e-9);
 }
