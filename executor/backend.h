@@ -47,7 +47,14 @@ typedef struct ex_backend {
      * (a CUDA failure also lands in the sticky error sync reports). */
     void *(*alloc)(size_t bytes, util_mem_cat cat);
     void (*release)(void *p);                                         /* NULL: nothing */
-    void (*h2d)(void *dst, const void *src, size_t bytes);            /* host -> backend */
+    /* Host memory the backend copies from without staging (CUDA: page-locked,
+     * cudaMallocHost; the CPU: util_malloc); NULL when out of memory. */
+    void *(*alloc_host)(size_t bytes);
+    void (*release_host)(void *p);
+    /* host -> backend, ordered after the kernels before it; from alloc_host
+     * memory it may return before the copy is done (CUDA: cudaMemcpyAsync on
+     * the compute stream), so such a source stays unchanged until the next sync */
+    void (*h2d)(void *dst, const void *src, size_t bytes);
     void (*d2h)(void *dst, const void *src, size_t bytes);            /* backend -> host (after the kernels before it) */
     void (*d2d)(void *dst, const void *src, size_t bytes);            /* backend -> backend */
     void (*fill)(void *p, int byte, size_t bytes);                    /* memset */

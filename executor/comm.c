@@ -336,29 +336,40 @@ int ex_comm_gather_bytes(ex_comm *c, const void *send, void *recv, size_t bytes,
  * A request of the implementation's; on the self communicator, the blocking
  * form's copy and a request that is already done. */
 
-static int post_coll(ex_comm *c, bool reduce, const float *send, float *recv, size_t n, ex_request **req)
+typedef enum { COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_ALLREDUCE } coll_kind;
+
+static int post_coll(ex_comm *c, coll_kind kind, const float *send, float *recv, size_t n, ex_request **req)
 {
-    const char *call = reduce ? "ireduce_scatter" : "iallgather";
+    static const char *calls[] = { "iallgather", "ireduce_scatter", "iallreduce(sum)" };
+    const char *call = calls[kind];
     if (!req) return comm_fail(c, "%s: NULL request", call);
     *req = NULL;
     if (need_bufs(c, n, send, recv, call)) return UTIL_ERUNTIME;
     if (!c->self && comm_check_live(c, call)) return UTIL_ERUNTIME;
     ex_request *r = util_calloc(1, sizeof *r);
     if (!r) return comm_fail(c, "comm: out of memory for a request");
-    *r = (ex_request){ .kind = c->self ? REQ_DONE : REQ_IMPL, .coll = true, .reduce = reduce, .n = n };
+    *r = (ex_request){ .kind = c->self ? REQ_DONE : REQ_IMPL, .coll = true, .reduce = kind == COLL_REDUCE_SCATTER,
+                       .allreduce = kind == COLL_ALLREDUCE, .n = n };
     int rc = c->self ? copy(c, recv, send, n * sizeof(float)) : c->ops->post_coll(c, r, send, recv, n);
     if (rc != UTIL_OK) { util_free(r); return rc; }
-    if (!c->self) c->bytes += (uint64_t)(c->size - 1) * n * sizeof(float);
+    if (!c->self)   /* counted as the blocking forms are */
+        c->bytes += kind == COLL_ALLREDUCE ? (uint64_t)n * sizeof(float) * 2 * (uint64_t)(c->size - 1) / (uint64_t)c->size
+                                           : (uint64_t)(c->size - 1) * n * sizeof(float);
     *req = r;
     return UTIL_OK;
 }
 
 int ex_comm_iallgather(ex_comm *c, const float *send, float *recv, size_t n, ex_request **req)
 {
-    return post_coll(c, false, send, recv, n, req);
+    return post_coll(c, COLL_ALLGATHER, send, recv, n, req);
 }
 
 int ex_comm_ireduce_scatter(ex_comm *c, const float *send, float *recv, size_t n, ex_request **req)
 {
-    return post_coll(c, true, send, recv, n, req);
+    return post_coll(c, COLL_REDUCE_SCATTER, send, recv, n, req);
+}
+
+int ex_comm_iallreduce_sum(ex_comm *c, float *buf, size_t n, ex_request **req)
+{
+    return post_coll(c, COLL_ALLREDUCE, buf, buf, n, req);
 }

@@ -74,6 +74,8 @@ int ex_comm_bcast(ex_comm *c, void *buf, size_t bytes, int root);
  * completes the request; both buffers must stay untouched until then. */
 int ex_comm_iallgather(ex_comm *c, const float *send, float *recv, size_t n, ex_request **req);
 int ex_comm_ireduce_scatter(ex_comm *c, const float *send, float *recv, size_t n, ex_request **req);
+/* Non-blocking ex_comm_allreduce_sum, in place: buf untouched until ex_comm_wait. */
+int ex_comm_iallreduce_sum(ex_comm *c, float *buf, size_t n, ex_request **req);
 /* Gathers `bytes` from every rank to root's recv[r * bytes ..]; recv unused elsewhere. */
 int ex_comm_gather_bytes(ex_comm *c, const void *send, void *recv, size_t bytes, int root);
 

@@ -30,6 +30,7 @@ struct ex_request {
     bool send;            /* point-to-point: send or receive */
     bool coll;            /* a non-blocking collective (else point-to-point) */
     bool reduce;          /* the collective is a reduce-scatter (else an all-gather) */
+    bool allreduce;       /* the collective is an in-place sum all-reduce of buf (reduce false) */
     int peer, tag;
     float *buf;           /* receives */
     size_t n, got;        /* floats posted / floats delivered (self receives) */
@@ -59,7 +60,8 @@ typedef struct ex_comm_ops {
      * buf, n, peer and tag set; post fills r->impl, wait completes it (a
      * receive must get exactly n floats) and frees r->impl. */
     int (*post)(ex_comm *c, ex_request *r);
-    /* Non-blocking all-gather (reduce false) or reduce-scatter into r. */
+    /* Non-blocking all-gather (reduce false), reduce-scatter or in-place
+     * sum all-reduce (allreduce: recv == send) into r. */
     int (*post_coll)(ex_comm *c, ex_request *r, const float *send, float *recv, size_t n);
     int (*wait)(ex_comm *c, ex_request *r);
     /* Where messages to one's own rank are copied and buffered: host memory

@@ -220,19 +220,26 @@ static int wait_p2p(ex_comm *c, ex_request *r, mpi_req *m)
 
 /* A non-blocking collective: one MPI request, or a request already done
  * where the call is above max_piece (the blocking form ran). */
+static const char *coll_call(const ex_request *r)
+{
+    return r->allreduce ? "MPI_Iallreduce(sum)" : r->reduce ? "MPI_Ireduce_scatter_block" : "MPI_Iallgather";
+}
+
 static int mpi_post_coll(ex_comm *c, ex_request *r, const float *send, float *recv, size_t n)
 {
     if (n > comm_max_piece()) {
         r->kind = REQ_DONE;
-        return r->reduce ? mpi_reduce_scatter(c, send, recv, n) : mpi_allgather(c, send, recv, n);
+        return r->allreduce ? mpi_allreduce(c, recv, n, COMM_F32, COMM_SUM)
+             : r->reduce    ? mpi_reduce_scatter(c, send, recv, n) : mpi_allgather(c, send, recv, n);
     }
     mpi_req *m = util_calloc(1, sizeof *m + sizeof(MPI_Request));
     if (!m) return comm_fail(c, "comm: out of memory for a request");
     m->npieces = 1;
     m->piece = n;
-    int rc = r->reduce ? MPI_Ireduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, c->mpi, &m->mreq[0])
-                       : MPI_Iallgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, c->mpi, &m->mreq[0]);
-    if (rc != MPI_SUCCESS) { util_free(m); return mpi_check(c, rc, r->reduce ? "MPI_Ireduce_scatter_block" : "MPI_Iallgather"); }
+    int rc = r->allreduce ? MPI_Iallreduce(MPI_IN_PLACE, recv, (int)n, MPI_FLOAT, MPI_SUM, c->mpi, &m->mreq[0])
+           : r->reduce    ? MPI_Ireduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, c->mpi, &m->mreq[0])
+                          : MPI_Iallgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, c->mpi, &m->mreq[0]);
+    if (rc != MPI_SUCCESS) { util_free(m); return mpi_check(c, rc, coll_call(r)); }
     r->impl = m;
     return UTIL_OK;
 }
@@ -243,7 +250,7 @@ static int mpi_wait(ex_comm *c, ex_request *r)
     int rc = UTIL_OK;
     if (!r->coll) rc = wait_p2p(c, r, m);
     else if (!(rc = comm_check_live(c, "MPI_Wait")))
-        rc = wait_reqs(c, 1, &m->mreq[0], NULL, -1, r->reduce ? "MPI_Ireduce_scatter_block" : "MPI_Iallgather");
+        rc = wait_reqs(c, 1, &m->mreq[0], NULL, -1, coll_call(r));
     util_free(m);
     r->impl = NULL;
     return rc;

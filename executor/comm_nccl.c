@@ -517,9 +517,14 @@ static int launch_all(ex_comm *c)
 
 /* ---- non-blocking collectives: an event each ---- */
 
+static const char *coll_call(const ex_request *r)
+{
+    return r->allreduce ? "ncclAllReduce" : r->reduce ? "ncclReduceScatter" : "ncclAllGather";
+}
+
 static int nccl_post_coll(ex_comm *c, ex_request *r, const float *send, float *recv, size_t n)
 {
-    const char *call = r->reduce ? "ncclReduceScatter" : "ncclAllGather";
+    const char *call = coll_call(r);
     if (need_device(c, recv, n, call) || begin(c, call)) return UTIL_ERUNTIME;
     nccl_state *s = state(c);
     nccl_group *g = util_calloc(1, sizeof *g);
@@ -527,8 +532,9 @@ static int nccl_post_coll(ex_comm *c, ex_request *r, const float *send, float *r
     g->refs = 1;
     cudaError_t e = cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming);
     if (e != cudaSuccess) { util_free(g); return cuda_fail(c, call, e); }
-    ncclResult_t res = r->reduce ? ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, s->nccl, s->stream)
-                                 : ncclAllGather(send, recv, n, ncclFloat32, s->nccl, s->stream);
+    ncclResult_t res = r->allreduce ? ncclAllReduce(recv, recv, n, ncclFloat32, ncclSum, s->nccl, s->stream)
+                     : r->reduce    ? ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, s->nccl, s->stream)
+                                    : ncclAllGather(send, recv, n, ncclFloat32, s->nccl, s->stream);
     int rc = settle(c, s->nccl, &res, call);
     if (res == ncclSuccess && !rc) e = cudaEventRecord(g->done, s->stream);
     if (rc || res != ncclSuccess || e != cudaSuccess) {
@@ -547,7 +553,7 @@ static int nccl_wait(ex_comm *c, ex_request *r)
         return rc ? rc : comm_mpi_ops.wait(c, r);
     }
     char what[80];
-    if (r->coll) snprintf(what, sizeof what, "%s (wait)", r->reduce ? "ncclReduceScatter" : "ncclAllGather");
+    if (r->coll) snprintf(what, sizeof what, "%s (wait)", coll_call(r));
     else snprintf(what, sizeof what, "%s(%s %d, tag %d)", r->send ? "ncclSend" : "ncclRecv", r->send ? "to" : "from", r->peer, r->tag);
     nccl_state *s = state(c);
     int rc = comm_check_live(c, what);

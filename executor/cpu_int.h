@@ -49,6 +49,7 @@ void ex_cpu_avgpool_rows_backward(float *dinp, const float *dout, int m, int p, 
 /* cpu_memory.c: the CPU backend's memory entries (util's counting
  * allocator and memcpy / memset; see backend.h). */
 void *ex_cpu_alloc(size_t bytes, util_mem_cat cat);
+void *ex_cpu_alloc_host(size_t bytes);
 void ex_cpu_release(void *p);
 void ex_cpu_copy_bytes(void *dst, const void *src, size_t bytes);
 void ex_cpu_fill(void *p, int byte, size_t bytes);

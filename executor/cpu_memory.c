@@ -9,6 +9,8 @@ void *ex_cpu_alloc(size_t bytes, util_mem_cat cat) { return util_calloc_cat(cat,
 
 void ex_cpu_release(void *p) { util_free(p); }
 
+void *ex_cpu_alloc_host(size_t bytes) { return util_malloc(bytes ? bytes : 1); }
+
 void ex_cpu_copy_bytes(void *dst, const void *src, size_t bytes)
 {
     if (bytes && dst != src) memmove(dst, src, bytes);

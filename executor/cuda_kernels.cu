@@ -396,6 +396,8 @@ static ex_backend make_table(void)
 #endif
     t.alloc = cuda_alloc;
     t.release = cuda_release;
+    t.alloc_host = cuda_alloc_host;
+    t.release_host = cuda_release_host;
     t.h2d = cuda_h2d;
     t.d2h = cuda_d2h;
     t.d2d = cuda_d2d;

@@ -2,8 +2,8 @@
  * buffers from cudaMalloc, zeroed, charged to util's per-category counters
  * (a host-side table keeps each buffer's size and category for the free),
  * so the memory report and the planner's exact predictions count device
- * memory as they count the CPU backend's; the copies are cudaMemcpy, which on
- * the legacy default stream waits for the kernels queued before it. A
+ * memory as they count the CPU backend's; the copies are on the legacy
+ * default stream, after the kernels queued before it (h2d asynchronous). A
  * failed allocation is a sticky error naming the device, the bytes asked,
  * the bytes free and the category (note_alloc_failure). */
 #include <unordered_map>
@@ -75,9 +75,32 @@ static void cuda_release(void *p)
     note_cuda(cudaFree(p), "cudaFree");
 }
 
+/* Page-locked host memory: copies from it need no staging, so h2d from
+ * it returns at once (the step's data, executor/run_data.c). */
+static void *cuda_alloc_host(size_t bytes)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_release_host(void *p)
+{
+    if (p) note_cuda(cudaFreeHost(p), "cudaFreeHost");
+}
+
+/* Queued on the compute stream (the legacy default stream, after the
+ * kernels before it): from page-locked memory the call returns before the
+ * copy is done; from pageable memory once the source is staged (CUDA
+ * runtime API, "API synchronization behavior": memcpy), so a pageable
+ * source may change as soon as it returns. */
 static void cuda_h2d(void *dst, const void *src, size_t bytes)
 {
-    if (bytes) note_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy host to device");
+    if (bytes) note_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, 0), "cudaMemcpyAsync host to device");
 }
 
 static void cuda_d2h(void *dst, const void *src, size_t bytes)

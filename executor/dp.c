@@ -62,6 +62,7 @@ int run_dp_init(run_dp *d, ex_model *em, int k, ex_comm *shard_comm, const plan_
     if (!rc) rc = d->ops->init(d, err);
     if (rc) return rc;
     d->shard = ex_module_get_shard(em, k);
+    if ((rc = run_dp_step_init(d, err))) return rc;
     if (d->ops->unit_begin || d->ops->unit_end) {
         ex_unit_hooks h = { d, hook_begin, hook_end };
         ex_model_set_unit_hooks(em, k, &h);
@@ -82,6 +83,7 @@ static void free_slots(run_dp *d, run_dp_slot *s)
 void run_dp_free(run_dp *d)
 {
     if (!d->ops) return;
+    run_dp_step_free(d);   /* waits for what is still in flight first */
     run_z3b_free(d);
     free_slots(d, d->gather);
     free_slots(d, d->bucket);

@@ -1,6 +1,7 @@
 /* Data parallelism without sharding (ZeRO stage 0, PyTorch DDP): every
  * replica keeps the whole state; the step's gradients are all-reduced over
- * the shard group once, after the last micro-batch. */
+ * the shard group unit by unit as the last micro-batch's backward finishes
+ * each unit, and GRAD_SYNC waits for them (dp_overlap.c). */
 #include "executor/run_internal.h"
 
 static int init(run_dp *d, char *err)
@@ -10,14 +11,4 @@ static int init(run_dp *d, char *err)
     return UTIL_OK;   /* the model's own layout: one shard, the whole module */
 }
 
-static int grad_sync(run_dp *d, char *err)
-{
-    float *g;
-    size_t n;
-    if (ex_module_buffer(d->em, d->k, EX_BUF_GRADS, &g, &n)) return UTIL_OK;
-    if (ex_comm_allreduce_sum(d->comm, g, n))
-        return util_fail(err, UTIL_ERUNTIME, "run: gradient all-reduce failed: %s", ex_comm_error(d->comm));
-    return UTIL_OK;
-}
-
-const run_dp_ops run_dp_replicated = { "replicated", init, NULL, NULL, grad_sync, NULL };
+const run_dp_ops run_dp_replicated = { "replicated", init, NULL, run_dp_step_unit_end, run_dp_step_grad_sync, NULL };

@@ -1,8 +1,9 @@
 /* ZeRO-1 (Megatron-LM's distributed optimizer): the AdamW moments and the
- * update cover this rank's piece of every unit; after the last micro-batch
- * each unit's gradient is reduce-scattered over the shard group (into this
- * rank's range of the flat gradients), and after the update the weights are
- * all-gathered back, unit by unit, through one padded staging buffer. */
+ * update cover this rank's piece of every unit; in the last micro-batch's
+ * backward each unit's gradient is reduce-scattered over the shard group
+ * (into this rank's range of the flat gradients) as the unit finishes
+ * (dp_overlap.c), and after the update the weights are all-gathered back,
+ * unit by unit, through one padded staging buffer. */
 #include "executor/run_internal.h"
 
 static int init(run_dp *d, char *err)
@@ -15,22 +16,4 @@ static int init(run_dp *d, char *err)
     return UTIL_OK;
 }
 
-static int grad_sync(run_dp *d, char *err)
-{
-    float *g;
-    size_t n;
-    if (ex_module_buffer(d->em, d->k, EX_BUF_GRADS, &g, &n)) return UTIL_OK;
-    const ex_shard *sh = ex_module_get_shard(d->em, d->k);
-    for (int u = 0; u < sh->n_units; u++) {
-        size_t nu = sh->off[u + 1] - sh->off[u], padded = (size_t)sh->G * sh->piece[u], lo, hi;
-        d->be->copy(d->staging, g + sh->off[u], nu);
-        d->be->zero(d->staging + nu, padded - nu);
-        if (ex_comm_reduce_scatter(d->comm, d->staging, d->piece, sh->piece[u]))
-            return util_fail(err, UTIL_ERUNTIME, "run: unit %d gradient reduce-scatter failed: %s", u, ex_comm_error(d->comm));
-        ex_shard_range(sh, u, &lo, &hi);
-        d->be->copy(g + lo, d->piece, hi - lo);
-    }
-    return UTIL_OK;
-}
-
-const run_dp_ops run_dp_zero1 = { "zero1", init, NULL, NULL, grad_sync, run_dp_gather_params };
+const run_dp_ops run_dp_zero1 = { "zero1", init, NULL, run_dp_step_unit_end, run_dp_step_grad_sync, run_dp_gather_params };

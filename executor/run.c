@@ -197,68 +197,7 @@ static int create_model(run_ctx *r, char *err)
     return rc;
 }
 
-/* ------------------------------------------------------------ step data */
-
-static int data_init(run_ctx *r, const plan_schedule *s, ex_dataset *ds, run_data *d, char *err)
-
-{
-    const ex_dataset_info *in = ex_data_info(ds);
-    int B = r->plan.work.global_batch;
-    memset(d, 0, sizeof *d);
-    d->row_of = util_malloc((size_t)B * sizeof(int));
-    d->ones = util_malloc((size_t)B * sizeof(int));
-    if (!d->row_of || !d->ones) return util_fail(err, UTIL_ENOMEM, "run: out of memory");
-    for (int j = 0; j < B; j++) { d->row_of[j] = -1; d->ones[j] = 1; }
-    for (int i = 0; i < s->n; i++) {
-        const plan_op *o = &s->op[i];
-        if (o->kind == PLAN_OP_FORWARD || o->kind == PLAN_OP_FORWARD_BACKWARD)
-            for (int j = o->sample0; j < o->sample0 + o->samples; j++) d->row_of[j] = 0;
-    }
-    for (int j = 0; j < B; j++)
-        if (d->row_of[j] >= 0) d->row_of[j] = d->n++;
-    d->patches = in->patches;
-    d->patch_dim = in->patch_dim;
-    d->T = in->text_tokens;
-    d->grid = in->grid;
-    d->mel_frames = in->mel_frames;
-    d->mel_bins = in->mel_bins;
-    const model_t *m = &r->plan.model;
-    int vi = model_find_kind(m, MODEL_VISION), ai = model_find_kind(m, MODEL_AUDIO);
-    d->images = vi >= 0 && run_feeds(r, vi);
-    d->audio = ai >= 0 && run_feeds(r, ai);
-    size_t rows = d->n > 0 ? (size_t)d->n : 1;
-    d->pixels = util_malloc((rows * in->patches * in->patch_dim + 1) * sizeof(float));
-    d->mel = util_malloc((rows * in->mel_frames * in->mel_bins + 1) * sizeof(float));
-    d->tokens = util_malloc(rows * in->text_tokens * sizeof(int32_t));
-    d->mask = util_malloc(rows * in->text_tokens * sizeof(float));
-    if (!d->pixels || !d->mel || !d->tokens || !d->mask) return util_fail(err, UTIL_ENOMEM, "run: out of memory for the step's data");
-    return ex_batch_alloc(&d->one, ds, 1, err);
-}
-
-static void data_free(run_data *d)
-{
-    util_free(d->row_of); util_free(d->ones); util_free(d->pixels); util_free(d->mel); util_free(d->tokens); util_free(d->mask);
-    ex_batch_free(&d->one);
-}
-
-/* Loads this rank's samples of step `step`: global sample j of the step is
- * row j of the dp = 1 batch, so every plan sees the same data. */
-static int data_load(run_ctx *r, ex_dataset *ds, long step, run_data *d, char *err)
-{
-    int B = r->plan.work.global_batch;
-    size_t px = (size_t)d->patches * d->patch_dim, mel = (size_t)d->mel_frames * d->mel_bins;
-    for (int j = 0; j < B; j++) {
-        int row = d->row_of[j];
-        if (row < 0) continue;
-        int rc = ex_data_batch(ds, r->o->shuffle_seed, step, B, j, B, &d->one, err);
-        if (rc) return rc;
-        memcpy(d->pixels + (size_t)row * px, d->one.pixels, px * sizeof(float));
-        if (d->one.mel) memcpy(d->mel + (size_t)row * mel, d->one.mel, mel * sizeof(float));
-        memcpy(d->tokens + (size_t)row * d->T, d->one.tokens, (size_t)d->T * sizeof(int32_t));
-        memcpy(d->mask + (size_t)row * d->T, d->one.loss_mask, (size_t)d->T * sizeof(float));
-    }
-    return UTIL_OK;
-}
+/* ------------------------------------------------------------ step data (run_data.c) */
 
 /* Predictions the global batch's loss averages over: each LLM dp rank
  * counts its samples, summed over the dp group. */
@@ -287,7 +226,7 @@ static int run_step(run_ctx *r, const plan_schedule *s, ex_dataset *ds, run_data
 {
     memset(st, 0, sizeof *st);
     ex_precision_refresh(r->em);   /* bf16-mixed: the weights' bf16 copy from this step's master (a no-op otherwise) */
-    int rc = data_load(r, ds, r->step, d, err);
+    int rc = run_data_load(r, ds, r->step, d, err);
     if (!rc) rc = count_predictions(r, s, d, st, err);
     if (rc) return rc;
     bool applied = false;
@@ -302,7 +241,9 @@ static int run_step(run_ctx *r, const plan_schedule *s, ex_dataset *ds, run_data
     char werr[UTIL_ERR_LEN];
     int wrc = run_handoff_wait_all(r, h, werr);
     if (!wrc) wrc = run_stage_wait_all(r, werr);
+    if (!wrc) wrc = run_dp_step_wait_all(r, werr);
     if (!rc && wrc) rc = util_fail(err, wrc, "%s", werr);
+    if (!rc) rc = run_data_prefetch(r, ds, r->step + 1, d, err);   /* beside the step's kernels, before its sync */
     return rc;
 }
 
@@ -450,7 +391,7 @@ static int train(run_ctx *r, ex_dataset *ds, char *err)
     memset(&d, 0, sizeof d);
     memset(&h, 0, sizeof h);
     int rc = plan_schedule_rank(&r->plan, r->rank, &s, err);
-    if (!rc) rc = data_init(r, &s, ds, &d, err);
+    if (!rc) rc = run_data_init(r, &s, ds, &d, err);
     if (!rc) rc = run_handoff_init(r, &h, err);
     rc = agree(r, rc, err);
     r->wall_offset = wall_minus_monotonic();
@@ -487,7 +428,7 @@ static int train(run_ctx *r, ex_dataset *ds, char *err)
     util_free(ev);
     util_free(rep);
     run_handoff_free(r, &h);
-    data_free(&d);
+    run_data_free(&d);
     plan_schedule_free(&s);
     return rc;
 }

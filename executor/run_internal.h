@@ -54,6 +54,14 @@ struct run_dp {
     run_dp_slot gather[RUN_DP_SLOTS], bucket[RUN_DP_SLOTS];
     /* the model's unit order of a forward and of a backward, and where each pass is */
     int *order[2], n_order[2], cursor[2];
+    /* replicated / ZeRO-1: the step's reduction, unit by unit (dp_overlap.c) */
+    bool final_pass;          /* the running compute op is its chunk's last backward of the step */
+    bool *posted;             /* [n_units] reduction posted this step */
+    ex_request **ureq;        /* [n_units] replicated: each unit's all-reduce in flight */
+    int step_units;           /* n_units of those arrays */
+    ex_request *step_req;     /* ZeRO-1: the reduce-scatter in flight from staging into piece */
+    int step_unit;            /* its unit, -1: none */
+    int embed_unit;           /* the unit EMBED_SYNC adds into (reduced in GRAD_SYNC), -1: none */
     char err[UTIL_ERR_LEN];   /* what the last failing unit hook saw */
     run_z3b *z3b;             /* ZeRO-3 under bf16-mixed: the bf16 shard and its gathers (dp_zero3_bf16.c) */
 };
@@ -78,6 +86,13 @@ int run_dp_gather_params(run_dp *d, char *err);
  * after its last one reduce-scatter it into this rank's gradient shard. */
 int run_dp_bucket_begin(run_dp *d, int u);
 int run_dp_bucket_end(run_dp *d, int u, bool last);
+/* dp_overlap.c: replicated / ZeRO-1's step reduction: buffers (after the
+ * shard is placed), the unit hook that posts a finished unit in the last
+ * micro-batch, and GRAD_SYNC (posts the rest, waits for all). */
+int run_dp_step_init(run_dp *d, char *err);
+void run_dp_step_free(run_dp *d);
+int run_dp_step_unit_end(run_dp *d, int unit, ex_unit_use use, bool last);
+int run_dp_step_grad_sync(run_dp *d, char *err);
 /* The module's whole state of this tp rank (EX_BUF_PARAMS, EX_BUF_ADAM_M,
  * EX_BUF_ADAM_V) as one flat buffer[n_params], from wherever the strategy
  * keeps it; and the inverse (every rank passes the whole buffer). flat is
@@ -149,6 +164,9 @@ typedef struct {
     double wall_offset;
 } run_ctx;
 
+/* dp_overlap.c, at a step's end: whatever a step that ended early left in flight. */
+int run_dp_step_wait_all(run_ctx *r, char *err);
+
 /* The run's backend from --backend (run_backend.c): r->be, and its one log line on rank 0. */
 int run_pick_backend(run_ctx *r, char *err);
 /* After rc failed: the backend's own first failure since its last sync
@@ -200,11 +218,14 @@ void run_signals_note(const run_ctx *r, int sig);
 
 /* ---- one step's ops (run_ops.c, run_handoff.c) ---- */
 
-/* This rank's samples of the step. */
+/* One set of a step's host buffers (the backend's alloc_host memory). */
+typedef struct { float *pixels, *mel, *mask; int32_t *tokens; } run_data_set;
+
+/* This rank's samples of the step, double-buffered (run_data.c). */
 typedef struct {
     int n;                    /* samples this rank holds */
     int *row_of;              /* [global_batch] row in the buffers below, -1 if not held */
-    float *pixels;            /* [n, patches, patch_dim] */
+    float *pixels;            /* [n, patches, patch_dim]    (the current set's) */
     float *mel;               /* [n, mel_frames, mel_bins] (audio sets) */
     int32_t *tokens;          /* [n, T] */
     float *mask;              /* [n, T] */
@@ -212,7 +233,20 @@ typedef struct {
     ex_data_rows one;         /* loader buffer of one row */
     int patches, patch_dim, T, grid, mel_frames, mel_bins;
     bool images, audio;       /* the samples' images / clips feed the LLM (plan_encoder_feeds) */
+    const ex_backend *be;     /* whose host memory the sets are */
+    run_data_set set[2];
+    long loaded[2];           /* the step each set holds, -1: none */
+    int cur;                  /* the set the step computes on */
 } run_data;
+
+/* run_data.c: the buffers (two sets) for the rank's schedule; step `step`'s
+ * samples in the current set (prefetched, or read now); and, once a step's
+ * ops are issued and before its sync, step `step`'s samples into the other
+ * set (nothing past the run's last step). */
+int run_data_init(run_ctx *r, const plan_schedule *s, ex_dataset *ds, run_data *d, char *err);
+void run_data_free(run_data *d);
+int run_data_load(run_ctx *r, ex_dataset *ds, long step, run_data *d, char *err);
+int run_data_prefetch(run_ctx *r, ex_dataset *ds, long step, run_data *d, char *err);
 
 typedef struct { ex_request *req; float *buf; } run_pending;
 

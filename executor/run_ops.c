@@ -220,6 +220,7 @@ int run_op(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, run_
 {
     int rc = UTIL_OK;
     if (plan_op_props(o->kind)->compute && o->module >= 0 && o->kind != PLAN_OP_OPTIMIZER) {
+        r->mod[o->module].dp.final_pass = o->last_backward;   /* dp_overlap.c: units reduced as they finish */
         if (*failed) {
             char ignored[UTIL_ERR_LEN];
             empty_pass(r, o, ignored);

@@ -628,11 +628,13 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
 }
 
 /* Once per step, for pipeline stage `stage`: the data-parallel strategy's
- * GRAD_SYNC and PARAM_GATHER, the gradient norm's pass and the optimizer. */
+ * GRAD_SYNC and PARAM_GATHER, the gradient norm's pass and the optimizer.
+ * out comes with the module's micro-batch time (plan_micro_time): a stage's
+ * share of its backward is what the dhp target's step reduction overlaps. */
 void plan_stage_step_time(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
                           const plan_options *o, plan_time *out)
 {
-    plan_price_dp_step(mm, s, stage, pool, o, out);
+    plan_price_dp_step(mm, s, stage, pool, o, plan_time_backward_s(out) / (s->pp > 1 ? s->pp : 1), out);
     plan_dp_rules r = plan_dp_rules_of(mm, s);
     out->optim_s = out->norm_s = 0;
     if (!r.trains) return;
@@ -667,9 +669,12 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
             out->norm_s = st.norm_s;
         }
     }
-    /* Bucketed gradient reduction overlaps the last micro-batch's backward. */
+    /* Bucketed gradient reduction overlaps the last micro-batch's backward
+     * (dhp: grad_sync_s is already the part left exposed, cost_dp.c; its
+     * PARAM_GATHER runs after the optimizer, beside nothing). */
     double step_comm = out->grad_sync_s + out->grad_sync_busy_s + out->param_gather_s + out->param_gather_busy_s;
-    out->dp_exposed_s = plan_overlapped_comm_s(step_comm, o->overlap * out->bwd_s / s->pp, o->target == PLAN_TARGET_MEGATRON);
+    double hidden = o->target == PLAN_TARGET_DHP ? 0 : o->overlap * out->bwd_s / s->pp;
+    out->dp_exposed_s = plan_overlapped_comm_s(step_comm, hidden, o->target == PLAN_TARGET_MEGATRON);
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     double passes = mm->frozen ? (mm->kind == MODEL_LLM ? 2.0 : 1.0) : 3.0;

@@ -171,8 +171,60 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
     comm->bwd_syncs += raw.bwd_syncs;
 }
 
+/* Work w (seconds alone) started at `start`, running beside the compute
+ * until `until` at `overlap` of its speed (the fraction the pool measures a
+ * collective keeps beside compute), alone after it: when it ends. */
+static double finish_at(double start, double w, double until, double overlap)
+{
+    if (start >= until || w <= 0) return start + fmax(w, 0.0);
+    double beside = (until - start) * overlap;
+    if (beside >= w) return start + w / overlap;
+    return until + (w - beside);
+}
+
+/* dhp: what is left of the step's gradient reduction (replicated DP or
+ * ZeRO-1, one collective per unit) when the last micro-batch's backward
+ * ends, as executor/dp_overlap.c runs it: units finish in backward order
+ * (the head first, the stem last), each after its share of the stage's
+ * backward (bwd_s: its parameters' share; a linear layer's backward costs
+ * 4 flops per parameter and token); a unit's collective is posted when its
+ * backward ends and runs after the previous one (one communicator, issue
+ * order); replicated posts need no buffer, ZeRO-1's one staging slot makes
+ * each post wait for the previous collective (the compute stalls). The
+ * first collective cannot start before the first unit's backward ends and
+ * the last one (the stem's) runs after the backward. The unit holding a
+ * pipeline stage's copy of a tied embedding (`deferred`: the stem on the
+ * first stage, the head on the last; EMBED_SYNC adds into it first) is
+ * reduced in GRAD_SYNC, after everything. c[u]: unit u's collective, 0 for
+ * units not on the stage. */
+static double reduction_exposed(const dp_pricer *d, const double *c, double bwd_s, bool one_slot, int deferred,
+                                double overlap)
+{
+    double total = 0;
+    for (int u = 0; u < d->n_units; u++) total += (double)d->units[u];
+    if (total <= 0) return 0;
+    double t = 0, end = 0, stall = 0, pending = 0;   /* compute clock, last collective's end; ZeRO-1's unit in flight */
+    for (int u = d->n_units - 1; u >= 0; u--) {
+        if (d->units[u] <= 0) continue;
+        double b = bwd_s * (double)d->units[u] / total;
+        bool post = u != deferred;
+        if (one_slot) {
+            double done = finish_at(t, pending, t + b, overlap);   /* the previous unit's, beside this backward */
+            t += b;
+            if (post && done > t) { stall += done - t; t = done; }
+            if (post) pending = c[u];
+            else stall += fmax(0.0, done - t), pending = 0;
+        } else {
+            t += b;
+            if (post) end = finish_at(fmax(t, end), c[u], bwd_s, overlap);
+        }
+    }
+    double rest = one_slot ? stall + pending : fmax(0.0, end - t);
+    return rest + (deferred >= 0 && d->units[deferred] > 0 ? c[deferred] : 0);
+}
+
 void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
-                        const plan_options *o, plan_time *out)
+                        const plan_options *o, double bwd_window_s, plan_time *out)
 {
     plan_dp_rules r = plan_dp_rules_of(mm, s);
     out->grad_sync_s = out->grad_sync_busy_s = out->param_gather_s = out->param_gather_busy_s = 0;
@@ -190,15 +242,15 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
         dp_pricer_free(&d);
         return;
     }
-    double local = 0;
-    for (int u = 0; u < d.n_units; u++) local += (double)d.units[u];
-    if (r.step_grad_sync && r.stage == 0)
-        out->grad_sync_s = cost_collective_time(pool, COST_ALLREDUCE, local * d.grad_bytes, d.G, d.per_node);
+    double *c = calloc((size_t)d.n_units, sizeof *c);
+    if (!c) { dp_pricer_free(&d); return; }
     for (int u = 0; u < d.n_units; u++) {
         double n = (double)d.units[u], mine = piece(&d, u);   /* the busiest rank's piece */
-        if (r.step_grad_sync && r.stage == 1) {
+        if (r.step_grad_sync && r.stage == 0 && n > 0)
+            c[u] = cost_collective_time(pool, COST_ALLREDUCE, n * d.grad_bytes, d.G, d.per_node);
+        if (r.step_grad_sync && r.stage == 1 && n > 0) {
             /* the unit's gradient into the padded staging buffer, reduce-scatter, this rank's piece back */
-            out->grad_sync_s += unit_coll(&d, COST_REDUCESCATTER, u, d.grad_bytes);
+            c[u] = unit_coll(&d, COST_REDUCESCATTER, u, d.grad_bytes);
             out->grad_sync_busy_s += ew(&d, COST_EW_COPY, n, d.grad_bytes) + ew(&d, COST_EW_ZERO, d.G * piece(&d, u) - n, d.grad_bytes)
                                    + ew(&d, COST_EW_COPY, mine, d.grad_bytes);
         }
@@ -208,6 +260,13 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
             out->param_gather_busy_s += ew(&d, COST_EW_COPY, mine, d.param_bytes) + ew(&d, COST_EW_COPY, n, d.param_bytes);
         }
     }
+    if (r.step_grad_sync) {
+        double overlap = pool->has_overlap ? pool->overlap : o->overlap;
+        plan_stage st = plan_stage_of(mm, s, stage);
+        int deferred = !r.step_embed_sync ? -1 : st.stem ? 0 : st.head ? d.n_units - 1 : -1;
+        out->grad_sync_s = reduction_exposed(&d, c, fmax(0.0, bwd_window_s), r.stage == 1, deferred, overlap);
+    }
+    free(c);
     dp_pricer_free(&d);
 }
 

@@ -718,6 +718,7 @@ typedef struct {
     int sample0, samples;     /* this rank's samples of the step (compute ops, send/recv of its share) */
     int slot;                 /* activation slot of a FORWARD or BACKWARD, -1 if none */
     int vchunk;               /* model chunk (interleaved pipeline, 0 .. vp - 1) of a compute or hop op; else 0 */
+    bool last_backward;       /* the last BACKWARD / FORWARD_BACKWARD of its module's chunk in the step (plan_mark_last_backward) */
 } plan_op;
 
 /* A pipeline hop op's channel: the lower virtual stage of the edge it

@@ -24,9 +24,11 @@ void plan_comm_add(plan_comm *c, bool backward, double seconds, int count);
 void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
                          bool backward, double fwd_compute, double bwd_compute, plan_comm *comm, double *bwd_busy);
 /* Per step: the GRAD_SYNC and PARAM_GATHER ops of pipeline stage `stage`
- * (plan_time.grad_sync_s .. param_gather_busy_s). */
+ * (plan_time.grad_sync_s .. param_gather_busy_s). The dhp target's
+ * grad_sync_s is what the op waits for: the part of the unit reductions the
+ * last micro-batch's backward (bwd_window_s on this stage) does not hide. */
 void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
-                        const plan_options *o, plan_time *out);
+                        const plan_options *o, double bwd_window_s, plan_time *out);
 
 /* cost_zero3.c: ZeRO-3 as DeepSpeed issued it in 2021 (PLAN_ZERO3_DEEPSPEED_2021):
  * one all-gather per Megatron-LM parameter tensor for the forward

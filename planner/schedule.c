@@ -267,7 +267,7 @@ static int push(plan_schedule *s, plan_op_kind kind, int module, int chunk, int 
         s->op = op;
         s->cap = cap;
     }
-    s->op[s->n++] = (plan_op){ kind, module, chunk, sample0, samples, slot, 0 };
+    s->op[s->n++] = (plan_op){ kind, module, chunk, sample0, samples, slot, 0, false };
     return UTIL_OK;
 }
 
@@ -660,6 +660,21 @@ static int count_slots(plan_schedule *s, int llm, char *err)
     return UTIL_OK;
 }
 
+/* The step's last backward of each module's model chunk: after it, a
+ * unit's gradient is final when the unit's backward ends (the executor's
+ * replicated and ZeRO-1 reductions start there, executor/dp_overlap.c). */
+static void mark_last_backward(plan_schedule *s)
+{
+    bool seen[MODEL_MAX_MODULES][PLAN_MAX_VP] = { { false } };
+    for (int i = s->n - 1; i >= 0; i--) {
+        plan_op *o = &s->op[i];
+        if ((o->kind != PLAN_OP_BACKWARD && o->kind != PLAN_OP_FORWARD_BACKWARD) || o->module < 0) continue;
+        if (o->module >= MODEL_MAX_MODULES || o->vchunk < 0 || o->vchunk >= PLAN_MAX_VP) continue;
+        o->last_backward = !seen[o->module][o->vchunk];
+        seen[o->module][o->vchunk] = true;
+    }
+}
+
 int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
 {
     memset(s, 0, sizeof *s);
@@ -700,6 +715,7 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
     }
     if (!rc) rc = step_tail(p, rank, on, s, err);
     if (!rc) rc = count_slots(s, p->model.llm, err);
+    if (!rc) mark_last_backward(s);
     if (rc) plan_schedule_free(s);
     return rc;
 }

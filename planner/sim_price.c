@@ -79,7 +79,8 @@ static const plan_time *step_time(sim_pricer *pr, int k, int stage)
 {
     if (!pr->have_step[k][stage]) {
         const plan_t *p = pr->p;
-        memset(&pr->step[k][stage], 0, sizeof pr->step[k][stage]);
+        /* the micro-batch's backward: the window the step reduction overlaps */
+        plan_micro_time(&p->model, k, &p->mod[k], &p->work, &p->cluster, &pr->opt, p->mod[k].micro_batch, &pr->step[k][stage]);
         plan_stage_step_time(&p->model.mod[k], &p->mod[k], stage, &p->cluster.pool[p->mod[k].pool], &pr->opt,
                              &pr->step[k][stage]);
         pr->have_step[k][stage] = true;

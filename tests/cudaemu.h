@@ -23,7 +23,9 @@
  *  - the runtime calls the kernels' host code uses, on plain host memory
  *    (so "device" pointers are host pointers and AddressSanitizer checks every
  *    kernel access): cudaMalloc / cudaFree / cudaMemcpy[Async] (every kind
- *    is one memmove) / cudaMemset[Async] / cudaMemGetInfo (the host's
+ *    is one memmove; an asynchronous one from cudaMallocHost memory queued
+ *    on the compute stream, see "the compute stream" below) / cudaMallocHost /
+ *    cudaFreeHost / cudaMemset[Async] / cudaMemGetInfo (the host's
  *    MemAvailable, or DHP_EMU_DEVICE_BYTES) / cudaGetLastError /
  *    cudaDeviceSynchronize / cudaGetDeviceCount / cudaGetDevice /
  *    cudaGetDeviceProperties (name, memory) / cudaDriverGetVersion /
@@ -238,7 +240,100 @@ static inline cudaError_t cudaGetLastError(void)
     return e;
 }
 
-static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+/* ---- the compute stream (the legacy default stream) ----
+ * Work issued on it (every launch, copy, memset and GEMM here) is counted:
+ * tests/ncclemu.h refuses an NCCL operation whose stream has not waited,
+ * through an event, for all of it (cudaemu_compute_ops). Page-locked host
+ * memory (cudaMallocHost) is tracked, and a cudaMemcpyAsync from it is
+ * queued, not done: it runs, reading its source then as a GPU's DMA does,
+ * when later work on the stream runs (a launch, a copy, a memset, a GEMM, a
+ * free, a synchronize, an event recorded on it). So a program that writes
+ * a pinned source before its copy is ordered computes on the new data here,
+ * as it may on a GPU; one that writes it before the host synchronized
+ * aborts at the synchronize (cudaemu_synchronized). */
+static unsigned long cudaemu_ops;
+struct cudaemu_copy { void *dst; const void *src; size_t bytes; };
+static std::vector<cudaemu_copy> &cudaemu_queued(void)
+{
+    static std::vector<cudaemu_copy> q;
+    return q;
+}
+static std::map<const char *, size_t> &cudaemu_pinned(void)
+{
+    static std::map<const char *, size_t> m;   /* start -> bytes */
+    return m;
+}
+/* A pinned source copied since the last synchronize, with a hash of its
+ * bytes when the copy was issued: on a GPU the copy may still read it until
+ * the host synchronizes, so the host must not write it before (the step's
+ * double-buffered data, executor/run_data.c). cudaDeviceSynchronize and the
+ * device-to-host cudaMemcpy (which waits for the stream) check it. */
+struct cudaemu_flight { const void *src; size_t bytes; unsigned long long hash; };
+static std::vector<cudaemu_flight> &cudaemu_in_flight(void)
+{
+    static std::vector<cudaemu_flight> f;
+    return f;
+}
+static unsigned long long cudaemu_hash(const void *p, size_t bytes)
+{
+    unsigned long long h = 1469598103934665603ull;   /* FNV-1a */
+    for (size_t i = 0; i < bytes; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
+static inline void cudaemu_drain(void)
+{
+    std::vector<cudaemu_copy> &q = cudaemu_queued();
+    for (const cudaemu_copy &c : q) std::memmove(c.dst, c.src, c.bytes);
+    q.clear();
+}
+/* The host waits for the stream: every copy is done, and its source must not have changed meanwhile. */
+static inline void cudaemu_synchronized(const char *call)
+{
+    cudaemu_drain();
+    for (const cudaemu_flight &f : cudaemu_in_flight())
+        if (cudaemu_hash(f.src, f.bytes) != f.hash) {
+            std::fprintf(stderr, "cudaemu stream order: %s: the page-locked source %p of a cudaMemcpyAsync (%zu bytes) was "
+                         "written by the host before the copy was synchronized: on a GPU the copy may read the new data\n",
+                         call, f.src, f.bytes);
+            std::fflush(stderr);
+            std::abort();
+        }
+    cudaemu_in_flight().clear();
+}
+/* Work on the stream: what was queued before it runs first. */
+static inline void cudaemu_issue(void)
+{
+    cudaemu_drain();
+    cudaemu_ops++;
+}
+static bool cudaemu_is_pinned(const void *p, size_t bytes)
+{
+    std::map<const char *, size_t> &m = cudaemu_pinned();
+    const char *c = (const char *)p;
+    auto it = m.upper_bound(c);
+    if (it == m.begin()) return false;
+    --it;
+    return c + bytes <= it->first + it->second;
+}
+static inline cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    *p = std::malloc(bytes ? bytes : 1);
+    if (!*p) return cudaErrorMemoryAllocation;
+    cudaemu_pinned()[(const char *)*p] = bytes ? bytes : 1;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaFreeHost(void *p)
+{
+    cudaemu_synchronized("cudaFreeHost");   /* waits, as the runtime's does */
+    if (p && !cudaemu_pinned().erase((const char *)p)) return cudaErrorInvalidValue;
+    std::free(p);
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceSynchronize(void)
+{
+    cudaemu_synchronized("cudaDeviceSynchronize");
+    return cudaSuccess;
+}
 
 /* ---- the emulated machine, from the environment (the tests' fault knobs):
  * DHP_EMU_GPUS     devices (default 1; 0: cudaErrorNoDevice, as a machine
@@ -408,6 +503,7 @@ static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 
 static inline cudaError_t cudaFree(void *p)
 {
+    cudaemu_drain();
     if (CUDAEMU_GUARD_ON && p) {
         std::lock_guard<std::mutex> lock(cudaemu_mem().mu);
         if (!cudaemu_mem().live.erase((const char *)p)) cudaemu_guard_fail("cudaFree", "pointer", p);
@@ -446,8 +542,20 @@ static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes
     return cudaSuccess;
 }
 
+#ifdef CUDAEMU_GUARD
+/* tests/ncclemu.h's view of the compute stream, at an event recorded on it
+ * (or an NCCL call): the queued copies are done by then, and the work issued so far. */
+extern "C" unsigned long cudaemu_compute_ops(void)
+{
+    cudaemu_drain();
+    return cudaemu_ops;
+}
+#endif
+
 static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
 {
+    cudaemu_issue();
+    if (kind == cudaMemcpyDeviceToHost) cudaemu_synchronized("cudaMemcpy device to host");
     if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice) cudaemu_guard("cudaMemcpy", "destination", dst);
     if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice) cudaemu_guard("cudaMemcpy", "source", src);
     if (kind == cudaMemcpyDeviceToHost) cudaemu_guard("cudaMemcpy", "destination", dst, false);
@@ -460,11 +568,17 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t byt
                                           cudaMemcpyKind kind, cudaStream_t stream = nullptr)
 {
     (void)stream;
-    return cudaMemcpy(dst, src, bytes, kind);
+    if (!bytes || kind != cudaMemcpyHostToDevice || !cudaemu_is_pinned(src, bytes)) return cudaMemcpy(dst, src, bytes, kind);
+    cudaemu_guard("cudaMemcpyAsync", "destination", dst);
+    cudaemu_ops++;
+    cudaemu_queued().push_back({ dst, src, bytes });   /* runs with the stream's next work */
+    cudaemu_in_flight().push_back({ src, bytes, cudaemu_hash(src, bytes) });
+    return cudaSuccess;
 }
 
 static inline cudaError_t cudaMemset(void *p, int value, size_t bytes)
 {
+    cudaemu_issue();
     cudaemu_guard("cudaMemset", "pointer", p);
     if (bytes) std::memset(p, value, bytes);
     return cudaSuccess;
@@ -521,6 +635,7 @@ static void cudaemu_launch(Kernel kernel, dim3 grid, dim3 block, const Args &...
         cudaemu_fail(cudaErrorInvalidConfiguration);
         return;
     }
+    cudaemu_issue();
     static std::unordered_map<const void *, bool> syncs;   /* kernel -> its first launch called __syncthreads */
     cudaemu_sched &s = cudaemu_s();
     unsigned threads = block.x * block.y * block.z;

@@ -164,6 +164,7 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMat
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (epi != CUBLASLT_EPILOGUE_DEFAULT && !desc->bias) return CUBLAS_STATUS_INVALID_VALUE;
     if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    cudaemu_issue();   /* work on the compute stream: queued copies first, counted (cudaemu.h) */
     cudaemu_guard("cublasLtMatmul", "A", A);
     cudaemu_guard("cublasLtMatmul", "B", B);
     cudaemu_guard("cublasLtMatmul", "C", C);

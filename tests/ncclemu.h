@@ -38,7 +38,10 @@
  *   deadlock on a GPU through stream order is not caught here; data order is
  *   kept because comm_nccl.c waits for a blocking operation's event before
  *   the next and never reuses a non-blocking operation's buffers early.
- *   cudaStreamWaitEvent waits on the host for the event.
+ *   cudaStreamWaitEvent waits on the host for the event. Order against
+ *   the compute stream is checked, though: an operation on an NCCL stream
+ *   that has not waited for all the compute work issued before it aborts
+ *   naming the call (emu_stream_ordered).
  * - The "legacy default stream" (0) is the host: work on it is done when the
  *   call returns, so an event recorded on it is complete at once.
  * - cudaGetDeviceCount says 8 (DHP_EMU_GPUS overrides): the node of one
@@ -85,10 +88,12 @@ struct emu_stream {
     unsigned long posted, completed_upto;   /* requests posted; all below this index are complete */
     struct emu_nccl *owner;                 /* the communicator whose async error a bad receive sets */
     bool stalled;                           /* an injected hang (DHP_EMU_NCCL_FAULT): nothing completes */
+    unsigned long compute_seen;             /* compute-stream work ordered before this stream's next operation */
 };
 struct emu_event {
     cudaStream_t stream;                    /* NULL: recorded on the host stream (or never) */
     unsigned long upto;                     /* complete when the stream's first `upto` requests are */
+    unsigned long compute;                  /* the compute-stream work ordered before the event */
 };
 static void emu_bad_receive(struct emu_nccl *c);
 
@@ -158,6 +163,32 @@ static inline cudaError_t cudaMalloc(void **p, size_t bytes)
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 static inline cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+/* Stream order against the compute stream (DHP_EMU_DROP_STREAM_WAITS, below,
+ * drops the waits on demand). tests/cudaemu.h runs kernels at
+ * once, so data written by a kernel is there before any NCCL call reads it
+ * whatever the events say; on a GPU the NCCL stream may run ahead of the
+ * compute stream unless it waited, through an event recorded on the compute
+ * stream after that kernel. So every operation an NCCL stream takes (a
+ * collective, a send or receive, a copy on it) must come after a
+ * cudaStreamWaitEvent that covers all the compute work issued so far
+ * (cudaemu_compute_ops: tests/cudaemu.h counts it; weak, so without the CUDA
+ * emulation, the CPU backend's buffers, nothing is checked); else abort,
+ * naming the call: a missing event wait is a test failure, not a silent
+ * race. dhp orders every NCCL operation after all the compute before it
+ * (executor/comm_nccl.c begin / launch_group), so the rule is exact for it. */
+extern unsigned long cudaemu_compute_ops(void) __attribute__((weak));
+static inline void emu_stream_ordered(cudaStream_t s, const char *call)
+{
+    if (!s || !cudaemu_compute_ops) return;
+    unsigned long issued = cudaemu_compute_ops();
+    if (s->compute_seen >= issued) return;
+    fprintf(stderr, "ncclemu stream order: %s on an NCCL stream that did not wait for the compute stream "
+            "(%lu of its operations not covered by a cudaStreamWaitEvent): on a GPU it could read data "
+            "before the kernels that write it finish\n", call, issued - s->compute_seen);
+    fflush(stderr);
+    abort();
+}
+
 static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k)
 {
     (void)k;
@@ -166,7 +197,7 @@ static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, e
 }
 static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind k, cudaStream_t s)
 {
-    (void)s;
+    emu_stream_ordered(s, "cudaMemcpyAsync");
     return cudaMemcpy(dst, src, bytes, k);
 }
 /* Strict pointers: when dhp-emu's CUDA backend is in use, tests/cudaemu.h
@@ -263,6 +294,7 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
     e->stream = s;
     e->upto = s ? s->posted : 0;
+    e->compute = s ? s->compute_seen : cudaemu_compute_ops ? cudaemu_compute_ops() : 0;
     return cudaSuccess;
 }
 static inline cudaError_t cudaEventQuery(cudaEvent_t e)
@@ -274,8 +306,13 @@ static inline cudaError_t cudaEventQuery(cudaEvent_t e)
 }
 static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 {
-    (void)s; (void)flags;
+    (void)flags;
     while (cudaEventQuery(e) == cudaErrorNotReady) {}
+    /* DHP_EMU_DROP_STREAM_WAITS=1: the wait orders nothing, as if it were
+     * missing (tests/t_backend.sh: the stream-order check must catch it) */
+    static int drop = -1;
+    if (drop < 0) drop = getenv("DHP_EMU_DROP_STREAM_WAITS") && atoi(getenv("DHP_EMU_DROP_STREAM_WAITS")) == 1;
+    if (s && !drop && e->compute > s->compute_seen) s->compute_seen = e->compute;
     return cudaSuccess;
 }
 
@@ -421,6 +458,7 @@ static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t co
 {
     ncclResult_t e = emu_check(c, count);
     if (e) return e;
+    emu_stream_ordered(s, "ncclAllReduce");
     emu_nccl_buffer("ncclAllReduce", "send buffer", send);
     emu_nccl_buffer("ncclAllReduce", "receive buffer", recv);
     if (emu_fault(c, s)) return ncclSuccess;
@@ -434,6 +472,7 @@ static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t co
 {
     ncclResult_t e = emu_check(c, count);
     if (e) return e;
+    emu_stream_ordered(s, "ncclAllGather");
     emu_nccl_buffer("ncclAllGather", "send buffer", send);
     emu_nccl_buffer("ncclAllGather", "receive buffer", recv);
     if (emu_fault(c, s)) return ncclSuccess;
@@ -448,6 +487,7 @@ static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_
 {
     ncclResult_t e = emu_check(c, count);
     if (e) return e;
+    emu_stream_ordered(s, "ncclReduceScatter");
     emu_nccl_buffer("ncclReduceScatter", "send buffer", send);
     emu_nccl_buffer("ncclReduceScatter", "receive buffer", recv);
     if (emu_fault(c, s)) return ncclSuccess;
@@ -463,6 +503,7 @@ static inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t co
     ncclResult_t e = emu_check(c, count);
     if (e) return e;
     if (root < 0 || root >= c->size) return ncclInvalidArgument;
+    emu_stream_ordered(s, "ncclBroadcast");
     emu_nccl_buffer("ncclBroadcast", "send buffer", send);
     emu_nccl_buffer("ncclBroadcast", "receive buffer", recv);
     if (emu_fault(c, s)) return ncclSuccess;
@@ -485,6 +526,7 @@ static inline ncclResult_t emu_p2p_post(const emu_p2p *o)
     ncclResult_t e = emu_check(o->c, o->count);
     if (e) return e;
     if (o->peer < 0 || o->peer >= o->c->size) return ncclInvalidArgument;
+    emu_stream_ordered(o->s, o->send ? "ncclSend" : "ncclRecv");
     emu_nccl_buffer(o->send ? "ncclSend" : "ncclRecv", "buffer", o->buf);
     if (emu_fault(o->c, o->s)) return ncclSuccess;
     MPI_Request r;

@@ -8,7 +8,8 @@
 # category exactly; (b) a checkpoint written
 # by either backend resumes on the other with the uninterrupted run's
 # continuation; (c) `dhp run --backend cuda` on a machine without a usable
-# GPU exits 2 with one line, and the default says which backend in one line.
+# GPU exits 2 with one line, and the default says which backend in one line;
+# (d) an NCCL stream that does not wait for the compute stream is caught.
 . "$(dirname "$0")/lib.sh"
 if ! command -v mpirun >/dev/null 2>&1; then skip backend "mpirun not found"; exit 0; fi
 if ! /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1; then skip backend "/usr/bin/python3 has no numpy"; exit 0; fi
@@ -52,6 +53,12 @@ else
     if [ "$a" = 0 ] && [ "$b" != 0 ] && [ "$cc" != 0 ] && echo "$k" | grep -q 'cudaemu guard: scale_kernel: argument .* is not device memory' \
        && echo "$c" | grep -q 'cudaemu guard: cudaMemcpy: source .* is device memory'; then ok backend_emu_guard_catches_host_pointers
     else fail backend_emu_guard_catches_host_pointers "device: $a $out; kernel: $b $k; copy: $cc $c"; fi
+    # a page-locked source of an asynchronous copy written before the host synchronized aborts at the synchronize
+    p=$("$EMU_GUARD_CHECK" pinned 2>&1); a=$?
+    k=$("$EMU_GUARD_CHECK" pinned-race 2>&1); b=$?
+    if [ "$a" = 0 ] && [ "$b" != 0 ] && grep -q 'cudaemu stream order: cudaDeviceSynchronize: the page-locked source' <<<"$k"; then
+        ok backend_emu_catches_a_pinned_source_written_before_its_copy_synchronized
+    else fail backend_emu_catches_a_pinned_source_written_before_its_copy_synchronized "pinned: $a $p; race: $b $k"; fi
 fi
 
 # (a) each plan on the CPU backend (dhp) and the emulated CUDA backend (dhp-emu)
@@ -136,6 +143,17 @@ cross_resume() {   # cross_resume FROM TO PLAN
         ok "backend_checkpoint_${from}_resumes_on_${to}"
     fi
 }
+# (d) stream order: every NCCL operation waits, through an event, for the compute stream's work before it
+# (executor/comm_nccl.c); with the emulator's waits dropped (DHP_EMU_DROP_STREAM_WAITS, as if comm_nccl.c
+# lacked them) the first operation on an NCCL stream (tp2: the vision's first all-to-all) aborts naming itself
+# (tests/ncclemu.h emu_stream_ordered)
+if [ -f "$T/tp2.json" ]; then
+    out=$(timeout 120 mpirun --oversubscribe -np 2 -x DHP_EMU_DROP_STREAM_WAITS=1 "$DHP_EMU" run "$T/tp2.json" --data "$T/data" \
+          --steps 1 --backend cuda 2>&1)
+    if grep -qE '^ncclemu stream order: (nccl[A-Za-z]*|cudaMemcpyAsync) on an NCCL stream that did not wait for the compute stream' <<<"$out"; then
+        ok backend_emu_catches_an_nccl_stream_not_waiting_for_compute
+    else fail backend_emu_catches_an_nccl_stream_not_waiting_for_compute "no stream-order abort: $(tail -c 300 <<<"$out")"; fi
+fi
 if [ -d "$T/dp2_cpu.ck" ] && [ -d "$T/dp2_cuda.ck" ]; then
     cross_resume cuda cpu dp2
     cross_resume cpu cuda dp2
