@@ -86,31 +86,68 @@ static float **act_view(ex_acts *a, plan_act_id id, int layer)
     }
 }
 
+/* Points every block's view of a tensor shared by all blocks: the
+ * recomputed ones, and under bf16 the fp32 copy of a layer being run, the
+ * block input's split between even layers (X) and odd ones (X_ODD). */
+static void bind_shared(ex_module *md, plan_act_id id, float *p)
+{
+    for (int l = 0; l < md->mm.layers; l++) {
+        if (id == PLAN_ACT_X_ODD) {
+            if (l % 2) md->a.blk[l].x = p;
+        } else if (id != PLAN_ACT_X || !md->a.blk[l].bf[PLAN_ACT_X] || l % 2 == 0) {
+            *act_view(&md->a, id, l) = p;
+        }
+    }
+}
+
 /* Carves a module's activations for one slot's geometry out of saved (the
- * slot) and scratch; with NULL bases it only counts floats. */
-static int acts_layout(ex_module *md, float *saved, float *scratch, const ex_slot *g, size_t *n_saved,
+ * slot) and scratch, each tensor its elements' bytes (fp32, or bf16 where
+ * the list says); with NULL bases it only counts bytes. The list gives a
+ * block's bf16 tensors before the shared copies that hold them in fp32. */
+static int acts_layout(ex_module *md, void *saved, void *scratch, const ex_slot *g, size_t *n_saved,
                        size_t *n_scratch)
 {
-    plan_act_rows rows = { g->n_rows, g->m_rows, g->n_pred, g->emb_rows };
+    plan_act_rows rows = { g->n_rows, g->m_rows, g->n_pred, g->emb_rows, md->bf16 };
     int n = plan_module_acts(&md->mm, &md->strat, md->stage_index, &rows, NULL, 0);
     plan_act *list = util_malloc((size_t)n * sizeof *list);
     if (!list) return UTIL_ENOMEM;
     plan_module_acts(&md->mm, &md->strat, md->stage_index, &rows, list, n);
     size_t os = 0, ox = 0;
+    if (saved)
+        for (int l = 0; l < md->mm.layers; l++) memset(md->a.blk[l].bf, 0, sizeof md->a.blk[l].bf);
     for (int i = 0; i < n; i++) {
         const plan_act *a = &list[i];
-        float *base = a->saved ? saved : scratch, *p = base ? base + (a->saved ? os : ox) : NULL;
-        *(a->saved ? &os : &ox) += a->floats;
-        if (a->id < PLAN_NACT_BLOCK && a->layer < 0) {   /* one copy every block shares */
-            for (int l = 0; l < md->mm.layers; l++) *act_view(&md->a, a->id, l) = p;
+        size_t *off = a->saved ? &os : &ox;
+        char *base = a->saved ? saved : scratch, *p = base ? base + *off : NULL;
+        *off += a->elems * (a->bf16 ? sizeof(uint16_t) : sizeof(float));
+        if (!base) continue;
+        if (a->bf16) {
+            md->a.blk[a->layer].bf[a->id] = (uint16_t *)(void *)p;
+            md->a.blk[a->layer].bf_n[a->id] = a->elems;
+        } else if (a->id == PLAN_ACT_X_ODD || (a->id < PLAN_NACT_BLOCK && a->layer < 0)) {
+            bind_shared(md, a->id, (float *)(void *)p);
         } else {
-            *act_view(&md->a, a->id, a->layer) = p;
+            *act_view(&md->a, a->id, a->layer) = (float *)(void *)p;
         }
     }
     util_free(list);
     if (n_saved) *n_saved = os;
     if (n_scratch) *n_scratch = ox;
     return UTIL_OK;
+}
+
+void ex_acts_pack(ex_module *md, int l)
+{
+    ex_block_acts *b = &md->a.blk[l];
+    for (int id = 0; id < PLAN_NACT_BLOCK; id++)
+        if (b->bf[id]) md->be->to_bf16(b->bf[id], *act_view(&md->a, (plan_act_id)id, l), b->bf_n[id]);
+}
+
+void ex_acts_unpack(ex_module *md, int l)
+{
+    ex_block_acts *b = &md->a.blk[l];
+    for (int id = 0; id < PLAN_NACT_BLOCK; id++)
+        if (b->bf[id]) md->be->from_bf16(*act_view(&md->a, (plan_act_id)id, l), b->bf[id], b->bf_n[id]);
 }
 
 /* Points md->a and the geometry at the current slot's activations. */
@@ -138,13 +175,13 @@ int ex_dev_reserve(const ex_backend *be, void **buf, size_t *cap, size_t bytes, 
     return UTIL_OK;
 }
 
-/* Grows *buf (floats, UTIL_MEM_ACTIV, the backend's) to hold need; the contents are not kept. */
-static int grow_floats(const ex_backend *be, float **buf, size_t *cap, size_t need)
+/* Grows *buf (bytes, UTIL_MEM_ACTIV, the backend's) to hold need; the contents are not kept. */
+static int grow_bytes(const ex_backend *be, void **buf, size_t *cap, size_t need)
 {
     if (need <= *cap && *buf) return UTIL_OK;
     be->release(*buf);
     *cap = 0;
-    *buf = be->alloc((need ? need : 1) * sizeof(float), UTIL_MEM_ACTIV);
+    *buf = be->alloc(need ? need : 1, UTIL_MEM_ACTIV);
     if (!*buf) return UTIL_ENOMEM;
     *cap = need;
     return UTIL_OK;
@@ -163,9 +200,9 @@ int ex_acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int reserve_pre
     if (acts_layout(md, NULL, NULL, &want, &ns, &nx))
         return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory", md->mm.name);
     s->filled = false;
-    if (grow_floats(md->be, &s->mem, &s->cap, ns) || grow_floats(md->be, &md->scratch, &md->scratch_cap, nx))
-        return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for activations (%zu floats)", md->mm.name, ns + nx);
-    plan_act_rows rows = { want.n_rows, want.m_rows, want.n_pred, want.emb_rows };
+    if (grow_bytes(md->be, &s->mem, &s->cap, ns) || grow_bytes(md->be, &md->scratch, &md->scratch_cap, nx))
+        return util_fail(err, UTIL_ENOMEM, "executor: module %s: out of memory for activations (%zu bytes)", md->mm.name, ns + nx);
+    plan_act_rows rows = { want.n_rows, want.m_rows, want.n_pred, want.emb_rows, md->bf16 };
     int rc = ex_precision_reserve(md, &rows, err);
     if (rc) return rc;
     if (n_cu + 1 > s->n_cu_cap) {

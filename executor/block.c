@@ -348,6 +348,7 @@ void ex_blocks_forward(const ex_backend *be, ex_module *md, const int *cu, const
         int n = layer_seqs(md, l, cu, cu_win, &c);
         ex_unit_begin(md, 1 + l, EX_USE_FORWARD);
         ex_block_forward(be, md, l, block_out(md, l), c, n, causal);
+        ex_acts_pack(md, l);   /* bf16: the layer's saved tensors into the slot */
         ex_unit_end(md, 1 + l, EX_USE_FORWARD, false);
     }
 }
@@ -358,6 +359,7 @@ void ex_blocks_backward(const ex_backend *be, ex_module *md, const int *cu, cons
         const int *c;
         int n = layer_seqs(md, l, cu, cu_win, &c);
         ex_unit_begin(md, 1 + l, EX_USE_BACKWARD);
+        ex_acts_unpack(md, l);
         recompute(be, md, l, c, n, causal);
         ex_block_backward(be, md, l, md->a.dres, c, n, causal);
         ex_unit_end(md, 1 + l, EX_USE_BACKWARD, true);

@@ -416,7 +416,7 @@ int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stag
     if (md->seqpar && N % md->tp)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: %d rows do not split over the %d ranks of sequence parallelism", md->mm.name, N, md->tp);
     /* the slot as plan_llm_act_rows sizes it under context parallelism; else every text position's prediction */
-    plan_act_rows want = { N, E, B * (T - 1), md->tp > 1 ? B * T : 0 };
+    plan_act_rows want = { .rows = N, .merged_rows = E, .pred_rows = B * (T - 1), .emb_rows = md->tp > 1 ? B * T : 0 };
     if (md->sp > 1) want = plan_llm_act_rows(&md->mm, &md->strat, B, sample_len(em, b, 0), T);
     rc = ex_acts_ensure(md, N, want.merged_rows, Np, want.pred_rows, want.emb_rows, B, err);
     if (rc) return rc;

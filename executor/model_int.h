@@ -42,6 +42,11 @@ typedef struct {
     float *x, *ln1, *rstd1, *q, *k, *v, *att, *lse, *xmid, *ln2, *rstd2, *g, *u, *h;
     float *mean1, *mean2;      /* LayerNorm */
     float *att_loc;            /* Ulysses layers: attention output in local-row layout (q..lse are all-rows, local-heads) */
+    /* bf16 saved tensors (plan_act_saved_bf16): the layer's bf16 copy in the
+     * slot and its elements, NULL where the tensor is fp32; the float views
+     * above then point at the fp32 copy every block shares (ex_acts_pack) */
+    uint16_t *bf[PLAN_NACT_BLOCK];
+    size_t bf_n[PLAN_NACT_BLOCK];
 } ex_block_acts;
 
 typedef struct {
@@ -74,8 +79,8 @@ typedef struct {
 
 /* One forward's saved activations and geometry (a vision slot, or the LLM's only one). */
 typedef struct {
-    float *mem;
-    size_t cap;                /* floats */
+    void *mem;                 /* the saved tensors, fp32 and bf16 (plan_module_acts) */
+    size_t cap;                /* bytes */
     int *cu, *cu_win;          /* cu_seqlens: per sequence / per window (host, written by the module) */
     int *cu_dev, *cu_win_dev;  /* their backend copies, which the kernels read */
     int n_cu_cap;
@@ -127,8 +132,8 @@ typedef struct {
     ex_acts a;                 /* views into slot[cur] and scratch */
     ex_slot slot[EX_MAX_SLOTS];
     int cur;                   /* bound slot */
-    float *scratch;
-    size_t scratch_cap;        /* floats */
+    void *scratch;
+    size_t scratch_cap;        /* bytes */
     float *host_rope;          /* host staging of the rotary tables: [cos | sin], host_rope_cap floats */
     size_t host_rope_cap;
     /* the bound slot's geometry (copies of its fields; cu, cu_win host, *_dev the backend's) */
@@ -167,6 +172,11 @@ int ex_acts_ensure(ex_module *md, int n, int m_rows, int n_pred, int reserve_pre
 void ex_slot_bind(ex_module *md);
 void ex_slot_filled(ex_module *md);
 void ex_acts_free(ex_module *md);
+/* bf16 saved activations (plan_act_saved_bf16): layer l's tensors rounded
+ * from their fp32 copy into the slot after its forward, and widened back
+ * into that copy before its backward (no-ops for fp32 tensors). */
+void ex_acts_pack(ex_module *md, int l);
+void ex_acts_unpack(ex_module *md, int l);
 /* Copies the host cu_seqlens the module just wrote (n_seq + 1 and n_win + 1
  * entries of md->cu, md->cu_win; n_win < 0: no windows) to the bound slot's backend copies. */
 void ex_cu_upload(ex_module *md, int n_seq, int n_win);

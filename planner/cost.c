@@ -456,6 +456,23 @@ static void merge_fwd(const plan_comm *fwd, plan_comm *c)
     c->fwd_syncs += fwd->fwd_syncs;
 }
 
+/* bf16 saved activations (plan_saves_bf16, plan_module_acts): after each
+ * layer's forward the executor rounds every tensor it saves in bf16 from
+ * its fp32 copy into the slot, and widens them back before the layer's
+ * backward, one call per tensor (executor/acts.c): 4 bytes read and 2
+ * written per element, the copy kernel's two accesses at 3 bytes each. */
+static void price_bf16_acts(pricer *p, const model_module *mm, const plan_module *s, const plan_stage *st, double t)
+{
+    for (int j = 0; j < st->count; j++) {
+        double n[PLAN_NACT_BLOCK];
+        int k = plan_block_bf16_elems(mm, s, st, plan_stage_block(st, j), t, n);
+        for (int i = 0; i < k; i++) {
+            p->fwd += cost_elementwise_time(p->g, COST_EW_COPY, n[i], 3.0);
+            if (runs_backward(p)) p->bwd += cost_elementwise_time(p->g, COST_EW_COPY, n[i], 3.0);
+        }
+    }
+}
+
 /* Compute and in-op communication of one micro-batch of `samples` samples
  * (per dp rank) through the layers of stage st: its blocks, and the stem and
  * head where it holds them. */
@@ -525,6 +542,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     double boundary = t / (s->seq_parallel && s->tp > 1 ? s->tp : 1) * mm->hidden;
     if (!st->stem) ew_fwd(&p, COST_EW_COPY, boundary);
     if (!st->head) ew_bwd(&p, COST_EW_COPY, boundary);
+    if (plan_saves_bf16(o)) price_bf16_acts(&p, mm, s, st, t);
     out->fwd_s = p.fwd;
     out->bwd_s = p.bwd;
     if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = blocks_fwd;

@@ -312,17 +312,22 @@ plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s,
 
 /* ---------------------------------------------------------------- activations */
 
-static size_t pad16(double floats) { return (size_t)ceil(floats / 16.0) * 16; }
+static size_t pad16(double elems) { return (size_t)ceil(elems / 16.0) * 16; }
 
 typedef struct {
     plan_act *out;
     int cap, n;
 } act_list;
 
-static void act(act_list *l, plan_act_id id, int layer, bool saved, double floats)
+static void act_typed(act_list *l, plan_act_id id, int layer, bool saved, bool bf16, double elems)
 {
     int i = l->n++;
-    if (i < l->cap) l->out[i] = (plan_act){ id, layer, saved, pad16(floats) };
+    if (i < l->cap) l->out[i] = (plan_act){ id, layer, saved, bf16, pad16(elems) };
+}
+
+static void act(act_list *l, plan_act_id id, int layer, bool saved, double elems)
+{
+    act_typed(l, id, layer, saved, false, elems);
 }
 
 /* Which block tensors a forward keeps per layer: all of them; under
@@ -349,7 +354,7 @@ static bool stage_ulysses(const model_module *mm, const plan_module *s, const pl
  * (the attention output back in this rank's rows) where the layer, or for
  * the shared copy any layer of the stage, runs Ulysses. */
 static void block_acts(act_list *l, const model_module *mm, const plan_module *s, const plan_stage *st, double N,
-                       int layer)
+                       bool bf16, int layer)
 {
     double tp = s->tp, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
@@ -368,8 +373,11 @@ static void block_acts(act_list *l, const model_module *mm, const plan_module *s
         if ((id == PLAN_ACT_MEAN1 || id == PLAN_ACT_MEAN2) && mm->norm != MODEL_NORM_LAYERNORM) continue;
         if (id == PLAN_ACT_U && mm->ffn_kind != MODEL_FFN_SWIGLU) continue;
         bool per_layer = kept_per_layer((plan_act_id)id, s->recompute);
-        if (layer >= 0 && per_layer) act(l, (plan_act_id)id, layer, true, size[id]);
-        if (layer < 0 && !per_layer) act(l, (plan_act_id)id, -1, false, size[id]);
+        bool packed = per_layer && bf16 && plan_act_saved_bf16((plan_act_id)id);
+        if (layer >= 0 && per_layer) act_typed(l, (plan_act_id)id, layer, true, packed, size[id]);
+        /* the shared fp32 copy: recomputed, or the layer being run of a bf16 one (odd layers' input has its own) */
+        if (layer < 0 && (!per_layer || packed)) act(l, (plan_act_id)id, -1, false, size[id]);
+        if (layer < 0 && packed && id == PLAN_ACT_X) act(l, PLAN_ACT_X_ODD, -1, false, size[id]);
     }
 }
 
@@ -403,6 +411,18 @@ static void audio_acts(act_list *l, const model_module *mm, const plan_module *s
     if (st->head) act(l, PLAN_ACT_DPOOLED, -1, false, M * d);
 }
 
+int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const plan_stage *st, int layer, double N,
+                          double *elems)
+{
+    plan_act a[PLAN_NACT_BLOCK];
+    act_list l = { a, PLAN_NACT_BLOCK, 0 };
+    block_acts(&l, mm, s, st, N, true, layer);
+    int n = 0;
+    for (int i = 0; i < l.n && i < l.cap; i++)
+        if (a[i].bf16) elems[n++] = (double)a[i].elems;
+    return n;
+}
+
 int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
                      int cap)
 {
@@ -412,8 +432,8 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
     bool seqpar = s->seq_parallel && s->tp > 1;
     double Nl = seqpar ? N / tp : N;
-    for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, &st, N, b);
-    block_acts(&l, mm, s, &st, N, -1);
+    for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, &st, N, rows->bf16, b);
+    block_acts(&l, mm, s, &st, N, rows->bf16, -1);
     if (stage_ulysses(mm, s, &st, N)) {
         act(&l, PLAN_ACT_SP_PACK, -1, false, N * fmax(qd, kd));
         act(&l, PLAN_ACT_SP_DQ, -1, false, N * qd);
@@ -494,8 +514,8 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
     return l.n;
 }
 
-void plan_module_act_floats(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
-                            double *saved, double *scratch, double *logits)
+void plan_module_act_bytes(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
+                           double fp32_bytes, double *saved, double *scratch, double *logits)
 {
     int n = plan_module_acts(mm, s, stage, rows, NULL, 0);
     plan_act *a = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *a);
@@ -503,9 +523,10 @@ void plan_module_act_floats(const model_module *mm, const plan_module *s, int st
     if (!a) return;
     plan_module_acts(mm, s, stage, rows, a, n);
     for (int i = 0; i < n; i++) {
-        if (a[i].id == PLAN_ACT_LOGITS || a[i].id == PLAN_ACT_DLOGITS) *logits += (double)a[i].floats;
-        else if (a[i].saved) *saved += (double)a[i].floats;
-        else *scratch += (double)a[i].floats;
+        double bytes = (double)a[i].elems * (a[i].bf16 ? 2.0 : fp32_bytes);
+        if (a[i].id == PLAN_ACT_LOGITS || a[i].id == PLAN_ACT_DLOGITS) *logits += bytes;
+        else if (a[i].saved) *saved += bytes;
+        else *scratch += bytes;
     }
     util_free(a);
 }

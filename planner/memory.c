@@ -275,19 +275,20 @@ static void executor_activations(const model_module *mm, const plan_module *s, i
          * aside) of the sp rank that holds the most */
         rows = plan_llm_act_rows(mm, s, (int)mb, (int)q->tokens_per_sample, w->text_tokens);
     }
+    rows.bf16 = plan_saves_bf16(o);
     double A = plan_module_state_bytes(mm, o).act, act = 0, most_scratch = 0, all_logits = 0, staging = 0;
     for (int v = 0; v < plan_vp(s); v++) {
         double saved, scratch, logits;
         int vstage = v * (s->pp > 1 ? s->pp : 1) + stage;
-        plan_module_act_floats(mm, s, vstage, &rows, &saved, &scratch, &logits);
+        plan_module_act_bytes(mm, s, vstage, &rows, A, &saved, &scratch, &logits);
         act += saved * vslots[v];
         most_scratch = fmax(most_scratch, scratch);
         all_logits += logits;
         if (plan_runs_bf16(o)) staging = fmax(staging, plan_gemm_staging_elems(mm, s, vstage, &rows));
     }
     /* bf16: the linears' two bf16 staging buffers, autocast's weight cast (executor/precision.c) */
-    out->activations = A * (act + most_scratch) + BF16 * (2 * staging + plan_weight_cast_elems(mm, s, stage, o));
-    out->logits = A * all_logits;
+    out->activations = act + most_scratch + BF16 * (2 * staging + plan_weight_cast_elems(mm, s, stage, o));
+    out->logits = all_logits;
     /* A stage's edges (executor/run_stage.c): buffers the micro-batch's rows
      * go out or come in through, and where the module runs a backward
      * those of their gradient. */

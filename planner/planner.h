@@ -430,8 +430,14 @@ plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s,
  * tokens on this rank, after the Ulysses split): what the forward saves for
  * its backward (one copy per activation slot) and the scratch every slot
  * shares, tensor by tensor in the executor's carving order, each padded to
- * 16 floats. Block tensors belong to one layer, or (layer -1) are one copy
- * every block shares: the recomputed ones. */
+ * 16 elements. Block tensors belong to one layer, or (layer -1) are one copy
+ * every block shares: the recomputed ones. Under bf16 (plan_act_rows.bf16)
+ * a block tensor kept per layer that plan_act_saved_bf16 names is saved in
+ * bf16, and one fp32 copy every block shares (layer -1, scratch) holds it
+ * while its layer runs: the forward computes into it and packs it into the
+ * slot, the backward unpacks it first (executor/acts.c); odd layers' input
+ * has a copy of its own (X_ODD), as a layer's output is the next layer's
+ * input. */
 typedef enum {
     PLAN_ACT_X = 0, PLAN_ACT_LN1, PLAN_ACT_RSTD1, PLAN_ACT_Q, PLAN_ACT_K, PLAN_ACT_V, PLAN_ACT_ATT, PLAN_ACT_LSE,
     PLAN_ACT_XMID, PLAN_ACT_LN2, PLAN_ACT_RSTD2, PLAN_ACT_G, PLAN_ACT_U, PLAN_ACT_H, PLAN_ACT_ATT_LOC,
@@ -454,13 +460,15 @@ typedef enum {
     PLAN_ACT_POOLED, PLAN_ACT_FLN, PLAN_ACT_FMEAN, PLAN_ACT_FRSTD, PLAN_ACT_AOUT, PLAN_ACT_DPOOLED,
     /* CLIP stem (saved): the embeddings before pre_layrnorm, its row means and 1/std */
     PLAN_ACT_CLIP_EMB, PLAN_ACT_CLIP_MEAN, PLAN_ACT_CLIP_RSTD,
+    PLAN_ACT_X_ODD,   /* bf16: the fp32 input of the odd layers (even ones use X's shared copy) */
     PLAN_NACT
 } plan_act_id;
 typedef struct {
     plan_act_id id;
     int layer;                /* block tensors: the layer, or -1 for the copy all blocks share */
     bool saved;               /* kept per activation slot (else scratch) */
-    size_t floats;            /* padded to 16 */
+    bool bf16;                /* 2-byte elements (plan_act_saved_bf16), else fp32 */
+    size_t elems;             /* padded to 16 */
 } plan_act;
 typedef struct {
     int rows;                 /* token rows of the micro-batch on this rank (after the Ulysses split) */
@@ -468,7 +476,15 @@ typedef struct {
                                  (audio: the rows / pool pooled rows, whatever this says) */
     int pred_rows;            /* LLM: rows the head is sized for (every text position's prediction) */
     int emb_rows;             /* LLM with tp > 1: text rows of the vocab-parallel embedding */
+    bool bf16;                /* the run saves its block tensors in bf16 (plan_saves_bf16) */
 } plan_act_rows;
+/* The executor saves its block activations in bf16 under these options
+ * (target dhp, bf16-mixed or -autocast: planner/precision.c). */
+bool plan_saves_bf16(const plan_options *o);
+/* Whether block tensor id, kept per layer, is saved in bf16 where the run
+ * saves bf16: all but the fp32 statistics (the norms' 1/rms and means, the
+ * attention's log-sum-exp). */
+bool plan_act_saved_bf16(plan_act_id id);
 /* bf16 elements of each of the executor's two GEMM staging buffers under
  * bf16-mixed (a linear's activation operand and its incoming gradient,
  * rounded to bf16; planner/precision.c): the module's largest activation
@@ -503,9 +519,14 @@ int plan_audio_default_frames(const model_module *mm);
  * fills out[0 .. min(n, cap)) and returns n. */
 int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
                      int cap);
-/* The same summed: saved and scratch floats, and the LM head's logits part of the saved ones. */
-void plan_module_act_floats(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
-                            double *saved, double *scratch, double *logits);
+/* The elements of each tensor layer `layer` of stage st saves in bf16 where
+ * the run saves bf16 (the list's), into elems[0 .. n) (n <= PLAN_NACT_BLOCK). */
+int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const plan_stage *st, int layer, double N,
+                          double *elems);
+/* The same summed in bytes, fp32 elements at fp32_bytes each and bf16 ones
+ * at 2: saved and scratch, and the LM head's logits part of the saved ones. */
+void plan_module_act_bytes(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
+                           double fp32_bytes, double *saved, double *scratch, double *logits);
 
 /* ---- context parallelism (sp > 1) of the LLM: planner/seqlayout.c ----
  * Ulysses (DeepSpeed-Ulysses, Jacobs et al., arXiv 2309.14509) where tp * sp

@@ -18,11 +18,18 @@
  * per-op cast), counted with the activations. The weights do not change
  * within a step, so autocast's roundings are bf16-mixed's and both give the
  * same losses; they differ in memory only.
- * Activations stay fp32 in this step: each linear rounds its activation
- * operand (and, backward, the incoming gradient) to bf16 in a staging
- * buffer of the module's largest linear operand (its largest activation
- * tensor, or a vision stem's pixels), two of them (operand and gradient),
- * which the dhp target counts as activations.
+ * Each linear rounds its activation operand (and, backward, the incoming
+ * gradient) to bf16 in a staging buffer of the module's largest linear
+ * operand (its largest activation tensor, or a vision stem's pixels), two of
+ * them (operand and gradient), which the dhp target counts as activations.
+ * Both save the block tensors a backward reads in bf16, as Megatron-LM's
+ * bf16 modules do (their activations are params_dtype tensors; the norms'
+ * and the flash attention's statistics stay fp32: TransformerEngine's
+ * rmsnorm saves rsigma in fp32, flash-attention's softmax_lse is fp32):
+ * the forward computes each layer in fp32 and packs it (plan_module_acts),
+ * so a forward's outputs and the loss are fp32's; the backward reads the
+ * rounded tensors. The rest (the stems', heads' and mergers' tensors, the
+ * scratch) stays fp32.
  * Under ZeRO-3 both gather each unit before use (planner/precision_zero3.c:
  * bf16-mixed keeps a bf16 copy of the rank's shard, not of the module, and
  * gathers its linears' weights in bf16) and the linears round the gathered
@@ -49,6 +56,16 @@ plan_target plan_target_default(plan_precision p)
 bool plan_runs_bf16(const plan_options *o)
 {
     return o->target == PLAN_TARGET_DHP && (o->precision == PLAN_OPT_MIXED_FP32 || o->precision == PLAN_OPT_AUTOCAST);
+}
+
+bool plan_saves_bf16(const plan_options *o) { return plan_runs_bf16(o); }
+
+bool plan_act_saved_bf16(plan_act_id id)
+{
+    switch (id) {
+    case PLAN_ACT_RSTD1: case PLAN_ACT_RSTD2: case PLAN_ACT_MEAN1: case PLAN_ACT_MEAN2: case PLAN_ACT_LSE: return false;
+    default: return id < PLAN_NACT_BLOCK;
+    }
 }
 
 int plan_run_check(const plan_t *p, char *err)
@@ -110,7 +127,7 @@ double plan_gemm_staging_elems(const model_module *mm, const plan_module *s, int
     plan_module_acts(mm, s, stage, rows, a, n);
     double most = 0;
     for (int i = 0; i < n; i++)
-        if ((double)a[i].floats > most) most = (double)a[i].floats;
+        if ((double)a[i].elems > most) most = (double)a[i].elems;
     util_free(a);
     /* the patch embedding's input, the pixels (not an activation of the list) */
     if (mm->kind == MODEL_VISION && plan_vstage_of(mm, s, stage).stem)

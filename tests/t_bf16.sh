@@ -7,11 +7,13 @@
 #     with ZeRO-2 and ZeRO-3, pipelines in both modules) give the 1-rank
 #     bf16-mixed run's losses: ZeRO-3 gathers its linears' weights in bf16
 #     and the rest in fp32 (planner/precision_zero3.c), so every op reads
-#     what it reads under ZeRO 0-2; (b) bf16-mixed tracks fp32; (c) the CPU
+#     what it reads under ZeRO 0-2; (b) bf16-mixed tracks fp32, with
+#     recomputation (full, selective) and context parallelism too; (c) the CPU
 #     backend's bf16 run and the emulated CUDA one agree, on a ZeRO-3 plan;
 #     (d) `dhp simulate` predicts every rank's memory by category (the bf16
 #     weight copy or ZeRO-3's bf16 shard and gather buffers, the GEMM
-#     staging) as the run allocates it, and a resumed run is the straight one
+#     staging, the block tensors saved in bf16 with their fp32 working
+#     copies) as the run allocates it, and a resumed run is the straight one
 #     bit for bit;
 #     (e) what dhp run does not run is refused in one line;
 #     (f) bf16-autocast gives bf16-mixed's losses with its own memory;
@@ -28,7 +30,8 @@
 # STEPS steps, which the fp32 layouts' own 1e-5 agreement (t_run.sh) does not
 # need and a rank running its GEMMs in fp32 (a bf16-vs-fp32 gap) would break
 # only where that gap is larger: (b) measures it. (b) bf16-mixed against
-# fp32: each GEMM's inputs carry relative errors up to u, so its outputs
+# fp32: each GEMM's inputs, and each tensor the backward reads from the
+# forward (saved in bf16), carry relative errors up to u, so its outputs
 # (sums of k products with independent rounding errors) err by about
 # u / sqrt(3) ~ 2.3e-3 relative; the loss, a mean of cross-entropies over
 # many tokens, averages these; over training the weights diverge too. We
@@ -98,6 +101,21 @@ SETUP=$FP32_SETUP plan ref_fp32 colocated "vision:dp=1;llm:dp=1" --gpus 1 && if 
     else fail bf16_tracks_fp32 "$out"; fi
 else fail bf16_tracks_fp32 "$(tail -c 300 "$T/ref_fp32.err")"; fi
 
+# (b') the block tensors a backward reads are saved in bf16 (planner/layout.c, executor/acts.c): recomputation
+# re-runs its forward from the rounded tensors where the plain run read fp32 ones, so those runs differ from (a)'s
+# reference by roundings of the backward's inputs, not by rare flips; each tracks fp32 by (b)'s bound and reasoning
+# (4 u). Full recomputation over Ulysses (the encoder's sp 2), selective over ring attention (the LLM's sp 2).
+# Two steps: the second's loss already reads weights updated from the rounded tensors.
+if [ -s "$T/ref_fp32.losses" ] && plan rc_cp colocated "vision:sp=2,rc=full;llm:sp=2,rc=selective" --gpus 2; then
+    if STEPS=2 train rc_cp --backend cuda; then
+        losses "$T/rc_cp.log" >"$T/rc_cp.losses"
+        cut -d' ' -f1-2 "$T/ref_fp32.losses" >"$T/ref_fp32_2.losses"
+        if out=$(close "$T/ref_fp32_2.losses" "$T/rc_cp.losses" 0.015625) && ! close "$T/ref_fp32_2.losses" "$T/rc_cp.losses" 1e-6 >/dev/null; then
+            echo "# rc_cp vs fp32: $out"; ok bf16_recomputed_tracks_fp32
+        else fail bf16_recomputed_tracks_fp32 "$out"; fi
+    else fail bf16_recomputed_tracks_fp32 "$(tail -c 300 "$T/rc_cp.err")"; fi
+fi
+
 # (g) fp32 with --tf32: the linears' operands rounded to TF32 (10 mantissa bits, u = 2^-11, executor/tf32.h)
 # on the emulated CUDA backend; (b)'s reasoning with this u allows 4 u = 2^-9 (2.0e-3) relative per loss
 # (measured: 1.2e-6 at the one step here, 2.7e-6 over 4), and the roundings show (over 5e-7: fp32 layouts
@@ -134,7 +152,7 @@ else fail bf16_cpu_backend_matches_emulated_cuda "$(tail -c 300 "$T/cpu_run.err"
 
 # (d) memory: every rank's peaks by category as `dhp simulate` predicts them (run_lib.sh), the bf16 copy in
 # parameters, the GEMM staging in activations
-for name in ref sp2_tp2 dis_1_tp2 vtp2_z2_z3 pp_enc_dis; do
+for name in ref sp2_tp2 dis_1_tp2 vtp2_z2_z3 pp_enc_dis rc_cp; do
     [ -s "$T/$name.log" ] || continue
     check_memory "$name" "bf16_memory_is_predicted_$name"
 done
@@ -148,21 +166,24 @@ then ok bf16_weight_copy_is_two_bytes_a_parameter; else fail bf16_weight_copy_is
 
 # (f) bf16-autocast: the same linears with the weight rounded per linear (no copy): the weights do not change
 # within a step, so the losses are bf16-mixed's to the bit; parameters are fp32's, the cast staging an activation.
+# Two steps (the second reads weights updated once) against the first two of the bf16-mixed runs.
 RUN_DHP=$DHP_EMU
+cut -d' ' -f1-2 "$T/ref.losses" >"$T/ref_2.losses"
 SETUP="${FP32_SETUP/--precision fp32/--precision bf16-autocast --target dhp}" plan autocast colocated "vision:dp=1;llm:dp=1" --gpus 1 \
-    && if train autocast --backend cuda; then
+    && if STEPS=2 train autocast --backend cuda; then
     losses "$T/autocast.log" >"$T/autocast.losses"
-    if cmp -s "$T/ref.losses" "$T/autocast.losses"; then ok bf16_autocast_gives_bf16_mixed_losses
-    else fail bf16_autocast_gives_bf16_mixed_losses "$(head -c 200 "$T/ref.losses") vs $(head -c 200 "$T/autocast.losses")"; fi
+    if cmp -s "$T/ref_2.losses" "$T/autocast.losses"; then ok bf16_autocast_gives_bf16_mixed_losses
+    else fail bf16_autocast_gives_bf16_mixed_losses "$(head -c 200 "$T/ref_2.losses") vs $(head -c 200 "$T/autocast.losses")"; fi
     check_memory autocast bf16_autocast_memory_is_predicted
 else fail bf16_autocast_gives_bf16_mixed_losses "$(tail -c 300 "$T/autocast.err")"; fi
 # and under ZeRO-3 (cpu_run's layout, on the CPU backend): the module gathers fp32 and rounds per linear where
 # bf16-mixed gathers bf16: the same losses to the bit, its own memory
 RUN_DHP=$DHP
 SETUP="${FP32_SETUP/--precision fp32/--precision bf16-autocast --target dhp}" plan autocast_z3 colocated "vision:sp=2,dp=1,zero=3;llm:tp=2,dp=1,seqpar=1" --gpus 2 \
-    && if train autocast_z3 --backend cpu; then
+    && if STEPS=2 train autocast_z3 --backend cpu; then
     losses "$T/autocast_z3.log" >"$T/autocast_z3.losses"
-    if [ -s "$T/cpu_run.losses" ] && cmp -s "$T/cpu_run.losses" "$T/autocast_z3.losses"; then ok bf16_autocast_zero3_gives_bf16_mixed_losses
+    [ -s "$T/cpu_run.losses" ] && cut -d' ' -f1-2 "$T/cpu_run.losses" >"$T/cpu_run_2.losses"
+    if [ -s "$T/cpu_run.losses" ] && cmp -s "$T/cpu_run_2.losses" "$T/autocast_z3.losses"; then ok bf16_autocast_zero3_gives_bf16_mixed_losses
     else fail bf16_autocast_zero3_gives_bf16_mixed_losses "$(head -c 200 "$T/cpu_run.losses") vs $(head -c 200 "$T/autocast_z3.losses")"; fi
     check_memory autocast_z3 bf16_autocast_zero3_memory_is_predicted
 else fail bf16_autocast_zero3_gives_bf16_mixed_losses "$(tail -c 300 "$T/autocast_z3.err")"; fi
