@@ -70,9 +70,10 @@ plan_state_bytes plan_precision_bytes(plan_precision p)
 
 plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_options *o)
 {
-    /* dhp's executor keeps fp32 states and activations under bf16-mixed and
-     * -autocast, bf16-mixed's weight copy apart (planner/precision.c); the
-     * step also writes that copy */
+    /* dhp's executor keeps fp32 states and computes its activations in fp32
+     * under bf16-mixed and -autocast, bf16-mixed's weight copy apart and the
+     * blocks' saved tensors in bf16 (planner/precision.c, plan_module_acts);
+     * the step also writes that copy */
     plan_state_bytes b = plan_precision_bytes(plan_runs_bf16(o) ? PLAN_OPT_FP32 : o->precision);
     b.step_traffic += plan_weight_copy_bytes(mm, o);
     if (!mm->frozen) return b;
@@ -286,7 +287,8 @@ static void executor_activations(const model_module *mm, const plan_module *s, i
         all_logits += logits;
         if (plan_runs_bf16(o)) staging = fmax(staging, plan_gemm_staging_elems(mm, s, vstage, &rows));
     }
-    /* bf16: the linears' two bf16 staging buffers, autocast's weight cast (executor/precision.c) */
+    /* the list's bytes (bf16: its saved block tensors at 2); bf16: the linears' two
+     * bf16 staging buffers, autocast's weight cast (executor/precision.c) */
     out->activations = act + most_scratch + BF16 * (2 * staging + plan_weight_cast_elems(mm, s, stage, o));
     out->logits = all_logits;
     /* A stage's edges (executor/run_stage.c): buffers the micro-batch's rows
