@@ -52,6 +52,8 @@ int run_pick_backend(run_ctx *r, char *err)
     }
     int rc = pick_tf32(r, be, why, sizeof why, err);
     if (rc) return rc;
+    /* what the plan's memory model predicts for this run (planner/backend.h: the CUDA backend's workspace) */
+    r->plan.backend = be == ex_backend_cpu() ? PLAN_BACKEND_CPU : PLAN_BACKEND_CUDA;
     plan_options po = plan_options_of(&r->plan);
     r->be = ex_precision_backend(be, &po);   /* bf16-mixed / -autocast: the linears on bf16 operands */
     if (r->rank == 0) {
