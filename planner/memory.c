@@ -217,13 +217,16 @@ static double logits_bytes(const model_module *mm, const plan_module *s, const p
          * (A + loss_fp32_copies(o->precision) * FP32);
 }
 
-static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p, double A)
+static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p, double A,
+                         const plan_options *o)
 {
     double comms = (s->tp > 1) + (s->sp > 1) + (s->dp * s->sp > 1) + (s->pp > 1);
     double b = comms * NCCL_BUFFSIZE * 2 * NCCL_CHANNELS;
     double shard = (double)s->dp * s->sp;
     if (shard > 1 && !mm->frozen) {
-        if (s->zero >= 2) b += A * fmin(ZERO_REDUCE_BUCKET, local_p);
+        if (s->zero >= 3 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021)   /* no bucket of its own (cost_zero3.c) */
+            b += plan_zero3_deepspeed_bucket_bytes(mm, s, A * fmin(ZERO_REDUCE_BUCKET, local_p));
+        else if (s->zero >= 2) b += A * fmin(ZERO_REDUCE_BUCKET, local_p);
         else b += 2 * fmin(DDP_BUCKET_BYTES, A * local_p);
     }
     if (s->sp > 1) {
@@ -336,7 +339,7 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
         model_state_bytes(mm, s, o, out);
         out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A);
         out->logits = logits_bytes(mm, s, &q, w, o, A);
-        out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A);
+        out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A, o);
     }
     out->reserved = g->reserved_bytes;
     out->fragmentation = o->fragmentation * (out->activations + out->logits + out->comm + out->zero_buffers);
