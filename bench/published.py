@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """dhp's GPU predictions against published training runs (issue 22).
 
-Reads ../shared/calibration/published.tsv (120 published runs and kernel /
-collective measurements with their sources). Every row becomes one of:
+Reads bench/published.tsv (120 published runs and kernel / collective
+measurements with their sources; the repository's copy of
+../shared/calibration/published.tsv, corrected where a source says otherwise:
+each correction is in the row's notes). Every row becomes one of:
 
 * a check row: a training run dhp can express. The row's exact
   configuration goes through `dhp plan --strategy ... --target megatron`
@@ -192,7 +194,9 @@ class Skip(Exception):
         self.kind = kind
 
 
-def family(src):
+def family(src, gpu=""):
+    if "torchtitan docs/performance.md" in src:   # its Llama 3 rows ran on A100s, its 405B row on Grand Teton H100s
+        return "torchtitan-h100" if "H100" in gpu else "torchtitan-a100"
     keys = [("Narayanan et al. SC'21 Table 1", "narayanan-t1"), ("Narayanan et al. SC'21 Table 2", "narayanan-t2"),
             ("Table 5", "korthikanti-t5"), ("MLSys'23 abstract", "korthikanti-abs"), ("Fig.1", "korthikanti-fig1"),
             ("MegaScale", "megascale"), ("DistTrain", "disttrain"), ("NeMo", "nemo"), ("Megatron-Bridge", "nemo"),
@@ -209,7 +213,7 @@ def family(src):
 
 def interpret(r, idx):
     """Row -> case dict, or raises Skip."""
-    src, fam = r["source"], family(r["source"])
+    src, fam = r["source"], family(r["source"], r["gpu"])
     prec, metric, notes = r["precision"].lower(), r["metric"], r["notes"]
     if fam == "gemm":
         if "fp8" in prec:
@@ -247,9 +251,9 @@ def interpret(r, idx):
     if "96GB" in gpu or "94GB" in gpu:
         c["hbm_gib"] = 96 if "96GB" in gpu else 94
     c["hbm_bw"] = None
-    if "H100 96GB" in gpu and fam.startswith("torchtitan"):
+    if "H100" in gpu and ("HBM2e" in gpu or "96GB" in gpu) and fam.startswith("torchtitan"):   # Grand Teton
         c["hbm_bw"] = GRAND_TETON_HBM_BW
-        inferred.append("Grand Teton H100 96GB HBM2e: 2.4 TB/s (the source's Hardware section); peak TFLOP/s "
+        inferred.append("Grand Teton H100 HBM2e: 2.4 TB/s (the benchmarks' Hardware section); peak TFLOP/s "
                         f"unknown (between SXM and NVL, the source says): {GRAND_TETON_PEAK / 1e12:.0f} at its "
                         "500 W limit, the SXM and NVL datasheet peaks interpolated by power")
     zero = r["zero_or_fsdp"]
@@ -536,7 +540,7 @@ def fmt_stats(s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dhp", default=os.path.join(ROOT, "dhp"))
-    ap.add_argument("--tsv", default=os.path.join(ROOT, "..", "shared", "calibration", "published.tsv"))
+    ap.add_argument("--tsv", default=os.path.join(HERE, "published.tsv"))
     ap.add_argument("--venv", default=os.path.join(ROOT, "build", "bench-venv"))
     ap.add_argument("--no-estimators", action="store_true", help="dhp only")
     ap.add_argument("--json", help="write every row's figures here")
