@@ -149,10 +149,21 @@ static double list_copies(const cost_pool *pool, int n, double piece, double byt
     return n * cost_elementwise_time(&pool->gpu, COST_EW_COPY, piece, bytes);
 }
 
-/* One parameter's gather: the zeroed flat buffer, the all-gather, the copies out. */
+/* The host's time for one eager view op called from Python: PyTorch's
+ * operator micro-benchmark of torch.split on a small tensor, 2.26 us per call
+ * (pytorch/pytorch PR 32194, "reimplement __torch_function__ overrides for
+ * torch.functional", with the PR; 3.3 us before it, on CPU and CUDA alike:
+ * the time is the host's, not the kernel's). */
+#define PY_VIEW_OP_S 2.26e-6
+
+/* One parameter's gather: the zeroed flat buffer, the all-gather, the copies
+ * out; and before the all-gather, with the device drained by the
+ * torch.cuda.synchronize() above, _allgather_param's Python loop over the G
+ * ranks making each rank's piece (flat_tensor.narrow, a view op per rank):
+ * host time the GPU waits through. */
 static double gather_s(const cost_pool *pool, int G, int per_node, double piece, double bytes)
 {
-    return cost_elementwise_time(&pool->gpu, COST_EW_ZERO, G * piece, bytes)
+    return cost_elementwise_time(&pool->gpu, COST_EW_ZERO, G * piece, bytes) + G * PY_VIEW_OP_S
          + cost_collective_time(pool, COST_ALLGATHER, G * piece * bytes, G, per_node) + list_copies(pool, G, piece, bytes);
 }
 
