@@ -120,9 +120,15 @@ def llama_model(layers, hidden, heads, kv, ffn, vocab):
 
 
 def mpt_model(layers, hidden, heads, vocab):
-    """MPT (llm-foundry): no biases (no_bias: true), LayerNorm, GELU 4h, tied embeddings."""
+    """MPT as llm-foundry's benchmarks ran it (scripts/train/benchmarking/submit_benchmarks.py at
+    b2a43a147 runs llm-foundry v0.3.0 with the scripts/train/yamls/pretrain/mpt-*.yaml, which set
+    no no_bias): llmfoundry/models/mpt/configuration_mpt.py v0.3.0 defaults no_bias False, so every
+    linear and LayerNorm has a bias (the README's NumParams, e.g. 12,853,954,560 for 13b at seq 2048,
+    is 12 h^2 L + 9 h L of biases + 4 h L + 2 h of LayerNorms + V h + 2048 h of learned positions);
+    LayerNorm, GELU 4h, tied embeddings. The learned positions (one add per token) are left out."""
     return {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": heads, "ffn": 4 * hidden,
-            "ffn_kind": "gelu", "norm": "layernorm", "vocab": vocab, "tied_embeddings": True}
+            "ffn_kind": "gelu", "norm": "layernorm", "qkv_bias": True, "out_bias": True, "mlp_bias": True,
+            "vocab": vocab, "tied_embeddings": True}
 
 
 def model_params(m):
@@ -323,6 +329,21 @@ def interpret(r, idx):
         heads = heads or MPT_HEADS[r["model"]]
         c["model"] = mpt_model(L, h, heads, V)
         c["precision"] = "bf16-pure" if "PURE" in r["precision"] else "bf16-autocast"
+        # What the runs were (scripts/train/benchmarking/ at b2a43a147, where these rows entered the
+        # README): sweep.sh's image mosaicml/pytorch:2.1.0_cu121 and submit_benchmarks.py's llm-foundry
+        # v0.3.0 (Composer 0.16.3), no torch.compile, so eager PyTorch; unlike torchtitan's eager rows
+        # (Llama: RMSNorm, RoPE, SwiGLU as chains of small kernels) MPT's element-wise work is one
+        # kernel per op in eager too (F.layer_norm, GELU, the residual adds; FSDP's bf16 param_dtype
+        # keeps the residual stream bf16), which is what dhp prices, so the rows are kept.
+        inferred.append("eager PyTorch 2.1 (sweep.sh image, no torch.compile): expressed, MPT's element-wise ops "
+                        "are single kernels in eager too; two kernels are priced as faster ones, not modelled: "
+                        "attn_impl triton (llm-foundry v0.3.0's Triton FlashAttention on triton-pre-mlir) as "
+                        "FlashAttention-2, and Composer 0.16.3's DecoupledAdamW (a per-parameter loop of 8 unfused "
+                        "kernels, ~84 B per element) as one fused AdamW pass")
+        inferred.append("mixed_precision DEFAULT (Composer 0.16.3 get_mixed_precision: param and buffer dtype bf16, "
+                        "no reduce_dtype, which torch 2.1 FSDP then takes from param_dtype: bf16 reduce-scatters) "
+                        "priced as bf16-autocast (fp32 gradient reduction: over-priced, mostly hidden); PURE (row 79) "
+                        "as bf16-pure, whose bf16 master weights FSDP does not keep (its shards stay fp32)")
         inferred.append("H100 cluster links as the 2x8xh100 preset" if c["gpu"] == "h100" else
                         "A100 links: 1600 Gb/s RoCE per node = 8 x 200G, as the 16x8xa100 preset")
     elif fam in ("fa2-t1", "fa-train"):
