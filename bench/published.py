@@ -307,6 +307,12 @@ def interpret(r, idx):
             raise Skip("unexpressible", "eager PyTorch: unfused element-wise ops (dhp prices fused kernels, as torch.compile)")
         c["model"] = llama_model(L, h, heads, kv, ffn, V)
         c["precision"] = "bf16-autocast"   # FSDP2 mixed precision: fp32 sharded weights, bf16 compute
+        if fam != "torchtitan-asynctp":
+            # torchtitan/optimizer.py build_optimizers of 2024 (3faaa1a0d, 9dec370): fused =
+            # optimizer.fused (a store_true flag, unset in the train_configs), foreach = not fused;
+            # by 2025-06 (the async TP file) optimizer.implementation defaults to "fused"
+            c["adamw"] = "foreach"
+            inferred.append("AdamW foreach (torchtitan's optimizer.fused of 2024 defaults to false: foreach=True)")
         if fam == "torchtitan-asynctp":
             gb = mb * dp
             seq = 8192
@@ -335,11 +341,11 @@ def interpret(r, idx):
         # (Llama: RMSNorm, RoPE, SwiGLU as chains of small kernels) MPT's element-wise work is one
         # kernel per op in eager too (F.layer_norm, GELU, the residual adds; FSDP's bf16 param_dtype
         # keeps the residual stream bf16), which is what dhp prices, so the rows are kept.
+        c["adamw"] = "foreach"
         inferred.append("eager PyTorch 2.1 (sweep.sh image, no torch.compile): expressed, MPT's element-wise ops "
-                        "are single kernels in eager too; two kernels are priced as faster ones, not modelled: "
-                        "attn_impl triton (llm-foundry v0.3.0's Triton FlashAttention on triton-pre-mlir) as "
-                        "FlashAttention-2, and Composer 0.16.3's DecoupledAdamW (a per-parameter loop of 8 unfused "
-                        "kernels, ~84 B per element) as one fused AdamW pass")
+                        "are single kernels in eager too; its attention (attn_impl triton: llm-foundry v0.3.0's "
+                        "Triton FlashAttention on triton-pre-mlir) is priced as FlashAttention-2, not modelled")
+        inferred.append("Composer 0.16.3's DecoupledAdamW (a per-parameter loop of 8 unfused kernels): --adamw foreach")
         inferred.append("mixed_precision DEFAULT (Composer 0.16.3 get_mixed_precision: param and buffer dtype bf16, "
                         "no reduce_dtype, which torch 2.1 FSDP then takes from param_dtype: bf16 reduce-scatters) "
                         "priced as bf16-autocast (fp32 gradient reduction: over-priced, mostly hidden); PURE (row 79) "
@@ -449,6 +455,8 @@ def run_dhp(dhp, c, tmp):
            "--strategy", strategy_of(c), "-o", ppath, "--json"]
     if c.get("zero3"):
         cmd[-3:-3] = ["--zero3", c["zero3"]]
+    if c.get("adamw"):
+        cmd[-3:-3] = ["--adamw", c["adamw"]]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1][:200]}

@@ -25,6 +25,9 @@ const char *cli_setup_help =
     "  --zero3 Z             the megatron target's ZeRO-3: units (one gather per layer, hidden behind the\n"
     "                        compute: FSDP; default) or deepspeed-2021 (DeepSpeed v0.3-0.4: one per weight\n"
     "                        tensor, the GPU drained before each)\n"
+    "  --adamw A             the megatron target's AdamW step: fused (one pass over the states: apex,\n"
+    "                        DeepSpeed, torch fused=True; default) or foreach (one pass per op: torch's\n"
+    "                        default AdamW, per-parameter loops)\n"
     "  --tf32                precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32): priced at the\n"
     "                        GPU's TF32 peak instead of its fp32 (CUDA-core) peak\n"
     "  --json                machine-readable output on stdout\n";
@@ -100,6 +103,15 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         (*i)++;
         return 1;
     }
+    if (!strcmp(a, "--adamw")) {
+        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
+        if (plan_adamw_parse(val, &s->adamw)) {
+            cli_usage_error(cmd, "--adamw: '%s' is not fused or foreach", val);
+            return 2;
+        }
+        (*i)++;
+        return 1;
+    }
     if (!strcmp(a, "--tf32")) { s->tf32 = true; return 1; }
     if (!strcmp(a, "--json")) { s->json = true; return 1; }
     return 0;
@@ -111,6 +123,7 @@ void cli_setup_options(const cli_setup *s, plan_options *o)
     o->precision = s->precision;
     o->target = s->target_given ? s->target : plan_target_default(s->precision);
     o->zero3 = s->zero3;
+    o->adamw = s->adamw;
     o->tf32 = s->tf32;
 }
 

@@ -642,8 +642,9 @@ void plan_stage_step_time(const model_module *mm, const plan_module *s, int stag
     double updated = o->target == PLAN_TARGET_DHP ? (double)plan_dp_buffers_of(mm, s, stage).shard_elems
                                                   : plan_local_params(mm, s) / (r.shard_optim ? r.shard : 1);
     /* AdamW is one fused streaming pass over its state: STREAM-class
-     * bandwidth (hbm_bw), not the element-wise mix that mem_eff describes. */
-    out->optim_s = updated * b.step_traffic / pool->gpu.hbm_bw + pool->gpu.kernel_launch_s;
+     * bandwidth (hbm_bw), not the element-wise mix that mem_eff describes;
+     * or one such pass per op (plan_adamw_step_bytes, cost_optim.c). */
+    out->optim_s = updated * plan_adamw_step_bytes(&b, o) / pool->gpu.hbm_bw + pool->gpu.kernel_launch_s;
     /* The clip's norm: a sum of squares over the gradients the rank
      * counts (plan_dp_counts_norm): its shard with ZeRO, else all of them. */
     out->norm_s = cost_elementwise_time(&pool->gpu, COST_EW_SUMSQ, updated, b.grad);

@@ -34,6 +34,7 @@ void plan_options_default(plan_options *o)
     o->precision = PLAN_OPT_MIXED_FP32;
     o->target = PLAN_TARGET_MEGATRON;
     o->zero3 = PLAN_ZERO3_UNITS;
+    o->adamw = PLAN_ADAMW_FUSED;
     o->tf32 = false;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
      * dynamic (activation) memory is the allowance we keep for that. */
@@ -380,6 +381,7 @@ plan_options plan_options_of(const plan_t *p)
     o.precision = p->precision;
     o.target = p->target;
     o.zero3 = p->zero3;
+    o.adamw = p->adamw;
     o.tf32 = p->tf32;
     return o;
 }

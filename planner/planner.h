@@ -127,6 +127,15 @@ typedef enum { PLAN_ZERO3_UNITS = 0, PLAN_ZERO3_DEEPSPEED_2021, PLAN_NZERO3 } pl
 const char *plan_zero3_name(plan_zero3 z);
 int plan_zero3_parse(const char *s, plan_zero3 *out);
 
+/* How the Megatron target prices the AdamW step: one fused pass over the
+ * states (apex FusedAdam, DeepSpeed's, torch's fused=True; the default), or
+ * one pass per tensor op (torch.optim.AdamW's foreach path, the default
+ * without fused=True, and per-parameter loops like Composer's
+ * DecoupledAdamW): planner/cost_optim.c. */
+typedef enum { PLAN_ADAMW_FUSED = 0, PLAN_ADAMW_FOREACH, PLAN_NADAMW } plan_adamw;
+const char *plan_adamw_name(plan_adamw a);
+int plan_adamw_parse(const char *s, plan_adamw *out);
+
 typedef struct {
     int version;
     model_t model;            /* full description, so a plan is self-contained */
@@ -136,6 +145,7 @@ typedef struct {
     plan_precision precision;
     plan_target target;
     plan_zero3 zero3;         /* the Megatron target's ZeRO-3 (plan_options.zero3) */
+    plan_adamw adamw;         /* the Megatron target's AdamW step (plan_options.adamw) */
     bool tf32;                /* fp32 GEMMs on TF32 tensor cores (plan_options.tf32) */
     int world_size;           /* total ranks the plan uses */
     int n_micro;              /* micro-batches per step flowing between module groups */
@@ -216,6 +226,7 @@ typedef struct {
     plan_precision precision;
     plan_target target;
     plan_zero3 zero3;
+    plan_adamw adamw;
     bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
     double overlap;               /* fraction of DP communication hidden behind backward, default 0.8 */
