@@ -82,6 +82,18 @@ cost_gemm_math plan_gemm_math(const plan_options *o)
     return o->tf32 ? COST_MATH_TF32 : COST_MATH_FP32;
 }
 
+/* What the dhp target's attention runs in: executor/cuda_attention.cuh's
+ * flash-style tiles multiply fp32 on the CUDA cores in every precision (and
+ * the CPU backend's in fp32), so its products are priced at the fp32 peak;
+ * the GPU file's attn_eff, FlashAttention's fraction of the tensor-core peak,
+ * is taken as the same fraction of the CUDA cores' until `dhp profile
+ * --backend cuda` measures the kernel itself (a profile's peak is its fp32
+ * GEMMs' rate). The Megatron target runs FlashAttention: the bf16 peak. */
+cost_gemm_math plan_attention_math(const plan_options *o)
+{
+    return o->target == PLAN_TARGET_DHP ? COST_MATH_FP32 : COST_MATH_BF16;
+}
+
 double plan_weight_copy_bytes(const model_module *mm, const plan_options *o)
 {
     (void)mm;
