@@ -234,6 +234,11 @@ plan_options plan_options_of(const plan_t *p);
 int plan_run_check(const plan_t *p, char *err);
 /* The executor runs its linears in bf16 under these options (target dhp, precision bf16-mixed or -autocast). */
 bool plan_runs_bf16(const plan_options *o);
+/* Whether dhp run's activation collectives (tensor/sequence parallel,
+ * Ulysses) move bf16 (else fp32), and the bytes per element the cost model
+ * prices them at (the Megatron target: its precision's activation bytes). */
+bool plan_act_wire_bf16(const plan_options *o);
+double plan_act_wire_bytes(const plan_options *o);
 /* tf32 asks for TF32 tensor cores on fp32 GEMMs: one line unless the precision is fp32. */
 int plan_tf32_check(const plan_options *o, char *err);
 /* The math the cost model prices a linear's GEMMs in (cost_gemm_time_in). */
