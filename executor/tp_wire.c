@@ -18,7 +18,9 @@
  * NCCL's ncclBfloat16, MPI's user op of ex_bf16_sum_into, the same op the
  * emulated NCCL uses, so CPU and emulated-GPU runs agree bit for bit); the
  * all-gathers and all-to-alls carry two bf16 elements per float word through
- * the fp32 hooks (a rank's chunk padded to whole words). */
+ * the fp32 hooks (a rank's chunk padded to whole words), and so do ring
+ * attention's K/V blocks and their gradients (executor/ring.c: the partial
+ * gradient sums rounded to bf16 at every hop, as a bf16 sum). */
 #include "executor/model_int.h"
 
 /* ---------------------------------------------------------------- fp32 */
@@ -125,6 +127,42 @@ void ex_sp_alltoall(ex_module *md, const float *send, float *recv, size_t chunk)
     pack(md, s16, send, chunk, md->sp);
     md->comm_rc = md->par.alltoall(md->par.ctx, (const float *)s16, (float *)r16, w);
     if (!md->comm_rc) unpack(md, recv, r16, chunk, md->sp);
+}
+
+void ex_wire_p2p(ex_module *md, const ex_p2p *m, int slot, ex_wire_recv *u, void **req)
+{
+    u->n = 0;
+    if (md->comm_rc) return;
+    if (!wire16(md)) {
+        md->comm_rc = md->par.p2p_start(md->par.ctx, m, req);
+        return;
+    }
+    size_t per = 0;   /* a slot: every message of m packed, whole words each */
+    for (int i = 0; i < m->n_send; i++) per += 2 * words_of(m->send_n[i]);
+    for (int i = 0; i < m->n_recv; i++) per += 2 * words_of(m->recv_n[i]);
+    uint16_t *at = wire_room(md, (size_t)(slot + 1) * per);
+    if (!at) return;
+    at += (size_t)slot * per;
+    ex_p2p w = *m;
+    for (int i = 0; i < m->n_send; i++) {
+        pack(md, at, m->send[i], m->send_n[i], 1);
+        w.send[i] = (const float *)at;
+        w.send_n[i] = words_of(m->send_n[i]);
+        at += 2 * w.send_n[i];
+    }
+    for (int i = 0; i < m->n_recv; i++) {
+        w.recv[i] = (float *)at;
+        w.recv_n[i] = words_of(m->recv_n[i]);
+        u->dst[u->n] = m->recv[i], u->src[u->n] = at, u->len[u->n++] = m->recv_n[i];
+        at += 2 * w.recv_n[i];
+    }
+    md->comm_rc = md->par.p2p_start(md->par.ctx, &w, req);
+}
+
+void ex_wire_p2p_unpack(ex_module *md, ex_wire_recv *u)
+{
+    for (int i = 0; i < u->n && !md->comm_rc; i++) unpack(md, u->dst[i], u->src[i], u->len[i], 1);
+    u->n = 0;
 }
 
 int ex_wire_check(const ex_module *md, const ex_parallel *par, char *err)
