@@ -250,6 +250,12 @@ double cost_gemm_time_in(const cost_gpu *g, cost_gemm_math math, double m, doubl
  * attn_bwd_row_s) and the price of attn_row_scores scores of its pass. */
 /* attn_eff at head dim d, with the GPU's head-dim curve (attn_hd_half). */
 double cost_attention_efficiency(const cost_gpu *g, double head_dim);
+/* The products priced at cost_gemm_peak(g, math) x cost_attention_efficiency;
+ * the plain forms at the bf16 peak (FlashAttention's tensor cores). */
+double cost_attention_forward_time_in(const cost_gpu *g, cost_gemm_math math, double rows, double scores,
+                                      double head_dim);
+double cost_attention_backward_time_in(const cost_gpu *g, cost_gemm_math math, double rows, double scores,
+                                       double head_dim);
 double cost_attention_forward_time(const cost_gpu *g, double rows, double scores, double head_dim);
 double cost_attention_backward_time(const cost_gpu *g, double rows, double scores, double head_dim);
 double cost_memory_time(const cost_gpu *g, double bytes);   /* element-wise traffic */

@@ -105,24 +105,37 @@ double cost_attention_efficiency(const cost_gpu *g, double head_dim)
 }
 
 /* t = scores * (score_s + c) + rows * (row_s + attn_row_scores * c) + kernel_launch_s,
- * c = flops_per_score / (peak_flops * eff(d)), the matmul price of one score. */
-static double attention_time(const cost_gpu *g, double rows, double scores, double head_dim, double flops_per_score,
-                             double score_s, double row_s)
+ * c = flops_per_score / (peak * eff(d)), the matmul price of one score, peak
+ * that of the math the kernel's products run in (cost_gemm_peak). */
+static double attention_time(const cost_gpu *g, cost_gemm_math math, double rows, double scores, double head_dim,
+                             double flops_per_score, double score_s, double row_s)
 {
     if (!(scores > 0) || !(flops_per_score > 0)) return 0;
-    double c = flops_per_score / (g->peak_flops * cost_attention_efficiency(g, head_dim));
+    double c = flops_per_score / (cost_gemm_peak(g, math) * cost_attention_efficiency(g, head_dim));
     return scores * (score_s + c) + fmax(rows, 0) * (row_s + g->attn_row_scores * c) + g->kernel_launch_s;
+}
+
+double cost_attention_forward_time_in(const cost_gpu *g, cost_gemm_math math, double rows, double scores,
+                                      double head_dim)
+{
+    return attention_time(g, math, rows, scores, head_dim, 4.0 * head_dim, g->attn_score_s, g->attn_row_s);
+}
+
+double cost_attention_backward_time_in(const cost_gpu *g, cost_gemm_math math, double rows, double scores,
+                                       double head_dim)
+{
+    return attention_time(g, math, rows, scores, head_dim, COST_ATTN_BWD_FLOPS * 4.0 * head_dim, g->attn_bwd_score_s,
+                          g->attn_bwd_row_s);
 }
 
 double cost_attention_forward_time(const cost_gpu *g, double rows, double scores, double head_dim)
 {
-    return attention_time(g, rows, scores, head_dim, 4.0 * head_dim, g->attn_score_s, g->attn_row_s);
+    return cost_attention_forward_time_in(g, COST_MATH_BF16, rows, scores, head_dim);
 }
 
 double cost_attention_backward_time(const cost_gpu *g, double rows, double scores, double head_dim)
 {
-    return attention_time(g, rows, scores, head_dim, COST_ATTN_BWD_FLOPS * 4.0 * head_dim, g->attn_bwd_score_s,
-                          g->attn_bwd_row_s);
+    return cost_attention_backward_time_in(g, COST_MATH_BF16, rows, scores, head_dim);
 }
 
 double cost_attention_mean_span(double seq, bool causal) { return causal ? (seq + 1) / 2 : seq; }

@@ -243,6 +243,8 @@ double plan_act_wire_bytes(const plan_options *o);
 int plan_tf32_check(const plan_options *o, char *err);
 /* The math the cost model prices a linear's GEMMs in (cost_gemm_time_in). */
 cost_gemm_math plan_gemm_math(const plan_options *o);
+/* The math the attention's products run in (the dhp target: fp32, its kernel's). */
+cost_gemm_math plan_attention_math(const plan_options *o);
 /* Bytes per local parameter of the executor's bf16 working copy of the weights (0 without one: fp32, autocast). */
 double plan_weight_copy_bytes(const model_module *mm, const plan_options *o);
 /* bf16-autocast, and bf16-mixed under ZeRO-3 (planner/precision_zero3.c): bf16 elements of the
