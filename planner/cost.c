@@ -470,7 +470,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     plan_module_seq(m, mi, w, &q);
     memset(out, 0, sizeof *out);
 
-    double A = plan_module_state_bytes(mm, o).act;   /* activation / communication element (dhp's executor: fp32) */
+    double A = plan_module_state_bytes(mm, o).act;   /* an activation element (dhp's executor: fp32); the collectives: W below */
     pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM),
                  .megatron = o->target == PLAN_TARGET_MEGATRON, .math = plan_gemm_math(o),
                  .attn_math = plan_attention_math(o) };
