@@ -23,7 +23,9 @@
 # Measured (CPU backend, 2026-12-05): S = 10.5% (rounded to nearest: 10.5%
 # at step 60; toward zero 5.3%; away from zero 5.7%); bf16-mixed vs fp32
 # 8.1% at worst (step 80), 6.0% at step 100; bf16-mixed on 2 ranks (Ulysses
-# + TP) vs 1 rank 2.0% at worst, 0.27% at step 100: both within S.
+# + TP, their activation collectives on the bf16 wire: executor/tp_wire.c)
+# vs 1 rank 2.4% at worst (step 57), 0.59% at step 100 (2.0% and 0.27% with
+# an fp32 wire): both within S.
 #
 # usage: bench/bf16_curve.sh [OUTDIR]   (DHP: the dhp binary, default ./dhp)
 set -u

@@ -470,7 +470,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     plan_module_seq(m, mi, w, &q);
     memset(out, 0, sizeof *out);
 
-    double A = plan_module_state_bytes(mm, o).act;   /* activation / communication element (dhp's executor: fp32) */
+    double A = plan_module_state_bytes(mm, o).act;   /* an activation element (dhp's executor: fp32); the collectives: W below */
     pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM),
                  .megatron = o->target == PLAN_TARGET_MEGATRON, .math = plan_gemm_math(o),
                  .attn_math = plan_attention_math(o) };
@@ -536,9 +536,10 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     /* In-op communication: the blocks' forward exchanges (re-issued by full
      * recomputation), then everything else. */
     plan_comm tp_fwd = { 0 }, tp = { 0 }, sp_fwd = { 0 }, sp = { 0 }, dp = { 0 };
-    plan_price_tp_blocks(mm, s, st->count, pool, A, t, backward, !mm->frozen, &tp, &tp_fwd);
-    plan_price_tp_llm_ends(mm, s, st, pool, A, t, text_rows, head_rows, backward, &tp);
-    plan_price_ulysses(mm, s, pool, A, t, n_a2a_layers, backward, &sp_fwd, &sp);
+    double W = plan_act_wire_bytes(o);   /* what the activation collectives move (planner/precision.c) */
+    plan_price_tp_blocks(mm, s, st->count, pool, W, t, backward, !mm->frozen, &tp, &tp_fwd);
+    plan_price_tp_llm_ends(mm, s, st, pool, W, t, text_rows, head_rows, backward, &tp);
+    plan_price_ulysses(mm, s, pool, W, t, n_a2a_layers, backward, &sp_fwd, &sp);
     sp_fwd.fwd_s += n_full * rp.fwd_comm_s;
     sp_fwd.fwd_syncs += n_full * rp.fwd_syncs;
     sp.bwd_s += n_full * rp.bwd_comm_s;

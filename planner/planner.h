@@ -249,6 +249,11 @@ plan_options plan_options_of(const plan_t *p);
 int plan_run_check(const plan_t *p, char *err);
 /* The executor runs its linears in bf16 under these options (target dhp, precision bf16-mixed or -autocast). */
 bool plan_runs_bf16(const plan_options *o);
+/* Whether dhp run's activation collectives (tensor/sequence parallel,
+ * Ulysses) move bf16 (else fp32), and the bytes per element the cost model
+ * prices them at (the Megatron target: its precision's activation bytes). */
+bool plan_act_wire_bf16(const plan_options *o);
+double plan_act_wire_bytes(const plan_options *o);
 const char *plan_backend_name(plan_backend b);
 int plan_backend_parse(const char *s, plan_backend *out);
 /* Bytes the backend allocates once per process beside the layout's

@@ -82,6 +82,24 @@ cost_gemm_math plan_gemm_math(const plan_options *o)
     return o->tf32 ? COST_MATH_TF32 : COST_MATH_FP32;
 }
 
+/* The activation collectives (the tensor-parallel regions' all-reduces,
+ * Megatron sequence parallelism's all-gathers and reduce-scatters, the
+ * vocab-parallel embedding's sum, the head input's gradient, Ulysses'
+ * all-to-alls, ring attention's K/V blocks and their gradients) move what
+ * the activations are in: Megatron-LM under --bf16
+ * runs its model in bf16, so its tensor_parallel/mappings.py reduces and
+ * gathers bf16 tensors (NCCL's ncclBfloat16: each partial sum rounded to
+ * bf16). dhp run does the same under bf16-mixed and -autocast (executor/
+ * tp_wire.c: rounded into the linears' bf16 staging, moved, widened back);
+ * the cross-entropy's statistics and every weight gradient stay fp32. */
+bool plan_act_wire_bf16(const plan_options *o) { return plan_runs_bf16(o); }
+
+double plan_act_wire_bytes(const plan_options *o)
+{
+    if (o->target != PLAN_TARGET_DHP) return plan_precision_bytes(o->precision).act;
+    return plan_act_wire_bf16(o) ? BF16 : FP32;
+}
+
 /* What the dhp target's attention runs in: executor/cuda_attention.cuh's
  * flash-style tiles multiply fp32 on the CUDA cores in every precision (and
  * the CPU backend's in fp32), so its products are priced at the fp32 peak;
