@@ -4,7 +4,7 @@
 # the longest part: about a minute):
 #   1. build (make dhp; GPU_CHECK_BUILD=0 skips it);
 #   2. dhp profile --backend cuda: the CUDA kernels checked against the CPU
-#      backend on the device, then the executor's own kernels and (2+ GPUs,
+#      backend on the device, then the executor's own kernels (the GEMMs also on TF32, --tf32) and (2+ GPUs,
 #      under mpirun) NCCL timed through the backend and the communicator;
 #      the cluster it writes is what the plans below are priced on;
 #   3. equivalence: tiny zoo models on one GPU, `dhp run --backend cuda`
@@ -57,7 +57,7 @@ fi
 [ -x "$DHP" ] || { say "gpu_check: FAILED: $DHP not built"; exit 1; }
 
 # ---- 2. profile: the kernel checks, then the executor's kernels and collectives ----
-"$DHP" profile --backend cuda $PROFILE_ARGS -o "$OUT/gpu.json" --cluster-out "$OUT/cluster-1.json" \
+"$DHP" profile --backend cuda --tf32 $PROFILE_ARGS -o "$OUT/gpu.json" --cluster-out "$OUT/cluster-1.json" \
     >"$OUT/profile.txt" 2>&1
 rc=$?
 if [ "$rc" != 0 ] && grep -qE "no CUDA device|without CUDA" "$OUT/profile.txt"; then

@@ -32,6 +32,8 @@ typedef struct {
     bool target_given;
     plan_zero3 zero3;
     bool tf32;
+    plan_backend backend;     /* --backend: what memory is predicted for */
+    bool backend_given;
     bool json;
 } cli_setup;
 
@@ -42,6 +44,8 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i);
 /* The memory and cost options the setup asks for: its precision and target
  * (the target its precision implies unless --target was given). */
 void cli_setup_options(const cli_setup *s, plan_options *o);
+/* A plan read from a file: the backend --backend names, where given (the file does not say). */
+void cli_setup_backend(const cli_setup *s, plan_t *p);
 /* Loads model and cluster and builds the workload; prints the error and returns 2 on bad input. */
 int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster *c, plan_workload *w);
 extern const char *cli_setup_help;
@@ -73,6 +77,8 @@ void cli_buf_free(cli_buf *b);
 const char *cli_fmt_count(double n, char *buf, size_t len);
 void cli_print_header(const model_t *m, const cost_cluster *c, const plan_workload *w);
 void cli_print_plan(const plan_t *p);
+/* One line: the backend p's memory is predicted for and what it adds (plan_backend_workspace_bytes). */
+void cli_print_backend(const plan_t *p);
 void cli_print_plan_row_header(void);
 void cli_print_plan_row(const char *name, const plan_t *p);
 cJSON *cli_plan_summary_json(const plan_t *p);

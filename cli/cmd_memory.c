@@ -50,8 +50,10 @@ static void print_table(const plan_t *p, const plan_eval *ev)
     ROW("comm buffers", comm);
     for (int k = 0; k < n; k++) v[k] = col && k > 0 ? 0 : ev->mem[k].reserved;
     row("reserved", v, n, col);
+    for (int k = 0; k < n; k++) v[k] = col && k > 0 ? 0 : ev->mem[k].workspace;
+    row("workspace", v, n, col);
     ROW("fragmentation", fragmentation);
-    for (int k = 0; k < n; k++) v[k] = ev->mem[k].total - (col && k > 0 ? ev->mem[k].reserved : 0);
+    for (int k = 0; k < n; k++) v[k] = ev->mem[k].total - (col && k > 0 ? plan_mem_once(&ev->mem[k]) : 0);
     row("total", v, n, col);
 #undef ROW
 }
@@ -74,6 +76,7 @@ static cJSON *mem_json(const plan_mem *m)
     cJSON_AddNumberToObject(o, "logits", m->logits);
     cJSON_AddNumberToObject(o, "comm_buffers", m->comm);
     cJSON_AddNumberToObject(o, "reserved", m->reserved);
+    cJSON_AddNumberToObject(o, "workspace", m->workspace);
     cJSON_AddNumberToObject(o, "fragmentation", m->fragmentation);
     cJSON_AddNumberToObject(o, "total", m->total);
     cJSON_AddNumberToObject(o, "capacity", m->capacity);
@@ -88,6 +91,7 @@ static int report(const plan_t *p, const plan_eval *ev, bool json, bool check)
     if (json) {
         cJSON *doc = cJSON_CreateObject();
         cJSON_AddStringToObject(doc, "placement", plan_placement_name(p->placement));
+        cJSON_AddStringToObject(doc, "backend", plan_backend_name(p->backend));
         cJSON *mods = cJSON_AddArrayToObject(doc, "modules");
         for (int k = 0; k < p->n_modules; k++) {
             cJSON *mo = mem_json(&ev->mem[k]);
@@ -102,6 +106,7 @@ static int report(const plan_t *p, const plan_eval *ev, bool json, bool check)
     } else {
         cli_print_plan(p);
         printf("\n");
+        cli_print_backend(p);
         print_table(p, ev);
         char peak[32], cap[32], m[32];
         util_fmt_bytes(ev->peak_mem, peak, sizeof peak);
@@ -148,6 +153,7 @@ int cmd_memory(int argc, char **argv)
     cli_setup_options(&setup, &opt);
     if (plan_path) {
         if (plan_read(plan_path, &p, err)) return cli_bad_input(err);
+        cli_setup_backend(&setup, &p);
         opt = plan_options_of(&p);
     } else {
         model_t m; cost_cluster c; plan_workload w;

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 static const char *profile_help =
-    "usage: dhp profile [--backend cpu|cuda|auto] [-o GPU.json] [--cluster-out CLUSTER.json] [--quick] [--json]\n"
+    "usage: dhp profile [--backend cpu|cuda|auto] [--tf32] [-o GPU.json] [--cluster-out CLUSTER.json] [--quick] [--json]\n"
     "\n"
     "Measures the local CPU backend: fp32 GEMMs (its linear_forward) over the tiny / 100M model shapes,\n"
     "the executor's attention kernels, STREAM and element-wise memory bandwidth, the fixed cost of a\n"
@@ -27,6 +27,8 @@ static const char *profile_help =
     "Every field's source says how it was measured (costdb/SCHEMA.md, \"Measured files\").\n"
     "\n"
     "  --backend B         cpu (default), cuda, or auto (cuda where a device is usable, as dhp run)\n"
+    "  --tf32              also time the GEMM grid on TF32 tensor cores (as dhp run --tf32) and write\n"
+    "                      peak_flops_tf32, the rate dhp plan --tf32 prices fp32 GEMMs at (a GPU backend only)\n"
     "  -o FILE             write the description of one rank (schema dhp.gpu/1)\n"
     "  --cluster-out FILE  write a cluster 'cpu-<ranks>' (cuda: 'cuda-<ranks>'): 1 node x <ranks>, the GPU inline, the intra\n"
     "                      link fitted to the collectives (use with dhp plan --cluster FILE)\n"
@@ -100,6 +102,9 @@ static void print_summary_cuda(const cost_profile *p, const char *gpu_path, cons
         printf("  %-15s best %.1f TFLOP/s (%dx%dx%d); fit %.1f TFLOP/s large-shape, gemm_half %.0f (rms %.0f%%)\n",
                "gemm fp32", p->gemm[best].rate / 1e12, p->gemm[best].m, p->gemm[best].n,
                p->gemm[best].k, p->gemm_rate_max / 1e12, g->gemm_half, 100 * p->gemm_fit_rms);
+    if (p->tf32)
+        printf("  %-15s peak_flops_tf32 %.3g TFLOP/s (fit to the same shapes on TF32 tensor cores, rms %.0f%%)\n",
+               "gemm tf32", g->peak_flops_tf32 / 1e12, 100 * p->tf32_fit_rms);
     if (p->flops_per_cycle > 0)
         printf("  %-15s %.1f TFLOP/s (%g FLOP/cycle/SM), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e12,
                p->flops_per_cycle, g->gemm_eff_max);
@@ -202,6 +207,7 @@ int cmd_profile(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(profile_help, stdout); return 0; }
         if (!strcmp(a, "--quick")) o.quick = true;
+        else if (!strcmp(a, "--tf32")) o.tf32 = true;
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--backend")) {
             if (i + 1 >= argc) return cli_usage_error("profile", "--backend needs cpu, cuda or auto");
@@ -230,7 +236,7 @@ int cmd_profile(int argc, char **argv)
     if (!rc) rc = prof_measure(&o, &p, err);
     if (rc) {
         if (p.rank == 0) fprintf(stderr, "dhp profile: %s\n", err);
-        return rc == UTIL_EINVAL ? 2 : 1;
+        return rc == UTIL_EINVAL || rc == UTIL_EUNSUPPORTED ? 2 : 1;   /* bad input: what this backend cannot do */
     }
     if (p.rank != 0) return 0;
     if ((rc = cost_profile_write(&p, gpu_path, cluster_path, err))) {

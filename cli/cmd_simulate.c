@@ -81,6 +81,7 @@ static int load_plan(const sim_args *a, plan_t *p)
     plan_options_default(&opt);
     if (a->plan_path) {
         if (plan_read(a->plan_path, p, err)) return cli_bad_input(err);
+        cli_setup_backend(&a->setup, p);
         if (a->cluster_given) {
             cost_cluster c;
             if (cost_cluster_load(a->setup.cluster, &c, err)) return cli_usage_error("simulate", "%s", err);
@@ -118,6 +119,7 @@ static void print_ranks(const plan_t *p, const plan_sim_result *r)
     printf("\nper rank: seconds of the step, peak memory (activations: live slots)\n");
     printf("  %4s %-12s %9s %9s %9s %6s | %9s %9s %9s %9s %9s %5s %9s %9s %9s %9s\n", "rank", "modules", "busy", "comm",
            "idle", "busy%", "params", "grads", "optim", "zero", "activ", "slots", "logits", "comm", "other", "total");
+    /* other: the reservation, fragmentation and the backend's workspace (cli_print_backend) */
     for (int i = 0; i < r->world_size; i++) {
         const plan_sim_rank *rk = &r->rank[i];
         const plan_sim_mem *m = &rk->mem;
@@ -125,7 +127,7 @@ static void print_ranks(const plan_t *p, const plan_sim_result *r)
         modules_of(p, i, mods, sizeof mods);
         char b[9][32];
         const double v[9] = { m->params, m->grads, m->optim, m->zero_buffers, m->activations, m->logits, m->comm,
-                              m->other, m->total };
+                              m->other + m->workspace, m->total };
         for (int c = 0; c < 9; c++) util_fmt_bytes(v[c], b[c], sizeof b[c]);
         printf("  %4d %-12s %9.5f %9.5f %9.5f %5.1f%% | %9s %9s %9s %9s %9s %5d %9s %9s %9s %9s%s\n", i, mods,
                rk->busy_s, rk->comm_s, rk->idle_s, r->step_time_s > 0 ? 100 * rk->busy_s / r->step_time_s : 0,
@@ -174,6 +176,8 @@ int cmd_simulate(int argc, char **argv)
         cli_print_header(&p.model, &p.cluster, &p.work);
         printf("\n");
         cli_print_plan(&p);
+        printf("\n");
+        cli_print_backend(&p);
         printf("\nsimulated step %.6f s (analytic cost model %.6f s, %+.1f%%), %d chunks, %d ranks\n", r.step_time_s,
                analytic, analytic > 0 ? 100 * (r.step_time_s / analytic - 1) : 0, plan_chunks(&p), r.world_size);
         print_ranks(&p, &r);

@@ -87,6 +87,17 @@ void cli_print_plan(const plan_t *p)
            pr->tokens_per_s, pr->samples_per_s, 100 * pr->mfu, pr->fits ? "fits" : "OOM");
 }
 
+void cli_print_backend(const plan_t *p)
+{
+    plan_options o = plan_options_of(p);
+    double ws = plan_backend_workspace_bytes(&o);
+    char b[32];
+    printf("memory on the %s backend (--backend cuda|cpu): ", plan_backend_name(p->backend));
+    if (ws > 0) printf("its cuBLASLt workspace, %s a rank, beside the layout's buffers\n", util_fmt_bytes(ws, b, sizeof b));
+    else if (p->target != PLAN_TARGET_DHP) printf("target %s: library workspaces are in reserved\n", plan_target_name(p->target));
+    else printf("no library workspace\n");
+}
+
 void cli_print_plan_row_header(void)
 {
     printf("  %-12s %-13s %9s %12s %10s %9s %6s %10s  %s\n", "strategy", "placement", "step(s)", "vision tok/s",

@@ -27,6 +27,8 @@ const char *cli_setup_help =
     "                        tensor, the GPU drained before each)\n"
     "  --tf32                precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32): priced at the\n"
     "                        GPU's TF32 peak instead of its fp32 (CUDA-core) peak\n"
+    "  --backend B           the dhp target's memory on the backend dhp run uses: cuda (default: its\n"
+    "                        cuBLASLt workspace, 32 MiB a GPU) or cpu (none)\n"
     "  --json                machine-readable output on stdout\n";
 
 void cli_setup_default(cli_setup *s)
@@ -100,6 +102,16 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         (*i)++;
         return 1;
     }
+    if (!strcmp(a, "--backend")) {
+        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
+        if (plan_backend_parse(val, &s->backend)) {
+            cli_usage_error(cmd, "--backend: '%s' is not cuda or cpu", val);
+            return 2;
+        }
+        s->backend_given = true;
+        (*i)++;
+        return 1;
+    }
     if (!strcmp(a, "--tf32")) { s->tf32 = true; return 1; }
     if (!strcmp(a, "--json")) { s->json = true; return 1; }
     return 0;
@@ -112,6 +124,12 @@ void cli_setup_options(const cli_setup *s, plan_options *o)
     o->target = s->target_given ? s->target : plan_target_default(s->precision);
     o->zero3 = s->zero3;
     o->tf32 = s->tf32;
+    o->backend = s->backend;
+}
+
+void cli_setup_backend(const cli_setup *s, plan_t *p)
+{
+    if (s->backend_given) p->backend = s->backend;
 }
 
 int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster *c, plan_workload *w)

@@ -384,6 +384,11 @@ typedef struct {
     double gemm_arena_bytes;      /* where the grid's B and C come from (rank 0's) */
     double gemm_rate_max;         /* fitted large-shape rate, FLOP/s per rank */
     double gemm_fit_rms;          /* rms relative error of the fit */
+    /* --tf32 (device backends): the same grid's best times with fp32 operands
+     * read as TF32, and the fit of peak_flops_tf32 to them */
+    bool tf32;
+    double gemm_tf32_s[COST_PROFILE_MAX_GEMM];
+    double tf32_fit_rms;
     double flops_per_cycle;       /* per core, rounded up to a power of two (0 if no clock) */
     double core_share;            /* cores the measuring rank uses: min(blas_threads, cpus) */
     /* attention, memory, element-wise, launch */

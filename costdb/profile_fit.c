@@ -305,6 +305,36 @@ static void measured_grid(const cost_profile *p, const double *rate, cost_gemm_g
     }
 }
 
+/* peak_flops_tf32 from the TF32 grid (dhp profile --tf32). The planner
+ * prices a TF32 GEMM at 2mnk / (peak_flops_tf32 eff(m,n,k)) +
+ * kernel_launch_s with the fp32 grid's efficiency (cost_gemm_time_in); the
+ * peak that fits the TF32 times T_i best in relative error: with a_i = 2mnk /
+ * eff_i, L the launch cost and x = 1 / peak, minimising sum ((a_i x + L -
+ * T_i) / T_i)^2 gives x = sum a_i (T_i - L) / T_i^2 / sum a_i^2 / T_i^2. */
+static int fit_tf32_peak(cost_profile *p, char *err)
+{
+    cost_gpu *gpu = &p->gpu;
+    double num = 0, den = 0, x, sq = 0;
+    for (int i = 0; i < p->n_gemm; i++) {
+        const cost_profile_gemm *g = &p->gemm[i];
+        double eff = cost_gemm_efficiency(gpu, g->m, g->n, g->k), T = p->gemm_tf32_s[i];
+        if (!(eff > 0 && T > 0)) continue;
+        double a = 2.0 * g->m * g->n * g->k / eff;
+        num += a * (T - gpu->kernel_launch_s) / (T * T);
+        den += a * a / (T * T);
+    }
+    if (!(num > 0 && den > 0)) return util_fail(err, UTIL_EINVAL, "profile: no usable TF32 GEMM times to fit peak_flops_tf32");
+    x = num / den;
+    gpu->peak_flops_tf32 = 1 / x;
+    for (int i = 0; i < p->n_gemm; i++) {
+        const cost_profile_gemm *g = &p->gemm[i];
+        double r = cost_gemm_time_in(gpu, COST_MATH_TF32, g->m, g->n, g->k) / p->gemm_tf32_s[i] - 1;
+        sq += r * r;
+    }
+    p->tf32_fit_rms = sqrt(sq / p->n_gemm);
+    return UTIL_OK;
+}
+
 int cost_prof_derive(cost_profile *p, char *err)
 {
     double m[COST_PROFILE_MAX_GEMM], n[COST_PROFILE_MAX_GEMM], k[COST_PROFILE_MAX_GEMM], y[COST_PROFILE_MAX_GEMM];
@@ -360,6 +390,7 @@ int cost_prof_derive(cost_profile *p, char *err)
     gpu->kernel_launch_s = p->launch_s;
     measured_grid(p, y, &gpu->grid);
     gpu->ew = p->ew;
+    if (p->tf32 && (rc = fit_tf32_peak(p, err))) return rc;
     return cost_gpu_validate(gpu, "profile", err);
 }
 

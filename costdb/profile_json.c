@@ -126,6 +126,12 @@ static bool add_gpu_fields_cuda(cJSON *o, const cost_profile *p)
                          "rate = peak_flops * gemm_eff_max * s(m) s(n) s(k) to %s (row-major A[m,k] B[n,k]^T, the "
                          "executor's linear) over %d shapes %s, time less kernel_launch_s, best of 2 batches%s; %s",
                          p->gemm_rate_max, 100 * p->gemm_fit_rms, kern, p->n_gemm, shapes, p->quick ? "" : " in 2 passes", w);
+    if (p->tf32)
+        ok = ok && add_field(o, p, "peak_flops_tf32", g->peak_flops_tf32,
+                             "the same %d GEMM shapes with fp32 operands read as TF32 (CUBLAS_COMPUTE_32F_FAST_TF32, dhp "
+                             "profile --tf32 as dhp run --tf32), timed as the fp32 grid; least-squares fit (relative error, rms "
+                             "%.1f%%) of time = 2mnk / (peak_flops_tf32 x eff(m,n,k)) + kernel_launch_s, eff the fp32 grid's "
+                             "(gemm_grid), as the planner prices --tf32; %s", p->n_gemm, 100 * p->tf32_fit_rms, w);
     ok = ok && add_fit_fields(o, p, "the CUDA backend's own fp32 attention kernels (executor/cuda_kernels.cu, passed in by "
                                     "the CLI), forward and backward", w);
     ok = ok && add_field(o, p, "hbm_bytes", g->hbm_bytes, "device memory (cudaMemGetInfo total) of %s", d->name);
@@ -257,6 +263,9 @@ static cJSON *gemm_measurements(const cost_profile *p)
         ok = r && add_num(r, "m", g->m) && add_num(r, "n", g->n) && add_num(r, "k", g->k)
             && add_num(r, "seconds", g->seconds) && add_num(r, "flops_per_s", g->rate)
             && add_num(r, "model_seconds", cost_gemm_time(&p->gpu, g->m, g->n, g->k));
+        if (ok && p->tf32)   /* --tf32: the same shape on TF32 tensor cores, and its price at peak_flops_tf32 */
+            ok = add_num(r, "tf32_seconds", p->gemm_tf32_s[i])
+                && add_num(r, "tf32_model_seconds", cost_gemm_time_in(&p->gpu, COST_MATH_TF32, g->m, g->n, g->k));
         if (!ok || !cJSON_AddItemToArray(rows, r)) { cJSON_Delete(r); ok = false; }
     }
     if (ok && add_obj(o, "shapes", rows)) return o;

@@ -88,7 +88,7 @@ typedef struct ex_backend {
     /* fp32 linears on TF32 tensor cores from now on (on: cuBLASLt's
      * CUBLAS_COMPUTE_32F_FAST_TF32, operands rounded to TF32, executor/tf32.h;
      * off: exact fp32, the default). NULL where the backend has no TF32 mode
-     * (the CPU backend: dhp run --tf32 refuses it, executor/run_backend.c). */
+     * (the CPU backend: --tf32 refuses it, ex_backend_tf32). */
     void (*set_tf32)(bool on);
     /* the attention entries below in bf16 from now on (on: q, k, v, dout
      * rounded to bf16, products on tensor cores, fp32 statistics and
@@ -218,6 +218,10 @@ void ex_move_permuted_rows(const ex_backend *be, float *packed, float *permuted,
  * *why gets the one log line saying which and why; NULL with err when
  * "cuda" was asked and no device is usable, or the name is unknown. */
 const ex_backend *ex_backend_pick(const char *want, char *why, size_t why_len, char *err);
+/* --tf32 (dhp run, dhp profile): be's fp32 linears on TF32 tensor cores (on)
+ * or exact fp32; a backend without a TF32 mode (the CPU's) refuses on, in
+ * one line, rather than compute exact fp32 under a TF32 name. */
+int ex_backend_tf32(const ex_backend *be, bool on, char *err);
 
 /* The CUDA backend (executor/cuda_kernels.cu): the same kernels and
  * conventions on device pointers, cuBLASLt for the linears (executor/cuda_gemm.cuh), own

@@ -31,3 +31,12 @@ const ex_backend *ex_backend_pick(const char *want, char *why, size_t why_len, c
     snprintf(why, why_len, "backend: cpu (%s)", cuda_err);
     return ex_backend_cpu();
 }
+
+int ex_backend_tf32(const ex_backend *be, bool on, char *err)
+{
+    if (be->set_tf32) be->set_tf32(on);
+    else if (on)
+        return util_fail(err, UTIL_EUNSUPPORTED, "--tf32: backend %s has no TF32 mode (a tensor-core format; it computes "
+                         "fp32 GEMMs exactly): run on a GPU (--backend cuda), or without --tf32", be->name);
+    return UTIL_OK;
+}

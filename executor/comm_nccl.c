@@ -238,6 +238,21 @@ static int nccl_attach(ex_comm *c, char *err)
     return UTIL_OK;
 }
 
+/* A clean shutdown: ncclCommFinalize flushes the communicator's operations
+ * and (non-blocking) leaves it ncclInProgress until it is quiescent; then
+ * ncclCommDestroy frees what is local (NCCL >= 2.14, docs .../api/comms.html,
+ * ncclCommFinalize and ncclCommDestroy: "users should guarantee that the
+ * state of the communicator become ncclSuccess before calling
+ * ncclCommDestroy"). A finalize that fails or does not settle within the
+ * timeout ends in ncclCommAbort, as every failure does. */
+static void finalize_comm(ex_comm *c, nccl_state *s)
+{
+    ncclResult_t r = ncclCommFinalize(s->nccl);
+    int rc = settle(c, s->nccl, &r, "ncclCommFinalize");
+    if (rc || r != ncclSuccess) abort_comm(s);
+    else ncclCommDestroy(s->nccl);
+}
+
 static void nccl_detach(ex_comm *c)
 {
     nccl_state *s = state(c);
@@ -246,7 +261,7 @@ static void nccl_detach(ex_comm *c)
         if (*p == s) { *p = s->next; break; }
     if (!comm_broken() && !s->aborted) {
         cudaStreamSynchronize(s->stream);
-        ncclCommDestroy(s->nccl);
+        finalize_comm(c, s);
     }
     free_state(s);
     c->impl = NULL;

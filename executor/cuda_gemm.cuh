@@ -20,9 +20,12 @@
  * no kernel for (CUBLAS_STATUS_NOT_SUPPORTED) is remembered and runs unfused:
  * the bias filled into out before the GEMM (beta 1), the column sum after. */
 
-/* cuBLAS's recommended workspace for Hopper (cuBLAS documentation,
- * cublasSetWorkspace: "32 MiB for Hopper"), enough for Ampere's 4 MiB. */
-#define LT_WORKSPACE_BYTES ((size_t)32 << 20)
+/* The workspace's size: planner/backend.h, whose memory model counts it
+ * (category workspace) for the CUDA backend. */
+#include "planner/backend.h"
+#define LT_WORKSPACE_BYTES PLAN_CUDA_LT_WORKSPACE_BYTES
+
+static void *cuda_alloc(size_t bytes, util_mem_cat cat);   /* executor/cuda_memory.cuh */
 
 static void note_blas(cublasStatus_t s, const char *what)
 {
@@ -33,7 +36,7 @@ static struct {
     std::once_flag once;
     cublasLtHandle_t handle;
     cublasStatus_t status;
-    void *workspace;                /* NULL: cuBLASLt runs without one */
+    void *workspace;                /* charged to UTIL_MEM_WORKSPACE; NULL after a failed allocation (noted) */
     size_t workspace_bytes;
     float *bgrad;                   /* BGRADB's stored bias gradient, bgrad_cap floats */
     int bgrad_cap;
@@ -41,17 +44,17 @@ static struct {
     bool tf32;                      /* fp32 GEMMs on TF32 tensor cores (dhp run --tf32) */
 } g_lt;
 
-/* The cuBLASLt handle and workspace, created on first use (on the device current then). */
+/* The cuBLASLt handle and workspace, created on first use (on the device
+ * current then). The workspace comes from the backend's allocator, so it is
+ * counted as the memory model predicts it; failing to get it is an out of
+ * memory like any tensor's (the device, the bytes, category workspace). */
 static cublasLtHandle_t lt(void)
 {
     std::call_once(g_lt.once, [] {
         g_lt.status = cublasLtCreate(&g_lt.handle);
         if (g_lt.status != CUBLAS_STATUS_SUCCESS) return;
-        if (cudaMalloc(&g_lt.workspace, LT_WORKSPACE_BYTES) == cudaSuccess) g_lt.workspace_bytes = LT_WORKSPACE_BYTES;
-        else {
-            g_lt.workspace = NULL;
-            (void)cudaGetLastError();   /* no workspace: slower algorithms, not a failure */
-        }
+        g_lt.workspace = cuda_alloc(LT_WORKSPACE_BYTES, UTIL_MEM_WORKSPACE);
+        g_lt.workspace_bytes = g_lt.workspace ? LT_WORKSPACE_BYTES : 0;
     });
     if (g_lt.status != CUBLAS_STATUS_SUCCESS) note_blas(g_lt.status, "cublasLtCreate");
     return g_lt.status == CUBLAS_STATUS_SUCCESS ? g_lt.handle : NULL;

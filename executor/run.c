@@ -249,10 +249,11 @@ static int run_step(run_ctx *r, const plan_schedule *s, ex_dataset *ds, run_data
 
 /* ------------------------------------------------------------ logging */
 
-#define LOG_CATS 6
+#define LOG_CATS 7
 static const util_mem_cat log_cats[LOG_CATS] = { UTIL_MEM_PARAMS, UTIL_MEM_GRADS, UTIL_MEM_OPTIM, UTIL_MEM_ACTIV,
-                                                 UTIL_MEM_COMM, UTIL_MEM_ZERO };
-static const char *const log_cat_keys[LOG_CATS] = { "params", "grads", "optim", "activations", "comm", "zero_buffers" };
+                                                 UTIL_MEM_COMM, UTIL_MEM_ZERO, UTIL_MEM_WORKSPACE };
+static const char *const log_cat_keys[LOG_CATS] = { "params", "grads", "optim", "activations", "comm", "zero_buffers",
+                                                    "workspace" };
 
 typedef struct { double step_s; double mem[LOG_CATS]; } rank_report;
 
@@ -301,6 +302,7 @@ static void log_step(const run_ctx *r, const run_stats *st, const rank_report *r
         for (int c = 0; c < LOG_CATS; c++) util_fmt_bytes(rep[q].mem[c], b[c], sizeof b[c]);
         printf("%s r%d P %s G %s O %s A %s C %s", q ? " |" : "", q, b[0], b[1], b[2], b[3], b[4]);
         if (rep[q].mem[5] > 0) printf(" Z %s", b[5]);
+        if (rep[q].mem[6] > 0) printf(" W %s", b[6]);
     }
     if (shown < r->size) printf(" (rank 0 of %d; --log-json has all)", r->size);
     printf("\n");

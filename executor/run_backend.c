@@ -10,22 +10,19 @@
 #include <string.h>
 
 /* --tf32, or a plan made with it: precision fp32's linears on TF32 tensor
- * cores (planner/precision.c's rule; the backend's set_tf32). The CPU
- * backend has none: it refuses rather than run exact fp32 under a TF32 name. */
+ * cores (planner/precision.c's rule for the precision, ex_backend_tf32's
+ * for the backend: the CPU's has none). */
 static int pick_tf32(run_ctx *r, const ex_backend *be, char *why, size_t why_len, char *err)
 {
     plan_options po = plan_options_of(&r->plan);
     po.tf32 = po.tf32 || r->o->tf32;
-    if (be->set_tf32) be->set_tf32(po.tf32);
-    if (!po.tf32) return UTIL_OK;
-    int rc = plan_tf32_check(&po, err);
-    if (!rc && !be->set_tf32)
-        rc = util_fail(err, UTIL_EUNSUPPORTED, "--tf32: backend %s has no TF32 mode (a tensor-core format; it computes "
-                       "fp32 GEMMs exactly): run on a GPU (--backend cuda), or without --tf32", be->name);
+    int rc = po.tf32 ? plan_tf32_check(&po, err) : UTIL_OK;
+    if (!rc) rc = ex_backend_tf32(be, po.tf32, err);
     if (rc) {
         if (r->rank != 0) err[0] = '\0';   /* one line: rank 0's */
         return rc;
     }
+    if (!po.tf32) return UTIL_OK;
     size_t len = strlen(why);
     snprintf(why + len, why_len - len, "; fp32 linears on TF32 tensor cores (--tf32)");
     return UTIL_OK;
@@ -52,6 +49,8 @@ int run_pick_backend(run_ctx *r, char *err)
     }
     int rc = pick_tf32(r, be, why, sizeof why, err);
     if (rc) return rc;
+    /* what the plan's memory model predicts for this run (planner/backend.h: the CUDA backend's workspace) */
+    r->plan.backend = be == ex_backend_cpu() ? PLAN_BACKEND_CPU : PLAN_BACKEND_CUDA;
     plan_options po = plan_options_of(&r->plan);
     r->be = ex_precision_backend(be, &po);   /* bf16-mixed / -autocast: the linears on bf16 operands */
     if (r->rank == 0) {

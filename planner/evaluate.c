@@ -113,7 +113,7 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
          * the runtime reservation counted once. */
         step = sum_t + sum_tail;
         double total = 0;
-        for (int k = 0; k < p->n_modules; k++) total += ev->mem[k].total - (k ? ev->mem[k].reserved : 0);
+        for (int k = 0; k < p->n_modules; k++) total += ev->mem[k].total - (k ? plan_mem_once(&ev->mem[k]) : 0);
         ev->peak_mem = total;
         ev->capacity = ev->mem[0].capacity;
         fits = total <= ev->capacity;

@@ -35,6 +35,7 @@ void plan_options_default(plan_options *o)
     o->target = PLAN_TARGET_MEGATRON;
     o->zero3 = PLAN_ZERO3_UNITS;
     o->tf32 = false;
+    o->backend = PLAN_BACKEND_CUDA;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
      * dynamic (activation) memory is the allowance we keep for that. */
     o->fragmentation = 0.10;
@@ -339,9 +340,10 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
         out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A);
     }
     out->reserved = g->reserved_bytes;
+    out->workspace = plan_backend_workspace_bytes(o);
     out->fragmentation = o->fragmentation * (out->activations + out->logits + out->comm + out->zero_buffers);
     out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations
-               + out->logits + out->comm + out->reserved + out->fragmentation;
+               + out->logits + out->comm + plan_mem_once(out) + out->fragmentation;
     out->capacity = g->hbm_bytes;
 }
 
@@ -378,6 +380,7 @@ plan_options plan_options_of(const plan_t *p)
     o.target = p->target;
     o.zero3 = p->zero3;
     o.tf32 = p->tf32;
+    o.backend = p->backend;
     return o;
 }
 
@@ -386,7 +389,7 @@ const char *plan_mem_dominant(const plan_mem *mm)
     struct { const char *name; double v; } t[] = {
         { "parameters", mm->params }, { "gradients", mm->grads }, { "optimizer", mm->optim },
         { "zero_buffers", mm->zero_buffers }, { "activations", mm->activations },
-        { "logits", mm->logits }, { "comm_buffers", mm->comm }, { "reserved", mm->reserved },
+        { "logits", mm->logits }, { "comm_buffers", mm->comm }, { "reserved", mm->reserved }, { "workspace", mm->workspace },
         { "fragmentation", mm->fragmentation },
     };
     int best = 0;

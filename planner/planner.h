@@ -10,6 +10,7 @@
 #include "util/util.h"
 #include "models/models.h"
 #include "costdb/costdb.h"
+#include "planner/backend.h"
 
 #define PLAN_SCHEMA "dhp.plan/1"
 #define PLAN_SCHEMA_VERSION 1
@@ -137,6 +138,7 @@ typedef struct {
     plan_target target;
     plan_zero3 zero3;         /* the Megatron target's ZeRO-3 (plan_options.zero3) */
     bool tf32;                /* fp32 GEMMs on TF32 tensor cores (plan_options.tf32) */
+    plan_backend backend;     /* the backend memory is predicted for (plan_options.backend; not in the file) */
     int world_size;           /* total ranks the plan uses */
     int n_micro;              /* micro-batches per step flowing between module groups */
     int n_modules;            /* one entry per model module, same order as model.mod */
@@ -207,6 +209,7 @@ typedef struct {
     double logits;                /* LM head logits + vocab-parallel cross-entropy workspace */
     double comm;                  /* communication buffers */
     double reserved;              /* CUDA context, library workspaces (costdb) */
+    double workspace;             /* the backend's own workspaces (plan_backend_workspace_bytes) */
     double fragmentation;         /* allocator fragmentation allowance */
     double total, capacity;
 } plan_mem;
@@ -217,6 +220,7 @@ typedef struct {
     plan_target target;
     plan_zero3 zero3;
     bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
+    plan_backend backend;         /* the backend memory is predicted for (--backend; default cuda) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
     double overlap;               /* fraction of DP communication hidden behind backward, default 0.8 */
 } plan_options;
@@ -234,6 +238,15 @@ plan_options plan_options_of(const plan_t *p);
 int plan_run_check(const plan_t *p, char *err);
 /* The executor runs its linears in bf16 under these options (target dhp, precision bf16-mixed or -autocast). */
 bool plan_runs_bf16(const plan_options *o);
+const char *plan_backend_name(plan_backend b);
+int plan_backend_parse(const char *s, plan_backend *out);
+/* Bytes the backend allocates once per process beside the layout's
+ * buffers, under the dhp target: the CUDA backend's cuBLASLt workspace
+ * (PLAN_CUDA_LT_WORKSPACE_BYTES); the CPU backend's none. The Megatron
+ * target's reserved_bytes estimate holds its libraries' workspaces. */
+double plan_backend_workspace_bytes(const plan_options *o);
+/* What a rank holds once whatever modules it holds: the reservation and the backend's workspaces. */
+static inline double plan_mem_once(const plan_mem *m) { return m->reserved + m->workspace; }
 /* tf32 asks for TF32 tensor cores on fp32 GEMMs: one line unless the precision is fp32. */
 int plan_tf32_check(const plan_options *o, char *err);
 /* The math the cost model prices a linear's GEMMs in (cost_gemm_time_in). */

@@ -115,7 +115,7 @@ static int add_colocated(const build_ctx *b, int k, plan_module s, int gpus)
         s.micro_batch = mb;
         plan_time t; plan_mem mem;
         price(b, k, &s, 1, &t, &mem);
-        double fixed = mem.total - mem.reserved;
+        double fixed = mem.total - plan_mem_once(&mem);
         if (mem.total > mem.capacity) continue;
         /* the schedule's B / S chunks of S samples, a pipelined module filling and draining in each */
         plan_candidate c = { .module = k, .colocated = true, .pool = s.pool, .gpus = gpus,
@@ -254,7 +254,7 @@ int plan_candidates_build(const model_t *m, const cost_cluster *c, const plan_wo
     out->llm = m->llm;
     out->n_pools = c->n_pools;
     for (int p = 0; p < c->n_pools; p++) {
-        out->reserved[p] = c->pool[p].gpu.reserved_bytes;
+        out->reserved[p] = c->pool[p].gpu.reserved_bytes + plan_backend_workspace_bytes(&o->opt);
         out->capacity[p] = c->pool[p].gpu.hbm_bytes;
         out->pool_gpus[p] = cost_pool_gpus(&c->pool[p]);
     }

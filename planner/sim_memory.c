@@ -93,13 +93,14 @@ void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, plan
         out->comm += m.comm;
         out->zero_buffers += m.zero_buffers;
         out->other += m.fragmentation + (first ? m.reserved : 0);
+        out->workspace += first ? m.workspace : 0;
         out->capacity = m.capacity;
         out->slots += in_flight;
         first = false;
     }
     if (p->target == PLAN_TARGET_DHP) out->comm += executor_handoff_bytes(p, rank, sched);
     out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations + out->logits + out->comm
-               + out->other;
+               + out->workspace + out->other;
 }
 
 int plan_sim_memory(const plan_t *p, int rank, plan_sim_mem *out, char *err)

@@ -26,6 +26,7 @@ static cJSON *mem_json(const plan_sim_mem *m)
     cJSON_AddNumberToObject(o, "slots", m->slots);
     cJSON_AddNumberToObject(o, "logits", m->logits);
     cJSON_AddNumberToObject(o, "comm", m->comm);
+    cJSON_AddNumberToObject(o, "workspace", m->workspace);
     cJSON_AddNumberToObject(o, "other", m->other);
     cJSON_AddNumberToObject(o, "total", m->total);
     cJSON_AddNumberToObject(o, "capacity", m->capacity);
@@ -50,6 +51,7 @@ cJSON *plan_sim_to_json(const plan_t *p, const plan_sim_result *r)
     cJSON *doc = cJSON_CreateObject();
     cJSON_AddNumberToObject(doc, "step_time_s", r->step_time_s);
     cJSON_AddNumberToObject(doc, "world_size", r->world_size);
+    cJSON_AddStringToObject(doc, "backend", plan_backend_name(p->backend));
     cJSON *ranks = cJSON_AddArrayToObject(doc, "ranks");
     for (int i = 0; i < r->world_size; i++) {
         const plan_sim_rank *rk = &r->rank[i];

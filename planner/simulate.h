@@ -51,9 +51,10 @@ typedef struct {
  * sum their modules, the runtime reservation once). activations: saved for
  * backward in `slots` live encoder slots (1 per LLM micro-batch); logits: LM
  * head and cross-entropy; zero_buffers: ZeRO-3's gathered units and ZeRO-2/3's
- * gradient buckets; other: reservation, fragmentation. */
+ * gradient buckets; workspace: the backend's own (plan_backend_workspace_bytes,
+ * once); other: reservation, fragmentation. */
 typedef struct {
-    double params, grads, optim, zero_buffers, activations, logits, comm, other, total, capacity;
+    double params, grads, optim, zero_buffers, activations, logits, comm, workspace, other, total, capacity;
     int slots;
 } plan_sim_mem;
 

@@ -42,7 +42,19 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
     prof_gemm_grid g = {p->quick ? m_quick : m_full, p->quick ? 2 : 3, p->quick ? nk_quick : nk_full, p->quick ? 2 : 4,
                         p->quick ? 0.01 : 0.05, p->quick ? 1 : 2, 2};
     if (ex_backend_emulated(c->be)) g = (prof_gemm_grid){m_host, 2, nk_host, 2, 0.003, 1, 2};
-    return prof_measure_gemm(c, p, &g, err);
+    int rc = prof_measure_gemm(c, p, &g, err);
+    if (rc || !p->tf32) return rc;
+    /* --tf32: the same grid with CUBLAS_COMPUTE_32F_FAST_TF32 (dhp run --tf32's
+     * GEMMs), kept beside the fp32 grid the efficiencies come from */
+    cost_profile_gemm fp32[COST_PROFILE_MAX_GEMM];
+    int n = p->n_gemm;
+    memcpy(fp32, p->gemm, sizeof fp32);
+    if (!(rc = ex_backend_tf32(c->be, true, err))) rc = prof_measure_gemm(c, p, &g, err);
+    int off = ex_backend_tf32(c->be, false, err);
+    for (int i = 0; i < n && i < p->n_gemm && !rc; i++) p->gemm_tf32_s[i] = p->gemm[i].seconds;
+    memcpy(p->gemm, fp32, sizeof fp32);
+    p->n_gemm = n;
+    return rc ? rc : off;
 }
 
 static int one_sequence(int seq) { (void)seq; return 1; }

@@ -15,6 +15,7 @@
 typedef struct {
     bool quick;                   /* a few seconds instead of about a minute */
     const ex_backend *be;         /* required: the backend timed (ex_backend_pick) */
+    bool tf32;                    /* also the GEMM grid on TF32 tensor cores (--tf32: peak_flops_tf32) */
     /* optional: run once the rank's device is chosen, before any timing
      * (the CLI checks the CUDA kernels against the CPU backend); a failure
      * stops the profile with its message. */

@@ -24,6 +24,8 @@
  *   run as on a GPU. ncclCommGetAsyncError reports ncclInvalidUsage when a
  *   receive and its send disagree on the size (MPI truncation), where real
  *   NCCL would hang or corrupt.
+ * - Shutdown order: ncclCommFinalize, polled until its operations are
+ *   done, before ncclCommDestroy; a destroy out of that order aborts.
  * What is not:
  * - Device memory is host memory: cudaMalloc is malloc, cudaMemcpy* with
  *   any kind is memmove, and cudaPointerGetAttributes calls every pointer
@@ -327,12 +329,16 @@ typedef enum { ncclSum = 0, ncclMax = 3 } ncclRedOp_t;
 #define NCCL_UNIQUE_ID_BYTES 128
 typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
 
+#define EMU_COMM_STREAMS 8
 struct emu_nccl {
     MPI_Comm comm;
     int rank, size;
     bool aborted;
     ncclResult_t async;
     struct emu_boot *boot;                  /* the set-up while in progress (tests/ncclemu_init.h) */
+    int finalize;                           /* 0: not asked; 1: ncclCommFinalize in progress; 2: quiescent */
+    cudaStream_t streams[EMU_COMM_STREAMS]; /* the streams its operations were posted on (the first few) */
+    int n_streams;
 };
 typedef struct emu_nccl *ncclComm_t;
 
@@ -371,9 +377,43 @@ static inline ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 
 #include "tests/ncclemu_init.h"
 
+/* Shutdown in NCCL >= 2.14's documented order: ncclCommFinalize (on a
+ * non-blocking communicator ncclInProgress, ncclCommGetAsyncError then
+ * ncclInProgress until every operation posted on it has completed: here
+ * its streams' MPI requests), then ncclCommDestroy once the state is
+ * ncclSuccess. A destroy without the finalize, or before it completed
+ * (operations still outstanding), aborts naming which, as the other guards
+ * do; ncclCommAbort needs neither. */
+static inline ncclResult_t ncclCommFinalize(ncclComm_t c)
+{
+    if (!c || c->aborted || c->boot || c->finalize) return ncclInvalidUsage;
+    /* DHP_EMU_DROP_FINALIZE=1: the call is lost, as if comm_nccl.c never made
+     * it (tests/t_comm_nccl.sh: the destroy's check must catch it) */
+    static int drop = -1;
+    if (drop < 0) drop = getenv("DHP_EMU_DROP_FINALIZE") && atoi(getenv("DHP_EMU_DROP_FINALIZE")) == 1;
+    if (drop) return ncclSuccess;
+    c->finalize = 1;
+    return ncclInProgress;
+}
+static inline bool emu_quiescent(ncclComm_t c)
+{
+    for (int i = 0; i < c->n_streams; i++) {
+        if (c->streams[i]->stalled) return false;
+        emu_stream_progress(c->streams[i]);
+        if (c->streams[i]->n) return false;
+    }
+    return true;
+}
 static inline ncclResult_t ncclCommDestroy(ncclComm_t c)
 {
     if (!c) return ncclSuccess;
+    if (!c->aborted && !c->boot && c->finalize != 2) {
+        fprintf(stderr, "ncclemu shutdown: ncclCommDestroy of a communicator (rank %d of %d) %s: NCCL >= 2.14 asks for "
+                "ncclCommFinalize, its state polled to ncclSuccess, first\n", c->rank, c->size,
+                c->finalize ? "whose ncclCommFinalize has not completed (operations outstanding)" : "never finalized");
+        fflush(stderr);
+        abort();
+    }
     if (!c->aborted && !c->boot) MPI_Comm_free(&c->comm);
     emu_boot_free(c->boot);
     free(c);
@@ -388,6 +428,11 @@ static inline ncclResult_t ncclCommAbort(ncclComm_t c)
 }
 static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r)
 {
+    if (c->finalize == 1 && !c->aborted && c->async == ncclSuccess) {
+        if (emu_quiescent(c)) c->finalize = 2;
+        *r = c->finalize == 2 ? ncclSuccess : ncclInProgress;
+        return ncclSuccess;
+    }
     if (c->boot && !c->aborted && c->async == ncclSuccess) {
         ncclResult_t b = emu_boot_progress(c);
         if (b != ncclInProgress) c->async = b;
@@ -415,6 +460,9 @@ static inline ncclResult_t emu_post_recv(ncclComm_t c, cudaStream_t s, int rc, M
 {
     if (rc != MPI_SUCCESS) return ncclSystemError;
     s->owner = c;
+    bool known = false;
+    for (int i = 0; i < c->n_streams; i++) known = known || c->streams[i] == s;
+    if (!known && c->n_streams < EMU_COMM_STREAMS) c->streams[c->n_streams++] = s;
     return emu_stream_add(s, r, t, want) == cudaSuccess ? ncclSuccess : ncclSystemError;
 }
 static inline ncclResult_t emu_post(ncclComm_t c, cudaStream_t s, int rc, MPI_Request r)

@@ -27,18 +27,21 @@ train() {
 # losses and same_losses: tests/lib.sh
 
 
-# check_memory NAME TEST: `dhp simulate`'s prediction of NAME.json per rank and category is what the run
-# (NAME.log, --log-json) allocated: parameters, gradients, optimizer, hand-off and pipeline buffers, ZeRO
-# buffers to the byte; activations within 0.1% (the executor's few sequence-offset integers per slot)
+# check_memory NAME TEST: `dhp simulate`'s prediction of NAME.json per rank and category, for the backend
+# the run said it used (NAME.err; the CUDA backend's cuBLASLt workspace), is what the run (NAME.log,
+# --log-json) allocated: parameters, gradients, optimizer, hand-off and pipeline buffers, ZeRO buffers and
+# the workspace to the byte; activations within 0.1% (the executor's few sequence-offset integers per slot)
 check_memory() {
-    local name=$1 test=$2 out
-    "$DHP" simulate "$T/$name.json" --json >"$T/$name.sim.json" 2>"$T/err" || { fail "$test" "$(head -c 300 "$T/err")"; return; }
+    local name=$1 test=$2 out be
+    be=$(sed -n 's/^backend: \(cpu\|cuda\).*/\1/p' "$T/$name.err" "$T/$name.log" 2>/dev/null | head -1)
+    [ -n "$be" ] || { fail "$test" "the run did not say its backend"; return; }
+    "$DHP" simulate "$T/$name.json" --backend "$be" --json >"$T/$name.sim.json" 2>"$T/err" || { fail "$test" "$(head -c 300 "$T/err")"; return; }
     if out=$(/usr/bin/python3 - "$T/$name.sim.json" "$T/$name.log" 2>&1 <<'PY'
 import json, sys
 sim = json.load(open(sys.argv[1]))
 last = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")][-1]
 cats = [("params", ["params"]), ("grads", ["grads"]), ("optim", ["optim"]), ("activations", ["activations", "logits"]),
-        ("comm", ["comm"]), ("zero_buffers", ["zero_buffers"])]
+        ("comm", ["comm"]), ("zero_buffers", ["zero_buffers"]), ("workspace", ["workspace"])]
 worst = 0
 for q, r in enumerate(last["ranks"]):
     for c, terms in cats:
@@ -46,7 +49,7 @@ for q, r in enumerate(last["ranks"]):
         tol = 1e-3 * g if c == "activations" else 0
         if abs(p - g) > tol: sys.exit(f"rank {q} {c}: predicted {p:.0f} B, allocated {g:.0f} B")
         if g: worst = max(worst, abs(p - g) / g)
-print(f"worst {worst:.1e}")
+print(f"{sim['backend']}, workspace {last['ranks'][0]['peak_bytes'].get('workspace', 0):.0f} B a rank, worst {worst:.1e}")
 PY
     ); then echo "# $name memory: $out"; ok "$test"; else fail "$test" "$out"; fi
 }

@@ -5,7 +5,8 @@
 # DP, TP, ZeRO-3, disaggregated, pipeline, the LLM's context parallelism) run
 # with `dhp-emu run --backend cuda` give the CPU backend's losses and final
 # weights and moments of the same plan within 1e-5 and its memory peaks by
-# category exactly; (b) a checkpoint written
+# category exactly, but the cuBLASLt workspace `dhp simulate --backend cuda`
+# predicts; (b) a checkpoint written
 # by either backend resumes on the other with the uninterrupted run's
 # continuation; (c) `dhp run --backend cuda` on a machine without a usable
 # GPU exits 2 with one line, and the default says which backend in one line;
@@ -87,13 +88,16 @@ check_backends() {
         fail "backend_cuda_emu_matches_cpu_$name" "weights: $wo"; return
     fi
     # the backend's allocator counts device memory as the CPU's does: every rank's peaks by category equal
-    # (t_run.sh checks the CPU's against the planner's prediction)
+    # but the CUDA backend's cuBLASLt workspace (t_run.sh checks the CPU's against the planner's prediction,
+    # check_memory below the emulated CUDA run's)
     local mo
     if ! mo=$(/usr/bin/python3 - "$T/${name}_cpu.log" "$T/${name}_cuda.log" <<'PY'
 import json, sys
 last = [[json.loads(l) for l in open(f) if l.startswith('{')][-1] for f in sys.argv[1:]]
 a, b = ([r["peak_bytes"] for r in x["ranks"]] for x in last)
+ws = [(r.pop("workspace"), s.pop("workspace")) for r, s in zip(a, b)]
 if a != b: sys.exit(f"peak bytes differ: cpu {a} cuda-emu {b}")
+if any(c != 0 or g != 32 << 20 for c, g in ws): sys.exit(f"workspace (cpu, cuda-emu) per rank: {ws}, not (0, 32 MiB)")
 PY
     ); then fail "backend_cuda_emu_matches_cpu_$name" "$mo"; return; fi
     # the CUDA kernels sum in other orders than the CPU's: bit-identical weights would mean they did not run
@@ -103,6 +107,7 @@ PY
     fi
     echo "# $name: $lo; weights $(echo "$wo" | head -1)"
     ok "backend_cuda_emu_matches_cpu_$name"
+    check_memory "${name}_cuda" "backend_cuda_emu_memory_is_predicted_$name"
 }
 
 plan dp2 colocated "vision:dp=2;llm:dp=2,zero=0" --gpus 2

@@ -57,8 +57,17 @@ plan cp_ring_tp2 colocated "vision:dp=4;llm:sp=2,tp=2,seqpar=1" --gpus 4 && comp
 # --comm: the choice in one log line; bad values and NCCL where it cannot run, one error line
 if [ -f "$T/dp2.json" ]; then
     timeout 120 mpirun --oversubscribe -np 2 "$DHP_EMU" run "$T/dp2.json" --data "$T/data" --steps 1 --comm nccl >"$T/line.out" 2>&1
+    rc=$?
     if grep -qE '^comm: nccl [0-9.]+ \(--comm; one NCCL communicator per rank group\)$' "$T/line.out"; then ok comm_nccl_log_line
     else fail comm_nccl_log_line "$(head -c 300 "$T/line.out")"; fi
+    # shutdown: every communicator finalized, its operations done, before it is destroyed (the emulator
+    # aborts a destroy out of that order); with the finalize dropped (DHP_EMU_DROP_FINALIZE) it is caught
+    timeout 120 mpirun --oversubscribe -np 2 -x DHP_EMU_DROP_FINALIZE=1 "$DHP_EMU" run "$T/dp2.json" --data "$T/data" \
+        --steps 1 --comm nccl >"$T/nofin.out" 2>&1
+    if [ "$rc" = 0 ] && ! grep -q 'ncclemu shutdown' "$T/line.out" \
+       && grep -qE '^ncclemu shutdown: ncclCommDestroy of a communicator \(rank [0-9]+ of [0-9]+\) never finalized' "$T/nofin.out"; then
+        ok comm_nccl_finalizes_before_destroy
+    else fail comm_nccl_finalizes_before_destroy "exit $rc: $(grep -m2 -v '^[- ]' "$T/line.out" "$T/nofin.out" | head -c 300)"; fi
     timeout 120 mpirun --oversubscribe -np 2 "$DHP" run "$T/dp2.json" --data "$T/data" --steps 1 >"$T/line.out" 2>&1
     if grep -qx 'comm: mpi (default with the CPU backend)' "$T/line.out"; then ok comm_default_is_mpi_on_the_cpu_backend
     else fail comm_default_is_mpi_on_the_cpu_backend "$(head -c 300 "$T/line.out")"; fi

@@ -195,7 +195,7 @@ fi
 if [ -n "${DHP_EMU:-}" ] && [ -x "$DHP_EMU" ]; then
     np=1 launch=()
     command -v mpirun >/dev/null 2>&1 && np=2 launch=(mpirun --oversubscribe -np 2)
-    if "${launch[@]}" "$DHP_EMU" profile --backend cuda --quick -o "$T/eg.json" --cluster-out "$T/ec.json" \
+    if "${launch[@]}" "$DHP_EMU" profile --backend cuda --tf32 --quick -o "$T/eg.json" --cluster-out "$T/ec.json" \
            >"$T/eout" 2>"$T/eerr" \
        && grep -q '^backend: cuda-emu' "$T/eout" && grep -q 'cuda kernels    match the CPU backend' "$T/eout" \
        && /usr/bin/python3 - "$T/eg.json" "$T/ec.json" "$np" <<'PY' 2>"$T/err"
@@ -207,6 +207,10 @@ assert "linear_forward" in m["gemm"]["kernel"] and len(m["gemm"]["shapes"]) == 8
 assert len(m["attention"]) == 4 and all(a["fwd_seconds"] > 0 and a["bwd_seconds"] > 0 for a in m["attention"]), m["attention"]
 assert "the cuda-emu backend's kernels" in g["peak_flops"]["source"], g["peak_flops"]["source"]
 assert g["kernel_launch_s"]["value"] > 0 and g["hbm_bw"]["value"] > 0, g
+# --tf32: the grid again on TF32 (the emulator rounds the operands), fitted into the field dhp plan --tf32 prices at
+assert g["peak_flops_tf32"]["value"] > 0 and "CUBLAS_COMPUTE_32F_FAST_TF32" in g["peak_flops_tf32"]["source"], g["peak_flops_tf32"]
+assert all(s["tf32_seconds"] > 0 and s["tf32_model_seconds"] > 0 for s in m["gemm"]["shapes"]), m["gemm"]["shapes"]
+assert c["pools"][0]["gpu"]["peak_flops_tf32"]["value"] == g["peak_flops_tf32"]["value"]
 pool = c["pools"][0]
 assert c["name"] == "cuda-%d" % n and pool["gpus_per_node"] == n and "compute_speed" not in pool, c["name"]
 assert pool["gpu"]["name"] == "cuda-emu"
@@ -220,8 +224,26 @@ PY
            -o "$T/ep.json" >"$T/out" 2>"$T/err" && grep -q 'cuda-emu' "$T/out"; then
         ok profile_cuda_emulated_cluster_prices_a_plan
     else fail profile_cuda_emulated_cluster_prices_a_plan "$(head -c 400 "$T/err")"; fi
+    # --tf32 plans price fp32 GEMMs at the measured peak_flops_tf32: halve it, the GEMMs take longer
+    if /usr/bin/python3 - "$T/ec.json" "$T/ec_slow.json" <<'PY' 2>"$T/err"
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["pools"][0]["gpu"]["peak_flops_tf32"]["value"] /= 2
+json.dump(c, open(sys.argv[2], "w"))
+PY
+    then
+        tf32_step() { "$DHP" simulate --model tiny-vl --cluster "$1" --vision-tokens 64 --batch 2 --precision fp32 --tf32 \
+                      --strategy 'vision:dp=1;llm:dp=1' --json 2>>"$T/err" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step_time_s"])'; }
+        a=$(tf32_step "$T/ec.json"); b=$(tf32_step "$T/ec_slow.json")
+        if [ -n "$a" ] && [ -n "$b" ] && /usr/bin/python3 -c "import sys; sys.exit(0 if $b > $a else 1)"; then
+            echo "# tf32 step on the emulated profile: ${a} s, at half its peak_flops_tf32 ${b} s"; ok profile_tf32_rate_prices_tf32_plans
+        else fail profile_tf32_rate_prices_tf32_plans "step $a s vs $b s: $(head -c 300 "$T/err")"; fi
+    else fail profile_tf32_rate_prices_tf32_plans "$(head -c 300 "$T/err")"; fi
 else fail profile_cuda_emulated_writes_both_files "DHP_EMU (build/dhp-emu) not built: make build/dhp-emu"; fi
 expect_err profile_unknown_backend "unknown backend 'tpu'" "$DHP" profile --backend tpu
+# --tf32 on the CPU backend: dhp run's line (executor/backend_pick.c ex_backend_tf32), before any measuring
+expect_err profile_tf32_refused_on_the_cpu_backend '^dhp profile: --tf32: backend cpu has no TF32 mode \(a tensor-core format; it computes fp32 GEMMs exactly\)' \
+    "$DHP" profile --tf32 --quick
 expect_err profile_gemm_fp32_is_gone "unknown option '--gemm-fp32'" "$DHP" profile --gemm-fp32
 expect_err profile_bad_option "unknown option '--frobnicate'" "$DHP" profile --frobnicate
 expect_err profile_missing_file_name "-o needs a file name" "$DHP" profile -o

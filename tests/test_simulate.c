@@ -528,6 +528,37 @@ TEST(simulate_memory_per_rank_uses_the_schedule_slots)
     CHECK_NEAR(both.total, ev.peak_mem, 1e-12);
 }
 
+/* The backend's own workspace (planner/backend.c): the CUDA backend's
+ * cuBLASLt workspace once a rank under the dhp target, however many modules
+ * the rank holds; none on the CPU backend, none under the Megatron target
+ * (its reserved_bytes estimate holds the libraries' workspaces). */
+TEST(simulate_memory_counts_the_cuda_workspace_once_a_rank)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    const double ws = (double)PLAN_CUDA_LT_WORKSPACE_BYTES;
+    CHECK_OK(make_plan("", PLAN_COLOCATED, 1, 1, 4, &p));
+    p.target = PLAN_TARGET_DHP;
+    plan_sim_mem cuda, cpu;
+    p.backend = PLAN_BACKEND_CPU;
+    CHECK_OK(plan_sim_memory(&p, 0, &cpu, err));
+    plan_options o = plan_options_of(&p);
+    plan_eval ev_cpu, ev_cuda;
+    CHECK_OK(plan_evaluate(&p, &o, &ev_cpu, err));
+    p.backend = PLAN_BACKEND_CUDA;
+    CHECK_OK(plan_sim_memory(&p, 0, &cuda, err));
+    o = plan_options_of(&p);
+    CHECK_OK(plan_evaluate(&p, &o, &ev_cuda, err));
+    CHECK_NEAR(cuda.workspace, ws, 1e-9);
+    CHECK_NEAR(cpu.workspace, 0, 1e-9);
+    CHECK_NEAR(cuda.total - cpu.total, ws, 1e-3);
+    CHECK_NEAR(ev_cuda.peak_mem - ev_cpu.peak_mem, ws, 1e-3);   /* two modules, counted once */
+    CHECK_NEAR(cuda.total, ev_cuda.peak_mem, 1e-3);
+    p.target = PLAN_TARGET_MEGATRON;
+    CHECK_OK(plan_sim_memory(&p, 0, &cuda, err));
+    CHECK_NEAR(cuda.workspace, 0, 1e-9);
+}
+
 TEST(simulate_refuses_what_the_schedule_does_not_run)
 {
     static plan_t p;

@@ -114,7 +114,7 @@ void util_mem_reset_peaks(void)
 const char *util_mem_cat_name(util_mem_cat cat)
 {
     static const char *names[UTIL_MEM_NCAT] = {
-        "other", "parameters", "gradients", "optimizer", "activations", "comm_buffers", "zero_buffers"
+        "other", "parameters", "gradients", "optimizer", "activations", "comm_buffers", "zero_buffers", "workspace"
     };
     return (unsigned)cat < UTIL_MEM_NCAT ? names[cat] : "?";
 }

@@ -114,6 +114,7 @@ typedef enum {
     UTIL_MEM_ACTIV,
     UTIL_MEM_COMM,
     UTIL_MEM_ZERO,     /* ZeRO-3 gathered units and ZeRO-2/3 gradient buckets */
+    UTIL_MEM_WORKSPACE, /* a backend library's own workspace (the CUDA backend's cuBLASLt) */
     UTIL_MEM_NCAT
 } util_mem_cat;
 

@@ -1,0 +1,25 @@
+/* The backend a memory prediction is for, and the bytes it allocates
+ * outside the layout (planner/backend.h). */
+#include "planner/planner.h"
+
+#include <string.h>
+
+static const char *const backend_names[PLAN_NBACKEND] = { "cuda", "cpu" };
+
+const char *plan_backend_name(plan_backend b) { return b >= 0 && b < PLAN_NBACKEND ? backend_names[b] : "?"; }
+
+int plan_backend_parse(const char *s, plan_backend *out)
+{
+    for (int b = 0; b < PLAN_NBACKEND; b++)
+        if (s && !strcmp(s, backend_names[b])) {
+            *out = (plan_backend)b;
+            return UTIL_OK;
+        }
+    return UTIL_EINVAL;
+}
+
+double plan_backend_workspace_bytes(const plan_options *o)
+{
+    if (o->target != PLAN_TARGET_DHP || o->backend != PLAN_BACKEND_CUDA) return 0;
+    return (double)PLAN_CUDA_LT_WORKSPACE_BYTES;
+}

@@ -1,0 +1,16 @@
+/* The backend a memory prediction is for (dhp memory / simulate / plan
+ * --backend; dhp run: the one it picked), and what that backend allocates
+ * beside the buffers planner/layout.c lists. Included by planner.h, and by
+ * executor/cuda_gemm.cuh for the workspace's size (one owner). */
+#ifndef DHP_PLANNER_BACKEND_H
+#define DHP_PLANNER_BACKEND_H
+
+/* The CUDA backend's cuBLASLt workspace, allocated once per process on its
+ * first GEMM: cuBLAS's recommended size for Hopper (cuBLAS documentation,
+ * cublasSetWorkspace: "32 MiB for Hopper"), enough for Ampere's 4 MiB. */
+#define PLAN_CUDA_LT_WORKSPACE_BYTES ((size_t)32 << 20)
+
+/* CUDA first: a plan is for GPUs unless told (dhp run's default where a GPU is visible). */
+typedef enum { PLAN_BACKEND_CUDA = 0, PLAN_BACKEND_CPU, PLAN_NBACKEND } plan_backend;
+
+#endif
