@@ -9,7 +9,8 @@
 #     bf16-mixed run's losses: ZeRO-3 gathers its linears' weights in bf16
 #     and the rest in fp32 (planner/precision_zero3.c), so every op reads
 #     what it reads under ZeRO 0-2; (b) bf16-mixed tracks fp32; (c) the CPU
-#     backend's bf16 run and the emulated CUDA one agree, on a ZeRO-3 plan;
+#     backend's bf16 run (fp32 attention) and the emulated CUDA one (bf16
+#     attention on tensor cores, tests/cudaemu_wmma.h) agree, on a ZeRO-3 plan;
 #     (d) `dhp simulate` predicts every rank's memory by category (the bf16
 #     weight copy or ZeRO-3's bf16 shard and gather buffers, the GEMM
 #     staging) as the run allocates it, and a resumed run is the straight one
@@ -56,6 +57,12 @@
 # ways), which bench/bf16_curve.sh measures beside the bf16 runs (~10 runs of
 # 100 steps, out of make test): S = 10.5%; bf16-mixed vs fp32 8.1% at worst,
 # 2 ranks vs 1 rank 2.0%: within it.
+# (c) The CUDA backend's attention is bf16 under bf16-mixed (q, k, v, P and dS rounded, u each, fp32
+# statistics: executor/cuda_attention16.cuh; within its derived bound of fp32 per element,
+# tests/test_attention16.c), the CPU backend's fp32, so (c) holds the layouts' flips of (a) plus the
+# attention's share of (b)'s bf16-vs-fp32 gap. That share is small: (b) measured 2.48e-5 with fp32
+# attention and 2.80e-5 with bf16 attention (4 steps), and (c) 6.0e-6 before the attention went bf16,
+# 3.9e-6 after (the layouts' flips dominate both): (a)'s 2^-12 stays, 8x above all of (b).
 . "$(dirname "$0")/lib.sh"
 if ! command -v mpirun >/dev/null 2>&1; then skip bf16 "mpirun not found"; exit 0; fi
 if [ -z "${DHP_EMU:-}" ] || [ ! -x "$DHP_EMU" ]; then fail bf16 "DHP_EMU (build/dhp-emu) not built: make build/dhp-emu"; exit 0; fi
@@ -132,9 +139,10 @@ expect_err tf32_refused_on_the_cpu_backend '^dhp run: --tf32: backend cpu has no
 expect_err tf32_plan_needs_fp32 'precision bf16-mixed has none \(its linears are bf16\): use --precision fp32' \
     "$DHP" plan $SETUP --tf32 --placement colocated --strategy "vision:dp=1;llm:dp=1" --gpus 1 -o "$T/no.json"
 
-# (c) the CPU backend runs bf16-mixed the same way (the same roundings, sgemm on the widened operands),
-# here on the ZeRO-3 plan (its bf16 shard, the two gathers, the widening) with tp and Ulysses sp on a bf16
-# wire (MPI's bf16 sum there, the emulated NCCL's ncclBfloat16 sum in the emulated CUDA run: one op)
+# (c) the CPU backend runs bf16-mixed's linears the same way (the same roundings, sgemm on the widened
+# operands) and its attention in fp32 (see Tolerances), here on the ZeRO-3 plan (its bf16 shard, the two
+# gathers, the widening) with tp and Ulysses sp on a bf16 wire (MPI's bf16 sum there, the emulated NCCL's
+# ncclBfloat16 sum in the emulated CUDA run: one op)
 RUN_DHP=$DHP
 cp "$T/sp2_tp2.json" "$T/cpu_run.json"
 if train cpu_run --backend cpu; then
