@@ -30,8 +30,8 @@ const char *cli_setup_help =
     "                        default AdamW, per-parameter loops)\n"
     "  --tf32                precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32): priced at the\n"
     "                        GPU's TF32 peak instead of its fp32 (CUDA-core) peak\n"
-    "  --backend B           the dhp target's memory on the backend dhp run uses: cuda (default: its\n"
-    "                        cuBLASLt workspace, 32 MiB a GPU) or cpu (none)\n"
+    "  --backend B           the dhp target's memory on the backend dhp run uses: cuda (its cuBLASLt\n"
+    "                        workspace, 32 MiB a GPU) or cpu (none); default: the cluster's device's\n"
     "  --json                machine-readable output on stdout\n";
 
 void cli_setup_default(cli_setup *s)
@@ -39,6 +39,7 @@ void cli_setup_default(cli_setup *s)
     memset(s, 0, sizeof *s);
     s->model = "qwen2.5-vl-32b";
     s->cluster = "8xh100";
+    s->backend = PLAN_BACKEND_DEVICE;
     s->batch = 8;
     s->images = -1;
     s->vision_tokens = -1;   /* cli_setup_load: 16384, or what a fixed-size CLIP tower takes */

@@ -36,7 +36,7 @@ void plan_options_default(plan_options *o)
     o->zero3 = PLAN_ZERO3_UNITS;
     o->adamw = PLAN_ADAMW_FUSED;
     o->tf32 = false;
-    o->backend = PLAN_BACKEND_CUDA;
+    o->backend = PLAN_BACKEND_DEVICE;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
      * dynamic (activation) memory is the allowance we keep for that. */
     o->fragmentation = 0.10;
@@ -344,7 +344,7 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
         out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A, o);
     }
     out->reserved = g->reserved_bytes;
-    out->workspace = plan_backend_workspace_bytes(o);
+    out->workspace = plan_backend_workspace_bytes(o, g);
     out->fragmentation = o->fragmentation * (out->activations + out->logits + out->comm + out->zero_buffers);
     out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations
                + out->logits + out->comm + plan_mem_once(out) + out->fragmentation;

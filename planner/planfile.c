@@ -209,6 +209,7 @@ static int parse_workload(const cJSON *root, const char *what, plan_workload *w,
 int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
 {
     memset(p, 0, sizeof *p);
+    p->backend = PLAN_BACKEND_DEVICE;   /* not in the file: the device's unless --backend says (cli_setup_backend) */
     char buf[64];
     int rc;
     long v;

@@ -231,7 +231,7 @@ typedef struct {
     plan_zero3 zero3;
     plan_adamw adamw;
     bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
-    plan_backend backend;         /* the backend memory is predicted for (--backend; default cuda) */
+    plan_backend backend;         /* the backend memory is predicted for (--backend; default the device's) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
     double overlap;               /* fraction of DP communication hidden behind backward, default 0.8 */
 } plan_options;
@@ -260,7 +260,9 @@ int plan_backend_parse(const char *s, plan_backend *out);
  * buffers, under the dhp target: the CUDA backend's cuBLASLt workspace
  * (PLAN_CUDA_LT_WORKSPACE_BYTES); the CPU backend's none. The Megatron
  * target's reserved_bytes estimate holds its libraries' workspaces. */
-double plan_backend_workspace_bytes(const plan_options *o);
+double plan_backend_workspace_bytes(const plan_options *o, const cost_gpu *g);
+/* b, or where b is PLAN_BACKEND_DEVICE the backend device g runs. */
+plan_backend plan_backend_on(plan_backend b, const cost_gpu *g);
 /* What a rank holds once whatever modules it holds: the reservation and the backend's workspaces. */
 static inline double plan_mem_once(const plan_mem *m) { return m->reserved + m->workspace; }
 /* tf32 asks for TF32 tensor cores on fp32 GEMMs: one line unless the precision is fp32. */
