@@ -120,18 +120,18 @@ $(BUILD)/obj/%.cu.o: %.cu
 # launch's blocks one after another, a thread per CUDA thread, with
 # __syncthreads as a barrier, and stands in for cuBLAS with OpenBLAS.
 CXX ?= g++
-$(BUILD)/obj/tests/cuda_kernels_emu.o: executor/cuda_kernels.cu tests/cudaemu.h tests/cudaemu_lt.h
+$(BUILD)/obj/tests/cuda_kernels_emu.o: executor/cuda_kernels.cu tests/cudaemu.h tests/cudaemu_lt.h tests/cudaemu_wmma.h
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror $(CXXFLAGS) -DEX_CUDA_EMU -I. -MMD -MP -include tests/cudaemu.h \
 	  -x c++ -c -o $@ $<
 
-$(BUILD)/obj/tests/cuda_kernels_emu_dhp.o: executor/cuda_kernels.cu tests/cudaemu.h tests/cudaemu_lt.h
+$(BUILD)/obj/tests/cuda_kernels_emu_dhp.o: executor/cuda_kernels.cu tests/cudaemu.h tests/cudaemu_lt.h tests/cudaemu_wmma.h
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror $(CXXFLAGS) -DEX_CUDA_EMU -DEX_CUDA_EMU_AS_CUDA -DCUDAEMU_GUARD \
 	  -I. -MMD -MP -include tests/cudaemu.h -x c++ -c -o $@ $<
 
 # The guard's own check (tests/t_backend.sh).
-$(BUILD)/emu_guard_check: tests/emu/guard_check.cpp tests/cudaemu.h tests/cudaemu_lt.h
+$(BUILD)/emu_guard_check: tests/emu/guard_check.cpp tests/cudaemu.h tests/cudaemu_lt.h tests/cudaemu_wmma.h
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++20 $(OPT) -g -Wall -Wextra -Werror $(CXXFLAGS) -DCUDAEMU_GUARD -I. -include tests/cudaemu.h \
 	  -o $@ $< $(LDFLAGS) -lopenblas

@@ -20,12 +20,16 @@
 # a lower bound of what bf16 can do, not an upper one; the script reports
 # both curves against S and exits 1 unless both stay within it (and the
 # unperturbed resume is the straight fp32 run to the bit).
-# Measured (CPU backend, 2026-12-05, the blocks' activations saved in bf16):
-# S = 10.5% (rounded to nearest: 10.5% at step 60; toward zero 5.3%; away
-# from zero 5.7%); bf16-mixed vs fp32 8.4% at worst (step 80), 5.8% at step
-# 100; bf16-mixed on 2 ranks (Ulysses + TP) vs 1 rank 4.5% at worst (step
-# 80), 2.5% at step 100: both within S. (With fp32 activations: 8.1% and
-# 6.0%; 2.0% and 0.27%.)
+# Measured (CPU backend, 2026-12-05): S = 10.5% (rounded to nearest: 10.5%
+# at step 60; toward zero 5.3%; away from zero 5.7%); bf16-mixed vs fp32
+# 8.1% at worst (step 80), 6.0% at step 100; bf16-mixed on 2 ranks (Ulysses
+# + TP, their activation collectives on the bf16 wire: executor/tp_wire.c)
+# vs 1 rank 2.4% at worst (step 57), 0.59% at step 100 (2.0% and 0.27% with
+# an fp32 wire): both within S.
+# With the blocks' activations saved in bf16 (measured before the bf16
+# wire and attention landed, not yet re-measured with them): bf16-mixed vs
+# fp32 8.4% at worst (step 80), 5.8% at step 100; 2 ranks vs 1 4.5% at worst
+# (step 80), 2.5% at step 100: both within S.
 #
 # usage: bench/bf16_curve.sh [OUTDIR]   (DHP: the dhp binary, default ./dhp)
 set -u

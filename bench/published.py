@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """dhp's GPU predictions against published training runs (issue 22).
 
-Reads ../shared/calibration/published.tsv (120 published runs and kernel /
-collective measurements with their sources). Every row becomes one of:
+Reads bench/published.tsv (120 published runs and kernel / collective
+measurements with their sources; the repository's copy of
+../shared/calibration/published.tsv, corrected where a source says otherwise:
+each correction is in the row's notes). Every row becomes one of:
 
 * a check row: a training run dhp can express. The row's exact
   configuration goes through `dhp plan --strategy ... --target megatron`
@@ -118,9 +120,15 @@ def llama_model(layers, hidden, heads, kv, ffn, vocab):
 
 
 def mpt_model(layers, hidden, heads, vocab):
-    """MPT (llm-foundry): no biases (no_bias: true), LayerNorm, GELU 4h, tied embeddings."""
+    """MPT as llm-foundry's benchmarks ran it (scripts/train/benchmarking/submit_benchmarks.py at
+    b2a43a147 runs llm-foundry v0.3.0 with the scripts/train/yamls/pretrain/mpt-*.yaml, which set
+    no no_bias): llmfoundry/models/mpt/configuration_mpt.py v0.3.0 defaults no_bias False, so every
+    linear and LayerNorm has a bias (the README's NumParams, e.g. 12,853,954,560 for 13b at seq 2048,
+    is 12 h^2 L + 9 h L of biases + 4 h L + 2 h of LayerNorms + V h + 2048 h of learned positions);
+    LayerNorm, GELU 4h, tied embeddings. The learned positions (one add per token) are left out."""
     return {"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": heads, "ffn": 4 * hidden,
-            "ffn_kind": "gelu", "norm": "layernorm", "vocab": vocab, "tied_embeddings": True}
+            "ffn_kind": "gelu", "norm": "layernorm", "qkv_bias": True, "out_bias": True, "mlp_bias": True,
+            "vocab": vocab, "tied_embeddings": True}
 
 
 def model_params(m):
@@ -192,7 +200,9 @@ class Skip(Exception):
         self.kind = kind
 
 
-def family(src):
+def family(src, gpu=""):
+    if "torchtitan docs/performance.md" in src:   # its Llama 3 rows ran on A100s, its 405B row on Grand Teton H100s
+        return "torchtitan-h100" if "H100" in gpu else "torchtitan-a100"
     keys = [("Narayanan et al. SC'21 Table 1", "narayanan-t1"), ("Narayanan et al. SC'21 Table 2", "narayanan-t2"),
             ("Table 5", "korthikanti-t5"), ("MLSys'23 abstract", "korthikanti-abs"), ("Fig.1", "korthikanti-fig1"),
             ("MegaScale", "megascale"), ("DistTrain", "disttrain"), ("NeMo", "nemo"), ("Megatron-Bridge", "nemo"),
@@ -209,7 +219,7 @@ def family(src):
 
 def interpret(r, idx):
     """Row -> case dict, or raises Skip."""
-    src, fam = r["source"], family(r["source"])
+    src, fam = r["source"], family(r["source"], r["gpu"])
     prec, metric, notes = r["precision"].lower(), r["metric"], r["notes"]
     if fam == "gemm":
         if "fp8" in prec:
@@ -247,9 +257,9 @@ def interpret(r, idx):
     if "96GB" in gpu or "94GB" in gpu:
         c["hbm_gib"] = 96 if "96GB" in gpu else 94
     c["hbm_bw"] = None
-    if "H100 96GB" in gpu and fam.startswith("torchtitan"):
+    if "H100" in gpu and ("HBM2e" in gpu or "96GB" in gpu) and fam.startswith("torchtitan"):   # Grand Teton
         c["hbm_bw"] = GRAND_TETON_HBM_BW
-        inferred.append("Grand Teton H100 96GB HBM2e: 2.4 TB/s (the source's Hardware section); peak TFLOP/s "
+        inferred.append("Grand Teton H100 HBM2e: 2.4 TB/s (the benchmarks' Hardware section); peak TFLOP/s "
                         f"unknown (between SXM and NVL, the source says): {GRAND_TETON_PEAK / 1e12:.0f} at its "
                         "500 W limit, the SXM and NVL datasheet peaks interpolated by power")
     zero = r["zero_or_fsdp"]
@@ -297,6 +307,12 @@ def interpret(r, idx):
             raise Skip("unexpressible", "eager PyTorch: unfused element-wise ops (dhp prices fused kernels, as torch.compile)")
         c["model"] = llama_model(L, h, heads, kv, ffn, V)
         c["precision"] = "bf16-autocast"   # FSDP2 mixed precision: fp32 sharded weights, bf16 compute
+        if fam != "torchtitan-asynctp":
+            # torchtitan/optimizer.py build_optimizers of 2024 (3faaa1a0d, 9dec370): fused =
+            # optimizer.fused (a store_true flag, unset in the train_configs), foreach = not fused;
+            # by 2025-06 (the async TP file) optimizer.implementation defaults to "fused"
+            c["adamw"] = "foreach"
+            inferred.append("AdamW foreach (torchtitan's optimizer.fused of 2024 defaults to false: foreach=True)")
         if fam == "torchtitan-asynctp":
             gb = mb * dp
             seq = 8192
@@ -319,6 +335,21 @@ def interpret(r, idx):
         heads = heads or MPT_HEADS[r["model"]]
         c["model"] = mpt_model(L, h, heads, V)
         c["precision"] = "bf16-pure" if "PURE" in r["precision"] else "bf16-autocast"
+        # What the runs were (scripts/train/benchmarking/ at b2a43a147, where these rows entered the
+        # README): sweep.sh's image mosaicml/pytorch:2.1.0_cu121 and submit_benchmarks.py's llm-foundry
+        # v0.3.0 (Composer 0.16.3), no torch.compile, so eager PyTorch; unlike torchtitan's eager rows
+        # (Llama: RMSNorm, RoPE, SwiGLU as chains of small kernels) MPT's element-wise work is one
+        # kernel per op in eager too (F.layer_norm, GELU, the residual adds; FSDP's bf16 param_dtype
+        # keeps the residual stream bf16), which is what dhp prices, so the rows are kept.
+        c["adamw"] = "foreach"
+        inferred.append("eager PyTorch 2.1 (sweep.sh image, no torch.compile): expressed, MPT's element-wise ops "
+                        "are single kernels in eager too; its attention (attn_impl triton: llm-foundry v0.3.0's "
+                        "Triton FlashAttention on triton-pre-mlir) is priced as FlashAttention-2, not modelled")
+        inferred.append("Composer 0.16.3's DecoupledAdamW (a per-parameter loop of 8 unfused kernels): --adamw foreach")
+        inferred.append("mixed_precision DEFAULT (Composer 0.16.3 get_mixed_precision: param and buffer dtype bf16, "
+                        "no reduce_dtype, which torch 2.1 FSDP then takes from param_dtype: bf16 reduce-scatters) "
+                        "priced as bf16-autocast (fp32 gradient reduction: over-priced, mostly hidden); PURE (row 79) "
+                        "as bf16-pure, whose bf16 master weights FSDP does not keep (its shards stay fp32)")
         inferred.append("H100 cluster links as the 2x8xh100 preset" if c["gpu"] == "h100" else
                         "A100 links: 1600 Gb/s RoCE per node = 8 x 200G, as the 16x8xa100 preset")
     elif fam in ("fa2-t1", "fa-train"):
@@ -424,6 +455,8 @@ def run_dhp(dhp, c, tmp):
            "--strategy", strategy_of(c), "-o", ppath, "--json"]
     if c.get("zero3"):
         cmd[-3:-3] = ["--zero3", c["zero3"]]
+    if c.get("adamw"):
+        cmd[-3:-3] = ["--adamw", c["adamw"]]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1][:200]}
@@ -536,7 +569,7 @@ def fmt_stats(s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dhp", default=os.path.join(ROOT, "dhp"))
-    ap.add_argument("--tsv", default=os.path.join(ROOT, "..", "shared", "calibration", "published.tsv"))
+    ap.add_argument("--tsv", default=os.path.join(HERE, "published.tsv"))
     ap.add_argument("--venv", default=os.path.join(ROOT, "build", "bench-venv"))
     ap.add_argument("--no-estimators", action="store_true", help="dhp only")
     ap.add_argument("--json", help="write every row's figures here")

@@ -31,6 +31,7 @@ typedef struct {
     plan_target target;
     bool target_given;
     plan_zero3 zero3;
+    plan_adamw adamw;
     bool tf32;
     plan_backend backend;     /* --backend: what memory is predicted for */
     bool backend_given;

@@ -25,10 +25,13 @@ const char *cli_setup_help =
     "  --zero3 Z             the megatron target's ZeRO-3: units (one gather per layer, hidden behind the\n"
     "                        compute: FSDP; default) or deepspeed-2021 (DeepSpeed v0.3-0.4: one per weight\n"
     "                        tensor, the GPU drained before each)\n"
+    "  --adamw A             the megatron target's AdamW step: fused (one pass over the states: apex,\n"
+    "                        DeepSpeed, torch fused=True; default) or foreach (one pass per op: torch's\n"
+    "                        default AdamW, per-parameter loops)\n"
     "  --tf32                precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32): priced at the\n"
     "                        GPU's TF32 peak instead of its fp32 (CUDA-core) peak\n"
-    "  --backend B           the dhp target's memory on the backend dhp run uses: cuda (default: its\n"
-    "                        cuBLASLt workspace, 32 MiB a GPU) or cpu (none)\n"
+    "  --backend B           the dhp target's memory on the backend dhp run uses: cuda (its cuBLASLt\n"
+    "                        workspace, 32 MiB a GPU) or cpu (none); default: the cluster's device's\n"
     "  --json                machine-readable output on stdout\n";
 
 void cli_setup_default(cli_setup *s)
@@ -36,6 +39,7 @@ void cli_setup_default(cli_setup *s)
     memset(s, 0, sizeof *s);
     s->model = "qwen2.5-vl-32b";
     s->cluster = "8xh100";
+    s->backend = PLAN_BACKEND_DEVICE;
     s->batch = 8;
     s->images = -1;
     s->vision_tokens = -1;   /* cli_setup_load: 16384, or what a fixed-size CLIP tower takes */
@@ -102,6 +106,15 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         (*i)++;
         return 1;
     }
+    if (!strcmp(a, "--adamw")) {
+        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
+        if (plan_adamw_parse(val, &s->adamw)) {
+            cli_usage_error(cmd, "--adamw: '%s' is not fused or foreach", val);
+            return 2;
+        }
+        (*i)++;
+        return 1;
+    }
     if (!strcmp(a, "--backend")) {
         if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
         if (plan_backend_parse(val, &s->backend)) {
@@ -123,6 +136,7 @@ void cli_setup_options(const cli_setup *s, plan_options *o)
     o->precision = s->precision;
     o->target = s->target_given ? s->target : plan_target_default(s->precision);
     o->zero3 = s->zero3;
+    o->adamw = s->adamw;
     o->tf32 = s->tf32;
     o->backend = s->backend;
 }

@@ -187,6 +187,11 @@ typedef enum {
     COST_BROADCAST
 } cost_coll;
 
+/* dhp profile names a CPU it measured COST_CPU_DEVICE_PREFIX + host: a
+ * description of the CPU backend's ranks, not of a GPU. */
+#define COST_CPU_DEVICE_PREFIX "CPU-"
+bool cost_gpu_is_cpu(const cost_gpu *g);
+
 /* Loading. Names are matched case-insensitively against the shipped files. */
 int cost_gpu_load(const char *name, cost_gpu *g, char *err);
 int cost_gpu_count(void);

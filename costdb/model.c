@@ -3,6 +3,7 @@
 #include "costdb/costdb.h"
 
 #include <math.h>
+#include <string.h>
 
 /* s(x) = x / (x + gemm_half): fraction of the large-shape rate a GEMM keeps
  * when one of its dimensions is x (tile/wave quantization and the lower
@@ -300,4 +301,9 @@ double cost_compute_speed(const cost_pool *p, int busy)
     if (p->n_speed <= 0 || busy < 1) return 1.0;
     if (busy <= p->n_speed) return p->speed[busy - 1];
     return p->speed[p->n_speed - 1] * p->n_speed / busy;
+}
+
+bool cost_gpu_is_cpu(const cost_gpu *g)
+{
+    return !strncmp(g->name, COST_CPU_DEVICE_PREFIX, strlen(COST_CPU_DEVICE_PREFIX));
 }

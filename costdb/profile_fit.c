@@ -384,7 +384,7 @@ int cost_prof_derive(cost_profile *p, char *err)
         gpu->hbm_bw = fmax(fmax(p->copy_bw, p->scale_bw), fmax(p->add_bw, p->triad_bw));
         gpu->hbm_bytes = p->phys_bytes / p->ranks;
         gpu->reserved_bytes = p->used_bytes / p->ranks;
-        snprintf(gpu->name, sizeof gpu->name, "CPU-%.59s", p->host);
+        snprintf(gpu->name, sizeof gpu->name, COST_CPU_DEVICE_PREFIX "%.59s", p->host);
     }
     gpu->mem_eff = fmin(1.0, p->ew_bw / gpu->hbm_bw);
     gpu->kernel_launch_s = p->launch_s;

@@ -90,6 +90,12 @@ typedef struct ex_backend {
      * off: exact fp32, the default). NULL where the backend has no TF32 mode
      * (the CPU backend: --tf32 refuses it, ex_backend_tf32). */
     void (*set_tf32)(bool on);
+    /* the attention entries below in bf16 from now on (on: q, k, v, dout
+     * rounded to bf16, products on tensor cores, fp32 statistics and
+     * accumulators, executor/cuda_attention16.cuh; off: fp32, the default):
+     * bf16-mixed and -autocast (executor/precision.c). NULL where the
+     * backend's attention is fp32 only (the CPU backend). */
+    void (*set_attention_bf16)(bool on);
     void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w,
                             int n, int d, float eps);
     void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp,
@@ -233,7 +239,9 @@ int ex_cuda_sync(char *err);
  * attention (GQA, two sequences, causal and not), ring attention's pieces and
  * transpose_blocks, cross-entropy, AdamW, sumsq and the gather / scatter-add
  * of rows on the same random inputs; *worst =
- * the largest |cuda - cpu| / max |cpu| over their outputs, `what` its name. */
+ * the largest |cuda - cpu| / max |cpu| over their outputs, `what` its name;
+ * and the bf16 attention against the device's fp32 one (a failure past its
+ * own tolerance, 2^-5 of the largest value). */
 int ex_cuda_check(double *worst, char *what, size_t what_len, char *err);
 
 #endif

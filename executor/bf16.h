@@ -35,4 +35,17 @@ static inline EX_BF16_HD float ex_bf16_to_f32(ex_bf16 b)
     return f;
 }
 
+/* inout[i] = bf16(in[i] + inout[i]): one step of a bf16 sum (the
+ * activation collectives under bf16, executor/tp_wire.c), added in fp32 and
+ * rounded back as NCCL's bf16 reductions do. Commutative, so every rank of a
+ * collective gets the same bits whatever order its algorithm pairs them in.
+ * One definition for the MPI communicator's user op (executor/comm_mpi.c)
+ * and the emulated NCCL's (tests/ncclemu.h), so they agree bit for bit. */
+static inline void ex_bf16_sum_into(const void *in, void *inout, size_t n)
+{
+    const ex_bf16 *a = (const ex_bf16 *)in;
+    ex_bf16 *b = (ex_bf16 *)inout;
+    for (size_t i = 0; i < n; i++) b[i] = ex_bf16_from_f32(ex_bf16_to_f32(a[i]) + ex_bf16_to_f32(b[i]));
+}
+
 #endif

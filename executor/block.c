@@ -8,28 +8,6 @@
 
 #include <string.h>
 
-/* ----------------------------------------------------------- collectives */
-
-void ex_tp_allreduce(ex_module *md, float *x, size_t n)
-{
-    if (md->tp > 1 && !md->comm_rc) md->comm_rc = md->par.allreduce_sum(md->par.ctx, x, n);
-}
-
-void ex_tp_allreduce_max(ex_module *md, float *x, size_t n)
-{
-    if (md->tp > 1 && !md->comm_rc) md->comm_rc = md->par.allreduce_max(md->par.ctx, x, n);
-}
-
-void ex_tp_allgather(ex_module *md, const float *x, float *all, size_t n)
-{
-    if (!md->comm_rc) md->comm_rc = md->par.allgather(md->par.ctx, x, all, n);
-}
-
-static void tp_reduce_scatter(ex_module *md, const float *x, float *mine, size_t n)
-{
-    if (!md->comm_rc) md->comm_rc = md->par.reduce_scatter(md->par.ctx, x, mine, n);
-}
-
 const char *ex_comm_what(const ex_module *md)
 {
     const char *sp = plan_cp_of(&md->mm, &md->strat) == PLAN_CP_RING ? "ring attention exchange" : "sequence-parallel alltoall";
@@ -85,7 +63,7 @@ static float *region_partial(ex_module *md, float *out) { return md->seqpar ? md
 
 static void region_leave(ex_module *md, float *partial, float *out)
 {
-    if (md->seqpar) tp_reduce_scatter(md, partial, out, (size_t)ex_norm_rows(md) * md->d);
+    if (md->seqpar) ex_tp_reduce_scatter(md, partial, out, (size_t)ex_norm_rows(md) * md->d);
     else ex_tp_allreduce(md, out, (size_t)md->n_rows * md->d);
 }
 
@@ -101,7 +79,7 @@ static float *region_grad_partial(ex_module *md) { return md->seqpar ? md->a.tp_
 
 static void region_enter_grad(ex_module *md, float *partial)
 {
-    if (md->seqpar) tp_reduce_scatter(md, partial, md->a.dln, (size_t)ex_norm_rows(md) * md->d);
+    if (md->seqpar) ex_tp_reduce_scatter(md, partial, md->a.dln, (size_t)ex_norm_rows(md) * md->d);
     else ex_tp_allreduce(md, md->a.dln, (size_t)md->n_rows * md->d);
 }
 
@@ -123,7 +101,7 @@ static void sp_heads_to_rows(const ex_backend *be, ex_module *md, float *dst, co
     size_t blk = (size_t)nh / sp * md->hd, chunk = (size_t)Nl * blk;
     be->transpose_blocks(md->a.sp_pack, src, Nl, sp, blk);        /* [Nl][sp][blk] -> [sp][Nl][blk] */
     float *recv = g > 1 ? md->a.sp_recv : dst;
-    if (!md->comm_rc) md->comm_rc = md->par.alltoall(md->par.ctx, md->a.sp_pack, recv, chunk);
+    ex_sp_alltoall(md, md->a.sp_pack, recv, chunk);
     if (g > 1) be->transpose_blocks(dst, recv, sp, g, (size_t)(Nl / g) * blk);   /* [sp][g][..] -> [g][sp][..] */
 }
 
@@ -139,7 +117,7 @@ static void sp_rows_to_heads(const ex_backend *be, ex_module *md, float *dst, co
         send = md->a.sp_pack;
         recv = md->a.sp_recv;
     }
-    if (!md->comm_rc) md->comm_rc = md->par.alltoall(md->par.ctx, send, recv, chunk);
+    ex_sp_alltoall(md, send, recv, chunk);
     be->transpose_blocks(dst, recv, sp, Nl, blk);                 /* [sp][Nl][blk] -> [Nl][sp][blk] */
 }
 
@@ -298,7 +276,7 @@ void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, 
     region_enter_grad(md, dpart);
     ex_norm_backward(be, md, dres, dln1, dln1b, s->dln, a->x, w->ln1, a->mean1, a->rstd1, Nl);
     if (partial_norms) {
-        ex_tp_allreduce(md, s->tp_grads, n_norm);
+        ex_tp_allreduce_f32(md, s->tp_grads, n_norm);   /* weight gradients: fp32 */
         be->add_inplace(gw->ln1, s->tp_grads, (size_t)d);
         be->add_inplace(gw->ln2, s->tp_grads + d, (size_t)d);
         if (ln) {

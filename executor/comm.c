@@ -60,7 +60,7 @@ void comm_set_async_check(comm_async_fn fn) { g_async_check = fn; }
 
 size_t comm_dtype_size(comm_dtype t)
 {
-    return t == COMM_F64 ? sizeof(double) : t == COMM_I32 ? sizeof(int) : t == COMM_F32 ? sizeof(float) : 1;
+    return t == COMM_F64 ? sizeof(double) : t == COMM_I32 ? sizeof(int) : t == COMM_F32 ? sizeof(float) : t == COMM_BF16 ? 2 : 1;
 }
 
 int comm_fail(ex_comm *c, const char *fmt, ...)
@@ -284,6 +284,8 @@ int ex_comm_allreduce_sum_f64(ex_comm *c, double *buf, size_t n)
 { return allreduce(c, buf, n, COMM_F64, COMM_SUM, "allreduce(sum f64)"); }
 int ex_comm_allreduce_max_int(ex_comm *c, int *buf, size_t n)
 { return allreduce(c, buf, n, COMM_I32, COMM_MAX, "allreduce(max int)"); }
+int ex_comm_allreduce_sum_bf16(ex_comm *c, uint16_t *buf, size_t n)
+{ return allreduce(c, buf, n, COMM_BF16, COMM_SUM, "allreduce(sum bf16)"); }
 
 typedef int (*chunked_fn)(ex_comm *c, const float *send, float *recv, size_t n);
 
@@ -300,8 +302,21 @@ static int chunked(ex_comm *c, chunked_fn fn, const float *send, float *recv, si
 
 int ex_comm_allgather(ex_comm *c, const float *send, float *recv, size_t n)
 { return chunked(c, c->ops->allgather, send, recv, n, "allgather"); }
+static int reduce_scatter(ex_comm *c, const void *send, void *recv, size_t n, comm_dtype t, const char *call)
+{
+    size_t esz = comm_dtype_size(t);
+    if (need_bufs(c, n, send, recv, call)) return UTIL_ERUNTIME;
+    if (c->self) return copy(c, recv, send, n * esz);
+    if (comm_check_live(c, call)) return UTIL_ERUNTIME;
+    int rc = c->ops->reduce_scatter(c, send, recv, n, t);
+    if (rc == UTIL_OK) c->bytes += (uint64_t)(c->size - 1) * n * esz;
+    return rc;
+}
+
 int ex_comm_reduce_scatter(ex_comm *c, const float *send, float *recv, size_t n)
-{ return chunked(c, c->ops->reduce_scatter, send, recv, n, "reduce_scatter"); }
+{ return reduce_scatter(c, send, recv, n, COMM_F32, "reduce_scatter"); }
+int ex_comm_reduce_scatter_bf16(ex_comm *c, const uint16_t *send, uint16_t *recv, size_t n)
+{ return reduce_scatter(c, send, recv, n, COMM_BF16, "reduce_scatter(bf16)"); }
 int ex_comm_alltoall(ex_comm *c, const float *send, float *recv, size_t chunk)
 { return chunked(c, c->ops->alltoall, send, recv, chunk, "alltoall"); }
 

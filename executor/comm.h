@@ -67,6 +67,11 @@ int ex_comm_allreduce_max_int(ex_comm *c, int *buf, size_t n);        /* in plac
 int ex_comm_allgather(ex_comm *c, const float *send, float *recv, size_t n);
 /* recv[0 .. n) = sum over ranks of their send[rank * n .. (rank+1) * n) */
 int ex_comm_reduce_scatter(ex_comm *c, const float *send, float *recv, size_t n);
+/* The same sums over bfloat16 elements (executor/bf16.h): every partial sum
+ * rounded to bf16, as NCCL's ncclBfloat16 (MPI: a user op of ex_bf16_sum_into);
+ * the activation collectives under bf16 (executor/tp_wire.c). */
+int ex_comm_allreduce_sum_bf16(ex_comm *c, uint16_t *buf, size_t n);
+int ex_comm_reduce_scatter_bf16(ex_comm *c, const uint16_t *send, uint16_t *recv, size_t n);
 /* chunk r of send goes to rank r; chunk r of recv comes from rank r */
 int ex_comm_alltoall(ex_comm *c, const float *send, float *recv, size_t chunk);
 int ex_comm_bcast(ex_comm *c, void *buf, size_t bytes, int root);

@@ -16,7 +16,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum { COMM_F32, COMM_F64, COMM_I32, COMM_BYTE } comm_dtype;
+/* COMM_BF16: bfloat16 (executor/bf16.h); its sum rounds every partial sum to
+ * bf16 (ex_bf16_sum_into), as NCCL's ncclBfloat16 does. */
+typedef enum { COMM_F32, COMM_F64, COMM_I32, COMM_BYTE, COMM_BF16 } comm_dtype;
 typedef enum { COMM_SUM, COMM_MAX } comm_redop;
 size_t comm_dtype_size(comm_dtype t);
 
@@ -52,7 +54,7 @@ typedef struct ex_comm_ops {
     int (*barrier)(ex_comm *c);
     int (*allreduce)(ex_comm *c, void *buf, size_t n, comm_dtype t, comm_redop op);
     int (*allgather)(ex_comm *c, const float *send, float *recv, size_t n);
-    int (*reduce_scatter)(ex_comm *c, const float *send, float *recv, size_t n);
+    int (*reduce_scatter)(ex_comm *c, const void *send, void *recv, size_t n, comm_dtype t);   /* COMM_F32 or COMM_BF16 sums */
     int (*alltoall)(ex_comm *c, const float *send, float *recv, size_t chunk);
     int (*bcast)(ex_comm *c, void *buf, size_t bytes, int root);
     int (*gather_bytes)(ex_comm *c, const void *send, void *recv, size_t bytes, int root);

@@ -4,6 +4,7 @@
  * comm_poll, which owns the timeout. MPI takes int counts: calls above
  * ex_comm_set_max_piece elements are split in pieces. The NCCL
  * implementation uses these operations for data in host memory. */
+#include "executor/bf16.h"
 #include "executor/comm.h"
 #include "executor/comm_int.h"
 #include "util/util.h"
@@ -58,20 +59,43 @@ static int mpi_barrier(ex_comm *c)
 
 static MPI_Datatype mpi_type(comm_dtype t)
 {
-    return t == COMM_F32 ? MPI_FLOAT : t == COMM_F64 ? MPI_DOUBLE : t == COMM_I32 ? MPI_INT : MPI_BYTE;
+    return t == COMM_F32 ? MPI_FLOAT : t == COMM_F64 ? MPI_DOUBLE : t == COMM_I32 ? MPI_INT : t == COMM_BF16 ? MPI_UINT16_T : MPI_BYTE;
+}
+
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    (void)dt;
+    ex_bf16_sum_into(in, inout, (size_t)*len);
+}
+
+/* MPI's op for a sum of t: bf16 sums through a user op (commutative), created once. */
+static int sum_op(ex_comm *c, comm_dtype t, MPI_Op *op)
+{
+    static MPI_Op bf16_op = MPI_OP_NULL;
+    *op = MPI_SUM;
+    if (t != COMM_BF16) return UTIL_OK;
+    if (bf16_op == MPI_OP_NULL) {
+        int rc = MPI_Op_create(bf16_sum, 1, &bf16_op);
+        if (rc != MPI_SUCCESS) return mpi_check(c, rc, "MPI_Op_create(bf16 sum)");
+    }
+    *op = bf16_op;
+    return UTIL_OK;
 }
 
 /* In place, in pieces of max_piece elements. */
 static int mpi_allreduce(ex_comm *c, void *buf, size_t n, comm_dtype t, comm_redop op)
 {
-    static const char *names[2][3] = { { "MPI_Allreduce(sum)", "MPI_Allreduce(sum f64)", "MPI_Allreduce(sum int)" },
-                                       { "MPI_Allreduce(max)", "MPI_Allreduce(max f64)", "MPI_Allreduce(max int)" } };
-    const char *call = names[op == COMM_MAX][t == COMM_F64 ? 1 : t == COMM_I32 ? 2 : 0];
+    static const char *names[2][4] = {
+        { "MPI_Allreduce(sum)", "MPI_Allreduce(sum f64)", "MPI_Allreduce(sum int)", "MPI_Allreduce(sum bf16)" },
+        { "MPI_Allreduce(max)", "MPI_Allreduce(max f64)", "MPI_Allreduce(max int)", "MPI_Allreduce(max bf16)" } };
+    const char *call = names[op == COMM_MAX][t == COMM_F64 ? 1 : t == COMM_I32 ? 2 : t == COMM_BF16 ? 3 : 0];
     size_t esz = comm_dtype_size(t), piece = comm_max_piece();
+    MPI_Op mop = MPI_MAX;
+    if (t == COMM_BF16 && op == COMM_MAX) return comm_fail(c, "%s: not supported", call);
+    if (op == COMM_SUM && sum_op(c, t, &mop)) return UTIL_ERUNTIME;
     for (size_t o = 0; o < n; o += piece) {
         MPI_Request req;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + o * esz, (int)min_sz(piece, n - o), mpi_type(t),
-                                op == COMM_MAX ? MPI_MAX : MPI_SUM, c->mpi, &req);
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + o * esz, (int)min_sz(piece, n - o), mpi_type(t), mop, c->mpi, &req);
         if ((rc = finish(c, rc, &req, call))) return rc;
     }
     return UTIL_OK;
@@ -136,17 +160,19 @@ static int mpi_gather_bytes(ex_comm *c, const void *send, void *recv, size_t byt
 
 /* Reduce-scatter of equal chunks; above max_piece, one MPI_Reduce per piece
  * and root (MPI's predefined sums do not take the strided derived type). */
-static int mpi_reduce_scatter(ex_comm *c, const float *send, float *recv, size_t n)
+static int mpi_reduce_scatter(ex_comm *c, const void *send, void *recv, size_t n, comm_dtype t)
 {
-    const char *call = "MPI_Reduce_scatter_block";
-    size_t piece = comm_max_piece();
+    const char *call = t == COMM_BF16 ? "MPI_Reduce_scatter_block(bf16)" : "MPI_Reduce_scatter_block";
+    size_t piece = comm_max_piece(), esz = comm_dtype_size(t);
     MPI_Request req;
-    if (n <= piece) return finish(c, MPI_Ireduce_scatter_block(send, recv, (int)n, MPI_FLOAT, MPI_SUM, c->mpi, &req), &req, call);
+    MPI_Op op;
+    if (sum_op(c, t, &op)) return UTIL_ERUNTIME;
+    if (n <= piece) return finish(c, MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type(t), op, c->mpi, &req), &req, call);
     int rc = UTIL_OK;
     for (size_t o = 0; o < n && rc == UTIL_OK; o += piece)
         for (int r = 0; r < c->size && rc == UTIL_OK; r++)
-            rc = finish(c, MPI_Ireduce(send + (size_t)r * n + o, r == c->rank ? recv + o : NULL, (int)min_sz(piece, n - o),
-                                       MPI_FLOAT, MPI_SUM, r, c->mpi, &req), &req, call);
+            rc = finish(c, MPI_Ireduce((const char *)send + ((size_t)r * n + o) * esz, r == c->rank ? (char *)recv + o * esz : NULL,
+                                       (int)min_sz(piece, n - o), mpi_type(t), op, r, c->mpi, &req), &req, call);
     return rc;
 }
 
@@ -230,7 +256,7 @@ static int mpi_post_coll(ex_comm *c, ex_request *r, const float *send, float *re
     if (n > comm_max_piece()) {
         r->kind = REQ_DONE;
         return r->allreduce ? mpi_allreduce(c, recv, n, COMM_F32, COMM_SUM)
-             : r->reduce    ? mpi_reduce_scatter(c, send, recv, n) : mpi_allgather(c, send, recv, n);
+             : r->reduce    ? mpi_reduce_scatter(c, send, recv, n, COMM_F32) : mpi_allgather(c, send, recv, n);
     }
     mpi_req *m = util_calloc(1, sizeof *m + sizeof(MPI_Request));
     if (!m) return comm_fail(c, "comm: out of memory for a request");

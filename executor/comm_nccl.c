@@ -387,7 +387,7 @@ static int host_gather_bytes(ex_comm *c, const void *send, void *recv, size_t by
 
 static ncclDataType_t nccl_type(comm_dtype t)
 {
-    return t == COMM_F32 ? ncclFloat32 : t == COMM_F64 ? ncclFloat64 : t == COMM_I32 ? ncclInt32 : ncclUint8;
+    return t == COMM_F32 ? ncclFloat32 : t == COMM_F64 ? ncclFloat64 : t == COMM_I32 ? ncclInt32 : t == COMM_BF16 ? ncclBfloat16 : ncclUint8;
 }
 
 static int nccl_allreduce(ex_comm *c, void *buf, size_t n, comm_dtype t, comm_redop op)
@@ -411,12 +411,12 @@ static int nccl_allgather(ex_comm *c, const float *send, float *recv, size_t n)
     return rc ? rc : finish(c, ncclAllGather(send, recv, n, ncclFloat32, s->nccl, s->stream), "ncclAllGather");
 }
 
-static int nccl_reduce_scatter(ex_comm *c, const float *send, float *recv, size_t n)
+static int nccl_reduce_scatter(ex_comm *c, const void *send, void *recv, size_t n, comm_dtype t)
 {
-    if (!on_device(recv)) return host_path(c) ? UTIL_ERUNTIME : comm_mpi_ops.reduce_scatter(c, send, recv, n);
+    if (!on_device(recv)) return host_path(c) ? UTIL_ERUNTIME : comm_mpi_ops.reduce_scatter(c, send, recv, n, t);
     int rc = begin(c, "ncclReduceScatter");
     nccl_state *s = state(c);
-    return rc ? rc : finish(c, ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, s->nccl, s->stream), "ncclReduceScatter");
+    return rc ? rc : finish(c, ncclReduceScatter(send, recv, n, nccl_type(t), ncclSum, s->nccl, s->stream), "ncclReduceScatter");
 }
 
 /* All-to-all as grouped sends and receives, one pair per other rank; the

@@ -2,7 +2,9 @@
  * (one translation unit, as llm.c's llmc/ headers; the sticky error, the
  * launch macro and the helpers are its own): self-attention over
  * variable-length sequences, and ring attention's pieces over a block of keys
- * with the merge of partial results by their log-sum-exp. */
+ * with the merge of partial results by their log-sum-exp. In fp32 here; in
+ * bf16 on tensor cores (the same entry points, ring attention's pieces
+ * included) in cuda_attention16.cuh. */
 /* ------------------------------------------------------------ attention
  * Flash-style tiles of TILE query rows x TILE key rows of one (sequence, head),
  * head_dim handled in chunks of TILE columns, so shared memory (3 to 6 tiles
@@ -149,6 +151,17 @@ static __device__ att_view att_view_of(const att_geom &g, const float *k, const 
     return a;
 }
 
+/* The same for a (sequence, kv head) block of the dk/dv kernels (kh, vh unused). */
+static __device__ att_view att_kv_view_of(const att_geom &g, int H, int Hkv, int hd)
+{
+    att_view a = {};
+    att_seq(g, blockIdx.x, &a.s0, &a.len, &a.ks0, &a.klen);
+    a.qs = (size_t)H * hd;
+    a.ks = (size_t)Hkv * hd;
+    a.scale = 1.0f / sqrtf((float)hd);
+    return a;
+}
+
 /* Attention forward, q[n, H, hd], k/v[n, Hkv, hd], out[n, H, hd], lse[n, H]
  * (flash-attention varlen): sequence s holds rows cu[s] .. cu[s+1]-1 and
  * attends within itself (causal: keys j <= row); query head h reads kv head
@@ -280,10 +293,10 @@ static __global__ void attention_backward_dkdv_kernel(float *dk, float *dv, cons
     __shared__ att_tile qt, kt, gt, vt, pt, dst;
     __shared__ float row_D[TILE], row_L[TILE];
     int kvh = blockIdx.y, group = H / Hkv, t = threadIdx.x, col = t % TILE;
-    int s0, len, ks0, klen;
-    att_seq(g, blockIdx.x, &s0, &len, &ks0, &klen);
-    size_t qs = (size_t)H * hd, ks = (size_t)Hkv * hd;
-    float scale = 1.0f / sqrtf((float)hd);
+    const att_view kv = att_kv_view_of(g, H, Hkv, hd);
+    const int s0 = kv.s0, len = kv.len, ks0 = kv.ks0, klen = kv.klen;
+    const size_t qs = kv.qs, ks = kv.ks;
+    const float scale = kv.scale;
     for (int j0 = blockIdx.z * TILE; j0 < klen; j0 += gridDim.z * TILE) {
         int jn = imin(TILE, klen - j0);
         size_t ko = (size_t)(ks0 + j0) * ks + (size_t)kvh * hd;
@@ -324,6 +337,15 @@ static __global__ void attention_backward_dkdv_kernel(float *dk, float *dv, cons
     }
 }
 
+#include "executor/cuda_attention16.cuh"
+
+/* bf16 attention on tensor cores (cuda_attention16.cuh) instead of fp32:
+ * on under bf16-mixed and bf16-autocast (executor/precision.c sets it; one
+ * process runs one precision). */
+static bool g_att_bf16;
+
+static void cuda_set_attention_bf16(bool on) { g_att_bf16 = on; }
+
 /* Attention shapes the kernels take; notes a failure otherwise. */
 static bool att_shape_ok(int nseq, int H, int Hkv, int hd)
 {
@@ -345,7 +367,10 @@ static void att_forward(float *out, float *lse, const float *q, const float *k, 
                         int H, int Hkv, int hd, bool causal)
 {
     if (nseq <= 0 || !att_shape_ok(nseq, H, Hkv, hd)) return;
-    EX_LAUNCH(attention_forward_kernel, att_grid(nseq, H), THREADS, out, lse, q, k, v, g, H, Hkv, hd, causal);
+    if (g_att_bf16)
+        EX_LAUNCH(attention16_forward_kernel, att_grid(nseq, H), THREADS, out, lse, q, k, v, g, H, Hkv, hd, causal);
+    else
+        EX_LAUNCH(attention_forward_kernel, att_grid(nseq, H), THREADS, out, lse, q, k, v, g, H, Hkv, hd, causal);
 }
 
 static void att_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
@@ -353,10 +378,16 @@ static void att_backward(float *dq, float *dk, float *dv, const float *dout, con
                          int hd, bool causal)
 {
     if (nseq <= 0 || !att_shape_ok(nseq, H, Hkv, hd)) return;
-    if (dq)
+    if (dq && g_att_bf16)
+        EX_LAUNCH(attention16_backward_dq_kernel, att_grid(nseq, H), THREADS, dq, dout, q, k, v, out, lse, g,
+                  H, Hkv, hd, causal);
+    else if (dq)
         EX_LAUNCH(attention_backward_dq_kernel, att_grid(nseq, H), THREADS, dq, dout, q, k, v, out, lse, g,
                   H, Hkv, hd, causal);
-    if (dk || dv)
+    if ((dk || dv) && g_att_bf16)
+        EX_LAUNCH(attention16_backward_dkdv_kernel, att_grid(nseq, Hkv), THREADS, dk, dv, dout, q, k, v, out,
+                  lse, g, H, Hkv, hd, causal);
+    else if (dk || dv)
         EX_LAUNCH(attention_backward_dkdv_kernel, att_grid(nseq, Hkv), THREADS, dk, dv, dout, q, k, v, out,
                   lse, g, H, Hkv, hd, causal);
 }

@@ -211,6 +211,67 @@ static void check_attention(checker *c, bool causal)
     compare(c, "attention_backward dv", Ddv, dv, kn);
 }
 
+/* The bf16 attention (set_attention_bf16: executor/cuda_attention16.cuh, WMMA
+ * on tensor cores) against the device's fp32 one on check_attention's inputs,
+ * forward and backward, causal and not. The emulator checks its rounding
+ * element by element within a derived bound (tests/test_attention16.c:
+ * largest |bf16 - fp32| / largest |fp32| 4.0e-3 there, about u = 2^-8); on
+ * the device only the tensor cores' summation order differs (2^-23-sized), so
+ * what this adds is the real fragment lane layout, warps and barriers, whose
+ * faults show as errors of the order of the values: allowed 2^-5 of the
+ * largest value (8 times the emulator's largest), reported apart from the
+ * fp32 kernels' worst. */
+#define ATT16_CHECK_TOLERANCE 0.03125
+
+static void compare16(checker *c, const char *name, const float *dev16, const float *dev32, size_t n)
+{
+    float *ref = host_buf(c, n, 0, 0);
+    if (c->rc) return;
+    c->gpu->d2h(ref, dev32, n * sizeof *ref);
+    double keep = c->worst;
+    char keep_what[sizeof c->what];
+    memcpy(keep_what, c->what, sizeof keep_what);
+    c->worst = 0;
+    compare(c, name, dev16, ref, n);
+    if (!c->rc && !(c->worst <= ATT16_CHECK_TOLERANCE))
+        c->rc = util_fail(c->err, UTIL_ERUNTIME, "cuda check: bf16 %s differs from the fp32 kernel by %.3g of its largest "
+                          "value (allowed %g)", name, c->worst, ATT16_CHECK_TOLERANCE);
+    c->worst = keep;
+    memcpy(c->what, keep_what, sizeof keep_what);
+}
+
+static void check_attention16(checker *c, bool causal)
+{
+    enum { N = 150, H = 4, HKV = 2, HD = 80 };
+    const int cu[3] = {0, 97, N};
+    size_t qn = (size_t)N * H * HD, kn = (size_t)N * HKV * HD, ln = (size_t)N * H;
+    float *q = host_buf(c, qn, 1, 2), *k = host_buf(c, kn, 2, 2), *v = host_buf(c, kn, 3, 1);
+    float *g = host_buf(c, qn, 4, 1), *z = host_buf(c, qn, 0, 0);
+    if (c->rc || !c->gpu->set_attention_bf16) return;
+    float *Dq = dev_f(c, q, qn), *Dk = dev_f(c, k, kn), *Dv = dev_f(c, v, kn), *Dg = dev_f(c, g, qn);
+    float *D[2][5];   /* [fp32, bf16][out, lse, dq, dk, dv] */
+    for (int i = 0; i < 2; i++) {
+        D[i][0] = dev_f(c, z, qn);
+        D[i][1] = dev_f(c, z, ln);
+        D[i][2] = dev_f(c, z, qn);
+        D[i][3] = dev_f(c, z, kn);
+        D[i][4] = dev_f(c, z, kn);
+    }
+    int *Dcu = dev_copy(c, cu, 3, sizeof(int));
+    if (c->rc) return;
+    for (int i = 0; i < 2; i++) {
+        c->gpu->set_attention_bf16(i == 1);
+        c->gpu->attention_forward(D[i][0], D[i][1], Dq, Dk, Dv, Dcu, 2, H, HKV, HD, causal);
+        /* both backwards from the fp32 forward's out and lse */
+        c->gpu->attention_backward(D[i][2], D[i][3], D[i][4], Dg, Dq, Dk, Dv, D[0][0], D[0][1], Dcu, 2, H, HKV, HD, causal);
+    }
+    c->gpu->set_attention_bf16(false);
+    const char *names[5] = { "attention_forward", "attention_forward lse", "attention_backward dq",
+                             "attention_backward dk", "attention_backward dv" };
+    size_t sizes[5] = { qn, ln, qn, kn, kn };
+    for (int a = 0; a < 5; a++) compare16(c, names[a], D[1][a], D[0][a], sizes[a]);
+}
+
 /* Ring attention's pieces: two sequences of 75 rows, every query over two
  * key blocks (0..29, 30..74) merged, their backward from the merged result;
  * and the Ulysses packing's transpose. */
@@ -313,6 +374,10 @@ int ex_cuda_check(double *worst, char *what, size_t what_len, char *err)
     check_attention(&c, false);
     release(&c);
     check_attention(&c, true);
+    release(&c);
+    check_attention16(&c, false);
+    release(&c);
+    check_attention16(&c, true);
     release(&c);
     check_ring(&c);
     release(&c);

@@ -420,6 +420,7 @@ static ex_backend make_table(void)
     t.rmsnorm_backward = cuda_rmsnorm_backward;
     t.rope_forward = cuda_rope_forward;
     t.rope_backward = cuda_rope_backward;
+    t.set_attention_bf16 = cuda_set_attention_bf16;
     t.attention_forward = cuda_attention_forward;
     t.attention_backward = cuda_attention_backward;
     t.attention_part_forward = cuda_attention_part_forward;

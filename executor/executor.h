@@ -77,6 +77,16 @@ typedef struct {
     bool seq_parallel;
     int (*allgather)(void *ctx, const float *send, float *all, size_t n);
     int (*reduce_scatter)(void *ctx, const float *send, float *recv, size_t n);
+    /* The activation collectives on a bf16 wire (planner/precision.c
+     * plan_act_wire_bf16; executor/tp_wire.c): the tp regions' all-reduces,
+     * all-gathers and reduce-scatters and Ulysses' all-to-alls move bf16
+     * (the gathers and all-to-alls two elements a float word through
+     * allgather and alltoall; the sums through these, each partial sum
+     * rounded to bf16). Needs allreduce_sum_bf16 where tp > 1 and
+     * reduce_scatter_bf16 under seq_parallel; false: everything fp32. */
+    bool wire_bf16;
+    int (*allreduce_sum_bf16)(void *ctx, uint16_t *buf, size_t n);
+    int (*reduce_scatter_bf16)(void *ctx, const uint16_t *send, uint16_t *recv, size_t n);
     /* Activation recomputation (plan_recompute): none keeps every block
      * activation for backward; selective re-runs the attention core and the
      * MLP activation in backward; full keeps each block's input only and

@@ -262,7 +262,7 @@ static double llm_cross_entropy(ex_model *em, ex_module *md, bool backward, floa
     be->ce_row_max(a->ce_mx, a->logits, Np, V);
     ex_tp_allreduce_max(md, a->ce_mx, (size_t)Np);
     be->ce_exp_sum(backward ? a->dlogits : NULL, a->ce_st, a->logits, a->ce_mx, em->targets_dev, Np, V, md->vocab0);
-    ex_tp_allreduce(md, a->ce_st, (size_t)2 * Np);
+    ex_tp_allreduce_f32(md, a->ce_st, (size_t)2 * Np);
     float *mx = em->host_ce, *st = em->host_ce + Np;   /* the rows' statistics, read on the host */
     be->d2h(mx, a->ce_mx, (size_t)Np * sizeof *mx);
     be->d2h(st, a->ce_st, (size_t)2 * Np * sizeof *st);

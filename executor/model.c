@@ -258,7 +258,7 @@ static int check_layout(const ex_module *md, const ex_parallel *par, char *err)
         return util_fail(err, UTIL_EINVAL, "executor: module %s: %d pipeline stages for %d blocks", n, par->pp_size, mm->layers);
     if (md->seqpar && (!par->allgather || !par->reduce_scatter))
         return util_fail(err, UTIL_EINVAL, "executor: module %s: sequence parallelism needs allgather and reduce_scatter", n);
-    return UTIL_OK;
+    return ex_wire_check(md, par, err);
 }
 
 /* ---------------------------------------------------------------- create */

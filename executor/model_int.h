@@ -248,10 +248,33 @@ int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stag
 int ex_llm_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err);
 int ex_llm_rows(const ex_model *em, const ex_module *md, const ex_batch *b);
 
-/* Collectives of the tensor-parallel group (no-ops at tp = 1); failures land in md->comm_rc. */
+/* tp_wire.c: collectives of the tensor-parallel group (the sums no-ops at
+ * tp = 1), Ulysses' all-to-all of the sp group, ring attention's messages; failures land in
+ * md->comm_rc. The activation collectives move bf16 under par.wire_bf16:
+ * ex_tp_allreduce, ex_tp_allgather, ex_tp_reduce_scatter, ex_sp_alltoall
+ * (their results are then bf16 values widened); ex_tp_allreduce_f32 (the
+ * cross-entropy's statistics, weight gradients) and _max stay fp32. */
 void ex_tp_allreduce(ex_module *md, float *x, size_t n);
+void ex_tp_allreduce_f32(ex_module *md, float *x, size_t n);
 void ex_tp_allreduce_max(ex_module *md, float *x, size_t n);
 void ex_tp_allgather(ex_module *md, const float *x, float *all, size_t n);
+void ex_tp_reduce_scatter(ex_module *md, const float *x, float *mine, size_t n);
+void ex_sp_alltoall(ex_module *md, const float *send, float *recv, size_t chunk);
+/* Ring attention's messages (executor/ring.c): ex_wire_p2p posts m into
+ * *req (p2p_start), on the bf16 wire packed into the staging's slot `slot`
+ * (two slots: a K/V pass and a gradient pass may be in flight together),
+ * its receives noted in u; once req is waited for, ex_wire_p2p_unpack
+ * widens them into m's receive buffers (a no-op off the wire). */
+typedef struct {
+    int n;
+    float *dst[4];
+    const uint16_t *src[4];
+    size_t len[4];
+} ex_wire_recv;
+void ex_wire_p2p(ex_module *md, const ex_p2p *m, int slot, ex_wire_recv *u, void **req);
+void ex_wire_p2p_unpack(ex_module *md, ex_wire_recv *u);
+/* The hooks a bf16 wire needs (model.c's layout check). */
+int ex_wire_check(const ex_module *md, const ex_parallel *par, char *err);
 const char *ex_comm_what(const ex_module *md);
 
 #endif

@@ -8,7 +8,10 @@
  * per-op cast), rounds its activation operand (backward: also the
  * incoming gradient) to bf16 in the module's staging buffers and calls the
  * backend's bf16 GEMM (fp32 accumulation, fp32 outputs and gradients).
- * Everything else (norms, attention, softmax, the loss, gradients, their
+ * The attention runs in bf16 where the backend has a bf16 attention
+ * (set_attention_bf16: the CUDA backend's tensor-core kernels, fp32
+ * statistics and accumulators), fp32 elsewhere (the CPU backend).
+ * Everything else (norms, softmax, the loss, gradients, their
  * reduction, AdamW) stays fp32. A weight outside every copy or an operand
  * larger than the staging is a failure the step's sync reports.
  * Under ZeRO-3 a module's weights live in its gathered units: the strategy
@@ -117,6 +120,8 @@ static int mixed_sync(char *err)
 
 const ex_backend *ex_precision_backend(const ex_backend *base, const plan_options *o)
 {
+    /* the attention (a backend's own entries) in the process's precision */
+    if (base && base->set_attention_bf16) base->set_attention_bf16(plan_runs_bf16(o));
     if (!plan_runs_bf16(o) || !base) return base;
     g.copy = plan_weight_copy_bytes(NULL, o) > 0;
     if (g.base != base) {

@@ -17,23 +17,28 @@
  * ranks before have summed; after the last step each rank receives its own. */
 #include "executor/model_int.h"
 
-/* Posts m's messages into *req (md->comm_rc keeps the first failure; then nothing more is posted). */
-static void post(ex_module *md, const ex_p2p *m, void **req)
+/* Tags of the two kinds of messages (ex_p2p.tag + buffer index), and their
+ * slots on the bf16 wire (executor/tp_wire.c). */
+enum { TAG_KV = 0, TAG_DKV = 4 };
+
+/* Posts m's messages into *req (md->comm_rc keeps the first failure; then
+ * nothing more is posted); on the bf16 wire, packed (tp_wire.c). */
+static void post(ex_module *md, const ex_p2p *m, ex_wire_recv *u, void **req)
 {
-    if (!md->comm_rc) md->comm_rc = md->par.p2p_start(md->par.ctx, m, req);
+    ex_wire_p2p(md, m, m->tag == TAG_KV ? 0 : 1, u, req);
 }
 
-static void wait(ex_module *md, void **req)
+/* Completes *req and widens what the wire brought into the receive buffers. */
+static void wait(ex_module *md, void **req, ex_wire_recv *kv, ex_wire_recv *dkv)
 {
     if (*req) {
         int rc = md->par.p2p_wait(md->par.ctx, *req);
         if (!md->comm_rc) md->comm_rc = rc;
     }
     *req = NULL;
+    ex_wire_p2p_unpack(md, kv);
+    if (dkv) ex_wire_p2p_unpack(md, dkv);
 }
-
-/* Tags of the two kinds of messages (ex_p2p.tag + buffer index). */
-enum { TAG_KV = 0, TAG_DKV = 4 };
 
 /* The K/V block (k, v) on to the next rank, the previous rank's into (nk, nv). */
 static ex_p2p pass_pair(const ex_module *md, const float *k, const float *v, float *nk, float *nv, size_t n, int tag)
@@ -54,10 +59,11 @@ void ex_ring_forward(const ex_backend *be, ex_module *md, ex_block_acts *a, cons
     const float *ck = a->k, *cv = a->v;
     for (int i = 0; i < sp; i++) {
         void *req = NULL;
+        ex_wire_recv ukv = { 0 };
         float *nk = buf + (size_t)(i % 2) * 2 * kn, *nv = nk + kn;
         if (i + 1 < sp) {
             ex_p2p m = pass_pair(md, ck, cv, nk, nv, kn, TAG_KV);
-            post(md, &m, &req);
+            post(md, &m, &ukv, &req);
         }
         if (i == 0) {
             be->attention_forward(a->att, a->lse, a->q, a->k, a->v, cu, nseq, H, Hkv, hd, true);
@@ -68,7 +74,7 @@ void ex_ring_forward(const ex_backend *be, ex_module *md, ex_block_acts *a, cons
                                        Hkv, hd);
             be->attention_merge(a->att, a->lse, md->a.ring_out, md->a.ring_lse, nseq, L, q0, nq, H, hd);
         }
-        wait(md, &req);
+        wait(md, &req, &ukv, NULL);
         ck = nk;
         cv = nv;
     }
@@ -87,11 +93,12 @@ void ex_ring_backward(const ex_backend *be, ex_module *md, const ex_block_acts *
     const float *ck = a->k, *cv = a->v;
     for (int i = 0; i < sp; i++) {
         void *req = NULL;
+        ex_wire_recv ukv = { 0 }, udkv = { 0 };
         float *nk = kv + (size_t)(i % 2) * 2 * kn, *nv = nk + kn;
         float *dk = dkv + (size_t)(i % 2) * 2 * kn, *dv = dk + kn;
         if (i + 1 < sp) {
             ex_p2p m = pass_pair(md, ck, cv, nk, nv, kn, TAG_KV);
-            post(md, &m, &req);
+            post(md, &m, &ukv, &req);
         }
         if (i == 0) {
             be->attention_backward(s->dq, dk, dv, datt, a->q, a->k, a->v, a->att, a->lse, cu, nseq, H, Hkv, hd, true);
@@ -104,8 +111,8 @@ void ex_ring_backward(const ex_backend *be, ex_module *md, const ex_block_acts *
          * its owner); the next block's, summed so far, in (or this rank's own) */
         float *ndk = i + 1 < sp ? dkv + (size_t)((i + 1) % 2) * 2 * kn : s->dk, *ndv = i + 1 < sp ? ndk + kn : s->dv;
         ex_p2p m = pass_pair(md, dk, dv, ndk, ndv, kn, TAG_DKV);
-        post(md, &m, &req);
-        wait(md, &req);
+        post(md, &m, &udkv, &req);
+        wait(md, &req, &ukv, &udkv);
         ck = nk;
         cv = nv;
     }

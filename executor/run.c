@@ -167,6 +167,7 @@ static int check_plan(run_ctx *r, char *err)
 static int create_model(run_ctx *r, char *err)
 {
     const plan_t *p = &r->plan;
+    plan_options po = plan_options_of(p);
     ex_parallel par[MODEL_MAX_MODULES];
     unsigned mask = 0;
     memset(par, 0, sizeof par);
@@ -182,6 +183,7 @@ static int create_model(run_ctx *r, char *err)
                                 .recompute = s->recompute, .pp_size = s->pp, .pp_rank = m->at.pp, .vp = s->vp };
         memcpy(par[k].stage_layers, s->stage_layers, sizeof par[k].stage_layers);
         run_cp_hooks(&par[k]);
+        run_wire_hooks(&par[k], &po);
     }
     int rc = ex_model_create_per_module(r->be, &p->model, r->o->seed, mask, par, &r->em, err);
     if (!rc) rc = ex_precision_attach(r->em, err);

@@ -306,6 +306,8 @@ bool run_encoder_trains(const run_ctx *r);
 
 /* run_cp.c: the ring attention's point-to-point hooks of a module's layout (on its run_hooks' sp communicator). */
 void run_cp_hooks(ex_parallel *par);
+/* run_wire.c: the activation collectives' bf16 wire as the plan's options say (plan_act_wire_bf16). */
+void run_wire_hooks(ex_parallel *par, const plan_options *o);
 
 /* Runs one op of the schedule; a compute failure is kept in *failed so the
  * rank still takes part in every exchange of the step. */

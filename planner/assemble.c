@@ -47,6 +47,7 @@ void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_wo
     p->precision = o->precision;
     p->target = o->target;
     p->zero3 = o->zero3;
+    p->adamw = o->adamw;
     p->tf32 = o->tf32;
     p->backend = o->backend;
     p->n_modules = m->n_modules;

@@ -18,8 +18,14 @@ int plan_backend_parse(const char *s, plan_backend *out)
     return UTIL_EINVAL;
 }
 
-double plan_backend_workspace_bytes(const plan_options *o)
+plan_backend plan_backend_on(plan_backend b, const cost_gpu *g)
 {
-    if (o->target != PLAN_TARGET_DHP || o->backend != PLAN_BACKEND_CUDA) return 0;
+    if (b != PLAN_BACKEND_DEVICE) return b;
+    return cost_gpu_is_cpu(g) ? PLAN_BACKEND_CPU : PLAN_BACKEND_CUDA;
+}
+
+double plan_backend_workspace_bytes(const plan_options *o, const cost_gpu *g)
+{
+    if (o->target != PLAN_TARGET_DHP || plan_backend_on(o->backend, g) != PLAN_BACKEND_CUDA) return 0;
     return (double)PLAN_CUDA_LT_WORKSPACE_BYTES;
 }

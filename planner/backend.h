@@ -10,7 +10,9 @@
  * cublasSetWorkspace: "32 MiB for Hopper"), enough for Ampere's 4 MiB. */
 #define PLAN_CUDA_LT_WORKSPACE_BYTES ((size_t)32 << 20)
 
-/* CUDA first: a plan is for GPUs unless told (dhp run's default where a GPU is visible). */
-typedef enum { PLAN_BACKEND_CUDA = 0, PLAN_BACKEND_CPU, PLAN_NBACKEND } plan_backend;
+/* The backends dhp run has; PLAN_BACKEND_DEVICE (the default where --backend
+ * is not given) is the one the pool's device runs: cpu for a CPU description
+ * (dhp profile's on a CPU), cuda for a GPU (plan_backend_on). */
+typedef enum { PLAN_BACKEND_CUDA = 0, PLAN_BACKEND_CPU, PLAN_NBACKEND, PLAN_BACKEND_DEVICE = PLAN_NBACKEND } plan_backend;
 
 #endif

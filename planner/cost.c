@@ -487,7 +487,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     plan_module_seq(m, mi, w, &q);
     memset(out, 0, sizeof *out);
 
-    double A = plan_module_state_bytes(mm, o).act;   /* activation / communication element (dhp's executor: fp32) */
+    double A = plan_module_state_bytes(mm, o).act;   /* an activation element (dhp's executor: fp32); the collectives: W below */
     pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM),
                  .megatron = o->target == PLAN_TARGET_MEGATRON, .math = plan_gemm_math(o),
                  .attn_math = plan_attention_math(o) };
@@ -554,9 +554,10 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     /* In-op communication: the blocks' forward exchanges (re-issued by full
      * recomputation), then everything else. */
     plan_comm tp_fwd = { 0 }, tp = { 0 }, sp_fwd = { 0 }, sp = { 0 }, dp = { 0 };
-    plan_price_tp_blocks(mm, s, st->count, pool, A, t, backward, !mm->frozen, &tp, &tp_fwd);
-    plan_price_tp_llm_ends(mm, s, st, pool, A, t, text_rows, head_rows, backward, &tp);
-    plan_price_ulysses(mm, s, pool, A, t, n_a2a_layers, backward, &sp_fwd, &sp);
+    double W = plan_act_wire_bytes(o);   /* what the activation collectives move (planner/precision.c) */
+    plan_price_tp_blocks(mm, s, st->count, pool, W, t, backward, !mm->frozen, &tp, &tp_fwd);
+    plan_price_tp_llm_ends(mm, s, st, pool, W, t, text_rows, head_rows, backward, &tp);
+    plan_price_ulysses(mm, s, pool, W, t, n_a2a_layers, backward, &sp_fwd, &sp);
     sp_fwd.fwd_s += n_full * rp.fwd_comm_s;
     sp_fwd.fwd_syncs += n_full * rp.fwd_syncs;
     sp.bwd_s += n_full * rp.bwd_comm_s;
@@ -662,8 +663,9 @@ void plan_stage_step_time(const model_module *mm, const plan_module *s, int stag
     double updated = o->target == PLAN_TARGET_DHP ? (double)plan_dp_buffers_of(mm, s, stage).shard_elems
                                                   : plan_local_params(mm, s) / (r.shard_optim ? r.shard : 1);
     /* AdamW is one fused streaming pass over its state: STREAM-class
-     * bandwidth (hbm_bw), not the element-wise mix that mem_eff describes. */
-    out->optim_s = updated * b.step_traffic / pool->gpu.hbm_bw + pool->gpu.kernel_launch_s;
+     * bandwidth (hbm_bw), not the element-wise mix that mem_eff describes;
+     * or one such pass per op (plan_adamw_step_bytes, cost_optim.c). */
+    out->optim_s = updated * plan_adamw_step_bytes(&b, o) / pool->gpu.hbm_bw + pool->gpu.kernel_launch_s;
     /* The clip's norm: a sum of squares over the gradients the rank
      * counts (plan_dp_counts_norm): its shard with ZeRO, else all of them. */
     out->norm_s = cost_elementwise_time(&pool->gpu, COST_EW_SUMSQ, updated, b.grad);

@@ -26,7 +26,7 @@ void plan_price_ring_block(const model_module *mm, const plan_module *s, const c
     double H = (double)mm->heads / s->tp, hd = mm->head_dim, kvd = (double)mm->kv_heads / s->tp * hd;
     double L = S / sp, C = L / 2;   /* local rows per sample, a chunk */
     double overlap = o->target == PLAN_TARGET_DHP && pool->has_overlap ? pool->overlap : o->overlap;
-    double exchange = ring_exchange_s(pool, s, A * samples * L * kvd);
+    double exchange = ring_exchange_s(pool, s, plan_act_wire_bytes(o) * samples * L * kvd);   /* K/V on the activations' wire */
     *out = (plan_ring_price){ 0 };
     for (int i = 0; i < sp; i++) {
         double fwd, bwd;

@@ -1,7 +1,9 @@
 /* The cost model's collectives inside a micro-batch that the model's
  * parallel layout issues (cost.c price_micro calls them): the tensor-parallel
  * regions of the blocks and of the LLM's ends, and Ulysses' all-to-alls;
- * each placed in the node by plan_group_shape. */
+ * each placed in the node by plan_group_shape. A is the bytes per element
+ * the activation collectives move (plan_act_wire_bytes: bf16 under dhp's
+ * bf16 runs, as Megatron-LM's); statistics and weight gradients go in fp32. */
 #include "planner/planner_int.h"
 
 /* One collective of op over module s's group on `axes` (plan_group_shape places it in the node). */

@@ -19,6 +19,24 @@
  *   kernel launch (costdb kernel_launch_s), which at 1,000+ ranks costs as
  *   much as the ring's (n - 1) steps.
  *
+ * - deepspeed/runtime/zero/stage3.py fetch_sub_module issues a submodule's
+ *   gathers with async_op and prefetch_next_sub_modules the next ones
+ *   (prefetch_bucket_size, 5e7 elements), but each _allgather_param above
+ *   first synchronizes the device, and fetch_sub_module waits for all of
+ *   them (_synchronize_communication: comm_stream.synchronize() and
+ *   torch.cuda.synchronize()) before the submodule runs: at most the last
+ *   prefetched gather of a bucket could run beside a submodule's compute,
+ *   which this model leaves out (every gather priced unhidden).
+ * - stage3_max_reuse_distance (default 1e9 elements, constants.py): when a
+ *   submodule finishes (release_sub_module), its parameters stay gathered if
+ *   the parameters of the submodules run before their next use add up to
+ *   fewer elements than that (_keep_for_later, get_reuse_distance_in_numel
+ *   over the traced order); the next use then gathers nothing. Under full
+ *   recomputation (Megatron-LM's checkpointed layers) the backward re-runs
+ *   each layer's forward, so its submodules are fetched a third time (the
+ *   recomputed forward's hooks) unless so kept: the order of one micro-batch
+ *   is the forward, then per layer from the last the recomputed forward and
+ *   the backward in reverse (zero3_uses below).
  * - stage3_param_persistence_threshold (default 100000,
  *   deepspeed/runtime/zero/constants.py): a parameter of fewer elements
  *   (ds_numel, the tp rank's tensor) is marked ds_persist and never released
@@ -48,17 +66,20 @@ static int fused_into(plan_tensor_role r)
 }
 
 /* Megatron-LM's parameter tensors of the whole module (no pipeline under
- * ZeRO-3) on one tp rank: elements of each, fused as above; returns their
- * count, -1 when out of memory. */
-int plan_zero3_megatron_tensors(const model_module *mm, const plan_module *s, double **elems)
+ * ZeRO-3) on one tp rank: elements of each, fused as above, and (layer not
+ * NULL) the block each is in (-1 outside the blocks); returns their count,
+ * -1 when out of memory. */
+static int megatron_tensors(const model_module *mm, const plan_module *s, double **elems, int **layer)
 {
     plan_stage st = plan_stage_of(mm, s, 0);
     int n = plan_module_tensors(mm, s->tp, 0, false, &st, NULL, 0);
     plan_tensor *t = malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
     double *e = malloc((size_t)(n > 0 ? n : 1) * sizeof *e);
-    if (!t || !e) {
+    int *l = layer ? malloc((size_t)(n > 0 ? n : 1) * sizeof *l) : NULL;
+    if (!t || !e || (layer && !l)) {
         free(t);
         free(e);
+        free(l);
         return -1;
     }
     plan_module_tensors(mm, s->tp, 0, false, &st, t, n);
@@ -72,11 +93,18 @@ int plan_zero3_megatron_tensors(const model_module *mm, const plan_module *s, do
         }
         if (t[i].role == PLAN_TW_WQ) at[0] = k;
         if (t[i].role == PLAN_TW_BQ) at[1] = k;
+        if (l) l[k] = t[i].layer;
         e[k++] = x;
     }
     free(t);
     *elems = e;
+    if (layer) *layer = l;
     return k;
+}
+
+int plan_zero3_megatron_tensors(const model_module *mm, const plan_module *s, double **elems)
+{
+    return megatron_tensors(mm, s, elems, NULL);
 }
 
 /* DeepSpeed's gather buffer under ZeRO-3: 4 bytes (the fp16 weight
@@ -99,16 +127,43 @@ double plan_zero3_deepspeed_buffer_bytes(const model_module *mm, const plan_modu
     return 4.0 * best;
 }
 
+/* The reduce bucket under DeepSpeed v0.3.13's stage 3: contiguous_gradients
+ * defaults to false there (ZERO3_OPTIMIZATION_CONTIGUOUS_GRADIENTS_DEFAULT,
+ * deepspeed/runtime/zero/constants.py), so stage3.py allocates no ipg_buffer
+ * (its backward() makes one only under contiguous_gradients): the gradients
+ * waiting for reduction stay in param.grad. reduce_independent_p_g_buckets_
+ * and_remove_grads reduces the bucket before a gradient that would overflow
+ * reduce_bucket_size joins it, and a tensor larger than the bucket is
+ * reduced alone, so the gradients waiting are at most the larger of the
+ * bucket and the largest tensor's, whose gradient the gather buffer above
+ * (4 B per element: its weight and its gradient) already holds: what the
+ * bucket (bucket_bytes) adds beyond that. */
+double plan_zero3_deepspeed_bucket_bytes(const model_module *mm, const plan_module *s, double bucket_bytes)
+{
+    return fmax(0.0, bucket_bytes - plan_zero3_deepspeed_buffer_bytes(mm, s) / 2);
+}
+
 /* n copy kernels of one piece (`piece` elements of `bytes` each). */
 static double list_copies(const cost_pool *pool, int n, double piece, double bytes)
 {
     return n * cost_elementwise_time(&pool->gpu, COST_EW_COPY, piece, bytes);
 }
 
-/* One parameter's gather: the zeroed flat buffer, the all-gather, the copies out. */
+/* The host's time for one eager view op called from Python: PyTorch's
+ * operator micro-benchmark of torch.split on a small tensor, 2.26 us per call
+ * (pytorch/pytorch PR 32194, "reimplement __torch_function__ overrides for
+ * torch.functional", with the PR; 3.3 us before it, on CPU and CUDA alike:
+ * the time is the host's, not the kernel's). */
+#define PY_VIEW_OP_S 2.26e-6
+
+/* One parameter's gather: the zeroed flat buffer, the all-gather, the copies
+ * out; and before the all-gather, with the device drained by the
+ * torch.cuda.synchronize() above, _allgather_param's Python loop over the G
+ * ranks making each rank's piece (flat_tensor.narrow, a view op per rank):
+ * host time the GPU waits through. */
 static double gather_s(const cost_pool *pool, int G, int per_node, double piece, double bytes)
 {
-    return cost_elementwise_time(&pool->gpu, COST_EW_ZERO, G * piece, bytes)
+    return cost_elementwise_time(&pool->gpu, COST_EW_ZERO, G * piece, bytes) + G * PY_VIEW_OP_S
          + cost_collective_time(pool, COST_ALLGATHER, G * piece * bytes, G, per_node) + list_copies(pool, G, piece, bytes);
 }
 
@@ -118,6 +173,44 @@ static double reduce_s(const cost_pool *pool, int G, int per_node, double piece,
     return list_copies(pool, G, piece, bytes) + cost_collective_time(pool, COST_REDUCESCATTER, G * piece * bytes, G, per_node);
 }
 
+#define DS_MAX_REUSE_DISTANCE 1e9   /* stage3_max_reuse_distance's default, elements */
+
+/* The tensor uses of one micro-batch in DeepSpeed's order (header): the
+ * forward in module order; the backward in reverse, each block under full
+ * recomputation first re-running its forward. use[k] is the tensor,
+ * bwd[k] whether the use is in the backward pass; returns the count (at
+ * most 3n). */
+static int zero3_uses(int n, const int *layer, bool recompute, int *use, bool *bwd)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) use[k] = i, bwd[k++] = false;
+    for (int i = n - 1; i >= 0; i--) {
+        if (recompute && layer[i] >= 0 && (i == n - 1 || layer[i + 1] != layer[i])) {   /* a block's last tensor */
+            int first = i;
+            while (first > 0 && layer[first - 1] == layer[i]) first--;
+            for (int j = first; j <= i; j++) use[k] = j, bwd[k++] = true;
+        }
+        use[k] = i, bwd[k++] = true;
+    }
+    return k;
+}
+
+/* Whether use k gathers: its tensor is not persistent and was released
+ * after its previous use, that is, the elements of the uses between them
+ * reach stage3_max_reuse_distance (or there was no previous use in the
+ * micro-batch: the previous step is further than the whole model). */
+static bool use_gathers(const double *e, const int *use, int k)
+{
+    if (e[use[k]] < DS_PERSISTENCE_THRESHOLD) return false;
+    double between = 0;
+    for (int j = k - 1; j >= 0; j--) {
+        if (use[j] == use[k]) return between >= DS_MAX_REUSE_DISTANCE;
+        between += e[use[j]];
+        if (between >= DS_MAX_REUSE_DISTANCE) return true;
+    }
+    return true;
+}
+
 int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
                               bool gather_fwd, bool gather_bwd, bool reduce, plan_comm *raw)
 {
@@ -125,17 +218,24 @@ int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, cons
     plan_group_shape(s, PLAN_AX_SHARD, pool->gpus_per_node, &G, &per_node);
     double bytes = plan_module_state_bytes(mm, o).param;   /* the gradient is in the parameter's dtype */
     double *e;
-    int n = plan_zero3_megatron_tensors(mm, s, &e);
+    int *layer;
+    int n = megatron_tensors(mm, s, &e, &layer);
     if (n < 0) return UTIL_ENOMEM;
-    for (int i = 0; i < n; i++) {
-        double piece = ceil(e[i] / G);   /* each rank's partition, the tensor padded to G of them */
-        double g = gather_s(pool, G, per_node, piece, bytes);
-        bool persists = e[i] < DS_PERSISTENCE_THRESHOLD;   /* gathered once per step instead */
-        if (gather_fwd && !persists) plan_comm_add(raw, false, g, 1);
-        if (gather_bwd && !persists) plan_comm_add(raw, true, g, 1);
-        if (reduce) plan_comm_add(raw, true, reduce_s(pool, G, per_node, piece, bytes), 1);
+    int *use = malloc((size_t)(3 * n + 1) * sizeof *use);
+    bool *bwd = malloc((size_t)(3 * n + 1) * sizeof *bwd);
+    if (!use || !bwd) {
+        free(e), free(layer), free(use), free(bwd);
+        return UTIL_ENOMEM;
     }
-    free(e);
+    int uses = zero3_uses(n, layer, s->recompute == PLAN_RECOMP_FULL, use, bwd);
+    for (int k = 0; k < uses; k++) {
+        if (!(bwd[k] ? gather_bwd : gather_fwd) || !use_gathers(e, use, k)) continue;
+        double piece = ceil(e[use[k]] / G);   /* each rank's partition, the tensor padded to G of them */
+        plan_comm_add(raw, bwd[k], gather_s(pool, G, per_node, piece, bytes), 1);
+    }
+    for (int i = 0; reduce && i < n; i++)
+        plan_comm_add(raw, true, reduce_s(pool, G, per_node, ceil(e[i] / G), bytes), 1);
+    free(e), free(layer), free(use), free(bwd);
     return UTIL_OK;
 }
 

@@ -34,8 +34,9 @@ void plan_options_default(plan_options *o)
     o->precision = PLAN_OPT_MIXED_FP32;
     o->target = PLAN_TARGET_MEGATRON;
     o->zero3 = PLAN_ZERO3_UNITS;
+    o->adamw = PLAN_ADAMW_FUSED;
     o->tf32 = false;
-    o->backend = PLAN_BACKEND_CUDA;
+    o->backend = PLAN_BACKEND_DEVICE;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
      * dynamic (activation) memory is the allowance we keep for that. */
     o->fragmentation = 0.10;
@@ -219,13 +220,16 @@ static double logits_bytes(const model_module *mm, const plan_module *s, const p
          * (A + loss_fp32_copies(o->precision) * FP32);
 }
 
-static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p, double A)
+static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p, double A,
+                         const plan_options *o)
 {
     double comms = (s->tp > 1) + (s->sp > 1) + (s->dp * s->sp > 1) + (s->pp > 1);
     double b = comms * NCCL_BUFFSIZE * 2 * NCCL_CHANNELS;
     double shard = (double)s->dp * s->sp;
     if (shard > 1 && !mm->frozen) {
-        if (s->zero >= 2) b += A * fmin(ZERO_REDUCE_BUCKET, local_p);
+        if (s->zero >= 3 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021)   /* no bucket of its own (cost_zero3.c) */
+            b += plan_zero3_deepspeed_bucket_bytes(mm, s, A * fmin(ZERO_REDUCE_BUCKET, local_p));
+        else if (s->zero >= 2) b += A * fmin(ZERO_REDUCE_BUCKET, local_p);
         else b += 2 * fmin(DDP_BUCKET_BYTES, A * local_p);
     }
     if (s->sp > 1) {
@@ -340,10 +344,10 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
         model_state_bytes(mm, s, o, out);
         out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A);
         out->logits = logits_bytes(mm, s, &q, w, o, A);
-        out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A);
+        out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A, o);
     }
     out->reserved = g->reserved_bytes;
-    out->workspace = plan_backend_workspace_bytes(o);
+    out->workspace = plan_backend_workspace_bytes(o, g);
     out->fragmentation = o->fragmentation * (out->activations + out->logits + out->comm + out->zero_buffers);
     out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations
                + out->logits + out->comm + plan_mem_once(out) + out->fragmentation;
@@ -382,6 +386,7 @@ plan_options plan_options_of(const plan_t *p)
     o.precision = p->precision;
     o.target = p->target;
     o.zero3 = p->zero3;
+    o.adamw = p->adamw;
     o.tf32 = p->tf32;
     o.backend = p->backend;
     return o;

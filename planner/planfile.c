@@ -24,6 +24,14 @@ int plan_target_parse(const char *s, plan_target *out)
 }
 
 static const char *zero3_names[PLAN_NZERO3] = { "units", "deepspeed-2021" };
+static const char *adamw_names[PLAN_NADAMW] = { "fused", "foreach" };
+const char *plan_adamw_name(plan_adamw a) { return a >= 0 && a < PLAN_NADAMW ? adamw_names[a] : "?"; }
+int plan_adamw_parse(const char *s, plan_adamw *out)
+{
+    for (int i = 0; i < PLAN_NADAMW; i++)
+        if (!strcmp(s, adamw_names[i])) { *out = (plan_adamw)i; return UTIL_OK; }
+    return UTIL_EINVAL;
+}
 const char *plan_zero3_name(plan_zero3 z) { return z >= 0 && z < PLAN_NZERO3 ? zero3_names[z] : "?"; }
 int plan_zero3_parse(const char *s, plan_zero3 *out)
 {
@@ -108,6 +116,7 @@ cJSON *plan_to_json(const plan_t *p)
     cJSON_AddStringToObject(root, "precision", precision_names[p->precision]);
     cJSON_AddStringToObject(root, "target", plan_target_name(p->target));
     if (p->zero3 != PLAN_ZERO3_UNITS) cJSON_AddStringToObject(root, "zero3", plan_zero3_name(p->zero3));
+    if (p->adamw != PLAN_ADAMW_FUSED) cJSON_AddStringToObject(root, "adamw", plan_adamw_name(p->adamw));
     if (p->tf32) cJSON_AddBoolToObject(root, "tf32", true);
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
@@ -200,6 +209,7 @@ static int parse_workload(const cJSON *root, const char *what, plan_workload *w,
 int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
 {
     memset(p, 0, sizeof *p);
+    p->backend = PLAN_BACKEND_DEVICE;   /* not in the file: the device's unless --backend says (cli_setup_backend) */
     char buf[64];
     int rc;
     long v;
@@ -225,6 +235,9 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if ((rc = util_json_str(root, what, "zero3", false, plan_zero3_name(PLAN_ZERO3_UNITS), buf, sizeof buf, err))) return rc;
     if (plan_zero3_parse(buf, &p->zero3))
         return util_fail(err, UTIL_EINVAL, "%s.zero3: '%s' is not units or deepspeed-2021", what, buf);
+    if ((rc = util_json_str(root, what, "adamw", false, plan_adamw_name(PLAN_ADAMW_FUSED), buf, sizeof buf, err))) return rc;
+    if (plan_adamw_parse(buf, &p->adamw))
+        return util_fail(err, UTIL_EINVAL, "%s.adamw: '%s' is not fused or foreach", what, buf);
     if ((rc = util_json_bool(root, what, "tf32", false, false, &p->tf32, err))) return rc;
     plan_options po = plan_options_of(p);
     char why[UTIL_ERR_LEN];

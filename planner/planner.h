@@ -128,6 +128,15 @@ typedef enum { PLAN_ZERO3_UNITS = 0, PLAN_ZERO3_DEEPSPEED_2021, PLAN_NZERO3 } pl
 const char *plan_zero3_name(plan_zero3 z);
 int plan_zero3_parse(const char *s, plan_zero3 *out);
 
+/* How the Megatron target prices the AdamW step: one fused pass over the
+ * states (apex FusedAdam, DeepSpeed's, torch's fused=True; the default), or
+ * one pass per tensor op (torch.optim.AdamW's foreach path, the default
+ * without fused=True, and per-parameter loops like Composer's
+ * DecoupledAdamW): planner/cost_optim.c. */
+typedef enum { PLAN_ADAMW_FUSED = 0, PLAN_ADAMW_FOREACH, PLAN_NADAMW } plan_adamw;
+const char *plan_adamw_name(plan_adamw a);
+int plan_adamw_parse(const char *s, plan_adamw *out);
+
 typedef struct {
     int version;
     model_t model;            /* full description, so a plan is self-contained */
@@ -137,6 +146,7 @@ typedef struct {
     plan_precision precision;
     plan_target target;
     plan_zero3 zero3;         /* the Megatron target's ZeRO-3 (plan_options.zero3) */
+    plan_adamw adamw;         /* the Megatron target's AdamW step (plan_options.adamw) */
     bool tf32;                /* fp32 GEMMs on TF32 tensor cores (plan_options.tf32) */
     plan_backend backend;     /* the backend memory is predicted for (plan_options.backend; not in the file) */
     int world_size;           /* total ranks the plan uses */
@@ -219,8 +229,9 @@ typedef struct {
     plan_precision precision;
     plan_target target;
     plan_zero3 zero3;
+    plan_adamw adamw;
     bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
-    plan_backend backend;         /* the backend memory is predicted for (--backend; default cuda) */
+    plan_backend backend;         /* the backend memory is predicted for (--backend; default the device's) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
     double overlap;               /* fraction of DP communication hidden behind backward, default 0.8 */
 } plan_options;
@@ -238,13 +249,20 @@ plan_options plan_options_of(const plan_t *p);
 int plan_run_check(const plan_t *p, char *err);
 /* The executor runs its linears in bf16 under these options (target dhp, precision bf16-mixed or -autocast). */
 bool plan_runs_bf16(const plan_options *o);
+/* Whether dhp run's activation collectives (tensor/sequence parallel,
+ * Ulysses) move bf16 (else fp32), and the bytes per element the cost model
+ * prices them at (the Megatron target: its precision's activation bytes). */
+bool plan_act_wire_bf16(const plan_options *o);
+double plan_act_wire_bytes(const plan_options *o);
 const char *plan_backend_name(plan_backend b);
 int plan_backend_parse(const char *s, plan_backend *out);
 /* Bytes the backend allocates once per process beside the layout's
  * buffers, under the dhp target: the CUDA backend's cuBLASLt workspace
  * (PLAN_CUDA_LT_WORKSPACE_BYTES); the CPU backend's none. The Megatron
  * target's reserved_bytes estimate holds its libraries' workspaces. */
-double plan_backend_workspace_bytes(const plan_options *o);
+double plan_backend_workspace_bytes(const plan_options *o, const cost_gpu *g);
+/* b, or where b is PLAN_BACKEND_DEVICE the backend device g runs. */
+plan_backend plan_backend_on(plan_backend b, const cost_gpu *g);
 /* What a rank holds once whatever modules it holds: the reservation and the backend's workspaces. */
 static inline double plan_mem_once(const plan_mem *m) { return m->reserved + m->workspace; }
 /* tf32 asks for TF32 tensor cores on fp32 GEMMs: one line unless the precision is fp32. */

@@ -32,9 +32,11 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
 
 /* cost_zero3.c: ZeRO-3 as DeepSpeed issued it in 2021 (PLAN_ZERO3_DEEPSPEED_2021):
  * one all-gather per Megatron-LM parameter tensor for the forward
- * (gather_fwd) and the backward (gather_bwd), one reduce-scatter per
- * gradient (reduce), each with PyTorch's list-form copies; the raw seconds
- * and collectives into *raw (none of them overlaps anything). */
+ * (gather_fwd) and the backward (gather_bwd: full recomputation's forward
+ * again, then the backward, less what stage3_max_reuse_distance keeps
+ * gathered), one reduce-scatter per gradient (reduce), each with PyTorch's
+ * list-form copies; the raw seconds and collectives into *raw (none of them
+ * overlaps anything). */
 int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
                               bool gather_fwd, bool gather_bwd, bool reduce, plan_comm *raw);
 /* Megatron-LM's parameter tensors of the module on one tp rank (query, key
@@ -42,8 +44,12 @@ int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, cons
  * elements; returns their count, -1 when out of memory. */
 int plan_zero3_megatron_tensors(const model_module *mm, const plan_module *s, double **elems);
 double plan_zero3_deepspeed_buffer_bytes(const model_module *mm, const plan_module *s);
+/* The reduce bucket's bytes beyond the gather buffer's gradient (no bucket of its own in v0.3.13). */
+double plan_zero3_deepspeed_bucket_bytes(const model_module *mm, const plan_module *s, double bucket_bytes);
 double plan_zero3_persistent_gather_s(const model_module *mm, const plan_module *s, const cost_pool *pool,
                                       const plan_options *o);
+/* cost_optim.c: bytes per updated element the AdamW step moves (b.step_traffic when fused). */
+double plan_adamw_step_bytes(const plan_state_bytes *b, const plan_options *o);
 /* cost_tp.c: the TP regions of the blocks and of the LLM's ends, Ulysses' all-to-alls (fwd: what full recomputation repeats) */
 void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool, double A,
                           double t, bool backward, bool weight_grads, plan_comm *c, plan_comm *fwd);

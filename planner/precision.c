@@ -99,16 +99,39 @@ cost_gemm_math plan_gemm_math(const plan_options *o)
     return o->tf32 ? COST_MATH_TF32 : COST_MATH_FP32;
 }
 
-/* What the dhp target's attention runs in: executor/cuda_attention.cuh's
- * flash-style tiles multiply fp32 on the CUDA cores in every precision (and
- * the CPU backend's in fp32), so its products are priced at the fp32 peak;
- * the GPU file's attn_eff, FlashAttention's fraction of the tensor-core peak,
- * is taken as the same fraction of the CUDA cores' until `dhp profile
- * --backend cuda` measures the kernel itself (a profile's peak is its fp32
- * GEMMs' rate). The Megatron target runs FlashAttention: the bf16 peak. */
+/* The activation collectives (the tensor-parallel regions' all-reduces,
+ * Megatron sequence parallelism's all-gathers and reduce-scatters, the
+ * vocab-parallel embedding's sum, the head input's gradient, Ulysses'
+ * all-to-alls, ring attention's K/V blocks and their gradients) move what
+ * the activations are in: Megatron-LM under --bf16
+ * runs its model in bf16, so its tensor_parallel/mappings.py reduces and
+ * gathers bf16 tensors (NCCL's ncclBfloat16: each partial sum rounded to
+ * bf16). dhp run does the same under bf16-mixed and -autocast (executor/
+ * tp_wire.c: rounded into the linears' bf16 staging, moved, widened back);
+ * the cross-entropy's statistics and every weight gradient stay fp32. */
+bool plan_act_wire_bf16(const plan_options *o) { return plan_runs_bf16(o); }
+
+double plan_act_wire_bytes(const plan_options *o)
+{
+    if (o->target != PLAN_TARGET_DHP) return plan_precision_bytes(o->precision).act;
+    return plan_act_wire_bf16(o) ? BF16 : FP32;
+}
+
+/* What the dhp target's attention runs in, the precision's rule: under
+ * bf16-mixed and -autocast executor/cuda_attention16.cuh (q, k, v rounded to
+ * bf16, the products on tensor cores through WMMA, fp32 statistics and
+ * accumulators: FlashAttention-2's precisions, Dao, arXiv 2307.08691), priced
+ * at the bf16 peak; under fp32 executor/cuda_attention.cuh's flash-style tiles
+ * multiply fp32 on the CUDA cores, priced at the fp32 peak (--tf32 does not
+ * change them). The GPU file's attn_eff, FlashAttention's measured fraction of
+ * the tensor-core peak, is taken as the same fraction for both kernels until
+ * `dhp profile --backend cuda` measures them (neither has run on a GPU: their
+ * speed is unmeasured; a profile's peak is its fp32 GEMMs' rate). The
+ * Megatron target runs FlashAttention: the bf16 peak. */
 cost_gemm_math plan_attention_math(const plan_options *o)
 {
-    return o->target == PLAN_TARGET_DHP ? COST_MATH_FP32 : COST_MATH_BF16;
+    if (o->target != PLAN_TARGET_DHP || plan_runs_bf16(o)) return COST_MATH_BF16;
+    return COST_MATH_FP32;
 }
 
 double plan_weight_copy_bytes(const model_module *mm, const plan_options *o)

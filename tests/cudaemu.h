@@ -41,7 +41,8 @@
  *    is host memory and stays readable);
  *  - cuBLASLt (the backend's linears, fp32, TF32 and bf16, fused bias and
  *    bias gradient) through OpenBLAS cblas_sgemm(CblasColMajor, ...):
- *    tests/cudaemu_lt.h.
+ *    tests/cudaemu_lt.h;
+ *  - nvcuda::wmma's bf16 fragments (the bf16 attention): tests/cudaemu_wmma.h.
  * Launches are synchronous; one host thread at a time may launch (the static
  * shared memory and the fiber scheduler are process-wide). x86-64 only. Everything here is static or inline, so
  * nothing clashes with the real CUDA runtime linked into the same binary. */
@@ -707,5 +708,6 @@ typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 
 #include "tests/cudaemu_lt.h"
+#include "tests/cudaemu_wmma.h"
 
 #endif

@@ -13,7 +13,8 @@
  *   those ranks, in NCCL rank order (MPI_Comm_create_group: collective over
  *   the members only, as NCCL's bootstrap is). A wrong id or rank count
  *   stays in progress here as NCCL's would (the caller's timeout ends it).
- * - Semantics of AllReduce (sum, max; float, double, int32), AllGather,
+ * - Semantics of AllReduce (sum, max; float, double, int32; bf16 sum, each
+ *   partial sum rounded to bf16), AllGather,
  *   ReduceScatter (recvcount per rank), Broadcast (in place or not),
  *   Send / Recv matched in order per peer (MPI's non-overtaking rule on a
  *   fixed tag), grouped between ncclGroupStart and ncclGroupEnd.
@@ -63,6 +64,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "executor/bf16.h"
 
 /* ---- CUDA runtime ---- */
 
@@ -324,7 +327,7 @@ typedef enum {
     ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
     ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7
 } ncclResult_t;
-typedef enum { ncclInt32 = 2, ncclUint8 = 1, ncclFloat32 = 7, ncclFloat64 = 8 } ncclDataType_t;
+typedef enum { ncclInt32 = 2, ncclUint8 = 1, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 } ncclDataType_t;
 typedef enum { ncclSum = 0, ncclMax = 3 } ncclRedOp_t;
 #define NCCL_UNIQUE_ID_BYTES 128
 typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
@@ -445,11 +448,28 @@ static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r)
 
 static inline MPI_Datatype emu_type(ncclDataType_t t)
 {
-    return t == ncclFloat32 ? MPI_FLOAT : t == ncclFloat64 ? MPI_DOUBLE : t == ncclInt32 ? MPI_INT : MPI_BYTE;
+    return t == ncclFloat32 ? MPI_FLOAT : t == ncclFloat64 ? MPI_DOUBLE : t == ncclInt32 ? MPI_INT
+         : t == ncclBfloat16 ? MPI_UINT16_T : MPI_BYTE;
 }
 static inline size_t emu_size(ncclDataType_t t)
 {
-    return t == ncclFloat32 || t == ncclInt32 ? 4 : t == ncclFloat64 ? 8 : 1;
+    return t == ncclFloat32 || t == ncclInt32 ? 4 : t == ncclFloat64 ? 8 : t == ncclBfloat16 ? 2 : 1;
+}
+static void emu_bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt)
+{
+    (void)dt;
+    ex_bf16_sum_into(in, inout, (size_t)*len);
+}
+/* MPI's op for op over t: a bf16 sum adds in fp32 and rounds each partial sum
+ * to bf16 as NCCL does, through the same user op as the MPI communicator's
+ * (ex_bf16_sum_into), so emulated NCCL and MPI give the same bits. */
+static inline MPI_Op emu_op(ncclRedOp_t op, ncclDataType_t t)
+{
+    static MPI_Op bf16_sum = MPI_OP_NULL;
+    if (op == ncclMax) return MPI_MAX;
+    if (t != ncclBfloat16) return MPI_SUM;
+    if (bf16_sum == MPI_OP_NULL) MPI_Op_create(emu_bf16_sum, 1, &bf16_sum);
+    return bf16_sum;
 }
 static void emu_bad_receive(struct emu_nccl *c)
 {
@@ -511,8 +531,7 @@ static inline ncclResult_t ncclAllReduce(const void *send, void *recv, size_t co
     emu_nccl_buffer("ncclAllReduce", "receive buffer", recv);
     if (emu_fault(c, s)) return ncclSuccess;
     MPI_Request r;
-    int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, emu_type(t),
-                            op == ncclMax ? MPI_MAX : MPI_SUM, c->comm, &r);
+    int rc = MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, emu_type(t), emu_op(op, t), c->comm, &r);
     return emu_post(c, s, rc, r);
 }
 static inline ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t, ncclComm_t c,
@@ -541,8 +560,8 @@ static inline ncclResult_t ncclReduceScatter(const void *send, void *recv, size_
     if (emu_fault(c, s)) return ncclSuccess;
     bool in_place = (const char *)send + (size_t)c->rank * count * emu_size(t) == (const char *)recv;
     MPI_Request r;
-    int rc = MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, (int)count, emu_type(t),
-                                       op == ncclMax ? MPI_MAX : MPI_SUM, c->comm, &r);
+    int rc = MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, (int)count, emu_type(t), emu_op(op, t),
+                                       c->comm, &r);
     return emu_post(c, s, rc, r);
 }
 static inline ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,

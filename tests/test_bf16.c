@@ -11,6 +11,7 @@
 #include "test.h"
 #include "executor/backend.h"
 #include "executor/bf16.h"
+#include "planner/planner.h"
 #include "tests/kernel_data.h"
 #include "util/util.h"
 
@@ -131,4 +132,33 @@ TEST(bf16_cuda_emu_kernels_match_fp32_on_rounded_operands)
     bf16_linear_case(be, 37, 29, 45, false, 1e-4);
     bf16_linear_case(be, 19, 50, 600, true, 1e-4);   /* more column blocks than the emulator's grid cap */
     bf16_linear_case(be, 5, 3, 7, true, 1e-4);
+}
+
+/* The activation collectives' wire (planner/precision.c): bf16 where dhp run
+ * runs bf16 linears, fp32 under fp32, the precision's activations under the
+ * Megatron target. A bf16 sum's step (executor/bf16.h) rounds each partial
+ * sum: 1 + 1.5 * 2^-8 is 1 + 2^-7, plus 1.5 * 2^-8 again 1 + 2^-6; and 2^-8
+ * added to 1 twice stays 1 (each partial sum ties to the even 1), where
+ * summing in fp32 and rounding once would give 1 + 2^-7. */
+TEST(bf16_wire_rule_and_sum)
+{
+    plan_options o = { .target = PLAN_TARGET_DHP, .precision = PLAN_OPT_MIXED_FP32 };
+    CHECK(plan_act_wire_bf16(&o) && plan_act_wire_bytes(&o) == 2);
+    o.precision = PLAN_OPT_AUTOCAST;
+    CHECK(plan_act_wire_bf16(&o) && plan_act_wire_bytes(&o) == 2);
+    o.precision = PLAN_OPT_FP32;
+    CHECK(!plan_act_wire_bf16(&o) && plan_act_wire_bytes(&o) == 4);
+    o.target = PLAN_TARGET_MEGATRON;
+    CHECK(!plan_act_wire_bf16(&o) && plan_act_wire_bytes(&o) == 4);
+    o.precision = PLAN_OPT_MIXED_FP32;
+    CHECK(!plan_act_wire_bf16(&o) && plan_act_wire_bytes(&o) == 2);
+
+    ex_bf16 acc[2] = { ex_bf16_from_f32(1.0f), ex_bf16_from_f32(1.0f) };
+    ex_bf16 add[2] = { ex_bf16_from_f32(1.5f * 0x1p-8f), ex_bf16_from_f32(0x1p-8f) };
+    ex_bf16_sum_into(add, acc, 2);
+    CHECK(ex_bf16_to_f32(acc[0]) == 1.0f + 0x1p-7f);
+    CHECK(ex_bf16_to_f32(acc[1]) == 1.0f);
+    ex_bf16_sum_into(add, acc, 2);
+    CHECK(ex_bf16_to_f32(acc[0]) == 1.0f + 0x1p-6f);
+    CHECK(ex_bf16_to_f32(acc[1]) == 1.0f);   /* fp32 accumulation would give 1 + 2^-7 */
 }

@@ -559,6 +559,24 @@ TEST(simulate_memory_counts_the_cuda_workspace_once_a_rank)
     CHECK_NEAR(cuda.workspace, 0, 1e-9);
 }
 
+/* Without --backend the prediction is for the backend the pool's device
+ * runs: a CPU described by dhp profile (COST_CPU_DEVICE_PREFIX) the CPU
+ * backend's, a GPU the CUDA backend's. */
+TEST(simulate_default_backend_follows_the_device)
+{
+    cost_gpu cpu = { 0 }, gpu = { 0 };
+    snprintf(cpu.name, sizeof cpu.name, "%svm", COST_CPU_DEVICE_PREFIX);
+    snprintf(gpu.name, sizeof gpu.name, "H100-SXM-80GB");
+    CHECK(plan_backend_on(PLAN_BACKEND_DEVICE, &cpu) == PLAN_BACKEND_CPU);
+    CHECK(plan_backend_on(PLAN_BACKEND_DEVICE, &gpu) == PLAN_BACKEND_CUDA);
+    CHECK(plan_backend_on(PLAN_BACKEND_CUDA, &cpu) == PLAN_BACKEND_CUDA);   /* --backend cuda: dhp-emu's runs */
+    plan_options o;
+    plan_options_default(&o);
+    o.target = PLAN_TARGET_DHP;
+    CHECK_NEAR(plan_backend_workspace_bytes(&o, &cpu), 0, 0);
+    CHECK_NEAR(plan_backend_workspace_bytes(&o, &gpu), (double)PLAN_CUDA_LT_WORKSPACE_BYTES, 0);
+}
+
 TEST(simulate_refuses_what_the_schedule_does_not_run)
 {
     static plan_t p;

@@ -87,7 +87,7 @@ TEST(simulate_ring_passes_and_their_overlap_match_hand_computation)
     pool->intra = (cost_link){ 1e-9, 1e15 };   /* far below any kernel's time */
     plan_options o = plan_options_of(&p);
     o.target = PLAN_TARGET_DHP;
-    double A = plan_module_state_bytes(&p.model.mod[L], &o).act, samples = 1;   /* dhp's executor: fp32 */
+    double A = plan_act_wire_bytes(&o), samples = 1;   /* the K/V blocks' wire (bf16 under bf16 runs) */
     double bytes = A * samples * 32.0 / sp * 1 * p.model.mod[L].head_dim;   /* its 16 rows' K (1 kv head) */
     double X = 2 * (1e-9 + bytes / 1e15);
     plan_time none, all;

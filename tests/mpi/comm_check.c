@@ -4,11 +4,12 @@
  * collective against values computed locally from rank-dependent inputs, on
  * the world and on split sub-communicators (even/odd reversed by key, a rank
  * left out, tp x dp rows and columns); point-to-point rings posted before any
- * wait; sends to self; error paths; the bytes counters. Everything runs twice,
+ * wait; sends to self; error paths; the bytes counters; the bf16 sums. Everything runs twice,
  * the second time with MPI calls split in pieces of 5 elements.
  * Prints "comm_check ok N" on rank 0, or "comm_check FAIL rank R: ..." lines;
  * exits nonzero on failure. Run by tests/t_comm.sh under mpirun. */
 #include "executor/backend.h"
+#include "executor/bf16.h"
 #include "executor/comm.h"
 #include "util/util.h"
 
@@ -144,10 +145,49 @@ static void check_bytes_calls(ex_comm *c, size_t n, const char *name)
     free(b); free(all);
 }
 
+/* The bf16 sums: small integers, exact in bf16 whatever order the ranks'
+ * partial sums take, then (2 ranks: one partial sum) a sum that rounds,
+ * 1 + 1.5 * 2^-8 -> 1 + 2^-7 (to nearest; fp32 keeps it). */
+static void check_bf16(ex_comm *c, size_t n, const char *name)
+{
+    int p = ex_comm_size(c), r = ex_comm_rank(c);
+    size_t pn = (size_t)p * n;
+    uint16_t *buf = xcalloc(pn, sizeof *buf), *recv = xcalloc(n, sizeof *recv);
+    for (size_t i = 0; i < n; i++) buf[i] = ex_bf16_from_f32((float)(r + (int)(i % 7)));
+    uint64_t b0 = ex_comm_bytes(c);
+    EXPECT_OK(c, ex_comm_allreduce_sum_bf16(c, buf, n));
+    expect_bytes(c, b0, 2 * (uint64_t)(p - 1) * n * 2 / (uint64_t)p, "allreduce_sum_bf16", name);
+    for (size_t i = 0; i < n; i++) {
+        int sum = 0;
+        for (int q = 0; q < p; q++) sum += q + (int)(i % 7);
+        EXPECT(ex_bf16_to_f32(buf[i]) == (float)sum, "allreduce_sum_bf16 on %s [%zu] = %g, want %d", name, i,
+               ex_bf16_to_f32(buf[i]), sum);
+    }
+    for (size_t j = 0; j < pn; j++) buf[j] = ex_bf16_from_f32((float)(r + (int)(j / n) + (int)(j % n % 5)));
+    b0 = ex_comm_bytes(c);
+    EXPECT_OK(c, ex_comm_reduce_scatter_bf16(c, buf, recv, n));
+    expect_bytes(c, b0, (uint64_t)(p - 1) * n * 2, "reduce_scatter_bf16", name);
+    for (size_t i = 0; i < n; i++) {
+        int sum = 0;
+        for (int q = 0; q < p; q++) sum += q + r + (int)(i % 5);
+        EXPECT(ex_bf16_to_f32(recv[i]) == (float)sum, "reduce_scatter_bf16 on %s [%zu] = %g, want %d", name, i,
+               ex_bf16_to_f32(recv[i]), sum);
+    }
+    if (p == 2) {
+        for (size_t i = 0; i < n; i++) buf[i] = ex_bf16_from_f32(r ? 3.0f / 512 : 1.0f);
+        EXPECT_OK(c, ex_comm_allreduce_sum_bf16(c, buf, n));
+        for (size_t i = 0; i < n; i++)
+            EXPECT(ex_bf16_to_f32(buf[i]) == 1.0f + 1.0f / 128, "allreduce_sum_bf16 on %s rounds to %.9g, want %.9g", name,
+                   ex_bf16_to_f32(buf[i]), 1.0f + 1.0f / 128);
+    }
+    free(buf); free(recv);
+}
+
 static void check_collectives(ex_comm *c, const char *name)
 {
     const size_t sizes[] = { 1, 13 };
     for (size_t s = 0; s < 2; s++) {
+        check_bf16(c, sizes[s], name);
         check_reductions(c, sizes[s], name);
         check_chunked(c, sizes[s], name);
         check_bytes_calls(c, sizes[s], name);
