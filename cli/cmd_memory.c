@@ -91,7 +91,7 @@ static int report(const plan_t *p, const plan_eval *ev, bool json, bool check)
     if (json) {
         cJSON *doc = cJSON_CreateObject();
         cJSON_AddStringToObject(doc, "placement", plan_placement_name(p->placement));
-        cJSON_AddStringToObject(doc, "backend", plan_backend_name(plan_backend_on(p->backend, &p->cluster.pool[0].gpu)));
+        cJSON_AddStringToObject(doc, "backend", plan_backend_name(plan_backend_of(p)));
         cJSON *mods = cJSON_AddArrayToObject(doc, "modules");
         for (int k = 0; k < p->n_modules; k++) {
             cJSON *mo = mem_json(&ev->mem[k]);

@@ -24,6 +24,8 @@ plan_backend plan_backend_on(plan_backend b, const cost_gpu *g)
     return cost_gpu_is_cpu(g) ? PLAN_BACKEND_CPU : PLAN_BACKEND_CUDA;
 }
 
+plan_backend plan_backend_of(const plan_t *p) { return plan_backend_on(p->backend, &p->cluster.pool[0].gpu); }
+
 double plan_backend_workspace_bytes(const plan_options *o, const cost_gpu *g)
 {
     if (o->target != PLAN_TARGET_DHP || plan_backend_on(o->backend, g) != PLAN_BACKEND_CUDA) return 0;

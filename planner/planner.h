@@ -263,6 +263,9 @@ int plan_backend_parse(const char *s, plan_backend *out);
 double plan_backend_workspace_bytes(const plan_options *o, const cost_gpu *g);
 /* b, or where b is PLAN_BACKEND_DEVICE the backend device g runs. */
 plan_backend plan_backend_on(plan_backend b, const cost_gpu *g);
+/* The backend p's memory is predicted for, resolved on its first pool's device (what dhp memory and
+ * dhp simulate name). */
+plan_backend plan_backend_of(const plan_t *p);
 /* What a rank holds once whatever modules it holds: the reservation and the backend's workspaces. */
 static inline double plan_mem_once(const plan_mem *m) { return m->reserved + m->workspace; }
 /* tf32 asks for TF32 tensor cores on fp32 GEMMs: one line unless the precision is fp32. */

@@ -51,7 +51,7 @@ cJSON *plan_sim_to_json(const plan_t *p, const plan_sim_result *r)
     cJSON *doc = cJSON_CreateObject();
     cJSON_AddNumberToObject(doc, "step_time_s", r->step_time_s);
     cJSON_AddNumberToObject(doc, "world_size", r->world_size);
-    cJSON_AddStringToObject(doc, "backend", plan_backend_name(plan_backend_on(p->backend, &p->cluster.pool[0].gpu)));
+    cJSON_AddStringToObject(doc, "backend", plan_backend_name(plan_backend_of(p)));
     cJSON *ranks = cJSON_AddArrayToObject(doc, "ranks");
     for (int i = 0; i < r->world_size; i++) {
         const plan_sim_rank *rk = &r->rank[i];
