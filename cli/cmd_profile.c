@@ -7,6 +7,7 @@
 #include "profile/profile.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -114,6 +115,11 @@ static void print_summary_cuda(const cost_profile *p, const char *gpu_path, cons
     printf("  %-15s attn_eff %.4f + %.3g ns fwd, %.3g ns bwd per score + %.3g ns fwd, %.3g ns bwd per row (rms %.0f%%, "
            "%d shapes)\n", "attention", g->attn_eff, g->attn_score_s * 1e9, g->attn_bwd_score_s * 1e9, g->attn_row_s * 1e9,
            g->attn_bwd_row_s * 1e9, 100 * p->attn_fit_rms, p->n_attn);
+    const cost_attn_terms *a16 = &g->attn_bf16;
+    if (a16->measured)
+        printf("  %-15s %.3g TFLOP/s on the products + %.3g ns fwd, %.3g ns bwd per score + %.3g ns fwd, %.3g ns bwd per "
+               "row (rms %.0f%%, the same shapes; attn_bf16)\n", "attention bf16", a16->flop_s > 0 ? 1e-12 / a16->flop_s : INFINITY,
+               a16->score_s * 1e9, a16->bwd_score_s * 1e9, a16->row_s * 1e9, a16->bwd_row_s * 1e9, 100 * p->attn_bf16_fit_rms);
     printf("  %-15s hbm_bw %.0f GB/s, device copy %.0f GB/s; element-wise %.0f GB/s, mem_eff %.3f\n", "memory bw",
            g->hbm_bw / 1e9, d->d2d_bw / 1e9, p->ew_bw / 1e9, g->mem_eff);
     printf("  %-15s %s, %s reserved\n", "memory", util_fmt_bytes(g->hbm_bytes, mem, sizeof mem),

@@ -65,6 +65,15 @@ typedef struct {
     double bw[COST_N_EW][COST_EW_SIZES];
 } cost_ew_table;
 
+/* A measured attention kernel's price: fwd = S (score_s + 4 d flop_s) + R
+ * row_s, bwd = S (bwd_score_s + COST_ATTN_BWD_FLOPS x 4 d flop_s) + R
+ * bwd_row_s (+ kernel_launch_s each), S scores, R query rows x heads, d the
+ * head dim; all seconds, >= 0. measured false: the file has none. */
+typedef struct {
+    bool measured;
+    double flop_s, score_s, bwd_score_s, row_s, bwd_row_s;
+} cost_attn_terms;
+
 typedef struct {
     char name[COST_NAME_LEN];     /* "H100-SXM-80GB" */
     double peak_flops;            /* dense BF16 tensor-core peak, FLOP/s */
@@ -102,6 +111,11 @@ typedef struct {
      * store), so a row seeing s keys runs at s / (s + attn_row_scores) of
      * the long-sequence rate; 0 = no sequence-length curve. */
     double attn_row_scores;
+    /* Optional: dhp's bf16 attention kernel (executor/cuda_attention16.cuh)
+     * as measured by dhp profile on a backend that has it: seconds per FLOP
+     * of its products, per score (forward, backward) and per row (forward,
+     * backward), the attn_* fit's terms without a peak (cost_attn_terms). */
+    cost_attn_terms attn_bf16;
     double hbm_bytes;             /* device memory */
     double hbm_bw;                /* peak HBM bandwidth, B/s */
     double mem_eff;               /* achieved/peak bandwidth for element-wise kernels */
@@ -216,6 +230,9 @@ int cost_gpu_validate(const cost_gpu *g, const char *ctx, char *err);
 cJSON *cost_gpu_to_json(const cost_gpu *g);
 /* Adds G as "gemm_grid" to o (with "source" unless NULL); false when out of memory. */
 bool cost_gemm_grid_add(cJSON *o, const cost_gemm_grid *G, const char *source);
+/* Adds t as "attn_bf16" ({"flop_s", "score_s", "bwd_score_s", "row_s",
+ * "bwd_row_s"}, with "source" unless NULL) to o; false when out of memory. */
+bool cost_attn_bf16_add(cJSON *o, const cost_attn_terms *t, const char *source);
 
 /* FlashAttention-2 backward runs 5 matmuls per tile against 2 forward
  * (Dao, arXiv 2307.08691, sec. 3.1): 2.5x the forward FLOPs. */
@@ -255,11 +272,19 @@ double cost_gemm_time_in(const cost_gpu *g, cost_gemm_math math, double m, doubl
  * attn_bwd_row_s) and the price of attn_row_scores scores of its pass. */
 /* attn_eff at head dim d, with the GPU's head-dim curve (attn_hd_half). */
 double cost_attention_efficiency(const cost_gpu *g, double head_dim);
-/* The products priced at cost_gemm_peak(g, math) x cost_attention_efficiency;
- * the plain forms at the bf16 peak (FlashAttention's tensor cores). */
-double cost_attention_forward_time_in(const cost_gpu *g, cost_gemm_math math, double rows, double scores,
+/* The attention kernel a price is for (the planner's plan_attention_kernel
+ * picks it): FlashAttention on bf16 tensor cores (the Megatron target),
+ * dhp's bf16 kernel (executor/cuda_attention16.cuh: bf16-mixed, -autocast)
+ * or dhp's fp32 kernel (executor/cuda_attention.cuh). */
+typedef enum { COST_ATTN_FLASH = 0, COST_ATTN_BF16, COST_ATTN_FP32 } cost_attn_kernel;
+/* The price of kernel k on g, the one owner of which figures price it:
+ * COST_ATTN_BF16 from g->attn_bf16 where the GPU file has it (dhp profile
+ * timed that kernel), else as FLASH; FLASH with the products at
+ * cost_gemm_peak(g, COST_MATH_BF16) x cost_attention_efficiency, FP32 at
+ * cost_gemm_peak(g, COST_MATH_FP32) x the same; the plain forms are FLASH's. */
+double cost_attention_forward_time_in(const cost_gpu *g, cost_attn_kernel k, double rows, double scores,
                                       double head_dim);
-double cost_attention_backward_time_in(const cost_gpu *g, cost_gemm_math math, double rows, double scores,
+double cost_attention_backward_time_in(const cost_gpu *g, cost_attn_kernel k, double rows, double scores,
                                        double head_dim);
 double cost_attention_forward_time(const cost_gpu *g, double rows, double scores, double head_dim);
 double cost_attention_backward_time(const cost_gpu *g, double rows, double scores, double head_dim);
@@ -400,6 +425,11 @@ typedef struct {
     int n_attn;
     cost_profile_attn attn[COST_PROFILE_MAX_ATTN];
     double attn_fit_rms;          /* rms relative error of cost_profile_fit_attention */
+    /* on a backend with a bf16 attention (set_attention_bf16): the same
+     * shapes' best times with it on, and the rms of their fit (gpu.attn_bf16) */
+    bool attn_bf16;
+    double attn_bf16_fwd_s[COST_PROFILE_MAX_ATTN], attn_bf16_bwd_s[COST_PROFILE_MAX_ATTN];
+    double attn_bf16_fit_rms;
     /* compute sharing between the ranks of this host (see cost_pool.speed) */
     int n_speed;
     double speed[COST_MAX_SPEED];
@@ -449,8 +479,11 @@ int cost_profile_fit_alpha_beta(const double *a, const double *x, const double *
  * cost_attention_mean_span x heads scores (seq^2 heads, causal seq (seq + 1)
  * / 2 heads), R = seq x heads rows, by least squares in relative error;
  * negative terms are pinned at 0 (attn_eff at 1) and the rest refitted; shapes
- * that cannot tell rows from scores (one span) are fitted without row terms. */
-typedef struct { double attn_eff, score_s, bwd_score_s, row_s, bwd_row_s, rms_rel; } cost_attn_fit;
+ * that cannot tell rows from scores (one span) are fitted without row terms.
+ * flop_s = 1 / (peak attn_eff), the seconds per FLOP. peak_flops HUGE_VAL:
+ * no peak known (the bf16 kernel's tensor cores), flop_s only pinned at >= 0
+ * and attn_eff 0. */
+typedef struct { double attn_eff, flop_s, score_s, bwd_score_s, row_s, bwd_row_s, rms_rel; } cost_attn_fit;
 int cost_profile_fit_attention(const cost_profile_attn *a, int n, double peak_flops, cost_attn_fit *out, char *err);
 int cost_profile_fit_gemm(const double *m, const double *n, const double *k, const double *rate,
                           int count, double *rate_max, double *half, double *rms_rel, char *err);

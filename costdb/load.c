@@ -191,6 +191,24 @@ int cost_gpu_field(const cJSON *obj, const char *what, const char *path, const c
     return cost_get_num(v, what, sub, "value", out, err);
 }
 
+/* A measured attention's terms (cost_attn_terms), if any: seconds in [0, 1],
+ * and a time that grows with the scores, forward and backward. */
+static int validate_attn_terms(const cost_attn_terms *t, const char *what, const char *path, const char *key, char *err)
+{
+    if (!t->measured) return UTIL_OK;
+    char sub[UTIL_ERR_LEN / 2];
+    cost_field_path(sub, sizeof sub, path, key);
+    const struct { const char *key; double v; } f[] = {{"flop_s", t->flop_s}, {"score_s", t->score_s},
+        {"bwd_score_s", t->bwd_score_s}, {"row_s", t->row_s}, {"bwd_row_s", t->bwd_row_s}};
+    int rc;
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+        if ((rc = cost_check_range(what, sub, f[i].key, f[i].v, 0, false, 1, err))) return rc;
+    if (!(t->flop_s > 0) && !(t->score_s > 0 && t->bwd_score_s > 0))
+        return util_fail(err, UTIL_EINVAL, "%s: %s: flop_s and score_s (or bwd_score_s) are both 0: the attention "
+                         "would cost nothing per score", what, sub);
+    return UTIL_OK;
+}
+
 int cost_validate_gpu(const cost_gpu *g, const char *what, const char *path, char *err)
 {
     int rc;
@@ -222,6 +240,7 @@ int cost_validate_gpu(const cost_gpu *g, const char *what, const char *path, cha
     if ((rc = cost_check_range(what, path, "sm_count", g->sm_count, 0, false, 1e6, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_hd_half", g->attn_hd_half, 0, false, 1e6, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_row_scores", g->attn_row_scores, 0, false, 1e6, err))) return rc;
+    if ((rc = validate_attn_terms(&g->attn_bf16, what, path, "attn_bf16", err))) return rc;
     return cost_check_range(what, path, "kernel_launch_s", g->kernel_launch_s, 0, false, 1, err);
 }
 
@@ -323,6 +342,22 @@ static int parse_ew_table(const cJSON *obj, const char *what, const char *path, 
     return UTIL_OK;
 }
 
+/* Optional "attn_bf16": {"flop_s", "score_s", "bwd_score_s", "row_s", "bwd_row_s",
+ * "source"} (cost_attn_terms), all five or none. */
+static int parse_attn_bf16(const cJSON *obj, const char *what, const char *path, cost_attn_terms *t, char *err)
+{
+    const cJSON *v;
+    char sub[UTIL_ERR_LEN / 2];
+    int rc = optional_table(obj, what, path, "attn_bf16", &v, sub, sizeof sub, err);
+    if (rc || !v) return rc;
+    struct { const char *key; double *dst; } f[] = {{"flop_s", &t->flop_s}, {"score_s", &t->score_s},
+        {"bwd_score_s", &t->bwd_score_s}, {"row_s", &t->row_s}, {"bwd_row_s", &t->bwd_row_s}};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+        if ((rc = cost_get_num(v, what, sub, f[i].key, f[i].dst, err))) return rc;
+    t->measured = true;
+    return UTIL_OK;
+}
+
 int cost_parse_gpu_obj(const cJSON *obj, const char *what, const char *path, bool need_schema,
                        cost_gpu *g, char *err)
 {
@@ -352,6 +387,7 @@ int cost_parse_gpu_obj(const cJSON *obj, const char *what, const char *path, boo
             && (rc = cost_gpu_field(obj, what, path, optional[i].key, optional[i].dst, err))) return rc;
     if ((rc = parse_gemm_grid(obj, what, path, &g->grid, err))) return rc;
     if ((rc = parse_ew_table(obj, what, path, &g->ew, err))) return rc;
+    if ((rc = parse_attn_bf16(obj, what, path, &g->attn_bf16, err))) return rc;
     return cost_validate_gpu(g, what, path, err);
 }
 
@@ -404,6 +440,18 @@ bool cost_gemm_grid_add(cJSON *o, const cost_gemm_grid *G, const char *source)
     return false;
 }
 
+bool cost_attn_bf16_add(cJSON *o, const cost_attn_terms *t, const char *source)
+{
+    cJSON *v = cJSON_CreateObject();
+    bool ok = v && cJSON_AddNumberToObject(v, "flop_s", t->flop_s) && cJSON_AddNumberToObject(v, "score_s", t->score_s)
+        && cJSON_AddNumberToObject(v, "bwd_score_s", t->bwd_score_s) && cJSON_AddNumberToObject(v, "row_s", t->row_s)
+        && cJSON_AddNumberToObject(v, "bwd_row_s", t->bwd_row_s)
+        && (!source || cJSON_AddStringToObject(v, "source", source));
+    if (ok && cJSON_AddItemToObject(o, "attn_bf16", v)) return true;
+    cJSON_Delete(v);
+    return false;
+}
+
 bool cost_ew_table_add(cJSON *o, const cost_ew_table *T, const char *source)
 {
     cJSON *v = cJSON_CreateObject();
@@ -440,7 +488,8 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && (g->attn_hd_half <= 0 || cJSON_AddNumberToObject(o, "attn_hd_half", g->attn_hd_half))
         && (g->attn_row_scores <= 0 || cJSON_AddNumberToObject(o, "attn_row_scores", g->attn_row_scores))
         && (g->grid.n_m == 0 || cost_gemm_grid_add(o, &g->grid, NULL))
-        && (g->ew.n == 0 || cost_ew_table_add(o, &g->ew, NULL));
+        && (g->ew.n == 0 || cost_ew_table_add(o, &g->ew, NULL))
+        && (!g->attn_bf16.measured || cost_attn_bf16_add(o, &g->attn_bf16, NULL));
     if (!ok) { cJSON_Delete(o); return NULL; }
     return o;
 }

@@ -105,38 +105,55 @@ double cost_attention_efficiency(const cost_gpu *g, double head_dim)
     return g->attn_eff * (head_dim / (head_dim + hh)) / (128.0 / (128.0 + hh));
 }
 
-/* t = scores * (score_s + c) + rows * (row_s + attn_row_scores * c) + kernel_launch_s,
- * c = flops_per_score / (peak * eff(d)), the matmul price of one score, peak
- * that of the math the kernel's products run in (cost_gemm_peak). */
-static double attention_time(const cost_gpu *g, cost_gemm_math math, double rows, double scores, double head_dim,
-                             double flops_per_score, double score_s, double row_s)
+/* The figures that price kernel k on g, the one owner of that choice:
+ * dhp's bf16 kernel by its measured terms where the file has them (NULL:
+ * none, or another kernel); otherwise attention_time prices the products at
+ * a peak (FlashAttention's and an unmeasured bf16 kernel's the bf16 one,
+ * dhp's fp32 kernel the fp32 one) x cost_attention_efficiency. */
+static const cost_attn_terms *measured_terms(const cost_gpu *g, cost_attn_kernel k)
 {
-    if (!(scores > 0) || !(flops_per_score > 0)) return 0;
-    double c = flops_per_score / (cost_gemm_peak(g, math) * cost_attention_efficiency(g, head_dim));
-    return scores * (score_s + c) + fmax(rows, 0) * (row_s + g->attn_row_scores * c) + g->kernel_launch_s;
+    return k == COST_ATTN_BF16 && g->attn_bf16.measured ? &g->attn_bf16 : NULL;
 }
 
-double cost_attention_forward_time_in(const cost_gpu *g, cost_gemm_math math, double rows, double scores,
+/* Measured: t = scores * (score_s + F flop_s) + rows * row_s + kernel_launch_s.
+ * Otherwise t = scores * (score_s + c) + rows * (row_s + attn_row_scores * c)
+ * + kernel_launch_s, c = F / (peak * eff(d)), the matmul price of one score.
+ * F = flops per score, 4 d (backward COST_ATTN_BWD_FLOPS times that). */
+static double attention_time(const cost_gpu *g, cost_attn_kernel k, bool bwd, double rows, double scores,
+                             double head_dim)
+{
+    double flops_per_score = (bwd ? COST_ATTN_BWD_FLOPS : 1.0) * 4.0 * head_dim;
+    if (!(scores > 0) || !(flops_per_score > 0)) return 0;
+    const cost_attn_terms *m = measured_terms(g, k);
+    if (m)
+        return scores * ((bwd ? m->bwd_score_s : m->score_s) + flops_per_score * m->flop_s)
+             + fmax(rows, 0) * (bwd ? m->bwd_row_s : m->row_s) + g->kernel_launch_s;
+    double peak = cost_gemm_peak(g, k == COST_ATTN_FP32 ? COST_MATH_FP32 : COST_MATH_BF16);
+    double c = flops_per_score / (peak * cost_attention_efficiency(g, head_dim));
+    return scores * ((bwd ? g->attn_bwd_score_s : g->attn_score_s) + c)
+         + fmax(rows, 0) * ((bwd ? g->attn_bwd_row_s : g->attn_row_s) + g->attn_row_scores * c) + g->kernel_launch_s;
+}
+
+double cost_attention_forward_time_in(const cost_gpu *g, cost_attn_kernel k, double rows, double scores,
                                       double head_dim)
 {
-    return attention_time(g, math, rows, scores, head_dim, 4.0 * head_dim, g->attn_score_s, g->attn_row_s);
+    return attention_time(g, k, false, rows, scores, head_dim);
 }
 
-double cost_attention_backward_time_in(const cost_gpu *g, cost_gemm_math math, double rows, double scores,
+double cost_attention_backward_time_in(const cost_gpu *g, cost_attn_kernel k, double rows, double scores,
                                        double head_dim)
 {
-    return attention_time(g, math, rows, scores, head_dim, COST_ATTN_BWD_FLOPS * 4.0 * head_dim, g->attn_bwd_score_s,
-                          g->attn_bwd_row_s);
+    return attention_time(g, k, true, rows, scores, head_dim);
 }
 
 double cost_attention_forward_time(const cost_gpu *g, double rows, double scores, double head_dim)
 {
-    return cost_attention_forward_time_in(g, COST_MATH_BF16, rows, scores, head_dim);
+    return cost_attention_forward_time_in(g, COST_ATTN_FLASH, rows, scores, head_dim);
 }
 
 double cost_attention_backward_time(const cost_gpu *g, double rows, double scores, double head_dim)
 {
-    return cost_attention_backward_time_in(g, COST_MATH_BF16, rows, scores, head_dim);
+    return cost_attention_backward_time_in(g, COST_ATTN_FLASH, rows, scores, head_dim);
 }
 
 double cost_attention_mean_span(double seq, bool causal) { return causal ? (seq + 1) / 2 : seq; }

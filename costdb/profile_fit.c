@@ -139,13 +139,15 @@ static bool attn_solve(const cost_profile_attn *a, int n, const bool *free_, dou
 }
 
 /* Solves with the free unknowns, pinning a negative overhead (at 0) or a
- * FLOP cost above the peak rate (at 1 / peak), noise either way, and refitting the rest. */
+ * FLOP cost above the peak rate (at 1 / peak; at 0 without a peak), noise
+ * either way, and refitting the rest. */
 static bool attn_fit_pinned(const cost_profile_attn *a, int n, double peak_flops, bool *free_, double *x)
 {
     bool ok = attn_solve(a, n, free_, x);
+    double least = isfinite(peak_flops) ? 1.0 / peak_flops : 0;
     for (int pass = 0; ok && pass < ATT_N; pass++) {
         bool changed = false;
-        if (free_[ATT_FLOP] && x[ATT_FLOP] < 1.0 / peak_flops) { x[ATT_FLOP] = 1.0 / peak_flops; free_[ATT_FLOP] = false; changed = true; }
+        if (free_[ATT_FLOP] && x[ATT_FLOP] < least) { x[ATT_FLOP] = least; free_[ATT_FLOP] = false; changed = true; }
         for (int j = 0; j < ATT_N; j++)
             if (j != ATT_FLOP && free_[j] && x[j] < 0) { x[j] = 0; free_[j] = false; changed = true; }
         if (!changed) break;
@@ -174,11 +176,12 @@ int cost_profile_fit_attention(const cost_profile_attn *a, int n, double peak_fl
         for (int j = 0; j < ATT_N; j++) m += row[j] * x[j];
         ss += (m - t) * (m - t) / (t * t);
     }
+    out->flop_s = x[ATT_FLOP];
     out->score_s = x[ATT_SCORE];
     out->bwd_score_s = x[ATT_BWD_SCORE];
     out->row_s = x[ATT_ROW];
     out->bwd_row_s = x[ATT_BWD_ROW];
-    out->attn_eff = fmin(1.0, 1.0 / (x[ATT_FLOP] * peak_flops));
+    out->attn_eff = isfinite(peak_flops) ? fmin(1.0, 1.0 / (x[ATT_FLOP] * peak_flops)) : 0;
     out->rms_rel = sqrt(ss / (2 * n));
     return UTIL_OK;
 }
@@ -335,6 +338,27 @@ static int fit_tf32_peak(cost_profile *p, char *err)
     return UTIL_OK;
 }
 
+/* gpu.attn_bf16 from the bf16 kernel's times of the attention shapes: the
+ * attn_* fit without a peak (the tensor cores' bf16 rate is not measured:
+ * the seconds per FLOP only pinned at >= 0), which is how the planner prices
+ * the dhp target's attention under bf16-mixed and -autocast. */
+static int fit_attn_bf16(cost_profile *p, char *err)
+{
+    cost_profile_attn a[COST_PROFILE_MAX_ATTN];
+    for (int i = 0; i < p->n_attn; i++) {
+        a[i] = p->attn[i];
+        a[i].fwd_s = p->attn_bf16_fwd_s[i];
+        a[i].bwd_s = p->attn_bf16_bwd_s[i];
+    }
+    cost_attn_fit f;
+    char why[UTIL_ERR_LEN];
+    int rc = cost_profile_fit_attention(a, p->n_attn, HUGE_VAL, &f, why);
+    if (rc) return util_fail(err, rc, "profile: the bf16 attention's times: %s", why);
+    p->gpu.attn_bf16 = (cost_attn_terms){true, f.flop_s, f.score_s, f.bwd_score_s, f.row_s, f.bwd_row_s};
+    p->attn_bf16_fit_rms = f.rms_rel;
+    return UTIL_OK;
+}
+
 int cost_prof_derive(cost_profile *p, char *err)
 {
     double m[COST_PROFILE_MAX_GEMM], n[COST_PROFILE_MAX_GEMM], k[COST_PROFILE_MAX_GEMM], y[COST_PROFILE_MAX_GEMM];
@@ -372,6 +396,7 @@ int cost_prof_derive(cost_profile *p, char *err)
     gpu->attn_row_s = af.row_s;
     gpu->attn_bwd_row_s = af.bwd_row_s;
     p->attn_fit_rms = af.rms_rel;
+    if (p->attn_bf16 && (rc = fit_attn_bf16(p, err))) return rc;
     if (p->cuda) {
         /* The device's theoretical rate, as the shipped files give it: memory
          * clock x 2 (double data rate) x bus width; the copy when unknown. */

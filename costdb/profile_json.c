@@ -213,9 +213,27 @@ static bool add_gpu_fields_cpu(cJSON *o, const cost_profile *p)
     return ok;
 }
 
+/* "attn_bf16": the bf16 attention's fit, where the backend has that kernel. */
+static bool add_attn_bf16(cJSON *o, const cost_profile *p)
+{
+    const cost_attn_terms *t = &p->gpu.attn_bf16;
+    if (!t->measured) return true;
+    char at[768], src[1800];
+    attn_shape_list(p, at, sizeof at);
+    snprintf(src, sizeof src, "measured by dhp profile on %s %s, the %s backend's bf16 attention kernels "
+             "(executor/cuda_attention16.cuh, set_attention_bf16 on: q, k, v, dout rounded to bf16, products on tensor "
+             "cores through WMMA, fp32 statistics), forward and backward, at attn_eff's shapes (%s), the times per "
+             "sequence; least-squares fit (relative error, rms %.1f%%) of fwd = S (score_s + 4 d flop_s) + R row_s, "
+             "bwd = S (bwd_score_s + 2.5 x 4 d flop_s) + R bwd_row_s, seconds, S scores and R rows as attn_eff's, "
+             "without a peak (the tensor cores' bf16 rate is not measured; flop_s pinned at >= 0): the products at "
+             "%.4g FLOP/s. dhp plan prices the dhp target's attention under bf16-mixed and -autocast with them",
+             p->host, p->date, p->dev.backend, at + (at[0] == ' '), 100 * p->attn_bf16_fit_rms, t->flop_s > 0 ? 1 / t->flop_s : INFINITY);
+    return cost_attn_bf16_add(o, t, src);
+}
+
 static bool add_gpu_fields(cJSON *o, const cost_profile *p)
 {
-    if (!(p->cuda ? add_gpu_fields_cuda(o, p) : add_gpu_fields_cpu(o, p))) return false;
+    if (!(p->cuda ? add_gpu_fields_cuda(o, p) : add_gpu_fields_cpu(o, p)) || !add_attn_bf16(o, p)) return false;
     char src[600];
     if (p->gpu.grid.n_m > 0) {
         snprintf(src, sizeof src, "measured by dhp profile on %s %s, the GEMM shapes of gemm_eff_max's fit: each shape's "
@@ -274,6 +292,10 @@ static cJSON *gemm_measurements(const cost_profile *p)
     return NULL;
 }
 
+static double rows_of(const cost_profile_attn *a) { return (double)a->seq * a->heads; }
+
+/* Each attention shape's times and its price from the fit (model_*: the
+ * fp32 kernel's, at attn_eff; bf16_*: the bf16 kernel's, where measured). */
 static cJSON *attn_measurements(const cost_profile *p)
 {
     cJSON *rows = cJSON_CreateArray();
@@ -287,8 +309,14 @@ static cJSON *attn_measurements(const cost_profile *p)
             && add_num(r, "fwd_flops", a->fwd_flops)
             && add_num(r, "fwd_seconds", a->fwd_s) && add_num(r, "bwd_seconds", a->bwd_s)
             && add_num(r, "fwd_flops_per_s", a->fwd_flops / a->fwd_s) && add_num(r, "bwd_over_fwd", a->bwd_s / a->fwd_s)
-            && add_num(r, "model_fwd_seconds", cost_attention_forward_time(&p->gpu, (double)a->seq * a->heads, cost_prof_attn_scores(a), a->head_dim))
-            && add_num(r, "model_bwd_seconds", cost_attention_backward_time(&p->gpu, (double)a->seq * a->heads, cost_prof_attn_scores(a), a->head_dim));
+            && add_num(r, "model_fwd_seconds", cost_attention_forward_time_in(&p->gpu, COST_ATTN_FP32, rows_of(a), cost_prof_attn_scores(a), a->head_dim))
+            && add_num(r, "model_bwd_seconds", cost_attention_backward_time_in(&p->gpu, COST_ATTN_FP32, rows_of(a), cost_prof_attn_scores(a), a->head_dim));
+        if (ok && p->gpu.attn_bf16.measured)   /* the same shape with the bf16 kernel, and its price from attn_bf16 */
+            ok = add_num(r, "bf16_fwd_seconds", p->attn_bf16_fwd_s[i]) && add_num(r, "bf16_bwd_seconds", p->attn_bf16_bwd_s[i])
+                && add_num(r, "bf16_model_fwd_seconds",
+                           cost_attention_forward_time_in(&p->gpu, COST_ATTN_BF16, rows_of(a), cost_prof_attn_scores(a), a->head_dim))
+                && add_num(r, "bf16_model_bwd_seconds",
+                           cost_attention_backward_time_in(&p->gpu, COST_ATTN_BF16, rows_of(a), cost_prof_attn_scores(a), a->head_dim));
         if (!ok || !cJSON_AddItemToArray(rows, r)) { cJSON_Delete(r); ok = false; }
     }
     if (ok) return rows;

@@ -16,7 +16,7 @@ typedef struct plan_pricer {
     bool need_input_grad;        /* false for a frozen first module */
     bool megatron;               /* PLAN_TARGET_MEGATRON: Megatron-LM's kernels and recomputation */
     cost_gemm_math math;         /* the linears' GEMMs (plan_gemm_math) */
-    cost_gemm_math attn_math;    /* the attention's products (plan_attention_math) */
+    cost_attn_kernel attn;       /* the attention's kernel (plan_attention_kernel) */
 } pricer;
 
 void plan_comm_add(plan_comm *c, bool backward, double seconds, int count)
@@ -42,8 +42,8 @@ static void price_linear(pricer *p, double m, double n, double k)
 static void price_attention(pricer *p, double queries, double span, double heads, double head_dim)
 {
     double rows = queries * heads, scores = rows * span;
-    p->fwd += cost_attention_forward_time_in(p->g, p->attn_math, rows, scores, head_dim);
-    if (runs_backward(p)) p->bwd += cost_attention_backward_time_in(p->g, p->attn_math, rows, scores, head_dim);
+    p->fwd += cost_attention_forward_time_in(p->g, p->attn, rows, scores, head_dim);
+    if (runs_backward(p)) p->bwd += cost_attention_backward_time_in(p->g, p->attn, rows, scores, head_dim);
 }
 
 /* One call of element-wise kernel k over n elements, in the forward pass. */
@@ -490,7 +490,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     double A = plan_module_state_bytes(mm, o).act;   /* an activation element (dhp's executor: fp32); the collectives: W below */
     pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM),
                  .megatron = o->target == PLAN_TARGET_MEGATRON, .math = plan_gemm_math(o),
-                 .attn_math = plan_attention_math(o) };
+                 .attn = plan_attention_kernel(o) };
     bool backward = runs_backward(&p);
     if (samples <= 0) {   /* an empty micro-batch (planner/schedule.c, micro_ops): the strategy's collectives only */
         plan_comm dp = { 0 };

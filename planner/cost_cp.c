@@ -21,7 +21,7 @@ void plan_price_ring_block(const model_module *mm, const plan_module *s, const c
                            double A, double samples, double S, int sp_rank, bool backward, plan_ring_price *out)
 {
     const cost_gpu *g = &pool->gpu;
-    cost_gemm_math math = plan_attention_math(o);
+    cost_attn_kernel kern = plan_attention_kernel(o);
     int sp = s->sp, j = sp_rank >= 0 ? sp_rank : sp - 1;   /* the pace: rank sp - 1 sees every block whole */
     double H = (double)mm->heads / s->tp, hd = mm->head_dim, kvd = (double)mm->kv_heads / s->tp * hd;
     double L = S / sp, C = L / 2;   /* local rows per sample, a chunk */
@@ -32,14 +32,14 @@ void plan_price_ring_block(const model_module *mm, const plan_module *s, const c
         double fwd, bwd;
         if (i == 0) {   /* its own block, causal over its two chunks */
             double rows = samples * L * H, scores = samples * L * (L + 1) / 2 * H;
-            fwd = cost_attention_forward_time_in(g, math, rows, scores, hd);
-            bwd = cost_attention_backward_time_in(g, math, rows, scores, hd);
+            fwd = cost_attention_forward_time_in(g, kern, rows, scores, hd);
+            bwd = cost_attention_backward_time_in(g, kern, rows, scores, hd);
         } else {        /* an earlier rank's block (all queries, its first chunk) or a later one's (the later chunk, all of it) */
             bool earlier = (j - i + sp) % sp < j;
             double q = earlier ? L : C, rows = samples * q * H, scores = samples * q * (earlier ? C : L) * H;
-            fwd = cost_attention_forward_time_in(g, math, rows, scores, hd)
+            fwd = cost_attention_forward_time_in(g, kern, rows, scores, hd)
                 + cost_elementwise_time(g, COST_EW_ATTN_MERGE, rows * hd, A);
-            bwd = cost_attention_backward_time_in(g, math, rows, scores, hd);
+            bwd = cost_attention_backward_time_in(g, kern, rows, scores, hd);
         }
         out->fwd_s += fwd;
         if (backward) out->bwd_s += bwd;

@@ -272,8 +272,9 @@ static inline double plan_mem_once(const plan_mem *m) { return m->reserved + m->
 int plan_tf32_check(const plan_options *o, char *err);
 /* The math the cost model prices a linear's GEMMs in (cost_gemm_time_in). */
 cost_gemm_math plan_gemm_math(const plan_options *o);
-/* The math the attention's products run in (the dhp target: fp32, its kernel's). */
-cost_gemm_math plan_attention_math(const plan_options *o);
+/* The attention kernel the cost model prices (cost_attention_*_time_in): the
+ * dhp target's bf16 or fp32 kernel as the precision runs it, Megatron's FlashAttention. */
+cost_attn_kernel plan_attention_kernel(const plan_options *o);
 /* Bytes per local parameter of the executor's bf16 working copy of the weights (0 without one: fp32, autocast). */
 double plan_weight_copy_bytes(const model_module *mm, const plan_options *o);
 /* bf16-autocast, and bf16-mixed under ZeRO-3 (planner/precision_zero3.c): bf16 elements of the

@@ -120,18 +120,18 @@ double plan_act_wire_bytes(const plan_options *o)
 /* What the dhp target's attention runs in, the precision's rule: under
  * bf16-mixed and -autocast executor/cuda_attention16.cuh (q, k, v rounded to
  * bf16, the products on tensor cores through WMMA, fp32 statistics and
- * accumulators: FlashAttention-2's precisions, Dao, arXiv 2307.08691), priced
- * at the bf16 peak; under fp32 executor/cuda_attention.cuh's flash-style tiles
- * multiply fp32 on the CUDA cores, priced at the fp32 peak (--tf32 does not
- * change them). The GPU file's attn_eff, FlashAttention's measured fraction of
- * the tensor-core peak, is taken as the same fraction for both kernels until
- * `dhp profile --backend cuda` measures them (neither has run on a GPU: their
- * speed is unmeasured; a profile's peak is its fp32 GEMMs' rate). The
- * Megatron target runs FlashAttention: the bf16 peak. */
-cost_gemm_math plan_attention_math(const plan_options *o)
+ * accumulators: FlashAttention-2's precisions, Dao, arXiv 2307.08691);
+ * under fp32 executor/cuda_attention.cuh's flash-style tiles multiply fp32
+ * on the CUDA cores (--tf32 does not change them). The Megatron target runs
+ * FlashAttention. costdb prices each (cost_attention_*_time_in): the bf16
+ * kernel by its own times where `dhp profile --backend cuda` measured them
+ * (the GPU file's attn_bf16), else as FlashAttention at the bf16 peak; the
+ * fp32 kernel at the fp32 peak, with the file's attn_eff (a profile's: the
+ * fp32 kernel's measured fraction of its fp32 GEMMs' rate). */
+cost_attn_kernel plan_attention_kernel(const plan_options *o)
 {
-    if (o->target != PLAN_TARGET_DHP || plan_runs_bf16(o)) return COST_MATH_BF16;
-    return COST_MATH_FP32;
+    if (o->target != PLAN_TARGET_DHP) return COST_ATTN_FLASH;
+    return plan_runs_bf16(o) ? COST_ATTN_BF16 : COST_ATTN_FP32;
 }
 
 double plan_weight_copy_bytes(const model_module *mm, const plan_options *o)

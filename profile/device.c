@@ -1,6 +1,7 @@
 /* dhp profile on a device backend (CUDA, or its CPU emulator): one device
  * per rank, the executor's own kernels timed through the backend table
- * (GEMMs are its linear_forward; attention; the residual add, SwiGLU,
+ * (GEMMs are its linear_forward; attention, fp32 and, where the backend
+ * has it, bf16; the residual add, SwiGLU,
  * RMSNorm and LayerNorm at large sizes; its device-to-device copy; the
  * launch cost of a one-element kernel), the collectives through the
  * executor's communicator (NCCL), the device's facts from the runtime
@@ -62,8 +63,10 @@ static int one_sequence(int seq) { (void)seq; return 1; }
 /* Head shapes of Qwen2.5-VL's ViT (d=80) and 32B LLM (d=128, GQA 40/8) and a
  * d=64 model, at two lengths, so the fit can tell per-score from per-FLOP
  * cost; the LLM shapes causal too, as LLM layers run. One sequence per
- * call. On the emulator, the CPU profile's quick shapes. */
-static int measure_attention(const prof_ctx *c, cost_profile *p, char *err)
+ * call. On the emulator, the CPU profile's quick shapes, its d=64 one with 4
+ * heads, not 12 (the emulated bf16 kernel, a CPU thread running every WMMA
+ * lane, took 1 s for its backward). */
+static int measure_attention_grid(const prof_ctx *c, cost_profile *p, char *err)
 {
     static const prof_attn_shape full[] = {
         {1024, 16, 16, 80, false}, {4096, 16, 16, 80, false}, {1024, 40, 8, 128, false},
@@ -72,10 +75,34 @@ static int measure_attention(const prof_ctx *c, cost_profile *p, char *err)
     static const prof_attn_shape quick[] = {{1024, 16, 16, 80, false}, {1024, 40, 8, 128, false},
                                             {2048, 16, 16, 64, false}, {1024, 40, 8, 128, true}};
     static const prof_attn_shape host[] = {{64, 4, 4, 8, false}, {128, 4, 2, 16, false},
-                                           {128, 12, 4, 64, false}, {128, 4, 2, 16, true}};
+                                           {128, 4, 2, 64, false}, {128, 4, 2, 16, true}};
     if (ex_backend_emulated(c->be)) return prof_measure_attention(c, p, host, 4, 1, 0.005, one_sequence, err);
     return prof_measure_attention(c, p, p->quick ? quick : full, p->quick ? 4 : 9, 1, p->quick ? 0.02 : 0.1,
                                   one_sequence, err);
+}
+
+/* The grid with the backend's fp32 attention (attn_eff's), then, where the
+ * backend has a bf16 one (set_attention_bf16: what bf16-mixed and -autocast
+ * run), the same grid with it, kept beside the fp32 times (gpu.attn_bf16's
+ * fit); the backend's attention is fp32 again after. */
+static int measure_attention(const prof_ctx *c, cost_profile *p, char *err)
+{
+    int rc = measure_attention_grid(c, p, err);
+    if (rc || !c->be->set_attention_bf16) return rc;
+    cost_profile_attn fp32[COST_PROFILE_MAX_ATTN];
+    int n = p->n_attn;
+    memcpy(fp32, p->attn, sizeof fp32);
+    c->be->set_attention_bf16(true);
+    rc = measure_attention_grid(c, p, err);
+    c->be->set_attention_bf16(false);
+    for (int i = 0; i < n && i < p->n_attn && !rc; i++) {
+        p->attn_bf16_fwd_s[i] = p->attn[i].fwd_s;
+        p->attn_bf16_bwd_s[i] = p->attn[i].bwd_s;
+    }
+    p->attn_bf16 = !rc && p->n_attn == n;
+    memcpy(p->attn, fp32, sizeof fp32);
+    p->n_attn = n;
+    return rc;
 }
 
 /* ---- memory: device-to-device copy and the backend's element-wise kernels ---- */

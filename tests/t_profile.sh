@@ -8,7 +8,8 @@ cd "$T"
 export OPENBLAS_NUM_THREADS=1
 
 if "$DHP" profile --quick -o "$T/g.json" --cluster-out "$T/c.json" >"$T/out" 2>"$T/err" \
-   && [ -s "$T/g.json" ] && [ -s "$T/c.json" ] && grep -q '^  gemm fp32' "$T/out" && grep -q "wrote $T/c.json" "$T/out"; then
+   && [ -s "$T/g.json" ] && [ -s "$T/c.json" ] && grep -q '^  gemm fp32' "$T/out" && grep -q "wrote $T/c.json" "$T/out" \
+   && ! grep -q 'attention bf16' "$T/out"; then
     ok profile_quick_writes_both_files
 else fail profile_quick_writes_both_files "$(head -c 400 "$T/err")"; fi
 
@@ -33,6 +34,8 @@ assert 0 < v["kernel_launch_s"] < 1e-3, v
 m = g["measurements"]
 assert m["ranks"] == 1 and len(m["gemm"]["shapes"]) == 27 and len(m["attention"]) == 4, m.keys()
 assert [a["causal"] for a in m["attention"]] == [False, False, False, True], m["attention"]   # the LLM's kind too
+# the CPU backend has no bf16 attention: nothing of it written
+assert "attn_bf16" not in g and not any(k.startswith("bf16_") for a in m["attention"] for k in a), m["attention"]
 assert min(v["attn_score_s"], v["attn_bwd_score_s"], v["attn_row_s"], v["attn_bwd_row_s"]) >= 0, v
 for a in m["attention"]:   # the fitted model, evaluated as the planner does, is what the file reports
     assert a["sequences_per_call"] == min(16, -(-1024 // a["seq"])), a   # a micro-batch's 1024 rows per call
@@ -198,6 +201,7 @@ if [ -n "${DHP_EMU:-}" ] && [ -x "$DHP_EMU" ]; then
     if "${launch[@]}" "$DHP_EMU" profile --backend cuda --tf32 --quick -o "$T/eg.json" --cluster-out "$T/ec.json" \
            >"$T/eout" 2>"$T/eerr" \
        && grep -q '^backend: cuda-emu' "$T/eout" && grep -q 'cuda kernels    match the CPU backend' "$T/eout" \
+       && grep -q '^  attention bf16  .* (rms [0-9]*%, the same shapes; attn_bf16)$' "$T/eout" \
        && /usr/bin/python3 - "$T/eg.json" "$T/ec.json" "$np" <<'PY' 2>"$T/err"
 import json, sys
 g = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2])); n = int(sys.argv[3])
@@ -211,6 +215,20 @@ assert g["kernel_launch_s"]["value"] > 0 and g["hbm_bw"]["value"] > 0, g
 assert g["peak_flops_tf32"]["value"] > 0 and "CUBLAS_COMPUTE_32F_FAST_TF32" in g["peak_flops_tf32"]["source"], g["peak_flops_tf32"]
 assert all(s["tf32_seconds"] > 0 and s["tf32_model_seconds"] > 0 for s in m["gemm"]["shapes"]), m["gemm"]["shapes"]
 assert c["pools"][0]["gpu"]["peak_flops_tf32"]["value"] == g["peak_flops_tf32"]["value"]
+# the bf16 attention (set_attention_bf16 on) timed over the same shapes, fitted into attn_bf16, each shape's
+# times and price (the fit's terms as the planner evaluates them) under measurements; the cluster's GPU the same
+a16 = g["attn_bf16"]
+terms = ["flop_s", "score_s", "bwd_score_s", "row_s", "bwd_row_s"]
+assert all(0 <= a16[k] <= 1 for k in terms) and "cuda_attention16.cuh" in a16["source"], a16
+assert c["pools"][0]["gpu"]["attn_bf16"] == a16
+launch = g["kernel_launch_s"]["value"]
+for a in m["attention"]:
+    assert a["bf16_fwd_seconds"] > 0 and a["bf16_bwd_seconds"] > 0, a
+    span = (a["seq"] + 1) / 2 if a["causal"] else a["seq"]
+    S, R, d = a["seq"] * span * a["heads"], a["seq"] * a["heads"], a["head_dim"]
+    fwd = S * (a16["score_s"] + 4 * d * a16["flop_s"]) + R * a16["row_s"] + launch
+    bwd = S * (a16["bwd_score_s"] + 2.5 * 4 * d * a16["flop_s"]) + R * a16["bwd_row_s"] + launch
+    assert abs(a["bf16_model_fwd_seconds"] - fwd) <= 1e-9 * fwd and abs(a["bf16_model_bwd_seconds"] - bwd) <= 1e-9 * bwd, a
 pool = c["pools"][0]
 assert c["name"] == "cuda-%d" % n and pool["gpus_per_node"] == n and "compute_speed" not in pool, c["name"]
 assert pool["gpu"]["name"] == "cuda-emu"
@@ -239,6 +257,22 @@ PY
             echo "# tf32 step on the emulated profile: ${a} s, at half its peak_flops_tf32 ${b} s"; ok profile_tf32_rate_prices_tf32_plans
         else fail profile_tf32_rate_prices_tf32_plans "step $a s vs $b s: $(head -c 300 "$T/err")"; fi
     else fail profile_tf32_rate_prices_tf32_plans "$(head -c 300 "$T/err")"; fi
+    # bf16-mixed plans price the dhp target's attention from attn_bf16: double its terms, the step takes longer
+    if /usr/bin/python3 - "$T/ec.json" "$T/ec_a16.json" <<'PY' 2>"$T/err"
+import json, sys
+c = json.load(open(sys.argv[1]))
+a16 = c["pools"][0]["gpu"]["attn_bf16"]
+for k in ["flop_s", "score_s", "bwd_score_s", "row_s", "bwd_row_s"]: a16[k] *= 2
+json.dump(c, open(sys.argv[2], "w"))
+PY
+    then
+        bf16_step() { "$DHP" simulate --model tiny-vl --cluster "$1" --vision-tokens 64 --batch 2 --precision bf16-mixed \
+                      --strategy 'vision:dp=1;llm:dp=1' --json 2>>"$T/err" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step_time_s"])'; }
+        a=$(bf16_step "$T/ec.json"); b=$(bf16_step "$T/ec_a16.json")
+        if [ -n "$a" ] && [ -n "$b" ] && /usr/bin/python3 -c "import sys; sys.exit(0 if $b > $a else 1)"; then
+            echo "# bf16-mixed step on the emulated profile: ${a} s, at twice its attn_bf16 ${b} s"; ok profile_attn_bf16_prices_bf16_plans
+        else fail profile_attn_bf16_prices_bf16_plans "step $a s vs $b s: $(head -c 300 "$T/err")"; fi
+    else fail profile_attn_bf16_prices_bf16_plans "$(head -c 300 "$T/err")"; fi
 else fail profile_cuda_emulated_writes_both_files "DHP_EMU (build/dhp-emu) not built: make build/dhp-emu"; fi
 expect_err profile_unknown_backend "unknown backend 'tpu'" "$DHP" profile --backend tpu
 # --tf32 on the CPU backend: dhp run's line (executor/backend_pick.c ex_backend_tf32), before any measuring

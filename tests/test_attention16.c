@@ -217,22 +217,22 @@ TEST(cuda_emu_attention_bf16_within_its_bound_of_fp32)
     if (!test_failed_now()) attention16_case(be, &ring);
 }
 
-/* The dhp target prices the attention in the precision that runs it: bf16
- * tensor cores under bf16-mixed and -autocast, fp32 CUDA cores under fp32
- * (with or without --tf32); the Megatron target at the bf16 peak. */
+/* The dhp target prices the attention kernel the precision runs: the bf16
+ * one under bf16-mixed and -autocast, the fp32 one under fp32 (with or
+ * without --tf32); the Megatron target FlashAttention. */
 TEST(attention_priced_in_the_precision_that_runs_it)
 {
     plan_options o;
     plan_options_default(&o);
     o.target = PLAN_TARGET_DHP;
     o.precision = PLAN_OPT_MIXED_FP32;
-    CHECK(plan_attention_math(&o) == COST_MATH_BF16);
+    CHECK(plan_attention_kernel(&o) == COST_ATTN_BF16);
     o.precision = PLAN_OPT_AUTOCAST;
-    CHECK(plan_attention_math(&o) == COST_MATH_BF16);
+    CHECK(plan_attention_kernel(&o) == COST_ATTN_BF16);
     o.precision = PLAN_OPT_FP32;
-    CHECK(plan_attention_math(&o) == COST_MATH_FP32);
+    CHECK(plan_attention_kernel(&o) == COST_ATTN_FP32);
     o.tf32 = true;
-    CHECK(plan_attention_math(&o) == COST_MATH_FP32);
+    CHECK(plan_attention_kernel(&o) == COST_ATTN_FP32);
     o.target = PLAN_TARGET_MEGATRON;
-    CHECK(plan_attention_math(&o) == COST_MATH_BF16);
+    CHECK(plan_attention_kernel(&o) == COST_ATTN_FLASH);
 }

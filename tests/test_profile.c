@@ -2,6 +2,7 @@
  * fitted terms are the cost model's, and the JSON it writes loads back. */
 #include "test.h"
 #include "costdb/costdb.h"
+#include "planner/planner.h"
 #include "profile/profile.h"
 
 #include <stdlib.h>
@@ -445,6 +446,185 @@ TEST(profile_cuda_fields_follow_the_device_and_load_back)
     CHECK_EQ_INT(c.pool[0].n_speed, 0);     /* a GPU per rank: no processor sharing */
     CHECK(!c.pool[0].has_sets);
     CHECK_EQ_INT(want.gpu.grid.n_m, 0);     /* the shapes are not a full grid */
+}
+
+/* The bf16 kernel's times of the profile's attention shapes, made from
+ * known terms x scale: its products at 200 TFLOP/s, 4 and 7 ps fwd and bwd
+ * per score, 3 and 9 ns per row. */
+#define A16_FLOP_S (1 / 2e14)
+static void fake_attn_bf16(cost_profile *p, double scale)
+{
+    p->attn_bf16 = true;
+    for (int i = 0; i < p->n_attn; i++) {
+        const cost_profile_attn *a = &p->attn[i];
+        double S = cost_prof_attn_scores(a), R = (double)a->seq * a->heads, d = a->head_dim;
+        p->attn_bf16_fwd_s[i] = scale * (S * (4e-12 + 4 * d * A16_FLOP_S) + R * 3e-9);
+        p->attn_bf16_bwd_s[i] = scale * (S * (7e-12 + 2.5 * 4 * d * A16_FLOP_S) + R * 9e-9);
+    }
+}
+
+static bool attn_terms_near(const cost_attn_terms *a, const cost_attn_terms *b)
+{
+    return a->measured == b->measured && near_rel(a->flop_s, b->flop_s) && near_rel(a->score_s, b->score_s)
+        && near_rel(a->bwd_score_s, b->bwd_score_s) && near_rel(a->row_s, b->row_s) && near_rel(a->bwd_row_s, b->bwd_row_s);
+}
+
+/* A GPU text with its attn_bf16 object edited by fn, parsed: the loader's verdict (err). */
+static int parse_edited(const char *text, void (*fn)(cJSON *a16), char *err)
+{
+    cJSON *o = cJSON_Parse(text);
+    if (!o) return util_fail(err, UTIL_EINVAL, "test: unparsable");
+    fn(cJSON_GetObjectItemCaseSensitive(o, "attn_bf16"));
+    char *t = cJSON_Print(o);
+    cost_gpu g;
+    int rc = t ? cost_gpu_parse_json(t, "edited", &g, err) : UTIL_ENOMEM;
+    cJSON_free(t);
+    cJSON_Delete(o);
+    return rc;
+}
+static void drop_bwd_row(cJSON *a) { cJSON_DeleteItemFromObjectCaseSensitive(a, "bwd_row_s"); }
+static void negative_score(cJSON *a) { cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(a, "score_s"), -1e-12); }
+static void nothing_per_score(cJSON *a)
+{
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(a, "flop_s"), 0);
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(a, "score_s"), 0);
+}
+
+/* A CUDA profile with the bf16 attention's times: its fit recovers the
+ * terms, the GPU and cluster files carry them ("attn_bf16", sourced, each
+ * shape's bf16 times under measurements) and load back, as does the plain
+ * form (cost_gpu_to_json); the loader refuses a partial, negative or
+ * costless attn_bf16; a CPU profile writes none. */
+TEST(profile_attn_bf16_round_trips_through_the_files)
+{
+    cost_profile *p = malloc(sizeof *p);
+    CHECK(p);
+    fake_cuda_profile(p, 7.0e14, 96);
+    fake_attn_bf16(p, 1);
+    char err[UTIL_ERR_LEN], e1[UTIL_ERR_LEN] = "", e2[UTIL_ERR_LEN] = "", e3[UTIL_ERR_LEN] = "";
+    int rc = cost_prof_derive(p, err);
+    cJSON *gj = rc ? NULL : cost_profile_gpu_json(p, true), *cj = rc ? NULL : cost_profile_cluster_json(p);
+    char *gt = gj ? cJSON_Print(gj) : NULL, *ct = cj ? cJSON_Print(cj) : NULL;
+    const cJSON *a16 = cJSON_GetObjectItemCaseSensitive(gj, "attn_bf16"), *src = cJSON_GetObjectItemCaseSensitive(a16, "source");
+    bool sourced = cJSON_IsString(src) && !strncmp(src->valuestring, "measured by dhp profile on testhost 2025-01-01T00:00:00Z, ", 58)
+        && strstr(src->valuestring, "cuda_attention16.cuh");
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(gj, "measurements"), "attention");
+    int timed = 0;
+    for (int i = 0; i < cJSON_GetArraySize(rows); i++) {
+        const cJSON *r = cJSON_GetArrayItem(rows, i);
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(r, "bf16_fwd_seconds"), *b = cJSON_GetObjectItemCaseSensitive(r, "bf16_bwd_seconds");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "bf16_model_fwd_seconds");
+        timed += cJSON_IsNumber(f) && f->valuedouble == p->attn_bf16_fwd_s[i] && cJSON_IsNumber(b)
+                 && b->valuedouble == p->attn_bf16_bwd_s[i] && cJSON_IsNumber(m);
+    }
+    cost_gpu g, plain;
+    cost_cluster c;
+    int rg = gt ? cost_gpu_parse_json(gt, "gpu", &g, err) : -1;
+    int rcl = rg || !ct ? -1 : cost_cluster_parse_json(ct, "cluster", &c, err);
+    cJSON *pj = rcl ? NULL : cost_gpu_to_json(&g);
+    char *pt = pj ? cJSON_Print(pj) : NULL;
+    int rp = pt ? cost_gpu_parse_json(pt, "plain", &plain, err) : -1;
+    int r1 = gt ? parse_edited(gt, drop_bwd_row, e1) : -1, r2 = gt ? parse_edited(gt, negative_score, e2) : -1;
+    int r3 = gt ? parse_edited(gt, nothing_per_score, e3) : -1;
+    cJSON_free(gt); cJSON_free(ct); cJSON_free(pt);
+    cJSON_Delete(gj); cJSON_Delete(cj); cJSON_Delete(pj);
+    cost_profile want = *p;
+    fake_profile(p);   /* the CPU backend: no bf16 attention, nothing written */
+    cJSON *cpu = cost_profile_gpu_json(p, true);
+    char *cput = cpu ? cJSON_Print(cpu) : NULL;
+    bool cpu_silent = cput && !strstr(cput, "attn_bf16") && !strstr(cput, "bf16_fwd_seconds");
+    cost_gpu cg;
+    int rcpu = cput ? cost_gpu_parse_json(cput, "cpu", &cg, err) : -1;
+    cJSON_free(cput);
+    cJSON_Delete(cpu);
+    free(p);
+    CHECK_MSG(rc == 0 && rg == 0 && rcl == 0 && rp == 0 && rcpu == 0, "%s", err);
+    const cost_attn_terms *t = &want.gpu.attn_bf16;
+    CHECK(t->measured);
+    CHECK_NEAR(t->flop_s, A16_FLOP_S, 1e-6);
+    CHECK_NEAR(t->score_s, 4e-12, 1e-6);
+    CHECK_NEAR(t->bwd_score_s, 7e-12, 1e-6);
+    CHECK_NEAR(t->row_s, 3e-9, 1e-6);
+    CHECK_NEAR(t->bwd_row_s, 9e-9, 1e-6);
+    CHECK(want.attn_bf16_fit_rms < 1e-9);
+    CHECK_NEAR(want.gpu.attn_score_s, 1e-11, 1e-6);   /* the fp32 fit keeps the fp32 times */
+    CHECK(sourced);
+    CHECK_EQ_INT(timed, want.n_attn);
+    CHECK(attn_terms_near(&g.attn_bf16, t));
+    CHECK(attn_terms_near(&c.pool[0].gpu.attn_bf16, t));
+    CHECK(attn_terms_near(&plain.attn_bf16, t));
+    CHECK(cpu_silent && !cg.attn_bf16.measured);
+    CHECK_MSG(r1 == UTIL_EINVAL && strstr(e1, "attn_bf16.bwd_row_s: required field is missing"), "%s", e1);
+    CHECK_MSG(r2 == UTIL_EINVAL && strstr(e2, "attn_bf16.score_s: must be >= 0"), "%s", e2);
+    CHECK_MSG(r3 == UTIL_EINVAL && strstr(e3, "attn_bf16: flop_s and score_s"), "%s", e3);
+}
+
+/* A 4-layer, 16-head (d = 64) LLM's micro-batch of 2 x 256 tokens on one GPU. */
+static int llm_micro(const cost_gpu *g, plan_precision prec, plan_time *t, char *err)
+{
+    static const char *text = "{\"schema\": \"dhp.model/1\", \"name\": \"g\", \"modules\": [{\"name\": \"llm\", "
+                              "\"kind\": \"llm\", \"layers\": 4, \"hidden\": 1024, \"heads\": 16, \"ffn\": 4096, "
+                              "\"vocab\": 1000}]}";
+    model_t m;
+    cost_cluster c;
+    int rc = model_parse_json(text, "llm", &m, err);
+    if (!rc) rc = cost_cluster_load("8xa100-80g", &c, err);
+    if (rc) return rc;
+    c.pool[0].gpu = *g;
+    plan_options o;
+    plan_options_default(&o);
+    o.precision = prec;
+    o.target = PLAN_TARGET_DHP;
+    plan_workload w = {.global_batch = 2, .text_tokens = 256};
+    plan_module s = {.dp = 1, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 2, .recompute = PLAN_RECOMP_NONE, .n_ranks = 1};
+    plan_micro_time(&m, 0, &s, &w, &c, &o, 2, t);
+    return UTIL_OK;
+}
+
+/* The planner prices the dhp target's attention under bf16-mixed and
+ * -autocast from the profile's bf16 times: doubling them adds, per layer,
+ * the bf16 attention's price by hand (S scores x (score_s + 4 d flop_s) + R
+ * rows x row_s, backward alike) and nothing under fp32, which keeps the fp32
+ * kernel's fit; without attn_bf16 the bf16 precisions fall back to the
+ * bf16-peak rule (FlashAttention's price). */
+TEST(profile_attn_bf16_prices_the_bf16_precisions)
+{
+    cost_profile *p = malloc(sizeof *p);
+    CHECK(p);
+    char err[UTIL_ERR_LEN] = "";
+    cost_gpu g1, g2;
+    fake_cuda_profile(p, 7.0e14, 96);
+    fake_attn_bf16(p, 1);
+    int rc = cost_prof_derive(p, err);
+    g1 = p->gpu;
+    fake_cuda_profile(p, 7.0e14, 96);
+    fake_attn_bf16(p, 2);
+    if (!rc) rc = cost_prof_derive(p, err);
+    g2 = p->gpu;
+    free(p);
+    CHECK_MSG(rc == 0, "%s", err);
+    cost_gpu g0 = g1;
+    g0.attn_bf16.measured = false;
+    const plan_precision bf16[] = {PLAN_OPT_MIXED_FP32, PLAN_OPT_AUTOCAST};
+    double R = 512.0 * 16, S = R * 128.5, d = 64;   /* causal: row r sees r + 1 of 256 keys */
+    double fwd = S * (4e-12 + 4 * d * A16_FLOP_S) + R * 3e-9, bwd = S * (7e-12 + 2.5 * 4 * d * A16_FLOP_S) + R * 9e-9;
+    for (int i = 0; i < 2; i++) {
+        plan_time t0, t1, t2;
+        CHECK_OK(llm_micro(&g0, bf16[i], &t0, err));
+        CHECK_OK(llm_micro(&g1, bf16[i], &t1, err));
+        CHECK_OK(llm_micro(&g2, bf16[i], &t2, err));
+        CHECK_NEAR(t2.fwd_s - t1.fwd_s, 4 * fwd, 1e-6);
+        CHECK_NEAR(t2.bwd_s - t1.bwd_s, 4 * bwd, 1e-6);
+        CHECK_NEAR(t0.fwd_s - t1.fwd_s, 4 * (cost_attention_forward_time(&g1, R, S, d)
+                                             - cost_attention_forward_time_in(&g1, COST_ATTN_BF16, R, S, d)), 1e-6);
+        CHECK(cost_attention_forward_time_in(&g0, COST_ATTN_BF16, R, S, d) == cost_attention_forward_time(&g0, R, S, d));
+    }
+    plan_time f1, f2;
+    CHECK_OK(llm_micro(&g1, PLAN_OPT_FP32, &f1, err));
+    CHECK_OK(llm_micro(&g2, PLAN_OPT_FP32, &f2, err));
+    CHECK(f1.fwd_s == f2.fwd_s && f1.bwd_s == f2.bwd_s);
+    CHECK_NEAR(cost_attention_forward_time_in(&g1, COST_ATTN_FP32, R, S, d) - g1.kernel_launch_s,
+               S * (1e-11 + 4 * d / 2e13), 1e-6);   /* fake_cuda_profile's fp32 terms */
 }
 
 TEST(profile_without_a_backend_fails_with_one_clear_line)
