@@ -29,5 +29,5 @@ plan_backend plan_backend_of(const plan_t *p) { return plan_backend_on(p->backen
 double plan_backend_workspace_bytes(const plan_options *o, const cost_gpu *g)
 {
     if (o->target != PLAN_TARGET_DHP || plan_backend_on(o->backend, g) != PLAN_BACKEND_CUDA) return 0;
-    return (double)PLAN_CUDA_LT_WORKSPACE_BYTES;
+    return (double)PLAN_CUDA_WORKSPACE_BYTES;
 }

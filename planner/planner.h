@@ -257,9 +257,10 @@ double plan_act_wire_bytes(const plan_options *o);
 const char *plan_backend_name(plan_backend b);
 int plan_backend_parse(const char *s, plan_backend *out);
 /* Bytes the backend allocates once per process beside the layout's
- * buffers, under the dhp target: the CUDA backend's cuBLASLt workspace
- * (PLAN_CUDA_LT_WORKSPACE_BYTES); the CPU backend's none. The Megatron
- * target's reserved_bytes estimate holds its libraries' workspaces. */
+ * buffers, under the dhp target: the CUDA backend's own buffers, its
+ * cuBLASLt workspace among them (PLAN_CUDA_WORKSPACE_BYTES); the CPU
+ * backend's none. The Megatron target's reserved_bytes estimate holds its
+ * libraries' workspaces. */
 double plan_backend_workspace_bytes(const plan_options *o, const cost_gpu *g);
 /* b, or where b is PLAN_BACKEND_DEVICE the backend device g runs. */
 plan_backend plan_backend_on(plan_backend b, const cost_gpu *g);

@@ -529,14 +529,15 @@ TEST(simulate_memory_per_rank_uses_the_schedule_slots)
 }
 
 /* The backend's own workspace (planner/backend.c): the CUDA backend's
- * cuBLASLt workspace once a rank under the dhp target, however many modules
+ * own buffers (cuBLASLt's workspace, the reductions' partial sums, the
+ * bias-gradient vector) once a rank under the dhp target, however many modules
  * the rank holds; none on the CPU backend, none under the Megatron target
  * (its reserved_bytes estimate holds the libraries' workspaces). */
 TEST(simulate_memory_counts_the_cuda_workspace_once_a_rank)
 {
     static plan_t p;
     char err[UTIL_ERR_LEN];
-    const double ws = (double)PLAN_CUDA_LT_WORKSPACE_BYTES;
+    const double ws = (double)PLAN_CUDA_WORKSPACE_BYTES;
     CHECK_OK(make_plan("", PLAN_COLOCATED, 1, 1, 4, &p));
     p.target = PLAN_TARGET_DHP;
     plan_sim_mem cuda, cpu;
@@ -574,7 +575,7 @@ TEST(simulate_default_backend_follows_the_device)
     plan_options_default(&o);
     o.target = PLAN_TARGET_DHP;
     CHECK_NEAR(plan_backend_workspace_bytes(&o, &cpu), 0, 0);
-    CHECK_NEAR(plan_backend_workspace_bytes(&o, &gpu), (double)PLAN_CUDA_LT_WORKSPACE_BYTES, 0);
+    CHECK_NEAR(plan_backend_workspace_bytes(&o, &gpu), (double)PLAN_CUDA_WORKSPACE_BYTES, 0);
 }
 
 TEST(simulate_refuses_what_the_schedule_does_not_run)
