@@ -555,9 +555,19 @@ TEST(simulate_memory_counts_the_cuda_workspace_once_a_rank)
     CHECK_NEAR(cuda.total - cpu.total, ws, 1e-3);
     CHECK_NEAR(ev_cuda.peak_mem - ev_cpu.peak_mem, ws, 1e-3);   /* two modules, counted once */
     CHECK_NEAR(cuda.total, ev_cuda.peak_mem, 1e-3);
+    /* reserved: the GPU file's estimate holds a framework's cuBLAS workspace
+     * (PyTorch's 32 MiB on the H100), which the Megatron target keeps and the
+     * dhp target, counting its own above, leaves out: one workspace each */
+    const cost_gpu *g = &p.cluster.pool[0].gpu;
+    CHECK_NEAR(g->reserved_workspace_bytes, 32 << 20, 0);
+    CHECK_NEAR(ev_cuda.mem[0].reserved, g->reserved_bytes - g->reserved_workspace_bytes, 0);
+    CHECK_NEAR(ev_cpu.mem[0].reserved, g->reserved_bytes - g->reserved_workspace_bytes, 0);
     p.target = PLAN_TARGET_MEGATRON;
     CHECK_OK(plan_sim_memory(&p, 0, &cuda, err));
     CHECK_NEAR(cuda.workspace, 0, 1e-9);
+    o = plan_options_of(&p);
+    CHECK_OK(plan_evaluate(&p, &o, &ev_cuda, err));
+    CHECK_NEAR(ev_cuda.mem[0].reserved, g->reserved_bytes, 0);
 }
 
 /* Without --backend the prediction is for the backend the pool's device
