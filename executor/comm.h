@@ -90,6 +90,12 @@ int ex_comm_gather_bytes(ex_comm *c, const void *send, void *recv, size_t bytes,
 int ex_comm_isend(ex_comm *c, const float *buf, size_t n, int peer, int tag, ex_request **req);
 int ex_comm_irecv(ex_comm *c, float *buf, size_t n, int peer, int tag, ex_request **req);
 int ex_comm_wait(ex_comm *c, ex_request *req);
+/* Starts the sends and receives posted on c so far now, where the
+ * implementation would otherwise hold them until a wait (NCCL launches what
+ * it collected as one group, so a pair that exchanges cannot deadlock): for
+ * a communicator whose messages all go one way (a pipeline channel), so the
+ * peer need not wait for this rank's next wait. MPI has begun them already. */
+int ex_comm_start(ex_comm *c);
 int ex_comm_send(ex_comm *c, const float *buf, size_t n, int peer, int tag);
 int ex_comm_recv(ex_comm *c, float *buf, size_t n, int peer, int tag);
 

@@ -66,6 +66,9 @@ typedef struct ex_comm_ops {
      * sum all-reduce (allreduce: recv == send) into r. */
     int (*post_coll)(ex_comm *c, ex_request *r, const float *send, float *recv, size_t n);
     int (*wait)(ex_comm *c, ex_request *r);
+    /* Optional: starts the point-to-point operations post collected but has
+     * not begun (NULL where post begins them, as MPI's). */
+    int (*start)(ex_comm *c);
     /* Where messages to one's own rank are copied and buffered: host memory
      * (MPI) or wherever the buffers live (NCCL: cudaMemcpyDefault). */
     int (*copy)(void *dst, const void *src, size_t bytes);

@@ -530,6 +530,14 @@ static int launch_all(ex_comm *c)
     return UTIL_OK;
 }
 
+/* ex_comm_start: c's collected sends and receives, launched now. */
+static int nccl_start(ex_comm *c)
+{
+    nccl_state *s = state(c);
+    if (s->aborted) return comm_fail(c, "ncclGroupEnd: not attempted: this NCCL communicator was aborted");
+    return s->pending ? launch_group(s) : UTIL_OK;
+}
+
 /* ---- non-blocking collectives: an event each ---- */
 
 static const char *coll_call(const ex_request *r)
@@ -610,6 +618,7 @@ static const ex_comm_ops nccl_ops = {
     .post = nccl_post,
     .post_coll = nccl_post_coll,
     .wait = nccl_wait,
+    .start = nccl_start,
     .copy = device_copy,
     .alloc = device_alloc,
     .release = device_free,

@@ -152,6 +152,13 @@ int ex_comm_wait(ex_comm *c, ex_request *req)
     return rc;
 }
 
+int ex_comm_start(ex_comm *c)
+{
+    if (!c) return UTIL_ERUNTIME;
+    if (c->self || !c->ops->start) return UTIL_OK;
+    return comm_check_live(c, "start") ? UTIL_ERUNTIME : c->ops->start(c);
+}
+
 int ex_comm_send(ex_comm *c, const float *buf, size_t n, int peer, int tag)
 {
     ex_request *r;

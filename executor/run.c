@@ -96,6 +96,7 @@ static int build_comms(run_ctx *r, char *err)
         if (!rc) rc = group_comm(r, k, PLAN_AX_TP, GROUPS_FIRST_REPLICA, &m->lead, err);
         if (!rc) rc = group_comm(r, k, PLAN_AX_PP, GROUPS_FIRST, &m->stage_leads, err);
         if (!rc) rc = group_comm(r, k, PLAN_AX_PP, GROUPS_ALL, &m->st.pp, err);
+        if (!rc) rc = run_stage_comms(r, k, err);
         if (!rc) rc = embed_comm(r, k, &m->embed, err);
         if (rc) return rc;
         m->hooks = (run_hooks){ m->tp, m->sp };
@@ -145,28 +146,6 @@ static int check_data(const run_ctx *r, const ex_dataset_info *in, char *err)
                          v->in_channels * v->temporal_patch * v->patch * v->patch, in->patch_dim);
     if (p->work.image_tokens != in->patches)
         return util_fail(err, UTIL_EINVAL, "run: plan has %d vision tokens per image, the data set's images have %d patches", p->work.image_tokens, in->patches);
-    return UTIL_OK;
-}
-
-/* Interleaved pipelines (vp > 1) send stage activations both ways between
- * the same two ranks; over NCCL a rank's collected sends and receives go out
- * as one grouped launch on one stream (executor/comm_nccl.c), and a group
- * whose send the peer takes only after this rank's next group deadlocks until
- * the communication timeout (a 3-rank vp 2 plan on the emulator, both
- * precisions). Refused in one line until the stage hops get a communicator
- * and stream per direction. */
-static int check_comm_schedule(const run_ctx *r, ex_comm_kind kind, char *err)
-{
-    if (kind != EX_COMM_NCCL) return UTIL_OK;
-    const plan_t *p = &r->plan;
-    for (int k = 0; k < p->n_modules; k++)
-        if (plan_vp(&p->mod[k]) > 1) {
-            if (r->rank != 0) return UTIL_EUNSUPPORTED;   /* one line: rank 0's */
-            return util_fail(err, UTIL_EUNSUPPORTED,
-                             "run: module %s: interleaved pipeline stages (vp %d) are not run over NCCL yet (their "
-                             "two-way stage sends share one grouped launch and stream, and deadlock): plan vp 1, or "
-                             "run on --backend cpu --comm mpi", p->model.mod[k].name, plan_vp(&p->mod[k]));
-        }
     return UTIL_OK;
 }
 
@@ -420,6 +399,7 @@ static int train(run_ctx *r, ex_dataset *ds, char *err)
     if (!rc) rc = run_data_init(r, &s, ds, &d, err);
     if (!rc) rc = run_handoff_init(r, &h, err);
     rc = agree(r, rc, err);
+    if (!rc) rc = agree(r, run_handoff_comms(r, &h, err), err);
     r->wall_offset = wall_minus_monotonic();
     op_event *ev = rc ? NULL : util_calloc((size_t)s.n + 1, sizeof *ev);
     rank_report *rep = util_calloc((size_t)r->size, sizeof *rep);
@@ -486,7 +466,6 @@ int ex_run(const ex_run_options *o, int *argc, char ***argv, char *err)
     if (o->steps < 1) rc = util_fail(err, UTIL_EINVAL, "run: --steps must be >= 1");
     if (!rc) rc = plan_read(o->plan_path, &r->plan, err);
     if (!rc) rc = check_plan(r, err);
-    if (!rc) rc = agree(r, check_comm_schedule(r, kind, err), err);
     if (!rc) rc = ex_data_open(o->data_dir, &ds, err);
     if (!rc) rc = check_data(r, ex_data_info(ds), err);
     if (!rc) rc = agree(r, run_pick_backend(r, err), err);

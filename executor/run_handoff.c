@@ -1,10 +1,123 @@
 /* The encoders -> LLM hand-off of `dhp run`: each encoder's merged rows of
  * each chunk (and their gradients back) as the planner's segments say
  * (plan_handoff), one message per pair of ranks and encoder, sends left in
- * flight until the step ends. */
+ * flight until the step ends.
+ *
+ * Each direction between two ranks is a communicator of its own
+ * (run_handoff_comms), and a send starts at once: over NCCL, messages on the
+ * world's one communicator were held until the sender's next wait (so the
+ * LLM waited for every encoder forward issued before it), then launched with
+ * that wait's receive as one group, whose completion also waited for the
+ * sends' receivers. On a channel a send waits only for the compute before it
+ * and completes when its receiver takes it; a receive, when its sender sent
+ * (messages to one's own rank stay on the world's self path). */
 #include "executor/run_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+typedef struct { int from, to; } rank_pair;
+
+static int pair_order(const void *a, const void *b)
+{
+    const rank_pair *x = a, *y = b;
+    return x->from != y->from ? (x->from > y->from) - (x->from < y->from) : (x->to > y->to) - (x->to < y->to);
+}
+
+/* Every directed pair of ranks a hand-off message takes, over all ranks,
+ * encoders, chunks and both directions (plan_handoff_message says which),
+ * sorted and unique: the same list on every rank. */
+static int handoff_pairs(const run_ctx *r, const run_handoff *h, rank_pair **out, int *n_out, char *err)
+{
+    rank_pair *v = NULL;
+    int n = 0, cap = 0;
+    for (int k = 0; k < r->plan.n_modules; k++) {
+        const run_handoff_enc *e = &h->enc[k];
+        for (int c = 0; e->seg && c < h->chunks; c++)
+            for (int grad = 0; grad < 2; grad++)
+                for (int s = 0; s < r->size; s++) {
+                    int i, j, peer, rows;
+                    for (int from = 0; plan_handoff_message(e->seg[c], e->nseg[c], from, s, grad, true, &i, &j, &peer, &rows);
+                         from = j) {
+                        if (peer == s) continue;
+                        if (n == cap) {
+                            cap = cap ? 2 * cap : 64;
+                            rank_pair *w = util_realloc(v, (size_t)cap * sizeof *w);
+                            if (!w) { util_free(v); return util_fail(err, UTIL_ENOMEM, "run: out of memory"); }
+                            v = w;
+                        }
+                        v[n++] = (rank_pair){ s, peer };
+                    }
+                }
+    }
+    if (n) qsort(v, (size_t)n, sizeof *v, pair_order);
+    int u = 0;
+    for (int i = 0; i < n; i++)
+        if (!u || pair_order(&v[u - 1], &v[i])) v[u++] = v[i];
+    *out = v;
+    *n_out = u;
+    return UTIL_OK;
+}
+
+/* This rank's part in the world splits that make every pair's communicator:
+ * one split per round, each round a set of pairs no rank is in twice
+ * (greedy, in list order), so a few splits make them all. Per round, the
+ * pair this rank is in (its color) or -1, and its key (0 sends, 1 receives). */
+static int plan_splits(run_ctx *r, run_handoff *h, char *err)
+{
+    rank_pair *pairs = NULL;
+    int n = 0, rc = handoff_pairs(r, h, &pairs, &n, err);
+    if (rc) return rc;
+    int *round = util_malloc(((size_t)n + 1) * sizeof *round), *seen = util_calloc((size_t)r->size, sizeof *seen);
+    h->split = util_malloc(((size_t)n + 1) * sizeof *h->split);
+    h->chan = util_calloc((size_t)n + 1, sizeof *h->chan);
+    if (!round || !seen || !h->split || !h->chan) rc = util_fail(err, UTIL_ENOMEM, "run: out of memory");
+    int left = rc ? 0 : n;
+    for (int i = 0; i < n && !rc; i++) round[i] = -1;
+    for (int t = 0; left; t++) {
+        run_handoff_split *sp = &h->split[h->n_split++];
+        *sp = (run_handoff_split){ -1, -1, -1 };
+        for (int i = 0; i < n; i++) {
+            rank_pair *q = &pairs[i];
+            if (round[i] >= 0 || seen[q->from] == t + 1 || seen[q->to] == t + 1) continue;
+            round[i] = t;
+            seen[q->from] = seen[q->to] = t + 1;
+            left--;
+            if (q->from == r->rank || q->to == r->rank) *sp = (run_handoff_split){ i, q->from, q->to };
+        }
+    }
+    util_free(pairs);
+    util_free(round);
+    util_free(seen);
+    return rc;
+}
+
+int run_handoff_comms(run_ctx *r, run_handoff *h, char *err)
+{
+    int rc = UTIL_OK;
+    for (int t = 0; !rc && t < h->n_split; t++) {
+        const run_handoff_split *sp = &h->split[t];
+        ex_comm *c = NULL;
+        rc = ex_comm_split(r->world, sp->color, sp->to == r->rank, &c, err);
+        if (!rc && c) h->chan[h->n_chan++] = (run_handoff_channel){ sp->from, sp->to, c };
+    }
+    return rc;
+}
+
+/* The communicator and peer for a message between this rank and `peer`:
+ * their channel in that direction, or the world's self path. */
+static ex_comm *channel(run_ctx *r, const run_handoff *h, int peer, bool sending, int *chan_peer)
+{
+    *chan_peer = peer;
+    if (peer == r->rank) return r->world;
+    int from = sending ? r->rank : peer, to = sending ? peer : r->rank;
+    for (int i = 0; i < h->n_chan; i++)
+        if (h->chan[i].from == from && h->chan[i].to == to) {
+            *chan_peer = sending ? 1 : 0;
+            return h->chan[i].c;
+        }
+    return NULL;
+}
 
 bool run_feeds(const run_ctx *r, int k) { return plan_feeds_llm(&r->plan.model, &r->plan.work, k); }
 
@@ -51,6 +164,8 @@ int run_handoff_init(run_ctx *r, run_handoff *h, char *err)
         int rc = encoder_init(r, h, k, err);
         if (rc) return rc;
     }
+    int rc = plan_splits(r, h, err);
+    if (rc) return rc;
     if (any && r->mod[p->model.llm].on) {
         h->llm_rows = plan_cp_encoder_rows(p, -1, r->rank);
         size_t n = (size_t)plan_max_share(p, p->model.llm) * h->llm_rows * h->d;
@@ -65,8 +180,8 @@ int run_handoff_wait_all(run_ctx *r, run_handoff *h, char *err)
 {
     int rc = UTIL_OK;
     for (int i = 0; i < h->n_pend; i++) {
-        if (ex_comm_wait(r->world, h->pend[i].req) && !rc)
-            rc = util_fail(err, UTIL_ERUNTIME, "run: hand-off send failed: %s", ex_comm_error(r->world));
+        if (ex_comm_wait(h->pend[i].c, h->pend[i].req) && !rc)
+            rc = util_fail(err, UTIL_ERUNTIME, "run: hand-off send failed: %s", ex_comm_error(h->pend[i].c));
         r->be->release(h->pend[i].buf);
     }
     h->n_pend = 0;
@@ -84,6 +199,9 @@ void run_handoff_free(run_ctx *r, run_handoff *h)
         if (r->be) { r->be->release(e->act_pack); r->be->release(e->grad_pack); }
     }
     util_free(h->pend);
+    for (int i = 0; i < h->n_chan; i++) ex_comm_free(h->chan[i].c);
+    util_free(h->chan);
+    util_free(h->split);
     if (r->be) { r->be->release(h->act_in); r->be->release(h->grad_out); }
 }
 
@@ -141,11 +259,15 @@ int run_handoff_send(run_ctx *r, run_handoff *h, int k, int c, bool grad, const 
             h->cap_pend = cap;
         }
         ex_request *req;
-        if (ex_comm_isend(r->world, msg, rows * d, peer, tag, &req)) {
+        int to;
+        ex_comm *ch = channel(r, h, peer, true, &to);
+        if (!ch) { r->be->release(msg); return util_fail(err, UTIL_EINVAL, "run: no hand-off channel to rank %d", peer); }
+        if (ex_comm_isend(ch, msg, rows * d, to, tag, &req)) {
             r->be->release(msg);
-            return util_fail(err, UTIL_ERUNTIME, "run: hand-off send to rank %d failed: %s", peer, ex_comm_error(r->world));
+            return util_fail(err, UTIL_ERUNTIME, "run: hand-off send to rank %d failed: %s", peer, ex_comm_error(ch));
         }
-        h->pend[h->n_pend++] = (run_pending){ req, msg };
+        h->pend[h->n_pend++] = (run_pending){ req, msg, ch };
+        if (ex_comm_start(ch)) return util_fail(err, UTIL_ERUNTIME, "run: hand-off send to rank %d failed: %s", peer, ex_comm_error(ch));
     }
     return UTIL_OK;
 }
@@ -162,9 +284,12 @@ int run_handoff_recv(run_ctx *r, run_handoff *h, int k, int c, bool grad, float 
         size_t rows = (size_t)nrows;
         float *msg = r->be->alloc((rows ? rows : 1) * d * sizeof(float), UTIL_MEM_COMM);
         if (!msg) return util_fail(err, UTIL_ENOMEM, "run: out of memory for a hand-off message");
-        if (ex_comm_recv(r->world, msg, rows * d, peer, tag)) {
+        int src;
+        ex_comm *ch = channel(r, h, peer, false, &src);
+        if (!ch || ex_comm_recv(ch, msg, rows * d, src, tag)) {
             r->be->release(msg);
-            return util_fail(err, UTIL_ERUNTIME, "run: hand-off receive from rank %d failed: %s", peer, ex_comm_error(r->world));
+            return util_fail(err, UTIL_ERUNTIME, "run: hand-off receive from rank %d failed: %s", peer,
+                             ch ? ex_comm_error(ch) : "no channel from it");
         }
         size_t at = 0;
         int rc = UTIL_OK;

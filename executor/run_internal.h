@@ -113,6 +113,19 @@ void run_z3b_free(run_dp *d);
 /* The collectives a module's layout calls, on its own communicators. */
 typedef struct { ex_comm *tp, *sp; } run_hooks;
 
+/* One stage edge and direction: a FIFO channel with one sender and one
+ * receiver, on a communicator of its own (run_stage.c run_stage_comms). */
+typedef struct {
+    int tag;                  /* the edge and direction (run_stage.c edge_tag) */
+    ex_comm *c;               /* its sender (rank 0) and its receiver (rank 1) */
+} run_stage_channel;
+
+/* A send in flight on its channel's communicator. */
+typedef struct {
+    ex_request *req;
+    ex_comm *c;
+} run_stage_inflight;
+
 /* A pipelined module's stage edges on this rank (run_stage.c): a receive
  * buffer per direction, a send buffer per model chunk and direction (one
  * chunk without interleaving; plan_stage_edge_buffers counts them), each
@@ -120,10 +133,12 @@ typedef struct { ex_comm *tp, *sp; } run_hooks;
  * waits for it. */
 typedef struct {
     ex_comm *pp;              /* the module's ranks that differ only in the stage: key = stage */
+    run_stage_channel chan[4 * PLAN_MAX_VP];   /* each chunk's edges in and out, activations and gradients */
+    int n_chan;
     float *act_in, *grad_in;  /* from the previous / the next virtual stage */
     float *act_out[PLAN_MAX_VP], *grad_out[PLAN_MAX_VP];   /* each chunk's to the next / the previous */
     size_t cap;               /* floats of each buffer */
-    ex_request *act_req[PLAN_MAX_VP], *grad_req[PLAN_MAX_VP];   /* each chunk's last send down / up */
+    run_stage_inflight act_req[PLAN_MAX_VP], grad_req[PLAN_MAX_VP];   /* each chunk's last send down / up */
     const float *pending;     /* the last compute op's output for the next SEND_STAGE(_GRAD), NULL after a failure */
 } run_stage;
 
@@ -248,7 +263,13 @@ void run_data_free(run_data *d);
 int run_data_load(run_ctx *r, ex_dataset *ds, long step, run_data *d, char *err);
 int run_data_prefetch(run_ctx *r, ex_dataset *ds, long step, run_data *d, char *err);
 
-typedef struct { ex_request *req; float *buf; } run_pending;
+typedef struct { ex_request *req; float *buf; ex_comm *c; } run_pending;
+/* One direction between two ranks of the hand-off: a communicator of the
+ * sender (its rank 0) and the receiver (rank 1). */
+typedef struct { int from, to; ex_comm *c; } run_handoff_channel;
+/* This rank's part in one world split that makes hand-off channels: its
+ * pair's color (-1: in none this round) and the pair. */
+typedef struct { int color, from, to; } run_handoff_split;
 
 /* One encoder's side of the hand-off: its segments per chunk and (on its
  * ranks) the packed rows of the current chunk. */
@@ -271,6 +292,10 @@ typedef struct {
     float *act_in, *grad_out;     /* LLM: its share's rows of the current chunk */
     run_pending *pend;
     int n_pend, cap_pend;
+    run_handoff_split *split;     /* the world splits that make the channels (run_handoff_init) */
+    int n_split;
+    run_handoff_channel *chan;    /* the pairs this rank sends to or receives from (run_handoff_comms) */
+    int n_chan;
 } run_handoff;
 
 typedef struct {
@@ -288,6 +313,7 @@ typedef struct {
  * compute op) down the pipeline (activations) or up it (gradients); recv
  * receives them into the edge's buffer and returns it. wait_all completes
  * every send of the step. */
+int run_stage_comms(run_ctx *r, int k, char *err);
 int run_stage_init(run_ctx *r, int k, char *err);
 void run_stage_free(run_ctx *r, int k);
 int run_stage_send(run_ctx *r, const plan_op *o, const float *src, int rows, char *err);
@@ -295,6 +321,10 @@ int run_stage_recv(run_ctx *r, const plan_op *o, int rows, const float **out, ch
 int run_stage_wait_all(run_ctx *r, char *err);
 
 int run_handoff_init(run_ctx *r, run_handoff *h, char *err);
+/* Collective over the world, after run_handoff_init succeeded on every rank:
+ * a communicator for each direction between two ranks that messages take
+ * (the splits run_handoff_init planned). */
+int run_handoff_comms(run_ctx *r, run_handoff *h, char *err);
 void run_handoff_free(run_ctx *r, run_handoff *h);
 int run_handoff_wait_all(run_ctx *r, run_handoff *h, char *err);
 /* Chunk c's rows of encoder k, one way (grad: their gradients back). */

@@ -9,18 +9,97 @@
  * reuses the edge's buffer (the memory model counts those buffers:
  * planner/memory.c). Interleaved, a rank's chunks hop to the next rank's,
  * the last stage's chunk v to the first stage's chunk v + 1
- * (plan_stage_peer), each edge its own channel. */
+ * (plan_stage_peer), each edge its own channel.
+ *
+ * Each channel (an edge and a direction) is a communicator of its two ranks
+ * (run_stage_comms), so a wait on a receive waits for that channel's message
+ * only. Over NCCL a communicator's sends and receives launch as one group on
+ * its stream and complete together: on the stages' one communicator, a
+ * receive's wait also waited for this rank's earlier send to be taken, and
+ * interleaved stages, whose sends go both ways round the ring, deadlocked
+ * (3 ranks, vp 2, on the emulator). With a channel per communicator a send
+ * completes when its receiver takes it and a receive when its sender sent,
+ * as MPI's requests on one tag do. */
 #include "executor/run_internal.h"
 
 #include <string.h>
 
 /* One tag per edge and direction: the edge's lower virtual stage
  * (plan_hop_edge), activations and gradients apart. */
-static int edge_tag(const run_ctx *r, const plan_op *o) { return 1 + 2 * plan_hop_edge(&r->plan, o, r->rank) + plan_op_props(o->kind)->grad; }
+static int channel_tag(int edge, bool grad) { return 1 + 2 * edge + grad; }
+static int edge_tag(const run_ctx *r, const plan_op *o) { return channel_tag(plan_hop_edge(&r->plan, o, r->rank), plan_op_props(o->kind)->grad); }
 
 /* The module runs a backward: an encoder that trains, the LLM always
  * (plan_schedule_check refuses a plan where nothing trains). */
 static bool backprops(const run_ctx *r, int k) { return k == r->plan.model.llm || r->mod[k].trains; }
+
+/* The op's peer's key in the pipeline communicator (its stage), -1 if none. */
+static int peer_key(const run_ctx *r, const plan_op *o, int dir)
+{
+    plan_coord c;
+    int peer = plan_stage_peer(&r->plan, o->module, r->rank, o->vchunk, dir);
+    return peer >= 0 && plan_rank_coord(&r->plan, o->module, peer, &c) ? c.pp : -1;
+}
+
+/* The direction of a hop op's peer: activations go to the next virtual
+ * stage and come from the previous one, gradients the other way. */
+static int hop_dir(plan_op_kind kind)
+{
+    const plan_op_info *in = plan_op_props(kind);
+    return in->sends != in->grad ? 1 : -1;
+}
+
+/* Does this rank send (1) or receive (0) on channel `tag` of module k, or
+ * neither (-1)? Its hops are each chunk's four (plan_hop_edge names their
+ * channels); those without a peer do not exist. */
+static int channel_role(const run_ctx *r, int k, int tag)
+{
+    static const plan_op_kind hops[] = { PLAN_OP_SEND_STAGE, PLAN_OP_RECV_STAGE, PLAN_OP_SEND_STAGE_GRAD,
+                                         PLAN_OP_RECV_STAGE_GRAD };
+    for (int v = 0; v < plan_vp(&r->plan.mod[k]); v++)
+        for (size_t i = 0; i < sizeof hops / sizeof hops[0]; i++) {
+            plan_op o = { .kind = hops[i], .module = k, .vchunk = v };
+            if (peer_key(r, &o, hop_dir(o.kind)) >= 0 && edge_tag(r, &o) == tag) return plan_op_props(o.kind)->sends;
+        }
+    return -1;
+}
+
+/* Every channel of module k's pipeline: a communicator of its sender (rank
+ * 0) and its receiver (rank 1), split from the stages' one in the same order
+ * on every stage (edges up the virtual stages, activations then gradients). */
+int run_stage_comms(run_ctx *r, int k, char *err)
+{
+    run_module *m = &r->mod[k];
+    const plan_module *s = &r->plan.mod[k];
+    run_stage *st = &m->st;
+    if (!m->on || s->pp <= 1) return UTIL_OK;
+    int edges = s->pp * plan_vp(s) - 1, dirs = backprops(r, k) ? 2 : 1;
+    for (int e = 0; e < edges; e++)
+        for (int grad = 0; grad < dirs; grad++) {
+            int tag = channel_tag(e, grad), role = channel_role(r, k, tag);
+            ex_comm *c = NULL;
+            int rc = ex_comm_split(st->pp, role >= 0 ? 0 : -1, role == 1 ? 0 : 1, &c, err);
+            if (rc) return rc;
+            if (!c) continue;
+            if (ex_comm_size(c) != 2 || st->n_chan == (int)(sizeof st->chan / sizeof st->chan[0])) {
+                ex_comm_free(c);
+                return util_fail(err, UTIL_ERUNTIME, "run: module %s: pipeline channel %d has %d ranks, not its sender "
+                                 "and its receiver", s->module, tag, ex_comm_size(c));
+            }
+            st->chan[st->n_chan++] = (run_stage_channel){ tag, c };
+        }
+    return UTIL_OK;
+}
+
+/* The channel of a hop op, NULL if this rank has none. */
+static ex_comm *channel_of(const run_ctx *r, const plan_op *o)
+{
+    const run_stage *st = &r->mod[o->module].st;
+    int tag = edge_tag(r, o);
+    for (int i = 0; i < st->n_chan; i++)
+        if (st->chan[i].tag == tag) return st->chan[i].c;
+    return NULL;
+}
 
 /* Floats of the largest micro-batch's rows at a stage boundary (plan_stage_hop_bytes at the executor's fp32). */
 static size_t edge_floats(const run_ctx *r, int k)
@@ -66,20 +145,12 @@ int run_stage_init(run_ctx *r, int k, char *err)
     return rc;
 }
 
-static int wait_edge(run_stage *st, ex_request **req, char *err)
+static int wait_edge(run_stage_inflight *s, char *err)
 {
-    if (!*req) return UTIL_OK;
-    int rc = ex_comm_wait(st->pp, *req);
-    *req = NULL;
-    return rc ? util_fail(err, UTIL_ERUNTIME, "run: a pipeline send failed: %s", ex_comm_error(st->pp)) : UTIL_OK;
-}
-
-/* The op's peer's key in the pipeline communicator (its stage), -1 if none. */
-static int peer_key(const run_ctx *r, const plan_op *o, int dir)
-{
-    plan_coord c;
-    int peer = plan_stage_peer(&r->plan, o->module, r->rank, o->vchunk, dir);
-    return peer >= 0 && plan_rank_coord(&r->plan, o->module, peer, &c) ? c.pp : -1;
+    if (!s->req) return UTIL_OK;
+    int rc = ex_comm_wait(s->c, s->req);
+    s->req = NULL;
+    return rc ? util_fail(err, UTIL_ERUNTIME, "run: a pipeline send failed: %s", ex_comm_error(s->c)) : UTIL_OK;
 }
 
 int run_stage_send(run_ctx *r, const plan_op *o, const float *src, int rows, char *err)
@@ -87,18 +158,23 @@ int run_stage_send(run_ctx *r, const plan_op *o, const float *src, int rows, cha
     int k = o->module, v = o->vchunk;
     bool grad = plan_op_props(o->kind)->grad;
     run_stage *st = &r->mod[k].st;
-    int peer = peer_key(r, o, grad ? -1 : 1);
+    int stage = peer_key(r, o, hop_dir(o->kind));
+    ex_comm *ch = channel_of(r, o);
     float *buf = v >= 0 && v < PLAN_MAX_VP ? (grad ? st->grad_out[v] : st->act_out[v]) : NULL;
-    ex_request **req = grad ? &st->grad_req[v] : &st->act_req[v];
+    run_stage_inflight *in = grad ? &st->grad_req[v] : &st->act_req[v];
     size_t n = (size_t)rows * (size_t)r->plan.model.mod[k].hidden;
-    if (peer < 0 || !buf) return util_fail(err, UTIL_EINVAL, "run: module %s: no pipeline stage to send to", r->plan.mod[k].module);
+    if (stage < 0 || !ch || !buf) return util_fail(err, UTIL_EINVAL, "run: module %s: no pipeline stage to send to", r->plan.mod[k].module);
     if (n > st->cap) return util_fail(err, UTIL_EINVAL, "run: module %s: %d rows exceed the pipeline buffer", r->plan.mod[k].module, rows);
-    int rc = wait_edge(st, req, err);
+    int rc = wait_edge(in, err);
     if (rc) return rc;
     if (src) r->be->d2d(buf, src, n * sizeof(float));
-    if (ex_comm_isend(st->pp, buf, n, peer, edge_tag(r, o), req))
-        return util_fail(err, UTIL_ERUNTIME, "run: module %s: pipeline send to stage %d failed: %s", r->plan.mod[k].module, peer,
-                         ex_comm_error(st->pp));
+    in->c = ch;
+    /* to the channel's receiver, started now: on NCCL a send held until
+     * this rank's next wait would also wait for the compute issued before
+     * that wait (the stream waits for an event recorded at launch) */
+    if (ex_comm_isend(ch, buf, n, 1, edge_tag(r, o), &in->req) || ex_comm_start(ch))
+        return util_fail(err, UTIL_ERUNTIME, "run: module %s: pipeline send to stage %d failed: %s", r->plan.mod[k].module, stage,
+                         ex_comm_error(ch));
     return UTIL_OK;
 }
 
@@ -107,14 +183,15 @@ int run_stage_recv(run_ctx *r, const plan_op *o, int rows, const float **out, ch
     int k = o->module;
     bool grad = plan_op_props(o->kind)->grad;
     run_stage *st = &r->mod[k].st;
-    int peer = peer_key(r, o, grad ? 1 : -1);
+    int stage = peer_key(r, o, hop_dir(o->kind));
+    ex_comm *ch = channel_of(r, o);
     float *buf = grad ? st->grad_in : st->act_in;
     size_t n = (size_t)rows * (size_t)r->plan.model.mod[k].hidden;
-    if (peer < 0 || !buf) return util_fail(err, UTIL_EINVAL, "run: module %s: no pipeline stage to receive from", r->plan.mod[k].module);
+    if (stage < 0 || !ch || !buf) return util_fail(err, UTIL_EINVAL, "run: module %s: no pipeline stage to receive from", r->plan.mod[k].module);
     if (n > st->cap) return util_fail(err, UTIL_EINVAL, "run: module %s: %d rows exceed the pipeline buffer", r->plan.mod[k].module, rows);
-    if (ex_comm_recv(st->pp, buf, n, peer, edge_tag(r, o)))
-        return util_fail(err, UTIL_ERUNTIME, "run: module %s: pipeline receive from stage %d failed: %s", r->plan.mod[k].module, peer,
-                         ex_comm_error(st->pp));
+    if (ex_comm_recv(ch, buf, n, 0, edge_tag(r, o)))   /* the channel's sender */
+        return util_fail(err, UTIL_ERUNTIME, "run: module %s: pipeline receive from stage %d failed: %s", r->plan.mod[k].module, stage,
+                         ex_comm_error(ch));
     *out = buf;
     return UTIL_OK;
 }
@@ -126,7 +203,7 @@ int run_stage_wait_all(run_ctx *r, char *err)
         run_stage *st = &r->mod[k].st;
         for (int v = 0; v < PLAN_MAX_VP; v++) {
             char e[UTIL_ERR_LEN];
-            int a = wait_edge(st, &st->act_req[v], e), b = wait_edge(st, &st->grad_req[v], e);
+            int a = wait_edge(&st->act_req[v], e), b = wait_edge(&st->grad_req[v], e);
             if (!rc && (a || b)) rc = util_fail(err, UTIL_ERUNTIME, "%s", e);
         }
     }
@@ -138,11 +215,12 @@ void run_stage_free(run_ctx *r, int k)
     run_stage *st = &r->mod[k].st;
     char err[UTIL_ERR_LEN];
     for (int v = 0; v < PLAN_MAX_VP; v++) {
-        wait_edge(st, &st->act_req[v], err);
-        wait_edge(st, &st->grad_req[v], err);
+        wait_edge(&st->act_req[v], err);
+        wait_edge(&st->grad_req[v], err);
         if (r->be) { r->be->release(st->act_out[v]); r->be->release(st->grad_out[v]); }
     }
     if (r->be) { r->be->release(st->act_in); r->be->release(st->grad_in); }
+    for (int i = 0; i < st->n_chan; i++) ex_comm_free(st->chan[i].c);
     ex_comm_free(st->pp);
     memset(st, 0, sizeof *st);
 }

@@ -32,15 +32,17 @@ train() {   # train NAME TAG BINARY [dhp run options]
         --steps $STEPS --ckpt "$T/$name.$tag.ck" --log-json --comm-timeout 60 "$@" >"$T/$name.$tag.log" 2>"$T/$name.$tag.err"
 }
 
-# compare NAME: the MPI run and the emulated-NCCL run of plan NAME agree
-compare() {
-    local name=$1 lo wo
+compare() {   # compare NAME [--backend cuda]: the NCCL run's backend (default cpu)
+    local name=$1 be=${3:-cpu} lo wo skip=
+    # the CUDA backend's kernels sum in another order: attention key biases, whose true gradient is
+    # zero, then hold AdamW steps on rounding noise (tests/tools/ckpt_diff.py --skip-key-bias, as t_backend)
+    [ "$be" = cuda ] && skip=--skip-key-bias
     if ! train "$name" mpi "$DHP" --comm mpi; then fail "comm_nccl_equivalence_$name" "MPI run: $(tail -c 300 "$T/$name.mpi.err")"; return; fi
-    if ! train "$name" nccl "$DHP_EMU" --comm nccl --backend cpu; then fail "comm_nccl_equivalence_$name" "NCCL run: $(tail -c 300 "$T/$name.nccl.err")"; return; fi
+    if ! train "$name" nccl "$DHP_EMU" --comm nccl --backend "$be"; then fail "comm_nccl_equivalence_$name" "NCCL run: $(tail -c 300 "$T/$name.nccl.err")"; return; fi
     losses "$T/$name.mpi.log" >"$T/$name.mpi.losses"
     losses "$T/$name.nccl.log" >"$T/$name.nccl.losses"
     if ! lo=$(same_losses "$T/$name.mpi.losses" "$T/$name.nccl.losses" 2>&1); then fail "comm_nccl_equivalence_$name" "$lo"; return; fi
-    if ! wo=$($DIFF "$T/$name.mpi.ck" "$T/$name.nccl.ck" --rtol 1e-5 2>&1); then fail "comm_nccl_equivalence_$name" "weights: $wo"; return; fi
+    if ! wo=$($DIFF "$T/$name.mpi.ck" "$T/$name.nccl.ck" $skip --rtol 1e-5 2>&1); then fail "comm_nccl_equivalence_$name" "weights: $wo"; return; fi
     echo "# $name: $lo; weights $(echo "$wo" | head -1)"
     ok "comm_nccl_equivalence_$name"
 }
@@ -91,8 +93,10 @@ if [ -f "$T/dp2.json" ]; then
         "$DHP" run "$T/dp2.json" --data "$T/data" --comm nccl
 fi
 
-# Interleaved pipeline stages (vp 2: an LLM of 4 layers on 2 stages) deadlock over NCCL (their two-way
-# stage sends in one grouped launch and stream): refused at set-up in one line, not after the timeout
+# Interleaved pipeline stages (vp 2: an LLM of 4 layers on 2 stages): the stages' sends go both ways round
+# the ring; each edge and direction is a communicator of its own (executor/run_stage.c), so they run over
+# NCCL as over MPI (on one shared communicator they deadlocked until the timeout); on dhp-emu's CUDA
+# backend (device buffers, NCCL's device path) and in fp32 within 1e-5 of the MPI run
 /usr/bin/python3 - "$HERE/../models/zoo/tiny-vl.json" "$T/deep4.model.json" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
@@ -101,12 +105,7 @@ for mod in m["modules"]:
 json.dump(m, open(sys.argv[2], "w"))
 PY
 if SETUP="$SETUP --model $T/deep4.model.json" plan vp2 disaggregated "vision:gpus=1;llm:gpus=2,pp=2,vp=2,mb=1" --n-micro 4; then
-    timeout 120 mpirun --oversubscribe -np 3 "$DHP_EMU" run "$T/vp2.json" --data "$T/data" --steps 1 --backend cuda \
-        >"$T/vp2.out" 2>"$T/vp2.err"; rc=$?
-    if [ "$rc" != 0 ] && [ "$(grep -c '^dhp run: ' "$T/vp2.err")" = 1 ] \
-       && grep -q '^dhp run: run: module llm: interleaved pipeline stages (vp 2) are not run over NCCL yet' "$T/vp2.err"; then
-        ok comm_nccl_interleaved_pipeline_refused_in_one_line
-    else fail comm_nccl_interleaved_pipeline_refused_in_one_line "exit $rc: $(head -c 300 "$T/vp2.err")"; fi
+    compare vp2 --backend cuda
 fi
 
 # A rank stopped (SIGSTOP) mid-run under NCCL: the other ends in bounded time naming it

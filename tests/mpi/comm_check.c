@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int g_fails;
 static char g_first[400];
@@ -293,6 +294,34 @@ static void check_p2p_errors(ex_comm *c, bool sizes)
     }
 }
 
+/* ex_comm_start launches a collected send now: rank 1's receive completes
+ * while rank 0 makes no communicator call at all (it watches for a file
+ * rank 1 writes once it has the message; without the start, NCCL's send
+ * waited for rank 0's next wait, and rank 0 reports it after 10 s). */
+static void check_started_send(ex_comm *c, float *d, size_t n)
+{
+    double id = ex_comm_rank(c) == 0 ? (double)getpid() : 0;
+    EXPECT_OK(c, ex_comm_allreduce_sum_f64(c, &id, 1));
+    char flag[64];
+    snprintf(flag, sizeof flag, "/tmp/dhp_comm_check_started.%.0f", id);
+    if (ex_comm_rank(c) == 0) {
+        ex_request *q = NULL;
+        EXPECT_OK(c, ex_comm_isend(c, d, n, 1, 9, &q));
+        EXPECT_OK(c, ex_comm_start(c));
+        double t0 = util_now();
+        while (access(flag, F_OK) != 0 && util_now() - t0 < 10) usleep(1000);
+        EXPECT(access(flag, F_OK) == 0, "a started send did not reach rank 1 in 10 s without a wait");
+        if (q) EXPECT_OK(c, ex_comm_wait(c, q));
+        unlink(flag);
+    } else if (ex_comm_rank(c) == 1) {
+        EXPECT_OK(c, ex_comm_recv(c, d, n, 0, 9));
+        FILE *f = fopen(flag, "w");
+        if (f) fclose(f);
+    }
+    double one = 1;
+    EXPECT_OK(c, ex_comm_allreduce_sum_f64(c, &one, 1));
+}
+
 /* With NCCL beside a backend whose memory is device memory (a GPU, or
  * comm_check_emu's emulated CUDA backend, which tells host from device
  * pointers as a GPU does): a device buffer's sum goes through NCCL, a host
@@ -340,6 +369,7 @@ static bool check_device_routing(ex_comm *c)
             EXPECT_OK(c, ex_comm_allreduce_sum_f64(c, &one, 1));
         }
         EXPECT(one == p, "host sum %g after the collected send, want %d", one, p);
+        check_started_send(c, d, N);
     }
     be->release(d);
     return true;
