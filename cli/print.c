@@ -93,7 +93,7 @@ void cli_print_backend(const plan_t *p)
     double ws = plan_backend_workspace_bytes(&o, &p->cluster.pool[0].gpu);
     char b[32];
     printf("memory on the %s backend (--backend cuda|cpu): ", plan_backend_name(plan_backend_of(p)));
-    if (ws > 0) printf("its cuBLASLt workspace, %s a rank, beside the layout's buffers\n", util_fmt_bytes(ws, b, sizeof b));
+    if (ws > 0) printf("its cuBLASLt workspace and scratch, %s a rank, beside the layout's buffers\n", util_fmt_bytes(ws, b, sizeof b));
     else if (p->target != PLAN_TARGET_DHP) printf("target %s: library workspaces are in reserved\n", plan_target_name(p->target));
     else printf("no library workspace\n");
 }

@@ -120,6 +120,12 @@ typedef struct {
     double hbm_bw;                /* peak HBM bandwidth, B/s */
     double mem_eff;               /* achieved/peak bandwidth for element-wise kernels */
     double reserved_bytes;        /* CUDA context + library workspaces not available to tensors */
+    /* Of reserved_bytes, a training framework's own library workspace
+     * (PyTorch's cuBLAS workspace); 0 where reserved_bytes holds none (a
+     * profiled device). The Megatron target keeps it in reserved; the dhp
+     * target leaves it out, its CUDA backend allocating and counting its
+     * own (plan_reserved_bytes, plan_backend_workspace_bytes). */
+    double reserved_workspace_bytes;
     double kernel_launch_s;       /* per-kernel fixed overhead */
     /* Streaming multiprocessors; 0 = no wave model (CPU descriptions). A
      * GEMM runs as output tiles spread over the SMs in waves; the last wave

@@ -237,6 +237,8 @@ int cost_validate_gpu(const cost_gpu *g, const char *what, const char *path, cha
         return util_fail(err, UTIL_EINVAL, "%s: %s: %g leaves nothing of hbm_bytes %g", what, fp,
                          g->reserved_bytes, g->hbm_bytes);
     }
+    if ((rc = cost_check_range(what, path, "reserved_workspace_bytes", g->reserved_workspace_bytes, 0, false,
+                               g->reserved_bytes, err))) return rc;
     if ((rc = cost_check_range(what, path, "sm_count", g->sm_count, 0, false, 1e6, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_hd_half", g->attn_hd_half, 0, false, 1e6, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_row_scores", g->attn_row_scores, 0, false, 1e6, err))) return rc;
@@ -381,6 +383,7 @@ int cost_parse_gpu_obj(const cJSON *obj, const char *what, const char *path, boo
         {"sm_count", &g->sm_count}, {"attn_hd_half", &g->attn_hd_half},
         {"attn_row_scores", &g->attn_row_scores},
         {"peak_flops_fp32", &g->peak_flops_fp32}, {"peak_flops_tf32", &g->peak_flops_tf32},
+        {"reserved_workspace_bytes", &g->reserved_workspace_bytes},
     };
     for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
         if (cJSON_GetObjectItemCaseSensitive(obj, optional[i].key)
@@ -484,6 +487,8 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && cJSON_AddNumberToObject(o, "kernel_launch_s", g->kernel_launch_s)
         && (g->peak_flops_fp32 <= 0 || cJSON_AddNumberToObject(o, "peak_flops_fp32", g->peak_flops_fp32))
         && (g->peak_flops_tf32 <= 0 || cJSON_AddNumberToObject(o, "peak_flops_tf32", g->peak_flops_tf32))
+        && (g->reserved_workspace_bytes <= 0
+            || cJSON_AddNumberToObject(o, "reserved_workspace_bytes", g->reserved_workspace_bytes))
         && (g->sm_count <= 0 || cJSON_AddNumberToObject(o, "sm_count", g->sm_count))
         && (g->attn_hd_half <= 0 || cJSON_AddNumberToObject(o, "attn_hd_half", g->attn_hd_half))
         && (g->attn_row_scores <= 0 || cJSON_AddNumberToObject(o, "attn_row_scores", g->attn_row_scores))

@@ -362,15 +362,21 @@ static int fit_attn_bf16(cost_profile *p, char *err)
 int cost_prof_derive(cost_profile *p, char *err)
 {
     double m[COST_PROFILE_MAX_GEMM], n[COST_PROFILE_MAX_GEMM], k[COST_PROFILE_MAX_GEMM], y[COST_PROFILE_MAX_GEMM];
+    double y_wave[COST_PROFILE_MAX_GEMM];
+    cost_gpu *gpu = &p->gpu;
+    memset(gpu, 0, sizeof *gpu);
+    /* A GPU's SMs: the cost model's wave term (costdb/model.c), which
+     * multiplies gemm_eff_max s(m) s(n) s(k); the fit takes each measured
+     * rate over its shape's wave term so that the model gives it back. */
+    gpu->sm_count = p->cuda && p->dev.sms > 0 ? p->dev.sms : 0;
     for (int i = 0; i < p->n_gemm; i++) {
         const cost_profile_gemm *g = &p->gemm[i];
         double t = g->seconds - p->launch_s;   /* the model adds kernel_launch_s itself */
         m[i] = g->m; n[i] = g->n; k[i] = g->k;
         y[i] = 2.0 * g->m * g->n * g->k / (t > 0.5 * g->seconds ? t : g->seconds);
+        y_wave[i] = y[i] / cost_gemm_wave_efficiency(gpu, m[i], n[i], k[i]);
     }
-    cost_gpu *gpu = &p->gpu;
-    memset(gpu, 0, sizeof *gpu);
-    int rc = cost_profile_fit_gemm(m, n, k, y, p->n_gemm, &p->gemm_rate_max, &gpu->gemm_half, &p->gemm_fit_rms, err);
+    int rc = cost_profile_fit_gemm(m, n, k, y_wave, p->n_gemm, &p->gemm_rate_max, &gpu->gemm_half, &p->gemm_fit_rms, err);
     if (rc) return rc;
     /* Peak = FLOP/cycle x clock x units (a CPU rank's cores, a GPU's SMs),
      * FLOP/cycle per unit being that of the fitted large-shape rate or of the

@@ -123,9 +123,14 @@ static bool add_gpu_fields_cuda(cJSON *o, const cost_profile *p)
                        "the best measured %s rate (the device gives no clock, so no theoretical peak); %s", kern, w);
     ok = ok && add_field(o, p, "gemm_eff_max", g->gemm_eff_max,
                          "fitted large-shape rate %.4g FLOP/s / peak_flops; least-squares fit (relative error, rms %.1f%%) of "
-                         "rate = peak_flops * gemm_eff_max * s(m) s(n) s(k) to %s (row-major A[m,k] B[n,k]^T, the "
+                         "rate = peak_flops * gemm_eff_max * s(m) s(n) s(k)%s to %s (row-major A[m,k] B[n,k]^T, the "
                          "executor's linear) over %d shapes %s, time less kernel_launch_s, best of 2 batches%s; %s",
-                         p->gemm_rate_max, 100 * p->gemm_fit_rms, kern, p->n_gemm, shapes, p->quick ? "" : " in 2 passes", w);
+                         p->gemm_rate_max, 100 * p->gemm_fit_rms, g->sm_count > 0 ? " * wave(m,n,k) (sm_count)" : "", kern,
+                         p->n_gemm, shapes, p->quick ? "" : " in 2 passes", w);
+    if (g->sm_count > 0)
+        ok = ok && add_field(o, p, "sm_count", g->sm_count,
+                             "multiprocessors of %s (cudaGetDeviceProperties multiProcessorCount), the GEMM wave term's "
+                             "(costdb/SCHEMA.md, Cost model)", d->name);
     if (p->tf32)
         ok = ok && add_field(o, p, "peak_flops_tf32", g->peak_flops_tf32,
                              "the same %d GEMM shapes with fp32 operands read as TF32 (CUBLAS_COMPUTE_32F_FAST_TF32, dhp "

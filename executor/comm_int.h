@@ -72,8 +72,9 @@ typedef struct ex_comm_ops {
     /* Where messages to one's own rank are copied and buffered: host memory
      * (MPI) or wherever the buffers live (NCCL: cudaMemcpyDefault). */
     int (*copy)(void *dst, const void *src, size_t bytes);
+    /* A buffer of bytes there, counted as UTIL_MEM_COMM until released (release gets the same bytes). */
     void *(*alloc)(size_t bytes);
-    void (*release)(void *p);
+    void (*release)(void *p, size_t bytes);
 } ex_comm_ops;
 
 struct ex_comm {

@@ -291,6 +291,12 @@ static int host_copy(void *dst, const void *src, size_t bytes)
 
 static void *host_alloc(size_t bytes) { return util_malloc_cat(UTIL_MEM_COMM, bytes); }
 
+static void host_release(void *p, size_t bytes)
+{
+    (void)bytes;   /* util_free knows the size and the category */
+    util_free(p);
+}
+
 const ex_comm_ops comm_mpi_ops = {
     .name = "mpi",
     .barrier = mpi_barrier,
@@ -305,5 +311,5 @@ const ex_comm_ops comm_mpi_ops = {
     .wait = mpi_wait,
     .copy = host_copy,
     .alloc = host_alloc,
-    .release = util_free,
+    .release = host_release,
 };

@@ -596,13 +596,22 @@ static int device_copy(void *dst, const void *src, size_t bytes)
     return cudaMemcpy(dst, src, bytes, cudaMemcpyDefault) == cudaSuccess ? UTIL_OK : UTIL_ERUNTIME;
 }
 
+/* Device memory, counted as UTIL_MEM_COMM as the MPI implementation's host
+ * buffers are (executor/comm.h). */
 static void *device_alloc(size_t bytes)
 {
     void *p = NULL;
-    return cudaMalloc(&p, bytes) == cudaSuccess ? p : NULL;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) return NULL;
+    util_mem_charge(UTIL_MEM_COMM, bytes);
+    return p;
 }
 
-static void device_free(void *p) { cudaFree(p); }
+static void device_free(void *p, size_t bytes)
+{
+    if (!p) return;
+    util_mem_discharge(UTIL_MEM_COMM, bytes);
+    cudaFree(p);
+}
 
 static const ex_comm_ops nccl_ops = {
     .name = "nccl",

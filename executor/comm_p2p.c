@@ -26,7 +26,7 @@ void comm_self_free(ex_comm *c)
     while (c->sends) {
         self_msg *m = c->sends;
         c->sends = m->next;
-        if (m->owned) c->ops->release(m->owned);
+        if (m->owned) c->ops->release(m->owned, m->n * sizeof(float));
         util_free(m);
     }
 }
@@ -77,7 +77,7 @@ static int self_recv(ex_comm *c, ex_request *r)
         *p = m->next;
         int rc = deliver(c, r, m->src, m->n);
         if (m->sender) m->sender->msg = NULL;
-        if (m->owned) c->ops->release(m->owned);
+        if (m->owned) c->ops->release(m->owned, m->n * sizeof(float));
         util_free(m);
         return rc;
     }

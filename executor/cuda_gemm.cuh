@@ -14,18 +14,16 @@
  * exact fp32's bias gradient is CUBLASLT_EPILOGUE_BGRADB on the dw GEMM (the sum of
  * B = dout over k = n, a vector of D's columns, o: no second pass over
  * dout). BGRADB stores, and the kernels' rule is to accumulate, so it lands
- * in a device vector that one add puts into db. bf16 and TF32 keep their
+ * in a device vector that one add puts into db (the backend's own, of
+ * PLAN_CUDA_BGRAD_FLOATS floats: a linear of more outputs runs unfused). bf16 and TF32 keep their
  * bias gradient on the fp32 dout (executor/backend.h): the GEMM's B is the
  * bf16 copy, or read as TF32, whose sum would be a different gradient. A combination cuBLASLt has
  * no kernel for (CUBLAS_STATUS_NOT_SUPPORTED) is remembered and runs unfused:
  * the bias filled into out before the GEMM (beta 1), the column sum after. */
 
-/* The workspace's size: planner/backend.h, whose memory model counts it
- * (category workspace) for the CUDA backend. */
-#include "planner/backend.h"
-#define LT_WORKSPACE_BYTES PLAN_CUDA_LT_WORKSPACE_BYTES
-
-static void *cuda_alloc(size_t bytes, util_mem_cat cat);   /* executor/cuda_memory.cuh */
+/* The workspace and the bias-gradient vector are parts of the backend's own
+ * buffers (backend_workspace; sizes in planner/backend.h, whose memory model
+ * counts them, category workspace, for the CUDA backend). */
 
 static void note_blas(cublasStatus_t s, const char *what)
 {
@@ -36,25 +34,21 @@ static struct {
     std::once_flag once;
     cublasLtHandle_t handle;
     cublasStatus_t status;
-    void *workspace;                /* charged to UTIL_MEM_WORKSPACE; NULL after a failed allocation (noted) */
+    void *workspace;                /* backend_workspace's first part; NULL after a failed allocation (noted) */
     size_t workspace_bytes;
-    float *bgrad;                   /* BGRADB's stored bias gradient, bgrad_cap floats */
-    int bgrad_cap;
     unsigned refused;               /* fused combinations cuBLASLt has no kernel for (lt_key bits) */
     bool tf32;                      /* fp32 GEMMs on TF32 tensor cores (dhp run --tf32) */
 } g_lt;
 
 /* The cuBLASLt handle and workspace, created on first use (on the device
- * current then). The workspace comes from the backend's allocator, so it is
- * counted as the memory model predicts it; failing to get it is an out of
- * memory like any tensor's (the device, the bytes, category workspace). */
+ * current then). */
 static cublasLtHandle_t lt(void)
 {
     std::call_once(g_lt.once, [] {
         g_lt.status = cublasLtCreate(&g_lt.handle);
         if (g_lt.status != CUBLAS_STATUS_SUCCESS) return;
-        g_lt.workspace = cuda_alloc(LT_WORKSPACE_BYTES, UTIL_MEM_WORKSPACE);
-        g_lt.workspace_bytes = g_lt.workspace ? LT_WORKSPACE_BYTES : 0;
+        g_lt.workspace = backend_workspace();
+        g_lt.workspace_bytes = g_lt.workspace ? PLAN_CUDA_LT_WORKSPACE_BYTES : 0;
     });
     if (g_lt.status != CUBLAS_STATUS_SUCCESS) note_blas(g_lt.status, "cublasLtCreate");
     return g_lt.status == CUBLAS_STATUS_SUCCESS ? g_lt.handle : NULL;
@@ -125,20 +119,14 @@ static bool lt_fused(const lt_gemm *g, const char *what)
     return true;
 }
 
-/* A device vector of o floats for BGRADB's stored bias gradient; NULL (failure noted) when out of memory. */
+/* The device vector of o floats for BGRADB's stored bias gradient: the last
+ * part of the backend's own buffers; NULL for a linear of more outputs than
+ * it holds (PLAN_CUDA_BGRAD_FLOATS), or when out of memory (noted). */
 static float *bgrad_buffer(int o)
 {
-    if (o <= g_lt.bgrad_cap) return g_lt.bgrad;
-    if (g_lt.bgrad) note_cuda(cudaFree(g_lt.bgrad), "cudaFree of the bias-gradient vector");
-    g_lt.bgrad = NULL;
-    g_lt.bgrad_cap = 0;
-    void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, (size_t)o * sizeof(float));
-    note_cuda(e, "cudaMalloc of the bias-gradient vector");
-    if (e != cudaSuccess) return NULL;
-    g_lt.bgrad = (float *)p;
-    g_lt.bgrad_cap = o;
-    return g_lt.bgrad;
+    if (o > PLAN_CUDA_BGRAD_FLOATS) return NULL;
+    char *ws = backend_workspace();
+    return ws ? (float *)(ws + PLAN_CUDA_LT_WORKSPACE_BYTES + PLAN_CUDA_REDUCE_BYTES) : NULL;
 }
 
 /* Column sums over rows: dst[j] += sum_r a[r, j] * (x ? xhat[r, j] : 1), a[n, d],

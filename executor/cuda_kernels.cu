@@ -38,6 +38,7 @@
 
 extern "C" {
 #include "executor/backend.h"
+#include "planner/backend.h"   /* the sizes of the backend's own buffers, which the memory model counts */
 #include "util/util.h"
 }
 
@@ -106,22 +107,32 @@ static bool take_failure(char *msg, size_t len)
         note_cuda(cudaGetLastError(), "launch of " #kernel);     \
     } while (0)
 
-/* ------------------------------------------------------------ scratch */
+/* ------------------------------------------------------------ the backend's own buffers */
 
-static double *create_scratch(void)
+static void *cuda_alloc(size_t bytes, util_mem_cat cat);   /* executor/cuda_memory.cuh */
+
+static_assert(SCRATCH_DOUBLES * sizeof(double) <= PLAN_CUDA_REDUCE_BYTES, "the reductions' partial sums fit their part");
+
+/* The backend's own device buffers (planner/backend.h), one allocation from
+ * its allocator in category workspace, so the run counts them as the memory
+ * model predicts them, made on the first GEMM or reduction (on the device
+ * current then): cuBLASLt's workspace, then the reductions' partial sums,
+ * then BGRADB's bias-gradient vector. NULL after a failed allocation (noted
+ * as any tensor's: the device, the bytes, category workspace). */
+static char *backend_workspace(void)
 {
-    void *p = NULL;
-    cudaError_t e = cudaMalloc(&p, SCRATCH_DOUBLES * sizeof(double));
-    note_cuda(e, "cudaMalloc of the reduction scratch");
-    return e == cudaSuccess ? (double *)p : NULL;
+    static std::once_flag once;
+    static char *base;
+    std::call_once(once, [] { base = (char *)cuda_alloc(PLAN_CUDA_WORKSPACE_BYTES, UTIL_MEM_WORKSPACE); });
+    return base;
 }
 
-/* Device buffer of SCRATCH_DOUBLES doubles, allocated on first use. */
+/* Device buffer of SCRATCH_DOUBLES doubles: the reductions' partial sums. */
 static double *scratch(void)
 {
-    static double *buf = create_scratch();
-    if (!buf) note_failure("reduction scratch", "not allocated");
-    return buf;
+    char *ws = backend_workspace();
+    if (!ws) note_failure("reduction scratch", "not allocated");
+    return ws ? (double *)(ws + PLAN_CUDA_LT_WORKSPACE_BYTES) : NULL;
 }
 
 /* ------------------------------------------------------------ helpers */

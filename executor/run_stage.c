@@ -19,7 +19,12 @@
  * interleaved stages, whose sends go both ways round the ring, deadlocked
  * (3 ranks, vp 2, on the emulator). With a channel per communicator a send
  * completes when its receiver takes it and a receive when its sender sent,
- * as MPI's requests on one tag do. */
+ * as MPI's requests on one tag do. PyTorch's ProcessGroupNCCL does the same
+ * for a send or receive outside a batch: a two-rank communicator per pair of
+ * ranks (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, getKeySendRecv);
+ * here one per direction too, so a rank only sends or only receives on each
+ * (every communicator holds NCCL's own connection buffers: more of them
+ * than one per group, not measured without a GPU). */
 #include "executor/run_internal.h"
 
 #include <string.h>

@@ -26,8 +26,13 @@ plan_backend plan_backend_on(plan_backend b, const cost_gpu *g)
 
 plan_backend plan_backend_of(const plan_t *p) { return plan_backend_on(p->backend, &p->cluster.pool[0].gpu); }
 
+double plan_reserved_bytes(const plan_options *o, const cost_gpu *g)
+{
+    return o->target == PLAN_TARGET_DHP ? g->reserved_bytes - g->reserved_workspace_bytes : g->reserved_bytes;
+}
+
 double plan_backend_workspace_bytes(const plan_options *o, const cost_gpu *g)
 {
     if (o->target != PLAN_TARGET_DHP || plan_backend_on(o->backend, g) != PLAN_BACKEND_CUDA) return 0;
-    return (double)PLAN_CUDA_LT_WORKSPACE_BYTES;
+    return (double)PLAN_CUDA_WORKSPACE_BYTES;
 }

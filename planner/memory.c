@@ -346,7 +346,7 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
         out->logits = logits_bytes(mm, s, &q, w, o, A);
         out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A, o);
     }
-    out->reserved = g->reserved_bytes;
+    out->reserved = plan_reserved_bytes(o, g);
     out->workspace = plan_backend_workspace_bytes(o, g);
     out->fragmentation = o->fragmentation * (out->activations + out->logits + out->comm + out->zero_buffers);
     out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations

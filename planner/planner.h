@@ -257,10 +257,15 @@ double plan_act_wire_bytes(const plan_options *o);
 const char *plan_backend_name(plan_backend b);
 int plan_backend_parse(const char *s, plan_backend *out);
 /* Bytes the backend allocates once per process beside the layout's
- * buffers, under the dhp target: the CUDA backend's cuBLASLt workspace
- * (PLAN_CUDA_LT_WORKSPACE_BYTES); the CPU backend's none. The Megatron
- * target's reserved_bytes estimate holds its libraries' workspaces. */
+ * buffers, under the dhp target: the CUDA backend's own buffers, its
+ * cuBLASLt workspace among them (PLAN_CUDA_WORKSPACE_BYTES); the CPU
+ * backend's none. The Megatron target's workspace is in reserved. */
 double plan_backend_workspace_bytes(const plan_options *o, const cost_gpu *g);
+/* The device memory no tensor can use: g's reserved_bytes, less under the
+ * dhp target the framework's library workspace it holds
+ * (reserved_workspace_bytes), which dhp does not run: its backend's own
+ * is plan_backend_workspace_bytes. Each workspace is counted once. */
+double plan_reserved_bytes(const plan_options *o, const cost_gpu *g);
 /* b, or where b is PLAN_BACKEND_DEVICE the backend device g runs. */
 plan_backend plan_backend_on(plan_backend b, const cost_gpu *g);
 /* The backend p's memory is predicted for, resolved on its first pool's device (what dhp memory and

@@ -254,7 +254,7 @@ int plan_candidates_build(const model_t *m, const cost_cluster *c, const plan_wo
     out->llm = m->llm;
     out->n_pools = c->n_pools;
     for (int p = 0; p < c->n_pools; p++) {
-        out->reserved[p] = c->pool[p].gpu.reserved_bytes + plan_backend_workspace_bytes(&o->opt, &c->pool[p].gpu);
+        out->reserved[p] = plan_reserved_bytes(&o->opt, &c->pool[p].gpu) + plan_backend_workspace_bytes(&o->opt, &c->pool[p].gpu);
         out->capacity[p] = c->pool[p].gpu.hbm_bytes;
         out->pool_gpus[p] = cost_pool_gpus(&c->pool[p]);
     }

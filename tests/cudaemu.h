@@ -407,7 +407,8 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *prop, int devi
     return cudaMemGetInfo(&free_b, &prop->totalGlobalMem);
 }
 
-/* Device memory in use, counted when DHP_EMU_DEVICE_BYTES caps it. */
+/* Device memory in use (every live cudaMalloc allocation's bytes), and the
+ * cap DHP_EMU_DEVICE_BYTES puts on it. */
 struct cudaemu_budget {
     std::mutex mu;
     size_t cap, used;
@@ -486,13 +487,11 @@ static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     cudaemu_budget &b = cudaemu_dev_budget();
     *p = nullptr;
-    if (b.cap) {
+    {
         std::lock_guard<std::mutex> lock(b.mu);
-        if (bytes > b.cap - b.used) return cudaemu_fail(cudaErrorMemoryAllocation);
+        if (b.cap && bytes > b.cap - b.used) return cudaemu_fail(cudaErrorMemoryAllocation);
         *p = std::malloc(bytes ? bytes : 1);
         if (*p) { b.used += bytes; b.size[*p] = bytes; }
-    } else {
-        *p = std::malloc(bytes ? bytes : 1);
     }
     if (!*p) return cudaemu_fail(cudaErrorMemoryAllocation);
     if (CUDAEMU_GUARD_ON) {
@@ -510,13 +509,23 @@ static inline cudaError_t cudaFree(void *p)
         if (!cudaemu_mem().live.erase((const char *)p)) cudaemu_guard_fail("cudaFree", "pointer", p);
     }
     cudaemu_budget &b = cudaemu_dev_budget();
-    if (b.cap && p) {
+    if (p) {
         std::lock_guard<std::mutex> lock(b.mu);
         auto it = b.size.find(p);
         if (it != b.size.end()) { b.used -= it->second; b.size.erase(it); }
     }
     std::free(p);
     return cudaSuccess;
+}
+
+/* The emulated device's bytes in use: what the unit tests hold against the
+ * bytes the CUDA backend charged to its memory categories
+ * (tests/test_cuda_kernels.c). One binary links one object of this header. */
+extern "C" size_t cudaemu_device_bytes(void)
+{
+    cudaemu_budget &b = cudaemu_dev_budget();
+    std::lock_guard<std::mutex> lock(b.mu);
+    return b.used;
 }
 
 /* Free and total memory: the cap's (DHP_EMU_DEVICE_BYTES), else the host's

@@ -135,7 +135,9 @@ static inline cudaError_t cudaSetDevice(int d)
  * emulated device is the CPU, so it names itself "cuda-emu", and its clocks
  * and bus are not known (cudaErrorInvalidValue: the profile then takes its
  * peak from the best measured GEMM rate and hbm_bw from the copy); memory is
- * the host's (sysconf). */
+ * the host's (sysconf). Its multiProcessorCount is plainly 1, the CPU as one
+ * multiprocessor: the profile writes sm_count 1, whose GEMM wave term is 1
+ * at every shape (costdb/model.c), and its peak is one unit's rate. */
 enum cudaDeviceAttr { cudaDevAttrClockRate = 13, cudaDevAttrMemoryClockRate = 36, cudaDevAttrGlobalMemoryBusWidth = 37 };
 struct cudaDeviceProp { char name[256]; int major, minor, multiProcessorCount; };
 static inline cudaError_t cudaGetDevice(int *d) { *d = emu_device; return cudaSuccess; }

@@ -5,7 +5,8 @@
 # DP, TP, ZeRO-3, disaggregated, pipeline, the LLM's context parallelism) run
 # with `dhp-emu run --backend cuda` give the CPU backend's losses and final
 # weights and moments of the same plan within 1e-5 and its memory peaks by
-# category exactly, but the cuBLASLt workspace `dhp simulate --backend cuda`
+# category exactly, but the CUDA backend's own buffers (cuBLASLt's workspace,
+# reduction and bias-gradient scratch) that `dhp simulate --backend cuda`
 # predicts; (b) a checkpoint written
 # by either backend resumes on the other with the uninterrupted run's
 # continuation; (c) `dhp run --backend cuda` on a machine without a usable
@@ -88,7 +89,7 @@ check_backends() {
         fail "backend_cuda_emu_matches_cpu_$name" "weights: $wo"; return
     fi
     # the backend's allocator counts device memory as the CPU's does: every rank's peaks by category equal
-    # but the CUDA backend's cuBLASLt workspace (t_run.sh checks the CPU's against the planner's prediction,
+    # but the CUDA backend's own buffers, category workspace (t_run.sh checks the CPU's against the planner's prediction,
     # check_memory below the emulated CUDA run's)
     local mo
     if ! mo=$(/usr/bin/python3 - "$T/${name}_cpu.log" "$T/${name}_cuda.log" <<'PY'
@@ -97,7 +98,9 @@ last = [[json.loads(l) for l in open(f) if l.startswith('{')][-1] for f in sys.a
 a, b = ([r["peak_bytes"] for r in x["ranks"]] for x in last)
 ws = [(r.pop("workspace"), s.pop("workspace")) for r, s in zip(a, b)]
 if a != b: sys.exit(f"peak bytes differ: cpu {a} cuda-emu {b}")
-if any(c != 0 or g != 32 << 20 for c, g in ws): sys.exit(f"workspace (cpu, cuda-emu) per rank: {ws}, not (0, 32 MiB)")
+# the CUDA backend's own buffers (planner/backend.h): cuBLASLt's 32 MiB, 1,024 doubles of partial sums, 65,536 floats of bias gradient
+own = (32 << 20) + 1024 * 8 + 65536 * 4
+if any(c != 0 or g != own for c, g in ws): sys.exit(f"workspace (cpu, cuda-emu) per rank: {ws}, not (0, {own})")
 PY
     ); then fail "backend_cuda_emu_matches_cpu_$name" "$mo"; return; fi
     # the CUDA kernels sum in other orders than the CPU's: bit-identical weights would mean they did not run

@@ -211,6 +211,8 @@ assert "linear_forward" in m["gemm"]["kernel"] and len(m["gemm"]["shapes"]) == 8
 assert len(m["attention"]) == 4 and all(a["fwd_seconds"] > 0 and a["bwd_seconds"] > 0 for a in m["attention"]), m["attention"]
 assert "the cuda-emu backend's kernels" in g["peak_flops"]["source"], g["peak_flops"]["source"]
 assert g["kernel_launch_s"]["value"] > 0 and g["hbm_bw"]["value"] > 0, g
+# the device's SMs, which the planner's GEMM wave model reads (the emulator's device has 1)
+assert g["sm_count"]["value"] == m["sms"] == 1 and "multiProcessorCount" in g["sm_count"]["source"], g.get("sm_count")
 # --tf32: the grid again on TF32 (the emulator rounds the operands), fitted into the field dhp plan --tf32 prices at
 assert g["peak_flops_tf32"]["value"] > 0 and "CUBLAS_COMPUTE_32F_FAST_TF32" in g["peak_flops_tf32"]["source"], g["peak_flops_tf32"]
 assert all(s["tf32_seconds"] > 0 and s["tf32_model_seconds"] > 0 for s in m["gemm"]["shapes"]), m["gemm"]["shapes"]

@@ -80,3 +80,21 @@ TEST(dhp_step_reduction_hides_behind_the_last_backward_but_the_stem)
         }
     }
 }
+
+/* The Megatron target's contention charge (planner/cost_dp.c
+ * plan_overlapped_comm_s) reproduces both averages of Lee et al. (arXiv
+ * 2507.03114) it is derived from: a run whose communication, 0.310 of its
+ * compute, hides entirely has its compute 18.9% slower, and that step is
+ * 10.2% faster than computing and communicating one after the other. Past
+ * what the compute can hide, the rest is exposed at full price. */
+TEST(megatron_overlap_contention_reproduces_lee_et_al_averages)
+{
+    double comp = 1.0, comm = (1.189 * 1.102 - 1.0) * comp;
+    double step = comp + plan_overlapped_comm_s(comm, comp, true);
+    CHECK_NEAR(step, 1.189 * comp, 1e-12);
+    CHECK_NEAR((comp + comm) / step, 1.102, 1e-12);
+    CHECK_NEAR(plan_overlapped_comm_s(comm, comp, false), 0.0, 1e-12);
+    /* half of it hidden: the other half exposed, the contention on the half hidden */
+    double half = plan_overlapped_comm_s(comm, comm / 2, true);
+    CHECK_NEAR(half, comm / 2 + 0.189 * comp / 2, 1e-12);
+}

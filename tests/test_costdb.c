@@ -171,6 +171,7 @@ static bool gpu_eq(const cost_gpu *a, const cost_gpu *b)
     return strcmp(a->name, b->name) == 0 && a->peak_flops == b->peak_flops && a->gemm_eff_max == b->gemm_eff_max
         && a->gemm_half == b->gemm_half && a->attn_eff == b->attn_eff && a->hbm_bytes == b->hbm_bytes
         && a->hbm_bw == b->hbm_bw && a->mem_eff == b->mem_eff && a->reserved_bytes == b->reserved_bytes
+        && a->reserved_workspace_bytes == b->reserved_workspace_bytes
         && a->kernel_launch_s == b->kernel_launch_s && grid_eq(&a->grid, &b->grid) && ew_eq(&a->ew, &b->ew);
 }
 

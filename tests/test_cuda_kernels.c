@@ -15,6 +15,7 @@
  * DHP_TEST_SHOW_ERR=1 prints every measured error to stderr. */
 #include "test.h"
 #include "executor/backend.h"
+#include "planner/backend.h"
 #include "util/util.h"
 #include "tests/kernel_data.h"
 
@@ -475,4 +476,32 @@ TEST(cuda_kernels_emu_conv_stem_and_pooling_match_cpu)
     CHECK_CLOSE(y, y_ref, (size_t)m * d, 1e-6, "avgpool_rows_forward");
     CHECK_CLOSE(din, din_ref, (size_t)m * p * d, 1e-6, "avgpool_rows_backward (+=)");
     free(x); free(in); free(y); free(y_ref); free(din); free(din_ref);
+}
+
+/* The emulated device's bytes in use (tests/cudaemu.h). */
+size_t cudaemu_device_bytes(void);
+
+/* The device memory the CUDA backend allocates for itself is charged to a
+ * category, as the memory model predicts it: its own buffers (cuBLASLt's
+ * workspace, the reductions' partial sums, BGRADB's bias-gradient vector),
+ * one allocation on the first GEMM or reduction, are category workspace,
+ * PLAN_CUDA_WORKSPACE_BYTES (the tensors here are the test's host arrays, so
+ * every emulated device byte is the backend's own). A linear wider than the
+ * bias-gradient vector sums its bias gradient unfused, to the same result. */
+TEST(cuda_backend_own_buffers_are_charged_as_workspace)
+{
+    const ex_backend *be = emu();
+    CHECK(be != NULL);
+    size_t dev0 = cudaemu_device_bytes(), ws0 = util_mem_current(UTIL_MEM_WORKSPACE);
+    float *x = rnd(1000, 1);
+    double s = be->sumsq(x, 1000);                                 /* the reductions' partial sums */
+    free(x);
+    linear_case(be, 5, 3, 4099, true, true, true, true);          /* a GEMM; BGRADB's vector, wider than the other tests' */
+    linear_case(be, 2, 1, PLAN_CUDA_BGRAD_FLOATS + 1, true, false, true, true);   /* wider than the vector */
+    CHECK_SYNC();
+    CHECK(s > 0);
+    size_t dev = cudaemu_device_bytes() - dev0, ws = util_mem_current(UTIL_MEM_WORKSPACE) - ws0;
+    CHECK_MSG(dev == ws, "the backend took %zu device bytes, charged %zu to category workspace", dev, ws);
+    CHECK_MSG(util_mem_current(UTIL_MEM_WORKSPACE) >= PLAN_CUDA_WORKSPACE_BYTES, "workspace %zu B, the model's %zu B",
+              util_mem_current(UTIL_MEM_WORKSPACE), (size_t)PLAN_CUDA_WORKSPACE_BYTES);
 }

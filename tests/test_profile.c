@@ -342,10 +342,10 @@ static bool gpu_loads_back(const cost_gpu *g, const cost_gpu *w)
 {
     const double ga[] = {g->peak_flops, g->gemm_eff_max, g->gemm_half, g->attn_eff, g->attn_score_s,
                          g->attn_bwd_score_s, g->attn_row_s, g->attn_bwd_row_s, g->hbm_bytes, g->hbm_bw,
-                         g->mem_eff, g->reserved_bytes, g->kernel_launch_s};
+                         g->mem_eff, g->reserved_bytes, g->kernel_launch_s, g->sm_count};
     const double wa[] = {w->peak_flops, w->gemm_eff_max, w->gemm_half, w->attn_eff, w->attn_score_s,
                          w->attn_bwd_score_s, w->attn_row_s, w->attn_bwd_row_s, w->hbm_bytes, w->hbm_bw,
-                         w->mem_eff, w->reserved_bytes, w->kernel_launch_s};
+                         w->mem_eff, w->reserved_bytes, w->kernel_launch_s, w->sm_count};
     for (size_t i = 0; i < sizeof ga / sizeof ga[0]; i++)
         if (!near_rel(ga[i], wa[i])) return false;
     const cost_gemm_grid *a = &g->grid, *b = &w->grid;
@@ -376,10 +376,11 @@ static void fake_cuda_profile(cost_profile *p, double rate, double half)
                                    .nccl_version = 22809, .backend = "cuda"};
     p->launch_s = 3e-6;
     static const int mk[] = {2048, 4096, 8192};
+    const cost_gpu sms = {.sm_count = 132};   /* the rates follow the model's wave term over the device's SMs */
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 3; j++) {
             double m = mk[i], n = 2 * mk[j], k = mk[(i + j) % 3];
-            double r = rate * (m / (m + half)) * (n / (n + half)) * (k / (k + half));
+            double r = rate * (m / (m + half)) * (n / (n + half)) * (k / (k + half)) * cost_gemm_wave_efficiency(&sms, m, n, k);
             double s = 2 * m * n * k / r + p->launch_s;
             p->gemm[p->n_gemm++] = (cost_profile_gemm){(int)m, (int)n, (int)k, s, 2 * m * n * k / s};
         }
@@ -416,7 +417,7 @@ TEST(profile_cuda_fields_follow_the_device_and_load_back)
     int rg = gt ? cost_gpu_parse_json(gt, "gpu", &g, err) : -1;
     int rcl = ct ? cost_cluster_parse_json(ct, "cluster", &c, err) : -1;
     bool nccl_src = ct && strstr(ct, "ncclAllReduce") && strstr(ct, "NCCL 22809");
-    bool dev_src = gt && strstr(gt, "132 SMs") && strstr(gt, "fp32 linear_forward") && strstr(gt, "the cuda backend") && strstr(gt, "cudaMemGetInfo");
+    bool dev_src = gt && strstr(gt, "132 SMs") && strstr(gt, "multiProcessorCount") && strstr(gt, "fp32 linear_forward") && strstr(gt, "the cuda backend") && strstr(gt, "cudaMemGetInfo");
     cJSON_free(gt);
     cJSON_free(ct);
     cJSON_Delete(gj);
@@ -431,6 +432,7 @@ TEST(profile_cuda_fields_follow_the_device_and_load_back)
     CHECK_NEAR(g.peak_flops, 4096 * 1.98e9 * 132, 1e-12);
     CHECK_NEAR(g.gemm_eff_max, 7.0e14 / (4096 * 1.98e9 * 132), 1e-3);
     CHECK_NEAR(g.gemm_half, 96, 2e-2);
+    CHECK_NEAR(g.sm_count, 132, 0);   /* the planner's wave model reads it (costdb/model.c) */
     CHECK_NEAR(g.hbm_bw, 2.619e9 * 2 * 5120 / 8, 1e-12);   /* 3.35 TB/s, H100 SXM's datasheet figure */
     CHECK_NEAR(g.mem_eff, 2.0e12 / (2.619e9 * 2 * 5120 / 8), 1e-12);
     CHECK_NEAR(g.hbm_bytes, 85.0e9, 1e-12);

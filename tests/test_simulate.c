@@ -529,14 +529,15 @@ TEST(simulate_memory_per_rank_uses_the_schedule_slots)
 }
 
 /* The backend's own workspace (planner/backend.c): the CUDA backend's
- * cuBLASLt workspace once a rank under the dhp target, however many modules
+ * own buffers (cuBLASLt's workspace, the reductions' partial sums, the
+ * bias-gradient vector) once a rank under the dhp target, however many modules
  * the rank holds; none on the CPU backend, none under the Megatron target
  * (its reserved_bytes estimate holds the libraries' workspaces). */
 TEST(simulate_memory_counts_the_cuda_workspace_once_a_rank)
 {
     static plan_t p;
     char err[UTIL_ERR_LEN];
-    const double ws = (double)PLAN_CUDA_LT_WORKSPACE_BYTES;
+    const double ws = (double)PLAN_CUDA_WORKSPACE_BYTES;
     CHECK_OK(make_plan("", PLAN_COLOCATED, 1, 1, 4, &p));
     p.target = PLAN_TARGET_DHP;
     plan_sim_mem cuda, cpu;
@@ -554,9 +555,19 @@ TEST(simulate_memory_counts_the_cuda_workspace_once_a_rank)
     CHECK_NEAR(cuda.total - cpu.total, ws, 1e-3);
     CHECK_NEAR(ev_cuda.peak_mem - ev_cpu.peak_mem, ws, 1e-3);   /* two modules, counted once */
     CHECK_NEAR(cuda.total, ev_cuda.peak_mem, 1e-3);
+    /* reserved: the GPU file's estimate holds a framework's cuBLAS workspace
+     * (PyTorch's 32 MiB on the H100), which the Megatron target keeps and the
+     * dhp target, counting its own above, leaves out: one workspace each */
+    const cost_gpu *g = &p.cluster.pool[0].gpu;
+    CHECK_NEAR(g->reserved_workspace_bytes, 32 << 20, 0);
+    CHECK_NEAR(ev_cuda.mem[0].reserved, g->reserved_bytes - g->reserved_workspace_bytes, 0);
+    CHECK_NEAR(ev_cpu.mem[0].reserved, g->reserved_bytes - g->reserved_workspace_bytes, 0);
     p.target = PLAN_TARGET_MEGATRON;
     CHECK_OK(plan_sim_memory(&p, 0, &cuda, err));
     CHECK_NEAR(cuda.workspace, 0, 1e-9);
+    o = plan_options_of(&p);
+    CHECK_OK(plan_evaluate(&p, &o, &ev_cuda, err));
+    CHECK_NEAR(ev_cuda.mem[0].reserved, g->reserved_bytes, 0);
 }
 
 /* Without --backend the prediction is for the backend the pool's device
@@ -574,7 +585,7 @@ TEST(simulate_default_backend_follows_the_device)
     plan_options_default(&o);
     o.target = PLAN_TARGET_DHP;
     CHECK_NEAR(plan_backend_workspace_bytes(&o, &cpu), 0, 0);
-    CHECK_NEAR(plan_backend_workspace_bytes(&o, &gpu), (double)PLAN_CUDA_LT_WORKSPACE_BYTES, 0);
+    CHECK_NEAR(plan_backend_workspace_bytes(&o, &gpu), (double)PLAN_CUDA_WORKSPACE_BYTES, 0);
 }
 
 TEST(simulate_refuses_what_the_schedule_does_not_run)

@@ -264,11 +264,17 @@ static void check_ring(ex_comm *c, size_t n)
         EXPECT(fl[i] == val(left, 5, i), "ring from left [%zu] = %g", i, fl[i]);
         EXPECT(fr[i] == val(right, 6, i), "ring from right [%zu] = %g", i, fr[i]);
     }
-    /* blocking send to self, then the receive */
+    /* blocking send to self, then the receive; the buffered copy in between
+     * is the implementation's memory, counted as UTIL_MEM_COMM (executor/comm.h) */
+    size_t comm0 = util_mem_current(UTIL_MEM_COMM);
     EXPECT_OK(c, ex_comm_send(c, sr, n, r, 3));
+    EXPECT(util_mem_current(UTIL_MEM_COMM) == comm0 + n * sizeof(float), "a buffered send to self of %zu B counted as "
+           "%zu B of COMM memory", n * sizeof(float), util_mem_current(UTIL_MEM_COMM) - comm0);
     memset(fl, 0, n * sizeof(float));
     EXPECT_OK(c, ex_comm_recv(c, fl, n, r, 3));
     EXPECT(memcmp(fl, sr, n * sizeof(float)) == 0, "send to self garbled");
+    EXPECT(util_mem_current(UTIL_MEM_COMM) == comm0, "COMM memory %zu B after the receive from self, %zu B before the send",
+           util_mem_current(UTIL_MEM_COMM), comm0);
     free(sr); free(sl); free(fl); free(fr);
 }
 
