@@ -16,6 +16,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 HERE=$(cd "$(dirname "$0")" && pwd)
 DIFF="/usr/bin/python3 $HERE/tools/ckpt_diff.py"
 STEPS=10
+[ -n "${DHP_SANITIZED:-}" ] && STEPS=4   # make test-asan: the same plans, fewer steps (its time budget)
 SETUP="--model tiny-vl --cluster 8xh100 --batch 8 --vision-tokens 64 --text-tokens 48 --precision fp32"
 
 "$DHP" data synth --out "$T/data" --samples 64 --window 0 >/dev/null || { fail comm_nccl_data "dhp data synth failed"; exit 0; }
