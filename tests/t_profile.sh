@@ -244,6 +244,9 @@ PY
            -o "$T/ep.json" >"$T/out" 2>"$T/err" && grep -q 'cuda-emu' "$T/out"; then
         ok profile_cuda_emulated_cluster_prices_a_plan
     else fail profile_cuda_emulated_cluster_prices_a_plan "$(head -c 400 "$T/err")"; fi
+    # emu_step CLUSTER [dhp simulate options]: tiny-vl's simulated step time (s) on the cluster file
+    emu_step() { local c=$1; shift; "$DHP" simulate --model tiny-vl --cluster "$c" --vision-tokens 64 --batch 2 "$@" \
+                 --strategy 'vision:dp=1;llm:dp=1' --json 2>>"$T/err" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step_time_s"])'; }
     # --tf32 plans price fp32 GEMMs at the measured peak_flops_tf32: halve it, the GEMMs take longer
     if /usr/bin/python3 - "$T/ec.json" "$T/ec_slow.json" <<'PY' 2>"$T/err"
 import json, sys
@@ -252,9 +255,7 @@ c["pools"][0]["gpu"]["peak_flops_tf32"]["value"] /= 2
 json.dump(c, open(sys.argv[2], "w"))
 PY
     then
-        tf32_step() { "$DHP" simulate --model tiny-vl --cluster "$1" --vision-tokens 64 --batch 2 --precision fp32 --tf32 \
-                      --strategy 'vision:dp=1;llm:dp=1' --json 2>>"$T/err" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step_time_s"])'; }
-        a=$(tf32_step "$T/ec.json"); b=$(tf32_step "$T/ec_slow.json")
+        a=$(emu_step "$T/ec.json" --precision fp32 --tf32); b=$(emu_step "$T/ec_slow.json" --precision fp32 --tf32)
         if [ -n "$a" ] && [ -n "$b" ] && /usr/bin/python3 -c "import sys; sys.exit(0 if $b > $a else 1)"; then
             echo "# tf32 step on the emulated profile: ${a} s, at half its peak_flops_tf32 ${b} s"; ok profile_tf32_rate_prices_tf32_plans
         else fail profile_tf32_rate_prices_tf32_plans "step $a s vs $b s: $(head -c 300 "$T/err")"; fi
@@ -268,9 +269,7 @@ for k in ["flop_s", "score_s", "bwd_score_s", "row_s", "bwd_row_s"]: a16[k] *= 2
 json.dump(c, open(sys.argv[2], "w"))
 PY
     then
-        bf16_step() { "$DHP" simulate --model tiny-vl --cluster "$1" --vision-tokens 64 --batch 2 --precision bf16-mixed \
-                      --strategy 'vision:dp=1;llm:dp=1' --json 2>>"$T/err" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["step_time_s"])'; }
-        a=$(bf16_step "$T/ec.json"); b=$(bf16_step "$T/ec_a16.json")
+        a=$(emu_step "$T/ec.json" --precision bf16-mixed); b=$(emu_step "$T/ec_a16.json" --precision bf16-mixed)
         if [ -n "$a" ] && [ -n "$b" ] && /usr/bin/python3 -c "import sys; sys.exit(0 if $b > $a else 1)"; then
             echo "# bf16-mixed step on the emulated profile: ${a} s, at twice its attn_bf16 ${b} s"; ok profile_attn_bf16_prices_bf16_plans
         else fail profile_attn_bf16_prices_bf16_plans "step $a s vs $b s: $(head -c 300 "$T/err")"; fi
