@@ -46,14 +46,6 @@ static int peer_key(const run_ctx *r, const plan_op *o, int dir)
     return peer >= 0 && plan_rank_coord(&r->plan, o->module, peer, &c) ? c.pp : -1;
 }
 
-/* The direction of a hop op's peer: activations go to the next virtual
- * stage and come from the previous one, gradients the other way. */
-static int hop_dir(plan_op_kind kind)
-{
-    const plan_op_info *in = plan_op_props(kind);
-    return in->sends != in->grad ? 1 : -1;
-}
-
 /* Does this rank send (1) or receive (0) on channel `tag` of module k, or
  * neither (-1)? Its hops are each chunk's four (plan_hop_edge names their
  * channels); those without a peer do not exist. */
@@ -64,7 +56,7 @@ static int channel_role(const run_ctx *r, int k, int tag)
     for (int v = 0; v < plan_vp(&r->plan.mod[k]); v++)
         for (size_t i = 0; i < sizeof hops / sizeof hops[0]; i++) {
             plan_op o = { .kind = hops[i], .module = k, .vchunk = v };
-            if (peer_key(r, &o, hop_dir(o.kind)) >= 0 && edge_tag(r, &o) == tag) return plan_op_props(o.kind)->sends;
+            if (peer_key(r, &o, plan_hop_dir(o.kind)) >= 0 && edge_tag(r, &o) == tag) return plan_op_props(o.kind)->sends;
         }
     return -1;
 }
@@ -86,10 +78,11 @@ int run_stage_comms(run_ctx *r, int k, char *err)
             int rc = ex_comm_split(st->pp, role >= 0 ? 0 : -1, role == 1 ? 0 : 1, &c, err);
             if (rc) return rc;
             if (!c) continue;
-            if (ex_comm_size(c) != 2 || st->n_chan == (int)(sizeof st->chan / sizeof st->chan[0])) {
+            int size = ex_comm_size(c);
+            if (size != 2 || st->n_chan == (int)(sizeof st->chan / sizeof st->chan[0])) {
                 ex_comm_free(c);
                 return util_fail(err, UTIL_ERUNTIME, "run: module %s: pipeline channel %d has %d ranks, not its sender "
-                                 "and its receiver", s->module, tag, ex_comm_size(c));
+                                 "and its receiver", s->module, tag, size);
             }
             st->chan[st->n_chan++] = (run_stage_channel){ tag, c };
         }
@@ -163,7 +156,7 @@ int run_stage_send(run_ctx *r, const plan_op *o, const float *src, int rows, cha
     int k = o->module, v = o->vchunk;
     bool grad = plan_op_props(o->kind)->grad;
     run_stage *st = &r->mod[k].st;
-    int stage = peer_key(r, o, hop_dir(o->kind));
+    int stage = peer_key(r, o, plan_hop_dir(o->kind));
     ex_comm *ch = channel_of(r, o);
     float *buf = v >= 0 && v < PLAN_MAX_VP ? (grad ? st->grad_out[v] : st->act_out[v]) : NULL;
     run_stage_inflight *in = grad ? &st->grad_req[v] : &st->act_req[v];
@@ -188,7 +181,7 @@ int run_stage_recv(run_ctx *r, const plan_op *o, int rows, const float **out, ch
     int k = o->module;
     bool grad = plan_op_props(o->kind)->grad;
     run_stage *st = &r->mod[k].st;
-    int stage = peer_key(r, o, hop_dir(o->kind));
+    int stage = peer_key(r, o, plan_hop_dir(o->kind));
     ex_comm *ch = channel_of(r, o);
     float *buf = grad ? st->grad_in : st->act_in;
     size_t n = (size_t)rows * (size_t)r->plan.model.mod[k].hidden;

@@ -123,12 +123,18 @@ int plan_stage_peer(const plan_t *p, int k, int rank, int v, int dir)
     return plan_coord_rank(p, k, &c);
 }
 
+int plan_hop_dir(plan_op_kind kind)
+{
+    const plan_op_info *in = plan_op_props(kind);
+    return in->sends != in->grad ? 1 : -1;
+}
+
 int plan_hop_edge(const plan_t *p, const plan_op *o, int rank)
 {
     plan_coord c;
     if (!plan_rank_coord(p, o->module, rank, &c)) return -1;
-    const plan_op_info *in = plan_op_props(o->kind);
     int g = o->vchunk * p->mod[o->module].pp + c.pp;
-    /* a send of activations and a receive of gradients sit below the edge, the others above it */
-    return in->sends != in->grad ? g : g - 1;
+    /* a send of activations and a receive of gradients sit below the edge (their peer is the next
+     * virtual stage), the others above it */
+    return plan_hop_dir(o->kind) > 0 ? g : g - 1;
 }

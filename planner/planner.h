@@ -788,6 +788,9 @@ typedef struct {
  * crosses (activations go from it to the next, gradients come back), so
  * each edge and direction is one FIFO channel. */
 int plan_hop_edge(const plan_t *p, const plan_op *o, int rank);
+/* Where a pipeline hop op's peer is: +1 the next virtual stage (activations
+ * sent, gradients received), -1 the previous (the other two). */
+int plan_hop_dir(plan_op_kind kind);
 
 typedef struct {
     int rank;

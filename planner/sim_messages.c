@@ -106,9 +106,7 @@ static int collect_hops(const plan_t *p, const plan_schedule *sched, bool sendin
             const plan_op *o = &sched[r].op[i];
             const plan_op_info *in = plan_op_props(o->kind);
             if (!is_hop(o->kind) || in->sends != sending) continue;
-            /* activations go down the pipeline (+1), gradients up (-1) */
-            int dir = (in->grad ? -1 : 1) * (sending ? 1 : -1);
-            int peer = plan_stage_peer(p, o->module, r, o->vchunk, dir);
+            int peer = plan_stage_peer(p, o->module, r, o->vchunk, plan_hop_dir(o->kind));
             if (peer < 0)
                 return util_free(h), util_fail(err, UTIL_EINVAL, "simulate: rank %d: %s of module %s has no neighbouring stage",
                                                r, in->name, p->mod[o->module].module);
@@ -138,7 +136,7 @@ static int stage_messages(const plan_t *p, const plan_schedule *sched, sim_messa
         for (int i = 0; !rc && i < sched[r].n; i++) {
             const plan_op *o = &sched[r].op[i];
             if (!is_hop(o->kind) || !plan_op_props(o->kind)->sends) continue;
-            int dst = plan_stage_peer(p, o->module, r, o->vchunk, plan_op_props(o->kind)->grad ? -1 : 1);
+            int dst = plan_stage_peer(p, o->module, r, o->vchunk, plan_hop_dir(o->kind));
             if (dst < 0) return util_fail(err, UTIL_EINVAL, "simulate: rank %d: a pipeline send has no neighbouring stage", r);
             rc = add_message(t, r, dst, sim_stage_hop_bytes(p, o->module, o->samples), false, err);
             if (!rc) {
