@@ -147,20 +147,40 @@ static double block_act_bytes_per_token(const model_module *mm, const plan_modul
     return attn + mlp + masks;
 }
 
-/* Blocks' worth of one micro-batch's activations the busiest pipeline stage
- * holds at its peak: 1F1B keeps min(pp - i, micro-batches) in flight on
- * stage i (Korthikanti et al. sec. 4.2.3), of its plan_stage_of blocks;
- * interleaving with vp chunks per rank keeps the first stage's
- * pp (1 + (pp - 1) / (pp vp)) (megatron/training/theoretical_memory_usage.py). */
-static double pipeline_blocks_in_flight(const model_module *mm, const plan_module *s, const plan_workload *w)
+/* Micro-batches stage i of the pipeline holds in flight at its peak: 1F1B
+ * keeps min(pp - i, micro-batches) on stage i (Korthikanti et al. sec.
+ * 4.2.3); interleaving with vp chunks per rank keeps the first stage's
+ * pp (1 + (pp - 1) / (pp vp)) (megatron/training/theoretical_memory_usage.py,
+ * which prices that stage alone: i is 0 then). */
+static double stage_micro_in_flight(const plan_module *s, const plan_workload *w, int i)
 {
-    if (s->pp <= 1) return mm->layers;
+    if (s->pp <= 1) return 1;
+    if (plan_vp(s) > 1) return s->pp * (1 + (s->pp - 1.0) / (s->pp * plan_vp(s)));
     double micro = fmax(1, ceil((double)w->global_batch / ((double)s->dp * s->micro_batch)));
-    if (plan_vp(s) > 1)
-        return plan_stage_of(mm, s, 0).count * s->pp * (1 + (s->pp - 1.0) / (s->pp * plan_vp(s)));
-    double most = 0;
-    for (int i = 0; i < s->pp; i++) most = fmax(most, plan_stage_of(mm, s, i).count * fmin(s->pp - i, micro));
-    return most;
+    return fmin(s->pp - i, micro);
+}
+
+/* The busiest pipeline stage: of stage i's plan_stage_of blocks, its
+ * micro-batches in flight, each block saving per_block, the first stage
+ * also stem_bytes per micro-batch (the stem lives there). Returns the
+ * blocks' worth of one micro-batch's activations it holds; *stem_micro: the
+ * micro-batches of its stem (0 where the busiest stage is not the first). */
+static double pipeline_blocks_in_flight(const model_module *mm, const plan_module *s, const plan_workload *w,
+                                        double per_block, double stem_bytes, double *stem_micro)
+{
+    int stages = s->pp > 1 && plan_vp(s) == 1 ? s->pp : 1;
+    double blocks = 0, most = -1;
+    *stem_micro = 0;
+    for (int i = 0; i < stages; i++) {
+        double micro = stage_micro_in_flight(s, w, i), b = plan_stage_of(mm, s, i).count * micro;
+        double bytes = b * per_block + (i == 0 ? micro * stem_bytes : 0);
+        if (bytes > most) {
+            most = bytes;
+            blocks = b;
+            *stem_micro = i == 0 ? micro : 0;
+        }
+    }
+    return blocks;
 }
 
 /* Tokens one GPU of the group processes per micro-batch. */
@@ -169,22 +189,45 @@ static double local_tokens(const plan_seq *q, const plan_module *s)
     return (double)s->micro_batch * q->tokens_per_sample / s->sp;
 }
 
+/* Bytes one block of the module saves for one micro-batch of t tokens,
+ * averaged over its layers (self- and cross-attention blocks in the
+ * module's proportion). */
+static double block_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double t, double A)
+{
+    if (mm->layers <= 0) return 0;
+    double n_cross = 0;
+    for (int l = 0; l < mm->layers; l++) if (model_layer_is_cross(mm, l)) n_cross++;
+    double self = block_act_bytes_per_token(mm, s, false, q->seq, A), cross = block_act_bytes_per_token(mm, s, true, 0, A);
+    double b = t * (self * (mm->layers - n_cross) + cross * n_cross) / mm->layers;
+    /* Cross-attention keys/values over the encoder tokens of the micro-batch. */
+    if (n_cross > 0 && s->recompute != PLAN_RECOMP_FULL)
+        b += n_cross / mm->layers * A * 2.0 * mm->kv_heads * mm->head_dim / s->tp * q->cross_span * s->micro_batch;
+    return b;
+}
+
+/* The LLM's embedding dropout mask, 1 byte per element of its [t, h]
+ * output: Megatron-LM's LanguageModelEmbedding applies
+ * Dropout(hidden_dropout) after scattering the embeddings to the sequence
+ * parallel region (megatron/core/models/common/embeddings/
+ * language_model_embedding.py), so sequence parallelism splits it by tp:
+ * s b h p / t (Korthikanti et al. sec. 4.3, p the first stage's
+ * micro-batches in flight, applied by the caller), and s b h p without it
+ * (theoretical_memory_usage.py, compute_activation_memory_without_sp). */
+static double embedding_dropout_bytes(const model_module *mm, const plan_module *s, double t)
+{
+    if (mm->kind != MODEL_LLM || !mm->dropout) return 0;
+    return t * mm->hidden / (s->seq_parallel ? s->tp : 1.0);
+}
+
 /* Returns the module's activations; *blocks_saved: of them, what its blocks save (the stem and head apart). */
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
                                const plan_workload *w, int in_flight, double A, double *blocks_saved)
 {
     const model_module *mm = &m->mod[mi];
-    double t = local_tokens(q, s);
-    double blocks = pipeline_blocks_in_flight(mm, s, w);
-    double n_cross = 0;
-    for (int l = 0; l < mm->layers; l++) if (model_layer_is_cross(mm, l)) n_cross++;
-    n_cross = n_cross * blocks / mm->layers;
-    double saved = t * (block_act_bytes_per_token(mm, s, false, q->seq, A) * (blocks - n_cross)
-                        + block_act_bytes_per_token(mm, s, true, 0, A) * n_cross);
+    double t = local_tokens(q, s), stem_micro, mask = embedding_dropout_bytes(mm, s, t);
+    double per_block = block_bytes(mm, s, q, t, A);
+    double saved = per_block * pipeline_blocks_in_flight(mm, s, w, per_block, mask, &stem_micro);
     double per_mb = 0;
-    /* Cross-attention keys/values over the encoder tokens of the micro-batch. */
-    if (n_cross > 0 && s->recompute != PLAN_RECOMP_FULL)
-        saved += n_cross * A * 2.0 * mm->kv_heads * mm->head_dim / s->tp * q->cross_span * s->micro_batch;
     /* During backward with full recompute one block's full activations are
      * live again: one block of one micro-batch, however many are in flight. */
     double live = 0;
@@ -193,17 +236,30 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
         none.recompute = PLAN_RECOMP_NONE;
         live = t * block_act_bytes_per_token(mm, &none, false, q->seq, A);
     }
-    /* Stem and head: embedding output, final norm; encoders also the merger MLP.
-     * With pp > 1 the first stage, whose micro-batches in flight set the
-     * peak, holds no head, and its first block saves the embedding output. */
-    if (s->pp == 1) per_mb += t * A * mm->hidden * 2;
+    /* Stem and head with pp = 1: the final norm's input and the output
+     * layer's input, 2 s b h bytes each (Korthikanti et al. sec. 4.3). For
+     * the LLM, sequence parallelism splits both by tp (4 s b h / t there,
+     * and in theoretical_memory_usage.py's 4 s b h (1 + v/h) / t): its final
+     * norm runs on the sequence-parallel shard, and its output layer (a
+     * ColumnParallelLinear) saves the shard it receives, gathering it inside
+     * (megatron/core/tensor_parallel/layers.py,
+     * LinearWithGradAccumulationAndAsyncCommunication.forward:
+     * ctx.save_for_backward(input, ...) before the all-gather). Encoders keep
+     * 2 [t, h] terms whole; they also save their patch embedding's input and
+     * the merger MLP's. With pp > 1 the busiest stage (the first, whose
+     * micro-batches in flight set the peak, unless uneven stages say
+     * otherwise) holds no head, and its first block saves the embedding
+     * output. The embedding's dropout mask counts where the busiest stage is
+     * the first, once per micro-batch it holds. */
+    double hsplit = mm->kind == MODEL_LLM && s->seq_parallel ? s->tp : 1.0;
+    if (s->pp == 1) per_mb += t * A * mm->hidden * 2 / hsplit;
     if (mm->kind != MODEL_LLM) {
         double merged = plan_encoder_out_rows(mm, q, t);
         per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
         per_mb += merged * A * (mm->proj_in + 2.0 * mm->proj_hidden);
     }
     *blocks_saved = saved * in_flight + live;
-    return (saved + per_mb) * in_flight + live;
+    return (saved + per_mb + stem_micro * mask) * in_flight + live;
 }
 
 /* fp32 copies of the logits alive beside the bf16 logits at the loss, the

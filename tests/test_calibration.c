@@ -118,7 +118,10 @@ TEST(calib_model_fields_round_trip)
 
 /* Korthikanti et al. (arXiv 2205.05198) Table 2, bytes per layer:
  * tensor parallel t, no sequence parallelism: s b h (10 + 24/t + 5 a s / (h t));
- * with sequence parallelism and selective recomputation: 34 s b h / t. */
+ * with sequence parallelism and selective recomputation: 34 s b h / t.
+ * Sec. 4.3 adds, with pp = 1, the final norm's and the output layer's inputs (4 s b h / t under
+ * sequence parallelism, 4 s b h without), and with dropout the embedding's mask, s b h p / t
+ * (s b h p without sequence parallelism), p the first stage's micro-batches in flight. */
 TEST(calib_unfused_attention_activations_are_korthikanti)
 {
     model_t m = gpt(true, true, 4);
@@ -130,8 +133,10 @@ TEST(calib_unfused_attention_activations_are_korthikanti)
     plan_mem mem;
     plan_module none = strat(1, 4, 1, 0, 2, PLAN_RECOMP_NONE, false);
     plan_module_memory(&m, 0, &none, &w, &c.pool[0].gpu, &o, 1, &mem);
-    /* + the head's rows (pp = 1): embedding output and final norm, 2 x 2 s b h */
-    CHECK_NEAR(mem.activations, L * s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) + 4 * s * b * h, 1e-12);
+    /* + the head's rows (pp = 1): the final norm's and the output layer's inputs, 2 x 2 s b h, and the
+     * embedding's dropout mask, s b h (no sequence parallelism: neither is split) */
+    CHECK_NEAR(mem.activations, L * s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) + 4 * s * b * h + s * b * h,
+               1e-12);
     /* the blocks' own (their figure 1 and Eq. 5 count the layers alone, sec. 4.3): without the head's rows */
     CHECK_NEAR(mem.block_acts, L * s * b * h * (10 + 24 / t + 5 * a * s / (h * t)), 1e-12);
     /* and of the model states, 18 bytes of each block parameter on this tp rank: no embedding */
@@ -139,8 +144,16 @@ TEST(calib_unfused_attention_activations_are_korthikanti)
     CHECK(mem.params + mem.grads + mem.optim > mem.block_states * 1.001);
     plan_module sel = strat(1, 4, 1, 0, 2, PLAN_RECOMP_SELECTIVE, true);
     plan_module_memory(&m, 0, &sel, &w, &c.pool[0].gpu, &o, 1, &mem);
-    CHECK_NEAR(mem.activations, L * 34 * s * b * h / t + 4 * s * b * h, 1e-12);
+    /* sequence parallelism splits the head's rows and the mask too: 4 s b h / t + s b h / t */
+    CHECK_NEAR(mem.activations, L * 34 * s * b * h / t + 4 * s * b * h / t + s * b * h / t, 1e-12);
     CHECK_NEAR(mem.block_acts, L * 34 * s * b * h / t, 1e-12);
+    /* pp = 2, 4 micro-batches of 2 (global batch 8): the first stage holds 2 of them, 2 layers each,
+     * and their 2 masks; no head */
+    plan_workload w8 = { .global_batch = 8, .text_tokens = 256 };
+    plan_module sel2 = strat(1, 4, 2, 0, 2, PLAN_RECOMP_SELECTIVE, true);
+    plan_module_memory(&m, 0, &sel2, &w8, &c.pool[0].gpu, &o, 1, &mem);
+    CHECK_NEAR(mem.activations, 2 * 2 * 34 * s * b * h / t + 2 * s * b * h / t, 1e-12);
+    CHECK_NEAR(mem.block_acts, 2 * 2 * 34 * s * b * h / t, 1e-12);
     /* FlashAttention, no dropout: no score matrix, an fp32 log-sum-exp per head: 8 + 24/t + 16 a/(h t) */
     model_t f = gpt(false, false, 4);
     plan_module_memory(&f, 0, &none, &w, &c.pool[0].gpu, &o, 1, &mem);
