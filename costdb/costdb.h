@@ -111,6 +111,13 @@ typedef struct {
      * store), so a row seeing s keys runs at s / (s + attn_row_scores) of
      * the long-sequence rate; 0 = no sequence-length curve. */
     double attn_row_scores;
+    /* The backward's own shape, where the GPU's file gives it (0: the
+     * forward's): its matmul efficiency as a fraction of the forward's
+     * (attn_eff x attn_bwd_eff) and its per-row work as a number of its
+     * scores (attn_bwd_row_scores). FlashAttention-2's backward keeps less
+     * of the peak than its forward, and loses more on short rows. */
+    double attn_bwd_eff;
+    double attn_bwd_row_scores;
     /* Optional: dhp's bf16 attention kernel (executor/cuda_attention16.cuh)
      * as measured by dhp profile on a backend that has it: seconds per FLOP
      * of its products, per score (forward, backward) and per row (forward,

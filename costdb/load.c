@@ -242,6 +242,8 @@ int cost_validate_gpu(const cost_gpu *g, const char *what, const char *path, cha
     if ((rc = cost_check_range(what, path, "sm_count", g->sm_count, 0, false, 1e6, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_hd_half", g->attn_hd_half, 0, false, 1e6, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_row_scores", g->attn_row_scores, 0, false, 1e6, err))) return rc;
+    if ((rc = cost_check_range(what, path, "attn_bwd_eff", g->attn_bwd_eff, 0, false, 1, err))) return rc;
+    if ((rc = cost_check_range(what, path, "attn_bwd_row_scores", g->attn_bwd_row_scores, 0, false, 1e6, err))) return rc;
     if ((rc = validate_attn_terms(&g->attn_bf16, what, path, "attn_bf16", err))) return rc;
     return cost_check_range(what, path, "kernel_launch_s", g->kernel_launch_s, 0, false, 1, err);
 }
@@ -381,7 +383,8 @@ int cost_parse_gpu_obj(const cJSON *obj, const char *what, const char *path, boo
         {"attn_score_s", &g->attn_score_s}, {"attn_bwd_score_s", &g->attn_bwd_score_s},
         {"attn_row_s", &g->attn_row_s}, {"attn_bwd_row_s", &g->attn_bwd_row_s},
         {"sm_count", &g->sm_count}, {"attn_hd_half", &g->attn_hd_half},
-        {"attn_row_scores", &g->attn_row_scores},
+        {"attn_row_scores", &g->attn_row_scores}, {"attn_bwd_eff", &g->attn_bwd_eff},
+        {"attn_bwd_row_scores", &g->attn_bwd_row_scores},
         {"peak_flops_fp32", &g->peak_flops_fp32}, {"peak_flops_tf32", &g->peak_flops_tf32},
         {"reserved_workspace_bytes", &g->reserved_workspace_bytes},
     };
@@ -492,6 +495,8 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && (g->sm_count <= 0 || cJSON_AddNumberToObject(o, "sm_count", g->sm_count))
         && (g->attn_hd_half <= 0 || cJSON_AddNumberToObject(o, "attn_hd_half", g->attn_hd_half))
         && (g->attn_row_scores <= 0 || cJSON_AddNumberToObject(o, "attn_row_scores", g->attn_row_scores))
+        && (g->attn_bwd_eff <= 0 || cJSON_AddNumberToObject(o, "attn_bwd_eff", g->attn_bwd_eff))
+        && (g->attn_bwd_row_scores <= 0 || cJSON_AddNumberToObject(o, "attn_bwd_row_scores", g->attn_bwd_row_scores))
         && (g->grid.n_m == 0 || cost_gemm_grid_add(o, &g->grid, NULL))
         && (g->ew.n == 0 || cost_ew_table_add(o, &g->ew, NULL))
         && (!g->attn_bf16.measured || cost_attn_bf16_add(o, &g->attn_bf16, NULL));

@@ -118,7 +118,9 @@ static const cost_attn_terms *measured_terms(const cost_gpu *g, cost_attn_kernel
 /* Measured: t = scores * (score_s + F flop_s) + rows * row_s + kernel_launch_s.
  * Otherwise t = scores * (score_s + c) + rows * (row_s + attn_row_scores * c)
  * + kernel_launch_s, c = F / (peak * eff(d)), the matmul price of one score.
- * F = flops per score, 4 d (backward COST_ATTN_BWD_FLOPS times that). */
+ * F = flops per score, 4 d (backward COST_ATTN_BWD_FLOPS times that); the
+ * backward's c at attn_bwd_eff of eff(d) and its rows at attn_bwd_row_scores
+ * where the file gives them (0: the forward's). */
 static double attention_time(const cost_gpu *g, cost_attn_kernel k, bool bwd, double rows, double scores,
                              double head_dim)
 {
@@ -129,9 +131,12 @@ static double attention_time(const cost_gpu *g, cost_attn_kernel k, bool bwd, do
         return scores * ((bwd ? m->bwd_score_s : m->score_s) + flops_per_score * m->flop_s)
              + fmax(rows, 0) * (bwd ? m->bwd_row_s : m->row_s) + g->kernel_launch_s;
     double peak = cost_gemm_peak(g, k == COST_ATTN_FP32 ? COST_MATH_FP32 : COST_MATH_BF16);
-    double c = flops_per_score / (peak * cost_attention_efficiency(g, head_dim));
+    double eff = cost_attention_efficiency(g, head_dim), row_scores = g->attn_row_scores;
+    if (bwd && g->attn_bwd_eff > 0) eff *= g->attn_bwd_eff;
+    if (bwd && g->attn_bwd_row_scores > 0) row_scores = g->attn_bwd_row_scores;
+    double c = flops_per_score / (peak * eff);
     return scores * ((bwd ? g->attn_bwd_score_s : g->attn_score_s) + c)
-         + fmax(rows, 0) * ((bwd ? g->attn_bwd_row_s : g->attn_row_s) + g->attn_row_scores * c) + g->kernel_launch_s;
+         + fmax(rows, 0) * ((bwd ? g->attn_bwd_row_s : g->attn_row_s) + row_scores * c) + g->kernel_launch_s;
 }
 
 double cost_attention_forward_time_in(const cost_gpu *g, cost_attn_kernel k, double rows, double scores,

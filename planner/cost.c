@@ -292,6 +292,21 @@ static void price_llm_stem(pricer *p, const model_module *mm, const plan_module 
     if (p->need_weight_grad) ew_calls(p, true, COST_EW_ADD, runs, text * h);   /* embedding gradient rows */
 }
 
+/* The loss (COST_EW_CE, its gradient included). The Megatron target's on fp32 logits whatever the
+ * compute dtype, as Megatron-Core (tensor_parallel/cross_entropy.py, calculate_logits_max: .float())
+ * and torchtitan (F.cross_entropy(pred.flatten(0, 1).float(), ...)) take it: a cast in, its passes at
+ * 4 B, the logits' gradient cast back (COST_EW_COPY at the read's and write's mean width). */
+static void price_loss(pricer *p, double logits)
+{
+    pricer q = *p;
+    q.A = p->megatron ? fmax(p->A, 4) : p->A;
+    ew_fwd(&q, COST_EW_CE, logits);
+    q.A = (q.A + p->A) / 2;
+    if (q.A != p->A) { ew_fwd(&q, COST_EW_COPY, logits); ew_bwd(&q, COST_EW_COPY, logits); }
+    p->fwd = q.fwd;
+    p->bwd = q.bwd;
+}
+
 static void price_llm_head(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
 {
     double h = mm->hidden, shard = ceil((double)mm->vocab / s->tp);
@@ -299,7 +314,7 @@ static void price_llm_head(pricer *p, const model_module *mm, const plan_module 
     ew_fwd(p, COST_EW_COPY, rows * h);
     ew_fwd(p, COST_EW_RMSNORM, rows * h);
     price_linear(p, rows, shard, h);
-    ew_fwd(p, COST_EW_CE, rows * shard);
+    price_loss(p, rows * shard);
     ew_bwd(p, COST_EW_ZERO, t * h);
     ew_bwd(p, COST_EW_ZERO, rows * h);
     ew_bwd(p, COST_EW_ZERO, rows * h);
@@ -494,12 +509,12 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     bool backward = runs_backward(&p);
     if (samples <= 0) {   /* an empty micro-batch (planner/schedule.c, micro_ops): the strategy's collectives only */
         plan_comm dp = { 0 };
-        plan_price_dp_micro(mm, s, pool, o, backward, 0, 0, &dp, &out->bwd_s);
+        plan_price_dp_micro(mm, s, pool, o, backward, 0, 0, &dp, &out->fwd_s, &out->bwd_s);
         out->zero_comm_s = dp.fwd_s + dp.bwd_s;
         out->fwd_comm_s = dp.fwd_s;
         out->fwd_syncs = dp.fwd_syncs;
         out->bwd_syncs = dp.bwd_syncs;
-        out->micro_s = out->bwd_s + out->zero_comm_s;
+        out->micro_s = out->fwd_s + out->bwd_s + out->zero_comm_s;
         return;
     }
     double t = samples * q.tokens_per_sample / s->sp;
@@ -570,8 +585,10 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     }
     merge_fwd(&tp_fwd, &tp);
     merge_fwd(&sp_fwd, &sp);
-    double dp_busy;
-    plan_price_dp_micro(mm, s, pool, o, backward, out->fwd_s, out->bwd_s + out->recompute_s, &dp, &dp_busy);
+    double dp_fwd_busy, dp_busy;
+    plan_price_dp_micro(mm, s, pool, o, backward, out->fwd_s, out->bwd_s + out->recompute_s, &dp, &dp_fwd_busy,
+                        &dp_busy);
+    out->fwd_s += dp_fwd_busy;
     out->bwd_s += dp_busy;
     out->tp_comm_s = tp.fwd_s + tp.bwd_s;
     out->sp_comm_s = sp.fwd_s + sp.bwd_s;
