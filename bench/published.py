@@ -12,7 +12,13 @@ each correction is in the row's notes). Every row becomes one of:
   row); the published figure is turned into a step time with the source's
   own FLOP formula where it reports TFLOP/s or MFU, and compared with dhp's
   predicted step time; peak memory and the fits/OOM verdict where the source
-  states memory or an OOM.
+  states memory or an OOM. Memory is compared on the quantity the source
+  states: Korthikanti et al.'s figure 1 (rows 32-39) counts the transformer
+  layers alone (its sec. 4.3 leaves the embedding, the last layer norm and
+  the output layer out, "Equation 5 ... we will use it in the rest of this
+  paper"; the figures are its formulas to the byte), so those rows set dhp's
+  block_states / block_activations (`dhp memory --json`) and each
+  estimator's own transformer-layer terms against it.
 * a fit row: a kernel or collective measurement that sets a costdb number
   (GEMM efficiency, attention efficiency, NCCL bus bandwidth). No training
   row is used to fit anything: the training rows are held out, for checking
@@ -392,6 +398,13 @@ def interpret(r, idx):
         c["pub_step_s"] = None
     if states and fam == "korthikanti-fig1":
         c["mem"]["states_gib"] = float(states.group(1))
+    if fam == "korthikanti-fig1":
+        # Figure 1 is Korthikanti et al.'s formulas for the transformer layers alone: sec. 4.3 leaves the
+        # embedding, last layer norm and output layer out ("Equation 5 is a good approximation to the total
+        # required activations memory and we will use it in the rest of this paper"), and the figures are
+        # 18 B x 12 h^2 L / (p t) and s b h L (10 + 24/t + 5as/ht) or 34 s b h L / t, times the interleaved
+        # schedule's 1 + (p-1)/(p m), to the byte (row notes)
+        c["mem_scope"] = "layers"
     return c
 
 
@@ -489,18 +502,26 @@ def megatron_theoretical(c):
         most += emb / tp
     per_param = 6 + 12 / dp if c["zero"] == 1 else 18
     weights = most * per_param
+    # its transformer-layer terms alone (num_parameters_in_transformer_layers; the activations'
+    # per-layer s b h (18 + 4 ffn/h) L, before the embedding's and the output layer's terms)
+    layers = layers_p / pp / tp * per_param
     if not (c["seqpar"] and c["rc"] == "selective"):
-        return {"states_bytes": weights, "act_bytes": None}
+        return {"states_bytes": weights, "act_bytes": None, "layers_states_bytes": layers, "layers_act_bytes": None}
     s, b = c["seq"], c["mb"]
     act = s * b * h * (18 + 4 * (f / h)) * L
+    layer_act = act
     act += 8 * s * b * pp + s * b * h * pp
     if c["vp"] > 1:
-        act *= 1 + (pp - 1) / (pp * c["vp"])
+        scale = 1 + (pp - 1) / (pp * c["vp"])
     elif pp > 1:
-        act *= min(1, (c["gb"] // (b * dp)) / pp)
+        scale = min(1, (c["gb"] // (b * dp)) / pp)
+    else:
+        scale = 1
+    act *= scale
     if pp == 1:
         act += s * b * h * 4 * (1 + Vp / h)
-    return {"states_bytes": weights, "act_bytes": act / tp}
+    return {"states_bytes": weights, "act_bytes": act / tp, "layers_states_bytes": layers,
+            "layers_act_bytes": layer_act * scale / tp}
 
 
 # ---------------------------------------------------------------- estimators' environment
@@ -714,7 +735,10 @@ def report(cases, skipped):
         print(f"{c['idx']:>3} {c['family']:<18} {c['name'][:14]:<14} {c['gpus']:>5} {c['tp']:>2} {c['pp']:>3} "
               f"{c['dp']:>5} {c['zero']:>1} {c['mb']:>2} {c['rc'][:4]:<4} {c['pub_step_s']:8.3f} {d['step_s']:8.3f} "
               f"{fmt_err(e)} {fmt_err(ela)}  {'yes' if d['fits'] else 'OOM'}")
-    print("\nmemory per GPU, GiB: published vs predicted (dhp, llm-analysis, DeepSpeed, Megatron-LM formula)")
+    print("\nmemory per GPU, GiB: published vs predicted (dhp, llm-analysis, DeepSpeed, Megatron-LM formula);")
+    print("  /layers: the source counts the transformer layers alone (no embedding, final norm, output layer or")
+    print("  logits), and so does every column (dhp memory's block_states / block_activations); DeepSpeed's")
+    print("  estimators give model states only, which on a peak row stand against the whole peak")
     mem_err = {"dhp": [], "llm-analysis": [], "deepspeed": [], "megatron": []}
     for c in cases:
         d = c["dhp"]
@@ -722,10 +746,17 @@ def report(cases, skipped):
             continue
         mem, la, ds, meg = d["mem"], c["est"].get("llm_analysis", {}), c["est"].get("deepspeed", {}), c["meg"]
         states = (mem.get("parameters", 0) + mem.get("gradients", 0) + mem.get("optimizer", 0)) / GIB
+        layers = c.get("mem_scope") == "layers"
         for what, pub in c["mem"].items():
-            if what == "act_gib":
+            if what == "act_gib" and layers:   # the blocks' saved tensors, each estimator's layer terms
+                ours, la_v = mem.get("block_activations", 0) / GIB, la.get("layers_act_bytes")
+                ds_v, meg_v = None, meg.get("layers_act_bytes")
+            elif what == "act_gib":
                 ours, la_v = (mem.get("activations", 0) + mem.get("logits", 0)) / GIB, la.get("act_bytes")
                 ds_v, meg_v = None, meg.get("act_bytes")
+            elif what == "states_gib" and layers:   # DeepSpeed's estimators do not split by layer
+                ours, la_v = mem.get("block_states", 0) / GIB, la.get("layers_states_bytes")
+                ds_v, meg_v = None, meg.get("layers_states_bytes")
             elif what == "states_gib":
                 ours, la_v, ds_v, meg_v = states, la.get("states_bytes"), ds.get("states_bytes"), meg.get("states_bytes")
             else:   # peak: the allocator's peak (torch max reserved), without the CUDA context
@@ -733,7 +764,8 @@ def report(cases, skipped):
                 la_v, ds_v, meg_v = la.get("mem_bytes"), ds.get("states_bytes"), None
             vals = {"dhp": ours, "llm-analysis": la_v and la_v / GIB, "deepspeed": ds_v and ds_v / GIB,
                     "megatron": meg_v and meg_v / GIB}
-            line = f"{c['idx']:>3} {c['family']:<18} {c['name'][:14]:<14} {what[:-4]:<6} pub {pub:7.2f}"
+            scope = what[:-4] + ("/layers" if layers else "")
+            line = f"{c['idx']:>3} {c['family']:<18} {c['name'][:14]:<14} {scope:<13} pub {pub:7.2f}"
             for k, v in vals.items():
                 e = err(v, pub)
                 if e is not None:

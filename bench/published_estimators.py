@@ -11,7 +11,10 @@ on stdout. Each estimator that cannot be imported is reported once under
   hbm_memory_efficiency set to the same MAMF and copy-bandwidth ratios dhp's
   costdb uses (costdb/gpus/*.json), so both start from the same hardware
   numbers. Time: latency_per_iter; memory: weights + gradients + optimizer
-  state + activations per GPU.
+  state + activations per GPU; and its transformer layers' own share of
+  both (its weight/activation breakdown per layer, without the embedding,
+  the final layer norm and the embedding output), for sources that count
+  the layers only.
 - DeepSpeed (PyPI deepspeed, imported on the CPU):
   estimate_zero2_model_states_mem_needs_all_cold /
   estimate_zero3_model_states_mem_needs_all_cold, the per-GPU figure of the
@@ -30,6 +33,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 def llm_analysis_case(c):
     from llm_analysis.analysis import ActivationRecomputation, DSZeRO, LLMAnalysis
+    from llm_analysis.constant import BYTES_FP32
     from llm_analysis.config import DtypeConfig, ModelConfig, ParallelismConfig, get_gpu_config_by_name
     m = c["model"]
     mc = ModelConfig(name=c["key"], num_layers=m["layers"], n_head=m["heads"], hidden_dim=m["hidden"],
@@ -48,8 +52,18 @@ def llm_analysis_case(c):
                         flash_attn=c["attention"] == "flash", softmax_dropout=c.get("dropout", False),
                         mlp_gated_linear_units=m["ffn_kind"] == "swiglu")
     states = s["weight_memory_per_gpu"] + s["gradient_memory_per_gpu"] + s["optimizer_state_memory_per_gpu"]
+    # the layers alone: LLMAnalysis.training sums the layers' weights (attn + mlp + layernorm) with the
+    # embedding's and the last layer norm's, and the layers' activations with the embedding output's
+    # and one more layer norm's; its per-layer optimizer state and gradient times its layers per GPU
+    zero = DSZeRO(min(c["zero"], 3))
+    optim_layer, grad_layer = la.get_memory_optimizer_state_and_gradient_per_layer(ds_zero=zero)
+    layers_states = (s["weight_memory_attn_per_gpu"] + s["weight_memory_mlp_per_gpu"]
+                     + s["weight_memory_layernorm_per_gpu"] + (optim_layer + grad_layer) * (m["layers"] // c["pp"]))
+    layers_act = (s["activation_memory_per_gpu"] - s["activation_memory_embedding_output_per_gpu"]
+                  - la.get_activation_memory_per_layernorm(c["mb"], c["seq"], ActivationRecomputation(rc), BYTES_FP32))
     return {"step_s": s["latency_per_iter"], "states_bytes": states,
-            "act_bytes": s["activation_memory_per_gpu"], "mem_bytes": states + s["activation_memory_per_gpu"]}
+            "act_bytes": s["activation_memory_per_gpu"], "mem_bytes": states + s["activation_memory_per_gpu"],
+            "layers_states_bytes": layers_states, "layers_act_bytes": layers_act}
 
 
 _DS_ROW = re.compile(r"^\s*([\d.]+)GB\s*\|\s*([\d.]+)GB\s*\|\s*offload_param=none, offload_optimizer=none, zero_init=1")

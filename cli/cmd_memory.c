@@ -55,6 +55,9 @@ static void print_table(const plan_t *p, const plan_eval *ev)
     ROW("fragmentation", fragmentation);
     for (int k = 0; k < n; k++) v[k] = ev->mem[k].total - (col && k > 0 ? plan_mem_once(&ev->mem[k]) : 0);
     row("total", v, n, col);
+    printf("  of which the transformer blocks' own (no embedding, head, final norm or logits):\n");
+    ROW("block states", block_states);
+    ROW("block activ.", block_acts);
 #undef ROW
 }
 
@@ -75,6 +78,8 @@ static cJSON *mem_json(const plan_mem *m)
     cJSON_AddNumberToObject(o, "activations", m->activations);
     cJSON_AddNumberToObject(o, "logits", m->logits);
     cJSON_AddNumberToObject(o, "comm_buffers", m->comm);
+    cJSON_AddNumberToObject(o, "block_states", m->block_states);
+    cJSON_AddNumberToObject(o, "block_activations", m->block_acts);
     cJSON_AddNumberToObject(o, "reserved", m->reserved);
     cJSON_AddNumberToObject(o, "workspace", m->workspace);
     cJSON_AddNumberToObject(o, "fragmentation", m->fragmentation);

@@ -308,6 +308,31 @@ static void measured_grid(const cost_profile *p, const double *rate, cost_gemm_g
     }
 }
 
+/* A measured call's time as the cost model's terms see it: the model adds
+ * kernel_launch_s to every GEMM and attention call it prices
+ * (costdb/model.c), so their fits take that one launch off the time they
+ * fit, or it would be counted twice (kept whole where the launch would be
+ * half the call or more: then it is the launch measurement's noise). The
+ * element-wise rates are taken whole: measured on calls where one launch is
+ * about 1% (the CPU's 25K-element calls of ~10 us against its 0.1 us call
+ * cost) to 2% (a GPU's 256 MiB arrays, ~230 us against ~5 us). */
+static double less_launch(double t, double launch)
+{
+    double u = t - launch;
+    return u > 0.5 * t ? u : t;
+}
+
+/* The attention shapes' per-sequence times less the launch of the call
+ * they were timed in (a call holds seqs sequences: one launch for all). */
+static void attn_less_launch(cost_profile_attn *a, int n, double launch)
+{
+    for (int i = 0; i < n; i++) {
+        double seqs = a[i].seqs > 0 ? a[i].seqs : 1;
+        a[i].fwd_s = less_launch(a[i].fwd_s * seqs, launch) / seqs;
+        a[i].bwd_s = less_launch(a[i].bwd_s * seqs, launch) / seqs;
+    }
+}
+
 /* peak_flops_tf32 from the TF32 grid (dhp profile --tf32). The planner
  * prices a TF32 GEMM at 2mnk / (peak_flops_tf32 eff(m,n,k)) +
  * kernel_launch_s with the fp32 grid's efficiency (cost_gemm_time_in); the
@@ -350,6 +375,7 @@ static int fit_attn_bf16(cost_profile *p, char *err)
         a[i].fwd_s = p->attn_bf16_fwd_s[i];
         a[i].bwd_s = p->attn_bf16_bwd_s[i];
     }
+    attn_less_launch(a, p->n_attn, p->launch_s);
     cost_attn_fit f;
     char why[UTIL_ERR_LEN];
     int rc = cost_profile_fit_attention(a, p->n_attn, HUGE_VAL, &f, why);
@@ -371,9 +397,8 @@ int cost_prof_derive(cost_profile *p, char *err)
     gpu->sm_count = p->cuda && p->dev.sms > 0 ? p->dev.sms : 0;
     for (int i = 0; i < p->n_gemm; i++) {
         const cost_profile_gemm *g = &p->gemm[i];
-        double t = g->seconds - p->launch_s;   /* the model adds kernel_launch_s itself */
         m[i] = g->m; n[i] = g->n; k[i] = g->k;
-        y[i] = 2.0 * g->m * g->n * g->k / (t > 0.5 * g->seconds ? t : g->seconds);
+        y[i] = 2.0 * g->m * g->n * g->k / less_launch(g->seconds, p->launch_s);
         y_wave[i] = y[i] / cost_gemm_wave_efficiency(gpu, m[i], n[i], k[i]);
     }
     int rc = cost_profile_fit_gemm(m, n, k, y_wave, p->n_gemm, &p->gemm_rate_max, &gpu->gemm_half, &p->gemm_fit_rms, err);
@@ -395,7 +420,10 @@ int cost_prof_derive(cost_profile *p, char *err)
     }
     gpu->gemm_eff_max = fmin(1.0, p->gemm_rate_max / gpu->peak_flops);
     cost_attn_fit af;
-    if ((rc = cost_profile_fit_attention(p->attn, p->n_attn, gpu->peak_flops, &af, err))) return rc;
+    cost_profile_attn attn[COST_PROFILE_MAX_ATTN];
+    memcpy(attn, p->attn, (size_t)p->n_attn * sizeof *attn);
+    attn_less_launch(attn, p->n_attn, p->launch_s);
+    if ((rc = cost_profile_fit_attention(attn, p->n_attn, gpu->peak_flops, &af, err))) return rc;
     gpu->attn_eff = af.attn_eff;
     gpu->attn_score_s = af.score_s;
     gpu->attn_bwd_score_s = af.bwd_score_s;

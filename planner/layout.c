@@ -287,6 +287,7 @@ plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s,
     if (!u) return b;
     plan_stage st = plan_stage_of(mm, s, stage);
     b.local = plan_unit_sizes(mm, s->tp, &st, u);
+    for (int i = 1; i < U - 1; i++) b.block_local += u[i];   /* unit 0 the stem, U - 1 the head */
     for (int i = 0; i < U; i++) {
         int64_t piece = ceil_div(u[i], G);
         b.shard_elems += piece;
@@ -515,11 +516,11 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
 }
 
 void plan_module_act_bytes(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
-                           double fp32_bytes, double *saved, double *scratch, double *logits)
+                           double fp32_bytes, double *saved, double *block_saved, double *scratch, double *logits)
 {
     int n = plan_module_acts(mm, s, stage, rows, NULL, 0);
     plan_act *a = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *a);
-    *saved = *scratch = *logits = 0;
+    *saved = *block_saved = *scratch = *logits = 0;
     if (!a) return;
     plan_module_acts(mm, s, stage, rows, a, n);
     for (int i = 0; i < n; i++) {
@@ -527,6 +528,7 @@ void plan_module_act_bytes(const model_module *mm, const plan_module *s, int sta
         if (a[i].id == PLAN_ACT_LOGITS || a[i].id == PLAN_ACT_DLOGITS) *logits += bytes;
         else if (a[i].saved) *saved += bytes;
         else *scratch += bytes;
+        if (a[i].saved && a[i].layer >= 0) *block_saved += bytes;
     }
     util_free(a);
 }

@@ -48,11 +48,16 @@ void plan_options_default(plan_options *o)
  * the blocks; with pp > 1 the worst stage holds the larger of embedding/head. */
 double plan_local_params(const model_module *mm, const plan_module *s)
 {
-    double blocks = (double)model_blocks_params(mm);
     double embed = (double)model_embed_params(mm), head = (double)model_head_params(mm);
-    double per_stage_blocks = blocks * ceil((double)mm->layers / s->pp) / mm->layers;
     double edge = s->pp > 1 ? fmax(embed, head) : embed + head;
-    return (per_stage_blocks + edge) / s->tp;
+    return plan_local_block_params(mm, s) + edge / s->tp;
+}
+
+/* Of plan_local_params: the worst stage's transformer blocks alone. */
+double plan_local_block_params(const model_module *mm, const plan_module *s)
+{
+    double blocks = (double)model_blocks_params(mm);
+    return blocks * ceil((double)mm->layers / s->pp) / mm->layers / s->tp;
 }
 
 /* Mixed: bf16 param 2 + fp32 grad 4 + fp32 master, m, v 12 = 18 (Megatron-LM).
@@ -95,6 +100,7 @@ static void model_state_bytes(const model_module *mm, const plan_module *s, cons
     out->params = p * b.param / (s->zero >= 3 ? shard : 1);
     out->grads = p * b.grad / (s->zero >= 2 ? shard : 1);
     out->optim = p * b.optim / (s->zero >= 1 ? shard : 1);
+    out->block_states = (out->params + out->grads + out->optim) * plan_local_block_params(mm, s) / p;
     out->zero_buffers = s->zero >= 3 && shard > 1 ? 2 * BF16 * model_largest_layer_params(mm) / s->tp : 0;
     if (out->zero_buffers > 0 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021)   /* per-tensor gathers (cost_zero3.c) */
         out->zero_buffers = plan_zero3_deepspeed_buffer_bytes(mm, s);
@@ -163,8 +169,9 @@ static double local_tokens(const plan_seq *q, const plan_module *s)
     return (double)s->micro_batch * q->tokens_per_sample / s->sp;
 }
 
+/* Returns the module's activations; *blocks_saved: of them, what its blocks save (the stem and head apart). */
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
-                               const plan_workload *w, int in_flight, double A)
+                               const plan_workload *w, int in_flight, double A, double *blocks_saved)
 {
     const model_module *mm = &m->mod[mi];
     double t = local_tokens(q, s);
@@ -195,6 +202,7 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
         per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
         per_mb += merged * A * (mm->proj_in + 2.0 * mm->proj_hidden);
     }
+    *blocks_saved = saved * in_flight + live;
     return (saved + per_mb) * in_flight + live;
 }
 
@@ -264,6 +272,9 @@ static void executor_states(const model_module *mm, const plan_module *s, int st
     out->zero_buffers = b.gather_slots * unit * sb.param + b.bucket_slots * unit * sb.grad;
     out->comm = (double)(b.staging + b.pieces) * fmax(sb.param, sb.grad);
     plan_zero3_bf16_memory(mm, s, stage, o, out);   /* bf16-mixed ZeRO-3: the bf16 shard and gathers */
+    /* the blocks' share by elements: every unit keeps the same bytes per element
+     * (the ZeRO pieces' padding, under one element a unit, apart) */
+    out->block_states = local > 0 ? (out->params + out->grads + out->optim) * (double)b.block_local / local : 0;
 }
 
 /* The activations of rank stage `stage` with vslots[v] slots of its model
@@ -283,11 +294,13 @@ static void executor_activations(const model_module *mm, const plan_module *s, i
     }
     rows.bf16 = plan_saves_bf16(o);
     double A = plan_module_state_bytes(mm, o).act, act = 0, most_scratch = 0, all_logits = 0, staging = 0;
+    out->block_acts = 0;
     for (int v = 0; v < plan_vp(s); v++) {
-        double saved, scratch, logits;
+        double saved, block_saved, scratch, logits;
         int vstage = v * (s->pp > 1 ? s->pp : 1) + stage;
-        plan_module_act_bytes(mm, s, vstage, &rows, A, &saved, &scratch, &logits);
+        plan_module_act_bytes(mm, s, vstage, &rows, A, &saved, &block_saved, &scratch, &logits);
         act += saved * vslots[v];
+        out->block_acts += block_saved * vslots[v];
         most_scratch = fmax(most_scratch, scratch);
         all_logits += logits;
         if (plan_runs_bf16(o)) staging = fmax(staging, plan_gemm_staging_elems(mm, s, vstage, &rows));
@@ -342,7 +355,7 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
         executor_activations(mm, s, stage, &q, w, o, ones, out);
     } else {
         model_state_bytes(mm, s, o, out);
-        out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A);
+        out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A, &out->block_acts);
         out->logits = logits_bytes(mm, s, &q, w, o, A);
         out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A, o);
     }

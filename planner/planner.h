@@ -218,6 +218,9 @@ typedef struct {
     double params, grads, optim;  /* model states after TP/PP split and ZeRO sharding */
     double zero_buffers;          /* ZeRO-3 gathered units (prefetch), ZeRO-2/3 gradient buckets */
     double activations;           /* saved for backward, all micro-batches in flight */
+    /* Of params + grads + optim and of activations: the transformer blocks' own, without the
+     * embedding, head and final norm and what they save (Korthikanti et al.'s per-layer terms) */
+    double block_states, block_acts;
     double logits;                /* LM head logits + vocab-parallel cross-entropy workspace */
     double comm;                  /* communication buffers */
     double reserved;              /* CUDA context, library workspaces (costdb) */
@@ -308,6 +311,7 @@ int plan_stage_edge_buffers(const plan_module *s, int stage, bool backward);
 const char *plan_mem_dominant(const plan_mem *mm);
 /* Parameters one GPU holds before ZeRO sharding (TP and PP split applied). */
 double plan_local_params(const model_module *mm, const plan_module *s);
+double plan_local_block_params(const model_module *mm, const plan_module *s);
 
 /* ---- cost model: seconds for one module group ---- */
 typedef struct {
@@ -461,6 +465,7 @@ int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, in
  * pieces of ceil(n_u / shard), padded; the largest piece sets the buffers. */
 typedef struct {
     int64_t local;            /* elements of the module on this tp rank (all units) */
+    int64_t block_local;      /* of them, the blocks' units' (the stem and head apart) */
     int64_t shard_elems;      /* this rank's pieces of every unit, padded: sum ceil(n_u / shard) */
     int64_t max_piece;        /* the largest unit's piece */
     int gather_slots;         /* ZeRO-3: gathered units live at once (in use + prefetched) */
@@ -568,9 +573,10 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
 int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const plan_stage *st, int layer, double N,
                           double *elems);
 /* The same summed in bytes, fp32 elements at fp32_bytes each and bf16 ones
- * at 2: saved and scratch, and the LM head's logits part of the saved ones. */
+ * at 2: saved and scratch, and the LM head's logits part of the saved ones;
+ * block_saved: of the saved ones, the blocks' own (one layer's each). */
 void plan_module_act_bytes(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
-                           double fp32_bytes, double *saved, double *scratch, double *logits);
+                           double fp32_bytes, double *saved, double *block_saved, double *scratch, double *logits);
 
 /* ---- context parallelism (sp > 1) of the LLM: planner/seqlayout.c ----
  * Ulysses (DeepSpeed-Ulysses, Jacobs et al., arXiv 2309.14509) where tp * sp

@@ -28,6 +28,9 @@ near(r["states_bytes"], (layers + h * Vp) / 2 * 18, "megatron weights")
 s, b = 64, 2                                     # 34 s b h per layer / t, plus embedding and head terms
 act = s * b * h * 34 * L + 8 * s * b + s * b * h + s * b * h * 4 * (1 + Vp / h)
 near(r["act_bytes"], act / 2, "megatron activations")
+# its transformer-layer terms alone (what Korthikanti et al.'s figure 1 counts): no embedding, no head
+near(r["layers_states_bytes"], layers / 2 * 18, "megatron layers' weights")
+near(r["layers_act_bytes"], s * b * h * 34 * L / 2, "megatron layers' activations")
 c["rc"] = "full"
 assert P.megatron_theoretical(c)["act_bytes"] is None, "formula applies to selective + SP only"
 # published figures as step times: 100 TFLOP/s/GPU on 8 GPUs of F FLOPs
@@ -53,12 +56,15 @@ tsv=$T/rows.tsv
     printf "NVIDIA/NeMo performance_summary\tLLAMA3-8B\t32\t4096\t32\t8\t14336\t128K\t8192\tH100 (DGX)\t8\t1\t1\t8\tCP 1\t\t1\t128\t\tfp8\ttokens/s/GPU\t12036\tx\n"
     printf "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md\tLlama 3.1 8B\t32\t4096\t32\t8\t14336\t128K\t8192\tH100 96GB HBM2e 500W\t8\t1\t1\t8\tCP 1\tFSDP2\t2\t16\tselective\tbf16\ttokens/s/GPU\t5762\tFSDP eager; peak memory 82.4 GiB\n"
     printf "stas00/ml-engineering network/README.md (nccl-tests all_reduce_perf, 8x A100 NVLink3)\tall-reduce payload 16MiB\t\t\t\t\t\t\t\tA100 (8x, NVLink 3/NVSwitch)\t8\t\t\t\t\t\t\t\t\t\tbusbw_GBps\t106.16\tintra-node\n"
+    printf "Korthikanti et al. MLSys'23 Fig.1 via calculon\tMegatron-22B\t48\t6144\t64\t64\t24576\t\t2048\tA100-80GB\t8\t8\t1\t1\tMegatron SP\t\t4\t4\tselective\t\tactivation_mem_GiB_per_gpu\t9.5625\tparams+grads+optimizer 45.5625 GiB/GPU\n"
 } >"$tsv"
 "$PY" "$ROOT/bench/published.py" --dhp "$DHP" --tsv "$tsv" --no-estimators --json "$T/out.json" >"$T/bench" 2>&1
 if grep -qE '^  1 korthikanti-t5 +Megatron-22B +8 +8 +1 +1 0 +4 sele +1\.100 +[0-9.]+ +[-+][0-9.]+%' "$T/bench" \
    && grep -q 'fp8: 1' "$T/bench" && grep -q 'eager PyTorch' "$T/bench" \
    && grep -qE '^  4 all-reduce payload 16MiB .* intra link' "$T/bench" \
    && grep -qE '^  overall +n= 1 median' "$T/bench" \
+   && grep -qE '^  5 korthikanti-fig1 +Megatron-22B +act/layers +pub +9\.56 +dhp +9\.56 +\+0\.0%' "$T/bench" \
+   && grep -qE '^  5 korthikanti-fig1 +Megatron-22B +states/layers pub +45\.56 +dhp +45\.57 +\+0\.0%' "$T/bench" \
    && "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['cases'][0]['dhp']['step_s'] > 0" "$T/out.json"; then
     ok published_bench_runs_dhp_per_row
 else

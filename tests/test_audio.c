@@ -320,8 +320,8 @@ TEST(audio_slots_keep_two_micro_batches_and_allocate_what_the_plan_lists)
     /* the first forward's slot and the scratch: the plan's lists for 24 rows, 12 pooled */
     plan_module s = { .dp = 1, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 1 };
     plan_act_rows r = { .rows = 24, .merged_rows = 12 };
-    double saved, scratch, logits;
-    plan_module_act_bytes(&m.mod[a], &s, 0, &r, sizeof(float), &saved, &scratch, &logits);
+    double saved, block_saved, scratch, logits;
+    plan_module_act_bytes(&m.mod[a], &s, 0, &r, sizeof(float), &saved, &block_saved, &scratch, &logits);
     size_t want = (size_t)(saved + scratch) + 2 * 4 * sizeof(int);
     ex_model_free(x); ex_model_free(y);
     free(A.mel); free(B.mel); free(da); free(db);

@@ -54,12 +54,13 @@ static void check_module(const model_module *mm, const plan_module *s, plan_act_
     }
     CHECK_MSG(i == nf, "%s: %d of the fp32 list's %d tensors in the bf16 list", mm->name, i, nf);
     /* the bytes: bf16 halves what the layers save and adds the copies to the scratch */
-    double sf, xf, lf, sb, xb, lb;
+    double sf, bsf, xf, lf, sb, bsb, xb, lb;
     r.bf16 = false;
-    plan_module_act_bytes(mm, s, 0, &r, 4, &sf, &xf, &lf);
+    plan_module_act_bytes(mm, s, 0, &r, 4, &sf, &bsf, &xf, &lf);
     r.bf16 = true;
-    plan_module_act_bytes(mm, s, 0, &r, 4, &sb, &xb, &lb);
+    plan_module_act_bytes(mm, s, 0, &r, 4, &sb, &bsb, &xb, &lb);
     CHECK_NEAR(sf - sb, 2 * packed, 0);
+    CHECK_NEAR(bsf - bsb, 2 * packed, 0);   /* the packed tensors are the blocks' own */
     CHECK_NEAR(xb - xf, 4 * copies, 0);
     CHECK(lf == lb);
     CHECK_MSG(n_packed > 0 && n_copies > 0, "%s: %d tensors in bf16, %d copies", mm->name, n_packed, n_copies);

@@ -132,13 +132,42 @@ TEST(calib_unfused_attention_activations_are_korthikanti)
     plan_module_memory(&m, 0, &none, &w, &c.pool[0].gpu, &o, 1, &mem);
     /* + the head's rows (pp = 1): embedding output and final norm, 2 x 2 s b h */
     CHECK_NEAR(mem.activations, L * s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) + 4 * s * b * h, 1e-12);
+    /* the blocks' own (their figure 1 and Eq. 5 count the layers alone, sec. 4.3): without the head's rows */
+    CHECK_NEAR(mem.block_acts, L * s * b * h * (10 + 24 / t + 5 * a * s / (h * t)), 1e-12);
+    /* and of the model states, 18 bytes of each block parameter on this tp rank: no embedding */
+    CHECK_NEAR(mem.block_states, 18.0 * (double)model_blocks_params(&m.mod[0]) / t, 1e-12);
+    CHECK(mem.params + mem.grads + mem.optim > mem.block_states * 1.001);
     plan_module sel = strat(1, 4, 1, 0, 2, PLAN_RECOMP_SELECTIVE, true);
     plan_module_memory(&m, 0, &sel, &w, &c.pool[0].gpu, &o, 1, &mem);
     CHECK_NEAR(mem.activations, L * 34 * s * b * h / t + 4 * s * b * h, 1e-12);
+    CHECK_NEAR(mem.block_acts, L * 34 * s * b * h / t, 1e-12);
     /* FlashAttention, no dropout: no score matrix, an fp32 log-sum-exp per head: 8 + 24/t + 16 a/(h t) */
     model_t f = gpt(false, false, 4);
     plan_module_memory(&f, 0, &none, &w, &c.pool[0].gpu, &o, 1, &mem);
     CHECK_NEAR(mem.activations, L * s * b * h * (8 + 24 / t + 4 * a / (h * t)) + 4 * s * b * h, 1e-12);
+}
+
+/* dhp's executor target splits the same way: each block's state bytes (fp32: 4 + 4 + 8 a parameter) and
+ * saved tensors; twice the layers, twice the blocks' share and the same stem and head. */
+TEST(calib_executor_block_share)
+{
+    model_t m4 = gpt(false, false, 4), m8 = gpt(false, false, 8);
+    cost_cluster c = one_node();
+    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
+    plan_options o;
+    plan_options_default(&o);
+    o.target = PLAN_TARGET_DHP;
+    o.precision = PLAN_OPT_FP32;
+    plan_module s = strat(1, 1, 1, 0, 2, PLAN_RECOMP_NONE, false);
+    plan_mem a, b;
+    plan_module_memory(&m4, 0, &s, &w, &c.pool[0].gpu, &o, 1, &a);
+    plan_module_memory(&m8, 0, &s, &w, &c.pool[0].gpu, &o, 1, &b);
+    CHECK_NEAR(a.block_states, 16.0 * (double)model_blocks_params(&m4.mod[0]), 1e-12);
+    CHECK_NEAR(b.block_states, 2 * a.block_states, 1e-12);
+    CHECK_NEAR(b.params + b.grads + b.optim - b.block_states, a.params + a.grads + a.optim - a.block_states, 1e-12);
+    CHECK(a.block_acts > 0 && a.block_acts < a.activations);
+    CHECK_NEAR(b.block_acts, 2 * a.block_acts, 1e-12);
+    CHECK_NEAR(b.activations - b.block_acts, a.activations - a.block_acts, 1e-12);
 }
 
 TEST(calib_pipeline_depth_interleaving_and_live_block)
