@@ -308,6 +308,31 @@ static void measured_grid(const cost_profile *p, const double *rate, double peak
     }
 }
 
+/* A measured call's time as the cost model's terms see it: the model adds
+ * kernel_launch_s to every GEMM and attention call it prices
+ * (costdb/model.c), so their fits take that one launch off the time they
+ * fit, or it would be counted twice (kept whole where the launch would be
+ * half the call or more: then it is the launch measurement's noise). The
+ * element-wise rates are taken whole: measured on calls where one launch is
+ * about 1% (the CPU's 25K-element calls of ~10 us against its 0.1 us call
+ * cost) to 2% (a GPU's 256 MiB arrays, ~230 us against ~5 us). */
+static double less_launch(double t, double launch)
+{
+    double u = t - launch;
+    return u > 0.5 * t ? u : t;
+}
+
+/* The attention shapes' per-sequence times less the launch of the call
+ * they were timed in (a call holds seqs sequences: one launch for all). */
+static void attn_less_launch(cost_profile_attn *a, int n, double launch)
+{
+    for (int i = 0; i < n; i++) {
+        double seqs = a[i].seqs > 0 ? a[i].seqs : 1;
+        a[i].fwd_s = less_launch(a[i].fwd_s * seqs, launch) / seqs;
+        a[i].bwd_s = less_launch(a[i].bwd_s * seqs, launch) / seqs;
+    }
+}
+
 /* peak_flops_tf32 from the TF32 grid (dhp profile --tf32). The planner
  * prices a TF32 GEMM at 2mnk / (peak_flops_tf32 eff(m,n,k)) +
  * kernel_launch_s with the fp32 grid's efficiency (cost_gemm_time_in); the
@@ -338,14 +363,6 @@ static int fit_tf32_peak(cost_profile *p, char *err)
     return UTIL_OK;
 }
 
-/* A GEMM's rate as the cost model reads it back: 2mnk / (t - launch), or
- * 2mnk / t where the launch would be half of t or more (noise). */
-static double gemm_rate(const cost_profile_gemm *g, double t, double launch)
-{
-    double net = t - launch;
-    return 2.0 * g->m * g->n * g->k / (net > 0.5 * t ? net : t);
-}
-
 /* gpu.gemm_bf16 from the grid's times through linear_forward_bf16 (bf16-mixed
  * and -autocast's linears): peak_flops the best of their rates, each shape's
  * efficiency its rate / that, on the grid's axes; the planner prices the dhp
@@ -356,7 +373,8 @@ static int fit_gemm_bf16(cost_profile *p, char *err)
     double y[COST_PROFILE_MAX_GEMM], best = 0;
     for (int i = 0; i < p->n_gemm; i++) {
         if (!(p->gemm_bf16_s[i] > 0)) return util_fail(err, UTIL_EINVAL, "profile: no bf16 GEMM time for shape %d", i);
-        y[i] = gemm_rate(&p->gemm[i], p->gemm_bf16_s[i], p->launch_s);
+        const cost_profile_gemm *g = &p->gemm[i];
+        y[i] = 2.0 * g->m * g->n * g->k / less_launch(p->gemm_bf16_s[i], p->launch_s);
         best = fmax(best, y[i]);
     }
     cost_gemm_terms *t = &p->gpu.gemm_bf16;
@@ -378,6 +396,7 @@ static int fit_attn_bf16(cost_profile *p, char *err)
         a[i].fwd_s = p->attn_bf16_fwd_s[i];
         a[i].bwd_s = p->attn_bf16_bwd_s[i];
     }
+    attn_less_launch(a, p->n_attn, p->launch_s);
     cost_attn_fit f;
     char why[UTIL_ERR_LEN];
     int rc = cost_profile_fit_attention(a, p->n_attn, HUGE_VAL, &f, why);
@@ -400,7 +419,7 @@ int cost_prof_derive(cost_profile *p, char *err)
     for (int i = 0; i < p->n_gemm; i++) {
         const cost_profile_gemm *g = &p->gemm[i];
         m[i] = g->m; n[i] = g->n; k[i] = g->k;
-        y[i] = gemm_rate(g, g->seconds, p->launch_s);   /* the model adds kernel_launch_s itself */
+        y[i] = 2.0 * g->m * g->n * g->k / less_launch(g->seconds, p->launch_s);
         y_wave[i] = y[i] / cost_gemm_wave_efficiency(gpu, m[i], n[i], k[i]);
     }
     int rc = cost_profile_fit_gemm(m, n, k, y_wave, p->n_gemm, &p->gemm_rate_max, &gpu->gemm_half, &p->gemm_fit_rms, err);
@@ -422,7 +441,10 @@ int cost_prof_derive(cost_profile *p, char *err)
     }
     gpu->gemm_eff_max = fmin(1.0, p->gemm_rate_max / gpu->peak_flops);
     cost_attn_fit af;
-    if ((rc = cost_profile_fit_attention(p->attn, p->n_attn, gpu->peak_flops, &af, err))) return rc;
+    cost_profile_attn attn[COST_PROFILE_MAX_ATTN];
+    memcpy(attn, p->attn, (size_t)p->n_attn * sizeof *attn);
+    attn_less_launch(attn, p->n_attn, p->launch_s);
+    if ((rc = cost_profile_fit_attention(attn, p->n_attn, gpu->peak_flops, &af, err))) return rc;
     gpu->attn_eff = af.attn_eff;
     gpu->attn_score_s = af.score_s;
     gpu->attn_bwd_score_s = af.bwd_score_s;

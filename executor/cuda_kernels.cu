@@ -73,31 +73,35 @@ extern "C" {
 static struct {
     std::mutex mu;
     bool failed;
+    int code;   /* UTIL_ENOMEM for a failed allocation (the run adds its prediction), else UTIL_ERUNTIME */
     char msg[UTIL_ERR_LEN];
 } g_error;
 
-/* Keeps the first failure since the last ex_cuda_sync. */
-static void note_failure(const char *what, const char *why)
+/* Keeps the first failure since the last ex_cuda_sync, with the code sync returns. */
+static void note_failure_code(int code, const char *what, const char *why)
 {
     std::lock_guard<std::mutex> lock(g_error.mu);
     if (g_error.failed) return;
     g_error.failed = true;
+    g_error.code = code;
     snprintf(g_error.msg, sizeof g_error.msg, "cuda: %s: %s", what, why);
 }
+
+static void note_failure(const char *what, const char *why) { note_failure_code(UTIL_ERUNTIME, what, why); }
 
 static void note_cuda(cudaError_t e, const char *what)
 {
     if (e != cudaSuccess) note_failure(what, cudaGetErrorString(e));
 }
 
-/* Moves the sticky error into msg and clears it; false when there is none. */
-static bool take_failure(char *msg, size_t len)
+/* Moves the sticky error into msg and clears it; its code, UTIL_OK when there is none. */
+static int take_failure(char *msg, size_t len)
 {
     std::lock_guard<std::mutex> lock(g_error.mu);
-    if (!g_error.failed) return false;
+    if (!g_error.failed) return UTIL_OK;
     snprintf(msg, len, "%s", g_error.msg);
     g_error.failed = false;
-    return true;
+    return g_error.code;
 }
 
 /* Launches kernel<<<grid, block>>>(args...) and notes a launch error. */
@@ -474,6 +478,7 @@ extern "C" int ex_cuda_sync(char *err)
     note_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     note_cuda(cudaGetLastError(), "asynchronous error");
     char msg[UTIL_ERR_LEN];
-    if (take_failure(msg, sizeof msg)) return util_fail(err, UTIL_ERUNTIME, "%s", msg);
+    int code = take_failure(msg, sizeof msg);
+    if (code) return util_fail(err, code, "%s", msg);
     return UTIL_OK;
 }

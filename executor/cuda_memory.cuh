@@ -5,7 +5,8 @@
  * memory as they count the CPU backend's; the copies are on the legacy
  * default stream, after the kernels queued before it (h2d asynchronous). A
  * failed allocation is a sticky error naming the device, the bytes asked,
- * the bytes free and the category (note_alloc_failure). */
+ * the bytes free and the category (note_alloc_failure), which sync returns
+ * as UTIL_ENOMEM. */
 #include <unordered_map>
 #include <utility>
 
@@ -39,7 +40,7 @@ static void note_alloc_failure(cudaError_t e, size_t bytes, util_mem_cat cat)
     else
         snprintf(why, sizeof why, "%s on GPU %d (%s): %zu bytes (%s) asked for %s, %zu bytes (%s) free of %s",
                  cudaGetErrorString(e), dev, prop.name, bytes, asked, util_mem_cat_name(cat), free_b, fr, tot);
-    note_failure("cudaMalloc", why);
+    note_failure_code(e == cudaErrorMemoryAllocation ? UTIL_ENOMEM : UTIL_ERUNTIME, "cudaMalloc", why);
 }
 
 static void *cuda_alloc(size_t bytes, util_mem_cat cat)

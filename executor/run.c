@@ -409,7 +409,7 @@ static int train(run_ctx *r, ex_dataset *ds, char *err)
     while (!rc && r->step < stop) {
         run_stats st;
         double t0 = util_now();
-        if ((rc = run_backend_explain(r, run_step(r, &s, ds, &d, &h, &st, ev, err), NULL, err)) || (rc = r->be->sync(err))) {
+        if ((rc = run_backend_explain(r, run_step(r, &s, ds, &d, &h, &st, ev, err), NULL, err)) || (rc = run_backend_sync(r, err))) {
             char why[UTIL_ERR_LEN];
             util_strlcpy(why, err, sizeof why);
             util_fail(err, rc, "step %d: %s", r->step + 1, why);

@@ -61,6 +61,22 @@ int run_pick_backend(run_ctx *r, char *err)
     return UTIL_OK;
 }
 
+/* "; the plan predicts rank R's peak at ... (dhp memory PLAN)" after an
+ * out-of-memory line: what the plan's memory model said this rank needs,
+ * beside what the device had. */
+static void append_prediction(run_ctx *r, char *err)
+{
+    plan_sim_mem pred;
+    char ignored[UTIL_ERR_LEN];
+    if (plan_sim_memory(&r->plan, r->rank, &pred, ignored) != UTIL_OK) return;
+    char peak[24], cap[24];
+    util_fmt_bytes(pred.total, peak, sizeof peak);
+    util_fmt_bytes(pred.capacity, cap, sizeof cap);
+    size_t len = strlen(err);
+    snprintf(err + len, UTIL_ERR_LEN - len, "; the plan predicts rank %d's peak at %s of the %s per GPU it assumed "
+             "(dhp memory %s)", r->rank, peak, cap, r->o->plan_path);
+}
+
 /* A caller that sees a NULL from the backend's alloc says "out of memory"
  * in its own words; the CUDA backend kept the failure's details (device,
  * bytes asked and free, category) as its sticky error, which sync hands
@@ -69,18 +85,21 @@ int run_backend_explain(run_ctx *r, int rc, const char *doing, char *err)
 {
     if (!rc || !r->be || !r->be->sync) return rc;
     char why[UTIL_ERR_LEN];
-    if (r->be->sync(why) == UTIL_OK) return rc;
+    int sync_rc = r->be->sync(why);
+    if (sync_rc == UTIL_OK) return rc;
     size_t at = doing ? (size_t)snprintf(err, UTIL_ERR_LEN, "%s: ", doing) : 0;
     util_strlcpy(err + (at < UTIL_ERR_LEN ? at : 0), why, UTIL_ERR_LEN - (at < UTIL_ERR_LEN ? at : 0));
-    plan_sim_mem pred;
-    char ignored[UTIL_ERR_LEN];
-    if (rc == UTIL_ENOMEM && plan_sim_memory(&r->plan, r->rank, &pred, ignored) == UTIL_OK) {
-        char peak[24], cap[24];
-        util_fmt_bytes(pred.total, peak, sizeof peak);
-        util_fmt_bytes(pred.capacity, cap, sizeof cap);
-        size_t len = strlen(err);
-        snprintf(err + len, UTIL_ERR_LEN - len, "; the plan predicts rank %d's peak at %s of the %s per GPU it assumed "
-                 "(dhp memory %s)", r->rank, peak, cap, r->o->plan_path);
-    }
+    if (rc == UTIL_ENOMEM || sync_rc == UTIL_ENOMEM) append_prediction(r, err);
+    return rc;
+}
+
+/* The step's end: the backend's queued work done, a failure it kept
+ * returned; an allocation that failed inside a kernel's call (the cuBLASLt
+ * workspace, made on the first GEMM) reaches the run only here, and gets the
+ * same prediction as one a caller saw. */
+int run_backend_sync(run_ctx *r, char *err)
+{
+    int rc = r->be->sync(err);
+    if (rc == UTIL_ENOMEM) append_prediction(r, err);
     return rc;
 }

@@ -188,6 +188,9 @@ int run_pick_backend(run_ctx *r, char *err);
  * (a device allocation, a launch) is the cause, so it replaces err
  * (prefixed with `doing` unless NULL). */
 int run_backend_explain(run_ctx *r, int rc, const char *doing, char *err);
+/* The backend's sync at a step's end; an out-of-memory failure it kept (an
+ * allocation inside a kernel's call) gets the plan's prediction appended. */
+int run_backend_sync(run_ctx *r, char *err);
 
 /* Checkpoints: DIR/step-NNNNNNNN/<module>.safetensors with every parameter
  * as a whole tensor and its AdamW moments ("adam_m." / "adam_v." + name),

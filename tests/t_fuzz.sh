@@ -9,4 +9,4 @@ fi
 export ASAN_OPTIONS=""
 # the seeds are kept beside the fuzz binaries: make test-asan reuses make test's (tests/fuzz/run.sh
 # makes them again when what they come from changed)
-FUZZ_SEEDS="$(dirname "$FUZZ_BIN")/smoke-seeds" bash "$(dirname "$0")/fuzz/run.sh" "${FUZZ_SMOKE_SECONDS:-6}" "$T/fuzz"
+FUZZ_SEEDS="$(dirname "$FUZZ_BIN")/smoke-seeds" bash "$(dirname "$0")/fuzz/run.sh" "${FUZZ_SMOKE_SECONDS:-3}" "$T/fuzz"

@@ -48,14 +48,16 @@ else fail gpu_faults_old_driver_auto_runs_on_cpu_saying_why "exit $rc: $(head -c
 
 # --- out of device memory: the device, bytes asked and free, the category, the plan's prediction ---
 # Device sizes from an uncapped run's peaks by category (the emulated device's allocations):
-# 1 MiB, below the LLM's parameters (set-up fails); the set-up's tensors, the cuBLASLt workspace
+# 1 MiB, below the LLM's parameters (set-up fails); the set-up's tensors and half the workspace (its
+# allocation fails); the set-up's tensors, the cuBLASLt workspace
 # (the first GEMM's, after the forward's first activations) + half the activations (step 1 fails); every peak + 64 KiB (training fits, staging a module's state for
 # the checkpoint does not)
 "$DHP_EMU" run one.json --data data --steps 1 --backend cuda --log-json >peaks.log 2>&1 || { fail gpu_faults_oom "uncapped run: $(tail -c 300 peaks.log)"; exit 0; }
-read -r STEP_CAP CKPT_CAP < <(/usr/bin/python3 -c 'import json,sys
+read -r WS_CAP STEP_CAP CKPT_CAP < <(/usr/bin/python3 -c 'import json,sys
 p = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]["ranks"][0]["peak_bytes"]
-setup = p["params"] + p["grads"] + p["optim"] + p["comm"] + p["workspace"]
-print(int(setup + p["activations"] / 2), int(sum(p.values()) + 65536))' peaks.log)
+tensors = p["params"] + p["grads"] + p["optim"] + p["comm"]
+setup = tensors + p["workspace"]
+print(int(tensors + p["workspace"] / 2), int(setup + p["activations"] / 2), int(sum(p.values()) + 65536))' peaks.log)
 OOM_RE='out of device memory on GPU 0 \(cuda-emu 0 \(the CPU\)\): [0-9]+ bytes \([0-9.]+ [KM]iB\) asked for'
 PRED_RE="free of [0-9.]+ MiB; the plan predicts rank 0's peak at [0-9.]+ MiB of the [0-9.]+ GiB per GPU it assumed \(dhp memory one.json\)$"
 DHP_EMU_DEVICE_BYTES=1M "$DHP_EMU" run one.json --data data --steps 1 --backend cuda --ckpt ck1 >out 2>err; rc=$?
@@ -66,6 +68,12 @@ DHP_EMU_DEVICE_BYTES=$STEP_CAP "$DHP_EMU" run one.json --data data --steps 1 --b
 if [ $rc != 0 ]; then
     one_line gpu_faults_oom_in_a_step_names_activations "step 1: cuda: cudaMalloc: $OOM_RE activations, .*$PRED_RE" err
 else fail gpu_faults_oom_in_a_step_names_activations "exit $rc: $(head -c 300 err)"; fi
+# the set-up's tensors + half the backend's workspace: its allocation, inside the first GEMM's call, fails
+# and reaches the run at the step's sync, with the same prediction
+DHP_EMU_DEVICE_BYTES=$WS_CAP "$DHP_EMU" run one.json --data data --steps 1 --backend cuda >out 2>err; rc=$?
+if [ $rc != 0 ]; then
+    one_line gpu_faults_oom_of_the_workspace_names_it_with_the_prediction "step 1: cuda: cudaMalloc: $OOM_RE workspace, .*$PRED_RE" err
+else fail gpu_faults_oom_of_the_workspace_names_it_with_the_prediction "exit $rc: $(head -c 300 err)"; fi
 rm -rf ck3
 DHP_EMU_DEVICE_BYTES=$CKPT_CAP "$DHP_EMU" run one.json --data data --steps 2 --backend cuda --ckpt ck3 --ckpt-every 1 >out 2>err; rc=$?
 if [ $rc != 0 ] && grep -q '^step 1/2 ' out && [ ! -e ck3/latest ] && [ -z "$(find ck3 -type f)" ]; then

@@ -236,7 +236,7 @@ for a in m["attention"]:
     assert abs(a["bf16_model_fwd_seconds"] - fwd) <= 1e-9 * fwd and abs(a["bf16_model_bwd_seconds"] - bwd) <= 1e-9 * bwd, a
 # the grid again through linear_forward_bf16 (bf16-mixed's linears): gemm_bf16's peak (the best rate) and each
 # shape's rate / it on the grid's axes, so its price gives each measured bf16 time back (time less the launch, or the
-# whole time where the launch would be half of it: costdb/profile_fit.c gemm_rate); the cluster's GPU the same
+# whole time where the launch would be half of it: costdb/profile_fit.c less_launch); the cluster's GPU the same
 g16 = g["gemm_bf16"]
 assert "linear_forward_bf16" in g16["source"] and g16["m"] == [64, 256] and g16["n"] == g16["k"] == [32, 256], g16
 assert c["pools"][0]["gpu"]["gemm_bf16"] == g16

@@ -388,8 +388,10 @@ static void fake_cuda_profile(cost_profile *p, double rate, double half)
     double per_flop = 1.0 / 2e13;     /* 20 TFLOP/s on the attention FLOPs */
     for (int i = 0; i < 4; i++) {
         double S = (double)sh[i][0] * sh[i][0] * sh[i][1], d = sh[i][3];
+        /* a call of one sequence: its terms and the call's launch (fitted less it: the model adds it) */
         p->attn[p->n_attn++] = (cost_profile_attn){sh[i][0], sh[i][1], sh[i][2], sh[i][3], 4 * S * d,
-                                                   S * (1e-11 + 4 * d * per_flop), S * (2e-11 + 10 * d * per_flop), false, 1};
+                                                   S * (1e-11 + 4 * d * per_flop) + p->launch_s,
+                                                   S * (2e-11 + 10 * d * per_flop) + p->launch_s, false, 1};
     }
     p->stream_bytes = 256.0 * 1048576;
     p->copy_bw = p->dev.d2d_bw;
@@ -460,8 +462,8 @@ static void fake_attn_bf16(cost_profile *p, double scale)
     for (int i = 0; i < p->n_attn; i++) {
         const cost_profile_attn *a = &p->attn[i];
         double S = cost_prof_attn_scores(a), R = (double)a->seq * a->heads, d = a->head_dim;
-        p->attn_bf16_fwd_s[i] = scale * (S * (4e-12 + 4 * d * A16_FLOP_S) + R * 3e-9);
-        p->attn_bf16_bwd_s[i] = scale * (S * (7e-12 + 2.5 * 4 * d * A16_FLOP_S) + R * 9e-9);
+        p->attn_bf16_fwd_s[i] = scale * (S * (4e-12 + 4 * d * A16_FLOP_S) + R * 3e-9) + p->launch_s;
+        p->attn_bf16_bwd_s[i] = scale * (S * (7e-12 + 2.5 * 4 * d * A16_FLOP_S) + R * 9e-9) + p->launch_s;
     }
 }
 

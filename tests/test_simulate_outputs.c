@@ -1,0 +1,272 @@
+/* What the step simulator hands out: the memory per rank with the schedule's
+ * slots and the backend's workspace, its refusals, the Chrome trace and its
+ * writer, the search's ranking by the simulated step, and the prediction kept
+ * in the plan file (the walk itself: test_simulate.c). */
+#include "tests/test.h"
+#include "tests/test_simulate.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Memory per rank: the memory model with the schedule's live slots. */
+TEST(simulate_memory_per_rank_uses_the_schedule_slots)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(test_sim_plan("vision:gpus=1,mb=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
+    plan_sim_mem enc, llm;
+    CHECK_OK(plan_sim_memory(&p, 0, &enc, err));
+    CHECK_OK(plan_sim_memory(&p, 1, &llm, err));
+    /* 2 chunks in flight x 2 micro-batches of 1 sample */
+    CHECK_EQ_INT(enc.slots, 4);
+    CHECK_EQ_INT(llm.slots, 1);   /* its forward+backward's activations */
+    plan_options o;
+    plan_options_default(&o);
+    o.precision = p.precision;
+    plan_mem one;
+    plan_module_memory(&p.model, 0, &p.mod[0], &p.work, &p.cluster.pool[0].gpu, &o, 1, &one);
+    CHECK_NEAR(enc.activations, 4 * one.activations, 1e-12);
+    CHECK_NEAR(enc.params, one.params, 1e-12);
+    plan_module_memory(&p.model, 1, &p.mod[1], &p.work, &p.cluster.pool[0].gpu, &o, 1, &one);
+    CHECK_NEAR(llm.total, one.total, 1e-12);
+    CHECK(llm.logits > 0 && enc.logits == 0);
+    /* colocated: both modules, the reservation once */
+    static plan_t q;
+    CHECK_OK(test_sim_plan("", PLAN_COLOCATED, 1, 1, 4, &q));
+    plan_sim_mem both;
+    CHECK_OK(plan_sim_memory(&q, 0, &both, err));
+    plan_eval ev;
+    CHECK_OK(plan_evaluate(&q, &o, &ev, err));
+    CHECK_NEAR(both.total, ev.peak_mem, 1e-12);
+}
+
+/* The backend's own workspace (planner/backend.c): the CUDA backend's
+ * own buffers (cuBLASLt's workspace, the reductions' partial sums, the
+ * bias-gradient vector) once a rank under the dhp target, however many modules
+ * the rank holds; none on the CPU backend, none under the Megatron target
+ * (its reserved_bytes estimate holds the libraries' workspaces). */
+TEST(simulate_memory_counts_the_cuda_workspace_once_a_rank)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    const double ws = (double)PLAN_CUDA_WORKSPACE_BYTES;
+    CHECK_OK(test_sim_plan("", PLAN_COLOCATED, 1, 1, 4, &p));
+    p.target = PLAN_TARGET_DHP;
+    plan_sim_mem cuda, cpu;
+    p.backend = PLAN_BACKEND_CPU;
+    CHECK_OK(plan_sim_memory(&p, 0, &cpu, err));
+    plan_options o = plan_options_of(&p);
+    plan_eval ev_cpu, ev_cuda;
+    CHECK_OK(plan_evaluate(&p, &o, &ev_cpu, err));
+    p.backend = PLAN_BACKEND_CUDA;
+    CHECK_OK(plan_sim_memory(&p, 0, &cuda, err));
+    o = plan_options_of(&p);
+    CHECK_OK(plan_evaluate(&p, &o, &ev_cuda, err));
+    CHECK_NEAR(cuda.workspace, ws, 1e-9);
+    CHECK_NEAR(cpu.workspace, 0, 1e-9);
+    CHECK_NEAR(cuda.total - cpu.total, ws, 1e-3);
+    CHECK_NEAR(ev_cuda.peak_mem - ev_cpu.peak_mem, ws, 1e-3);   /* two modules, counted once */
+    CHECK_NEAR(cuda.total, ev_cuda.peak_mem, 1e-3);
+    /* reserved: the GPU file's estimate holds a framework's cuBLAS workspace
+     * (PyTorch's 32 MiB on the H100), which the Megatron target keeps and the
+     * dhp target, counting its own above, leaves out: one workspace each */
+    const cost_gpu *g = &p.cluster.pool[0].gpu;
+    CHECK_NEAR(g->reserved_workspace_bytes, 32 << 20, 0);
+    CHECK_NEAR(ev_cuda.mem[0].reserved, g->reserved_bytes - g->reserved_workspace_bytes, 0);
+    CHECK_NEAR(ev_cpu.mem[0].reserved, g->reserved_bytes - g->reserved_workspace_bytes, 0);
+    p.target = PLAN_TARGET_MEGATRON;
+    CHECK_OK(plan_sim_memory(&p, 0, &cuda, err));
+    CHECK_NEAR(cuda.workspace, 0, 1e-9);
+    o = plan_options_of(&p);
+    CHECK_OK(plan_evaluate(&p, &o, &ev_cuda, err));
+    CHECK_NEAR(ev_cuda.mem[0].reserved, g->reserved_bytes, 0);
+}
+
+/* Without --backend the prediction is for the backend the pool's device
+ * runs: a CPU described by dhp profile (COST_CPU_DEVICE_PREFIX) the CPU
+ * backend's, a GPU the CUDA backend's. */
+TEST(simulate_default_backend_follows_the_device)
+{
+    cost_gpu cpu = { 0 }, gpu = { 0 };
+    snprintf(cpu.name, sizeof cpu.name, "%svm", COST_CPU_DEVICE_PREFIX);
+    snprintf(gpu.name, sizeof gpu.name, "H100-SXM-80GB");
+    CHECK(plan_backend_on(PLAN_BACKEND_DEVICE, &cpu) == PLAN_BACKEND_CPU);
+    CHECK(plan_backend_on(PLAN_BACKEND_DEVICE, &gpu) == PLAN_BACKEND_CUDA);
+    CHECK(plan_backend_on(PLAN_BACKEND_CUDA, &cpu) == PLAN_BACKEND_CUDA);   /* --backend cuda: dhp-emu's runs */
+    plan_options o;
+    plan_options_default(&o);
+    o.target = PLAN_TARGET_DHP;
+    CHECK_NEAR(plan_backend_workspace_bytes(&o, &cpu), 0, 0);
+    CHECK_NEAR(plan_backend_workspace_bytes(&o, &gpu), (double)PLAN_CUDA_WORKSPACE_BYTES, 0);
+}
+
+TEST(simulate_refuses_what_the_schedule_does_not_run)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(test_sim_plan("vision:sp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 4, &p));
+    p.mod[1].pp = 2;
+    p.mod[1].stage_layers[0] = p.model.mod[1].layers;   /* a pipeline stage without a block */
+    plan_sim_result r;
+    CHECK(plan_sim_run(&p, NULL, &r, err) == UTIL_EINVAL && strstr(err, "holds no block"));
+    CHECK(r.rank == NULL && r.path == NULL);
+    plan_sim_free(&r);
+}
+
+/* The trace is a JSON array with one complete event per op and names for
+ * every process and lane. */
+TEST(simulate_trace_is_chrome_json_with_one_event_per_op)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(test_sim_plan("vision:gpus=1;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 3, 2, 4, &p));
+    plan_sim_result r;
+    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+    char path[] = "/tmp/dhp-trace-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_OK(plan_sim_write_trace(path, &p, &r, err));
+    char *text;
+    size_t len;
+    CHECK_OK(util_read_file(path, &text, &len, err));
+    unlink(path);
+    cJSON *doc;
+    int rc = util_json_parse(text, "trace", &doc, err);
+    util_free(text);
+    CHECK_MSG(rc == UTIL_OK, "%s", err);
+    CHECK(cJSON_IsArray(doc));
+    int ops = 0, events = 0, procs = 0, lanes = 0;
+    for (int i = 0; i < r.world_size; i++) ops += r.rank[i].n_ops;
+    int per_rank[3] = { 0, 0, 0 };
+    const cJSON *e;
+    cJSON_ArrayForEach(e, doc) {
+        const char *ph = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "ph"));
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "name"));
+        const cJSON *pid = cJSON_GetObjectItemCaseSensitive(e, "pid");
+        if (!ph || !name || !cJSON_IsNumber(pid)) { CHECK_MSG(0, "event without ph/name/pid"); }
+        if (!strcmp(ph, "X")) {
+            events++;
+            const cJSON *ts = cJSON_GetObjectItemCaseSensitive(e, "ts"), *dur = cJSON_GetObjectItemCaseSensitive(e, "dur");
+            const cJSON *tid = cJSON_GetObjectItemCaseSensitive(e, "tid");
+            CHECK(cJSON_IsNumber(ts) && cJSON_IsNumber(dur) && dur->valuedouble >= 0 && cJSON_IsNumber(tid));
+            CHECK(ts->valuedouble + dur->valuedouble <= r.step_time_s * 1e6 * (1 + 1e-12));
+            CHECK(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(e, "args")));
+            CHECK(pid->valueint >= 0 && pid->valueint < 3);
+            per_rank[pid->valueint]++;
+        } else if (!strcmp(ph, "M")) {
+            if (!strcmp(name, "process_name")) procs++;
+            if (!strcmp(name, "thread_name")) lanes++;
+        }
+    }
+    cJSON_Delete(doc);
+    CHECK_EQ_INT(events, ops);
+    for (int i = 0; i < 3; i++) CHECK_EQ_INT(per_rank[i], r.rank[i].n_ops);
+    CHECK_EQ_INT(procs, 3);
+    CHECK_EQ_INT(lanes, 6);
+    plan_sim_free(&r);
+}
+
+TEST(trace_writer_refuses_bad_events_and_leaves_no_file)
+{
+    char err[UTIL_ERR_LEN];
+    char path[] = "/tmp/dhp-trace-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    unlink(path);
+    plan_trace_event ev[2] = {
+        { .rank = 0, .lane = PLAN_TRACE_COMPUTE, .name = "forward", .start_s = 0, .end_s = 1, .chunk = 0, .samples = 2, .bytes = -1 },
+        { .rank = 2, .lane = PLAN_TRACE_COMM, .name = "recv", .start_s = 1, .end_s = 2, .chunk = -1, .samples = -1, .bytes = 8 },
+    };
+    CHECK(plan_trace_write(path, ev, 2, 2, NULL, err) == UTIL_EINVAL && strstr(err, "rank 2"));
+    CHECK(access(path, F_OK) != 0);
+    ev[1].rank = 1;
+    ev[1].end_s = 0.5;
+    CHECK(plan_trace_write(path, ev, 2, 2, NULL, err) == UTIL_EINVAL && strstr(err, "ends before"));
+    ev[1].end_s = 2;
+    CHECK_OK(plan_trace_write(path, ev, 2, 2, NULL, err));
+    char *text;
+    size_t len;
+    CHECK_OK(util_read_file(path, &text, &len, err));
+    unlink(path);
+    CHECK(strstr(text, "\"ts\":1000000") && strstr(text, "\"dur\":1000000") && strstr(text, "\"bytes\":8"));
+    util_free(text);
+}
+
+/* plan_search re-ranks its plans by the simulated step and keeps the analytic step (plan_evaluate's) beside it. */
+TEST(search_ranks_schedulable_plans_by_the_simulated_step)
+{
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(model_load("tiny-vl", &m, err));
+    CHECK_OK(cost_cluster_load("8xh100", &c, err));
+    c.pool[0].gpus_per_node = 2;
+    plan_workload w = { .global_batch = 16, .images_per_sample = 1, .image_tokens = 4096, .text_tokens = 256 };
+    plan_search_options so;
+    plan_search_options_default(&so);
+    so.top_k = 15;
+    static plan_search_result r;
+    CHECK_OK(plan_search(&m, &c, &w, &so, &r, err));
+    CHECK(r.n_plans > 4);
+    int simulated = 0, analytic_only = 0;
+    for (int i = 0; i < r.n_plans; i++) {
+        static plan_t q;
+        q = r.plans[i];
+        plan_options o;
+        plan_options_default(&o);
+        o.precision = q.precision;
+        plan_eval ev;
+        CHECK_OK(plan_evaluate(&q, &o, &ev, err));
+        const plan_prediction *pr = &r.plans[i].pred;
+        CHECK_NEAR(pr->analytic_step_time_s, q.pred.step_time_s, 1e-12);
+        if (i) CHECK(pr->step_time_s >= r.plans[i - 1].pred.step_time_s);
+        if (plan_schedule_check(&r.plans[i], err) == UTIL_OK) {
+            plan_sim_result s;
+            CHECK_OK(plan_sim_run(&r.plans[i], NULL, &s, err));
+            CHECK(pr->simulated && pr->step_time_s == s.step_time_s);
+            CHECK_NEAR(pr->samples_per_s * pr->step_time_s, w.global_batch, 1e-9);
+            plan_sim_free(&s);
+            simulated++;
+        } else {
+            CHECK(!pr->simulated && pr->step_time_s == pr->analytic_step_time_s);
+            analytic_only++;
+        }
+    }
+    /* every plan the search makes is one the schedule runs (pipelines included) */
+    CHECK(simulated == r.n_plans && analytic_only == 0);
+}
+
+/* The plan file keeps both predictions. */
+TEST(simulate_prediction_round_trips_through_the_plan_file)
+{
+    static plan_t p, back;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(test_sim_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
+    double analytic = p.pred.step_time_s;
+    CHECK(!p.pred.simulated && p.pred.analytic_step_time_s == analytic);
+    CHECK_OK(plan_sim_predict(&p, err));
+    CHECK(p.pred.simulated && p.pred.analytic_step_time_s == analytic && p.pred.step_time_s != analytic);
+    CHECK_NEAR(p.pred.samples_per_s * p.pred.step_time_s, 4, 1e-12);
+    char path[] = "/tmp/dhp-plan-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_OK(plan_write(path, &p, err));
+    int rc = plan_read(path, &back, err);
+    unlink(path);
+    CHECK_OK(rc);
+    CHECK(back.pred.simulated);
+    CHECK_NEAR(back.pred.step_time_s, p.pred.step_time_s, 1e-12);
+    CHECK_NEAR(back.pred.analytic_step_time_s, analytic, 1e-12);
+    /* a plan the schedule does not run keeps its analytic prediction */
+    back.mod[1].pp = 2;
+    back.mod[1].stage_layers[0] = back.model.mod[1].layers;   /* the second stage holds no block */
+    back.pred = p.pred;
+    back.pred.step_time_s = back.pred.analytic_step_time_s = 1.5;
+    back.pred.simulated = false;
+    CHECK(plan_sim_predict(&back, err) != UTIL_OK);
+    CHECK(back.pred.step_time_s == 1.5 && !back.pred.simulated);
+}
