@@ -313,6 +313,9 @@ def interpret(r, idx):
             raise Skip("unexpressible", "eager PyTorch: unfused element-wise ops (dhp prices fused kernels, as torch.compile)")
         c["model"] = llama_model(L, h, heads, kv, ffn, V)
         c["precision"] = "bf16-autocast"   # FSDP2 mixed precision: fp32 sharded weights, bf16 compute
+        c["zero3"] = "fsdp2"
+        inferred.append("FSDP2 (torchtitan's fully_shard, per-parameter sharding): --zero3 fsdp2, each gathered "
+                        "block copied out of its all-gather buffer")
         if fam != "torchtitan-asynctp":
             # torchtitan/optimizer.py build_optimizers of 2024 (3faaa1a0d, 9dec370): fused =
             # optimizer.fused (a store_true flag, unset in the train_configs), foreach = not fused;
@@ -355,7 +358,7 @@ def interpret(r, idx):
         inferred.append("mixed_precision DEFAULT (Composer 0.16.3 get_mixed_precision: param and buffer dtype bf16, "
                         "no reduce_dtype, which torch 2.1 FSDP then takes from param_dtype: bf16 reduce-scatters) "
                         "priced as bf16-autocast (fp32 gradient reduction: over-priced; hidden, it still pays the overlap "
-                        "contention, cost_dp.c: row 76 0.702 s, 0.665 s with bf16 reductions); PURE (row 79) "
+                        "contention, cost_dp.c: row 76 0.739 s, 0.693 s with bf16 reductions); PURE (row 79) "
                         "as bf16-pure, whose bf16 master weights FSDP does not keep (its shards stay fp32)")
         inferred.append("H100 cluster links as the 2x8xh100 preset" if c["gpu"] == "h100" else
                         "A100 links: 1600 Gb/s RoCE per node = 8 x 200G, as the 16x8xa100 preset")

@@ -22,9 +22,10 @@ static const char *profile_help =
     "under mpirun - all-reduce, all-gather, reduce-scatter, all-to-all and send/recv between the ranks\n"
     "(without mpirun: a memcpy stands in for a send to oneself).\n"
     "With --backend cuda it measures this host's GPUs instead, one rank per GPU (the rank on its node):\n"
-    "the CUDA backend's own GEMMs (fp32 linear_forward, what dhp run executes), attention and element-wise\n"
-    "kernels, device-to-device copies, the launch cost, device memory and - under mpirun - the\n"
-    "communicator's NCCL collectives between the GPUs: the interfaces dhp run uses.\n"
+    "the CUDA backend's own GEMMs (fp32 linear_forward and bf16-mixed's linear_forward_bf16, what dhp run\n"
+    "executes), attention (fp32 and bf16) and element-wise kernels, device-to-device copies, the launch\n"
+    "cost, device memory and - under mpirun - the communicator's NCCL collectives between the GPUs:\n"
+    "the interfaces dhp run uses.\n"
     "Every field's source says how it was measured (costdb/SCHEMA.md, \"Measured files\").\n"
     "\n"
     "  --backend B         cpu (default), cuda, or auto (cuda where a device is usable, as dhp run)\n"
@@ -106,6 +107,9 @@ static void print_summary_cuda(const cost_profile *p, const char *gpu_path, cons
     if (p->tf32)
         printf("  %-15s peak_flops_tf32 %.3g TFLOP/s (fit to the same shapes on TF32 tensor cores, rms %.0f%%)\n",
                "gemm tf32", g->peak_flops_tf32 / 1e12, 100 * p->tf32_fit_rms);
+    if (g->gemm_bf16.measured)
+        printf("  %-15s best %.3g TFLOP/s, the same %d shapes through linear_forward_bf16 (gemm_bf16)\n", "gemm bf16",
+               g->gemm_bf16.peak_flops / 1e12, p->n_gemm);
     if (p->flops_per_cycle > 0)
         printf("  %-15s %.1f TFLOP/s (%g FLOP/cycle/SM), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e12,
                p->flops_per_cycle, g->gemm_eff_max);

@@ -23,8 +23,9 @@ const char *cli_setup_help =
     "                        the default) or megatron (Megatron-LM / DeepSpeed's published formulas, for\n"
     "                        a plan exported to them; the default for bf16-pure)\n"
     "  --zero3 Z             the megatron target's ZeRO-3: units (one gather per layer, hidden behind the\n"
-    "                        compute: FSDP; default) or deepspeed-2021 (DeepSpeed v0.3-0.4: one per weight\n"
-    "                        tensor, the GPU drained before each)\n"
+    "                        compute: FSDP; default), fsdp2 (the same, each gathered layer copied out of\n"
+    "                        its all-gather buffer: PyTorch's fully_shard, torchtitan) or deepspeed-2021\n"
+    "                        (DeepSpeed v0.3-0.4: one per weight tensor, the GPU drained before each)\n"
     "  --adamw A             the megatron target's AdamW step: fused (one pass over the states: apex,\n"
     "                        DeepSpeed, torch fused=True; default) or foreach (one pass per op: torch's\n"
     "                        default AdamW, per-parameter loops)\n"
@@ -100,7 +101,7 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
     if (!strcmp(a, "--zero3")) {
         if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
         if (plan_zero3_parse(val, &s->zero3)) {
-            cli_usage_error(cmd, "--zero3: '%s' is not units or deepspeed-2021", val);
+            cli_usage_error(cmd, "--zero3: '%s' is not units, fsdp2 or deepspeed-2021", val);
             return 2;
         }
         (*i)++;

@@ -74,6 +74,17 @@ typedef struct {
     double flop_s, score_s, bwd_score_s, row_s, bwd_row_s;
 } cost_attn_terms;
 
+/* A measured GEMM kernel's price: 2mnk / (peak_flops x eff(m,n,k)) +
+ * kernel_launch_s, eff interpolated on its own measured grid as
+ * cost_gemm_efficiency does on cost_gpu.grid (outside it, the edge value x
+ * the fitted s(m) s(n) s(k) ratio). peak_flops: its best measured rate, so
+ * eff is each shape's rate / that. measured false: the file has none. */
+typedef struct {
+    bool measured;
+    double peak_flops;
+    cost_gemm_grid grid;
+} cost_gemm_terms;
+
 typedef struct {
     char name[COST_NAME_LEN];     /* "H100-SXM-80GB" */
     double peak_flops;            /* dense BF16 tensor-core peak, FLOP/s */
@@ -111,11 +122,22 @@ typedef struct {
      * store), so a row seeing s keys runs at s / (s + attn_row_scores) of
      * the long-sequence rate; 0 = no sequence-length curve. */
     double attn_row_scores;
+    /* The backward's own shape, where the GPU's file gives it (0: the
+     * forward's): its matmul efficiency as a fraction of the forward's
+     * (attn_eff x attn_bwd_eff) and its per-row work as a number of its
+     * scores (attn_bwd_row_scores). FlashAttention-2's backward keeps less
+     * of the peak than its forward, and loses more on short rows. */
+    double attn_bwd_eff;
+    double attn_bwd_row_scores;
     /* Optional: dhp's bf16 attention kernel (executor/cuda_attention16.cuh)
      * as measured by dhp profile on a backend that has it: seconds per FLOP
      * of its products, per score (forward, backward) and per row (forward,
      * backward), the attn_* fit's terms without a peak (cost_attn_terms). */
     cost_attn_terms attn_bf16;
+    /* Optional: dhp's bf16 linear's GEMMs (linear_forward_bf16: cuBLASLt on
+     * CUDA_R_16BF operands, fp32 accumulation, executor/cuda_gemm.cuh) as
+     * dhp profile timed them on a device backend (cost_gemm_terms). */
+    cost_gemm_terms gemm_bf16;
     double hbm_bytes;             /* device memory */
     double hbm_bw;                /* peak HBM bandwidth, B/s */
     double mem_eff;               /* achieved/peak bandwidth for element-wise kernels */
@@ -239,6 +261,9 @@ bool cost_gemm_grid_add(cJSON *o, const cost_gemm_grid *G, const char *source);
 /* Adds t as "attn_bf16" ({"flop_s", "score_s", "bwd_score_s", "row_s",
  * "bwd_row_s"}, with "source" unless NULL) to o; false when out of memory. */
 bool cost_attn_bf16_add(cJSON *o, const cost_attn_terms *t, const char *source);
+/* Adds t as "gemm_bf16" ({"peak_flops", "m", "n", "k", "eff"}, with "source"
+ * unless NULL) to o; false when out of memory. */
+bool cost_gemm_bf16_add(cJSON *o, const cost_gemm_terms *t, const char *source);
 
 /* FlashAttention-2 backward runs 5 matmuls per tile against 2 forward
  * (Dao, arXiv 2307.08691, sec. 3.1): 2.5x the forward FLOPs. */
@@ -263,14 +288,19 @@ double cost_gemm_efficiency(const cost_gpu *g, double m, double n, double k);
 double cost_gemm_wave_efficiency(const cost_gpu *g, double m, double n, double k);
 double cost_gemm_time(const cost_gpu *g, double m, double n, double k); /* 2mnk FLOPs */
 /* The math a GEMM runs in: bf16 operands on tensor cores, fp32 on the CUDA
- * cores, or fp32 operands read as TF32 by the tensor cores. */
-typedef enum { COST_MATH_BF16 = 0, COST_MATH_FP32, COST_MATH_TF32 } cost_gemm_math;
+ * cores, or fp32 operands read as TF32 by the tensor cores; BF16_DHP is
+ * dhp's own bf16 linear (linear_forward_bf16, what dhp run's bf16-mixed and
+ * -autocast run), priced from the GPU file's gemm_bf16 where it has one
+ * (dhp profile timed that kernel), else as BF16 (costdb/model.c
+ * measured_terms, the one owner of that choice). */
+typedef enum { COST_MATH_BF16 = 0, COST_MATH_FP32, COST_MATH_TF32, COST_MATH_BF16_DHP } cost_gemm_math;
 /* The peak a GEMM in that math is priced at: peak_flops for bf16, and for
  * fp32 / TF32 the file's peak_flops_fp32 / _tf32, or peak_flops where the
  * file has none (a measured profile: its rate is the fp32 GEMM's). */
 double cost_gemm_peak(const cost_gpu *g, cost_gemm_math math);
 /* cost_gemm_time at that peak (the same efficiency curve, measured for bf16:
- * assumed for the other maths, as no fp32 / TF32 curve is published). */
+ * assumed for the other maths, as no fp32 / TF32 curve is published);
+ * BF16_DHP from gemm_bf16's own peak and grid where the file has it. */
 double cost_gemm_time_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k);
 /* Attention of `rows` query rows x heads over `scores` query-key pairs of
  * head_dim d: the forward runs 4 d FLOPs per score, the backward
@@ -425,6 +455,10 @@ typedef struct {
     bool tf32;
     double gemm_tf32_s[COST_PROFILE_MAX_GEMM];
     double tf32_fit_rms;
+    /* on a device backend: the same grid's best times through the backend's
+     * linear_forward_bf16 (bf16-mixed's linears), gpu.gemm_bf16's grid */
+    bool gemm_bf16;
+    double gemm_bf16_s[COST_PROFILE_MAX_GEMM];
     double flops_per_cycle;       /* per core, rounded up to a power of two (0 if no clock) */
     double core_share;            /* cores the measuring rank uses: min(blas_threads, cpus) */
     /* attention, memory, element-wise, launch */

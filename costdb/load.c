@@ -242,7 +242,14 @@ int cost_validate_gpu(const cost_gpu *g, const char *what, const char *path, cha
     if ((rc = cost_check_range(what, path, "sm_count", g->sm_count, 0, false, 1e6, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_hd_half", g->attn_hd_half, 0, false, 1e6, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_row_scores", g->attn_row_scores, 0, false, 1e6, err))) return rc;
+    if ((rc = cost_check_range(what, path, "attn_bwd_eff", g->attn_bwd_eff, 0, false, 1, err))) return rc;
+    if ((rc = cost_check_range(what, path, "attn_bwd_row_scores", g->attn_bwd_row_scores, 0, false, 1e6, err))) return rc;
     if ((rc = validate_attn_terms(&g->attn_bf16, what, path, "attn_bf16", err))) return rc;
+    if (g->gemm_bf16.measured) {
+        char sub[UTIL_ERR_LEN / 2];
+        cost_field_path(sub, sizeof sub, path, "gemm_bf16");
+        if ((rc = cost_check_range(what, sub, "peak_flops", g->gemm_bf16.peak_flops, 0, true, HUGE_VAL, err))) return rc;
+    }
     return cost_check_range(what, path, "kernel_launch_s", g->kernel_launch_s, 0, false, 1, err);
 }
 
@@ -283,14 +290,11 @@ static int optional_table(const cJSON *obj, const char *what, const char *path, 
     return UTIL_OK;
 }
 
-/* Optional "gemm_grid": {"m": [...], "n": [...], "k": [...], "eff": [n_m x n_n x n_k,
- * k fastest], "source": "..."} (cost_gemm_grid). */
-static int parse_gemm_grid(const cJSON *obj, const char *what, const char *path, cost_gemm_grid *G, char *err)
+/* A grid's {"m": [...], "n": [...], "k": [...], "eff": [n_m x n_n x n_k, k
+ * fastest]} in v, at sub (cost_gemm_grid). */
+static int parse_grid_fields(const cJSON *v, const char *what, const char *sub, cost_gemm_grid *G, char *err)
 {
-    const cJSON *v;
-    char sub[UTIL_ERR_LEN / 2];
-    int rc = optional_table(obj, what, path, "gemm_grid", &v, sub, sizeof sub, err);
-    if (rc || !v) return rc;
+    int rc;
     if ((rc = size_axis(v, what, sub, "m", 2, COST_GEMM_GRID, G->m, &G->n_m, err))
         || (rc = size_axis(v, what, sub, "n", 2, COST_GEMM_GRID, G->n, &G->n_n, err))
         || (rc = size_axis(v, what, sub, "k", 2, COST_GEMM_GRID, G->k, &G->n_k, err))) {
@@ -313,6 +317,29 @@ static int parse_gemm_grid(const cJSON *obj, const char *what, const char *path,
         }
         G->eff[i] = x->valuedouble;
     }
+    return UTIL_OK;
+}
+
+/* Optional "gemm_grid": the grid's fields and "source" (cost_gemm_grid). */
+static int parse_gemm_grid(const cJSON *obj, const char *what, const char *path, cost_gemm_grid *G, char *err)
+{
+    const cJSON *v;
+    char sub[UTIL_ERR_LEN / 2];
+    int rc = optional_table(obj, what, path, "gemm_grid", &v, sub, sizeof sub, err);
+    if (rc || !v) return rc;
+    return parse_grid_fields(v, what, sub, G, err);
+}
+
+/* Optional "gemm_bf16": {"peak_flops", the grid's fields, "source"} (cost_gemm_terms), all or none. */
+static int parse_gemm_bf16(const cJSON *obj, const char *what, const char *path, cost_gemm_terms *t, char *err)
+{
+    const cJSON *v;
+    char sub[UTIL_ERR_LEN / 2];
+    int rc = optional_table(obj, what, path, "gemm_bf16", &v, sub, sizeof sub, err);
+    if (rc || !v) return rc;
+    if ((rc = cost_get_num(v, what, sub, "peak_flops", &t->peak_flops, err))
+        || (rc = parse_grid_fields(v, what, sub, &t->grid, err))) return rc;
+    t->measured = true;
     return UTIL_OK;
 }
 
@@ -381,7 +408,8 @@ int cost_parse_gpu_obj(const cJSON *obj, const char *what, const char *path, boo
         {"attn_score_s", &g->attn_score_s}, {"attn_bwd_score_s", &g->attn_bwd_score_s},
         {"attn_row_s", &g->attn_row_s}, {"attn_bwd_row_s", &g->attn_bwd_row_s},
         {"sm_count", &g->sm_count}, {"attn_hd_half", &g->attn_hd_half},
-        {"attn_row_scores", &g->attn_row_scores},
+        {"attn_row_scores", &g->attn_row_scores}, {"attn_bwd_eff", &g->attn_bwd_eff},
+        {"attn_bwd_row_scores", &g->attn_bwd_row_scores},
         {"peak_flops_fp32", &g->peak_flops_fp32}, {"peak_flops_tf32", &g->peak_flops_tf32},
         {"reserved_workspace_bytes", &g->reserved_workspace_bytes},
     };
@@ -391,6 +419,7 @@ int cost_parse_gpu_obj(const cJSON *obj, const char *what, const char *path, boo
     if ((rc = parse_gemm_grid(obj, what, path, &g->grid, err))) return rc;
     if ((rc = parse_ew_table(obj, what, path, &g->ew, err))) return rc;
     if ((rc = parse_attn_bf16(obj, what, path, &g->attn_bf16, err))) return rc;
+    if ((rc = parse_gemm_bf16(obj, what, path, &g->gemm_bf16, err))) return rc;
     return cost_validate_gpu(g, what, path, err);
 }
 
@@ -430,15 +459,29 @@ int cost_gpu_load(const char *name, cost_gpu *g, char *err)
     return rc;
 }
 
-bool cost_gemm_grid_add(cJSON *o, const cost_gemm_grid *G, const char *source)
+/* G's axes and efficiencies, and source unless NULL, added to v (NULL: out of memory). */
+static bool add_grid_fields(cJSON *v, const cost_gemm_grid *G, const char *source)
 {
-    cJSON *v = cJSON_CreateObject();
-    bool ok = v && cJSON_AddItemToObject(v, "m", cJSON_CreateDoubleArray(G->m, G->n_m))
+    return v && cJSON_AddItemToObject(v, "m", cJSON_CreateDoubleArray(G->m, G->n_m))
         && cJSON_AddItemToObject(v, "n", cJSON_CreateDoubleArray(G->n, G->n_n))
         && cJSON_AddItemToObject(v, "k", cJSON_CreateDoubleArray(G->k, G->n_k))
         && cJSON_AddItemToObject(v, "eff", cJSON_CreateDoubleArray(G->eff, G->n_m * G->n_n * G->n_k))
         && (!source || cJSON_AddStringToObject(v, "source", source));
-    if (ok && cJSON_AddItemToObject(o, "gemm_grid", v)) return true;
+}
+
+bool cost_gemm_grid_add(cJSON *o, const cost_gemm_grid *G, const char *source)
+{
+    cJSON *v = cJSON_CreateObject();
+    if (add_grid_fields(v, G, source) && cJSON_AddItemToObject(o, "gemm_grid", v)) return true;
+    cJSON_Delete(v);
+    return false;
+}
+
+bool cost_gemm_bf16_add(cJSON *o, const cost_gemm_terms *t, const char *source)
+{
+    cJSON *v = cJSON_CreateObject();
+    if (v && cJSON_AddNumberToObject(v, "peak_flops", t->peak_flops) && add_grid_fields(v, &t->grid, source)
+        && cJSON_AddItemToObject(o, "gemm_bf16", v)) return true;
     cJSON_Delete(v);
     return false;
 }
@@ -492,9 +535,12 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && (g->sm_count <= 0 || cJSON_AddNumberToObject(o, "sm_count", g->sm_count))
         && (g->attn_hd_half <= 0 || cJSON_AddNumberToObject(o, "attn_hd_half", g->attn_hd_half))
         && (g->attn_row_scores <= 0 || cJSON_AddNumberToObject(o, "attn_row_scores", g->attn_row_scores))
+        && (g->attn_bwd_eff <= 0 || cJSON_AddNumberToObject(o, "attn_bwd_eff", g->attn_bwd_eff))
+        && (g->attn_bwd_row_scores <= 0 || cJSON_AddNumberToObject(o, "attn_bwd_row_scores", g->attn_bwd_row_scores))
         && (g->grid.n_m == 0 || cost_gemm_grid_add(o, &g->grid, NULL))
         && (g->ew.n == 0 || cost_ew_table_add(o, &g->ew, NULL))
-        && (!g->attn_bf16.measured || cost_attn_bf16_add(o, &g->attn_bf16, NULL));
+        && (!g->attn_bf16.measured || cost_attn_bf16_add(o, &g->attn_bf16, NULL))
+        && (!g->gemm_bf16.measured || cost_gemm_bf16_add(o, &g->gemm_bf16, NULL));
     if (!ok) { cJSON_Delete(o); return NULL; }
     return o;
 }

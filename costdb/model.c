@@ -49,12 +49,11 @@ static void axis_position(const double *a, int n, double x, int *i, double *w)
 
 static double clamp_to(const double *a, int n, double x) { return x < a[0] ? a[0] : x > a[n - 1] ? a[n - 1] : x; }
 
-/* Trilinear interpolation of the measured grid, outside it the edge value
+/* Trilinear interpolation of a measured grid G, outside it the edge value
  * scaled by the formula (so thinner or larger shapes than measured follow
  * the fitted shape factors). */
-static double grid_efficiency(const cost_gpu *g, double m, double n, double k)
+static double grid_efficiency(const cost_gpu *g, const cost_gemm_grid *G, double m, double n, double k)
 {
-    const cost_gemm_grid *G = &g->grid;
     int i, j, l;
     double wm, wn, wk, e = 0;
     axis_position(G->m, G->n_m, m, &i, &wm);
@@ -75,7 +74,7 @@ static double grid_efficiency(const cost_gpu *g, double m, double n, double k)
 double cost_gemm_efficiency(const cost_gpu *g, double m, double n, double k)
 {
     if (!(m > 0 && n > 0 && k > 0)) return 0;
-    if (g->grid.n_m > 0) return grid_efficiency(g, m, n, k);
+    if (g->grid.n_m > 0) return grid_efficiency(g, &g->grid, m, n, k);
     return formula_efficiency(g, m, n, k);
 }
 
@@ -85,12 +84,30 @@ double cost_gemm_peak(const cost_gpu *g, cost_gemm_math math)
     return p > 0 ? p : g->peak_flops;
 }
 
-/* t = 2mnk / (peak * eff(m,n,k)) + kernel_launch_s, peak = cost_gemm_peak(g, math). */
+/* The measured figures that price dhp's own bf16 kernels on g (dhp_bf16:
+ * the kernel priced is one, COST_ATTN_BF16 or COST_MATH_BF16_DHP), the one
+ * owner of which measured term prices what: the bf16 attention from
+ * attn_bf16, the bf16 linear's GEMMs from gemm_bf16, each where the file has
+ * it (dhp profile timed that kernel). NULL: none, or another kernel; the
+ * caller then prices it by a peak rule (attention_time, cost_gemm_time_in). */
+typedef struct { const cost_attn_terms *attn; const cost_gemm_terms *gemm; } measured;
+static measured measured_terms(const cost_gpu *g, bool dhp_bf16)
+{
+    measured m = {NULL, NULL};
+    if (dhp_bf16 && g->attn_bf16.measured) m.attn = &g->attn_bf16;
+    if (dhp_bf16 && g->gemm_bf16.measured) m.gemm = &g->gemm_bf16;
+    return m;
+}
+
+/* t = 2mnk / (peak * eff(m,n,k)) + kernel_launch_s, peak = cost_gemm_peak(g, math),
+ * eff cost_gemm_efficiency; measured: peak and eff those of its own grid. */
 double cost_gemm_time_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k)
 {
-    double eff = cost_gemm_efficiency(g, m, n, k);
+    const cost_gemm_terms *t = measured_terms(g, math == COST_MATH_BF16_DHP).gemm;
+    if (t && !(m > 0 && n > 0 && k > 0)) return 0;
+    double eff = t ? grid_efficiency(g, &t->grid, m, n, k) : cost_gemm_efficiency(g, m, n, k);
     if (eff <= 0) return 0;
-    return 2.0 * m * n * k / (cost_gemm_peak(g, math) * eff) + g->kernel_launch_s;
+    return 2.0 * m * n * k / ((t ? t->peak_flops : cost_gemm_peak(g, math)) * eff) + g->kernel_launch_s;
 }
 
 double cost_gemm_time(const cost_gpu *g, double m, double n, double k)
@@ -105,33 +122,30 @@ double cost_attention_efficiency(const cost_gpu *g, double head_dim)
     return g->attn_eff * (head_dim / (head_dim + hh)) / (128.0 / (128.0 + hh));
 }
 
-/* The figures that price kernel k on g, the one owner of that choice:
- * dhp's bf16 kernel by its measured terms where the file has them (NULL:
- * none, or another kernel); otherwise attention_time prices the products at
- * a peak (FlashAttention's and an unmeasured bf16 kernel's the bf16 one,
- * dhp's fp32 kernel the fp32 one) x cost_attention_efficiency. */
-static const cost_attn_terms *measured_terms(const cost_gpu *g, cost_attn_kernel k)
-{
-    return k == COST_ATTN_BF16 && g->attn_bf16.measured ? &g->attn_bf16 : NULL;
-}
-
-/* Measured: t = scores * (score_s + F flop_s) + rows * row_s + kernel_launch_s.
+/* Measured (measured_terms): t = scores * (score_s + F flop_s) + rows * row_s + kernel_launch_s.
  * Otherwise t = scores * (score_s + c) + rows * (row_s + attn_row_scores * c)
  * + kernel_launch_s, c = F / (peak * eff(d)), the matmul price of one score.
- * F = flops per score, 4 d (backward COST_ATTN_BWD_FLOPS times that). */
+ * F = flops per score, 4 d (backward COST_ATTN_BWD_FLOPS times that); the
+ * backward's c at attn_bwd_eff of eff(d) and its rows at attn_bwd_row_scores
+ * where the file gives them (0: the forward's). */
 static double attention_time(const cost_gpu *g, cost_attn_kernel k, bool bwd, double rows, double scores,
                              double head_dim)
 {
     double flops_per_score = (bwd ? COST_ATTN_BWD_FLOPS : 1.0) * 4.0 * head_dim;
     if (!(scores > 0) || !(flops_per_score > 0)) return 0;
-    const cost_attn_terms *m = measured_terms(g, k);
+    /* otherwise the products at a peak (FlashAttention's and an unmeasured
+     * bf16 kernel's the bf16 one, dhp's fp32 kernel the fp32 one) x cost_attention_efficiency */
+    const cost_attn_terms *m = measured_terms(g, k == COST_ATTN_BF16).attn;
     if (m)
         return scores * ((bwd ? m->bwd_score_s : m->score_s) + flops_per_score * m->flop_s)
              + fmax(rows, 0) * (bwd ? m->bwd_row_s : m->row_s) + g->kernel_launch_s;
     double peak = cost_gemm_peak(g, k == COST_ATTN_FP32 ? COST_MATH_FP32 : COST_MATH_BF16);
-    double c = flops_per_score / (peak * cost_attention_efficiency(g, head_dim));
+    double eff = cost_attention_efficiency(g, head_dim), row_scores = g->attn_row_scores;
+    if (bwd && g->attn_bwd_eff > 0) eff *= g->attn_bwd_eff;
+    if (bwd && g->attn_bwd_row_scores > 0) row_scores = g->attn_bwd_row_scores;
+    double c = flops_per_score / (peak * eff);
     return scores * ((bwd ? g->attn_bwd_score_s : g->attn_score_s) + c)
-         + fmax(rows, 0) * ((bwd ? g->attn_bwd_row_s : g->attn_row_s) + g->attn_row_scores * c) + g->kernel_launch_s;
+         + fmax(rows, 0) * ((bwd ? g->attn_bwd_row_s : g->attn_row_s) + row_scores * c) + g->kernel_launch_s;
 }
 
 double cost_attention_forward_time_in(const cost_gpu *g, cost_attn_kernel k, double rows, double scores,

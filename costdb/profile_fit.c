@@ -288,7 +288,7 @@ static int axis_index(double *a, int *n, double v)
 /* The measured GEMM grid: rate[i] (launch cost removed, as the fit saw it) /
  * peak at each measured shape; none unless the shapes form a full grid with
  * ascending axes (how measure_gemm runs them). */
-static void measured_grid(const cost_profile *p, const double *rate, cost_gemm_grid *G)
+static void measured_grid(const cost_profile *p, const double *rate, double peak, cost_gemm_grid *G)
 {
     memset(G, 0, sizeof *G);
     int nm = 0, nn = 0, nk = 0;
@@ -304,7 +304,7 @@ static void measured_grid(const cost_profile *p, const double *rate, cost_gemm_g
     for (int i = 0; i < p->n_gemm; i++) {
         const cost_profile_gemm *g = &p->gemm[i];
         int a = axis_index(G->m, &nm, g->m), b = axis_index(G->n, &nn, g->n), c = axis_index(G->k, &nk, g->k);
-        G->eff[(a * G->n_n + b) * G->n_k + c] = fmin(1.0, rate[i] / p->gpu.peak_flops);
+        G->eff[(a * G->n_n + b) * G->n_k + c] = fmin(1.0, rate[i] / peak);
     }
 }
 
@@ -360,6 +360,27 @@ static int fit_tf32_peak(cost_profile *p, char *err)
         sq += r * r;
     }
     p->tf32_fit_rms = sqrt(sq / p->n_gemm);
+    return UTIL_OK;
+}
+
+/* gpu.gemm_bf16 from the grid's times through linear_forward_bf16 (bf16-mixed
+ * and -autocast's linears): peak_flops the best of their rates, each shape's
+ * efficiency its rate / that, on the grid's axes; the planner prices the dhp
+ * target's bf16 GEMMs from them (costdb/model.c). No fit: the grid gives each
+ * measured shape's time back. Not a full grid: no gemm_bf16 (as no gemm_grid). */
+static int fit_gemm_bf16(cost_profile *p, char *err)
+{
+    double y[COST_PROFILE_MAX_GEMM], best = 0;
+    for (int i = 0; i < p->n_gemm; i++) {
+        if (!(p->gemm_bf16_s[i] > 0)) return util_fail(err, UTIL_EINVAL, "profile: no bf16 GEMM time for shape %d", i);
+        const cost_profile_gemm *g = &p->gemm[i];
+        y[i] = 2.0 * g->m * g->n * g->k / less_launch(p->gemm_bf16_s[i], p->launch_s);
+        best = fmax(best, y[i]);
+    }
+    cost_gemm_terms *t = &p->gpu.gemm_bf16;
+    measured_grid(p, y, best, &t->grid);
+    t->peak_flops = best;
+    t->measured = t->grid.n_m > 0 && best > 0;
     return UTIL_OK;
 }
 
@@ -447,9 +468,10 @@ int cost_prof_derive(cost_profile *p, char *err)
     }
     gpu->mem_eff = fmin(1.0, p->ew_bw / gpu->hbm_bw);
     gpu->kernel_launch_s = p->launch_s;
-    measured_grid(p, y, &gpu->grid);
+    measured_grid(p, y, gpu->peak_flops, &gpu->grid);
     gpu->ew = p->ew;
     if (p->tf32 && (rc = fit_tf32_peak(p, err))) return rc;
+    if (p->gemm_bf16 && (rc = fit_gemm_bf16(p, err))) return rc;
     return cost_gpu_validate(gpu, "profile", err);
 }
 

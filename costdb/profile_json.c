@@ -236,9 +236,27 @@ static bool add_attn_bf16(cJSON *o, const cost_profile *p)
     return cost_attn_bf16_add(o, t, src);
 }
 
+/* "gemm_bf16": the bf16 linear's grid, where the profile timed it (a device backend). */
+static bool add_gemm_bf16(cJSON *o, const cost_profile *p)
+{
+    const cost_gemm_terms *t = &p->gpu.gemm_bf16;
+    if (!t->measured) return true;
+    char shapes[256], src[1200];
+    shape_list(p, shapes, sizeof shapes);
+    snprintf(src, sizeof src, "measured by dhp profile on %s %s, the %s backend's linear_forward_bf16 (what dhp run's "
+             "bf16-mixed and bf16-autocast linears call: row-major A[m,k] B[n,k]^T on bf16 operands, fp32 accumulation "
+             "and output; cublasLtMatmul CUDA_R_16BF, CUBLAS_COMPUTE_32F on CUDA, executor/cuda_gemm.cuh) at gemm_grid's "
+             "shapes (%s), timed as them: peak_flops the best shape's rate (time less kernel_launch_s), eff each shape's "
+             "rate / peak_flops, k fastest; dhp plan prices the dhp target's bf16 GEMMs as 2mnk / (peak_flops x eff) + "
+             "kernel_launch_s, eff interpolated as gemm_grid's (linear in log m, log n, log k; outside the grid the edge "
+             "value x the fitted s(m) s(n) s(k))", p->host, p->date, p->dev.backend, shapes);
+    return cost_gemm_bf16_add(o, t, src);
+}
+
 static bool add_gpu_fields(cJSON *o, const cost_profile *p)
 {
-    if (!(p->cuda ? add_gpu_fields_cuda(o, p) : add_gpu_fields_cpu(o, p)) || !add_attn_bf16(o, p)) return false;
+    if (!(p->cuda ? add_gpu_fields_cuda(o, p) : add_gpu_fields_cpu(o, p)) || !add_attn_bf16(o, p)
+        || !add_gemm_bf16(o, p)) return false;
     char src[600];
     if (p->gpu.grid.n_m > 0) {
         snprintf(src, sizeof src, "measured by dhp profile on %s %s, the GEMM shapes of gemm_eff_max's fit: each shape's "
@@ -289,6 +307,9 @@ static cJSON *gemm_measurements(const cost_profile *p)
         if (ok && p->tf32)   /* --tf32: the same shape on TF32 tensor cores, and its price at peak_flops_tf32 */
             ok = add_num(r, "tf32_seconds", p->gemm_tf32_s[i])
                 && add_num(r, "tf32_model_seconds", cost_gemm_time_in(&p->gpu, COST_MATH_TF32, g->m, g->n, g->k));
+        if (ok && p->gpu.gemm_bf16.measured)   /* the same shape through linear_forward_bf16, and its price from gemm_bf16 */
+            ok = add_num(r, "bf16_seconds", p->gemm_bf16_s[i])
+                && add_num(r, "bf16_model_seconds", cost_gemm_time_in(&p->gpu, COST_MATH_BF16_DHP, g->m, g->n, g->k));
         if (!ok || !cJSON_AddItemToArray(rows, r)) { cJSON_Delete(r); ok = false; }
     }
     if (ok && add_obj(o, "shapes", rows)) return o;

@@ -292,6 +292,21 @@ static void price_llm_stem(pricer *p, const model_module *mm, const plan_module 
     if (p->need_weight_grad) ew_calls(p, true, COST_EW_ADD, runs, text * h);   /* embedding gradient rows */
 }
 
+/* The loss (COST_EW_CE, its gradient included). The Megatron target's on fp32 logits whatever the
+ * compute dtype, as Megatron-Core (tensor_parallel/cross_entropy.py, calculate_logits_max: .float())
+ * and torchtitan (F.cross_entropy(pred.flatten(0, 1).float(), ...)) take it: a cast in, its passes at
+ * 4 B, the logits' gradient cast back (COST_EW_COPY at the read's and write's mean width). */
+static void price_loss(pricer *p, double logits)
+{
+    pricer q = *p;
+    q.A = p->megatron ? fmax(p->A, 4) : p->A;
+    ew_fwd(&q, COST_EW_CE, logits);
+    q.A = (q.A + p->A) / 2;
+    if (q.A != p->A) { ew_fwd(&q, COST_EW_COPY, logits); ew_bwd(&q, COST_EW_COPY, logits); }
+    p->fwd = q.fwd;
+    p->bwd = q.bwd;
+}
+
 static void price_llm_head(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
 {
     double h = mm->hidden, shard = ceil((double)mm->vocab / s->tp);
@@ -299,7 +314,7 @@ static void price_llm_head(pricer *p, const model_module *mm, const plan_module 
     ew_fwd(p, COST_EW_COPY, rows * h);
     ew_fwd(p, COST_EW_RMSNORM, rows * h);
     price_linear(p, rows, shard, h);
-    ew_fwd(p, COST_EW_CE, rows * shard);
+    price_loss(p, rows * shard);
     ew_bwd(p, COST_EW_ZERO, t * h);
     ew_bwd(p, COST_EW_ZERO, rows * h);
     ew_bwd(p, COST_EW_ZERO, rows * h);
@@ -494,12 +509,12 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     bool backward = runs_backward(&p);
     if (samples <= 0) {   /* an empty micro-batch (planner/schedule.c, micro_ops): the strategy's collectives only */
         plan_comm dp = { 0 };
-        plan_price_dp_micro(mm, s, pool, o, backward, 0, 0, &dp, &out->bwd_s);
+        plan_price_dp_micro(mm, s, pool, o, backward, 0, 0, &dp, &out->fwd_s, &out->bwd_s);
         out->zero_comm_s = dp.fwd_s + dp.bwd_s;
         out->fwd_comm_s = dp.fwd_s;
         out->fwd_syncs = dp.fwd_syncs;
         out->bwd_syncs = dp.bwd_syncs;
-        out->micro_s = out->bwd_s + out->zero_comm_s;
+        out->micro_s = out->fwd_s + out->bwd_s + out->zero_comm_s;
         return;
     }
     double t = samples * q.tokens_per_sample / s->sp;
@@ -570,8 +585,10 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     }
     merge_fwd(&tp_fwd, &tp);
     merge_fwd(&sp_fwd, &sp);
-    double dp_busy;
-    plan_price_dp_micro(mm, s, pool, o, backward, out->fwd_s, out->bwd_s + out->recompute_s, &dp, &dp_busy);
+    double dp_fwd_busy, dp_busy;
+    plan_price_dp_micro(mm, s, pool, o, backward, out->fwd_s, out->bwd_s + out->recompute_s, &dp, &dp_fwd_busy,
+                        &dp_busy);
+    out->fwd_s += dp_fwd_busy;
     out->bwd_s += dp_busy;
     out->tp_comm_s = tp.fwd_s + tp.bwd_s;
     out->sp_comm_s = sp.fwd_s + sp.bwd_s;
@@ -721,85 +738,4 @@ double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_sampl
      * (pp - 1) / vp of them (Narayanan et al. SC'21, sec. 2.2.2: bubble
      * fraction (p - 1) / (v m)). */
     return (steps + (double)(s->pp - 1) / plan_vp(s)) * t->stage_max_s;
-}
-
-static bool divides(long a, long b) { return a > 0 && b % a == 0; }
-
-int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
-                        const cost_cluster *c, char *err)
-{
-    const model_module *mm = &m->mod[mi];
-    if (s->dp < 1 || s->tp < 1 || s->sp < 1 || s->pp < 1 || s->micro_batch < 1)
-        return util_fail(err, UTIL_EINVAL, "%s: degrees and micro_batch must be >= 1", mm->name);
-    if (s->zero < 0 || s->zero > 3)
-        return util_fail(err, UTIL_EINVAL, "%s: zero stage must be 0..3 (got %d)", mm->name, s->zero);
-    if (s->pool < 0 || s->pool >= c->n_pools)
-        return util_fail(err, UTIL_EINVAL, "%s: pool %d does not exist", mm->name, s->pool);
-    const cost_pool *pool = &c->pool[s->pool];
-    if (s->tp > pool->gpus_per_node)
-        return util_fail(err, UTIL_EINVAL, "%s: tp %d exceeds the %d GPUs of a node", mm->name, s->tp,
-                         pool->gpus_per_node);
-    /* the LLM's context parallelism falls back to ring attention (plan_cp_of) */
-    if (plan_cp_of(mm, s) != PLAN_CP_RING && (!divides(s->tp * s->sp, mm->heads) || !divides(s->tp * s->sp, mm->kv_heads)))
-        return util_fail(err, UTIL_EINVAL, "%s: tp*sp = %d must divide heads %d and kv_heads %d", mm->name,
-                         s->tp * s->sp, mm->heads, mm->kv_heads);
-    /* A vocab that tp does not divide is padded, as Megatron-LM's --make-vocab-size-divisible-by does. */
-    /* ffn need not divide by tp: uneven column shards (Qwen2.5-VL's ViT ffn 3420 under TP8). */
-    /* DeepSpeed refuses ZeRO-2/3 with pipeline parallelism (gradient and weight
-     * partitions conflict with per-micro-batch stage hand-offs); ZeRO-1 works. */
-    if (s->pp > 1 && s->zero >= 2)
-        return util_fail(err, UTIL_EINVAL, "%s: zero %d does not combine with pp %d (use zero <= 1)", mm->name,
-                         s->zero, s->pp);
-    if (s->pp > PLAN_MAX_PP || s->pp > mm->layers)
-        return util_fail(err, UTIL_EINVAL, "%s: pp %d: at most %d stages, and one block each (%d layers)", mm->name, s->pp,
-                         PLAN_MAX_PP, mm->layers);
-    int total = 0;
-    for (int i = 0; i < s->pp; i++) {
-        plan_stage st = plan_stage_of(mm, s, i);
-        if (st.count < 1)
-            return util_fail(err, UTIL_EINVAL, "%s: stage_layers: pipeline stage %d has no block", mm->name, i);
-        total += st.count;
-    }
-    if (total != mm->layers)
-        return util_fail(err, UTIL_EINVAL, "%s: stage_layers: the stages hold %d blocks, the module has %d", mm->name, total,
-                         mm->layers);
-    /* Interleaving splits every stage's blocks into vp equal chunks, as
-     * Megatron-LM asks (layers divisible by pp x vp). */
-    for (int i = 0; plan_vp(s) > 1 && i < s->pp; i++)
-        if (plan_stage_of(mm, s, i).count % plan_vp(s) != 0)
-            return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and every stage's blocks divisible by vp (stage %d)",
-                             mm->name, plan_vp(s), i);
-    if (plan_vp(s) > 1 && s->pp == 1)
-        return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and every stage's blocks divisible by vp", mm->name,
-                         plan_vp(s));
-    /* dhp's executor splits an encoder's rows evenly over its sp ranks and
-     * hands the LLM equal rows per rank: a class row per image breaks both */
-    if (plan_module_clip(mm) && s->sp > 1)
-        return util_fail(err, UTIL_EINVAL, "%s: sp %d: a tower with a class row per image runs without sequence "
-                         "parallelism (the class row is dropped before the projector, so ranks would hand on unequal rows)",
-                         mm->name, s->sp);
-    plan_seq q;
-    plan_module_seq(m, mi, w, &q);
-    if (s->sp > 1 && fmod(q.seq, s->sp) != 0)
-        return util_fail(err, UTIL_EINVAL, "%s: sequence %.0f is not divisible by sp %d", mm->name, q.seq, s->sp);
-    int rc = plan_cp_check(mm, s, q.seq, err);
-    if (rc) return rc;
-    if (mm->kind != MODEL_LLM && s->sp > 1 && mm->merge > 1 && fmod(q.seq / s->sp, mm->merge * mm->merge) != 0)
-        return util_fail(err, UTIL_EINVAL, "%s: sp %d splits merge groups", mm->name, s->sp);
-    /* The audio encoder pools each rank's rows on their own (executor/audio.c). */
-    if (mm->kind == MODEL_AUDIO && mm->pool > 1 && fmod(q.seq / s->sp, mm->pool) != 0)
-        return util_fail(err, UTIL_EINVAL, "%s: sp %d splits the %.0f frames into parts that are not whole pool groups of %d",
-                         mm->name, s->sp, q.seq, mm->pool);
-    /* Megatron's sequence parallelism splits the LLM blocks' norm and residual
-     * rows over the tp group (Korthikanti et al., arXiv 2205.05198, sec. 4.2.2),
-     * which needs whole rows per rank. */
-    if (s->seq_parallel && mm->kind != MODEL_LLM)
-        return util_fail(err, UTIL_EINVAL, "%s: Megatron sequence parallelism (seqpar) applies to the LLM's tensor-parallel blocks", mm->name);
-    if (s->seq_parallel && s->tp > 1 && fmod(q.seq / s->sp, s->tp) != 0)
-        return util_fail(err, UTIL_EINVAL, "%s: sequence parallelism needs each sp rank's %.0f tokens divisible by tp %d", mm->name, q.seq / s->sp, s->tp);
-    int64_t g;
-    if (!plan_module_ranks(s, &g) || g > cost_pool_gpus(pool))
-        return util_fail(err, UTIL_EINVAL, "%s: dp*tp*sp*pp = %d*%d*%d*%d GPUs exceed pool '%s' (%d)", mm->name,
-                         s->dp, s->tp, s->sp, s->pp, pool->name, cost_pool_gpus(pool));
-    return UTIL_OK;
 }

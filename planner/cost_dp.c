@@ -101,6 +101,33 @@ static double ew(const dp_pricer *d, cost_ew k, double n, double bytes)
     return n > 0 ? cost_elementwise_time(&d->pool->gpu, k, n, bytes) : 0;
 }
 
+/* Every unit's elements copied once, read `from` and written `to` bytes
+ * each: one copy kernel per unit (COST_EW_COPY's read and write, at their
+ * mean width). The Megatron target's ZeRO-3 around its collectives, on the
+ * compute stream, per micro-batch:
+ *   - the gradients into the reduce-scatter's flat input, read in the
+ *     compute dtype, written in the reduce dtype: FSDP's FlatParameter
+ *     gradient is the backward of the split into its parameters' views, a
+ *     cat of their gradients (torch/distributed/fsdp/_flat_param.py,
+ *     _use_unsharded_views; where the reduce dtype differs, _runtime_utils.py
+ *     _post_backward_hook casts it in a second pass, left out); FSDP2's
+ *     foreach_reduce_scatter_copy_in, a torch.cat into the reduce dtype's
+ *     buffer, which the compute stream then waits for
+ *     (torch/distributed/_composable/fsdp/_fsdp_collectives.py,
+ *     foreach_reduce_scatter: current_stream.wait_event(copy_in_event));
+ *     DeepSpeed's contiguous_gradients bucket likewise.
+ *   - FSDP2 (PLAN_ZERO3_FSDP2) only: each gathered unit copied out of the
+ *     all-gather's rank-major buffer into its parameters
+ *     (foreach_all_gather_copy_out, torch.split_with_sizes_copy, on the
+ *     compute stream after the gather), read and written in the gather
+ *     dtype, at every gather; FSDP1 gathers into the FlatParameter itself. */
+static double units_copy(const dp_pricer *d, double from, double to)
+{
+    double t = 0;
+    for (int u = 0; u < d->n_units; u++) t += ew(d, COST_EW_COPY, (double)d->units[u], (from + to) / 2);
+    return t;
+}
+
 /* The compute slowdown while a collective runs beside it: the collective's
  * kernels hold SMs (NCCL's channels, one thread block each) and HBM
  * bandwidth the GEMMs would use. Lee et al., "Characterizing
@@ -144,10 +171,11 @@ double plan_overlapped_comm_s(double comm, double hideable, bool contention)
 }
 
 void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
-                         bool backward, double fwd_compute, double bwd_compute, plan_comm *comm, double *bwd_busy)
+                         bool backward, double fwd_compute, double bwd_compute, plan_comm *comm, double *fwd_busy,
+                         double *bwd_busy)
 {
     plan_dp_rules r = plan_dp_rules_of(mm, s);
-    *bwd_busy = 0;
+    *fwd_busy = *bwd_busy = 0;
     if (!r.unit_param_gather && !r.unit_grad_reduce) return;
     dp_pricer d;
     if (dp_pricer_init(&d, mm, s, 0, pool, o)) return;   /* ZeRO-2/3 run without pipeline stages */
@@ -172,12 +200,22 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
          * torch.distributed.fsdp.MixedPrecision; FSDP2's MixedPrecisionPolicy
          * likewise), so bf16 even where fp32 weights are kept (bf16-autocast) */
         double gather = plan_module_state_bytes(mm, o).act;
+        bool copy_out = o->zero3 == PLAN_ZERO3_FSDP2;
         if (r.unit_param_gather) {
             raw.fwd_s = units_coll(&d, COST_ALLGATHER, gather);
             raw.fwd_syncs = U;
+            if (copy_out) *fwd_busy += units_copy(&d, gather, gather);
         }
-        if (gather_back) { raw.bwd_s += units_coll(&d, COST_ALLGATHER, gather); raw.bwd_syncs += U; }
-        if (reduce) { raw.bwd_s += units_coll(&d, COST_REDUCESCATTER, d.grad_bytes); raw.bwd_syncs += U; }
+        if (gather_back) {
+            raw.bwd_s += units_coll(&d, COST_ALLGATHER, gather);
+            raw.bwd_syncs += U;
+            if (copy_out) *bwd_busy += units_copy(&d, gather, gather);
+        }
+        if (reduce) {
+            raw.bwd_s += units_coll(&d, COST_REDUCESCATTER, d.grad_bytes);
+            raw.bwd_syncs += U;
+            if (r.stage == 3) *bwd_busy += units_copy(&d, gather, d.grad_bytes);
+        }
     }
     dp_pricer_free(&d);
     /* Prefetched gathers and bucketed reductions run beside the compute: as

@@ -23,7 +23,7 @@ int plan_target_parse(const char *s, plan_target *out)
     return UTIL_EINVAL;
 }
 
-static const char *zero3_names[PLAN_NZERO3] = { "units", "deepspeed-2021" };
+static const char *zero3_names[PLAN_NZERO3] = { "units", "deepspeed-2021", "fsdp2" };
 static const char *adamw_names[PLAN_NADAMW] = { "fused", "foreach" };
 const char *plan_adamw_name(plan_adamw a) { return a >= 0 && a < PLAN_NADAMW ? adamw_names[a] : "?"; }
 int plan_adamw_parse(const char *s, plan_adamw *out)
@@ -234,7 +234,7 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
         return util_fail(err, UTIL_EINVAL, "%s.target: '%s' is not megatron or dhp", what, buf);
     if ((rc = util_json_str(root, what, "zero3", false, plan_zero3_name(PLAN_ZERO3_UNITS), buf, sizeof buf, err))) return rc;
     if (plan_zero3_parse(buf, &p->zero3))
-        return util_fail(err, UTIL_EINVAL, "%s.zero3: '%s' is not units or deepspeed-2021", what, buf);
+        return util_fail(err, UTIL_EINVAL, "%s.zero3: '%s' is not units, fsdp2 or deepspeed-2021", what, buf);
     if ((rc = util_json_str(root, what, "adamw", false, plan_adamw_name(PLAN_ADAMW_FUSED), buf, sizeof buf, err))) return rc;
     if (plan_adamw_parse(buf, &p->adamw))
         return util_fail(err, UTIL_EINVAL, "%s.adamw: '%s' is not fused or foreach", what, buf);

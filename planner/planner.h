@@ -121,10 +121,12 @@ typedef struct {
 
 /* How the Megatron target prices ZeRO-3's collectives: one per unit, hidden
  * behind the compute up to `overlap` (FSDP, DeepSpeed since it coalesces a
- * module's gathers; the default), or as DeepSpeed issued them in 2021, one
- * per parameter tensor with the device drained before each gather
+ * module's gathers; the default), the same with FSDP2's copy of every
+ * gathered unit out of its all-gather buffer (PyTorch's fully_shard, as
+ * torchtitan runs it; planner/cost_dp.c), or as DeepSpeed issued them in
+ * 2021, one per parameter tensor with the device drained before each gather
  * (planner/cost_zero3.c). */
-typedef enum { PLAN_ZERO3_UNITS = 0, PLAN_ZERO3_DEEPSPEED_2021, PLAN_NZERO3 } plan_zero3;
+typedef enum { PLAN_ZERO3_UNITS = 0, PLAN_ZERO3_DEEPSPEED_2021, PLAN_ZERO3_FSDP2, PLAN_NZERO3 } plan_zero3;
 const char *plan_zero3_name(plan_zero3 z);
 int plan_zero3_parse(const char *s, plan_zero3 *out);
 

@@ -19,10 +19,13 @@ void plan_comm_add(plan_comm *c, bool backward, double seconds, int count);
  * Per micro-batch, inside the compute ops: ZeRO-3's unit gathers and
  * ZeRO-2/3's unit reduce-scatters, the part the micro-batch's forward and
  * backward compute (fwd_compute, bwd_compute) do not hide, into *comm; the
- * strategy's own element-wise work (zeroing buckets, accumulating shards)
- * into *bwd_busy. backward: the module runs a backward. */
+ * strategy's own element-wise work (zeroing buckets, accumulating shards,
+ * the Megatron target's copies into and out of the collectives' flat
+ * buffers) into *fwd_busy and *bwd_busy. backward: the module runs a
+ * backward. */
 void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
-                         bool backward, double fwd_compute, double bwd_compute, plan_comm *comm, double *bwd_busy);
+                         bool backward, double fwd_compute, double bwd_compute, plan_comm *comm, double *fwd_busy,
+                         double *bwd_busy);
 /* Per step: the GRAD_SYNC and PARAM_GATHER ops of pipeline stage `stage`
  * (plan_time.grad_sync_s .. param_gather_busy_s). The dhp target's
  * grad_sync_s is what the op waits for: the part of the unit reductions the

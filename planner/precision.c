@@ -90,11 +90,14 @@ int plan_tf32_check(const plan_options *o, char *err)
 }
 
 /* What the dhp target's executor runs a linear in: bf16 operands (bf16-mixed,
- * -autocast), or fp32 through cuBLASLt with CUBLAS_COMPUTE_32F (the CUDA
- * cores) or, with --tf32, CUBLAS_COMPUTE_32F_FAST_TF32 (executor/cuda_gemm.cuh).
- * The Megatron target keeps its published pricing: every GEMM at the bf16 peak. */
+ * -autocast: its linear_forward_bf16, priced from what dhp profile measured
+ * of it where the GPU file has that, else at the bf16 peak: COST_MATH_BF16_DHP),
+ * or fp32 through cuBLASLt with CUBLAS_COMPUTE_32F (the CUDA cores) or, with
+ * --tf32, CUBLAS_COMPUTE_32F_FAST_TF32 (executor/cuda_gemm.cuh). The Megatron
+ * target keeps its published pricing: every GEMM at the bf16 peak. */
 cost_gemm_math plan_gemm_math(const plan_options *o)
 {
+    if (plan_runs_bf16(o)) return COST_MATH_BF16_DHP;
     if (o->target != PLAN_TARGET_DHP || o->precision != PLAN_OPT_FP32) return COST_MATH_BF16;
     return o->tf32 ? COST_MATH_TF32 : COST_MATH_FP32;
 }

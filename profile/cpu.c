@@ -80,7 +80,7 @@ static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
     static const int m_full[] = {64, 256, 1024, 4096}, nk_full[] = {32, 64, 128, 512, 2048};
     static const int m_quick[] = {64, 256, 1024}, nk_quick[] = {32, 256, 1024};
     prof_gemm_grid g = {p->quick ? m_quick : m_full, p->quick ? 3 : 4, p->quick ? nk_quick : nk_full, p->quick ? 3 : 5,
-                        p->quick ? 0.003 : 0.015, cost_prof_gemm_passes(p), COST_PROF_GEMM_BATCHES};
+                        p->quick ? 0.003 : 0.015, cost_prof_gemm_passes(p), COST_PROF_GEMM_BATCHES, false};
     return prof_measure_gemm(c, p, &g, err);
 }
 

@@ -1,6 +1,7 @@
 /* dhp profile on a device backend (CUDA, or its CPU emulator): one device
  * per rank, the executor's own kernels timed through the backend table
- * (GEMMs are its linear_forward; attention, fp32 and, where the backend
+ * (GEMMs are its linear_forward, and linear_forward_bf16 as bf16-mixed
+ * runs them; attention, fp32 and, where the backend
  * has it, bf16; the residual add, SwiGLU,
  * RMSNorm and LayerNorm at large sizes; its device-to-device copy; the
  * launch cost of a one-element kernel), the collectives through the
@@ -32,30 +33,42 @@ static int measure_launch(const prof_ctx *c, cost_profile *p, char *err)
 
 /* ---- GEMMs and attention at the sizes the device runs ---- */
 
+/* The grid again through another of the backend's GEMM paths (tf32: --tf32's
+ * CUBLAS_COMPUTE_32F_FAST_TF32; else linear_forward_bf16, bf16-mixed's),
+ * its times into t[], the fp32 grid the efficiencies come from kept. */
+static int measure_gemm_again(const prof_ctx *c, cost_profile *p, prof_gemm_grid g, bool tf32, double *t, char *err)
+{
+    cost_profile_gemm fp32[COST_PROFILE_MAX_GEMM];
+    int n = p->n_gemm, rc = UTIL_OK, off = UTIL_OK;
+    memcpy(fp32, p->gemm, sizeof fp32);
+    g.bf16 = !tf32;
+    if (!tf32 || !(rc = ex_backend_tf32(c->be, true, err))) rc = prof_measure_gemm(c, p, &g, err);
+    if (tf32) off = ex_backend_tf32(c->be, false, err);
+    for (int i = 0; i < n && i < p->n_gemm && !rc; i++) t[i] = p->gemm[i].seconds;
+    if (!rc && p->n_gemm != n) rc = util_fail(err, UTIL_EINVAL, "profile: the GEMM grid changed between passes");
+    memcpy(p->gemm, fp32, sizeof fp32);
+    p->n_gemm = n;
+    return rc ? rc : off;
+}
+
 /* A device's grid: m tokens of a micro-batch; n, k hidden and FFN sizes of
  * 1B-72B models. The emulator (a CPU thread running the CUDA kernels)
- * runs CPU-sized models: a few of the CPU profile's shapes. */
+ * runs CPU-sized models: a few of the CPU profile's shapes. Then the same
+ * grid with --tf32's GEMMs (asked for) and with bf16-mixed's. */
 static int measure_gemm(const prof_ctx *c, cost_profile *p, char *err)
 {
     static const int m_full[] = {1024, 4096, 16384}, nk_full[] = {1024, 4096, 8192, 16384};
     static const int m_quick[] = {1024, 8192}, nk_quick[] = {2048, 8192};
     static const int m_host[] = {64, 256}, nk_host[] = {32, 256};
     prof_gemm_grid g = {p->quick ? m_quick : m_full, p->quick ? 2 : 3, p->quick ? nk_quick : nk_full, p->quick ? 2 : 4,
-                        p->quick ? 0.01 : 0.05, p->quick ? 1 : 2, 2};
-    if (ex_backend_emulated(c->be)) g = (prof_gemm_grid){m_host, 2, nk_host, 2, 0.003, 1, 2};
+                        p->quick ? 0.01 : 0.05, p->quick ? 1 : 2, 2, false};
+    if (ex_backend_emulated(c->be)) g = (prof_gemm_grid){m_host, 2, nk_host, 2, 0.003, 1, 2, false};
     int rc = prof_measure_gemm(c, p, &g, err);
-    if (rc || !p->tf32) return rc;
-    /* --tf32: the same grid with CUBLAS_COMPUTE_32F_FAST_TF32 (dhp run --tf32's
-     * GEMMs), kept beside the fp32 grid the efficiencies come from */
-    cost_profile_gemm fp32[COST_PROFILE_MAX_GEMM];
-    int n = p->n_gemm;
-    memcpy(fp32, p->gemm, sizeof fp32);
-    if (!(rc = ex_backend_tf32(c->be, true, err))) rc = prof_measure_gemm(c, p, &g, err);
-    int off = ex_backend_tf32(c->be, false, err);
-    for (int i = 0; i < n && i < p->n_gemm && !rc; i++) p->gemm_tf32_s[i] = p->gemm[i].seconds;
-    memcpy(p->gemm, fp32, sizeof fp32);
-    p->n_gemm = n;
-    return rc ? rc : off;
+    if (!rc && p->tf32) rc = measure_gemm_again(c, p, g, true, p->gemm_tf32_s, err);
+    if (rc || !c->be->linear_forward_bf16 || !c->be->to_bf16) return rc;   /* a backend without bf16 linears */
+    rc = measure_gemm_again(c, p, g, false, p->gemm_bf16_s, err);
+    p->gemm_bf16 = !rc;
+    return rc;
 }
 
 static int one_sequence(int seq) { (void)seq; return 1; }

@@ -55,7 +55,8 @@ int prof_alone_time(const prof_ctx *c, void (*fn)(void *), void *arg, double tar
  * faster than the passes before: the best of the passes over the grid. */
 void prof_keep_gemm(cost_profile *p, int idx, int pass, int m, int n, int k, double t);
 /* A GEMM grid (every m x n x k of m[] x nk[] x nk[]), timed through the
- * backend's linear_forward, best of `passes` passes of `batches` batches
+ * backend's linear_forward (bf16: its linear_forward_bf16 on the values
+ * rounded to bf16), best of `passes` passes of `batches` batches
  * per shape; on the CPU backend also the fixed cost of a call
  * (p->launch_s: a 1x1x1 GEMM). */
 typedef struct {
@@ -63,6 +64,7 @@ typedef struct {
     const int *nk; int n_nk;
     double target_s;
     int passes, batches;
+    bool bf16;
 } prof_gemm_grid;
 int prof_measure_gemm(const prof_ctx *c, cost_profile *p, const prof_gemm_grid *grid, char *err);
 /* An attention shape to time; prof_attn_of makes its measurement record. */

@@ -36,6 +36,8 @@ assert m["ranks"] == 1 and len(m["gemm"]["shapes"]) == 27 and len(m["attention"]
 assert [a["causal"] for a in m["attention"]] == [False, False, False, True], m["attention"]   # the LLM's kind too
 # the CPU backend has no bf16 attention: nothing of it written
 assert "attn_bf16" not in g and not any(k.startswith("bf16_") for a in m["attention"] for k in a), m["attention"]
+# nor its bf16 GEMMs (timed on device backends only)
+assert "gemm_bf16" not in g and not any(k.startswith("bf16_") for s in m["gemm"]["shapes"] for k in s), m["gemm"]
 assert min(v["attn_score_s"], v["attn_bwd_score_s"], v["attn_row_s"], v["attn_bwd_row_s"]) >= 0, v
 for a in m["attention"]:   # the fitted model, evaluated as the planner does, is what the file reports
     assert a["sequences_per_call"] == min(16, -(-1024 // a["seq"])), a   # a micro-batch's 1024 rows per call
@@ -202,6 +204,7 @@ if [ -n "${DHP_EMU:-}" ] && [ -x "$DHP_EMU" ]; then
            >"$T/eout" 2>"$T/eerr" \
        && grep -q '^backend: cuda-emu' "$T/eout" && grep -q 'cuda kernels    match the CPU backend' "$T/eout" \
        && grep -q '^  attention bf16  .* (rms [0-9]*%, the same shapes; attn_bf16)$' "$T/eout" \
+       && grep -q '^  gemm bf16       best .* TFLOP/s, the same 8 shapes through linear_forward_bf16 (gemm_bf16)$' "$T/eout" \
        && /usr/bin/python3 - "$T/eg.json" "$T/ec.json" "$np" <<'PY' 2>"$T/err"
 import json, sys
 g = json.load(open(sys.argv[1])); c = json.load(open(sys.argv[2])); n = int(sys.argv[3])
@@ -231,6 +234,19 @@ for a in m["attention"]:
     fwd = S * (a16["score_s"] + 4 * d * a16["flop_s"]) + R * a16["row_s"] + launch
     bwd = S * (a16["bwd_score_s"] + 2.5 * 4 * d * a16["flop_s"]) + R * a16["bwd_row_s"] + launch
     assert abs(a["bf16_model_fwd_seconds"] - fwd) <= 1e-9 * fwd and abs(a["bf16_model_bwd_seconds"] - bwd) <= 1e-9 * bwd, a
+# the grid again through linear_forward_bf16 (bf16-mixed's linears): gemm_bf16's peak (the best rate) and each
+# shape's rate / it on the grid's axes, so its price gives each measured bf16 time back (time less the launch, or the
+# whole time where the launch would be half of it: costdb/profile_fit.c less_launch); the cluster's GPU the same
+g16 = g["gemm_bf16"]
+assert "linear_forward_bf16" in g16["source"] and g16["m"] == [64, 256] and g16["n"] == g16["k"] == [32, 256], g16
+assert c["pools"][0]["gpu"]["gemm_bf16"] == g16
+rates = []
+for s in m["gemm"]["shapes"]:
+    t, net = s["bf16_seconds"], s["bf16_seconds"] - launch
+    rates.append(2 * s["m"] * s["n"] * s["k"] / (net if net > 0.5 * t else t))
+    assert t > 0 and abs(s["bf16_model_seconds"] - (t if net > 0.5 * t else t + launch)) <= 1e-9 * t, s
+assert abs(g16["peak_flops"] - max(rates)) <= 1e-9 * max(rates), (g16["peak_flops"], rates)
+assert all(abs(e - r / max(rates)) <= 1e-9 for e, r in zip(g16["eff"], rates)), (g16["eff"], rates)
 pool = c["pools"][0]
 assert c["name"] == "cuda-%d" % n and pool["gpus_per_node"] == n and "compute_speed" not in pool, c["name"]
 assert pool["gpu"]["name"] == "cuda-emu"
@@ -255,7 +271,7 @@ c["pools"][0]["gpu"]["peak_flops_tf32"]["value"] /= 2
 json.dump(c, open(sys.argv[2], "w"))
 PY
     then
-        a=$(emu_step "$T/ec.json" --precision fp32 --tf32); b=$(emu_step "$T/ec_slow.json" --precision fp32 --tf32)
+        a=$(emu_step "$T/ec.json" --precision fp32 --tf32); b=$(emu_step "$T/ec_slow.json" --precision fp32 --tf32); tf32_step=$a
         if [ -n "$a" ] && [ -n "$b" ] && /usr/bin/python3 -c "import sys; sys.exit(0 if $b > $a else 1)"; then
             echo "# tf32 step on the emulated profile: ${a} s, at half its peak_flops_tf32 ${b} s"; ok profile_tf32_rate_prices_tf32_plans
         else fail profile_tf32_rate_prices_tf32_plans "step $a s vs $b s: $(head -c 300 "$T/err")"; fi
@@ -269,11 +285,27 @@ for k in ["flop_s", "score_s", "bwd_score_s", "row_s", "bwd_row_s"]: a16[k] *= 2
 json.dump(c, open(sys.argv[2], "w"))
 PY
     then
-        a=$(emu_step "$T/ec.json" --precision bf16-mixed); b=$(emu_step "$T/ec_a16.json" --precision bf16-mixed)
+        a=$(emu_step "$T/ec.json" --precision bf16-mixed); b=$(emu_step "$T/ec_a16.json" --precision bf16-mixed); bf16_step=$a
         if [ -n "$a" ] && [ -n "$b" ] && /usr/bin/python3 -c "import sys; sys.exit(0 if $b > $a else 1)"; then
             echo "# bf16-mixed step on the emulated profile: ${a} s, at twice its attn_bf16 ${b} s"; ok profile_attn_bf16_prices_bf16_plans
         else fail profile_attn_bf16_prices_bf16_plans "step $a s vs $b s: $(head -c 300 "$T/err")"; fi
     else fail profile_attn_bf16_prices_bf16_plans "$(head -c 300 "$T/err")"; fi
+    # the dhp target's bf16 GEMMs are priced from gemm_bf16: halve its peak, the bf16-mixed step takes longer, the
+    # fp32 (--tf32) step does not move
+    if /usr/bin/python3 - "$T/ec.json" "$T/ec_g16.json" <<'PY' 2>"$T/err"
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["pools"][0]["gpu"]["gemm_bf16"]["peak_flops"] /= 2
+json.dump(c, open(sys.argv[2], "w"))
+PY
+    then
+        a=$(emu_step "$T/ec_g16.json" --precision bf16-mixed); b=$(emu_step "$T/ec_g16.json" --precision fp32 --tf32)
+        if [ -n "$a" ] && [ -n "${bf16_step:-}" ] && [ -n "$b" ] && [ "$b" = "${tf32_step:-}" ] \
+           && /usr/bin/python3 -c "import sys; sys.exit(0 if $a > $bf16_step else 1)"; then
+            echo "# bf16-mixed step on the emulated profile: ${bf16_step} s, at half its gemm_bf16 peak ${a} s (fp32 --tf32 ${b} s both)"
+            ok profile_gemm_bf16_prices_bf16_plans
+        else fail profile_gemm_bf16_prices_bf16_plans "bf16 step ${bf16_step:-} s vs $a s, tf32 ${tf32_step:-} s vs $b s: $(head -c 300 "$T/err")"; fi
+    else fail profile_gemm_bf16_prices_bf16_plans "$(head -c 300 "$T/err")"; fi
 else fail profile_cuda_emulated_writes_both_files "DHP_EMU (build/dhp-emu) not built: make build/dhp-emu"; fi
 expect_err profile_unknown_backend "unknown backend 'tpu'" "$DHP" profile --backend tpu
 # --tf32 on the CPU backend: dhp run's line (executor/backend_pick.c ex_backend_tf32), before any measuring

@@ -111,7 +111,11 @@ TEST(zero3_deepspeed_2021_per_tensor_unhidden)
     CHECK(step.param_gather_s > 15 * P->inter.alpha_s && step.param_gather_s < ds.zero_comm_s / big);
     /* the per-unit price hides most of its 3 x 4 collectives behind the compute */
     CHECK(ds.zero_comm_s > units.zero_comm_s);
-    CHECK_NEAR(ds.micro_s - ds.zero_comm_s, units.micro_s - units.zero_comm_s, 1e-12);
+    /* the same compute, but for the units' copy of their gradients into the flat reduce-scatter input
+     * (cost_dp.c units_copy), which DeepSpeed's list-form reduce-scatters price as their copies in */
+    CHECK_NEAR(ds.fwd_s, units.fwd_s, 1e-12);
+    CHECK_NEAR(ds.recompute_s, units.recompute_s, 1e-12);
+    CHECK(units.bwd_s > ds.bwd_s);
 }
 
 /* Which uses gather when the weights exceed stage3_max_reuse_distance (1e9
@@ -177,6 +181,8 @@ TEST(zero3_choice_names)
     plan_zero3 z;
     CHECK(plan_zero3_parse("deepspeed-2021", &z) == UTIL_OK && z == PLAN_ZERO3_DEEPSPEED_2021);
     CHECK(plan_zero3_parse("units", &z) == UTIL_OK && z == PLAN_ZERO3_UNITS);
+    CHECK(plan_zero3_parse("fsdp2", &z) == UTIL_OK && z == PLAN_ZERO3_FSDP2);
+    CHECK(!strcmp(plan_zero3_name(PLAN_ZERO3_FSDP2), "fsdp2"));
     CHECK(plan_zero3_parse("deepspeed", &z) != UTIL_OK);
     CHECK(!strcmp(plan_zero3_name(PLAN_ZERO3_DEEPSPEED_2021), "deepspeed-2021"));
 }
@@ -206,4 +212,34 @@ TEST(zero3_choice_travels_with_the_plan)
     CHECK(back.zero3 == PLAN_ZERO3_DEEPSPEED_2021);
     plan_options ob = plan_options_of(&back);
     CHECK(ob.zero3 == PLAN_ZERO3_DEEPSPEED_2021);
+}
+
+/* FSDP2 (fully_shard) copies every gathered unit out of its all-gather
+ * buffer, on the compute stream: the forward gains one copy of each unit's
+ * gathered weights (read and write, bf16: 4 B an element of the rank's
+ * layers), the backward another per gather; the collectives are the same.
+ * Both ZeRO-3 forms copy the gradients into the reduce-scatter's input. */
+TEST(zero3_fsdp2_copies_out_each_gather)
+{
+    model_t m = megatron_gpt(2);
+    cost_cluster c = two_nodes();
+    plan_workload w = step_of_16();
+    plan_options o;
+    plan_options_default(&o);
+    o.target = PLAN_TARGET_MEGATRON;
+    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .n_ranks = 16 };
+    plan_time units, fsdp2, zero2;
+    plan_micro_time(&m, 0, &s, &w, &c, &o, 1, &units);
+    o.zero3 = PLAN_ZERO3_FSDP2;
+    plan_micro_time(&m, 0, &s, &w, &c, &o, 1, &fsdp2);
+    CHECK(fsdp2.fwd_s > units.fwd_s && fsdp2.bwd_s > units.bwd_s);
+    CHECK_NEAR(fsdp2.zero_comm_s, units.zero_comm_s, 1e-12);
+    CHECK_NEAR(fsdp2.recompute_s, units.recompute_s, 1e-12);
+    /* ZeRO-2 gathers nothing and reduce-scatters without the ZeRO-3 copy: fsdp2 changes nothing there */
+    s.zero = 2;
+    plan_micro_time(&m, 0, &s, &w, &c, &o, 1, &zero2);
+    o.zero3 = PLAN_ZERO3_UNITS;
+    plan_time zero2_units;
+    plan_micro_time(&m, 0, &s, &w, &c, &o, 1, &zero2_units);
+    CHECK_NEAR(zero2.micro_s, zero2_units.micro_s, 1e-12);
 }

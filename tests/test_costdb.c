@@ -416,6 +416,13 @@ TEST(costdb_memory_attention_gemm_times_by_hand)
     g.attn_row_scores = 200;
     CHECK_NEAR(cost_attention_forward_time(&g, 1e6, 2e9, 125), 2e-3 + 2.0 + 1e-2 + 2e-4 + 1e-5, 1e-12);
     CHECK_NEAR(cost_attention_backward_time(&g, 1e6, 2e9, 125), 5e-3 + 6.0 + 3e-2 + 5e-4 + 1e-5, 1e-12);
+    /* the backward's own shape: its matmul price at half the forward's efficiency (2x), its rows at 400
+     * scores (1e6 x 400 x 2.5e-12 x 2 = 2e-3 s); the forward's unchanged */
+    g.attn_bwd_eff = 0.5;
+    g.attn_bwd_row_scores = 400;
+    CHECK_NEAR(cost_attention_forward_time(&g, 1e6, 2e9, 125), 2e-3 + 2.0 + 1e-2 + 2e-4 + 1e-5, 1e-12);
+    CHECK_NEAR(cost_attention_backward_time(&g, 1e6, 2e9, 125), 1e-2 + 6.0 + 3e-2 + 2e-3 + 1e-5, 1e-12);
+    g.attn_bwd_eff = g.attn_bwd_row_scores = 0;
     CHECK_NEAR(cost_memory_time(&g, 0), 0, 0);
     CHECK_NEAR(cost_attention_forward_time(&g, 1, -1, 64), 0, 0);
     CHECK_NEAR(cost_attention_backward_time(&g, 1, 0, 64), 0, 0);
