@@ -1,6 +1,7 @@
 /* dhp profile: the fits recover known parameters from synthetic data, the
  * fitted terms are the cost model's, and the JSON it writes loads back. */
 #include "test.h"
+#include "tests/test_profile.h"
 #include "costdb/costdb.h"
 #include "planner/planner.h"
 #include "profile/profile.h"
@@ -362,7 +363,7 @@ static bool gpu_loads_back(const cost_gpu *g, const cost_gpu *w)
     return true;
 }
 
-static void fake_cuda_profile(cost_profile *p, double rate, double half)
+void test_profile_fake_cuda(cost_profile *p, double rate, double half)
 {
     memset(p, 0, sizeof *p);
     util_strlcpy(p->host, "testhost", sizeof p->host);
@@ -409,7 +410,7 @@ TEST(profile_cuda_fields_follow_the_device_and_load_back)
 {
     cost_profile *p = malloc(sizeof *p);
     CHECK(p);
-    fake_cuda_profile(p, 7.0e14, 96);
+    test_profile_fake_cuda(p, 7.0e14, 96);
     char err[UTIL_ERR_LEN];
     int rc = cost_prof_derive(p, err);
     cJSON *gj = rc ? NULL : cost_profile_gpu_json(p, true), *cj = rc ? NULL : cost_profile_cluster_json(p);
@@ -473,12 +474,27 @@ static bool attn_terms_near(const cost_attn_terms *a, const cost_attn_terms *b)
         && near_rel(a->bwd_score_s, b->bwd_score_s) && near_rel(a->row_s, b->row_s) && near_rel(a->bwd_row_s, b->bwd_row_s);
 }
 
-/* A GPU text with its attn_bf16 object edited by fn, parsed: the loader's verdict (err). */
-static int parse_edited(const char *text, void (*fn)(cJSON *a16), char *err)
+/* The profile's GPU file text gt and cluster file text ct loaded back (g,
+ * c), and g written by cost_gpu_to_json and read again (plain): 0 when all
+ * three load (tests/test_profile.h). */
+int test_profile_read_back(const char *gt, const char *ct, cost_gpu *g, cost_cluster *c, cost_gpu *plain, char *err)
+{
+    int rc = gt ? cost_gpu_parse_json(gt, "gpu", g, err) : -1;
+    if (!rc) rc = ct ? cost_cluster_parse_json(ct, "cluster", c, err) : -1;
+    cJSON *pj = rc ? NULL : cost_gpu_to_json(g);
+    char *pt = pj ? cJSON_Print(pj) : NULL;
+    if (!rc) rc = pt ? cost_gpu_parse_json(pt, "plain", plain, err) : -1;
+    cJSON_free(pt);
+    cJSON_Delete(pj);
+    return rc;
+}
+
+/* A GPU text with its object `key` edited by fn, parsed: the loader's verdict (err) (tests/test_profile.h). */
+int test_profile_parse_edited(const char *text, const char *key, void (*fn)(cJSON *obj), char *err)
 {
     cJSON *o = cJSON_Parse(text);
     if (!o) return util_fail(err, UTIL_EINVAL, "test: unparsable");
-    fn(cJSON_GetObjectItemCaseSensitive(o, "attn_bf16"));
+    fn(cJSON_GetObjectItemCaseSensitive(o, key));
     char *t = cJSON_Print(o);
     cost_gpu g;
     int rc = t ? cost_gpu_parse_json(t, "edited", &g, err) : UTIL_ENOMEM;
@@ -503,7 +519,7 @@ TEST(profile_attn_bf16_round_trips_through_the_files)
 {
     cost_profile *p = malloc(sizeof *p);
     CHECK(p);
-    fake_cuda_profile(p, 7.0e14, 96);
+    test_profile_fake_cuda(p, 7.0e14, 96);
     fake_attn_bf16(p, 1);
     char err[UTIL_ERR_LEN], e1[UTIL_ERR_LEN] = "", e2[UTIL_ERR_LEN] = "", e3[UTIL_ERR_LEN] = "";
     int rc = cost_prof_derive(p, err);
@@ -523,15 +539,11 @@ TEST(profile_attn_bf16_round_trips_through_the_files)
     }
     cost_gpu g, plain;
     cost_cluster c;
-    int rg = gt ? cost_gpu_parse_json(gt, "gpu", &g, err) : -1;
-    int rcl = rg || !ct ? -1 : cost_cluster_parse_json(ct, "cluster", &c, err);
-    cJSON *pj = rcl ? NULL : cost_gpu_to_json(&g);
-    char *pt = pj ? cJSON_Print(pj) : NULL;
-    int rp = pt ? cost_gpu_parse_json(pt, "plain", &plain, err) : -1;
-    int r1 = gt ? parse_edited(gt, drop_bwd_row, e1) : -1, r2 = gt ? parse_edited(gt, negative_score, e2) : -1;
-    int r3 = gt ? parse_edited(gt, nothing_per_score, e3) : -1;
-    cJSON_free(gt); cJSON_free(ct); cJSON_free(pt);
-    cJSON_Delete(gj); cJSON_Delete(cj); cJSON_Delete(pj);
+    int rl = test_profile_read_back(gt, ct, &g, &c, &plain, err);
+    int r1 = gt ? test_profile_parse_edited(gt, "attn_bf16", drop_bwd_row, e1) : -1, r2 = gt ? test_profile_parse_edited(gt, "attn_bf16", negative_score, e2) : -1;
+    int r3 = gt ? test_profile_parse_edited(gt, "attn_bf16", nothing_per_score, e3) : -1;
+    cJSON_free(gt); cJSON_free(ct);
+    cJSON_Delete(gj); cJSON_Delete(cj);
     cost_profile want = *p;
     fake_profile(p);   /* the CPU backend: no bf16 attention, nothing written */
     cJSON *cpu = cost_profile_gpu_json(p, true);
@@ -542,7 +554,7 @@ TEST(profile_attn_bf16_round_trips_through_the_files)
     cJSON_free(cput);
     cJSON_Delete(cpu);
     free(p);
-    CHECK_MSG(rc == 0 && rg == 0 && rcl == 0 && rp == 0 && rcpu == 0, "%s", err);
+    CHECK_MSG(rc == 0 && rl == 0 && rcpu == 0, "%s", err);
     const cost_attn_terms *t = &want.gpu.attn_bf16;
     CHECK(t->measured);
     CHECK_NEAR(t->flop_s, A16_FLOP_S, 1e-6);
@@ -563,8 +575,9 @@ TEST(profile_attn_bf16_round_trips_through_the_files)
     CHECK_MSG(r3 == UTIL_EINVAL && strstr(e3, "attn_bf16: flop_s and score_s"), "%s", e3);
 }
 
-/* A 4-layer, 16-head (d = 64) LLM's micro-batch of 2 x 256 tokens on one GPU. */
-static int llm_micro(const cost_gpu *g, plan_precision prec, plan_time *t, char *err)
+/* A 4-layer, 16-head (d = 64) LLM's micro-batch of 2 x 256 tokens on one GPU g, target t
+ * (tests/test_profile.h: the profile tests' pricing checks share it). */
+int test_profile_llm_micro(const cost_gpu *g, plan_precision prec, plan_target t, plan_time *out, char *err)
 {
     static const char *text = "{\"schema\": \"dhp.model/1\", \"name\": \"g\", \"modules\": [{\"name\": \"llm\", "
                               "\"kind\": \"llm\", \"layers\": 4, \"hidden\": 1024, \"heads\": 16, \"ffn\": 4096, "
@@ -578,10 +591,10 @@ static int llm_micro(const cost_gpu *g, plan_precision prec, plan_time *t, char 
     plan_options o;
     plan_options_default(&o);
     o.precision = prec;
-    o.target = PLAN_TARGET_DHP;
+    o.target = t;
     plan_workload w = {.global_batch = 2, .text_tokens = 256};
     plan_module s = {.dp = 1, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 2, .recompute = PLAN_RECOMP_NONE, .n_ranks = 1};
-    plan_micro_time(&m, 0, &s, &w, &c, &o, 2, t);
+    plan_micro_time(&m, 0, &s, &w, &c, &o, 2, out);
     return UTIL_OK;
 }
 
@@ -597,11 +610,11 @@ TEST(profile_attn_bf16_prices_the_bf16_precisions)
     CHECK(p);
     char err[UTIL_ERR_LEN] = "";
     cost_gpu g1, g2;
-    fake_cuda_profile(p, 7.0e14, 96);
+    test_profile_fake_cuda(p, 7.0e14, 96);
     fake_attn_bf16(p, 1);
     int rc = cost_prof_derive(p, err);
     g1 = p->gpu;
-    fake_cuda_profile(p, 7.0e14, 96);
+    test_profile_fake_cuda(p, 7.0e14, 96);
     fake_attn_bf16(p, 2);
     if (!rc) rc = cost_prof_derive(p, err);
     g2 = p->gpu;
@@ -614,9 +627,9 @@ TEST(profile_attn_bf16_prices_the_bf16_precisions)
     double fwd = S * (4e-12 + 4 * d * A16_FLOP_S) + R * 3e-9, bwd = S * (7e-12 + 2.5 * 4 * d * A16_FLOP_S) + R * 9e-9;
     for (int i = 0; i < 2; i++) {
         plan_time t0, t1, t2;
-        CHECK_OK(llm_micro(&g0, bf16[i], &t0, err));
-        CHECK_OK(llm_micro(&g1, bf16[i], &t1, err));
-        CHECK_OK(llm_micro(&g2, bf16[i], &t2, err));
+        CHECK_OK(test_profile_llm_micro(&g0, bf16[i], PLAN_TARGET_DHP, &t0, err));
+        CHECK_OK(test_profile_llm_micro(&g1, bf16[i], PLAN_TARGET_DHP, &t1, err));
+        CHECK_OK(test_profile_llm_micro(&g2, bf16[i], PLAN_TARGET_DHP, &t2, err));
         CHECK_NEAR(t2.fwd_s - t1.fwd_s, 4 * fwd, 1e-6);
         CHECK_NEAR(t2.bwd_s - t1.bwd_s, 4 * bwd, 1e-6);
         CHECK_NEAR(t0.fwd_s - t1.fwd_s, 4 * (cost_attention_forward_time(&g1, R, S, d)
@@ -624,8 +637,8 @@ TEST(profile_attn_bf16_prices_the_bf16_precisions)
         CHECK(cost_attention_forward_time_in(&g0, COST_ATTN_BF16, R, S, d) == cost_attention_forward_time(&g0, R, S, d));
     }
     plan_time f1, f2;
-    CHECK_OK(llm_micro(&g1, PLAN_OPT_FP32, &f1, err));
-    CHECK_OK(llm_micro(&g2, PLAN_OPT_FP32, &f2, err));
+    CHECK_OK(test_profile_llm_micro(&g1, PLAN_OPT_FP32, PLAN_TARGET_DHP, &f1, err));
+    CHECK_OK(test_profile_llm_micro(&g2, PLAN_OPT_FP32, PLAN_TARGET_DHP, &f2, err));
     CHECK(f1.fwd_s == f2.fwd_s && f1.bwd_s == f2.bwd_s);
     CHECK_NEAR(cost_attention_forward_time_in(&g1, COST_ATTN_FP32, R, S, d) - g1.kernel_launch_s,
                S * (1e-11 + 4 * d / 2e13), 1e-6);   /* fake_cuda_profile's fp32 terms */

@@ -3,6 +3,7 @@
  * "gemm_bf16", which loads back and prices the dhp target's bf16 GEMMs, and
  * nothing else; a file without it prices as before. */
 #include "test.h"
+#include "tests/test_profile.h"
 #include "costdb/costdb.h"
 #include "planner/planner.h"
 
@@ -17,16 +18,8 @@
  * other factors, their time less the launch x bf16_scale. */
 static void fake_grid_profile(cost_profile *p, double bf16_scale)
 {
-    memset(p, 0, sizeof *p);
-    util_strlcpy(p->host, "testhost", sizeof p->host);
-    util_strlcpy(p->date, "2025-01-01T00:00:00Z", sizeof p->date);
-    p->cuda = true;
-    p->ranks = 2;
-    p->mpi = true;
-    p->dev = (cost_profile_device){.name = "NVIDIA H100 80GB HBM3", .cc_major = 9, .sms = 132, .devices = 2,
-                                   .clock_hz = 1.98e9, .mem_clock_hz = 2.619e9, .bus_bits = 5120, .d2d_bw = 2.6e12,
-                                   .backend = "cuda"};
-    p->launch_s = G16_LAUNCH;
+    test_profile_fake_cuda(p, 2e13, 64);   /* the device, attention, memory and collectives; launch 3 us */
+    p->n_gemm = 0;
     static const int ms[] = {1024, 4096}, nks[] = {1024, 8192};
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 2; j++)
@@ -37,22 +30,6 @@ static void fake_grid_profile(cost_profile *p, double bf16_scale)
                 p->gemm[p->n_gemm++] = (cost_profile_gemm){(int)m, (int)n, (int)k, s, f / s};
             }
     p->gemm_bf16 = bf16_scale > 0;
-    static const int sh[][4] = {{1024, 16, 16, 80}, {4096, 16, 16, 80}, {1024, 40, 8, 128}, {2048, 16, 16, 64}};
-    for (int i = 0; i < 4; i++) {
-        double S = (double)sh[i][0] * sh[i][0] * sh[i][1], d = sh[i][3];
-        p->attn[p->n_attn++] = (cost_profile_attn){sh[i][0], sh[i][1], sh[i][2], sh[i][3], 4 * S * d,
-                                                   S * (1e-11 + 4 * d / 2e13), S * (2e-11 + 10 * d / 2e13), false, 1};
-    }
-    p->stream_bytes = 256.0 * 1048576;
-    p->copy_bw = p->dev.d2d_bw;
-    p->ew_add_bw = p->ew_swiglu_bw = p->ew_rmsnorm_bw = p->ew_bw = 2.0e12;
-    p->phys_bytes = 85.0e9;
-    p->used_bytes = 0.6e9;
-    p->n_coll = 2;
-    p->coll[0] = (cost_profile_coll){COST_PROF_ALLREDUCE, 8192, 2e-5};
-    p->coll[1] = (cost_profile_coll){COST_PROF_ALLREDUCE, 1 << 28, 1.5e-3};
-    p->fit[COST_PROF_ALLREDUCE] = (cost_profile_fit){true, 8e-6, 3.6e11, 0.05, 2};
-    p->link = p->fit[COST_PROF_ALLREDUCE];
 }
 
 static bool same_terms(const cost_gemm_terms *a, const cost_gemm_terms *b)
@@ -65,19 +42,6 @@ static bool same_terms(const cost_gemm_terms *a, const cost_gemm_terms *b)
     return true;
 }
 
-/* The GPU text with its gemm_bf16 object edited by fn, parsed: the loader's verdict (err). */
-static int parse_edited(const char *text, void (*fn)(cJSON *g16), char *err)
-{
-    cJSON *o = cJSON_Parse(text);
-    if (!o) return util_fail(err, UTIL_EINVAL, "test: unparsable");
-    fn(cJSON_GetObjectItemCaseSensitive(o, "gemm_bf16"));
-    char *t = cJSON_Print(o);
-    cost_gpu g;
-    int rc = t ? cost_gpu_parse_json(t, "edited", &g, err) : UTIL_ENOMEM;
-    cJSON_free(t);
-    cJSON_Delete(o);
-    return rc;
-}
 static void drop_peak(cJSON *a) { cJSON_DeleteItemFromObjectCaseSensitive(a, "peak_flops"); }
 static void zero_peak(cJSON *a) { cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(a, "peak_flops"), 0); }
 static void eff_above_one(cJSON *a) { cJSON_SetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(a, "eff"), 2), 1.5); }
@@ -110,15 +74,11 @@ TEST(profile_gemm_bf16_round_trips_through_the_files)
     }
     cost_gpu g, plain;
     cost_cluster c;
-    int rg = gt ? cost_gpu_parse_json(gt, "gpu", &g, err) : -1;
-    int rcl = rg || !ct ? -1 : cost_cluster_parse_json(ct, "cluster", &c, err);
-    cJSON *pj = rcl ? NULL : cost_gpu_to_json(&g);
-    char *pt = pj ? cJSON_Print(pj) : NULL;
-    int rp = pt ? cost_gpu_parse_json(pt, "plain", &plain, err) : -1;
-    int r1 = gt ? parse_edited(gt, drop_peak, e1) : -1, r2 = gt ? parse_edited(gt, zero_peak, e2) : -1;
-    int r3 = gt ? parse_edited(gt, eff_above_one, e3) : -1;
-    cJSON_free(gt); cJSON_free(ct); cJSON_free(pt);
-    cJSON_Delete(gj); cJSON_Delete(cj); cJSON_Delete(pj);
+    int rl = test_profile_read_back(gt, ct, &g, &c, &plain, err);
+    int r1 = gt ? test_profile_parse_edited(gt, "gemm_bf16", drop_peak, e1) : -1, r2 = gt ? test_profile_parse_edited(gt, "gemm_bf16", zero_peak, e2) : -1;
+    int r3 = gt ? test_profile_parse_edited(gt, "gemm_bf16", eff_above_one, e3) : -1;
+    cJSON_free(gt); cJSON_free(ct);
+    cJSON_Delete(gj); cJSON_Delete(cj);
     cost_profile want = *p;
     fake_grid_profile(p, 0);   /* no bf16 times (the CPU backend's profile): nothing written */
     int r0 = cost_prof_derive(p, err);
@@ -128,7 +88,7 @@ TEST(profile_gemm_bf16_round_trips_through_the_files)
     cJSON_free(nt);
     cJSON_Delete(none);
     free(p);
-    CHECK_MSG(rc == 0 && rg == 0 && rcl == 0 && rp == 0 && r0 == 0, "%s", err);
+    CHECK_MSG(rc == 0 && rl == 0 && r0 == 0, "%s", err);
     const cost_gemm_terms *t = &want.gpu.gemm_bf16;
     CHECK(t->measured && t->grid.n_m == 2 && t->grid.n_n == 2 && t->grid.n_k == 2);
     double best = 0;
@@ -144,28 +104,6 @@ TEST(profile_gemm_bf16_round_trips_through_the_files)
     CHECK_MSG(r1 == UTIL_EINVAL && strstr(e1, "gemm_bf16.peak_flops"), "%s", e1);
     CHECK_MSG(r2 == UTIL_EINVAL && strstr(e2, "gemm_bf16.peak_flops: must be > 0"), "%s", e2);
     CHECK_MSG(r3 == UTIL_EINVAL && strstr(e3, "gemm_bf16.eff[2]"), "%s", e3);
-}
-
-/* A 4-layer LLM's micro-batch of 2 x 256 tokens on one GPU, target t. */
-static int llm_micro(const cost_gpu *g, plan_precision prec, plan_target t, plan_time *out, char *err)
-{
-    static const char *text = "{\"schema\": \"dhp.model/1\", \"name\": \"g\", \"modules\": [{\"name\": \"llm\", "
-                              "\"kind\": \"llm\", \"layers\": 4, \"hidden\": 1024, \"heads\": 16, \"ffn\": 4096, "
-                              "\"vocab\": 1000}]}";
-    model_t m;
-    cost_cluster c;
-    int rc = model_parse_json(text, "llm", &m, err);
-    if (!rc) rc = cost_cluster_load("8xa100-80g", &c, err);
-    if (rc) return rc;
-    c.pool[0].gpu = *g;
-    plan_options o;
-    plan_options_default(&o);
-    o.precision = prec;
-    o.target = t;
-    plan_workload w = {.global_batch = 2, .text_tokens = 256};
-    plan_module s = {.dp = 1, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 2, .recompute = PLAN_RECOMP_NONE, .n_ranks = 1};
-    plan_micro_time(&m, 0, &s, &w, &c, &o, 2, out);
-    return UTIL_OK;
 }
 
 /* The dhp target's bf16-mixed and -autocast GEMMs are priced from
@@ -198,17 +136,17 @@ TEST(profile_gemm_bf16_prices_the_bf16_precisions)
     const plan_precision bf16[] = {PLAN_OPT_MIXED_FP32, PLAN_OPT_AUTOCAST};
     for (int i = 0; i < 2; i++) {
         plan_time t0, t1, t2;
-        CHECK_OK(llm_micro(&g0, bf16[i], PLAN_TARGET_DHP, &t0, err));
-        CHECK_OK(llm_micro(&g1, bf16[i], PLAN_TARGET_DHP, &t1, err));
-        CHECK_OK(llm_micro(&g2, bf16[i], PLAN_TARGET_DHP, &t2, err));
+        CHECK_OK(test_profile_llm_micro(&g0, bf16[i], PLAN_TARGET_DHP, &t0, err));
+        CHECK_OK(test_profile_llm_micro(&g1, bf16[i], PLAN_TARGET_DHP, &t1, err));
+        CHECK_OK(test_profile_llm_micro(&g2, bf16[i], PLAN_TARGET_DHP, &t2, err));
         CHECK_MSG(t2.fwd_s > t1.fwd_s && t2.bwd_s > t1.bwd_s && t1.fwd_s != t0.fwd_s, "fwd %g %g %g", t0.fwd_s, t1.fwd_s, t2.fwd_s);
     }
     plan_time f1, f2, m1, m2;
-    CHECK_OK(llm_micro(&g1, PLAN_OPT_FP32, PLAN_TARGET_DHP, &f1, err));
-    CHECK_OK(llm_micro(&g2, PLAN_OPT_FP32, PLAN_TARGET_DHP, &f2, err));
+    CHECK_OK(test_profile_llm_micro(&g1, PLAN_OPT_FP32, PLAN_TARGET_DHP, &f1, err));
+    CHECK_OK(test_profile_llm_micro(&g2, PLAN_OPT_FP32, PLAN_TARGET_DHP, &f2, err));
     CHECK(f1.fwd_s == f2.fwd_s && f1.bwd_s == f2.bwd_s);
-    CHECK_OK(llm_micro(&g1, PLAN_OPT_MIXED_FP32, PLAN_TARGET_MEGATRON, &m1, err));
-    CHECK_OK(llm_micro(&g0, PLAN_OPT_MIXED_FP32, PLAN_TARGET_MEGATRON, &m2, err));
+    CHECK_OK(test_profile_llm_micro(&g1, PLAN_OPT_MIXED_FP32, PLAN_TARGET_MEGATRON, &m1, err));
+    CHECK_OK(test_profile_llm_micro(&g0, PLAN_OPT_MIXED_FP32, PLAN_TARGET_MEGATRON, &m2, err));
     CHECK(m1.fwd_s == m2.fwd_s && m1.bwd_s == m2.bwd_s);
     plan_options o;
     plan_options_default(&o);
