@@ -358,7 +358,7 @@ def interpret(r, idx):
         inferred.append("mixed_precision DEFAULT (Composer 0.16.3 get_mixed_precision: param and buffer dtype bf16, "
                         "no reduce_dtype, which torch 2.1 FSDP then takes from param_dtype: bf16 reduce-scatters) "
                         "priced as bf16-autocast (fp32 gradient reduction: over-priced; hidden, it still pays the overlap "
-                        "contention, cost_dp.c: row 76 0.739 s, 0.693 s with bf16 reductions); PURE (row 79) "
+                        "contention, cost_dp.c: row 76 0.812 s, 0.745 s priced as bf16-pure, whose reductions are bf16); PURE (row 79) "
                         "as bf16-pure, whose bf16 master weights FSDP does not keep (its shards stay fp32)")
         inferred.append("H100 cluster links as the 2x8xh100 preset" if c["gpu"] == "h100" else
                         "A100 links: 1600 Gb/s RoCE per node = 8 x 200G, as the 16x8xa100 preset")
@@ -665,7 +665,8 @@ def fit_rows(dhp, skipped):
             q = subprocess.run([dhp, "clusters", preset, "--price", spec], capture_output=True, text=True)
             if q.returncode == 0:
                 j = json.loads(q.stdout)
-                row["dhp"] = (j.get("flops_per_s") or j.get("busbw")) / unit
+                # a GEMM benchmark (MAMF) times bursts: dhp's burst rate, without gemm_sustained
+                row["dhp"] = (j.get("burst_flops_per_s") or j.get("flops_per_s") or j.get("busbw")) / unit
         out.append(row)
     ref = {x["row"]: x for x in out}
     base = next((dict(x) for x in out if "head_dim 128" in x["what"] and "dhp" in x), None)
@@ -680,7 +681,8 @@ def fit_rows(dhp, skipped):
         print(f"{x['row']:>3} {x['what']:<34} {x['gpu']:<22} {x['measured']:9.3f} " +
               (f"{d:9.3f} {fmt_err(e)}" if d is not None else f"{'-':>9} {'-':>7}") +
               f"  {x['fit'] or ('no costdb entry for this GPU' if d is None else 'check only')}")
-    print("  (GEMM, attention: TFLOP/s; attention rows as ratios to head dim 128; all-reduce: bus bandwidth GB/s)")
+    print("  (GEMM, attention: TFLOP/s; attention rows as ratios to head dim 128; all-reduce: bus bandwidth GB/s;")
+    print("  GEMM rows at dhp's burst rate, as MAMF times them: a training step's GEMMs are priced at gemm_sustained of it)")
     seq_curve(dhp)
     return ref
 

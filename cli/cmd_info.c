@@ -61,6 +61,8 @@ static int price(const cost_cluster *c, const char *spec)
         cJSON_AddNumberToObject(o, "seconds", t);
         cJSON_AddNumberToObject(o, "flops_per_s", 2 * a[0] * a[1] * a[2] / t);
         cJSON_AddNumberToObject(o, "efficiency", cost_gemm_efficiency(&p->gpu, a[0], a[1], a[2]));
+        /* the burst rate MAMF-like benchmarks time (bench/published.py's fit rows) */
+        cJSON_AddNumberToObject(o, "burst_flops_per_s", 2 * a[0] * a[1] * a[2] / cost_gemm_burst_time(&p->gpu, a[0], a[1], a[2]));
     } else if (!strcmp(kind, "attention") && n >= 3) {
         /* SEQ,HEADS,HEAD_DIM[,CAUSAL]: one sequence's forward */
         double rows = a[0] * a[1], scores = rows * cost_attention_mean_span(a[0], n > 3 && a[3] != 0);

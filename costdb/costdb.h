@@ -98,6 +98,13 @@ typedef struct {
      * the dimension at which a dimension alone halves throughput. */
     double gemm_eff_max;
     double gemm_half;
+    /* Sustained over burst: the fraction of the burst rate above (MAMF,
+     * timed in short bursts at the boost clock) a GEMM keeps when the GPU
+     * runs matmuls back to back, as a training step does, with its clock
+     * settled where the board's power limit holds it (MSMF). It prices
+     * the GEMMs of the peak rule (cost_gemm_time_in; a dhp profile
+     * measurement, gemm_bf16, is its own); 0 = none measured (1). */
+    double gemm_sustained;
     double attn_eff;              /* FlashAttention-2 class: achieved/peak on attention FLOPs, head dim 128 */
     /* Head-dim curve of the fused attention kernels: at head dim d the
      * efficiency is attn_eff * r(d) / r(128), r(d) = d / (d + attn_hd_half)
@@ -302,6 +309,13 @@ double cost_gemm_peak(const cost_gpu *g, cost_gemm_math math);
  * assumed for the other maths, as no fp32 / TF32 curve is published);
  * BF16_DHP from gemm_bf16's own peak and grid where the file has it. */
 double cost_gemm_time_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k);
+/* The fraction of its burst rate a tensor-core GEMM in `math` keeps in a
+ * training step (gemm_sustained, for the bf16 maths; 1 where the file
+ * gives none, for fp32 and TF32, and for a measured gemm_bf16). */
+double cost_gemm_sustained(const cost_gpu *g, cost_gemm_math math);
+/* cost_gemm_time at the burst rate (without cost_gemm_sustained): the GEMM
+ * as a short benchmark such as MAMF times it. */
+double cost_gemm_burst_time(const cost_gpu *g, double m, double n, double k);
 /* Attention of `rows` query rows x heads over `scores` query-key pairs of
  * head_dim d: the forward runs 4 d FLOPs per score, the backward
  * COST_ATTN_BWD_FLOPS times that; each row also pays attn_row_s (backward

@@ -243,6 +243,7 @@ int cost_validate_gpu(const cost_gpu *g, const char *what, const char *path, cha
     if ((rc = cost_check_range(what, path, "attn_hd_half", g->attn_hd_half, 0, false, 1e6, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_row_scores", g->attn_row_scores, 0, false, 1e6, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_bwd_eff", g->attn_bwd_eff, 0, false, 1, err))) return rc;
+    if ((rc = cost_check_range(what, path, "gemm_sustained", g->gemm_sustained, 0, false, 1, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_bwd_row_scores", g->attn_bwd_row_scores, 0, false, 1e6, err))) return rc;
     if ((rc = validate_attn_terms(&g->attn_bf16, what, path, "attn_bf16", err))) return rc;
     if (g->gemm_bf16.measured) {
@@ -409,7 +410,7 @@ int cost_parse_gpu_obj(const cJSON *obj, const char *what, const char *path, boo
         {"attn_row_s", &g->attn_row_s}, {"attn_bwd_row_s", &g->attn_bwd_row_s},
         {"sm_count", &g->sm_count}, {"attn_hd_half", &g->attn_hd_half},
         {"attn_row_scores", &g->attn_row_scores}, {"attn_bwd_eff", &g->attn_bwd_eff},
-        {"attn_bwd_row_scores", &g->attn_bwd_row_scores},
+        {"attn_bwd_row_scores", &g->attn_bwd_row_scores}, {"gemm_sustained", &g->gemm_sustained},
         {"peak_flops_fp32", &g->peak_flops_fp32}, {"peak_flops_tf32", &g->peak_flops_tf32},
         {"reserved_workspace_bytes", &g->reserved_workspace_bytes},
     };
@@ -537,6 +538,7 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && (g->attn_row_scores <= 0 || cJSON_AddNumberToObject(o, "attn_row_scores", g->attn_row_scores))
         && (g->attn_bwd_eff <= 0 || cJSON_AddNumberToObject(o, "attn_bwd_eff", g->attn_bwd_eff))
         && (g->attn_bwd_row_scores <= 0 || cJSON_AddNumberToObject(o, "attn_bwd_row_scores", g->attn_bwd_row_scores))
+        && (g->gemm_sustained <= 0 || cJSON_AddNumberToObject(o, "gemm_sustained", g->gemm_sustained))
         && (g->grid.n_m == 0 || cost_gemm_grid_add(o, &g->grid, NULL))
         && (g->ew.n == 0 || cost_ew_table_add(o, &g->ew, NULL))
         && (!g->attn_bf16.measured || cost_attn_bf16_add(o, &g->attn_bf16, NULL))

@@ -99,15 +99,40 @@ static measured measured_terms(const cost_gpu *g, bool dhp_bf16)
     return m;
 }
 
-/* t = 2mnk / (peak * eff(m,n,k)) + kernel_launch_s, peak = cost_gemm_peak(g, math),
- * eff cost_gemm_efficiency; measured: peak and eff those of its own grid. */
-double cost_gemm_time_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k)
+/* The burst rates gemm_eff_max and a costdb gemm_grid describe hold the
+ * boost clock; back to back, bf16 matmuls draw the board to its power limit
+ * and the clock settles lower (gemm_sustained, the GPU file's source). The
+ * fp32 (CUDA-core) and TF32 maths have no sustained measurement; dhp
+ * profile's gemm_bf16 is its own measurement. */
+double cost_gemm_sustained(const cost_gpu *g, cost_gemm_math math)
+{
+    if (math != COST_MATH_BF16 && math != COST_MATH_BF16_DHP) return 1.0;
+    if (math == COST_MATH_BF16_DHP && measured_terms(g, true).gemm) return 1.0;
+    return g->gemm_sustained > 0 ? g->gemm_sustained : 1.0;
+}
+
+/* t = 2mnk / (peak * eff(m,n,k) * sustained) + kernel_launch_s, peak =
+ * cost_gemm_peak(g, math), eff cost_gemm_efficiency, sustained
+ * cost_gemm_sustained (1 for a burst); measured: peak and eff those of its
+ * own grid. */
+static double gemm_time(const cost_gpu *g, cost_gemm_math math, double m, double n, double k, bool burst)
 {
     const cost_gemm_terms *t = measured_terms(g, math == COST_MATH_BF16_DHP).gemm;
     if (t && !(m > 0 && n > 0 && k > 0)) return 0;
     double eff = t ? grid_efficiency(g, &t->grid, m, n, k) : cost_gemm_efficiency(g, m, n, k);
     if (eff <= 0) return 0;
-    return 2.0 * m * n * k / ((t ? t->peak_flops : cost_gemm_peak(g, math)) * eff) + g->kernel_launch_s;
+    double rate = (t ? t->peak_flops : cost_gemm_peak(g, math)) * eff * (burst ? 1.0 : cost_gemm_sustained(g, math));
+    return 2.0 * m * n * k / rate + g->kernel_launch_s;
+}
+
+double cost_gemm_time_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k)
+{
+    return gemm_time(g, math, m, n, k, false);
+}
+
+double cost_gemm_burst_time(const cost_gpu *g, double m, double n, double k)
+{
+    return gemm_time(g, COST_MATH_BF16, m, n, k, true);
 }
 
 double cost_gemm_time(const cost_gpu *g, double m, double n, double k)
