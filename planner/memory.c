@@ -35,6 +35,7 @@ void plan_options_default(plan_options *o)
     o->target = PLAN_TARGET_MEGATRON;
     o->zero3 = PLAN_ZERO3_UNITS;
     o->adamw = PLAN_ADAMW_FUSED;
+    o->grad_reduce = PLAN_REDUCE_GRADS;
     o->tf32 = false;
     o->backend = PLAN_BACKEND_DEVICE;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
@@ -67,12 +68,15 @@ double plan_local_block_params(const model_module *mm, const plan_module *s)
  * and writes the bf16 copy where there is one. */
 plan_state_bytes plan_precision_bytes(plan_precision p)
 {
+    plan_state_bytes b;
     switch (p) {
-    case PLAN_OPT_PURE_BF16: return (plan_state_bytes){ BF16, BF16, 2 * BF16, BF16 + 3 * 2 * BF16, BF16 };
-    case PLAN_OPT_AUTOCAST: return (plan_state_bytes){ FP32, FP32, 2 * FP32, FP32 + 3 * 2 * FP32, BF16 };
-    case PLAN_OPT_FP32: return (plan_state_bytes){ FP32, FP32, 2 * FP32, FP32 + 3 * 2 * FP32, FP32 };
-    default: return (plan_state_bytes){ BF16, FP32, 3 * FP32, FP32 + 3 * 2 * FP32 + BF16, BF16 };
+    case PLAN_OPT_PURE_BF16: b = (plan_state_bytes){ BF16, BF16, 2 * BF16, BF16 + 3 * 2 * BF16, BF16, 0 }; break;
+    case PLAN_OPT_AUTOCAST: b = (plan_state_bytes){ FP32, FP32, 2 * FP32, FP32 + 3 * 2 * FP32, BF16, 0 }; break;
+    case PLAN_OPT_FP32: b = (plan_state_bytes){ FP32, FP32, 2 * FP32, FP32 + 3 * 2 * FP32, FP32, 0 }; break;
+    default: b = (plan_state_bytes){ BF16, FP32, 3 * FP32, FP32 + 3 * 2 * FP32 + BF16, BF16, 0 }; break;
     }
+    b.reduce = b.grad;   /* the gradients reduced in their own dtype */
+    return b;
 }
 
 plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_options *o)
@@ -83,9 +87,12 @@ plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_opti
      * the step also writes that copy */
     plan_state_bytes b = plan_precision_bytes(plan_runs_bf16(o) ? PLAN_OPT_FP32 : o->precision);
     b.step_traffic += plan_weight_copy_bytes(mm, o);
+    /* an FSDP reduce_dtype of bf16 (plan_grad_reduce): what the collectives send */
+    if (o->target == PLAN_TARGET_MEGATRON && o->grad_reduce == PLAN_REDUCE_BF16) b.reduce = fmin(b.grad, BF16);
     if (!mm->frozen) return b;
     if (o->target == PLAN_TARGET_MEGATRON) b.param = BF16;
     b.grad = 0;
+    b.reduce = 0;
     b.optim = 0;
     b.step_traffic = 0;
     return b;
@@ -456,6 +463,7 @@ plan_options plan_options_of(const plan_t *p)
     o.target = p->target;
     o.zero3 = p->zero3;
     o.adamw = p->adamw;
+    o.grad_reduce = p->grad_reduce;
     o.tf32 = p->tf32;
     o.backend = p->backend;
     return o;
