@@ -117,7 +117,8 @@ static void model_state_bytes(const model_module *mm, const plan_module *s, cons
  * the sequence split. Shapes per token: residual x [h], normed x [h],
  * q/k/v [(H + 2 KV) d / tp], attention output [H d / tp] + fp32 LSE [H / tp],
  * and the MLP: SwiGLU gate, up, act [3 f / tp]; GELU fc1, act [2 f / tp].
- * Megatron sequence parallel also splits the [h] terms by tp. Selective
+ * Megatron sequence parallel also splits the [h] terms by tp where it
+ * applies (plan_seqpar_split: the LLM's blocks). Selective
  * recompute is Megatron-LM's (Korthikanti et al. sec. 5): it re-runs the
  * attention core, so it keeps no log-sum-exp and no score matrix; full
  * recompute keeps only the block input. Without FlashAttention
@@ -131,7 +132,7 @@ static double block_act_bytes_per_token(const model_module *mm, const plan_modul
                                         double A)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
-    double hsplit = s->seq_parallel ? tp : 1.0;
+    double hsplit = plan_seqpar_split(mm, s);
     if (s->recompute == PLAN_RECOMP_FULL) return A * h / hsplit;
     if (s->recompute == PLAN_RECOMP_OP) {
         /* torchtitan's per-op checkpointing: the block input, the attention
@@ -223,7 +224,7 @@ static double block_bytes(const model_module *mm, const plan_module *s, const pl
 static double embedding_dropout_bytes(const model_module *mm, const plan_module *s, double t)
 {
     if (mm->kind != MODEL_LLM || !mm->dropout) return 0;
-    return t * mm->hidden / (s->seq_parallel ? s->tp : 1.0);
+    return t * mm->hidden / plan_seqpar_split(mm, s);
 }
 
 /* Returns the module's activations; *blocks_saved: of them, what its blocks save (the stem and head apart). */
@@ -244,22 +245,24 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
         live = t * block_act_bytes_per_token(mm, &none, false, q->seq, A);
     }
     /* Stem and head with pp = 1: the final norm's input and the output
-     * layer's input, 2 s b h bytes each (Korthikanti et al. sec. 4.3). For
-     * the LLM, sequence parallelism splits both by tp (4 s b h / t there,
-     * and in theoretical_memory_usage.py's 4 s b h (1 + v/h) / t): its final
-     * norm runs on the sequence-parallel shard, and its output layer (a
+     * layer's input, 2 s b h bytes each (Korthikanti et al. sec. 4.3).
+     * Sequence parallelism splits both by tp where it splits the blocks'
+     * rows (plan_seqpar_split): 4 s b h / t there, and in
+     * theoretical_memory_usage.py's 4 s b h (1 + v/h) / t, since the final
+     * norm runs on the sequence-parallel shard and the output layer (a
      * ColumnParallelLinear) saves the shard it receives, gathering it inside
      * (megatron/core/tensor_parallel/layers.py,
      * LinearWithGradAccumulationAndAsyncCommunication.forward:
-     * ctx.save_for_backward(input, ...) before the all-gather). Encoders keep
-     * 2 [t, h] terms whole; they also save their patch embedding's input and
-     * the merger MLP's. With pp > 1 the busiest stage (the first, whose
+     * ctx.save_for_backward(input, ...) before the all-gather). Encoders run
+     * without it (Megatron-LM's vision encoder and projection too), so their
+     * final norm's and merger's inputs stay whole like their blocks' rows;
+     * under dhp's sp (Ulysses, ring) t is already the rank's rows. They also
+     * save their patch embedding's input and the merger MLP's. With pp > 1 the busiest stage (the first, whose
      * micro-batches in flight set the peak, unless uneven stages say
      * otherwise) holds no head, and its first block saves the embedding
      * output. The embedding's dropout mask counts where the busiest stage is
      * the first, once per micro-batch it holds. */
-    double hsplit = mm->kind == MODEL_LLM && s->seq_parallel ? s->tp : 1.0;
-    if (s->pp == 1) per_mb += t * A * mm->hidden * 2 / hsplit;
+    if (s->pp == 1) per_mb += t * A * mm->hidden * 2 / plan_seqpar_split(mm, s);
     if (mm->kind != MODEL_LLM) {
         double merged = plan_encoder_out_rows(mm, q, t);
         per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
@@ -375,7 +378,7 @@ static void executor_activations(const model_module *mm, const plan_module *s, i
     /* A stage's edges (executor/run_stage.c): buffers the micro-batch's rows
      * go out or come in through, and where the module runs a backward
      * those of their gradient. */
-    double Nl = N / (s->seq_parallel && s->tp > 1 ? s->tp : 1);
+    double Nl = N / plan_seqpar_split(mm, s);
     out->comm += A * Nl * mm->hidden * plan_stage_edge_buffers(s, stage, mm->kind == MODEL_LLM || !mm->frozen);
 }
 

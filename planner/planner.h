@@ -465,6 +465,16 @@ typedef struct {
  * LLM whose head is tied to its embedding holds a copy of the embedding
  * (tied_copy), whose gradient is summed with the first stage's (Megatron's
  * embedding group). */
+/* What Megatron sequence parallelism divides the module's hidden-state rows
+ * by: its blocks' norm and residual inputs and dropout masks, the final
+ * norm's and output layer's inputs, the embedding's dropout mask, the rows
+ * handed between pipeline stages (Korthikanti et al., arXiv 2205.05198,
+ * sec. 4.2.2 and 4.3). tp for the LLM under seq_parallel with tp > 1, else 1.
+ * Encoders run without it, as Megatron-LM runs its vision encoder and
+ * projection (examples/multimodal/model.py: vision_config.sequence_parallel
+ * = False, "Vision model and projection do not use SP/CP yet");
+ * plan_strategy_check refuses seqpar for them. */
+double plan_seqpar_split(const model_module *mm, const plan_module *s);
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *st,
                         plan_tensor *out, int cap);
 static inline int plan_module_units(const model_module *mm) { return mm->layers + 2; }
