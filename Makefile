@@ -30,7 +30,8 @@ NCCL_LIBDIRS := $(filter-out $(CUDA_LIBDIRS),$(wildcard $(NCCL_HOME)/lib64 $(NCC
 override CFLAGS += -DDHP_NCCL=1 $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-isystem $(NCCL_HOME)/include)
 LDLIBS  += $(foreach d,$(NCCL_LIBDIRS),-L$(d) -Wl,-rpath,$(d))
 endif
-LDLIBS  += $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lnccl -lcublasLt -lcublas -lcudart -lstdc++
+# cuBLASLt is not linked: the CUDA backend opens it on first use (executor/cuda_lt_api.cuh says why).
+LDLIBS  += $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lnccl -lcudart -ldl -lstdc++
 CU_SRC  := $(wildcard executor/*.cu)
 else
 CU_SRC  :=

@@ -230,6 +230,12 @@ int ex_backend_tf32(const ex_backend *be, bool on, char *err);
  * err saying why, when dhp was built without CUDA (no nvcc) or no device is
  * usable. */
 const ex_backend *ex_backend_cuda(char *err);
+/* Opens the cuBLASLt library (NULL: the one dhp was built against, which
+ * ex_backend_cuda opens on first use rather than at start-up) and resolves
+ * the entry points the GEMMs call, into a table of its own: UTIL_OK, or
+ * UTIL_ERUNTIME with err naming the library and what is missing
+ * (UTIL_EUNSUPPORTED without CUDA). */
+int ex_cuda_blas_load(const char *library, char *err);
 /* Waits for the device and reports the first failure (a kernel launch, a
  * cuBLAS call, an allocation) since the previous call: UTIL_OK or
  * UTIL_ERUNTIME with err filled. */

@@ -27,7 +27,7 @@
 
 static void note_blas(cublasStatus_t s, const char *what)
 {
-    if (s != CUBLAS_STATUS_SUCCESS) note_failure(what, cublasLtGetStatusString(s));
+    if (s != CUBLAS_STATUS_SUCCESS) note_failure(what, lt_api.cublasLtGetStatusString(s));
 }
 
 static struct {
@@ -45,7 +45,7 @@ static struct {
 static cublasLtHandle_t lt(void)
 {
     std::call_once(g_lt.once, [] {
-        g_lt.status = cublasLtCreate(&g_lt.handle);
+        g_lt.status = lt_api.cublasLtCreate(&g_lt.handle);
         if (g_lt.status != CUBLAS_STATUS_SUCCESS) return;
         g_lt.workspace = backend_workspace();
         g_lt.workspace_bytes = g_lt.workspace ? PLAN_CUDA_LT_WORKSPACE_BYTES : 0;
@@ -78,24 +78,24 @@ static cublasStatus_t lt_matmul(const lt_gemm *g)
     cublasComputeType_t compute = g->ab == CUDA_R_32F && g_lt.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     cublasLtMatmulDesc_t desc = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
-    cublasStatus_t s = cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F);
+    cublasStatus_t s = lt_api.cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F);
     uint32_t epi = g->epi;
-    if (!s) s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g->ta, sizeof g->ta);
-    if (!s) s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &g->tb, sizeof g->tb);
-    if (!s) s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-    if (!s && g->bias) s = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias);
+    if (!s) s = lt_api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g->ta, sizeof g->ta);
+    if (!s) s = lt_api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &g->tb, sizeof g->tb);
+    if (!s) s = lt_api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (!s && g->bias) s = lt_api.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g->bias, sizeof g->bias);
     bool an = g->ta == CUBLAS_OP_N, bn = g->tb == CUBLAS_OP_N;
-    if (!s) s = cublasLtMatrixLayoutCreate(&la, g->ab, an ? g->m : g->k, an ? g->k : g->m, g->lda);
-    if (!s) s = cublasLtMatrixLayoutCreate(&lb, g->ab, bn ? g->k : g->n, bn ? g->n : g->k, g->ldb);
-    if (!s) s = cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, g->m, g->n, g->m);
+    if (!s) s = lt_api.cublasLtMatrixLayoutCreate(&la, g->ab, an ? g->m : g->k, an ? g->k : g->m, g->lda);
+    if (!s) s = lt_api.cublasLtMatrixLayoutCreate(&lb, g->ab, bn ? g->k : g->n, bn ? g->n : g->k, g->ldb);
+    if (!s) s = lt_api.cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, g->m, g->n, g->m);
     float one = 1.0f;
     if (!s)
-        s = cublasLtMatmul(h, desc, &one, g->A, la, g->B, lb, &g->beta, g->D, ld, g->D, ld, NULL, g_lt.workspace,
+        s = lt_api.cublasLtMatmul(h, desc, &one, g->A, la, g->B, lb, &g->beta, g->D, ld, g->D, ld, NULL, g_lt.workspace,
                            g_lt.workspace_bytes, 0);
-    if (ld) cublasLtMatrixLayoutDestroy(ld);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (ld) lt_api.cublasLtMatrixLayoutDestroy(ld);
+    if (lb) lt_api.cublasLtMatrixLayoutDestroy(lb);
+    if (la) lt_api.cublasLtMatrixLayoutDestroy(la);
+    if (desc) lt_api.cublasLtMatmulDescDestroy(desc);
     return s;
 }
 

@@ -3,6 +3,7 @@
  * gradients, lse, cu_seqlens / GQA / causal, vocab shards, cross-entropy
  * pieces, AdamW, RoPE layout). Linears are cuBLASLt GEMMs (cuda_gemm.cuh); the
  * rest are own kernels, by job in the cuda_*.cuh files it includes. Shapes and math of each kernel are stated above it.
+ * cuBLASLt is opened when the backend is first asked for (cuda_lt_api.cuh says why).
  *
  *  - Every pointer is a device pointer: tensors, and also cu_seqlens (nseq + 1
  *    ints), tokens, targets and the rows of gather_rows / scatter_add_rows.
@@ -281,6 +282,7 @@ static double cuda_sumsq(const float *x, size_t n)
     return sum_partials(part, blocks);
 }
 
+#include "executor/cuda_lt_api.cuh"
 #include "executor/cuda_gemm.cuh"
 
 /* ------------------------------------------------------------ RMSNorm */
@@ -468,7 +470,7 @@ static ex_backend make_table(void)
 
 extern "C" const ex_backend *ex_backend_cuda(char *err)
 {
-    if (!cuda_device_usable(err)) return NULL;
+    if (!cuda_device_usable(err) || !lt_api_ready(err)) return NULL;
     static const ex_backend table = make_table();
     return &table;
 }

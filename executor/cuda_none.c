@@ -14,6 +14,12 @@ int ex_cuda_sync(char *err)
 {
     return util_fail(err, UTIL_EUNSUPPORTED, "this dhp was built without CUDA");
 }
+
+int ex_cuda_blas_load(const char *library, char *err)
+{
+    (void)library;
+    return util_fail(err, UTIL_EUNSUPPORTED, "this dhp was built without CUDA");
+}
 #else
 typedef int ex_cuda_none_unused;   /* ISO C wants a declaration in every file */
 #endif

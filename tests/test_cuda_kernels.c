@@ -406,6 +406,27 @@ TEST(cuda_backend_entry_point_gives_table_or_reason)
     CHECK_OK(ex_cuda_sync(err));
 }
 
+/* cuBLASLt is opened when the CUDA backend is first asked for, not linked:
+ * the library dhp was built against resolves every entry point the GEMMs
+ * call, and an absent one fails in one line that names it. Without CUDA
+ * both say so. */
+TEST(cuda_blas_is_loaded_on_demand_and_a_missing_library_is_named)
+{
+    char err[UTIL_ERR_LEN] = "";
+#ifdef DHP_CUDA
+    CHECK_OK(ex_cuda_blas_load(NULL, err));
+    CHECK(ex_cuda_blas_load("libdhp-no-such-cublasLt.so", err) == UTIL_ERUNTIME);
+    CHECK_MSG(strstr(err, "libdhp-no-such-cublasLt.so") && strstr(err, "cuBLASLt") && !strchr(err, '\n'), "err '%s'",
+              err);
+    /* a library that is there but is not cuBLASLt: the missing entry point is named */
+    CHECK(ex_cuda_blas_load("libm.so.6", err) == UTIL_ERUNTIME);
+    CHECK_MSG(strstr(err, "libm.so.6 has no cublasLtCreate"), "err '%s'", err);
+#else
+    CHECK(ex_cuda_blas_load(NULL, err) == UTIL_EUNSUPPORTED);
+    CHECK_MSG(strstr(err, "without CUDA") != NULL, "err '%s'", err);
+#endif
+}
+
 TEST(cuda_kernels_emu_layernorm_match_cpu)
 {
     const ex_backend *be = emu(), *cpu = ex_backend_cpu();
