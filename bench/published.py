@@ -383,11 +383,15 @@ def interpret(r, idx):
                         "are single kernels in eager too; its attention (attn_impl triton: llm-foundry v0.3.0's "
                         "Triton FlashAttention on triton-pre-mlir) is priced as FlashAttention-2, not modelled")
         inferred.append("Composer 0.16.3's DecoupledAdamW (a per-parameter loop of 8 unfused kernels): --adamw foreach")
-        inferred.append("mixed_precision DEFAULT (Composer 0.16.3 get_mixed_precision: param and buffer dtype bf16, "
-                        "no reduce_dtype, which torch 2.1 FSDP then takes from param_dtype: bf16 reduce-scatters) "
-                        "priced as bf16-autocast (fp32 gradient reduction: over-priced; hidden, it still pays the overlap "
-                        "contention, cost_dp.c: row 76 0.739 s, 0.693 s with bf16 reductions); PURE (row 79) "
-                        "as bf16-pure, whose bf16 master weights FSDP does not keep (its shards stay fp32)")
+        if "PURE" not in r["precision"]:
+            c["grad_reduce"] = "bf16"
+        inferred.append("MP Mode DEFAULT (the README's column; Composer 0.16.3 get_mixed_precision, "
+                        "composer/trainer/mosaic_fsdp_utils.py: param and buffer dtype bf16, reduce_dtype unset, "
+                        "which torch 2.1 FSDP takes from param_dtype, FlatParamHandle._init_param_reduce_dtypes): "
+                        "bf16-autocast with --grad-reduce bf16 (bf16 reduce-scatters, fp32 shards). Inferred: "
+                        "v0.3.0 asks for mosaicml>=0.16.3,<0.17 and Composer 0.16.4 (2023-10-11, #2628, 8 days before "
+                        "the README commit) sets reduce_dtype float32 for DEFAULT; 0.16.3 taken, as v0.3.0's pin. "
+                        "PURE (row 79) as bf16-pure, whose bf16 master weights FSDP does not keep (its shards stay fp32)")
         inferred.append("H100 cluster links as the 2x8xh100 preset" if c["gpu"] == "h100" else
                         "A100 links: 1600 Gb/s RoCE per node = 8 x 200G, as the 16x8xa100 preset")
     elif fam in ("fa2-t1", "fa-train"):
@@ -527,6 +531,8 @@ def run_dhp(dhp, c, tmp):
         cmd[-3:-3] = ["--zero3", c["zero3"]]
     if c.get("adamw"):
         cmd[-3:-3] = ["--adamw", c["adamw"]]
+    if c.get("grad_reduce"):
+        cmd[-3:-3] = ["--grad-reduce", c["grad_reduce"]]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1][:200]}

@@ -32,6 +32,7 @@ typedef struct {
     bool target_given;
     plan_zero3 zero3;
     plan_adamw adamw;
+    plan_grad_reduce grad_reduce;
     bool tf32;
     plan_backend backend;     /* --backend: what memory is predicted for */
     bool backend_given;

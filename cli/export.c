@@ -128,6 +128,9 @@ static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON 
     }
     if (s->pp > 1) note(notes, "%s: pp %d without interleaving: no --num-layers-per-virtual-pipeline-stage (dhp "
                         "plans one stage per pipeline rank)", s->module, s->pp);
+    if (p->grad_reduce == PLAN_REDUCE_BF16)
+        note(notes, "%s: gradients reduced in bf16 (--grad-reduce bf16) not exported: Megatron's --grad-reduce-in-bf16 "
+             "also keeps its gradient buffers in bf16, which the plan does not price", s->module);
 }
 
 static cJSON *megatron_grid(const plan_t *p, int k)
@@ -195,6 +198,8 @@ static cJSON *deepspeed_config(const plan_t *p, int k, int gas, cJSON *notes)
     }
     case PLAN_OPT_FP32: case PLAN_NPRECISION: break;
     }
+    /* deepspeed/runtime/config.py get_communication_data_type: "fp32", "fp16" or "bf16" */
+    if (p->grad_reduce == PLAN_REDUCE_BF16) cJSON_AddStringToObject(c, "communication_data_type", "bf16");
     if (s->sp > 1) cJSON_AddNumberToObject(c, "sequence_parallel_size", s->sp);
     if (s->tp > 1) cJSON_AddNumberToObject(cJSON_AddObjectToObject(c, "tensor_parallel"), "autotp_size", s->tp);
     if (s->pp > 1) {
@@ -259,6 +264,9 @@ static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *er
     cJSON_AddNumberToObject(tr, "global_batch_size", p->work.global_batch);
     cJSON_AddNumberToObject(tr, "seq_len", llm_seq_len(p));
     cJSON_AddStringToObject(tr, "mixed_precision_param", p->precision == PLAN_OPT_FP32 ? "float32" : "bfloat16");
+    if (p->grad_reduce == PLAN_REDUCE_BF16)
+        note(notes, "%s: gradients reduced in bf16 (--grad-reduce bf16) not exported: torchtitan 0.2.2's "
+             "mixed_precision_reduce takes float32 only", s->module);
     if (s->zero == 1) note(notes, "%s: ZeRO-1 has no FSDP2 equivalent; exported as ZeRO-2 (reshard never)", s->module);
     if (s->sp > 1) note(notes, "%s: torchtitan's context parallelism is ring attention, not dhp's Ulysses all-to-all",
                         s->module);

@@ -29,6 +29,10 @@ const char *cli_setup_help =
     "  --adamw A             the megatron target's AdamW step: fused (one pass over the states: apex,\n"
     "                        DeepSpeed, torch fused=True; default) or foreach (one pass per op: torch's\n"
     "                        default AdamW, per-parameter loops)\n"
+    "  --grad-reduce R       the megatron target's data-parallel gradient reduction: grads (in the\n"
+    "                        gradients' dtype, fp32 under bf16-mixed and -autocast; default) or bf16\n"
+    "                        (PyTorch FSDP's reduce_dtype bf16, or param_dtype bf16 with reduce_dtype\n"
+    "                        unset; the reduced shard kept in its dtype)\n"
     "  --tf32                precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32): priced at the\n"
     "                        GPU's TF32 peak instead of its fp32 (CUDA-core) peak\n"
     "  --backend B           the dhp target's memory on the backend dhp run uses: cuda (its cuBLASLt\n"
@@ -116,6 +120,15 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         (*i)++;
         return 1;
     }
+    if (!strcmp(a, "--grad-reduce")) {
+        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
+        if (plan_grad_reduce_parse(val, &s->grad_reduce)) {
+            cli_usage_error(cmd, "--grad-reduce: '%s' is not grads or bf16", val);
+            return 2;
+        }
+        (*i)++;
+        return 1;
+    }
     if (!strcmp(a, "--backend")) {
         if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
         if (plan_backend_parse(val, &s->backend)) {
@@ -138,6 +151,7 @@ void cli_setup_options(const cli_setup *s, plan_options *o)
     o->target = s->target_given ? s->target : plan_target_default(s->precision);
     o->zero3 = s->zero3;
     o->adamw = s->adamw;
+    o->grad_reduce = s->grad_reduce;
     o->tf32 = s->tf32;
     o->backend = s->backend;
 }
@@ -153,6 +167,7 @@ int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster
     plan_options o;
     cli_setup_options(s, &o);
     if (plan_tf32_check(&o, err)) return cli_usage_error(cmd, "%s", err);
+    if (plan_grad_reduce_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     if (model_load(s->model, m, err)) return cli_usage_error(cmd, "%s", err);
     if (cost_cluster_load(s->cluster, c, err)) return cli_usage_error(cmd, "%s", err);
     memset(w, 0, sizeof *w);

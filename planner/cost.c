@@ -176,8 +176,8 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
                         double *selective)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
-    bool seqpar = s->seq_parallel && s->tp > 1;
-    double tn = seqpar ? t / tp : t;
+    bool seqpar = plan_seqpar_split(mm, s) > 1;
+    double tn = t / plan_seqpar_split(mm, s);
     double fwd0 = p->fwd;
     pricer core = *p;
     core.fwd = core.bwd = 0;
@@ -277,7 +277,7 @@ static void price_llm_stem(pricer *p, const model_module *mm, const plan_module 
                            double samples, int text_runs)
 {
     double h = mm->hidden, calls = p->megatron ? 1 : samples, runs = p->megatron ? 1 : samples * text_runs;
-    bool seqpar = s->seq_parallel && s->tp > 1;
+    bool seqpar = plan_seqpar_split(mm, s) > 1;
     /* the vocab-parallel lookup: every text token in one call, or under
      * context parallelism each run of text positions the rank holds */
     if (s->tp > 1) ew_calls(p, false, COST_EW_COPY, s->sp > 1 ? runs : 1, text * h);
@@ -310,7 +310,7 @@ static void price_loss(pricer *p, double logits)
 static void price_llm_head(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
 {
     double h = mm->hidden, shard = ceil((double)mm->vocab / s->tp);
-    bool seqpar = s->seq_parallel && s->tp > 1;
+    bool seqpar = plan_seqpar_split(mm, s) > 1;
     ew_fwd(p, COST_EW_COPY, rows * h);
     ew_fwd(p, COST_EW_RMSNORM, rows * h);
     price_linear(p, rows, shard, h);
@@ -556,7 +556,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     }
     /* a pipeline stage's input rows in from the previous stage's message,
      * its output's gradient in from the next one's (executor/llm.c, vision.c, audio.c) */
-    double boundary = t / (s->seq_parallel && s->tp > 1 ? s->tp : 1) * mm->hidden;
+    double boundary = t / plan_seqpar_split(mm, s) * mm->hidden;
     if (!st->stem) ew_fwd(&p, COST_EW_COPY, boundary);
     if (!st->head) ew_bwd(&p, COST_EW_COPY, boundary);
     if (plan_saves_bf16(o)) price_bf16_acts(&p, mm, s, st, t);
@@ -622,7 +622,7 @@ double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, cons
 {
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
-    double rows = samples * q.tokens_per_sample / s->sp / (s->seq_parallel && s->tp > 1 ? s->tp : 1);
+    double rows = samples * q.tokens_per_sample / s->sp / plan_seqpar_split(&m->mod[mi], s);
     return plan_module_state_bytes(&m->mod[mi], o).act * rows * m->mod[mi].hidden;
 }
 

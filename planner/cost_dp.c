@@ -18,7 +18,7 @@
 typedef struct {
     const cost_pool *pool;
     int G, per_node;
-    double param_bytes, grad_bytes;   /* per element as the strategy moves them */
+    double param_bytes, grad_bytes;   /* per element as the strategy moves them (grad: plan_state_bytes.reduce) */
     bool dhp;
     int n_units;
     int64_t *units;                   /* elements of each unit on this stage */
@@ -31,7 +31,7 @@ static int dp_pricer_init(dp_pricer *d, const model_module *mm, const plan_modul
 {
     plan_state_bytes b = plan_module_state_bytes(mm, o);
     int size;
-    *d = (dp_pricer){ .pool = pool, .param_bytes = b.param, .grad_bytes = b.grad, .dhp = o->target == PLAN_TARGET_DHP };
+    *d = (dp_pricer){ .pool = pool, .param_bytes = b.param, .grad_bytes = b.reduce, .dhp = o->target == PLAN_TARGET_DHP };
     plan_group_shape(s, PLAN_AX_SHARD, pool->gpus_per_node, &size, &d->per_node);
     d->G = size;
     d->local = plan_local_params(mm, s);
@@ -110,7 +110,9 @@ static double ew(const dp_pricer *d, cost_ew k, double n, double bytes)
  *     gradient is the backward of the split into its parameters' views, a
  *     cat of their gradients (torch/distributed/fsdp/_flat_param.py,
  *     _use_unsharded_views; where the reduce dtype differs, _runtime_utils.py
- *     _post_backward_hook casts it in a second pass, left out); FSDP2's
+ *     _post_backward_hook casts it in a second pass, left out, as is the
+ *     cast of a bf16-reduced shard back to the parameter's dtype,
+ *     _cast_grad_to_param_dtype, 1/G of the unit); FSDP2's
  *     foreach_reduce_scatter_copy_in, a torch.cat into the reduce dtype's
  *     buffer, which the compute stream then waits for
  *     (torch/distributed/_composable/fsdp/_fsdp_collectives.py,
@@ -339,5 +341,5 @@ double plan_embed_sync_s(const model_module *mm, const plan_module *s, const cos
     plan_unit_sizes(mm, s->tp, &first, units);
     double elems = (double)units[0];   /* unit 0: the stem, the embedding alone */
     free(units);
-    return cost_collective_time(pool, COST_ALLREDUCE, elems * plan_module_state_bytes(mm, o).grad, 2, per_node);
+    return cost_collective_time(pool, COST_ALLREDUCE, elems * plan_module_state_bytes(mm, o).reduce, 2, per_node);
 }

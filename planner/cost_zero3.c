@@ -8,16 +8,35 @@
  *   tensor, into a flat buffer made by torch.zeros of the padded size, after
  *   torch.cuda.synchronize(): the device is drained before every gather, so
  *   no gather runs beside the compute or beside another collective (the
- *   backward's reduce-scatters, on their own stream, are drained too).
- * - `_reduce_scatter_gradient`: one torch.distributed.reduce_scatter per
- *   parameter tensor, of its gradient in the parameter's dtype (param.grad).
+ *   backward's gradient all-reduces, on their own stream, are drained too).
  * - PyTorch's ProcessGroupNCCL of the time (torch/lib/c10d/ProcessGroupNCCL.cpp,
- *   allgather and reduce_scatter) takes the list forms DeepSpeed passes: after
- *   ncclAllGather it copies the flat output into each of the n output
- *   tensors, before ncclReduceScatter it copies each of the n inputs into a
- *   flat buffer: n copy kernels of one piece per collective, each at least a
- *   kernel launch (costdb kernel_launch_s), which at 1,000+ ranks costs as
- *   much as the ring's (n - 1) steps.
+ *   allgather) takes the list form DeepSpeed passes: after ncclAllGather it
+ *   copies the flat output into each of the n output tensors: n copy kernels
+ *   of one piece per gather, each at least a kernel launch (costdb
+ *   kernel_launch_s), which at 1,000+ ranks costs as much as the ring's
+ *   (n - 1) steps.
+ * - The gradients are all-reduced, not reduce-scattered: stage 3's
+ *   contiguous_gradients defaults to false (ZERO3_OPTIMIZATION_CONTIGUOUS_
+ *   GRADIENTS_DEFAULT, deepspeed/runtime/zero/constants.py, v0.3.13 to
+ *   v0.4.0), and stage3.py reduce_ipg_grads then takes
+ *   buffered_reduce_fallback, not average_tensor (whose per-parameter
+ *   reduce_scatter, reduce_gradients_at_owner, runs only with contiguous
+ *   gradients; v0.3.16's reduce_scatter default false makes even that an
+ *   all-reduce). reduce_independent_p_g_buckets_and_remove_grads adds each
+ *   gradient, as its hook fires in the backward, to a bucket, reducing the
+ *   bucket first when the gradient would take it past reduce_bucket_size
+ *   (5e8 elements, ZERO_OPTIMIZATION_REDUCE_BUCKET_SIZE_DEFAULT), and the
+ *   backward's epilogue reduces the last one; allreduce_and_copy then
+ *   flattens the bucket (torch._utils._flatten_dense_tensors: a torch.cat
+ *   copy, a view when the bucket holds one tensor), divides it by the ranks
+ *   in place (div_), all-reduces it in the gradient's dtype (param.grad;
+ *   allreduce_always_fp32 false) and copies each gradient back out of it (on
+ *   a one-tensor bucket a copy of the tensor onto itself, which ATen's
+ *   copy_ returns early from: "Exit early if self and src are views of the
+ *   same data", aten/src/ATen/native/Copy.cpp). partition_previous_reduced_
+ *   grads then copies each parameter's own partition of the reduced gradient
+ *   into its shard (partition_parameters.py _partition_gradient: one copy of
+ *   the piece).
  *
  * - deepspeed/runtime/zero/stage3.py fetch_sub_module issues a submodule's
  *   gathers with async_op and prefetch_next_sub_modules the next ones
@@ -44,7 +63,7 @@
  *   gathered again in the forward and backward; after each optimizer step
  *   stage3.py gathers all of them in one synchronous call
  *   (persistent_parameters[0].all_gather, _allgather_params: one flat
- *   collective). Their gradients are reduce-scattered like any other's.
+ *   collective). Their gradients are reduced like any other's.
  *
  * The parameter tensors are Megatron-LM's (megatron/model/transformer.py,
  * ParallelAttention.query_key_value): query, key and value are one tensor,
@@ -167,10 +186,36 @@ static double gather_s(const cost_pool *pool, int G, int per_node, double piece,
          + cost_collective_time(pool, COST_ALLGATHER, G * piece * bytes, G, per_node) + list_copies(pool, G, piece, bytes);
 }
 
-/* One gradient's reduce-scatter: the copies in, the reduce-scatter. */
-static double reduce_s(const cost_pool *pool, int G, int per_node, double piece, double bytes)
+#define DS_REDUCE_BUCKET 5e8   /* reduce_bucket_size's default, elements */
+
+/* One reduce bucket of k gradients, `elems` elements in all (header): the
+ * flattening copy and the copies back where it holds more than one, the
+ * division in place (a copy's traffic: read and write each element), the
+ * all-reduce over the G ranks. */
+static double bucket_s(const cost_pool *pool, int G, int per_node, int k, double elems, double bytes)
 {
-    return list_copies(pool, G, piece, bytes) + cost_collective_time(pool, COST_REDUCESCATTER, G * piece * bytes, G, per_node);
+    double t = cost_elementwise_time(&pool->gpu, COST_EW_COPY, elems, bytes)
+             + cost_collective_time(pool, COST_ALLREDUCE, elems * bytes, G, per_node);
+    if (k > 1) t += 2 * cost_elementwise_time(&pool->gpu, COST_EW_COPY, elems, bytes) + (k - 1) * pool->gpu.kernel_launch_s;
+    return t;
+}
+
+/* The backward's gradient reductions (header): gradients become ready in
+ * reverse module order; each bucket one all-reduce, each parameter's piece
+ * copied into its shard after. Adds them to the backward of *raw. */
+static void reduce_grads(const cost_pool *pool, int G, int per_node, const double *e, int n, double bytes, plan_comm *raw)
+{
+    double elems = 0;
+    int k = 0;
+    for (int i = n - 1; i >= -1; i--) {
+        if (k > 0 && (i < 0 || elems + e[i] > DS_REDUCE_BUCKET)) {
+            plan_comm_add(raw, true, bucket_s(pool, G, per_node, k, elems, bytes), 1);
+            elems = 0, k = 0;
+        }
+        if (i < 0) break;
+        elems += e[i], k++;
+        raw->bwd_s += cost_elementwise_time(&pool->gpu, COST_EW_COPY, ceil(e[i] / G), bytes);
+    }
 }
 
 #define DS_MAX_REUSE_DISTANCE 1e9   /* stage3_max_reuse_distance's default, elements */
@@ -233,8 +278,7 @@ int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, cons
         double piece = ceil(e[use[k]] / G);   /* each rank's partition, the tensor padded to G of them */
         plan_comm_add(raw, bwd[k], gather_s(pool, G, per_node, piece, bytes), 1);
     }
-    for (int i = 0; reduce && i < n; i++)
-        plan_comm_add(raw, true, reduce_s(pool, G, per_node, ceil(e[i] / G), bytes), 1);
+    if (reduce) reduce_grads(pool, G, per_node, e, n, bytes, raw);
     free(e), free(layer), free(use), free(bwd);
     return UTIL_OK;
 }

@@ -208,6 +208,11 @@ static void clip_unused(tensor_list *l, const model_module *mm)
     }
 }
 
+double plan_seqpar_split(const model_module *mm, const plan_module *s)
+{
+    return mm->kind == MODEL_LLM && s->seq_parallel && s->tp > 1 ? s->tp : 1.0;
+}
+
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *stage,
                         plan_tensor *out, int cap)
 {
@@ -359,7 +364,7 @@ static void block_acts(act_list *l, const model_module *mm, const plan_module *s
 {
     double tp = s->tp, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
-    double Nl = s->seq_parallel && s->tp > 1 ? N / tp : N;   /* the norms' and residual's rows */
+    double Nl = N / plan_seqpar_split(mm, s);   /* the norms' and residual's rows */
     double size[PLAN_NACT_BLOCK] = {
         [PLAN_ACT_X] = Nl * d, [PLAN_ACT_LN1] = Nl * d, [PLAN_ACT_RSTD1] = Nl,
         [PLAN_ACT_Q] = N * qd, [PLAN_ACT_K] = N * kd, [PLAN_ACT_V] = N * kd,
@@ -431,8 +436,8 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
     plan_stage st = plan_vstage_of(mm, s, stage);
     double tp = s->tp, N = rows->rows, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
-    bool seqpar = s->seq_parallel && s->tp > 1;
-    double Nl = seqpar ? N / tp : N;
+    bool seqpar = plan_seqpar_split(mm, s) > 1;
+    double Nl = N / plan_seqpar_split(mm, s);
     for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, &st, N, rows->bf16, b);
     block_acts(&l, mm, s, &st, N, rows->bf16, -1);
     if (stage_ulysses(mm, s, &st, N)) {

@@ -35,6 +35,7 @@ void plan_options_default(plan_options *o)
     o->target = PLAN_TARGET_MEGATRON;
     o->zero3 = PLAN_ZERO3_UNITS;
     o->adamw = PLAN_ADAMW_FUSED;
+    o->grad_reduce = PLAN_REDUCE_GRADS;
     o->tf32 = false;
     o->backend = PLAN_BACKEND_DEVICE;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
@@ -67,12 +68,15 @@ double plan_local_block_params(const model_module *mm, const plan_module *s)
  * and writes the bf16 copy where there is one. */
 plan_state_bytes plan_precision_bytes(plan_precision p)
 {
+    plan_state_bytes b;
     switch (p) {
-    case PLAN_OPT_PURE_BF16: return (plan_state_bytes){ BF16, BF16, 2 * BF16, BF16 + 3 * 2 * BF16, BF16 };
-    case PLAN_OPT_AUTOCAST: return (plan_state_bytes){ FP32, FP32, 2 * FP32, FP32 + 3 * 2 * FP32, BF16 };
-    case PLAN_OPT_FP32: return (plan_state_bytes){ FP32, FP32, 2 * FP32, FP32 + 3 * 2 * FP32, FP32 };
-    default: return (plan_state_bytes){ BF16, FP32, 3 * FP32, FP32 + 3 * 2 * FP32 + BF16, BF16 };
+    case PLAN_OPT_PURE_BF16: b = (plan_state_bytes){ BF16, BF16, 2 * BF16, BF16 + 3 * 2 * BF16, BF16, 0 }; break;
+    case PLAN_OPT_AUTOCAST: b = (plan_state_bytes){ FP32, FP32, 2 * FP32, FP32 + 3 * 2 * FP32, BF16, 0 }; break;
+    case PLAN_OPT_FP32: b = (plan_state_bytes){ FP32, FP32, 2 * FP32, FP32 + 3 * 2 * FP32, FP32, 0 }; break;
+    default: b = (plan_state_bytes){ BF16, FP32, 3 * FP32, FP32 + 3 * 2 * FP32 + BF16, BF16, 0 }; break;
     }
+    b.reduce = b.grad;   /* the gradients reduced in their own dtype */
+    return b;
 }
 
 plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_options *o)
@@ -83,9 +87,12 @@ plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_opti
      * the step also writes that copy */
     plan_state_bytes b = plan_precision_bytes(plan_runs_bf16(o) ? PLAN_OPT_FP32 : o->precision);
     b.step_traffic += plan_weight_copy_bytes(mm, o);
+    /* an FSDP reduce_dtype of bf16 (plan_grad_reduce): what the collectives send */
+    if (o->target == PLAN_TARGET_MEGATRON && o->grad_reduce == PLAN_REDUCE_BF16) b.reduce = fmin(b.grad, BF16);
     if (!mm->frozen) return b;
     if (o->target == PLAN_TARGET_MEGATRON) b.param = BF16;
     b.grad = 0;
+    b.reduce = 0;
     b.optim = 0;
     b.step_traffic = 0;
     return b;
@@ -110,7 +117,8 @@ static void model_state_bytes(const model_module *mm, const plan_module *s, cons
  * the sequence split. Shapes per token: residual x [h], normed x [h],
  * q/k/v [(H + 2 KV) d / tp], attention output [H d / tp] + fp32 LSE [H / tp],
  * and the MLP: SwiGLU gate, up, act [3 f / tp]; GELU fc1, act [2 f / tp].
- * Megatron sequence parallel also splits the [h] terms by tp. Selective
+ * Megatron sequence parallel also splits the [h] terms by tp where it
+ * applies (plan_seqpar_split: the LLM's blocks). Selective
  * recompute is Megatron-LM's (Korthikanti et al. sec. 5): it re-runs the
  * attention core, so it keeps no log-sum-exp and no score matrix; full
  * recompute keeps only the block input. Without FlashAttention
@@ -124,7 +132,7 @@ static double block_act_bytes_per_token(const model_module *mm, const plan_modul
                                         double A)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
-    double hsplit = s->seq_parallel ? tp : 1.0;
+    double hsplit = plan_seqpar_split(mm, s);
     if (s->recompute == PLAN_RECOMP_FULL) return A * h / hsplit;
     if (s->recompute == PLAN_RECOMP_OP) {
         /* torchtitan's per-op checkpointing: the block input, the attention
@@ -216,7 +224,7 @@ static double block_bytes(const model_module *mm, const plan_module *s, const pl
 static double embedding_dropout_bytes(const model_module *mm, const plan_module *s, double t)
 {
     if (mm->kind != MODEL_LLM || !mm->dropout) return 0;
-    return t * mm->hidden / (s->seq_parallel ? s->tp : 1.0);
+    return t * mm->hidden / plan_seqpar_split(mm, s);
 }
 
 /* Returns the module's activations; *blocks_saved: of them, what its blocks save (the stem and head apart). */
@@ -237,22 +245,24 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
         live = t * block_act_bytes_per_token(mm, &none, false, q->seq, A);
     }
     /* Stem and head with pp = 1: the final norm's input and the output
-     * layer's input, 2 s b h bytes each (Korthikanti et al. sec. 4.3). For
-     * the LLM, sequence parallelism splits both by tp (4 s b h / t there,
-     * and in theoretical_memory_usage.py's 4 s b h (1 + v/h) / t): its final
-     * norm runs on the sequence-parallel shard, and its output layer (a
+     * layer's input, 2 s b h bytes each (Korthikanti et al. sec. 4.3).
+     * Sequence parallelism splits both by tp where it splits the blocks'
+     * rows (plan_seqpar_split): 4 s b h / t there, and in
+     * theoretical_memory_usage.py's 4 s b h (1 + v/h) / t, since the final
+     * norm runs on the sequence-parallel shard and the output layer (a
      * ColumnParallelLinear) saves the shard it receives, gathering it inside
      * (megatron/core/tensor_parallel/layers.py,
      * LinearWithGradAccumulationAndAsyncCommunication.forward:
-     * ctx.save_for_backward(input, ...) before the all-gather). Encoders keep
-     * 2 [t, h] terms whole; they also save their patch embedding's input and
-     * the merger MLP's. With pp > 1 the busiest stage (the first, whose
+     * ctx.save_for_backward(input, ...) before the all-gather). Encoders run
+     * without it (Megatron-LM's vision encoder and projection too), so their
+     * final norm's and merger's inputs stay whole like their blocks' rows;
+     * under dhp's sp (Ulysses, ring) t is already the rank's rows. They also
+     * save their patch embedding's input and the merger MLP's. With pp > 1 the busiest stage (the first, whose
      * micro-batches in flight set the peak, unless uneven stages say
      * otherwise) holds no head, and its first block saves the embedding
      * output. The embedding's dropout mask counts where the busiest stage is
      * the first, once per micro-batch it holds. */
-    double hsplit = mm->kind == MODEL_LLM && s->seq_parallel ? s->tp : 1.0;
-    if (s->pp == 1) per_mb += t * A * mm->hidden * 2 / hsplit;
+    if (s->pp == 1) per_mb += t * A * mm->hidden * 2 / plan_seqpar_split(mm, s);
     if (mm->kind != MODEL_LLM) {
         double merged = plan_encoder_out_rows(mm, q, t);
         per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
@@ -368,7 +378,7 @@ static void executor_activations(const model_module *mm, const plan_module *s, i
     /* A stage's edges (executor/run_stage.c): buffers the micro-batch's rows
      * go out or come in through, and where the module runs a backward
      * those of their gradient. */
-    double Nl = N / (s->seq_parallel && s->tp > 1 ? s->tp : 1);
+    double Nl = N / plan_seqpar_split(mm, s);
     out->comm += A * Nl * mm->hidden * plan_stage_edge_buffers(s, stage, mm->kind == MODEL_LLM || !mm->frozen);
 }
 
@@ -456,6 +466,7 @@ plan_options plan_options_of(const plan_t *p)
     o.target = p->target;
     o.zero3 = p->zero3;
     o.adamw = p->adamw;
+    o.grad_reduce = p->grad_reduce;
     o.tf32 = p->tf32;
     o.backend = p->backend;
     return o;

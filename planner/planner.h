@@ -39,7 +39,12 @@ int plan_target_parse(const char *s, plan_target *out);
 plan_target plan_target_default(plan_precision p);
 /* Bytes per parameter of each model state under a precision, and the bytes
  * an AdamW step moves per parameter. */
-typedef struct { double param, grad, optim, step_traffic, act; } plan_state_bytes;
+/* Bytes per element: parameter, gradient, optimizer states, the AdamW
+ * step's traffic, an activation, and what a gradient reduction sends (the
+ * data-parallel all-reduce / reduce-scatter, the tied embedding's
+ * all-reduce; plan_module_state_bytes: the gradient's own dtype unless
+ * plan_options.grad_reduce says bf16). */
+typedef struct { double param, grad, optim, step_traffic, act, reduce; } plan_state_bytes;
 plan_state_bytes plan_precision_bytes(plan_precision p);
 const char *plan_precision_name(plan_precision p);
 int plan_precision_parse(const char *s, plan_precision *out);
@@ -139,6 +144,20 @@ typedef enum { PLAN_ADAMW_FUSED = 0, PLAN_ADAMW_FOREACH, PLAN_NADAMW } plan_adam
 const char *plan_adamw_name(plan_adamw a);
 int plan_adamw_parse(const char *s, plan_adamw *out);
 
+/* What the Megatron target's data-parallel gradient reduction (all-reduce,
+ * reduce-scatter) sends: the gradients in their own dtype (the default;
+ * fp32 under bf16-mixed and -autocast, Megatron-LM's fp32 main_grad, FSDP's
+ * reduce_dtype float32), or bf16 (PyTorch FSDP's MixedPrecision with
+ * reduce_dtype bf16, or param_dtype bf16 and reduce_dtype unset, which
+ * FlatParamHandle._init_param_reduce_dtypes then takes from param_dtype;
+ * FSDP2's MixedPrecisionPolicy reduce_dtype bf16). The gradient shards keep
+ * their dtype (FSDP casts the reduced shard back to the parameter's). dhp
+ * run reduces in fp32 (executor/dp*.c), so the dhp target refuses bf16:
+ * plan_grad_reduce_check. */
+typedef enum { PLAN_REDUCE_GRADS = 0, PLAN_REDUCE_BF16, PLAN_NREDUCE } plan_grad_reduce;
+const char *plan_grad_reduce_name(plan_grad_reduce r);
+int plan_grad_reduce_parse(const char *s, plan_grad_reduce *out);
+
 typedef struct {
     int version;
     model_t model;            /* full description, so a plan is self-contained */
@@ -149,6 +168,7 @@ typedef struct {
     plan_target target;
     plan_zero3 zero3;         /* the Megatron target's ZeRO-3 (plan_options.zero3) */
     plan_adamw adamw;         /* the Megatron target's AdamW step (plan_options.adamw) */
+    plan_grad_reduce grad_reduce;   /* the Megatron target's gradient reduction (plan_options.grad_reduce) */
     bool tf32;                /* fp32 GEMMs on TF32 tensor cores (plan_options.tf32) */
     plan_backend backend;     /* the backend memory is predicted for (plan_options.backend; not in the file) */
     int world_size;           /* total ranks the plan uses */
@@ -235,6 +255,7 @@ typedef struct {
     plan_target target;
     plan_zero3 zero3;
     plan_adamw adamw;
+    plan_grad_reduce grad_reduce; /* the Megatron target's gradient reduction dtype (plan_grad_reduce_check) */
     bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
     plan_backend backend;         /* the backend memory is predicted for (--backend; default the device's) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
@@ -280,6 +301,8 @@ plan_backend plan_backend_of(const plan_t *p);
 static inline double plan_mem_once(const plan_mem *m) { return m->reserved + m->workspace; }
 /* tf32 asks for TF32 tensor cores on fp32 GEMMs: one line unless the precision is fp32. */
 int plan_tf32_check(const plan_options *o, char *err);
+/* UTIL_EINVAL where o reduces gradients in bf16 under the dhp target (dhp run reduces in fp32). */
+int plan_grad_reduce_check(const plan_options *o, char *err);
 /* The math the cost model prices a linear's GEMMs in (cost_gemm_time_in). */
 cost_gemm_math plan_gemm_math(const plan_options *o);
 /* The attention kernel the cost model prices (cost_attention_*_time_in): the
@@ -442,6 +465,16 @@ typedef struct {
  * LLM whose head is tied to its embedding holds a copy of the embedding
  * (tied_copy), whose gradient is summed with the first stage's (Megatron's
  * embedding group). */
+/* What Megatron sequence parallelism divides the module's hidden-state rows
+ * by: its blocks' norm and residual inputs and dropout masks, the final
+ * norm's and output layer's inputs, the embedding's dropout mask, the rows
+ * handed between pipeline stages (Korthikanti et al., arXiv 2205.05198,
+ * sec. 4.2.2 and 4.3). tp for the LLM under seq_parallel with tp > 1, else 1.
+ * Encoders run without it, as Megatron-LM runs its vision encoder and
+ * projection (examples/multimodal/model.py: vision_config.sequence_parallel
+ * = False, "Vision model and projection do not use SP/CP yet");
+ * plan_strategy_check refuses seqpar for them. */
+double plan_seqpar_split(const model_module *mm, const plan_module *s);
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *st,
                         plan_tensor *out, int cap);
 static inline int plan_module_units(const model_module *mm) { return mm->layers + 2; }

@@ -37,9 +37,10 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
  * one all-gather per Megatron-LM parameter tensor for the forward
  * (gather_fwd) and the backward (gather_bwd: full recomputation's forward
  * again, then the backward, less what stage3_max_reuse_distance keeps
- * gathered), one reduce-scatter per gradient (reduce), each with PyTorch's
- * list-form copies; the raw seconds and collectives into *raw (none of them
- * overlaps anything). */
+ * gathered), each with PyTorch's list-form copies, and the gradients'
+ * all-reduces in reduce_bucket_size buckets (reduce: contiguous_gradients'
+ * default fallback); the raw seconds and collectives into *raw (none of
+ * them overlaps anything). */
 int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
                               bool gather_fwd, bool gather_bwd, bool reduce, plan_comm *raw);
 /* Megatron-LM's parameter tensors of the module on one tp rank (query, key

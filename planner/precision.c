@@ -89,6 +89,14 @@ int plan_tf32_check(const plan_options *o, char *err)
     return UTIL_OK;
 }
 
+int plan_grad_reduce_check(const plan_options *o, char *err)
+{
+    if (o->grad_reduce == PLAN_REDUCE_BF16 && o->target != PLAN_TARGET_MEGATRON)
+        return util_fail(err, UTIL_EINVAL, "--grad-reduce bf16 describes a plan exported to PyTorch FSDP (reduce_dtype "
+                         "bf16): use --target megatron; dhp run reduces its gradients in fp32");
+    return UTIL_OK;
+}
+
 /* What the dhp target's executor runs a linear in: bf16 operands (bf16-mixed,
  * -autocast: its linear_forward_bf16, priced from what dhp profile measured
  * of it where the GPU file has that, else at the bf16 peak: COST_MATH_BF16_DHP),

@@ -64,3 +64,5 @@ expect_err cli_plan_file_missing "nofile.json" "$DHP" memory "$T/nofile.json"
 printf '{"schema": "dhp.plan/9"}' >"$T/badplan.json"
 expect_err cli_plan_file_bad_schema "schema" "$DHP" memory "$T/badplan.json"
 expect_err cli_plan_unwritable "cannot create|No such file" "$DHP" plan --top 0 --no-baselines -o /nonexistent-dir/p.json
+expect_err cli_grad_reduce_bf16_needs_the_megatron_target 'grad-reduce bf16 describes a plan exported to PyTorch FSDP .*dhp run reduces its gradients in fp32' \
+    "$DHP" plan --target dhp --grad-reduce bf16 --no-baselines -o "$T/never.json"

@@ -424,3 +424,41 @@ TEST(calib_autocast_loss_holds_two_fp32_logit_copies)
     CHECK_NEAR(logits_under(&m, &s, PLAN_OPT_MIXED_FP32), 512.0 * 1000 * (2 + 4), 1e-9);
     CHECK_NEAR(logits_under(&m, &s, PLAN_OPT_AUTOCAST), 512.0 * 1000 * (2 + 4 + 4), 1e-9);
 }
+
+/* Megatron's sequence parallelism splits the LLM's hidden rows only
+ * (plan_seqpar_split): an encoder runs without it (Megatron-LM's vision
+ * encoder and projection: vision_config.sequence_parallel = False;
+ * plan_strategy_check refuses seqpar there), so a tp 2 vision module
+ * marked seq_parallel (a plan the check would refuse) is priced and sized
+ * exactly as without the mark: its blocks' norm and residual rows, its
+ * final norm's and merger's inputs, its compute and the rows it hands on
+ * stay whole, with no head term split alone. The LLM beside it does split. */
+TEST(calib_encoders_keep_their_rows_whole_under_the_seqpar_rule)
+{
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK(model_load("qwen2.5-vl-7b", &m, err) == UTIL_OK);
+    CHECK(cost_cluster_load("8xh100", &c, err) == UTIL_OK);
+    plan_workload w = { .global_batch = 2, .images_per_sample = 1, .image_tokens = 1024, .text_tokens = 256 };
+    plan_options o;
+    plan_options_default(&o);
+    int vi = model_find_kind(&m, MODEL_VISION), li = m.llm;
+    plan_module plain = strat(1, 2, 1, 0, 1, PLAN_RECOMP_NONE, false), marked = strat(1, 2, 1, 0, 1, PLAN_RECOMP_NONE, true);
+    CHECK(plan_seqpar_split(&m.mod[vi], &marked) == 1 && plan_seqpar_split(&m.mod[li], &marked) == 2);
+    plan_mem a, b;
+    plan_module_memory(&m, vi, &plain, &w, &c.pool[0].gpu, &o, 1, &a);
+    plan_module_memory(&m, vi, &marked, &w, &c.pool[0].gpu, &o, 1, &b);
+    CHECK(a.activations > 0);
+    CHECK_NEAR(b.activations, a.activations, 1e-12);
+    CHECK_NEAR(b.block_acts, a.block_acts, 1e-12);
+    plan_time ta, tb;
+    plan_micro_time(&m, vi, &plain, &w, &c, &o, 1, &ta);
+    plan_micro_time(&m, vi, &marked, &w, &c, &o, 1, &tb);
+    CHECK_NEAR(tb.fwd_s, ta.fwd_s, 1e-12);
+    CHECK_NEAR(tb.bwd_s, ta.bwd_s, 1e-12);
+    CHECK_NEAR(plan_stage_hop_bytes(&m, vi, &marked, &w, &o, 1), plan_stage_hop_bytes(&m, vi, &plain, &w, &o, 1), 1e-12);
+    plan_module_memory(&m, li, &plain, &w, &c.pool[0].gpu, &o, 1, &a);
+    plan_module_memory(&m, li, &marked, &w, &c.pool[0].gpu, &o, 1, &b);
+    CHECK(b.activations < a.activations);
+}

@@ -65,13 +65,16 @@ TEST(zero3_megatron_tensors_fuse_qkv)
 /* 16 ranks on 2 nodes of 8, bf16-mixed (fp16/bf16 weights and gradients as
  * DeepSpeed reduces param.grad): each tensor of e elements, piece p = ceil(e / 16),
  * costs in the forward zero(16 p) + 16 host view ops of 2.26 us (the Python loop
- * making the pieces) + AG(16 p x 2 B) + 16 copy(p), in the backward
- * 16 copy(p) + RS(16 p x 2 B); a tensor under 100,000 elements (the biases and
- * norms here) persists: its reduce-scatter only. The whole model (2 x 12.6M
- * elements and the embedding) is under stage3_max_reuse_distance (1e9), so
- * every weight stays gathered from its forward to its backward: the backward
- * gathers nothing. None of it hides behind the compute (the default overlap
- * 0.8 applies to units only). */
+ * making the pieces) + AG(16 p x 2 B) + 16 copy(p); a tensor under 100,000
+ * elements (the biases and norms here) persists and is not gathered. The
+ * whole model (2 x 12.6M elements and the embedding) is under
+ * stage3_max_reuse_distance (1e9), so every weight stays gathered from its
+ * forward to its backward: the backward gathers nothing. Its gradients, all
+ * 26, fit one reduce bucket (5e8 elements): the backward flattens them (one
+ * copy of E = every element), divides in place (a copy's traffic), all-reduces
+ * E x 2 B, copies each back (E elements, 26 kernels), and copies each
+ * tensor's piece into its shard (copy(p) each). None of it hides behind the
+ * compute (the default overlap 0.8 applies to units only). */
 TEST(zero3_deepspeed_2021_per_tensor_unhidden)
 {
     model_t m = megatron_gpt(2);
@@ -88,22 +91,24 @@ TEST(zero3_deepspeed_2021_per_tensor_unhidden)
     const cost_pool *P = &c.pool[0];
     double *e = NULL;
     int n = plan_zero3_megatron_tensors(&m.mod[0], &s, &e);
-    double want = 0;
+    double want = 0, E = 0;
     for (int i = 0; i < n; i++) {
         double p = ceil(e[i] / 16), copies = 16 * cost_elementwise_time(&P->gpu, COST_EW_COPY, p, 2);
         double ag = cost_elementwise_time(&P->gpu, COST_EW_ZERO, 16 * p, 2) + 16 * 2.26e-6   /* 16 narrow() calls */
                   + cost_collective_time(P, COST_ALLGATHER, 16 * p * 2, 16, 8) + copies;
-        double rs = copies + cost_collective_time(P, COST_REDUCESCATTER, 16 * p * 2, 16, 8);
-        want += (e[i] < 100000 ? 0 : ag) + rs;
+        want += (e[i] < 100000 ? 0 : ag) + cost_elementwise_time(&P->gpu, COST_EW_COPY, p, 2);
+        E += e[i];
     }
+    want += 3 * cost_elementwise_time(&P->gpu, COST_EW_COPY, E, 2) + (n - 1) * P->gpu.kernel_launch_s
+          + cost_collective_time(P, COST_ALLREDUCE, E * 2, 16, 8);
     int big = 0;
     for (int i = 0; i < n; i++) big += e[i] >= 100000;
     free(e);
     CHECK_NEAR(ds.zero_comm_s, want, 1e-12);
     CHECK(big == 2 * 4 + 1);   /* qkv, dense, h_to_4h, 4h_to_h per block, the embedding */
-    CHECK(ds.fwd_syncs == big && ds.bwd_syncs == n);
-    /* each collective pays at least its 15 ring steps and 16 kernel launches */
-    CHECK(ds.zero_comm_s > (big + n) * (15 * P->inter.alpha_s + 16 * P->gpu.kernel_launch_s));
+    CHECK(ds.fwd_syncs == big && ds.bwd_syncs == 1);
+    /* each gather pays at least its 15 ring steps and 16 kernel launches */
+    CHECK(ds.zero_comm_s > big * (15 * P->inter.alpha_s + 16 * P->gpu.kernel_launch_s));
     /* the persistent ones in one gather after the step */
     plan_time step = ds;
     plan_stage_step_time(&m.mod[0], &s, 0, P, &o, &step);
@@ -145,9 +150,65 @@ TEST(zero3_deepspeed_2021_recompute_and_reuse_distance)
     s.recompute = PLAN_RECOMP_FULL;
     CHECK(plan_zero3_deepspeed_2021(&m.mod[0], &s, &c.pool[0], &o, true, true, true, &full) == UTIL_OK);
     CHECK(none.fwd_syncs == 9 && full.fwd_syncs == 9);   /* 4 per block and the embedding */
-    CHECK(none.bwd_syncs == 8 + n);
-    CHECK(full.bwd_syncs == 15 + n);
+    CHECK(n == 26);
+    CHECK(none.bwd_syncs == 8 + 13);   /* the 13 reduce buckets of zero3_deepspeed_2021_reduce_buckets */
+    CHECK(full.bwd_syncs == 15 + 13);
     CHECK(full.bwd_s > none.bwd_s && full.fwd_s == none.fwd_s);
+}
+
+/* The gradients' reduction under DeepSpeed v0.3.13-v0.4.0's defaults
+ * (contiguous_gradients false: stage3.py buffered_reduce_fallback): buckets
+ * of reduce_bucket_size (5e8) elements, each flushed before the gradient that
+ * would overflow it, each one fp16 all-reduce (not a reduce-scatter per
+ * tensor). Hidden 16384, 2 blocks; tensors in module order: the embedding
+ * (16,384,000), per block ln1 w, b (16384 each), qkv w (805,306,368), qkv b
+ * (49152), dense w (268,435,456), dense b, ln2 w, b (16384 each), h_to_4h w
+ * (1,073,741,824), b (65536), 4h_to_h w (1,073,741,824), b (16384); the final
+ * norm (16384). The backward hands them over in reverse:
+ *   {final norm, 4h_to_h b} 32768 | {4h_to_h w} | {h_to_4h b} | {h_to_4h w} |
+ *   {ln2 b, w, dense b, w, qkv b} 268,533,760 | {qkv w} |
+ *   {ln1 b, w, block 0's 4h_to_h b} 49152 | {4h_to_h w} | {h_to_4h b} |
+ *   {h_to_4h w} | {ln2 .. qkv b} 268,533,760 | {qkv w} |
+ *   {ln1 b, w, the embedding} 16,416,768
+ * 13 buckets. One bucket of k gradients, E elements: div_ (a copy's
+ * traffic) + AR(E x 2 B), and for k > 1 the flattening copy and the copies
+ * back (E elements twice, k - 1 more launches); every tensor's piece copied
+ * into its shard after. */
+static double bucket_want(const cost_pool *P, int k, double E)
+{
+    double t = cost_elementwise_time(&P->gpu, COST_EW_COPY, E, 2) + cost_collective_time(P, COST_ALLREDUCE, E * 2, 16, 8);
+    return k > 1 ? t + 2 * cost_elementwise_time(&P->gpu, COST_EW_COPY, E, 2) + (k - 1) * P->gpu.kernel_launch_s : t;
+}
+
+TEST(zero3_deepspeed_2021_reduce_buckets)
+{
+    model_t m = megatron_gpt_h(2, 16384);
+    cost_cluster c = two_nodes();
+    const cost_pool *P = &c.pool[0];
+    plan_options o;
+    plan_options_default(&o);
+    o.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
+    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .recompute = PLAN_RECOMP_FULL,
+                      .n_ranks = 16 };
+    plan_comm r = { 0 };
+    CHECK(plan_zero3_deepspeed_2021(&m.mod[0], &s, P, &o, false, false, true, &r) == UTIL_OK);
+    const double W4 = 1073741824, Q = 805306368, MID = 268533760;
+    const struct { int k; double E; } b[] = { { 2, 32768 }, { 1, W4 }, { 1, 65536 }, { 1, W4 }, { 5, MID }, { 1, Q },
+                                              { 3, 49152 }, { 1, W4 }, { 1, 65536 }, { 1, W4 }, { 5, MID }, { 1, Q },
+                                              { 3, 16416768 } };
+    double want = 0, all = 0;
+    int k = 0;
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) want += bucket_want(P, b[i].k, b[i].E), all += b[i].E, k += b[i].k;
+    double *e = NULL;
+    int n = plan_zero3_megatron_tensors(&m.mod[0], &s, &e);
+    double total = 0;
+    for (int i = 0; i < n; i++) want += cost_elementwise_time(&P->gpu, COST_EW_COPY, ceil(e[i] / 16), 2), total += e[i];
+    free(e);
+    CHECK(k == n && all == total);   /* every gradient in exactly one bucket */
+    CHECK(r.bwd_syncs == 13 && r.fwd_syncs == 0 && r.fwd_s == 0);
+    CHECK_NEAR(r.bwd_s, want, 1e-12);
+    /* an all-reduce moves twice a reduce-scatter's bytes: more than one per tensor would on the big ones */
+    CHECK(r.bwd_s > 2 * (2 * W4 + Q) * 2 / 16 / P->inter.busbw);
 }
 
 /* DeepSpeed's ZeRO-3 gather buffer is 4 bytes per element of its largest
