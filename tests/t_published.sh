@@ -39,6 +39,8 @@ g = dict(metric="TFLOP/s/GPU", value=100, gb=4, seq=2048, gpus=8, family="naraya
 near(P.published_step(g), P.megatron_flops(4, 2048, 4, 1024, 51200) / (100e12 * 8), "TFLOP/s -> s")
 g.update(metric="tokens/s/GPU", value=1000)
 near(P.published_step(g), 4 * 2048 / (1000 * 8), "tokens/s/GPU -> s")
+g.update(metric="samples/s/GPU", value=0.5)
+near(P.published_step(g), 4 / (0.5 * 8), "samples/s/GPU -> s")
 import math
 e = math.log(835.5 / 989.5) / math.log(400 / 700)     # the SXM and NVL datasheet parts
 near(P.GRAND_TETON_PEAK, 989.5e12 * (500 / 700) ** e, "Grand Teton 500 W peak")
@@ -57,12 +59,15 @@ tsv=$T/rows.tsv
     printf "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md\tLlama 3.1 8B\t32\t4096\t32\t8\t14336\t128K\t8192\tH100 96GB HBM2e 500W\t8\t1\t1\t8\tCP 1\tFSDP2\t2\t16\tselective\tbf16\ttokens/s/GPU\t5762\tFSDP eager; peak memory 82.4 GiB\n"
     printf "stas00/ml-engineering network/README.md (nccl-tests all_reduce_perf, 8x A100 NVLink3)\tall-reduce payload 16MiB\t\t\t\t\t\t\t\tA100 (8x, NVLink 3/NVSwitch)\t8\t\t\t\t\t\t\t\t\t\tbusbw_GBps\t106.16\tintra-node\n"
     printf "Korthikanti et al. MLSys'23 Fig.1 via calculon\tMegatron-22B\t48\t6144\t64\t64\t24576\t\t2048\tA100-80GB\t8\t8\t1\t1\tMegatron SP\t\t4\t4\tselective\t\tactivation_mem_GiB_per_gpu\t9.5625\tparams+grads+optimizer 45.5625 GiB/GPU\n"
+    printf "Qi et al. ICLR'24 'Zero Bubble Pipeline Parallelism' Table 4\tGPT-3-like 1.5B\t22\t2304\t24\t24\t9216\t32000\t1024\tA100-80GB SXM\t8\t1\t8\t1\t\t\t6\t144\tnone\tfp16\tsamples/s/GPU\t11.8\theld out (test); peak memory 30 GiB\n"
 } >"$tsv"
 "$PY" "$ROOT/bench/published.py" --dhp "$DHP" --tsv "$tsv" --no-estimators --json "$T/out.json" >"$T/bench" 2>&1
 if grep -qE '^  1 korthikanti-t5 +Megatron-22B +8 +8 +1 +1 0 +4 sele +1\.100 +[0-9.]+ +[-+][0-9.]+%' "$T/bench" \
    && grep -q 'fp8: 1' "$T/bench" && grep -q 'eager PyTorch' "$T/bench" \
    && grep -qE '^  4 all-reduce payload 16MiB .* intra link' "$T/bench" \
    && grep -qE '^  overall +n= 1 median' "$T/bench" \
+   && grep -qE '^  6\*zero-bubble +GPT-3-like 1\.5 +8 +1 +8 +1 0 +6 none +1\.525 ' "$T/bench" \
+   && grep -qE '^  held out overall +n= 1 median' "$T/bench" \
    && grep -qE '^  5 korthikanti-fig1 +Megatron-22B +act/layers +pub +9\.56 +dhp +9\.56 +\+0\.0%' "$T/bench" \
    && grep -qE '^  5 korthikanti-fig1 +Megatron-22B +states/layers pub +45\.56 +dhp +45\.57 +\+0\.0%' "$T/bench" \
    && "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['cases'][0]['dhp']['step_s'] > 0" "$T/out.json"; then
