@@ -435,6 +435,12 @@ def interpret(r, idx):
         c["adamw"] = "foreach"
         inferred.append("torch FSDP1 FULL_SHARD (flat parameters): --zero3 units; bf16 MixedPrecision as "
                         "bf16-autocast; torch.optim.AdamW default: --adamw foreach")
+        # fms_fsdp/utils/train_utils.py get_policies: train_config.mixed_precision (default True) takes
+        # bfSixteen, fms_fsdp/policies/mixed_precision.py (ba0d254): MixedPrecision(param_dtype=bf16,
+        # reduce_dtype=bf16, buffer_dtype=bf16): the gradients are reduce-scattered in bf16
+        c["grad_reduce"] = "bf16"
+        inferred.append("bfSixteen MixedPrecision (fms_fsdp/policies/mixed_precision.py, reduce_dtype bf16, what "
+                        "get_policies takes with mixed_precision's default True): --grad-reduce bf16")
         inferred.append("eager PyTorch (use_torch_compile=False): the element-wise ops run unfused, which dhp "
                         "does not price (small next to the GEMMs at hidden 8192 with full recomputation)")
     else:
