@@ -365,6 +365,11 @@ def interpret(r, idx):
             inferred.append("A100 cluster links as the 16x8xa100 preset")
         if tp > 1:
             c["seqpar"] = True     # torchtitan's TP shards the norms' rows (sequence parallel)
+            # torchtitan's apply_tp (parallelize_llama.py): DTensor ColwiseParallel / RowwiseParallel with
+            # SequenceParallel norms on [b, s, h], sharded on dim 1
+            c["tp_style"] = "dtensor"
+            inferred.append("PyTorch DTensor TP (torchtitan's apply_tp: Shard(1) sequence-parallel collectives, a "
+                            "torch.cat beside each; the gathered input saved): --tp-style dtensor")
         mm = re.search(r"peak memory ([0-9.]+) GiB", notes)
         if mm:
             c["mem"]["peak_gib"] = float(mm.group(1))
@@ -539,6 +544,8 @@ def run_dhp(dhp, c, tmp):
         cmd[-3:-3] = ["--adamw", c["adamw"]]
     if c.get("grad_reduce"):
         cmd[-3:-3] = ["--grad-reduce", c["grad_reduce"]]
+    if c.get("tp_style"):
+        cmd[-3:-3] = ["--tp-style", c["tp_style"]]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1][:200]}

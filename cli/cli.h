@@ -33,6 +33,7 @@ typedef struct {
     plan_zero3 zero3;
     plan_adamw adamw;
     plan_grad_reduce grad_reduce;
+    plan_tp_style tp_style;
     bool tf32;
     plan_backend backend;     /* --backend: what memory is predicted for */
     bool backend_given;

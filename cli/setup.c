@@ -33,6 +33,9 @@ const char *cli_setup_help =
     "                        gradients' dtype, fp32 under bf16-mixed and -autocast; default) or bf16\n"
     "                        (PyTorch FSDP's reduce_dtype bf16, or param_dtype bf16 with reduce_dtype\n"
     "                        unset; the reduced shard kept in its dtype)\n"
+    "  --tp-style T          the megatron target's tensor parallelism: megatron (Megatron-LM's; default)\n"
+    "                        or dtensor (PyTorch's ColwiseParallel / RowwiseParallel / SequenceParallel,\n"
+    "                        torchtitan: a copy beside each sequence-dim collective, no backward re-gather)\n"
     "  --tf32                precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32): priced at the\n"
     "                        GPU's TF32 peak instead of its fp32 (CUDA-core) peak\n"
     "  --backend B           the dhp target's memory on the backend dhp run uses: cuda (its cuBLASLt\n"
@@ -129,6 +132,15 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         (*i)++;
         return 1;
     }
+    if (!strcmp(a, "--tp-style")) {
+        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
+        if (plan_tp_style_parse(val, &s->tp_style)) {
+            cli_usage_error(cmd, "--tp-style: '%s' is not megatron or dtensor", val);
+            return 2;
+        }
+        (*i)++;
+        return 1;
+    }
     if (!strcmp(a, "--backend")) {
         if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
         if (plan_backend_parse(val, &s->backend)) {
@@ -152,6 +164,7 @@ void cli_setup_options(const cli_setup *s, plan_options *o)
     o->zero3 = s->zero3;
     o->adamw = s->adamw;
     o->grad_reduce = s->grad_reduce;
+    o->tp_style = s->tp_style;
     o->tf32 = s->tf32;
     o->backend = s->backend;
 }
@@ -168,6 +181,7 @@ int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster
     cli_setup_options(s, &o);
     if (plan_tf32_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     if (plan_grad_reduce_check(&o, err)) return cli_usage_error(cmd, "%s", err);
+    if (plan_tp_style_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     if (model_load(s->model, m, err)) return cli_usage_error(cmd, "%s", err);
     if (cost_cluster_load(s->cluster, c, err)) return cli_usage_error(cmd, "%s", err);
     memset(w, 0, sizeof *w);

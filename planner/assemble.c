@@ -49,6 +49,7 @@ void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_wo
     p->zero3 = o->zero3;
     p->adamw = o->adamw;
     p->grad_reduce = o->grad_reduce;
+    p->tp_style = o->tp_style;
     p->tf32 = o->tf32;
     p->backend = o->backend;
     p->n_modules = m->n_modules;

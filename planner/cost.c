@@ -570,7 +570,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
      * recomputation), then everything else. */
     plan_comm tp_fwd = { 0 }, tp = { 0 }, sp_fwd = { 0 }, sp = { 0 }, dp = { 0 };
     double W = plan_act_wire_bytes(o);   /* what the activation collectives move (planner/precision.c) */
-    plan_price_tp_blocks(mm, s, st->count, pool, W, t, backward, !mm->frozen, &tp, &tp_fwd);
+    plan_price_tp_blocks(mm, s, st->count, pool, o, W, t, backward, !mm->frozen, &tp, &tp_fwd);
     plan_price_tp_llm_ends(mm, s, st, pool, W, t, text_rows, head_rows, backward, &tp);
     plan_price_ulysses(mm, s, pool, W, t, n_a2a_layers, backward, &sp_fwd, &sp);
     sp_fwd.fwd_s += n_full * rp.fwd_comm_s;

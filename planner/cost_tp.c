@@ -14,27 +14,69 @@ static double group_coll(const cost_pool *pool, const plan_module *s, unsigned a
     return cost_collective_time(pool, op, bytes, n, per_node);
 }
 
+/* What PyTorch's DTensor tensor parallelism (plan_tp_style dtensor, as
+ * torchtitan applies it: torchtitan/models/llama3/parallelize_llama.py
+ * apply_tp at 820504e, the commit of benchmarks/asyncTP_llama3_h100_2025-06)
+ * adds to each sequence-parallel collective: its activations are [b, s, h]
+ * sharded on the sequence dim (SequenceParallel, Shard(1)), and the
+ * functional collectives move dim 0, so all_gather_tensor follows each
+ * all-gather with torch.cat(torch.chunk(res, group_size, dim=0),
+ * dim=gather_dim) and reduce_scatter_tensor precedes each reduce-scatter
+ * with torch.cat(torch.chunk(self, group_size, dim=scatter_dim))
+ * (torch/distributed/_functional_collectives.py): one copy of the gathered
+ * rows, A bytes an element, each. torchtitan PR 437 ("fold batch and
+ * sequence dimensions to accelerate Sequence Parallel"): "all-gather and
+ * reduce-scatter are performed on dim 1 (sequence dim) instead of dim 0
+ * (folded dim), which incurs an extra aten.cat after each collective"; its
+ * measurement: the two cats of an FFN took 0.18 ms of its 3 ms at 8k
+ * tokens on H100, the copy of 8192 x 8192 bf16 rows at HBM speed. The copy
+ * runs on the compute stream between the collective and its consumer, so it
+ * is as exposed as the collective and priced with it. Megatron-LM's [s, b, h]
+ * gathers along dim 0 and copies nothing. */
+static double tp_layout_copy(const cost_pool *pool, const plan_options *o, double A, double elems)
+{
+    if (o->tp_style != PLAN_TP_DTENSOR) return 0;
+    return cost_elementwise_time(&pool->gpu, COST_EW_COPY, elems, A);
+}
+
+/* Whether a block's backward gathers its column-parallel inputs again.
+ * Megatron-LM saves the sequence-parallel shard and re-gathers it for the
+ * weight gradients (LinearWithGradAccumulationAndAsyncCommunication). Under
+ * DTensor autograd saves the gathered input the matmul took (or full
+ * recomputation re-runs the forward's all-gathers, recompute_comm in
+ * cost.c), so nothing is re-gathered; except under torchtitan's per-op
+ * checkpointing, whose policy saves mm, attention, reduce_scatter_tensor and
+ * max outputs only (_save_list), so the re-run forward issues the two
+ * all-gathers again: the same two per block. */
+static bool tp_regathers(const plan_module *s, const plan_options *o)
+{
+    return o->tp_style != PLAN_TP_DTENSOR || s->recompute == PLAN_RECOMP_OP;
+}
+
 /* The tensor-parallel regions of the blocks (executor/block.c): per block,
  * the attention and the MLP each enter (column-parallel) and leave
  * (row-parallel) one. Without sequence parallelism leaving is an all-reduce
  * forward and entering one backward; with it, an all-gather entering and a
  * reduce-scatter leaving forward, and backward an all-gather of the output
- * gradient, an all-gather re-gathering the saved norm rows, a reduce-scatter
- * of the input gradient, and once per block the norms' partial weight
- * gradients summed. t rows per micro-batch. fwd gets the forward's, which
+ * gradient, an all-gather re-gathering the saved norm rows (tp_regathers), a
+ * reduce-scatter of the input gradient, and once per block the norms'
+ * partial weight gradients summed; each with its layout copy
+ * (tp_layout_copy). t rows per micro-batch. fwd gets the forward's, which
  * full recomputation issues again in backward. */
-void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool, double A,
-                          double t, bool backward, bool weight_grads, plan_comm *c, plan_comm *fwd)
+void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool,
+                          const plan_options *o, double A, double t, bool backward, bool weight_grads, plan_comm *c,
+                          plan_comm *fwd)
 {
     if (s->tp <= 1) return;
     double rows = A * t * mm->hidden;
     if (plan_seqpar_split(mm, s) > 1) {
-        double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, rows);
-        double rs = group_coll(pool, s, PLAN_AX_TP, COST_REDUCESCATTER, rows);
+        double copy = tp_layout_copy(pool, o, A, t * mm->hidden);
+        double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, rows) + copy;
+        double rs = group_coll(pool, s, PLAN_AX_TP, COST_REDUCESCATTER, rows) + copy;
         plan_comm_add(fwd, false, ag, 2 * L);
         plan_comm_add(fwd, false, rs, 2 * L);
         if (!backward) return;
-        plan_comm_add(c, true, ag, 4 * L);
+        plan_comm_add(c, true, ag, (tp_regathers(s, o) ? 4 : 2) * L);
         plan_comm_add(c, true, rs, 2 * L);
         if (weight_grads) plan_comm_add(c, true, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * 2 * mm->hidden), L);
         return;

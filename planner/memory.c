@@ -36,6 +36,7 @@ void plan_options_default(plan_options *o)
     o->zero3 = PLAN_ZERO3_UNITS;
     o->adamw = PLAN_ADAMW_FUSED;
     o->grad_reduce = PLAN_REDUCE_GRADS;
+    o->tp_style = PLAN_TP_MEGATRON;
     o->tf32 = false;
     o->backend = PLAN_BACKEND_DEVICE;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
@@ -467,6 +468,7 @@ plan_options plan_options_of(const plan_t *p)
     o.zero3 = p->zero3;
     o.adamw = p->adamw;
     o.grad_reduce = p->grad_reduce;
+    o.tp_style = p->tp_style;
     o.tf32 = p->tf32;
     o.backend = p->backend;
     return o;

@@ -40,6 +40,14 @@ int plan_grad_reduce_parse(const char *s, plan_grad_reduce *out)
         if (!strcmp(s, grad_reduce_names[i])) { *out = (plan_grad_reduce)i; return UTIL_OK; }
     return UTIL_EINVAL;
 }
+static const char *tp_style_names[PLAN_NTP_STYLE] = { "megatron", "dtensor" };
+const char *plan_tp_style_name(plan_tp_style t) { return t >= 0 && t < PLAN_NTP_STYLE ? tp_style_names[t] : "?"; }
+int plan_tp_style_parse(const char *s, plan_tp_style *out)
+{
+    for (int i = 0; i < PLAN_NTP_STYLE; i++)
+        if (!strcmp(s, tp_style_names[i])) { *out = (plan_tp_style)i; return UTIL_OK; }
+    return UTIL_EINVAL;
+}
 const char *plan_zero3_name(plan_zero3 z) { return z >= 0 && z < PLAN_NZERO3 ? zero3_names[z] : "?"; }
 int plan_zero3_parse(const char *s, plan_zero3 *out)
 {
@@ -126,6 +134,7 @@ cJSON *plan_to_json(const plan_t *p)
     if (p->zero3 != PLAN_ZERO3_UNITS) cJSON_AddStringToObject(root, "zero3", plan_zero3_name(p->zero3));
     if (p->adamw != PLAN_ADAMW_FUSED) cJSON_AddStringToObject(root, "adamw", plan_adamw_name(p->adamw));
     if (p->grad_reduce != PLAN_REDUCE_GRADS) cJSON_AddStringToObject(root, "grad_reduce", plan_grad_reduce_name(p->grad_reduce));
+    if (p->tp_style != PLAN_TP_MEGATRON) cJSON_AddStringToObject(root, "tp_style", plan_tp_style_name(p->tp_style));
     if (p->tf32) cJSON_AddBoolToObject(root, "tf32", true);
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
@@ -251,11 +260,16 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
                             err))) return rc;
     if (plan_grad_reduce_parse(buf, &p->grad_reduce))
         return util_fail(err, UTIL_EINVAL, "%s.grad_reduce: '%s' is not grads or bf16", what, buf);
+    if ((rc = util_json_str(root, what, "tp_style", false, plan_tp_style_name(PLAN_TP_MEGATRON), buf, sizeof buf, err)))
+        return rc;
+    if (plan_tp_style_parse(buf, &p->tp_style))
+        return util_fail(err, UTIL_EINVAL, "%s.tp_style: '%s' is not megatron or dtensor", what, buf);
     if ((rc = util_json_bool(root, what, "tf32", false, false, &p->tf32, err))) return rc;
     plan_options po = plan_options_of(p);
     char why[UTIL_ERR_LEN];
     if (plan_tf32_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tf32: %s", what, why);
     if (plan_grad_reduce_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_reduce: %s", what, why);
+    if (plan_tp_style_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_style: %s", what, why);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;

@@ -158,6 +158,18 @@ typedef enum { PLAN_REDUCE_GRADS = 0, PLAN_REDUCE_BF16, PLAN_NREDUCE } plan_grad
 const char *plan_grad_reduce_name(plan_grad_reduce r);
 int plan_grad_reduce_parse(const char *s, plan_grad_reduce *out);
 
+/* Whose tensor parallelism the Megatron target prices (planner/cost_tp.c):
+ * Megatron-LM's (the default; [s, b, h] activations, its sequence-parallel
+ * collectives along dim 0, each column-parallel input re-gathered in
+ * backward), or PyTorch's DTensor styles as torchtitan applies them
+ * (ColwiseParallel, RowwiseParallel(output_layouts=Shard(1)),
+ * SequenceParallel on [b, s, h]: the collectives along the sequence dim,
+ * a copy beside each, the gathered input kept by autograd). dhp run's TP is
+ * Megatron's: plan_tp_style_check. */
+typedef enum { PLAN_TP_MEGATRON = 0, PLAN_TP_DTENSOR, PLAN_NTP_STYLE } plan_tp_style;
+const char *plan_tp_style_name(plan_tp_style t);
+int plan_tp_style_parse(const char *s, plan_tp_style *out);
+
 typedef struct {
     int version;
     model_t model;            /* full description, so a plan is self-contained */
@@ -169,6 +181,7 @@ typedef struct {
     plan_zero3 zero3;         /* the Megatron target's ZeRO-3 (plan_options.zero3) */
     plan_adamw adamw;         /* the Megatron target's AdamW step (plan_options.adamw) */
     plan_grad_reduce grad_reduce;   /* the Megatron target's gradient reduction (plan_options.grad_reduce) */
+    plan_tp_style tp_style;   /* the Megatron target's tensor parallelism (plan_options.tp_style) */
     bool tf32;                /* fp32 GEMMs on TF32 tensor cores (plan_options.tf32) */
     plan_backend backend;     /* the backend memory is predicted for (plan_options.backend; not in the file) */
     int world_size;           /* total ranks the plan uses */
@@ -256,6 +269,7 @@ typedef struct {
     plan_zero3 zero3;
     plan_adamw adamw;
     plan_grad_reduce grad_reduce; /* the Megatron target's gradient reduction dtype (plan_grad_reduce_check) */
+    plan_tp_style tp_style;       /* the Megatron target's tensor parallelism (plan_tp_style_check) */
     bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
     plan_backend backend;         /* the backend memory is predicted for (--backend; default the device's) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
@@ -303,6 +317,8 @@ static inline double plan_mem_once(const plan_mem *m) { return m->reserved + m->
 int plan_tf32_check(const plan_options *o, char *err);
 /* UTIL_EINVAL where o reduces gradients in bf16 under the dhp target (dhp run reduces in fp32). */
 int plan_grad_reduce_check(const plan_options *o, char *err);
+/* --tp-style dtensor describes a plan exported to PyTorch (torchtitan): the Megatron target only. */
+int plan_tp_style_check(const plan_options *o, char *err);
 /* The math the cost model prices a linear's GEMMs in (cost_gemm_time_in). */
 cost_gemm_math plan_gemm_math(const plan_options *o);
 /* The attention kernel the cost model prices (cost_attention_*_time_in): the

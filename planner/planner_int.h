@@ -55,8 +55,9 @@ double plan_zero3_persistent_gather_s(const model_module *mm, const plan_module 
 /* cost_optim.c: bytes per updated element the AdamW step moves (b.step_traffic when fused). */
 double plan_adamw_step_bytes(const plan_state_bytes *b, const plan_options *o);
 /* cost_tp.c: the TP regions of the blocks and of the LLM's ends, Ulysses' all-to-alls (fwd: what full recomputation repeats) */
-void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool, double A,
-                          double t, bool backward, bool weight_grads, plan_comm *c, plan_comm *fwd);
+void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool,
+                          const plan_options *o, double A, double t, bool backward, bool weight_grads, plan_comm *c,
+                          plan_comm *fwd);
 void plan_price_tp_llm_ends(const model_module *mm, const plan_module *s, const plan_stage *st, const cost_pool *pool,
                             double A, double t, double text_rows, double head_rows, bool backward, plan_comm *c);
 void plan_price_ulysses(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,

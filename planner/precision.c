@@ -89,6 +89,14 @@ int plan_tf32_check(const plan_options *o, char *err)
     return UTIL_OK;
 }
 
+int plan_tp_style_check(const plan_options *o, char *err)
+{
+    if (o->tp_style == PLAN_TP_DTENSOR && o->target != PLAN_TARGET_MEGATRON)
+        return util_fail(err, UTIL_EINVAL, "--tp-style dtensor describes a plan exported to PyTorch's DTensor tensor "
+                         "parallelism (torchtitan): use --target megatron; dhp run's is Megatron's");
+    return UTIL_OK;
+}
+
 int plan_grad_reduce_check(const plan_options *o, char *err)
 {
     if (o->grad_reduce == PLAN_REDUCE_BF16 && o->target != PLAN_TARGET_MEGATRON)
