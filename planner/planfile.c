@@ -56,9 +56,10 @@ static const char *tp_style_names[PLAN_NTP_STYLE] = { "megatron", "dtensor" };
 const char *plan_tp_style_name(plan_tp_style t) { return t >= 0 && t < PLAN_NTP_STYLE ? tp_style_names[t] : "?"; }
 int plan_tp_style_parse(const char *s, plan_tp_style *out)
 {
-    for (int i = 0; i < PLAN_NTP_STYLE; i++)
-        if (!strcmp(s, tp_style_names[i])) { *out = (plan_tp_style)i; return UTIL_OK; }
-    return UTIL_EINVAL;
+    int i = name_index(s, tp_style_names, PLAN_NTP_STYLE);
+    if (i < 0) return UTIL_EINVAL;
+    *out = (plan_tp_style)i;
+    return UTIL_OK;
 }
 const char *plan_zero3_name(plan_zero3 z) { return z >= 0 && z < PLAN_NZERO3 ? zero3_names[z] : "?"; }
 int plan_zero3_parse(const char *s, plan_zero3 *out)
