@@ -13,14 +13,24 @@ static const char *precision_names[PLAN_NPRECISION] = { "bf16-mixed", "bf16-pure
 
 static const char *target_names[PLAN_NTARGET] = { "megatron", "dhp" };
 
+/* The index of s in names[0..n), or -1: every enum's name table parses through it. */
+static int name_index(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i])) return i;
+    return -1;
+}
+
+
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
 const char *plan_target_name(plan_target t) { return t >= 0 && t < PLAN_NTARGET ? target_names[t] : "?"; }
 
 int plan_target_parse(const char *s, plan_target *out)
 {
-    for (int i = 0; i < PLAN_NTARGET; i++)
-        if (!strcmp(s, target_names[i])) { *out = (plan_target)i; return UTIL_OK; }
-    return UTIL_EINVAL;
+    int i = name_index(s, target_names, PLAN_NTARGET);
+    if (i < 0) return UTIL_EINVAL;
+    *out = (plan_target)i;
+    return UTIL_OK;
 }
 
 static const char *zero3_names[PLAN_NZERO3] = { "units", "deepspeed-2021", "fsdp2" };
@@ -28,31 +38,35 @@ static const char *adamw_names[PLAN_NADAMW] = { "fused", "foreach" };
 const char *plan_adamw_name(plan_adamw a) { return a >= 0 && a < PLAN_NADAMW ? adamw_names[a] : "?"; }
 int plan_adamw_parse(const char *s, plan_adamw *out)
 {
-    for (int i = 0; i < PLAN_NADAMW; i++)
-        if (!strcmp(s, adamw_names[i])) { *out = (plan_adamw)i; return UTIL_OK; }
-    return UTIL_EINVAL;
+    int i = name_index(s, adamw_names, PLAN_NADAMW);
+    if (i < 0) return UTIL_EINVAL;
+    *out = (plan_adamw)i;
+    return UTIL_OK;
 }
 static const char *grad_reduce_names[PLAN_NREDUCE] = { "grads", "bf16" };
 const char *plan_grad_reduce_name(plan_grad_reduce r) { return r >= 0 && r < PLAN_NREDUCE ? grad_reduce_names[r] : "?"; }
 int plan_grad_reduce_parse(const char *s, plan_grad_reduce *out)
 {
-    for (int i = 0; i < PLAN_NREDUCE; i++)
-        if (!strcmp(s, grad_reduce_names[i])) { *out = (plan_grad_reduce)i; return UTIL_OK; }
-    return UTIL_EINVAL;
+    int i = name_index(s, grad_reduce_names, PLAN_NREDUCE);
+    if (i < 0) return UTIL_EINVAL;
+    *out = (plan_grad_reduce)i;
+    return UTIL_OK;
 }
 const char *plan_zero3_name(plan_zero3 z) { return z >= 0 && z < PLAN_NZERO3 ? zero3_names[z] : "?"; }
 int plan_zero3_parse(const char *s, plan_zero3 *out)
 {
-    for (int i = 0; i < PLAN_NZERO3; i++)
-        if (!strcmp(s, zero3_names[i])) { *out = (plan_zero3)i; return UTIL_OK; }
-    return UTIL_EINVAL;
+    int i = name_index(s, zero3_names, PLAN_NZERO3);
+    if (i < 0) return UTIL_EINVAL;
+    *out = (plan_zero3)i;
+    return UTIL_OK;
 }
 
 int plan_precision_parse(const char *s, plan_precision *out)
 {
-    for (int i = 0; i < PLAN_NPRECISION; i++)
-        if (!strcmp(s, precision_names[i])) { *out = (plan_precision)i; return UTIL_OK; }
-    return UTIL_EINVAL;
+    int i = name_index(s, precision_names, PLAN_NPRECISION);
+    if (i < 0) return UTIL_EINVAL;
+    *out = (plan_precision)i;
+    return UTIL_OK;
 }
 
 const char *plan_placement_name(plan_placement p) { return placement_names[p]; }
