@@ -686,6 +686,7 @@ void plan_stage_step_time(const model_module *mm, const plan_module *s, int stag
     /* The clip's norm: a sum of squares over the gradients the rank
      * counts (plan_dp_counts_norm): its shard with ZeRO, else all of them. */
     out->norm_s = cost_elementwise_time(&pool->gpu, COST_EW_SUMSQ, updated, b.grad);
+    plan_zero3_deepspeed_step(mm, s, pool, o, out);   /* DeepSpeed 2021's step around its Adam (cost_zero3.c) */
 }
 
 void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,

@@ -303,3 +303,67 @@ double plan_zero3_persistent_gather_s(const model_module *mm, const plan_module 
          + cost_collective_time(pool, COST_ALLGATHER, G * piece * bytes, G, per_node)
          + count * cost_elementwise_time(&pool->gpu, COST_EW_COPY, piece / count * G, bytes);
 }
+
+/* Torch's cat copies at most this many inputs per kernel launch
+ * (CAT_ARRAY_BATCH_SIZE, aten/src/ATen/native/cuda/Shape.cu, PyTorch 1.8). */
+#define TORCH_CAT_BATCH 128
+
+/* DeepSpeed v0.3.13's stage-3 optimizer step (deepspeed/runtime/zero/stage3.py
+ * step(), without cpu_offload; v0.3.16's has the same calls) over this rank's
+ * fp16 gradient partitions (averaged_gradients: each parameter's piece,
+ * ceil(e / G) elements, P in all), one sub-group (sub_group_size default
+ * 1e12, constants.py):
+ *
+ * - _overflow_check_and_loss_scale_update -> has_overflow: under
+ *   overlap_comm (stage 3's default true) a one-element check of gpu_sum,
+ *   then has_overflow_partitioned_grads_serial: per piece _has_inf_or_nan,
+ *   `float(x.float().sum())`: a cast to fp32 (read 2 B, write 4 B) and a sum
+ *   (read 4 B); then one all_reduce of a one-byte flag (ReduceOp.MAX) over the
+ *   dp group. (update_overflow_tracker_for_param_grad's full-gradient
+ *   `param.grad.data.float().sum()` runs only on the cpu_offload path,
+ *   partition_previous_reduced_grads, so not here.)
+ * - _get_norm_groups -> get_grad_norm_direct: per piece
+ *   `g.data.double().norm(2)`: a cast to fp64 (read 2 B, write 8 B) and the
+ *   norm (read 8 B); the norm's all_reduce is the GRAD_NORM op's. This is
+ *   the step's gradient-norm pass (*norm_s), in place of one sum of squares
+ *   over fp32 gradients.
+ * - _prepare_fp32_grad_for_sub_group: `_flatten_dense_tensors(pieces)` (one
+ *   torch.cat: P fp16 elements copied, a launch per TORCH_CAT_BATCH inputs)
+ *   `.to(fp32)` (read 2 B, write 4 B).
+ * - unscale_and_clip_grads: `grad.data.mul_(1. / combined_scale)` on the
+ *   fp32 flat gradient (read and write 4 B).
+ * - _optimizer_step: the fused Adam (optim_s), then
+ *   `fp16_param.data.copy_(fp32_param.data)`: the fused pass's step_traffic
+ *   already writes the 2 B copy; the copy adds its read of the fp32 master
+ *   (4 B) and a launch.
+ * A cast or copy of x B in and y B out per element moves a copy's traffic
+ * at (x + y) / 2 B; a sum or norm reads once, a sum of squares' traffic.
+ * Adds to out->optim_s, sets out->norm_s; nothing unless the Megatron
+ * target's ZeRO-3 is PLAN_ZERO3_DEEPSPEED_2021. */
+void plan_zero3_deepspeed_step(const model_module *mm, const plan_module *s, const cost_pool *pool,
+                               const plan_options *o, plan_time *out)
+{
+    if (o->target != PLAN_TARGET_MEGATRON || o->zero3 != PLAN_ZERO3_DEEPSPEED_2021 || plan_dp_rules_of(mm, s).stage != 3)
+        return;
+    int G, per_node;
+    plan_group_shape(s, PLAN_AX_SHARD, pool->gpus_per_node, &G, &per_node);
+    double *e;
+    int n = plan_zero3_megatron_tensors(mm, s, &e);
+    if (n < 0) return;
+    const cost_gpu *g = &pool->gpu;
+    double P = 0, overflow = 0, norm = 0;
+    for (int i = 0; i < n; i++) {
+        double p = ceil(e[i] / G);
+        P += p;
+        overflow += cost_elementwise_time(g, COST_EW_COPY, p, (2.0 + 4.0) / 2) + cost_elementwise_time(g, COST_EW_SUMSQ, p, 4.0);
+        norm += cost_elementwise_time(g, COST_EW_COPY, p, (2.0 + 8.0) / 2) + cost_elementwise_time(g, COST_EW_SUMSQ, p, 8.0);
+    }
+    free(e);
+    overflow += cost_collective_time(pool, COST_ALLREDUCE, 1.0, G, per_node);
+    double prepare = cost_elementwise_time(g, COST_EW_COPY, P, 2.0) + (ceil((double)n / TORCH_CAT_BATCH) - 1) * g->kernel_launch_s
+                   + cost_elementwise_time(g, COST_EW_COPY, P, (2.0 + 4.0) / 2);
+    double unscale = cost_elementwise_time(g, COST_EW_COPY, P, 4.0);
+    double fp16_copy = cost_elementwise_time(g, COST_EW_COPY, P, 4.0 / 2);
+    out->optim_s += overflow + prepare + unscale + fp16_copy;
+    out->norm_s = norm;
+}

@@ -52,6 +52,11 @@ double plan_zero3_deepspeed_buffer_bytes(const model_module *mm, const plan_modu
 double plan_zero3_deepspeed_bucket_bytes(const model_module *mm, const plan_module *s, double bucket_bytes);
 double plan_zero3_persistent_gather_s(const model_module *mm, const plan_module *s, const cost_pool *pool,
                                       const plan_options *o);
+/* DeepSpeed v0.3.13 stage 3's optimizer step around the fused Adam: the overflow check, the
+ * per-piece fp64 norm (out->norm_s), the fp32 gradient's flattening and unscaling, the fp16
+ * copy of the master (added to out->optim_s); nothing unless --zero3 deepspeed-2021 applies. */
+void plan_zero3_deepspeed_step(const model_module *mm, const plan_module *s, const cost_pool *pool,
+                               const plan_options *o, plan_time *out);
 /* cost_optim.c: bytes per updated element the AdamW step moves (b.step_traffic when fused). */
 double plan_adamw_step_bytes(const plan_state_bytes *b, const plan_options *o);
 /* cost_tp.c: the TP regions of the blocks and of the LLM's ends, Ulysses' all-to-alls (fwd: what full recomputation repeats) */

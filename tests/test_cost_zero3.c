@@ -304,3 +304,48 @@ TEST(zero3_fsdp2_copies_out_each_gather)
     plan_micro_time(&m, 0, &s, &w, &c, &o, 1, &zero2_units);
     CHECK_NEAR(zero2.micro_s, zero2_units.micro_s, 1e-12);
 }
+
+/* DeepSpeed v0.3.13 stage 3's step around its fused Adam (cost_zero3.c
+ * plan_zero3_deepspeed_step), 16 ranks on 2 nodes, a 2-block GPT of 26
+ * tensors, each rank's fp16 piece p = ceil(e / 16) of each, P in all:
+ * the overflow check casts each piece to fp32 (2 + 4 B: a copy's traffic
+ * at 3 B) and sums it (a 4 B read), then all-reduces a one-byte flag; the
+ * norm casts each piece to fp64 (2 + 8 B) and takes its norm (an 8 B read);
+ * the fp32 gradient is one torch.cat of the 26 pieces (2 B copy, under
+ * 128 inputs: one launch) cast to fp32 (3 B), unscaled in place (4 B), and
+ * after the Adam the fp32 master's read for its fp16 copy (4 B: a 2 B
+ * copy's traffic). The per-unit ZeRO-3 keeps the fused step alone. */
+TEST(zero3_deepspeed_2021_step_around_adam)
+{
+    model_t m = megatron_gpt(2);
+    cost_cluster c = two_nodes();
+    const cost_pool *P = &c.pool[0];
+    const cost_gpu *g = &P->gpu;
+    plan_options o;
+    plan_options_default(&o);
+    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .recompute = PLAN_RECOMP_NONE,
+                      .n_ranks = 16 };
+    plan_time units = { 0 }, ds = { 0 };
+    plan_stage_step_time(&m.mod[0], &s, 0, P, &o, &units);
+    o.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
+    plan_stage_step_time(&m.mod[0], &s, 0, P, &o, &ds);
+    double *e = NULL;
+    int n = plan_zero3_megatron_tensors(&m.mod[0], &s, &e);
+    CHECK(n == 26);
+    double all = 0, overflow = 0, norm = 0;
+    for (int i = 0; i < n; i++) {
+        double p = ceil(e[i] / 16);
+        all += p;
+        overflow += cost_elementwise_time(g, COST_EW_COPY, p, 3) + cost_elementwise_time(g, COST_EW_SUMSQ, p, 4);
+        norm += cost_elementwise_time(g, COST_EW_COPY, p, 5) + cost_elementwise_time(g, COST_EW_SUMSQ, p, 8);
+    }
+    free(e);
+    double around = overflow + cost_collective_time(P, COST_ALLREDUCE, 1, 16, 8)
+                  + cost_elementwise_time(g, COST_EW_COPY, all, 2) + cost_elementwise_time(g, COST_EW_COPY, all, 3)
+                  + cost_elementwise_time(g, COST_EW_COPY, all, 4) + cost_elementwise_time(g, COST_EW_COPY, all, 2);
+    CHECK(units.optim_s > 0);
+    CHECK_NEAR(ds.optim_s, units.optim_s + around, 1e-15);
+    CHECK_NEAR(ds.norm_s, norm, 1e-15);
+    /* the flag's all-reduce crosses the nodes: at least its ring steps */
+    CHECK(ds.optim_s - units.optim_s > 2 * P->inter.alpha_s);
+}
