@@ -28,10 +28,10 @@ override CFLAGS += -DDHP_CUDA=1 -isystem $(CUDA_HOME)/include
 ifeq ($(NCCL),1)
 NCCL_LIBDIRS := $(filter-out $(CUDA_LIBDIRS),$(wildcard $(NCCL_HOME)/lib64 $(NCCL_HOME)/lib $(NCCL_HOME)/lib/x86_64-linux-gnu))
 override CFLAGS += -DDHP_NCCL=1 $(if $(filter-out $(CUDA_HOME),$(NCCL_HOME)),-isystem $(NCCL_HOME)/include)
-LDLIBS  += $(foreach d,$(NCCL_LIBDIRS),-L$(d) -Wl,-rpath,$(d))
+LDLIBS  += $(foreach d,$(NCCL_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lnccl
 endif
 # cuBLASLt is not linked: the CUDA backend opens it on first use (executor/cuda_lt_api.cuh says why).
-LDLIBS  += $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lnccl -lcudart -ldl -lstdc++
+LDLIBS  += $(foreach d,$(CUDA_LIBDIRS),-L$(d) -Wl,-rpath,$(d)) -lcudart -ldl -lstdc++
 CU_SRC  := $(wildcard executor/*.cu)
 else
 CU_SRC  :=
