@@ -176,8 +176,9 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
                         double *selective)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
-    bool seqpar = plan_seqpar_split(mm, s) > 1;
-    double tn = t / plan_seqpar_split(mm, s);
+    double split = plan_seqpar_split(mm, s);
+    bool seqpar = split > 1;
+    double tn = t / split;
     double fwd0 = p->fwd;
     pricer core = *p;
     core.fwd = core.bwd = 0;

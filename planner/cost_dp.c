@@ -193,7 +193,7 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
             /* the bucket zeroed before the unit's backward, its reduced piece added to the shard */
             *bwd_busy += ew(&d, COST_EW_ZERO, d.G * piece(&d, u), d.grad_bytes) + ew(&d, COST_EW_ADD, piece(&d, u), d.grad_bytes);
         }
-    } else if (r.stage == 3 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021) {
+    } else if (plan_zero3_deepspeed_applies(mm, s, o)) {
         if (plan_zero3_deepspeed_2021(mm, s, pool, o, r.unit_param_gather, gather_back, reduce, &raw)) raw = (plan_comm){ 0 };
     } else {
         int U = plan_module_units(mm);
@@ -224,7 +224,7 @@ void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cos
      * much as the pool measures for dhp's executor (dhp profile), else the
      * planner's allowance. */
     double overlap = d.dhp && pool->has_overlap ? pool->overlap : o->overlap;
-    if (!d.dhp && r.stage == 3 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021) overlap = 0;   /* cost_zero3.c */
+    if (plan_zero3_deepspeed_applies(mm, s, o)) overlap = 0;   /* cost_zero3.c */
     comm->fwd_s += plan_overlapped_comm_s(raw.fwd_s, overlap * fwd_compute, !d.dhp);
     comm->bwd_s += plan_overlapped_comm_s(raw.bwd_s, overlap * bwd_compute, !d.dhp);
     comm->fwd_syncs += raw.fwd_syncs;
@@ -290,7 +290,7 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
     out->grad_sync_s = out->grad_sync_busy_s = out->param_gather_s = out->param_gather_busy_s = 0;
     /* DeepSpeed's persistent parameters, gathered once after the step (cost_zero3.c); the
      * closed form lets the last backward hide it like the others: one small collective */
-    if (o->target == PLAN_TARGET_MEGATRON && r.stage == 3 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021)
+    if (plan_zero3_deepspeed_applies(mm, s, o))
         out->param_gather_s = plan_zero3_persistent_gather_s(mm, s, pool, o);
     if (!r.step_grad_sync && !r.step_param_gather) return;
     dp_pricer d;

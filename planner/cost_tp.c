@@ -97,15 +97,16 @@ void plan_price_tp_llm_ends(const model_module *mm, const plan_module *s, const 
 {
     if (s->tp <= 1 || mm->kind != MODEL_LLM) return;
     double h = mm->hidden, ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, A * t * h);
+    bool seqpar = plan_seqpar_split(mm, s) > 1;
     if (st->stem) {
         plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * text_rows * h), 1);
-        if (plan_seqpar_split(mm, s) > 1 && backward) plan_comm_add(c, true, ag, 1);
+        if (seqpar && backward) plan_comm_add(c, true, ag, 1);
     }
     if (!st->head) return;
     plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * head_rows), 1);
     plan_comm_add(c, false, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, 4.0 * 2 * head_rows), 1);
     if (backward) plan_comm_add(c, true, group_coll(pool, s, PLAN_AX_TP, COST_ALLREDUCE, A * head_rows * h), 1);
-    if (plan_seqpar_split(mm, s) > 1) plan_comm_add(c, false, ag, 1);
+    if (seqpar) plan_comm_add(c, false, ag, 1);
 }
 
 /* Ulysses: q, k, v and the output re-sharded forward, one all-to-all each,

@@ -256,6 +256,11 @@ static bool use_gathers(const double *e, const int *use, int k)
     return true;
 }
 
+bool plan_zero3_deepspeed_applies(const model_module *mm, const plan_module *s, const plan_options *o)
+{
+    return o->target == PLAN_TARGET_MEGATRON && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021 && plan_dp_rules_of(mm, s).stage == 3;
+}
+
 int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
                               bool gather_fwd, bool gather_bwd, bool reduce, plan_comm *raw)
 {
@@ -343,8 +348,7 @@ double plan_zero3_persistent_gather_s(const model_module *mm, const plan_module 
 void plan_zero3_deepspeed_step(const model_module *mm, const plan_module *s, const cost_pool *pool,
                                const plan_options *o, plan_time *out)
 {
-    if (o->target != PLAN_TARGET_MEGATRON || o->zero3 != PLAN_ZERO3_DEEPSPEED_2021 || plan_dp_rules_of(mm, s).stage != 3)
-        return;
+    if (!plan_zero3_deepspeed_applies(mm, s, o)) return;
     int G, per_node;
     plan_group_shape(s, PLAN_AX_SHARD, pool->gpus_per_node, &G, &per_node);
     double *e;

@@ -436,8 +436,9 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
     plan_stage st = plan_vstage_of(mm, s, stage);
     double tp = s->tp, N = rows->rows, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
-    bool seqpar = plan_seqpar_split(mm, s) > 1;
-    double Nl = N / plan_seqpar_split(mm, s);
+    double split = plan_seqpar_split(mm, s);
+    bool seqpar = split > 1;
+    double Nl = N / split;
     for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, &st, N, rows->bf16, b);
     block_acts(&l, mm, s, &st, N, rows->bf16, -1);
     if (stage_ulysses(mm, s, &st, N)) {

@@ -110,7 +110,7 @@ static void model_state_bytes(const model_module *mm, const plan_module *s, cons
     out->optim = p * b.optim / (s->zero >= 1 ? shard : 1);
     out->block_states = (out->params + out->grads + out->optim) * plan_local_block_params(mm, s) / p;
     out->zero_buffers = s->zero >= 3 && shard > 1 ? 2 * BF16 * model_largest_layer_params(mm) / s->tp : 0;
-    if (out->zero_buffers > 0 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021)   /* per-tensor gathers (cost_zero3.c) */
+    if (out->zero_buffers > 0 && plan_zero3_deepspeed_applies(mm, s, o))   /* per-tensor gathers (cost_zero3.c) */
         out->zero_buffers = plan_zero3_deepspeed_buffer_bytes(mm, s);
 }
 
@@ -302,7 +302,7 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
     double b = comms * NCCL_BUFFSIZE * 2 * NCCL_CHANNELS;
     double shard = (double)s->dp * s->sp;
     if (shard > 1 && !mm->frozen) {
-        if (s->zero >= 3 && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021)   /* no bucket of its own (cost_zero3.c) */
+        if (plan_zero3_deepspeed_applies(mm, s, o))   /* no bucket of its own (cost_zero3.c) */
             b += plan_zero3_deepspeed_bucket_bytes(mm, s, A * fmin(ZERO_REDUCE_BUCKET, local_p));
         else if (s->zero >= 2) b += A * fmin(ZERO_REDUCE_BUCKET, local_p);
         else b += 2 * fmin(DDP_BUCKET_BYTES, A * local_p);

@@ -21,7 +21,6 @@ static int name_index(const char *s, const char *const *names, int n)
     return -1;
 }
 
-
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
 const char *plan_target_name(plan_target t) { return t >= 0 && t < PLAN_NTARGET ? target_names[t] : "?"; }
 

@@ -41,6 +41,11 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
  * all-reduces in reduce_bucket_size buckets (reduce: contiguous_gradients'
  * default fallback); the raw seconds and collectives into *raw (none of
  * them overlaps anything). */
+/* Whether module mm under strategy s is DeepSpeed 2021's ZeRO-3: the
+ * Megatron target with --zero3 deepspeed-2021 on a module whose weights ZeRO-3
+ * shards (plan_dp_rules_of's stage 3). The one test of cost_zero3.c's terms,
+ * in time (cost_dp.c, cost.c) and memory (memory.c). */
+bool plan_zero3_deepspeed_applies(const model_module *mm, const plan_module *s, const plan_options *o);
 int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
                               bool gather_fwd, bool gather_bwd, bool reduce, plan_comm *raw);
 /* Megatron-LM's parameter tensors of the module on one tp rank (query, key
