@@ -812,18 +812,17 @@ def report(cases, skipped):
     for c in cases:
         if c["pub_step_s"] is None:
             continue
+        held[c["family"]] = c["held_out"]
         d = c["dhp"]
         if "error" in d:
             print(f"{c['idx']:>3} {c['family']:<18} {c['name'][:14]:<14} dhp refused: {d['error']}")
             by_fam.setdefault(c["family"], []).append(None)
-            held[c["family"]] = c["held_out"]
             continue
         e = err(d["step_s"], c["pub_step_s"])
         la = c["est"].get("llm_analysis", {})
         ela = err(la.get("step_s"), c["pub_step_s"])
         c["err"], c["err_la"] = e, ela
         by_fam.setdefault(c["family"], []).append(e)
-        held[c["family"]] = c["held_out"]
         if ela is not None and not c["held_out"]:
             la_rows.append(ela)
             dhp_la_rows.append(e)
