@@ -6,6 +6,7 @@
  * fp32 logit copies under autocast. Every
  * expected figure is worked out by hand in the comment beside it. */
 #include "test.h"
+#include "test_fixture.h"
 #include "planner/planner.h"
 
 #include <stdlib.h>
@@ -77,24 +78,12 @@ TEST(calib_attention_row_scores_give_the_sequence_length_curve)
 /* A 4-layer GPT (LayerNorm, GELU 4h, MHA) of width 1024, 16 heads. */
 static model_t gpt(bool unfused, bool dropout, int layers)
 {
-    char text[512], err[UTIL_ERR_LEN];
-    snprintf(text, sizeof text,
-             "{\"schema\": \"dhp.model/1\", \"name\": \"g\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\","
-             " \"layers\": %d, \"hidden\": 1024, \"heads\": 16, \"ffn\": 4096, \"ffn_kind\": \"gelu\","
-             " \"norm\": \"layernorm\", \"vocab\": 1000, \"unfused_attention\": %s, \"dropout\": %s}]}",
-             layers, unfused ? "true" : "false", dropout ? "true" : "false");
-    model_t m;
-    if (model_parse_json(text, "gpt", &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
-    return m;
+    return test_llm("gpt", "\"layers\": %d, \"hidden\": 1024, \"heads\": 16, \"ffn\": 4096, \"ffn_kind\": \"gelu\","
+                    " \"norm\": \"layernorm\", \"vocab\": 1000, \"unfused_attention\": %s, \"dropout\": %s",
+                    layers, unfused ? "true" : "false", dropout ? "true" : "false");
 }
 
-static cost_cluster one_node(void)
-{
-    cost_cluster c;
-    char err[UTIL_ERR_LEN];
-    if (cost_cluster_load("8xa100-80g", &c, err)) { fprintf(stderr, "%s\n", err); abort(); }
-    return c;
-}
+static cost_cluster one_node(void) { return test_cluster_load("8xa100-80g"); }
 
 static plan_module strat(int dp, int tp, int pp, int zero, int mb, plan_recompute rc, bool seqpar)
 {
@@ -358,13 +347,8 @@ TEST(calib_zero3_collectives_per_unit)
 /* A Llama-style block: RMSNorm, SwiGLU, GQA (16 heads, 4 kv heads of 64), no biases. */
 static model_t llama(int layers)
 {
-    char text[512], err[UTIL_ERR_LEN];
-    snprintf(text, sizeof text,
-             "{\"schema\": \"dhp.model/1\", \"name\": \"l\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\","
-             " \"layers\": %d, \"hidden\": 1024, \"heads\": 16, \"kv_heads\": 4, \"ffn\": 2816, \"vocab\": 1000}]}", layers);
-    model_t m;
-    if (model_parse_json(text, "llama", &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
-    return m;
+    return test_llm("llama", "\"layers\": %d, \"hidden\": 1024, \"heads\": 16, \"kv_heads\": 4, \"ffn\": 2816,"
+                    " \"vocab\": 1000", layers);
 }
 
 /* torchtitan's per-op checkpointing keeps, per token of a block, its input

@@ -7,19 +7,14 @@
  * full speed (only the stem's, posted after the backward, is left), and
  * collectives that make no progress beside the compute (all exposed). */
 #include "test.h"
+#include "test_fixture.h"
 #include "planner/planner_int.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 static model_t gpt(void)
 {
-    char err[UTIL_ERR_LEN];
-    const char *text = "{\"schema\": \"dhp.model/1\", \"name\": \"g\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\","
-                       " \"layers\": 3, \"hidden\": 512, \"heads\": 8, \"ffn\": 2048, \"vocab\": 1000}]}";
-    model_t m;
-    if (model_parse_json(text, "gpt", &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
-    return m;
+    return test_llm("gpt", "\"layers\": 3, \"hidden\": 512, \"heads\": 8, \"ffn\": 2048, \"vocab\": 1000");
 }
 
 typedef struct { double each[8], sum; int n; } unit_colls;

@@ -3,6 +3,7 @@
  * list-form copies, nothing hidden behind the compute. Every expected figure
  * is worked out beside it. */
 #include "test.h"
+#include "test_fixture.h"
 #include "planner/planner_int.h"
 
 #include <math.h>
@@ -11,28 +12,15 @@
 /* A Megatron GPT block of hidden h: LayerNorm, biases on every linear, GELU MLP of 4h, tied embedding. */
 static model_t megatron_gpt_h(int layers, int h)
 {
-    char text[512], err[UTIL_ERR_LEN];
-    snprintf(text, sizeof text,
-             "{\"schema\": \"dhp.model/1\", \"name\": \"g\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\","
-             " \"layers\": %d, \"hidden\": %d, \"heads\": 16, \"ffn\": %d, \"ffn_kind\": \"gelu\","
-             " \"norm\": \"layernorm\", \"qkv_bias\": true, \"out_bias\": true, \"mlp_bias\": true,"
-             " \"vocab\": 1000, \"tied_embeddings\": true}]}",
-             layers, h, 4 * h);
-    model_t m;
-    if (model_parse_json(text, "gpt", &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
-    return m;
+    return test_llm("gpt", "\"layers\": %d, \"hidden\": %d, \"heads\": 16, \"ffn\": %d, \"ffn_kind\": \"gelu\","
+                    " \"norm\": \"layernorm\", \"qkv_bias\": true, \"out_bias\": true, \"mlp_bias\": true,"
+                    " \"vocab\": 1000, \"tied_embeddings\": true", layers, h, 4 * h);
 }
 
 static model_t megatron_gpt(int layers) { return megatron_gpt_h(layers, 1024); }
 
 /* 2 nodes of 8 H100s (the shipped preset). */
-static cost_cluster two_nodes(void)
-{
-    cost_cluster c;
-    char err[UTIL_ERR_LEN];
-    if (cost_cluster_load("2x8xh100", &c, err)) { fprintf(stderr, "%s\n", err); abort(); }
-    return c;
-}
+static cost_cluster two_nodes(void) { return test_cluster_load("2x8xh100"); }
 
 /* 16 samples of 256 tokens: one per rank of dp 16. */
 static plan_workload step_of_16(void) { return (plan_workload){ .global_batch = 16, .text_tokens = 256 }; }

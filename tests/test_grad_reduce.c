@@ -5,6 +5,7 @@
  * norm and the optimizer keep their dtype; the dhp target refuses it (dhp
  * run reduces in fp32). Expected figures worked out beside each check. */
 #include "test.h"
+#include "test_fixture.h"
 #include "planner/planner_int.h"
 
 #include <math.h>
@@ -12,21 +13,13 @@
 
 static model_t gpt(void)
 {
-    char err[UTIL_ERR_LEN];
-    const char *text = "{\"schema\": \"dhp.model/1\", \"name\": \"g\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\","
-                       " \"layers\": 2, \"hidden\": 1024, \"heads\": 16, \"ffn\": 4096, \"ffn_kind\": \"gelu\","
-                       " \"norm\": \"layernorm\", \"vocab\": 1000}]}";
-    model_t m;
-    if (model_parse_json(text, "gpt", &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
-    return m;
+    return test_llm("gpt", "\"layers\": 2, \"hidden\": 1024, \"heads\": 16, \"ffn\": 4096, \"ffn_kind\": \"gelu\","
+                    " \"norm\": \"layernorm\", \"vocab\": 1000");
 }
 
 static plan_options megatron_autocast(plan_grad_reduce r)
 {
-    plan_options o;
-    plan_options_default(&o);
-    o.target = PLAN_TARGET_MEGATRON;
-    o.precision = PLAN_OPT_AUTOCAST;
+    plan_options o = test_megatron_autocast();
     o.grad_reduce = r;
     return o;
 }
@@ -62,9 +55,7 @@ TEST(grad_reduce_bf16_sends_two_bytes_and_keeps_the_states)
 TEST(grad_reduce_bf16_prices_the_megatron_reduce_scatter_at_two_bytes)
 {
     model_t m = gpt();
-    cost_cluster c;
-    char err[UTIL_ERR_LEN];
-    CHECK(cost_cluster_load("8xh100", &c, err) == UTIL_OK);
+    cost_cluster c = test_cluster_load("8xh100");
     const cost_pool *pool = &c.pool[0];
     plan_module s = { .dp = 8, .tp = 1, .sp = 1, .pp = 1, .zero = 1, .micro_batch = 1, .n_ranks = 8 };
     double local = plan_local_params(&m.mod[0], &s);
@@ -91,9 +82,7 @@ TEST(grad_reduce_bf16_prices_the_megatron_reduce_scatter_at_two_bytes)
 TEST(grad_reduce_bf16_halves_the_fsdp_unit_reduce_scatters)
 {
     model_t m = gpt();
-    cost_cluster c;
-    char err[UTIL_ERR_LEN];
-    CHECK(cost_cluster_load("8xh100", &c, err) == UTIL_OK);
+    cost_cluster c = test_cluster_load("8xh100");
     const cost_pool *pool = &c.pool[0];
     plan_module s = { .dp = 8, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .n_ranks = 8 };
     plan_options d = megatron_autocast(PLAN_REDUCE_GRADS), b = megatron_autocast(PLAN_REDUCE_BF16);
@@ -124,9 +113,8 @@ TEST(grad_reduce_bf16_halves_the_fsdp_unit_reduce_scatters)
 TEST(grad_reduce_travels_with_the_plan)
 {
     model_t m = gpt();
-    cost_cluster c;
+    cost_cluster c = test_cluster_load("8xh100");
     char err[UTIL_ERR_LEN];
-    CHECK(cost_cluster_load("8xh100", &c, err) == UTIL_OK);
     plan_workload w = { .global_batch = 8, .text_tokens = 256 };
     plan_options o = megatron_autocast(PLAN_REDUCE_GRADS);
     plan_t grads, bf16, back;

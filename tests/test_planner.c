@@ -1,24 +1,9 @@
 #include "test.h"
+#include "test_fixture.h"
 #include "planner/planner.h"
 
 #include <stdlib.h>
 #include <unistd.h>
-
-static model_t load_model(const char *name)
-{
-    model_t m;
-    char err[UTIL_ERR_LEN];
-    if (model_load(name, &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
-    return m;
-}
-
-static cost_cluster load_cluster(const char *name)
-{
-    cost_cluster c;
-    char err[UTIL_ERR_LEN];
-    if (cost_cluster_load(name, &c, err)) { fprintf(stderr, "%s\n", err); abort(); }
-    return c;
-}
 
 static plan_workload ray_workload(int vision_tokens, int batch)
 {
@@ -34,15 +19,23 @@ static plan_module strategy(int dp, int tp, int sp, int pp, int zero, int mb, pl
     return s;
 }
 
+/* Most tests' start: the shipped model on 8xh100, ray_workload(vision_tokens,
+ * 8) and the default options. */
+static void ray_8xh100(const char *model, int vision_tokens, model_t *m, cost_cluster *c, plan_workload *w,
+                       plan_options *o)
+{
+    *m = test_model_load(model);
+    *c = test_cluster_load("8xh100");
+    *w = ray_workload(vision_tokens, 8);
+    plan_options_default(o);
+}
+
 /* DeepSpeed estimate_zero3_model_states_mem_needs (no offload):
  * 4 * largest_layer + 18 * params / gpus. */
 TEST(memory_zero3_states_match_deepspeed_formula)
 {
-    model_t m = load_model("qwen2.5-vl-32b");
-    cost_cluster c = load_cluster("8xh100");
-    plan_workload w = ray_workload(1024, 8);
-    plan_options o;
-    plan_options_default(&o);
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
+    ray_8xh100("qwen2.5-vl-32b", 1024, &m, &c, &w, &o);
     plan_module s = strategy(8, 1, 1, 1, 3, 1, PLAN_RECOMP_FULL);
     plan_mem mem;
     plan_module_memory(&m, m.llm, &s, &w, &c.pool[0].gpu, &o, 1, &mem);
@@ -54,11 +47,8 @@ TEST(memory_zero3_states_match_deepspeed_formula)
 /* Megatron-LM theoretical_memory_usage.py: 18 B/param, or 6 + 12/DP with the distributed optimizer. */
 TEST(memory_states_match_megatron_formula)
 {
-    model_t m = load_model("qwen2.5-vl-7b");
-    cost_cluster c = load_cluster("8xh100");
-    plan_workload w = ray_workload(1024, 8);
-    plan_options o;
-    plan_options_default(&o);
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
+    ray_8xh100("qwen2.5-vl-7b", 1024, &m, &c, &w, &o);
     double P = (double)model_module_params(&m.mod[m.llm]);
     plan_mem mem;
     plan_module s0 = strategy(8, 1, 1, 1, 0, 1, PLAN_RECOMP_NONE);
@@ -75,13 +65,10 @@ TEST(memory_states_match_megatron_formula)
 
 TEST(memory_frozen_module_holds_only_bf16_weights)
 {
-    model_t m = load_model("qwen2.5-vl-7b");
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
+    ray_8xh100("qwen2.5-vl-7b", 1024, &m, &c, &w, &o);
     int v = model_find_kind(&m, MODEL_VISION);
     m.mod[v].frozen = true;
-    cost_cluster c = load_cluster("8xh100");
-    plan_workload w = ray_workload(1024, 8);
-    plan_options o;
-    plan_options_default(&o);
     plan_module s = strategy(8, 1, 1, 1, 0, 1, PLAN_RECOMP_NONE);
     plan_mem mem;
     plan_module_memory(&m, v, &s, &w, &c.pool[0].gpu, &o, 1, &mem);
@@ -91,11 +78,8 @@ TEST(memory_frozen_module_holds_only_bf16_weights)
 
 TEST(memory_recompute_and_sequence_split_order_activations)
 {
-    model_t m = load_model("qwen2.5-vl-32b");
-    cost_cluster c = load_cluster("8xh100");
-    plan_workload w = ray_workload(16384, 8);
-    plan_options o;
-    plan_options_default(&o);
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
+    ray_8xh100("qwen2.5-vl-32b", 16384, &m, &c, &w, &o);
     const cost_gpu *g = &c.pool[0].gpu;
     plan_mem none, sel, full, sp2;
     plan_module s = strategy(1, 8, 1, 1, 0, 1, PLAN_RECOMP_NONE);
@@ -119,11 +103,8 @@ TEST(memory_recompute_and_sequence_split_order_activations)
 
 TEST(memory_logits_are_vocab_parallel)
 {
-    model_t m = load_model("qwen2.5-vl-7b");
-    cost_cluster c = load_cluster("8xh100");
-    plan_workload w = ray_workload(4096, 8);
-    plan_options o;
-    plan_options_default(&o);
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
+    ray_8xh100("qwen2.5-vl-7b", 4096, &m, &c, &w, &o);
     plan_mem a, b;
     plan_module s1 = strategy(8, 1, 1, 1, 0, 1, PLAN_RECOMP_FULL), s4 = strategy(2, 4, 1, 1, 0, 1, PLAN_RECOMP_FULL);
     plan_module_memory(&m, m.llm, &s1, &w, &c.pool[0].gpu, &o, 1, &a);
@@ -136,11 +117,8 @@ TEST(memory_logits_are_vocab_parallel)
 
 TEST(cost_dp_allreduce_is_the_nccl_formula)
 {
-    model_t m = load_model("qwen2.5-vl-7b");
-    cost_cluster c = load_cluster("8xh100");
-    plan_workload w = ray_workload(1024, 8);
-    plan_options o;
-    plan_options_default(&o);
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
+    ray_8xh100("qwen2.5-vl-7b", 1024, &m, &c, &w, &o);
     plan_module s = strategy(8, 1, 1, 1, 0, 1, PLAN_RECOMP_NONE);
     plan_time t;
     plan_module_time(&m, m.llm, &s, &w, &c, &o, &t);
@@ -171,11 +149,8 @@ TEST(cost_dp_allreduce_is_the_nccl_formula)
 
 TEST(cost_tp_comm_counts_four_allreduces_per_block)
 {
-    model_t m = load_model("qwen2.5-vl-7b");
-    cost_cluster c = load_cluster("8xh100");
-    plan_workload w = ray_workload(1024, 8);
-    plan_options o;
-    plan_options_default(&o);
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
+    ray_8xh100("qwen2.5-vl-7b", 1024, &m, &c, &w, &o);
     plan_module s = strategy(1, 8, 1, 1, 0, 1, PLAN_RECOMP_NONE);
     plan_time t;
     plan_module_time(&m, m.llm, &s, &w, &c, &o, &t);
@@ -202,11 +177,8 @@ TEST(cost_tp_comm_counts_four_allreduces_per_block)
 
 TEST(cost_ulysses_skips_window_layers_on_window_boundaries)
 {
-    model_t m = load_model("qwen2.5-vl-32b");
-    cost_cluster c = load_cluster("8xh100");
-    plan_workload w = ray_workload(16384, 8);
-    plan_options o;
-    plan_options_default(&o);
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
+    ray_8xh100("qwen2.5-vl-32b", 16384, &m, &c, &w, &o);
     int v = model_find_kind(&m, MODEL_VISION);
     plan_module s = strategy(1, 1, 8, 1, 0, 1, PLAN_RECOMP_NONE);
     plan_time t;
@@ -226,11 +198,8 @@ TEST(cost_ulysses_skips_window_layers_on_window_boundaries)
 
 TEST(cost_small_gemms_make_vision_tp_lose_to_sp)
 {
-    model_t m = load_model("qwen2.5-vl-32b");
-    cost_cluster c = load_cluster("8xh100");
-    plan_workload w = ray_workload(4096, 8);
-    plan_options o;
-    plan_options_default(&o);
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
+    ray_8xh100("qwen2.5-vl-32b", 4096, &m, &c, &w, &o);
     int v = model_find_kind(&m, MODEL_VISION);
     plan_module tp = strategy(1, 8, 1, 1, 0, 1, PLAN_RECOMP_NONE), sp = strategy(1, 1, 8, 1, 0, 1, PLAN_RECOMP_NONE);
     plan_time a, b;
@@ -242,8 +211,8 @@ TEST(cost_small_gemms_make_vision_tp_lose_to_sp)
 /* The MILP must find exactly the brute-force optimum over the same candidates. */
 static void check_milp_against_brute_force(const char *model, const char *cluster, plan_workload w)
 {
-    model_t m = load_model(model);
-    cost_cluster c = load_cluster(cluster);
+    model_t m = test_model_load(model);
+    cost_cluster c = test_cluster_load(cluster);
     plan_search_options so;
     plan_search_options_default(&so);
     plan_candidates cs;
@@ -295,8 +264,8 @@ TEST(search_reproduces_ray_experiment_shape)
 {
     /* ray-project/multimodal-training: ZeRO-3 OOMs from 16,384 vision tokens,
      * SP8 + TP8 fits up to 65,536 and beats TP8 at every length. */
-    model_t m = load_model("qwen2.5-vl-32b");
-    cost_cluster c = load_cluster("8xh100");
+    model_t m = test_model_load("qwen2.5-vl-32b");
+    cost_cluster c = test_cluster_load("8xh100");
     int tokens[] = { 1024, 4096, 9216, 16384, 25600, 65536 }, batch[] = { 8, 8, 8, 8, 4, 2 };
     plan_options o;
     plan_options_default(&o);
@@ -329,8 +298,8 @@ TEST(search_reproduces_ray_experiment_shape)
 
 TEST(plan_json_round_trip)
 {
-    model_t m = load_model("qwen2.5-vl-7b");
-    cost_cluster c = load_cluster("2x8xh100");
+    model_t m = test_model_load("qwen2.5-vl-7b");
+    cost_cluster c = test_cluster_load("2x8xh100");
     plan_workload w = ray_workload(9216, 16);
     static plan_search_result r;
     plan_search_options so;
@@ -369,8 +338,8 @@ TEST(plan_json_round_trip)
 
 TEST(plan_validate_rejects_inconsistent_plans)
 {
-    model_t m = load_model("tiny-vl");
-    cost_cluster c = load_cluster("8xh100");
+    model_t m = test_model_load("tiny-vl");
+    cost_cluster c = test_cluster_load("8xh100");
     plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 64 };
     static plan_t p;
     char err[UTIL_ERR_LEN];
@@ -393,7 +362,7 @@ TEST(plan_validate_rejects_inconsistent_plans)
 
 TEST(search_reports_a_model_that_fits_nowhere)
 {
-    model_t m = load_model("qwen2.5-vl-72b");
+    model_t m = test_model_load("qwen2.5-vl-72b");
     cost_cluster c;
     char err[UTIL_ERR_LEN];
     CHECK_OK(cost_cluster_load("8xh100", &c, err));
@@ -411,8 +380,8 @@ TEST(search_reports_a_model_that_fits_nowhere)
 /* tiny-vl on 8xh100, batch 8 of 64 vision + 48 text tokens, the fp32 executor's precision. */
 static void tiny_vl_fp32(model_t *m, cost_cluster *c, plan_workload *w, plan_options *o)
 {
-    *m = load_model("tiny-vl");
-    *c = load_cluster("8xh100");
+    *m = test_model_load("tiny-vl");
+    *c = test_cluster_load("8xh100");
     *w = (plan_workload){ .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
     plan_options_default(o);
     o->precision = PLAN_OPT_FP32;
@@ -425,10 +394,7 @@ static void tiny_vl_fp32(model_t *m, cost_cluster *c, plan_workload *w, plan_opt
  * block 4 copies forward (q, k, v, the output) and 4 backward. */
 TEST(cost_prices_the_ulysses_copies)
 {
-    model_t m;
-    cost_cluster c;
-    plan_workload w;
-    plan_options o;
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
     tiny_vl_fp32(&m, &c, &w, &o);
     int vi = m.llm == 0 ? 1 : 0;   /* tiny-vl: the vision encoder and the LLM */
     const model_module *v = &m.mod[vi];
@@ -451,10 +417,7 @@ TEST(cost_prices_the_ulysses_copies)
  * fp32 executor) or every position (bf16, Megatron-LM). */
 TEST(cost_prices_each_elementwise_kernel_at_its_rate)
 {
-    model_t m;
-    cost_cluster c;
-    plan_workload w;
-    plan_options o;
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
     tiny_vl_fp32(&m, &c, &w, &o);
     plan_module s = strategy(1, 1, 1, 1, 0, 8, PLAN_RECOMP_NONE);
     const model_module *llm = &m.mod[m.llm];

@@ -1,6 +1,7 @@
 /* bf16-mixed with ZeRO-3 (planner/precision_zero3.c): each unit's two
  * gathers, checked element by element against the layout, and their price. */
 #include "test.h"
+#include "test_fixture.h"
 #include "planner/planner_int.h"
 
 #include <stdlib.h>
@@ -10,15 +11,9 @@
  * the head's linear too). */
 static model_t small_gpt(void)
 {
-    const char *text =
-        "{\"schema\": \"dhp.model/1\", \"name\": \"g\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\","
-        " \"layers\": 2, \"hidden\": 64, \"heads\": 4, \"ffn\": 96, \"ffn_kind\": \"gelu\","
-        " \"norm\": \"layernorm\", \"qkv_bias\": true, \"out_bias\": true, \"mlp_bias\": true,"
-        " \"vocab\": 101, \"tied_embeddings\": true}]}";
-    model_t m;
-    char err[UTIL_ERR_LEN];
-    if (model_parse_json(text, "gpt", &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
-    return m;
+    return test_llm("gpt", "\"layers\": 2, \"hidden\": 64, \"heads\": 4, \"ffn\": 96, \"ffn_kind\": \"gelu\","
+                    " \"norm\": \"layernorm\", \"qkv_bias\": true, \"out_bias\": true, \"mlp_bias\": true,"
+                    " \"vocab\": 101, \"tied_embeddings\": true");
 }
 
 /* Every rank's fp32-read elements of every unit, one element at a time from

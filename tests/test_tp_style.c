@@ -6,29 +6,13 @@
  * Megatron-LM's default is unchanged; the dhp target refuses the style.
  * Expected figures worked out beside each check. */
 #include "test.h"
+#include "test_fixture.h"
 #include "planner/planner_int.h"
-
-#include <stdlib.h>
 
 static model_t llama(void)
 {
-    char err[UTIL_ERR_LEN];
-    const char *text = "{\"schema\": \"dhp.model/1\", \"name\": \"l\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\","
-                       " \"layers\": 4, \"hidden\": 1024, \"heads\": 8, \"kv_heads\": 2, \"ffn\": 4096,"
-                       " \"ffn_kind\": \"swiglu\", \"norm\": \"rmsnorm\", \"vocab\": 1000}]}";
-    model_t m;
-    if (model_parse_json(text, "llama", &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
-    return m;
-}
-
-static plan_options style(plan_tp_style t)
-{
-    plan_options o;
-    plan_options_default(&o);
-    o.target = PLAN_TARGET_MEGATRON;
-    o.precision = PLAN_OPT_AUTOCAST;
-    o.tp_style = t;
-    return o;
+    return test_llm("llama", "\"layers\": 4, \"hidden\": 1024, \"heads\": 8, \"kv_heads\": 2, \"ffn\": 4096,"
+                    " \"ffn_kind\": \"swiglu\", \"norm\": \"rmsnorm\", \"vocab\": 1000");
 }
 
 /* tp 8 in one node, sequence parallel, 4 blocks of 2048 rows, 2 B an element:
@@ -40,9 +24,7 @@ static plan_options style(plan_tp_style t)
 TEST(tp_style_dtensor_copies_beside_each_seqpar_collective_and_drops_the_regather)
 {
     model_t m = llama();
-    cost_cluster c;
-    char err[UTIL_ERR_LEN];
-    CHECK(cost_cluster_load("8xh100", &c, err) == UTIL_OK);
+    cost_cluster c = test_cluster_load("8xh100");
     const cost_pool *pool = &c.pool[0];
     plan_module s = { .dp = 1, .tp = 8, .sp = 1, .pp = 1, .micro_batch = 1, .n_ranks = 8, .seq_parallel = true };
     const int L = 4;
@@ -52,7 +34,9 @@ TEST(tp_style_dtensor_copies_beside_each_seqpar_collective_and_drops_the_regathe
     double ar = cost_collective_time(pool, COST_ALLREDUCE, 4.0 * 2 * h, 8, 8);
     double copy = cost_elementwise_time(&pool->gpu, COST_EW_COPY, t * h, A);
     CHECK(copy > 0);
-    plan_options meg = style(PLAN_TP_MEGATRON), dt = style(PLAN_TP_DTENSOR);
+    plan_options meg = test_megatron_autocast(), dt = meg;
+    meg.tp_style = PLAN_TP_MEGATRON;
+    dt.tp_style = PLAN_TP_DTENSOR;
     plan_recompute rcs[] = { PLAN_RECOMP_NONE, PLAN_RECOMP_FULL, PLAN_RECOMP_OP };
     for (int i = 0; i < 3; i++) {
         s.recompute = rcs[i];
@@ -86,7 +70,8 @@ TEST(tp_style_names_and_the_dhp_target_refuses_dtensor)
     CHECK(plan_tp_style_parse("fsdp", &t) == UTIL_EINVAL);
     CHECK(!strcmp(plan_tp_style_name(PLAN_TP_DTENSOR), "dtensor"));
     char err[UTIL_ERR_LEN];
-    plan_options o = style(PLAN_TP_DTENSOR);
+    plan_options o = test_megatron_autocast();
+    o.tp_style = PLAN_TP_DTENSOR;
     CHECK(plan_tp_style_check(&o, err) == UTIL_OK);
     o.target = PLAN_TARGET_DHP;
     CHECK(plan_tp_style_check(&o, err) == UTIL_EINVAL && strstr(err, "--target megatron"));

@@ -1,0 +1,52 @@
+#include "test_fixture.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static void fail(const char *err)
+{
+    fprintf(stderr, "test fixture: %s\n", err);
+    abort();
+}
+
+model_t test_model_load(const char *name)
+{
+    model_t m;
+    char err[UTIL_ERR_LEN];
+    if (model_load(name, &m, err)) fail(err);
+    return m;
+}
+
+cost_cluster test_cluster_load(const char *name)
+{
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    if (cost_cluster_load(name, &c, err)) fail(err);
+    return c;
+}
+
+model_t test_llm(const char *name, const char *fmt, ...)
+{
+    char fields[512], text[768], err[UTIL_ERR_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(fields, sizeof fields, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof fields) fail("test_llm: the module's fields do not fit 512 bytes");
+    snprintf(text, sizeof text,
+             "{\"schema\": \"dhp.model/1\", \"name\": \"%s\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\", %s}]}",
+             name, fields);
+    model_t m;
+    if (model_parse_json(text, name, &m, err)) fail(err);
+    return m;
+}
+
+plan_options test_megatron_autocast(void)
+{
+    plan_options o;
+    plan_options_default(&o);
+    o.target = PLAN_TARGET_MEGATRON;
+    o.precision = PLAN_OPT_AUTOCAST;
+    return o;
+}
