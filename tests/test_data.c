@@ -50,6 +50,29 @@ static void write_raw(const char *path, const void *p, size_t n)
     if (f) { fwrite(p, 1, n, f); fclose(f); }
 }
 
+/* Shard k of the set in dir: its path into path, its bytes (util_free
+ * them), NULL if unreadable. */
+static unsigned char *read_shard(const char *dir, int k, char *path, size_t path_n, size_t *len)
+{
+    snprintf(path, path_n, "%s/shard-%05d.bin", dir, k);
+    return read_all(path, len);
+}
+
+/* make_set, then the set opened (ex_data_close it; rm_dir the dir either
+ * way); NULL with why printed when either fails. */
+static ex_dataset *open_set(char *dir, size_t n, const ex_synth_cfg *cfg)
+{
+    ex_dataset *ds = NULL;
+    char err[UTIL_ERR_LEN];
+    if (make_set(dir, n, cfg)) return NULL;
+    if (ex_data_open(dir, &ds, err)) {
+        printf("unit: open failed: %s\n", err);
+        ex_data_close(ds);
+        return NULL;
+    }
+    return ds;
+}
+
 TEST(data_patch_order_formula_examples)
 {
     /* grid 4, merge 2, no window: 2x2 blocks in row-major order. */
@@ -94,9 +117,8 @@ TEST(data_shard_round_trip_pixels_and_tokens)
 {
     ex_synth_cfg cfg = small_cfg();
     char dir[64], err[UTIL_ERR_LEN];
-    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
-    ex_dataset *ds;
-    CHECK_OK(ex_data_open(dir, &ds, err));
+    ex_dataset *ds = open_set(dir, sizeof dir, &cfg);
+    CHECK(ds != NULL);
     const ex_dataset_info *in = ex_data_info(ds);
     CHECK_EQ_INT(in->samples, 24);
     CHECK_EQ_INT(in->shards, 3);
@@ -112,9 +134,8 @@ TEST(data_shard_round_trip_pixels_and_tokens)
     for (int row = 0; row < b.n; row++) {
         int s = b.sample_ids[row];
         char path[128];
-        snprintf(path, sizeof path, "%s/shard-%05d.bin", dir, s / 8);
         size_t len;
-        unsigned char *raw = read_all(path, &len);
+        unsigned char *raw = read_shard(dir, s / 8, path, sizeof path, &len);
         CHECK(raw != NULL);
         const unsigned char *rec = raw + 72 + (size_t)(s % 8) * rb;
         for (int y = 0; y < 16; y += 3)
@@ -154,9 +175,8 @@ TEST(data_captions_truncate_but_keep_bos_eos)
     ex_synth_cfg cfg = small_cfg();
     cfg.text_tokens = 10;
     char dir[64], err[UTIL_ERR_LEN];
-    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
-    ex_dataset *ds;
-    CHECK_OK(ex_data_open(dir, &ds, err));
+    ex_dataset *ds = open_set(dir, sizeof dir, &cfg);
+    CHECK(ds != NULL);
     ex_data_rows b;
     CHECK_OK(ex_batch_alloc(&b, ds, 4, err));
     CHECK_OK(ex_data_batch(ds, 1, 0, 4, 0, 1, &b, err));
@@ -183,12 +203,10 @@ TEST(data_synth_is_deterministic_in_the_seed)
     CHECK(make_set(b, sizeof b, &cfg) == 0);
     cfg.seed = 8;
     CHECK(make_set(c, sizeof c, &cfg) == 0);
-    char pa[128], pb[128], pc[128];
-    snprintf(pa, sizeof pa, "%s/shard-00001.bin", a);
-    snprintf(pb, sizeof pb, "%s/shard-00001.bin", b);
-    snprintf(pc, sizeof pc, "%s/shard-00001.bin", c);
+    char path[128];
     size_t la, lb, lc;
-    unsigned char *da = read_all(pa, &la), *db = read_all(pb, &lb), *dc = read_all(pc, &lc);
+    unsigned char *da = read_shard(a, 1, path, sizeof path, &la), *db = read_shard(b, 1, path, sizeof path, &lb),
+                  *dc = read_shard(c, 1, path, sizeof path, &lc);
     bool same = da && db && la == lb && !memcmp(da, db, la);
     bool differs = da && dc && la == lc && memcmp(da + 72, dc + 72, la - 76) != 0;
     util_free(da); util_free(db); util_free(dc);
@@ -197,7 +215,7 @@ TEST(data_synth_is_deterministic_in_the_seed)
     CHECK(differs);
 }
 
-/* Corrupts dir's shard 1 with fn and returns the open error. */
+/* ex_data_open's verdict on dir (its message in err). */
 static int open_after(const char *dir, char *err)
 {
     ex_dataset *ds = NULL;
@@ -206,18 +224,30 @@ static int open_after(const char *dir, char *err)
     return rc;
 }
 
-TEST(data_corrupted_byte_is_a_crc_error_naming_the_file)
+/* A small set in dir (rm_dir it) whose shard k is rewritten as edit leaves
+ * its bytes (edit returns how many of them to keep); path names the shard.
+ * False when the set or the shard could not be made or read. */
+static bool set_with_edited_shard(char *dir, size_t dir_n, int k, char *path, size_t path_n,
+                                  size_t (*edit)(unsigned char *d, size_t len))
 {
     ex_synth_cfg cfg = small_cfg();
-    char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
-    snprintf(path, sizeof path, "%s/shard-00001.bin", dir);
+    if (make_set(dir, dir_n, &cfg)) return false;
     size_t len;
-    unsigned char *d = read_all(path, &len);
-    CHECK(d != NULL);
-    d[len / 2] ^= 0x10;
-    write_raw(path, d, len);
+    unsigned char *d = read_shard(dir, k, path, path_n, &len);
+    if (!d) return false;
+    write_raw(path, d, edit(d, len));
     util_free(d);
+    return true;
+}
+
+static size_t flip_a_middle_bit(unsigned char *d, size_t len) { d[len / 2] ^= 0x10; return len; }
+static size_t drop_the_last_100_bytes(unsigned char *d, size_t len) { (void)d; return len - 100; }
+static size_t break_the_magic(unsigned char *d, size_t len) { d[0] = 'X'; return len; }
+
+TEST(data_corrupted_byte_is_a_crc_error_naming_the_file)
+{
+    char dir[64], path[128], err[UTIL_ERR_LEN];
+    CHECK(set_with_edited_shard(dir, sizeof dir, 1, path, sizeof path, flip_a_middle_bit));
     int rc = open_after(dir, err);
     rm_dir(dir);
     CHECK_EQ_INT(rc, UTIL_EINVAL);
@@ -226,15 +256,8 @@ TEST(data_corrupted_byte_is_a_crc_error_naming_the_file)
 
 TEST(data_truncated_shard_is_reported)
 {
-    ex_synth_cfg cfg = small_cfg();
     char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
-    snprintf(path, sizeof path, "%s/shard-00002.bin", dir);
-    size_t len;
-    unsigned char *d = read_all(path, &len);
-    CHECK(d != NULL);
-    write_raw(path, d, len - 100);
-    util_free(d);
+    CHECK(set_with_edited_shard(dir, sizeof dir, 2, path, sizeof path, drop_the_last_100_bytes));
     int rc = open_after(dir, err);
     CHECK_EQ_INT(rc, UTIL_EINVAL);
     CHECK_MSG(strstr(err, "shard-00002.bin") && strstr(err, "truncated"), "err: %s", err);
@@ -247,16 +270,8 @@ TEST(data_truncated_shard_is_reported)
 
 TEST(data_bad_magic_and_missing_shard)
 {
-    ex_synth_cfg cfg = small_cfg();
     char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
-    snprintf(path, sizeof path, "%s/shard-00000.bin", dir);
-    size_t len;
-    unsigned char *d = read_all(path, &len);
-    CHECK(d != NULL);
-    d[0] = 'X';
-    write_raw(path, d, len);
-    util_free(d);
+    CHECK(set_with_edited_shard(dir, sizeof dir, 0, path, sizeof path, break_the_magic));
     int rc = open_after(dir, err);
     CHECK_EQ_INT(rc, UTIL_EINVAL);
     CHECK_MSG(strstr(err, "shard-00000.bin") && strstr(err, "bad magic"), "err: %s", err);
@@ -281,9 +296,8 @@ TEST(data_shard_disagreeing_with_manifest_is_rejected)
     CHECK(make_set(b, sizeof b, &cfg) == 0);
     /* Shard 1 of another (valid, same-shaped) set: CRC fine, seed differs. */
     snprintf(pa, sizeof pa, "%s/shard-00001.bin", a);
-    snprintf(pb, sizeof pb, "%s/shard-00001.bin", b);
     size_t len;
-    unsigned char *d = read_all(pb, &len);
+    unsigned char *d = read_shard(b, 1, pb, sizeof pb, &len);
     CHECK(d != NULL);
     write_raw(pa, d, len);
     util_free(d);
@@ -350,9 +364,8 @@ TEST(data_dp_ranks_partition_the_global_batch)
 {
     ex_synth_cfg cfg = small_cfg();
     char dir[64], err[UTIL_ERR_LEN];
-    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
-    ex_dataset *ds;
-    CHECK_OK(ex_data_open(dir, &ds, err));
+    ex_dataset *ds = open_set(dir, sizeof dir, &cfg);
+    CHECK(ds != NULL);
     const int G = 8;
     ex_data_rows full;
     CHECK_OK(ex_batch_alloc(&full, ds, G, err));
@@ -384,9 +397,8 @@ TEST(data_batch_rejects_bad_sharding)
 {
     ex_synth_cfg cfg = small_cfg();
     char dir[64], err[UTIL_ERR_LEN];
-    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
-    ex_dataset *ds;
-    CHECK_OK(ex_data_open(dir, &ds, err));
+    ex_dataset *ds = open_set(dir, sizeof dir, &cfg);
+    CHECK(ds != NULL);
     ex_data_rows b;
     CHECK_OK(ex_batch_alloc(&b, ds, 3, err));
     int r1 = ex_data_batch(ds, 1, 0, 8, 0, 3, &b, err);
@@ -514,9 +526,8 @@ TEST(data_audio_only_set_and_its_dp_slices)
 {
     ex_synth_cfg cfg = audio_cfg(0);
     char dir[64], err[UTIL_ERR_LEN];
-    CHECK(make_set(dir, sizeof dir, &cfg) == 0);
-    ex_dataset *ds;
-    CHECK_OK(ex_data_open(dir, &ds, err));
+    ex_dataset *ds = open_set(dir, sizeof dir, &cfg);
+    CHECK(ds != NULL);
     const ex_dataset_info *in = ex_data_info(ds);
     CHECK_EQ_INT(in->patches, 0);
     CHECK_EQ_INT(in->grid, 0);
@@ -534,9 +545,8 @@ TEST(data_audio_only_set_and_its_dp_slices)
     ex_synth_cfg other = audio_cfg(0);
     other.mel_frames = 16;
     char odir[64];
-    CHECK(make_set(odir, sizeof odir, &other) == 0);
-    ex_dataset *os;
-    CHECK_OK(ex_data_open(odir, &os, err));
+    ex_dataset *os = open_set(odir, sizeof odir, &other);
+    CHECK(os != NULL);
     CHECK_OK(ex_batch_alloc(&wrong, os, 8, err));
     mismatch = ex_data_batch(ds, 3, 2, 8, 0, 1, &wrong, err);   /* 16-frame buffer for a 32-frame set */
     ex_batch_free(&wrong); ex_data_close(os); rm_dir(odir);
@@ -574,11 +584,9 @@ TEST(data_format_versions_and_the_audio_section_are_checked)
     char da[64], d1[64], err[UTIL_ERR_LEN];
     CHECK(make_set(da, sizeof da, &a) == 0);
     CHECK(make_set(d1, sizeof d1, &v1) == 0);
-    char pa[128], p1[128];
-    snprintf(pa, sizeof pa, "%s/shard-00000.bin", da);
-    snprintf(p1, sizeof p1, "%s/shard-00000.bin", d1);
+    char path[128];
     size_t la, l1;
-    unsigned char *ra = read_all(pa, &la), *r1 = read_all(p1, &l1);
+    unsigned char *ra = read_shard(da, 0, path, sizeof path, &la), *r1 = read_shard(d1, 0, path, sizeof path, &l1);
     bool headers = ra && r1 && ra[8] == 2 && ra[12] == 80 && r1[8] == 1 && r1[12] == 72;
     util_free(ra); util_free(r1);
     /* the audio section's own version */
