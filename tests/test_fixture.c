@@ -42,6 +42,25 @@ model_t test_llm(const char *name, const char *fmt, ...)
     return m;
 }
 
+int test_import_hf(const char *file, model_t *m, char *err)
+{
+    char path[256], *text;
+    snprintf(path, sizeof path, "tests/data/hf/%s", file);
+    int rc = util_read_file(path, &text, NULL, err);
+    if (rc) return rc;
+    rc = model_import_hf(text, path, m, err);
+    util_free(text);
+    return rc;
+}
+
+int test_model_json_round_trip(const model_t *m, model_t *back, char *err)
+{
+    cJSON *j = model_to_json(m);
+    int rc = model_from_json(j, "imported", back, err);
+    cJSON_Delete(j);
+    return rc;
+}
+
 plan_options test_megatron_autocast(void)
 {
     plan_options o;

@@ -1,12 +1,14 @@
-/* Shared by the planner's tests (test_planner.c, test_calibration.c,
- * test_cost_*.c, test_grad_reduce.c, test_precision_zero3.c,
- * test_tp_style.c): the models, clusters and options a test starts from.
- * A fixture that does not load is a broken test binary, not a failed check:
- * these print the loader's message and abort. */
+/* Shared by the model and planner tests (test_planner.c,
+ * test_calibration.c, test_cost_*.c, test_grad_reduce.c,
+ * test_precision_zero3.c, test_tp_style.c, test_models.c,
+ * test_import_vlm.c): the models, clusters and options a test starts from. */
 #ifndef DHP_TESTS_TEST_FIXTURE_H
 #define DHP_TESTS_TEST_FIXTURE_H
 
 #include "planner/planner.h"
+
+/* A fixture that does not load is a broken test binary, not a failed check:
+ * these print the loader's message and abort. */
 
 /* A shipped model or cluster by name (model_load, cost_cluster_load). */
 model_t test_model_load(const char *name);
@@ -18,5 +20,13 @@ model_t test_llm(const char *name, const char *fmt, ...) __attribute__((format(p
 
 /* The default options with the Megatron target under bf16-autocast. */
 plan_options test_megatron_autocast(void);
+
+/* These return the code and fill err: what they do is under test. */
+
+/* tests/data/hf/FILE through the Hugging Face importer (model_import_hf). */
+int test_import_hf(const char *file, model_t *m, char *err);
+
+/* m through model_to_json and model_from_json into back. */
+int test_model_json_round_trip(const model_t *m, model_t *back, char *err);
 
 #endif

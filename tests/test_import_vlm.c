@@ -2,20 +2,10 @@
  * fixture's parameter count against the published total (sources in
  * tests/data/hf/README.md), the layout details that decide it, and bad input. */
 #include "tests/test.h"
+#include "tests/test_fixture.h"
 
 #include <stdlib.h>
 #include "models/models.h"
-
-static int import_fixture(const char *file, model_t *m, char *err)
-{
-    char path[256], *text;
-    snprintf(path, sizeof path, "tests/data/hf/%s", file);
-    int rc = util_read_file(path, &text, NULL, err);
-    if (rc) return rc;
-    rc = model_import_hf(text, path, m, err);
-    util_free(text);
-    return rc;
-}
 
 /* Totals on the models' Hugging Face pages (safetensors parameter count). */
 TEST(import_vlm_published_totals)
@@ -29,14 +19,11 @@ TEST(import_vlm_published_totals)
     char err[UTIL_ERR_LEN];
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         model_t m;
-        CHECK_MSG(import_fixture(cases[i].file, &m, err) == UTIL_OK, "%s: %s", cases[i].file, err);
+        CHECK_MSG(test_import_hf(cases[i].file, &m, err) == UTIL_OK, "%s: %s", cases[i].file, err);
         CHECK_EQ_INT(m.n_modules, cases[i].modules);
         CHECK_NEAR(model_total_params(&m), cases[i].published, 0.01);
-        cJSON *j = model_to_json(&m);   /* through our schema and back, unchanged */
-        model_t back;
-        int rc = model_from_json(j, "imported", &back, err);
-        cJSON_Delete(j);
-        CHECK_MSG(rc == UTIL_OK, "%s: %s", cases[i].file, err);
+        model_t back;   /* through our schema and back, unchanged */
+        CHECK_MSG(test_model_json_round_trip(&m, &back, err) == UTIL_OK, "%s: %s", cases[i].file, err);
         CHECK(memcmp(&back, &m, sizeof m) == 0);
     }
 }
@@ -50,13 +37,13 @@ TEST(import_vlm_qwen2_5_omni_thinker)
 {
     char err[UTIL_ERR_LEN];
     model_t omni, vl, audio;
-    CHECK_MSG(import_fixture("qwen2.5-omni-7b.json", &omni, err) == UTIL_OK, "%s", err);
+    CHECK_MSG(test_import_hf("qwen2.5-omni-7b.json", &omni, err) == UTIL_OK, "%s", err);
     CHECK_EQ_INT(omni.n_modules, 3);
     CHECK(omni.mod[0].kind == MODEL_VISION && omni.mod[1].kind == MODEL_AUDIO && omni.mod[2].kind == MODEL_LLM);
     CHECK_NEAR(model_module_params(&omni.mod[2]), 7.61e9, 0.01);
-    CHECK_OK(import_fixture("qwen2.5-vl-7b.json", &vl, err));
+    CHECK_OK(test_import_hf("qwen2.5-vl-7b.json", &vl, err));
     CHECK_EQ_INT(model_module_params(&omni.mod[0]), model_module_params(&vl.mod[0]));
-    CHECK_OK(import_fixture("qwen2-audio-7b.json", &audio, err));
+    CHECK_OK(test_import_hf("qwen2-audio-7b.json", &audio, err));
     const model_module *a = &omni.mod[1], *q = &audio.mod[0];
     CHECK_EQ_INT(model_blocks_params(a), model_blocks_params(q));
     int64_t d = a->hidden;
@@ -72,7 +59,7 @@ TEST(import_vlm_layouts)
 {
     char err[UTIL_ERR_LEN];
     model_t m;
-    CHECK_OK(import_fixture("gemma-3-4b-it.json", &m, err));
+    CHECK_OK(test_import_hf("gemma-3-4b-it.json", &m, err));
     const model_module *v = &m.mod[0], *t = &m.mod[1];
     CHECK_EQ_INT(v->max_positions, 64 * 64);   /* 896 px / 14 */
     CHECK_EQ_INT(v->pool, 16);                 /* 64x64 -> mm_tokens_per_image 256 */
@@ -82,17 +69,17 @@ TEST(import_vlm_layouts)
     CHECK_EQ_INT(t->kv_heads, 4);
     CHECK_EQ_INT(t->head_dim, 256);
     CHECK_EQ_INT(t->vocab, 262208);
-    CHECK_OK(import_fixture("smolvlm-instruct.json", &m, err));
+    CHECK_OK(test_import_hf("smolvlm-instruct.json", &m, err));
     CHECK_EQ_INT(m.mod[0].max_positions, 27 * 27);   /* 384 // 14 */
     CHECK_EQ_INT(m.mod[0].merge, 3);
     CHECK_EQ_INT(m.mod[0].proj_in, 1152 * 9);
     CHECK(!m.mod[1].tied_embeddings);
-    CHECK_OK(import_fixture("paligemma-3b-pt-224.json", &m, err));
+    CHECK_OK(test_import_hf("paligemma-3b-pt-224.json", &m, err));
     CHECK_EQ_INT(m.mod[0].max_positions, 256);       /* SiglipVisionConfig image_size default 224 */
     CHECK_EQ_INT(m.mod[0].extra_params, 0);          /* vision_use_head false */
     CHECK_EQ_INT(m.mod[1].kv_heads, 1);
     CHECK(m.mod[1].tied_embeddings);
-    CHECK_OK(import_fixture("llava-v1.6-mistral-7b.json", &m, err));
+    CHECK_OK(test_import_hf("llava-v1.6-mistral-7b.json", &m, err));
     CHECK_EQ_INT(m.mod[0].extra_params, 4096);       /* image_newline */
     CHECK(!m.mod[0].frozen);
     CHECK_EQ_INT(m.mod[1].vocab, 32064);

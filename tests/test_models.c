@@ -1,4 +1,5 @@
 #include "test.h"
+#include "test_fixture.h"
 #include "models/models.h"
 
 #include <stdlib.h>
@@ -301,17 +302,6 @@ TEST(models_load_unknown_name_and_files)
 
 /* ---- Hugging Face importer ---- */
 
-static int import_file(const char *file, model_t *m, char *err)
-{
-    char path[256], *text;
-    snprintf(path, sizeof path, "tests/data/hf/%s", file);
-    int rc = util_read_file(path, &text, NULL, err);
-    if (rc) return rc;
-    rc = model_import_hf(text, path, m, err);
-    util_free(text);
-    return rc;
-}
-
 TEST(models_import_hf_matches_zoo_counts)
 {
     static const char *pairs[][2] = {
@@ -324,7 +314,7 @@ TEST(models_import_hf_matches_zoo_counts)
     char err[UTIL_ERR_LEN];
     for (size_t i = 0; i < sizeof pairs / sizeof *pairs; i++) {
         model_t imp, zoo;
-        CHECK_MSG(import_file(pairs[i][0], &imp, err) == UTIL_OK, "%s: %s", pairs[i][0], err);
+        CHECK_MSG(test_import_hf(pairs[i][0], &imp, err) == UTIL_OK, "%s: %s", pairs[i][0], err);
         CHECK_OK(model_load(pairs[i][1], &zoo, err));
         CHECK_EQ_INT(imp.n_modules, zoo.n_modules);
         for (int k = 0; k < zoo.n_modules; k++)
@@ -335,11 +325,8 @@ TEST(models_import_hf_matches_zoo_counts)
         for (int k = 0; k < zoo.n_modules; k++)   /* field for field, not only the count */
             CHECK_MSG(memcmp(&imp.mod[k], &zoo.mod[k], sizeof zoo.mod[k]) == 0, "%s: module %s differs from the zoo",
                       pairs[i][0], zoo.mod[k].name);
-        cJSON *j = model_to_json(&imp);
         model_t back;
-        int rc = model_from_json(j, "imported", &back, err);
-        cJSON_Delete(j);
-        CHECK_MSG(rc == UTIL_OK, "%s: %s", pairs[i][0], err);
+        CHECK_MSG(test_model_json_round_trip(&imp, &back, err) == UTIL_OK, "%s: %s", pairs[i][0], err);
         CHECK(memcmp(&back, &imp, sizeof imp) == 0);
     }
 }
@@ -350,10 +337,10 @@ TEST(models_import_hf_other_types)
 {
     char err[UTIL_ERR_LEN];
     model_t m;
-    CHECK_MSG(import_file("qwen2-vl-7b.json", &m, err) == UTIL_OK, "%s", err);
+    CHECK_MSG(test_import_hf("qwen2-vl-7b.json", &m, err) == UTIL_OK, "%s", err);
     CHECK_NEAR(model_total_params(&m), 8.29e9, 0.01);
     CHECK(m.mod[0].norm == MODEL_NORM_LAYERNORM && m.mod[0].window == 0 && m.mod[0].ffn == 5120);
-    CHECK_MSG(import_file("llama-3.1-8b.json", &m, err) == UTIL_OK, "%s", err);
+    CHECK_MSG(test_import_hf("llama-3.1-8b.json", &m, err) == UTIL_OK, "%s", err);
     CHECK_EQ_INT(m.n_modules, 1);
     CHECK_NEAR(model_total_params(&m), 8.03e9, 0.01);
     CHECK_EQ_INT(m.mod[0].kv_heads, 8);
