@@ -1,5 +1,6 @@
 /* The step schedule and the encoder -> LLM hand-off (planner/schedule.c). */
 #include "tests/test.h"
+#include "tests/test_simulate.h"
 #include "planner/planner.h"
 
 #include <stdio.h>
@@ -7,25 +8,6 @@
 #include <string.h>
 
 /* tiny-vl (its LLM with llm_layers blocks where > 0) on 8xh100. */
-static int make_plan_layers(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, int llm_layers,
-                            plan_t *p)
-{
-    model_t m;
-    cost_cluster c;
-    char err[UTIL_ERR_LEN];
-    if (model_load("tiny-vl", &m, err) || cost_cluster_load("8xh100", &c, err)) return UTIL_EINVAL;
-    if (llm_layers > 0) m.mod[m.llm].layers = llm_layers;
-    plan_workload w = { .global_batch = batch, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 16 };
-    int rc = plan_from_strategy(spec, &m, &c, &w, pl, gpus, n_micro, p, err);
-    if (rc) fprintf(stderr, "make_plan: %s\n", err);
-    return rc;
-}
-
-static int make_plan(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, plan_t *p)
-{
-    return make_plan_layers(spec, pl, gpus, n_micro, batch, 0, p);
-}
-
 /* The ops of one rank as a string of letters (per-step ops y n o P;
  * pipeline hops T t (activations out, in) U u (gradients), embedding sync e). */
 static void op_string(const plan_schedule *s, char *out)
@@ -39,7 +21,7 @@ TEST(schedule_disaggregated_encoder_runs_1f1b_two_chunks_ahead)
 {
     static plan_t p;
     char err[UTIL_ERR_LEN], ops[256];
-    CHECK_OK(make_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 4, 8, &p));
+    CHECK_OK(test_sim_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 4, 8, &p));
     plan_schedule s;
     CHECK_OK(plan_schedule_rank(&p, 0, &s, err));
     op_string(&s, ops);
@@ -120,7 +102,7 @@ static void check_handoff(const plan_t *p)
 TEST(schedule_covers_every_sample_once_and_handoff_routes_every_row_once)
 {
     static plan_t p;
-    const struct { const char *spec; plan_placement pl; int gpus, micro, batch; } cases[] = {
+    const test_sim_case cases[] = {
         { "vision:sp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 4 },
         { "vision:dp=4;llm:tp=2,dp=2,seqpar=0", PLAN_COLOCATED, 4, 1, 8 },
         { "vision:gpus=1;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 3, 2, 4 },
@@ -135,9 +117,7 @@ TEST(schedule_covers_every_sample_once_and_handoff_routes_every_row_once)
         { "vision:dp=4;llm:sp=2,dp=2", PLAN_COLOCATED, 4, 1, 8 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int rc = make_plan(cases[i].spec, cases[i].pl, cases[i].gpus, cases[i].micro, cases[i].batch, &p);
-        CHECK_OK(rc);
-        if (rc) { fprintf(stderr, "case %zu\n", i); continue; }
+        CHECK_OK(test_sim_case_plan(&cases[i], &p));
         check_sample_coverage(&p);
         check_handoff(&p);
     }
@@ -147,7 +127,7 @@ TEST(schedule_refuses_what_the_executor_does_not_run)
 {
     static plan_t p;
     char err[UTIL_ERR_LEN];
-    CHECK_OK(make_plan("vision:sp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 4, &p));
+    CHECK_OK(test_sim_plan("vision:sp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 4, &p));
     p.mod[1].pp = 2;
     CHECK_OK(plan_schedule_check(&p, err));
     p.mod[1].stage_layers[0] = p.model.mod[1].layers;   /* the second stage would hold no block */
@@ -177,7 +157,7 @@ TEST(schedule_step_ops_follow_the_data_parallel_strategy)
     for (int zero = 0; zero <= 3; zero++) {
         char spec[96];
         snprintf(spec, sizeof spec, "vision:dp=2,zero=%d;llm:dp=2,zero=%d", zero, zero);
-        CHECK_OK(make_plan(spec, PLAN_COLOCATED, 2, 1, 4, &p));
+        CHECK_OK(test_sim_plan(spec, PLAN_COLOCATED, 2, 1, 4, &p));
         plan_schedule s;
         CHECK_OK(plan_schedule_rank(&p, 1, &s, err));
         op_string(&s, ops);
@@ -197,7 +177,7 @@ TEST(schedule_zero3_gives_uneven_replicas_empty_micro_batches)
     static plan_t p;
     char err[UTIL_ERR_LEN];
     /* chunks of 4 samples over 3 vision replicas: shares of 1, 1 and 2 */
-    CHECK_OK(make_plan("vision:gpus=3,dp=3,zero=3,mb=1;llm:gpus=1,mb=1", PLAN_DISAGGREGATED, 4, 2, 8, &p));
+    CHECK_OK(test_sim_plan("vision:gpus=3,dp=3,zero=3,mb=1;llm:gpus=1,mb=1", PLAN_DISAGGREGATED, 4, 2, 8, &p));
     int fwd[3] = { 0 }, empty[3] = { 0 };
     for (int r = 0; r < 3; r++) {
         plan_schedule s;
@@ -225,7 +205,7 @@ TEST(schedule_llm_pipeline_runs_1f1b)
     static plan_t p;
     char err[UTIL_ERR_LEN], ops[512];
     /* 4 chunks of 2 samples, one micro-batch of 2 each; the LLM on 4 stages of 1 rank */
-    CHECK_OK(make_plan_layers("vision:gpus=1;llm:gpus=4,pp=4,mb=2", PLAN_DISAGGREGATED, 5, 4, 8, 8, &p));
+    CHECK_OK(test_sim_plan_layers("vision:gpus=1;llm:gpus=4,pp=4,mb=2", PLAN_DISAGGREGATED, 5, 4, 8, 8, &p));
     const char *want[4] = {
         "RFTRFTRFTRFTuBGuBGuBGuBGno",   /* stage 0: 3 forwards ahead, then the 4th before the 1st backward */
         "tFTtFTtFTuBUtFTuBUuBUuBUno",
@@ -259,7 +239,7 @@ TEST(schedule_encoder_stages_and_tied_embedding_sync)
 {
     static plan_t p;
     char err[UTIL_ERR_LEN], ops[512];
-    CHECK_OK(make_plan("vision:gpus=2,pp=2;llm:gpus=2,pp=2", PLAN_DISAGGREGATED, 4, 2, 4, &p));
+    CHECK_OK(test_sim_plan("vision:gpus=2,pp=2;llm:gpus=2,pp=2", PLAN_DISAGGREGATED, 4, 2, 4, &p));
     const char *want[2] = { "FTFTuBuBno", "tFStFSrBUrBUno" };
     for (int st = 0; st < 2; st++) {
         plan_schedule s;

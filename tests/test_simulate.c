@@ -7,16 +7,28 @@
 #include <string.h>
 #include <unistd.h>
 
-int test_sim_plan(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, plan_t *p)
+int test_sim_plan_layers(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, int llm_layers,
+                         plan_t *p)
 {
     model_t m;
     cost_cluster c;
     char err[UTIL_ERR_LEN];
     if (model_load("tiny-vl", &m, err) || cost_cluster_load("8xh100", &c, err)) return UTIL_EINVAL;
+    if (llm_layers > 0) m.mod[m.llm].layers = llm_layers;
     plan_workload w = { .global_batch = batch, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 16 };
     int rc = plan_from_strategy(spec, &m, &c, &w, pl, gpus, n_micro, p, err);
-    if (rc) fprintf(stderr, "test_sim_plan: %s\n", err);
+    if (rc) fprintf(stderr, "test_sim_plan: %s: %s\n", spec, err);
     return rc;
+}
+
+int test_sim_plan(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, plan_t *p)
+{
+    return test_sim_plan_layers(spec, pl, gpus, n_micro, batch, 0, p);
+}
+
+int test_sim_case_plan(const test_sim_case *c, plan_t *p)
+{
+    return test_sim_plan(c->spec, c->pl, c->gpus, c->micro, c->batch, p);
 }
 
 /* Round-number costs: encoder forward 1 s, backward 2 s, LLM forward+backward
@@ -417,7 +429,7 @@ static void check_invariants(const plan_t *p)
 TEST(simulate_invariants_on_pipelines_and_colocated_groups)
 {
     static plan_t p;
-    const struct { const char *spec; plan_placement pl; int gpus, micro, batch; } cases[] = {
+    const test_sim_case cases[] = {
         { "vision:sp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 4 },
         { "vision:dp=4;llm:tp=2,dp=2,seqpar=0", PLAN_COLOCATED, 4, 1, 8 },
         { "vision:gpus=1;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 3, 4, 8 },
@@ -426,8 +438,7 @@ TEST(simulate_invariants_on_pipelines_and_colocated_groups)
         { "vision:gpus=4,dp=4,zero=1;llm:gpus=4,dp=2,tp=2,seqpar=0,zero=1", PLAN_DISAGGREGATED, 8, 4, 16 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int rc = test_sim_plan(cases[i].spec, cases[i].pl, cases[i].gpus, cases[i].micro, cases[i].batch, &p);
-        CHECK_OK(rc);
+        CHECK_OK(test_sim_case_plan(&cases[i], &p));
         int before = test_failed_now();
         check_invariants(&p);
         if (!before && test_failed_now()) { fprintf(stderr, "case %zu: %s\n", i, cases[i].spec); return; }
