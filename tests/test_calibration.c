@@ -11,17 +11,9 @@
 
 #include <stdlib.h>
 
-static cost_gpu round_gpu(void)
-{
-    cost_gpu g = {.name = "round", .peak_flops = 1e15, .gemm_eff_max = 0.8, .gemm_half = 100,
-                  .attn_eff = 0.5, .hbm_bytes = 1e11, .hbm_bw = 1e12, .mem_eff = 0.5,
-                  .reserved_bytes = 1e9, .kernel_launch_s = 1e-5};
-    return g;
-}
-
 TEST(calib_gemm_wave_efficiency_by_hand)
 {
-    cost_gpu g = round_gpu();
+    cost_gpu g = test_round_gpu();
     CHECK_NEAR(cost_gemm_wave_efficiency(&g, 2048, 4608, 12288), 1.0, 0);   /* no sm_count: no waves */
     g.sm_count = 108;
     /* 2048 x 4608 in 128x128 tiles: 16 x 36 = 576 tiles = 5.33 waves of 108 -> 576 / 648 = 8/9;
@@ -43,7 +35,7 @@ TEST(calib_gemm_wave_efficiency_by_hand)
 
 TEST(calib_attention_head_dim_curve_by_hand)
 {
-    cost_gpu g = round_gpu();
+    cost_gpu g = test_round_gpu();
     CHECK_NEAR(cost_attention_efficiency(&g, 64), 0.5, 0);            /* no curve */
     g.attn_hd_half = 56;
     CHECK_NEAR(cost_attention_efficiency(&g, 128), 0.5, 1e-12);       /* the reference head dim */
@@ -58,7 +50,7 @@ TEST(calib_attention_head_dim_curve_by_hand)
  * of the long-sequence rate, so the time per score at s over that at 16k follows it. */
 TEST(calib_attention_row_scores_give_the_sequence_length_curve)
 {
-    cost_gpu g = round_gpu();
+    cost_gpu g = test_round_gpu();
     g.attn_row_scores = 238;
     double H = 16, d = 128, ref = 16384;
     double per_score_ref = cost_attention_forward_time(&g, ref * H, ref * ref * H, d) / (ref * ref * H);

@@ -1,4 +1,5 @@
 #include "test.h"
+#include "test_fixture.h"
 #include "costdb/costdb.h"
 
 #include <math.h>
@@ -262,18 +263,17 @@ static int parse_with_pool(const char *pool_fields, cost_cluster *c, char *err)
 #define GOOD_GPU "\"gpu\": \"H100-SXM-80GB\""
 #define GOOD_INTRA "\"intra\": {\"busbw\": 3.7e11, \"alpha_s\": 2e-6}"
 #define GOOD_INTER "\"inter\": {\"busbw\": 4.7e10, \"alpha_s\": 6e-6}"
+/* A whole valid pool of `nodes` nodes of `gpus` GPUs (bare numbers). */
+#define GOOD_POOL(nodes, gpus) GOOD_GPU ", \"nodes\": " #nodes ", \"gpus_per_node\": " #gpus ", " GOOD_INTRA ", " GOOD_INTER
 
 TEST(costdb_bad_cluster_json_names_file_and_field)
 {
     struct { const char *pool; const char *want; } cases[] = {
-        {GOOD_GPU ", \"nodes\": 0, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
-         "c.json: pools[0].nodes: must be >= 1"},
+        {GOOD_POOL(0, 8), "c.json: pools[0].nodes: must be >= 1"},
         {GOOD_GPU ", \"nodes\": 0, \"gpus_per_node\": 8", "c.json: pools[0].nodes: must be >= 1"},
-        {GOOD_GPU ", \"nodes\": -3, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER, "c.json: pools[0].nodes:"},
-        {GOOD_GPU ", \"nodes\": 1.5, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
-         "c.json: pools[0].nodes: must be an integer"},
-        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 0, " GOOD_INTRA ", " GOOD_INTER,
-         "c.json: pools[0].gpus_per_node: must be >= 1"},
+        {GOOD_POOL(-3, 8), "c.json: pools[0].nodes:"},
+        {GOOD_POOL(1.5, 8), "c.json: pools[0].nodes: must be an integer"},
+        {GOOD_POOL(1, 0), "c.json: pools[0].gpus_per_node: must be >= 1"},
         {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": \"8\", " GOOD_INTRA ", " GOOD_INTER,
          "c.json: pools[0].gpus_per_node: must be a number"},
         {"\"gpu\": \"B300\", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
@@ -292,19 +292,17 @@ TEST(costdb_bad_cluster_json_names_file_and_field)
          "c.json: pools[0].gpu.mem_eff: must be <= 1"},
         {"\"gpu\": {\"name\": \"X\", \"peak_flops\": 1e15}, \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER,
          "c.json: pools[0].gpu.gemm_eff_max: required"},
-        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": [1, 0.5, 0.4]",
+        {GOOD_POOL(1, 2) ", \"compute_speed\": [1, 0.5, 0.4]",
          "c.json: pools[0].compute_speed: must be an array of 1 to min(64, gpus_per_node = 2) speeds"},
-        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": [0.5, 0.5]",
-         "c.json: pools[0].compute_speed[0]: must be 1"},
-        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": [1, 0]",
-         "c.json: pools[0].compute_speed[1]: must be a number in (0, 1]"},
-        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_speed\": {\"value\": [1], \"source\": 3}",
+        {GOOD_POOL(1, 2) ", \"compute_speed\": [0.5, 0.5]", "c.json: pools[0].compute_speed[0]: must be 1"},
+        {GOOD_POOL(1, 2) ", \"compute_speed\": [1, 0]", "c.json: pools[0].compute_speed[1]: must be a number in (0, 1]"},
+        {GOOD_POOL(1, 2) ", \"compute_speed\": {\"value\": [1], \"source\": 3}",
          "c.json: pools[0].compute_speed.source: must be a string"},
-        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER ", \"compute_sets\": [0]",
+        {GOOD_POOL(1, 2) ", \"compute_sets\": [0]",
          "c.json: pools[0].compute_sets: must be an array of gpus_per_node (2, at most 64) ranks"},
-        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 3, " GOOD_INTRA ", " GOOD_INTER ", \"compute_sets\": [0, 1, 2, 1]",
+        {GOOD_POOL(1, 3) ", \"compute_sets\": [0, 1, 2, 1]",
          "c.json: pools[0].compute_sets: must be an array of gpus_per_node"},
-        {GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 3, " GOOD_INTRA ", " GOOD_INTER ", \"compute_sets\": [0, 2, 1]",
+        {GOOD_POOL(1, 3) ", \"compute_sets\": [0, 2, 1]",
          "c.json: pools[0].compute_sets[1]: must be the lowest rank of its set"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -424,17 +422,9 @@ TEST(costdb_bf16_gemms_are_priced_at_the_sustained_rate)
     cJSON_Delete(j);
 }
 
-static cost_gpu round_gpu(void)
-{
-    cost_gpu g = {.name = "round", .peak_flops = 1e15, .gemm_eff_max = 0.8, .gemm_half = 100,
-                  .attn_eff = 0.5, .hbm_bytes = 1e11, .hbm_bw = 1e12, .mem_eff = 0.5,
-                  .reserved_bytes = 1e9, .kernel_launch_s = 1e-5};
-    return g;
-}
-
 TEST(costdb_memory_attention_gemm_times_by_hand)
 {
-    cost_gpu g = round_gpu();
+    cost_gpu g = test_round_gpu();
     CHECK_NEAR(cost_memory_time(&g, 1e9), 2e-3 + 1e-5, 1e-12);      /* 1e9 / (1e12 * 0.5) */
     /* 1e12 FLOPs = 1e12 / (4 * 125) scores of d = 125: 1e12 / (1e15 * 0.5), backward 2.5x the FLOPs */
     CHECK_NEAR(cost_attention_forward_time(&g, 1e6, 2e9, 125), 2e-3 + 1e-5, 1e-12);
@@ -471,7 +461,7 @@ TEST(costdb_memory_attention_gemm_times_by_hand)
  * the small corner rising by 0.1, 0.2, 0.4 along m, n, k. */
 static cost_gpu grid_gpu(void)
 {
-    cost_gpu g = round_gpu();
+    cost_gpu g = test_round_gpu();
     cost_gemm_grid *G = &g.grid;
     G->n_m = G->n_n = G->n_k = 2;
     G->m[0] = G->n[0] = G->k[0] = 100;
@@ -556,7 +546,7 @@ TEST(costdb_compute_speed_loads_and_extends)
 {
     char err[UTIL_ERR_LEN] = "";
     cost_cluster c, back;
-    CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 4, " GOOD_INTRA ", " GOOD_INTER
+    CHECK_OK(parse_with_pool(GOOD_POOL(1, 4)
                              ", \"compute_speed\": {\"value\": [1, 1, 0.75, 0.5], \"source\": \"test\"}", &c, err));
     CHECK_EQ_INT(c.pool[0].n_speed, 4);
     CHECK(cost_compute_speed(&c.pool[0], 1) == 1 && cost_compute_speed(&c.pool[0], 3) == 0.75);
@@ -565,13 +555,13 @@ TEST(costdb_compute_speed_loads_and_extends)
     CHECK_MSG(rc == UTIL_OK, "%s", err);
     CHECK(back.pool[0].n_speed == 4 && memcmp(back.pool[0].speed, c.pool[0].speed, 4 * sizeof(double)) == 0);
     CHECK(!back.pool[0].has_sets);
-    CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 4, " GOOD_INTRA ", " GOOD_INTER
+    CHECK_OK(parse_with_pool(GOOD_POOL(1, 4)
                              ", \"compute_speed\": [1, 0.5], \"compute_sets\": {\"value\": [0, 1, 0, 1], \"source\": \"t\"}", &c, err));
     CHECK(c.pool[0].has_sets && c.pool[0].set_of[2] == 0 && c.pool[0].set_of[3] == 1);
     rc = json_round_trip(&c, &back, err);
     CHECK_MSG(rc == UTIL_OK, "%s", err);
     CHECK(back.pool[0].has_sets && memcmp(back.pool[0].set_of, c.pool[0].set_of, 4 * sizeof(int)) == 0);
-    CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 4, " GOOD_INTRA ", " GOOD_INTER, &c, err));
+    CHECK_OK(parse_with_pool(GOOD_POOL(1, 4), &c, err));
     CHECK(c.pool[0].n_speed == 0 && cost_compute_speed(&c.pool[0], 3) == 1);   /* GPUs: a device per rank */
 }
 
@@ -582,7 +572,7 @@ TEST(costdb_compute_handoff_loads_and_weighs)
 {
     char err[UTIL_ERR_LEN] = "";
     cost_cluster c, back;
-    CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER
+    CHECK_OK(parse_with_pool(GOOD_POOL(1, 2)
                              ", \"compute_speed\": [1, 0.5], \"compute_handoff_s\": {\"value\": 0.002, \"source\": \"t\"}",
                              &c, err));
     CHECK(c.pool[0].handoff_s == 0.002);
@@ -591,7 +581,7 @@ TEST(costdb_compute_handoff_loads_and_weighs)
     int rc = json_round_trip(&c, &back, err);
     CHECK_MSG(rc == UTIL_OK, "%s", err);
     CHECK(back.pool[0].handoff_s == 0.002);
-    CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER
+    CHECK_OK(parse_with_pool(GOOD_POOL(1, 2)
                              ", \"compute_speed\": [1, 0.5]", &c, err));
     CHECK(c.pool[0].handoff_s == 0 && cost_share_weight(&c.pool[0], 0.0005) == 1);   /* unmeasured: even */
     static const struct { const char *extra, *want; } bad[] = {
@@ -601,7 +591,7 @@ TEST(costdb_compute_handoff_loads_and_weighs)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char pool[1024];
-        snprintf(pool, sizeof pool, GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 2, " GOOD_INTRA ", " GOOD_INTER "%s", bad[i].extra);
+        snprintf(pool, sizeof pool, GOOD_POOL(1, 2) "%s", bad[i].extra);
         rc = parse_with_pool(pool, &c, err);
         CHECK_MSG(rc == UTIL_EINVAL && strstr(err, bad[i].want) && strstr(err, "compute_handoff_s"), "case %zu: '%s'", i, err);
     }
@@ -611,7 +601,7 @@ static cost_pool round_pool(void)
 {
     cost_pool p = {.name = "p", .nodes = 4, .gpus_per_node = 8,
                    .intra = {.alpha_s = 1e-6, .busbw = 100e9}, .inter = {.alpha_s = 5e-6, .busbw = 10e9}};
-    p.gpu = round_gpu();
+    p.gpu = test_round_gpu();
     return p;
 }
 
@@ -693,7 +683,7 @@ TEST(costdb_intra_ops_price_their_collective_inside_a_node)
 {
     cost_cluster c;
     char err[UTIL_ERR_LEN];
-    CHECK_OK(parse_with_pool(GOOD_GPU ", \"nodes\": 2, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER
+    CHECK_OK(parse_with_pool(GOOD_POOL(2, 8)
                              ", \"intra_ops\": {\"source\": \"test\", \"reduce-scatter\": {\"busbw\": 1e11, \"alpha_s\": 4e-6}}",
                              &c, err));
     const cost_pool *p = &c.pool[0];
@@ -710,10 +700,10 @@ TEST(costdb_intra_ops_price_their_collective_inside_a_node)
     cJSON_Delete(o);
     CHECK_MSG(rc == 0, "%s", err);
     CHECK(back.pool[0].has_intra_op[COST_REDUCESCATTER] && back.pool[0].intra_op[COST_REDUCESCATTER].busbw == 1e11);
-    CHECK_EQ_INT(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER
+    CHECK_EQ_INT(parse_with_pool(GOOD_POOL(1, 8)
                                  ", \"intra_ops\": {\"all-scatter\": {\"busbw\": 1e11, \"alpha_s\": 0}}", &c, err), UTIL_EINVAL);
     CHECK(strstr(err, "pools[0].intra_ops.all-scatter: not a collective") != NULL);
-    CHECK_EQ_INT(parse_with_pool(GOOD_GPU ", \"nodes\": 1, \"gpus_per_node\": 8, " GOOD_INTRA ", " GOOD_INTER
+    CHECK_EQ_INT(parse_with_pool(GOOD_POOL(1, 8)
                                  ", \"intra_ops\": {\"all-reduce\": {\"busbw\": -1, \"alpha_s\": 0}}", &c, err), UTIL_EINVAL);
     CHECK(strstr(err, "intra_ops.all-reduce") != NULL);
 }
@@ -722,7 +712,7 @@ TEST(costdb_intra_ops_price_their_collective_inside_a_node)
  * 12 nominal bytes per fp32 element); the other kernels are not in it. */
 static cost_gpu ew_gpu(void)
 {
-    cost_gpu g = round_gpu();
+    cost_gpu g = test_round_gpu();
     g.ew.n = 2;
     g.ew.elements[0] = 1e3;
     g.ew.elements[1] = 1e6;

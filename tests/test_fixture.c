@@ -61,6 +61,14 @@ int test_model_json_round_trip(const model_t *m, model_t *back, char *err)
     return rc;
 }
 
+cost_gpu test_round_gpu(void)
+{
+    cost_gpu g = {.name = "round", .peak_flops = 1e15, .gemm_eff_max = 0.8, .gemm_half = 100,
+                  .attn_eff = 0.5, .hbm_bytes = 1e11, .hbm_bw = 1e12, .mem_eff = 0.5,
+                  .reserved_bytes = 1e9, .kernel_launch_s = 1e-5};
+    return g;
+}
+
 plan_options test_megatron_autocast(void)
 {
     plan_options o;

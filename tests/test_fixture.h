@@ -18,6 +18,11 @@ cost_cluster test_cluster_load(const char *name);
  * [{"name": "llm", "kind": "llm", FIELDS}]}, FIELDS printed from fmt. */
 model_t test_llm(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* A GPU of round numbers for figures worked out by hand: 1e15 FLOP/s peak,
+ * GEMMs at most 0.8 of it (gemm_half 100), attention 0.5, 1e11 B of HBM at
+ * 1e12 B/s (mem_eff 0.5), 1e9 B reserved, 10 us a kernel launch. */
+cost_gpu test_round_gpu(void);
+
 /* The default options with the Megatron target under bf16-autocast. */
 plan_options test_megatron_autocast(void);
 
