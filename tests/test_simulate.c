@@ -160,6 +160,20 @@ static void share_half(cost_pool *pool)
     pool->speed[1] = 0.5;
 }
 
+/* r's step time and the two ranks' busy times, exactly. */
+#define CHECK_STEP_AND_BUSY(r, step, busy0, busy1)                                                              \
+    CHECK_MSG((r).step_time_s == (step) && (r).rank[0].busy_s == (busy0) && (r).rank[1].busy_s == (busy1),     \
+              "step %.17g, busy %.17g %.17g", (r).step_time_s, (r).rank[0].busy_s, (r).rank[1].busy_s)
+
+/* The encoder -> LLM pipeline of two ranks (2 micro-batches of 2 samples) on
+ * one node whose ranks share processors (share_half). */
+static int shared_pipeline(plan_t *p)
+{
+    int rc = test_sim_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, p);
+    if (rc == UTIL_OK) share_half(&p->cluster.pool[0]);
+    return rc;
+}
+
 /* The pipeline above on one node whose ranks share processors: two ranks
  * computing at once each run at half speed (cost_pool.speed = {1, 0.5}):
  *   enc F0 [0, 1], S0 -> 1.5; F1 from 1: alone to 1.5, then with X0 at half speed -> 2.5, S1 -> 3.0
@@ -174,13 +188,10 @@ TEST(simulate_shared_processors_match_hand_computation)
 {
     static plan_t p;
     char err[UTIL_ERR_LEN];
-    CHECK_OK(test_sim_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
-    share_half(&p.cluster.pool[0]);
+    CHECK_OK(shared_pipeline(&p));
     plan_sim_result r;
-    int rc = plan_sim_run(&p, &round_hooks, &r, err);
-    CHECK_MSG(rc == UTIL_OK, "%s", err);
-    CHECK_MSG(r.step_time_s == 13.625, "step %.17g", r.step_time_s);
-    CHECK_MSG(r.rank[0].busy_s == 9 && r.rank[1].busy_s == 9.75, "busy %.17g %.17g", r.rank[0].busy_s, r.rank[1].busy_s);
+    CHECK_MSG(plan_sim_run(&p, &round_hooks, &r, err) == UTIL_OK, "%s", err);
+    CHECK_STEP_AND_BUSY(r, 13.625, 9, 9.75);
     CHECK(r.rank[0].ops[2].op.kind == PLAN_OP_FORWARD && r.rank[0].ops[2].end_s == 2.5);
     CHECK(r.rank[0].ops[5].op.kind == PLAN_OP_BACKWARD && r.rank[0].ops[5].start_s == 5.25 && r.rank[0].ops[5].end_s == 9.25);
     CHECK(r.rank[1].ops[4].op.kind == PLAN_OP_FORWARD_BACKWARD && r.rank[1].ops[4].start_s == 5.0 && r.rank[1].ops[4].end_s == 10.0);
@@ -212,15 +223,12 @@ TEST(simulate_shared_processors_with_handoff_match_hand_computation)
 {
     static plan_t p;
     char err[UTIL_ERR_LEN];
-    CHECK_OK(test_sim_plan("vision:gpus=1;llm:gpus=1", PLAN_DISAGGREGATED, 2, 2, 4, &p));
-    share_half(&p.cluster.pool[0]);
+    CHECK_OK(shared_pipeline(&p));
     p.cluster.pool[0].handoff_s = 1;
     const plan_sim_hooks hooks = { .op_cost = syncing_cost, .msg_seconds = round_msg };
     plan_sim_result r;
-    int rc = plan_sim_run(&p, &hooks, &r, err);
-    CHECK_MSG(rc == UTIL_OK, "%s", err);
-    CHECK_MSG(r.step_time_s == 13.625, "step %.17g", r.step_time_s);
-    CHECK_MSG(r.rank[0].busy_s == 7.125 && r.rank[1].busy_s == 9.75, "busy %.17g %.17g", r.rank[0].busy_s, r.rank[1].busy_s);
+    CHECK_MSG(plan_sim_run(&p, &hooks, &r, err) == UTIL_OK, "%s", err);
+    CHECK_STEP_AND_BUSY(r, 13.625, 7.125, 9.75);
     CHECK(r.rank[0].ops[2].op.kind == PLAN_OP_FORWARD && r.rank[0].ops[2].end_s == 2.125);
     CHECK(r.rank[0].ops[5].op.kind == PLAN_OP_BACKWARD && r.rank[0].ops[5].start_s == 5.25 && r.rank[0].ops[5].end_s == 7.75);
     CHECK(r.rank[1].ops[1].op.kind == PLAN_OP_FORWARD_BACKWARD && r.rank[1].ops[1].end_s == 5.0);
