@@ -26,6 +26,17 @@ int test_sim_plan(const char *spec, plan_placement pl, int gpus, int n_micro, in
     return test_sim_plan_layers(spec, pl, gpus, n_micro, batch, 0, p);
 }
 
+int test_sim_run(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, plan_t *p,
+                 plan_sim_result *r)
+{
+    int rc = test_sim_plan(spec, pl, gpus, n_micro, batch, p);
+    if (rc) return rc;
+    char err[UTIL_ERR_LEN];
+    rc = plan_sim_run(p, NULL, r, err);
+    if (rc) fprintf(stderr, "test_sim_run: %s: %s\n", spec, err);
+    return rc;
+}
+
 int test_sim_case_plan(const test_sim_case *c, plan_t *p)
 {
     return test_sim_plan(c->spec, c->pl, c->gpus, c->micro, c->batch, p);
@@ -357,10 +368,8 @@ TEST(simulate_colocated_one_rank_is_the_sum_of_its_ops)
 TEST(simulate_one_gpu_equals_the_analytic_model)
 {
     static plan_t p;
-    char err[UTIL_ERR_LEN];
-    CHECK_OK(test_sim_plan("", PLAN_COLOCATED, 1, 1, 4, &p));
     plan_sim_result r;
-    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+    CHECK_OK(test_sim_run("", PLAN_COLOCATED, 1, 1, 4, &p, &r));
     CHECK_NEAR(r.step_time_s, p.pred.step_time_s, 1e-12);
     CHECK(r.rank[0].busy_s > 0);
     plan_sim_free(&r);
@@ -474,10 +483,8 @@ TEST(simulate_invariants_on_pipelines_and_colocated_groups)
 TEST(simulate_handoff_bytes_follow_the_segments)
 {
     static plan_t p;
-    char err[UTIL_ERR_LEN];
-    CHECK_OK(test_sim_plan("vision:gpus=2,dp=2;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 4, 2, 8, &p));
     plan_sim_result r;
-    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+    CHECK_OK(test_sim_run("vision:gpus=2,dp=2;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 4, 2, 8, &p, &r));
     double row = 64 * plan_precision_bytes(p.precision).act;
     int L = p.model.llm;
     for (int rank = p.mod[L].first_rank; rank < p.mod[L].first_rank + p.mod[L].n_ranks; rank++) {
@@ -500,10 +507,8 @@ TEST(simulate_handoff_bytes_follow_the_segments)
 TEST(simulate_zero1_optimizer_synchronises_its_group)
 {
     static plan_t p;
-    char err[UTIL_ERR_LEN];
-    CHECK_OK(test_sim_plan("vision:gpus=1;llm:gpus=2,dp=2,zero=1", PLAN_DISAGGREGATED, 3, 2, 4, &p));
     plan_sim_result r;
-    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+    CHECK_OK(test_sim_run("vision:gpus=1;llm:gpus=2,dp=2,zero=1", PLAN_DISAGGREGATED, 3, 2, 4, &p, &r));
     int l0 = p.mod[1].first_rank, v = p.mod[0].first_rank;
     CHECK_EQ_INT(p.mod[1].zero, 1);
     const plan_sim_op *a = &r.rank[l0].ops[r.rank[l0].n_ops - 1], *b = &r.rank[l0 + 1].ops[r.rank[l0 + 1].n_ops - 1];
@@ -541,20 +546,14 @@ static double free_msg(void *ctx, const plan_t *p, int src, int dst, double byte
 TEST(simulate_pipeline_makespan_is_1f1b)
 {
     static plan_t p;
-    model_t m;
-    cost_cluster c;
     char err[UTIL_ERR_LEN];
-    CHECK_OK(model_load("tiny-vl", &m, err));
-    CHECK_OK(cost_cluster_load("8xh100", &c, err));
-    m.mod[m.llm].layers = 8;
-    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 16 };
     const plan_sim_hooks hooks = { .op_cost = pipe_cost, .msg_seconds = free_msg };
     const int pps[] = { 2, 4 }, micros[] = { 2, 4, 8 };
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 3; b++) {
             char spec[96];
             snprintf(spec, sizeof spec, "vision:gpus=1;llm:gpus=%d,pp=%d,mb=1", pps[a], pps[a]);
-            CHECK_OK(plan_from_strategy(spec, &m, &c, &w, PLAN_DISAGGREGATED, 1 + pps[a], micros[b], &p, err));
+            CHECK_OK(test_sim_plan_layers(spec, PLAN_DISAGGREGATED, 1 + pps[a], micros[b], 8, 8, &p));
             plan_sim_result r;
             CHECK_OK(plan_sim_run(&p, &hooks, &r, err));
             int pp = pps[a], M = 8;   /* 8 samples, one per micro-batch, whatever the chunks */

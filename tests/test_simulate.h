@@ -12,6 +12,11 @@ int test_sim_plan(const char *spec, plan_placement pl, int gpus, int n_micro, in
 int test_sim_plan_layers(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, int llm_layers,
                          plan_t *p);
 
+/* test_sim_plan, then the step simulated with the cost model (plan_sim_run
+ * without hooks; plan_sim_free r); prints why on failure. */
+int test_sim_run(const char *spec, plan_placement pl, int gpus, int n_micro, int batch, plan_t *p,
+                 plan_sim_result *r);
+
 /* One row of a table of strategies, planned by test_sim_case_plan. */
 typedef struct { const char *spec; plan_placement pl; int gpus, micro, batch; } test_sim_case;
 int test_sim_case_plan(const test_sim_case *c, plan_t *p);

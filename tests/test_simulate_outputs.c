@@ -119,10 +119,9 @@ TEST(simulate_refuses_what_the_schedule_does_not_run)
 TEST(simulate_trace_is_chrome_json_with_one_event_per_op)
 {
     static plan_t p;
-    char err[UTIL_ERR_LEN];
-    CHECK_OK(test_sim_plan("vision:gpus=1;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 3, 2, 4, &p));
     plan_sim_result r;
-    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+    CHECK_OK(test_sim_run("vision:gpus=1;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 3, 2, 4, &p, &r));
+    char err[UTIL_ERR_LEN];
     char path[] = "/tmp/dhp-trace-XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);
