@@ -425,6 +425,13 @@ static void make_batch(test_batch *tb, const model_t *m)
 
 static void free_batch(test_batch *tb) { free(tb->pixels); free(tb->tokens); }
 
+/* tiny_vl and its make_batch: most model-level tests' start. */
+static void tiny_vl_batch(model_t *m, bool window, test_batch *tb)
+{
+    tiny_vl(m, window);
+    make_batch(tb, m);
+}
+
 TEST(executor_model_memory_is_accounted_per_category)
 {
     model_t m;
@@ -464,9 +471,8 @@ TEST(executor_model_rejects_unsupported_shapes_with_one_line)
 TEST(executor_model_init_loss_is_log_vocab_and_deterministic)
 {
     model_t m;
-    tiny_vl(&m, true);
     test_batch tb;
-    make_batch(&tb, &m);
+    tiny_vl_batch(&m, true, &tb);
     ex_model *a, *b;
     char err[UTIL_ERR_LEN];
     CHECK_OK(ex_model_create(&m, 7, &a, err));
@@ -487,9 +493,8 @@ TEST(executor_model_init_loss_is_log_vocab_and_deterministic)
 TEST(executor_model_adamw_overfits_one_batch_and_raw_roundtrips)
 {
     model_t m;
-    tiny_vl(&m, false);
     test_batch tb;
-    make_batch(&tb, &m);
+    tiny_vl_batch(&m, false, &tb);
     ex_model *em;
     char err[UTIL_ERR_LEN];
     CHECK_OK(ex_model_create(&m, 3, &em, err));
@@ -536,9 +541,8 @@ static bool same_buffer(ex_model *a, ex_model *b, int module, ex_buffer_kind k)
 TEST(executor_split_modules_reproduce_the_whole_step)
 {
     model_t m;
-    tiny_vl(&m, true);
     test_batch tb;
-    make_batch(&tb, &m);
+    tiny_vl_batch(&m, true, &tb);
     ex_model *whole = NULL, *vis = NULL, *llm = NULL;
     char err[UTIL_ERR_LEN] = "";
     float lw = 0, ls = 0;
@@ -857,9 +861,8 @@ static int sp_alltoall(void *ctx, const float *send, float *recv, size_t chunk)
 TEST(executor_sequence_parallel_vision_matches_the_whole_encoder)
 {
     model_t m;
-    tiny_vl(&m, true);
     test_batch tb;
-    make_batch(&tb, &m);
+    tiny_vl_batch(&m, true, &tb);
     char err[UTIL_ERR_LEN] = "";
     sp_comm comm;
     pthread_barrier_init(&comm.bar, NULL, 2);
@@ -923,9 +926,8 @@ static void vision_slice(ex_batch *b, int sp_rank, int sp, const void *ctx)
 static void vision_grid_case(int tp, int sp)
 {
     model_t m;
-    tiny_vl(&m, true);
     test_batch tb;
-    make_batch(&tb, &m);
+    tiny_vl_batch(&m, true, &tb);
     encoder_grid g;
     encoder_grid_run(&g, &m, 0, tp, sp, 21, &tb.b, vision_slice, tb.pixels, urand);
     bool sharded = false;
@@ -1020,9 +1022,8 @@ static double grads_sumsq(ex_model *em)
 TEST(executor_loss_mask_equals_the_batch_without_the_masked_positions)
 {
     model_t m;
-    tiny_vl(&m, false);
     test_batch tb;
-    make_batch(&tb, &m);
+    tiny_vl_batch(&m, false, &tb);
     char err[UTIL_ERR_LEN] = "";
     float tail[20], ones[20];
     int32_t cut[14];
@@ -1062,9 +1063,8 @@ TEST(executor_loss_mask_equals_the_batch_without_the_masked_positions)
 TEST(executor_loss_mask_and_denominator_split_a_batch_exactly)
 {
     model_t m;
-    tiny_vl(&m, true);
     test_batch tb;
-    make_batch(&tb, &m);
+    tiny_vl_batch(&m, true, &tb);
     char err[UTIL_ERR_LEN] = "";
     float inv[20], none[20] = { 0 };
     int cnt_a = 0;
@@ -1200,9 +1200,8 @@ static bool pieces_match(ex_model *full, ex_model **r, int mod)
 TEST(executor_zero1_optimizer_shards_combine_to_the_unsharded_update)
 {
     model_t m;
-    tiny_vl(&m, false);
     test_batch tb;
-    make_batch(&tb, &m);
+    tiny_vl_batch(&m, false, &tb);
     char err[UTIL_ERR_LEN] = "";
     ex_model *full = NULL, *r[2] = { NULL, NULL };
     int rc = ex_model_create(&m, 6, &full, err);
