@@ -46,6 +46,15 @@ static void make_clips(audio_batch *ab, const model_module *am, int n, int Tm)
     ab->b.batch = 2;
 }
 
+/* The zoo model name's audio encoder (its index, -1 if it does not load) and
+ * n clips of Tm frames for it (make_clips). */
+static int load_clips(const char *name, int n, int Tm, model_t *m, audio_batch *ab)
+{
+    int a = load(name, m);
+    if (a >= 0) make_clips(ab, &m->mod[a], n, Tm);
+    return a;
+}
+
 /* The pass the tests repeat: forward, then backward from dout (loss = sum(out * dout)). */
 typedef struct { const ex_batch *b; const float *dout; int rows; } audio_pass_ctx;
 
@@ -199,10 +208,9 @@ TEST(audio_backward_matches_finite_differences_sinusoids) { fd_case("tiny-omni")
 static void audio_grid_case(const char *model, int tp, int sp)
 {
     model_t m;
-    int a = load(model, &m);
-    CHECK(a >= 0);
     audio_batch ab;
-    make_clips(&ab, &m.mod[a], 3, 16);
+    int a = load_clips(model, 3, 16, &m, &ab);
+    CHECK(a >= 0);
     encoder_grid g;
     encoder_grid_run(&g, &m, a, tp, sp, 21, &ab.b, NULL, NULL, ur);
     printf("audio %s tp %d x sp %d: out rel err %.2e, grad rel err %.2e\n", model, tp, sp, g.out_err, g.grad_err);
@@ -227,10 +235,9 @@ TEST(audio_tensor_and_sequence_parallel_match_the_whole_encoder) { audio_grid_ca
 TEST(audio_pipeline_stages_match_the_whole_encoder)
 {
     model_t m;
-    int a = load("tiny-audio", &m);
-    CHECK(a >= 0);
     audio_batch ab;
-    make_clips(&ab, &m.mod[a], 3, 16);
+    int a = load_clips("tiny-audio", 3, 16, &m, &ab);
+    CHECK(a >= 0);
     char err[UTIL_ERR_LEN] = "";
     ex_model *whole = NULL, *st[2] = { NULL, NULL };
     int rc = ex_model_create_modules(&m, 8, 1u << a, &whole, err);
@@ -338,10 +345,9 @@ TEST(audio_slots_keep_two_micro_batches_and_allocate_what_the_plan_lists)
 TEST(audio_recomputation_gives_the_same_gradients)
 {
     model_t m;
-    int a = load("tiny-audio", &m);
-    CHECK(a >= 0);
     audio_batch ab;
-    make_clips(&ab, &m.mod[a], 3, 16);
+    int a = load_clips("tiny-audio", 3, 16, &m, &ab);
+    CHECK(a >= 0);
     float *dout = rnd((size_t)12 * 64, 1);
     char err[UTIL_ERR_LEN] = "";
     const plan_recompute modes[3] = { PLAN_RECOMP_NONE, PLAN_RECOMP_SELECTIVE, PLAN_RECOMP_FULL };
@@ -395,10 +401,9 @@ static int log_hook_end(void *ctx, int module, int unit, ex_unit_use use, bool l
 TEST(audio_unit_hooks_follow_the_unit_order_and_frozen_encoders_stay)
 {
     model_t m;
-    int a = load("tiny-audio", &m);
-    CHECK(a >= 0);
     audio_batch ab;
-    make_clips(&ab, &m.mod[a], 2, 8);
+    int a = load_clips("tiny-audio", 2, 8, &m, &ab);
+    CHECK(a >= 0);
     char err[UTIL_ERR_LEN] = "";
     ex_model *em = NULL;
     int log[64] = { 0 }, fwd[8], bwd[8];
