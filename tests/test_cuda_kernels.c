@@ -105,29 +105,28 @@ TEST(cuda_kernels_emu_elementwise_match_cpu)
     CHECK_CLOSE(dg, dg_ref, n, 1e-6, "swiglu_backward dg (+=)");
     CHECK_CLOSE(du, du_ref, n, 1e-6, "swiglu_backward du (+=)");
     CHECK_CLOSE(dg2, dg_ref, n, 1e-6, "swiglu_backward dg, du NULL");
-    /* GELU forward, backward (+=) */
-    be->gelu_forward(a, g, n);
-    cpu->gelu_forward(b, g, n);
-    CHECK_SYNC();
-    CHECK_CLOSE(a, b, n, 1e-6, "gelu_forward");
-    memcpy(a, y0, n * sizeof *a);
-    memcpy(b, y0, n * sizeof *b);
-    be->gelu_backward(a, dh, g, n);
-    cpu->gelu_backward(b, dh, g, n);
-    CHECK_SYNC();
-    CHECK_CLOSE(a, b, n, 1e-6, "gelu_backward (+=)");
-    /* quick GELU forward, backward (+=) */
+    /* GELU and quick GELU forward, backward (+=) */
     CHECK(be->quick_gelu_forward && be->quick_gelu_backward);
-    be->quick_gelu_forward(a, g, n);
-    cpu->quick_gelu_forward(b, g, n);
-    CHECK_SYNC();
-    CHECK_CLOSE(a, b, n, 1e-6, "quick_gelu_forward");
-    memcpy(a, y0, n * sizeof *a);
-    memcpy(b, y0, n * sizeof *b);
-    be->quick_gelu_backward(a, dh, g, n);
-    cpu->quick_gelu_backward(b, dh, g, n);
-    CHECK_SYNC();
-    CHECK_CLOSE(a, b, n, 1e-6, "quick_gelu_backward (+=)");
+    typedef void (*act_fwd)(float *out, const float *inp, size_t n);
+    typedef void (*act_bwd)(float *dinp, const float *dout, const float *inp, size_t n);
+    const struct { const char *fwd_name, *bwd_name; act_fwd fwd, fwd_ref; act_bwd bwd, bwd_ref; } acts[] = {
+        { "gelu_forward", "gelu_backward (+=)", be->gelu_forward, cpu->gelu_forward, be->gelu_backward,
+          cpu->gelu_backward },
+        { "quick_gelu_forward", "quick_gelu_backward (+=)", be->quick_gelu_forward, cpu->quick_gelu_forward,
+          be->quick_gelu_backward, cpu->quick_gelu_backward },
+    };
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        acts[i].fwd(a, g, n);
+        acts[i].fwd_ref(b, g, n);
+        CHECK_SYNC();
+        CHECK_CLOSE(a, b, n, 1e-6, acts[i].fwd_name);
+        memcpy(a, y0, n * sizeof *a);
+        memcpy(b, y0, n * sizeof *b);
+        acts[i].bwd(a, dh, g, n);
+        acts[i].bwd_ref(b, dh, g, n);
+        CHECK_SYNC();
+        CHECK_CLOSE(a, b, n, 1e-6, acts[i].bwd_name);
+    }
     /* AdamW (two steps, so m and v are non-trivial) */
     float *p = dup(x, n), *m = rnd(n, 0.1f), *v = rnd(n, 0.1f);
     for (size_t i = 0; i < n; i++) v[i] *= v[i];
