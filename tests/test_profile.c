@@ -237,8 +237,9 @@ TEST(profile_json_loads_back_through_the_costdb_loader)
     CHECK(p);
     fake_profile(p);
     char err[UTIL_ERR_LEN];
-    cJSON *gj = cost_profile_gpu_json(p, true), *cj = cost_profile_cluster_json(p);
-    char *gt = gj ? cJSON_Print(gj) : NULL, *ct = cj ? cJSON_Print(cj) : NULL;
+    cJSON *gj, *cj;
+    char *gt, *ct;
+    test_profile_files(p, true, &gj, &cj, &gt, &ct);
     const char *keys[] = {"peak_flops", "gemm_eff_max", "gemm_half", "attn_eff", "hbm_bytes", "hbm_bw",
                           "mem_eff", "reserved_bytes", "kernel_launch_s"};
     bool sourced = gj != NULL;
@@ -249,10 +250,7 @@ TEST(profile_json_loads_back_through_the_costdb_loader)
     cost_cluster c;
     int rg = gt ? cost_gpu_parse_json(gt, "gpu", &g, err) : -1;
     int rcl = ct ? cost_cluster_parse_json(ct, "cluster", &c, err) : -1;
-    cJSON_free(gt);
-    cJSON_free(ct);
-    cJSON_Delete(gj);
-    cJSON_Delete(cj);
+    test_profile_files_free(gj, cj, gt, ct);
     cost_profile want = *p;
     free(p);
     CHECK(sourced);
@@ -413,18 +411,16 @@ TEST(profile_cuda_fields_follow_the_device_and_load_back)
     test_profile_fake_cuda(p, 7.0e14, 96);
     char err[UTIL_ERR_LEN];
     int rc = cost_prof_derive(p, err);
-    cJSON *gj = rc ? NULL : cost_profile_gpu_json(p, true), *cj = rc ? NULL : cost_profile_cluster_json(p);
-    char *gt = gj ? cJSON_Print(gj) : NULL, *ct = cj ? cJSON_Print(cj) : NULL;
+    cJSON *gj, *cj;
+    char *gt, *ct;
+    test_profile_files(p, rc == 0, &gj, &cj, &gt, &ct);
     cost_gpu g;
     cost_cluster c;
     int rg = gt ? cost_gpu_parse_json(gt, "gpu", &g, err) : -1;
     int rcl = ct ? cost_cluster_parse_json(ct, "cluster", &c, err) : -1;
     bool nccl_src = ct && strstr(ct, "ncclAllReduce") && strstr(ct, "NCCL 22809");
     bool dev_src = gt && strstr(gt, "132 SMs") && strstr(gt, "multiProcessorCount") && strstr(gt, "fp32 linear_forward") && strstr(gt, "the cuda backend") && strstr(gt, "cudaMemGetInfo");
-    cJSON_free(gt);
-    cJSON_free(ct);
-    cJSON_Delete(gj);
-    cJSON_Delete(cj);
+    test_profile_files_free(gj, cj, gt, ct);
     cost_profile want = *p;
     free(p);
     CHECK_MSG(rc == 0, "%s", err);
@@ -477,6 +473,22 @@ static bool attn_terms_near(const cost_attn_terms *a, const cost_attn_terms *b)
 /* The profile's GPU file text gt and cluster file text ct loaded back (g,
  * c), and g written by cost_gpu_to_json and read again (plain): 0 when all
  * three load (tests/test_profile.h). */
+void test_profile_files(const cost_profile *p, bool made, cJSON **gj, cJSON **cj, char **gt, char **ct)
+{
+    *gj = made ? cost_profile_gpu_json(p, true) : NULL;
+    *cj = made ? cost_profile_cluster_json(p) : NULL;
+    *gt = *gj ? cJSON_Print(*gj) : NULL;
+    *ct = *cj ? cJSON_Print(*cj) : NULL;
+}
+
+void test_profile_files_free(cJSON *gj, cJSON *cj, char *gt, char *ct)
+{
+    cJSON_free(gt);
+    cJSON_free(ct);
+    cJSON_Delete(gj);
+    cJSON_Delete(cj);
+}
+
 int test_profile_read_back(const char *gt, const char *ct, cost_gpu *g, cost_cluster *c, cost_gpu *plain, char *err)
 {
     int rc = gt ? cost_gpu_parse_json(gt, "gpu", g, err) : -1;
@@ -523,8 +535,9 @@ TEST(profile_attn_bf16_round_trips_through_the_files)
     fake_attn_bf16(p, 1);
     char err[UTIL_ERR_LEN], e1[UTIL_ERR_LEN] = "", e2[UTIL_ERR_LEN] = "", e3[UTIL_ERR_LEN] = "";
     int rc = cost_prof_derive(p, err);
-    cJSON *gj = rc ? NULL : cost_profile_gpu_json(p, true), *cj = rc ? NULL : cost_profile_cluster_json(p);
-    char *gt = gj ? cJSON_Print(gj) : NULL, *ct = cj ? cJSON_Print(cj) : NULL;
+    cJSON *gj, *cj;
+    char *gt, *ct;
+    test_profile_files(p, rc == 0, &gj, &cj, &gt, &ct);
     const cJSON *a16 = cJSON_GetObjectItemCaseSensitive(gj, "attn_bf16"), *src = cJSON_GetObjectItemCaseSensitive(a16, "source");
     bool sourced = cJSON_IsString(src) && !strncmp(src->valuestring, "measured by dhp profile on testhost 2025-01-01T00:00:00Z, ", 58)
         && strstr(src->valuestring, "cuda_attention16.cuh");
@@ -542,8 +555,7 @@ TEST(profile_attn_bf16_round_trips_through_the_files)
     int rl = test_profile_read_back(gt, ct, &g, &c, &plain, err);
     int r1 = gt ? test_profile_parse_edited(gt, "attn_bf16", drop_bwd_row, e1) : -1, r2 = gt ? test_profile_parse_edited(gt, "attn_bf16", negative_score, e2) : -1;
     int r3 = gt ? test_profile_parse_edited(gt, "attn_bf16", nothing_per_score, e3) : -1;
-    cJSON_free(gt); cJSON_free(ct);
-    cJSON_Delete(gj); cJSON_Delete(cj);
+    test_profile_files_free(gj, cj, gt, ct);
     cost_profile want = *p;
     fake_profile(p);   /* the CPU backend: no bf16 attention, nothing written */
     cJSON *cpu = cost_profile_gpu_json(p, true);

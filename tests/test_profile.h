@@ -17,6 +17,13 @@ int test_profile_parse_edited(const char *text, const char *key, void (*fn)(cJSO
  * (g, c), and g again through cost_gpu_to_json (plain): 0 when all load. */
 int test_profile_read_back(const char *gt, const char *ct, cost_gpu *g, cost_cluster *c, cost_gpu *plain, char *err);
 
+/* The GPU and cluster files profile p writes (cost_profile_gpu_json with
+ * sources, cost_profile_cluster_json) and their printed texts; each NULL
+ * where `made` is false (the profile did not derive) or its step fails.
+ * test_profile_files_free releases all four. */
+void test_profile_files(const cost_profile *p, bool made, cJSON **gj, cJSON **cj, char **gt, char **ct);
+void test_profile_files_free(cJSON *gj, cJSON *cj, char *gt, char *ct);
+
 /* A CUDA profile made from known terms (an H100-like device: 132 SMs at
  * 1980 MHz, HBM3 at 2619 MHz on a 5120-bit bus, launch 3 us): a GEMM grid
  * at rate x shape factors of half `half`, attention times from fixed terms

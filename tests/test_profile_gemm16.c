@@ -58,8 +58,9 @@ TEST(profile_gemm_bf16_round_trips_through_the_files)
     fake_grid_profile(p, 1);
     char err[UTIL_ERR_LEN] = "", e1[UTIL_ERR_LEN] = "", e2[UTIL_ERR_LEN] = "", e3[UTIL_ERR_LEN] = "";
     int rc = cost_prof_derive(p, err);
-    cJSON *gj = rc ? NULL : cost_profile_gpu_json(p, true), *cj = rc ? NULL : cost_profile_cluster_json(p);
-    char *gt = gj ? cJSON_Print(gj) : NULL, *ct = cj ? cJSON_Print(cj) : NULL;
+    cJSON *gj, *cj;
+    char *gt, *ct;
+    test_profile_files(p, rc == 0, &gj, &cj, &gt, &ct);
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(gj, "gemm_bf16"), "source");
     bool sourced = cJSON_IsString(src) && !strncmp(src->valuestring, "measured by dhp profile on testhost 2025-01-01T00:00:00Z, ", 58)
         && strstr(src->valuestring, "linear_forward_bf16");
@@ -77,8 +78,7 @@ TEST(profile_gemm_bf16_round_trips_through_the_files)
     int rl = test_profile_read_back(gt, ct, &g, &c, &plain, err);
     int r1 = gt ? test_profile_parse_edited(gt, "gemm_bf16", drop_peak, e1) : -1, r2 = gt ? test_profile_parse_edited(gt, "gemm_bf16", zero_peak, e2) : -1;
     int r3 = gt ? test_profile_parse_edited(gt, "gemm_bf16", eff_above_one, e3) : -1;
-    cJSON_free(gt); cJSON_free(ct);
-    cJSON_Delete(gj); cJSON_Delete(cj);
+    test_profile_files_free(gj, cj, gt, ct);
     cost_profile want = *p;
     fake_grid_profile(p, 0);   /* no bf16 times (the CPU backend's profile): nothing written */
     int r0 = cost_prof_derive(p, err);
