@@ -77,6 +77,15 @@ static model_t gpt(bool unfused, bool dropout, int layers)
 
 static cost_cluster one_node(void) { return test_cluster_load("8xa100-80g"); }
 
+/* Most tests' start: one_node, a step of `batch` samples of 256 text tokens,
+ * the default options. */
+static void one_node_step(int batch, cost_cluster *c, plan_workload *w, plan_options *o)
+{
+    *c = one_node();
+    *w = (plan_workload){ .global_batch = batch, .text_tokens = 256 };
+    plan_options_default(o);
+}
+
 static plan_module strat(int dp, int tp, int pp, int zero, int mb, plan_recompute rc, bool seqpar)
 {
     plan_module s = { .dp = dp, .tp = tp, .sp = 1, .pp = pp, .zero = zero, .micro_batch = mb, .recompute = rc,
@@ -106,10 +115,8 @@ TEST(calib_model_fields_round_trip)
 TEST(calib_unfused_attention_activations_are_korthikanti)
 {
     model_t m = gpt(true, true, 4);
-    cost_cluster c = one_node();
-    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
-    plan_options o;
-    plan_options_default(&o);
+    cost_cluster c; plan_workload w; plan_options o;
+    one_node_step(2, &c, &w, &o);
     double s = 256, b = 2, h = 1024, a = 16, t = 4, L = 4;
     plan_mem mem;
     plan_module none = strat(1, 4, 1, 0, 2, PLAN_RECOMP_NONE, false);
@@ -146,10 +153,8 @@ TEST(calib_unfused_attention_activations_are_korthikanti)
 TEST(calib_executor_block_share)
 {
     model_t m4 = gpt(false, false, 4), m8 = gpt(false, false, 8);
-    cost_cluster c = one_node();
-    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
-    plan_options o;
-    plan_options_default(&o);
+    cost_cluster c; plan_workload w; plan_options o;
+    one_node_step(2, &c, &w, &o);
     o.target = PLAN_TARGET_DHP;
     o.precision = PLAN_OPT_FP32;
     plan_module s = strat(1, 1, 1, 0, 2, PLAN_RECOMP_NONE, false);
@@ -167,10 +172,8 @@ TEST(calib_executor_block_share)
 TEST(calib_pipeline_depth_interleaving_and_live_block)
 {
     model_t m = gpt(false, false, 16);
-    cost_cluster c = one_node();
-    plan_options o;
-    plan_options_default(&o);
-    plan_workload w = { .global_batch = 8, .text_tokens = 256 };
+    cost_cluster c; plan_workload w; plan_options o;
+    one_node_step(8, &c, &w, &o);
     plan_mem one, four, inter, few, full1, full4;
     plan_module s1 = strat(1, 1, 1, 0, 1, PLAN_RECOMP_NONE, false);
     /* pp = 1 adds the head's rows, 4 s b h = 4 x 256 x 1024 */
@@ -207,10 +210,8 @@ TEST(calib_interleaved_pipeline_time)
     CHECK_NEAR(plan_chunk_time(&t, &s, 8), 19, 1e-12);
     /* 4 stages x 2 chunks hand off 7 times each way instead of 3 */
     model_t m = gpt(false, false, 16);
-    cost_cluster c = one_node();
-    plan_workload w = { .global_batch = 8, .text_tokens = 256 };
-    plan_options o;
-    plan_options_default(&o);
+    cost_cluster c; plan_workload w; plan_options o;
+    one_node_step(8, &c, &w, &o);
     plan_module u = strat(1, 1, 4, 0, 1, PLAN_RECOMP_NONE, false);
     plan_time a, b;
     plan_micro_time(&m, 0, &u, &w, &c, &o, 1, &a);
@@ -267,11 +268,9 @@ TEST(calib_strategy_keys_keep_the_old_ones_and_add_vp)
 TEST(calib_megatron_selective_recomputes_the_attention_core)
 {
     model_t m = gpt(false, false, 4);
-    cost_cluster c = one_node();
+    cost_cluster c; plan_workload w; plan_options o;
+    one_node_step(2, &c, &w, &o);
     const cost_gpu *g = &c.pool[0].gpu;
-    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
-    plan_options o;
-    plan_options_default(&o);
     plan_module s = strat(1, 1, 1, 0, 2, PLAN_RECOMP_SELECTIVE, false);
     plan_time t;
     plan_micro_time(&m, 0, &s, &w, &c, &o, 2, &t);
@@ -286,11 +285,9 @@ TEST(calib_megatron_selective_recomputes_the_attention_core)
  * block's two hidden outputs. */
 TEST(calib_unfused_attention_and_dropout_time_by_hand)
 {
-    cost_cluster c = one_node();
+    cost_cluster c; plan_workload w; plan_options o;
+    one_node_step(2, &c, &w, &o);
     const cost_gpu *g = &c.pool[0].gpu;
-    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
-    plan_options o;
-    plan_options_default(&o);
     plan_module s = strat(1, 1, 1, 0, 2, PLAN_RECOMP_NONE, false);
     model_t flash = gpt(false, false, 4), unf = gpt(true, false, 4), drop = gpt(true, true, 4);
     plan_time tf, tu, td;
@@ -349,11 +346,9 @@ static model_t llama(int layers)
  * one block's full activations are live again. */
 TEST(calib_torchtitan_op_checkpointing_memory_and_recompute)
 {
-    cost_cluster c = one_node();
+    cost_cluster c; plan_workload w; plan_options o;
+    one_node_step(2, &c, &w, &o);
     const cost_gpu *g = &c.pool[0].gpu;
-    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
-    plan_options o;
-    plan_options_default(&o);
     model_t m = llama(4);
     double t = 512, h = 1024, stem = 4 * t * h;
     plan_mem none, op;
@@ -379,10 +374,8 @@ TEST(calib_torchtitan_op_checkpointing_memory_and_recompute)
 /* The logits' bytes of module 0 on one A100 node, batch 2 of 256 text tokens. */
 static double logits_under(const model_t *m, const plan_module *s, plan_precision precision)
 {
-    cost_cluster c = one_node();
-    plan_workload w = { .global_batch = 2, .text_tokens = 256 };
-    plan_options o;
-    plan_options_default(&o);
+    cost_cluster c; plan_workload w; plan_options o;
+    one_node_step(2, &c, &w, &o);
     o.precision = precision;
     plan_mem mem;
     plan_module_memory(m, 0, s, &w, &c.pool[0].gpu, &o, 1, &mem);
