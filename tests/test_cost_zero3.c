@@ -22,6 +22,12 @@ static model_t megatron_gpt(int layers) { return megatron_gpt_h(layers, 1024); }
 /* 2 nodes of 8 H100s (the shipped preset). */
 static cost_cluster two_nodes(void) { return test_cluster_load("2x8xh100"); }
 
+/* ZeRO-3 over dp 16, one sample a micro-batch, under recomputation rc. */
+static plan_module zero3_on_16(plan_recompute rc)
+{
+    return (plan_module){ .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .recompute = rc, .n_ranks = 16 };
+}
+
 /* 16 samples of 256 tokens: one per rank of dp 16. */
 static plan_workload step_of_16(void) { return (plan_workload){ .global_batch = 16, .text_tokens = 256 }; }
 
@@ -35,7 +41,7 @@ static plan_workload step_of_16(void) { return (plan_workload){ .global_batch = 
 TEST(zero3_megatron_tensors_fuse_qkv)
 {
     model_t m = megatron_gpt(2);
-    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .n_ranks = 16 };
+    plan_module s = zero3_on_16(PLAN_RECOMP_NONE);
     double *e = NULL;
     int n = plan_zero3_megatron_tensors(&m.mod[0], &s, &e);
     CHECK(n == 2 * 12 + 2);
@@ -70,8 +76,7 @@ TEST(zero3_deepspeed_2021_per_tensor_unhidden)
     plan_workload w = step_of_16();
     plan_options o;
     plan_options_default(&o);
-    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .recompute = PLAN_RECOMP_NONE,
-                      .n_ranks = 16 };
+    plan_module s = zero3_on_16(PLAN_RECOMP_NONE);
     plan_time units, ds;
     plan_micro_time(&m, 0, &s, &w, &c, &o, 1, &units);
     o.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
@@ -128,8 +133,7 @@ TEST(zero3_deepspeed_2021_recompute_and_reuse_distance)
     plan_options o;
     plan_options_default(&o);
     o.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
-    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .recompute = PLAN_RECOMP_NONE,
-                      .n_ranks = 16 };
+    plan_module s = zero3_on_16(PLAN_RECOMP_NONE);
     double *e = NULL;
     int n = plan_zero3_megatron_tensors(&m.mod[0], &s, &e);
     free(e);
@@ -176,8 +180,7 @@ TEST(zero3_deepspeed_2021_reduce_buckets)
     plan_options o;
     plan_options_default(&o);
     o.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
-    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .recompute = PLAN_RECOMP_FULL,
-                      .n_ranks = 16 };
+    plan_module s = zero3_on_16(PLAN_RECOMP_FULL);
     plan_comm r = { 0 };
     CHECK(plan_zero3_deepspeed_2021(&m.mod[0], &s, P, &o, false, false, true, &r) == UTIL_OK);
     const double W4 = 1073741824, Q = 805306368, MID = 268533760;
@@ -210,8 +213,7 @@ TEST(zero3_deepspeed_2021_buffer_is_largest_module)
     plan_workload w = step_of_16();
     plan_options o;
     plan_options_default(&o);
-    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .recompute = PLAN_RECOMP_NONE,
-                      .n_ranks = 16 };
+    plan_module s = zero3_on_16(PLAN_RECOMP_NONE);
     cost_cluster c = two_nodes();
     plan_mem units, ds;
     plan_module_memory(&m, 0, &s, &w, &c.pool[0].gpu, &o, 1, &units);
@@ -276,7 +278,7 @@ TEST(zero3_fsdp2_copies_out_each_gather)
     plan_options o;
     plan_options_default(&o);
     o.target = PLAN_TARGET_MEGATRON;
-    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .n_ranks = 16 };
+    plan_module s = zero3_on_16(PLAN_RECOMP_NONE);
     plan_time units, fsdp2, zero2;
     plan_micro_time(&m, 0, &s, &w, &c, &o, 1, &units);
     o.zero3 = PLAN_ZERO3_FSDP2;
@@ -311,8 +313,7 @@ TEST(zero3_deepspeed_2021_step_around_adam)
     const cost_gpu *g = &P->gpu;
     plan_options o;
     plan_options_default(&o);
-    plan_module s = { .dp = 16, .tp = 1, .sp = 1, .pp = 1, .zero = 3, .micro_batch = 1, .recompute = PLAN_RECOMP_NONE,
-                      .n_ranks = 16 };
+    plan_module s = zero3_on_16(PLAN_RECOMP_NONE);
     plan_time units = { 0 }, ds = { 0 };
     plan_stage_step_time(&m.mod[0], &s, 0, P, &o, &units);
     o.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
