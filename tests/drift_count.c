@@ -571,6 +571,17 @@ static float *held_vision_rows(const float *vis, const model_module *lm, const p
     return out;
 }
 
+/* drift_count's inputs and rank jobs, and every rank's held rows. */
+static void free_inputs(float *mel, float *pixels, float *vis, float *rows, rank_job *jobs, float **held)
+{
+    free(mel);
+    free(pixels);
+    free(vis);
+    free(rows);
+    free(jobs);
+    for (int r = 0; r < DRIFT_MAX_RANKS; r++) free(held[r]);
+}
+
 /* The batch every rank runs: under Ulysses rank r holds the r-th part of the
  * patch rows (pixels) and of the merged rows' gradient (dvis); the LLM's
  * ranks take the encoder rows of the positions they hold (vis_in; an omni
@@ -608,12 +619,7 @@ int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally 
     bool ok = pixels && vis && rows && jobs && (ai < 0 || mel);
     for (int r = 0; r < n_ranks && llm_cp; r++) ok = ok && held[r];
     if (!ok) {
-        free(mel);
-        free(pixels);
-        free(vis);
-        free(rows);
-        free(jobs);
-        for (int r = 0; r < DRIFT_MAX_RANKS; r++) free(held[r]);
+        free_inputs(mel, pixels, vis, rows, jobs, held);
         return util_fail(err, UTIL_ENOMEM, "%s: out of memory", dc->name);
     }
     group g = { .size = n_ranks };
@@ -664,11 +670,6 @@ int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally 
     int rc = UTIL_OK;
     for (int r = 0; r < n_ranks && !rc; r++)
         if (jobs[r].rc) rc = util_fail(err, jobs[r].rc, "%s: rank %d: %s", dc->name, r, jobs[r].err);
-    free(mel);
-    free(pixels);
-    free(vis);
-    free(rows);
-    free(jobs);
-    for (int r = 0; r < DRIFT_MAX_RANKS; r++) free(held[r]);
+    free_inputs(mel, pixels, vis, rows, jobs, held);
     return rc;
 }
