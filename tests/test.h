@@ -31,6 +31,12 @@ int test_failed_now(void);
     { test_register_driven(#name, name); }                                \
     static void name(void)
 
+/* A fresh directory /tmp/dhp-TAG-XXXXXX, its name in dir (n bytes): 0, or
+ * -1 when it could not be made. */
+int test_tmp_dir(char *dir, size_t n, const char *tag);
+/* Removes dir and all below it (rm -rf): 0, or -1 (said on stdout). */
+int test_rm_tree(const char *dir);
+
 #define CHECK(cond) do { if (!(cond)) { test_fail_at(__FILE__, __LINE__, "%s", #cond); return; } } while (0)
 #define CHECK_MSG(cond, ...) do { if (!(cond)) { test_fail_at(__FILE__, __LINE__, __VA_ARGS__); return; } } while (0)
 #define CHECK_EQ_INT(a, b) do { long long _a = (long long)(a), _b = (long long)(b); \

@@ -6,19 +6,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-static bool tmp_dir(char *dir, size_t n)
-{
-    snprintf(dir, n, "/tmp/dhp-ckpt-XXXXXX");
-    return mkdtemp(dir) != NULL;
-}
-
-static void rm_dir(const char *dir)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) printf("unit: could not remove %s\n", dir);
-}
-
 static int count_files(const char *dir)
 {
     char cmd[300];
@@ -55,7 +42,7 @@ static int open_err(const char *path, char *err)
 TEST(ckpt_round_trip_values_shapes_metadata)
 {
     char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(tmp_dir(dir, sizeof dir));
+    CHECK(test_tmp_dir(dir, sizeof dir, "ckpt") == 0);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     float w[6] = { 1.5f, -2.25f, 3e-8f, 1e30f, -0.0f, 7.0f }, bias[3] = { 0.1f, 0.2f, 0.3f }, step = 12.0f;
     ex_named_tensor t[3] = {
@@ -86,13 +73,13 @@ TEST(ckpt_round_trip_values_shapes_metadata)
     };
     CHECK_OK(ex_ckpt_read_into(path, r, 3, err));
     CHECK(memcmp(w, w2, sizeof w) == 0 && memcmp(bias, b2, sizeof bias) == 0 && s2 == 12.0f);
-    rm_dir(dir);
+    test_rm_tree(dir);
 }
 
 TEST(ckpt_bf16_rounds_to_nearest_even)
 {
     char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(tmp_dir(dir, sizeof dir));
+    CHECK(test_tmp_dir(dir, sizeof dir, "ckpt") == 0);
     snprintf(path, sizeof path, "%s/bf.safetensors", dir);
     /* bf16 keeps 8 significand bits: spacing at 1.0 is 2^-7. */
     float v[5] = { 1.0f + 0x1p-8f,            /* tie -> even: 1.0 */
@@ -110,13 +97,13 @@ TEST(ckpt_bf16_rounds_to_nearest_even)
     CHECK_OK(ex_ckpt_open(path, &c, err));
     CHECK(strcmp(ex_ckpt_entry_at(c, 0)->dtype, "BF16") == 0);
     ex_ckpt_close(c);
-    rm_dir(dir);
+    test_rm_tree(dir);
 }
 
 TEST(ckpt_truncated_file_is_rejected)
 {
     char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(tmp_dir(dir, sizeof dir));
+    CHECK(test_tmp_dir(dir, sizeof dir, "ckpt") == 0);
     snprintf(path, sizeof path, "%s/t.safetensors", dir);
     float v[16] = { 0 };
     ex_named_tensor t = { "v", EX_DT_F32, 1, { 16 }, v };
@@ -135,7 +122,7 @@ TEST(ckpt_truncated_file_is_rejected)
     fwrite("\x10\0\0", 1, 3, f);
     fclose(f);
     rc = open_err(path, err);
-    rm_dir(dir);
+    test_rm_tree(dir);
     CHECK_EQ_INT(rc, UTIL_EINVAL);
     CHECK_MSG(strstr(err, "truncated"), "err: %s", err);
 }
@@ -143,11 +130,11 @@ TEST(ckpt_truncated_file_is_rejected)
 TEST(ckpt_header_length_past_eof)
 {
     char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(tmp_dir(dir, sizeof dir));
+    CHECK(test_tmp_dir(dir, sizeof dir, "ckpt") == 0);
     snprintf(path, sizeof path, "%s/h.safetensors", dir);
     write_st(path, "{}", NULL, 0, 1000);
     int rc = open_err(path, err);
-    rm_dir(dir);
+    test_rm_tree(dir);
     CHECK_EQ_INT(rc, UTIL_EINVAL);
     CHECK_MSG(strstr(err, "header length 1000") && strstr(err, "past end of file"), "err: %s", err);
 }
@@ -155,7 +142,7 @@ TEST(ckpt_header_length_past_eof)
 TEST(ckpt_bad_json_and_bad_entries)
 {
     char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(tmp_dir(dir, sizeof dir));
+    CHECK(test_tmp_dir(dir, sizeof dir, "ckpt") == 0);
     snprintf(path, sizeof path, "%s/j.safetensors", dir);
     float d[4] = { 1, 2, 3, 4 };
     struct { const char *json; const char *want; } cases[] = {
@@ -179,17 +166,17 @@ TEST(ckpt_bad_json_and_bad_entries)
         write_st(path, cases[i].json, d, sizeof d, 0);
         int rc = open_err(path, err);
         if (rc != UTIL_EINVAL || !strstr(err, cases[i].want) || !strstr(err, path)) {
-            rm_dir(dir);
+            test_rm_tree(dir);
             CHECK_MSG(0, "case %zu: rc %d, err '%s', wanted '%s'", i, rc, err, cases[i].want);
         }
     }
-    rm_dir(dir);
+    test_rm_tree(dir);
 }
 
 TEST(ckpt_dtype_and_shape_mismatch_name_the_tensor)
 {
     char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(tmp_dir(dir, sizeof dir));
+    CHECK(test_tmp_dir(dir, sizeof dir, "ckpt") == 0);
     snprintf(path, sizeof path, "%s/m.safetensors", dir);
     int32_t ints[4] = { 1, 2, 3, 4 };
     write_st(path, "{\"ids\": {\"dtype\": \"I32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", ints, sizeof ints, 0);
@@ -211,7 +198,7 @@ TEST(ckpt_dtype_and_shape_mismatch_name_the_tensor)
     CHECK_EQ_INT(rc, UTIL_EINVAL);
     CHECK_MSG(strstr(err, "'c'") && strstr(err, "missing"), "err: %s", err);
     rc = ex_ckpt_read_into(path, t, 1, err);
-    rm_dir(dir);
+    test_rm_tree(dir);
     CHECK_EQ_INT(rc, UTIL_EINVAL);
     CHECK_MSG(strstr(err, "'b'") && strstr(err, "not in the model"), "err: %s", err);
 }
@@ -230,7 +217,7 @@ TEST(ckpt_write_rejects_bad_tensors)
 TEST(ckpt_write_to_unwritable_dir_leaves_nothing)
 {
     char dir[64], path[160], err[UTIL_ERR_LEN];
-    CHECK(tmp_dir(dir, sizeof dir));
+    CHECK(test_tmp_dir(dir, sizeof dir, "ckpt") == 0);
     /* A regular file used as a directory fails even for root. */
     snprintf(path, sizeof path, "%s/plainfile", dir);
     FILE *f = fopen(path, "w");
@@ -241,7 +228,7 @@ TEST(ckpt_write_to_unwritable_dir_leaves_nothing)
     ex_named_tensor t = { "v", EX_DT_F32, 1, { 2 }, v };
     int rc = ex_ckpt_write(path, &t, 1, NULL, 0, err);
     int files = count_files(dir);
-    rm_dir(dir);
+    test_rm_tree(dir);
     CHECK_EQ_INT(rc, UTIL_EIO);
     CHECK_MSG(strstr(err, path) != NULL, "err: %s", err);
     CHECK_EQ_INT(files, 1);
@@ -250,7 +237,7 @@ TEST(ckpt_write_to_unwritable_dir_leaves_nothing)
 TEST(ckpt_failed_write_keeps_the_old_checkpoint)
 {
     char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(tmp_dir(dir, sizeof dir));
+    CHECK(test_tmp_dir(dir, sizeof dir, "ckpt") == 0);
     snprintf(path, sizeof path, "%s/c.safetensors", dir);
     float small[4] = { 1, 2, 3, 4 };
     ex_named_tensor t = { "v", EX_DT_F32, 1, { 4 }, small };
@@ -275,7 +262,7 @@ TEST(ckpt_failed_write_keeps_the_old_checkpoint)
     ex_named_tensor r = { "v", EX_DT_F32, 1, { 4 }, back };
     char err2[UTIL_ERR_LEN];
     int rc2 = ex_ckpt_read_into(path, &r, 1, err2);
-    rm_dir(dir);
+    test_rm_tree(dir);
     CHECK_EQ_INT(rc, UTIL_EIO);
     CHECK_MSG(strstr(err, "write failed"), "err: %s", err);
     CHECK_EQ_INT(files, 1);

@@ -4,22 +4,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-/* A fresh data set in a temp dir; caller frees with rm_dir. */
+/* A fresh data set in a temp dir; caller frees with test_rm_tree. */
 static int make_set(char *dir, size_t n, const ex_synth_cfg *cfg)
 {
-    snprintf(dir, n, "/tmp/dhp-data-XXXXXX");
-    if (!mkdtemp(dir)) return -1;
+    if (test_tmp_dir(dir, n, "data")) return -1;
     char err[UTIL_ERR_LEN];
     int rc = ex_data_synth(dir, cfg, err);
     if (rc) printf("unit: synth failed: %s\n", err);
     return rc;
-}
-
-static void rm_dir(const char *dir)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) printf("unit: could not remove %s\n", dir);
 }
 
 static ex_synth_cfg small_cfg(void)
@@ -58,8 +50,8 @@ static unsigned char *read_shard(const char *dir, int k, char *path, size_t path
     return read_all(path, len);
 }
 
-/* make_set, then the set opened (ex_data_close it; rm_dir the dir either
- * way); NULL with why printed when either fails. */
+/* make_set, then the set opened (ex_data_close it; test_rm_tree the dir
+ * either way); NULL with why printed when either fails. */
 static ex_dataset *open_set(char *dir, size_t n, const ex_synth_cfg *cfg)
 {
     ex_dataset *ds = NULL;
@@ -167,7 +159,7 @@ TEST(data_shard_round_trip_pixels_and_tokens)
     }
     ex_batch_free(&b);
     ex_data_close(ds);
-    rm_dir(dir);
+    test_rm_tree(dir);
 }
 
 TEST(data_captions_truncate_but_keep_bos_eos)
@@ -192,7 +184,7 @@ TEST(data_captions_truncate_but_keep_bos_eos)
     }
     ex_batch_free(&b);
     ex_data_close(ds);
-    rm_dir(dir);
+    test_rm_tree(dir);
 }
 
 TEST(data_synth_is_deterministic_in_the_seed)
@@ -210,7 +202,7 @@ TEST(data_synth_is_deterministic_in_the_seed)
     bool same = da && db && la == lb && !memcmp(da, db, la);
     bool differs = da && dc && la == lc && memcmp(da + 72, dc + 72, la - 76) != 0;
     util_free(da); util_free(db); util_free(dc);
-    rm_dir(a); rm_dir(b); rm_dir(c);
+    test_rm_tree(a); test_rm_tree(b); test_rm_tree(c);
     CHECK(same);
     CHECK(differs);
 }
@@ -224,9 +216,9 @@ static int open_after(const char *dir, char *err)
     return rc;
 }
 
-/* A small set in dir (rm_dir it) whose shard k is rewritten as edit leaves
- * its bytes (edit returns how many of them to keep); path names the shard.
- * False when the set or the shard could not be made or read. */
+/* A small set in dir (test_rm_tree it) whose shard k is rewritten as edit
+ * leaves its bytes (edit returns how many of them to keep); path names the
+ * shard. False when the set or the shard could not be made or read. */
 static bool set_with_edited_shard(char *dir, size_t dir_n, int k, char *path, size_t path_n,
                                   size_t (*edit)(unsigned char *d, size_t len))
 {
@@ -249,7 +241,7 @@ TEST(data_corrupted_byte_is_a_crc_error_naming_the_file)
     char dir[64], path[128], err[UTIL_ERR_LEN];
     CHECK(set_with_edited_shard(dir, sizeof dir, 1, path, sizeof path, flip_a_middle_bit));
     int rc = open_after(dir, err);
-    rm_dir(dir);
+    test_rm_tree(dir);
     CHECK_EQ_INT(rc, UTIL_EINVAL);
     CHECK_MSG(strstr(err, "shard-00001.bin") && strstr(err, "CRC32 mismatch"), "err: %s", err);
 }
@@ -263,7 +255,7 @@ TEST(data_truncated_shard_is_reported)
     CHECK_MSG(strstr(err, "shard-00002.bin") && strstr(err, "truncated"), "err: %s", err);
     write_raw(path, "DHPD", 4);
     rc = open_after(dir, err);
-    rm_dir(dir);
+    test_rm_tree(dir);
     CHECK_EQ_INT(rc, UTIL_EINVAL);
     CHECK_MSG(strstr(err, "shard-00002.bin") && strstr(err, "truncated"), "err: %s", err);
 }
@@ -282,7 +274,7 @@ TEST(data_bad_magic_and_missing_shard)
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     unlink(path);
     rc = open_after(dir, err);
-    rm_dir(dir);
+    test_rm_tree(dir);
     CHECK(rc != UTIL_OK);
     CHECK_MSG(strstr(err, "manifest.json") != NULL, "err: %s", err);
 }
@@ -302,7 +294,7 @@ TEST(data_shard_disagreeing_with_manifest_is_rejected)
     write_raw(pa, d, len);
     util_free(d);
     int rc = open_after(a, err);
-    rm_dir(a); rm_dir(b);
+    test_rm_tree(a); test_rm_tree(b);
     CHECK_EQ_INT(rc, UTIL_EINVAL);
     CHECK_MSG(strstr(err, "shard-00001.bin") && strstr(err, "seed"), "err: %s", err);
 }
@@ -357,7 +349,7 @@ TEST(data_shuffle_is_deterministic_and_covers_each_epoch)
     CHECK(memcmp(ids[0], b.sample_ids, 6 * sizeof(int32_t)) != 0);
     ex_batch_free(&b); ex_batch_free(&b2);
     ex_data_close(ds); ex_data_close(ds2);
-    rm_dir(dir);
+    test_rm_tree(dir);
 }
 
 TEST(data_dp_ranks_partition_the_global_batch)
@@ -390,7 +382,7 @@ TEST(data_dp_ranks_partition_the_global_batch)
     }
     ex_batch_free(&full);
     ex_data_close(ds);
-    rm_dir(dir);
+    test_rm_tree(dir);
 }
 
 TEST(data_batch_rejects_bad_sharding)
@@ -410,7 +402,7 @@ TEST(data_batch_rejects_bad_sharding)
     int r4 = ex_data_batch(ds, 1, 0, 25, 0, 1, &b, err);
     ex_batch_free(&b);
     ex_data_close(ds);
-    rm_dir(dir);
+    test_rm_tree(dir);
     CHECK(r1 == UTIL_EINVAL && m1);
     CHECK(r2 == UTIL_EINVAL && m2);
     CHECK(r3 == UTIL_EINVAL && m3);
@@ -515,7 +507,7 @@ TEST(data_audio_clips_show_what_their_captions_say)
     }
     ex_batch_free(&b); ex_batch_free(&pb);
     ex_data_close(ds); ex_data_close(ps);
-    rm_dir(dir); rm_dir(pdir);
+    test_rm_tree(dir); test_rm_tree(pdir);
     CHECK_MSG(!what[0], "%s", what);
     CHECK_MSG(kinds[0] && kinds[1] && kinds[2], "24 samples hold %d tones, %d chirps, %d bursts", kinds[0], kinds[1], kinds[2]);
 }
@@ -549,10 +541,10 @@ TEST(data_audio_only_set_and_its_dp_slices)
     CHECK(os != NULL);
     CHECK_OK(ex_batch_alloc(&wrong, os, 8, err));
     mismatch = ex_data_batch(ds, 3, 2, 8, 0, 1, &wrong, err);   /* 16-frame buffer for a 32-frame set */
-    ex_batch_free(&wrong); ex_data_close(os); rm_dir(odir);
+    ex_batch_free(&wrong); ex_data_close(os); test_rm_tree(odir);
     ex_batch_free(&full); ex_batch_free(&part);
     ex_data_close(ds);
-    rm_dir(dir);
+    test_rm_tree(dir);
     CHECK(same);
     CHECK_MSG(sound_only, "caption '%s'", cap);
     CHECK_EQ_INT(mismatch, UTIL_EINVAL);
@@ -602,7 +594,7 @@ TEST(data_format_versions_and_the_audio_section_are_checked)
     rewrite_manifest(d1, "\"version\":\t1", "\"version\":\t2,\n\t\"audio\":\t{\"version\": 1, \"mel_bins\": 16, \"mel_frames\": 32}");
     int rc_mixed = open_after(d1, err);
     bool names_shard = strstr(err, "shard-00000.bin") && strstr(err, "version 1");
-    rm_dir(da); rm_dir(d1);
+    test_rm_tree(da); test_rm_tree(d1);
     CHECK(headers);
     CHECK_EQ_INT(rc_section, UTIL_EUNSUPPORTED);
     CHECK_MSG(names_section, "err: %s", err);
@@ -652,7 +644,7 @@ TEST(data_audio_is_checked_against_the_model)
     int bins = ex_data_check_audio(ex_data_info(sa), &audio, err);
     bool names3 = strstr(err, "mel_bins 16") && strstr(err, "in_channels 80");
     ex_data_close(sa); ex_data_close(s1);
-    rm_dir(da); rm_dir(d1);
+    test_rm_tree(da); test_rm_tree(d1);
     CHECK_OK(ok_audio);
     CHECK_OK(ok_omni);
     CHECK_OK(ok_plain);

@@ -1,4 +1,5 @@
 /* Executor test helpers (tests/test_ex.h). */
+#include "tests/test.h"
 #include "tests/test_ex.h"
 #include "executor/backend.h"
 
@@ -253,8 +254,7 @@ void test_torch_compare(ex_model *em, const char *script, const char *dir, float
         out->update = worst_tensor_err(em, ref_params, p0, oc, 5, false, &out->worst_update);
     }
     out->rc = rc;
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) && !out->rc) out->rc = -1;
+    if (test_rm_tree(dir) && !out->rc) out->rc = -1;
     util_free(ref_loss); util_free(ref_grads); util_free(ref_losses); util_free(ref_params);
 }
 

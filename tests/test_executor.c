@@ -517,9 +517,7 @@ TEST(executor_model_adamw_overfits_one_batch_and_raw_roundtrips)
     if (!rc) rc = ex_model_create(&m, 99, &em2, err);
     if (!rc) rc = ex_params_load_raw(em2, path, err);
     if (!rc) rc = ex_step_forward(em2, &tb.b, &l2, err);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    CHECK(test_rm_tree(dir) == 0);
     ex_model_free(em); ex_model_free(em2); free_batch(&tb);
     CHECK_MSG(rc == 0, "%s", err);
     CHECK_MSG(loss < 0.5f * first, "loss %g after 30 steps, first %g", loss, first);

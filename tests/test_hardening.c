@@ -85,19 +85,6 @@ TEST(plan_validate_multiplies_degrees_in_64_bits)
     CHECK(ranks == (int64_t)1 << 44);
 }
 
-static int tmp_dir(char *dir, size_t n)
-{
-    snprintf(dir, n, "/tmp/dhp-hard-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static void rm_tree(const char *dir)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) printf("unit: could not remove %s\n", dir);
-}
-
 static void flip_byte(const char *path, long from_end)
 {
     FILE *f = fopen(path, "r+b");
@@ -115,7 +102,7 @@ static void flip_byte(const char *path, long from_end)
 TEST(ckpt_flipped_bytes_are_found_by_their_checksums)
 {
     char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(tmp_dir(dir, sizeof dir) == 0);
+    CHECK(test_tmp_dir(dir, sizeof dir, "hard") == 0);
     snprintf(path, sizeof path, "%s/m.safetensors", dir);
     float a[64], b[32];
     for (int i = 0; i < 64; i++) a[i] = (float)i * 0.5f;
@@ -150,7 +137,7 @@ TEST(ckpt_flipped_bytes_are_found_by_their_checksums)
     fclose(f);
     CHECK_EQ_INT(ex_ckpt_open(path, &c, err), UTIL_EINVAL);
     CHECK_MSG(strstr(err, "metadata checksum mismatch"), "err: %s", err);
-    rm_tree(dir);
+    test_rm_tree(dir);
 }
 
 /* 100,000 tensors: the header's name check and every look-up go through a
@@ -158,7 +145,7 @@ TEST(ckpt_flipped_bytes_are_found_by_their_checksums)
 TEST(ckpt_many_tensors_open_and_find_by_name)
 {
     char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(tmp_dir(dir, sizeof dir) == 0);
+    CHECK(test_tmp_dir(dir, sizeof dir, "hard") == 0);
     snprintf(path, sizeof path, "%s/many.safetensors", dir);
     enum { N = 100000 };
     ex_named_tensor *t = util_calloc(N, sizeof *t);
@@ -186,7 +173,7 @@ TEST(ckpt_many_tensors_open_and_find_by_name)
     CHECK_OK(ex_ckpt_read_into(path, t, N, err));
     CHECK(v[N - 1] == (float)(N - 1));
     util_free(t); util_free(names); util_free(v);
-    rm_tree(dir);
+    test_rm_tree(dir);
 }
 
 /* A process killed half-way through a checkpoint write (the injected
@@ -194,7 +181,7 @@ TEST(ckpt_many_tensors_open_and_find_by_name)
 TEST(ckpt_write_killed_midway_keeps_the_old_file)
 {
     char dir[64], path[128], err[UTIL_ERR_LEN];
-    CHECK(tmp_dir(dir, sizeof dir) == 0);
+    CHECK(test_tmp_dir(dir, sizeof dir, "hard") == 0);
     snprintf(path, sizeof path, "%s/k.safetensors", dir);
     static float a[4096];
     for (int i = 0; i < 4096; i++) a[i] = (float)i;
@@ -215,5 +202,5 @@ TEST(ckpt_write_killed_midway_keeps_the_old_file)
     ex_named_tensor r = { "a", EX_DT_F32, 1, { 4096 }, back };
     CHECK_OK(ex_ckpt_read_into(path, &r, 1, err));
     CHECK(back[0] == 0.0f && back[4095] == 4095.0f);
-    rm_tree(dir);
+    test_rm_tree(dir);
 }

@@ -37,6 +37,21 @@ void test_skip(const char *why)
 
 int test_failed_now(void) { return cur_failed; }
 
+int test_tmp_dir(char *dir, size_t n, const char *tag)
+{
+    int len = snprintf(dir, n, "/tmp/dhp-%s-XXXXXX", tag);
+    return len > 0 && (size_t)len < n && mkdtemp(dir) ? 0 : -1;
+}
+
+int test_rm_tree(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) == 0) return 0;
+    printf("unit: could not remove %s\n", dir);
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     /* Optional argument: run only tests whose name contains it. */

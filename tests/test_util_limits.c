@@ -10,19 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int tmp_dir(char *dir, size_t n)
-{
-    snprintf(dir, n, "/tmp/dhp-limits-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static void rm_tree(const char *dir)
-{
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "rm -rf %s failed\n", dir);
-}
-
 static int put_file(const char *path, const void *data, size_t n)
 {
     FILE *f = fopen(path, "wb");
@@ -34,7 +21,7 @@ static int put_file(const char *path, const void *data, size_t n)
 TEST(util_read_refuses_fifo_device_directory_without_blocking)
 {
     char dir[64], fifo[128], err[UTIL_ERR_LEN], *text;
-    CHECK(tmp_dir(dir, sizeof dir) == 0);
+    CHECK(test_tmp_dir(dir, sizeof dir, "limits") == 0);
     snprintf(fifo, sizeof fifo, "%s/pipe", dir);
     CHECK(mkfifo(fifo, 0600) == 0);
     /* no writer: a plain open would block forever */
@@ -44,13 +31,13 @@ TEST(util_read_refuses_fifo_device_directory_without_blocking)
     CHECK_MSG(strstr(err, "/dev/zero") && strstr(err, "character device"), "err: %s", err);
     CHECK(util_read_file(dir, &text, NULL, err) == UTIL_EINVAL);
     CHECK_MSG(strstr(err, "directory"), "err: %s", err);
-    rm_tree(dir);
+    test_rm_tree(dir);
 }
 
 TEST(util_read_caps_size_and_refuses_nul_in_text)
 {
     char dir[64], path[128], err[UTIL_ERR_LEN], *text;
-    CHECK(tmp_dir(dir, sizeof dir) == 0);
+    CHECK(test_tmp_dir(dir, sizeof dir, "limits") == 0);
     snprintf(path, sizeof path, "%s/big.json", dir);
     CHECK(put_file(path, "{\"a\": 1}\n       ", 16) == 0);
     CHECK(util_read_text_file(path, 15, &text, NULL, err) == UTIL_EINVAL);
@@ -64,7 +51,7 @@ TEST(util_read_caps_size_and_refuses_nul_in_text)
     CHECK_MSG(strstr(err, "NUL byte at offset 8"), "err: %s", err);
     cJSON *root;
     CHECK(util_json_read(path, &root, err) == UTIL_EINVAL);
-    rm_tree(dir);
+    test_rm_tree(dir);
 }
 
 static int parse_err(const char *text, char *err)
@@ -150,7 +137,7 @@ TEST(util_strmap_finds_every_key_and_refuses_repeats)
 TEST(util_output_dash_and_non_regular_targets_are_written_in_place)
 {
     char dir[64], path[128], link[128], err[UTIL_ERR_LEN], *text;
-    CHECK(tmp_dir(dir, sizeof dir) == 0);
+    CHECK(test_tmp_dir(dir, sizeof dir, "limits") == 0);
     /* "-": the descriptor standing for stdout */
     snprintf(path, sizeof path, "%s/stdout.txt", dir);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -178,13 +165,13 @@ TEST(util_output_dash_and_non_regular_targets_are_written_in_place)
     util_free(text);
     CHECK(util_write_output(dir, "x", 1, err) == UTIL_EIO);
     CHECK_MSG(strstr(err, "is a directory"), "err: %s", err);
-    rm_tree(dir);
+    test_rm_tree(dir);
 }
 
 TEST(util_check_output_finds_missing_directories_before_any_work)
 {
     char dir[64], path[160], err[UTIL_ERR_LEN];
-    CHECK(tmp_dir(dir, sizeof dir) == 0);
+    CHECK(test_tmp_dir(dir, sizeof dir, "limits") == 0);
     snprintf(path, sizeof path, "%s/missing/trace.json", dir);
     CHECK(util_check_output(path, err) == UTIL_EIO);
     CHECK_MSG(strstr(err, "missing") && strstr(err, "No such file"), "err: %s", err);
@@ -196,13 +183,13 @@ TEST(util_check_output_finds_missing_directories_before_any_work)
     CHECK_OK(util_mkdir_writable(path, err));
     struct stat st;
     CHECK(stat(path, &st) == 0 && S_ISDIR(st.st_mode));
-    rm_tree(dir);
+    test_rm_tree(dir);
 }
 
 TEST(util_atomic_write_under_a_full_disk_keeps_the_old_file)
 {
     char dir[64], path[128], err[UTIL_ERR_LEN], *text;
-    CHECK(tmp_dir(dir, sizeof dir) == 0);
+    CHECK(test_tmp_dir(dir, sizeof dir, "limits") == 0);
     snprintf(path, sizeof path, "%s/latest", dir);
     CHECK_OK(util_write_atomic(path, "step-00000010\n", 14, err));
     util_fault_inject(5, -1);
@@ -216,5 +203,5 @@ TEST(util_atomic_write_under_a_full_disk_keeps_the_old_file)
     char cmd[200];
     snprintf(cmd, sizeof cmd, "test $(ls -A %s | wc -l) = 1", dir);
     CHECK_MSG(system(cmd) == 0, "a temp file was left in %s", dir);
-    rm_tree(dir);
+    test_rm_tree(dir);
 }
