@@ -21,6 +21,7 @@
  * Forward is fwd_s (fwd_comm_s); backward is bwd_s + recompute_s (the
  * executor re-runs recomputed kernels inside its backward). */
 #include "tests/drift.h"
+#include "tests/test_fixture.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -87,10 +88,7 @@ static void price(const pricing *pr, const cost_pool *p, plan_time *t, double v[
     pr->c->n_pools = 1;
     pr->c->pool[0] = *p;
     pr->c->cross_pool = p->inter;
-    plan_options o;
-    plan_options_default(&o);
-    o.precision = PLAN_OPT_FP32;
-    o.target = PLAN_TARGET_DHP;
+    plan_options o = test_dhp_fp32();
     plan_cp_micro_time(pr->m, pr->mi, &pr->s, pr->stage >= 0 ? pr->stage : 0, pr->sp_rank, &pr->w, pr->c, &o,
                        pr->s.micro_batch, t);
     v[DRIFT_FWD] = whole(t->fwd_s);

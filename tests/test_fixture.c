@@ -69,6 +69,15 @@ cost_gpu test_round_gpu(void)
     return g;
 }
 
+plan_options test_dhp_fp32(void)
+{
+    plan_options o;
+    plan_options_default(&o);
+    o.precision = PLAN_OPT_FP32;
+    o.target = PLAN_TARGET_DHP;
+    return o;
+}
+
 plan_options test_megatron_autocast(void)
 {
     plan_options o;

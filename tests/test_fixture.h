@@ -1,7 +1,5 @@
-/* Shared by the model and planner tests (test_planner.c,
- * test_calibration.c, test_cost_*.c, test_grad_reduce.c,
- * test_precision_zero3.c, test_tp_style.c, test_models.c,
- * test_import_vlm.c): the models, clusters and options a test starts from. */
+/* Shared by the model, cost and planner tests: the models, clusters, GPUs
+ * and options a test starts from. */
 #ifndef DHP_TESTS_TEST_FIXTURE_H
 #define DHP_TESTS_TEST_FIXTURE_H
 
@@ -22,6 +20,9 @@ model_t test_llm(const char *name, const char *fmt, ...) __attribute__((format(p
  * GEMMs at most 0.8 of it (gemm_half 100), attention 0.5, 1e11 B of HBM at
  * 1e12 B/s (mem_eff 0.5), 1e9 B reserved, 10 us a kernel launch. */
 cost_gpu test_round_gpu(void);
+
+/* The default options with dhp run's target and precision (the fp32 executor). */
+plan_options test_dhp_fp32(void);
 
 /* The default options with the Megatron target under bf16-autocast. */
 plan_options test_megatron_autocast(void);

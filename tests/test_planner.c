@@ -383,9 +383,7 @@ static void tiny_vl_fp32(model_t *m, cost_cluster *c, plan_workload *w, plan_opt
     *m = test_model_load("tiny-vl");
     *c = test_cluster_load("8xh100");
     *w = (plan_workload){ .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
-    plan_options_default(o);
-    o->precision = PLAN_OPT_FP32;
-    o->target = PLAN_TARGET_DHP;
+    *o = test_dhp_fp32();
 }
 
 /* Ulysses' re-sharding copies are priced where the executor makes them: at

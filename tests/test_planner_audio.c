@@ -3,6 +3,7 @@
  * LayerNorm is priced at its own rate (falling back to RMSNorm's where a
  * costdb predates it), and the audio stem's GEMMs are the executor's. */
 #include "test.h"
+#include "test_fixture.h"
 #include "planner/planner.h"
 
 #include <stdlib.h>
@@ -13,14 +14,14 @@ static plan_workload audio_work(int frames)
                             .text_tokens = 48 };
 }
 
-/* A zoo model on 8xh100 under the fp32 executor's target; its audio module. */
-static int fp32_case(const char *name, model_t *m, cost_cluster *c, plan_options *o)
+/* A zoo model on 8xh100 under the fp32 executor's target, a step of
+ * audio_work(32); its audio module. */
+static int fp32_case(const char *name, model_t *m, cost_cluster *c, plan_workload *w, plan_options *o)
 {
     char err[UTIL_ERR_LEN];
     if (model_load(name, m, err) || cost_cluster_load("8xh100", c, err)) return -1;
-    plan_options_default(o);
-    o->precision = PLAN_OPT_FP32;
-    o->target = PLAN_TARGET_DHP;
+    *w = audio_work(32);
+    *o = test_dhp_fp32();
     return model_find_kind(m, MODEL_AUDIO);
 }
 
@@ -112,12 +113,9 @@ TEST(planner_audio_frames_fit_the_learned_positions)
  * pooled rows, forward; the RMSNorm LLM does not move. */
 TEST(cost_prices_layernorm_at_its_own_rate)
 {
-    model_t m;
-    cost_cluster c;
-    plan_options o;
-    int ai = fp32_case("tiny-omni", &m, &c, &o);
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
+    int ai = fp32_case("tiny-omni", &m, &c, &w, &o);
     CHECK(ai >= 0);
-    plan_workload w = audio_work(32);
     plan_module s = { .dp = 1, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 4, .n_ranks = 1 };
     const model_module *am = &m.mod[ai];
     cost_gpu *g = &c.pool[0].gpu;
@@ -160,12 +158,9 @@ TEST(costdb_layernorm_falls_back_to_the_rmsnorm_rate)
  * grows with the mel bins (conv1's input) and nothing else does. */
 TEST(cost_prices_the_audio_conv_stem)
 {
-    model_t m;
-    cost_cluster c;
-    plan_options o;
-    int ai = fp32_case("tiny-audio", &m, &c, &o);
+    model_t m; cost_cluster c; plan_workload w; plan_options o;
+    int ai = fp32_case("tiny-audio", &m, &c, &w, &o);
     CHECK(ai >= 0);
-    plan_workload w = audio_work(32);
     w.images_per_sample = w.image_tokens = 0;
     plan_module s = { .dp = 1, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 2, .n_ranks = 1 };
     plan_time a, b;
