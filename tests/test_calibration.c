@@ -254,10 +254,8 @@ TEST(calib_strategy_keys_keep_the_old_ones_and_add_vp)
     CHECK_EQ_INT(p.mod[0].pp, 4);
     CHECK(p.mod[0].seq_parallel);
     /* the plan file keeps vp */
-    cJSON *j = plan_to_json(&p);
     static plan_t back;
-    CHECK_MSG(plan_from_json(j, "vp", &back, err) == UTIL_OK, "%s", err);
-    cJSON_Delete(j);
+    CHECK_MSG(test_plan_json_round_trip(&p, &back, err) == UTIL_OK, "%s", err);
     CHECK_EQ_INT(back.mod[0].vp, 2);
     CHECK(plan_from_strategy("llm:tp=2,vq=2", &m, &c, &w, PLAN_COLOCATED, 8, 1, &back, err) == UTIL_EINVAL);
     CHECK(strstr(err, "vp") != NULL);

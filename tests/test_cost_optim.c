@@ -1,6 +1,7 @@
 /* The Megatron target's AdamW step, fused or one pass per op
  * (planner/cost_optim.c, --adamw). Expected bytes worked out beside each. */
 #include "test.h"
+#include "test_fixture.h"
 #include "planner/planner_int.h"
 
 #include <stdlib.h>
@@ -51,12 +52,8 @@ TEST(adamw_choice_travels_with_the_plan)
     o.adamw = PLAN_ADAMW_FOREACH;
     CHECK(plan_from_strategy_opts("llm:dp=16,zero=3", &m, &c, &w, PLAN_COLOCATED, 16, 1, &o, &foreach, err) == UTIL_OK);
     CHECK(foreach.pred.step_time_s > fused.pred.step_time_s);
-    cJSON *j = plan_to_json(&fused);
-    CHECK(!cJSON_GetObjectItemCaseSensitive(j, "adamw"));
-    cJSON_Delete(j);
-    j = plan_to_json(&foreach);
-    CHECK(plan_from_json(j, "plan", &back, err) == UTIL_OK);
-    cJSON_Delete(j);
+    CHECK(!test_plan_json_has(&fused, "adamw"));
+    CHECK(test_plan_json_round_trip(&foreach, &back, err) == UTIL_OK);
     CHECK(back.adamw == PLAN_ADAMW_FOREACH && plan_options_of(&back).adamw == PLAN_ADAMW_FOREACH);
     plan_adamw a;
     CHECK(plan_adamw_parse("foreach", &a) == UTIL_OK && a == PLAN_ADAMW_FOREACH);

@@ -254,12 +254,8 @@ TEST(zero3_choice_travels_with_the_plan)
     o.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
     CHECK(plan_from_strategy_opts("llm:dp=16,zero=3", &m, &c, &w, PLAN_COLOCATED, 16, 1, &o, &ds, err) == UTIL_OK);
     CHECK(ds.zero3 == PLAN_ZERO3_DEEPSPEED_2021 && ds.pred.step_time_s > units.pred.step_time_s);
-    cJSON *j = plan_to_json(&units);
-    CHECK(!cJSON_GetObjectItemCaseSensitive(j, "zero3"));
-    cJSON_Delete(j);
-    j = plan_to_json(&ds);
-    CHECK(plan_from_json(j, "plan", &back, err) == UTIL_OK);
-    cJSON_Delete(j);
+    CHECK(!test_plan_json_has(&units, "zero3"));
+    CHECK(test_plan_json_round_trip(&ds, &back, err) == UTIL_OK);
     CHECK(back.zero3 == PLAN_ZERO3_DEEPSPEED_2021);
     plan_options ob = plan_options_of(&back);
     CHECK(ob.zero3 == PLAN_ZERO3_DEEPSPEED_2021);

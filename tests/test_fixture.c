@@ -69,6 +69,22 @@ cost_gpu test_round_gpu(void)
     return g;
 }
 
+int test_plan_json_round_trip(const plan_t *p, plan_t *back, char *err)
+{
+    cJSON *j = plan_to_json(p);
+    int rc = plan_from_json(j, "plan", back, err);
+    cJSON_Delete(j);
+    return rc;
+}
+
+bool test_plan_json_has(const plan_t *p, const char *key)
+{
+    cJSON *j = plan_to_json(p);
+    bool has = cJSON_GetObjectItemCaseSensitive(j, key) != NULL;
+    cJSON_Delete(j);
+    return has;
+}
+
 plan_options test_dhp_fp32(void)
 {
     plan_options o;

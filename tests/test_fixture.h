@@ -35,4 +35,9 @@ int test_import_hf(const char *file, model_t *m, char *err);
 /* m through model_to_json and model_from_json into back. */
 int test_model_json_round_trip(const model_t *m, model_t *back, char *err);
 
+/* p through plan_to_json and plan_from_json into back. */
+int test_plan_json_round_trip(const plan_t *p, plan_t *back, char *err);
+/* Whether p's plan file (plan_to_json) writes the top-level key. */
+bool test_plan_json_has(const plan_t *p, const char *key);
+
 #endif
