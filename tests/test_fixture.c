@@ -85,20 +85,14 @@ bool test_plan_json_has(const plan_t *p, const char *key)
     return has;
 }
 
-plan_options test_dhp_fp32(void)
+static plan_options options_for(plan_target t, plan_precision prec)
 {
     plan_options o;
     plan_options_default(&o);
-    o.precision = PLAN_OPT_FP32;
-    o.target = PLAN_TARGET_DHP;
+    o.target = t;
+    o.precision = prec;
     return o;
 }
 
-plan_options test_megatron_autocast(void)
-{
-    plan_options o;
-    plan_options_default(&o);
-    o.target = PLAN_TARGET_MEGATRON;
-    o.precision = PLAN_OPT_AUTOCAST;
-    return o;
-}
+plan_options test_dhp_fp32(void) { return options_for(PLAN_TARGET_DHP, PLAN_OPT_FP32); }
+plan_options test_megatron_autocast(void) { return options_for(PLAN_TARGET_MEGATRON, PLAN_OPT_AUTOCAST); }
