@@ -102,6 +102,10 @@ typedef struct {
     int chunks, stride;
 } plan_stage;
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i);
+/* Whether s's split is one: at most PLAN_MAX_PP stages of at least one block
+ * each, holding the module's blocks, and under interleaving (vp > 1, pp > 1,
+ * at most PLAN_MAX_VP) vp equal chunks a stage. UTIL_EINVAL naming the rule. */
+int plan_stage_split_check(const model_module *mm, const plan_module *s, char *err);
 /* The j-th block (0 <= j < st->count) a stage holds. */
 int plan_stage_block(const plan_stage *st, int j);
 /* Model chunk v of a stage: one contiguous range, the stem on the first
