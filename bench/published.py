@@ -552,7 +552,9 @@ def run_dhp(dhp, c, tmp):
     pred = json.loads(p.stdout)["prediction"]
     q = subprocess.run([dhp, "memory", ppath, "--json"], capture_output=True, text=True)
     mem = json.loads(q.stdout)["modules"][0] if q.returncode == 0 else {}
-    return {"step_s": pred["step_time_s"], "fits": pred["fits"], "mfu": pred["mfu"], "mem": mem}
+    parts = json.loads(p.stdout).get("step_parts")
+    return {"step_s": pred["step_time_s"], "fits": pred["fits"], "mfu": pred["mfu"], "mem": mem,
+            "parts": parts[0] if isinstance(parts, list) and parts else None}
 
 
 # ---------------------------------------------------------------- Megatron-LM's formula
@@ -803,6 +805,26 @@ def held_out_summary(cases, by_fam, held, mem_held):
             print(f"  memory, {k:<13} {fmt_stats(stats([e for _, _, e in v]))}")
 
 
+# dhp plan --json's step_parts, grouped: (heading, keys)
+PART_GROUPS = [("GEMM", ["gemm_s"]), ("attn", ["attention_s"]), ("other", ["other_compute_s"]),
+               ("recomp", ["recompute_s"]), ("TP/SP", ["tp_comm_s", "sp_comm_s"]), ("ZeRO", ["zero_comm_s"]),
+               ("DP", ["dp_sync_s"]), ("pipe", ["stage_handoff_s", "pipeline_bubble_s"]), ("optim", ["optimizer_s"])]
+
+
+def print_parts(cases):
+    """Where each row's predicted step goes (dhp plan's step_parts), as shares of it, beside the error:
+    which term a miss would have to come from."""
+    print("\nwhere dhp's predicted step goes (% of it; dhp plan's 'where the step goes'), beside its error")
+    print(f"{'row':>3} {'source':<18} {'dhp':>7} " + " ".join(f"{h:>6}" for h, _ in PART_GROUPS))
+    for c in cases:
+        parts = c["dhp"].get("parts")
+        if c["pub_step_s"] is None or "error" in c["dhp"] or not parts or not parts.get("total_s"):
+            continue
+        shares = [100 * sum(parts.get(k, 0) for k in keys) / parts["total_s"] for _, keys in PART_GROUPS]
+        print(f"{c['idx']:>3}{'*' if c['held_out'] else ' '}{c['family']:<18} {fmt_err(c.get('err'))} "
+              + " ".join(f"{x:6.1f}" for x in shares))
+
+
 def report(cases, skipped):
     print("\nstep time: published (source's FLOP formula where it gives TFLOP/s or MFU) vs predicted")
     print(f"{'row':>3} {'source':<18} {'model':<14} {'gpus':>5} {'tp':>2} {'pp':>3} {'dp':>5} {'z':>1} {'mb':>2} "
@@ -831,6 +853,7 @@ def report(cases, skipped):
         print(f"{c['idx']:>3}{'*' if c['held_out'] else ' '}{c['family']:<18} {c['name'][:14]:<14} {c['gpus']:>5} {c['tp']:>2} {c['pp']:>3} "
               f"{c['dp']:>5} {c['zero']:>1} {c['mb']:>2} {c['rc'][:4]:<4} {c['pub_step_s']:8.3f} {d['step_s']:8.3f} "
               f"{fmt_err(e)} {fmt_err(ela)}  {'yes' if d['fits'] else 'OOM'}")
+    print_parts(cases)
     print("\nmemory per GPU, GiB: published vs predicted (dhp, llm-analysis, DeepSpeed, Megatron-LM formula);")
     print("  /layers: the source counts the transformer layers alone (no embedding, final norm, output layer or")
     print("  logits), and so does every column (dhp memory's block_states / block_activations); DeepSpeed's")

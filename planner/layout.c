@@ -32,10 +32,36 @@ plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
     /* Interleaved: each rank's blocks are vp chunks; round v holds every
      * rank's chunk v in stage order, so chunk v of stage i starts L / vp
      * blocks after its chunk v - 1 (Megatron-LM's virtual pipeline layout).
-     * plan_schedule_check refuses a split vp does not divide. */
+     * plan_stage_split_check refuses a split vp does not divide. */
     int vp = plan_vp(s), first = 0;
     for (int j = 0; j < i && j < PLAN_MAX_PP; j++) first += count[j] / vp;
     return (plan_stage){ first, i < PLAN_MAX_PP ? count[i] : 0, i == 0, i == pp - 1, vp, L / vp };
+}
+
+int plan_stage_split_check(const model_module *mm, const plan_module *s, char *err)
+{
+    int pp = s->pp > 1 ? s->pp : 1, vp = plan_vp(s);
+    if (pp > PLAN_MAX_PP || pp > mm->layers)
+        return util_fail(err, UTIL_EINVAL, "%s: pp %d: at most %d stages, and one block each (%d layers)", mm->name, pp,
+                         PLAN_MAX_PP, mm->layers);
+    if (vp > 1 && (pp == 1 || vp > PLAN_MAX_VP))
+        return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and at most %d chunks a stage", mm->name, vp, PLAN_MAX_VP);
+    int total = 0;
+    for (int i = 0; i < pp; i++) {
+        plan_stage st = plan_stage_of(mm, s, i);
+        if (st.count < 1)
+            return util_fail(err, UTIL_EINVAL, "%s: stage_layers: pipeline stage %d has no block", mm->name, i);
+        /* Interleaving splits every stage's blocks into vp equal chunks, as
+         * Megatron-LM asks (layers divisible by pp x vp). */
+        if (st.count % vp)
+            return util_fail(err, UTIL_EINVAL, "%s: vp %d needs every stage's blocks divisible by vp (stage %d holds %d)",
+                             mm->name, vp, i, st.count);
+        total += st.count;
+    }
+    if (total != mm->layers)
+        return util_fail(err, UTIL_EINVAL, "%s: stage_layers: the stages hold %d blocks, the module has %d", mm->name, total,
+                         mm->layers);
+    return UTIL_OK;
 }
 
 int plan_stage_block(const plan_stage *st, int j)
