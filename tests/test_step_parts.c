@@ -3,22 +3,16 @@
  * placement and schedule, and the GEMM and attention parts are the cost
  * model's own GEMMs and attention cores, recomputed here from costdb. */
 #include "tests/test.h"
+#include "tests/test_fixture.h"
 #include "planner/planner.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 /* A text-only LLM of `layers` blocks (hidden 512, 8 heads of 64, 2 KV heads, SwiGLU 1536, vocab 4096). */
 static model_t text_llm(int layers)
 {
-    char err[UTIL_ERR_LEN], text[512];
-    snprintf(text, sizeof text,
-             "{\"schema\": \"dhp.model/1\", \"name\": \"t\", \"modules\": [{\"name\": \"llm\", \"kind\": \"llm\","
-             " \"layers\": %d, \"hidden\": 512, \"heads\": 8, \"kv_heads\": 2, \"ffn\": 1536,"
-             " \"ffn_kind\": \"swiglu\", \"norm\": \"rmsnorm\", \"vocab\": 4096}]}", layers);
-    model_t m;
-    if (model_parse_json(text, "text_llm", &m, err)) { fprintf(stderr, "%s\n", err); abort(); }
-    return m;
+    return test_llm("text_llm", "\"layers\": %d, \"hidden\": 512, \"heads\": 8, \"kv_heads\": 2, \"ffn\": 1536,"
+                    " \"ffn_kind\": \"swiglu\", \"norm\": \"rmsnorm\", \"vocab\": 4096", layers);
 }
 
 /* The plan of `spec` for dhp run (the dhp target), evaluated: its plan_eval in *ev. */
