@@ -581,8 +581,7 @@ TEST(costdb_compute_handoff_loads_and_weighs)
     int rc = json_round_trip(&c, &back, err);
     CHECK_MSG(rc == UTIL_OK, "%s", err);
     CHECK(back.pool[0].handoff_s == 0.002);
-    CHECK_OK(parse_with_pool(GOOD_POOL(1, 2)
-                             ", \"compute_speed\": [1, 0.5]", &c, err));
+    CHECK_OK(parse_with_pool(GOOD_POOL(1, 2) ", \"compute_speed\": [1, 0.5]", &c, err));
     CHECK(c.pool[0].handoff_s == 0 && cost_share_weight(&c.pool[0], 0.0005) == 1);   /* unmeasured: even */
     static const struct { const char *extra, *want; } bad[] = {
         { ", \"compute_speed\": [1, 0.5], \"compute_handoff_s\": -0.001", "must be seconds in [0, 1]" },
