@@ -91,20 +91,24 @@ static inline int plan_vp(const plan_module *s) { return s->vp > 1 ? s->vp : 1; 
  * The split is s->stage_layers where given, else as even as the layers
  * allow with the first and the last stage a block short where pp does not
  * divide them, as Llama 3 was trained (they carry the embedding and the
- * head: 126 layers over 16 stages are 7 + 14 x 8 + 7). pp = 1: the whole module. */
+ * head: 126 layers over 16 stages are 7 + 14 x 8 + 7). pp = 1: the whole
+ * module. Interleaved (vp > 1), each stage's blocks are vp chunks as even as
+ * its count allows, the first chunks a block longer where vp does not
+ * divide it. */
 typedef struct {
     int first, count;
     bool stem, head;
-    /* Interleaved (s->vp > 1): the count blocks are `chunks` model chunks of
-     * count / chunks blocks, chunk v starting at first + v * stride (rank
-     * stage i holds virtual stages i, i + pp, ...; Narayanan et al. SC'21
-     * sec. 2.2.2). 0 or 1: one contiguous range. */
-    int chunks, stride;
+    /* Interleaved (s->vp > 1): the count blocks are `chunks` model chunks,
+     * chunk v the chunk_count[v] blocks from chunk_first[v] (rank stage i
+     * holds virtual stages i, i + pp, ...; Narayanan et al. SC'21 sec.
+     * 2.2.2); first is chunk 0's. 0 or 1: one contiguous range. */
+    int chunks;
+    int chunk_first[PLAN_MAX_VP], chunk_count[PLAN_MAX_VP];
 } plan_stage;
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i);
 /* Whether s's split is one: at most PLAN_MAX_PP stages of at least one block
  * each, holding the module's blocks, and under interleaving (vp > 1, pp > 1,
- * at most PLAN_MAX_VP) vp equal chunks a stage. UTIL_EINVAL naming the rule. */
+ * at most PLAN_MAX_VP) vp chunks of a block or more a stage. UTIL_EINVAL naming the rule. */
 int plan_stage_split_check(const model_module *mm, const plan_module *s, char *err);
 /* The j-th block (0 <= j < st->count) a stage holds. */
 int plan_stage_block(const plan_stage *st, int j);
