@@ -114,28 +114,55 @@ typedef struct {
     bool seq_parallel;
     int layer, unit;
     char prefix[32];
+    int64_t *unit_elems;      /* a sizing pass (plan_unit_sizes): each tensor's elements added to its unit's, none stored */
 } tensor_list;
 
+/* dst = a then b, cut to n bytes with its terminator. The search lays out
+ * every candidate's tensors to size its memory, so this runs millions of
+ * times: a copy, where snprintf's format parsing took most of `dhp plan`. */
+static void join(char *dst, size_t n, const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > n - 1) la = n - 1;
+    if (lb > n - 1 - la) lb = n - 1 - la;
+    memcpy(dst, a, la);
+    memcpy(dst + la, b, lb);
+    dst[la + lb] = '\0';
+}
+
+/* "layers.12." for block 12 of an LLM (blk "layers"), as join does it: without printf. */
+static void block_prefix(char *dst, size_t n, const char *blk, int b)
+{
+    char num[16], *q = num + sizeof num;
+    unsigned v = b < 0 ? 0u : (unsigned)b;
+    *--q = '\0';
+    *--q = '.';
+    do { *--q = (char)('0' + v % 10); v /= 10; } while (v && q > num + 1);
+    *--q = '.';
+    join(dst, n, blk, q);
+}
+
+/* The next tensor, or NULL past the list's capacity (a counting pass). */
 static plan_tensor *add(tensor_list *l, const char *name, plan_tensor_role role, int ndim, int64_t d0, int64_t d1,
                         float std, float cst)
 {
-    plan_tensor t;
-    memset(&t, 0, sizeof t);
-    snprintf(t.name, sizeof t.name, "%s%s", l->prefix, name);
-    t.role = role;
-    t.layer = l->layer;
-    t.unit = l->unit;
-    t.ndim = ndim;
-    t.shape[0] = t.full[0] = d0;
-    t.shape[1] = t.full[1] = ndim > 1 ? d1 : 1;
-    t.split_axis = -1;
-    t.decay = ndim >= 2;
-    t.init_std = std;
-    t.init_const = cst;
     int i = l->n++;
+    if (l->unit_elems) l->unit_elems[l->unit] += d0 * (ndim > 1 ? d1 : 1);
     if (i >= l->cap) return NULL;
-    l->out[i] = t;
-    return &l->out[i];
+    plan_tensor *t = &l->out[i];
+    memset(t, 0, sizeof *t);
+    join(t->name, sizeof t->name, l->prefix, name);
+    t->role = role;
+    t->layer = l->layer;
+    t->unit = l->unit;
+    t->ndim = ndim;
+    t->shape[0] = t->full[0] = d0;
+    t->shape[1] = t->full[1] = ndim > 1 ? d1 : 1;
+    t->split_axis = -1;
+    t->decay = ndim >= 2;
+    t->init_std = std;
+    t->init_const = cst;
+    return t;
 }
 
 /* This rank's slice along axis (0 rows, 1 columns) of a tensor split over the tp group. */
@@ -162,7 +189,7 @@ static void block(tensor_list *l, const model_module *mm, int b)
     float std_out = INIT_STD / sqrtf(2.0f * (float)mm->layers);
     const char *blk = mm->kind == MODEL_LLM ? "layers" : "blocks";
     bool ln = mm->norm == MODEL_NORM_LAYERNORM, swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
-    snprintf(l->prefix, sizeof l->prefix, "%s.%d.", blk, b);
+    block_prefix(l->prefix, sizeof l->prefix, blk, b);
     seq_partial(l, add(l, "norm1.weight", PLAN_TW_LN1, 1, d, 1, 0, 1));
     if (ln) seq_partial(l, add(l, "norm1.bias", PLAN_TW_LN1_B, 1, d, 1, 0, 0));
     split(l, add(l, "attn.q.weight", PLAN_TW_WQ, 2, qd, d, INIT_STD, 0), 0);
@@ -258,11 +285,20 @@ double plan_seqpar_split(const model_module *mm, const plan_module *s)
     return mm->kind == MODEL_LLM && s->seq_parallel && s->tp > 1 ? s->tp : 1.0;
 }
 
+static int module_tensors(tensor_list *lp, const model_module *mm, const plan_stage *stage);
+
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *stage,
                         plan_tensor *out, int cap)
 {
     tensor_list l = { .out = out, .cap = cap, .tp = tp > 0 ? tp : 1, .tp_rank = tp_rank,
                       .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1, .unit = 0 };
+    return module_tensors(&l, mm, stage);
+}
+
+/* The module's tensors into l, in the order of its flat buffer; their count. */
+static int module_tensors(tensor_list *lp, const model_module *mm, const plan_stage *stage)
+{
+    tensor_list l = *lp;
     plan_stage whole = contiguous(0, mm->layers, true, true), *st = stage ? (plan_stage *)stage : &whole;
     int d = mm->hidden;
     if (mm->kind == MODEL_LLM) {
@@ -308,19 +344,12 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
 
 int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, int64_t *units)
 {
-    int n = plan_module_tensors(mm, tp, 0, false, st, NULL, 0);
-    plan_tensor *t = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
     int U = plan_module_units(mm);
     for (int u = 0; u < U; u++) units[u] = 0;
-    if (!t) return -1;
-    plan_module_tensors(mm, tp, 0, false, st, t, n);
+    tensor_list l = { .tp = tp > 0 ? tp : 1, .layer = -1, .unit = 0, .unit_elems = units };
+    module_tensors(&l, mm, st);
     int64_t total = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t e = t[i].shape[0] * t[i].shape[1];
-        units[t[i].unit] += e;
-        total += e;
-    }
-    util_free(t);
+    for (int u = 0; u < U; u++) total += units[u];
     return total;
 }
 
