@@ -115,6 +115,7 @@ typedef struct {
     int layer, unit;
     char prefix[32];
     int64_t *unit_elems;      /* a sizing pass (plan_unit_sizes): each tensor's elements added to its unit's, none stored */
+    int64_t *largest;         /* where given: the largest tensor's elements so far */
 } tensor_list;
 
 /* dst = a then b, cut to n bytes with its terminator. The search lays out
@@ -147,7 +148,9 @@ static plan_tensor *add(tensor_list *l, const char *name, plan_tensor_role role,
                         float std, float cst)
 {
     int i = l->n++;
-    if (l->unit_elems) l->unit_elems[l->unit] += d0 * (ndim > 1 ? d1 : 1);
+    int64_t e = d0 * (ndim > 1 ? d1 : 1);
+    if (l->unit_elems) l->unit_elems[l->unit] += e;
+    if (l->largest && e > *l->largest) *l->largest = e;
     if (i >= l->cap) return NULL;
     plan_tensor *t = &l->out[i];
     memset(t, 0, sizeof *t);
@@ -353,6 +356,15 @@ int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, in
     return total;
 }
 
+int64_t plan_largest_tensor(const model_module *mm, int tp, bool seq_parallel, const plan_stage *st)
+{
+    int64_t largest = 0;
+    tensor_list l = { .tp = tp > 0 ? tp : 1, .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1,
+                      .largest = &largest };
+    module_tensors(&l, mm, st);
+    return largest;
+}
+
 /* ---------------------------------------------------------------- ZeRO buffers */
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -394,15 +406,35 @@ plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s,
 
 static size_t pad16(double elems) { return (size_t)ceil(elems / 16.0) * 16; }
 
+/* A byte-summing pass (plan_module_act_bytes): each tensor added to its
+ * class as it is listed, none stored. */
+typedef struct {
+    double fp32_bytes, saved, block_saved, scratch, logits;
+    double largest;           /* the largest tensor's elements */
+} act_sums;
+
 typedef struct {
     plan_act *out;
     int cap, n;
+    act_sums *sums;
 } act_list;
+
+static void act_sum(act_sums *m, plan_act a)
+{
+    double bytes = (double)a.elems * (a.bf16 ? 2.0 : m->fp32_bytes);
+    if (a.id == PLAN_ACT_LOGITS || a.id == PLAN_ACT_DLOGITS) m->logits += bytes;
+    else if (a.saved) m->saved += bytes;
+    else m->scratch += bytes;
+    if (a.saved && a.layer >= 0) m->block_saved += bytes;
+    if ((double)a.elems > m->largest) m->largest = (double)a.elems;
+}
 
 static void act_typed(act_list *l, plan_act_id id, int layer, bool saved, bool bf16, double elems)
 {
     int i = l->n++;
-    if (i < l->cap) l->out[i] = (plan_act){ id, layer, saved, bf16, pad16(elems) };
+    plan_act a = { id, layer, saved, bf16, pad16(elems) };
+    if (l->sums) act_sum(l->sums, a);
+    if (i < l->cap) l->out[i] = a;
 }
 
 static void act(act_list *l, plan_act_id id, int layer, bool saved, double elems)
@@ -495,7 +527,7 @@ int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const pl
                           double *elems)
 {
     plan_act a[PLAN_NACT_BLOCK];
-    act_list l = { a, PLAN_NACT_BLOCK, 0 };
+    act_list l = { a, PLAN_NACT_BLOCK, 0, NULL };
     block_acts(&l, mm, s, st, N, true, layer);
     int n = 0;
     for (int i = 0; i < l.n && i < l.cap; i++)
@@ -503,10 +535,19 @@ int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const pl
     return n;
 }
 
+static int module_acts(act_list *lp, const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows);
+
 int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
                      int cap)
 {
-    act_list l = { out, cap, 0 };
+    act_list l = { out, cap, 0, NULL };
+    return module_acts(&l, mm, s, stage, rows);
+}
+
+/* The stage's activations into l (plan_module_acts); their count. */
+static int module_acts(act_list *lp, const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows)
+{
+    act_list l = *lp;
     plan_stage st = plan_vstage_of(mm, s, stage);
     double tp = s->tp, N = rows->rows, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
@@ -598,17 +639,19 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
 void plan_module_act_bytes(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
                            double fp32_bytes, double *saved, double *block_saved, double *scratch, double *logits)
 {
-    int n = plan_module_acts(mm, s, stage, rows, NULL, 0);
-    plan_act *a = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *a);
-    *saved = *block_saved = *scratch = *logits = 0;
-    if (!a) return;
-    plan_module_acts(mm, s, stage, rows, a, n);
-    for (int i = 0; i < n; i++) {
-        double bytes = (double)a[i].elems * (a[i].bf16 ? 2.0 : fp32_bytes);
-        if (a[i].id == PLAN_ACT_LOGITS || a[i].id == PLAN_ACT_DLOGITS) *logits += bytes;
-        else if (a[i].saved) *saved += bytes;
-        else *scratch += bytes;
-        if (a[i].saved && a[i].layer >= 0) *block_saved += bytes;
-    }
-    util_free(a);
+    act_sums m = { .fp32_bytes = fp32_bytes };
+    act_list l = { NULL, 0, 0, &m };
+    module_acts(&l, mm, s, stage, rows);
+    *saved = m.saved;
+    *block_saved = m.block_saved;
+    *scratch = m.scratch;
+    *logits = m.logits;
+}
+
+double plan_largest_act(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows)
+{
+    act_sums m = { .fp32_bytes = 4 };
+    act_list l = { NULL, 0, 0, &m };
+    module_acts(&l, mm, s, stage, rows);
+    return m.largest;
 }

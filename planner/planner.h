@@ -532,6 +532,8 @@ static inline bool plan_module_rotary(const model_module *mm)
 /* Elements of each unit of stage st (NULL: all) on one tp rank (units[plan_module_units], 0 for the
  * units another stage holds); returns the stage's total. */
 int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, int64_t *units);
+/* The largest tensor of stage st on one tp rank, elements. */
+int64_t plan_largest_tensor(const model_module *mm, int tp, bool seq_parallel, const plan_stage *st);
 
 /* The ZeRO buffers of one module under the executor's strategies
  * (executor/dp_*.c), in elements: units of n_u elements are split in `shard`
@@ -650,6 +652,8 @@ int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const pl
  * block_saved: of the saved ones, the blocks' own (one layer's each). */
 void plan_module_act_bytes(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
                            double fp32_bytes, double *saved, double *block_saved, double *scratch, double *logits);
+/* The largest activation of the list (plan_module_acts), elements. */
+double plan_largest_act(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows);
 
 /* ---- context parallelism (sp > 1) of the LLM: planner/seqlayout.c ----
  * Ulysses (DeepSpeed-Ulysses, Jacobs et al., arXiv 2309.14509) where tp * sp
