@@ -537,6 +537,33 @@ int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const pl
 
 static int module_acts(act_list *lp, const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows);
 
+/* A summing pass over the stage's blocks: a block's list depends on the
+ * layer only through whether it runs Ulysses (plan_cp_layer), so one block
+ * of each kind is listed and counted as many times as the stage has. */
+static void per_layer_sums(act_list *l, const model_module *mm, const plan_module *s, const plan_stage *st, double N,
+                           bool bf16)
+{
+    int count[2] = { 0, 0 }, first[2] = { -1, -1 };
+    for (int j = 0; j < st->count; j++) {
+        int b = plan_stage_block(st, j), u = plan_cp_layer(mm, s, b, N) == PLAN_CP_ULYSSES;
+        if (first[u] < 0) first[u] = b;
+        count[u]++;
+    }
+    for (int u = 0; u < 2; u++) {
+        if (!count[u]) continue;
+        act_sums one = { .fp32_bytes = l->sums->fp32_bytes };
+        act_list t = { NULL, 0, 0, &one };
+        block_acts(&t, mm, s, st, N, bf16, first[u]);
+        act_sums *m = l->sums;
+        m->saved += count[u] * one.saved;
+        m->block_saved += count[u] * one.block_saved;
+        m->scratch += count[u] * one.scratch;
+        m->logits += count[u] * one.logits;
+        m->largest = fmax(m->largest, one.largest);
+        l->n += count[u] * t.n;
+    }
+}
+
 int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
                      int cap)
 {
@@ -554,7 +581,8 @@ static int module_acts(act_list *lp, const model_module *mm, const plan_module *
     double split = plan_seqpar_split(mm, s);
     bool seqpar = split > 1;
     double Nl = N / split;
-    for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, &st, N, rows->bf16, b);
+    if (l.sums) per_layer_sums(&l, mm, s, &st, N, rows->bf16);
+    else for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, &st, N, rows->bf16, b);
     block_acts(&l, mm, s, &st, N, rows->bf16, -1);
     if (stage_ulysses(mm, s, &st, N)) {
         act(&l, PLAN_ACT_SP_PACK, -1, false, N * fmax(qd, kd));
