@@ -537,18 +537,26 @@ int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const pl
 
 static int module_acts(act_list *lp, const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows);
 
+void plan_stage_block_kinds(const model_module *mm, const plan_module *s, const plan_stage *st, double N, int first[2],
+                            int count[2])
+{
+    count[0] = count[1] = 0;
+    first[0] = first[1] = -1;
+    for (int j = 0; j < st->count; j++) {
+        int b = plan_stage_block(st, j), u = plan_cp_layer(mm, s, b, N) == PLAN_CP_ULYSSES;
+        if (first[u] < 0) first[u] = b;
+        count[u]++;
+    }
+}
+
 /* A summing pass over the stage's blocks: a block's list depends on the
  * layer only through whether it runs Ulysses (plan_cp_layer), so one block
  * of each kind is listed and counted as many times as the stage has. */
 static void per_layer_sums(act_list *l, const model_module *mm, const plan_module *s, const plan_stage *st, double N,
                            bool bf16)
 {
-    int count[2] = { 0, 0 }, first[2] = { -1, -1 };
-    for (int j = 0; j < st->count; j++) {
-        int b = plan_stage_block(st, j), u = plan_cp_layer(mm, s, b, N) == PLAN_CP_ULYSSES;
-        if (first[u] < 0) first[u] = b;
-        count[u]++;
-    }
+    int count[2], first[2];
+    plan_stage_block_kinds(mm, s, st, N, first, count);
     for (int u = 0; u < 2; u++) {
         if (!count[u]) continue;
         act_sums one = { .fp32_bytes = l->sums->fp32_bytes };

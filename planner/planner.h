@@ -647,6 +647,11 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
  * the run saves bf16 (the list's), into elems[0 .. n) (n <= PLAN_NACT_BLOCK). */
 int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const plan_stage *st, int layer, double N,
                           double *elems);
+/* A block's activations depend on its layer only through whether it runs
+ * Ulysses (plan_cp_layer): of stage st's blocks on N rows, count[1] do and
+ * count[0] do not, first[u] the first of each (-1: none). */
+void plan_stage_block_kinds(const model_module *mm, const plan_module *s, const plan_stage *st, double N, int first[2],
+                            int count[2]);
 /* The same summed in bytes, fp32 elements at fp32_bytes each and bf16 ones
  * at 2: saved and scratch, and the LM head's logits part of the saved ones;
  * block_saved: of the saved ones, the blocks' own (one layer's each). */
