@@ -14,10 +14,19 @@
 
 /* ---------------------------------------------------------------- stages */
 
+/* One contiguous range of blocks, as a stage (or a model chunk) of one chunk. */
+static plan_stage contiguous(int first, int count, bool stem, bool head)
+{
+    plan_stage st = { .first = first, .count = count, .stem = stem, .head = head, .chunks = 1 };
+    st.chunk_first[0] = first;
+    st.chunk_count[0] = count;
+    return st;
+}
+
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
 {
     int pp = s && s->pp > 1 ? s->pp : 1, L = mm->layers;
-    if (pp == 1 || i < 0) return (plan_stage){ 0, L, true, true, 1, 0 };
+    if (pp == 1 || i < 0) return contiguous(0, L, true, true);
     int count[PLAN_MAX_PP];
     bool given = false;
     for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) given |= s->stage_layers[j] > 0;
@@ -29,13 +38,23 @@ plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
         /* the shortfall comes off the ends first: stage 0, pp - 1, 1, pp - 2, ... */
         for (int t = 0; t < short_by; t++) count[t % 2 ? pp - 1 - t / 2 : t / 2]--;
     }
-    /* Interleaved: each rank's blocks are vp chunks; round v holds every
-     * rank's chunk v in stage order, so chunk v of stage i starts L / vp
-     * blocks after its chunk v - 1 (Megatron-LM's virtual pipeline layout).
-     * plan_stage_split_check refuses a split vp does not divide. */
-    int vp = plan_vp(s), first = 0;
-    for (int j = 0; j < i && j < PLAN_MAX_PP; j++) first += count[j] / vp;
-    return (plan_stage){ first, i < PLAN_MAX_PP ? count[i] : 0, i == 0, i == pp - 1, vp, L / vp };
+    /* Interleaved: round v holds every rank's chunk v in stage order
+     * (Megatron-LM's virtual pipeline layout), so virtual stage v pp + j
+     * starts after the blocks of the virtual stages before it. */
+    int vp = plan_vp(s) < PLAN_MAX_VP ? plan_vp(s) : PLAN_MAX_VP, first = 0;
+    plan_stage st = contiguous(0, i < PLAN_MAX_PP ? count[i] : 0, i == 0, i == pp - 1);
+    st.chunks = vp;
+    for (int v = 0; v < vp; v++)
+        for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) {
+            int c = count[j] / vp + (v < count[j] % vp);
+            if (j == i) {
+                st.chunk_first[v] = first;
+                st.chunk_count[v] = c;
+            }
+            first += c;
+        }
+    st.first = st.chunk_first[0];
+    return st;
 }
 
 int plan_stage_split_check(const model_module *mm, const plan_module *s, char *err)
@@ -51,10 +70,9 @@ int plan_stage_split_check(const model_module *mm, const plan_module *s, char *e
         plan_stage st = plan_stage_of(mm, s, i);
         if (st.count < 1)
             return util_fail(err, UTIL_EINVAL, "%s: stage_layers: pipeline stage %d has no block", mm->name, i);
-        /* Interleaving splits every stage's blocks into vp equal chunks, as
-         * Megatron-LM asks (layers divisible by pp x vp). */
-        if (st.count % vp)
-            return util_fail(err, UTIL_EINVAL, "%s: vp %d needs every stage's blocks divisible by vp (stage %d holds %d)",
+        /* Interleaving splits every stage's blocks into vp chunks of a block or more */
+        if (st.count < vp)
+            return util_fail(err, UTIL_EINVAL, "%s: vp %d needs at least vp blocks a stage (stage %d holds %d)",
                              mm->name, vp, i, st.count);
         total += st.count;
     }
@@ -66,16 +84,17 @@ int plan_stage_split_check(const model_module *mm, const plan_module *s, char *e
 
 int plan_stage_block(const plan_stage *st, int j)
 {
-    if (st->chunks <= 1) return st->first + j;
-    int per = st->count / st->chunks;
-    return per > 0 ? st->first + j / per * st->stride + j % per : st->first + j;
+    for (int v = 0; st->chunks > 1 && v < st->chunks && v < PLAN_MAX_VP; v++) {
+        if (j < st->chunk_count[v]) return st->chunk_first[v] + j;
+        j -= st->chunk_count[v];
+    }
+    return st->first + j;
 }
 
 plan_stage plan_stage_chunk(const plan_stage *st, int v)
 {
-    if (st->chunks <= 1) return *st;
-    int per = st->count / st->chunks;
-    return (plan_stage){ st->first + v * st->stride, per, st->stem && v == 0, st->head && v == st->chunks - 1, 1, 0 };
+    if (st->chunks <= 1 || v < 0 || v >= PLAN_MAX_VP) return *st;
+    return contiguous(st->chunk_first[v], st->chunk_count[v], st->stem && v == 0, st->head && v == st->chunks - 1);
 }
 
 plan_stage plan_vstage_of(const model_module *mm, const plan_module *s, int g)
@@ -95,28 +114,58 @@ typedef struct {
     bool seq_parallel;
     int layer, unit;
     char prefix[32];
+    int64_t *unit_elems;      /* a sizing pass (plan_unit_sizes): each tensor's elements added to its unit's, none stored */
+    int64_t *largest;         /* where given: the largest tensor's elements so far */
 } tensor_list;
 
+/* dst = a then b, cut to n bytes with its terminator. The search lays out
+ * every candidate's tensors to size its memory, so this runs millions of
+ * times: a copy, where snprintf's format parsing took most of `dhp plan`. */
+static void join(char *dst, size_t n, const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > n - 1) la = n - 1;
+    if (lb > n - 1 - la) lb = n - 1 - la;
+    memcpy(dst, a, la);
+    memcpy(dst + la, b, lb);
+    dst[la + lb] = '\0';
+}
+
+/* "layers.12." for block 12 of an LLM (blk "layers"), as join does it: without printf. */
+static void block_prefix(char *dst, size_t n, const char *blk, int b)
+{
+    char num[16], *q = num + sizeof num;
+    unsigned v = b < 0 ? 0u : (unsigned)b;
+    *--q = '\0';
+    *--q = '.';
+    do { *--q = (char)('0' + v % 10); v /= 10; } while (v && q > num + 1);
+    *--q = '.';
+    join(dst, n, blk, q);
+}
+
+/* The next tensor, or NULL past the list's capacity (a counting pass). */
 static plan_tensor *add(tensor_list *l, const char *name, plan_tensor_role role, int ndim, int64_t d0, int64_t d1,
                         float std, float cst)
 {
-    plan_tensor t;
-    memset(&t, 0, sizeof t);
-    snprintf(t.name, sizeof t.name, "%s%s", l->prefix, name);
-    t.role = role;
-    t.layer = l->layer;
-    t.unit = l->unit;
-    t.ndim = ndim;
-    t.shape[0] = t.full[0] = d0;
-    t.shape[1] = t.full[1] = ndim > 1 ? d1 : 1;
-    t.split_axis = -1;
-    t.decay = ndim >= 2;
-    t.init_std = std;
-    t.init_const = cst;
     int i = l->n++;
+    int64_t e = d0 * (ndim > 1 ? d1 : 1);
+    if (l->unit_elems) l->unit_elems[l->unit] += e;
+    if (l->largest && e > *l->largest) *l->largest = e;
     if (i >= l->cap) return NULL;
-    l->out[i] = t;
-    return &l->out[i];
+    plan_tensor *t = &l->out[i];
+    memset(t, 0, sizeof *t);
+    join(t->name, sizeof t->name, l->prefix, name);
+    t->role = role;
+    t->layer = l->layer;
+    t->unit = l->unit;
+    t->ndim = ndim;
+    t->shape[0] = t->full[0] = d0;
+    t->shape[1] = t->full[1] = ndim > 1 ? d1 : 1;
+    t->split_axis = -1;
+    t->decay = ndim >= 2;
+    t->init_std = std;
+    t->init_const = cst;
+    return t;
 }
 
 /* This rank's slice along axis (0 rows, 1 columns) of a tensor split over the tp group. */
@@ -143,7 +192,7 @@ static void block(tensor_list *l, const model_module *mm, int b)
     float std_out = INIT_STD / sqrtf(2.0f * (float)mm->layers);
     const char *blk = mm->kind == MODEL_LLM ? "layers" : "blocks";
     bool ln = mm->norm == MODEL_NORM_LAYERNORM, swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
-    snprintf(l->prefix, sizeof l->prefix, "%s.%d.", blk, b);
+    block_prefix(l->prefix, sizeof l->prefix, blk, b);
     seq_partial(l, add(l, "norm1.weight", PLAN_TW_LN1, 1, d, 1, 0, 1));
     if (ln) seq_partial(l, add(l, "norm1.bias", PLAN_TW_LN1_B, 1, d, 1, 0, 0));
     split(l, add(l, "attn.q.weight", PLAN_TW_WQ, 2, qd, d, INIT_STD, 0), 0);
@@ -239,12 +288,21 @@ double plan_seqpar_split(const model_module *mm, const plan_module *s)
     return mm->kind == MODEL_LLM && s->seq_parallel && s->tp > 1 ? s->tp : 1.0;
 }
 
+static int module_tensors(tensor_list *lp, const model_module *mm, const plan_stage *stage);
+
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *stage,
                         plan_tensor *out, int cap)
 {
     tensor_list l = { .out = out, .cap = cap, .tp = tp > 0 ? tp : 1, .tp_rank = tp_rank,
                       .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1, .unit = 0 };
-    plan_stage whole = { 0, mm->layers, true, true, 1, 0 }, *st = stage ? (plan_stage *)stage : &whole;
+    return module_tensors(&l, mm, stage);
+}
+
+/* The module's tensors into l, in the order of its flat buffer; their count. */
+static int module_tensors(tensor_list *lp, const model_module *mm, const plan_stage *stage)
+{
+    tensor_list l = *lp;
+    plan_stage whole = contiguous(0, mm->layers, true, true), *st = stage ? (plan_stage *)stage : &whole;
     int d = mm->hidden;
     if (mm->kind == MODEL_LLM) {
         int vocab_n = mm->vocab / l.tp;
@@ -289,20 +347,22 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
 
 int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, int64_t *units)
 {
-    int n = plan_module_tensors(mm, tp, 0, false, st, NULL, 0);
-    plan_tensor *t = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
     int U = plan_module_units(mm);
     for (int u = 0; u < U; u++) units[u] = 0;
-    if (!t) return -1;
-    plan_module_tensors(mm, tp, 0, false, st, t, n);
+    tensor_list l = { .tp = tp > 0 ? tp : 1, .layer = -1, .unit = 0, .unit_elems = units };
+    module_tensors(&l, mm, st);
     int64_t total = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t e = t[i].shape[0] * t[i].shape[1];
-        units[t[i].unit] += e;
-        total += e;
-    }
-    util_free(t);
+    for (int u = 0; u < U; u++) total += units[u];
     return total;
+}
+
+int64_t plan_largest_tensor(const model_module *mm, int tp, bool seq_parallel, const plan_stage *st)
+{
+    int64_t largest = 0;
+    tensor_list l = { .tp = tp > 0 ? tp : 1, .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1,
+                      .largest = &largest };
+    module_tensors(&l, mm, st);
+    return largest;
 }
 
 /* ---------------------------------------------------------------- ZeRO buffers */
@@ -346,15 +406,35 @@ plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s,
 
 static size_t pad16(double elems) { return (size_t)ceil(elems / 16.0) * 16; }
 
+/* A byte-summing pass (plan_module_act_bytes): each tensor added to its
+ * class as it is listed, none stored. */
+typedef struct {
+    double fp32_bytes, saved, block_saved, scratch, logits;
+    double largest;           /* the largest tensor's elements */
+} act_sums;
+
 typedef struct {
     plan_act *out;
     int cap, n;
+    act_sums *sums;
 } act_list;
+
+static void act_sum(act_sums *m, plan_act a)
+{
+    double bytes = (double)a.elems * (a.bf16 ? 2.0 : m->fp32_bytes);
+    if (a.id == PLAN_ACT_LOGITS || a.id == PLAN_ACT_DLOGITS) m->logits += bytes;
+    else if (a.saved) m->saved += bytes;
+    else m->scratch += bytes;
+    if (a.saved && a.layer >= 0) m->block_saved += bytes;
+    if ((double)a.elems > m->largest) m->largest = (double)a.elems;
+}
 
 static void act_typed(act_list *l, plan_act_id id, int layer, bool saved, bool bf16, double elems)
 {
     int i = l->n++;
-    if (i < l->cap) l->out[i] = (plan_act){ id, layer, saved, bf16, pad16(elems) };
+    plan_act a = { id, layer, saved, bf16, pad16(elems) };
+    if (l->sums) act_sum(l->sums, a);
+    if (i < l->cap) l->out[i] = a;
 }
 
 static void act(act_list *l, plan_act_id id, int layer, bool saved, double elems)
@@ -447,7 +527,7 @@ int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const pl
                           double *elems)
 {
     plan_act a[PLAN_NACT_BLOCK];
-    act_list l = { a, PLAN_NACT_BLOCK, 0 };
+    act_list l = { a, PLAN_NACT_BLOCK, 0, NULL };
     block_acts(&l, mm, s, st, N, true, layer);
     int n = 0;
     for (int i = 0; i < l.n && i < l.cap; i++)
@@ -455,17 +535,62 @@ int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const pl
     return n;
 }
 
+static int module_acts(act_list *lp, const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows);
+
+void plan_stage_block_kinds(const model_module *mm, const plan_module *s, const plan_stage *st, double N, int first[2],
+                            int count[2])
+{
+    count[0] = count[1] = 0;
+    first[0] = first[1] = -1;
+    for (int j = 0; j < st->count; j++) {
+        int b = plan_stage_block(st, j), u = plan_cp_layer(mm, s, b, N) == PLAN_CP_ULYSSES;
+        if (first[u] < 0) first[u] = b;
+        count[u]++;
+    }
+}
+
+/* A summing pass over the stage's blocks: a block's list depends on the
+ * layer only through whether it runs Ulysses (plan_cp_layer), so one block
+ * of each kind is listed and counted as many times as the stage has. */
+static void per_layer_sums(act_list *l, const model_module *mm, const plan_module *s, const plan_stage *st, double N,
+                           bool bf16)
+{
+    int count[2], first[2];
+    plan_stage_block_kinds(mm, s, st, N, first, count);
+    for (int u = 0; u < 2; u++) {
+        if (!count[u]) continue;
+        act_sums one = { .fp32_bytes = l->sums->fp32_bytes };
+        act_list t = { NULL, 0, 0, &one };
+        block_acts(&t, mm, s, st, N, bf16, first[u]);
+        act_sums *m = l->sums;
+        m->saved += count[u] * one.saved;
+        m->block_saved += count[u] * one.block_saved;
+        m->scratch += count[u] * one.scratch;
+        m->logits += count[u] * one.logits;
+        m->largest = fmax(m->largest, one.largest);
+        l->n += count[u] * t.n;
+    }
+}
+
 int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
                      int cap)
 {
-    act_list l = { out, cap, 0 };
+    act_list l = { out, cap, 0, NULL };
+    return module_acts(&l, mm, s, stage, rows);
+}
+
+/* The stage's activations into l (plan_module_acts); their count. */
+static int module_acts(act_list *lp, const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows)
+{
+    act_list l = *lp;
     plan_stage st = plan_vstage_of(mm, s, stage);
     double tp = s->tp, N = rows->rows, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
     double split = plan_seqpar_split(mm, s);
     bool seqpar = split > 1;
     double Nl = N / split;
-    for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, &st, N, rows->bf16, b);
+    if (l.sums) per_layer_sums(&l, mm, s, &st, N, rows->bf16);
+    else for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, &st, N, rows->bf16, b);
     block_acts(&l, mm, s, &st, N, rows->bf16, -1);
     if (stage_ulysses(mm, s, &st, N)) {
         act(&l, PLAN_ACT_SP_PACK, -1, false, N * fmax(qd, kd));
@@ -550,17 +675,19 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
 void plan_module_act_bytes(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
                            double fp32_bytes, double *saved, double *block_saved, double *scratch, double *logits)
 {
-    int n = plan_module_acts(mm, s, stage, rows, NULL, 0);
-    plan_act *a = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *a);
-    *saved = *block_saved = *scratch = *logits = 0;
-    if (!a) return;
-    plan_module_acts(mm, s, stage, rows, a, n);
-    for (int i = 0; i < n; i++) {
-        double bytes = (double)a[i].elems * (a[i].bf16 ? 2.0 : fp32_bytes);
-        if (a[i].id == PLAN_ACT_LOGITS || a[i].id == PLAN_ACT_DLOGITS) *logits += bytes;
-        else if (a[i].saved) *saved += bytes;
-        else *scratch += bytes;
-        if (a[i].saved && a[i].layer >= 0) *block_saved += bytes;
-    }
-    util_free(a);
+    act_sums m = { .fp32_bytes = fp32_bytes };
+    act_list l = { NULL, 0, 0, &m };
+    module_acts(&l, mm, s, stage, rows);
+    *saved = m.saved;
+    *block_saved = m.block_saved;
+    *scratch = m.scratch;
+    *logits = m.logits;
+}
+
+double plan_largest_act(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows)
+{
+    act_sums m = { .fp32_bytes = 4 };
+    act_list l = { NULL, 0, 0, &m };
+    module_acts(&l, mm, s, stage, rows);
+    return m.largest;
 }

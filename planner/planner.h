@@ -91,20 +91,24 @@ static inline int plan_vp(const plan_module *s) { return s->vp > 1 ? s->vp : 1; 
  * The split is s->stage_layers where given, else as even as the layers
  * allow with the first and the last stage a block short where pp does not
  * divide them, as Llama 3 was trained (they carry the embedding and the
- * head: 126 layers over 16 stages are 7 + 14 x 8 + 7). pp = 1: the whole module. */
+ * head: 126 layers over 16 stages are 7 + 14 x 8 + 7). pp = 1: the whole
+ * module. Interleaved (vp > 1), each stage's blocks are vp chunks as even as
+ * its count allows, the first chunks a block longer where vp does not
+ * divide it. */
 typedef struct {
     int first, count;
     bool stem, head;
-    /* Interleaved (s->vp > 1): the count blocks are `chunks` model chunks of
-     * count / chunks blocks, chunk v starting at first + v * stride (rank
-     * stage i holds virtual stages i, i + pp, ...; Narayanan et al. SC'21
-     * sec. 2.2.2). 0 or 1: one contiguous range. */
-    int chunks, stride;
+    /* Interleaved (s->vp > 1): the count blocks are `chunks` model chunks,
+     * chunk v the chunk_count[v] blocks from chunk_first[v] (rank stage i
+     * holds virtual stages i, i + pp, ...; Narayanan et al. SC'21 sec.
+     * 2.2.2); first is chunk 0's. 0 or 1: one contiguous range. */
+    int chunks;
+    int chunk_first[PLAN_MAX_VP], chunk_count[PLAN_MAX_VP];
 } plan_stage;
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i);
 /* Whether s's split is one: at most PLAN_MAX_PP stages of at least one block
  * each, holding the module's blocks, and under interleaving (vp > 1, pp > 1,
- * at most PLAN_MAX_VP) vp equal chunks a stage. UTIL_EINVAL naming the rule. */
+ * at most PLAN_MAX_VP) vp chunks of a block or more a stage. UTIL_EINVAL naming the rule. */
 int plan_stage_split_check(const model_module *mm, const plan_module *s, char *err);
 /* The j-th block (0 <= j < st->count) a stage holds. */
 int plan_stage_block(const plan_stage *st, int j);
@@ -528,6 +532,8 @@ static inline bool plan_module_rotary(const model_module *mm)
 /* Elements of each unit of stage st (NULL: all) on one tp rank (units[plan_module_units], 0 for the
  * units another stage holds); returns the stage's total. */
 int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, int64_t *units);
+/* The largest tensor of stage st on one tp rank, elements. */
+int64_t plan_largest_tensor(const model_module *mm, int tp, bool seq_parallel, const plan_stage *st);
 
 /* The ZeRO buffers of one module under the executor's strategies
  * (executor/dp_*.c), in elements: units of n_u elements are split in `shard`
@@ -641,11 +647,18 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
  * the run saves bf16 (the list's), into elems[0 .. n) (n <= PLAN_NACT_BLOCK). */
 int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const plan_stage *st, int layer, double N,
                           double *elems);
+/* A block's activations depend on its layer only through whether it runs
+ * Ulysses (plan_cp_layer): of stage st's blocks on N rows, count[1] do and
+ * count[0] do not, first[u] the first of each (-1: none). */
+void plan_stage_block_kinds(const model_module *mm, const plan_module *s, const plan_stage *st, double N, int first[2],
+                            int count[2]);
 /* The same summed in bytes, fp32 elements at fp32_bytes each and bf16 ones
  * at 2: saved and scratch, and the LM head's logits part of the saved ones;
  * block_saved: of the saved ones, the blocks' own (one layer's each). */
 void plan_module_act_bytes(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
                            double fp32_bytes, double *saved, double *block_saved, double *scratch, double *logits);
+/* The largest activation of the list (plan_module_acts), elements. */
+double plan_largest_act(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows);
 
 /* ---- context parallelism (sp > 1) of the LLM: planner/seqlayout.c ----
  * Ulysses (DeepSpeed-Ulysses, Jacobs et al., arXiv 2309.14509) where tp * sp
