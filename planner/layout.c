@@ -5,6 +5,7 @@
 #include "planner/planner.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -143,6 +144,8 @@ static void block_prefix(char *dst, size_t n, const char *blk, int b)
     join(dst, n, blk, q);
 }
 
+_Static_assert(offsetof(plan_tensor, name) == 0, "add() zeroes a tensor after its name");
+
 /* The next tensor, or NULL past the list's capacity (a counting pass). */
 static plan_tensor *add(tensor_list *l, const char *name, plan_tensor_role role, int ndim, int64_t d0, int64_t d1,
                         float std, float cst)
@@ -153,7 +156,8 @@ static plan_tensor *add(tensor_list *l, const char *name, plan_tensor_role role,
     if (l->largest && e > *l->largest) *l->largest = e;
     if (i >= l->cap) return NULL;
     plan_tensor *t = &l->out[i];
-    memset(t, 0, sizeof *t);
+    /* the name is the struct's first field and join writes it whole: zero the rest */
+    memset((char *)t + sizeof t->name, 0, sizeof *t - sizeof t->name);
     join(t->name, sizeof t->name, l->prefix, name);
     t->role = role;
     t->layer = l->layer;
@@ -192,7 +196,7 @@ static void block(tensor_list *l, const model_module *mm, int b)
     float std_out = INIT_STD / sqrtf(2.0f * (float)mm->layers);
     const char *blk = mm->kind == MODEL_LLM ? "layers" : "blocks";
     bool ln = mm->norm == MODEL_NORM_LAYERNORM, swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
-    block_prefix(l->prefix, sizeof l->prefix, blk, b);
+    if (l->n < l->cap) block_prefix(l->prefix, sizeof l->prefix, blk, b);   /* a pass that stores no tensor names none */
     seq_partial(l, add(l, "norm1.weight", PLAN_TW_LN1, 1, d, 1, 0, 1));
     if (ln) seq_partial(l, add(l, "norm1.bias", PLAN_TW_LN1_B, 1, d, 1, 0, 0));
     split(l, add(l, "attn.q.weight", PLAN_TW_WQ, 2, qd, d, INIT_STD, 0), 0);
