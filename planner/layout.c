@@ -5,6 +5,7 @@
 #include "planner/planner.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -116,6 +117,7 @@ typedef struct {
     char prefix[32];
     int64_t *unit_elems;      /* a sizing pass (plan_unit_sizes): each tensor's elements added to its unit's, none stored */
     int64_t *largest;         /* where given: the largest tensor's elements so far */
+    bool nameless;            /* stored tensors get an empty name (plan_module_tensor_shapes) */
 } tensor_list;
 
 /* dst = a then b, cut to n bytes with its terminator. The search lays out
@@ -143,6 +145,8 @@ static void block_prefix(char *dst, size_t n, const char *blk, int b)
     join(dst, n, blk, q);
 }
 
+_Static_assert(offsetof(plan_tensor, name) == 0, "add() zeroes a tensor after its name");
+
 /* The next tensor, or NULL past the list's capacity (a counting pass). */
 static plan_tensor *add(tensor_list *l, const char *name, plan_tensor_role role, int ndim, int64_t d0, int64_t d1,
                         float std, float cst)
@@ -153,8 +157,10 @@ static plan_tensor *add(tensor_list *l, const char *name, plan_tensor_role role,
     if (l->largest && e > *l->largest) *l->largest = e;
     if (i >= l->cap) return NULL;
     plan_tensor *t = &l->out[i];
-    memset(t, 0, sizeof *t);
-    join(t->name, sizeof t->name, l->prefix, name);
+    /* the name is the struct's first field and join writes it whole: zero the rest */
+    memset((char *)t + sizeof t->name, 0, sizeof *t - sizeof t->name);
+    if (l->nameless) t->name[0] = '\0';
+    else join(t->name, sizeof t->name, l->prefix, name);
     t->role = role;
     t->layer = l->layer;
     t->unit = l->unit;
@@ -192,7 +198,7 @@ static void block(tensor_list *l, const model_module *mm, int b)
     float std_out = INIT_STD / sqrtf(2.0f * (float)mm->layers);
     const char *blk = mm->kind == MODEL_LLM ? "layers" : "blocks";
     bool ln = mm->norm == MODEL_NORM_LAYERNORM, swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
-    block_prefix(l->prefix, sizeof l->prefix, blk, b);
+    if (l->n < l->cap && !l->nameless) block_prefix(l->prefix, sizeof l->prefix, blk, b);   /* only for names stored */
     seq_partial(l, add(l, "norm1.weight", PLAN_TW_LN1, 1, d, 1, 0, 1));
     if (ln) seq_partial(l, add(l, "norm1.bias", PLAN_TW_LN1_B, 1, d, 1, 0, 0));
     split(l, add(l, "attn.q.weight", PLAN_TW_WQ, 2, qd, d, INIT_STD, 0), 0);
@@ -295,6 +301,14 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
 {
     tensor_list l = { .out = out, .cap = cap, .tp = tp > 0 ? tp : 1, .tp_rank = tp_rank,
                       .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1, .unit = 0 };
+    return module_tensors(&l, mm, stage);
+}
+
+int plan_module_tensor_shapes(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *stage,
+                              plan_tensor *out, int cap)
+{
+    tensor_list l = { .out = out, .cap = cap, .tp = tp > 0 ? tp : 1, .tp_rank = tp_rank,
+                      .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1, .unit = 0, .nameless = true };
     return module_tensors(&l, mm, stage);
 }
 

@@ -517,6 +517,9 @@ typedef struct {
 double plan_seqpar_split(const model_module *mm, const plan_module *s);
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *st,
                         plan_tensor *out, int cap);
+/* The same without names (each name empty): what sizing and sharding read, at a fraction of the cost. */
+int plan_module_tensor_shapes(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *st,
+                              plan_tensor *out, int cap);
 static inline int plan_module_units(const model_module *mm) { return mm->layers + 2; }
 /* Whether the module's attention uses rotary positions (vision 2-D, LLM 1-D);
  * the audio encoder and a vision tower with learned positions (CLIP) add
