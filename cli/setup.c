@@ -68,6 +68,18 @@ int cli_int_arg(const char *cmd, const char *opt, const char *val, int lo, int h
     return 0;
 }
 
+/* An option whose value names one of an enum's members (bad: it names none
+ * of choices): 1 with the value consumed and *given set, 2 (message
+ * printed) without a value or with a bad one. */
+static int enum_arg(const char *cmd, const char *opt, const char *val, bool bad, const char *choices, bool *given, int *i)
+{
+    if (!val) { cli_usage_error(cmd, "%s needs a value", opt); return 2; }
+    if (bad) { cli_usage_error(cmd, "%s: '%s' is not %s", opt, val, choices); return 2; }
+    if (given) *given = true;
+    (*i)++;
+    return 1;
+}
+
 int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
@@ -83,74 +95,30 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
             (*i)++;
             return 1;
         }
-    if (!strcmp(a, "--model") || !strcmp(a, "--cluster") || !strcmp(a, "--precision")) {
+    if (!strcmp(a, "--model") || !strcmp(a, "--cluster")) {
         if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
         if (!strcmp(a, "--model")) s->model = val;
-        else if (!strcmp(a, "--cluster")) s->cluster = val;
-        else if (plan_precision_parse(val, &s->opt.precision)) {
-            cli_usage_error(cmd, "--precision: '%s' is not bf16-mixed, bf16-pure, bf16-autocast or fp32", val);
-            return 2;
-        } else s->precision_given = true;
+        else s->cluster = val;
         (*i)++;
         return 1;
     }
-    if (!strcmp(a, "--target")) {
-        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
-        if (plan_target_parse(val, &s->opt.target)) {
-            cli_usage_error(cmd, "--target: '%s' is not megatron or dhp", val);
-            return 2;
-        }
-        s->target_given = true;
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--zero3")) {
-        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
-        if (plan_zero3_parse(val, &s->opt.zero3)) {
-            cli_usage_error(cmd, "--zero3: '%s' is not units, fsdp2 or deepspeed-2021", val);
-            return 2;
-        }
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--adamw")) {
-        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
-        if (plan_adamw_parse(val, &s->opt.adamw)) {
-            cli_usage_error(cmd, "--adamw: '%s' is not fused or foreach", val);
-            return 2;
-        }
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--grad-reduce")) {
-        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
-        if (plan_grad_reduce_parse(val, &s->opt.grad_reduce)) {
-            cli_usage_error(cmd, "--grad-reduce: '%s' is not grads or bf16", val);
-            return 2;
-        }
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--tp-style")) {
-        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
-        if (plan_tp_style_parse(val, &s->opt.tp_style)) {
-            cli_usage_error(cmd, "--tp-style: '%s' is not megatron or dtensor", val);
-            return 2;
-        }
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--backend")) {
-        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
-        if (plan_backend_parse(val, &s->opt.backend)) {
-            cli_usage_error(cmd, "--backend: '%s' is not cuda or cpu", val);
-            return 2;
-        }
-        s->backend_given = true;
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--tf32")) { s->opt.tf32 = true; return 1; }
+    plan_options *o = &s->opt;
+    if (!strcmp(a, "--precision"))
+        return enum_arg(cmd, a, val, val && plan_precision_parse(val, &o->precision),
+                        "bf16-mixed, bf16-pure, bf16-autocast or fp32", &s->precision_given, i);
+    if (!strcmp(a, "--target"))
+        return enum_arg(cmd, a, val, val && plan_target_parse(val, &o->target), "megatron or dhp", &s->target_given, i);
+    if (!strcmp(a, "--zero3"))
+        return enum_arg(cmd, a, val, val && plan_zero3_parse(val, &o->zero3), "units, fsdp2 or deepspeed-2021", NULL, i);
+    if (!strcmp(a, "--adamw"))
+        return enum_arg(cmd, a, val, val && plan_adamw_parse(val, &o->adamw), "fused or foreach", NULL, i);
+    if (!strcmp(a, "--grad-reduce"))
+        return enum_arg(cmd, a, val, val && plan_grad_reduce_parse(val, &o->grad_reduce), "grads or bf16", NULL, i);
+    if (!strcmp(a, "--tp-style"))
+        return enum_arg(cmd, a, val, val && plan_tp_style_parse(val, &o->tp_style), "megatron or dtensor", NULL, i);
+    if (!strcmp(a, "--backend"))
+        return enum_arg(cmd, a, val, val && plan_backend_parse(val, &o->backend), "cuda or cpu", &s->backend_given, i);
+    if (!strcmp(a, "--tf32")) { o->tf32 = true; return 1; }
     if (!strcmp(a, "--json")) { s->json = true; return 1; }
     return 0;
 }
