@@ -72,6 +72,8 @@ void cli_buf_free(cli_buf *b);
 const char *cli_fmt_count(double n, char *buf, size_t len);
 void cli_print_header(const model_t *m, const cost_cluster *c, const plan_workload *w);
 void cli_print_plan(const plan_t *p);
+/* Where each module's seconds of the step go (plan_step_parts_of), one object a module; a string on error. */
+cJSON *cli_step_parts_json(const plan_t *p);
 /* One line: the backend p's memory is predicted for and what it adds (plan_backend_workspace_bytes). */
 void cli_print_backend(const plan_t *p);
 void cli_print_plan_row_header(void);

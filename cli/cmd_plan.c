@@ -134,7 +134,12 @@ static int plan_strategy(const plan_args *a)
     if (plan_from_strategy_opts(a->strategy, &m, &c, &w, pl, a->gpus, a->n_micro, &opt, &p, err)) return cli_usage_error("plan", "%s", err);
     if (plan_write(a->out, &p, err)) { fprintf(stderr, "dhp plan: %s\n", err); return 2; }
     if (a->report && cli_report_write(a->report, &p, NULL, 0, a->baselines, NULL, err)) return cli_bad_input(err);
-    if (a->setup.json) { cli_emit_json(plan_to_json(&p)); return 0; }
+    if (a->setup.json) {
+        cJSON *doc = plan_to_json(&p);
+        cJSON_AddItemToObject(doc, "step_parts", cli_step_parts_json(&p));
+        cli_emit_json(doc);
+        return 0;
+    }
     cli_print_header(&m, &c, &w);
     printf("plan from --strategy\n");
     cli_print_plan(&p);
@@ -185,6 +190,7 @@ static int plan_once(const plan_args *a)
     if (a->setup.json) {
         cJSON *doc = cJSON_CreateObject();
         cJSON_AddItemToObject(doc, "plan", plan_to_json(&r.plans[0]));
+        cJSON_AddItemToObject(doc, "step_parts", cli_step_parts_json(&r.plans[0]));
         cJSON *alts = cJSON_AddArrayToObject(doc, "alternatives");
         for (int i = 1; i < r.n_plans; i++) cJSON_AddItemToArray(alts, cli_plan_summary_json(&r.plans[i]));
         cJSON *bs = cJSON_AddArrayToObject(doc, "baselines");

@@ -64,6 +64,74 @@ static void fmt_ranks(const plan_module *s, char *buf, size_t n)
     else snprintf(buf, n, "%d-%d", s->first_rank, s->first_rank + s->n_ranks - 1);
 }
 
+/* The columns of the step's parts (plan_step_parts), as printed. */
+enum { PART_GEMM, PART_ATTN, PART_OTHER, PART_RECOMPUTE, PART_TP, PART_SP, PART_ZERO, PART_HOP, PART_BUBBLE,
+       PART_TRANSFER, PART_DP, PART_OPTIM, PART_N };
+static const struct { const char *label, *key; } part_names[PART_N] = {
+    { "GEMM", "gemm_s" }, { "attention", "attention_s" }, { "other", "other_compute_s" },
+    { "recompute", "recompute_s" }, { "TP comm", "tp_comm_s" }, { "SP comm", "sp_comm_s" },
+    { "ZeRO comm", "zero_comm_s" }, { "hand-offs", "stage_handoff_s" }, { "bubble", "pipeline_bubble_s" },
+    { "to LLM", "encoder_handoff_s" }, { "DP sync", "dp_sync_s" }, { "optimizer", "optimizer_s" },
+};
+
+static void part_values(const plan_step_parts *sp, double *v)
+{
+    const plan_micro_parts *m = &sp->micro;
+    double x[PART_N] = { m->gemm_s, m->attn_s, m->other_s, m->recompute_s, m->tp_comm_s, m->sp_comm_s, m->zero_comm_s,
+                         m->hop_s, sp->bubble_s, sp->transfer_s, sp->dp_sync_s, sp->norm_s + sp->optim_s };
+    memcpy(v, x, sizeof x);
+}
+
+/* Where each module's seconds of the step go, on the analytic model: a
+ * row of seconds and one of shares, the columns every module leaves at 0
+ * left out. Disaggregated groups run side by side: each row is its group's. */
+static void print_step_parts(const plan_t *p)
+{
+    plan_step_parts parts[MODEL_MAX_MODULES];
+    char err[UTIL_ERR_LEN];
+    if (plan_step_parts_of(p, parts, err)) {
+        printf("  where the step goes: %s\n", err);
+        return;
+    }
+    double v[MODEL_MAX_MODULES][PART_N];
+    bool shown[PART_N] = { false };
+    for (int k = 0; k < p->n_modules; k++) {
+        part_values(&parts[k], v[k]);
+        for (int i = 0; i < PART_N; i++) shown[i] |= v[k][i] > 5e-4;
+    }
+    printf("  where the step goes, seconds (analytic%s):\n  %-8s %5s",
+           p->placement == PLAN_DISAGGREGATED ? "; each group's own, the groups overlap" : "", "module", "");
+    for (int i = 0; i < PART_N; i++) if (shown[i]) printf(" %9s", part_names[i].label);
+    printf(" %9s\n", "total");
+    for (int k = 0; k < p->n_modules; k++) {
+        double total = plan_step_parts_total(&parts[k]);
+        printf("  %-8s %5s", p->mod[k].module, "s");
+        for (int i = 0; i < PART_N; i++) if (shown[i]) printf(" %9.3f", v[k][i]);
+        printf(" %9.3f\n  %-8s %5s", total, "", "share");
+        for (int i = 0; i < PART_N; i++) if (shown[i]) printf(" %8.1f%%", total > 0 ? 100 * v[k][i] / total : 0.0);
+        printf("\n");
+    }
+}
+
+cJSON *cli_step_parts_json(const plan_t *p)
+{
+    plan_step_parts parts[MODEL_MAX_MODULES];
+    char err[UTIL_ERR_LEN];
+    if (plan_step_parts_of(p, parts, err)) return cJSON_CreateString(err);
+    cJSON *a = cJSON_CreateArray();
+    for (int k = 0; k < p->n_modules; k++) {
+        double v[PART_N];
+        part_values(&parts[k], v);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "module", p->mod[k].module);
+        cJSON_AddNumberToObject(o, "micro_batches", parts[k].micros);
+        for (int i = 0; i < PART_N; i++) cJSON_AddNumberToObject(o, part_names[i].key, v[i]);
+        cJSON_AddNumberToObject(o, "total_s", plan_step_parts_total(&parts[k]));
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
 void cli_print_plan(const plan_t *p)
 {
     const plan_prediction *pr = &p->pred;
@@ -85,6 +153,7 @@ void cli_print_plan(const plan_t *p)
     if (pr->simulated) printf(" (simulated; analytic %.3f s)", pr->analytic_step_time_s);
     printf(" | %.0f vision tok/s | %.0f tok/s | %.3f samples/s | MFU %.1f%% | %s\n", pr->vision_tokens_per_s,
            pr->tokens_per_s, pr->samples_per_s, 100 * pr->mfu, pr->fits ? "fits" : "OOM");
+    print_step_parts(p);
 }
 
 void cli_print_backend(const plan_t *p)

@@ -239,6 +239,7 @@ int cli_report_write(const char *path, const plan_t *p, const cli_report_row *ro
     cJSON_AddNumberToObject(doc, "world_size", p->world_size);
     cJSON_AddItemToObject(doc, "prediction", cli_plan_summary_json(p));
     cJSON_AddItemToObject(doc, "modules", modules_json(p));
+    cJSON_AddItemToObject(doc, "step_parts", cli_step_parts_json(p));
     int rc = nodes_json(p, doc, err);
     if (!rc) rc = memory_json(p, doc, err);
     if (!rc) rc = timeline_json(p, measured, doc, err);

@@ -332,12 +332,9 @@ static int module_create(ex_module *md, const ex_backend *be, const model_module
         memcpy(md->strat.stage_layers, par->stage_layers, sizeof md->strat.stage_layers);
         md->stage_index = par->pp_rank;
     }
+    char why[UTIL_ERR_LEN];
+    if (plan_stage_split_check(mm, &md->strat, why)) return util_fail(err, UTIL_EINVAL, "executor: module %s", why);
     md->held = plan_stage_of(mm, &md->strat, md->stage_index);
-    int vp = plan_vp(&md->strat);
-    if (vp > PLAN_MAX_VP || md->held.count < vp || md->held.count % vp || md->held.first < 0 ||
-        plan_stage_block(&md->held, md->held.count - 1) >= mm->layers)
-        return util_fail(err, UTIL_EINVAL, "executor: module %s: pipeline stage %d holds blocks %d..%d of %d in %d chunk(s)", mm->name,
-                         md->stage_index, md->held.first, plan_stage_block(&md->held, md->held.count - 1), mm->layers, vp);
     md->stage = plan_stage_chunk(&md->held, 0);
     int rc = check_layout(md, par, err);
     if (rc) return rc;

@@ -12,6 +12,7 @@ typedef struct plan_pricer {
     const cost_gpu *g;
     double A;                    /* bytes per activation element */
     double fwd, bwd;             /* seconds */
+    double gemm_s, attn_s;       /* of fwd + bwd, the GEMMs' and the attention cores' (plan_micro_parts) */
     bool need_weight_grad;       /* false when frozen */
     bool need_input_grad;        /* false for a frozen first module */
     bool megatron;               /* PLAN_TARGET_MEGATRON: Megatron-LM's kernels and recomputation */
@@ -28,13 +29,33 @@ void plan_comm_add(plan_comm *c, bool backward, double seconds, int count)
 
 static bool runs_backward(const pricer *p) { return p->need_input_grad || p->need_weight_grad; }
 
+/* A pricer for a part priced on its own: p's settings, nothing summed yet. */
+static pricer fresh(const pricer *p)
+{
+    pricer q = *p;
+    q.fwd = q.bwd = q.gemm_s = q.attn_s = 0;
+    return q;
+}
+
+/* `times` copies of part q into p (kinds and all). */
+static void merge(pricer *p, const pricer *q, double times)
+{
+    p->fwd += times * q->fwd;
+    p->bwd += times * q->bwd;
+    p->gemm_s += times * q->gemm_s;
+    p->attn_s += times * q->attn_s;
+}
+
 /* Y[m,n] = X[m,k] W[k,n]; backward dX = dY W^T (m,k,n) and dW = X^T dY (k,n,m). */
 static void price_linear(pricer *p, double m, double n, double k)
 {
     if (m <= 0 || n <= 0 || k <= 0) return;
-    p->fwd += cost_gemm_time_in(p->g, p->math, m, n, k);
-    if (p->need_input_grad) p->bwd += cost_gemm_time_in(p->g, p->math, m, k, n);
-    if (p->need_weight_grad) p->bwd += cost_gemm_time_in(p->g, p->math, k, n, m);
+    double f = cost_gemm_time_in(p->g, p->math, m, n, k), b = 0;
+    if (p->need_input_grad) b += cost_gemm_time_in(p->g, p->math, m, k, n);
+    if (p->need_weight_grad) b += cost_gemm_time_in(p->g, p->math, k, n, m);
+    p->fwd += f;
+    p->bwd += b;
+    p->gemm_s += f + b;
 }
 
 /* softmax(Q K^T) V over `queries` queries, each attending to `span` keys:
@@ -180,8 +201,7 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     bool seqpar = split > 1;
     double tn = t / split;
     double fwd0 = p->fwd;
-    pricer core = *p;
-    core.fwd = core.bwd = 0;
+    pricer core = fresh(p);   /* the attention core, whatever its kernels */
     if (cross) {
         price_linear(p, t, H * d / tp, h);
         price_linears(p, cross_tokens, h, 2, KV * d / tp);
@@ -196,6 +216,7 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     }
     p->fwd += core.fwd;
     p->bwd += core.bwd;
+    p->attn_s += core.fwd + core.bwd;
     price_linear(p, t, h, H * d / tp);
     price_linears(p, t, h, mm->ffn_kind == MODEL_FFN_SWIGLU ? 2 : 1, f / tp);
     price_linear(p, t, h, f / tp);
@@ -228,12 +249,10 @@ static void price_blocks(pricer *p, const model_module *mm, const plan_module *s
                          int count, double *blocks_fwd, double *selective)
 {
     if (count == 0) return;
-    pricer one = *p;
-    one.fwd = one.bwd = 0;
+    pricer one = fresh(p);
     double sel = 0;
     price_block(&one, mm, s, t, span, keys, cross, cross_tokens, ring, &sel);
-    p->fwd += count * one.fwd;
-    p->bwd += count * one.bwd;
+    merge(p, &one, count);
     *blocks_fwd += count * one.fwd;
     *selective += count * sel;
 }
@@ -253,11 +272,10 @@ static void ew_calls(pricer *p, bool backward, cost_ew k, double calls, double n
  * calls in a pass. */
 void plan_price_gemm(pricer *p, double m, double n, double k, bool input_grad)
 {
-    pricer q = *p;
+    pricer q = fresh(p);
     q.need_input_grad = p->need_input_grad && input_grad;
     price_linear(&q, m, n, k);
-    p->fwd = q.fwd;
-    p->bwd = q.bwd;
+    merge(p, &q, 1);
 }
 
 void plan_price_ew(pricer *p, plan_pass pass, cost_ew k, double calls, double n)
@@ -299,13 +317,12 @@ static void price_llm_stem(pricer *p, const model_module *mm, const plan_module 
  * 4 B, the logits' gradient cast back (COST_EW_COPY at the read's and write's mean width). */
 static void price_loss(pricer *p, double logits)
 {
-    pricer q = *p;
+    pricer q = fresh(p);
     q.A = p->megatron ? fmax(p->A, 4) : p->A;
     ew_fwd(&q, COST_EW_CE, logits);
     q.A = (q.A + p->A) / 2;
     if (q.A != p->A) { ew_fwd(&q, COST_EW_COPY, logits); ew_bwd(&q, COST_EW_COPY, logits); }
-    p->fwd = q.fwd;
-    p->bwd = q.bwd;
+    merge(p, &q, 1);
 }
 
 static void price_llm_head(pricer *p, const model_module *mm, const plan_module *s, double t, double rows)
@@ -334,21 +351,23 @@ static void price_llm_ends(pricer *p, const model_module *mm, const plan_module 
                            double *text, double *head)
 {
     int first = sp_rank >= 0 ? sp_rank : 0, last = sp_rank >= 0 ? sp_rank : s->sp - 1;
-    double stem_f = -1, stem_b = -1, head_f = 0, head_b = -1;
+    double stem_f = -1, stem_b = -1;
+    pricer slowest_head = fresh(p);
+    slowest_head.bwd = -1;
     for (int j = first; j <= last; j++) {
         double tx, hd;
         int runs;
         plan_cp_end_rows(mm, s, w, target, samples, S, j, &tx, &hd, &runs);
-        pricer a = *p, b = *p;
-        a.fwd = a.bwd = b.fwd = b.bwd = 0;
+        pricer a = fresh(p), b = fresh(p);
         if (st->stem) price_llm_stem(&a, mm, s, t, tx, samples, runs);
         if (st->head) price_llm_head(&b, mm, s, t, hd);
         if (a.fwd > stem_f) { stem_f = a.fwd; *text = tx; }
         if (a.bwd > stem_b) stem_b = a.bwd;
-        if (b.fwd + b.bwd > head_f + head_b) { head_f = b.fwd; head_b = b.bwd; *head = hd; }
+        if (b.fwd + b.bwd > slowest_head.fwd + slowest_head.bwd) { slowest_head = b; *head = hd; }
     }
-    p->fwd += stem_f + head_f;
-    p->bwd += stem_b + head_b;
+    p->fwd += stem_f;          /* the stem is element-wise work only */
+    p->bwd += stem_b;
+    merge(p, &slowest_head, 1);
 }
 
 /* The vision / audio stem and merger (executor/vision.c,
@@ -363,11 +382,10 @@ static void price_encoder_stem(pricer *p, const model_module *mm, const plan_mod
 {
     double h = mm->hidden / encoder_ends_split(p, s);
     double pix = (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch;
-    pricer stem = *p;                 /* the pixels need no gradient */
+    pricer stem = fresh(p);           /* the pixels need no gradient */
     stem.need_input_grad = false;
     price_linear(&stem, t, h, pix);
-    p->fwd = stem.fwd;
-    p->bwd = stem.bwd;
+    merge(p, &stem, 1);
     if (mm->max_positions > 0) {   /* learned positions added; CLIP's pre_layrnorm (executor/clip.c) */
         ew_fwd(p, COST_EW_ADD, t * h);
         ew_bwd(p, COST_EW_ADD, t * h);
@@ -490,6 +508,27 @@ static void price_bf16_acts(pricer *p, const model_module *mm, const plan_module
     }
 }
 
+/* A priced micro-batch's parts (plan_micro_parts): of its compute, gemm
+ * seconds of GEMMs and attn of attention cores, the rest other work. */
+static plan_micro_parts parts_of(const plan_time *t, double gemm, double attn)
+{
+    return (plan_micro_parts){ .gemm_s = gemm, .attn_s = attn, .other_s = t->fwd_s + t->bwd_s - gemm - attn,
+                               .recompute_s = t->recompute_s, .tp_comm_s = t->tp_comm_s, .sp_comm_s = t->sp_comm_s,
+                               .zero_comm_s = t->zero_comm_s };
+}
+
+static void add_parts(plan_micro_parts *a, const plan_micro_parts *b)
+{
+    a->gemm_s += b->gemm_s;
+    a->attn_s += b->attn_s;
+    a->other_s += b->other_s;
+    a->recompute_s += b->recompute_s;
+    a->tp_comm_s += b->tp_comm_s;
+    a->sp_comm_s += b->sp_comm_s;
+    a->zero_comm_s += b->zero_comm_s;
+    a->hop_s += b->hop_s;
+}
+
 /* Compute and in-op communication of one micro-batch of `samples` samples
  * (per dp rank) through the layers of stage st: its blocks, and the stem and
  * head where it holds them. */
@@ -515,7 +554,8 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
         out->fwd_comm_s = dp.fwd_s;
         out->fwd_syncs = dp.fwd_syncs;
         out->bwd_syncs = dp.bwd_syncs;
-        out->micro_s = out->fwd_s + out->bwd_s + out->zero_comm_s;
+        out->micro_s = out->stage_max_s = out->fwd_s + out->bwd_s + out->zero_comm_s;
+        out->pace = parts_of(out, 0, 0);
         return;
     }
     double t = samples * q.tokens_per_sample / s->sp;
@@ -599,6 +639,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     out->fwd_comm_s = tp.fwd_s + sp.fwd_s + dp.fwd_s;
     out->micro_s = out->fwd_s + out->bwd_s + out->recompute_s + out->tp_comm_s + out->sp_comm_s + out->zero_comm_s;
     out->stage_max_s = out->micro_s;
+    out->pace = parts_of(out, p.gemm_s, p.attn_s);
 }
 
 void plan_stage_micro_time(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
@@ -656,13 +697,18 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     out->stage_max_s = 0;
     for (int i = 0; i < s->pp; i++) {
         double chunks = 0;
+        plan_micro_parts parts = { .hop_s = vp * hop + (backward ? vp * hop : 0) };
         for (int v = 0; v < vp; v++) {   /* the rank's model chunks, each a virtual stage */
             plan_time st;
             plan_stage_micro_time(m, mi, s, v * s->pp + i, w, c, o, samples, &st);
             chunks += st.micro_s;
+            add_parts(&parts, &st.pace);
         }
-        double t = chunks + vp * hop + (backward ? vp * hop : 0);
-        if (t > out->stage_max_s) out->stage_max_s = t;
+        double t = chunks + parts.hop_s;
+        if (t > out->stage_max_s) {
+            out->stage_max_s = t;
+            out->pace = parts;
+        }
     }
 }
 
@@ -729,15 +775,3 @@ double plan_time_forward_s(const plan_time *t) { return t->fwd_s + t->fwd_comm_s
 double plan_time_backward_s(const plan_time *t) { return t->micro_s - plan_time_forward_s(t); }
 
 double plan_time_tail_s(const plan_time *t) { return t->dp_exposed_s + t->norm_s + t->optim_s; }
-
-double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples)
-{
-    double per_rank = ceil((double)chunk_samples / s->dp);
-    double steps = ceil(per_rank / s->micro_batch);
-    if (s->pp == 1) return steps * t->micro_s;
-    /* 1F1B: the pipeline fills and drains once, pp - 1 stage times of the
-     * busiest stage; with vp interleaved chunks per rank the bubble is
-     * (pp - 1) / vp of them (Narayanan et al. SC'21, sec. 2.2.2: bubble
-     * fraction (p - 1) / (v m)). */
-    return (steps + (double)(s->pp - 1) / plan_vp(s)) * t->stage_max_s;
-}

@@ -4,6 +4,7 @@
 #include "planner/planner.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 
@@ -66,19 +67,73 @@ static void fill_prediction(plan_t *p, const plan_eval *ev, double step)
     pr->mfu = flops / (step * peak_sum);
 }
 
-/* Colocated modules run the schedule's chunks in turn (plan_chunks: one
- * micro-batch per LLM dp rank each), a pipelined module filling and
- * draining its stages in every chunk. */
-static double colocated_time(const plan_t *p, const plan_time *t, const plan_module *s)
+/* A chunk through one module (plan_chunk_time): its micro-batches and the
+ * pipeline's fill and drain, each a pass of the pacing stage. */
+void plan_chunk_units(const plan_module *s, int chunk_samples, double *micros, double *bubbles)
 {
-    if (plan_whole_batch_pipeline(&p->model, &p->work)) return plan_chunk_time(t, s, p->work.global_batch);
-    /* every chunk is full but the last (plan_chunk_range): priced once each, so
+    double per_rank = ceil((double)chunk_samples / s->dp);
+    *micros = ceil(per_rank / s->micro_batch);
+    /* 1F1B: the pipeline fills and drains once, pp - 1 stage times of the
+     * busiest stage; with vp interleaved chunks per rank the bubble is
+     * (pp - 1) / vp of them (Narayanan et al. SC'21, sec. 2.2.2: bubble
+     * fraction (p - 1) / (v m)). */
+    *bubbles = s->pp > 1 ? (double)(s->pp - 1) / plan_vp(s) : 0;
+}
+
+double plan_pace_s(const plan_time *t, const plan_module *s) { return s->pp > 1 ? t->stage_max_s : t->micro_s; }
+
+double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples)
+{
+    double micros, bubbles;
+    plan_chunk_units(s, chunk_samples, &micros, &bubbles);
+    return (micros + bubbles) * plan_pace_s(t, s);
+}
+
+/* The passes of module k's pacing stage in one run of `chunk` samples
+ * (plan_chunk_units). Colocated modules run the schedule's chunks in turn
+ * (plan_chunks: one micro-batch per LLM dp rank each), a pipelined module
+ * filling and draining its stages in every chunk; a disaggregated group runs
+ * chunks of `chunk` samples, p->n_micro of them a step. */
+static void module_units(const plan_t *p, int k, int chunk, double *micros, double *bubbles)
+{
+    const plan_module *s = &p->mod[k];
+    if (p->placement == PLAN_DISAGGREGATED) {
+        plan_chunk_units(s, chunk, micros, bubbles);
+        return;
+    }
+    if (plan_whole_batch_pipeline(&p->model, &p->work)) {
+        plan_chunk_units(s, p->work.global_batch, micros, bubbles);
+        return;
+    }
+    /* every chunk is full but the last (plan_chunk_range): counted once each, so
      * a global batch of 2^28 samples is not 2^26 chunks per evaluation */
     int n = plan_chunks(p), first, full = 0, last = 0;
-    if (n < 1) return 0;
+    *micros = *bubbles = 0;
+    if (n < 1) return;
     if (n > 1) plan_chunk_range(p, 0, &first, &full);
     plan_chunk_range(p, n - 1, &first, &last);
-    return (n - 1) * plan_chunk_time(t, s, full) + plan_chunk_time(t, s, last);
+    double fm, fb, lm, lb;
+    plan_chunk_units(s, full, &fm, &fb);
+    plan_chunk_units(s, last, &lm, &lb);
+    *micros = (n - 1) * fm + lm;
+    *bubbles = (n - 1) * fb + lb;
+}
+
+static plan_step_parts step_parts(const plan_time *t, double micros, double bubble_s, double transfer_s)
+{
+    plan_step_parts sp = { .micro = t->pace, .micros = micros, .bubble_s = bubble_s, .transfer_s = transfer_s,
+                           .dp_sync_s = t->dp_exposed_s, .norm_s = t->norm_s, .optim_s = t->optim_s };
+    double *f[] = { &sp.micro.gemm_s, &sp.micro.attn_s, &sp.micro.other_s, &sp.micro.recompute_s,
+                    &sp.micro.tp_comm_s, &sp.micro.sp_comm_s, &sp.micro.zero_comm_s, &sp.micro.hop_s };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) *f[i] *= micros;
+    return sp;
+}
+
+double plan_step_parts_total(const plan_step_parts *sp)
+{
+    const plan_micro_parts *m = &sp->micro;
+    return m->gemm_s + m->attn_s + m->other_s + m->recompute_s + m->tp_comm_s + m->sp_comm_s + m->zero_comm_s
+         + m->hop_s + sp->bubble_s + sp->transfer_s + sp->dp_sync_s + sp->norm_s + sp->optim_s;
 }
 
 int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
@@ -98,10 +153,14 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
         bool encoder = k != p->model.llm;
         int in_flight = p->placement == PLAN_DISAGGREGATED && encoder ? encoder_in_flight(p) : 1;
         plan_module_memory(&p->model, k, s, w, &c->pool[s->pool].gpu, o, in_flight, &ev->mem[k]);
-        double t = p->placement == PLAN_DISAGGREGATED ? plan_chunk_time(&ev->time[k], s, chunk) : colocated_time(p, &ev->time[k], s);
-        if (p->placement == PLAN_DISAGGREGATED && encoder) t += transfer_time(p, k, chunk);
-        double tail = plan_time_tail_s(&ev->time[k]);
-        ev->module_step_s[k] = t * (p->placement == PLAN_DISAGGREGATED ? p->n_micro : 1) + tail;
+        double micros, bubbles, pace = plan_pace_s(&ev->time[k], s);
+        module_units(p, k, chunk, &micros, &bubbles);
+        double t = (micros + bubbles) * pace;
+        double transfer = p->placement == PLAN_DISAGGREGATED && encoder ? transfer_time(p, k, chunk) : 0;
+        t += transfer;
+        double tail = plan_time_tail_s(&ev->time[k]), runs = p->placement == PLAN_DISAGGREGATED ? p->n_micro : 1;
+        ev->module_step_s[k] = t * runs + tail;
+        ev->parts[k] = step_parts(&ev->time[k], micros * runs, bubbles * pace * runs, transfer * runs);
         sum_t += t; if (t > max_t) max_t = t;
         if (encoder) { if (t > max_enc_t) max_enc_t = t; } else llm_t = t;
         sum_tail += tail; if (tail > max_tail) max_tail = tail;
@@ -133,4 +192,20 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
     p->pred.fits = fits;
     fill_prediction(p, ev, step);
     return UTIL_OK;
+}
+
+int plan_step_parts_of(const plan_t *p, plan_step_parts *out, char *err)
+{
+    plan_t *q = malloc(sizeof *q);
+    plan_eval *ev = malloc(sizeof *ev);
+    int rc = q && ev ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "plan: out of memory pricing the step's parts");
+    if (!rc) {
+        *q = *p;
+        plan_options o = plan_options_of(p);
+        rc = plan_evaluate(q, &o, ev, err);
+    }
+    if (!rc) memcpy(out, ev->parts, sizeof ev->parts[0] * (size_t)p->n_modules);
+    free(q);
+    free(ev);
+    return rc;
 }

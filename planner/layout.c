@@ -14,10 +14,19 @@
 
 /* ---------------------------------------------------------------- stages */
 
+/* One contiguous range of blocks, as a stage (or a model chunk) of one chunk. */
+static plan_stage contiguous(int first, int count, bool stem, bool head)
+{
+    plan_stage st = { .first = first, .count = count, .stem = stem, .head = head, .chunks = 1 };
+    st.chunk_first[0] = first;
+    st.chunk_count[0] = count;
+    return st;
+}
+
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
 {
     int pp = s && s->pp > 1 ? s->pp : 1, L = mm->layers;
-    if (pp == 1 || i < 0) return (plan_stage){ 0, L, true, true, 1, 0 };
+    if (pp == 1 || i < 0) return contiguous(0, L, true, true);
     int count[PLAN_MAX_PP];
     bool given = false;
     for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) given |= s->stage_layers[j] > 0;
@@ -29,27 +38,63 @@ plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
         /* the shortfall comes off the ends first: stage 0, pp - 1, 1, pp - 2, ... */
         for (int t = 0; t < short_by; t++) count[t % 2 ? pp - 1 - t / 2 : t / 2]--;
     }
-    /* Interleaved: each rank's blocks are vp chunks; round v holds every
-     * rank's chunk v in stage order, so chunk v of stage i starts L / vp
-     * blocks after its chunk v - 1 (Megatron-LM's virtual pipeline layout).
-     * plan_schedule_check refuses a split vp does not divide. */
-    int vp = plan_vp(s), first = 0;
-    for (int j = 0; j < i && j < PLAN_MAX_PP; j++) first += count[j] / vp;
-    return (plan_stage){ first, i < PLAN_MAX_PP ? count[i] : 0, i == 0, i == pp - 1, vp, L / vp };
+    /* Interleaved: round v holds every rank's chunk v in stage order
+     * (Megatron-LM's virtual pipeline layout), so virtual stage v pp + j
+     * starts after the blocks of the virtual stages before it. */
+    int vp = plan_vp(s) < PLAN_MAX_VP ? plan_vp(s) : PLAN_MAX_VP, first = 0;
+    plan_stage st = contiguous(0, i < PLAN_MAX_PP ? count[i] : 0, i == 0, i == pp - 1);
+    st.chunks = vp;
+    for (int v = 0; v < vp; v++)
+        for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) {
+            int c = count[j] / vp + (v < count[j] % vp);
+            if (j == i) {
+                st.chunk_first[v] = first;
+                st.chunk_count[v] = c;
+            }
+            first += c;
+        }
+    st.first = st.chunk_first[0];
+    return st;
+}
+
+int plan_stage_split_check(const model_module *mm, const plan_module *s, char *err)
+{
+    int pp = s->pp > 1 ? s->pp : 1, vp = plan_vp(s);
+    if (pp > PLAN_MAX_PP || pp > mm->layers)
+        return util_fail(err, UTIL_EINVAL, "%s: pp %d: at most %d stages, and one block each (%d layers)", mm->name, pp,
+                         PLAN_MAX_PP, mm->layers);
+    if (vp > 1 && (pp == 1 || vp > PLAN_MAX_VP))
+        return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and at most %d chunks a stage", mm->name, vp, PLAN_MAX_VP);
+    int total = 0;
+    for (int i = 0; i < pp; i++) {
+        plan_stage st = plan_stage_of(mm, s, i);
+        if (st.count < 1)
+            return util_fail(err, UTIL_EINVAL, "%s: stage_layers: pipeline stage %d has no block", mm->name, i);
+        /* Interleaving splits every stage's blocks into vp chunks of a block or more */
+        if (st.count < vp)
+            return util_fail(err, UTIL_EINVAL, "%s: vp %d needs at least vp blocks a stage (stage %d holds %d)",
+                             mm->name, vp, i, st.count);
+        total += st.count;
+    }
+    if (total != mm->layers)
+        return util_fail(err, UTIL_EINVAL, "%s: stage_layers: the stages hold %d blocks, the module has %d", mm->name, total,
+                         mm->layers);
+    return UTIL_OK;
 }
 
 int plan_stage_block(const plan_stage *st, int j)
 {
-    if (st->chunks <= 1) return st->first + j;
-    int per = st->count / st->chunks;
-    return per > 0 ? st->first + j / per * st->stride + j % per : st->first + j;
+    for (int v = 0; st->chunks > 1 && v < st->chunks && v < PLAN_MAX_VP; v++) {
+        if (j < st->chunk_count[v]) return st->chunk_first[v] + j;
+        j -= st->chunk_count[v];
+    }
+    return st->first + j;
 }
 
 plan_stage plan_stage_chunk(const plan_stage *st, int v)
 {
-    if (st->chunks <= 1) return *st;
-    int per = st->count / st->chunks;
-    return (plan_stage){ st->first + v * st->stride, per, st->stem && v == 0, st->head && v == st->chunks - 1, 1, 0 };
+    if (st->chunks <= 1 || v < 0 || v >= PLAN_MAX_VP) return *st;
+    return contiguous(st->chunk_first[v], st->chunk_count[v], st->stem && v == 0, st->head && v == st->chunks - 1);
 }
 
 plan_stage plan_vstage_of(const model_module *mm, const plan_module *s, int g)
@@ -218,7 +263,7 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
 {
     tensor_list l = { .out = out, .cap = cap, .tp = tp > 0 ? tp : 1, .tp_rank = tp_rank,
                       .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1, .unit = 0 };
-    plan_stage whole = { 0, mm->layers, true, true, 1, 0 }, *st = stage ? (plan_stage *)stage : &whole;
+    plan_stage whole = contiguous(0, mm->layers, true, true), *st = stage ? (plan_stage *)stage : &whole;
     int d = mm->hidden;
     if (mm->kind == MODEL_LLM) {
         int vocab_n = mm->vocab / l.tp;

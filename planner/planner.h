@@ -91,17 +91,25 @@ static inline int plan_vp(const plan_module *s) { return s->vp > 1 ? s->vp : 1; 
  * The split is s->stage_layers where given, else as even as the layers
  * allow with the first and the last stage a block short where pp does not
  * divide them, as Llama 3 was trained (they carry the embedding and the
- * head: 126 layers over 16 stages are 7 + 14 x 8 + 7). pp = 1: the whole module. */
+ * head: 126 layers over 16 stages are 7 + 14 x 8 + 7). pp = 1: the whole
+ * module. Interleaved (vp > 1), each stage's blocks are vp chunks as even as
+ * its count allows, the first chunks a block longer where vp does not
+ * divide it. */
 typedef struct {
     int first, count;
     bool stem, head;
-    /* Interleaved (s->vp > 1): the count blocks are `chunks` model chunks of
-     * count / chunks blocks, chunk v starting at first + v * stride (rank
-     * stage i holds virtual stages i, i + pp, ...; Narayanan et al. SC'21
-     * sec. 2.2.2). 0 or 1: one contiguous range. */
-    int chunks, stride;
+    /* Interleaved (s->vp > 1): the count blocks are `chunks` model chunks,
+     * chunk v the chunk_count[v] blocks from chunk_first[v] (rank stage i
+     * holds virtual stages i, i + pp, ...; Narayanan et al. SC'21 sec.
+     * 2.2.2); first is chunk 0's. 0 or 1: one contiguous range. */
+    int chunks;
+    int chunk_first[PLAN_MAX_VP], chunk_count[PLAN_MAX_VP];
 } plan_stage;
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i);
+/* Whether s's split is one: at most PLAN_MAX_PP stages of at least one block
+ * each, holding the module's blocks, and under interleaving (vp > 1, pp > 1,
+ * at most PLAN_MAX_VP) vp chunks of a block or more a stage. UTIL_EINVAL naming the rule. */
+int plan_stage_split_check(const model_module *mm, const plan_module *s, char *err);
 /* The j-th block (0 <= j < st->count) a stage holds. */
 int plan_stage_block(const plan_stage *st, int j);
 /* Model chunk v of a stage: one contiguous range, the stem on the first
@@ -353,6 +361,17 @@ double plan_local_params(const model_module *mm, const plan_module *s);
 double plan_local_block_params(const model_module *mm, const plan_module *s);
 
 /* ---- cost model: seconds for one module group ---- */
+/* One micro-batch on the pipeline stage that paces the module (the whole
+ * module when pp = 1), by what the seconds go to; they add up to
+ * plan_time.stage_max_s. Compute: the GEMMs, the attention cores (flash,
+ * unfused or ring), and the rest (element-wise kernels, copies, memory
+ * passes); the backward's recomputed forward; the exchanges compute does not
+ * hide: TP collectives, SP's (Ulysses, ring), ZeRO units', stage hand-offs. */
+typedef struct {
+    double gemm_s, attn_s, other_s, recompute_s;
+    double tp_comm_s, sp_comm_s, zero_comm_s, hop_s;
+} plan_micro_parts;
+
 typedef struct {
     double fwd_s, bwd_s, recompute_s;    /* compute per micro-batch (per dp rank) */
     double tp_comm_s, sp_comm_s;         /* per micro-batch, not overlapped (recomputed forwards included) */
@@ -367,6 +386,7 @@ typedef struct {
     double pp_p2p_s;                     /* per micro-batch stage hand-offs */
     double micro_s;                      /* one micro-batch through the whole module (all pp stages) */
     double stage_max_s;                  /* the busiest pipeline stage's share of micro_s, with its hops */
+    plan_micro_parts pace;               /* stage_max_s by what it goes to */
     double fwd_comm_s;                   /* the forward pass's part of tp + sp + zero + pp communication */
     /* Once per step: the GRAD_SYNC op (all-reduce, or ZeRO-1's unit
      * reduce-scatters), the PARAM_GATHER op (ZeRO-1/2's unit all-gathers),
@@ -381,8 +401,12 @@ typedef struct {
 } plan_time;
 
 /* Time for one chunk of `chunk_samples` samples through module mi: the dp ranks
- * split it, each in micro-steps of s->micro_batch, with pp bubbles. */
+ * split it, each in micro-steps of s->micro_batch, with pp bubbles:
+ * (*micros + *bubbles) passes of the pacing stage (plan_chunk_units), each
+ * plan_pace_s (micro_s, or stage_max_s under a pipeline). */
 double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples);
+void plan_chunk_units(const plan_module *s, int chunk_samples, double *micros, double *bubbles);
+double plan_pace_s(const plan_time *t, const plan_module *s);
 /* Does module k of m feed the LLM its rows in workload w (an encoder whose
  * inputs the samples carry)? */
 bool plan_feeds_llm(const model_t *m, const plan_workload *w, int k);
@@ -666,15 +690,30 @@ int plan_cp_encoder_rows(const plan_t *p, int k, int rank);
 int plan_cp_check(const model_module *mm, const plan_module *s, double seq, char *err);
 
 /* ---- whole-plan evaluation (the same cost model for the MILP result and baselines) ---- */
+/* Where a module's seconds of the step (plan_eval.module_step_s) go: its
+ * pacing stage's micro-batches by part, the pipeline's fill and drain, a
+ * disaggregated encoder's hand-offs to the LLM, and the step's tail (the
+ * exposed gradient reduction, the gradient norm's pass, the optimizer). */
+typedef struct {
+    plan_micro_parts micro;
+    double micros;                       /* the micro-batches in micro */
+    double bubble_s, transfer_s, dp_sync_s, norm_s, optim_s;
+} plan_step_parts;
+double plan_step_parts_total(const plan_step_parts *sp);
+
 typedef struct {
     plan_mem mem[MODEL_MAX_MODULES];     /* per GPU of each module group */
     plan_time time[MODEL_MAX_MODULES];
     double module_step_s[MODEL_MAX_MODULES];
+    plan_step_parts parts[MODEL_MAX_MODULES];
     double transfer_s;                   /* encoder -> LLM activation hand-off per step */
     double peak_mem;                     /* worst GPU: colocated sums the modules */
     double capacity;
 } plan_eval;
 int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err);
+/* Each module's plan_step_parts (out[p->n_modules]) under the plan's own
+ * options (plan_options_of); p is left as it is. */
+int plan_step_parts_of(const plan_t *p, plan_step_parts *out, char *err);
 
 /* ---- baselines, evaluated on the same cost model ---- */
 typedef enum { PLAN_BASE_ZERO3 = 0, PLAN_BASE_TP, PLAN_BASE_HOMOGENEOUS, PLAN_BASE_SP_TP, PLAN_NBASE } plan_baseline;

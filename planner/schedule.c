@@ -183,12 +183,10 @@ static int vp_check(const plan_t *p, int k, char *err)
     const plan_module *s = &p->mod[k];
     int vp = plan_vp(s), pp = s->pp;
     if (vp == 1) return UTIL_OK;
-    if (k != p->model.llm || pp < 2 || vp > PLAN_MAX_VP)
-        return util_fail(err, UTIL_EINVAL, "plan: module %s: vp %d: interleaved stages are the LLM's, with pp > 1 and vp <= %d", s->module, vp, PLAN_MAX_VP);
-    for (int i = 0; i < pp; i++)
-        if (plan_stage_of(&p->model.mod[k], s, i).count % vp)
-            return util_fail(err, UTIL_EINVAL, "plan: module %s: pipeline stage %d's %d blocks are not %d equal chunks (vp)", s->module, i,
-                             plan_stage_of(&p->model.mod[k], s, i).count, vp);
+    if (k != p->model.llm)
+        return util_fail(err, UTIL_EINVAL, "plan: module %s: vp %d: interleaved stages are the LLM's", s->module, vp);
+    char why[UTIL_ERR_LEN];
+    if (plan_stage_split_check(&p->model.mod[k], s, why)) return util_fail(err, UTIL_EINVAL, "plan: module %s", why);
     bool whole = p->placement != PLAN_COLOCATED || plan_whole_batch_pipeline(&p->model, &p->work);
     int n = plan_chunks(p);
     for (int d = 0; d < s->dp; d++)

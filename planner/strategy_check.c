@@ -34,28 +34,8 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (s->pp > 1 && s->zero >= 2)
         return util_fail(err, UTIL_EINVAL, "%s: zero %d does not combine with pp %d (use zero <= 1)", mm->name,
                          s->zero, s->pp);
-    if (s->pp > PLAN_MAX_PP || s->pp > mm->layers)
-        return util_fail(err, UTIL_EINVAL, "%s: pp %d: at most %d stages, and one block each (%d layers)", mm->name, s->pp,
-                         PLAN_MAX_PP, mm->layers);
-    int total = 0;
-    for (int i = 0; i < s->pp; i++) {
-        plan_stage st = plan_stage_of(mm, s, i);
-        if (st.count < 1)
-            return util_fail(err, UTIL_EINVAL, "%s: stage_layers: pipeline stage %d has no block", mm->name, i);
-        total += st.count;
-    }
-    if (total != mm->layers)
-        return util_fail(err, UTIL_EINVAL, "%s: stage_layers: the stages hold %d blocks, the module has %d", mm->name, total,
-                         mm->layers);
-    /* Interleaving splits every stage's blocks into vp equal chunks, as
-     * Megatron-LM asks (layers divisible by pp x vp). */
-    for (int i = 0; plan_vp(s) > 1 && i < s->pp; i++)
-        if (plan_stage_of(mm, s, i).count % plan_vp(s) != 0)
-            return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and every stage's blocks divisible by vp (stage %d)",
-                             mm->name, plan_vp(s), i);
-    if (plan_vp(s) > 1 && s->pp == 1)
-        return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and every stage's blocks divisible by vp", mm->name,
-                         plan_vp(s));
+    int rc = plan_stage_split_check(mm, s, err);
+    if (rc) return rc;
     /* dhp's executor splits an encoder's rows evenly over its sp ranks and
      * hands the LLM equal rows per rank: a class row per image breaks both */
     if (plan_module_clip(mm) && s->sp > 1)
@@ -66,8 +46,7 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     plan_module_seq(m, mi, w, &q);
     if (s->sp > 1 && fmod(q.seq, s->sp) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sequence %.0f is not divisible by sp %d", mm->name, q.seq, s->sp);
-    int rc = plan_cp_check(mm, s, q.seq, err);
-    if (rc) return rc;
+    if ((rc = plan_cp_check(mm, s, q.seq, err))) return rc;
     if (mm->kind != MODEL_LLM && s->sp > 1 && mm->merge > 1 && fmod(q.seq / s->sp, mm->merge * mm->merge) != 0)
         return util_fail(err, UTIL_EINVAL, "%s: sp %d splits merge groups", mm->name, s->sp);
     /* The audio encoder pools each rank's rows on their own (executor/audio.c). */

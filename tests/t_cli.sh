@@ -26,6 +26,24 @@ if "$DHP" memory --strategy 'vision:sp=8,rc=full;llm:tp=8,rc=full' --json >"$T/o
     ok cli_memory_strategy_json
 else fail cli_memory_strategy_json "$(head -c 400 "$T/err")"; fi
 
+# where the step goes: printed under the plan, and in --json each module's parts add up to
+# its total, the totals (colocated) to the analytic step
+if "$DHP" plan --strategy 'vision:sp=4,rc=full;llm:tp=4,pp=2,mb=2' --json -o "$T/ps.json" >"$T/out" 2>"$T/err" \
+   && /usr/bin/python3 - "$T/out" <<'PY' 2>>"$T/err" \
+   && "$DHP" memory "$T/ps.json" >"$T/txt" 2>>"$T/err" && grep -q 'where the step goes' "$T/txt" && grep -q 'bubble' "$T/txt"
+import json, sys
+d = json.load(open(sys.argv[1]))
+parts = d["step_parts"]
+assert [p["module"] for p in parts] == ["vision", "llm"], parts
+for p in parts:
+    s = sum(v for k, v in p.items() if k.endswith("_s") and k != "total_s")
+    assert abs(s - p["total_s"]) <= 1e-9 * p["total_s"], (s, p["total_s"])
+step = d["prediction"]["analytic_step_time_s"]
+assert abs(sum(p["total_s"] for p in parts) - step) <= 1e-9 * step, (parts, step)
+assert parts[1]["pipeline_bubble_s"] > 0 and parts[1]["gemm_s"] > 0
+PY
+then ok cli_plan_step_parts; else fail cli_plan_step_parts "$(head -c 400 "$T/err")"; fi
+
 if "$DHP" plan --compare --json --grid 1024:8,65536:2 -o - >"$T/out" 2>"$T/err" \
    && /usr/bin/python3 - "$T/out" <<'PY' 2>>"$T/err"
 import json, sys

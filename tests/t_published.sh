@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/published.py's formulas by hand, the bench end to end on a few rows
+# bench/published_rows.py's and published.py's formulas by hand, the bench end to end on a few rows
 # (no estimators: make test installs nothing), and dhp clusters --price.
 source "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -8,17 +8,18 @@ PY=/usr/bin/python3
 # The sources' FLOP formulas and Megatron-LM's theoretical memory, worked by hand.
 out=$(cd "$ROOT/bench" && "$PY" - <<'PYEOF' 2>&1
 import published as P
+import published_rows as R
 def near(a, b, what):
     assert abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1), f"{what}: {a} != {b}"
 # Narayanan et al.: 96 B s l h^2 (1 + s/6h + V/16lh); B=1 s=6 l=1 h=1 V=16: 96*6*(1+1+1) = 1728
-near(P.megatron_flops(1, 6, 1, 1, 16), 1728, "megatron_flops")
-near(P.megatron_flops(1, 6, 1, 1, 16, recompute=False), 1296, "megatron_flops x 3/4")
+near(R.megatron_flops(1, 6, 1, 1, 16), 1728, "megatron_flops")
+near(R.megatron_flops(1, 6, 1, 1, 16, recompute=False), 1296, "megatron_flops x 3/4")
 # Korthikanti: 72 B s l h^2 (1 + s/6h + V/12lh); s=6 h=1 V=12: 72*6*3 = 1296
-near(P.korthikanti_model_flops(1, 6, 1, 1, 12), 1296, "korthikanti_model_flops")
+near(R.korthikanti_model_flops(1, 6, 1, 1, 12), 1296, "korthikanti_model_flops")
 # llm.c: (6N + 6 L C T) per token: N=10 L=1 C=2 T=3 -> 96 per token, 2 tokens
-near(P.llmc_flops(10, 1, 2, 3, 2), 192, "llmc_flops")
+near(R.llmc_flops(10, 1, 2, 3, 2), 192, "llmc_flops")
 # a GPT of 2 layers h=128 f=512, 2 heads, vocab 256, tied: tp 2, pp 1, no distributed optimizer
-m = P.gpt_model(2, 128, 2, 256)
+m = R.gpt_model(2, 128, 2, 256)
 c = dict(model=m, tp=2, pp=1, dp=4, zero=0, seqpar=True, rc="selective", seq=64, mb=2, gb=8, vp=1)
 r = P.megatron_theoretical(c)
 h, L, f = 128, 2, 512
@@ -35,16 +36,16 @@ c["rc"] = "full"
 assert P.megatron_theoretical(c)["act_bytes"] is None, "formula applies to selective + SP only"
 # published figures as step times: 100 TFLOP/s/GPU on 8 GPUs of F FLOPs
 g = dict(metric="TFLOP/s/GPU", value=100, gb=4, seq=2048, gpus=8, family="narayanan-t1", gpu="a100",
-         model=P.gpt_model(4, 1024, 16, 51200))
-near(P.published_step(g), P.megatron_flops(4, 2048, 4, 1024, 51200) / (100e12 * 8), "TFLOP/s -> s")
+         model=R.gpt_model(4, 1024, 16, 51200))
+near(R.published_step(g), R.megatron_flops(4, 2048, 4, 1024, 51200) / (100e12 * 8), "TFLOP/s -> s")
 g.update(metric="tokens/s/GPU", value=1000)
-near(P.published_step(g), 4 * 2048 / (1000 * 8), "tokens/s/GPU -> s")
+near(R.published_step(g), 4 * 2048 / (1000 * 8), "tokens/s/GPU -> s")
 g.update(metric="samples/s/GPU", value=0.5)
-near(P.published_step(g), 4 / (0.5 * 8), "samples/s/GPU -> s")
+near(R.published_step(g), 4 / (0.5 * 8), "samples/s/GPU -> s")
 import math
 e = math.log(835.5 / 989.5) / math.log(400 / 700)     # the SXM and NVL datasheet parts
-near(P.GRAND_TETON_PEAK, 989.5e12 * (500 / 700) ** e, "Grand Teton 500 W peak")
-assert 835.5e12 < P.GRAND_TETON_PEAK < 989.5e12, "between NVL and SXM, as the source says"
+near(R.GRAND_TETON_PEAK, 989.5e12 * (500 / 700) ** e, "Grand Teton 500 W peak")
+assert 835.5e12 < R.GRAND_TETON_PEAK < 989.5e12, "between NVL and SXM, as the source says"
 print("formulas-ok")
 PYEOF
 )

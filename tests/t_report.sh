@@ -31,7 +31,7 @@ report_loads() {
 if "$DHP" plan --report "$T/plan.html" -o "$T/plan.json" >/dev/null 2>"$T/err"; then
     report_loads report_plan "$T/plan.html"
     grep -q 'No simulated timeline' "$T/report_plan.dom" && grep -q 'rank 7' "$T/report_plan.dom" &&
-        grep -q 'zero3 (colocated)' "$T/report_plan.dom" && ok report_plan_content ||
+        grep -q 'zero3 (colocated)' "$T/report_plan.dom" && grep -q 'gemm: ' "$T/report_plan.dom" && ok report_plan_content ||
         fail report_plan_content "sections missing in the rendered page"
 else fail report_plan "$(head -c 300 "$T/err")"; fi
 if grep -qE '(src|href)="(https?:)?//' "$T/plan.html"; then fail report_self_contained "the page links outside itself"

@@ -126,6 +126,14 @@ if plan ref_deep4 colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_deep4; 
     plan vp_tp2 disaggregated "vision:gpus=1;llm:gpus=4,pp=2,vp=2,tp=2,seqpar=1,mb=1" --n-micro 4 && check_plan vp_tp2 ref_deep4
     plan vp_dp2_z1 disaggregated "vision:gpus=2,dp=2;llm:gpus=4,pp=2,vp=2,dp=2,zero=1,mb=1" --n-micro 2 && check_plan vp_dp2_z1 ref_deep4
 else fail run_reference_deep4 "$(tail -c 300 "$T/ref_deep4.err")"; fi
+# Uneven chunks: 5 layers on 2 stages of 2 and 3 blocks, chunks of 1 + 1 and
+# 2 + 1 (virtual stages: layer 0, layers 1-2, layer 3, layer 4).
+variant deep5 layers=5 llm
+export MODEL="$T/deep5.model.json"
+if plan ref_deep5 colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_deep5; then
+    losses "$T/ref_deep5.log" >"$T/ref_deep5.losses"
+    plan vp_uneven disaggregated "vision:gpus=1;llm:gpus=2,pp=2,vp=2,mb=1" --n-micro 4 && check_plan vp_uneven ref_deep5
+else fail run_reference_deep5 "$(tail -c 300 "$T/ref_deep5.err")"; fi
 unset MODEL
 
 # Context parallelism of the LLM (sp > 1). Ulysses where tp * sp divides the
@@ -229,7 +237,7 @@ SETUP="$SETUP_VL --audio-frames 32"
 # memory: what `dhp simulate` predicts per rank and category is what the run allocated (parameters, gradients,
 # optimizer, hand-off and pipeline buffers, ZeRO buffers to the byte; activations within 0.1%: the
 # executor's few sequence-offset integers per slot, as for vision-only plans)
-for name in omni_dis_tp omni_col_ring frozen_audio_dis audio_dis_pp vp_dis vp_tp2 llava_col_vtp2_z3 llava_dis_vpp2; do
+for name in omni_dis_tp omni_col_ring frozen_audio_dis audio_dis_pp vp_dis vp_tp2 vp_uneven llava_col_vtp2_z3 llava_dis_vpp2; do
     check_memory "$name" "run_memory_is_predicted_$name"
 done
 # audio data for a model without an audio encoder, a model with one without audio, and clips the plan did not plan for:

@@ -246,10 +246,13 @@ TEST(calib_strategy_check_interleaving_and_uneven_stages)
     char err[UTIL_ERR_LEN];
     model_t m10 = gpt(false, false, 10), m16 = gpt(false, false, 16);
     plan_module s = strat(1, 1, 4, 0, 1, PLAN_RECOMP_NONE, false);
-    CHECK(plan_strategy_check(&m10, 0, &s, &w, &c, err) == UTIL_OK);           /* 3, 3, 2, 2 */
+    CHECK(plan_strategy_check(&m10, 0, &s, &w, &c, err) == UTIL_OK);           /* 2, 3, 3, 2 */
+    s.vp = 2;   /* uneven chunks: stage 1's 3 blocks are chunks of 2 and 1 */
+    CHECK(plan_strategy_check(&m10, 0, &s, &w, &c, err) == UTIL_OK);
+    s.vp = 3;   /* stage 0's 2 blocks cannot make 3 chunks */
+    CHECK(plan_strategy_check(&m10, 0, &s, &w, &c, err) == UTIL_EINVAL);
+    CHECK(strstr(err, "vp 3") != NULL && strstr(err, "stage 0 holds 2") != NULL);
     s.vp = 2;
-    CHECK(plan_strategy_check(&m10, 0, &s, &w, &c, err) == UTIL_EINVAL);       /* 10 % 8 */
-    CHECK(strstr(err, "vp 2") != NULL);
     CHECK(plan_strategy_check(&m16, 0, &s, &w, &c, err) == UTIL_OK);
     plan_module p1 = strat(4, 1, 1, 0, 1, PLAN_RECOMP_NONE, false);
     p1.vp = 2;
@@ -257,6 +260,27 @@ TEST(calib_strategy_check_interleaving_and_uneven_stages)
     plan_module deep = strat(1, 1, 8, 0, 1, PLAN_RECOMP_NONE, false);
     model_t m4 = gpt(false, false, 4);
     CHECK(plan_strategy_check(&m4, 0, &deep, &w, &c, err) == UTIL_EINVAL);     /* more stages than layers */
+}
+
+/* Ten blocks on 4 stages of 2 chunks (2, 3, 3, 2 blocks a stage): round 0
+ * takes chunks of 1, 2, 2, 1 blocks (blocks 0, 1-2, 3-4, 5), round 1 one
+ * block each (6, 7, 8, 9), as Megatron-LM lays virtual stages out in order. */
+TEST(calib_interleaved_chunks_of_an_uneven_split)
+{
+    model_t m10 = gpt(false, false, 10);
+    plan_module s = strat(1, 1, 4, 0, 1, PLAN_RECOMP_NONE, false);
+    s.vp = 2;
+    int first[8] = { 0, 1, 3, 5, 6, 7, 8, 9 }, count[8] = { 1, 2, 2, 1, 1, 1, 1, 1 };
+    for (int g = 0; g < 8; g++) {
+        plan_stage v = plan_vstage_of(&m10.mod[0], &s, g);
+        CHECK_EQ_INT(v.first, first[g]);
+        CHECK_EQ_INT(v.count, count[g]);
+        CHECK(v.stem == (g == 0) && v.head == (g == 7));
+    }
+    plan_stage st = plan_stage_of(&m10.mod[0], &s, 1);
+    CHECK_EQ_INT(st.count, 3);
+    int held[3] = { 1, 2, 7 };
+    for (int j = 0; j < 3; j++) CHECK_EQ_INT(plan_stage_block(&st, j), held[j]);
 }
 
 TEST(calib_strategy_keys_keep_the_old_ones_and_add_vp)
