@@ -93,34 +93,50 @@ static int nodes_json(const plan_t *p, cJSON *doc, char *err)
 
 /* Per rank: the memory model's categories, summed over the modules it runs
  * (the runtime reservation once, as dhp memory counts it). */
+/* Rank r's memory by the chart's categories: the simulator's rank by rank
+ * (dhp simulate's table, the hand-off's buffers included), else, for a plan
+ * the schedule does not run, the modules it holds under the plan's options. */
+static int rank_memory(const plan_t *p, const plan_eval *ev, int r, double *v, double *cap)
+{
+    plan_sim_mem m;
+    char e[UTIL_ERR_LEN];
+    if (plan_sim_memory(p, r, &m, e) == UTIL_OK) {
+        const double x[8] = { m.params, m.grads, m.optim, m.zero_buffers, m.activations, m.logits, m.comm,
+                              m.other + m.workspace };
+        memcpy(v, x, sizeof x);
+        *cap = m.capacity;
+        return UTIL_OK;
+    }
+    bool first = true;
+    for (int k = 0; k < p->n_modules; k++) {
+        plan_coord cd;
+        if (!plan_rank_coord(p, k, r, &cd)) continue;
+        const plan_mem *mm = &ev->mem[k];
+        const double add[8] = { mm->params, mm->grads, mm->optim, mm->zero_buffers, mm->activations, mm->logits,
+                                mm->comm, mm->fragmentation + (first ? mm->reserved + mm->workspace : 0) };
+        for (int c = 0; c < 8; c++) v[c] += add[c];
+        *cap = mm->capacity;
+        first = false;
+    }
+    return UTIL_OK;
+}
+
 static int memory_json(const plan_t *p, cJSON *doc, char *err)
 {
     plan_t copy = *p;
-    plan_options o;
-    plan_options_default(&o);
-    o.precision = p->precision;
+    plan_options o = plan_options_of(p);
     plan_eval ev;
     if (plan_evaluate(&copy, &o, &ev, err)) return UTIL_EINVAL;
     cJSON *rows = cJSON_AddArrayToObject(doc, "memory");
     int shown = p->world_size < REPORT_MAX_RANKS ? p->world_size : REPORT_MAX_RANKS;
     for (int r = 0; r < shown; r++) {
-        double v[9] = { 0 }, cap = 0;
-        bool first = true;
-        for (int k = 0; k < p->n_modules; k++) {
-            plan_coord cd;
-            if (!plan_rank_coord(p, k, r, &cd)) continue;
-            const plan_mem *m = &ev.mem[k];
-            const double add[9] = { m->params, m->grads, m->optim, m->zero_buffers, m->activations, m->logits,
-                                    m->comm, first ? m->reserved : 0, m->fragmentation };
-            for (int c = 0; c < 9; c++) v[c] += add[c];
-            cap = m->capacity;
-            first = false;
-        }
-        static const char *cats[9] = { "params", "grads", "optim", "zero_buffers", "activations", "logits", "comm",
-                                       "reserved", "fragmentation" };
+        double v[8] = { 0 }, cap = 0;
+        rank_memory(p, &ev, r, v, &cap);
+        static const char *cats[8] = { "params", "grads", "optim", "zero_buffers", "activations", "logits", "comm",
+                                       "other" };
         cJSON *row = cJSON_CreateObject(), *parts = cJSON_AddObjectToObject(row, "parts");
         double total = 0;
-        for (int c = 0; c < 9; c++) { cJSON_AddNumberToObject(parts, cats[c], v[c]); total += v[c]; }
+        for (int c = 0; c < 8; c++) { cJSON_AddNumberToObject(parts, cats[c], v[c]); total += v[c]; }
         cJSON_AddNumberToObject(row, "rank", r);
         cJSON_AddNumberToObject(row, "total", total);
         cJSON_AddNumberToObject(row, "capacity", cap);

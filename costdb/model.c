@@ -17,11 +17,14 @@ double cost_gemm_wave_efficiency(const cost_gpu *g, double m, double n, double k
 {
     double sms = g->sm_count;
     if (!(sms > 0) || !(m > 0 && n > 0 && k > 0)) return 1.0;
-    static const double tile[][2] = { { 128, 128 }, { 256, 128 }, { 128, 256 } };
+    /* tiles of 128 x 128, 256 x 128 and 128 x 256 (the planner asks this for every GEMM it prices:
+     * the quotients once) */
+    double m1 = ceil(m / 128), m2 = ceil(m / 256), n1 = ceil(n / 128), n2 = ceil(n / 256), split = floor(k / 128);
+    const double tiles[3] = { m1 * n1, m2 * n1, m1 * n2 };
     double best = 0;
-    for (size_t i = 0; i < sizeof tile / sizeof tile[0]; i++) {
-        double t = ceil(m / tile[i][0]) * ceil(n / tile[i][1]);
-        if (t < sms) t *= fmax(1.0, fmin(floor(sms / t), floor(k / 128)));   /* split-K */
+    for (int i = 0; i < 3; i++) {
+        double t = tiles[i];
+        if (t < sms) t *= fmax(1.0, fmin(floor(sms / t), split));   /* split-K */
         double e = t / (ceil(t / sms) * sms);
         if (e > best) best = e;
     }

@@ -114,6 +114,9 @@ int plan_search(const model_t *m, const cost_cluster *c, const plan_workload *w,
     int *cuts = util_malloc(sizeof(int) * (size_t)(K * max_cuts));
     if (!cuts) { plan_candidates_free(&cs); return util_fail(err, UTIL_ENOMEM, "planner: out of memory"); }
     int n_cuts = 0;
+    plan_t *fallback = util_malloc(sizeof *fallback);
+    bool have_fallback = false;
+    if (!fallback) { util_free(cuts); plan_candidates_free(&cs); return util_fail(err, UTIL_ENOMEM, "planner: out of memory"); }
     while (r->n_plans < want && n_cuts < max_cuts) {
         util_progress("plan: MILP solves for the plan and its alternatives", r->n_plans, want);
         double obj;
@@ -125,24 +128,35 @@ int plan_search(const model_t *m, const cost_cluster *c, const plan_workload *w,
             rc = plan_milp_solve(&cs, cuts, n_cuts, o->time_limit_s, sol, &obj, &r->n_milp_vars, &r->n_milp_rows, e);
         r->milp_solves++;
         if (rc) {
-            if (r->n_plans == 0) { util_free(cuts); plan_candidates_free(&cs);
+            if (r->n_plans == 0 && !have_fallback) { util_free(cuts); util_free(fallback); plan_candidates_free(&cs);
                 return util_fail(err, rc, "%s: %s on cluster '%s'", m->name, e, c->name); }
             break;
         }
         n_cuts++;
-        rc = plan_from_candidates(&cs, sol, m, c, w, &o->opt, &r->plans[r->n_plans], e);
+        plan_t *q = &r->plans[r->n_plans];
+        rc = plan_from_candidates(&cs, sol, m, c, w, &o->opt, q, e);
         if (rc == UTIL_EINVAL && !o->exhaustive) continue;   /* a packing the MILP cannot see: cut, solve again */
-        if (rc) { util_free(cuts); plan_candidates_free(&cs); return util_fail(err, rc, "planner: %s", e); }
+        if (rc) { util_free(cuts); util_free(fallback); plan_candidates_free(&cs); return util_fail(err, rc, "planner: %s", e); }
+        /* The MILP prices hand-offs without knowing the neighbour's placement and
+         * the closed form does not see the schedule's waits: the final order is
+         * by the simulated step where the schedule runs the plan, else by the
+         * full evaluation (pred.analytic_step_time_s keeps it for all). The
+         * simulation also sizes each rank's hand-off buffers, which no one
+         * module's candidate holds: a plan they push out of memory is cut too
+         * (the first kept, should no plan fit). */
+        bool fit = q->pred.fits;
+        plan_sim_predict(q, NULL);
+        if (fit && !q->pred.fits && !o->exhaustive) {
+            if (!have_fallback) { *fallback = *q; have_fallback = true; }
+            continue;
+        }
         r->n_plans++;
     }
+    if (r->n_plans == 0 && have_fallback) r->plans[r->n_plans++] = *fallback;
+    util_free(fallback);
     util_progress("plan: MILP solves for the plan and its alternatives", want, want);
     util_free(cuts);
     plan_candidates_free(&cs);
-    /* The MILP prices hand-offs without knowing the neighbour's placement and
-     * the closed form does not see the schedule's waits: the final order is
-     * by the simulated step where the schedule runs the plan, else by the
-     * full evaluation (pred.analytic_step_time_s keeps it for all). */
-    for (int i = 0; i < r->n_plans; i++) plan_sim_predict(&r->plans[i], NULL);
     qsort(r->plans, (size_t)r->n_plans, sizeof r->plans[0], by_step_time);
     r->search_s = util_now() - t0;
     return UTIL_OK;

@@ -498,12 +498,15 @@ static void merge_fwd(const plan_comm *fwd, plan_comm *c)
  * written per element, the copy kernel's two accesses at 3 bytes each. */
 static void price_bf16_acts(pricer *p, const model_module *mm, const plan_module *s, const plan_stage *st, double t)
 {
-    for (int j = 0; j < st->count; j++) {
+    int first[2], count[2];
+    plan_stage_block_kinds(mm, s, st, t, first, count);
+    for (int u = 0; u < 2; u++) {
         double n[PLAN_NACT_BLOCK];
-        int k = plan_block_bf16_elems(mm, s, st, plan_stage_block(st, j), t, n);
+        int k = count[u] ? plan_block_bf16_elems(mm, s, st, first[u], t, n) : 0;
         for (int i = 0; i < k; i++) {
-            p->fwd += cost_elementwise_time(p->g, COST_EW_COPY, n[i], 3.0);
-            if (runs_backward(p)) p->bwd += cost_elementwise_time(p->g, COST_EW_COPY, n[i], 3.0);
+            double copy = count[u] * cost_elementwise_time(p->g, COST_EW_COPY, n[i], 3.0);
+            p->fwd += copy;
+            if (runs_backward(p)) p->bwd += copy;
         }
     }
 }

@@ -91,7 +91,7 @@ static int fused_into(plan_tensor_role r)
 static int megatron_tensors(const model_module *mm, const plan_module *s, double **elems, int **layer)
 {
     plan_stage st = plan_stage_of(mm, s, 0);
-    int n = plan_module_tensors(mm, s->tp, 0, false, &st, NULL, 0);
+    int n = plan_module_tensor_shapes(mm, s->tp, 0, false, &st, NULL, 0);
     plan_tensor *t = malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
     double *e = malloc((size_t)(n > 0 ? n : 1) * sizeof *e);
     int *l = layer ? malloc((size_t)(n > 0 ? n : 1) * sizeof *l) : NULL;
@@ -101,7 +101,7 @@ static int megatron_tensors(const model_module *mm, const plan_module *s, double
         free(l);
         return -1;
     }
-    plan_module_tensors(mm, s->tp, 0, false, &st, t, n);
+    plan_module_tensor_shapes(mm, s->tp, 0, false, &st, t, n);
     int k = 0, at[2] = { -1, -1 };   /* this block's query weight and bias */
     for (int i = 0; i < n; i++) {
         double x = (double)t[i].shape[0] * (double)t[i].shape[1];

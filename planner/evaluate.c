@@ -4,7 +4,6 @@
 #include "planner/planner.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 
@@ -196,8 +195,8 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
 
 int plan_step_parts_of(const plan_t *p, plan_step_parts *out, char *err)
 {
-    plan_t *q = malloc(sizeof *q);
-    plan_eval *ev = malloc(sizeof *ev);
+    plan_t *q = util_malloc(sizeof *q);
+    plan_eval *ev = util_malloc(sizeof *ev);
     int rc = q && ev ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "plan: out of memory pricing the step's parts");
     if (!rc) {
         *q = *p;
@@ -205,7 +204,7 @@ int plan_step_parts_of(const plan_t *p, plan_step_parts *out, char *err)
         rc = plan_evaluate(q, &o, ev, err);
     }
     if (!rc) memcpy(out, ev->parts, sizeof ev->parts[0] * (size_t)p->n_modules);
-    free(q);
-    free(ev);
+    util_free(q);
+    util_free(ev);
     return rc;
 }

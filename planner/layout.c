@@ -5,6 +5,7 @@
 #include "planner/planner.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -114,28 +115,63 @@ typedef struct {
     bool seq_parallel;
     int layer, unit;
     char prefix[32];
+    int64_t *unit_elems;      /* a sizing pass (plan_unit_sizes): each tensor's elements added to its unit's, none stored */
+    int64_t *largest;         /* where given: the largest tensor's elements so far */
+    bool nameless;            /* stored tensors get an empty name (plan_module_tensor_shapes) */
 } tensor_list;
 
+/* dst = a then b, cut to n bytes with its terminator. The search lays out
+ * every candidate's tensors to size its memory, so this runs millions of
+ * times: a copy, where snprintf's format parsing took most of `dhp plan`. */
+static void join(char *dst, size_t n, const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > n - 1) la = n - 1;
+    if (lb > n - 1 - la) lb = n - 1 - la;
+    memcpy(dst, a, la);
+    memcpy(dst + la, b, lb);
+    dst[la + lb] = '\0';
+}
+
+/* "layers.12." for block 12 of an LLM (blk "layers"), as join does it: without printf. */
+static void block_prefix(char *dst, size_t n, const char *blk, int b)
+{
+    char num[16], *q = num + sizeof num;
+    unsigned v = b < 0 ? 0u : (unsigned)b;
+    *--q = '\0';
+    *--q = '.';
+    do { *--q = (char)('0' + v % 10); v /= 10; } while (v && q > num + 1);
+    *--q = '.';
+    join(dst, n, blk, q);
+}
+
+_Static_assert(offsetof(plan_tensor, name) == 0, "add() zeroes a tensor after its name");
+
+/* The next tensor, or NULL past the list's capacity (a counting pass). */
 static plan_tensor *add(tensor_list *l, const char *name, plan_tensor_role role, int ndim, int64_t d0, int64_t d1,
                         float std, float cst)
 {
-    plan_tensor t;
-    memset(&t, 0, sizeof t);
-    snprintf(t.name, sizeof t.name, "%s%s", l->prefix, name);
-    t.role = role;
-    t.layer = l->layer;
-    t.unit = l->unit;
-    t.ndim = ndim;
-    t.shape[0] = t.full[0] = d0;
-    t.shape[1] = t.full[1] = ndim > 1 ? d1 : 1;
-    t.split_axis = -1;
-    t.decay = ndim >= 2;
-    t.init_std = std;
-    t.init_const = cst;
     int i = l->n++;
+    int64_t e = d0 * (ndim > 1 ? d1 : 1);
+    if (l->unit_elems) l->unit_elems[l->unit] += e;
+    if (l->largest && e > *l->largest) *l->largest = e;
     if (i >= l->cap) return NULL;
-    l->out[i] = t;
-    return &l->out[i];
+    plan_tensor *t = &l->out[i];
+    /* the name is the struct's first field and join writes it whole: zero the rest */
+    memset((char *)t + sizeof t->name, 0, sizeof *t - sizeof t->name);
+    if (l->nameless) t->name[0] = '\0';
+    else join(t->name, sizeof t->name, l->prefix, name);
+    t->role = role;
+    t->layer = l->layer;
+    t->unit = l->unit;
+    t->ndim = ndim;
+    t->shape[0] = t->full[0] = d0;
+    t->shape[1] = t->full[1] = ndim > 1 ? d1 : 1;
+    t->split_axis = -1;
+    t->decay = ndim >= 2;
+    t->init_std = std;
+    t->init_const = cst;
+    return t;
 }
 
 /* This rank's slice along axis (0 rows, 1 columns) of a tensor split over the tp group. */
@@ -162,7 +198,7 @@ static void block(tensor_list *l, const model_module *mm, int b)
     float std_out = INIT_STD / sqrtf(2.0f * (float)mm->layers);
     const char *blk = mm->kind == MODEL_LLM ? "layers" : "blocks";
     bool ln = mm->norm == MODEL_NORM_LAYERNORM, swiglu = mm->ffn_kind == MODEL_FFN_SWIGLU;
-    snprintf(l->prefix, sizeof l->prefix, "%s.%d.", blk, b);
+    if (l->n < l->cap && !l->nameless) block_prefix(l->prefix, sizeof l->prefix, blk, b);   /* only for names stored */
     seq_partial(l, add(l, "norm1.weight", PLAN_TW_LN1, 1, d, 1, 0, 1));
     if (ln) seq_partial(l, add(l, "norm1.bias", PLAN_TW_LN1_B, 1, d, 1, 0, 0));
     split(l, add(l, "attn.q.weight", PLAN_TW_WQ, 2, qd, d, INIT_STD, 0), 0);
@@ -258,11 +294,28 @@ double plan_seqpar_split(const model_module *mm, const plan_module *s)
     return mm->kind == MODEL_LLM && s->seq_parallel && s->tp > 1 ? s->tp : 1.0;
 }
 
+static int module_tensors(tensor_list *lp, const model_module *mm, const plan_stage *stage);
+
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *stage,
                         plan_tensor *out, int cap)
 {
     tensor_list l = { .out = out, .cap = cap, .tp = tp > 0 ? tp : 1, .tp_rank = tp_rank,
                       .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1, .unit = 0 };
+    return module_tensors(&l, mm, stage);
+}
+
+int plan_module_tensor_shapes(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *stage,
+                              plan_tensor *out, int cap)
+{
+    tensor_list l = { .out = out, .cap = cap, .tp = tp > 0 ? tp : 1, .tp_rank = tp_rank,
+                      .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1, .unit = 0, .nameless = true };
+    return module_tensors(&l, mm, stage);
+}
+
+/* The module's tensors into l, in the order of its flat buffer; their count. */
+static int module_tensors(tensor_list *lp, const model_module *mm, const plan_stage *stage)
+{
+    tensor_list l = *lp;
     plan_stage whole = contiguous(0, mm->layers, true, true), *st = stage ? (plan_stage *)stage : &whole;
     int d = mm->hidden;
     if (mm->kind == MODEL_LLM) {
@@ -308,20 +361,22 @@ int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_pa
 
 int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, int64_t *units)
 {
-    int n = plan_module_tensors(mm, tp, 0, false, st, NULL, 0);
-    plan_tensor *t = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
     int U = plan_module_units(mm);
     for (int u = 0; u < U; u++) units[u] = 0;
-    if (!t) return -1;
-    plan_module_tensors(mm, tp, 0, false, st, t, n);
+    tensor_list l = { .tp = tp > 0 ? tp : 1, .layer = -1, .unit = 0, .unit_elems = units };
+    module_tensors(&l, mm, st);
     int64_t total = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t e = t[i].shape[0] * t[i].shape[1];
-        units[t[i].unit] += e;
-        total += e;
-    }
-    util_free(t);
+    for (int u = 0; u < U; u++) total += units[u];
     return total;
+}
+
+int64_t plan_largest_tensor(const model_module *mm, int tp, bool seq_parallel, const plan_stage *st)
+{
+    int64_t largest = 0;
+    tensor_list l = { .tp = tp > 0 ? tp : 1, .seq_parallel = seq_parallel && mm->kind == MODEL_LLM, .layer = -1,
+                      .largest = &largest };
+    module_tensors(&l, mm, st);
+    return largest;
 }
 
 /* ---------------------------------------------------------------- ZeRO buffers */
@@ -365,15 +420,35 @@ plan_dp_buffers plan_dp_buffers_of(const model_module *mm, const plan_module *s,
 
 static size_t pad16(double elems) { return (size_t)ceil(elems / 16.0) * 16; }
 
+/* A byte-summing pass (plan_module_act_bytes): each tensor added to its
+ * class as it is listed, none stored. */
+typedef struct {
+    double fp32_bytes, saved, block_saved, scratch, logits;
+    double largest;           /* the largest tensor's elements */
+} act_sums;
+
 typedef struct {
     plan_act *out;
     int cap, n;
+    act_sums *sums;
 } act_list;
+
+static void act_sum(act_sums *m, plan_act a)
+{
+    double bytes = (double)a.elems * (a.bf16 ? 2.0 : m->fp32_bytes);
+    if (a.id == PLAN_ACT_LOGITS || a.id == PLAN_ACT_DLOGITS) m->logits += bytes;
+    else if (a.saved) m->saved += bytes;
+    else m->scratch += bytes;
+    if (a.saved && a.layer >= 0) m->block_saved += bytes;
+    if ((double)a.elems > m->largest) m->largest = (double)a.elems;
+}
 
 static void act_typed(act_list *l, plan_act_id id, int layer, bool saved, bool bf16, double elems)
 {
     int i = l->n++;
-    if (i < l->cap) l->out[i] = (plan_act){ id, layer, saved, bf16, pad16(elems) };
+    plan_act a = { id, layer, saved, bf16, pad16(elems) };
+    if (l->sums) act_sum(l->sums, a);
+    if (i < l->cap) l->out[i] = a;
 }
 
 static void act(act_list *l, plan_act_id id, int layer, bool saved, double elems)
@@ -466,7 +541,7 @@ int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const pl
                           double *elems)
 {
     plan_act a[PLAN_NACT_BLOCK];
-    act_list l = { a, PLAN_NACT_BLOCK, 0 };
+    act_list l = { a, PLAN_NACT_BLOCK, 0, NULL };
     block_acts(&l, mm, s, st, N, true, layer);
     int n = 0;
     for (int i = 0; i < l.n && i < l.cap; i++)
@@ -474,17 +549,62 @@ int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const pl
     return n;
 }
 
+static int module_acts(act_list *lp, const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows);
+
+void plan_stage_block_kinds(const model_module *mm, const plan_module *s, const plan_stage *st, double N, int first[2],
+                            int count[2])
+{
+    count[0] = count[1] = 0;
+    first[0] = first[1] = -1;
+    for (int j = 0; j < st->count; j++) {
+        int b = plan_stage_block(st, j), u = plan_cp_layer(mm, s, b, N) == PLAN_CP_ULYSSES;
+        if (first[u] < 0) first[u] = b;
+        count[u]++;
+    }
+}
+
+/* A summing pass over the stage's blocks: a block's list depends on the
+ * layer only through whether it runs Ulysses (plan_cp_layer), so one block
+ * of each kind is listed and counted as many times as the stage has. */
+static void per_layer_sums(act_list *l, const model_module *mm, const plan_module *s, const plan_stage *st, double N,
+                           bool bf16)
+{
+    int count[2], first[2];
+    plan_stage_block_kinds(mm, s, st, N, first, count);
+    for (int u = 0; u < 2; u++) {
+        if (!count[u]) continue;
+        act_sums one = { .fp32_bytes = l->sums->fp32_bytes };
+        act_list t = { NULL, 0, 0, &one };
+        block_acts(&t, mm, s, st, N, bf16, first[u]);
+        act_sums *m = l->sums;
+        m->saved += count[u] * one.saved;
+        m->block_saved += count[u] * one.block_saved;
+        m->scratch += count[u] * one.scratch;
+        m->logits += count[u] * one.logits;
+        m->largest = fmax(m->largest, one.largest);
+        l->n += count[u] * t.n;
+    }
+}
+
 int plan_module_acts(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows, plan_act *out,
                      int cap)
 {
-    act_list l = { out, cap, 0 };
+    act_list l = { out, cap, 0, NULL };
+    return module_acts(&l, mm, s, stage, rows);
+}
+
+/* The stage's activations into l (plan_module_acts); their count. */
+static int module_acts(act_list *lp, const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows)
+{
+    act_list l = *lp;
     plan_stage st = plan_vstage_of(mm, s, stage);
     double tp = s->tp, N = rows->rows, d = mm->hidden, hd = mm->head_dim, H = mm->heads / tp, f = mm->ffn / tp;
     double qd = H * hd, kd = mm->kv_heads / tp * hd;
     double split = plan_seqpar_split(mm, s);
     bool seqpar = split > 1;
     double Nl = N / split;
-    for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, &st, N, rows->bf16, b);
+    if (l.sums) per_layer_sums(&l, mm, s, &st, N, rows->bf16);
+    else for (int b = st.first; b < st.first + st.count; b++) block_acts(&l, mm, s, &st, N, rows->bf16, b);
     block_acts(&l, mm, s, &st, N, rows->bf16, -1);
     if (stage_ulysses(mm, s, &st, N)) {
         act(&l, PLAN_ACT_SP_PACK, -1, false, N * fmax(qd, kd));
@@ -569,17 +689,19 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
 void plan_module_act_bytes(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
                            double fp32_bytes, double *saved, double *block_saved, double *scratch, double *logits)
 {
-    int n = plan_module_acts(mm, s, stage, rows, NULL, 0);
-    plan_act *a = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *a);
-    *saved = *block_saved = *scratch = *logits = 0;
-    if (!a) return;
-    plan_module_acts(mm, s, stage, rows, a, n);
-    for (int i = 0; i < n; i++) {
-        double bytes = (double)a[i].elems * (a[i].bf16 ? 2.0 : fp32_bytes);
-        if (a[i].id == PLAN_ACT_LOGITS || a[i].id == PLAN_ACT_DLOGITS) *logits += bytes;
-        else if (a[i].saved) *saved += bytes;
-        else *scratch += bytes;
-        if (a[i].saved && a[i].layer >= 0) *block_saved += bytes;
-    }
-    util_free(a);
+    act_sums m = { .fp32_bytes = fp32_bytes };
+    act_list l = { NULL, 0, 0, &m };
+    module_acts(&l, mm, s, stage, rows);
+    *saved = m.saved;
+    *block_saved = m.block_saved;
+    *scratch = m.scratch;
+    *logits = m.logits;
+}
+
+double plan_largest_act(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows)
+{
+    act_sums m = { .fp32_bytes = 4 };
+    act_list l = { NULL, 0, 0, &m };
+    module_acts(&l, mm, s, stage, rows);
+    return m.largest;
 }

@@ -517,6 +517,9 @@ typedef struct {
 double plan_seqpar_split(const model_module *mm, const plan_module *s);
 int plan_module_tensors(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *st,
                         plan_tensor *out, int cap);
+/* The same without names (each name empty): what sizing and sharding read, at a fraction of the cost. */
+int plan_module_tensor_shapes(const model_module *mm, int tp, int tp_rank, bool seq_parallel, const plan_stage *st,
+                              plan_tensor *out, int cap);
 static inline int plan_module_units(const model_module *mm) { return mm->layers + 2; }
 /* Whether the module's attention uses rotary positions (vision 2-D, LLM 1-D);
  * the audio encoder and a vision tower with learned positions (CLIP) add
@@ -532,6 +535,8 @@ static inline bool plan_module_rotary(const model_module *mm)
 /* Elements of each unit of stage st (NULL: all) on one tp rank (units[plan_module_units], 0 for the
  * units another stage holds); returns the stage's total. */
 int64_t plan_unit_sizes(const model_module *mm, int tp, const plan_stage *st, int64_t *units);
+/* The largest tensor of stage st on one tp rank, elements. */
+int64_t plan_largest_tensor(const model_module *mm, int tp, bool seq_parallel, const plan_stage *st);
 
 /* The ZeRO buffers of one module under the executor's strategies
  * (executor/dp_*.c), in elements: units of n_u elements are split in `shard`
@@ -645,11 +650,18 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
  * the run saves bf16 (the list's), into elems[0 .. n) (n <= PLAN_NACT_BLOCK). */
 int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const plan_stage *st, int layer, double N,
                           double *elems);
+/* A block's activations depend on its layer only through whether it runs
+ * Ulysses (plan_cp_layer): of stage st's blocks on N rows, count[1] do and
+ * count[0] do not, first[u] the first of each (-1: none). */
+void plan_stage_block_kinds(const model_module *mm, const plan_module *s, const plan_stage *st, double N, int first[2],
+                            int count[2]);
 /* The same summed in bytes, fp32 elements at fp32_bytes each and bf16 ones
  * at 2: saved and scratch, and the LM head's logits part of the saved ones;
  * block_saved: of the saved ones, the blocks' own (one layer's each). */
 void plan_module_act_bytes(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows,
                            double fp32_bytes, double *saved, double *block_saved, double *scratch, double *logits);
+/* The largest activation of the list (plan_module_acts), elements. */
+double plan_largest_act(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows);
 
 /* ---- context parallelism (sp > 1) of the LLM: planner/seqlayout.c ----
  * Ulysses (DeepSpeed-Ulysses, Jacobs et al., arXiv 2309.14509) where tp * sp

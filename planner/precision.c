@@ -163,26 +163,12 @@ double plan_weight_cast_elems(const model_module *mm, const plan_module *s, int 
 {
     if (!plan_runs_bf16(o) || (o->precision != PLAN_OPT_AUTOCAST && !plan_zero3_bf16(mm, s, o))) return 0;
     plan_stage st = plan_stage_of(mm, s, stage);
-    int n = plan_module_tensors(mm, s->tp, 0, s->seq_parallel, &st, NULL, 0);
-    plan_tensor *t = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
-    if (!t) return 0;
-    plan_module_tensors(mm, s->tp, 0, s->seq_parallel, &st, t, n);
-    double most = 0;
-    for (int i = 0; i < n; i++) most = fmax(most, (double)t[i].shape[0] * (t[i].ndim > 1 ? t[i].shape[1] : 1));
-    util_free(t);
-    return most;
+    return (double)plan_largest_tensor(mm, s->tp, s->seq_parallel, &st);
 }
 
 double plan_gemm_staging_elems(const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows)
 {
-    int n = plan_module_acts(mm, s, stage, rows, NULL, 0);
-    plan_act *a = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *a);
-    if (!a) return 0;
-    plan_module_acts(mm, s, stage, rows, a, n);
-    double most = 0;
-    for (int i = 0; i < n; i++)
-        if ((double)a[i].elems > most) most = (double)a[i].elems;
-    util_free(a);
+    double most = plan_largest_act(mm, s, stage, rows);
     /* the patch embedding's input, the pixels (not an activation of the list) */
     if (mm->kind == MODEL_VISION && plan_vstage_of(mm, s, stage).stem)
         most = fmax(most, (double)rows->rows * mm->in_channels * mm->temporal_patch * mm->patch * mm->patch);

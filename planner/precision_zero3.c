@@ -57,12 +57,12 @@ int plan_zero3_bf16_units(const model_module *mm, const plan_module *s, const pl
     int U = plan_module_units(mm);
     int64_t G = shard > 1 ? shard : 1;
     memset(u, 0, (size_t)U * sizeof *u);
-    int n = plan_module_tensors(mm, s->tp, 0, s->seq_parallel, st, NULL, 0);
+    int n = plan_module_tensor_shapes(mm, s->tp, 0, s->seq_parallel, st, NULL, 0);
     plan_tensor *t = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
     int64_t *size = util_calloc((size_t)U, sizeof *size), *count = util_calloc((size_t)G, sizeof *count);
     int rc = t && size && count ? UTIL_OK : UTIL_ENOMEM;
     if (!rc) {
-        plan_module_tensors(mm, s->tp, 0, s->seq_parallel, st, t, n);
+        plan_module_tensor_shapes(mm, s->tp, 0, s->seq_parallel, st, t, n);
         for (int i = 0; i < n; i++) size[t[i].unit] += t[i].shape[0] * t[i].shape[1];
         for (int k = 0; k < U; k++) u[k].piece = ceil_div(size[k], G), u[k].half = ceil_div(u[k].piece, 2);
         /* the tensors in flat order, units contiguous (executor/model.c's layout) */

@@ -33,8 +33,14 @@ void sim_pricer_free(sim_pricer *pr);
 /* Bytes of one pipeline hop of module k's micro-batch of `samples` (activations or their gradient). */
 double sim_stage_hop_bytes(const plan_t *p, int k, int samples);
 
-/* ---- memory (sim_memory.c) ---- */
-void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, plan_sim_mem *out);
+/* ---- memory (sim_memory.c) ----
+ * The hand-off's messages each rank sends and receives, chunk by chunk,
+ * built once for all ranks (sim_handoff_table_build); a rank's memory reads it. */
+typedef struct sim_handoff_table sim_handoff_table;
+int sim_handoff_table_build(const plan_t *p, sim_handoff_table **out, char *err);
+void sim_handoff_table_free(sim_handoff_table *t);
+void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, const sim_handoff_table *handoff,
+                     plan_sim_mem *out);
 
 /* ---- messages (sim_messages.c) ----
  * One message: the rows one rank sends another, for a hand-off (chunk c of

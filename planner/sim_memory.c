@@ -8,21 +8,83 @@
 
 /* ---- memory ---- */
 
-/* Rows one rank sends (sending) or receives for chunk c of encoder enc, one
- * entry per peer message, in the executor's order (plan_handoff's). */
-static int chunk_message_rows(const plan_t *p, int enc, int c, int rank, bool grad, bool sending,
-                              double *rows, int cap, int *n_out)
+/* The hand-off's messages by rank (sim_handoff_table): for each chunk c
+ * and feeding encoder k, what each rank sends in all (activations, and
+ * gradients back) and the largest single message it receives, from one pass
+ * over the chunk's segments (plan_handoff). A message is one (encoder rank,
+ * LLM rank) pair's segments, which plan_handoff sorts together
+ * (plan_handoff_message's grouping). */
+enum { ACT_SENT, ACT_RECV_MAX, GRAD_SENT, GRAD_RECV_MAX, HANDOFF_NQ };
+
+struct sim_handoff_table {
+    int chunks, world;
+    double *rows;             /* [(c * n_modules + k) * HANDOFF_NQ + q][rank], NULL: no encoder feeds */
+};
+
+static double *table_row(const sim_handoff_table *t, const plan_t *p, int k, int c, int q)
 {
-    plan_segment *sg;
-    int n, m = 0, i, j, peer, nrows;
-    char err[UTIL_ERR_LEN];
-    *n_out = 0;
-    if (plan_handoff(p, enc, c, &sg, &n, err)) return UTIL_EINVAL;
-    for (int from = 0; m < cap && plan_handoff_message(sg, n, from, rank, grad, sending, &i, &j, &peer, &nrows); from = j)
-        rows[m++] = nrows;
-    util_free(sg);
-    *n_out = m;
+    return t->rows + ((size_t)(c * p->n_modules + k) * HANDOFF_NQ + (size_t)q) * (size_t)t->world;
+}
+
+/* One message of `rows` rows between encoder rank e and LLM rank l. */
+static void add_message(const sim_handoff_table *t, const plan_t *p, int k, int c, const plan_segment *s, double rows)
+{
+    if (s->enc_tp == 0) {   /* activations from enc_tp 0 to every LLM tp rank */
+        table_row(t, p, k, c, ACT_SENT)[s->enc_rank] += rows;
+        double *m = &table_row(t, p, k, c, ACT_RECV_MAX)[s->llm_rank];
+        *m = fmax(*m, rows);
+    }
+    if (s->llm_tp == 0) {   /* gradients from llm_tp 0 to every encoder tp rank */
+        table_row(t, p, k, c, GRAD_SENT)[s->llm_rank] += rows;
+        double *m = &table_row(t, p, k, c, GRAD_RECV_MAX)[s->enc_rank];
+        *m = fmax(*m, rows);
+    }
+}
+
+int sim_handoff_table_build(const plan_t *p, sim_handoff_table **out, char *err)
+{
+    *out = NULL;
+    sim_handoff_table *t = util_calloc(1, sizeof *t);
+    if (!t) return util_fail(err, UTIL_ENOMEM, "simulate: out of memory for the hand-off table");
+    t->chunks = plan_chunks(p);
+    t->world = p->world_size;
+    bool any = false;
+    for (int k = 0; k < p->n_modules; k++) any |= plan_encoder_feeds(p, k);
+    if (any && t->chunks > 0 && t->world > 0) {
+        t->rows = util_calloc((size_t)t->chunks * (size_t)p->n_modules * HANDOFF_NQ * (size_t)t->world, sizeof *t->rows);
+        if (!t->rows) {
+            util_free(t);
+            return util_fail(err, UTIL_ENOMEM, "simulate: out of memory for the hand-off table of %d ranks", p->world_size);
+        }
+    }
+    for (int c = 0; t->rows && c < t->chunks; c++)
+        for (int k = 0; k < p->n_modules; k++) {
+            if (!plan_encoder_feeds(p, k)) continue;
+            plan_segment *sg;
+            int n;
+            int rc = plan_handoff(p, k, c, &sg, &n, err);
+            if (rc) {
+                sim_handoff_table_free(t);
+                return rc;
+            }
+            for (int i = 0; i < n;) {
+                int j = i;
+                double rows = 0;
+                for (; j < n && sg[j].enc_rank == sg[i].enc_rank && sg[j].llm_rank == sg[i].llm_rank; j++) rows += sg[j].rows;
+                add_message(t, p, k, c, &sg[i], rows);
+                i = j;
+            }
+            util_free(sg);
+        }
+    *out = t;
     return UTIL_OK;
+}
+
+void sim_handoff_table_free(sim_handoff_table *t)
+{
+    if (!t) return;
+    util_free(t->rows);
+    util_free(t);
 }
 
 /* fp32 (the CPU executor, executor/run.c): its hand-off buffers (one chunk
@@ -30,40 +92,35 @@ static int chunk_message_rows(const plan_t *p, int enc, int c, int rank, bool gr
  * LLM's side one pair every encoder's rows share) plus the peak of the
  * messages along the rank's schedule: a sent message is held until the step
  * ends, a received one only until it is scattered. */
-static double executor_handoff_bytes(const plan_t *p, int rank, const plan_schedule *s)
+static double executor_handoff_bytes(const plan_t *p, int rank, const plan_schedule *s, const sim_handoff_table *t)
 {
     int L = p->model.llm;
-    bool any = false;
     plan_coord cd;
     double d = p->model.mod[L].hidden, buffers = 0;
+    if (!t || !t->rows) return 0;
     /* (a buffer of no rows still takes one float) */
-    for (int k = 0; k < p->n_modules; k++) {
-        if (!plan_encoder_feeds(p, k)) continue;
-        any = true;
-        if (plan_rank_coord(p, k, rank, &cd))
+    for (int k = 0; k < p->n_modules; k++)
+        if (plan_encoder_feeds(p, k) && plan_rank_coord(p, k, rank, &cd))
             buffers += 2 * fmax(1, (double)plan_max_share(p, k) * plan_rows_per_sample(p, k) / p->mod[k].sp * d);
-    }
-    if (!any) return 0;
     if (plan_rank_coord(p, L, rank, &cd)) buffers += 2 * fmax(1, (double)plan_max_share(p, L) * plan_cp_encoder_rows(p, -1, rank) * d);
-    double held = 0, peak = 0, rows[64];
+    double held = 0, peak = 0;
     for (int i = 0; i < s->n; i++) {
         const plan_op *o = &s->op[i];
         bool send = o->kind == PLAN_OP_SEND_ACT || o->kind == PLAN_OP_SEND_GRAD;
         bool recv = o->kind == PLAN_OP_RECV_ACT || o->kind == PLAN_OP_RECV_GRAD;
-        if (!send && !recv) continue;
         bool grad = o->kind == PLAN_OP_SEND_GRAD || o->kind == PLAN_OP_RECV_GRAD;
-        int n;
-        if (chunk_message_rows(p, o->module, o->chunk, rank, grad, send, rows, 64, &n)) continue;
-        for (int j = 0; j < n; j++) {
-            if (send) held += rows[j] * d;
-            peak = fmax(peak, held + (recv ? rows[j] * d : 0));
-        }
+        if ((!send && !recv) || o->chunk < 0 || o->chunk >= t->chunks || o->module < 0 || o->module >= p->n_modules) continue;
+        int q = send ? (grad ? GRAD_SENT : ACT_SENT) : (grad ? GRAD_RECV_MAX : ACT_RECV_MAX);
+        double rows = table_row(t, p, o->module, o->chunk, q)[rank];
+        if (send) held += rows * d;
+        peak = fmax(peak, held + (recv ? rows * d : 0));
     }
     return FP32_BYTES * (buffers + peak);
 }
 
 /* Each module's stage on the rank with the activation slots its schedule fills. */
-void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, plan_sim_mem *out)
+void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, const sim_handoff_table *handoff,
+                     plan_sim_mem *out)
 {
     memset(out, 0, sizeof *out);
     plan_options o = plan_options_of(p);
@@ -98,7 +155,7 @@ void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, plan
         out->slots += in_flight;
         first = false;
     }
-    if (p->target == PLAN_TARGET_DHP) out->comm += executor_handoff_bytes(p, rank, sched);
+    if (p->target == PLAN_TARGET_DHP) out->comm += executor_handoff_bytes(p, rank, sched, handoff);
     out->total = out->params + out->grads + out->optim + out->zero_buffers + out->activations + out->logits + out->comm
                + out->workspace + out->other;
 }
@@ -106,9 +163,11 @@ void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, plan
 int plan_sim_memory(const plan_t *p, int rank, plan_sim_mem *out, char *err)
 {
     plan_schedule s;
+    sim_handoff_table *t;
     int rc = plan_schedule_rank(p, rank, &s, err);
     if (rc) return rc;
-    sim_rank_memory(p, rank, &s, out);
+    if (!(rc = sim_handoff_table_build(p, &t, err))) sim_rank_memory(p, rank, &s, t, out);
+    sim_handoff_table_free(t);
     plan_schedule_free(&s);
-    return UTIL_OK;
+    return rc;
 }

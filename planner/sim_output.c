@@ -118,6 +118,28 @@ int plan_sim_write_trace(const char *path, const plan_t *p, const plan_sim_resul
     return rc;
 }
 
+/* The dhp target's memory as the run holds it rank by rank (plan_sim_mem:
+ * the module model's terms with each rank's own activation slots, and the
+ * encoder -> LLM hand-off's buffers and held messages, which no one
+ * module's memory sees): each module's peak is its ranks' most (colocated:
+ * every rank's, all modules on it), and the plan fits where every rank does. */
+static void simulated_memory(plan_t *p, const plan_sim_result *r)
+{
+    plan_prediction *pr = &p->pred;
+    bool fits = true;
+    for (int k = 0; k < p->n_modules; k++) pr->peak_mem_bytes[k] = 0;
+    for (int i = 0; i < r->world_size; i++) {
+        const plan_sim_mem *m = &r->rank[i].mem;
+        if (m->total > m->capacity) fits = false;
+        for (int k = 0; k < p->n_modules; k++) {
+            plan_coord cd;
+            bool held = p->placement == PLAN_COLOCATED || plan_rank_coord(p, k, i, &cd);
+            if (held && m->total > pr->peak_mem_bytes[k]) pr->peak_mem_bytes[k] = m->total;
+        }
+    }
+    pr->fits = fits;
+}
+
 int plan_sim_predict(plan_t *p, char *err)
 {
     plan_sim_result r;
@@ -125,6 +147,7 @@ int plan_sim_predict(plan_t *p, char *err)
     if (rc) return rc;
     plan_prediction *pr = &p->pred;
     double sim = r.step_time_s;
+    if (p->target == PLAN_TARGET_DHP) simulated_memory(p, &r);
     plan_sim_free(&r);
     if (!(sim > 0)) return util_fail(err, UTIL_EINVAL, "simulate: the step takes no time");
     /* Rates are work per step over the step time: rescale them to the simulated step. */

@@ -621,17 +621,21 @@ static int setup(sim *S, char *err)
     if (!S->sched || !S->next || !S->now || !S->joined || !r->rank)
         return util_fail(err, UTIL_ENOMEM, "simulate: out of memory for %d ranks", world);
     r->world_size = world;
-    for (int i = 0; i < world; i++) {
+    sim_handoff_table *handoff;
+    int rc = sim_handoff_table_build(p, &handoff, err);
+    if (rc) return rc;
+    for (int i = 0; !rc && i < world; i++) {
         util_progress("simulate: scheduling ranks", i, world);
-        int rc = plan_schedule_rank(p, i, &S->sched[i], err);
-        if (rc) return rc;
+        if ((rc = plan_schedule_rank(p, i, &S->sched[i], err))) break;
         r->rank[i].n_ops = S->sched[i].n;
         r->rank[i].ops = util_calloc((size_t)(S->sched[i].n ? S->sched[i].n : 1), sizeof(plan_sim_op));
-        if (!r->rank[i].ops) return util_fail(err, UTIL_ENOMEM, "simulate: out of memory for rank %d's ops", i);
-        sim_rank_memory(p, i, &S->sched[i], &r->rank[i].mem);
+        if (!r->rank[i].ops) rc = util_fail(err, UTIL_ENOMEM, "simulate: out of memory for rank %d's ops", i);
+        else sim_rank_memory(p, i, &S->sched[i], handoff, &r->rank[i].mem);
     }
+    sim_handoff_table_free(handoff);
+    if (rc) return rc;
     util_progress("simulate: scheduling ranks", world, world);
-    int rc = sim_build_messages(p, S->sched, &S->msg, err);
+    rc = sim_build_messages(p, S->sched, &S->msg, err);
     if (!rc) rc = build_collectives(p, &S->coll, err);
     return rc ? rc : setup_sharing(S, err);
 }

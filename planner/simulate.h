@@ -93,7 +93,9 @@ plan_sim_cost plan_sim_op_cost(const plan_t *p, int rank, const plan_op *op);
 double plan_sim_msg_seconds(const plan_t *p, int src, int dst, double bytes);
 /* Simulates p and makes the simulated step its prediction (pred.step_time_s
  * and the rates; pred.analytic_step_time_s keeps plan_evaluate's, pred.simulated
- * is set). Returns the schedule's refusal (pred untouched) for plans it does not run. */
+ * is set), and for the dhp target the simulated memory per rank its peak
+ * memory and fits verdict (pred.peak_mem_bytes, pred.fits: the hand-off's
+ * buffers included). Returns the schedule's refusal (pred untouched) for plans it does not run. */
 int plan_sim_predict(plan_t *p, char *err);
 /* Memory of one rank with its schedule's activation slots. */
 int plan_sim_memory(const plan_t *p, int rank, plan_sim_mem *out, char *err);

@@ -1,0 +1,74 @@
+/* The dhp target's fits verdict is the run's memory rank by rank (the
+ * simulator's, which t_run checks against the runs' allocations): the
+ * encoder -> LLM hand-off's buffers and held messages, which no one module's
+ * memory sees, count, in a plan's prediction and in the search. */
+#include "tests/test.h"
+#include "planner/planner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Qwen2.5-VL-32B, 16,384 vision tokens, batch 8, on 8 H100 of `hbm_gib` each. */
+static int setup(double hbm_gib, model_t *m, cost_cluster *c, plan_workload *w, plan_options *o)
+{
+    char err[UTIL_ERR_LEN];
+    if (model_load("qwen2.5-vl-32b", m, err) || cost_cluster_load("8xh100", c, err)) {
+        fprintf(stderr, "%s\n", err);
+        return UTIL_EINVAL;
+    }
+    c->pool[0].gpu.hbm_bytes = hbm_gib * 1024.0 * 1024.0 * 1024.0;
+    *w = (plan_workload){ .global_batch = 8, .images_per_sample = 1, .image_tokens = 16384, .text_tokens = 512 };
+    plan_options_default(o);
+    o->target = PLAN_TARGET_DHP;
+    return UTIL_OK;
+}
+
+/* dhp plan's default plan: 77.8 GiB a GPU by the module memory, 79.4 on
+ * rank 0 with the hand-off (the encoder's rows, held until the step ends);
+ * on GPUs of 78.5 GiB the first fits and the run does not. */
+TEST(sim_memory_the_handoff_decides_a_plans_fit)
+{
+    static plan_t p;
+    model_t m;
+    cost_cluster c;
+    plan_workload w;
+    plan_options o;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(setup(78.5, &m, &c, &w, &o));
+    CHECK_OK(plan_from_strategy_opts("vision:dp=2,sp=4,zero=3,rc=full;llm:tp=8,rc=full,mb=2", &m, &c, &w,
+                                     PLAN_COLOCATED, 8, 1, &o, &p, err));
+    CHECK(p.pred.fits);
+    double modules = p.pred.peak_mem_bytes[0];
+    CHECK_OK(plan_sim_predict(&p, err));
+    CHECK(!p.pred.fits);
+    plan_sim_mem r0;
+    CHECK_OK(plan_sim_memory(&p, 0, &r0, err));
+    CHECK_NEAR(p.pred.peak_mem_bytes[0], r0.total, 1e-12);
+    CHECK_NEAR(p.pred.peak_mem_bytes[1], r0.total, 1e-12);   /* colocated: every rank holds both */
+    CHECK(r0.total > modules + 1.0 * (1 << 30));              /* more than 1 GiB of hand-off on rank 0 */
+}
+
+/* The search cuts a plan the hand-off pushes out of memory and solves again:
+ * every plan it returns fits rank by rank. */
+TEST(sim_memory_the_search_returns_plans_that_fit_rank_by_rank)
+{
+    static plan_search_result r;
+    model_t m;
+    cost_cluster c;
+    plan_workload w;
+    plan_search_options so;
+    char err[UTIL_ERR_LEN];
+    plan_search_options_default(&so);
+    CHECK_OK(setup(78.5, &m, &c, &w, &so.opt));
+    so.top_k = 2;
+    CHECK_OK(plan_search(&m, &c, &w, &so, &r, err));
+    CHECK(r.n_plans >= 1);
+    for (int i = 0; i < r.n_plans; i++) {
+        CHECK(r.plans[i].pred.simulated && r.plans[i].pred.fits);
+        for (int rank = 0; rank < r.plans[i].world_size; rank++) {
+            plan_sim_mem mm;
+            CHECK_OK(plan_sim_memory(&r.plans[i], rank, &mm, err));
+            CHECK_MSG(mm.total <= mm.capacity, "plan %d rank %d: %.3g of %.3g bytes", i, rank, mm.total, mm.capacity);
+        }
+    }
+}
