@@ -26,17 +26,9 @@ typedef struct {
     const char *model;        /* zoo name or path */
     const char *cluster;      /* preset or path */
     int batch, images, vision_tokens, image_size, audio_frames, text_tokens;
-    plan_precision precision;
-    bool precision_given;
-    plan_target target;
-    bool target_given;
-    plan_zero3 zero3;
-    plan_adamw adamw;
-    plan_grad_reduce grad_reduce;
-    plan_tp_style tp_style;
-    bool tf32;
-    plan_backend backend;     /* --backend: what memory is predicted for */
-    bool backend_given;
+    plan_options opt;         /* --precision, --target, --zero3, --adamw, --grad-reduce, --tp-style, --tf32,
+                               * --backend (what memory is predicted for); the rest plan_options_default's */
+    bool precision_given, target_given, backend_given;
     bool json;
 } cli_setup;
 

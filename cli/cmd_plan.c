@@ -253,9 +253,9 @@ static int compare(const plan_args *a_in)
 {
     plan_args copy = *a_in;
     const plan_args *a = &copy;
-    if (!copy.setup.precision_given) copy.setup.precision = PLAN_OPT_AUTOCAST;
+    if (!copy.setup.precision_given) copy.setup.opt.precision = PLAN_OPT_AUTOCAST;
     if (!copy.setup.target_given) {
-        copy.setup.target = PLAN_TARGET_MEGATRON;
+        copy.setup.opt.target = PLAN_TARGET_MEGATRON;
         copy.setup.target_given = true;
     }
     int tokens[32], batch[32];

@@ -47,13 +47,12 @@ void cli_setup_default(cli_setup *s)
     memset(s, 0, sizeof *s);
     s->model = "qwen2.5-vl-32b";
     s->cluster = "8xh100";
-    s->backend = PLAN_BACKEND_DEVICE;
+    plan_options_default(&s->opt);
     s->batch = 8;
     s->images = -1;
     s->vision_tokens = -1;   /* cli_setup_load: 16384, or what a fixed-size CLIP tower takes */
     s->audio_frames = -1;
     s->text_tokens = 512;
-    s->precision = PLAN_OPT_MIXED_FP32;
 }
 
 int cli_int_arg(const char *cmd, const char *opt, const char *val, int lo, int hi, int *out)
@@ -67,6 +66,18 @@ int cli_int_arg(const char *cmd, const char *opt, const char *val, int lo, int h
         return cli_usage_error(cmd, "%s: %ld is out of range [%d, %d]", opt, v, lo, hi);
     *out = (int)v;
     return 0;
+}
+
+/* An option whose value names one of an enum's members (bad: it names none
+ * of choices): 1 with the value consumed and *given set, 2 (message
+ * printed) without a value or with a bad one. */
+static int enum_arg(const char *cmd, const char *opt, const char *val, bool bad, const char *choices, bool *given, int *i)
+{
+    if (!val) { cli_usage_error(cmd, "%s needs a value", opt); return 2; }
+    if (bad) { cli_usage_error(cmd, "%s: '%s' is not %s", opt, val, choices); return 2; }
+    if (given) *given = true;
+    (*i)++;
+    return 1;
 }
 
 int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
@@ -84,94 +95,43 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
             (*i)++;
             return 1;
         }
-    if (!strcmp(a, "--model") || !strcmp(a, "--cluster") || !strcmp(a, "--precision")) {
+    if (!strcmp(a, "--model") || !strcmp(a, "--cluster")) {
         if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
         if (!strcmp(a, "--model")) s->model = val;
-        else if (!strcmp(a, "--cluster")) s->cluster = val;
-        else if (plan_precision_parse(val, &s->precision)) {
-            cli_usage_error(cmd, "--precision: '%s' is not bf16-mixed, bf16-pure, bf16-autocast or fp32", val);
-            return 2;
-        } else s->precision_given = true;
+        else s->cluster = val;
         (*i)++;
         return 1;
     }
-    if (!strcmp(a, "--target")) {
-        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
-        if (plan_target_parse(val, &s->target)) {
-            cli_usage_error(cmd, "--target: '%s' is not megatron or dhp", val);
-            return 2;
-        }
-        s->target_given = true;
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--zero3")) {
-        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
-        if (plan_zero3_parse(val, &s->zero3)) {
-            cli_usage_error(cmd, "--zero3: '%s' is not units, fsdp2 or deepspeed-2021", val);
-            return 2;
-        }
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--adamw")) {
-        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
-        if (plan_adamw_parse(val, &s->adamw)) {
-            cli_usage_error(cmd, "--adamw: '%s' is not fused or foreach", val);
-            return 2;
-        }
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--grad-reduce")) {
-        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
-        if (plan_grad_reduce_parse(val, &s->grad_reduce)) {
-            cli_usage_error(cmd, "--grad-reduce: '%s' is not grads or bf16", val);
-            return 2;
-        }
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--tp-style")) {
-        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
-        if (plan_tp_style_parse(val, &s->tp_style)) {
-            cli_usage_error(cmd, "--tp-style: '%s' is not megatron or dtensor", val);
-            return 2;
-        }
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--backend")) {
-        if (!val) { cli_usage_error(cmd, "%s needs a value", a); return 2; }
-        if (plan_backend_parse(val, &s->backend)) {
-            cli_usage_error(cmd, "--backend: '%s' is not cuda or cpu", val);
-            return 2;
-        }
-        s->backend_given = true;
-        (*i)++;
-        return 1;
-    }
-    if (!strcmp(a, "--tf32")) { s->tf32 = true; return 1; }
+    plan_options *o = &s->opt;
+    if (!strcmp(a, "--precision"))
+        return enum_arg(cmd, a, val, val && plan_precision_parse(val, &o->precision),
+                        "bf16-mixed, bf16-pure, bf16-autocast or fp32", &s->precision_given, i);
+    if (!strcmp(a, "--target"))
+        return enum_arg(cmd, a, val, val && plan_target_parse(val, &o->target), "megatron or dhp", &s->target_given, i);
+    if (!strcmp(a, "--zero3"))
+        return enum_arg(cmd, a, val, val && plan_zero3_parse(val, &o->zero3), "units, fsdp2 or deepspeed-2021", NULL, i);
+    if (!strcmp(a, "--adamw"))
+        return enum_arg(cmd, a, val, val && plan_adamw_parse(val, &o->adamw), "fused or foreach", NULL, i);
+    if (!strcmp(a, "--grad-reduce"))
+        return enum_arg(cmd, a, val, val && plan_grad_reduce_parse(val, &o->grad_reduce), "grads or bf16", NULL, i);
+    if (!strcmp(a, "--tp-style"))
+        return enum_arg(cmd, a, val, val && plan_tp_style_parse(val, &o->tp_style), "megatron or dtensor", NULL, i);
+    if (!strcmp(a, "--backend"))
+        return enum_arg(cmd, a, val, val && plan_backend_parse(val, &o->backend), "cuda or cpu", &s->backend_given, i);
+    if (!strcmp(a, "--tf32")) { o->tf32 = true; return 1; }
     if (!strcmp(a, "--json")) { s->json = true; return 1; }
     return 0;
 }
 
 void cli_setup_options(const cli_setup *s, plan_options *o)
 {
-    plan_options_default(o);
-    o->precision = s->precision;
-    o->target = s->target_given ? s->target : plan_target_default(s->precision);
-    o->zero3 = s->zero3;
-    o->adamw = s->adamw;
-    o->grad_reduce = s->grad_reduce;
-    o->tp_style = s->tp_style;
-    o->tf32 = s->tf32;
-    o->backend = s->backend;
+    *o = s->opt;
+    if (!s->target_given) o->target = plan_target_default(o->precision);
 }
 
 void cli_setup_backend(const cli_setup *s, plan_t *p)
 {
-    if (s->backend_given) p->backend = s->backend;
+    if (s->backend_given) p->backend = s->opt.backend;
 }
 
 int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster *c, plan_workload *w)

@@ -11,10 +11,40 @@
 
 /* ---- JSON ---- */
 
+static const char *source_text(const cost_profile *p, char *src, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* A measured figure's source: "measured by dhp profile on HOST DATE", then
+ * fmt's text (from its ", " or ": "). */
+static const char *source_text(const cost_profile *p, char *src, size_t n, const char *fmt, ...)
+{
+    int u = snprintf(src, n, "measured by dhp profile on %s %s", p->host, p->date);
+    if (u >= 0 && (size_t)u < n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(src + u, n - (size_t)u, fmt, ap);
+        va_end(ap);
+    }
+    return src;
+}
+
+/* {"value": value, "source": src}; NULL (value freed) on failure. */
+static cJSON *sourced(cJSON *value, const char *src)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (o && value && cJSON_AddItemToObject(o, "value", value)) {
+        if (cJSON_AddStringToObject(o, "source", src)) return o;
+    } else {
+        cJSON_Delete(value);
+    }
+    cJSON_Delete(o);
+    return NULL;
+}
+
 static bool add_field(cJSON *o, const cost_profile *p, const char *key, double v, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-/* {"value": v, "source": "measured by dhp profile on HOST DATE, <how>"} */
+/* o[key] = {"value": v, "source": "measured by dhp profile on HOST DATE, <how>"} */
 static bool add_field(cJSON *o, const cost_profile *p, const char *key, double v, const char *fmt, ...)
 {
     char how[1024], src[1400];
@@ -22,10 +52,8 @@ static bool add_field(cJSON *o, const cost_profile *p, const char *key, double v
     va_start(ap, fmt);
     vsnprintf(how, sizeof how, fmt, ap);
     va_end(ap);
-    snprintf(src, sizeof src, "measured by dhp profile on %s %s, %s", p->host, p->date, how);
-    cJSON *f = cJSON_CreateObject();
-    if (!f || !cJSON_AddNumberToObject(f, "value", v) || !cJSON_AddStringToObject(f, "source", src)
-        || !cJSON_AddItemToObject(o, key, f)) {
+    cJSON *f = sourced(cJSON_CreateNumber(v), source_text(p, src, sizeof src, ", %s", how));
+    if (!f || !cJSON_AddItemToObject(o, key, f)) {
         cJSON_Delete(f);
         return false;
     }
@@ -225,14 +253,14 @@ static bool add_attn_bf16(cJSON *o, const cost_profile *p)
     if (!t->measured) return true;
     char at[768], src[1800];
     attn_shape_list(p, at, sizeof at);
-    snprintf(src, sizeof src, "measured by dhp profile on %s %s, the %s backend's bf16 attention kernels "
-             "(executor/cuda_attention16.cuh, set_attention_bf16 on: q, k, v, dout rounded to bf16, products on tensor "
-             "cores through WMMA, fp32 statistics), forward and backward, at attn_eff's shapes (%s), the times per "
-             "sequence; least-squares fit (relative error, rms %.1f%%) of fwd = S (score_s + 4 d flop_s) + R row_s, "
-             "bwd = S (bwd_score_s + 2.5 x 4 d flop_s) + R bwd_row_s, seconds, S scores and R rows as attn_eff's, "
-             "without a peak (the tensor cores' bf16 rate is not measured; flop_s pinned at >= 0): the products at "
-             "%.4g FLOP/s. dhp plan prices the dhp target's attention under bf16-mixed and -autocast with them",
-             p->host, p->date, p->dev.backend, at + (at[0] == ' '), 100 * p->attn_bf16_fit_rms, t->flop_s > 0 ? 1 / t->flop_s : INFINITY);
+    source_text(p, src, sizeof src, ", the %s backend's bf16 attention kernels "
+                "(executor/cuda_attention16.cuh, set_attention_bf16 on: q, k, v, dout rounded to bf16, products on tensor "
+                "cores through WMMA, fp32 statistics), forward and backward, at attn_eff's shapes (%s), the times per "
+                "sequence; least-squares fit (relative error, rms %.1f%%) of fwd = S (score_s + 4 d flop_s) + R row_s, "
+                "bwd = S (bwd_score_s + 2.5 x 4 d flop_s) + R bwd_row_s, seconds, S scores and R rows as attn_eff's, "
+                "without a peak (the tensor cores' bf16 rate is not measured; flop_s pinned at >= 0): the products at "
+                "%.4g FLOP/s. dhp plan prices the dhp target's attention under bf16-mixed and -autocast with them",
+                p->dev.backend, at + (at[0] == ' '), 100 * p->attn_bf16_fit_rms, t->flop_s > 0 ? 1 / t->flop_s : INFINITY);
     return cost_attn_bf16_add(o, t, src);
 }
 
@@ -243,13 +271,13 @@ static bool add_gemm_bf16(cJSON *o, const cost_profile *p)
     if (!t->measured) return true;
     char shapes[256], src[1200];
     shape_list(p, shapes, sizeof shapes);
-    snprintf(src, sizeof src, "measured by dhp profile on %s %s, the %s backend's linear_forward_bf16 (what dhp run's "
-             "bf16-mixed and bf16-autocast linears call: row-major A[m,k] B[n,k]^T on bf16 operands, fp32 accumulation "
-             "and output; cublasLtMatmul CUDA_R_16BF, CUBLAS_COMPUTE_32F on CUDA, executor/cuda_gemm.cuh) at gemm_grid's "
-             "shapes (%s), timed as them: peak_flops the best shape's rate (time less kernel_launch_s), eff each shape's "
-             "rate / peak_flops, k fastest; dhp plan prices the dhp target's bf16 GEMMs as 2mnk / (peak_flops x eff) + "
-             "kernel_launch_s, eff interpolated as gemm_grid's (linear in log m, log n, log k; outside the grid the edge "
-             "value x the fitted s(m) s(n) s(k))", p->host, p->date, p->dev.backend, shapes);
+    source_text(p, src, sizeof src, ", the %s backend's linear_forward_bf16 (what dhp run's "
+                "bf16-mixed and bf16-autocast linears call: row-major A[m,k] B[n,k]^T on bf16 operands, fp32 accumulation "
+                "and output; cublasLtMatmul CUDA_R_16BF, CUBLAS_COMPUTE_32F on CUDA, executor/cuda_gemm.cuh) at gemm_grid's "
+                "shapes (%s), timed as them: peak_flops the best shape's rate (time less kernel_launch_s), eff each shape's "
+                "rate / peak_flops, k fastest; dhp plan prices the dhp target's bf16 GEMMs as 2mnk / (peak_flops x eff) + "
+                "kernel_launch_s, eff interpolated as gemm_grid's (linear in log m, log n, log k; outside the grid the edge "
+                "value x the fitted s(m) s(n) s(k))", p->dev.backend, shapes);
     return cost_gemm_bf16_add(o, t, src);
 }
 
@@ -259,25 +287,24 @@ static bool add_gpu_fields(cJSON *o, const cost_profile *p)
         || !add_gemm_bf16(o, p)) return false;
     char src[600];
     if (p->gpu.grid.n_m > 0) {
-        snprintf(src, sizeof src, "measured by dhp profile on %s %s, the GEMM shapes of gemm_eff_max's fit: each shape's "
-                 "rate (time less kernel_launch_s) / peak_flops, k fastest; the cost model interpolates them linearly in "
-                 "log m, log n, log k and, outside the grid, scales the edge value by the fitted s(m) s(n) s(k)",
-                 p->host, p->date);
+        source_text(p, src, sizeof src, ", the GEMM shapes of gemm_eff_max's fit: each shape's "
+                    "rate (time less kernel_launch_s) / peak_flops, k fastest; the cost model interpolates them linearly in "
+                    "log m, log n, log k and, outside the grid, scales the edge value by the fitted s(m) s(n) s(k)");
         if (!cost_gemm_grid_add(o, &p->gpu.grid, src)) return false;
     }
     if (p->gpu.ew.n == 0) return true;
     if (p->cuda)
-        snprintf(src, sizeof src, "measured by dhp profile on %s %s: the CUDA backend's LayerNorm forward and backward "
-                 "(executor/cuda_kernels_whisper.cuh, passed in by the CLI), rows of %d, over fp32 arrays of `elements` "
-                 "elements, nominal bytes (costdb/model.c ew_kernels, x 4 B) / time; the other element-wise kernels, all "
-                 "bound by memory on a GPU, are priced at hbm_bw x mem_eff", p->host, p->date, COST_PROF_GPU_RMSNORM_DIM);
+        source_text(p, src, sizeof src, ": the CUDA backend's LayerNorm forward and backward "
+                    "(executor/cuda_kernels_whisper.cuh, passed in by the CLI), rows of %d, over fp32 arrays of `elements` "
+                    "elements, nominal bytes (costdb/model.c ew_kernels, x 4 B) / time; the other element-wise kernels, all "
+                    "bound by memory on a GPU, are priced at hbm_bw x mem_eff", COST_PROF_GPU_RMSNORM_DIM);
     else
-        snprintf(src, sizeof src, "measured by dhp profile on %s %s: each of the executor's element-wise kernels "
-                 "(executor/cpu_kernels.c, passed in by the CLI) over fp32 arrays of `elements` elements, its nominal bytes "
-                 "(tensor elements read + written per element, costdb/model.c ew_kernels, x 4 B) / time, best of %d passes; "
-                 "rows of %d (RMSNorm, LayerNorm, bias), %d heads x %d (RoPE), vocabulary %d (cross-entropy); the cost model "
-                 "interpolates in log bytes between the two sizes", p->host, p->date, cost_prof_ew_passes(p), COST_PROF_EW_ROW, COST_PROF_EW_HEADS,
-                 COST_PROF_EW_HEAD_DIM, COST_PROF_EW_VOCAB);
+        source_text(p, src, sizeof src, ": each of the executor's element-wise kernels "
+                    "(executor/cpu_kernels.c, passed in by the CLI) over fp32 arrays of `elements` elements, its nominal bytes "
+                    "(tensor elements read + written per element, costdb/model.c ew_kernels, x 4 B) / time, best of %d passes; "
+                    "rows of %d (RMSNorm, LayerNorm, bias), %d heads x %d (RoPE), vocabulary %d (cross-entropy); the cost model "
+                    "interpolates in log bytes between the two sizes", cost_prof_ew_passes(p), COST_PROF_EW_ROW, COST_PROF_EW_HEADS,
+                    COST_PROF_EW_HEAD_DIM, COST_PROF_EW_VOCAB);
     return cost_ew_table_add(o, &p->gpu.ew, src);
 }
 
@@ -450,7 +477,7 @@ static cJSON *link_json(const cost_profile *p, bool intra)
         snprintf(how, sizeof how, "1 process (not under mpirun): a send/recv to oneself, measured as memcpy of %s, "
                  "least-squares fit (relative error, rms %.1f%%) of t = alpha_s + S / busbw; no inter-process link measured",
                  sz, 100 * p->link.rms_rel);
-    snprintf(src, sizeof src, "measured by dhp profile on %s %s, %s", p->host, p->date, how);
+    source_text(p, src, sizeof src, ", %s", how);
     cJSON *o = cJSON_CreateObject();
     if (o && add_num(o, "busbw", p->link.busbw) && add_num(o, "alpha_s", p->link.alpha_s)
         && cJSON_AddStringToObject(o, "source", src))
@@ -510,57 +537,47 @@ static cJSON *speed_json(const cost_profile *p)
 {
     char who_[320];
     who(p, who_, sizeof who_);
-    cJSON *o = cJSON_CreateObject();
     char src[1400];
-    snprintf(src, sizeof src,
-             "measured by dhp profile on %s %s, one rank's compute speed while k = 1..%d ranks of its processor set "
-             "(compute_sets; without it, the host) compute at once, relative to one alone (the condition of the gpu "
-             "figures): k ranks run units of an executor-like mix (a 256x256x64 cblas_sgemm, the executor's attention "
-             "forward s=128 H=4 d=16, a residual add of 2^18 floats; one unit %.3g ms on rank 0 alone) for one common %.0f ms window (its start "
-             "sent ahead by rank 0, the busy ranks sleeping until it), the others wait in MPI_Allreduce as the executor's "
-             "idle ranks wait in MPI_Wait; mean rate of the busy ranks over the rate of "
-             "one alone in the windows just before and after (the same state of the host), median of %d trials, capped at 1; %s",
-             p->host, p->date, p->n_speed, 1e3 * p->sharing_unit_s, 40.0, p->quick ? COST_PROF_SHARING_TRIALS / 2 : COST_PROF_SHARING_TRIALS, who_);
-    if (o && cJSON_AddItemToObject(o, "value", cJSON_CreateDoubleArray(p->speed, p->n_speed))
-        && cJSON_AddStringToObject(o, "source", src)) return o;
-    cJSON_Delete(o);
-    return NULL;
+    source_text(p, src, sizeof src,
+                ", one rank's compute speed while k = 1..%d ranks of its processor set "
+                "(compute_sets; without it, the host) compute at once, relative to one alone (the condition of the gpu "
+                "figures): k ranks run units of an executor-like mix (a 256x256x64 cblas_sgemm, the executor's attention "
+                "forward s=128 H=4 d=16, a residual add of 2^18 floats; one unit %.3g ms on rank 0 alone) for one common %.0f ms window (its start "
+                "sent ahead by rank 0, the busy ranks sleeping until it), the others wait in MPI_Allreduce as the executor's "
+                "idle ranks wait in MPI_Wait; mean rate of the busy ranks over the rate of "
+                "one alone in the windows just before and after (the same state of the host), median of %d trials, capped at 1; %s",
+                p->n_speed, 1e3 * p->sharing_unit_s, 40.0, p->quick ? COST_PROF_SHARING_TRIALS / 2 : COST_PROF_SHARING_TRIALS, who_);
+    return sourced(cJSON_CreateDoubleArray(p->speed, p->n_speed), src);
 }
 
 /* {"value": seconds, "source": ...} (cost_pool.handoff_s) */
 static cJSON *handoff_json(const cost_profile *p)
 {
     char src[900];
-    snprintf(src, sizeof src,
-             "measured by dhp profile on %s %s, the time a rank that waited in MPI (polling, yielding its CPU) takes to "
-             "get its CPU back from a set-mate that computes: rank 0 computes %.0f us then exchanges 8 bytes with rank "
-             "%d (bound elsewhere), over and over, while its set-mate rank %d runs the compute_speed mix without a "
-             "pause (mean round trip %.3f ms over %d exchanges, median of %d windows) and while the mate waits in MPI "
-             "too (%.4f ms); the difference. The simulator gives a rank that waits every interval of compute "
-             "min(interval, this) of a shared CPU against a mate's min(its interval, this)",
-             p->host, p->date, 1e6 * COST_PROF_HANDOFF_WORK_S, p->handoff_partner, p->handoff_mate, 1e3 * p->handoff_busy_rtt_s,
-             p->handoff_exchanges, p->quick ? 1 : COST_PROF_HANDOFF_TRIALS, 1e3 * p->handoff_idle_rtt_s);
-    cJSON *o = cJSON_CreateObject();
-    if (o && add_num(o, "value", p->handoff_s) && cJSON_AddStringToObject(o, "source", src)) return o;
-    cJSON_Delete(o);
-    return NULL;
+    source_text(p, src, sizeof src,
+                ", the time a rank that waited in MPI (polling, yielding its CPU) takes to "
+                "get its CPU back from a set-mate that computes: rank 0 computes %.0f us then exchanges 8 bytes with rank "
+                "%d (bound elsewhere), over and over, while its set-mate rank %d runs the compute_speed mix without a "
+                "pause (mean round trip %.3f ms over %d exchanges, median of %d windows) and while the mate waits in MPI "
+                "too (%.4f ms); the difference. The simulator gives a rank that waits every interval of compute "
+                "min(interval, this) of a shared CPU against a mate's min(its interval, this)",
+                1e6 * COST_PROF_HANDOFF_WORK_S, p->handoff_partner, p->handoff_mate, 1e3 * p->handoff_busy_rtt_s,
+                p->handoff_exchanges, p->quick ? 1 : COST_PROF_HANDOFF_TRIALS, 1e3 * p->handoff_idle_rtt_s);
+    return sourced(cJSON_CreateNumber(p->handoff_s), src);
 }
 
 /* {"value": fraction, "source": ...} (cost_pool.overlap) */
 static cJSON *overlap_json(const cost_profile *p)
 {
     char src[700];
-    snprintf(src, sizeof src,
-             "measured by dhp profile on %s %s over %d ranks: an ex_comm_iallgather (MPI_Iallgather) of %u KiB per rank, compute without "
-             "MPI calls for as long as the all-gather alone takes (%.1f us), then ex_comm_wait, as dhp's ZeRO strategies "
-             "prefetch a unit: alone %.1f us, compute alone %.1f us, both %.1f us (best of %d, slowest rank); the "
-             "fraction of the collective hidden",
-             p->host, p->date, p->ranks, COST_PROF_OVERLAP_BYTES >> 10, 1e6 * p->overlap_coll_s, 1e6 * p->overlap_coll_s,
-             1e6 * p->overlap_compute_s, 1e6 * p->overlap_both_s, COST_PROF_OVERLAP_TRIALS);
-    cJSON *o = cJSON_CreateObject();
-    if (o && add_num(o, "value", p->overlap) && cJSON_AddStringToObject(o, "source", src)) return o;
-    cJSON_Delete(o);
-    return NULL;
+    source_text(p, src, sizeof src,
+                " over %d ranks: an ex_comm_iallgather (MPI_Iallgather) of %u KiB per rank, compute without "
+                "MPI calls for as long as the all-gather alone takes (%.1f us), then ex_comm_wait, as dhp's ZeRO strategies "
+                "prefetch a unit: alone %.1f us, compute alone %.1f us, both %.1f us (best of %d, slowest rank); the "
+                "fraction of the collective hidden",
+                p->ranks, COST_PROF_OVERLAP_BYTES >> 10, 1e6 * p->overlap_coll_s, 1e6 * p->overlap_coll_s,
+                1e6 * p->overlap_compute_s, 1e6 * p->overlap_both_s, COST_PROF_OVERLAP_TRIALS);
+    return sourced(cJSON_CreateNumber(p->overlap), src);
 }
 
 /* {"value": [lowest rank of each rank's processor set], "source": ...} */
@@ -570,15 +587,11 @@ static cJSON *sets_json(const cost_profile *p)
     size_t u = 0;
     for (int r = 0; r < p->ranks && r < COST_MAX_SPEED && u < sizeof cpus; r++)
         u += (size_t)snprintf(cpus + u, sizeof cpus - u, "%s%d", r ? "," : "", p->bound_cpu[r]);
-    snprintf(src, sizeof src, "measured by dhp profile on %s %s, each rank's CPU binding (sched_getaffinity: %s; -1 "
-             "unbound): ranks bound to one CPU share it, the others share the host", p->host, p->date, cpus);
+    source_text(p, src, sizeof src, ", each rank's CPU binding (sched_getaffinity: %s; -1 "
+                "unbound): ranks bound to one CPU share it, the others share the host", cpus);
     int v[COST_MAX_SPEED];
     for (int r = 0; r < p->ranks && r < COST_MAX_SPEED; r++) v[r] = p->set_of[r];
-    cJSON *o = cJSON_CreateObject();
-    if (o && cJSON_AddItemToObject(o, "value", cJSON_CreateIntArray(v, p->ranks < COST_MAX_SPEED ? p->ranks : COST_MAX_SPEED))
-        && cJSON_AddStringToObject(o, "source", src)) return o;
-    cJSON_Delete(o);
-    return NULL;
+    return sourced(cJSON_CreateIntArray(v, p->ranks < COST_MAX_SPEED ? p->ranks : COST_MAX_SPEED), src);
 }
 
 /* The per-operation fits as the pool's intra_ops (cost_pool.intra_op): each
@@ -589,9 +602,9 @@ static cJSON *intra_ops_json(const cost_profile *p)
         {COST_PROF_ALLREDUCE, COST_ALLREDUCE}, {COST_PROF_ALLGATHER, COST_ALLGATHER},
         {COST_PROF_REDUCESCATTER, COST_REDUCESCATTER}, {COST_PROF_ALLTOALL, COST_ALLTOALL}};
     char src[512];
-    snprintf(src, sizeof src, "measured by dhp profile on %s %s, each collective's own weighted least-squares fit of "
-             "t = steps * alpha_s + S * factor / busbw over its sizes (the per-operation fits under measurements); the "
-             "cost model prices these operations inside a node with them, the rest with intra", p->host, p->date);
+    source_text(p, src, sizeof src, ", each collective's own weighted least-squares fit of "
+                "t = steps * alpha_s + S * factor / busbw over its sizes (the per-operation fits under measurements); the "
+                "cost model prices these operations inside a node with them, the rest with intra");
     cJSON *o = cJSON_CreateObject();
     bool ok = o && cJSON_AddStringToObject(o, "source", src);
     for (size_t i = 0; ok && i < sizeof map / sizeof *map; i++) {

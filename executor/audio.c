@@ -19,7 +19,7 @@
  * (a halo of k / 2 conv1 frames where its rows start or end inside a clip),
  * so its stem weight gradients are partial sums, all-reduced over the sp
  * group like every encoder weight's. */
-#include "executor/model_int.h"
+#include "executor/encoder_int.h"
 
 #include <math.h>
 #include <string.h>
@@ -157,8 +157,10 @@ static int positions(const ex_backend *be, ex_module *md, const ex_batch *b, flo
     return UTIL_OK;
 }
 
-static int stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b, float *x0, char *err)
+/* The conv stem from the slot's mel frames (in; conv1_cols reads them there). */
+static int stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b, const float *in, float *x0, char *err)
 {
+    (void)in;
     ex_acts *a = &md->a;
     int d = md->d, C = md->mm.in_channels, k = md->mm.patch, N = md->n_rows;
     int R1 = conv1_cols(be, md, b, a->col);
@@ -210,45 +212,49 @@ static int audio_geometry(ex_module *md, const ex_batch *b, char *err)
 
 int ex_audio_rows(const ex_module *md, const ex_batch *b) { return b->n_audio * (b->mel_frames / 2) / md->sp; }
 
+/* The head: aout[M, out] = proj(layernorm(avgpool(xL))), M = N / pool. */
+static void head_forward(const ex_backend *be, ex_module *md, const ex_batch *b, ex_stage_io *io)
+{
+    (void)b;
+    const model_module *mm = &md->mm;
+    ex_acts *a = &md->a;
+    int M = md->n_rows / mm->pool;
+    be->avgpool_rows_forward(a->pooled, a->x_final, M, mm->pool, md->d);
+    ex_norm_forward(be, md, a->fln, a->fmean, a->frstd, a->pooled, md->w.lnf, md->w.lnf_b, M);
+    be->linear_forward(a->aout, a->fln, md->w.proj_w, md->w.proj_b, M, md->d, mm->out_hidden);
+    io->out = a->aout;
+    io->out_rows = M;
+}
+
+static void head_backward(const ex_backend *be, ex_module *md, const ex_batch *b, const float *dout)
+{
+    (void)b;
+    const model_module *mm = &md->mm;
+    ex_acts *a = &md->a;
+    int d = md->d, N = md->n_rows, M = N / mm->pool;
+    be->zero(a->dln, (size_t)M * d);
+    be->linear_backward(a->dln, md->g.proj_w, md->g.proj_b, dout, a->fln, md->w.proj_w, M, d, mm->out_hidden);
+    be->zero(a->dpooled, (size_t)M * d);
+    ex_norm_backward(be, md, a->dpooled, md->g.lnf, md->g.lnf_b, a->dln, a->pooled, md->w.lnf, a->fmean, a->frstd, M);
+    be->zero(a->dres, (size_t)N * d);
+    be->avgpool_rows_backward(a->dres, a->dpooled, M, mm->pool, d);
+}
+
+static const ex_encoder_parts audio_parts = { stem_forward, head_forward, head_backward, stem_backward };
+
 /* Audio forward of this stage: x0 from the conv stem on the first stage
  * (else the previous stage's rows), the stage's blocks, then on the last
- * stage aout[M, out] = proj(layernorm(avgpool(xL))), M = N / pool. */
+ * stage the head. */
 int ex_audio_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
 {
     const model_module *mm = &md->mm;
-    const ex_backend *be = em->be;
     int rc = ex_check_audio(em, b, err);
     if (!rc && b->n_audio == 0) rc = util_fail(err, UTIL_EINVAL, "executor: %s forward: batch has no audio", mm->name);
     if (!rc && !md->stage.stem && !io->in) rc = util_fail(err, UTIL_EINVAL, "executor: %s stage %d forward: no input rows", mm->name, md->stage_index);
     if (!rc) rc = audio_geometry(md, b, err);
     if (rc) return rc;
-    ex_acts *a = &md->a;
-    int L = mm->layers, N = md->n_rows, M = N / mm->pool;
-    float *x0 = a->blk[md->stage.first].x;
-    md->comm_rc = 0;
-    if (md->stage.stem) {
-        size_t mel = (size_t)b->n_audio * b->mel_frames * mm->in_channels;
-        if (!ex_slot_input(md, b->mel, mel * sizeof(float), false, err)) return UTIL_ENOMEM;
-        ex_unit_begin(md, 0, EX_USE_FORWARD);
-        rc = stem_forward(be, md, b, x0, err);
-        ex_unit_end(md, 0, EX_USE_FORWARD, false);
-        if (rc) return rc;
-    } else {
-        be->copy(x0, io->in, (size_t)N * md->d);
-    }
-    ex_blocks_forward(be, md, md->cu_dev, md->cu_win_dev, false);
-    io->out = a->x_final;
-    io->out_rows = N;
-    if (md->stage.head) {
-        ex_unit_begin(md, L + 1, EX_USE_FORWARD);
-        be->avgpool_rows_forward(a->pooled, a->x_final, M, mm->pool, md->d);
-        ex_norm_forward(be, md, a->fln, a->fmean, a->frstd, a->pooled, md->w.lnf, md->w.lnf_b, M);
-        be->linear_forward(a->aout, a->fln, md->w.proj_w, md->w.proj_b, M, md->d, mm->out_hidden);
-        ex_unit_end(md, L + 1, EX_USE_FORWARD, false);
-        io->out = a->aout;
-        io->out_rows = M;
-    }
-    return ex_encoder_pass_end(md, true, err);
+    size_t mel = (size_t)b->n_audio * b->mel_frames * mm->in_channels;
+    return ex_encoder_stage_run_forward(em->be, md, b, b->mel, mel * sizeof(float), &audio_parts, io, err);
 }
 
 /* Audio backward of this stage, from daout [M, out] on the last stage (else
@@ -256,38 +262,12 @@ int ex_audio_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_st
  * weights on the first stage (else the gradient of the stage's input rows). */
 int ex_audio_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
 {
-    const model_module *mm = &md->mm;
-    const ex_backend *be = em->be;
     int rc = ex_check_audio(em, b, err);
     if (!rc) rc = ex_encoder_backward_begin(md, ex_audio_rows(md, b), io, err);
     if (rc) return rc;
     if (md->n_seq != b->n_audio)
-        return util_fail(err, UTIL_EINVAL, "executor: %s backward: batch differs from slot %d's forward", mm->name, md->cur);
-    if (mm->frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
-    ex_acts *a = &md->a;
-    int L = mm->layers, d = md->d, N = md->n_rows, M = N / mm->pool;
-    if (md->stage.head) {
-        ex_unit_begin(md, L + 1, EX_USE_BACKWARD);
-        be->zero(a->dln, (size_t)M * d);
-        be->linear_backward(a->dln, md->g.proj_w, md->g.proj_b, io->in, a->fln, md->w.proj_w, M, d, mm->out_hidden);
-        be->zero(a->dpooled, (size_t)M * d);
-        ex_norm_backward(be, md, a->dpooled, md->g.lnf, md->g.lnf_b, a->dln, a->pooled, md->w.lnf, a->fmean, a->frstd, M);
-        be->zero(a->dres, (size_t)N * d);
-        be->avgpool_rows_backward(a->dres, a->dpooled, M, mm->pool, d);
-        ex_unit_end(md, L + 1, EX_USE_BACKWARD, true);
-    } else {
-        be->copy(a->dres, io->in, (size_t)N * d);
-    }
-    ex_blocks_backward(be, md, md->cu_dev, md->cu_win_dev, false);
-    if (md->stage.stem) {
-        ex_unit_begin(md, 0, EX_USE_BACKWARD);
-        stem_backward(be, md, b);
-        ex_unit_end(md, 0, EX_USE_BACKWARD, true);
-    } else {
-        io->out = a->dres;
-        io->out_rows = N;
-    }
-    return ex_encoder_pass_end(md, false, err);
+        return util_fail(err, UTIL_EINVAL, "executor: %s backward: batch differs from slot %d's forward", md->mm.name, md->cur);
+    return ex_encoder_stage_run_backward(em->be, md, b, &audio_parts, io, err);
 }
 
 int ex_audio_set_slot(ex_model *em, int slot, char *err)

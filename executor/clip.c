@@ -17,7 +17,7 @@
  * parallelism (its class rows make the ranks' outputs unequal; the planner
  * refuses sp for it, planner/cost.c); tensor and data parallelism, ZeRO and
  * pipeline stages are the blocks' and units' own. */
-#include "executor/model_int.h"
+#include "executor/encoder_int.h"
 
 #include <string.h>
 
@@ -56,8 +56,9 @@ int ex_clip_rows(const ex_module *md, const ex_batch *b) { (void)md; return b->n
 
 /* emb = [cls; pixels Wp^T] + positions per image, then x0 = pre_layrnorm(emb);
  * px: the batch's pixels in the backend's memory (the slot's input). */
-static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b, const float *px, float *x0)
+static int stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b, const float *px, float *x0, char *err)
 {
+    (void)err;
     const model_module *mm = &md->mm;
     int d = md->d, P = b->patches, R = P + 1, cpp = mm->in_channels * mm->patch * mm->patch;
     float *emb = md->a.clip_emb;
@@ -69,6 +70,7 @@ static void stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b,
     }
     be->layernorm_forward(x0, md->a.clip_mean, md->a.clip_rstd, emb, md->w.pre_ln, md->w.pre_ln_b, md->n_rows, d,
                           (float)model_norm_eps(&md->mm));
+    return UTIL_OK;
 }
 
 /* From dres = dL/d(x0): pre_layrnorm's, the positions', the class
@@ -91,49 +93,48 @@ static void stem_backward(const ex_backend *be, ex_module *md, const ex_batch *b
     }
 }
 
+/* The head: the projector over the patch rows (the class rows dropped), vout [n_images P, out]. */
+static void head_forward(const ex_backend *be, ex_module *md, const ex_batch *b, ex_stage_io *io)
+{
+    ex_acts *a = &md->a;
+    int P = b->patches, R = P + 1, M = b->n_images * P, d = md->d;
+    for (int i = 0; i < b->n_images; i++)
+        be->copy(a->mln + (size_t)i * P * d, a->x_final + ((size_t)i * R + 1) * d, (size_t)P * d);
+    ex_projector_forward(be, md, a->mln, M);
+    io->out = a->vout;
+    io->out_rows = M;
+}
+
+static void head_backward(const ex_backend *be, ex_module *md, const ex_batch *b, const float *dout)
+{
+    ex_acts *a = &md->a;
+    int P = b->patches, R = P + 1, M = b->n_images * P, d = md->d;
+    ex_projector_backward(be, md, a->mln, dout, a->dln, M);
+    be->zero(a->dres, (size_t)md->n_rows * d);   /* the class rows get no gradient from the projector */
+    for (int i = 0; i < b->n_images; i++)
+        be->copy(a->dres + ((size_t)i * R + 1) * d, a->dln + (size_t)i * P * d, (size_t)P * d);
+}
+
+static const ex_encoder_parts clip_parts = { stem_forward, head_forward, head_backward, stem_backward };
+
 /* CLIP forward of this stage: the stem on the first stage (else the
  * previous stage's rows), the stage's blocks, and on the last stage the
  * projector over the patch rows: vout [n_images P, out]. */
 int ex_clip_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
 {
     const model_module *mm = &md->mm;
-    const ex_backend *be = em->be;
     int rc = ex_check_images(em, b, err);
     if (!rc && b->n_images == 0) rc = util_fail(err, UTIL_EINVAL, "executor: %s forward: batch has no images", mm->name);
     if (!rc) rc = check_batch(md, b, err);
     if (!rc && !md->stage.stem && !io->in) rc = util_fail(err, UTIL_EINVAL, "executor: %s stage %d forward: no input rows", mm->name, md->stage_index);
-    int P = b->patches, R = P + 1, N = b->n_images * R, M = b->n_images * P, d = md->d, L = mm->layers;
+    int P = b->patches, R = P + 1, N = b->n_images * R, M = b->n_images * P;
     if (!rc) rc = ex_acts_ensure(md, N, M, 0, 0, 0, b->n_images, err);
     if (rc) return rc;
     for (int i = 0; i <= b->n_images; i++) md->cu[i] = md->cu_win[i] = i * R;
     md->n_seq = md->n_win = b->n_images;
     ex_cu_upload(md, md->n_seq, md->n_win);   /* the kernels read the backend's copies */
-    ex_acts *a = &md->a;
-    float *x0 = a->blk[md->stage.first].x;
-    md->comm_rc = 0;
-    if (md->stage.stem) {
-        int cpp = mm->in_channels * mm->patch * mm->patch;
-        const float *px = ex_slot_input(md, b->pixels, (size_t)M * cpp * sizeof(float), false, err);
-        if (!px) return UTIL_ENOMEM;
-        ex_unit_begin(md, 0, EX_USE_FORWARD);
-        stem_forward(be, md, b, px, x0);
-        ex_unit_end(md, 0, EX_USE_FORWARD, false);
-    } else {
-        be->copy(x0, io->in, (size_t)N * d);
-    }
-    ex_blocks_forward(be, md, md->cu_dev, md->cu_win_dev, false);
-    io->out = a->x_final;
-    io->out_rows = N;
-    if (md->stage.head) {
-        ex_unit_begin(md, L + 1, EX_USE_FORWARD);
-        for (int i = 0; i < b->n_images; i++)   /* the patch rows, class row dropped */
-            be->copy(a->mln + (size_t)i * P * d, a->x_final + ((size_t)i * R + 1) * d, (size_t)P * d);
-        ex_projector_forward(be, md, a->mln, M);
-        ex_unit_end(md, L + 1, EX_USE_FORWARD, false);
-        io->out = a->vout;
-        io->out_rows = M;
-    }
-    return ex_encoder_pass_end(md, true, err);
+    size_t cpp = (size_t)mm->in_channels * mm->patch * mm->patch;
+    return ex_encoder_stage_run_forward(em->be, md, b, b->pixels, (size_t)M * cpp * sizeof(float), &clip_parts, io, err);
 }
 
 /* CLIP backward of this stage, from dvout [n_images P, out] on the last
@@ -141,31 +142,6 @@ int ex_clip_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_sta
  * stem's weights on the first (else the gradient of the stage's input rows). */
 int ex_clip_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
 {
-    const model_module *mm = &md->mm;
-    const ex_backend *be = em->be;
     int rc = ex_encoder_backward_begin(md, ex_clip_rows(md, b), io, err);
-    if (rc) return rc;
-    if (mm->frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
-    ex_acts *a = &md->a;
-    int P = b->patches, R = P + 1, N = md->n_rows, M = b->n_images * P, d = md->d, L = mm->layers;
-    if (md->stage.head) {
-        ex_unit_begin(md, L + 1, EX_USE_BACKWARD);
-        ex_projector_backward(be, md, a->mln, io->in, a->dln, M);
-        be->zero(a->dres, (size_t)N * d);   /* the class rows get no gradient from the projector */
-        for (int i = 0; i < b->n_images; i++)
-            be->copy(a->dres + ((size_t)i * R + 1) * d, a->dln + (size_t)i * P * d, (size_t)P * d);
-        ex_unit_end(md, L + 1, EX_USE_BACKWARD, true);
-    } else {
-        be->copy(a->dres, io->in, (size_t)N * d);
-    }
-    ex_blocks_backward(be, md, md->cu_dev, md->cu_win_dev, false);
-    if (md->stage.stem) {
-        ex_unit_begin(md, 0, EX_USE_BACKWARD);
-        stem_backward(be, md, b);
-        ex_unit_end(md, 0, EX_USE_BACKWARD, true);
-    } else {
-        io->out = a->dres;
-        io->out_rows = N;
-    }
-    return ex_encoder_pass_end(md, false, err);
+    return rc ? rc : ex_encoder_stage_run_backward(em->be, md, b, &clip_parts, io, err);
 }

@@ -1,7 +1,9 @@
 /* The whole-encoder calls of one encoder module (ex_vision_* / ex_audio_*
  * in executor.h): one stage run on this instance's module, by index, with
- * the caller's name in the error when the instance does not hold it. */
-#include "executor/model_int.h"
+ * the caller's name in the error when the instance does not hold it; and
+ * what the encoders' stages share: the stage pass around their stems and
+ * heads (encoder_int.h), the vision projector, a pass's start and end. */
+#include "executor/encoder_int.h"
 
 static ex_module *encoder_at(ex_model *em, int k) { return k >= 0 ? ex_module_at(em, k) : NULL; }
 
@@ -89,4 +91,57 @@ int ex_encoder_backward_begin(ex_module *md, int rows, ex_stage_io *io, char *er
     io->out_rows = 0;
     md->comm_rc = 0;
     return UTIL_OK;
+}
+
+int ex_encoder_stage_run_forward(const ex_backend *be, ex_module *md, const ex_batch *b, const void *input,
+                                 size_t in_bytes, const ex_encoder_parts *parts, ex_stage_io *io, char *err)
+{
+    ex_acts *a = &md->a;
+    int L = md->mm.layers, N = md->n_rows;
+    float *x0 = a->blk[md->stage.first].x;
+    md->comm_rc = 0;
+    if (md->stage.stem) {
+        const float *in = ex_slot_input(md, input, in_bytes, false, err);
+        if (!in) return UTIL_ENOMEM;
+        ex_unit_begin(md, 0, EX_USE_FORWARD);
+        int rc = parts->stem_forward(be, md, b, in, x0, err);
+        ex_unit_end(md, 0, EX_USE_FORWARD, false);
+        if (rc) return rc;
+    } else {
+        be->copy(x0, io->in, (size_t)N * md->d);
+    }
+    ex_blocks_forward(be, md, md->cu_dev, md->cu_win_dev, false);
+    io->out = a->x_final;
+    io->out_rows = N;
+    if (md->stage.head) {
+        ex_unit_begin(md, L + 1, EX_USE_FORWARD);
+        parts->head_forward(be, md, b, io);
+        ex_unit_end(md, L + 1, EX_USE_FORWARD, false);
+    }
+    return ex_encoder_pass_end(md, true, err);
+}
+
+int ex_encoder_stage_run_backward(const ex_backend *be, ex_module *md, const ex_batch *b,
+                                  const ex_encoder_parts *parts, ex_stage_io *io, char *err)
+{
+    if (md->mm.frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
+    ex_acts *a = &md->a;
+    int L = md->mm.layers, N = md->n_rows;
+    if (md->stage.head) {
+        ex_unit_begin(md, L + 1, EX_USE_BACKWARD);
+        parts->head_backward(be, md, b, io->in);
+        ex_unit_end(md, L + 1, EX_USE_BACKWARD, true);
+    } else {
+        be->copy(a->dres, io->in, (size_t)N * md->d);
+    }
+    ex_blocks_backward(be, md, md->cu_dev, md->cu_win_dev, false);
+    if (md->stage.stem) {
+        ex_unit_begin(md, 0, EX_USE_BACKWARD);
+        parts->stem_backward(be, md, b);
+        ex_unit_end(md, 0, EX_USE_BACKWARD, true);
+    } else {
+        io->out = a->dres;
+        io->out_rows = N;
+    }
+    return ex_encoder_pass_end(md, false, err);
 }

@@ -117,6 +117,14 @@ static void add_ints(cJSON *o, const char *key, const int *v, int n)
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
 }
 
+/* o[key] = {"model_type": type}, a nested config (transformers' text_config, vision_config, audio_config). */
+static cJSON *sub_config(cJSON *o, const char *key, const char *type)
+{
+    cJSON *c = cJSON_AddObjectToObject(o, key);
+    cJSON_AddStringToObject(c, "model_type", type);
+    return c;
+}
+
 /* The text model's fields (transformers Qwen2Config). */
 static void text_config(cJSON *o, const model_module *l)
 {
@@ -138,11 +146,8 @@ static void text_config(cJSON *o, const model_module *l)
  * "default" selection (the class row dropped). */
 static void llava_config(cJSON *o, const model_module *l, const model_module *e)
 {
-    cJSON *t = cJSON_AddObjectToObject(o, "text_config");
-    cJSON_AddStringToObject(t, "model_type", "llama");
-    text_config(t, l);
-    cJSON *v = cJSON_AddObjectToObject(o, "vision_config");
-    cJSON_AddStringToObject(v, "model_type", "clip_vision_model");
+    text_config(sub_config(o, "text_config", "llama"), l);
+    cJSON *v = sub_config(o, "vision_config", "clip_vision_model");
     cJSON_AddNumberToObject(v, "hidden_size", e->hidden);
     cJSON_AddNumberToObject(v, "intermediate_size", e->ffn);
     cJSON_AddNumberToObject(v, "num_hidden_layers", e->layers + e->unused_layers);
@@ -225,11 +230,8 @@ static char *config_text(const model_t *m, ex_hf_arch arch, const char *type, co
     } else if (arch == EX_HF_LLAVA) {
         llava_config(o, l, e);
     } else {
-        cJSON *t = cJSON_AddObjectToObject(o, "text_config");
-        cJSON_AddStringToObject(t, "model_type", "qwen2");
-        text_config(t, l);
-        cJSON *a = cJSON_AddObjectToObject(o, "audio_config");
-        cJSON_AddStringToObject(a, "model_type", "qwen2_audio_encoder");
+        text_config(sub_config(o, "text_config", "qwen2"), l);
+        cJSON *a = sub_config(o, "audio_config", "qwen2_audio_encoder");
         cJSON_AddNumberToObject(a, "d_model", e->hidden);
         cJSON_AddNumberToObject(a, "encoder_layers", e->layers);
         cJSON_AddNumberToObject(a, "encoder_attention_heads", e->heads);

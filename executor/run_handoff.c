@@ -229,27 +229,55 @@ static int move_segment(run_ctx *r, run_handoff_enc *e, int k, const plan_segmen
     return UTIL_OK;
 }
 
-/* Sends this rank's rows of chunk c of encoder k: one message per peer, the
- * concatenation of its segments in plan order, packed from src (rows of
- * width d at the segment's own-side offset). Messages complete by step end. */
-int run_handoff_send(run_ctx *r, run_handoff *h, int k, int c, bool grad, const float *src, char *err)
+/* Chunk c of encoder k's segments: *sg, n of them (an error where k feeds the LLM none). */
+static int chunk_segments(run_ctx *r, const run_handoff *h, int k, int c, const plan_segment **sg, int *n, char *err)
 {
     if (!h->enc[k].seg) return util_fail(err, UTIL_EINVAL, "run: module %s feeds the LLM no rows", r->plan.mod[k].module);
-    const plan_segment *sg = h->enc[k].seg[c];
-    int n = h->enc[k].nseg[c], tag = plan_handoff_tag(k, c, grad);
+    *sg = h->enc[k].seg[c];
+    *n = h->enc[k].nseg[c];
+    return UTIL_OK;
+}
+
+/* A message of rows x d floats (one float at least). */
+static float *message_alloc(run_ctx *r, size_t rows, size_t d, char *err)
+{
+    float *msg = r->be->alloc((rows ? rows : 1) * d * sizeof(float), UTIL_MEM_COMM);
+    if (!msg) util_fail(err, UTIL_ENOMEM, "run: out of memory for a hand-off message");
+    return msg;
+}
+
+/* Moves segments sg[i .. j) between a message, their concatenation in plan
+ * order, and this rank's own buffer: on the LLM's side (llm_side) at their
+ * llm_off, else at their enc_off. */
+static int move_message(run_ctx *r, run_handoff *h, int k, const plan_segment *sg, int i, int j, float *msg, float *own,
+                        bool llm_side, bool to_msg, size_t d, char *err)
+{
+    size_t at = 0;
+    for (int q = i; q < j; q++) {
+        int rc = move_segment(r, &h->enc[k], k, &sg[q], msg + at * d, own, llm_side ? sg[q].llm_off : sg[q].enc_off,
+                              llm_side, to_msg, d, err);
+        if (rc) return rc;
+        at += sg[q].rows;
+    }
+    return UTIL_OK;
+}
+
+/* Sends this rank's rows of chunk c of encoder k: one message per peer, the
+ * concatenation of its segments in plan order, packed from src (rows of
+ * width d at the segment's own-side offset). Messages complete by step end.
+ * The gradient goes from the LLM's side back to the encoder's. */
+int run_handoff_send(run_ctx *r, run_handoff *h, int k, int c, bool grad, const float *src, char *err)
+{
+    const plan_segment *sg = NULL;
+    int n = 0, tag = plan_handoff_tag(k, c, grad);
+    if (chunk_segments(r, h, k, c, &sg, &n, err)) return UTIL_EINVAL;
     size_t d = (size_t)h->d;
     int i, j, peer, nrows;
     for (int from = 0; plan_handoff_message(sg, n, from, r->rank, grad, true, &i, &j, &peer, &nrows); from = j) {
         size_t rows = (size_t)nrows;
-        float *msg = r->be->alloc((rows ? rows : 1) * d * sizeof(float), UTIL_MEM_COMM);
-        if (!msg) return util_fail(err, UTIL_ENOMEM, "run: out of memory for a hand-off message");
-        size_t at = 0;
-        int rc = UTIL_OK;
-        for (int q = i; !rc && q < j; q++) {
-            rc = move_segment(r, &h->enc[k], k, &sg[q], msg + at * d, (float *)src, grad ? sg[q].llm_off : sg[q].enc_off, grad,
-                              true, d, err);
-            at += sg[q].rows;
-        }
+        float *msg = message_alloc(r, rows, d, err);
+        if (!msg) return UTIL_ENOMEM;
+        int rc = move_message(r, h, k, sg, i, j, msg, (float *)src, grad, true, d, err);
         if (rc) { r->be->release(msg); return rc; }
         if (h->n_pend == h->cap_pend) {
             int cap = h->cap_pend ? 2 * h->cap_pend : 16;
@@ -275,15 +303,15 @@ int run_handoff_send(run_ctx *r, run_handoff *h, int k, int c, bool grad, const 
 /* Receives chunk c's rows of encoder k from every peer and scatters them into dst. */
 int run_handoff_recv(run_ctx *r, run_handoff *h, int k, int c, bool grad, float *dst, char *err)
 {
-    if (!h->enc[k].seg) return util_fail(err, UTIL_EINVAL, "run: module %s feeds the LLM no rows", r->plan.mod[k].module);
-    const plan_segment *sg = h->enc[k].seg[c];
-    int n = h->enc[k].nseg[c], tag = plan_handoff_tag(k, c, grad);
+    const plan_segment *sg = NULL;
+    int n = 0, tag = plan_handoff_tag(k, c, grad);
+    if (chunk_segments(r, h, k, c, &sg, &n, err)) return UTIL_EINVAL;
     size_t d = (size_t)h->d;
     int i, j, peer, nrows;
     for (int from = 0; plan_handoff_message(sg, n, from, r->rank, grad, false, &i, &j, &peer, &nrows); from = j) {
         size_t rows = (size_t)nrows;
-        float *msg = r->be->alloc((rows ? rows : 1) * d * sizeof(float), UTIL_MEM_COMM);
-        if (!msg) return util_fail(err, UTIL_ENOMEM, "run: out of memory for a hand-off message");
+        float *msg = message_alloc(r, rows, d, err);
+        if (!msg) return UTIL_ENOMEM;
         int src;
         ex_comm *ch = channel(r, h, peer, false, &src);
         if (!ch || ex_comm_recv(ch, msg, rows * d, src, tag)) {
@@ -291,13 +319,7 @@ int run_handoff_recv(run_ctx *r, run_handoff *h, int k, int c, bool grad, float 
             return util_fail(err, UTIL_ERUNTIME, "run: hand-off receive from rank %d failed: %s", peer,
                              ch ? ex_comm_error(ch) : "no channel from it");
         }
-        size_t at = 0;
-        int rc = UTIL_OK;
-        for (int q = i; !rc && q < j; q++) {
-            rc = move_segment(r, &h->enc[k], k, &sg[q], msg + at * d, dst, grad ? sg[q].enc_off : sg[q].llm_off, !grad,
-                              false, d, err);
-            at += sg[q].rows;
-        }
+        int rc = move_message(r, h, k, sg, i, j, msg, dst, !grad, false, d, err);
         r->be->release(msg);
         if (rc) return rc;
     }

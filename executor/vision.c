@@ -2,7 +2,7 @@
  * window attention in the other layers) and the merger, forward and
  * backward, in activation slots so a pipelined schedule can keep several
  * micro-batches alive. Qwen2.5-VL's modeling_qwen2_5_vl.py is the reference. */
-#include "executor/model_int.h"
+#include "executor/encoder_int.h"
 
 #include <math.h>
 #include <string.h>
@@ -64,44 +64,63 @@ static int vision_geometry(ex_module *md, const ex_batch *b, char *err)
 
 int ex_vision_rows(const ex_module *md, const ex_batch *b) { return b->n_images * b->patches / md->sp; }
 
-/* Vision forward of this stage: x0 = pixels[N, cpp] Wp^T + bp on the first
- * stage (else the previous stage's rows), the stage's blocks, then on the
- * last stage the merger:
- * vout[N/m^2, out] = fc2(gelu(fc1(rmsnorm(xL) viewed as [N/m^2, m^2 d]))). */
+/* The stem: x0 = pixels[N, cpp] Wp^T + bp. */
+static int stem_forward(const ex_backend *be, ex_module *md, const ex_batch *b, const float *px, float *x0, char *err)
+{
+    (void)b; (void)err;
+    const model_module *mm = &md->mm;
+    int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
+    be->linear_forward(x0, px, md->w.patch_w, md->w.patch_b, md->n_rows, cpp, md->d);
+    return UTIL_OK;
+}
+
+static void stem_backward(const ex_backend *be, ex_module *md, const ex_batch *b)
+{
+    (void)b;
+    const model_module *mm = &md->mm;
+    int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
+    const float *px = md->slot[md->cur].in_dev;   /* b->pixels, uploaded by the forward into this slot */
+    be->linear_backward(NULL, md->g.patch_w, md->g.patch_b, md->a.dres, px, md->w.patch_w, md->n_rows, cpp, md->d);
+}
+
+/* The merger: vout[N/m^2, out] = fc2(gelu(fc1(rmsnorm(xL) viewed as [N/m^2, m^2 d]))). */
+static void head_forward(const ex_backend *be, ex_module *md, const ex_batch *b, ex_stage_io *io)
+{
+    (void)b;
+    ex_acts *a = &md->a;
+    int N = md->n_rows, Mr = N / (md->mm.merge * md->mm.merge);
+    be->rmsnorm_forward(a->mln, a->mrstd, a->x_final, md->w.merge_ln, N, md->d, (float)model_norm_eps(&md->mm));
+    ex_projector_forward(be, md, a->mln, Mr);
+    io->out = a->vout;
+    io->out_rows = Mr;
+}
+
+static void head_backward(const ex_backend *be, ex_module *md, const ex_batch *b, const float *dout)
+{
+    (void)b;
+    ex_acts *a = &md->a;
+    int N = md->n_rows, Mr = N / (md->mm.merge * md->mm.merge);
+    ex_projector_backward(be, md, a->mln, dout, a->dln, Mr);   /* proj_in = d m^2: all N rows of dln */
+    be->zero(a->dres, (size_t)N * md->d);
+    be->rmsnorm_backward(a->dres, md->g.merge_ln, a->dln, a->x_final, md->w.merge_ln, a->mrstd, N, md->d);
+}
+
+static const ex_encoder_parts vision_parts = { stem_forward, head_forward, head_backward, stem_backward };
+
+/* Vision forward of this stage: the patch embedding on the first stage
+ * (else the previous stage's rows), the stage's blocks, then on the last
+ * stage the merger. */
 int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
 {
     const model_module *mm = &md->mm;
-    const ex_backend *be = em->be;
     int rc = ex_check_images(em, b, err);
     if (!rc && b->n_images == 0) rc = util_fail(err, UTIL_EINVAL, "executor: %s forward: batch has no images", mm->name);
     if (!rc && !md->stage.stem && !io->in) rc = util_fail(err, UTIL_EINVAL, "executor: %s stage %d forward: no input rows", mm->name, md->stage_index);
     if (!rc) rc = vision_geometry(md, b, err);
     if (rc) return rc;
-    int Nl = md->n_rows, Mr = Nl / (mm->merge * mm->merge), L = mm->layers, first = md->stage.first;
-    int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
-    ex_acts *a = &md->a;
-    md->comm_rc = 0;
-    if (md->stage.stem) {
-        const float *px = ex_slot_input(md, b->pixels, (size_t)Nl * cpp * sizeof(float), false, err);
-        if (!px) return UTIL_ENOMEM;
-        ex_unit_begin(md, 0, EX_USE_FORWARD);
-        be->linear_forward(a->blk[first].x, px, md->w.patch_w, md->w.patch_b, Nl, cpp, md->d);
-        ex_unit_end(md, 0, EX_USE_FORWARD, false);
-    } else {
-        be->copy(a->blk[first].x, io->in, (size_t)Nl * md->d);
-    }
-    ex_blocks_forward(be, md, md->cu_dev, md->cu_win_dev, false);
-    io->out = a->x_final;
-    io->out_rows = Nl;
-    if (md->stage.head) {
-        ex_unit_begin(md, L + 1, EX_USE_FORWARD);
-        be->rmsnorm_forward(a->mln, a->mrstd, a->x_final, md->w.merge_ln, Nl, md->d, (float)model_norm_eps(&md->mm));
-        ex_projector_forward(be, md, a->mln, Mr);
-        ex_unit_end(md, L + 1, EX_USE_FORWARD, false);
-        io->out = a->vout;
-        io->out_rows = Mr;
-    }
-    return ex_encoder_pass_end(md, true, err);
+    size_t cpp = (size_t)mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
+    return ex_encoder_stage_run_forward(em->be, md, b, b->pixels, (size_t)md->n_rows * cpp * sizeof(float), &vision_parts,
+                                        io, err);
 }
 
 /* Vision backward of this stage, from the merged rows' gradient dvout
@@ -110,34 +129,8 @@ int ex_vision_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_s
  * (else the gradient of the stage's input rows). */
 int ex_vision_stage_backward(ex_model *em, ex_module *md, const ex_batch *b, ex_stage_io *io, char *err)
 {
-    const model_module *mm = &md->mm;
-    const ex_backend *be = em->be;
     int rc = ex_encoder_backward_begin(md, ex_vision_rows(md, b), io, err);
-    if (rc) return rc;
-    if (mm->frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
-    ex_acts *a = &md->a;
-    int N = md->n_rows, Mr = N / (mm->merge * mm->merge), L = mm->layers;
-    if (md->stage.head) {
-        ex_unit_begin(md, L + 1, EX_USE_BACKWARD);
-        ex_projector_backward(be, md, a->mln, io->in, a->dln, Mr);   /* proj_in = d m^2: all N rows of dln */
-        be->zero(a->dres, (size_t)N * md->d);
-        be->rmsnorm_backward(a->dres, md->g.merge_ln, a->dln, a->x_final, md->w.merge_ln, a->mrstd, N, md->d);
-        ex_unit_end(md, L + 1, EX_USE_BACKWARD, true);
-    } else {
-        be->copy(a->dres, io->in, (size_t)N * md->d);
-    }
-    ex_blocks_backward(be, md, md->cu_dev, md->cu_win_dev, false);
-    if (md->stage.stem) {
-        int cpp = mm->in_channels * mm->temporal_patch * mm->patch * mm->patch;
-        ex_unit_begin(md, 0, EX_USE_BACKWARD);
-        const float *px = md->slot[md->cur].in_dev;   /* b->pixels, uploaded by the forward into this slot */
-        be->linear_backward(NULL, md->g.patch_w, md->g.patch_b, a->dres, px, md->w.patch_w, N, cpp, md->d);
-        ex_unit_end(md, 0, EX_USE_BACKWARD, true);
-    } else {
-        io->out = a->dres;
-        io->out_rows = N;
-    }
-    return ex_encoder_pass_end(md, false, err);
+    return rc ? rc : ex_encoder_stage_run_backward(em->be, md, b, &vision_parts, io, err);
 }
 
 int ex_vision_set_slot(ex_model *em, int slot, char *err)

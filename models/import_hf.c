@@ -176,6 +176,18 @@ int hf_import_qwen_vision(const cJSON *root, const char *what, bool v25, model_m
     return UTIL_OK;
 }
 
+/* A tower with a class token and learned positions (CLIP, InternViT,
+ * Mllama): images of whole patches, (image_size / patch)^2 patch positions
+ * and the class row's. */
+static int class_token_positions(model_module *mm, const hf_section *s, char *err)
+{
+    if (mm->patch <= 0 || mm->image_size % mm->patch)
+        return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s->ctx,
+                         mm->image_size, mm->patch);
+    int side = mm->image_size / mm->patch;
+    return hf_narrow((int64_t)side * side + 1, s, "positions", &mm->max_positions, err) ? UTIL_EINVAL : UTIL_OK;
+}
+
 /* CLIP vision tower (LLaVA): class token, learned positions, pre and post
  * LayerNorm, quick-GELU MLP, biases everywhere but the patch conv. */
 int hf_import_clip_vision(const cJSON *root, const char *what, model_module *mm, char *err)
@@ -196,11 +208,7 @@ int hf_import_clip_vision(const cJSON *root, const char *what, model_module *mm,
         hf_int(&s, "image_size", 224, &mm->image_size, err) || hf_int(&s, "patch_size", 32, &mm->patch, err) ||
         hf_int(&s, "num_channels", 3, &mm->in_channels, err) || hf_eps(&s, "layer_norm_eps", &mm->norm_eps, err))
         return UTIL_EINVAL;
-    if (mm->patch <= 0 || mm->image_size % mm->patch)
-        return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
-                         mm->image_size, mm->patch);
-    int side = mm->image_size / mm->patch;
-    if (hf_narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
+    if (class_token_positions(mm, &s, err)) return UTIL_EINVAL;
     mm->kv_heads = mm->heads;
     mm->proj_in = mm->hidden;
     return hf_set_head_dim(mm, &s, err);
@@ -229,11 +237,7 @@ static int import_internvit(const cJSON *root, const char *what, model_module *m
     mm->norm = norm && strcmp(norm, "rms_norm") == 0 ? MODEL_NORM_RMSNORM : MODEL_NORM_LAYERNORM;
     mm->k_bias = mm->qkv_bias;
     mm->kv_heads = mm->heads;
-    if (mm->patch <= 0 || mm->image_size % mm->patch)
-        return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
-                         mm->image_size, mm->patch);
-    int side = mm->image_size / mm->patch;
-    if (hf_narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
+    if (class_token_positions(mm, &s, err)) return UTIL_EINVAL;
     return hf_set_head_dim(mm, &s, err);
 }
 
@@ -267,11 +271,7 @@ static int import_mllama_vision(const cJSON *root, const char *what, model_modul
     int64_t out_dim = (int64_t)mm->hidden * (n_inter + 1);
     if (hf_int(&s, "vision_output_dim", out_dim > MODEL_MAX_WIDTH ? MODEL_MAX_WIDTH : out_dim, &mm->proj_in, err))
         return UTIL_EINVAL;
-    if (mm->patch <= 0 || mm->image_size % mm->patch)
-        return util_fail(err, UTIL_EINVAL, "%s.image_size: %d is not a multiple of patch_size %d", s.ctx,
-                         mm->image_size, mm->patch);
-    int side = mm->image_size / mm->patch;
-    if (hf_narrow((int64_t)side * side + 1, &s, "positions", &mm->max_positions, err)) return UTIL_EINVAL;
+    if (class_token_positions(mm, &s, err)) return UTIL_EINVAL;
     mm->kv_heads = mm->heads;
     return hf_set_head_dim(mm, &s, err);
 }
