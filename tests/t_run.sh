@@ -106,34 +106,37 @@ plan pp_dis disaggregated "vision:gpus=1;llm:gpus=2,pp=2,mb=1" --n-micro 4 && ch
 plan pp_enc_dis disaggregated "vision:gpus=2,pp=2;llm:gpus=2,pp=2" --n-micro 2 && check_plan pp_enc_dis
 plan pp_tp_seqpar colocated "vision:dp=4;llm:pp=2,tp=2,seqpar=1,rc=selective" --gpus 4 && check_plan pp_tp_seqpar
 MODEL="$T/tied.model.json" plan tied_pp colocated "vision:dp=4;llm:pp=2,dp=2,zero=1" --gpus 4 && check_plan tied_pp ref_tied
-variant deep layers=3 llm
-export MODEL="$T/deep.model.json"
-if plan ref_deep colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_deep; then
-    losses "$T/ref_deep.log" >"$T/ref_deep.losses"
+# llm_reference NAME LAYERS: tiny-vl with an LLM of LAYERS blocks (variant NAME) trained on one rank,
+# the run its plans are checked against (ref_NAME); MODEL stays set for them.
+llm_reference() {
+    local name=$1 layers=$2
+    variant "$name" layers="$layers" llm
+    export MODEL="$T/$name.model.json"
+    if plan "ref_$name" colocated "vision:dp=1;llm:dp=1" --gpus 1 && train "ref_$name"; then
+        losses "$T/ref_$name.log" >"$T/ref_$name.losses"
+        return 0
+    fi
+    fail "run_reference_$name" "$(tail -c 300 "$T/ref_$name.err")"
+    return 1
+}
+if llm_reference deep 3; then
     plan deep_split disaggregated "vision:gpus=1;llm:gpus=2,split=1:2,mb=1" --n-micro 4 && check_plan deep_split ref_deep
-else fail run_reference_deep "$(tail -c 300 "$T/ref_deep.err")"; fi
-unset MODEL
+fi
 # Interleaved virtual stages (vp = 2, Megatron's interleaved 1F1B): an LLM of
 # 4 layers on 2 stages of 2 one-layer chunks (rank stage 0 holds layers 0 and
 # 2, stage 1 layers 1 and 3, the last stage's chunk 0 feeding the first
 # stage's chunk 1), fed by the encoder; with tp 2 and sequence parallelism;
 # with dp 2 and ZeRO-1 behind 2 encoder replicas.
-variant deep4 layers=4 llm
-export MODEL="$T/deep4.model.json"
-if plan ref_deep4 colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_deep4; then
-    losses "$T/ref_deep4.log" >"$T/ref_deep4.losses"
+if llm_reference deep4 4; then
     plan vp_dis disaggregated "vision:gpus=1;llm:gpus=2,pp=2,vp=2,mb=1" --n-micro 4 && check_plan vp_dis ref_deep4
     plan vp_tp2 disaggregated "vision:gpus=1;llm:gpus=4,pp=2,vp=2,tp=2,seqpar=1,mb=1" --n-micro 4 && check_plan vp_tp2 ref_deep4
     plan vp_dp2_z1 disaggregated "vision:gpus=2,dp=2;llm:gpus=4,pp=2,vp=2,dp=2,zero=1,mb=1" --n-micro 2 && check_plan vp_dp2_z1 ref_deep4
-else fail run_reference_deep4 "$(tail -c 300 "$T/ref_deep4.err")"; fi
+fi
 # Uneven chunks: 5 layers on 2 stages of 2 and 3 blocks, chunks of 1 + 1 and
 # 2 + 1 (virtual stages: layer 0, layers 1-2, layer 3, layer 4).
-variant deep5 layers=5 llm
-export MODEL="$T/deep5.model.json"
-if plan ref_deep5 colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_deep5; then
-    losses "$T/ref_deep5.log" >"$T/ref_deep5.losses"
+if llm_reference deep5 5; then
     plan vp_uneven disaggregated "vision:gpus=1;llm:gpus=2,pp=2,vp=2,mb=1" --n-micro 4 && check_plan vp_uneven ref_deep5
-else fail run_reference_deep5 "$(tail -c 300 "$T/ref_deep5.err")"; fi
+fi
 unset MODEL
 
 # Context parallelism of the LLM (sp > 1). Ulysses where tp * sp divides the
