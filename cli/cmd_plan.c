@@ -132,6 +132,9 @@ static int plan_strategy(const plan_args *a)
     plan_options opt;
     cli_setup_options(&a->setup, &opt);
     if (plan_from_strategy_opts(a->strategy, &m, &c, &w, pl, a->gpus, a->n_micro, &opt, &p, err)) return cli_usage_error("plan", "%s", err);
+    /* as the search's plans: the dhp target's memory and fits rank by rank (the hand-off included);
+     * the Megatron target keeps its formulas' (and the published bench its analytic step) */
+    if (p.target == PLAN_TARGET_DHP) plan_sim_predict(&p, NULL);
     if (plan_write(a->out, &p, err)) { fprintf(stderr, "dhp plan: %s\n", err); return 2; }
     if (a->report && cli_report_write(a->report, &p, NULL, 0, a->baselines, NULL, err)) return cli_bad_input(err);
     if (a->setup.json) {
