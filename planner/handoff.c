@@ -9,11 +9,24 @@
 
 int plan_handoff_tag(int k, int c, bool grad) { return ((c * MODEL_MAX_MODULES + k) << 1 | (grad ? 1 : 0)) & ((1 << 20) - 1); }
 
-/* Activations go from enc_tp 0 to every LLM tp rank, gradients from llm_tp 0 to every encoder tp rank. */
+/* Whether the segment's rows go this way at all (its act / grad source,
+ * source_tp below) and, if so, whether `rank` is the side that sends
+ * (sending) or receives them. */
 static bool segment_moves(const plan_segment *s, int rank, bool grad, bool sending)
 {
-    if (grad) return sending ? s->llm_rank == rank && s->llm_tp == 0 : s->enc_rank == rank && s->llm_tp == 0;
-    return sending ? s->enc_rank == rank && s->enc_tp == 0 : s->llm_rank == rank && s->enc_tp == 0;
+    if (grad) return s->grad && (sending ? s->llm_rank : s->enc_rank) == rank;
+    return s->act && (sending ? s->enc_rank : s->llm_rank) == rank;
+}
+
+/* Which rank of a tp group (its tp rank 0 at world rank `first`, `tp`
+ * ranks, tp innermost: plan_coord_rank) sends a peer at world rank `peer`
+ * the rows every rank of the group holds: the peer's own GPU where it is in
+ * the group (a copy, no transfer), else tp rank peer mod tp, so that the
+ * group's ranks share the sending (and the holding of what they sent)
+ * instead of its tp rank 0 sending every copy. */
+static int source_tp(int first, int tp, int peer)
+{
+    return peer >= first && peer < first + tp ? peer - first : peer % tp;
 }
 
 static int segment_peer(const plan_segment *s, bool grad, bool sending)
@@ -66,7 +79,7 @@ static int seg_append(seg_list *l, plan_segment sg, char *err)
 {
     plan_segment *e = l->n ? &l->v[l->n - 1] : NULL;
     if (e && e->enc_rank == sg.enc_rank && e->enc_tp == sg.enc_tp && e->llm_rank == sg.llm_rank && e->llm_tp == sg.llm_tp
-        && e->block == sg.block && e->enc_off + e->rows == sg.enc_off && e->llm_off + e->rows == sg.llm_off) {
+        && e->act == sg.act && e->grad == sg.grad && e->block == sg.block && e->enc_off + e->rows == sg.enc_off && e->llm_off + e->rows == sg.llm_off) {
         e->rows += sg.rows;
         return UTIL_OK;
     }
@@ -146,8 +159,14 @@ static int route_positions(const route *rt, int i, long a, long b, long ra, int 
             long lo = a > span.lo[r] ? a : span.lo[r], hi = b < span.hi[r] ? b : span.hi[r];
             if (lo >= hi) continue;
             plan_coord lc = { .dp = rt->d, .tp = rt->t, .sp = j, .pp = 0 };   /* the LLM's first stage */
-            plan_segment sg = { .enc_rank = plan_coord_rank(p, rt->k, rt->ec), .enc_tp = rt->ec->tp,
-                                .llm_rank = plan_coord_rank(p, p->model.llm, &lc), .llm_tp = rt->t, .rows = (int)(hi - lo),
+            plan_coord lc0 = lc, ec0 = *rt->ec;
+            lc0.tp = ec0.tp = 0;
+            int enc_rank = plan_coord_rank(p, rt->k, rt->ec), llm_rank = plan_coord_rank(p, p->model.llm, &lc);
+            /* the encoder's tp ranks hold the same rows, the LLM's the same gradient of them */
+            bool act = source_tp(plan_coord_rank(p, rt->k, &ec0), p->mod[rt->k].tp, llm_rank) == rt->ec->tp;
+            bool grad = source_tp(plan_coord_rank(p, p->model.llm, &lc0), lm->tp, enc_rank) == rt->t;
+            plan_segment sg = { .enc_rank = enc_rank, .enc_tp = rt->ec->tp, .llm_rank = llm_rank, .llm_tp = rt->t,
+                                .act = act, .grad = grad, .rows = (int)(hi - lo),
                                 .enc_off = rt->enc_off + (int)((long)i * rt->R + ra + (lo - a) - rt->g0),
                                 .llm_off = (int)((long)(i - rt->f) * Ej + plan_cp_local(&span, (int)lo)), .block = block };
             rc = seg_append(rt->l, sg, err);

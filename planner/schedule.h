@@ -193,18 +193,26 @@ const char *plan_op_name(plan_op_kind k);
  * [enc_off, enc_off + rows) of encoder rank enc_rank's packed chunk buffer
  * (its micro-batches' local merged rows, in order) go to rows [llm_off, ...)
  * of LLM rank llm_rank's chunk input (its samples' rows, in order). Every LLM
- * tp rank receives the rows; gradients go back from llm_tp == 0 only.
+ * tp rank receives the rows (from one of the encoder's tp ranks) and every
+ * encoder tp rank their gradient (from one of the LLM's).
  * Segments are ordered by (enc_rank, llm_rank, enc_off): one message per
  * (enc_rank, llm_rank) pair is the concatenation of its segments.
  * Transfer ops name the encoder in plan_op.module; their message tags are
  * plan_handoff_tag(k, c, grad). *segs is freed with util_free. */
-/* Encoder tp ranks hold the same rows: activations go from enc_tp == 0 to
- * every llm_tp; gradients from llm_tp == 0 to every enc_tp.
+/* Encoder tp ranks hold the same rows, LLM tp ranks the same gradient of
+ * them: a segment is listed for every (encoder tp rank, LLM tp rank) pair,
+ * and act / grad say whether its rows go that way (this encoder tp rank
+ * sends this LLM rank the rows; this LLM tp rank sends this encoder rank
+ * their gradient): one source per receiver, the receiver's own GPU where it
+ * holds them, else spread over the group's tp ranks (planner/handoff.c).
  * block > 0: the rows are consecutive blocks of `block` rows, each a band of
  * whole window rows of an image, in the encoder's stored order on its side
  * and in raster order on the LLM's (the LLM side moves row j of a block to
  * row raster[j] of it, plan_handoff_block_order; models/geometry.c). */
-typedef struct { int enc_rank, enc_tp, llm_rank, llm_tp, rows, enc_off, llm_off, block; } plan_segment;
+typedef struct {
+    int enc_rank, enc_tp, llm_rank, llm_tp, rows, enc_off, llm_off, block;
+    bool act, grad;
+} plan_segment;
 /* raster[j] for j < block: where stored row j of a hand-off block of encoder
  * k sits in the LLM's (raster) order of the block. */
 int plan_handoff_block_order(const plan_t *p, int k, int block, int *raster, char *err);

@@ -29,12 +29,12 @@ static double *table_row(const sim_handoff_table *t, const plan_t *p, int k, int
 /* One message of `rows` rows between encoder rank e and LLM rank l. */
 static void add_message(const sim_handoff_table *t, const plan_t *p, int k, int c, const plan_segment *s, double rows)
 {
-    if (s->enc_tp == 0) {   /* activations from enc_tp 0 to every LLM tp rank */
+    if (s->act) {   /* the rows, this encoder rank to this LLM rank */
         table_row(t, p, k, c, ACT_SENT)[s->enc_rank] += rows;
         double *m = &table_row(t, p, k, c, ACT_RECV_MAX)[s->llm_rank];
         *m = fmax(*m, rows);
     }
-    if (s->llm_tp == 0) {   /* gradients from llm_tp 0 to every encoder tp rank */
+    if (s->grad) {   /* their gradient back */
         table_row(t, p, k, c, GRAD_SENT)[s->llm_rank] += rows;
         double *m = &table_row(t, p, k, c, GRAD_RECV_MAX)[s->enc_rank];
         *m = fmax(*m, rows);

@@ -87,7 +87,7 @@ static void check_raster_routes(const plan_t *p, int per_image)
         int n, checked = 0, blocks = 0;
         CHECK_OK(plan_handoff(p, 0, c, &sg, &n, err));
         for (int s = 0; s < n; s++) {
-            if (sg[s].enc_tp != 0) continue;
+            if (!sg[s].act) continue;
             plan_coord ec, lc;
             CHECK(plan_rank_coord(p, 0, sg[s].enc_rank, &ec));
             CHECK(plan_rank_coord(p, L, sg[s].llm_rank, &lc));

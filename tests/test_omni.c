@@ -71,7 +71,7 @@ static void check_both_encoders_fill_the_buffer(const plan_t *p)
                 plan_segment *sg;
                 CHECK_OK(plan_handoff(p, k, c, &sg, &n, err));
                 for (int i = 0; i < n; i++) {
-                    if (sg[i].llm_rank != r || sg[i].enc_tp != 0) continue;
+                    if (sg[i].llm_rank != r || !sg[i].act) continue;
                     for (int j = 0; j < sg[i].rows; j++) {
                         int at = sg[i].llm_off + j, pos = plan_cp_position(&span, at % Ej);
                         hit[at]++;

@@ -70,8 +70,9 @@ static void check_sample_coverage(const plan_t *p)
 
 /* Each LLM rank's input rows of a chunk (its sp rank's share of each
  * sample's, plan_cp_encoder_rows, the shares adding up to the sample's) come
- * exactly once from enc_tp 0, and each encoder rank's packed rows go out
- * exactly once to every LLM tp rank. */
+ * exactly once (from one of the encoder's tp ranks), each encoder rank's
+ * packed rows get their gradient exactly once (from one of the LLM's tp
+ * ranks), and a rank that holds both ends of a row takes it from itself. */
 static void check_handoff(const plan_t *p)
 {
     char err[UTIL_ERR_LEN];
@@ -89,10 +90,25 @@ static void check_handoff(const plan_t *p)
             plan_chunk_share(p, L, c, lc.dp, &f, &cnt);
             int *hit = calloc((size_t)cnt * R + 1, sizeof(int));
             for (int i = 0; i < n; i++)
-                if (sg[i].llm_rank == r && sg[i].enc_tp == 0)
+                if (sg[i].llm_rank == r && sg[i].act)
                     for (int j = 0; j < sg[i].rows; j++) hit[sg[i].llm_off + j]++;
             for (int j = 0; j < cnt * R; j++) CHECK_EQ_INT(hit[j], 1);
             free(hit);
+        }
+        for (int r = 0; r < p->world_size; r++) {
+            plan_coord ec;
+            if (!plan_rank_coord(p, 0, r, &ec) || ec.pp != p->mod[0].pp - 1) continue;   /* the encoder's last stage sends them */
+            int packed = 0, *grads = calloc((size_t)p->work.global_batch * plan_rows_per_sample(p, 0) + 1, sizeof(int));
+            for (int i = 0; i < n; i++) {
+                if (sg[i].enc_rank != r) continue;
+                packed = packed > sg[i].enc_off + sg[i].rows ? packed : sg[i].enc_off + sg[i].rows;
+                if (sg[i].grad) for (int j = 0; j < sg[i].rows; j++) grads[sg[i].enc_off + j]++;
+                bool mine = false;   /* a row this rank also takes in as the LLM comes from here */
+                for (int q = 0; q < n; q++) mine |= sg[q].enc_rank == r && sg[q].llm_rank == r;
+                if (mine && sg[i].llm_rank == r) CHECK(sg[i].act && sg[i].grad);
+            }
+            for (int j = 0; j < packed; j++) CHECK_EQ_INT(grads[j], 1);
+            free(grads);
         }
         for (int i = 1; i < n; i++) CHECK(sg[i - 1].enc_rank <= sg[i].enc_rank);
         util_free(sg);
@@ -115,6 +131,10 @@ TEST(schedule_covers_every_sample_once_and_handoff_routes_every_row_once)
         { "vision:gpus=1;llm:gpus=2,sp=2", PLAN_DISAGGREGATED, 3, 2, 4 },
         { "vision:gpus=2,dp=2;llm:gpus=4,sp=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 6, 2, 8 },
         { "vision:dp=4;llm:sp=2,dp=2", PLAN_COLOCATED, 4, 1, 8 },
+        /* tp on both sides: a colocated rank takes its rows from itself */
+        { "vision:tp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 4 },
+        { "vision:tp=2,dp=2;llm:dp=4", PLAN_COLOCATED, 4, 1, 8 },
+        { "vision:gpus=2,tp=2;llm:gpus=4,tp=2,dp=2,seqpar=0", PLAN_DISAGGREGATED, 6, 2, 8 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECK_OK(test_sim_case_plan(&cases[i], &p));
