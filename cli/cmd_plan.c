@@ -224,7 +224,10 @@ static int plan_once(const plan_args *a)
     if (a->baselines) {
         printf("baselines (same cost model)\n");
         for (int b = 0; b < PLAN_NBASE; b++) if (have[b]) cli_print_plan_row(plan_baseline_name((plan_baseline)b), &base[b]);
-        if (best_base > 0) printf("\ndhp is %.2fx the best baseline that fits\n", best_base / r.plans[0].pred.step_time_s);
+        if (!r.plans[0].pred.fits)
+            printf("\ndhp's plan does not fit rank by rank (the hand-off's buffers and messages beside every module's "
+                   "memory); %s\n", best_base > 0 ? "a baseline above does" : "nor does any baseline");
+        else if (best_base > 0) printf("\ndhp is %.2fx the best baseline that fits\n", best_base / r.plans[0].pred.step_time_s);
         else printf("\nno baseline fits; dhp's plan does\n");
     }
     printf("wrote %s%s\n", strcmp(a->out, "-") ? a->out : "the plan to stdout", a->pick ? " (the alternative --pick names)" : "");

@@ -1,7 +1,8 @@
 /* The encoders -> LLM hand-off of `dhp run`: each encoder's merged rows of
  * each chunk (and their gradients back) as the planner's segments say
- * (plan_handoff), one message per pair of ranks and encoder, sends left in
- * flight until the step ends.
+ * (plan_handoff), one message per pair of ranks and encoder, each send left
+ * in flight until an op the schedule marks retires it (plan_op.retires) or
+ * the step ends.
  *
  * Each direction between two ranks is a communicator of its own
  * (run_handoff_comms), and a send starts at once: over NCCL, messages on the
@@ -176,16 +177,29 @@ int run_handoff_init(run_ctx *r, run_handoff *h, char *err)
     return UTIL_OK;
 }
 
-int run_handoff_wait_all(run_ctx *r, run_handoff *h, char *err)
+/* Completes and frees the pending sends `which` selects (all: NULL), keeping the rest in order. */
+static int complete_sends(run_ctx *r, run_handoff *h, const run_pending *which, char *err)
 {
-    int rc = UTIL_OK;
+    int rc = UTIL_OK, kept = 0;
     for (int i = 0; i < h->n_pend; i++) {
-        if (ex_comm_wait(h->pend[i].c, h->pend[i].req) && !rc)
-            rc = util_fail(err, UTIL_ERUNTIME, "run: hand-off send failed: %s", ex_comm_error(h->pend[i].c));
-        r->be->release(h->pend[i].buf);
+        run_pending *q = &h->pend[i];
+        if (which && (q->k != which->k || q->c_chunk != which->c_chunk || q->grad != which->grad)) {
+            h->pend[kept++] = *q;
+            continue;
+        }
+        if (ex_comm_wait(q->c, q->req) && !rc) rc = util_fail(err, UTIL_ERUNTIME, "run: hand-off send failed: %s", ex_comm_error(q->c));
+        r->be->release(q->buf);
     }
-    h->n_pend = 0;
+    h->n_pend = kept;
     return rc;
+}
+
+int run_handoff_wait_all(run_ctx *r, run_handoff *h, char *err) { return complete_sends(r, h, NULL, err); }
+
+int run_handoff_retire(run_ctx *r, run_handoff *h, int k, int c, bool grad, char *err)
+{
+    run_pending which = { .k = k, .c_chunk = c, .grad = grad };
+    return complete_sends(r, h, &which, err);
 }
 
 void run_handoff_free(run_ctx *r, run_handoff *h)
@@ -294,7 +308,7 @@ int run_handoff_send(run_ctx *r, run_handoff *h, int k, int c, bool grad, const 
             r->be->release(msg);
             return util_fail(err, UTIL_ERUNTIME, "run: hand-off send to rank %d failed: %s", peer, ex_comm_error(ch));
         }
-        h->pend[h->n_pend++] = (run_pending){ req, msg, ch };
+        h->pend[h->n_pend++] = (run_pending){ req, msg, ch, k, c, grad };
         if (ex_comm_start(ch)) return util_fail(err, UTIL_ERUNTIME, "run: hand-off send to rank %d failed: %s", peer, ex_comm_error(ch));
     }
     return UTIL_OK;

@@ -266,7 +266,8 @@ void run_data_free(run_data *d);
 int run_data_load(run_ctx *r, ex_dataset *ds, long step, run_data *d, char *err);
 int run_data_prefetch(run_ctx *r, ex_dataset *ds, long step, run_data *d, char *err);
 
-typedef struct { ex_request *req; float *buf; ex_comm *c; } run_pending;
+/* A hand-off send in flight: encoder k's chunk c, its rows or (grad) their gradients. */
+typedef struct { ex_request *req; float *buf; ex_comm *c; int k, c_chunk; bool grad; } run_pending;
 /* One direction between two ranks of the hand-off: a communicator of the
  * sender (its rank 0) and the receiver (rank 1). */
 typedef struct { int from, to; ex_comm *c; } run_handoff_channel;
@@ -333,6 +334,9 @@ int run_handoff_wait_all(run_ctx *r, run_handoff *h, char *err);
 /* Chunk c's rows of encoder k, one way (grad: their gradients back). */
 int run_handoff_send(run_ctx *r, run_handoff *h, int k, int c, bool grad, const float *src, char *err);
 int run_handoff_recv(run_ctx *r, run_handoff *h, int k, int c, bool grad, float *dst, char *err);
+/* Completes and frees this rank's sends of chunk c of encoder k in
+ * direction grad (the op's plan_op.retires: their receivers have them). */
+int run_handoff_retire(run_ctx *r, run_handoff *h, int k, int c, bool grad, char *err);
 /* Does encoder k feed the LLM its rows, and does it train? (any: some encoder) */
 bool run_feeds(const run_ctx *r, int k);
 bool run_encoder_trains(const run_ctx *r);

@@ -265,7 +265,7 @@ static int push(plan_schedule *s, plan_op_kind kind, int module, int chunk, int 
         s->op = op;
         s->cap = cap;
     }
-    s->op[s->n++] = (plan_op){ kind, module, chunk, sample0, samples, slot, 0, false };
+    s->op[s->n++] = (plan_op){ kind, module, chunk, sample0, samples, slot, 0, false, -1 };
     return UTIL_OK;
 }
 
@@ -673,6 +673,33 @@ static void mark_last_backward(plan_schedule *s)
     }
 }
 
+/* When a hand-off send may be freed (plan_op.retires). A send completes
+ * when its receiver takes it; the executor keeps it until then, so a rank
+ * that held every send to the step's end would hold all chunks' rows: more
+ * with every chunk of the batch. Each retiring op below comes after every
+ * receiver has taken the sends it retires, so waiting for them costs
+ * nothing:
+ * - an encoder's RECV_GRAD of chunk c retires its chunk-c rows: its
+ *   gradients come from an LLM tp rank of every (dp, sp) group its rows
+ *   went to (plan_handoff), after that group's forward of chunk c, whose
+ *   tensor-parallel collectives each tp rank joins only after its RECV_ACT
+ *   of chunk c;
+ * - the LLM's RECV_ACT of chunk c + W retires its chunk-c gradients: an
+ *   encoder sends chunk c + W after its RECV_GRAD of chunk c (the encoder
+ *   runs W chunks ahead: encoder_window; colocated, chunk after chunk, 1).
+ * A frozen encoder gets no gradients, and the last W chunks' gradients
+ * have no later chunk: those are freed when the step ends. */
+static void mark_retires(const plan_t *p, const int *window, plan_schedule *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        plan_op *o = &s->op[i];
+        if (o->module < 0 || o->module >= p->n_modules) continue;
+        if (o->kind == PLAN_OP_RECV_GRAD) o->retires = o->chunk;
+        int back = o->chunk - window[o->module];
+        if (o->kind == PLAN_OP_RECV_ACT && trains(p, o->module) && back >= 0) o->retires = back;
+    }
+}
+
 int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
 {
     memset(s, 0, sizeof *s);
@@ -685,12 +712,13 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
     plan_coord me[MODEL_MAX_MODULES];
     int L = p->model.llm, n = plan_chunks(p);
     encoder_stage enc[MODEL_MAX_MODULES];
-    int n_enc = 0;
+    int n_enc = 0, window[MODEL_MAX_MODULES] = { 0 };
     for (int k = 0; k < p->n_modules; k++) {
         on[k] = plan_rank_coord(p, k, rank, &me[k]);
         if (!plan_encoder_feeds(p, k)) continue;
         int W = encoder_window(p, k, n, err);
         if (W < 0) return UTIL_ENOMEM;
+        window[k] = W;
         enc[n_enc++] = (encoder_stage){ p, k, W, max_micro_per_share(p, k), &me[k], s };
     }
     if (p->placement == PLAN_COLOCATED && plan_whole_batch_pipeline(&p->model, &p->work)) {
@@ -714,6 +742,7 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
     if (!rc) rc = step_tail(p, rank, on, s, err);
     if (!rc) rc = count_slots(s, p->model.llm, err);
     if (!rc) mark_last_backward(s);
+    if (!rc) mark_retires(p, window, s);
     if (rc) plan_schedule_free(s);
     return rc;
 }

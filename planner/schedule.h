@@ -149,6 +149,13 @@ typedef struct {
     int slot;                 /* activation slot of a FORWARD or BACKWARD, -1 if none */
     int vchunk;               /* model chunk (interleaved pipeline, 0 .. vp - 1) of a compute or hop op; else 0 */
     bool last_backward;       /* the last BACKWARD / FORWARD_BACKWARD of its module's chunk in the step (plan_mark_last_backward) */
+    /* RECV_GRAD / RECV_ACT: the chunk of the same encoder whose hand-off
+     * sends in the other direction (this rank's rows; its gradients of
+     * them) the op retires once its own messages are in: every receiver
+     * has taken them by then, so the sender waits for none and frees them
+     * (mark_retires in schedule.c says why). -1: none; the rest are freed
+     * when the step ends. */
+    int retires;
 } plan_op;
 
 /* A pipeline hop op's channel: the lower virtual stage of the edge it

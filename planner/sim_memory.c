@@ -90,8 +90,9 @@ void sim_handoff_table_free(sim_handoff_table *t)
 /* fp32 (the CPU executor, executor/run.c): its hand-off buffers (one chunk
  * of rows, activations and gradients: on each encoder's side its own, on the
  * LLM's side one pair every encoder's rows share) plus the peak of the
- * messages along the rank's schedule: a sent message is held until the step
- * ends, a received one only until it is scattered. */
+ * messages along the rank's schedule: a sent message is held until an op
+ * retires it (plan_op.retires) or the step ends, a received one only until
+ * it is scattered. */
 static double executor_handoff_bytes(const plan_t *p, int rank, const plan_schedule *s, const sim_handoff_table *t)
 {
     int L = p->model.llm;
@@ -114,6 +115,8 @@ static double executor_handoff_bytes(const plan_t *p, int rank, const plan_sched
         double rows = table_row(t, p, o->module, o->chunk, q)[rank];
         if (send) held += rows * d;
         peak = fmax(peak, held + (recv ? rows * d : 0));
+        if (recv && o->retires >= 0 && o->retires < t->chunks)   /* the other direction's sends of that chunk freed */
+            held -= table_row(t, p, o->module, o->retires, grad ? ACT_SENT : GRAD_SENT)[rank] * d;
     }
     return FP32_BYTES * (buffers + peak);
 }

@@ -143,6 +143,73 @@ TEST(schedule_covers_every_sample_once_and_handoff_routes_every_row_once)
     }
 }
 
+/* Whether rank r runs module 0's op of kind k and chunk c before (at an
+ * index below) its op of kind k2 and chunk c2. */
+static bool runs_before(const plan_t *p, int r, plan_op_kind k, int c, plan_op_kind k2, int c2)
+{
+    char err[UTIL_ERR_LEN];
+    plan_schedule s;
+    if (plan_schedule_rank(p, r, &s, err)) return false;
+    int a = -1, b = -1;
+    for (int i = 0; i < s.n; i++) {
+        if (s.op[i].module != 0) continue;
+        if (a < 0 && s.op[i].kind == k && s.op[i].chunk == c) a = i;
+        if (b < 0 && s.op[i].kind == k2 && s.op[i].chunk == c2) b = i;
+    }
+    plan_schedule_free(&s);
+    return a >= 0 && b >= 0 && a < b;
+}
+
+/* The ops that free hand-off sends (plan_op.retires) come after every
+ * receiver took them: an encoder's RECV_GRAD of chunk c retires its chunk-c
+ * rows; the LLM's RECV_ACT of chunk c retires the gradients of a chunk each
+ * encoder rank received (RECV_GRAD) before it sent chunk c; a frozen
+ * encoder's rows and the last chunks' gradients are never retired early. */
+static void check_retires(const plan_t *p, bool frozen)
+{
+    char err[UTIL_ERR_LEN];
+    int retired = 0;
+    for (int r = 0; r < p->world_size; r++) {
+        plan_schedule s;
+        CHECK_OK(plan_schedule_rank(p, r, &s, err));
+        for (int i = 0; i < s.n; i++) {
+            const plan_op *o = &s.op[i];
+            if (o->kind == PLAN_OP_RECV_GRAD) CHECK_EQ_INT(o->retires, o->chunk);
+            else if (o->kind != PLAN_OP_RECV_ACT) CHECK_EQ_INT(o->retires, -1);
+            else if (frozen) CHECK_EQ_INT(o->retires, -1);
+            else if (o->retires >= 0) {
+                retired++;
+                CHECK(o->retires < o->chunk);
+                for (int e = 0; e < p->world_size; e++) {
+                    plan_coord ec;
+                    if (!plan_rank_coord(p, 0, e, &ec) || ec.pp != p->mod[0].pp - 1) continue;
+                    CHECK_MSG(runs_before(p, e, PLAN_OP_RECV_GRAD, o->retires, PLAN_OP_SEND_ACT, o->chunk),
+                              "rank %d retires chunk %d's gradients at chunk %d; encoder rank %d", r, o->retires, o->chunk, e);
+                }
+            }
+        }
+        plan_schedule_free(&s);
+    }
+    CHECK(frozen || plan_chunks(p) < 3 || retired > 0);
+}
+
+TEST(schedule_retires_handoff_sends_after_their_receivers_took_them)
+{
+    static plan_t p;
+    const test_sim_case cases[] = {
+        { "vision:sp=2;llm:tp=2,seqpar=0", PLAN_COLOCATED, 2, 1, 8 },
+        { "vision:gpus=1;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 3, 2, 8 },
+        { "vision:gpus=2,dp=2;llm:gpus=2,pp=2", PLAN_DISAGGREGATED, 4, 2, 16 },
+        { "vision:gpus=2,pp=2;llm:gpus=1", PLAN_DISAGGREGATED, 3, 2, 8 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK_OK(test_sim_case_plan(&cases[i], &p));
+        check_retires(&p, false);
+        p.model.mod[0].frozen = true;
+        check_retires(&p, true);
+    }
+}
+
 TEST(schedule_refuses_what_the_executor_does_not_run)
 {
     static plan_t p;

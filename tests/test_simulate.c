@@ -386,7 +386,7 @@ TEST(simulate_op_prices_come_from_the_cost_model)
     o.precision = p.precision;
     plan_time t;
     plan_micro_time(&p.model, 0, &p.mod[0], &p.work, &p.cluster, &o, 4, &t);
-    plan_op f = { PLAN_OP_FORWARD, 0, 0, 0, 4, 0, 0, false }, b = f, x = { PLAN_OP_FORWARD_BACKWARD, 1, 0, 0, 3, -1, 0, false };
+    plan_op f = { PLAN_OP_FORWARD, 0, 0, 0, 4, 0, 0, false, -1 }, b = f, x = { PLAN_OP_FORWARD_BACKWARD, 1, 0, 0, 3, -1, 0, false, -1 };
     b.kind = PLAN_OP_BACKWARD;
     plan_sim_cost cf = plan_sim_op_cost(&p, 0, &f), cb = plan_sim_op_cost(&p, 0, &b);
     CHECK(cf.comm_s > 0);   /* Ulysses all-to-alls */
