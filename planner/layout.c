@@ -223,13 +223,31 @@ static void block(tensor_list *l, const model_module *mm, int b)
     l->prefix[0] = 0;
 }
 
+/* The stage's blocks. A pass that stores nothing (cap 0: counting, or
+ * sizing units or the largest tensor) lists the first block's tensors and
+ * credits each later block with the same count and elements: block() reads
+ * only the module's shapes, never b but for names, so every block holds the
+ * same tensors. The search sizes every candidate this way. */
 static void blocks(tensor_list *l, const model_module *mm, const plan_stage *st)
 {
+    int per_block_n = -1;
+    int64_t per_block_elems = 0;
     for (int j = 0; j < st->count; j++) {
         int b = plan_stage_block(st, j);
         l->layer = b;
         l->unit = 1 + b;
+        if (l->cap == 0 && per_block_n >= 0) {
+            l->n += per_block_n;
+            if (l->unit_elems) l->unit_elems[l->unit] += per_block_elems;
+            continue;
+        }
+        int n0 = l->n;
+        int64_t before = l->unit_elems ? l->unit_elems[l->unit] : 0;
         block(l, mm, b);
+        if (l->cap == 0) {
+            per_block_n = l->n - n0;
+            per_block_elems = l->unit_elems ? l->unit_elems[l->unit] - before : 0;
+        }
     }
     l->layer = -1;
     l->unit = mm->layers + 1;
