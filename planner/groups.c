@@ -65,10 +65,13 @@ void plan_group_shape(const plan_module *s, unsigned axes, int gpus_per_node, in
     int size[NAXES], digit[NAXES], n;
     axis_sizes(s, size);
     radix(size, size, axes, true, &n);   /* product of the group's axes */
+    /* group 0's members in key order have rising local indices (both count
+     * the same digits, tp fastest), so those on the first node come first */
     int on_first_node = 0;
     for (int key = 0; key < n; key++) {
         member_digits(size, axes, 0, key, digit);
-        if (local_index(size, digit) < gpus_per_node) on_first_node++;
+        if (local_index(size, digit) >= gpus_per_node) break;
+        on_first_node++;
     }
     *size_out = n;
     *per_node = on_first_node > 0 ? on_first_node : 1;
