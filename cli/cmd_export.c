@@ -92,11 +92,11 @@ int cmd_export(int argc, char **argv)
         else plan_path = o;
     }
     if (!to) return cli_usage_error("export", "--to megatron|deepspeed|torchtitan is required");
-    cli_trainer t;
-    if (!strcmp(to, "megatron")) t = CLI_MEGATRON;
-    else if (!strcmp(to, "deepspeed")) t = CLI_DEEPSPEED;
-    else if (!strcmp(to, "torchtitan")) t = CLI_TORCHTITAN;
-    else return cli_usage_error("export", "--to: '%s' is not megatron, deepspeed or torchtitan", to);
+    static const char *const trainers[] = { [CLI_MEGATRON] = "megatron", [CLI_DEEPSPEED] = "deepspeed",
+                                            [CLI_TORCHTITAN] = "torchtitan" };
+    char why[UTIL_ERR_LEN];
+    int t = util_name_index(to, trainers, 3, why);
+    if (t < 0) return cli_usage_error("export", "--to: %s", why);
     if (!plan_path) return cli_usage_error("export", "missing PLAN.json");
     static plan_t p;
     char err[UTIL_ERR_LEN];

@@ -159,9 +159,8 @@ int cmd_memory(int argc, char **argv)
         else if (!strcmp(o, "--check")) check = true;
         else if (!strcmp(o, "--placement")) {
             if (!v) return cli_usage_error("memory", "--placement needs a value");
-            if (!strcmp(v, "colocated")) pl = PLAN_COLOCATED;
-            else if (!strcmp(v, "disaggregated")) pl = PLAN_DISAGGREGATED;
-            else return cli_usage_error("memory", "--placement: '%s' is not colocated or disaggregated", v);
+            char why[UTIL_ERR_LEN];
+            if (plan_placement_parse(v, &pl, why)) return cli_usage_error("memory", "--placement: %s", why);
             i++;
         } else if (o[0] == '-') return cli_usage_error("memory", "unknown option '%s'", o);
         else if (plan_path) return cli_usage_error("memory", "more than one plan file given");
@@ -181,10 +180,9 @@ int cmd_memory(int argc, char **argv)
         if (strategy) {
             if (plan_from_strategy_opts(strategy, &m, &c, &w, pl, 0, n_micro, &opt, &p, err)) return cli_usage_error("memory", "%s", err);
         } else if (baseline) {
-            int b = 0;
-            while (b < PLAN_NBASE && strcmp(baseline, plan_baseline_name((plan_baseline)b))) b++;
-            if (b == PLAN_NBASE) return cli_usage_error("memory", "--baseline: '%s' is not zero3, tp, homogeneous or sp-tp", baseline);
-            if (plan_baseline_make((plan_baseline)b, &m, &c, &w, &opt, &p, err)) return cli_usage_error("memory", "%s", err);
+            plan_baseline b;
+            if (plan_baseline_parse(baseline, &b, err)) return cli_usage_error("memory", "--baseline: %s", err);
+            if (plan_baseline_make(b, &m, &c, &w, &opt, &p, err)) return cli_usage_error("memory", "%s", err);
         } else {
             static plan_search_result r;
             plan_search_options so;

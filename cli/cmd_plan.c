@@ -76,9 +76,12 @@ static int parse_args(int argc, char **argv, plan_args *a)
             a->out = v; i++;
         } else if (!strcmp(o, "--placement")) {
             if (!v) return cli_usage_error("plan", "--placement needs a value");
-            if (!strcmp(v, "colocated")) a->disaggregated = false;
-            else if (!strcmp(v, "disaggregated")) a->colocated = false;
-            else if (strcmp(v, "auto")) return cli_usage_error("plan", "--placement: '%s' is not auto, colocated or disaggregated", v);
+            static const char *const placements[] = { "auto", "colocated", "disaggregated" };   /* auto: both */
+            char why[UTIL_ERR_LEN];
+            int pl = util_name_index(v, placements, 3, why);
+            if (pl < 0) return cli_usage_error("plan", "--placement: %s", why);
+            a->disaggregated = pl != 1;
+            a->colocated = pl != 2;
             i++;
         } else return cli_usage_error("plan", "unknown option '%s'", o);
     }

@@ -79,8 +79,8 @@ static int parse(int argc, char **argv, ex_run_options *o)
         else if (!strcmp(a, "--init-from")) o->init_from = v;
         else if (!strcmp(a, "--backend")) {
             o->backend = v;
-            if (v && strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto"))
-                return cli_usage_error("run", "--backend: '%s' is not cpu, cuda or auto", v);
+            char why[UTIL_ERR_LEN];
+            if (!ex_backend_name_ok(v, why)) return cli_usage_error("run", "--backend: %s", why);
         }
         else if (!strcmp(a, "--comm")) o->comm = v;
         else if (!strcmp(a, "--steps")) rc = cli_int_arg("run", a, v, 1, 1 << 30, &o->steps);

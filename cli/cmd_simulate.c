@@ -51,9 +51,8 @@ static int parse_args(int argc, char **argv, sim_args *a)
         else if (!strcmp(o, "--n-micro")) { if (cli_int_arg("simulate", o, v, 1, 1 << 20, &a->n_micro)) return 2; i++; }
         else if (!strcmp(o, "--placement")) {
             if (!v) return cli_usage_error("simulate", "--placement needs a value");
-            if (!strcmp(v, "colocated")) a->placement = PLAN_COLOCATED;
-            else if (!strcmp(v, "disaggregated")) a->placement = PLAN_DISAGGREGATED;
-            else return cli_usage_error("simulate", "--placement: '%s' is not colocated or disaggregated", v);
+            char why[UTIL_ERR_LEN];
+            if (plan_placement_parse(v, &a->placement, why)) return cli_usage_error("simulate", "--placement: %s", why);
             i++;
         } else if (o[0] == '-') return cli_usage_error("simulate", "unknown option '%s'", o);
         else if (a->plan_path) return cli_usage_error("simulate", "more than one plan file given");

@@ -71,10 +71,11 @@ int cli_int_arg(const char *cmd, const char *opt, const char *val, int lo, int h
 /* An option whose value names one of an enum's members (bad: it names none
  * of choices): 1 with the value consumed and *given set, 2 (message
  * printed) without a value or with a bad one. */
-static int enum_arg(const char *cmd, const char *opt, const char *val, bool bad, const char *choices, bool *given, int *i)
+/* An enum option's value, parsed (rc) by its planner parser, which said why not. */
+static int enum_arg(const char *cmd, const char *opt, const char *val, int rc, const char *why, bool *given, int *i)
 {
     if (!val) { cli_usage_error(cmd, "%s needs a value", opt); return 2; }
-    if (bad) { cli_usage_error(cmd, "%s: '%s' is not %s", opt, val, choices); return 2; }
+    if (rc) { cli_usage_error(cmd, "%s: %s", opt, why); return 2; }
     if (given) *given = true;
     (*i)++;
     return 1;
@@ -103,21 +104,19 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         return 1;
     }
     plan_options *o = &s->opt;
+    char why[UTIL_ERR_LEN] = "";
     if (!strcmp(a, "--precision"))
-        return enum_arg(cmd, a, val, val && plan_precision_parse(val, &o->precision),
-                        "bf16-mixed, bf16-pure, bf16-autocast or fp32", &s->precision_given, i);
+        return enum_arg(cmd, a, val, val ? plan_precision_parse(val, &o->precision, why) : 0, why, &s->precision_given, i);
     if (!strcmp(a, "--target"))
-        return enum_arg(cmd, a, val, val && plan_target_parse(val, &o->target), "megatron or dhp", &s->target_given, i);
-    if (!strcmp(a, "--zero3"))
-        return enum_arg(cmd, a, val, val && plan_zero3_parse(val, &o->zero3), "units, fsdp2 or deepspeed-2021", NULL, i);
-    if (!strcmp(a, "--adamw"))
-        return enum_arg(cmd, a, val, val && plan_adamw_parse(val, &o->adamw), "fused or foreach", NULL, i);
+        return enum_arg(cmd, a, val, val ? plan_target_parse(val, &o->target, why) : 0, why, &s->target_given, i);
+    if (!strcmp(a, "--zero3")) return enum_arg(cmd, a, val, val ? plan_zero3_parse(val, &o->zero3, why) : 0, why, NULL, i);
+    if (!strcmp(a, "--adamw")) return enum_arg(cmd, a, val, val ? plan_adamw_parse(val, &o->adamw, why) : 0, why, NULL, i);
     if (!strcmp(a, "--grad-reduce"))
-        return enum_arg(cmd, a, val, val && plan_grad_reduce_parse(val, &o->grad_reduce), "grads or bf16", NULL, i);
+        return enum_arg(cmd, a, val, val ? plan_grad_reduce_parse(val, &o->grad_reduce, why) : 0, why, NULL, i);
     if (!strcmp(a, "--tp-style"))
-        return enum_arg(cmd, a, val, val && plan_tp_style_parse(val, &o->tp_style), "megatron or dtensor", NULL, i);
+        return enum_arg(cmd, a, val, val ? plan_tp_style_parse(val, &o->tp_style, why) : 0, why, NULL, i);
     if (!strcmp(a, "--backend"))
-        return enum_arg(cmd, a, val, val && plan_backend_parse(val, &o->backend), "cuda or cpu", &s->backend_given, i);
+        return enum_arg(cmd, a, val, val ? plan_backend_parse(val, &o->backend, why) : 0, why, &s->backend_given, i);
     if (!strcmp(a, "--tf32")) { o->tf32 = true; return 1; }
     if (!strcmp(a, "--json")) { s->json = true; return 1; }
     return 0;

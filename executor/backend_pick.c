@@ -1,15 +1,24 @@
 /* Which backend a run uses (dhp run --backend): chosen once by the driver
  * and handed to the model, so nothing below picks its own. */
 #include "executor/backend.h"
+#include "executor/executor.h"
 
 #include <stdio.h>
 #include <string.h>
 
+static const char *const backend_names[] = { "cpu", "cuda", "auto" };
+
+bool ex_backend_name_ok(const char *want, char *err)
+{
+    return !want || util_name_index(want, backend_names, 3, err) >= 0;
+}
+
 const ex_backend *ex_backend_pick(const char *want, char *why, size_t why_len, char *err)
 {
     bool any = !want || !strcmp(want, "auto");
-    if (!any && strcmp(want, "cpu") && strcmp(want, "cuda")) {
-        util_fail(err, UTIL_EINVAL, "--backend: '%s' is not cpu, cuda or auto", want);
+    char bad[UTIL_ERR_LEN];
+    if (!ex_backend_name_ok(want, bad)) {
+        util_fail(err, UTIL_EINVAL, "--backend: %s", bad);
         return NULL;
     }
     if (!any && !strcmp(want, "cpu")) {

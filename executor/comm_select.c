@@ -13,8 +13,9 @@ int ex_comm_pick(const char *asked, bool cuda_backend, ex_comm_kind *out, char *
 {
     const char *version = NULL;
     bool nccl = ex_comm_nccl_built(&version);
-    if (asked && strcmp(asked, "mpi") && strcmp(asked, "nccl"))
-        return util_fail(err, UTIL_EINVAL, "--comm: '%s' is not mpi or nccl", asked);
+    static const char *const names[] = { "mpi", "nccl" };
+    char bad[UTIL_ERR_LEN];
+    if (asked && util_name_index(asked, names, 2, bad) < 0) return util_fail(err, UTIL_EINVAL, "--comm: %s", bad);
     if (asked && !strcmp(asked, "nccl") && !nccl) {
         char why[UTIL_ERR_LEN];
         comm_nccl_ops(why);

@@ -648,6 +648,10 @@ const char *ex_hf_missing_token(const model_t *m);
  * The plan's module groups become communicators; each rank runs its
  * plan_schedule_rank op list every step (see planner.h), so what runs is
  * what the simulator prices. */
+/* Whether want (NULL: auto) names a backend dhp run --backend takes; err
+ * (UTIL_ERR_LEN; may be NULL) lists them if not (executor/backend_pick.c). */
+bool ex_backend_name_ok(const char *want, char *err);
+
 typedef struct {
     const char *plan_path;
     const char *data_dir;

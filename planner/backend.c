@@ -8,14 +8,12 @@ static const char *const backend_names[PLAN_NBACKEND] = { "cuda", "cpu" };
 
 const char *plan_backend_name(plan_backend b) { return b >= 0 && b < PLAN_NBACKEND ? backend_names[b] : "?"; }
 
-int plan_backend_parse(const char *s, plan_backend *out)
+int plan_backend_parse(const char *s, plan_backend *out, char *err)
 {
-    for (int b = 0; b < PLAN_NBACKEND; b++)
-        if (s && !strcmp(s, backend_names[b])) {
-            *out = (plan_backend)b;
-            return UTIL_OK;
-        }
-    return UTIL_EINVAL;
+    int b = util_name_index(s, backend_names, PLAN_NBACKEND, err);
+    if (b < 0) return UTIL_EINVAL;
+    *out = (plan_backend)b;
+    return UTIL_OK;
 }
 
 plan_backend plan_backend_on(plan_backend b, const cost_gpu *g)

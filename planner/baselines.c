@@ -15,6 +15,14 @@
 static const char *baseline_names[PLAN_NBASE] = { "zero3", "tp", "homogeneous", "sp-tp" };
 const char *plan_baseline_name(plan_baseline b) { return baseline_names[b]; }
 
+int plan_baseline_parse(const char *s, plan_baseline *out, char *err)
+{
+    int b = util_name_index(s, baseline_names, PLAN_NBASE, err);
+    if (b < 0) return UTIL_EINVAL;
+    *out = (plan_baseline)b;
+    return UTIL_OK;
+}
+
 /* Largest power of two <= cap dividing every module's heads and kv_heads. */
 static int widest_split(const model_t *m, int cap, bool encoders_only, bool llm_only)
 {
@@ -146,11 +154,8 @@ static int parse_kv(plan_module *s, const char *key, const char *val, int *gpus,
 {
     char *end;
     if (!strcmp(key, "rc") || !strcmp(key, "recompute")) {
-        if (!strcmp(val, "none")) s->recompute = PLAN_RECOMP_NONE;
-        else if (!strcmp(val, "selective")) s->recompute = PLAN_RECOMP_SELECTIVE;
-        else if (!strcmp(val, "full")) s->recompute = PLAN_RECOMP_FULL;
-        else if (!strcmp(val, "op")) s->recompute = PLAN_RECOMP_OP;
-        else return util_fail(err, UTIL_EINVAL, "--strategy: %s=%s: use none, selective, full or op", key, val);
+        char why[UTIL_ERR_LEN];
+        if (plan_recompute_parse(val, &s->recompute, why)) return util_fail(err, UTIL_EINVAL, "--strategy: %s: %s", key, why);
         return UTIL_OK;
     }
     if (!strcmp(key, "split")) {

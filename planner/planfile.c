@@ -7,84 +7,53 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Every enum of the plan and its options by name: each table is the one
+ * list of its names (util_name_index parses, and says what it holds when a
+ * value is not one of them). */
 static const char *placement_names[] = { "colocated", "disaggregated" };
 static const char *recompute_names[] = { "none", "selective", "full", "op" };
 static const char *precision_names[PLAN_NPRECISION] = { "bf16-mixed", "bf16-pure", "bf16-autocast", "fp32" };
-
 static const char *target_names[PLAN_NTARGET] = { "megatron", "dhp" };
+static const char *zero3_names[PLAN_NZERO3] = { "units", "deepspeed-2021", "fsdp2" };
+static const char *adamw_names[PLAN_NADAMW] = { "fused", "foreach" };
+static const char *grad_reduce_names[PLAN_NREDUCE] = { "grads", "bf16" };
+static const char *tp_style_names[PLAN_NTP_STYLE] = { "megatron", "dtensor" };
 
-/* The index of s in names[0..n), or -1: every enum's name table parses through it. */
-static int name_index(const char *s, const char *const *names, int n)
+/* *out = the index of s in names[0..n) (UTIL_OK), else UTIL_EINVAL and err says why. */
+static int parse_name(const char *s, const char *const *names, int n, int *out, char *err)
 {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(s, names[i])) return i;
-    return -1;
+    int i = util_name_index(s, names, n, err);
+    if (i < 0) return UTIL_EINVAL;
+    *out = i;
+    return UTIL_OK;
 }
+
+#define ENUM_PARSE(fn, type, names, count)                         \
+    int fn(const char *s, type *out, char *err)                    \
+    {                                                              \
+        int i;                                                     \
+        int rc = parse_name(s, names, count, &i, err);             \
+        if (!rc) *out = (type)i;                                   \
+        return rc;                                                 \
+    }
+ENUM_PARSE(plan_placement_parse, plan_placement, placement_names, 2)
+ENUM_PARSE(plan_recompute_parse, plan_recompute, recompute_names, 4)
+ENUM_PARSE(plan_precision_parse, plan_precision, precision_names, PLAN_NPRECISION)
+ENUM_PARSE(plan_target_parse, plan_target, target_names, PLAN_NTARGET)
+ENUM_PARSE(plan_zero3_parse, plan_zero3, zero3_names, PLAN_NZERO3)
+ENUM_PARSE(plan_adamw_parse, plan_adamw, adamw_names, PLAN_NADAMW)
+ENUM_PARSE(plan_grad_reduce_parse, plan_grad_reduce, grad_reduce_names, PLAN_NREDUCE)
+ENUM_PARSE(plan_tp_style_parse, plan_tp_style, tp_style_names, PLAN_NTP_STYLE)
+#undef ENUM_PARSE
 
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
 const char *plan_target_name(plan_target t) { return t >= 0 && t < PLAN_NTARGET ? target_names[t] : "?"; }
-
-int plan_target_parse(const char *s, plan_target *out)
-{
-    int i = name_index(s, target_names, PLAN_NTARGET);
-    if (i < 0) return UTIL_EINVAL;
-    *out = (plan_target)i;
-    return UTIL_OK;
-}
-
-static const char *zero3_names[PLAN_NZERO3] = { "units", "deepspeed-2021", "fsdp2" };
-static const char *adamw_names[PLAN_NADAMW] = { "fused", "foreach" };
 const char *plan_adamw_name(plan_adamw a) { return a >= 0 && a < PLAN_NADAMW ? adamw_names[a] : "?"; }
-int plan_adamw_parse(const char *s, plan_adamw *out)
-{
-    int i = name_index(s, adamw_names, PLAN_NADAMW);
-    if (i < 0) return UTIL_EINVAL;
-    *out = (plan_adamw)i;
-    return UTIL_OK;
-}
-static const char *grad_reduce_names[PLAN_NREDUCE] = { "grads", "bf16" };
 const char *plan_grad_reduce_name(plan_grad_reduce r) { return r >= 0 && r < PLAN_NREDUCE ? grad_reduce_names[r] : "?"; }
-int plan_grad_reduce_parse(const char *s, plan_grad_reduce *out)
-{
-    int i = name_index(s, grad_reduce_names, PLAN_NREDUCE);
-    if (i < 0) return UTIL_EINVAL;
-    *out = (plan_grad_reduce)i;
-    return UTIL_OK;
-}
-static const char *tp_style_names[PLAN_NTP_STYLE] = { "megatron", "dtensor" };
 const char *plan_tp_style_name(plan_tp_style t) { return t >= 0 && t < PLAN_NTP_STYLE ? tp_style_names[t] : "?"; }
-int plan_tp_style_parse(const char *s, plan_tp_style *out)
-{
-    int i = name_index(s, tp_style_names, PLAN_NTP_STYLE);
-    if (i < 0) return UTIL_EINVAL;
-    *out = (plan_tp_style)i;
-    return UTIL_OK;
-}
 const char *plan_zero3_name(plan_zero3 z) { return z >= 0 && z < PLAN_NZERO3 ? zero3_names[z] : "?"; }
-int plan_zero3_parse(const char *s, plan_zero3 *out)
-{
-    int i = name_index(s, zero3_names, PLAN_NZERO3);
-    if (i < 0) return UTIL_EINVAL;
-    *out = (plan_zero3)i;
-    return UTIL_OK;
-}
-
-int plan_precision_parse(const char *s, plan_precision *out)
-{
-    int i = name_index(s, precision_names, PLAN_NPRECISION);
-    if (i < 0) return UTIL_EINVAL;
-    *out = (plan_precision)i;
-    return UTIL_OK;
-}
-
 const char *plan_placement_name(plan_placement p) { return placement_names[p]; }
 const char *plan_recompute_name(plan_recompute r) { return recompute_names[r]; }
-
-static int parse_enum(const char *v, const char *const *names, int n)
-{
-    for (int i = 0; i < n; i++) if (!strcmp(v, names[i])) return i;
-    return -1;
-}
 
 cJSON *plan_module_to_json(const plan_module *s)
 {
@@ -201,9 +170,8 @@ static int parse_module(const cJSON *o, const char *ctx, plan_module *s, char *e
     INT_FIELD(vp, 1, 1024, false, 1)
 #undef INT_FIELD
     if ((rc = util_json_str(o, ctx, "recompute", false, "none", buf, sizeof buf, err))) return rc;
-    int r = parse_enum(buf, recompute_names, 4);
-    if (r < 0) return util_fail(err, UTIL_EINVAL, "%s.recompute: '%s' is not none, selective, full or op", ctx, buf);
-    s->recompute = (plan_recompute)r;
+    char why[UTIL_ERR_LEN];
+    if (plan_recompute_parse(buf, &s->recompute, why)) return util_fail(err, UTIL_EINVAL, "%s.recompute: %s", ctx, why);
     if ((rc = util_json_bool(o, ctx, "seq_parallel", false, false, &s->seq_parallel, err))) return rc;
     memset(s->stage_layers, 0, sizeof s->stage_layers);
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "stage_layers");
@@ -254,33 +222,26 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if ((rc = parse_sub(root, "cluster", what, false, &p->cluster, err))) return rc;
     if ((rc = parse_workload(root, what, &p->work, err))) return rc;
     if ((rc = util_json_str(root, what, "placement", true, NULL, buf, sizeof buf, err))) return rc;
-    int pl = parse_enum(buf, placement_names, 2);
-    if (pl < 0) return util_fail(err, UTIL_EINVAL, "%s.placement: '%s' is not colocated or disaggregated", what, buf);
-    p->placement = (plan_placement)pl;
+    char why[UTIL_ERR_LEN];
+    if (plan_placement_parse(buf, &p->placement, why)) return util_fail(err, UTIL_EINVAL, "%s.placement: %s", what, why);
     if ((rc = util_json_str(root, what, "precision", false, "bf16-mixed", buf, sizeof buf, err))) return rc;
-    if (plan_precision_parse(buf, &p->precision))
-        return util_fail(err, UTIL_EINVAL, "%s.precision: '%s' is not bf16-mixed, bf16-pure, bf16-autocast or fp32", what, buf);
+    if (plan_precision_parse(buf, &p->precision, why)) return util_fail(err, UTIL_EINVAL, "%s.precision: %s", what, why);
     if ((rc = util_json_str(root, what, "target", false, plan_target_name(plan_target_default(p->precision)), buf,
                             sizeof buf, err))) return rc;
-    if (plan_target_parse(buf, &p->target))
-        return util_fail(err, UTIL_EINVAL, "%s.target: '%s' is not megatron or dhp", what, buf);
+    if (plan_target_parse(buf, &p->target, why)) return util_fail(err, UTIL_EINVAL, "%s.target: %s", what, why);
     if ((rc = util_json_str(root, what, "zero3", false, plan_zero3_name(PLAN_ZERO3_UNITS), buf, sizeof buf, err))) return rc;
-    if (plan_zero3_parse(buf, &p->zero3))
-        return util_fail(err, UTIL_EINVAL, "%s.zero3: '%s' is not units, fsdp2 or deepspeed-2021", what, buf);
+    if (plan_zero3_parse(buf, &p->zero3, why)) return util_fail(err, UTIL_EINVAL, "%s.zero3: %s", what, why);
     if ((rc = util_json_str(root, what, "adamw", false, plan_adamw_name(PLAN_ADAMW_FUSED), buf, sizeof buf, err))) return rc;
-    if (plan_adamw_parse(buf, &p->adamw))
-        return util_fail(err, UTIL_EINVAL, "%s.adamw: '%s' is not fused or foreach", what, buf);
+    if (plan_adamw_parse(buf, &p->adamw, why)) return util_fail(err, UTIL_EINVAL, "%s.adamw: %s", what, why);
     if ((rc = util_json_str(root, what, "grad_reduce", false, plan_grad_reduce_name(PLAN_REDUCE_GRADS), buf, sizeof buf,
                             err))) return rc;
-    if (plan_grad_reduce_parse(buf, &p->grad_reduce))
-        return util_fail(err, UTIL_EINVAL, "%s.grad_reduce: '%s' is not grads or bf16", what, buf);
+    if (plan_grad_reduce_parse(buf, &p->grad_reduce, why))
+        return util_fail(err, UTIL_EINVAL, "%s.grad_reduce: %s", what, why);
     if ((rc = util_json_str(root, what, "tp_style", false, plan_tp_style_name(PLAN_TP_MEGATRON), buf, sizeof buf, err)))
         return rc;
-    if (plan_tp_style_parse(buf, &p->tp_style))
-        return util_fail(err, UTIL_EINVAL, "%s.tp_style: '%s' is not megatron or dtensor", what, buf);
+    if (plan_tp_style_parse(buf, &p->tp_style, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_style: %s", what, why);
     if ((rc = util_json_bool(root, what, "tf32", false, false, &p->tf32, err))) return rc;
     plan_options po = plan_options_of(p);
-    char why[UTIL_ERR_LEN];
     if (plan_tf32_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tf32: %s", what, why);
     if (plan_grad_reduce_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_reduce: %s", what, why);
     if (plan_tp_style_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_style: %s", what, why);

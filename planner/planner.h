@@ -33,7 +33,7 @@ typedef enum { PLAN_OPT_MIXED_FP32 = 0, PLAN_OPT_PURE_BF16, PLAN_OPT_AUTOCAST, P
  * collectives it issues, exactly). */
 typedef enum { PLAN_TARGET_MEGATRON = 0, PLAN_TARGET_DHP, PLAN_NTARGET } plan_target;
 const char *plan_target_name(plan_target t);
-int plan_target_parse(const char *s, plan_target *out);
+int plan_target_parse(const char *s, plan_target *out, char *err);
 /* The target a precision implies when none is given: dhp (what dhp run runs)
  * where dhp run runs the precision, else megatron (planner/precision.c). */
 plan_target plan_target_default(plan_precision p);
@@ -47,7 +47,7 @@ plan_target plan_target_default(plan_precision p);
 typedef struct { double param, grad, optim, step_traffic, act, reduce; } plan_state_bytes;
 plan_state_bytes plan_precision_bytes(plan_precision p);
 const char *plan_precision_name(plan_precision p);
-int plan_precision_parse(const char *s, plan_precision *out);
+int plan_precision_parse(const char *s, plan_precision *out, char *err);
 
 /* What one training step processes. Sequence lengths per sample:
  * vision encoder sees images_per_sample * image_tokens patches; the LLM sees
@@ -141,7 +141,7 @@ typedef struct {
  * (planner/cost_zero3.c). */
 typedef enum { PLAN_ZERO3_UNITS = 0, PLAN_ZERO3_DEEPSPEED_2021, PLAN_ZERO3_FSDP2, PLAN_NZERO3 } plan_zero3;
 const char *plan_zero3_name(plan_zero3 z);
-int plan_zero3_parse(const char *s, plan_zero3 *out);
+int plan_zero3_parse(const char *s, plan_zero3 *out, char *err);
 
 /* How the Megatron target prices the AdamW step: one fused pass over the
  * states (apex FusedAdam, DeepSpeed's, torch's fused=True; the default), or
@@ -150,7 +150,7 @@ int plan_zero3_parse(const char *s, plan_zero3 *out);
  * DecoupledAdamW): planner/cost_optim.c. */
 typedef enum { PLAN_ADAMW_FUSED = 0, PLAN_ADAMW_FOREACH, PLAN_NADAMW } plan_adamw;
 const char *plan_adamw_name(plan_adamw a);
-int plan_adamw_parse(const char *s, plan_adamw *out);
+int plan_adamw_parse(const char *s, plan_adamw *out, char *err);
 
 /* What the Megatron target's data-parallel gradient reduction (all-reduce,
  * reduce-scatter) sends: the gradients in their own dtype (the default;
@@ -164,7 +164,7 @@ int plan_adamw_parse(const char *s, plan_adamw *out);
  * plan_grad_reduce_check. */
 typedef enum { PLAN_REDUCE_GRADS = 0, PLAN_REDUCE_BF16, PLAN_NREDUCE } plan_grad_reduce;
 const char *plan_grad_reduce_name(plan_grad_reduce r);
-int plan_grad_reduce_parse(const char *s, plan_grad_reduce *out);
+int plan_grad_reduce_parse(const char *s, plan_grad_reduce *out, char *err);
 
 /* Whose tensor parallelism the Megatron target prices (planner/cost_tp.c):
  * Megatron-LM's (the default; [s, b, h] activations, its sequence-parallel
@@ -176,7 +176,7 @@ int plan_grad_reduce_parse(const char *s, plan_grad_reduce *out);
  * Megatron's: plan_tp_style_check. */
 typedef enum { PLAN_TP_MEGATRON = 0, PLAN_TP_DTENSOR, PLAN_NTP_STYLE } plan_tp_style;
 const char *plan_tp_style_name(plan_tp_style t);
-int plan_tp_style_parse(const char *s, plan_tp_style *out);
+int plan_tp_style_parse(const char *s, plan_tp_style *out, char *err);
 
 typedef struct {
     int version;
@@ -303,7 +303,7 @@ bool plan_runs_bf16(const plan_options *o);
 bool plan_act_wire_bf16(const plan_options *o);
 double plan_act_wire_bytes(const plan_options *o);
 const char *plan_backend_name(plan_backend b);
-int plan_backend_parse(const char *s, plan_backend *out);
+int plan_backend_parse(const char *s, plan_backend *out, char *err);
 /* Bytes the backend allocates once per process beside the layout's
  * buffers, under the dhp target: the CUDA backend's own buffers, its
  * cuBLASLt workspace among them (PLAN_CUDA_WORKSPACE_BYTES); the CPU
@@ -735,6 +735,8 @@ typedef enum { PLAN_BASE_ZERO3 = 0, PLAN_BASE_TP, PLAN_BASE_HOMOGENEOUS, PLAN_BA
 int plan_baseline_make(plan_baseline b, const model_t *m, const cost_cluster *c, const plan_workload *w,
                        const plan_options *o, plan_t *p, char *err);
 const char *plan_baseline_name(plan_baseline b);
+/* A baseline by name: UTIL_OK, or UTIL_EINVAL with err (may be NULL) naming them. */
+int plan_baseline_parse(const char *s, plan_baseline *out, char *err);
 
 /* Builds a plan from explicit per-module strategies, e.g.
  * "vision:sp=8;llm:tp=8" (keys dp,tp,sp,pp,zero,mb,rc=none|selective|full,seqpar=0|1,pool=N;
@@ -753,6 +755,11 @@ void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_wo
 
 const char *plan_placement_name(plan_placement p);
 const char *plan_recompute_name(plan_recompute r);
+/* An enum from its name (the *_name tables in planner/planfile.c): UTIL_OK, or
+ * UTIL_EINVAL with err (UTIL_ERR_LEN; may be NULL) naming the choices. The
+ * option enums' parsers above take the same err. */
+int plan_placement_parse(const char *s, plan_placement *out, char *err);
+int plan_recompute_parse(const char *s, plan_recompute *out, char *err);
 
 /* the schedule, the search and the simulator with the trace writer: their own headers, part of this one */
 #include "planner/schedule.h"

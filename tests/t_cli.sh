@@ -61,6 +61,11 @@ expect_err cli_bad_preset "unknown|not found|no cluster" "$DHP" plan --cluster 3
 expect_err cli_bad_model "no-such-model.*not a zoo model" "$DHP" plan --model no-such-model
 expect_err cli_bad_batch "--batch" "$DHP" plan --batch 0
 expect_err cli_bad_batch_text "--batch" "$DHP" plan --batch eight
+# an enum option's message lists its choices from the one table that parses it (util_name_index)
+expect_err cli_bad_zero3_names_the_choices "--zero3: 'bogus' is not units, deepspeed-2021 or fsdp2" "$DHP" plan --zero3 bogus
+expect_err cli_bad_recompute_names_the_choices "--strategy: rc: 'lots' is not none, selective, full or op" \
+    "$DHP" plan --strategy "vision:rc=lots;llm:tp=8"
+expect_err cli_bad_baseline_names_the_choices "--baseline: 'zz' is not zero3, tp, homogeneous or sp-tp" "$DHP" memory --baseline zz
 expect_err cli_bad_tokens "merge|multiple" "$DHP" plan --vision-tokens 1023
 expect_err cli_bad_image_size "image-size" "$DHP" plan --image-size 100
 expect_err cli_bad_option "unknown option" "$DHP" plan --frobnicate

@@ -56,7 +56,7 @@ TEST(adamw_choice_travels_with_the_plan)
     CHECK(test_plan_json_round_trip(&foreach, &back, err) == UTIL_OK);
     CHECK(back.adamw == PLAN_ADAMW_FOREACH && plan_options_of(&back).adamw == PLAN_ADAMW_FOREACH);
     plan_adamw a;
-    CHECK(plan_adamw_parse("foreach", &a) == UTIL_OK && a == PLAN_ADAMW_FOREACH);
-    CHECK(plan_adamw_parse("fused", &a) == UTIL_OK && a == PLAN_ADAMW_FUSED);
-    CHECK(plan_adamw_parse("unfused", &a) != UTIL_OK);
+    CHECK(plan_adamw_parse("foreach", &a, NULL) == UTIL_OK && a == PLAN_ADAMW_FOREACH);
+    CHECK(plan_adamw_parse("fused", &a, NULL) == UTIL_OK && a == PLAN_ADAMW_FUSED);
+    CHECK(plan_adamw_parse("unfused", &a, NULL) != UTIL_OK);
 }

@@ -230,11 +230,11 @@ TEST(zero3_deepspeed_2021_buffer_is_largest_module)
 TEST(zero3_choice_names)
 {
     plan_zero3 z;
-    CHECK(plan_zero3_parse("deepspeed-2021", &z) == UTIL_OK && z == PLAN_ZERO3_DEEPSPEED_2021);
-    CHECK(plan_zero3_parse("units", &z) == UTIL_OK && z == PLAN_ZERO3_UNITS);
-    CHECK(plan_zero3_parse("fsdp2", &z) == UTIL_OK && z == PLAN_ZERO3_FSDP2);
+    CHECK(plan_zero3_parse("deepspeed-2021", &z, NULL) == UTIL_OK && z == PLAN_ZERO3_DEEPSPEED_2021);
+    CHECK(plan_zero3_parse("units", &z, NULL) == UTIL_OK && z == PLAN_ZERO3_UNITS);
+    CHECK(plan_zero3_parse("fsdp2", &z, NULL) == UTIL_OK && z == PLAN_ZERO3_FSDP2);
     CHECK(!strcmp(plan_zero3_name(PLAN_ZERO3_FSDP2), "fsdp2"));
-    CHECK(plan_zero3_parse("deepspeed", &z) != UTIL_OK);
+    CHECK(plan_zero3_parse("deepspeed", &z, NULL) != UTIL_OK);
     CHECK(!strcmp(plan_zero3_name(PLAN_ZERO3_DEEPSPEED_2021), "deepspeed-2021"));
 }
 

@@ -130,8 +130,8 @@ TEST(grad_reduce_travels_with_the_plan)
     CHECK(plan_from_json(j, "plan", &back, err) == UTIL_EINVAL && strstr(err, "grad_reduce"));
     cJSON_Delete(j);
     plan_grad_reduce r;
-    CHECK(plan_grad_reduce_parse("bf16", &r) == UTIL_OK && r == PLAN_REDUCE_BF16);
-    CHECK(plan_grad_reduce_parse("grads", &r) == UTIL_OK && r == PLAN_REDUCE_GRADS);
-    CHECK(plan_grad_reduce_parse("fp16", &r) != UTIL_OK);
+    CHECK(plan_grad_reduce_parse("bf16", &r, NULL) == UTIL_OK && r == PLAN_REDUCE_BF16);
+    CHECK(plan_grad_reduce_parse("grads", &r, NULL) == UTIL_OK && r == PLAN_REDUCE_GRADS);
+    CHECK(plan_grad_reduce_parse("fp16", &r, NULL) != UTIL_OK);
     CHECK(!strcmp(plan_grad_reduce_name(PLAN_REDUCE_BF16), "bf16"));
 }

@@ -65,9 +65,9 @@ TEST(tp_style_dtensor_copies_beside_each_seqpar_collective_and_drops_the_regathe
 TEST(tp_style_names_and_the_dhp_target_refuses_dtensor)
 {
     plan_tp_style t;
-    CHECK(plan_tp_style_parse("dtensor", &t) == UTIL_OK && t == PLAN_TP_DTENSOR);
-    CHECK(plan_tp_style_parse("megatron", &t) == UTIL_OK && t == PLAN_TP_MEGATRON);
-    CHECK(plan_tp_style_parse("fsdp", &t) == UTIL_EINVAL);
+    CHECK(plan_tp_style_parse("dtensor", &t, NULL) == UTIL_OK && t == PLAN_TP_DTENSOR);
+    CHECK(plan_tp_style_parse("megatron", &t, NULL) == UTIL_OK && t == PLAN_TP_MEGATRON);
+    CHECK(plan_tp_style_parse("fsdp", &t, NULL) == UTIL_EINVAL);
     CHECK(!strcmp(plan_tp_style_name(PLAN_TP_DTENSOR), "dtensor"));
     char err[UTIL_ERR_LEN];
     plan_options o = test_megatron_autocast();

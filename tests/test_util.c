@@ -94,3 +94,19 @@ TEST(util_json_getters_name_the_field)
     CHECK(util_json_parse("{\"a\": 3,\n \"b\" 2}", "file.json", &root, err) == UTIL_EINVAL);
     CHECK(strstr(err, "line 2") != NULL);
 }
+
+/* An enum's value by name, and the message listing its names when it is none of them. */
+TEST(util_name_index_says_the_choices)
+{
+    static const char *const three[] = { "units", "deepspeed-2021", "fsdp2" }, *const two[] = { "cuda", "cpu" };
+    char err[UTIL_ERR_LEN];
+    CHECK_EQ_INT(util_name_index("fsdp2", three, 3, err), 2);
+    CHECK_EQ_INT(util_name_index("fsdp", three, 3, err), -1);
+    CHECK_MSG(!strcmp(err, "'fsdp' is not units, deepspeed-2021 or fsdp2"), "%s", err);
+    CHECK_EQ_INT(util_name_index("gpu", two, 2, err), -1);
+    CHECK_MSG(!strcmp(err, "'gpu' is not cuda or cpu"), "%s", err);
+    CHECK_EQ_INT(util_name_index(NULL, two, 1, err), -1);
+    CHECK_MSG(!strcmp(err, "'' is not cuda"), "%s", err);
+    CHECK_EQ_INT(util_name_index("cpu", two, 2, NULL), 1);
+    CHECK_EQ_INT(util_name_index("x", two, 2, NULL), -1);
+}

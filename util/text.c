@@ -2,6 +2,8 @@
  * file names, and the scrub that keeps every error line one printable line. */
 #include "util.h"
 
+#include <stdio.h>
+
 #include <string.h>
 
 /* Length of the well-formed UTF-8 sequence at s (1..4 bytes), 0 if there is
@@ -87,4 +89,15 @@ void util_sanitize(char *s)
         if (is_control_at(p + i, k)) memset(p + i, '?', k);
         i += k;
     }
+}
+
+int util_name_index(const char *s, const char *const *names, int n, char *err)
+{
+    for (int i = 0; s && i < n; i++)
+        if (!strcmp(s, names[i])) return i;
+    if (!err) return -1;
+    size_t at = (size_t)snprintf(err, UTIL_ERR_LEN, "'%s' is not ", s ? s : "");
+    for (int i = 0; i < n && at < UTIL_ERR_LEN; i++)
+        at += (size_t)snprintf(err + at, UTIL_ERR_LEN - at, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ", names[i]);
+    return -1;
 }

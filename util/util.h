@@ -85,6 +85,11 @@ bool util_text_ok(const char *s);
 bool util_name_ok(const char *s);
 /* In place: control characters and bytes of invalid UTF-8 become '?'. */
 void util_sanitize(char *s);
+/* An option's value among its names: the index of s in names[0..n), or
+ * -1 with err (UTIL_ERR_LEN; may be NULL) saying "'s' is not a, b or c",
+ * the names in table order. Every enum's name table parses through it, so
+ * a message lists what the table holds. */
+int util_name_index(const char *s, const char *const *names, int n, char *err);
 
 /* CRC-32 (zlib's): crc = util_crc32(0, p, n), continued by passing it back. */
 uint32_t util_crc32(uint32_t crc, const void *data, size_t n);
