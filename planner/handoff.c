@@ -144,6 +144,7 @@ typedef struct {
     int k, g0, enc_off, R, E, S, t, d, f;
     plan_cp cp;
     const plan_coord *ec;
+    int enc_rank, enc_first;  /* ec's world rank, and its tp group's tp rank 0's */
     seg_list *l;
 } route;
 
@@ -155,17 +156,16 @@ static int route_positions(const route *rt, int i, long a, long b, long ra, int 
     for (int j = 0; !rc && j < lm->sp; j++) {
         plan_cp_span span = plan_cp_span_of(rt->cp, rt->S, lm->sp, j);
         int Ej = plan_cp_held(&span, 0, rt->E);   /* the encoder rows rank j holds */
+        plan_coord lc0 = { .dp = rt->d, .tp = 0, .sp = j, .pp = 0 }, lc = lc0;   /* the LLM's first stage */
+        lc.tp = rt->t;
+        int llm_first = plan_coord_rank(p, p->model.llm, &lc0), llm_rank = plan_coord_rank(p, p->model.llm, &lc);
+        /* the encoder's tp ranks hold the same rows, the LLM's the same gradient of them */
+        bool act = source_tp(rt->enc_first, p->mod[rt->k].tp, llm_rank) == rt->ec->tp;
+        bool grad = source_tp(llm_first, lm->tp, rt->enc_rank) == rt->t;
         for (int r = 0; !rc && r < span.n; r++) {
             long lo = a > span.lo[r] ? a : span.lo[r], hi = b < span.hi[r] ? b : span.hi[r];
             if (lo >= hi) continue;
-            plan_coord lc = { .dp = rt->d, .tp = rt->t, .sp = j, .pp = 0 };   /* the LLM's first stage */
-            plan_coord lc0 = lc, ec0 = *rt->ec;
-            lc0.tp = ec0.tp = 0;
-            int enc_rank = plan_coord_rank(p, rt->k, rt->ec), llm_rank = plan_coord_rank(p, p->model.llm, &lc);
-            /* the encoder's tp ranks hold the same rows, the LLM's the same gradient of them */
-            bool act = source_tp(plan_coord_rank(p, rt->k, &ec0), p->mod[rt->k].tp, llm_rank) == rt->ec->tp;
-            bool grad = source_tp(plan_coord_rank(p, p->model.llm, &lc0), lm->tp, enc_rank) == rt->t;
-            plan_segment sg = { .enc_rank = enc_rank, .enc_tp = rt->ec->tp, .llm_rank = llm_rank, .llm_tp = rt->t,
+            plan_segment sg = { .enc_rank = rt->enc_rank, .enc_tp = rt->ec->tp, .llm_rank = llm_rank, .llm_tp = rt->t,
                                 .act = act, .grad = grad, .rows = (int)(hi - lo),
                                 .enc_off = rt->enc_off + (int)((long)i * rt->R + ra + (lo - a) - rt->g0),
                                 .llm_off = (int)((long)(i - rt->f) * Ej + plan_cp_local(&span, (int)lo)), .block = block };
@@ -234,7 +234,10 @@ static int route_rows(const plan_t *p, int k, int c, const plan_coord *ec, int g
     plan_module_seq(&p->model, L, &p->work, &q);
     route rt = { .p = p, .k = k, .g0 = g0, .enc_off = enc_off, .R = plan_rows_per_sample(p, k),
                  .E = plan_encoder_offset(p, p->n_modules), .S = (int)q.seq, .cp = plan_cp_of(&p->model.mod[L], lm),
-                 .ec = ec, .l = l };
+                 .ec = ec, .enc_rank = plan_coord_rank(p, k, ec), .l = l };
+    plan_coord ec0 = *ec;
+    ec0.tp = 0;
+    rt.enc_first = plan_coord_rank(p, k, &ec0);
     int R = rt.R, rc = UTIL_OK;
     for (int t = 0; !rc && t < lm->tp; t++)
     for (int d = 0; !rc && d < lm->dp; d++) {

@@ -695,8 +695,8 @@ static void mark_retires(const plan_t *p, const int *window, plan_schedule *s)
         plan_op *o = &s->op[i];
         if (o->module < 0 || o->module >= p->n_modules) continue;
         if (o->kind == PLAN_OP_RECV_GRAD) o->retires = o->chunk;
-        int back = o->chunk - window[o->module];
-        if (o->kind == PLAN_OP_RECV_ACT && trains(p, o->module) && back >= 0) o->retires = back;
+        else if (o->kind == PLAN_OP_RECV_ACT && trains(p, o->module) && o->chunk >= window[o->module])
+            o->retires = o->chunk - window[o->module];
     }
 }
 
