@@ -143,11 +143,12 @@ static int encoder_init(run_ctx *r, run_handoff *h, int k, char *err)
         int rc = plan_handoff(p, k, c, &e->seg[c], &e->nseg[c], err);
         if (rc) return rc;
     }
-    if (r->mod[k].on) {
+    if (r->mod[k].on) {   /* a frozen encoder gets no gradient back: no buffer for one */
         size_t n = (size_t)plan_max_share(p, k) * e->rows / p->mod[k].sp * h->d;
         e->act_pack = comm_floats(r, n);
-        e->grad_pack = comm_floats(r, n);
-        if (!e->act_pack || !e->grad_pack) return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");
+        e->grad_pack = r->mod[k].trains ? comm_floats(r, n) : NULL;
+        if (!e->act_pack || (r->mod[k].trains && !e->grad_pack))
+            return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");
     }
     return UTIL_OK;
 }
@@ -170,9 +171,10 @@ int run_handoff_init(run_ctx *r, run_handoff *h, char *err)
     if (any && r->mod[p->model.llm].on) {
         h->llm_rows = plan_cp_encoder_rows(p, -1, r->rank);
         size_t n = (size_t)plan_max_share(p, p->model.llm) * h->llm_rows * h->d;
+        bool grads = run_encoder_trains(r);   /* the encoders' rows' gradient goes back to one that trains */
         h->act_in = comm_floats(r, n);
-        h->grad_out = comm_floats(r, n);
-        if (!h->act_in || !h->grad_out) return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");
+        h->grad_out = grads ? comm_floats(r, n) : NULL;
+        if (!h->act_in || (grads && !h->grad_out)) return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");
     }
     return UTIL_OK;
 }

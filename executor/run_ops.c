@@ -215,14 +215,24 @@ static int empty_pass(run_ctx *r, const plan_op *o, char *err)
     return rc;
 }
 
-/* RECV_ACT / RECV_GRAD: the messages in, then the sends the op retires
- * (the other direction's: gradients sent after a RECV_ACT, rows after a
- * RECV_GRAD). */
+/* The sends the op frees (plan_op.retires), waiting for those a receiver has not taken. */
+static int handoff_retire(run_ctx *r, run_handoff *h, const plan_op *o, char *err)
+{
+    return o->retires < 0 ? UTIL_OK : run_handoff_retire(r, h, o->module, o->retires, plan_op_retired_grad(o->kind), err);
+}
+
+/* SEND_ACT / SEND_GRAD: the earlier chunk's sends the op retires, then this chunk's. */
+static int handoff_send(run_ctx *r, run_handoff *h, const plan_op *o, bool grad, float *src, char *err)
+{
+    int rc = handoff_retire(r, h, o, err);
+    return rc ? rc : run_handoff_send(r, h, o->module, o->chunk, grad, src, err);
+}
+
+/* RECV_ACT / RECV_GRAD: the messages in, then the sends the op retires. */
 static int handoff_recv(run_ctx *r, run_handoff *h, const plan_op *o, bool grad, float *dst, char *err)
 {
     int rc = run_handoff_recv(r, h, o->module, o->chunk, grad, dst, err);
-    if (!rc && o->retires >= 0) rc = run_handoff_retire(r, h, o->module, o->retires, !grad, err);
-    return rc;
+    return rc ? rc : handoff_retire(r, h, o, err);
 }
 
 int run_op(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, run_stats *st, bool *applied,
@@ -245,9 +255,9 @@ int run_op(run_ctx *r, const plan_op *o, const run_data *d, run_handoff *h, run_
         return UTIL_OK;
     }
     switch (o->kind) {
-    case PLAN_OP_SEND_ACT: return run_handoff_send(r, h, o->module, o->chunk, false, h->enc[o->module].act_pack, err);
+    case PLAN_OP_SEND_ACT: return handoff_send(r, h, o, false, h->enc[o->module].act_pack, err);
     case PLAN_OP_RECV_ACT: return handoff_recv(r, h, o, false, h->act_in, err);
-    case PLAN_OP_SEND_GRAD: return run_handoff_send(r, h, o->module, o->chunk, true, h->grad_out, err);
+    case PLAN_OP_SEND_GRAD: return handoff_send(r, h, o, true, h->grad_out, err);
     case PLAN_OP_RECV_GRAD: return handoff_recv(r, h, o, true, h->enc[o->module].grad_pack, err);
     case PLAN_OP_SEND_STAGE:
     case PLAN_OP_RECV_STAGE:

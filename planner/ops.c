@@ -31,4 +31,10 @@ const plan_op_info *plan_op_props(plan_op_kind k)
     return k >= 0 && k < PLAN_NOPS ? &op_table[k] : &unknown_op;
 }
 
+bool plan_op_retired_grad(plan_op_kind k)
+{
+    const plan_op_info *in = plan_op_props(k);
+    return in->sends ? in->grad : !in->grad;
+}
+
 const char *plan_op_name(plan_op_kind k) { return plan_op_props(k)->name; }

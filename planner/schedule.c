@@ -687,8 +687,16 @@ static void mark_last_backward(plan_schedule *s)
  * - the LLM's RECV_ACT of chunk c + W retires its chunk-c gradients: an
  *   encoder sends chunk c + W after its RECV_GRAD of chunk c (the encoder
  *   runs W chunks ahead: encoder_window; colocated, chunk after chunk, 1).
- * A frozen encoder gets no gradients, and the last W chunks' gradients
- * have no later chunk: those are freed when the step ends. */
+ * A frozen encoder gets no gradients: nothing it runs comes after its
+ * receivers took its rows. Its SEND_ACT of chunk c + 1 therefore waits for
+ * them to take chunk c, then frees it, before sending: one chunk held, the
+ * encoder at most a chunk ahead of the LLM's first stage, which it would
+ * only wait for while it is faster. No cycle: a receiver takes chunk c at
+ * its RECV_ACT of c, which needs only chunks up to c sent (colocated, the
+ * rank's own chunk-c forward and its wait for chunk c - 1 come first; the
+ * LLM never waits for a frozen encoder otherwise). The last chunks'
+ * gradients and a frozen encoder's last chunk are freed when the step
+ * ends. */
 static void mark_retires(const plan_t *p, const int *window, plan_schedule *s)
 {
     for (int i = 0; i < s->n; i++) {
@@ -697,6 +705,8 @@ static void mark_retires(const plan_t *p, const int *window, plan_schedule *s)
         if (o->kind == PLAN_OP_RECV_GRAD) o->retires = o->chunk;
         else if (o->kind == PLAN_OP_RECV_ACT && trains(p, o->module) && o->chunk >= window[o->module])
             o->retires = o->chunk - window[o->module];
+        else if (o->kind == PLAN_OP_SEND_ACT && !trains(p, o->module) && o->chunk >= 1)
+            o->retires = o->chunk - 1;
     }
 }
 

@@ -87,6 +87,10 @@ typedef struct {
     plan_op_group group;
 } plan_op_info;
 const plan_op_info *plan_op_props(plan_op_kind k);
+/* The direction of the hand-off sends an op of kind k retires
+ * (plan_op.retires): its own side's, gradients on the LLM's side (RECV_ACT,
+ * SEND_GRAD), rows on an encoder's (SEND_ACT, RECV_GRAD). */
+bool plan_op_retired_grad(plan_op_kind k);
 
 /* ---- rank groups: who is in a TP, SP, DP or PP group, in one place ----
  * A group of module k is the set of its ranks that differ only in the
@@ -149,11 +153,14 @@ typedef struct {
     int slot;                 /* activation slot of a FORWARD or BACKWARD, -1 if none */
     int vchunk;               /* model chunk (interleaved pipeline, 0 .. vp - 1) of a compute or hop op; else 0 */
     bool last_backward;       /* the last BACKWARD / FORWARD_BACKWARD of its module's chunk in the step (plan_mark_last_backward) */
-    /* RECV_GRAD / RECV_ACT: the chunk of the same encoder whose hand-off
-     * sends in the other direction (this rank's rows; its gradients of
-     * them) the op retires once its own messages are in: every receiver
-     * has taken them by then, so the sender waits for none and frees them
-     * (mark_retires in schedule.c says why). -1: none; the rest are freed
+    /* The chunk of the same encoder whose hand-off sends from this rank
+     * the op frees (the direction plan_op_retired_grad says: an encoder's
+     * rows, the LLM's gradients of them). RECV_GRAD / RECV_ACT free them
+     * once their own messages are in: every receiver has taken them by
+     * then, so nothing waits. A frozen encoder's SEND_ACT frees its
+     * previous chunk's before its own sends, waiting for the receivers
+     * that have not taken them yet (a wait the simulator prices). Why
+     * these ops: mark_retires in schedule.c. -1: none; the rest are freed
      * when the step ends. */
     int retires;
 } plan_op;

@@ -49,9 +49,10 @@ void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, cons
 typedef struct {
     int src, dst;
     double bytes;
-    bool sent;
+    bool sent, taken;
     double sent_s, start_s, arrive_s;  /* SEND op, channel free, arrival */
-    int send_op;                       /* op index on src */
+    double taken_s;                    /* the receive that took it ended (dst's RECV op recv_op) */
+    int send_op, recv_op;              /* op index on src, on dst */
     int prev;                          /* the message before it on the same (src, dst) channel, -1 none */
 } sim_message;
 

@@ -88,35 +88,41 @@ void sim_handoff_table_free(sim_handoff_table *t)
 }
 
 /* fp32 (the CPU executor, executor/run.c): its hand-off buffers (one chunk
- * of rows, activations and gradients: on each encoder's side its own, on the
- * LLM's side one pair every encoder's rows share) plus the peak of the
- * messages along the rank's schedule: a sent message is held until an op
- * retires it (plan_op.retires) or the step ends, a received one only until
- * it is scattered. */
+ * of rows, and of their gradients where an encoder trains: on each
+ * encoder's side its own, on the LLM's side one every encoder's rows share;
+ * executor/run_handoff.c) plus the peak of the messages along the rank's
+ * schedule: a sent message is held until an op retires it (plan_op.retires)
+ * or the step ends, a received one only until it is scattered. */
 static double executor_handoff_bytes(const plan_t *p, int rank, const plan_schedule *s, const sim_handoff_table *t)
 {
     int L = p->model.llm;
     plan_coord cd;
     double d = p->model.mod[L].hidden, buffers = 0;
+    bool grads = false;   /* some encoder trains: the LLM keeps its rows' gradient for it */
     if (!t || !t->rows) return 0;
     /* (a buffer of no rows still takes one float) */
-    for (int k = 0; k < p->n_modules; k++)
-        if (plan_encoder_feeds(p, k) && plan_rank_coord(p, k, rank, &cd))
-            buffers += 2 * fmax(1, (double)plan_max_share(p, k) * plan_rows_per_sample(p, k) / p->mod[k].sp * d);
-    if (plan_rank_coord(p, L, rank, &cd)) buffers += 2 * fmax(1, (double)plan_max_share(p, L) * plan_cp_encoder_rows(p, -1, rank) * d);
+    for (int k = 0; k < p->n_modules; k++) {
+        if (!plan_encoder_feeds(p, k)) continue;
+        bool trains = plan_dp_rules_of(&p->model.mod[k], &p->mod[k]).trains;
+        grads |= trains;
+        if (plan_rank_coord(p, k, rank, &cd))
+            buffers += (trains ? 2 : 1) * fmax(1, (double)plan_max_share(p, k) * plan_rows_per_sample(p, k) / p->mod[k].sp * d);
+    }
+    if (plan_rank_coord(p, L, rank, &cd))
+        buffers += (grads ? 2 : 1) * fmax(1, (double)plan_max_share(p, L) * plan_cp_encoder_rows(p, -1, rank) * d);
     double held = 0, peak = 0;
     for (int i = 0; i < s->n; i++) {
         const plan_op *o = &s->op[i];
-        bool send = o->kind == PLAN_OP_SEND_ACT || o->kind == PLAN_OP_SEND_GRAD;
-        bool recv = o->kind == PLAN_OP_RECV_ACT || o->kind == PLAN_OP_RECV_GRAD;
-        bool grad = o->kind == PLAN_OP_SEND_GRAD || o->kind == PLAN_OP_RECV_GRAD;
-        if ((!send && !recv) || o->chunk < 0 || o->chunk >= t->chunks || o->module < 0 || o->module >= p->n_modules) continue;
-        int q = send ? (grad ? GRAD_SENT : ACT_SENT) : (grad ? GRAD_RECV_MAX : ACT_RECV_MAX);
+        const plan_op_info *in = plan_op_props(o->kind);
+        if (in->group != PLAN_GROUP_HANDOFF || o->chunk < 0 || o->chunk >= t->chunks || o->module < 0 || o->module >= p->n_modules)
+            continue;
+        int q = in->sends ? (in->grad ? GRAD_SENT : ACT_SENT) : (in->grad ? GRAD_RECV_MAX : ACT_RECV_MAX);
         double rows = table_row(t, p, o->module, o->chunk, q)[rank];
-        if (send) held += rows * d;
-        peak = fmax(peak, held + (recv ? rows * d : 0));
-        if (recv && o->retires >= 0 && o->retires < t->chunks)   /* the other direction's sends of that chunk freed */
-            held -= table_row(t, p, o->module, o->retires, grad ? ACT_SENT : GRAD_SENT)[rank] * d;
+        double freed = o->retires >= 0 && o->retires < t->chunks   /* the op frees its side's sends of that chunk */
+                     ? table_row(t, p, o->module, o->retires, plan_op_retired_grad(o->kind) ? GRAD_SENT : ACT_SENT)[rank] * d : 0;
+        if (in->sends) held += rows * d - freed;   /* a send frees before it sends (run_ops.c) */
+        peak = fmax(peak, held + (in->sends ? 0 : rows * d));
+        if (!in->sends) held -= freed;             /* a receive after its messages are in */
     }
     return FP32_BYTES * (buffers + peak);
 }

@@ -24,7 +24,7 @@ static int add_message(sim_messages *t, int src, int dst, double bytes, bool mer
         t->m = m;
         t->cap = cap;
     }
-    t->m[t->n++] = (sim_message){ .src = src, .dst = dst, .bytes = bytes, .send_op = -1, .prev = -1 };
+    t->m[t->n++] = (sim_message){ .src = src, .dst = dst, .bytes = bytes, .send_op = -1, .recv_op = -1, .prev = -1 };
     return UTIL_OK;
 }
 

@@ -141,12 +141,36 @@ static bool op_messages(const sim *S, int rank, const plan_op *op, int *first, i
     return true;
 }
 
-static int do_send(sim *S, int rank, const plan_op *op, plan_sim_op *rec, char *err)
+/* A send that first frees an earlier chunk's sends (plan_op.retires: a
+ * frozen encoder's rows) waits until their receivers took them; false
+ * while one has not. *t: when the last of them did, if after *t (the op
+ * then depends on that receive). */
+static bool retired_taken(const sim *S, int rank, const plan_op *op, double *t, plan_sim_op *rec)
+{
+    if (op->retires < 0) return true;
+    int g = sim_handoff_group(S->p, op->module, op->retires, plan_op_retired_grad(op->kind)), last = -1;
+    for (int i = S->msg.group_first[g]; i < S->msg.group_first[g] + S->msg.group_n[g]; i++) {
+        const sim_message *m = &S->msg.m[i];
+        if (m->src != rank || m->dst == rank) continue;
+        if (!m->taken) return false;
+        if (last < 0 || m->taken_s > S->msg.m[last].taken_s) last = i;
+    }
+    if (last >= 0 && S->msg.m[last].taken_s > *t) {
+        *t = S->msg.m[last].taken_s;
+        rec->dep_rank = S->msg.m[last].dst;
+        rec->dep_op = S->msg.m[last].recv_op;
+    }
+    return true;
+}
+
+static int do_send(sim *S, int rank, const plan_op *op, plan_sim_op *rec, bool *progress, char *err)
 {
     int first, end;
     bool hop;
-    double t = S->now[rank];
+    *progress = false;
     if (!op_messages(S, rank, op, &first, &end, &hop)) return util_fail(err, UTIL_EINVAL, "simulate: rank %d: a pipeline send without its message", rank);
+    double t = S->now[rank];
+    if (!retired_taken(S, rank, op, &t, rec)) return UTIL_OK;
     for (int i = first; i < end; i++) {
         sim_message *m = &S->msg.m[i];
         if (m->src != rank) continue;
@@ -158,6 +182,7 @@ static int do_send(sim *S, int rank, const plan_op *op, plan_sim_op *rec, char *
         rec->bytes += m->bytes;
     }
     rec->begin_s = rec->end_s = t;
+    *progress = true;
     return UTIL_OK;
 }
 
@@ -178,9 +203,16 @@ static bool do_recv(sim *S, int rank, const plan_op *op, plan_sim_op *rec)
     double t = S->now[rank];
     rec->bytes = bytes;
     rec->begin_s = rec->end_s = t;
+    if (last >= 0 && S->msg.m[last].arrive_s > t) rec->begin_s = rec->end_s = S->msg.m[last].arrive_s;
+    for (int i = first; i < end; i++) {   /* taken: a sender waiting to free them may go on (retired_taken) */
+        sim_message *m = &S->msg.m[i];
+        if (m->dst != rank) continue;
+        m->taken = true;
+        m->taken_s = rec->end_s;
+        m->recv_op = S->next[rank];
+    }
     if (last < 0 || S->msg.m[last].arrive_s <= t) return true;
     const sim_message *m = &S->msg.m[last];
-    rec->begin_s = rec->end_s = m->arrive_s;
     rec->comm_s = m->arrive_s - (m->start_s > t ? m->start_s : t);
     /* The chain: a message that waited for its channel waited for the previous one. */
     while (m->prev >= 0 && m->start_s > m->sent_s && S->msg.m[m->prev].arrive_s == m->start_s) m = &S->msg.m[m->prev];
@@ -247,8 +279,7 @@ static int step_rank(sim *S, int rank, bool *progress, char *err)
     switch (op->kind) {
     default:
         if (plan_op_props(op->kind)->transfer && plan_op_props(op->kind)->sends) {
-            rc = do_send(S, rank, op, rec, err);
-            *progress = !rc;
+            rc = do_send(S, rank, op, rec, progress, err);
         } else if (plan_op_props(op->kind)->transfer) {
             *progress = do_recv(S, rank, op, rec);
         } else if (is_collective(op)) {

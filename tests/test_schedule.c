@@ -163,9 +163,11 @@ static bool runs_before(const plan_t *p, int r, plan_op_kind k, int c, plan_op_k
 /* The ops that free hand-off sends (plan_op.retires) come after every
  * receiver took them: an encoder's RECV_GRAD of chunk c retires its chunk-c
  * rows; the LLM's RECV_ACT of chunk c retires the gradients of a chunk each
- * encoder rank received (RECV_GRAD) before it sent chunk c; a frozen
- * encoder's rows and the last chunks' gradients are never retired early. */
-static void check_retires(const plan_t *p, bool frozen)
+ * encoder rank received (RECV_GRAD) before it sent chunk c. A frozen
+ * encoder's SEND_ACT of chunk c retires chunk c - 1, waiting for its
+ * receivers: the simulator, which stops on a wait that never ends, walks
+ * the schedule through. The last chunks' sends are never retired early. */
+static void check_retires(plan_t *p, bool frozen)
 {
     char err[UTIL_ERR_LEN];
     int retired = 0;
@@ -175,6 +177,7 @@ static void check_retires(const plan_t *p, bool frozen)
         for (int i = 0; i < s.n; i++) {
             const plan_op *o = &s.op[i];
             if (o->kind == PLAN_OP_RECV_GRAD) CHECK_EQ_INT(o->retires, o->chunk);
+            else if (o->kind == PLAN_OP_SEND_ACT) CHECK_EQ_INT(o->retires, frozen && o->chunk > 0 ? o->chunk - 1 : -1);
             else if (o->kind != PLAN_OP_RECV_ACT) CHECK_EQ_INT(o->retires, -1);
             else if (frozen) CHECK_EQ_INT(o->retires, -1);
             else if (o->retires >= 0) {
@@ -191,6 +194,7 @@ static void check_retires(const plan_t *p, bool frozen)
         plan_schedule_free(&s);
     }
     CHECK(frozen || plan_chunks(p) < 3 || retired > 0);
+    CHECK_MSG(plan_sim_predict(p, err) == UTIL_OK, "%s", err);
 }
 
 TEST(schedule_retires_handoff_sends_after_their_receivers_took_them)
@@ -201,6 +205,7 @@ TEST(schedule_retires_handoff_sends_after_their_receivers_took_them)
         { "vision:gpus=1;llm:gpus=2,tp=2,seqpar=0", PLAN_DISAGGREGATED, 3, 2, 8 },
         { "vision:gpus=2,dp=2;llm:gpus=2,pp=2", PLAN_DISAGGREGATED, 4, 2, 16 },
         { "vision:gpus=2,pp=2;llm:gpus=1", PLAN_DISAGGREGATED, 3, 2, 8 },
+        { "vision:dp=4;llm:dp=2,pp=2", PLAN_COLOCATED, 4, 1, 16 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECK_OK(test_sim_case_plan(&cases[i], &p));
