@@ -33,17 +33,23 @@ static bool same_node_groups(const plan_t *p, int a, int b)
     return lo / gpn == (hi - 1) / gpn;
 }
 
-/* Seconds to hand one chunk's encoder output to the LLM and its gradient back:
- * each encoder data-parallel replica sends its share in parallel. */
+/* Seconds to hand one chunk's encoder output to the LLM and, where the
+ * encoder trains, its gradient back (disaggregated). Ranks send and take
+ * their shares in parallel; each direction lasts as long as its busiest
+ * end: a sender sends its share once for every receiving tp rank it feeds
+ * (plan_handoff_copies), a receiver takes its own share once. An encoder
+ * rank holds its (dp, sp) group's rows of the chunk, an LLM rank of the
+ * first stage its group's. */
 static double transfer_time(const plan_t *p, int mi, int chunk)
 {
-    const plan_module *s = &p->mod[mi];
-    double per_rank = (chunk + s->dp - 1) / s->dp;
-    double bytes = handoff_bytes_per_sample(&p->model, mi, &p->work, plan_precision_bytes(p->precision).act)
-                 * per_rank / s->sp;
-    int li = p->model.llm;
-    bool same = same_node_groups(p, mi, li);
-    return 2.0 * cost_p2p_time(&p->cluster, s->pool, p->mod[li].pool, same, bytes);
+    const plan_module *e = &p->mod[mi], *l = &p->mod[p->model.llm];
+    double sample = handoff_bytes_per_sample(&p->model, mi, &p->work, plan_precision_bytes(p->precision).act);
+    double enc = sample * ((chunk + e->dp - 1) / e->dp) / e->sp, llm = sample * ((chunk + l->dp - 1) / l->dp) / l->sp;
+    bool same = same_node_groups(p, mi, p->model.llm);
+    double t = cost_p2p_time(&p->cluster, e->pool, l->pool, same, fmax(enc * plan_handoff_copies(p, mi, false), llm));
+    if (plan_dp_rules_of(&p->model.mod[mi], e).trains)
+        t += cost_p2p_time(&p->cluster, l->pool, e->pool, same, fmax(llm * plan_handoff_copies(p, mi, true), enc));
+    return t;
 }
 
 static void fill_prediction(plan_t *p, const plan_eval *ev, double step)

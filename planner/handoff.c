@@ -29,6 +29,12 @@ static int source_tp(int first, int tp, int peer)
     return peer >= first && peer < first + tp ? peer - first : peer % tp;
 }
 
+int plan_handoff_copies(const plan_t *p, int k, bool grad)
+{
+    int enc = p->mod[k].tp, llm = p->mod[p->model.llm].tp, senders = grad ? llm : enc, receivers = grad ? enc : llm;
+    return (receivers + senders - 1) / senders;   /* receivers' consecutive ranks mod senders */
+}
+
 static int segment_peer(const plan_segment *s, bool grad, bool sending)
 {
     return sending != grad ? s->llm_rank : s->enc_rank;

@@ -232,6 +232,13 @@ typedef struct {
 int plan_handoff_block_order(const plan_t *p, int k, int block, int *raster, char *err);
 int plan_handoff(const plan_t *p, int k, int c, plan_segment **segs, int *n, char *err);
 int plan_handoff_tag(int k, int c, bool grad);
+/* Disaggregated (no receiver on a sender's GPU): the most copies of one row
+ * a sending rank of encoder k's hand-off sends in direction grad, one for
+ * each receiving tp rank it is the source of (source_tp in handoff.c): an
+ * encoder tp rank feeds ceil(llm tp / encoder tp) LLM tp ranks with the
+ * rows, an LLM tp rank ceil(encoder tp / llm tp) encoder tp ranks with
+ * their gradient. */
+int plan_handoff_copies(const plan_t *p, int k, bool grad);
 /* The next message rank sends (sending) or receives in direction grad among
  * segs[from..n): sets *first, *end (its segments are segs[*first..*end)),
  * *peer and *rows and returns true; false when there is none. */

@@ -69,6 +69,29 @@ TEST(step_parts_add_up_to_each_modules_seconds_of_the_step)
     CHECK_EQ_INT(ev.parts[0].micros, 8);
 }
 
+/* The disaggregated hand-off's part: each direction as long as its busiest
+ * end (planner/evaluate.c transfer_time). Vision on 2 ranks (dp 2, one
+ * sample of a 2-sample chunk each), the LLM on 4 (tp 4): each vision rank
+ * sends its sample to all 4 LLM tp ranks, each LLM rank takes the chunk's 2
+ * samples and sends their gradient back to one vision rank each: 4 and 2
+ * samples' rows through the busiest NIC. A frozen encoder gets no gradient. */
+TEST(step_parts_the_handoff_is_as_long_as_its_busiest_end)
+{
+    static plan_t p;
+    static plan_eval ev;
+    char err[UTIL_ERR_LEN];
+    model_t vl;
+    CHECK_OK(model_load("qwen2.5-vl-7b", &vl, err));
+    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 1024, .text_tokens = 256 };
+    for (int frozen = 0; frozen < 2; frozen++) {
+        vl.mod[0].frozen = frozen;
+        CHECK_OK(evaluated("vision:gpus=2,dp=2;llm:gpus=4,tp=4", &vl, "8xh100", w, PLAN_DISAGGREGATED, 6, 4, &p, &ev));
+        double sample = (double)plan_rows_per_sample(&p, 0) * vl.mod[0].out_hidden * plan_precision_bytes(p.precision).act;
+        double act = cost_p2p_time(&p.cluster, 0, 0, true, 4 * sample), grad = cost_p2p_time(&p.cluster, 0, 0, true, 2 * sample);
+        CHECK_NEAR(ev.parts[0].transfer_s, 4 * (act + (frozen ? 0 : grad)), 1e-12);
+    }
+}
+
 /* One block, tp 1, one sample of 512 tokens on one H100 (dhp target): the
  * GEMMs are q, k, v, o, gate, up, down and the LM head (on the 511 rows with
  * a next token, plan_head_rows), each forward, input gradient and weight
