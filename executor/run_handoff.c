@@ -25,9 +25,9 @@ static int pair_order(const void *a, const void *b)
     return x->from != y->from ? (x->from > y->from) - (x->from < y->from) : (x->to > y->to) - (x->to < y->to);
 }
 
-/* Every directed pair of ranks a hand-off message takes, over all ranks,
- * encoders, chunks and both directions (plan_handoff_message says which),
- * sorted and unique: the same list on every rank. */
+/* Every directed pair of ranks a hand-off message takes, over all
+ * encoders, chunks and both directions (plan_handoff_next), sorted and
+ * unique: the same list on every rank. */
 static int handoff_pairs(const run_ctx *r, const run_handoff *h, rank_pair **out, int *n_out, char *err)
 {
     rank_pair *v = NULL;
@@ -35,21 +35,19 @@ static int handoff_pairs(const run_ctx *r, const run_handoff *h, rank_pair **out
     for (int k = 0; k < r->plan.n_modules; k++) {
         const run_handoff_enc *e = &h->enc[k];
         for (int c = 0; e->seg && c < h->chunks; c++)
-            for (int grad = 0; grad < 2; grad++)
-                for (int s = 0; s < r->size; s++) {
-                    int i, j, peer, rows;
-                    for (int from = 0; plan_handoff_message(e->seg[c], e->nseg[c], from, s, grad, true, &i, &j, &peer, &rows);
-                         from = j) {
-                        if (peer == s) continue;
-                        if (n == cap) {
-                            cap = cap ? 2 * cap : 64;
-                            rank_pair *w = util_realloc(v, (size_t)cap * sizeof *w);
-                            if (!w) { util_free(v); return util_fail(err, UTIL_ENOMEM, "run: out of memory"); }
-                            v = w;
-                        }
-                        v[n++] = (rank_pair){ s, peer };
+            for (int grad = 0; grad < 2; grad++) {
+                plan_handoff_msg m;
+                for (int from = 0; plan_handoff_next(e->seg[c], e->nseg[c], from, grad, &m); from = m.end) {
+                    if (m.src == m.dst) continue;
+                    if (n == cap) {
+                        cap = cap ? 2 * cap : 64;
+                        rank_pair *w = util_realloc(v, (size_t)cap * sizeof *w);
+                        if (!w) { util_free(v); return util_fail(err, UTIL_ENOMEM, "run: out of memory"); }
+                        v = w;
                     }
+                    v[n++] = (rank_pair){ m.src, m.dst };
                 }
+            }
     }
     if (n) qsort(v, (size_t)n, sizeof *v, pair_order);
     int u = 0;

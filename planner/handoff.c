@@ -9,15 +9,6 @@
 
 int plan_handoff_tag(int k, int c, bool grad) { return ((c * MODEL_MAX_MODULES + k) << 1 | (grad ? 1 : 0)) & ((1 << 20) - 1); }
 
-/* Whether the segment's rows go this way at all (its act / grad source,
- * source_tp below) and, if so, whether `rank` is the side that sends
- * (sending) or receives them. */
-static bool segment_moves(const plan_segment *s, int rank, bool grad, bool sending)
-{
-    if (grad) return s->grad && (sending ? s->llm_rank : s->enc_rank) == rank;
-    return s->act && (sending ? s->enc_rank : s->llm_rank) == rank;
-}
-
 /* Which rank of a tp group (its tp rank 0 at world rank `first`, `tp`
  * ranks, tp innermost: plan_coord_rank) sends a peer at world rank `peer`
  * the rows every rank of the group holds: the peer's own GPU where it is in
@@ -35,26 +26,38 @@ int plan_handoff_copies(const plan_t *p, int k, bool grad)
     return (receivers + senders - 1) / senders;   /* receivers' consecutive ranks mod senders */
 }
 
-static int segment_peer(const plan_segment *s, bool grad, bool sending)
+/* Segments are sorted by (enc_rank, llm_rank): one pair's segments are a
+ * contiguous run, and its act / grad flags are the pair's (source_tp of the
+ * encoder rank's tp and the LLM rank; of the LLM rank's tp and the encoder
+ * rank), so a message is one run whose flag says it goes that way. */
+bool plan_handoff_next(const plan_segment *segs, int n, int from, bool grad, plan_handoff_msg *m)
 {
-    return sending != grad ? s->llm_rank : s->enc_rank;
+    for (int i = from; i < n;) {
+        int j = i, rows = 0;
+        for (; j < n && segs[j].enc_rank == segs[i].enc_rank && segs[j].llm_rank == segs[i].llm_rank; j++) rows += segs[j].rows;
+        if (grad ? segs[i].grad : segs[i].act) {
+            *m = (plan_handoff_msg){ .src = grad ? segs[i].llm_rank : segs[i].enc_rank,
+                                     .dst = grad ? segs[i].enc_rank : segs[i].llm_rank, .rows = rows, .first = i, .end = j };
+            return true;
+        }
+        i = j;
+    }
+    return false;
 }
 
-/* Segments are sorted by (enc_rank, llm_rank), so one peer's segments are a contiguous run. */
 bool plan_handoff_message(const plan_segment *segs, int n, int from, int rank, bool grad, bool sending,
                           int *first, int *end, int *peer, int *rows)
 {
-    int i = from;
-    while (i < n && !segment_moves(&segs[i], rank, grad, sending)) i++;
-    if (i >= n) return false;
-    int pr = segment_peer(&segs[i], grad, sending), j = i, total = 0;
-    for (; j < n && segment_moves(&segs[j], rank, grad, sending) && segment_peer(&segs[j], grad, sending) == pr; j++)
-        total += segs[j].rows;
-    *first = i;
-    *end = j;
-    *peer = pr;
-    *rows = total;
-    return true;
+    plan_handoff_msg m;
+    for (; plan_handoff_next(segs, n, from, grad, &m); from = m.end) {
+        if ((sending ? m.src : m.dst) != rank) continue;
+        *first = m.first;
+        *end = m.end;
+        *peer = sending ? m.dst : m.src;
+        *rows = m.rows;
+        return true;
+    }
+    return false;
 }
 
 static int segment_order(const void *a, const void *b)

@@ -239,9 +239,16 @@ int plan_handoff_tag(int k, int c, bool grad);
  * rows, an LLM tp rank ceil(encoder tp / llm tp) encoder tp ranks with
  * their gradient. */
 int plan_handoff_copies(const plan_t *p, int k, bool grad);
-/* The next message rank sends (sending) or receives in direction grad among
- * segs[from..n): sets *first, *end (its segments are segs[*first..*end)),
- * *peer and *rows and returns true; false when there is none. */
+/* One message of a chunk's hand-off: one (encoder rank, LLM rank) pair's
+ * segments segs[first..end) that go in its direction, `rows` in all, from
+ * src to dst (the LLM rank to the encoder rank for the gradient). */
+typedef struct { int src, dst, rows, first, end; } plan_handoff_msg;
+/* The next message in direction grad among segs[from..n), whoever sends
+ * it (the executor, the simulator's timing and memory all walk messages
+ * through it); false when there is none. Walk with from = m->end. */
+bool plan_handoff_next(const plan_segment *segs, int n, int from, bool grad, plan_handoff_msg *m);
+/* The next such message rank sends (sending) or receives: sets *first,
+ * *end, *peer and *rows and returns true; false when there is none. */
 bool plan_handoff_message(const plan_segment *segs, int n, int from, int rank, bool grad, bool sending,
                           int *first, int *end, int *peer, int *rows);
 

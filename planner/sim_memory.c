@@ -10,10 +10,8 @@
 
 /* The hand-off's messages by rank (sim_handoff_table): for each chunk c
  * and feeding encoder k, what each rank sends in all (activations, and
- * gradients back) and the largest single message it receives, from one pass
- * over the chunk's segments (plan_handoff). A message is one (encoder rank,
- * LLM rank) pair's segments, which plan_handoff sorts together
- * (plan_handoff_message's grouping). */
+ * gradients back) and the largest single message it receives, from the
+ * chunk's messages (plan_handoff_next). */
 enum { ACT_SENT, ACT_RECV_MAX, GRAD_SENT, GRAD_RECV_MAX, HANDOFF_NQ };
 
 struct sim_handoff_table {
@@ -26,18 +24,16 @@ static double *table_row(const sim_handoff_table *t, const plan_t *p, int k, int
     return t->rows + ((size_t)(c * p->n_modules + k) * HANDOFF_NQ + (size_t)q) * (size_t)t->world;
 }
 
-/* One message of `rows` rows between encoder rank e and LLM rank l. */
-static void add_message(const sim_handoff_table *t, const plan_t *p, int k, int c, const plan_segment *s, double rows)
+/* Chunk c's messages of encoder k in both directions. */
+static void add_messages(const sim_handoff_table *t, const plan_t *p, int k, int c, const plan_segment *sg, int n)
 {
-    if (s->act) {   /* the rows, this encoder rank to this LLM rank */
-        table_row(t, p, k, c, ACT_SENT)[s->enc_rank] += rows;
-        double *m = &table_row(t, p, k, c, ACT_RECV_MAX)[s->llm_rank];
-        *m = fmax(*m, rows);
-    }
-    if (s->grad) {   /* their gradient back */
-        table_row(t, p, k, c, GRAD_SENT)[s->llm_rank] += rows;
-        double *m = &table_row(t, p, k, c, GRAD_RECV_MAX)[s->enc_rank];
-        *m = fmax(*m, rows);
+    for (int grad = 0; grad < 2; grad++) {
+        plan_handoff_msg m;
+        for (int from = 0; plan_handoff_next(sg, n, from, grad, &m); from = m.end) {
+            table_row(t, p, k, c, grad ? GRAD_SENT : ACT_SENT)[m.src] += m.rows;
+            double *most = &table_row(t, p, k, c, grad ? GRAD_RECV_MAX : ACT_RECV_MAX)[m.dst];
+            *most = fmax(*most, m.rows);
+        }
     }
 }
 
@@ -67,13 +63,7 @@ int sim_handoff_table_build(const plan_t *p, sim_handoff_table **out, char *err)
                 sim_handoff_table_free(t);
                 return rc;
             }
-            for (int i = 0; i < n;) {
-                int j = i;
-                double rows = 0;
-                for (; j < n && sg[j].enc_rank == sg[i].enc_rank && sg[j].llm_rank == sg[i].llm_rank; j++) rows += sg[j].rows;
-                add_message(t, p, k, c, &sg[i], rows);
-                i = j;
-            }
+            add_messages(t, p, k, c, sg, n);
             util_free(sg);
         }
     *out = t;

@@ -30,7 +30,8 @@ static int add_message(sim_messages *t, int src, int dst, double bytes, bool mer
 
 /* ---- the hand-off ---- */
 
-/* Every message of chunk c of encoder k in one direction, sender by sender. */
+/* Every message of chunk c of encoder k in one direction (one per pair of
+ * ranks: each channel carries one of the group). */
 static int chunk_messages(const plan_t *p, int k, int c, bool grad, sim_messages *t, char *err)
 {
     plan_segment *sg;
@@ -38,12 +39,9 @@ static int chunk_messages(const plan_t *p, int k, int c, bool grad, sim_messages
     if (rc) return rc;
     plan_options po = plan_options_of(p);
     double row_bytes = p->model.mod[k].out_hidden * plan_module_state_bytes(&p->model.mod[k], &po).act;
-    const plan_module *senders = &p->mod[grad ? p->model.llm : k];
-    for (int r = senders->first_rank; !rc && r < senders->first_rank + senders->n_ranks; r++) {
-        int i, j, peer, rows;
-        for (int from = 0; !rc && plan_handoff_message(sg, n, from, r, grad, true, &i, &j, &peer, &rows); from = j)
-            rc = add_message(t, r, peer, rows * row_bytes, true, err);
-    }
+    plan_handoff_msg m;
+    for (int from = 0; !rc && plan_handoff_next(sg, n, from, grad, &m); from = m.end)
+        rc = add_message(t, m.src, m.dst, m.rows * row_bytes, false, err);
     util_free(sg);
     return rc;
 }
