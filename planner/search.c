@@ -159,7 +159,9 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
                 double bytes = plan_precision_bytes(b->o->opt.precision).act
                              * plan_encoder_out_rows(mm, &q, q.tokens_per_sample * per_rank / s.sp) * mm->out_hidden;
                 bool one_node = cost_pool_gpus(&b->c->pool[s.pool]) <= b->c->pool[s.pool].gpus_per_node;
-                time += 2.0 * cost_p2p_time(b->c, s.pool, s.pool, one_node, bytes);
+                /* its hand-off before the LLM's strategy is known: one copy of its share out and, where it
+                 * trains, its gradient back (the plan's own, evaluate.c transfer_time, counts the LLM's ends) */
+                time += (plan_dp_rules_of(mm, &s).trains ? 2.0 : 1.0) * cost_p2p_time(b->c, s.pool, s.pool, one_node, bytes);
             }
             plan_candidate c = { .module = k, .colocated = false, .pool = s.pool, .gpus = gpus, .n_micro = n,
                                  .s = s, .time = time, .tail = plan_time_tail_s(&t), .mem = mem.total };
