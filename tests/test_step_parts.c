@@ -31,14 +31,24 @@ static int evaluated(const char *spec, const model_t *m, const char *cluster, pl
     return rc;
 }
 
+/* Qwen2.5-VL-7B, batch 8 of one 1,024-token image and 256 text tokens. */
+static int vl7b(model_t *vl, plan_workload *w)
+{
+    char err[UTIL_ERR_LEN];
+    *w = (plan_workload){ .global_batch = 8, .images_per_sample = 1, .image_tokens = 1024, .text_tokens = 256 };
+    int rc = model_load("qwen2.5-vl-7b", vl, err);
+    if (rc) fprintf(stderr, "vl7b: %s\n", err);
+    return rc;
+}
+
 TEST(step_parts_add_up_to_each_modules_seconds_of_the_step)
 {
     static plan_t p;
     static plan_eval ev;
     char err[UTIL_ERR_LEN];
     model_t vl;
-    CHECK_OK(model_load("qwen2.5-vl-7b", &vl, err));
-    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 1024, .text_tokens = 256 };
+    plan_workload w;
+    CHECK_OK(vl7b(&vl, &w));
     /* colocated, the LLM pipelined chunk by chunk: bubbles and hand-offs in every chunk */
     CHECK_OK(evaluated("vision:sp=2,rc=full;llm:tp=2,pp=2,mb=2", &vl, "8xh100", w, PLAN_COLOCATED, 8, 1, &p, &ev));
     double sum = 0;
@@ -79,10 +89,9 @@ TEST(step_parts_the_handoff_is_as_long_as_its_busiest_end)
 {
     static plan_t p;
     static plan_eval ev;
-    char err[UTIL_ERR_LEN];
     model_t vl;
-    CHECK_OK(model_load("qwen2.5-vl-7b", &vl, err));
-    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 1024, .text_tokens = 256 };
+    plan_workload w;
+    CHECK_OK(vl7b(&vl, &w));
     for (int frozen = 0; frozen < 2; frozen++) {
         vl.mod[0].frozen = frozen;
         CHECK_OK(evaluated("vision:gpus=2,dp=2;llm:gpus=4,tp=4", &vl, "8xh100", w, PLAN_DISAGGREGATED, 6, 4, &p, &ev));
