@@ -124,7 +124,7 @@ int ex_encoder_stage_run_forward(const ex_backend *be, ex_module *md, const ex_b
 int ex_encoder_stage_run_backward(const ex_backend *be, ex_module *md, const ex_batch *b,
                                   const ex_encoder_parts *parts, ex_stage_io *io, char *err)
 {
-    if (md->mm.frozen) return UTIL_OK;   /* a frozen encoder runs no backward */
+    if (!model_runs_backward(&md->mm)) return UTIL_OK;   /* a frozen encoder */
     ex_acts *a = &md->a;
     int L = md->mm.layers, N = md->n_rows;
     if (md->stage.head) {

@@ -573,7 +573,7 @@ int ex_stage_empty_pass(ex_model *em, int module_index, ex_unit_use use, char *e
     if (!md) return util_fail(err, UTIL_EINVAL, "executor: module %d is not on this model instance", module_index);
     bool back = use == EX_USE_BACKWARD;
     md->comm_rc = 0;
-    if (back && md->mm.frozen && md->mm.kind != MODEL_LLM) return UTIL_OK;   /* a frozen encoder runs no backward */
+    if (back && !model_runs_backward(&md->mm)) return UTIL_OK;   /* a frozen encoder */
     int n = ex_module_unit_order(em, module_index, use, NULL, 0);
     int *seq = util_malloc((size_t)(n > 0 ? n : 1) * sizeof *seq);
     if (!seq) return util_fail(err, UTIL_ENOMEM, "executor: out of memory");

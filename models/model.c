@@ -681,6 +681,8 @@ int model_find(const model_t *m, const char *module_name)
     return -1;
 }
 
+bool model_runs_backward(const model_module *mm) { return !mm->frozen || mm->kind == MODEL_LLM; }
+
 int model_find_kind(const model_t *m, model_kind kind)
 {
     for (int i = 0; i < m->n_modules; i++)

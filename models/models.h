@@ -150,6 +150,12 @@ const char *model_zoo_name(int i);
  * layer_norm_eps keep). */
 double model_norm_eps(const model_module *mm);
 
+/* Does a step run mm's backward? A frozen module other than the LLM does
+ * not (nothing before it needs its input's gradient, so its forward keeps
+ * nothing for one); the LLM does even when frozen, for the encoders that
+ * feed it. */
+bool model_runs_backward(const model_module *mm);
+
 /* Finds a module by name or kind; -1 if absent. */
 int model_find(const model_t *m, const char *module_name);
 int model_find_kind(const model_t *m, model_kind kind);

@@ -478,9 +478,13 @@ static void act(act_list *l, plan_act_id id, int layer, bool saved, double elems
  * selective recomputation all but the attention's log-sum-exp and the MLP
  * activation's output (the attention core and the activation are re-run in
  * backward, Korthikanti et al., arXiv 2205.05198, sec. 5); under full
- * recomputation only the block's input. */
-static bool kept_per_layer(plan_act_id id, plan_recompute rc)
+ * recomputation only the block's input; with no backward to run (a frozen
+ * encoder) none: every block runs in the copies all blocks share, its input
+ * too, which its output overwrites once the block has read it
+ * (ex_block_forward reads x before it writes out). */
+static bool kept_per_layer(const model_module *mm, plan_act_id id, plan_recompute rc)
 {
+    if (!model_runs_backward(mm)) return false;
     if (rc == PLAN_RECOMP_FULL) return id == PLAN_ACT_X;
     if (rc == PLAN_RECOMP_SELECTIVE) return id != PLAN_ACT_LSE && id != PLAN_ACT_H;
     return true;
@@ -516,7 +520,7 @@ static void block_acts(act_list *l, const model_module *mm, const plan_module *s
         if (id == PLAN_ACT_ATT_LOC && !ulysses) continue;
         if ((id == PLAN_ACT_MEAN1 || id == PLAN_ACT_MEAN2) && mm->norm != MODEL_NORM_LAYERNORM) continue;
         if (id == PLAN_ACT_U && mm->ffn_kind != MODEL_FFN_SWIGLU) continue;
-        bool per_layer = kept_per_layer((plan_act_id)id, s->recompute);
+        bool per_layer = kept_per_layer(mm, (plan_act_id)id, s->recompute);
         bool packed = per_layer && bf16 && plan_act_saved_bf16((plan_act_id)id);
         if (layer >= 0 && per_layer) act_typed(l, (plan_act_id)id, layer, true, packed, size[id]);
         /* the shared fp32 copy: recomputed, or the layer being run of a bf16 one (odd layers' input has its own) */
@@ -650,7 +654,7 @@ static int module_acts(act_list *lp, const model_module *mm, const plan_module *
         act(&l, PLAN_ACT_COS, -1, true, N * hd / 2);
         act(&l, PLAN_ACT_SIN, -1, true, N * hd / 2);
     }
-    if (s->recompute == PLAN_RECOMP_FULL) act(&l, PLAN_ACT_RC_OUT, -1, false, Nl * d);
+    if (s->recompute == PLAN_RECOMP_FULL && model_runs_backward(mm)) act(&l, PLAN_ACT_RC_OUT, -1, false, Nl * d);
     act(&l, PLAN_ACT_DRES, -1, false, Nl * d);
     act(&l, PLAN_ACT_DLN, -1, false, Nl * d);
     act(&l, PLAN_ACT_DQ, -1, false, N * qd);
