@@ -234,6 +234,17 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
 {
     const model_module *mm = &m->mod[mi];
     double t = local_tokens(q, s), stem_micro, mask = embedding_dropout_bytes(mm, s, t);
+    if (!model_runs_backward(mm)) {
+        /* A frozen encoder: autograd records nothing where no input needs a
+         * gradient ("Backward computation is never performed in the subgraphs,
+         * where all Tensors didn't require gradients", PyTorch's autograd
+         * mechanics notes; its inputs are data, its weights frozen), so only
+         * the block being run is live, and the output it hands the LLM. */
+        plan_module none = *s;
+        none.recompute = PLAN_RECOMP_NONE;
+        *blocks_saved = 0;
+        return t * block_act_bytes_per_token(mm, &none, false, q->seq, A) + plan_encoder_out_rows(mm, q, t) * A * mm->out_hidden;
+    }
     double per_block = block_bytes(mm, s, q, t, A);
     double saved = per_block * pipeline_blocks_in_flight(mm, s, w, per_block, mask, &stem_micro);
     double per_mb = 0;

@@ -77,33 +77,38 @@ TEST(memory_frozen_module_holds_only_bf16_weights)
 }
 
 /* A frozen encoder runs no backward, so its forward keeps nothing per block
- * (the dhp target: what the executor lays out): its activations do not grow
- * with its layers, and recomputation, which it never runs, changes nothing.
- * The LLM, which back-propagates to the encoders even when frozen, keeps
- * its blocks'. */
+ * (the dhp target: what the executor lays out; the Megatron target: what
+ * autograd records where nothing needs a gradient): its activations do not
+ * grow with its layers, and recomputation, which it never runs, changes
+ * nothing. The LLM, which back-propagates to the encoders even when frozen,
+ * keeps its blocks'. */
 TEST(memory_frozen_encoder_keeps_no_block_activations)
 {
     model_t m; cost_cluster c; plan_workload w; plan_options o;
     ray_8xh100("qwen2.5-vl-7b", 1024, &m, &c, &w, &o);
-    o.target = PLAN_TARGET_DHP;
     int v = model_find_kind(&m, MODEL_VISION);
     plan_module s = strategy(8, 1, 1, 1, 0, 1, PLAN_RECOMP_NONE), full = strategy(8, 1, 1, 1, 0, 1, PLAN_RECOMP_FULL);
-    plan_mem trained, frozen, deeper, recomputed;
-    plan_module_memory(&m, v, &s, &w, &c.pool[0].gpu, &o, 1, &trained);
-    m.mod[v].frozen = true;
-    plan_module_memory(&m, v, &s, &w, &c.pool[0].gpu, &o, 1, &frozen);
-    plan_module_memory(&m, v, &full, &w, &c.pool[0].gpu, &o, 1, &recomputed);
-    m.mod[v].layers *= 2;
-    plan_module_memory(&m, v, &s, &w, &c.pool[0].gpu, &o, 1, &deeper);
-    CHECK(trained.block_acts > 0 && frozen.block_acts == 0);
-    CHECK(frozen.activations < trained.activations);
-    CHECK_NEAR(deeper.activations, frozen.activations, 1e-12);
-    CHECK_NEAR(recomputed.activations, frozen.activations, 1e-12);
-    m.mod[v].layers /= 2;
-    m.mod[m.llm].frozen = true;
     plan_module l = strategy(1, 8, 1, 1, 0, 1, PLAN_RECOMP_NONE);
-    plan_module_memory(&m, m.llm, &l, &w, &c.pool[0].gpu, &o, 1, &frozen);
-    CHECK(frozen.block_acts > 0);
+    const plan_target targets[] = { PLAN_TARGET_DHP, PLAN_TARGET_MEGATRON };
+    for (size_t i = 0; i < sizeof targets / sizeof targets[0]; i++) {
+        o.target = targets[i];
+        plan_mem trained, frozen, deeper, recomputed;
+        m.mod[v].frozen = m.mod[m.llm].frozen = false;
+        plan_module_memory(&m, v, &s, &w, &c.pool[0].gpu, &o, 1, &trained);
+        m.mod[v].frozen = true;
+        plan_module_memory(&m, v, &s, &w, &c.pool[0].gpu, &o, 1, &frozen);
+        plan_module_memory(&m, v, &full, &w, &c.pool[0].gpu, &o, 1, &recomputed);
+        m.mod[v].layers *= 2;
+        plan_module_memory(&m, v, &s, &w, &c.pool[0].gpu, &o, 1, &deeper);
+        m.mod[v].layers /= 2;
+        CHECK_MSG(trained.block_acts > 0 && frozen.block_acts == 0, "target %d", o.target);
+        CHECK(frozen.activations < trained.activations);
+        CHECK_NEAR(deeper.activations, frozen.activations, 1e-12);
+        CHECK_NEAR(recomputed.activations, frozen.activations, 1e-12);
+        m.mod[m.llm].frozen = true;
+        plan_module_memory(&m, m.llm, &l, &w, &c.pool[0].gpu, &o, 1, &frozen);
+        CHECK(frozen.block_acts > 0);
+    }
 }
 
 TEST(memory_recompute_and_sequence_split_order_activations)
