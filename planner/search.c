@@ -129,10 +129,11 @@ static int add_colocated(const build_ctx *b, int k, plan_module s, int gpus)
     return UTIL_OK;
 }
 
-/* Disaggregated candidates of module k: one per chunk count n. Encoders
- * process their whole per-rank chunk at once (its activations wait for the
- * LLM's gradient anyway); the LLM may micro-step inside a chunk. A chunk
- * need not divide evenly over dp: the busiest replica paces the group. */
+/* Disaggregated candidates of module k: one per chunk count n. An encoder
+ * that trains processes its whole per-rank chunk at once (its activations
+ * wait for the LLM's gradient anyway); the LLM, and a frozen encoder, which
+ * keeps nothing for a backward, may micro-step inside a chunk. A chunk need
+ * not divide evenly over dp: the busiest replica paces the group. */
 static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
 {
     int B = b->w->global_batch, ns[MAX_OPTS];
@@ -143,7 +144,7 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
         if (chunk < s.dp) continue;
         /* Uneven splits are allowed: the busiest rank takes ceil(chunk / dp). */
         int per_rank = (chunk + s.dp - 1) / s.dp;
-        for (int mb = encoder ? per_rank : 1; mb <= per_rank; mb *= 2) {
+        for (int mb = encoder && model_runs_backward(&b->m->mod[k]) ? per_rank : 1; mb <= per_rank; mb *= 2) {
             /* the whole step is one pass: interleave only where every replica's share splits evenly */
             bool even = chunk % s.dp == 0 && per_rank % mb == 0;
             if (!interleaving_fits(&s, even ? n * (per_rank / mb) : 0)) continue;

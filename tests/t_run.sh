@@ -91,8 +91,9 @@ for v in frozen_vision frozen_llm tied; do
     else fail "run_reference_$v" "$(tail -c 300 "$T/ref_$v.err")"; fi
     unset MODEL
 done
-# (the frozen vision under full recomputation, which it never runs: its blocks share one set of buffers)
-MODEL="$T/frozen_vision.model.json" plan frozen_vision_z2_tp disaggregated "vision:gpus=1,rc=full;llm:gpus=2,tp=2,seqpar=1,zero=2" --n-micro 2 \
+# (the frozen vision under full recomputation, which it never runs: its blocks share one set of buffers;
+# micro-stepping through its chunk share, which a frozen encoder may)
+MODEL="$T/frozen_vision.model.json" plan frozen_vision_z2_tp disaggregated "vision:gpus=1,rc=full,mb=1;llm:gpus=2,tp=2,seqpar=1,zero=2" --n-micro 2 \
     && check_plan frozen_vision_z2_tp ref_frozen_vision && check_memory frozen_vision_z2_tp run_memory_is_predicted_frozen_vision_z2_tp
 MODEL="$T/tied.model.json" plan tied_z2_seqpar colocated "vision:dp=2,zero=2;llm:tp=2,seqpar=1,rc=full" --gpus 2 \
     && check_plan tied_z2_seqpar ref_tied

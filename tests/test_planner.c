@@ -244,6 +244,38 @@ TEST(cost_small_gemms_make_vision_tp_lose_to_sp)
 }
 
 /* The MILP must find exactly the brute-force optimum over the same candidates. */
+/* A frozen encoder keeps nothing for a backward, so a disaggregated one may
+ * micro-step through its chunk share (a training one takes it whole: its
+ * activations wait for the LLM's gradient). LLaVA-1.5-7B, batch 4096 of
+ * 672 px images: a one-GPU vision group's 1,024-sample chunk does not fit
+ * in one pass, but does in micro-batches. */
+TEST(search_frozen_encoder_micro_steps_its_chunk)
+{
+    model_t m = test_model_load("llava-1.5-7b");
+    cost_cluster c = test_cluster_load("8xh100");
+    int v = model_find_kind(&m, MODEL_VISION);
+    CHECK(m.mod[v].frozen);
+    plan_workload w = { .global_batch = 4096, .images_per_sample = 1, .image_tokens = 2304, .text_tokens = 512 };
+    char err[UTIL_ERR_LEN];
+    plan_search_options so;
+    plan_search_options_default(&so);
+    so.allow_colocated = false;
+    for (int frozen = 1; frozen >= 0; frozen--) {
+        m.mod[v].frozen = frozen;
+        plan_candidates cs;
+        CHECK_OK(plan_candidates_build(&m, &c, &w, &so, &cs, err));
+        int split = 0;
+        for (int i = 0; i < cs.n; i++) {
+            const plan_candidate *x = &cs.c[i];
+            if (x->module != v || x->gpus != 1 || x->n_micro != 4) continue;
+            CHECK(x->s.micro_batch < 1024);   /* the whole share does not fit */
+            split++;
+        }
+        CHECK_MSG(frozen ? split > 0 : split == 0, "frozen %d: %d one-GPU candidates of 4 chunks", frozen, split);
+        plan_candidates_free(&cs);
+    }
+}
+
 static void check_milp_against_brute_force(const char *model, const char *cluster, plan_workload w)
 {
     model_t m = test_model_load(model);
