@@ -82,18 +82,43 @@ static int push(plan_candidates *cs, const plan_candidate *c)
     return UTIL_OK;
 }
 
+/* What price() gave one strategy: its time and memory depend on the
+ * strategy, its micro-batch and the slots in flight, not on the chunk, so
+ * the strategy's candidates (colocated, and disaggregated for every chunk
+ * count) price each power-of-two micro-batch once per in-flight count. */
+#define MEMO_MB 31
+typedef struct {
+    bool done[2][MEMO_MB];
+    plan_time t[2][MEMO_MB];
+    plan_mem mem[2][MEMO_MB];
+} price_memo;
+
 typedef struct {
     const model_t *m;
     const cost_cluster *c;
     const plan_workload *w;
     const plan_search_options *o;
     plan_candidates *cs;
+    price_memo *memo;         /* the strategy being priced (build_module clears it) */
 } build_ctx;
 
 static void price(const build_ctx *b, int k, const plan_module *s, int in_flight, plan_time *t, plan_mem *mem)
 {
+    int j = 0;
+    while (j < MEMO_MB && (1 << j) < s->micro_batch) j++;
+    bool memo = b->memo && in_flight >= 1 && in_flight <= 2 && j < MEMO_MB && (1 << j) == s->micro_batch;
+    if (memo && b->memo->done[in_flight - 1][j]) {
+        *t = b->memo->t[in_flight - 1][j];
+        *mem = b->memo->mem[in_flight - 1][j];
+        return;
+    }
     plan_module_time(b->m, k, s, b->w, b->c, &b->o->opt, t);
     plan_module_memory(b->m, k, s, b->w, &b->c->pool[s->pool].gpu, &b->o->opt, in_flight, mem);
+    if (memo) {
+        b->memo->t[in_flight - 1][j] = *t;
+        b->memo->mem[in_flight - 1][j] = *mem;
+        b->memo->done[in_flight - 1][j] = true;
+    }
 }
 
 /* Colocated candidates of module k with given degrees, for every samples-per-step. */
@@ -238,6 +263,7 @@ static int build_module(const build_ctx *b, int k)
                                       .seq_parallel = mm->kind == MODEL_LLM && tp > 1, .n_ranks = g };
                     util_strlcpy(s.module, mm->name, sizeof s.module);
                     if (plan_strategy_check(b->m, k, &s, b->w, b->c, NULL)) continue;
+                    memset(b->memo->done, 0, sizeof b->memo->done);
                     int err;
                     if (b->o->allow_colocated && (err = add_colocated(b, k, s, g))) return err;
                     if (b->o->allow_disaggregated && (err = add_disaggregated(b, k, s, g))) return err;
@@ -261,17 +287,24 @@ int plan_candidates_build(const model_t *m, const cost_cluster *c, const plan_wo
         out->capacity[p] = c->pool[p].gpu.hbm_bytes;
         out->pool_gpus[p] = cost_pool_gpus(&c->pool[p]);
     }
-    build_ctx b = { m, c, w, o, out };
+    build_ctx b = { m, c, w, o, out, util_malloc(sizeof(price_memo)) };
+    if (!b.memo) return util_fail(err, UTIL_ENOMEM, "planner: out of memory");
     for (int k = 0; k < m->n_modules; k++) {
         int before = out->n;
-        if (build_module(&b, k)) { plan_candidates_free(out); return util_fail(err, UTIL_ENOMEM, "planner: out of memory"); }
+        if (build_module(&b, k)) {
+            util_free(b.memo);
+            plan_candidates_free(out);
+            return util_fail(err, UTIL_ENOMEM, "planner: out of memory");
+        }
         if (out->n == before) {
+            util_free(b.memo);
             plan_candidates_free(out);
             return util_fail(err, UTIL_EINFEASIBLE,
                              "module '%s' of %s fits on no GPU group of cluster '%s' for this workload",
                              m->mod[k].name, m->name, c->name);
         }
     }
+    util_free(b.memo);
     prune(out);
     return UTIL_OK;
 }
