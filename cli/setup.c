@@ -68,10 +68,9 @@ int cli_int_arg(const char *cmd, const char *opt, const char *val, int lo, int h
     return 0;
 }
 
-/* An option whose value names one of an enum's members (bad: it names none
- * of choices): 1 with the value consumed and *given set, 2 (message
- * printed) without a value or with a bad one. */
-/* An enum option's value, parsed (rc) by its planner parser, which said why not. */
+/* An option whose value names one of an enum's members, parsed (rc) by its
+ * planner parser, which said why not (why): 1 with the value consumed and
+ * *given set, 2 (message printed) without a value or with a bad one. */
 static int enum_arg(const char *cmd, const char *opt, const char *val, int rc, const char *why, bool *given, int *i)
 {
     if (!val) { cli_usage_error(cmd, "%s needs a value", opt); return 2; }

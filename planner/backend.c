@@ -1,6 +1,6 @@
 /* The backend a memory prediction is for, and the bytes it allocates
  * outside the layout (planner/backend.h). */
-#include "planner/planner.h"
+#include "planner/planner_int.h"
 
 #include <string.h>
 
@@ -8,13 +8,7 @@ static const char *const backend_names[PLAN_NBACKEND] = { "cuda", "cpu" };
 
 const char *plan_backend_name(plan_backend b) { return b >= 0 && b < PLAN_NBACKEND ? backend_names[b] : "?"; }
 
-int plan_backend_parse(const char *s, plan_backend *out, char *err)
-{
-    int b = util_name_index(s, backend_names, PLAN_NBACKEND, err);
-    if (b < 0) return UTIL_EINVAL;
-    *out = (plan_backend)b;
-    return UTIL_OK;
-}
+PLAN_ENUM_PARSE(plan_backend_parse, plan_backend, backend_names, PLAN_NBACKEND)
 
 plan_backend plan_backend_on(plan_backend b, const cost_gpu *g)
 {

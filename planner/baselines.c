@@ -5,7 +5,7 @@
  *  sp-tp        Ulysses SP for the encoders + TP for the LLM, colocated (Ray's published "DHP" setting)
  * Each takes the fastest recompute / micro-batch variant that fits; when none
  * fits, the variant with the least memory, marked OOM. */
-#include "planner/planner.h"
+#include "planner/planner_int.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -15,13 +15,7 @@
 static const char *baseline_names[PLAN_NBASE] = { "zero3", "tp", "homogeneous", "sp-tp" };
 const char *plan_baseline_name(plan_baseline b) { return baseline_names[b]; }
 
-int plan_baseline_parse(const char *s, plan_baseline *out, char *err)
-{
-    int b = util_name_index(s, baseline_names, PLAN_NBASE, err);
-    if (b < 0) return UTIL_EINVAL;
-    *out = (plan_baseline)b;
-    return UTIL_OK;
-}
+PLAN_ENUM_PARSE(plan_baseline_parse, plan_baseline, baseline_names, PLAN_NBASE)
 
 /* Largest power of two <= cap dividing every module's heads and kv_heads. */
 static int widest_split(const model_t *m, int cap, bool encoders_only, bool llm_only)

@@ -228,6 +228,15 @@ static double embedding_dropout_bytes(const model_module *mm, const plan_module 
     return t * mm->hidden / plan_seqpar_split(mm, s);
 }
 
+/* One block's full activations over t tokens, nothing recomputed: what is
+ * live while a block runs. */
+static double one_block_live(const model_module *mm, const plan_module *s, const plan_seq *q, double t, double A)
+{
+    plan_module none = *s;
+    none.recompute = PLAN_RECOMP_NONE;
+    return t * block_act_bytes_per_token(mm, &none, false, q->seq, A);
+}
+
 /* Returns the module's activations; *blocks_saved: of them, what its blocks save (the stem and head apart). */
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
                                const plan_workload *w, int in_flight, double A, double *blocks_saved)
@@ -240,22 +249,15 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
          * where all Tensors didn't require gradients", PyTorch's autograd
          * mechanics notes; its inputs are data, its weights frozen), so only
          * the block being run is live, and the output it hands the LLM. */
-        plan_module none = *s;
-        none.recompute = PLAN_RECOMP_NONE;
         *blocks_saved = 0;
-        return t * block_act_bytes_per_token(mm, &none, false, q->seq, A) + plan_encoder_out_rows(mm, q, t) * A * mm->out_hidden;
+        return one_block_live(mm, s, q, t, A) + plan_encoder_out_rows(mm, q, t) * A * mm->out_hidden;
     }
     double per_block = block_bytes(mm, s, q, t, A);
     double saved = per_block * pipeline_blocks_in_flight(mm, s, w, per_block, mask, &stem_micro);
     double per_mb = 0;
     /* During backward with full recompute one block's full activations are
      * live again: one block of one micro-batch, however many are in flight. */
-    double live = 0;
-    if (s->recompute == PLAN_RECOMP_FULL || s->recompute == PLAN_RECOMP_OP) {
-        plan_module none = *s;
-        none.recompute = PLAN_RECOMP_NONE;
-        live = t * block_act_bytes_per_token(mm, &none, false, q->seq, A);
-    }
+    double live = s->recompute == PLAN_RECOMP_FULL || s->recompute == PLAN_RECOMP_OP ? one_block_live(mm, s, q, t, A) : 0;
     /* Stem and head with pp = 1: the final norm's input and the output
      * layer's input, 2 s b h bytes each (Korthikanti et al. sec. 4.3).
      * Sequence parallelism splits both by tp where it splits the blocks'

@@ -1,7 +1,7 @@
 /* The plan file (schema "dhp.plan/1"): everything the executor needs —
  * model, cluster, workload, placement and each module's ranks and degrees —
  * plus the planner's predictions. Written atomically. */
-#include "planner/planner.h"
+#include "planner/planner_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,32 +19,14 @@ static const char *adamw_names[PLAN_NADAMW] = { "fused", "foreach" };
 static const char *grad_reduce_names[PLAN_NREDUCE] = { "grads", "bf16" };
 static const char *tp_style_names[PLAN_NTP_STYLE] = { "megatron", "dtensor" };
 
-/* *out = the index of s in names[0..n) (UTIL_OK), else UTIL_EINVAL and err says why. */
-static int parse_name(const char *s, const char *const *names, int n, int *out, char *err)
-{
-    int i = util_name_index(s, names, n, err);
-    if (i < 0) return UTIL_EINVAL;
-    *out = i;
-    return UTIL_OK;
-}
-
-#define ENUM_PARSE(fn, type, names, count)                         \
-    int fn(const char *s, type *out, char *err)                    \
-    {                                                              \
-        int i;                                                     \
-        int rc = parse_name(s, names, count, &i, err);             \
-        if (!rc) *out = (type)i;                                   \
-        return rc;                                                 \
-    }
-ENUM_PARSE(plan_placement_parse, plan_placement, placement_names, 2)
-ENUM_PARSE(plan_recompute_parse, plan_recompute, recompute_names, 4)
-ENUM_PARSE(plan_precision_parse, plan_precision, precision_names, PLAN_NPRECISION)
-ENUM_PARSE(plan_target_parse, plan_target, target_names, PLAN_NTARGET)
-ENUM_PARSE(plan_zero3_parse, plan_zero3, zero3_names, PLAN_NZERO3)
-ENUM_PARSE(plan_adamw_parse, plan_adamw, adamw_names, PLAN_NADAMW)
-ENUM_PARSE(plan_grad_reduce_parse, plan_grad_reduce, grad_reduce_names, PLAN_NREDUCE)
-ENUM_PARSE(plan_tp_style_parse, plan_tp_style, tp_style_names, PLAN_NTP_STYLE)
-#undef ENUM_PARSE
+PLAN_ENUM_PARSE(plan_placement_parse, plan_placement, placement_names, 2)
+PLAN_ENUM_PARSE(plan_recompute_parse, plan_recompute, recompute_names, 4)
+PLAN_ENUM_PARSE(plan_precision_parse, plan_precision, precision_names, PLAN_NPRECISION)
+PLAN_ENUM_PARSE(plan_target_parse, plan_target, target_names, PLAN_NTARGET)
+PLAN_ENUM_PARSE(plan_zero3_parse, plan_zero3, zero3_names, PLAN_NZERO3)
+PLAN_ENUM_PARSE(plan_adamw_parse, plan_adamw, adamw_names, PLAN_NADAMW)
+PLAN_ENUM_PARSE(plan_grad_reduce_parse, plan_grad_reduce, grad_reduce_names, PLAN_NREDUCE)
+PLAN_ENUM_PARSE(plan_tp_style_parse, plan_tp_style, tp_style_names, PLAN_NTP_STYLE)
 
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
 const char *plan_target_name(plan_target t) { return t >= 0 && t < PLAN_NTARGET ? target_names[t] : "?"; }

@@ -5,6 +5,18 @@
 
 #include "planner/planner.h"
 
+/* Defines a *_parse of an enum from its name table (plan_precision_parse,
+ * plan_backend_parse, ...): UTIL_OK with *out set, or UTIL_EINVAL with err
+ * saying what the table holds (util_name_index). */
+#define PLAN_ENUM_PARSE(fn, type, names, count)                  \
+    int fn(const char *s, type *out, char *err)                  \
+    {                                                            \
+        int i = util_name_index(s, names, count, err);           \
+        if (i < 0) return UTIL_EINVAL;                           \
+        *out = (type)i;                                          \
+        return UTIL_OK;                                          \
+    }
+
 /* The communication inside one micro-batch's forward and backward, and the
  * blocking exchanges it makes (plan_time.fwd_syncs, bwd_syncs). */
 typedef struct {

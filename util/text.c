@@ -3,7 +3,6 @@
 #include "util.h"
 
 #include <stdio.h>
-
 #include <string.h>
 
 /* Length of the well-formed UTF-8 sequence at s (1..4 bytes), 0 if there is
