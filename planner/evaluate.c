@@ -17,10 +17,13 @@ static double handoff_bytes_per_sample(const model_t *m, int mi, const plan_work
     return A * tokens * mm->out_hidden;
 }
 
-/* Pipeline depth whose activations an encoder keeps alive in the
- * disaggregated 1F1B flow: its chunk waits for the LLM's gradient while it
- * already runs the next chunk forward. */
-static int encoder_in_flight(const plan_t *p) { return p->n_micro > 1 ? 2 : 1; }
+/* Chunks whose activations an encoder keeps alive in the disaggregated
+ * flow: a training one its loop's window (plan_encoder_loop_of), each
+ * waiting for the LLM's gradient while it runs the next ones forward. */
+static int encoder_in_flight(const plan_t *p, const plan_encoder_loop *loop)
+{
+    return loop->window > 1 ? loop->window : p->n_micro > 1 ? 2 : 1;
+}
 
 static bool same_node_groups(const plan_t *p, int a, int b)
 {
@@ -33,23 +36,22 @@ static bool same_node_groups(const plan_t *p, int a, int b)
     return lo / gpn == (hi - 1) / gpn;
 }
 
-/* Seconds to hand one chunk's encoder output to the LLM and, where the
- * encoder trains, its gradient back (disaggregated). Ranks send and take
- * their shares in parallel; each direction lasts as long as its busiest
- * end: a sender sends its share once for every receiving tp rank it feeds
- * (plan_handoff_copies), a receiver takes its own share once. An encoder
- * rank holds its (dp, sp) group's rows of the chunk, an LLM rank of the
- * first stage its group's. */
-static double transfer_time(const plan_t *p, int mi, int chunk)
+/* Seconds to hand one chunk's encoder output to the LLM (*to_llm) and,
+ * where the encoder trains, its gradient back (*back; disaggregated).
+ * Ranks send and take their shares in parallel; each direction lasts as
+ * long as its busiest end: a sender sends its share once for every
+ * receiving tp rank it feeds (plan_handoff_copies), a receiver takes its
+ * own share once. An encoder rank holds its (dp, sp) group's rows of the
+ * chunk, an LLM rank of the first stage its group's. */
+static void transfer_times(const plan_t *p, int mi, int chunk, double *to_llm, double *back)
 {
     const plan_module *e = &p->mod[mi], *l = &p->mod[p->model.llm];
     double sample = handoff_bytes_per_sample(&p->model, mi, &p->work, plan_precision_bytes(p->precision).act);
     double enc = sample * ((chunk + e->dp - 1) / e->dp) / e->sp, llm = sample * ((chunk + l->dp - 1) / l->dp) / l->sp;
     bool same = same_node_groups(p, mi, p->model.llm);
-    double t = cost_p2p_time(&p->cluster, e->pool, l->pool, same, fmax(enc * plan_handoff_copies(p, mi, false), llm));
-    if (plan_dp_rules_of(&p->model.mod[mi], e).trains)
-        t += cost_p2p_time(&p->cluster, l->pool, e->pool, same, fmax(llm * plan_handoff_copies(p, mi, true), enc));
-    return t;
+    *to_llm = cost_p2p_time(&p->cluster, e->pool, l->pool, same, fmax(enc * plan_handoff_copies(p, mi, false), llm));
+    *back = plan_dp_rules_of(&p->model.mod[mi], e).trains
+          ? cost_p2p_time(&p->cluster, l->pool, e->pool, same, fmax(llm * plan_handoff_copies(p, mi, true), enc)) : 0;
 }
 
 static void fill_prediction(plan_t *p, const plan_eval *ev, double step)
@@ -141,6 +143,84 @@ double plan_step_parts_total(const plan_step_parts *sp)
          + m->hop_s + sp->bubble_s + sp->transfer_s + sp->dp_sync_s + sp->norm_s + sp->optim_s;
 }
 
+/* One chunk on a disaggregated encoder group: its forward and backward
+ * (the chunk's passes, plan_chunk_units), the hand-off each way, its tail,
+ * its loop with the LLM. */
+typedef struct {
+    double fwd_s, bwd_s, to_llm_s, back_s, tail_s;
+    bool trains;
+    plan_encoder_loop loop;
+} enc_chunk;
+
+typedef struct {
+    double fwd_unit_s, bwd_unit_s;   /* a unit (micro-batch x model chunk) on the pacing stage: pace / vp, split */
+    double steady_s;   /* a chunk's m micro-batches on the pacing stage: m x pace */
+    double latency_s;  /* a chunk through the pipeline and back: (m + fill and drain) x pace */
+    double tail_s;
+} llm_chunk;
+
+/* The disaggregated step, chunk by chunk in the schedule's order
+ * (planner/schedule.c), n chunks: each encoder group forwards chunk c (F),
+ * the LLM's first stage starts it (S) and sends its gradient back (G), the
+ * encoder runs its backward (B). With chunk c's loop on the LLM's first
+ * stage (plan_llm_chunk_loops: first unit u, backward units before it b,
+ * need, reach) and units f, b forward and backward:
+ *   arrive(c) = max over encoders of F(c) + to_llm
+ *   S(c) = max(arrive(c), S(c-1) + (u(c) - u(c-1)) f + (b(c) - b(c-1)) b)
+ *   G(c) = max(S(c) + latency, G(c-1), S(c + need - 1) + reach (f + b))
+ *   G(n-1) >= S(0) + (n - 1) steady + latency     the pacing stage's own work
+ *   training encoder: F(c) after B(c-W); B(c) after F(c+W-1) and G(c) + back
+ *   frozen encoder: F(c) after S(c-2) (its send of c-1 frees chunk c-2 once taken)
+ * with W the loop's window (plan_encoder_loop_of): the LLM fills and drains
+ * its pipeline once over all chunks, and an encoder whose next forward
+ * waits for a gradient that waits for its own latest chunk paces the step
+ * at its chunk plus that reach. step = the groups' last op, then the
+ * slowest tail (the gradient norm spans every rank: no optimizer steps
+ * before every group's last backward). */
+static int disaggregated_step(const plan_t *p, const enc_chunk *enc, const llm_chunk *lc, double *step, char *err)
+{
+    int n = plan_chunks(p), K = p->n_modules, L = p->model.llm, W = 1;
+    double *S = util_malloc(sizeof *S * (size_t)n * 2), *G = S ? S + n : NULL;
+    plan_chunk_loop *l = util_calloc((size_t)n, sizeof *l);
+    int rc = S && l ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "plan: out of memory pricing the disaggregated step");
+    if (!rc) plan_llm_chunk_loops(p, l);
+    for (int k = 0; k < K; k++)
+        if (k != L && enc[k].trains && enc[k].loop.window > W) W = enc[k].loop.window;
+    double free_at[MODEL_MAX_MODULES] = { 0 };   /* each encoder group's last op ends */
+    for (int j = 0, next_g = 0; j <= n && !rc; j++) {
+        if (j < n) {
+            double arrive = 0;
+            for (int k = 0; k < K; k++) {
+                if (k == L) continue;
+                double start = free_at[k];
+                if (!enc[k].trains && j >= 2 && S[j - 2] > start) start = S[j - 2];
+                free_at[k] = start + enc[k].fwd_s;
+                arrive = fmax(arrive, free_at[k] + enc[k].to_llm_s);
+            }
+            S[j] = !j ? arrive : fmax(arrive, S[j - 1] + (l[j].first_unit - l[j - 1].first_unit) * lc->fwd_unit_s
+                                              + (l[j].backs - l[j - 1].backs) * lc->bwd_unit_s);
+        }
+        /* chunk c's backward follows the forward of c + W - 1; after the last forward, every chunk left */
+        for (int last = j < n ? j - W + 1 : n - 1; next_g <= last; next_g++) {
+            int c = next_g, dep = c + l[c].need - 1;
+            G[c] = S[c] + lc->latency_s;
+            if (c > 0) G[c] = fmax(G[c], G[c - 1]);
+            if (l[c].need >= 1 && dep < n) G[c] = fmax(G[c], S[dep] + l[c].reach * (lc->fwd_unit_s + lc->bwd_unit_s));
+            for (int k = 0; k < K; k++)
+                if (k != L && enc[k].trains) free_at[k] = fmax(free_at[k], G[c] + enc[k].back_s) + enc[k].bwd_s;
+        }
+    }
+    if (!rc) {
+        double last = fmax(G[n - 1], S[0] + (n - 1) * lc->steady_s + lc->latency_s), tail = lc->tail_s;
+        for (int k = 0; k < K; k++)
+            if (k != L) { last = fmax(last, free_at[k]); tail = fmax(tail, enc[k].tail_s); }
+        *step = last + tail;
+    }
+    util_free(S);
+    util_free(l);
+    return rc;
+}
+
 int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
 {
     memset(ev, 0, sizeof *ev);
@@ -148,30 +228,44 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
     if (rc) return rc;
     const plan_workload *w = &p->work;
     int chunk = w->global_batch / (p->placement == PLAN_DISAGGREGATED ? p->n_micro : 1);
-    double sum_t = 0, max_t = 0, sum_tail = 0, max_tail = 0, max_enc_t = 0, llm_t = 0;
+    bool disagg = p->placement == PLAN_DISAGGREGATED;
+    double sum_t = 0, sum_tail = 0;
+    enc_chunk enc[MODEL_MAX_MODULES];
+    llm_chunk lc = { 0 };
+    memset(enc, 0, sizeof enc);
     bool fits = true;
     ev->peak_mem = 0;
     for (int k = 0; k < p->n_modules; k++) {
         const plan_module *s = &p->mod[k];
         const cost_cluster *c = &p->cluster;
+        const plan_time *tk = &ev->time[k];
         plan_module_time(&p->model, k, s, w, c, o, &ev->time[k]);
         bool encoder = k != p->model.llm;
-        int in_flight = p->placement == PLAN_DISAGGREGATED && encoder ? encoder_in_flight(p) : 1;
+        plan_encoder_loop loop = { 1, 0 };
+        if (disagg && encoder && (rc = plan_encoder_loop_of(p, k, &loop, err))) return rc;
+        int in_flight = disagg && encoder ? encoder_in_flight(p, &loop) : 1;
         plan_module_memory(&p->model, k, s, w, &c->pool[s->pool].gpu, o, in_flight, &ev->mem[k]);
-        double micros, bubbles, pace = plan_pace_s(&ev->time[k], s);
+        double micros, bubbles, pace = plan_pace_s(tk, s), to_llm = 0, back = 0;
         module_units(p, k, chunk, &micros, &bubbles);
-        double t = (micros + bubbles) * pace;
-        double transfer = p->placement == PLAN_DISAGGREGATED && encoder ? transfer_time(p, k, chunk) : 0;
-        t += transfer;
-        double tail = plan_time_tail_s(&ev->time[k]), runs = p->placement == PLAN_DISAGGREGATED ? p->n_micro : 1;
-        ev->module_step_s[k] = t * runs + tail;
-        ev->parts[k] = step_parts(&ev->time[k], micros * runs, bubbles * pace * runs, transfer * runs);
-        sum_t += t; if (t > max_t) max_t = t;
-        if (encoder) { if (t > max_enc_t) max_enc_t = t; } else llm_t = t;
-        sum_tail += tail; if (tail > max_tail) max_tail = tail;
+        if (disagg && encoder) transfer_times(p, k, chunk, &to_llm, &back);
+        double passes = (micros + bubbles) * pace, transfer = to_llm + back, tail = plan_time_tail_s(tk);
+        /* disaggregated, each group runs n_micro chunks; the LLM's 1F1B spans them, filling and draining once */
+        double runs = disagg ? p->n_micro : 1, fills = disagg && !encoder ? 1 : runs;
+        ev->module_step_s[k] = (micros * runs + bubbles * fills) * pace + transfer * runs + tail;
+        ev->parts[k] = step_parts(tk, micros * runs, bubbles * pace * fills, transfer * runs);
+        sum_t += passes + transfer;
+        sum_tail += tail;
+        if (disagg && encoder) {
+            double fwd = tk->micro_s > 0 ? plan_time_forward_s(tk) / tk->micro_s : 1;
+            enc[k] = (enc_chunk){ fwd * passes, (1 - fwd) * passes, to_llm, back, tail,
+                                  plan_dp_rules_of(&p->model.mod[k], s).trains, loop };
+        } else if (disagg) {
+            double fwd = tk->micro_s > 0 ? plan_time_forward_s(tk) / tk->micro_s : 1, unit = pace / plan_vp(s);
+            lc = (llm_chunk){ fwd * unit, (1 - fwd) * unit, micros * pace, passes, tail };
+        }
         p->pred.peak_mem_bytes[k] = ev->mem[k].total;
     }
-    double step;
+    double step = 0;
     if (p->placement == PLAN_COLOCATED) {
         /* Modules run in turn on the same GPUs; memory of all of them is resident,
          * the runtime reservation counted once. */
@@ -183,16 +277,15 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
         fits = total <= ev->capacity;
         for (int k = 0; k < p->n_modules; k++) p->pred.peak_mem_bytes[k] = total;
     } else {
-        /* Encoders run side by side, each feeding the LLM: a two-stage pipeline
-         * over n_micro chunks fills and drains once (slowest encoder, then the
-         * LLM), the slowest group paces the rest; optimizer steps run in parallel. */
-        step = max_enc_t + llm_t + (p->n_micro - 1) * max_t + max_tail;
+        /* Encoders run side by side, each feeding the LLM chunk by chunk;
+         * optimizer steps run in parallel. */
+        if ((rc = disaggregated_step(p, enc, &lc, &step, err))) return rc;
         for (int k = 0; k < p->n_modules; k++) {
             if (ev->mem[k].total > ev->mem[k].capacity) fits = false;
             if (ev->mem[k].total > ev->peak_mem) { ev->peak_mem = ev->mem[k].total; ev->capacity = ev->mem[k].capacity; }
         }
         for (int k = 0; k < p->n_modules; k++)
-            if (k != p->model.llm) ev->transfer_s += transfer_time(p, k, chunk) * p->n_micro;
+            if (k != p->model.llm) ev->transfer_s += (enc[k].to_llm_s + enc[k].back_s) * p->n_micro;
     }
     p->pred.fits = fits;
     fill_prediction(p, ev, step);

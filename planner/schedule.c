@@ -3,6 +3,7 @@
  * the simulator (planner/simulate.c) prices them; see planner.h. */
 #include "planner/planner_int.h"
 
+#include <limits.h>
 #include <string.h>
 
 /* Colocated chunks hold one micro-batch of every LLM dp rank. */
@@ -578,35 +579,101 @@ static int llm_chunks(const plan_t *p, const plan_coord *me, int c0, int c1, pla
     return rc;
 }
 
-/* Chunks an encoder forwards ahead of its first backward when disaggregated:
- * the LLM's first stage sends chunk c's gradient after the backward of its
- * last micro-batch there, by which time it has forwarded pp - 1 more (the
- * 1F1B warm-up), possibly of later chunks whose rows the encoder must have
- * sent; 2 at least, so the encoder's next chunk overlaps the LLM. */
-static int encoder_window(const plan_t *p, int enc, int n_chunks, char *err)
+/* The encoder-LLM loop on one LLM replica running n chunks of m
+ * micro-batches each: the LLM's first stage sends chunk c's gradient after
+ * the backward of its last micro-batch there (through model chunk 0), by
+ * which time it has forwarded w more units (the 1F1B warm-up), possibly of
+ * later chunks whose rows the encoder must have sent. Per chunk
+ * (plan_chunk_loop), each the most over the replicas: its first forward
+ * unit, the backward units before it, and need and reach (reach of the most
+ * need). In closed form over the schedule's unit order (table_unit), so a
+ * step of 2^28 micro-batches costs n steps, not 2^28. */
+static void note_need(plan_chunk_loop *l, int nd, int r)
 {
-    if (p->placement == PLAN_COLOCATED || !trains(p, enc) || n_chunks <= 1) return 1;
-    int L = p->model.llm, pp = p->mod[L].pp, W = 2;
-    for (int d = 0; d < p->mod[L].dp; d++) {
-        micro_list M;
-        int rc = micros_of(p, L, d, 0, n_chunks, &M, err);
-        if (rc) return -1;
-        int vp = plan_vp(&p->mod[L]), n = M.n * vp, w = warmup_of(pp, vp, 0, n);
-        for (int j = 0; j < n; j++) {   /* backward unit j; with it, forward unit j + w has run */
-            int mi, v, ahead = j + w < n ? j + w : n - 1, most = 0;
-            table_unit(pp, vp, j, false, &mi, &v);
-            if (v != 0 || (mi + 1 < M.n && M.v[mi + 1].chunk == M.v[mi].chunk)) continue;   /* not a chunk's last backward */
-            for (int a = 0; a <= ahead; a++) {   /* the latest micro-batch into the first chunk by then */
-                int ami, av;
-                table_unit(pp, vp, a, true, &ami, &av);
-                if (av == 0 && ami > most) most = ami;
-            }
-            int need = M.v[most].chunk - M.v[mi].chunk + 1;
-            if (need > W) W = need;
-        }
-        util_free(M.v);
+    if (nd > l->need) { l->need = nd; l->reach = 0; }
+    if (nd == l->need && r > l->reach) l->reach = r;
+}
+
+/* The unit that runs micro-batch mi through model chunk v, forward or
+ * backward (the inverse of table_unit). */
+static long unit_of(int pp, int vp, long mi, int v, bool forward)
+{
+    return (mi / pp) * pp * vp + (long)(forward ? v : vp - 1 - v) * pp + mi % pp;
+}
+
+static void replica_loop(int pp, int vp, int n, int m, plan_chunk_loop *per_chunk)
+{
+    if (m <= 0) return;
+    long N = (long)n * m, U = N * vp, w = warmup_of(pp, vp, 0, U > INT_MAX ? INT_MAX : (int)U);
+    for (int c = 0; c < n; c++) {
+        plan_chunk_loop *l = &per_chunk[c];
+        long first = unit_of(pp, vp, (long)c * m, 0, true);
+        if (first > l->first_unit) l->first_unit = first;
+        if (first - w > l->backs) l->backs = first - w;   /* forward u follows backward u - w - 1 */
+        long j = unit_of(pp, vp, (long)c * m + m - 1, 0, false), ahead = j + w < U ? j + w : U - 1;
+        /* the latest micro-batch into model chunk 0 among forward units 0..ahead (none past the step's) */
+        long g = ahead / ((long)pp * vp), r = ahead % ((long)pp * vp);
+        long most = g * pp + (r < pp ? r : pp - 1);
+        if (most > N - 1) most = N - 1;
+        long dep = most / m;
+        note_need(l, (int)(dep - c + 1), (int)(ahead - unit_of(pp, vp, dep * m, 0, true) + 1));
     }
-    return W < n_chunks ? W : n_chunks;
+}
+
+/* Per-chunk needs -> the loop: a window of 2 chunks at least, so the
+ * encoder's next chunk overlaps the LLM; at most the step's chunks. */
+static plan_encoder_loop loop_of(const plan_chunk_loop *per_chunk, int n_chunks)
+{
+    int most = 0, r = 0;
+    for (int c = 0; c < n_chunks; c++) {
+        if (per_chunk[c].need > most) { most = per_chunk[c].need; r = 0; }
+        if (per_chunk[c].need == most && per_chunk[c].reach > r) r = per_chunk[c].reach;
+    }
+    plan_encoder_loop l = { most > 2 ? most : 2, most >= 2 ? r : 0 };
+    if (l.window >= n_chunks) { l.window = n_chunks; if (most > n_chunks) l.reach = 0; }
+    return l;
+}
+
+int plan_encoder_loop_even(int pp, int vp, int n_chunks, int micros_per_chunk, plan_encoder_loop *out, char *err)
+{
+    *out = (plan_encoder_loop){ 1, 0 };
+    if (n_chunks <= 1 || micros_per_chunk <= 0) return UTIL_OK;
+    plan_chunk_loop *l = util_calloc((size_t)n_chunks, sizeof *l);
+    if (!l) return util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
+    replica_loop(pp, vp, n_chunks, micros_per_chunk, l);
+    *out = loop_of(l, n_chunks);
+    util_free(l);
+    return UTIL_OK;
+}
+
+/* Every chunk of a disaggregated step has global_batch / n_micro samples, so
+ * an LLM replica runs the same micro-batches of each (its share, which
+ * replicas differ in by one sample at most). */
+void plan_llm_chunk_loops(const plan_t *p, plan_chunk_loop *per_chunk)
+{
+    int n_chunks = plan_chunks(p), L = p->model.llm, done[2] = { -1, -1 };
+    memset(per_chunk, 0, sizeof *per_chunk * (size_t)n_chunks);
+    for (int d = 0; d < p->mod[L].dp; d++) {
+        int f, count;
+        plan_chunk_share(p, L, 0, d, &f, &count);
+        int m = micro_ops(p, L, 0, count);
+        if (m == done[0] || m == done[1]) continue;
+        done[done[0] < 0 ? 0 : 1] = m;
+        replica_loop(p->mod[L].pp, plan_vp(&p->mod[L]), n_chunks, m, per_chunk);
+    }
+}
+
+int plan_encoder_loop_of(const plan_t *p, int enc, plan_encoder_loop *out, char *err)
+{
+    int n_chunks = plan_chunks(p);
+    *out = (plan_encoder_loop){ 1, 0 };
+    if (p->placement == PLAN_COLOCATED || !trains(p, enc) || n_chunks <= 1) return UTIL_OK;
+    plan_chunk_loop *l = util_calloc((size_t)n_chunks, sizeof *l);
+    if (!l) return util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
+    plan_llm_chunk_loops(p, l);
+    *out = loop_of(l, n_chunks);
+    util_free(l);
+    return UTIL_OK;
 }
 
 /* After the last micro-batch, as each module's data-parallel strategy says
@@ -686,7 +753,7 @@ static void mark_last_backward(plan_schedule *s)
  *   of chunk c;
  * - the LLM's RECV_ACT of chunk c + W retires its chunk-c gradients: an
  *   encoder sends chunk c + W after its RECV_GRAD of chunk c (the encoder
- *   runs W chunks ahead: encoder_window; colocated, chunk after chunk, 1).
+ *   runs W chunks ahead: plan_encoder_loop_of; colocated, chunk after chunk, 1).
  * A frozen encoder gets no gradients: nothing it runs comes after its
  * receivers took its rows. Its SEND_ACT of chunk c + 1 therefore waits for
  * them to take chunk c, then frees it, before sending: one chunk held, the
@@ -726,9 +793,9 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
     for (int k = 0; k < p->n_modules; k++) {
         on[k] = plan_rank_coord(p, k, rank, &me[k]);
         if (!plan_encoder_feeds(p, k)) continue;
-        int W = encoder_window(p, k, n, err);
-        if (W < 0) return UTIL_ENOMEM;
-        window[k] = W;
+        plan_encoder_loop loop;
+        if ((rc = plan_encoder_loop_of(p, k, &loop, err))) return rc;
+        int W = window[k] = loop.window;
         enc[n_enc++] = (encoder_stage){ p, k, W, max_micro_per_share(p, k), &me[k], s };
     }
     if (p->placement == PLAN_COLOCATED && plan_whole_batch_pipeline(&p->model, &p->work)) {

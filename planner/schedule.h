@@ -198,6 +198,24 @@ int plan_encoder_offset(const plan_t *p, int k);
 /* Checks that the executor can run p as scheduled (sp slices whole merge
  * groups in every micro-batch, one LLM, ...); UTIL_EUNSUPPORTED or
  * UTIL_EINVAL with the reason. */
+/* The disaggregated encoder-LLM loop of a training encoder: window, the
+ * chunks it forwards before its first backward (its activations in flight;
+ * 1 colocated, frozen or with one chunk), and reach, the LLM first-stage
+ * units (micro-batch x model chunk) of the window's last chunk forwarded
+ * before a chunk's gradient leaves: chunk c + window's forward waits for
+ * chunk c's gradient, which waits for those units of chunk c + window - 1
+ * (0: for none of it). Of the plan's chunks, or of n_chunks even ones of
+ * micros_per_chunk micro-batches on an LLM replica (the search's). */
+typedef struct { int window, reach; } plan_encoder_loop;
+int plan_encoder_loop_of(const plan_t *p, int enc, plan_encoder_loop *out, char *err);
+int plan_encoder_loop_even(int pp, int vp, int n_chunks, int micros_per_chunk, plan_encoder_loop *out, char *err);
+/* Each chunk of a disaggregated plan on the LLM's first stage, the most over
+ * its replicas: first_unit, the forward unit (in 1F1B order) that starts
+ * it, after backs backward units; its gradient leaves after reach forward
+ * units of chunk c + need - 1 from that chunk's first one (need 1: its
+ * own). per_chunk holds plan_chunks(p). */
+typedef struct { long first_unit, backs; int need, reach; } plan_chunk_loop;
+void plan_llm_chunk_loops(const plan_t *p, plan_chunk_loop *per_chunk);
 int plan_schedule_check(const plan_t *p, char *err);
 int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err);
 void plan_schedule_free(plan_schedule *s);

@@ -11,14 +11,18 @@
  *   sum_{c in col(f)} mem_c x_c <= cap_f - reserved_f
  *   sum_{c in dis(k,n)} x_c = z_n,  sum_n z_n = 1 - y
  *   sum_{c in dis, pool p} gpus_c x_c <= G_p        disjoint groups
- *   M_n >= sum_{c in dis(k,n)} time_c x_c,  E >= sum_{c in dis(k)} tail_c x_c
+ *   M_n >= sum_{c in dis(k,n)} steady_c x_c  (+ sum_{c in dis(LLM,n)} loop_c x_c
+ *          for an encoder k that trains),  E >= sum_{c in dis(k)} tail_c x_c
  *   Enc >= sum_{c in dis(k)} time_c x_c          for every encoder k
  *
  *   minimise  sum_{col} time_c x_c + sum_{dis, LLM} time_c x_c + Enc + sum_n (n-1) M_n + E
  *
  * which is the colocated in-turn step (sum of modules) or the pipelined
- * step (fill/drain: slowest encoder + LLM, then (n-1) x slowest group, then
- * the slowest optimizer tail). */
+ * step (fill/drain: slowest encoder, then the LLM's chunk with its
+ * pipeline's fill and drain, then (n-1) x the slowest steady chunk, then
+ * the slowest optimizer tail), a training encoder's chunk lengthened by the
+ * LLM's part of their loop (plan_encoder_loop; plan_evaluate's
+ * disaggregated_step runs the chunks one by one). */
 #include "planner/planner.h"
 
 #include <glpk.h>
@@ -28,6 +32,7 @@
 #include <string.h>
 
 #define MAX_OPTS 64
+#define DISAGG_FRONT 3   /* candidates kept per disaggregated key (prune) */
 
 void plan_search_options_default(plan_search_options *o)
 {
@@ -177,7 +182,18 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
             plan_time t; plan_mem mem;
             price(b, k, &s, encoder && n > 1 ? 2 : 1, &t, &mem);
             if (mem.total > mem.capacity) continue;
-            double time = plan_chunk_time(&t, &s, chunk);
+            double time = plan_chunk_time(&t, &s, chunk), steady = time, loop = 0;
+            bool trains = false;
+            if (!encoder) {   /* its fill and drain once a step; a training encoder waits reach units a chunk */
+                double micros, bubbles, pace = plan_pace_s(&t, &s);
+                plan_chunk_units(&s, chunk, &micros, &bubbles);
+                plan_encoder_loop l;
+                char e[UTIL_ERR_LEN];
+                int rc = plan_encoder_loop_even(s.pp, plan_vp(&s), n, (int)micros, &l, e);
+                if (rc) return rc;
+                steady = micros * pace;
+                loop = l.reach * pace / plan_vp(&s);
+            }
             if (encoder) {
                 const model_module *mm = &b->m->mod[k];
                 plan_seq q;
@@ -186,11 +202,14 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
                              * plan_encoder_out_rows(mm, &q, q.tokens_per_sample * per_rank / s.sp) * mm->out_hidden;
                 bool one_node = cost_pool_gpus(&b->c->pool[s.pool]) <= b->c->pool[s.pool].gpus_per_node;
                 /* its hand-off before the LLM's strategy is known: one copy of its share out and, where it
-                 * trains, its gradient back (the plan's own, evaluate.c transfer_time, counts the LLM's ends) */
-                time += (plan_dp_rules_of(mm, &s).trains ? 2.0 : 1.0) * cost_p2p_time(b->c, s.pool, s.pool, one_node, bytes);
+                 * trains, its gradient back (the plan's own, evaluate.c transfer_times, counts the LLM's ends) */
+                trains = plan_dp_rules_of(mm, &s).trains;
+                time += (trains ? 2.0 : 1.0) * cost_p2p_time(b->c, s.pool, s.pool, one_node, bytes);
+                steady = time;
             }
             plan_candidate c = { .module = k, .colocated = false, .pool = s.pool, .gpus = gpus, .n_micro = n,
-                                 .s = s, .time = time, .tail = plan_time_tail_s(&t), .mem = mem.total };
+                                 .s = s, .time = time, .steady = steady, .loop = loop, .trains = trains,
+                                 .tail = plan_time_tail_s(&t), .mem = mem.total };
             int rc = push(b->cs, &c);
             if (rc) return rc;
         }
@@ -198,8 +217,15 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
     return UTIL_OK;
 }
 
-/* Sorts candidates by key and keeps the fastest per disaggregated key and
- * the Pareto front per colocated key. */
+/* A candidate's own step: colocated its share, disaggregated its n chunks
+ * pipelined (the first whole, the rest at its steady pace). */
+static double own_step(const plan_candidate *c)
+{
+    return c->colocated ? c->time : c->time + (c->n_micro - 1) * c->steady;
+}
+
+/* Sorts candidates by key and keeps the Pareto front of own step and memory
+ * per key (a disaggregated key as a colocated one). */
 static int key_cmp(const void *pa, const void *pb)
 {
     const plan_candidate *a = pa, *b = pb;
@@ -209,7 +235,8 @@ static int key_cmp(const void *pa, const void *pb)
     if (a->gpus != b->gpus) return a->gpus - b->gpus;
     int ka = a->colocated ? a->samples_per_step : a->n_micro, kb = b->colocated ? b->samples_per_step : b->n_micro;
     if (ka != kb) return ka - kb;
-    if (a->time != b->time) return a->time < b->time ? -1 : 1;
+    double ra = own_step(a), rb = own_step(b);
+    if (ra != rb) return ra < rb ? -1 : 1;
     if (a->mem != b->mem) return a->mem < b->mem ? -1 : 1;
     return 0;
 }
@@ -227,13 +254,14 @@ static void prune(plan_candidates *cs)
     for (int i = 0; i < cs->n;) {
         int j = i;
         while (j < cs->n && same_key(&cs->c[i], &cs->c[j])) j++;
-        /* Sorted by time within the key: the first is the fastest; a later one
-         * survives on the front only if it needs strictly less memory. */
+        /* Sorted by own step within the key: the first is the fastest; a later
+         * one survives on the front only if it needs strictly less memory. A
+         * disaggregated key keeps the first few of its front: where the
+         * simulation finds a plan short of memory (the hand-off's buffers, no
+         * one candidate's), a leaner one is there to take. */
         double best_mem = INFINITY;
-        for (int t = i; t < j; t++) {
-            if (!cs->c[t].colocated && t > i) break;
-            if (cs->c[t].mem < best_mem) { cs->c[out++] = cs->c[t]; best_mem = cs->c[t].mem; }
-        }
+        for (int t = i, kept = 0; t < j && (cs->c[t].colocated || kept < DISAGG_FRONT); t++)
+            if (cs->c[t].mem < best_mem) { cs->c[out++] = cs->c[t]; best_mem = cs->c[t].mem; kept++; }
         i = j;
     }
     cs->n = out;
@@ -333,9 +361,14 @@ bool plan_candidates_objective(const plan_candidates *cs, const int *chosen, dou
             if (c->tail > max_tail) max_tail = c->tail;
         }
         sum += c->time;
-        if (c->time > max_t) max_t = c->time;
+        if (c->steady > max_t) max_t = c->steady;
         if (k == cs->llm) llm = c->time;
         else if (c->time > max_enc) max_enc = c->time;
+    }
+    /* a training encoder's period: its chunk and the LLM's loop (see the MILP's M_n rows) */
+    for (int k = 0; k < cs->n_modules; k++) {
+        const plan_candidate *c = &cs->c[chosen[k]];
+        if (!c->colocated && k != cs->llm && c->trains) max_t = fmax(max_t, c->steady + cs->c[chosen[cs->llm]].loop);
     }
     if (first->colocated) {
         if (mem > cs->capacity[first->pool] - cs->reserved[first->pool]) return false;
@@ -468,10 +501,17 @@ static int add_rows(glp_prob *lp, const plan_candidates *cs, const milp_layout *
                     rc |= row_add(r, i + 1, 1.0);
             rc |= row_add(r, L->col_z0 + ni, -1.0);
             row_emit(lp, r, GLP_FX, 0.0, 0.0);
-            /* M_n >= chunk time of module k's pick */
+            /* M_n >= module k's pick's steady chunk and, for a training encoder, the LLM pick's loop */
+            bool trains = false;
             for (int i = 0; i < cs->n; i++)
-                if (!cs->c[i].colocated && cs->c[i].module == k && cs->c[i].n_micro == L->n_values[ni])
-                    rc |= row_add(r, i + 1, cs->c[i].time);
+                if (!cs->c[i].colocated && cs->c[i].module == k && cs->c[i].n_micro == L->n_values[ni]) {
+                    rc |= row_add(r, i + 1, cs->c[i].steady);
+                    trains |= cs->c[i].trains;
+                }
+            for (int i = 0; trains && i < cs->n; i++)
+                if (!cs->c[i].colocated && cs->c[i].module == cs->llm && cs->c[i].n_micro == L->n_values[ni]
+                    && cs->c[i].loop > 0)
+                    rc |= row_add(r, i + 1, cs->c[i].loop);
             rc |= row_add(r, L->col_M0 + ni, -1.0);
             row_emit(lp, r, GLP_UP, 0.0, 0.0);
         }

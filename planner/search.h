@@ -16,6 +16,12 @@ typedef struct {
     int n_micro;              /* disaggregated: chunks per step (same for every module) */
     plan_module s;
     double time;              /* colocated: module's whole step share; disaggregated: one chunk */
+    /* disaggregated, a chunk once the groups pipeline: the LLM's m micro-batches
+     * at its pace (its fill and drain come once, in time), an encoder's time;
+     * loop: the LLM's part of a training encoder's period (plan_encoder_loop:
+     * reach units of the encoder's own latest chunk before a gradient leaves) */
+    double steady, loop;
+    bool trains;              /* disaggregated encoder: takes its gradient back (the loop binds it) */
     double tail;              /* disaggregated: exposed DP communication + optimizer step */
     double mem;               /* colocated: bytes without the runtime reservation; else total */
 } plan_candidate;
