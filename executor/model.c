@@ -285,12 +285,12 @@ static void module_free(ex_module *md)
     memset(md, 0, sizeof *md);
 }
 
-bool ex_module_trains(const ex_module *md) { return md->on && !md->mm.frozen; }
+bool ex_module_trains(const ex_module *md) { return md->on && model_trains(&md->mm); }
 
 /* A frozen module keeps its weights only: no gradients, no optimizer state. */
 static int alloc_state(ex_module *md, char *err)
 {
-    bool trains = !md->mm.frozen;
+    bool trains = model_trains(&md->mm);
     size_t bytes = md->n_params * sizeof(float);
     md->params = md->be->alloc(bytes, UTIL_MEM_PARAMS);
     if (trains) {

@@ -60,7 +60,7 @@ int ex_module_set_shard(ex_model *em, int module_index, int G, int r, bool shard
     ex_shard sh;
     int rc = ex_shard_init(&sh, md->unit_off, md->n_units, G, r, err);
     if (rc) return rc;
-    bool trains = !md->mm.frozen;
+    bool trains = model_trains(&md->mm);
     if (trains && (rc = reshard_moments(md, &sh, err))) { ex_shard_free(&sh); return rc; }
     if (trains && shard_grads && !md->gshard) {
         md->gshard = take_pieces(md->be, &sh, NULL, UTIL_MEM_GRADS);

@@ -681,7 +681,9 @@ int model_find(const model_t *m, const char *module_name)
     return -1;
 }
 
-bool model_runs_backward(const model_module *mm) { return !mm->frozen || mm->kind == MODEL_LLM; }
+bool model_trains(const model_module *mm) { return !mm->frozen; }
+
+bool model_runs_backward(const model_module *mm) { return model_trains(mm) || mm->kind == MODEL_LLM; }
 
 int model_find_kind(const model_t *m, model_kind kind)
 {

@@ -150,6 +150,10 @@ const char *model_zoo_name(int i);
  * layer_norm_eps keep). */
 double model_norm_eps(const model_module *mm);
 
+/* Does a step train mm's weights (gradients, optimizer state, an update)?
+ * Not where the model freezes it (a frozen CLIP tower, say). */
+bool model_trains(const model_module *mm);
+
 /* Does a step run mm's backward? A frozen module other than the LLM does
  * not (nothing before it needs its input's gradient, so its forward keeps
  * nothing for one); the LLM does even when frozen, for the encoders that

@@ -546,7 +546,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     memset(out, 0, sizeof *out);
 
     double A = plan_module_state_bytes(mm, o).act;   /* an activation element (dhp's executor: fp32); the collectives: W below */
-    pricer p = { .g = g, .A = A, .need_weight_grad = !mm->frozen, .need_input_grad = !(mm->frozen && mm->kind != MODEL_LLM),
+    pricer p = { .g = g, .A = A, .need_weight_grad = model_trains(mm), .need_input_grad = model_runs_backward(mm),
                  .megatron = o->target == PLAN_TARGET_MEGATRON, .math = plan_gemm_math(o),
                  .attn = plan_attention_kernel(o) };
     bool backward = runs_backward(&p);
@@ -614,7 +614,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
      * recomputation), then everything else. */
     plan_comm tp_fwd = { 0 }, tp = { 0 }, sp_fwd = { 0 }, sp = { 0 }, dp = { 0 };
     double W = plan_act_wire_bytes(o);   /* what the activation collectives move (planner/precision.c) */
-    plan_price_tp_blocks(mm, s, st->count, pool, o, W, t, backward, !mm->frozen, &tp, &tp_fwd);
+    plan_price_tp_blocks(mm, s, st->count, pool, o, W, t, backward, model_trains(mm), &tp, &tp_fwd);
     plan_price_tp_llm_ends(mm, s, st, pool, W, t, text_rows, head_rows, backward, &tp);
     plan_price_ulysses(mm, s, pool, W, t, n_a2a_layers, backward, &sp_fwd, &sp);
     sp_fwd.fwd_s += n_full * rp.fwd_comm_s;
@@ -688,7 +688,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     plan_stage whole = plan_stage_of(&m->mod[mi], s, -1);
     price_micro(m, mi, s, &whole, w, c, o, samples, -1, out);
     if (s->pp <= 1 || samples <= 0) return;
-    bool backward = !m->mod[mi].frozen || m->mod[mi].kind == MODEL_LLM;
+    bool backward = model_runs_backward(&m->mod[mi]);
     double hop = plan_stage_hop_s(m, mi, s, w, c, o, samples);
     /* pp - 1 hand-offs each way, pp * vp - 1 with interleaving: every model
      * chunk hands off to the next rank (Narayanan et al. SC'21 sec. 2.2.2) */
@@ -767,7 +767,7 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     out->dp_exposed_s = plan_overlapped_comm_s(step_comm, hidden, o->target == PLAN_TARGET_MEGATRON);
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
-    double passes = mm->frozen ? (mm->kind == MODEL_LLM ? 2.0 : 1.0) : 3.0;
+    double passes = model_trains(mm) ? 3.0 : model_runs_backward(mm) ? 2.0 : 1.0;
     out->model_flops = passes * forward_flops_per_sample(mm, &q) * w->global_batch;
 }
 

@@ -9,7 +9,7 @@ plan_dp_rules plan_dp_rules_of(const model_module *mm, const plan_module *s)
 {
     plan_dp_rules r = { 0 };
     r.shard = s->dp * s->sp;
-    r.trains = !mm->frozen;
+    r.trains = model_trains(mm);
     r.stage = r.shard > 1 ? s->zero : 0;
     if (r.stage < 0 || (!r.trains && r.stage < 3)) r.stage = 0;   /* nothing to shard but weights */
     r.shard_params = r.stage >= 3;

@@ -90,7 +90,7 @@ plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_opti
     b.step_traffic += plan_weight_copy_bytes(mm, o);
     /* an FSDP reduce_dtype of bf16 (plan_grad_reduce): what the collectives send */
     if (o->target == PLAN_TARGET_MEGATRON && o->grad_reduce == PLAN_REDUCE_BF16) b.reduce = fmin(b.grad, BF16);
-    if (!mm->frozen) return b;
+    if (model_trains(mm)) return b;
     if (o->target == PLAN_TARGET_MEGATRON) b.param = BF16;
     b.grad = 0;
     b.reduce = 0;
@@ -314,7 +314,7 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
     double comms = (s->tp > 1) + (s->sp > 1) + (s->dp * s->sp > 1) + (s->pp > 1);
     double b = comms * NCCL_BUFFSIZE * 2 * NCCL_CHANNELS;
     double shard = (double)s->dp * s->sp;
-    if (shard > 1 && !mm->frozen) {
+    if (shard > 1 && model_trains(mm)) {
         if (plan_zero3_deepspeed_applies(mm, s, o))   /* no bucket of its own (cost_zero3.c) */
             b += plan_zero3_deepspeed_bucket_bytes(mm, s, A * fmin(ZERO_REDUCE_BUCKET, local_p));
         else if (s->zero >= 2) b += A * fmin(ZERO_REDUCE_BUCKET, local_p);
@@ -393,7 +393,7 @@ static void executor_activations(const model_module *mm, const plan_module *s, i
      * go out or come in through, and where the module runs a backward
      * those of their gradient. */
     double Nl = N / plan_seqpar_split(mm, s);
-    out->comm += A * Nl * mm->hidden * plan_stage_edge_buffers(s, stage, mm->kind == MODEL_LLM || !mm->frozen);
+    out->comm += A * Nl * mm->hidden * plan_stage_edge_buffers(s, stage, model_runs_backward(mm));
 }
 
 int plan_stage_edge_buffers(const plan_module *s, int stage, bool backward)

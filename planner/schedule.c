@@ -96,7 +96,7 @@ bool plan_whole_batch_pipeline(const model_t *m, const plan_workload *w)
     return true;
 }
 
-static bool trains(const plan_t *p, int k) { return !p->model.mod[k].frozen; }
+static bool trains(const plan_t *p, int k) { return model_trains(&p->model.mod[k]); }
 
 int plan_micro_count(const plan_module *s, int count)
 {

@@ -59,7 +59,7 @@ static int handoff_messages(const plan_t *p, sim_messages *t, char *err)
             for (int grad = 0; !rc && grad < 2; grad++) {
                 int g = sim_handoff_group(p, k, c, grad);
                 t->group_first[g] = t->n;
-                if (plan_encoder_feeds(p, k) && (!grad || !p->model.mod[k].frozen)) rc = chunk_messages(p, k, c, grad, t, err);
+                if (plan_encoder_feeds(p, k) && (!grad || model_trains(&p->model.mod[k]))) rc = chunk_messages(p, k, c, grad, t, err);
                 t->group_n[g] = t->n - t->group_first[g];
             }
     return rc;
