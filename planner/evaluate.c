@@ -89,6 +89,18 @@ void plan_chunk_units(const plan_module *s, int chunk_samples, double *micros, d
 
 double plan_pace_s(const plan_time *t, const plan_module *s) { return s->pp > 1 ? t->stage_max_s : t->micro_s; }
 
+double plan_short_micro_saving(const model_t *m, int k, const plan_module *s, const plan_workload *w,
+                               const cost_cluster *c, const plan_options *o, const plan_time *t, int chunk_samples)
+{
+    int mb = s->micro_batch > 0 ? s->micro_batch : 1, per_rank = (chunk_samples + s->dp - 1) / s->dp;
+    double full = plan_pace_s(t, s);
+    if (per_rank % mb == 0 || full <= 0) return 0;
+    plan_time st;
+    plan_micro_time(m, k, s, w, c, o, per_rank % mb, &st);
+    double saved = 1 - plan_pace_s(&st, s) / full;
+    return saved > 0 ? saved : 0;
+}
+
 double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples)
 {
     double micros, bubbles;
@@ -247,6 +259,8 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
         plan_module_memory(&p->model, k, s, w, &c->pool[s->pool].gpu, o, in_flight, &ev->mem[k]);
         double micros, bubbles, pace = plan_pace_s(tk, s), to_llm = 0, back = 0;
         module_units(p, k, chunk, &micros, &bubbles);
+        double whole_micros = micros;   /* the schedule's micro-batches, each a unit (per model chunk) */
+        if (disagg) micros -= plan_short_micro_saving(&p->model, k, s, w, c, o, tk, chunk);
         if (disagg && encoder) transfer_times(p, k, chunk, &to_llm, &back);
         double passes = (micros + bubbles) * pace, transfer = to_llm + back, tail = plan_time_tail_s(tk);
         /* disaggregated, each group runs n_micro chunks; the LLM's 1F1B spans them, filling and draining once */
@@ -260,7 +274,9 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
             enc[k] = (enc_chunk){ fwd * passes, (1 - fwd) * passes, to_llm, back, tail,
                                   plan_dp_rules_of(&p->model.mod[k], s).trains, loop };
         } else if (disagg) {
-            double fwd = tk->micro_s > 0 ? plan_time_forward_s(tk) / tk->micro_s : 1, unit = pace / plan_vp(s);
+            /* a unit's time on average: a short last micro-batch (above) is a cheaper one */
+            double fwd = tk->micro_s > 0 ? plan_time_forward_s(tk) / tk->micro_s : 1;
+            double unit = whole_micros > 0 ? micros * pace / (whole_micros * plan_vp(s)) : pace / plan_vp(s);
             lc = (llm_chunk){ fwd * unit, (1 - fwd) * unit, micros * pace, passes, tail };
         }
         p->pred.peak_mem_bytes[k] = ev->mem[k].total;

@@ -407,6 +407,12 @@ typedef struct {
 double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples);
 void plan_chunk_units(const plan_module *s, int chunk_samples, double *micros, double *bubbles);
 double plan_pace_s(const plan_time *t, const plan_module *s);
+/* The share of a pacing-stage pass that a chunk's short last micro-batch
+ * saves: where micro_batch does not divide the busiest replica's share, its
+ * last micro-batch runs the rest (plan_micro_range), priced at its own
+ * samples (plan_micro_time); 0 where it divides. t: module k's plan_time. */
+double plan_short_micro_saving(const model_t *m, int k, const plan_module *s, const plan_workload *w,
+                               const cost_cluster *c, const plan_options *o, const plan_time *t, int chunk_samples);
 /* Does module k of m feed the LLM its rows in workload w (an encoder whose
  * inputs the samples carry)? */
 bool plan_feeds_llm(const model_t *m, const plan_workload *w, int k);

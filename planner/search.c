@@ -182,17 +182,20 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
             plan_time t; plan_mem mem;
             price(b, k, &s, encoder && n > 1 ? 2 : 1, &t, &mem);
             if (mem.total > mem.capacity) continue;
-            double time = plan_chunk_time(&t, &s, chunk), steady = time, loop = 0;
+            /* a short last micro-batch priced at its own samples (plan_short_micro_saving) */
+            double pace = plan_pace_s(&t, &s);
+            double saved = plan_short_micro_saving(b->m, k, &s, b->w, b->c, &b->o->opt, &t, chunk);
+            double time = plan_chunk_time(&t, &s, chunk) - saved * pace, steady = time, loop = 0;
             bool trains = false;
             if (!encoder) {   /* its fill and drain once a step; a training encoder waits reach units a chunk */
-                double micros, bubbles, pace = plan_pace_s(&t, &s);
+                double micros, bubbles;
                 plan_chunk_units(&s, chunk, &micros, &bubbles);
                 plan_encoder_loop l;
                 char e[UTIL_ERR_LEN];
                 int rc = plan_encoder_loop_even(s.pp, plan_vp(&s), n, (int)micros, &l, e);
                 if (rc) return rc;
-                steady = micros * pace;
-                loop = l.reach * pace / plan_vp(&s);
+                steady = (micros - saved) * pace;
+                loop = l.reach * steady / (micros * plan_vp(&s));   /* reach units, as evaluate.c prices a unit */
             }
             if (encoder) {
                 const model_module *mm = &b->m->mod[k];

@@ -125,7 +125,8 @@ TEST(disagg_loop_closed_form_equals_the_sweep)
 
 /* plan_evaluate's step within 3% of the simulated schedule where the loop
  * paces the encoder (window 2 and 3), where the LLM paces (its fill once),
- * and with two encoders beside an interleaved LLM. */
+ * with two encoders beside an interleaved LLM, and where a replica's last
+ * micro-batch is short (plan_short_micro_saving). */
 TEST(disagg_step_tracks_the_simulated_schedule)
 {
     static plan_t p;
@@ -133,11 +134,14 @@ TEST(disagg_step_tracks_the_simulated_schedule)
     plan_workload big = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 16384, .text_tokens = 512 };
     plan_workload small = { .global_batch = 32, .images_per_sample = 1, .image_tokens = 1024, .text_tokens = 256 };
     plan_workload omni = { .global_batch = 16, .images_per_sample = 1, .image_tokens = 16384, .text_tokens = 512 };
+    plan_workload llava = { .global_batch = 256, .images_per_sample = 1, .image_tokens = 576, .text_tokens = 512 };
     const struct { const char *model; plan_workload w; const char *spec; int n; } cases[] = {
         { "qwen2.5-vl-7b", big, "vision:gpus=2;llm:gpus=6,tp=2,pp=3,mb=1", 4 },
         { "qwen2.5-vl-7b", big, "vision:gpus=2,dp=1,tp=2;llm:gpus=6,tp=2,pp=3,mb=1", 8 },
         { "qwen2.5-vl-7b", small, "vision:gpus=2;llm:gpus=6,tp=2,pp=3,mb=1", 8 },
         { "qwen2.5-omni-7b", omni, "vision:gpus=2,sp=2;audio:gpus=1;llm:gpus=4,tp=2,pp=2,vp=2,mb=1", 16 },
+        /* 256 samples over 7 replicas: 37 on the busiest, its last micro-batch 5 of 8 (priced whole: +7%) */
+        { "llava-1.5-7b", llava, "vision:gpus=1,mb=256;llm:gpus=7,dp=7,zero=3,mb=8", 1 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECK_OK(simulated(cases[i].model, cases[i].w, cases[i].spec, cases[i].n, &p, &analytic));
