@@ -88,7 +88,6 @@ static int build_comms(run_ctx *r, char *err)
         m->on = plan_rank_coord(p, k, r->rank, &m->at);
         m->first = m->at.pp == 0;
         m->last = m->at.pp == p->mod[k].pp - 1;
-        m->trains = model_trains(&p->model.mod[k]);
         m->rules = plan_dp_rules_of(&p->model.mod[k], &p->mod[k]);
         int rc = group_comm(r, k, PLAN_AX_TP, GROUPS_ALL, &m->tp, err);
         if (!rc) rc = group_comm(r, k, PLAN_AX_SP, GROUPS_ALL, &m->sp, err);

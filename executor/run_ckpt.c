@@ -176,7 +176,7 @@ static int save_module(run_ctx *r, int k, const char *dir, char *err)
     const ex_buffer_kind kinds[3] = { EX_BUF_PARAMS, EX_BUF_ADAM_M, EX_BUF_ADAM_V };
     const char *prefix[3] = { "", "adam_m.", "adam_v." };
     tensor_set set = { 0 };
-    int rc = UTIL_OK, n_state = m->trains ? 3 : 1;
+    int rc = UTIL_OK, n_state = m->rules.trains ? 3 : 1;
     for (int j = 0; !rc && j < n_state; j++) {
         flat[j] = util_malloc((m->n ? m->n : 1) * sizeof(float));
         rc = flat[j] ? run_dp_gather_state(&m->dp, kinds[j], flat[j], err)
@@ -304,7 +304,7 @@ static int load_module(run_ctx *r, int k, const char *dir, long long *step, char
     float *flat[3] = { NULL, NULL, NULL }, *whole = NULL;
     const ex_buffer_kind kinds[3] = { EX_BUF_PARAMS, EX_BUF_ADAM_M, EX_BUF_ADAM_V };
     const char *prefix[3] = { "", "adam_m.", "adam_v." };
-    int n_state = m->trains ? 3 : 1;
+    int n_state = m->rules.trains ? 3 : 1;
     for (int j = 0; !rc && j < n_state; j++)
         if (!(flat[j] = util_calloc(m->n ? m->n : 1, sizeof(float)))) rc = util_fail(err, UTIL_ENOMEM, "checkpoint: out of memory");
     for (int i = 0; !rc && i < ex_param_count(r->em); i++) {
@@ -320,7 +320,7 @@ static int load_module(run_ctx *r, int k, const char *dir, long long *step, char
         }
     }
     for (int j = 0; !rc && j < n_state; j++) rc = run_dp_scatter_state(&m->dp, kinds[j], flat[j], err);
-    if (!rc && m->trains) ex_optimizer_set_t(r->em, (int)adam_t);
+    if (!rc && m->rules.trains) ex_optimizer_set_t(r->em, (int)adam_t);
     util_free(whole);
     for (int j = 0; j < 3; j++) util_free(flat[j]);
     ex_ckpt_close(c);

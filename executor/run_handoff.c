@@ -123,7 +123,7 @@ bool run_feeds(const run_ctx *r, int k) { return plan_feeds_llm(&r->plan.model, 
 bool run_encoder_trains(const run_ctx *r)
 {
     for (int k = 0; k < r->plan.n_modules; k++)
-        if (run_feeds(r, k) && r->mod[k].trains) return true;
+        if (run_feeds(r, k) && r->mod[k].rules.trains) return true;
     return false;
 }
 
@@ -144,8 +144,8 @@ static int encoder_init(run_ctx *r, run_handoff *h, int k, char *err)
     if (r->mod[k].on) {   /* a frozen encoder gets no gradient back: no buffer for one */
         size_t n = (size_t)plan_max_share(p, k) * e->rows / p->mod[k].sp * h->d;
         e->act_pack = comm_floats(r, n);
-        e->grad_pack = r->mod[k].trains ? comm_floats(r, n) : NULL;
-        if (!e->act_pack || (r->mod[k].trains && !e->grad_pack))
+        e->grad_pack = r->mod[k].rules.trains ? comm_floats(r, n) : NULL;
+        if (!e->act_pack || (r->mod[k].rules.trains && !e->grad_pack))
             return util_fail(err, UTIL_ENOMEM, "run: out of memory for hand-off buffers");
     }
     return UTIL_OK;

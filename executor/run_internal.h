@@ -144,7 +144,6 @@ typedef struct {
 
 typedef struct {
     bool on;                  /* this rank is in the module's group */
-    bool trains;              /* not frozen */
     bool first, last;         /* its first / last pipeline stage (both without pipelining) */
     plan_coord at;
     ex_comm *tp, *sp;         /* ranks of one replica that differ only in tp / sp */

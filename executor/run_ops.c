@@ -56,7 +56,7 @@ static size_t handoff_offset(const run_ctx *r, const run_handoff *h, const plan_
 /* The LLM backpropagates when it trains or a trained encoder waits for its input's gradient. */
 static bool llm_backward(const run_ctx *r)
 {
-    return r->mod[r->plan.model.llm].trains || run_encoder_trains(r);
+    return r->mod[r->plan.model.llm].rules.trains || run_encoder_trains(r);
 }
 
 static ex_batch op_batch(const run_ctx *r, const plan_op *o, const run_data *d, const run_stats *st)

@@ -34,9 +34,9 @@
 static int channel_tag(int edge, bool grad) { return 1 + 2 * edge + grad; }
 static int edge_tag(const run_ctx *r, const plan_op *o) { return channel_tag(plan_hop_edge(&r->plan, o, r->rank), plan_op_props(o->kind)->grad); }
 
-/* The module runs a backward: an encoder that trains, the LLM always
- * (plan_schedule_check refuses a plan where nothing trains). */
-static bool backprops(const run_ctx *r, int k) { return k == r->plan.model.llm || r->mod[k].trains; }
+/* The module runs a backward (model_runs_backward: an encoder that trains,
+ * the LLM always; plan_schedule_check refuses a plan where nothing trains). */
+static bool backprops(const run_ctx *r, int k) { return model_runs_backward(&r->plan.model.mod[k]); }
 
 /* The op's peer's key in the pipeline communicator (its stage), -1 if none. */
 static int peer_key(const run_ctx *r, const plan_op *o, int dir)

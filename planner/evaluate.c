@@ -269,13 +269,12 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
         ev->parts[k] = step_parts(tk, micros * runs, bubbles * pace * fills, transfer * runs);
         sum_t += passes + transfer;
         sum_tail += tail;
+        double fwd = tk->micro_s > 0 ? plan_time_forward_s(tk) / tk->micro_s : 1;   /* a pass's forward share */
         if (disagg && encoder) {
-            double fwd = tk->micro_s > 0 ? plan_time_forward_s(tk) / tk->micro_s : 1;
             enc[k] = (enc_chunk){ fwd * passes, (1 - fwd) * passes, to_llm, back, tail,
                                   plan_dp_rules_of(&p->model.mod[k], s).trains, loop };
         } else if (disagg) {
             /* a unit's time on average: a short last micro-batch (above) is a cheaper one */
-            double fwd = tk->micro_s > 0 ? plan_time_forward_s(tk) / tk->micro_s : 1;
             double unit = whole_micros > 0 ? micros * pace / (whole_micros * plan_vp(s)) : pace / plan_vp(s);
             lc = (llm_chunk){ fwd * unit, (1 - fwd) * unit, micros * pace, passes, tail };
         }

@@ -195,9 +195,6 @@ int plan_coord_rank(const plan_t *p, int k, const plan_coord *c);
 int plan_rows_per_sample(const plan_t *p, int k);
 /* Where they start in each sample's LLM sequence (plan_sample_offset). */
 int plan_encoder_offset(const plan_t *p, int k);
-/* Checks that the executor can run p as scheduled (sp slices whole merge
- * groups in every micro-batch, one LLM, ...); UTIL_EUNSUPPORTED or
- * UTIL_EINVAL with the reason. */
 /* The disaggregated encoder-LLM loop of a training encoder: window, the
  * chunks it forwards before its first backward (its activations in flight;
  * 1 colocated, frozen or with one chunk), and reach, the LLM first-stage
@@ -216,6 +213,9 @@ int plan_encoder_loop_even(int pp, int vp, int n_chunks, int micros_per_chunk, p
  * own). per_chunk holds plan_chunks(p). */
 typedef struct { long first_unit, backs; int need, reach; } plan_chunk_loop;
 void plan_llm_chunk_loops(const plan_t *p, plan_chunk_loop *per_chunk);
+/* Checks that the executor can run p as scheduled (sp slices whole merge
+ * groups in every micro-batch, one LLM, ...); UTIL_EUNSUPPORTED or
+ * UTIL_EINVAL with the reason. */
 int plan_schedule_check(const plan_t *p, char *err);
 int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err);
 void plan_schedule_free(plan_schedule *s);

@@ -196,8 +196,7 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
                 if (rc) return rc;
                 steady = (micros - saved) * pace;
                 loop = l.reach * steady / (micros * plan_vp(&s));   /* reach units, as evaluate.c prices a unit */
-            }
-            if (encoder) {
+            } else {
                 const model_module *mm = &b->m->mod[k];
                 plan_seq q;
                 plan_module_seq(b->m, k, b->w, &q);

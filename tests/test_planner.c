@@ -243,7 +243,6 @@ TEST(cost_small_gemms_make_vision_tp_lose_to_sp)
     CHECK_MSG(b.micro_s < a.micro_s, "sp8 %.4f s vs tp8 %.4f s", b.micro_s, a.micro_s);
 }
 
-/* The MILP must find exactly the brute-force optimum over the same candidates. */
 /* A frozen encoder keeps nothing for a backward, so a disaggregated one may
  * micro-step through its chunk share (a training one takes it whole: its
  * activations wait for the LLM's gradient). LLaVA-1.5-7B, batch 4096 of
@@ -276,6 +275,7 @@ TEST(search_frozen_encoder_micro_steps_its_chunk)
     }
 }
 
+/* The MILP must find exactly the brute-force optimum over the same candidates. */
 static void check_milp_against_brute_force(const char *model, const char *cluster, plan_workload w)
 {
     model_t m = test_model_load(model);
