@@ -371,14 +371,17 @@ def interpret(r, idx):
         inferred.append("llm.c GPT-2 run: -b 16 -t 1024 -d 1048576, ZeRO-1, padded vocab 50304 (README of discussion #677)")
         mb, gb, c["zero"], dp = 16, 1024, 1, gpus
     elif fam == "zero-bubble":
-        # the 1F1B baseline: Megatron-LM's non-interleaved 1F1B (sec. 5.1), TP 1, DP 1; what the paper leaves out
-        # comes from the repository's examples/pretrain_zero_bubble.sh (first version, 2024-08; row notes)
+        # the 1F1B baseline: Megatron-LM's non-interleaved 1F1B (sec. 5.1), TP 1, DP 1; what the paper leaves
+        # out comes from the repository as the paper ran it: branch `arxiv` (f68d387, "for arxiv paper",
+        # 2023-11-29), examples/pretrain_zero_bubble.sh and megatron/arguments.py: --fp16, no --use-flash-attn
+        # (the legacy model's core attention: QK^T, the fused scale-mask-softmax, dropout, PV), no
+        # --untie-embeddings-and-output-weights (tied), dropout at its 0.1 default, no recomputation
         c["model"] = gpt_model(L, h, heads, V, ffn or 4 * h)
-        c["model"]["tied_embeddings"] = False
-        c["dropout"] = True
-        inferred.append("the repo's pretrain_zero_bubble.sh (2024-08): --use-flash-attn, --fp16, "
-                        "--untie-embeddings-and-output-weights, SentencePiece tokenizer (vocab 32000 assumed), "
-                        "Megatron's default dropout 0.1; no recomputation")
+        c["model"]["tied_embeddings"] = True
+        c["attention"], c["dropout"] = "unfused", True
+        inferred.append("the repo's arxiv branch (f68d387, 2023-11-29) pretrain_zero_bubble.sh: --fp16, no "
+                        "--use-flash-attn (attention unfused + dropout 0.1), tied embeddings, SentencePiece "
+                        "tokenizer (vocab 32000 assumed); no recomputation")
         mm = re.search(r"peak memory ([0-9.]+) GiB", notes)
         if mm:
             c["mem"]["peak_gib"] = float(mm.group(1))
