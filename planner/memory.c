@@ -99,16 +99,52 @@ plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_opti
     return b;
 }
 
-static void model_state_bytes(const model_module *mm, const plan_module *s, const plan_options *o,
+/* The Megatron target prices a pipeline without interleaving stage by
+ * stage (plan_module_memory takes the worst): each stage holds its own
+ * blocks, the first the embedding, the last the final norm and output
+ * layer, and with tied embeddings there the word-embedding copy Megatron-LM
+ * keeps on the last stage for the output layer (its weights, gradients and
+ * optimizer state; their gradients all-reduced with the first stage's). With
+ * interleaving, the first stage as Megatron-LM's formula takes it
+ * (megatron/training/theoretical_memory_usage.py): stage is then ignored. */
+static bool megatron_stagewise(const plan_module *s, const plan_options *o)
+{
+    return o->target != PLAN_TARGET_DHP && s->pp > 1 && plan_vp(s) == 1;
+}
+
+/* Stage `stage`'s transformer blocks' parameters on one tp rank. */
+static double stage_block_params(const model_module *mm, const plan_module *s, int stage)
+{
+    plan_stage st = plan_stage_of(mm, s, stage);
+    double p = 0;
+    for (int l = st.first; l < st.first + st.count; l++) p += (double)model_layer_params(mm, l);
+    return p / s->tp;
+}
+
+/* Stage `stage`'s parameters on one tp rank, its blocks and its ends. */
+static double stage_params(const model_module *mm, const plan_module *s, int stage)
+{
+    double ends = 0;
+    if (stage == 0) ends += (double)model_embed_params(mm);
+    if (stage == s->pp - 1) {
+        ends += (double)model_head_params(mm);
+        if (mm->kind == MODEL_LLM && mm->tied_embeddings) ends += (double)mm->vocab * mm->hidden;
+    }
+    return stage_block_params(mm, s, stage) + ends / s->tp;
+}
+
+static void model_state_bytes(const model_module *mm, const plan_module *s, const plan_options *o, int stage,
                               plan_mem *out)
 {
-    double p = plan_local_params(mm, s);
+    bool staged = megatron_stagewise(s, o);
+    double p = staged ? stage_params(mm, s, stage) : plan_local_params(mm, s);
+    double blocks = staged ? stage_block_params(mm, s, stage) : plan_local_block_params(mm, s);
     double shard = (double)s->dp * s->sp;   /* ZeRO shards over every replica of the weights */
     plan_state_bytes b = plan_module_state_bytes(mm, o);
     out->params = p * b.param / (s->zero >= 3 ? shard : 1);
     out->grads = p * b.grad / (s->zero >= 2 ? shard : 1);
     out->optim = p * b.optim / (s->zero >= 1 ? shard : 1);
-    out->block_states = (out->params + out->grads + out->optim) * plan_local_block_params(mm, s) / p;
+    out->block_states = p > 0 ? (out->params + out->grads + out->optim) * blocks / p : 0;
     out->zero_buffers = s->zero >= 3 && shard > 1 ? 2 * BF16 * model_largest_layer_params(mm) / s->tp : 0;
     if (out->zero_buffers > 0 && plan_zero3_deepspeed_applies(mm, s, o))   /* per-tensor gathers (cost_zero3.c) */
         out->zero_buffers = plan_zero3_deepspeed_buffer_bytes(mm, s);
@@ -237,9 +273,13 @@ static double one_block_live(const model_module *mm, const plan_module *s, const
     return t * block_act_bytes_per_token(mm, &none, false, q->seq, A);
 }
 
-/* Returns the module's activations; *blocks_saved: of them, what its blocks save (the stem and head apart). */
+/* Returns the module's activations on pipeline stage `stage` where the
+ * Megatron target prices stages apart (megatron_stagewise), else on its
+ * busiest; *blocks_saved: of them, what its blocks save (the stem and head
+ * apart). */
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
-                               const plan_workload *w, int in_flight, double A, double *blocks_saved)
+                               const plan_workload *w, int in_flight, double A, bool staged, int stage,
+                               double *blocks_saved)
 {
     const model_module *mm = &m->mod[mi];
     double t = local_tokens(q, s), stem_micro, mask = embedding_dropout_bytes(mm, s, t);
@@ -252,8 +292,16 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
         *blocks_saved = 0;
         return one_block_live(mm, s, q, t, A) + plan_encoder_out_rows(mm, q, t) * A * mm->out_hidden;
     }
-    double per_block = block_bytes(mm, s, q, t, A);
-    double saved = per_block * pipeline_blocks_in_flight(mm, s, w, per_block, mask, &stem_micro);
+    double per_block = block_bytes(mm, s, q, t, A), saved;
+    bool head = s->pp == 1;   /* the final norm and output layer run here */
+    if (staged) {
+        double micro = stage_micro_in_flight(s, w, stage);
+        saved = per_block * plan_stage_of(mm, s, stage).count * micro;
+        stem_micro = stage == 0 ? micro : 0;
+        head = stage == s->pp - 1;
+    } else {
+        saved = per_block * pipeline_blocks_in_flight(mm, s, w, per_block, mask, &stem_micro);
+    }
     double per_mb = 0;
     /* During backward with full recompute one block's full activations are
      * live again: one block of one micro-batch, however many are in flight. */
@@ -274,9 +322,10 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
      * save their patch embedding's input and the merger MLP's. With pp > 1 the busiest stage (the first, whose
      * micro-batches in flight set the peak, unless uneven stages say
      * otherwise) holds no head, and its first block saves the embedding
-     * output. The embedding's dropout mask counts where the busiest stage is
-     * the first, once per micro-batch it holds. */
-    if (s->pp == 1) per_mb += t * A * mm->hidden * 2 / plan_seqpar_split(mm, s);
+     * output; priced stage by stage, the last holds the head's inputs (of
+     * its one micro-batch in flight under 1F1B). The embedding's dropout mask counts where
+     * the stage priced is the first, once per micro-batch it holds. */
+    if (head) per_mb += t * A * mm->hidden * 2 / plan_seqpar_split(mm, s);
     if (mm->kind != MODEL_LLM) {
         double merged = plan_encoder_out_rows(mm, q, t);
         per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
@@ -434,9 +483,11 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
         executor_states(mm, s, stage, o, out);
         executor_activations(mm, s, stage, &q, w, o, ones, out);
     } else {
-        model_state_bytes(mm, s, o, out);
-        out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A, &out->block_acts);
-        out->logits = logits_bytes(mm, s, &q, w, o, A);
+        bool staged = megatron_stagewise(s, o);
+        model_state_bytes(mm, s, o, stage, out);
+        out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A, staged, stage, &out->block_acts);
+        /* the logits live where the output layer runs: the last stage, priced apart */
+        out->logits = staged && stage != s->pp - 1 ? 0 : logits_bytes(mm, s, &q, w, o, A);
         out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A, o);
     }
     out->reserved = plan_reserved_bytes(o, g);
@@ -456,18 +507,22 @@ static int pipeline_units(const plan_module *s, int i, int stages)
     return plan_vp(s) > 1 ? 2 * (stages - 1 - i) + (plan_vp(s) - 1) * stages + 1 : stages - i;
 }
 
-/* The module's busiest stage. The Megatron target's formulas already take
- * the worst stage (its layers, the larger end, the first stage's pp
- * micro-batches in flight); for dhp's executor every stage is priced, stage
- * i of a 1F1B pipeline keeping pp - i micro-batches in flight. */
+/* The module's busiest stage. For dhp's executor every stage is priced,
+ * stage i of a 1F1B pipeline keeping pp - i micro-batches in flight; so for
+ * the Megatron target without interleaving (megatron_stagewise: each stage
+ * its own blocks, ends and logits, min(pp - i, micro-batches) in flight).
+ * With interleaving the Megatron target takes Megatron-LM's formula of the
+ * first stage (its pp (1 + (pp - 1) / (pp vp)) micro-batches in flight). */
 void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                         const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
 {
-    int stages = o->target == PLAN_TARGET_DHP && s->pp > 1 ? s->pp : 1;
-    plan_stage_memory(m, mi, s, 0, w, g, o, in_flight * pipeline_units(s, 0, stages), out);
+    bool dhp = o->target == PLAN_TARGET_DHP;
+    int stages = (dhp || megatron_stagewise(s, o)) && s->pp > 1 ? s->pp : 1;
+    /* the Megatron target's stages take their micro-batches in flight from stage_micro_in_flight */
+    plan_stage_memory(m, mi, s, 0, w, g, o, in_flight * (dhp ? pipeline_units(s, 0, stages) : 1), out);
     for (int i = 1; i < stages; i++) {
         plan_mem t;
-        plan_stage_memory(m, mi, s, i, w, g, o, in_flight * pipeline_units(s, i, stages), &t);
+        plan_stage_memory(m, mi, s, i, w, g, o, in_flight * (dhp ? pipeline_units(s, i, stages) : 1), &t);
         if (t.total > out->total) *out = t;
     }
 }

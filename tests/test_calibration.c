@@ -194,10 +194,48 @@ TEST(calib_pipeline_depth_interleaving_and_live_block)
     CHECK_NEAR(few.activations, per_mb / 2, 1e-12);
     /* full recomputation: the one live block counts once, however many micro-batches are in flight */
     plan_module r1 = strat(1, 1, 4, 0, 1, PLAN_RECOMP_FULL, false);
-    plan_module_memory(&m, 0, &r1, &w2, &c.pool[0].gpu, &o, 1, &full1);
-    plan_module_memory(&m, 0, &r1, &w, &c.pool[0].gpu, &o, 1, &full4);
-    /* 2 -> 4 micro-batches adds 2 x 4 layers x 2 s b h (the saved block inputs) and nothing else */
+    plan_stage_memory(&m, 0, &r1, 0, &w2, &c.pool[0].gpu, &o, 1, &full1);
+    plan_stage_memory(&m, 0, &r1, 0, &w, &c.pool[0].gpu, &o, 1, &full4);
+    /* on the first stage, 2 -> 4 micro-batches adds 2 x 4 layers x 2 s b h (the saved block inputs) and nothing else */
     CHECK_NEAR(full4.activations - full1.activations, 2 * 4 * 2 * 256 * 1024.0, 1e-12);
+}
+
+/* The Megatron target prices a 1F1B pipeline stage by stage: the first
+ * holds the embedding and pp micro-batches, the last the head's inputs, the
+ * logits and (tied embeddings) the word-embedding copy, and the module's
+ * memory is its worst stage's, not the sum of each stage's largest part. */
+TEST(calib_megatron_memory_stage_by_stage)
+{
+    cost_cluster c; plan_workload w; plan_options o;
+    one_node_step(8, &c, &w, &o);
+    const cost_gpu *g = &c.pool[0].gpu;
+    plan_module s = strat(1, 1, 4, 0, 1, PLAN_RECOMP_NONE, false), one = strat(1, 1, 1, 0, 1, PLAN_RECOMP_NONE, false);
+    model_t m = gpt(false, false, 16), tied = m;
+    tied.mod[0].tied_embeddings = true;
+    plan_mem st[4], whole, flat;
+    for (int i = 0; i < 4; i++) plan_stage_memory(&m, 0, &s, i, &w, g, &o, 1, &st[i]);
+    plan_module_memory(&m, 0, &s, &w, g, &o, 1, &whole);
+    plan_module_memory(&m, 0, &one, &w, g, &o, 1, &flat);
+    double blocks4 = 4.0 * (double)model_layer_params(&m.mod[0], 0), bytes = 18;   /* bf16-mixed: 18 B a parameter */
+    CHECK_NEAR(st[0].params + st[0].grads + st[0].optim, bytes * (blocks4 + (double)model_embed_params(&m.mod[0])), 1e-12);
+    CHECK_NEAR(st[1].params + st[1].grads + st[1].optim, bytes * blocks4, 1e-12);
+    CHECK_NEAR(st[3].params + st[3].grads + st[3].optim, bytes * (blocks4 + (double)model_head_params(&m.mod[0])), 1e-12);
+    /* 4, 3, 2, 1 micro-batches in flight of 4 blocks each; the logits only where the output layer runs */
+    CHECK_NEAR(st[0].block_acts, 4 * st[3].block_acts, 1e-12);
+    CHECK_NEAR(st[1].block_acts, 3 * st[3].block_acts, 1e-12);
+    CHECK(st[0].logits == 0 && st[2].logits == 0);
+    CHECK_NEAR(st[3].logits, flat.logits, 1e-12);
+    /* the last stage saves the head's inputs, 4 s b h, as the whole model does with pp = 1 */
+    CHECK_NEAR(st[3].activations - st[3].block_acts, flat.activations - flat.block_acts, 1e-12);
+    double worst = 0;
+    for (int i = 0; i < 4; i++) worst = fmax(worst, st[i].total);
+    CHECK_NEAR(whole.total, worst, 1e-12);
+    CHECK(whole.total < st[0].total + st[3].logits);
+    /* tied embeddings: the last stage keeps the word embeddings' copy for the output layer */
+    plan_mem t3;
+    plan_stage_memory(&tied, 0, &s, 3, &w, g, &o, 1, &t3);
+    CHECK_NEAR(t3.params + t3.grads + t3.optim,
+               bytes * (blocks4 + (double)model_head_params(&tied.mod[0]) + 1000.0 * 1024), 1e-12);
 }
 
 TEST(calib_interleaved_pipeline_time)
