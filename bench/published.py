@@ -20,15 +20,17 @@ each correction is in the row's notes). Every row becomes one of:
   block_states / block_activations (`dhp memory --json`) and each
   estimator's own transformer-layer terms against it.
 * a fit row: a kernel or collective measurement that sets a costdb number
-  (GEMM efficiency, attention efficiency, NCCL bus bandwidth). No training
-  row is used to fit anything: the training rows are held out, for checking
-  only.
+  (GEMM efficiency, attention efficiency, NCCL bus bandwidth, the A100's
+  sustained GEMM rate from Zero Bubble's profiled weight-gradient GEMMs). No
+  training row's step time is used to fit anything: the training rows are
+  for checking only (the Zero Bubble rows' runs are the W profiles' runs).
 * a row dhp cannot express (FP8, MoE-style features, a configuration the
   source does not give), listed with the reason.
 
-Rows whose notes begin "held out" (rows 121-135: MT-NLG, BLOOM, Zero Bubble's
-1F1B baseline, IBM's fms-fsdp, Llama 3 405B) were added after the cost model
-was tuned and nothing was fitted to them or tuned on them: they are marked *
+Rows whose notes begin "held out" (of rows 121-135: MT-NLG, BLOOM, IBM's
+fms-fsdp, Llama 3 405B; Zero Bubble's 1F1B baseline was held out until its
+runs' W profiles set a costdb number) were added after the cost model was
+tuned and nothing was fitted to them or tuned on them: they are marked *
 and summarized apart (median and worst per source and overall, llm-analysis
 on the same rows, memory), the out-of-sample check of issue 22's goals.
 
@@ -273,6 +275,21 @@ def main():
 
 
 # ---------------------------------------------------------------- fit rows
+def wgrad_ms(dhp, preset, r):
+    """dhp's time, ms, for a stage's weight-gradient GEMMs as a training step prices them (at
+    gemm_sustained): per layer dW = X^T dY of QKV (h x 3h), the projection (h x h), fc1 (h x f) and
+    fc2 (f x h), each reducing over the micro-batch's tokens."""
+    L, h, f = int(num(r["layers"])), int(num(r["hidden"])), int(num(r["ffn"]))
+    t = int(num(r["micro_batch"])) * int(num(r["seq"]))
+    total = 0.0
+    for m, n in ((h, 3 * h), (h, h), (h, f), (f, h)):
+        q = subprocess.run([dhp, "clusters", preset, "--price", f"gemm:{m},{n},{t}"], capture_output=True, text=True)
+        if q.returncode:
+            return None
+        total += json.loads(q.stdout)["seconds"]
+    return L * total * 1e3
+
+
 def fit_rows(dhp, skipped):
     """The kernel and collective rows set costdb numbers (which ones: the
     'fit' column); dhp's price of each next to the measurement. Rows whose
@@ -300,8 +317,12 @@ def fit_rows(dhp, skipped):
             preset = "8xa100-80g" if gpu.startswith("A100") else "8xh200" if gpu.startswith("H200") else None
             spec, unit = f"allreduce:{int(S)},{n}", 1e9
             fit = "intra link" if preset and n == 8 and "SHARP" not in r["source"] else ""
+        elif fam == "zb-wgrad":
+            preset, fit, unit = "8xa100-80g", "gemm_sustained (A100)", 1e-3
         row = {"row": i, "what": r["model"][:34], "gpu": gpu.split(" (")[0][:22], "measured": v, "fit": fit}
-        if preset:
+        if fam == "zb-wgrad":
+            row["dhp"] = wgrad_ms(dhp, preset, r)
+        elif preset:
             q = subprocess.run([dhp, "clusters", preset, "--price", spec], capture_output=True, text=True)
             if q.returncode == 0:
                 j = json.loads(q.stdout)
@@ -313,7 +334,7 @@ def fit_rows(dhp, skipped):
     for x in out:   # the attention rows are fitted as ratios to head dim 128 (FlashAttention-3 there, FA2 in dhp)
         if "head_dim" in x["what"] and base and "dhp" in x:
             x["measured"], x["dhp"] = x["measured"] / base["measured"], x["dhp"] / base["dhp"]
-    print("\nfit rows: kernel and collective measurements that set costdb numbers (the training rows above are held out)")
+    print("\nfit rows: kernel and collective measurements that set costdb numbers (no training row's step time sets any)")
     print(f"{'row':>3} {'what':<34} {'gpu':<22} {'measured':>9} {'dhp':>9} {'error':>7}  used to fit")
     for x in out:
         d = x.get("dhp")
@@ -322,7 +343,8 @@ def fit_rows(dhp, skipped):
               (f"{d:9.3f} {fmt_err(e)}" if d is not None else f"{'-':>9} {'-':>7}") +
               f"  {x['fit'] or ('no costdb entry for this GPU' if d is None else 'check only')}")
     print("  (GEMM, attention: TFLOP/s; attention rows as ratios to head dim 128; all-reduce: bus bandwidth GB/s;")
-    print("  GEMM rows at dhp's burst rate, as MAMF times them: a training step's GEMMs are priced at gemm_sustained of it)")
+    print("  GEMM rows at dhp's burst rate, as MAMF times them: a training step's GEMMs are priced at gemm_sustained of it;")
+    print("  W rows: ms, a pipeline stage's weight-gradient GEMMs timed in training, priced at gemm_sustained)")
     seq_curve(dhp)
     return ref
 
@@ -469,7 +491,7 @@ def report(cases, skipped):
             print(f"  stated OOM: {c['name']} on {c['gpus']} GPUs (ZeRO-3, micro-batch {c['mb']}): dhp predicts "
                   f"{'OOM' if not c['dhp']['fits'] else 'fits'} ({mem.get('total', 0) / GIB:.1f} of "
                   f"{mem.get('capacity', 0) / GIB:.0f} GiB) -> {'agrees' if not c['dhp']['fits'] else 'disagrees'}")
-    print("\nsummary: |step-time error| per source (check rows; no training row was used to fit anything)")
+    print("\nsummary: |step-time error| per source (check rows; no training row's step time was used to fit anything)")
     allerr = []
     for fam, es in sorted(by_fam.items()):
         if held[fam]:

@@ -176,7 +176,7 @@ class Skip(Exception):
 def family(src, gpu=""):
     if "torchtitan docs/performance.md" in src:   # its Llama 3 rows ran on A100s, its 405B row on Grand Teton H100s
         return "torchtitan-h100" if "H100" in gpu else "torchtitan-a100"
-    keys = [("MT-NLG", "mt-nlg"), ("bigscience", "bloom"), ("Zero Bubble", "zero-bubble"), ("fms-fsdp", "fms-fsdp"),
+    keys = [("MT-NLG", "mt-nlg"), ("bigscience", "bloom"), ("profiled W", "zb-wgrad"), ("Zero Bubble", "zero-bubble"), ("fms-fsdp", "fms-fsdp"),
             ("maximizing-training", "fms-fsdp"), ("Llama 3 Herd", "llama3-paper"),
             ("Narayanan et al. SC'21 Table 1", "narayanan-t1"), ("Narayanan et al. SC'21 Table 2", "narayanan-t2"),
             ("Table 5", "korthikanti-t5"), ("MLSys'23 abstract", "korthikanti-abs"), ("Fig.1", "korthikanti-fig1"),
@@ -204,6 +204,8 @@ def interpret(r, idx):
         raise Skip("fit", "attention kernel benchmark: sets costdb attn_eff")
     if fam == "nccl":
         raise Skip("fit", "nccl-tests / all_reduce_bench bus bandwidth: sets the costdb link tiers")
+    if fam == "zb-wgrad":
+        raise Skip("fit", "weight-gradient GEMMs timed inside training: set A100 gemm_sustained")
     if "fp8" in prec:
         raise Skip("fp8", "FP8 training: dhp prices BF16/FP16 compute only")
     reasons = {"megascale": "parallel transformer block, sliding-window attention, LAMB; TP/PP/DP not given",
