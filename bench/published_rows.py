@@ -272,8 +272,9 @@ def interpret(r, idx):
         if fam in ("narayanan-t1", "narayanan-t2") and c["rc"] == "none":
             c["rc"] = "full"
             inferred.append("full recomputation (the paper's FLOP formula counts it: 4 passes)")
-        if "interleaving=3" in notes:
-            c["vp"] = 3
+        iv = re.search(r"interleaving=(\d+)", notes)
+        if iv:
+            c["vp"] = int(iv.group(1))
         elif fam in ("korthikanti-abs", "korthikanti-fig1") and r["model"] in ("GPT-3 175B", "MT-NLG 530B",
                                                                                 "GPT-3 style 530B"):
             c["vp"] = 3
