@@ -107,7 +107,7 @@ plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_opti
  * optimizer state; their gradients all-reduced with the first stage's). With
  * interleaving, the first stage as Megatron-LM's formula takes it
  * (megatron/training/theoretical_memory_usage.py): stage is then ignored. */
-static bool megatron_stagewise(const plan_module *s, const plan_options *o)
+bool plan_megatron_stagewise(const plan_module *s, const plan_options *o)
 {
     return o->target != PLAN_TARGET_DHP && s->pp > 1 && plan_vp(s) == 1;
 }
@@ -136,7 +136,7 @@ static double stage_params(const model_module *mm, const plan_module *s, int sta
 static void model_state_bytes(const model_module *mm, const plan_module *s, const plan_options *o, int stage,
                               plan_mem *out)
 {
-    bool staged = megatron_stagewise(s, o);
+    bool staged = plan_megatron_stagewise(s, o);
     double p = staged ? stage_params(mm, s, stage) : plan_local_params(mm, s);
     double blocks = staged ? stage_block_params(mm, s, stage) : plan_local_block_params(mm, s);
     double shard = (double)s->dp * s->sp;   /* ZeRO shards over every replica of the weights */
@@ -274,7 +274,7 @@ static double one_block_live(const model_module *mm, const plan_module *s, const
 }
 
 /* Returns the module's activations on pipeline stage `stage` where the
- * Megatron target prices stages apart (megatron_stagewise), else on its
+ * Megatron target prices stages apart (plan_megatron_stagewise), else on its
  * busiest; *blocks_saved: of them, what its blocks save (the stem and head
  * apart). */
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
@@ -483,7 +483,7 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
         executor_states(mm, s, stage, o, out);
         executor_activations(mm, s, stage, &q, w, o, ones, out);
     } else {
-        bool staged = megatron_stagewise(s, o);
+        bool staged = plan_megatron_stagewise(s, o);
         model_state_bytes(mm, s, o, stage, out);
         out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A, staged, stage, &out->block_acts);
         /* the logits live where the output layer runs: the last stage, priced apart */
@@ -509,7 +509,7 @@ static int pipeline_units(const plan_module *s, int i, int stages)
 
 /* The module's busiest stage. For dhp's executor every stage is priced,
  * stage i of a 1F1B pipeline keeping pp - i micro-batches in flight; so for
- * the Megatron target without interleaving (megatron_stagewise: each stage
+ * the Megatron target without interleaving (plan_megatron_stagewise: each stage
  * its own blocks, ends and logits, min(pp - i, micro-batches) in flight).
  * With interleaving the Megatron target takes Megatron-LM's formula of the
  * first stage (its pp (1 + (pp - 1) / (pp vp)) micro-batches in flight). */
@@ -517,7 +517,7 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
                         const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
 {
     bool dhp = o->target == PLAN_TARGET_DHP;
-    int stages = (dhp || megatron_stagewise(s, o)) && s->pp > 1 ? s->pp : 1;
+    int stages = (dhp || plan_megatron_stagewise(s, o)) && s->pp > 1 ? s->pp : 1;
     /* the Megatron target's stages take their micro-batches in flight from stage_micro_in_flight */
     plan_stage_memory(m, mi, s, 0, w, g, o, in_flight * (dhp ? pipeline_units(s, 0, stages) : 1), out);
     for (int i = 1; i < stages; i++) {

@@ -343,6 +343,11 @@ double plan_weight_cast_elems(const model_module *mm, const plan_module *s, int 
  * activations are alive at the peak (1 colocated; pipeline depth when disaggregated). */
 void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                         const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out);
+/* Whether the Megatron target prices the module's pipeline stage by stage
+ * (pp > 1 without interleaving; the dhp target always does): then
+ * plan_stage_memory gives each stage its own and plan_module_memory the
+ * worst; else Megatron-LM's first-stage formula for every stage. */
+bool plan_megatron_stagewise(const plan_module *s, const plan_options *o);
 /* The same for pipeline stage `stage` of the module (0 when pp = 1). */
 void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out);

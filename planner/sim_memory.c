@@ -136,9 +136,13 @@ void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, cons
         } else if (p->target == PLAN_TARGET_DHP) {
             plan_stage_memory(&p->model, k, s, cd.pp, &p->work, g, &o, in_flight, &m);
         } else {
-            /* Megatron's formulas take the worst stage with its 1F1B micro-batches (plan_module_memory) */
+            /* the Megatron target: the rank's own stage with its 1F1B micro-batches where it prices
+             * stages apart, else Megatron-LM's formula of the first (plan_module_memory) */
             if (k == p->model.llm && in_flight > 1) in_flight = 1;
-            plan_module_memory(&p->model, k, s, &p->work, g, &o, in_flight, &m);
+            if (plan_megatron_stagewise(s, &o))
+                plan_stage_memory(&p->model, k, s, cd.pp, &p->work, g, &o, in_flight, &m);
+            else
+                plan_module_memory(&p->model, k, s, &p->work, g, &o, in_flight, &m);
         }
         if (in_flight == 0) m.activations = m.logits = 0;   /* no forward of the module runs here */
         out->params += m.params;

@@ -41,6 +41,37 @@ TEST(simulate_memory_per_rank_uses_the_schedule_slots)
     CHECK_NEAR(both.total, ev.peak_mem, 1e-12);
 }
 
+/* Under the Megatron target a 1F1B pipeline's ranks each hold their own
+ * stage (plan_stage_memory: its blocks and micro-batches in flight, the
+ * embedding first, the logits last), the worst of them the planner's figure. */
+TEST(simulate_megatron_pipeline_memory_rank_by_stage)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(test_sim_plan_layers("vision:dp=4;llm:pp=4", PLAN_COLOCATED, 4, 1, 16, 8, &p));
+    p.target = PLAN_TARGET_MEGATRON;
+    plan_options o = plan_options_of(&p);
+    const plan_module *s = &p.mod[p.model.llm];
+    const cost_gpu *g = &p.cluster.pool[0].gpu;
+    CHECK(plan_megatron_stagewise(s, &o));
+    plan_sim_mem r[4];
+    plan_mem st[4], worst;
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(plan_sim_memory(&p, i, &r[i], err));
+        plan_stage_memory(&p.model, p.model.llm, s, i, &p.work, g, &o, 1, &st[i]);
+    }
+    for (int i = 1; i < 4; i++) {   /* the vision module is the same on every rank: the differences are the LLM's stages' */
+        CHECK_NEAR(r[i].params - r[0].params, st[i].params - st[0].params, 1e-6);
+        CHECK_NEAR(r[i].activations - r[0].activations, st[i].activations - st[0].activations, 1e-6);
+        CHECK_NEAR(r[i].logits, st[i].logits, 1e-6);
+    }
+    CHECK(r[0].activations > r[3].activations && r[0].logits == 0 && r[3].logits > 0);
+    plan_module_memory(&p.model, p.model.llm, s, &p.work, g, &o, 1, &worst);
+    double most = 0;
+    for (int i = 0; i < 4; i++) most = st[i].total > most ? st[i].total : most;
+    CHECK_NEAR(worst.total, most, 1e-6);
+}
+
 /* The backend's own workspace (planner/backend.c): the CUDA backend's
  * own buffers (cuBLASLt's workspace, the reductions' partial sums, the
  * bias-gradient vector) once a rank under the dhp target, however many modules
