@@ -671,12 +671,25 @@ double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, cons
     return plan_module_state_bytes(&m->mod[mi], o).act * rows * m->mod[mi].hidden;
 }
 
+plan_hop_wire plan_stage_hop_wire(const model_module *mm, const plan_module *s, const cost_pool *pool,
+                                  const plan_options *o, double bytes)
+{
+    plan_hop_wire h = { bytes, 0 };
+    if (o->target == PLAN_TARGET_DHP || s->tp <= 1 || plan_seqpar_split(mm, s) > 1 || !(bytes > 0)) return h;
+    int G, per_node;
+    plan_group_shape(s, PLAN_AX_TP, pool->gpus_per_node, &G, &per_node);
+    h.wire_bytes = bytes / s->tp;
+    h.gather_s = cost_collective_time(pool, COST_ALLGATHER, bytes, G, per_node);
+    return h;
+}
+
 double plan_stage_hop_s(const model_t *m, int mi, const plan_module *s, const plan_workload *w, const cost_cluster *c,
                         const plan_options *o, double samples)
 {
     /* neighbouring stages are dp * sp * tp ranks apart */
     bool same_node = (double)s->tp * s->sp * s->dp * s->pp <= c->pool[s->pool].gpus_per_node;
-    return cost_p2p_time(c, s->pool, s->pool, same_node, plan_stage_hop_bytes(m, mi, s, w, o, samples));
+    plan_hop_wire h = plan_stage_hop_wire(&m->mod[mi], s, &c->pool[s->pool], o, plan_stage_hop_bytes(m, mi, s, w, o, samples));
+    return cost_p2p_time(c, s->pool, s->pool, same_node, h.wire_bytes) + h.gather_s;
 }
 
 /* The whole module: every stage's compute and in-op communication plus the

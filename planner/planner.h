@@ -454,6 +454,16 @@ double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, cons
                             const plan_options *o, double samples);
 double plan_stage_hop_s(const model_t *m, int mi, const plan_module *s, const plan_workload *w, const cost_cluster *c,
                         const plan_options *o, double samples);
+/* How a hop of `bytes` (plan_stage_hop_bytes) crosses: what each rank puts on
+ * its link and, after it arrives, the seconds of the tp all-gather that
+ * rebuilds it. The Megatron target without sequence parallelism scatters it
+ * over the tp ranks (each sends bytes / tp; Narayanan et al. SC'21 sec. 4.1,
+ * Megatron-LM's scatter_gather_tensors_in_pipeline, on by default; DeepSpeed's
+ * pipeline engine partitions it likewise, is_pipe_partitioned); else the
+ * whole rows go and nothing is gathered. */
+typedef struct { double wire_bytes, gather_s; } plan_hop_wire;
+plan_hop_wire plan_stage_hop_wire(const model_module *mm, const plan_module *s, const cost_pool *pool,
+                                  const plan_options *o, double bytes);
 /* Seconds of the schedule's encoder FORWARD op (compute + forward half of its
  * in-op communication) and BACKWARD op (recompute + backward + the rest);
  * they add up to micro_s, the LLM's FORWARD_BACKWARD. */

@@ -30,8 +30,9 @@ typedef struct {
 } sim_pricer;
 plan_sim_cost sim_price(sim_pricer *pr, int rank, const plan_op *op);
 void sim_pricer_free(sim_pricer *pr);
-/* Bytes of one pipeline hop of module k's micro-batch of `samples` (activations or their gradient). */
-double sim_stage_hop_bytes(const plan_t *p, int k, int samples);
+/* One pipeline hop of module k's micro-batch of `samples` (activations or their gradient):
+ * the bytes each rank sends and the all-gather after it (plan_stage_hop_wire). */
+plan_hop_wire sim_stage_hop(const plan_t *p, int k, int samples);
 
 /* ---- memory (sim_memory.c) ----
  * The hand-off's messages each rank sends and receives, chunk by chunk,
@@ -49,6 +50,7 @@ void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, cons
 typedef struct {
     int src, dst;
     double bytes;
+    double gather_s;                   /* a scattered stage hop's tp all-gather on arrival (plan_stage_hop_wire) */
     bool sent, taken;
     double sent_s, start_s, arrive_s;  /* SEND op, channel free, arrival */
     double taken_s;                    /* the receive that took it ended (dst's RECV op recv_op) */

@@ -95,11 +95,13 @@ static plan_sim_cost op_cost(sim *S, int rank, const plan_op *op)
     return sim_price(&S->pr, rank, op);
 }
 
+/* The message's transfer, and a scattered stage hop's all-gather once it is in. */
 static double msg_cost(sim *S, const sim_message *m)
 {
     if (m->src == m->dst) return 0;
-    if (S->hooks && S->hooks->msg_seconds) return S->hooks->msg_seconds(S->hooks->ctx, S->p, m->src, m->dst, m->bytes);
-    return plan_sim_msg_seconds(S->p, m->src, m->dst, m->bytes);
+    if (S->hooks && S->hooks->msg_seconds)
+        return S->hooks->msg_seconds(S->hooks->ctx, S->p, m->src, m->dst, m->bytes) + m->gather_s;
+    return plan_sim_msg_seconds(S->p, m->src, m->dst, m->bytes) + m->gather_s;
 }
 
 static int check_finite(const plan_t *p, int rank, const plan_op *op, double v, char *err)

@@ -259,6 +259,35 @@ TEST(calib_interleaved_pipeline_time)
     CHECK_NEAR(b.pp_p2p_s, a.pp_p2p_s * 7 / 3, 1e-12);
 }
 
+/* Megatron-LM's scatter/gather of stage hand-offs (Narayanan et al. SC'21
+ * sec. 4.1, on by default): without sequence parallelism each of the tp
+ * ranks sends 1/tp of the rows and an all-gather over the tp group rebuilds
+ * them; under sequence parallelism the rows are already the rank's shard;
+ * dhp's executor sends the whole rows. The simulator's stage messages
+ * carry the same wire bytes and all-gather. */
+TEST(calib_megatron_scatters_stage_handoffs_over_tp)
+{
+    model_t m = gpt(false, false, 16);
+    cost_cluster c; plan_workload w; plan_options o;
+    one_node_step(8, &c, &w, &o);
+    const cost_pool *pool = &c.pool[0];
+    plan_module s = strat(1, 4, 2, 0, 1, PLAN_RECOMP_NONE, false);
+    double bytes = plan_stage_hop_bytes(&m, 0, &s, &w, &o, 1);
+    CHECK_NEAR(bytes, 2.0 * 256 * 1024, 1e-9);   /* bf16 rows of one sample, hidden wide */
+    plan_hop_wire h = plan_stage_hop_wire(&m.mod[0], &s, pool, &o, bytes);
+    CHECK_NEAR(h.wire_bytes, bytes / 4, 1e-9);
+    CHECK_NEAR(h.gather_s, cost_collective_time(pool, COST_ALLGATHER, bytes, 4, 4), 1e-15);
+    CHECK_NEAR(plan_stage_hop_s(&m, 0, &s, &w, &c, &o, 1), cost_p2p_time(&c, 0, 0, true, bytes / 4) + h.gather_s, 1e-15);
+    plan_module sp = strat(1, 4, 2, 0, 1, PLAN_RECOMP_NONE, true);
+    double shard = plan_stage_hop_bytes(&m, 0, &sp, &w, &o, 1);
+    CHECK_NEAR(shard, bytes / 4, 1e-9);
+    h = plan_stage_hop_wire(&m.mod[0], &sp, pool, &o, shard);
+    CHECK(h.wire_bytes == shard && h.gather_s == 0);
+    o.target = PLAN_TARGET_DHP;
+    h = plan_stage_hop_wire(&m.mod[0], &s, pool, &o, bytes);
+    CHECK(h.wire_bytes == bytes && h.gather_s == 0);
+}
+
 TEST(calib_strategy_check_interleaving_and_uneven_stages)
 {
     cost_cluster c = one_node();

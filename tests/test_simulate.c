@@ -563,7 +563,8 @@ TEST(simulate_pipeline_makespan_is_1f1b)
 }
 
 /* Pipelines of every kind simulate without deadlock, each hop carrying
- * plan_stage_hop_bytes; a tied LLM's stages sync their embedding. */
+ * plan_stage_hop_bytes (the Megatron target's scattered over tp: 1/tp of
+ * it); a tied LLM's stages sync their embedding. */
 TEST(simulate_pipelines_run_to_the_end_and_price_their_hops)
 {
     static plan_t p;
@@ -607,4 +608,22 @@ TEST(simulate_pipelines_run_to_the_end_and_price_their_hops)
         CHECK_EQ_INT(syncs, 2 * p.mod[p.model.llm].dp * p.mod[p.model.llm].tp);
         plan_sim_free(&r);
     }
+    /* the Megatron target scatters a hop over tp without sequence parallelism
+     * (plan_stage_hop_wire): each rank's message carries 1/tp of the rows */
+    CHECK_OK(plan_from_strategy("vision:dp=4;llm:pp=2,tp=2,seqpar=0", &m, &c, &w, PLAN_COLOCATED, 4, 1, &p, err));
+    p.target = PLAN_TARGET_MEGATRON;
+    o = plan_options_of(&p);
+    plan_sim_result r;
+    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+    int k = p.model.llm, hops = 0;
+    double rows = plan_stage_hop_bytes(&p.model, k, &p.mod[k], &p.work, &o, p.mod[k].micro_batch);
+    for (int q = 0; q < r.world_size; q++)
+        for (int j = 0; j < r.rank[q].n_ops; j++) {
+            const plan_sim_op *op = &r.rank[q].ops[j];
+            if (op->op.kind != PLAN_OP_SEND_STAGE || op->op.module != k) continue;
+            hops++;
+            CHECK_NEAR(op->bytes, rows / 2, 1e-9);
+        }
+    CHECK(hops > 0);
+    plan_sim_free(&r);
 }
