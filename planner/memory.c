@@ -323,13 +323,15 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
      * micro-batches in flight set the peak, unless uneven stages say
      * otherwise) holds no head, and its first block saves the embedding
      * output; priced stage by stage, the last holds the head's inputs (of
-     * its one micro-batch in flight under 1F1B). The embedding's dropout mask counts where
-     * the stage priced is the first, once per micro-batch it holds. */
+     * its one micro-batch in flight under 1F1B), an encoder's first its
+     * patch embedding's. The embedding's dropout mask counts where the stage
+     * priced is the first, once per micro-batch it holds. */
     if (head) per_mb += t * A * mm->hidden * 2 / plan_seqpar_split(mm, s);
     if (mm->kind != MODEL_LLM) {
         double merged = plan_encoder_out_rows(mm, q, t);
-        per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
-        per_mb += merged * A * (mm->proj_in + 2.0 * mm->proj_hidden);
+        if (!staged || stage == 0)
+            per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
+        if (!staged || head) per_mb += merged * A * (mm->proj_in + 2.0 * mm->proj_hidden);
     }
     *blocks_saved = saved * in_flight + live;
     return (saved + per_mb + stem_micro * mask) * in_flight + live;

@@ -70,6 +70,23 @@ TEST(simulate_megatron_pipeline_memory_rank_by_stage)
     double most = 0;
     for (int i = 0; i < 4; i++) most = st[i].total > most ? st[i].total : most;
     CHECK_NEAR(worst.total, most, 1e-6);
+    /* one micro-batch in flight everywhere: the ends' activations (an encoder's patch embedding input
+     * on its first stage, its merger's and a head's inputs on the last) add up to one stage's */
+    for (int k = 0; k < p.model.n_modules; k++) {
+        plan_module two = p.mod[k], one = p.mod[k];
+        two.pp = 2, two.dp = 1, two.micro_batch = 1;
+        one.pp = 1, one.dp = 1, one.micro_batch = 1;
+        plan_workload w1 = p.work;
+        w1.global_batch = 1;
+        plan_mem a, b, flat;
+        plan_stage_memory(&p.model, k, &two, 0, &w1, g, &o, 1, &a);
+        plan_stage_memory(&p.model, k, &two, 1, &w1, g, &o, 1, &b);
+        plan_stage_memory(&p.model, k, &one, 0, &w1, g, &o, 1, &flat);
+        CHECK_NEAR(a.activations - a.block_acts + b.activations - b.block_acts, flat.activations - flat.block_acts, 1e-6);
+        const model_module *mm = &p.model.mod[k];
+        double copy = mm->kind == MODEL_LLM && mm->tied_embeddings ? (double)mm->vocab * mm->hidden : 0;   /* the last stage's */
+        CHECK_NEAR(a.params + b.params, flat.params + copy * plan_module_state_bytes(mm, &o).param, 1e-6);
+    }
 }
 
 /* The backend's own workspace (planner/backend.c): the CUDA backend's
