@@ -266,12 +266,66 @@ def main():
             c["dhp"] = run_dhp(a.dhp, c, tmp)
             c["est"] = est.get(str(c["idx"]), {})
             c["meg"] = megatron_theoretical(c)
+            if c["family"] == "zero-bubble" and "error" not in c["dhp"]:
+                c["dhp"]["stage_ms"] = middle_stage_ms(a.dhp, os.path.join(tmp, f"{c['idx']}-plan.json"), tmp)
     report(cases, skipped)
     fit_rows(a.dhp, skipped)
+    stage_profiles(cases, skipped)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"cases": cases, "skipped": [dict(row=i, kind=k, reason=w, source=r["source"], model=r["model"])
                                                    for i, r, k, w in skipped]}, f, indent=1, default=str)
+
+
+# ---------------------------------------------------------------- stage profiles
+def middle_stage_ms(dhp, plan, tmp):
+    """dhp simulate's mean forward and backward op of one micro-batch on a middle pipeline stage
+    (rank pp / 2 of a tp 1, dp 1 pipeline), ms; None when the simulation fails."""
+    trace = os.path.join(tmp, "stage-trace.json")
+    q = subprocess.run([dhp, "simulate", plan, "--trace", trace], capture_output=True, text=True)
+    if q.returncode:
+        return None
+    with open(trace) as f:
+        t = json.load(f)
+    events = t["traceEvents"] if isinstance(t, dict) else t
+    with open(plan) as f:
+        pp = json.load(f)["modules"][0]["pp"]
+    dur = {"forward": [], "backward": []}
+    for e in events:
+        name = e.get("name", "").split(" ")[0]
+        if e.get("ph") == "X" and e.get("pid") == pp // 2 and name in dur:
+            dur[name].append(e["dur"] / 1e3)
+    if not dur["forward"] or not dur["backward"]:
+        return None
+    return tuple(sum(v) / len(v) for v in (dur["forward"], dur["backward"]))
+
+
+def stage_profiles(cases, skipped):
+    """Zero Bubble's profiled stage times (the W fit rows' notes: the settings tuple of mem.py's
+    iclr_mem, f, b and w in microseconds) beside dhp's middle stage of the same run: F, the forward
+    of one micro-batch, and B + W, its backward (input and weight gradients). A check, not a fit:
+    only W set a costdb number (gemm_sustained)."""
+    out = []
+    for i, r, kind, _ in skipped:
+        if kind != "fit" or family(r["source"]) != "zb-wgrad":
+            continue
+        m = re.search(r"\(p, n, f, b, w, c, h, a, l\) = \((\d+), (\d+), (\d+), (\d+), (\d+)", r["notes"])
+        size = re.search(r"(\d+(?:\.\d+)?B)", r["model"])
+        if not m or not size:
+            continue
+        f, b, w = (int(m.group(k)) / 1e3 for k in (3, 4, 5))
+        run = next((c for c in cases if c["family"] == "zero-bubble" and size.group(1) in c["name"]
+                    and c["dhp"].get("stage_ms")), None)
+        out.append((i, size.group(1), f, b + w, run["dhp"]["stage_ms"] if run else None))
+    if not out:
+        return
+    print("\nZero Bubble stage profiles (a middle stage, one micro-batch, ms): profiled vs dhp simulate")
+    print(f"{'row':>3} {'model':<6} {'F':>8} {'dhp':>8} {'error':>7}   {'B+W':>8} {'dhp':>8} {'error':>7}")
+    for i, size, f, bw, d in out:
+        if d is None:
+            print(f"{i:>3} {size:<6} {f:8.2f} {'-':>8} {'-':>7}   {bw:8.2f} {'-':>8} {'-':>7}")
+            continue
+        print(f"{i:>3} {size:<6} {f:8.2f} {d[0]:8.2f} {fmt_err(err(d[0], f))}   {bw:8.2f} {d[1]:8.2f} {fmt_err(err(d[1], bw))}")
 
 
 # ---------------------------------------------------------------- fit rows

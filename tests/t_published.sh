@@ -51,7 +51,8 @@ PYEOF
 )
 if [ "$out" = "formulas-ok" ]; then ok published_bench_formulas_by_hand; else fail published_bench_formulas_by_hand "$out"; fi
 
-# End to end on a few rows: checked ones, one FP8, one eager, a collective and a W (GEMMs timed in training) fit row.
+# End to end on a few rows: checked ones, one FP8, one eager, a collective and a W (GEMMs timed in training) fit row,
+# whose profile's F and B + W stand beside the Zero Bubble run's middle stage.
 tsv=$T/rows.tsv
 {
     printf 'source\tmodel\tlayers\thidden\theads\tkv_heads\tffn\tvocab\tseq\tgpu\tgpus\ttp\tpp\tdp\tcp_or_sp\tzero_or_fsdp\tmicro_batch\tglobal_batch\trecompute\tprecision\tmetric\tvalue\tnotes\n'
@@ -61,7 +62,7 @@ tsv=$T/rows.tsv
     printf "stas00/ml-engineering network/README.md (nccl-tests all_reduce_perf, 8x A100 NVLink3)\tall-reduce payload 16MiB\t\t\t\t\t\t\t\tA100 (8x, NVLink 3/NVSwitch)\t8\t\t\t\t\t\t\t\t\t\tbusbw_GBps\t106.16\tintra-node\n"
     printf "Korthikanti et al. MLSys'23 Fig.1 via calculon\tMegatron-22B\t48\t6144\t64\t64\t24576\t\t2048\tA100-80GB\t8\t8\t1\t1\tMegatron SP\t\t4\t4\tselective\t\tactivation_mem_GiB_per_gpu\t9.5625\tparams+grads+optimizer 45.5625 GiB/GPU\n"
     printf "Qi et al. ICLR'24 'Zero Bubble Pipeline Parallelism' Table 4\tGPT-3-like 1.5B\t22\t2304\t24\t24\t9216\t32000\t1024\tA100-80GB SXM\t8\t1\t8\t1\t\t\t6\t144\tnone\tfp16\tsamples/s/GPU\t11.8\theld out (test); peak memory 30 GiB\n"
-    printf "Qi et al. Zero Bubble repository, mem.py iclr_mem(): profiled W\tW (weight-grad GEMMs) 1.5B: 3 layers\t3\t2304\t24\t24\t9216\t\t1024\tA100-80GB SXM\t8\t1\t8\t1\t\t\t6\t\tnone\tfp16\tms (W per micro-batch, one stage)\t9.337\tx\n"
+    printf "Qi et al. Zero Bubble repository, mem.py iclr_mem(): profiled W\tW (weight-grad GEMMs) 1.5B: 3 layers\t3\t2304\t24\t24\t9216\t\t1024\tA100-80GB SXM\t8\t1\t8\t1\t\t\t6\t\tnone\tfp16\tms (W per micro-batch, one stage)\t9.337\tthe settings tuple (p, n, f, b, w, c, h, a, l) = (8, 24, 18522, 18086, 9337, ...)\n"
 } >"$tsv"
 "$PY" "$ROOT/bench/published.py" --dhp "$DHP" --tsv "$tsv" --no-estimators --json "$T/out.json" >"$T/bench" 2>&1
 if grep -qE '^  1 korthikanti-t5 +Megatron-22B +8 +8 +1 +1 0 +4 sele +1\.100 +[0-9.]+ +[-+][0-9.]+%' "$T/bench" \
@@ -71,6 +72,7 @@ if grep -qE '^  1 korthikanti-t5 +Megatron-22B +8 +8 +1 +1 0 +4 sele +1\.100 +[0
    && grep -qE '^  6\*zero-bubble +GPT-3-like 1\.5 +8 +1 +8 +1 0 +6 none +1\.525 ' "$T/bench" \
    && grep -qE '^  held out overall +n= 1 median' "$T/bench" \
    && grep -qE '^  7 W \(weight-grad GEMMs\) 1\.5B.* +9\.337 +9\.[0-9]+ +[-+][0-9.]+%  gemm_sustained \(A100\)' "$T/bench" \
+   && grep -qE '^  7 1\.5B +18\.52 +[0-9.]+ +[-+][0-9.]+% +27\.42 +[0-9.]+ +[-+][0-9.]+%' "$T/bench" \
    && grep -qE '^  5 korthikanti-fig1 +Megatron-22B +act/layers +pub +9\.56 +dhp +9\.56 +\+0\.0%' "$T/bench" \
    && grep -qE '^  5 korthikanti-fig1 +Megatron-22B +states/layers pub +45\.56 +dhp +45\.57 +\+0\.0%' "$T/bench" \
    && "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['cases'][0]['dhp']['step_s'] > 0" "$T/out.json"; then
