@@ -197,7 +197,7 @@ static double block_act_bytes_per_token(const model_module *mm, const plan_modul
  * 4.2.3); interleaving with vp chunks per rank keeps the first stage's
  * pp (1 + (pp - 1) / (pp vp)) (megatron/training/theoretical_memory_usage.py,
  * which prices that stage alone: i is 0 then). */
-static double stage_micro_in_flight(const plan_module *s, const plan_workload *w, int i)
+double plan_stage_micro_in_flight(const plan_module *s, const plan_workload *w, int i)
 {
     if (s->pp <= 1) return 1;
     if (plan_vp(s) > 1) return s->pp * (1 + (s->pp - 1.0) / (s->pp * plan_vp(s)));
@@ -217,7 +217,7 @@ static double pipeline_blocks_in_flight(const model_module *mm, const plan_modul
     double blocks = 0, most = -1;
     *stem_micro = 0;
     for (int i = 0; i < stages; i++) {
-        double micro = stage_micro_in_flight(s, w, i), b = plan_stage_of(mm, s, i).count * micro;
+        double micro = plan_stage_micro_in_flight(s, w, i), b = plan_stage_of(mm, s, i).count * micro;
         double bytes = b * per_block + (i == 0 ? micro * stem_bytes : 0);
         if (bytes > most) {
             most = bytes;
@@ -295,7 +295,7 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
     double per_block = block_bytes(mm, s, q, t, A), saved;
     bool head = s->pp == 1;   /* the final norm and output layer run here */
     if (staged) {
-        double micro = stage_micro_in_flight(s, w, stage);
+        double micro = plan_stage_micro_in_flight(s, w, stage);
         saved = per_block * plan_stage_of(mm, s, stage).count * micro;
         stem_micro = stage == 0 ? micro : 0;
         head = stage == s->pp - 1;
@@ -520,7 +520,7 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
 {
     bool dhp = o->target == PLAN_TARGET_DHP;
     int stages = (dhp || plan_megatron_stagewise(s, o)) && s->pp > 1 ? s->pp : 1;
-    /* the Megatron target's stages take their micro-batches in flight from stage_micro_in_flight */
+    /* the Megatron target's stages take their micro-batches in flight from plan_stage_micro_in_flight */
     plan_stage_memory(m, mi, s, 0, w, g, o, in_flight * (dhp ? pipeline_units(s, 0, stages) : 1), out);
     for (int i = 1; i < stages; i++) {
         plan_mem t;

@@ -348,6 +348,10 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
  * plan_stage_memory gives each stage its own and plan_module_memory the
  * worst; else Megatron-LM's first-stage formula for every stage. */
 bool plan_megatron_stagewise(const plan_module *s, const plan_options *o);
+/* Micro-batches the Megatron target's stage i holds in flight at its peak:
+ * min(pp - i, micro-batches) under 1F1B; with interleaving Megatron-LM's
+ * first-stage pp (1 + (pp - 1) / (pp vp)). */
+double plan_stage_micro_in_flight(const plan_module *s, const plan_workload *w, int i);
 /* The same for pipeline stage `stage` of the module (0 when pp = 1). */
 void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out);

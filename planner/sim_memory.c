@@ -145,6 +145,8 @@ void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, cons
                 plan_module_memory(&p->model, k, s, &p->work, g, &o, in_flight, &m);
         }
         if (in_flight == 0) m.activations = m.logits = 0;   /* no forward of the module runs here */
+        if (plan_megatron_stagewise(s, &o))
+            in_flight *= (int)plan_stage_micro_in_flight(s, &p->work, cd.pp);   /* the stage's micro-batches, for `slots` */
         out->params += m.params;
         out->grads += m.grads;
         out->optim += m.optim;

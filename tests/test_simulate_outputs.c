@@ -66,6 +66,8 @@ TEST(simulate_megatron_pipeline_memory_rank_by_stage)
         CHECK_NEAR(r[i].logits, st[i].logits, 1e-6);
     }
     CHECK(r[0].activations > r[3].activations && r[0].logits == 0 && r[3].logits > 0);
+    for (int i = 0; i < 4; i++)   /* 1F1B: stage i holds pp - i micro-batches, counted as its slots */
+        CHECK_EQ_INT(r[i].slots - r[3].slots, 3 - i);
     plan_module_memory(&p.model, p.model.llm, s, &p.work, g, &o, 1, &worst);
     double most = 0;
     for (int i = 0; i < 4; i++) most = st[i].total > most ? st[i].total : most;
