@@ -50,7 +50,7 @@ static void transfer_times(const plan_t *p, int mi, int chunk, double *to_llm, d
     double enc = sample * ((chunk + e->dp - 1) / e->dp) / e->sp, llm = sample * ((chunk + l->dp - 1) / l->dp) / l->sp;
     bool same = same_node_groups(p, mi, p->model.llm);
     *to_llm = cost_p2p_time(&p->cluster, e->pool, l->pool, same, fmax(enc * plan_handoff_copies(p, mi, false), llm));
-    *back = plan_dp_rules_of(&p->model.mod[mi], e).trains
+    *back = model_trains(&p->model.mod[mi])
           ? cost_p2p_time(&p->cluster, l->pool, e->pool, same, fmax(llm * plan_handoff_copies(p, mi, true), enc)) : 0;
 }
 
@@ -189,13 +189,12 @@ typedef struct {
  * at its chunk plus that reach. step = the groups' last op, then the
  * slowest tail (the gradient norm spans every rank: no optimizer steps
  * before every group's last backward). */
-static int disaggregated_step(const plan_t *p, const enc_chunk *enc, const llm_chunk *lc, double *step, char *err)
+static int disaggregated_step(const plan_t *p, const plan_chunk_loop *l, const enc_chunk *enc, const llm_chunk *lc,
+                              double *step, char *err)
 {
     int n = plan_chunks(p), K = p->n_modules, L = p->model.llm, W = 1;
     double *S = util_malloc(sizeof *S * (size_t)n * 2), *G = S ? S + n : NULL;
-    plan_chunk_loop *l = util_calloc((size_t)n, sizeof *l);
-    int rc = S && l ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "plan: out of memory pricing the disaggregated step");
-    if (!rc) plan_llm_chunk_loops(p, l);
+    int rc = S ? UTIL_OK : util_fail(err, UTIL_ENOMEM, "plan: out of memory pricing the disaggregated step");
     for (int k = 0; k < K; k++)
         if (k != L && enc[k].trains && enc[k].loop.window > W) W = enc[k].loop.window;
     double free_at[MODEL_MAX_MODULES] = { 0 };   /* each encoder group's last op ends */
@@ -229,7 +228,6 @@ static int disaggregated_step(const plan_t *p, const enc_chunk *enc, const llm_c
         *step = last + tail;
     }
     util_free(S);
-    util_free(l);
     return rc;
 }
 
@@ -239,8 +237,12 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
     int rc = plan_validate(p, err);
     if (rc) return rc;
     const plan_workload *w = &p->work;
-    int chunk = w->global_batch / (p->placement == PLAN_DISAGGREGATED ? p->n_micro : 1);
     bool disagg = p->placement == PLAN_DISAGGREGATED;
+    int chunk = w->global_batch / (disagg ? p->n_micro : 1);
+    /* the LLM's loop with the encoders, chunk by chunk (disaggregated_step, the encoders' windows) */
+    plan_chunk_loop *loops = disagg ? util_calloc((size_t)plan_chunks(p), sizeof *loops) : NULL;
+    if (disagg && !loops) return util_fail(err, UTIL_ENOMEM, "plan: out of memory pricing the disaggregated step");
+    if (disagg) plan_llm_chunk_loops(p, loops);
     double sum_t = 0, sum_tail = 0;
     enc_chunk enc[MODEL_MAX_MODULES];
     llm_chunk lc = { 0 };
@@ -253,8 +255,7 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
         const plan_time *tk = &ev->time[k];
         plan_module_time(&p->model, k, s, w, c, o, &ev->time[k]);
         bool encoder = k != p->model.llm;
-        plan_encoder_loop loop = { 1, 0 };
-        if (disagg && encoder && (rc = plan_encoder_loop_of(p, k, &loop, err))) return rc;
+        plan_encoder_loop loop = disagg && encoder ? plan_encoder_loop_in(p, k, loops) : (plan_encoder_loop){ 1, 0 };
         int in_flight = disagg && encoder ? encoder_in_flight(p, &loop) : 1;
         plan_module_memory(&p->model, k, s, w, &c->pool[s->pool].gpu, o, in_flight, &ev->mem[k]);
         double micros, bubbles, pace = plan_pace_s(tk, s), to_llm = 0, back = 0;
@@ -272,7 +273,7 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
         double fwd = tk->micro_s > 0 ? plan_time_forward_s(tk) / tk->micro_s : 1;   /* a pass's forward share */
         if (disagg && encoder) {
             enc[k] = (enc_chunk){ fwd * passes, (1 - fwd) * passes, to_llm, back, tail,
-                                  plan_dp_rules_of(&p->model.mod[k], s).trains, loop };
+                                  model_trains(&p->model.mod[k]), loop };
         } else if (disagg) {
             /* a unit's time on average: a short last micro-batch (above) is a cheaper one */
             double unit = whole_micros > 0 ? micros * pace / (whole_micros * plan_vp(s)) : pace / plan_vp(s);
@@ -294,7 +295,9 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
     } else {
         /* Encoders run side by side, each feeding the LLM chunk by chunk;
          * optimizer steps run in parallel. */
-        if ((rc = disaggregated_step(p, enc, &lc, &step, err))) return rc;
+        rc = disaggregated_step(p, loops, enc, &lc, &step, err);
+        util_free(loops);
+        if (rc) return rc;
         for (int k = 0; k < p->n_modules; k++) {
             if (ev->mem[k].total > ev->mem[k].capacity) fits = false;
             if (ev->mem[k].total > ev->peak_mem) { ev->peak_mem = ev->mem[k].total; ev->capacity = ev->mem[k].capacity; }

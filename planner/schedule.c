@@ -624,12 +624,10 @@ static void replica_loop(int pp, int vp, int n, int m, plan_chunk_loop *per_chun
  * encoder's next chunk overlaps the LLM; at most the step's chunks. */
 static plan_encoder_loop loop_of(const plan_chunk_loop *per_chunk, int n_chunks)
 {
-    int most = 0, r = 0;
-    for (int c = 0; c < n_chunks; c++) {
-        if (per_chunk[c].need > most) { most = per_chunk[c].need; r = 0; }
-        if (per_chunk[c].need == most && per_chunk[c].reach > r) r = per_chunk[c].reach;
-    }
-    plan_encoder_loop l = { most > 2 ? most : 2, most >= 2 ? r : 0 };
+    plan_chunk_loop all = { 0 };   /* the most need over the chunks, with its reach */
+    for (int c = 0; c < n_chunks; c++) note_need(&all, per_chunk[c].need, per_chunk[c].reach);
+    int most = all.need;
+    plan_encoder_loop l = { most > 2 ? most : 2, most >= 2 ? all.reach : 0 };
     if (l.window >= n_chunks) { l.window = n_chunks; if (most > n_chunks) l.reach = 0; }
     return l;
 }
@@ -663,15 +661,26 @@ void plan_llm_chunk_loops(const plan_t *p, plan_chunk_loop *per_chunk)
     }
 }
 
+/* Colocated, frozen or with one chunk there is no loop: window 1. */
+static bool has_loop(const plan_t *p, int enc)
+{
+    return p->placement != PLAN_COLOCATED && trains(p, enc) && plan_chunks(p) > 1;
+}
+
+plan_encoder_loop plan_encoder_loop_in(const plan_t *p, int enc, const plan_chunk_loop *per_chunk)
+{
+    return has_loop(p, enc) ? loop_of(per_chunk, plan_chunks(p)) : (plan_encoder_loop){ 1, 0 };
+}
+
 int plan_encoder_loop_of(const plan_t *p, int enc, plan_encoder_loop *out, char *err)
 {
     int n_chunks = plan_chunks(p);
     *out = (plan_encoder_loop){ 1, 0 };
-    if (p->placement == PLAN_COLOCATED || !trains(p, enc) || n_chunks <= 1) return UTIL_OK;
+    if (!has_loop(p, enc)) return UTIL_OK;
     plan_chunk_loop *l = util_calloc((size_t)n_chunks, sizeof *l);
     if (!l) return util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
     plan_llm_chunk_loops(p, l);
-    *out = loop_of(l, n_chunks);
+    *out = plan_encoder_loop_in(p, enc, l);
     util_free(l);
     return UTIL_OK;
 }

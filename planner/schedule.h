@@ -213,6 +213,9 @@ int plan_encoder_loop_even(int pp, int vp, int n_chunks, int micros_per_chunk, p
  * own). per_chunk holds plan_chunks(p). */
 typedef struct { long first_unit, backs; int need, reach; } plan_chunk_loop;
 void plan_llm_chunk_loops(const plan_t *p, plan_chunk_loop *per_chunk);
+/* plan_encoder_loop_of from the loops plan_llm_chunk_loops filled (one
+ * pass for every encoder of a plan). */
+plan_encoder_loop plan_encoder_loop_in(const plan_t *p, int enc, const plan_chunk_loop *per_chunk);
 /* Checks that the executor can run p as scheduled (sp slices whole merge
  * groups in every micro-batch, one LLM, ...); UTIL_EUNSUPPORTED or
  * UTIL_EINVAL with the reason. */

@@ -205,7 +205,7 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
                 bool one_node = cost_pool_gpus(&b->c->pool[s.pool]) <= b->c->pool[s.pool].gpus_per_node;
                 /* its hand-off before the LLM's strategy is known: one copy of its share out and, where it
                  * trains, its gradient back (the plan's own, evaluate.c transfer_times, counts the LLM's ends) */
-                trains = plan_dp_rules_of(mm, &s).trains;
+                trains = model_trains(mm);
                 time += (trains ? 2.0 : 1.0) * cost_p2p_time(b->c, s.pool, s.pool, one_node, bytes);
                 steady = time;
             }

@@ -93,7 +93,7 @@ static double executor_handoff_bytes(const plan_t *p, int rank, const plan_sched
     /* (a buffer of no rows still takes one float) */
     for (int k = 0; k < p->n_modules; k++) {
         if (!plan_encoder_feeds(p, k)) continue;
-        bool trains = plan_dp_rules_of(&p->model.mod[k], &p->mod[k]).trains;
+        bool trains = model_trains(&p->model.mod[k]);
         grads |= trains;
         if (plan_rank_coord(p, k, rank, &cd))
             buffers += (trains ? 2 : 1) * fmax(1, (double)plan_max_share(p, k) * plan_rows_per_sample(p, k) / p->mod[k].sp * d);
@@ -131,22 +131,17 @@ void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, cons
         int in_flight = sched->slots[k];
         plan_mem m;
         const cost_gpu *g = &p->cluster.pool[s->pool].gpu;
-        if (p->target == PLAN_TARGET_DHP && plan_vp(s) > 1) {
+        bool dhp = p->target == PLAN_TARGET_DHP, staged = plan_megatron_stagewise(s, &o);
+        /* the Megatron target counts an LLM stage's 1F1B micro-batches itself (plan_stage_micro_in_flight) */
+        if (!dhp && k == p->model.llm && in_flight > 1) in_flight = 1;
+        if (dhp && plan_vp(s) > 1)
             plan_stage_memory_slots(&p->model, k, s, cd.pp, &p->work, g, &o, sched->vslots, &m);
-        } else if (p->target == PLAN_TARGET_DHP) {
+        else if (dhp || staged)   /* the rank's own stage */
             plan_stage_memory(&p->model, k, s, cd.pp, &p->work, g, &o, in_flight, &m);
-        } else {
-            /* the Megatron target: the rank's own stage with its 1F1B micro-batches where it prices
-             * stages apart, else Megatron-LM's formula of the first (plan_module_memory) */
-            if (k == p->model.llm && in_flight > 1) in_flight = 1;
-            if (plan_megatron_stagewise(s, &o))
-                plan_stage_memory(&p->model, k, s, cd.pp, &p->work, g, &o, in_flight, &m);
-            else
-                plan_module_memory(&p->model, k, s, &p->work, g, &o, in_flight, &m);
-        }
+        else   /* Megatron-LM's formula of the first stage */
+            plan_module_memory(&p->model, k, s, &p->work, g, &o, in_flight, &m);
         if (in_flight == 0) m.activations = m.logits = 0;   /* no forward of the module runs here */
-        if (plan_megatron_stagewise(s, &o))
-            in_flight *= (int)plan_stage_micro_in_flight(s, &p->work, cd.pp);   /* the stage's micro-batches, for `slots` */
+        if (staged) in_flight *= (int)plan_stage_micro_in_flight(s, &p->work, cd.pp);   /* the stage's micro-batches, for `slots` */
         out->params += m.params;
         out->grads += m.grads;
         out->optim += m.optim;
