@@ -95,6 +95,8 @@ def run_dhp(dhp, c, tmp):
         cmd[-3:-3] = ["--grad-reduce", c["grad_reduce"]]
     if c.get("tp_style"):
         cmd[-3:-3] = ["--tp-style", c["tp_style"]]
+    if c.get("pipe_engine"):
+        cmd[-3:-3] = ["--pipe-engine", c["pipe_engine"]]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1][:200]}
@@ -432,7 +434,8 @@ def held_out_summary(cases, by_fam, held, mem_held):
     fams = [f for f in sorted(by_fam) if held[f]]
     if not fams:
         return
-    print("summary, held-out rows (*: notes begin 'held out'; not seen while the cost model was tuned)")
+    print("summary, held-out rows (*: notes begin 'held out'; no number was fitted to them; the terms added since "
+          "they were\n  added, each from its software's source, are in the README's 'Terms added')")
     allerr = []
     for fam in fams:
         allerr += by_fam[fam]

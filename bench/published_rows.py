@@ -287,6 +287,17 @@ def interpret(r, idx):
             c["zero3"] = "deepspeed-2021"
             inferred.append("DeepSpeed ZeRO-3 of the paper's date (arXiv 2104.04473, April 2021: DeepSpeed "
                             "v0.3.13-v0.3.16): --zero3 deepspeed-2021")
+        if fam == "mt-nlg":
+            # The DeepSpeed of MT-NLG's training (2021; its announcement of 2021-10-11): before PR 1407
+            # (2021-09-29, v0.5.4), the pipeline engine sent each gradient whole (is_grad_partitioned False).
+            c["pipe_engine"] = "deepspeed-2021"
+            inferred.append("DeepSpeed's pipeline engine of 2021 (before v0.5.4: gradients sent whole): "
+                            "--pipe-engine deepspeed-2021")
+        if fam == "bloom":
+            # bigscience's DeepSpeed (the big-science branch PR 1407 came from): gradients partitioned.
+            c["pipe_engine"] = "deepspeed"
+            inferred.append("DeepSpeed's pipeline engine with partitioned gradients (PR 1407, bigscience): "
+                            "--pipe-engine deepspeed")
         if not dp:
             dp = gpus // (tp * pp)
     elif fam.startswith("torchtitan"):

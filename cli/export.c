@@ -128,6 +128,10 @@ static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON 
     }
     if (s->pp > 1) note(notes, "%s: pp %d without interleaving: no --num-layers-per-virtual-pipeline-stage (dhp "
                         "plans one stage per pipeline rank)", s->module, s->pp);
+    if (s->pp > 1 && p->pipe_engine != PLAN_PIPE_MEGATRON)
+        note(notes, "%s: priced as DeepSpeed's pipeline engine (--pipe-engine %s); Megatron-LM's 1F1B batches its "
+             "sends and overlaps the gradient reduction, so it runs faster than the plan says", s->module,
+             plan_pipe_engine_name(p->pipe_engine));
     if (p->grad_reduce == PLAN_REDUCE_BF16)
         note(notes, "%s: gradients reduced in bf16 (--grad-reduce bf16) not exported: Megatron's --grad-reduce-in-bf16 "
              "also keeps its gradient buffers in bf16, which the plan does not price", s->module);
@@ -206,6 +210,10 @@ static cJSON *deepspeed_config(const plan_t *p, int k, int gas, cJSON *notes)
         cJSON *pp = cJSON_AddObjectToObject(c, "pipeline");
         cJSON_AddNumberToObject(pp, "stages", s->pp);
         cJSON_AddNumberToObject(pp, "activation_checkpoint_interval", s->recompute == PLAN_RECOMP_FULL ? 1 : 0);
+        if (p->pipe_engine == PLAN_PIPE_MEGATRON)
+            note(notes, "%s: pp %d priced as Megatron-LM's 1F1B; DeepSpeed's PipelineEngine blocks on each send and "
+                 "reduces gradients after the flush: plan with --target megatron --pipe-engine deepspeed to price it",
+                 s->module, s->pp);
     }
     if (s->recompute != PLAN_RECOMP_NONE)
         note(notes, "%s: recompute %s: DeepSpeed leaves the granularity to the model code (%s)", s->module,

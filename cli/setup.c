@@ -36,6 +36,10 @@ const char *cli_setup_help =
     "  --tp-style T          the megatron target's tensor parallelism: megatron (Megatron-LM's; default)\n"
     "                        or dtensor (PyTorch's ColwiseParallel / RowwiseParallel / SequenceParallel,\n"
     "                        torchtitan: a copy beside each sequence-dim collective, no backward re-gather)\n"
+    "  --pipe-engine E       the megatron target's pipeline: megatron (Megatron-LM's 1F1B; default),\n"
+    "                        deepspeed (DeepSpeed's PipelineEngine: blocking sends, the gradient reduced\n"
+    "                        after the flush) or deepspeed-2021 (the same up to v0.5.3: gradients sent\n"
+    "                        whole, not partitioned over tp)\n"
     "  --tf32                precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32): priced at the\n"
     "                        GPU's TF32 peak instead of its fp32 (CUDA-core) peak\n"
     "  --backend B           the dhp target's memory on the backend dhp run uses: cuda (its cuBLASLt\n"
@@ -114,6 +118,8 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         return enum_arg(cmd, a, val, val ? plan_grad_reduce_parse(val, &o->grad_reduce, why) : 0, why, NULL, i);
     if (!strcmp(a, "--tp-style"))
         return enum_arg(cmd, a, val, val ? plan_tp_style_parse(val, &o->tp_style, why) : 0, why, NULL, i);
+    if (!strcmp(a, "--pipe-engine"))
+        return enum_arg(cmd, a, val, val ? plan_pipe_engine_parse(val, &o->pipe_engine, why) : 0, why, NULL, i);
     if (!strcmp(a, "--backend"))
         return enum_arg(cmd, a, val, val ? plan_backend_parse(val, &o->backend, why) : 0, why, &s->backend_given, i);
     if (!strcmp(a, "--tf32")) { o->tf32 = true; return 1; }
@@ -140,6 +146,7 @@ int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster
     if (plan_tf32_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     if (plan_grad_reduce_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     if (plan_tp_style_check(&o, err)) return cli_usage_error(cmd, "%s", err);
+    if (plan_pipe_engine_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     if (model_load(s->model, m, err)) return cli_usage_error(cmd, "%s", err);
     if (cost_cluster_load(s->cluster, c, err)) return cli_usage_error(cmd, "%s", err);
     memset(w, 0, sizeof *w);

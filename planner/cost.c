@@ -671,25 +671,44 @@ double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, cons
     return plan_module_state_bytes(&m->mod[mi], o).act * rows * m->mod[mi].hidden;
 }
 
-plan_hop_wire plan_stage_hop_wire(const model_module *mm, const plan_module *s, const cost_pool *pool,
-                                  const plan_options *o, double bytes)
+/* DeepSpeed's PipelineEngine partitions (engine.py, PartitionedTensor over
+ * the slice-parallel group) the activation it sends, and the receiver's
+ * forward rebuilds it (part_input.full()); before a backward, the engine
+ * rebuilds the stage's own output it partitioned after the forward
+ * (part_output.full(): in _exec_recv_grads up to v0.5.3, in
+ * _exec_backward_pass after), and from v0.5.4 the partitioned gradient
+ * (part_grad.full()) too: one all-gather on an activation's arrival, one
+ * (deepspeed-2021, the gradient whole on the wire) or two (deepspeed) on a
+ * gradient's. */
+static int deepspeed_gathers(const plan_options *o, bool grad)
 {
-    plan_hop_wire h = { bytes, 0 };
-    if (o->target == PLAN_TARGET_DHP || s->tp <= 1 || plan_seqpar_split(mm, s) > 1 || !(bytes > 0)) return h;
+    return grad && o->pipe_engine == PLAN_PIPE_DEEPSPEED ? 2 : 1;
+}
+
+plan_hop_wire plan_stage_hop_wire(const model_module *mm, const plan_module *s, const cost_pool *pool,
+                                  const plan_options *o, double bytes, bool grad)
+{
+    bool megatron = o->target == PLAN_TARGET_MEGATRON, deepspeed = megatron && o->pipe_engine != PLAN_PIPE_MEGATRON;
+    plan_hop_wire h = { bytes, 0, deepspeed };
+    if (!megatron || s->tp <= 1 || plan_seqpar_split(mm, s) > 1 || !(bytes > 0)) return h;
     int G, per_node;
     plan_group_shape(s, PLAN_AX_TP, pool->gpus_per_node, &G, &per_node);
-    h.wire_bytes = bytes / s->tp;
-    h.gather_s = cost_collective_time(pool, COST_ALLGATHER, bytes, G, per_node);
+    double gather = cost_collective_time(pool, COST_ALLGATHER, bytes, G, per_node);
+    bool whole = deepspeed && grad && o->pipe_engine == PLAN_PIPE_DEEPSPEED_2021;
+    h.wire_bytes = whole ? bytes : bytes / s->tp;
+    h.gather_s = (deepspeed ? deepspeed_gathers(o, grad) : 1) * gather;
     return h;
 }
 
-double plan_stage_hop_s(const model_t *m, int mi, const plan_module *s, const plan_workload *w, const cost_cluster *c,
-                        const plan_options *o, double samples)
+plan_hop_time plan_stage_hop_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                                  const cost_cluster *c, const plan_options *o, double samples, bool grad)
 {
     /* neighbouring stages are dp * sp * tp ranks apart */
     bool same_node = (double)s->tp * s->sp * s->dp * s->pp <= c->pool[s->pool].gpus_per_node;
-    plan_hop_wire h = plan_stage_hop_wire(&m->mod[mi], s, &c->pool[s->pool], o, plan_stage_hop_bytes(m, mi, s, w, o, samples));
-    return cost_p2p_time(c, s->pool, s->pool, same_node, h.wire_bytes) + h.gather_s;
+    plan_hop_wire h = plan_stage_hop_wire(&m->mod[mi], s, &c->pool[s->pool], o, plan_stage_hop_bytes(m, mi, s, w, o, samples),
+                                          grad);
+    double wire = cost_p2p_time(c, s->pool, s->pool, same_node, h.wire_bytes);
+    return (plan_hop_time){ wire + h.gather_s, h.held ? wire : 0 };
 }
 
 /* The whole module: every stage's compute and in-op communication plus the
@@ -702,18 +721,20 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     price_micro(m, mi, s, &whole, w, c, o, samples, -1, out);
     if (s->pp <= 1 || samples <= 0) return;
     bool backward = model_runs_backward(&m->mod[mi]);
-    double hop = plan_stage_hop_s(m, mi, s, w, c, o, samples);
+    plan_hop_time fwd = plan_stage_hop_time(m, mi, s, w, c, o, samples, false);
+    plan_hop_time bwd = backward ? plan_stage_hop_time(m, mi, s, w, c, o, samples, true) : (plan_hop_time){ 0, 0 };
     /* pp - 1 hand-offs each way, pp * vp - 1 with interleaving: every model
      * chunk hands off to the next rank (Narayanan et al. SC'21 sec. 2.2.2) */
     int vp = plan_vp(s);
-    double fwd_hops = (s->pp * vp - 1) * hop, bwd_hops = backward ? (s->pp * vp - 1) * hop : 0;
+    double fwd_hops = (s->pp * vp - 1) * fwd.recv_s, bwd_hops = (s->pp * vp - 1) * bwd.recv_s;
     out->pp_p2p_s = fwd_hops + bwd_hops;
     out->fwd_comm_s += fwd_hops;
     out->micro_s += out->pp_p2p_s;
     out->stage_max_s = 0;
     for (int i = 0; i < s->pp; i++) {
         double chunks = 0;
-        plan_micro_parts parts = { .hop_s = vp * hop + (backward ? vp * hop : 0) };
+        /* a stage receives and sends each hop once a micro-batch (chunk) each way */
+        plan_micro_parts parts = { .hop_s = vp * (fwd.recv_s + fwd.send_s + bwd.recv_s + bwd.send_s) };
         for (int v = 0; v < vp; v++) {   /* the rank's model chunks, each a virtual stage */
             plan_time st;
             plan_stage_micro_time(m, mi, s, v * s->pp + i, w, c, o, samples, &st);
@@ -776,7 +797,9 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
      * (dhp: grad_sync_s is already the part left exposed, cost_dp.c; its
      * PARAM_GATHER runs after the optimizer, beside nothing). */
     double step_comm = out->grad_sync_s + out->grad_sync_busy_s + out->param_gather_s + out->param_gather_busy_s;
-    double hidden = o->target == PLAN_TARGET_DHP ? 0 : o->overlap * out->bwd_s / s->pp;
+    /* DeepSpeed's pipeline engine reduces after its schedule's last step (plan_pipe_engine) */
+    bool after_flush = o->pipe_engine != PLAN_PIPE_MEGATRON && s->pp > 1;
+    double hidden = o->target == PLAN_TARGET_DHP || after_flush ? 0 : o->overlap * out->bwd_s / s->pp;
     out->dp_exposed_s = plan_overlapped_comm_s(step_comm, hidden, o->target == PLAN_TARGET_MEGATRON);
     plan_seq q;
     plan_module_seq(m, mi, w, &q);

@@ -37,6 +37,7 @@ void plan_options_default(plan_options *o)
     o->adamw = PLAN_ADAMW_FUSED;
     o->grad_reduce = PLAN_REDUCE_GRADS;
     o->tp_style = PLAN_TP_MEGATRON;
+    o->pipe_engine = PLAN_PIPE_MEGATRON;
     o->tf32 = false;
     o->backend = PLAN_BACKEND_DEVICE;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
@@ -539,6 +540,7 @@ plan_options plan_options_of(const plan_t *p)
     o.adamw = p->adamw;
     o.grad_reduce = p->grad_reduce;
     o.tp_style = p->tp_style;
+    o.pipe_engine = p->pipe_engine;
     o.tf32 = p->tf32;
     o.backend = p->backend;
     return o;

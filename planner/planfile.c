@@ -18,6 +18,7 @@ static const char *zero3_names[PLAN_NZERO3] = { "units", "deepspeed-2021", "fsdp
 static const char *adamw_names[PLAN_NADAMW] = { "fused", "foreach" };
 static const char *grad_reduce_names[PLAN_NREDUCE] = { "grads", "bf16" };
 static const char *tp_style_names[PLAN_NTP_STYLE] = { "megatron", "dtensor" };
+static const char *pipe_engine_names[PLAN_NPIPE] = { "megatron", "deepspeed-2021", "deepspeed" };
 
 PLAN_ENUM_PARSE(plan_placement_parse, plan_placement, placement_names, 2)
 PLAN_ENUM_PARSE(plan_recompute_parse, plan_recompute, recompute_names, 4)
@@ -27,12 +28,14 @@ PLAN_ENUM_PARSE(plan_zero3_parse, plan_zero3, zero3_names, PLAN_NZERO3)
 PLAN_ENUM_PARSE(plan_adamw_parse, plan_adamw, adamw_names, PLAN_NADAMW)
 PLAN_ENUM_PARSE(plan_grad_reduce_parse, plan_grad_reduce, grad_reduce_names, PLAN_NREDUCE)
 PLAN_ENUM_PARSE(plan_tp_style_parse, plan_tp_style, tp_style_names, PLAN_NTP_STYLE)
+PLAN_ENUM_PARSE(plan_pipe_engine_parse, plan_pipe_engine, pipe_engine_names, PLAN_NPIPE)
 
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
 const char *plan_target_name(plan_target t) { return t >= 0 && t < PLAN_NTARGET ? target_names[t] : "?"; }
 const char *plan_adamw_name(plan_adamw a) { return a >= 0 && a < PLAN_NADAMW ? adamw_names[a] : "?"; }
 const char *plan_grad_reduce_name(plan_grad_reduce r) { return r >= 0 && r < PLAN_NREDUCE ? grad_reduce_names[r] : "?"; }
 const char *plan_tp_style_name(plan_tp_style t) { return t >= 0 && t < PLAN_NTP_STYLE ? tp_style_names[t] : "?"; }
+const char *plan_pipe_engine_name(plan_pipe_engine e) { return e >= 0 && e < PLAN_NPIPE ? pipe_engine_names[e] : "?"; }
 const char *plan_zero3_name(plan_zero3 z) { return z >= 0 && z < PLAN_NZERO3 ? zero3_names[z] : "?"; }
 const char *plan_placement_name(plan_placement p) { return placement_names[p]; }
 const char *plan_recompute_name(plan_recompute r) { return recompute_names[r]; }
@@ -100,6 +103,7 @@ cJSON *plan_to_json(const plan_t *p)
     if (p->adamw != PLAN_ADAMW_FUSED) cJSON_AddStringToObject(root, "adamw", plan_adamw_name(p->adamw));
     if (p->grad_reduce != PLAN_REDUCE_GRADS) cJSON_AddStringToObject(root, "grad_reduce", plan_grad_reduce_name(p->grad_reduce));
     if (p->tp_style != PLAN_TP_MEGATRON) cJSON_AddStringToObject(root, "tp_style", plan_tp_style_name(p->tp_style));
+    if (p->pipe_engine != PLAN_PIPE_MEGATRON) cJSON_AddStringToObject(root, "pipe_engine", plan_pipe_engine_name(p->pipe_engine));
     if (p->tf32) cJSON_AddBoolToObject(root, "tf32", true);
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
@@ -222,11 +226,16 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if ((rc = util_json_str(root, what, "tp_style", false, plan_tp_style_name(PLAN_TP_MEGATRON), buf, sizeof buf, err)))
         return rc;
     if (plan_tp_style_parse(buf, &p->tp_style, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_style: %s", what, why);
+    if ((rc = util_json_str(root, what, "pipe_engine", false, plan_pipe_engine_name(PLAN_PIPE_MEGATRON), buf, sizeof buf,
+                            err))) return rc;
+    if (plan_pipe_engine_parse(buf, &p->pipe_engine, why))
+        return util_fail(err, UTIL_EINVAL, "%s.pipe_engine: %s", what, why);
     if ((rc = util_json_bool(root, what, "tf32", false, false, &p->tf32, err))) return rc;
     plan_options po = plan_options_of(p);
     if (plan_tf32_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tf32: %s", what, why);
     if (plan_grad_reduce_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_reduce: %s", what, why);
     if (plan_tp_style_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_style: %s", what, why);
+    if (plan_pipe_engine_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.pipe_engine: %s", what, why);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;
@@ -377,6 +386,9 @@ int plan_validate(const plan_t *p, char *err)
                              s->first_rank + s->n_ranks - 1, p->world_size);
         if (p->placement == PLAN_DISAGGREGATED || k == 0) pool_gpus[s->pool] += s->n_ranks;
         if ((rc = validate_tp_in_node(p, k, err))) return rc;
+        if (p->pipe_engine != PLAN_PIPE_MEGATRON && plan_vp(s) > 1)
+            return util_fail(err, UTIL_EINVAL, "modules[%d]: vp %d: DeepSpeed's pipeline engine (%s) has no interleaved "
+                             "schedule: vp 1, or --pipe-engine megatron", k, plan_vp(s), plan_pipe_engine_name(p->pipe_engine));
     }
     for (int i = 0; i < p->cluster.n_pools; i++)
         if (pool_gpus[i] > cost_pool_gpus(&p->cluster.pool[i]))

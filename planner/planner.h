@@ -178,6 +178,26 @@ typedef enum { PLAN_TP_MEGATRON = 0, PLAN_TP_DTENSOR, PLAN_NTP_STYLE } plan_tp_s
 const char *plan_tp_style_name(plan_tp_style t);
 int plan_tp_style_parse(const char *s, plan_tp_style *out, char *err);
 
+/* Whose pipeline engine the Megatron target prices (the stage hand-offs and
+ * when the data-parallel reduction runs; plan_stage_hop_wire,
+ * plan_module_time): Megatron-LM's 1F1B (the default: each send batched with
+ * the receive opposite it, both directions scattered over tp, the gradient
+ * reduction overlapping the last backward), or DeepSpeed's PipelineEngine
+ * (deepspeed/runtime/pipe/engine.py, p2p.py): every send and receive a
+ * blocking collective of its own (a broadcast in a two-rank group, later
+ * dist.send / dist.recv), so a stage's stream is held for each transfer it
+ * sends as well as each it receives; the activation partitioned over tp
+ * (is_pipe_partitioned); the gradient sent whole by every tp rank up to
+ * v0.5.3 (deepspeed-2021: is_grad_partitioned = False) and partitioned from
+ * v0.5.4 (deepspeed: DeepSpeed PR 1407, 2021-09-29); the gradient reduction
+ * after the last step of the schedule (TrainSchedule's ReduceGrads, with
+ * enable_backward_allreduce off), beside nothing. DeepSpeed's TrainSchedule
+ * has no interleaving: plan_validate refuses vp > 1 with it. dhp run's
+ * pipeline is its own: plan_pipe_engine_check. */
+typedef enum { PLAN_PIPE_MEGATRON = 0, PLAN_PIPE_DEEPSPEED_2021, PLAN_PIPE_DEEPSPEED, PLAN_NPIPE } plan_pipe_engine;
+const char *plan_pipe_engine_name(plan_pipe_engine e);
+int plan_pipe_engine_parse(const char *s, plan_pipe_engine *out, char *err);
+
 typedef struct {
     int version;
     model_t model;            /* full description, so a plan is self-contained */
@@ -190,6 +210,7 @@ typedef struct {
     plan_adamw adamw;         /* the Megatron target's AdamW step (plan_options.adamw) */
     plan_grad_reduce grad_reduce;   /* the Megatron target's gradient reduction (plan_options.grad_reduce) */
     plan_tp_style tp_style;   /* the Megatron target's tensor parallelism (plan_options.tp_style) */
+    plan_pipe_engine pipe_engine;   /* the Megatron target's pipeline engine (plan_options.pipe_engine) */
     bool tf32;                /* fp32 GEMMs on TF32 tensor cores (plan_options.tf32) */
     plan_backend backend;     /* the backend memory is predicted for (plan_options.backend; not in the file) */
     int world_size;           /* total ranks the plan uses */
@@ -278,6 +299,7 @@ typedef struct {
     plan_adamw adamw;
     plan_grad_reduce grad_reduce; /* the Megatron target's gradient reduction dtype (plan_grad_reduce_check) */
     plan_tp_style tp_style;       /* the Megatron target's tensor parallelism (plan_tp_style_check) */
+    plan_pipe_engine pipe_engine; /* the Megatron target's pipeline engine (plan_pipe_engine_check) */
     bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
     plan_backend backend;         /* the backend memory is predicted for (--backend; default the device's) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
@@ -327,6 +349,8 @@ int plan_tf32_check(const plan_options *o, char *err);
 int plan_grad_reduce_check(const plan_options *o, char *err);
 /* --tp-style dtensor describes a plan exported to PyTorch (torchtitan): the Megatron target only. */
 int plan_tp_style_check(const plan_options *o, char *err);
+/* --pipe-engine deepspeed* describes a plan exported to DeepSpeed's PipelineEngine: the Megatron target only. */
+int plan_pipe_engine_check(const plan_options *o, char *err);
 /* The math the cost model prices a linear's GEMMs in (cost_gemm_time_in). */
 cost_gemm_math plan_gemm_math(const plan_options *o);
 /* The attention kernel the cost model prices (cost_attention_*_time_in): the
@@ -456,18 +480,28 @@ void plan_cp_micro_time(const model_t *m, int mi, const plan_module *s, int stag
  * under sequence parallelism), hidden wide; its bytes and its seconds. */
 double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                             const plan_options *o, double samples);
-double plan_stage_hop_s(const model_t *m, int mi, const plan_module *s, const plan_workload *w, const cost_cluster *c,
-                        const plan_options *o, double samples);
+/* One hop's seconds at each end: the receiver's (the transfer and the
+ * all-gather after it, plan_stage_hop_wire) and the sender's (the transfer
+ * where the engine's sends block, else 0: an asynchronous send). */
+typedef struct { double recv_s, send_s; } plan_hop_time;
+plan_hop_time plan_stage_hop_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                                  const cost_cluster *c, const plan_options *o, double samples, bool grad);
 /* How a hop of `bytes` (plan_stage_hop_bytes) crosses: what each rank puts on
- * its link and, after it arrives, the seconds of the tp all-gather that
- * rebuilds it. The Megatron target without sequence parallelism scatters it
- * over the tp ranks (each sends bytes / tp; Narayanan et al. SC'21 sec. 4.1,
- * Megatron-LM's scatter_gather_tensors_in_pipeline, on by default; DeepSpeed's
- * pipeline engine partitions it likewise, is_pipe_partitioned); else the
- * whole rows go and nothing is gathered. */
-typedef struct { double wire_bytes, gather_s; } plan_hop_wire;
+ * its link and, after it arrives, the seconds of the tp all-gathers that
+ * rebuild what the receiver needs. The Megatron target without sequence
+ * parallelism scatters it over the tp ranks (each sends bytes / tp; Narayanan
+ * et al. SC'21 sec. 4.1, Megatron-LM's scatter_gather_tensors_in_pipeline, on
+ * by default; DeepSpeed's pipeline engine partitions the activation likewise,
+ * and its gradient as plan_pipe_engine says); else the whole rows go and
+ * nothing is gathered. */
+typedef struct {
+    double wire_bytes, gather_s;
+    bool held;                /* the send holds the sender's stream for the transfer (DeepSpeed's blocking sends) */
+} plan_hop_wire;
+/* grad: the gradient's hop back (the engine may treat the two directions
+ * apart: plan_pipe_engine). */
 plan_hop_wire plan_stage_hop_wire(const model_module *mm, const plan_module *s, const cost_pool *pool,
-                                  const plan_options *o, double bytes);
+                                  const plan_options *o, double bytes, bool grad);
 /* Seconds of the schedule's encoder FORWARD op (compute + forward half of its
  * in-op communication) and BACKWARD op (recompute + backward + the rest);
  * they add up to micro_s, the LLM's FORWARD_BACKWARD. */

@@ -97,6 +97,14 @@ int plan_tp_style_check(const plan_options *o, char *err)
     return UTIL_OK;
 }
 
+int plan_pipe_engine_check(const plan_options *o, char *err)
+{
+    if (o->pipe_engine != PLAN_PIPE_MEGATRON && o->target != PLAN_TARGET_MEGATRON)
+        return util_fail(err, UTIL_EINVAL, "--pipe-engine %s describes a plan exported to DeepSpeed's pipeline engine: "
+                         "use --target megatron; dhp run's pipeline is its own", plan_pipe_engine_name(o->pipe_engine));
+    return UTIL_OK;
+}
+
 int plan_grad_reduce_check(const plan_options *o, char *err)
 {
     if (o->grad_reduce == PLAN_REDUCE_BF16 && o->target != PLAN_TARGET_MEGATRON)

@@ -282,7 +282,8 @@ static int build_module(const build_ctx *b, int k)
             for (int sp = 1; tp * sp <= g && tp * sp <= mm->heads; sp *= 2)
             for (int pp = 1; tp * sp * pp <= g && pp <= b->o->max_pp; pp *= 2)
             /* the LLM's interleaved virtual stages (Narayanan et al. SC'21 sec. 2.2.2): 2 chunks per rank */
-            for (int vp = 1; vp <= (k == b->m->llm && pp > 1 ? 2 : 1); vp++) {
+            /* (DeepSpeed's pipeline engine has none: plan_validate) */
+            for (int vp = 1; vp <= (k == b->m->llm && pp > 1 && b->o->opt.pipe_engine == PLAN_PIPE_MEGATRON ? 2 : 1); vp++) {
                 if (g % (tp * sp * pp)) continue;
                 int dp = g / (tp * sp * pp);
                 for (int rc = 0; rc < 3; rc++)

@@ -30,9 +30,10 @@ typedef struct {
 } sim_pricer;
 plan_sim_cost sim_price(sim_pricer *pr, int rank, const plan_op *op);
 void sim_pricer_free(sim_pricer *pr);
-/* One pipeline hop of module k's micro-batch of `samples` (activations or their gradient):
- * the bytes each rank sends and the all-gather after it (plan_stage_hop_wire). */
-plan_hop_wire sim_stage_hop(const plan_t *p, int k, int samples);
+/* One pipeline hop of module k's micro-batch of `samples` (activations, or
+ * their gradient: grad): the bytes each rank sends, the all-gathers after it
+ * and whether the send holds its sender (plan_stage_hop_wire). */
+plan_hop_wire sim_stage_hop(const plan_t *p, int k, int samples, bool grad);
 
 /* ---- memory (sim_memory.c) ----
  * The hand-off's messages each rank sends and receives, chunk by chunk,
@@ -50,7 +51,8 @@ void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, cons
 typedef struct {
     int src, dst;
     double bytes;
-    double gather_s;                   /* a scattered stage hop's tp all-gather on arrival (plan_stage_hop_wire) */
+    double gather_s;                   /* a scattered stage hop's tp all-gathers on arrival (plan_stage_hop_wire) */
+    bool held;                         /* a stage hop whose send holds the sender until it is across (plan_hop_wire.held) */
     bool sent, taken;
     double sent_s, start_s, arrive_s;  /* SEND op, channel free, arrival */
     double taken_s;                    /* the receive that took it ended (dst's RECV op recv_op) */

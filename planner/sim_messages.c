@@ -136,10 +136,11 @@ static int stage_messages(const plan_t *p, const plan_schedule *sched, sim_messa
             if (!is_hop(o->kind) || !plan_op_props(o->kind)->sends) continue;
             int dst = plan_stage_peer(p, o->module, r, o->vchunk, plan_hop_dir(o->kind));
             if (dst < 0) return util_fail(err, UTIL_EINVAL, "simulate: rank %d: a pipeline send has no neighbouring stage", r);
-            plan_hop_wire h = sim_stage_hop(p, o->module, o->samples);
+            plan_hop_wire h = sim_stage_hop(p, o->module, o->samples, plan_op_props(o->kind)->grad);
             rc = add_message(t, r, dst, h.wire_bytes, false, err);
             if (!rc) {
                 t->m[t->n - 1].gather_s = h.gather_s;
+                t->m[t->n - 1].held = h.held;
                 t->m[t->n - 1].send_op = i;
                 t->stage_msg[r][i] = t->n - 1;
             }

@@ -195,10 +195,10 @@ plan_sim_cost plan_sim_op_cost(const plan_t *p, int rank, const plan_op *op)
     return c;
 }
 
-plan_hop_wire sim_stage_hop(const plan_t *p, int k, int samples)
+plan_hop_wire sim_stage_hop(const plan_t *p, int k, int samples, bool grad)
 {
     plan_options o = plan_options_of(p);
     const plan_module *s = &p->mod[k];
     return plan_stage_hop_wire(&p->model.mod[k], s, &p->cluster.pool[s->pool], &o,
-                               plan_stage_hop_bytes(&p->model, k, s, &p->work, &o, samples));
+                               plan_stage_hop_bytes(&p->model, k, s, &p->work, &o, samples), grad);
 }

@@ -171,7 +171,7 @@ static int do_send(sim *S, int rank, const plan_op *op, plan_sim_op *rec, bool *
     bool hop;
     *progress = false;
     if (!op_messages(S, rank, op, &first, &end, &hop)) return util_fail(err, UTIL_EINVAL, "simulate: rank %d: a pipeline send without its message", rank);
-    double t = S->now[rank];
+    double t = S->now[rank], held = t;
     if (!retired_taken(S, rank, op, &t, rec)) return UTIL_OK;
     for (int i = first; i < end; i++) {
         sim_message *m = &S->msg.m[i];
@@ -182,8 +182,13 @@ static int do_send(sim *S, int rank, const plan_op *op, plan_sim_op *rec, bool *
         if (rc) return rc;
         m->send_op = S->next[rank];
         rec->bytes += m->bytes;
+        /* a blocking send (DeepSpeed's pipeline engine) holds the sender's
+         * stream until its transfer is across; the receiver's readiness is
+         * not awaited (its receive is posted in the same 1F1B order) */
+        if (m->held && m->arrive_s - m->gather_s > held) held = m->arrive_s - m->gather_s;
     }
-    rec->begin_s = rec->end_s = t;
+    rec->begin_s = t;
+    rec->end_s = held > t ? held : t;
     *progress = true;
     return UTIL_OK;
 }

@@ -89,3 +89,8 @@ expect_err cli_plan_file_bad_schema "schema" "$DHP" memory "$T/badplan.json"
 expect_err cli_plan_unwritable "cannot create|No such file" "$DHP" plan --top 0 --no-baselines -o /nonexistent-dir/p.json
 expect_err cli_grad_reduce_bf16_needs_the_megatron_target 'grad-reduce bf16 describes a plan exported to PyTorch FSDP .*dhp run reduces its gradients in fp32' \
     "$DHP" plan --target dhp --grad-reduce bf16 --no-baselines -o "$T/never.json"
+expect_err cli_pipe_engine_deepspeed_needs_the_megatron_target "pipe-engine deepspeed describes a plan exported to DeepSpeed's pipeline engine" \
+    "$DHP" plan --target dhp --pipe-engine deepspeed --no-baselines -o "$T/never.json"
+expect_err cli_pipe_engine_deepspeed_refuses_interleaving "has no interleaved schedule" \
+    "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --target megatron --pipe-engine deepspeed-2021 --gpus 8 \
+    --strategy "vision:dp=8;llm:pp=2,dp=4,vp=2" --no-baselines -o "$T/never.json"

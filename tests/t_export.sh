@@ -61,6 +61,7 @@ assert mods["vision"]["config"]["zero_optimization"]["stage"] == 1
 assert mods["vision"]["config"]["gradient_accumulation_steps"] == 32 // (2 * 4)
 assert mods["llm"]["config"]["pipeline"]["stages"] == 2 and mods["llm"]["config"]["tensor_parallel"]["autotp_size"] == 2
 assert mods["llm"]["data_parallel_size"] == 2 and mods["llm"]["config"]["gradient_accumulation_steps"] == 16
+assert any("DeepSpeed's PipelineEngine blocks on each send" in n for n in d["notes"]), d["notes"]
 tt = t["toml"]
 assert tt["parallelism"]["data_parallel_shard_degree"] == 2 and tt["parallelism"]["fsdp_reshard_after_forward"] == "never"
 assert tt["activation_checkpoint"]["mode"] == "selective" and tt["training"]["global_batch_size"] == 32
