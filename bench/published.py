@@ -97,6 +97,8 @@ def run_dhp(dhp, c, tmp):
         cmd[-3:-3] = ["--tp-style", c["tp_style"]]
     if c.get("pipe_engine"):
         cmd[-3:-3] = ["--pipe-engine", c["pipe_engine"]]
+    if c.get("grad_accum"):
+        cmd[-3:-3] = ["--grad-accum", c["grad_accum"]]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         return {"error": (p.stderr or p.stdout).strip().splitlines()[-1][:200]}

@@ -287,6 +287,12 @@ def interpret(r, idx):
             c["zero3"] = "deepspeed-2021"
             inferred.append("DeepSpeed ZeRO-3 of the paper's date (arXiv 2104.04473, April 2021: DeepSpeed "
                             "v0.3.13-v0.3.16): --zero3 deepspeed-2021")
+        if fam in ("narayanan-t1", "narayanan-t2", "mt-nlg"):
+            # 2021: before Megatron-LM's gradient accumulation fusion (2022-02), with fp16's defaults the
+            # weight gradients accumulate in param.grad (autograd), as in DeepSpeed's fp16 engines.
+            c["grad_accum"] = "add"
+            inferred.append("gradient accumulation by autograd (2021: before Megatron-LM's fusion of 2022-02; "
+                            "DeepSpeed fp16): --grad-accum add")
         if fam == "mt-nlg":
             # The DeepSpeed of MT-NLG's training (2021; its announcement of 2021-10-11): before PR 1407
             # (2021-09-29, v0.5.4), the pipeline engine sent each gradient whole (is_grad_partitioned False).
@@ -296,6 +302,8 @@ def interpret(r, idx):
         if fam == "bloom":
             # bigscience's DeepSpeed (the big-science branch PR 1407 came from): gradients partitioned.
             c["pipe_engine"] = "deepspeed"
+            c["grad_accum"] = "bf16-optimizer"
+            inferred.append("DeepSpeed's BF16_Optimizer with its pipeline engine: --grad-accum bf16-optimizer")
             inferred.append("DeepSpeed's pipeline engine with partitioned gradients (PR 1407, bigscience): "
                             "--pipe-engine deepspeed")
         if not dp:

@@ -132,6 +132,10 @@ static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON 
         note(notes, "%s: priced as DeepSpeed's pipeline engine (--pipe-engine %s); Megatron-LM's 1F1B batches its "
              "sends and overlaps the gradient reduction, so it runs faster than the plan says", s->module,
              plan_pipe_engine_name(p->pipe_engine));
+    if (p->grad_accum != PLAN_ACCUM_FUSED)
+        note(notes, "%s: priced with gradient accumulation %s (--grad-accum); Megatron-LM fuses it into the weight-gradient "
+             "GEMM (gradient_accumulation_fusion, its default), so it runs faster than the plan says", s->module,
+             plan_grad_accum_name(p->grad_accum));
     if (p->grad_reduce == PLAN_REDUCE_BF16)
         note(notes, "%s: gradients reduced in bf16 (--grad-reduce bf16) not exported: Megatron's --grad-reduce-in-bf16 "
              "also keeps its gradient buffers in bf16, which the plan does not price", s->module);

@@ -40,6 +40,11 @@ const char *cli_setup_help =
     "                        deepspeed (DeepSpeed's PipelineEngine: blocking sends, the gradient reduced\n"
     "                        after the flush) or deepspeed-2021 (the same up to v0.5.3: gradients sent\n"
     "                        whole, not partitioned over tp)\n"
+    "  --grad-accum A        the megatron target's gradient accumulation over micro-batches: fused\n"
+    "                        (Megatron-LM's gradient_accumulation_fusion; default), add (autograd's\n"
+    "                        grad += new from the second micro-batch: Megatron-LM before 2022, DeepSpeed\n"
+    "                        fp16) or bf16-optimizer (DeepSpeed's BF16_Optimizer: a cast and an fp32 add\n"
+    "                        after every backward)\n"
     "  --tf32                precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32): priced at the\n"
     "                        GPU's TF32 peak instead of its fp32 (CUDA-core) peak\n"
     "  --backend B           the dhp target's memory on the backend dhp run uses: cuda (its cuBLASLt\n"
@@ -120,6 +125,8 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         return enum_arg(cmd, a, val, val ? plan_tp_style_parse(val, &o->tp_style, why) : 0, why, NULL, i);
     if (!strcmp(a, "--pipe-engine"))
         return enum_arg(cmd, a, val, val ? plan_pipe_engine_parse(val, &o->pipe_engine, why) : 0, why, NULL, i);
+    if (!strcmp(a, "--grad-accum"))
+        return enum_arg(cmd, a, val, val ? plan_grad_accum_parse(val, &o->grad_accum, why) : 0, why, NULL, i);
     if (!strcmp(a, "--backend"))
         return enum_arg(cmd, a, val, val ? plan_backend_parse(val, &o->backend, why) : 0, why, &s->backend_given, i);
     if (!strcmp(a, "--tf32")) { o->tf32 = true; return 1; }
@@ -147,6 +154,7 @@ int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster
     if (plan_grad_reduce_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     if (plan_tp_style_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     if (plan_pipe_engine_check(&o, err)) return cli_usage_error(cmd, "%s", err);
+    if (plan_grad_accum_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     if (model_load(s->model, m, err)) return cli_usage_error(cmd, "%s", err);
     if (cost_cluster_load(s->cluster, c, err)) return cli_usage_error(cmd, "%s", err);
     memset(w, 0, sizeof *w);

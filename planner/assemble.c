@@ -51,6 +51,7 @@ void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_wo
     p->grad_reduce = o->grad_reduce;
     p->tp_style = o->tp_style;
     p->pipe_engine = o->pipe_engine;
+    p->grad_accum = o->grad_accum;
     p->tf32 = o->tf32;
     p->backend = o->backend;
     p->n_modules = m->n_modules;

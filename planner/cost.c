@@ -604,6 +604,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     if (!st->stem) ew_fwd(&p, COST_EW_COPY, boundary);
     if (!st->head) ew_bwd(&p, COST_EW_COPY, boundary);
     if (plan_saves_bf16(o)) price_bf16_acts(&p, mm, s, st, t);
+    if (backward) p.bwd += plan_grad_accum_s(mm, s, st, w, g, o);   /* the weight gradients into the step's (cost_grad_accum.c) */
     out->fwd_s = p.fwd;
     out->bwd_s = p.bwd;
     if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = blocks_fwd;

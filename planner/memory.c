@@ -38,6 +38,7 @@ void plan_options_default(plan_options *o)
     o->grad_reduce = PLAN_REDUCE_GRADS;
     o->tp_style = PLAN_TP_MEGATRON;
     o->pipe_engine = PLAN_PIPE_MEGATRON;
+    o->grad_accum = PLAN_ACCUM_FUSED;
     o->tf32 = false;
     o->backend = PLAN_BACKEND_DEVICE;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
@@ -113,25 +114,34 @@ bool plan_megatron_stagewise(const plan_module *s, const plan_options *o)
     return o->target != PLAN_TARGET_DHP && s->pp > 1 && plan_vp(s) == 1;
 }
 
-/* Stage `stage`'s transformer blocks' parameters on one tp rank. */
-static double stage_block_params(const model_module *mm, const plan_module *s, int stage)
+double plan_stage_block_params(const model_module *mm, const plan_module *s, const plan_stage *st)
 {
-    plan_stage st = plan_stage_of(mm, s, stage);
     double p = 0;
-    for (int l = st.first; l < st.first + st.count; l++) p += (double)model_layer_params(mm, l);
+    for (int j = 0; j < st->count; j++) p += (double)model_layer_params(mm, plan_stage_block(st, j));
     return p / s->tp;
 }
 
-/* Stage `stage`'s parameters on one tp rank, its blocks and its ends. */
-static double stage_params(const model_module *mm, const plan_module *s, int stage)
+double plan_stage_params(const model_module *mm, const plan_module *s, const plan_stage *st)
 {
     double ends = 0;
-    if (stage == 0) ends += (double)model_embed_params(mm);
-    if (stage == s->pp - 1) {
+    if (st->stem) ends += (double)model_embed_params(mm);
+    if (st->head) {
         ends += (double)model_head_params(mm);
         if (mm->kind == MODEL_LLM && mm->tied_embeddings) ends += (double)mm->vocab * mm->hidden;
     }
-    return stage_block_params(mm, s, stage) + ends / s->tp;
+    return plan_stage_block_params(mm, s, st) + ends / s->tp;
+}
+
+static double stage_block_params(const model_module *mm, const plan_module *s, int stage)
+{
+    plan_stage st = plan_stage_of(mm, s, stage);
+    return plan_stage_block_params(mm, s, &st);
+}
+
+static double stage_params(const model_module *mm, const plan_module *s, int stage)
+{
+    plan_stage st = plan_stage_of(mm, s, stage);
+    return plan_stage_params(mm, s, &st);
 }
 
 static void model_state_bytes(const model_module *mm, const plan_module *s, const plan_options *o, int stage,
@@ -541,6 +551,7 @@ plan_options plan_options_of(const plan_t *p)
     o.grad_reduce = p->grad_reduce;
     o.tp_style = p->tp_style;
     o.pipe_engine = p->pipe_engine;
+    o.grad_accum = p->grad_accum;
     o.tf32 = p->tf32;
     o.backend = p->backend;
     return o;

@@ -19,6 +19,7 @@ static const char *adamw_names[PLAN_NADAMW] = { "fused", "foreach" };
 static const char *grad_reduce_names[PLAN_NREDUCE] = { "grads", "bf16" };
 static const char *tp_style_names[PLAN_NTP_STYLE] = { "megatron", "dtensor" };
 static const char *pipe_engine_names[PLAN_NPIPE] = { "megatron", "deepspeed-2021", "deepspeed" };
+static const char *grad_accum_names[PLAN_NACCUM] = { "fused", "add", "bf16-optimizer" };
 
 PLAN_ENUM_PARSE(plan_placement_parse, plan_placement, placement_names, 2)
 PLAN_ENUM_PARSE(plan_recompute_parse, plan_recompute, recompute_names, 4)
@@ -29,6 +30,7 @@ PLAN_ENUM_PARSE(plan_adamw_parse, plan_adamw, adamw_names, PLAN_NADAMW)
 PLAN_ENUM_PARSE(plan_grad_reduce_parse, plan_grad_reduce, grad_reduce_names, PLAN_NREDUCE)
 PLAN_ENUM_PARSE(plan_tp_style_parse, plan_tp_style, tp_style_names, PLAN_NTP_STYLE)
 PLAN_ENUM_PARSE(plan_pipe_engine_parse, plan_pipe_engine, pipe_engine_names, PLAN_NPIPE)
+PLAN_ENUM_PARSE(plan_grad_accum_parse, plan_grad_accum, grad_accum_names, PLAN_NACCUM)
 
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
 const char *plan_target_name(plan_target t) { return t >= 0 && t < PLAN_NTARGET ? target_names[t] : "?"; }
@@ -36,6 +38,7 @@ const char *plan_adamw_name(plan_adamw a) { return a >= 0 && a < PLAN_NADAMW ? a
 const char *plan_grad_reduce_name(plan_grad_reduce r) { return r >= 0 && r < PLAN_NREDUCE ? grad_reduce_names[r] : "?"; }
 const char *plan_tp_style_name(plan_tp_style t) { return t >= 0 && t < PLAN_NTP_STYLE ? tp_style_names[t] : "?"; }
 const char *plan_pipe_engine_name(plan_pipe_engine e) { return e >= 0 && e < PLAN_NPIPE ? pipe_engine_names[e] : "?"; }
+const char *plan_grad_accum_name(plan_grad_accum a) { return a >= 0 && a < PLAN_NACCUM ? grad_accum_names[a] : "?"; }
 const char *plan_zero3_name(plan_zero3 z) { return z >= 0 && z < PLAN_NZERO3 ? zero3_names[z] : "?"; }
 const char *plan_placement_name(plan_placement p) { return placement_names[p]; }
 const char *plan_recompute_name(plan_recompute r) { return recompute_names[r]; }
@@ -104,6 +107,7 @@ cJSON *plan_to_json(const plan_t *p)
     if (p->grad_reduce != PLAN_REDUCE_GRADS) cJSON_AddStringToObject(root, "grad_reduce", plan_grad_reduce_name(p->grad_reduce));
     if (p->tp_style != PLAN_TP_MEGATRON) cJSON_AddStringToObject(root, "tp_style", plan_tp_style_name(p->tp_style));
     if (p->pipe_engine != PLAN_PIPE_MEGATRON) cJSON_AddStringToObject(root, "pipe_engine", plan_pipe_engine_name(p->pipe_engine));
+    if (p->grad_accum != PLAN_ACCUM_FUSED) cJSON_AddStringToObject(root, "grad_accum", plan_grad_accum_name(p->grad_accum));
     if (p->tf32) cJSON_AddBoolToObject(root, "tf32", true);
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
@@ -230,12 +234,17 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
                             err))) return rc;
     if (plan_pipe_engine_parse(buf, &p->pipe_engine, why))
         return util_fail(err, UTIL_EINVAL, "%s.pipe_engine: %s", what, why);
+    if ((rc = util_json_str(root, what, "grad_accum", false, plan_grad_accum_name(PLAN_ACCUM_FUSED), buf, sizeof buf,
+                            err))) return rc;
+    if (plan_grad_accum_parse(buf, &p->grad_accum, why))
+        return util_fail(err, UTIL_EINVAL, "%s.grad_accum: %s", what, why);
     if ((rc = util_json_bool(root, what, "tf32", false, false, &p->tf32, err))) return rc;
     plan_options po = plan_options_of(p);
     if (plan_tf32_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tf32: %s", what, why);
     if (plan_grad_reduce_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_reduce: %s", what, why);
     if (plan_tp_style_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_style: %s", what, why);
     if (plan_pipe_engine_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.pipe_engine: %s", what, why);
+    if (plan_grad_accum_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_accum: %s", what, why);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;

@@ -198,6 +198,20 @@ typedef enum { PLAN_PIPE_MEGATRON = 0, PLAN_PIPE_DEEPSPEED_2021, PLAN_PIPE_DEEPS
 const char *plan_pipe_engine_name(plan_pipe_engine e);
 int plan_pipe_engine_parse(const char *s, plan_pipe_engine *out, char *err);
 
+/* How the Megatron target's weight gradients accumulate over a step's
+ * micro-batches (planner/cost_grad_accum.c): fused (the default: Megatron-LM's
+ * gradient_accumulation_fusion, since 2022-02, the weight-gradient GEMM adding
+ * into the fp32 main_grad; or one micro-batch a step), add (PyTorch
+ * autograd's AccumulateGrad, param.grad += new in the weight's dtype from a
+ * step's second micro-batch: Megatron-LM before the fusion with its fp16
+ * defaults, DeepSpeed's fp16 engines) or bf16-optimizer (DeepSpeed's
+ * BF16_Optimizer under its pipeline engine, update_hp_grads after every
+ * backward: the bf16 gradient cast to fp32 and added into the fp32 one).
+ * dhp run's is its own: plan_grad_accum_check. */
+typedef enum { PLAN_ACCUM_FUSED = 0, PLAN_ACCUM_ADD, PLAN_ACCUM_BF16_OPTIMIZER, PLAN_NACCUM } plan_grad_accum;
+const char *plan_grad_accum_name(plan_grad_accum a);
+int plan_grad_accum_parse(const char *s, plan_grad_accum *out, char *err);
+
 typedef struct {
     int version;
     model_t model;            /* full description, so a plan is self-contained */
@@ -211,6 +225,7 @@ typedef struct {
     plan_grad_reduce grad_reduce;   /* the Megatron target's gradient reduction (plan_options.grad_reduce) */
     plan_tp_style tp_style;   /* the Megatron target's tensor parallelism (plan_options.tp_style) */
     plan_pipe_engine pipe_engine;   /* the Megatron target's pipeline engine (plan_options.pipe_engine) */
+    plan_grad_accum grad_accum;     /* the Megatron target's gradient accumulation (plan_options.grad_accum) */
     bool tf32;                /* fp32 GEMMs on TF32 tensor cores (plan_options.tf32) */
     plan_backend backend;     /* the backend memory is predicted for (plan_options.backend; not in the file) */
     int world_size;           /* total ranks the plan uses */
@@ -300,6 +315,7 @@ typedef struct {
     plan_grad_reduce grad_reduce; /* the Megatron target's gradient reduction dtype (plan_grad_reduce_check) */
     plan_tp_style tp_style;       /* the Megatron target's tensor parallelism (plan_tp_style_check) */
     plan_pipe_engine pipe_engine; /* the Megatron target's pipeline engine (plan_pipe_engine_check) */
+    plan_grad_accum grad_accum;   /* the Megatron target's gradient accumulation (plan_grad_accum_check) */
     bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
     plan_backend backend;         /* the backend memory is predicted for (--backend; default the device's) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
@@ -351,6 +367,8 @@ int plan_grad_reduce_check(const plan_options *o, char *err);
 int plan_tp_style_check(const plan_options *o, char *err);
 /* --pipe-engine deepspeed* describes a plan exported to DeepSpeed's PipelineEngine: the Megatron target only. */
 int plan_pipe_engine_check(const plan_options *o, char *err);
+/* --grad-accum add / bf16-optimizer describe a plan exported to PyTorch autograd or DeepSpeed: the Megatron target only. */
+int plan_grad_accum_check(const plan_options *o, char *err);
 /* The math the cost model prices a linear's GEMMs in (cost_gemm_time_in). */
 cost_gemm_math plan_gemm_math(const plan_options *o);
 /* The attention kernel the cost model prices (cost_attention_*_time_in): the
@@ -392,6 +410,12 @@ const char *plan_mem_dominant(const plan_mem *mm);
 /* Parameters one GPU holds before ZeRO sharding (TP and PP split applied). */
 double plan_local_params(const model_module *mm, const plan_module *s);
 double plan_local_block_params(const model_module *mm, const plan_module *s);
+/* One tp rank's parameters of stage st (plan_stage_of, plan_vstage_of): its
+ * blocks, and its ends: the embedding on the stage that takes the input
+ * (stem), the head and a tied LLM's copy of the word embedding on the one
+ * that ends the module (head). plan_stage_block_params: the blocks alone. */
+double plan_stage_params(const model_module *mm, const plan_module *s, const plan_stage *st);
+double plan_stage_block_params(const model_module *mm, const plan_module *s, const plan_stage *st);
 
 /* ---- cost model: seconds for one module group ---- */
 /* One micro-batch on the pipeline stage that paces the module (the whole

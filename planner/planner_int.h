@@ -76,6 +76,9 @@ void plan_zero3_deepspeed_step(const model_module *mm, const plan_module *s, con
                                const plan_options *o, plan_time *out);
 /* cost_optim.c: bytes per updated element the AdamW step moves (b.step_traffic when fused). */
 double plan_adamw_step_bytes(const plan_state_bytes *b, const plan_options *o);
+/* A micro-batch's share of its step's gradient accumulation on stage st (plan_options.grad_accum; cost_grad_accum.c). */
+double plan_grad_accum_s(const model_module *mm, const plan_module *s, const plan_stage *st, const plan_workload *w,
+                         const cost_gpu *g, const plan_options *o);
 /* cost_tp.c: the TP regions of the blocks and of the LLM's ends, Ulysses' all-to-alls (fwd: what full recomputation repeats) */
 void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool,
                           const plan_options *o, double A, double t, bool backward, bool weight_grads, plan_comm *c,

@@ -105,6 +105,14 @@ int plan_pipe_engine_check(const plan_options *o, char *err)
     return UTIL_OK;
 }
 
+int plan_grad_accum_check(const plan_options *o, char *err)
+{
+    if (o->grad_accum != PLAN_ACCUM_FUSED && o->target != PLAN_TARGET_MEGATRON)
+        return util_fail(err, UTIL_EINVAL, "--grad-accum %s describes a plan exported to another trainer: use --target "
+                         "megatron; dhp run accumulates its own way", plan_grad_accum_name(o->grad_accum));
+    return UTIL_OK;
+}
+
 int plan_grad_reduce_check(const plan_options *o, char *err)
 {
     if (o->grad_reduce == PLAN_REDUCE_BF16 && o->target != PLAN_TARGET_MEGATRON)

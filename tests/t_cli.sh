@@ -91,6 +91,8 @@ expect_err cli_grad_reduce_bf16_needs_the_megatron_target 'grad-reduce bf16 desc
     "$DHP" plan --target dhp --grad-reduce bf16 --no-baselines -o "$T/never.json"
 expect_err cli_pipe_engine_deepspeed_needs_the_megatron_target "pipe-engine deepspeed describes a plan exported to DeepSpeed's pipeline engine" \
     "$DHP" plan --target dhp --pipe-engine deepspeed --no-baselines -o "$T/never.json"
+expect_err cli_grad_accum_add_needs_the_megatron_target "grad-accum add describes a plan exported to another trainer" \
+    "$DHP" plan --target dhp --grad-accum add --no-baselines -o "$T/never.json"
 expect_err cli_pipe_engine_deepspeed_refuses_interleaving "has no interleaved schedule" \
     "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --target megatron --pipe-engine deepspeed-2021 --gpus 8 \
     --strategy "vision:dp=8;llm:pp=2,dp=4,vp=2" --no-baselines -o "$T/never.json"
