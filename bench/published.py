@@ -431,8 +431,8 @@ def seq_curve(dhp):
 
 
 def held_out_summary(cases, by_fam, held, mem_held):
-    """The rows marked 'held out' in their notes (marked * above): published runs nobody looked at
-    while the cost model was tuned, summarized apart from the rows above."""
+    """The rows marked 'held out' in their notes (marked * above): published runs added after the
+    cost model's terms were in, no number fitted to them, summarized apart from the rows above."""
     fams = [f for f in sorted(by_fam) if held[f]]
     if not fams:
         return
