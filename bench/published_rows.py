@@ -293,6 +293,11 @@ def interpret(r, idx):
             c["grad_accum"] = "add"
             inferred.append("gradient accumulation by autograd (2021: before Megatron-LM's fusion of 2022-02; "
                             "DeepSpeed fp16): --grad-accum add")
+            # --fp16 without --accumulate-allreduce-grads-in-fp32 (sc21/CONFIG.sh): the fp16 param.grad is
+            # what torch DDP, Megatron's local DDP and DeepSpeed's fp16 engine all-reduce.
+            c["grad_reduce"] = "bf16"
+            inferred.append("fp16 gradients all-reduced in fp16 (no --accumulate-allreduce-grads-in-fp32): 2 bytes "
+                            "an element, as --grad-reduce bf16 prices them")
         if fam == "mt-nlg":
             # The DeepSpeed of MT-NLG's training (2021; its announcement of 2021-10-11): before PR 1407
             # (2021-09-29, v0.5.4), the pipeline engine sent each gradient whole (is_grad_partitioned False).
