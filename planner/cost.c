@@ -660,58 +660,6 @@ void plan_cp_micro_time(const model_t *m, int mi, const plan_module *s, int stag
     price_micro(m, mi, s, &st, w, c, o, samples, sp_rank, out);
 }
 
-/* One stage's activation to the next (or its gradient back): the rank's
- * block rows (its sequence-parallel share of them) between two ranks of the
- * module, in a node when the module's group fits one. */
-double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
-                            const plan_options *o, double samples)
-{
-    plan_seq q;
-    plan_module_seq(m, mi, w, &q);
-    double rows = samples * q.tokens_per_sample / s->sp / plan_seqpar_split(&m->mod[mi], s);
-    return plan_module_state_bytes(&m->mod[mi], o).act * rows * m->mod[mi].hidden;
-}
-
-/* DeepSpeed's PipelineEngine partitions (engine.py, PartitionedTensor over
- * the slice-parallel group) the activation it sends, and the receiver's
- * forward rebuilds it (part_input.full()); before a backward, the engine
- * rebuilds the stage's own output it partitioned after the forward
- * (part_output.full(): in _exec_recv_grads up to v0.5.3, in
- * _exec_backward_pass after), and from v0.5.4 the partitioned gradient
- * (part_grad.full()) too: one all-gather on an activation's arrival, one
- * (deepspeed-2021, the gradient whole on the wire) or two (deepspeed) on a
- * gradient's. */
-static int deepspeed_gathers(const plan_options *o, bool grad)
-{
-    return grad && o->pipe_engine == PLAN_PIPE_DEEPSPEED ? 2 : 1;
-}
-
-plan_hop_wire plan_stage_hop_wire(const model_module *mm, const plan_module *s, const cost_pool *pool,
-                                  const plan_options *o, double bytes, bool grad)
-{
-    bool megatron = o->target == PLAN_TARGET_MEGATRON, deepspeed = megatron && o->pipe_engine != PLAN_PIPE_MEGATRON;
-    plan_hop_wire h = { bytes, 0, deepspeed };
-    if (!megatron || s->tp <= 1 || plan_seqpar_split(mm, s) > 1 || !(bytes > 0)) return h;
-    int G, per_node;
-    plan_group_shape(s, PLAN_AX_TP, pool->gpus_per_node, &G, &per_node);
-    double gather = cost_collective_time(pool, COST_ALLGATHER, bytes, G, per_node);
-    bool whole = deepspeed && grad && o->pipe_engine == PLAN_PIPE_DEEPSPEED_2021;
-    h.wire_bytes = whole ? bytes : bytes / s->tp;
-    h.gather_s = (deepspeed ? deepspeed_gathers(o, grad) : 1) * gather;
-    return h;
-}
-
-plan_hop_time plan_stage_hop_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
-                                  const cost_cluster *c, const plan_options *o, double samples, bool grad)
-{
-    /* neighbouring stages are dp * sp * tp ranks apart */
-    bool same_node = (double)s->tp * s->sp * s->dp * s->pp <= c->pool[s->pool].gpus_per_node;
-    plan_hop_wire h = plan_stage_hop_wire(&m->mod[mi], s, &c->pool[s->pool], o, plan_stage_hop_bytes(m, mi, s, w, o, samples),
-                                          grad);
-    double wire = cost_p2p_time(c, s->pool, s->pool, same_node, h.wire_bytes);
-    return (plan_hop_time){ wire + h.gather_s, h.held ? wire : 0 };
-}
-
 /* The whole module: every stage's compute and in-op communication plus the
  * hand-offs between stages; stage_max_s is the busiest stage with its hops,
  * which paces a pipeline. */

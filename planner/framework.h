@@ -1,0 +1,89 @@
+/* The Megatron target's framework options (planner.h includes this; its
+ * face): whose software a plan exported to another trainer is priced as,
+ * option by option. Each is kept in the plan file (planner/planfile.c) and
+ * refused under the dhp target where dhp run does otherwise (the checks in
+ * planner.h, planner/precision.c). */
+#ifndef DHP_PLANNER_FRAMEWORK_H
+#define DHP_PLANNER_FRAMEWORK_H
+
+/* How the Megatron target prices ZeRO-3's collectives: one per unit, hidden
+ * behind the compute up to `overlap` (FSDP, DeepSpeed since it coalesces a
+ * module's gathers; the default), the same with FSDP2's copy of every
+ * gathered unit out of its all-gather buffer (PyTorch's fully_shard, as
+ * torchtitan runs it; planner/cost_dp.c), or as DeepSpeed issued them in
+ * 2021, one per parameter tensor with the device drained before each gather
+ * (planner/cost_zero3.c). */
+typedef enum { PLAN_ZERO3_UNITS = 0, PLAN_ZERO3_DEEPSPEED_2021, PLAN_ZERO3_FSDP2, PLAN_NZERO3 } plan_zero3;
+const char *plan_zero3_name(plan_zero3 z);
+int plan_zero3_parse(const char *s, plan_zero3 *out, char *err);
+
+/* How the Megatron target prices the AdamW step: one fused pass over the
+ * states (apex FusedAdam, DeepSpeed's, torch's fused=True; the default), or
+ * one pass per tensor op (torch.optim.AdamW's foreach path, the default
+ * without fused=True, and per-parameter loops like Composer's
+ * DecoupledAdamW): planner/cost_optim.c. */
+typedef enum { PLAN_ADAMW_FUSED = 0, PLAN_ADAMW_FOREACH, PLAN_NADAMW } plan_adamw;
+const char *plan_adamw_name(plan_adamw a);
+int plan_adamw_parse(const char *s, plan_adamw *out, char *err);
+
+/* What the Megatron target's data-parallel gradient reduction (all-reduce,
+ * reduce-scatter) sends: the gradients in their own dtype (the default;
+ * fp32 under bf16-mixed and -autocast, Megatron-LM's fp32 main_grad, FSDP's
+ * reduce_dtype float32), or bf16 (PyTorch FSDP's MixedPrecision with
+ * reduce_dtype bf16, or param_dtype bf16 and reduce_dtype unset, which
+ * FlatParamHandle._init_param_reduce_dtypes then takes from param_dtype;
+ * FSDP2's MixedPrecisionPolicy reduce_dtype bf16). The gradient shards keep
+ * their dtype (FSDP casts the reduced shard back to the parameter's). dhp
+ * run reduces in fp32 (executor/dp*.c), so the dhp target refuses bf16:
+ * plan_grad_reduce_check. */
+typedef enum { PLAN_REDUCE_GRADS = 0, PLAN_REDUCE_BF16, PLAN_NREDUCE } plan_grad_reduce;
+const char *plan_grad_reduce_name(plan_grad_reduce r);
+int plan_grad_reduce_parse(const char *s, plan_grad_reduce *out, char *err);
+
+/* Whose tensor parallelism the Megatron target prices (planner/cost_tp.c):
+ * Megatron-LM's (the default; [s, b, h] activations, its sequence-parallel
+ * collectives along dim 0, each column-parallel input re-gathered in
+ * backward), or PyTorch's DTensor styles as torchtitan applies them
+ * (ColwiseParallel, RowwiseParallel(output_layouts=Shard(1)),
+ * SequenceParallel on [b, s, h]: the collectives along the sequence dim,
+ * a copy beside each, the gathered input kept by autograd). dhp run's TP is
+ * Megatron's: plan_tp_style_check. */
+typedef enum { PLAN_TP_MEGATRON = 0, PLAN_TP_DTENSOR, PLAN_NTP_STYLE } plan_tp_style;
+const char *plan_tp_style_name(plan_tp_style t);
+int plan_tp_style_parse(const char *s, plan_tp_style *out, char *err);
+
+/* Whose pipeline engine the Megatron target prices (the stage hand-offs and
+ * when the data-parallel reduction runs; plan_stage_hop_wire,
+ * plan_module_time): Megatron-LM's 1F1B (the default: each send batched with
+ * the receive opposite it, both directions scattered over tp, the gradient
+ * reduction overlapping the last backward), or DeepSpeed's PipelineEngine
+ * (deepspeed/runtime/pipe/engine.py, p2p.py): every send and receive a
+ * blocking collective of its own (a broadcast in a two-rank group, later
+ * dist.send / dist.recv), so a stage's stream is held for each transfer it
+ * sends as well as each it receives; the activation partitioned over tp
+ * (is_pipe_partitioned); the gradient sent whole by every tp rank up to
+ * v0.5.3 (deepspeed-2021: is_grad_partitioned = False) and partitioned from
+ * v0.5.4 (deepspeed: DeepSpeed PR 1407, 2021-09-29); the gradient reduction
+ * after the last step of the schedule (TrainSchedule's ReduceGrads, with
+ * enable_backward_allreduce off), beside nothing. DeepSpeed's TrainSchedule
+ * has no interleaving: plan_validate refuses vp > 1 with it. dhp run's
+ * pipeline is its own: plan_pipe_engine_check. */
+typedef enum { PLAN_PIPE_MEGATRON = 0, PLAN_PIPE_DEEPSPEED_2021, PLAN_PIPE_DEEPSPEED, PLAN_NPIPE } plan_pipe_engine;
+const char *plan_pipe_engine_name(plan_pipe_engine e);
+int plan_pipe_engine_parse(const char *s, plan_pipe_engine *out, char *err);
+
+/* How the Megatron target's weight gradients accumulate over a step's
+ * micro-batches (planner/cost_grad_accum.c): fused (the default: Megatron-LM's
+ * gradient_accumulation_fusion, since 2022-02, the weight-gradient GEMM adding
+ * into the fp32 main_grad; or one micro-batch a step), add (PyTorch
+ * autograd's AccumulateGrad, param.grad += new in the weight's dtype from a
+ * step's second micro-batch: Megatron-LM before the fusion with its fp16
+ * defaults, DeepSpeed's fp16 engines) or bf16-optimizer (DeepSpeed's
+ * BF16_Optimizer under its pipeline engine, update_hp_grads after every
+ * backward: the bf16 gradient cast to fp32 and added into the fp32 one).
+ * dhp run's is its own: plan_grad_accum_check. */
+typedef enum { PLAN_ACCUM_FUSED = 0, PLAN_ACCUM_ADD, PLAN_ACCUM_BF16_OPTIMIZER, PLAN_NACCUM } plan_grad_accum;
+const char *plan_grad_accum_name(plan_grad_accum a);
+int plan_grad_accum_parse(const char *s, plan_grad_accum *out, char *err);
+
+#endif
