@@ -46,6 +46,23 @@ import math
 e = math.log(835.5 / 989.5) / math.log(400 / 700)     # the SXM and NVL datasheet parts
 near(R.GRAND_TETON_PEAK, 989.5e12 * (500 / 700) ** e, "Grand Teton 500 W peak")
 assert 835.5e12 < R.GRAND_TETON_PEAK < 989.5e12, "between NVL and SXM, as the source says"
+# the rows' software as the bench reads it: Megatron-LM and DeepSpeed of 2021 accumulate and reduce fp16
+# gradients; MT-NLG's DeepSpeed sends gradients whole, BLOOM's partitions them and runs BF16_Optimizer;
+# Megatron-LM of 2022 (Korthikanti et al.) keeps the defaults
+keys = ("source model layers hidden heads kv_heads ffn vocab seq gpu gpus tp pp dp cp_or_sp zero_or_fsdp "
+        "micro_batch global_batch recompute precision metric value notes").split()
+def row(src, **kw):
+    r = dict.fromkeys(keys, "")
+    r.update(source=src, model="GPT", layers="8", hidden="1024", heads="16", ffn="4096", vocab="51200", seq="2048",
+             gpu="A100-80GB", gpus="16", tp="2", pp="4", dp="2", micro_batch="1", global_batch="16",
+             recompute="full", precision="mixed", metric="iteration_time_s", value="1")
+    r.update(kw)
+    return R.interpret(r, 1)
+sw = lambda c: (c.get("pipe_engine"), c.get("grad_accum"), c.get("grad_reduce"))
+assert sw(row("Smith et al. MT-NLG arXiv 2201.11990")) == ("deepspeed-2021", "add", "bf16"), sw(row("MT-NLG"))
+assert sw(row("bigscience BLOOM README")) == ("deepspeed", "bf16-optimizer", None)
+assert sw(row("Narayanan et al. SC'21 Table 1 via x")) == (None, "add", "bf16")
+assert sw(row("Korthikanti et al. MLSys'23 Table 5 via calculon")) == (None, None, None)
 print("formulas-ok")
 PYEOF
 )
