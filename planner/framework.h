@@ -32,7 +32,9 @@ int plan_adamw_parse(const char *s, plan_adamw *out, char *err);
  * reduce_dtype float32), or bf16 (PyTorch FSDP's MixedPrecision with
  * reduce_dtype bf16, or param_dtype bf16 and reduce_dtype unset, which
  * FlatParamHandle._init_param_reduce_dtypes then takes from param_dtype;
- * FSDP2's MixedPrecisionPolicy reduce_dtype bf16). The gradient shards keep
+ * FSDP2's MixedPrecisionPolicy reduce_dtype bf16; and, being its width, fp16
+ * gradients reduced as they are: Megatron-LM's and DeepSpeed's --fp16
+ * without fp32 accumulation). The gradient shards keep
  * their dtype (FSDP casts the reduced shard back to the parameter's). dhp
  * run reduces in fp32 (executor/dp*.c), so the dhp target refuses bf16:
  * plan_grad_reduce_check. */
