@@ -184,7 +184,9 @@ static int do_send(sim *S, int rank, const plan_op *op, plan_sim_op *rec, bool *
         rec->bytes += m->bytes;
         /* a blocking send (DeepSpeed's pipeline engine) holds the sender's
          * stream until its transfer is across; the receiver's readiness is
-         * not awaited (its receive is posted in the same 1F1B order) */
+         * not awaited (a rendezvous would deadlock dhp's 1F1B order, which
+         * DeepSpeed avoids by ordering even and odd stages apart); do_recv
+         * holds the receiver likewise */
         if (m->held && m->arrive_s - m->gather_s > held) held = m->arrive_s - m->gather_s;
     }
     rec->begin_s = t;
@@ -207,10 +209,22 @@ static bool do_recv(sim *S, int rank, const plan_op *op, plan_sim_op *rec)
         bytes += m->bytes;
         if (last < 0 || m->arrive_s > S->msg.m[last].arrive_s) last = i;
     }
-    double t = S->now[rank];
+    double t = S->now[rank], held = t;
     rec->bytes = bytes;
     rec->begin_s = rec->end_s = t;
     if (last >= 0 && S->msg.m[last].arrive_s > t) rec->begin_s = rec->end_s = S->msg.m[last].arrive_s;
+    /* a blocking transfer (DeepSpeed's pipeline engine, plan_hop_wire.held)
+     * holds the receiver for its own duration too, from when it posts */
+    for (int i = first; i < end; i++) {
+        const sim_message *m = &S->msg.m[i];
+        if (m->dst == rank && m->held && t + (m->arrive_s - m->start_s) > held) held = t + (m->arrive_s - m->start_s);
+    }
+    bool own = held > rec->end_s;   /* the receiver's own hold outlasts the wait for the message */
+    if (own) {
+        rec->begin_s = t;
+        rec->end_s = held;
+        rec->comm_s = held - t;
+    }
     for (int i = first; i < end; i++) {   /* taken: a sender waiting to free them may go on (retired_taken) */
         sim_message *m = &S->msg.m[i];
         if (m->dst != rank) continue;
@@ -218,7 +232,7 @@ static bool do_recv(sim *S, int rank, const plan_op *op, plan_sim_op *rec)
         m->taken_s = rec->end_s;
         m->recv_op = S->next[rank];
     }
-    if (last < 0 || S->msg.m[last].arrive_s <= t) return true;
+    if (own || last < 0 || S->msg.m[last].arrive_s <= t) return true;
     const sim_message *m = &S->msg.m[last];
     rec->comm_s = m->arrive_s - (m->start_s > t ? m->start_s : t);
     /* The chain: a message that waited for its channel waited for the previous one. */

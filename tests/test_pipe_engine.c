@@ -135,6 +135,7 @@ TEST(pipe_engine_names_plan_file_and_refusals)
 /* dhp simulate of the same pipeline: under DeepSpeed's engine each stage
  * send lasts until its transfer is across (at least the link's time for its
  * wire bytes; more where it queues behind the one before on its channel),
+ * each receive at least its transfer and all-gathers,
  * the gradient's carrying the whole rows (deepspeed-2021); Megatron-LM's
  * sends take no time of the sender. */
 TEST(pipe_engine_simulate_holds_deepspeed_senders)
@@ -164,7 +165,21 @@ TEST(pipe_engine_simulate_holds_deepspeed_senders)
                 if (e) CHECK(held >= cost_p2p_time(&c, 0, 0, true, wire) * (1 - 1e-12));
                 else CHECK(held == 0);
             }
-        CHECK(sends > 0);
+        /* ... and each receive holds its rank for the transfer and the all-gathers after it,
+         * from when it is posted (Megatron-LM's receive waits only for a message not yet in) */
+        int recvs = 0;
+        for (int q = 0; e && q < r.world_size; q++)
+            for (int j = 0; j < r.rank[q].n_ops; j++) {
+                const plan_sim_op *op = &r.rank[q].ops[j];
+                bool grad = op->op.kind == PLAN_OP_RECV_STAGE_GRAD;
+                if (op->op.kind != PLAN_OP_RECV_STAGE && !grad) continue;
+                recvs++;
+                double rows = plan_stage_hop_bytes(&p.model, 0, &p.mod[0], &p.work, &o, op->op.samples);
+                plan_hop_wire h = plan_stage_hop_wire(&p.model.mod[0], &p.mod[0], &c.pool[0], &o, rows, grad);
+                double posted = j > 0 ? r.rank[q].ops[j - 1].end_s : 0;   /* the rank's previous op's end */
+                CHECK(op->end_s - posted >= (cost_p2p_time(&c, 0, 0, true, h.wire_bytes) + h.gather_s) * (1 - 1e-12));
+            }
+        CHECK(sends > 0 && (!e || recvs > 0));
         step[e] = r.step_time_s;
         plan_sim_free(&r);
     }
