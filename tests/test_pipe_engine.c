@@ -151,33 +151,29 @@ TEST(pipe_engine_simulate_holds_deepspeed_senders)
         CHECK_OK(plan_from_strategy_opts("llm:pp=2,tp=2,dp=2,seqpar=0", &m, &c, &w, PLAN_COLOCATED, 8, 4, &o, &p, err));
         plan_sim_result r;
         CHECK_OK(plan_sim_run(&p, NULL, &r, err));
-        int sends = 0;
+        /* sends: the wire bytes, held for the transfer under DeepSpeed; receives
+         * (DeepSpeed): held for the transfer and the all-gathers after it from
+         * when posted, where Megatron-LM's waits only for a message not yet in */
+        int sends = 0, recvs = 0;
         for (int q = 0; q < r.world_size; q++)
             for (int j = 0; j < r.rank[q].n_ops; j++) {
                 const plan_sim_op *op = &r.rank[q].ops[j];
-                bool grad = op->op.kind == PLAN_OP_SEND_STAGE_GRAD;
-                if (op->op.kind != PLAN_OP_SEND_STAGE && !grad) continue;
-                sends++;
+                const plan_op_info *in = plan_op_props(op->op.kind);
+                if (in->group != PLAN_GROUP_STAGE || (!e && !in->sends)) continue;
                 double rows = plan_stage_hop_bytes(&p.model, 0, &p.mod[0], &p.work, &o, op->op.samples);
-                double wire = e && grad ? rows : rows / 2;
-                CHECK_NEAR(op->bytes, wire, 1e-9);
-                double held = op->end_s - op->begin_s;
-                if (e) CHECK(held >= cost_p2p_time(&c, 0, 0, true, wire) * (1 - 1e-12));
-                else CHECK(held == 0);
-            }
-        /* ... and each receive holds its rank for the transfer and the all-gathers after it,
-         * from when it is posted (Megatron-LM's receive waits only for a message not yet in) */
-        int recvs = 0;
-        for (int q = 0; e && q < r.world_size; q++)
-            for (int j = 0; j < r.rank[q].n_ops; j++) {
-                const plan_sim_op *op = &r.rank[q].ops[j];
-                bool grad = op->op.kind == PLAN_OP_RECV_STAGE_GRAD;
-                if (op->op.kind != PLAN_OP_RECV_STAGE && !grad) continue;
-                recvs++;
-                double rows = plan_stage_hop_bytes(&p.model, 0, &p.mod[0], &p.work, &o, op->op.samples);
-                plan_hop_wire h = plan_stage_hop_wire(&p.model.mod[0], &p.mod[0], &c.pool[0], &o, rows, grad);
-                double posted = j > 0 ? r.rank[q].ops[j - 1].end_s : 0;   /* the rank's previous op's end */
-                CHECK(op->end_s - posted >= (cost_p2p_time(&c, 0, 0, true, h.wire_bytes) + h.gather_s) * (1 - 1e-12));
+                plan_hop_wire h = plan_stage_hop_wire(&p.model.mod[0], &p.mod[0], &c.pool[0], &o, rows, in->grad);
+                CHECK_NEAR(h.wire_bytes, e && in->grad ? rows : rows / 2, 1e-9);
+                double p2p = cost_p2p_time(&c, 0, 0, true, h.wire_bytes);
+                if (in->sends) {
+                    sends++;
+                    CHECK_NEAR(op->bytes, h.wire_bytes, 1e-9);
+                    if (e) CHECK(op->end_s - op->begin_s >= p2p * (1 - 1e-12));
+                    else CHECK(op->end_s == op->begin_s);
+                } else {
+                    recvs++;
+                    double posted = j > 0 ? r.rank[q].ops[j - 1].end_s : 0;   /* the rank's previous op's end */
+                    CHECK(op->end_s - posted >= (p2p + h.gather_s) * (1 - 1e-12));
+                }
             }
         CHECK(sends > 0 && (!e || recvs > 0));
         step[e] = r.step_time_s;
