@@ -501,7 +501,7 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
         out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A, staged, stage, &out->block_acts);
         /* the logits live where the output layer runs: the last stage, priced apart */
         out->logits = staged && stage != s->pp - 1 ? 0 : logits_bytes(mm, s, &q, w, o, A);
-        out->comm = comm_bytes(mm, s, &q, plan_local_params(mm, s), A, o);
+        out->comm = comm_bytes(mm, s, &q, staged ? stage_params(mm, s, stage) : plan_local_params(mm, s), A, o);
     }
     out->reserved = plan_reserved_bytes(o, g);
     out->workspace = plan_backend_workspace_bytes(o, g);

@@ -238,6 +238,28 @@ TEST(calib_megatron_memory_stage_by_stage)
                bytes * (blocks4 + (double)model_head_params(&tied.mod[0]) + 1000.0 * 1024), 1e-12);
 }
 
+/* Each stage's data-parallel gradient buckets follow its own parameters
+ * (PyTorch DDP's, 25 MB, here: two of them, or the stage's gradients where
+ * fewer): a narrow model with a wide vocabulary has its ends' stages over
+ * the bucket and its middle ones far under it. */
+TEST(calib_megatron_stage_buckets_follow_the_stage)
+{
+    cost_cluster c; plan_workload w; plan_options o;
+    one_node_step(8, &c, &w, &o);
+    const cost_gpu *g = &c.pool[0].gpu;
+    model_t m = test_llm("narrow", "\"layers\": 8, \"hidden\": 128, \"heads\": 2, \"ffn\": 512, \"ffn_kind\": \"gelu\","
+                         " \"norm\": \"layernorm\", \"vocab\": 150000");
+    plan_module s = strat(2, 1, 4, 0, 1, PLAN_RECOMP_NONE, false);
+    plan_mem first, middle;
+    plan_stage_memory(&m, 0, &s, 0, &w, g, &o, 1, &first);
+    plan_stage_memory(&m, 0, &s, 1, &w, g, &o, 1, &middle);
+    const double A = 2, bucket = 25e6;   /* bf16 gradients in DDP's 25 MB buckets */
+    plan_stage s0 = plan_stage_of(&m.mod[0], &s, 0), s1 = plan_stage_of(&m.mod[0], &s, 1);
+    double p0 = plan_stage_params(&m.mod[0], &s, &s0), p1 = plan_stage_params(&m.mod[0], &s, &s1);
+    CHECK(A * p0 > bucket && A * p1 < bucket);
+    CHECK_NEAR(first.comm - middle.comm, 2 * bucket - 2 * A * p1, 1e-6);
+}
+
 TEST(calib_interleaved_pipeline_time)
 {
     plan_time t = { .micro_s = 8, .stage_max_s = 2 };
