@@ -127,7 +127,8 @@ double plan_stage_params(const model_module *mm, const plan_module *s, const pla
     if (st->stem) ends += (double)model_embed_params(mm);
     if (st->head) {
         ends += (double)model_head_params(mm);
-        if (mm->kind == MODEL_LLM && mm->tied_embeddings) ends += (double)mm->vocab * mm->hidden;
+        /* its own copy of a tied word embedding, unless it holds the embedding itself */
+        if (mm->kind == MODEL_LLM && mm->tied_embeddings && !st->stem) ends += (double)mm->vocab * mm->hidden;
     }
     return plan_stage_block_params(mm, s, st) + ends / s->tp;
 }

@@ -335,7 +335,8 @@ double plan_local_block_params(const model_module *mm, const plan_module *s);
 /* One tp rank's parameters of stage st (plan_stage_of, plan_vstage_of): its
  * blocks, and its ends: the embedding on the stage that takes the input
  * (stem), the head and a tied LLM's copy of the word embedding on the one
- * that ends the module (head). plan_stage_block_params: the blocks alone. */
+ * that ends the module (head), when that is not the first.
+ * plan_stage_block_params: the blocks alone. */
 double plan_stage_params(const model_module *mm, const plan_module *s, const plan_stage *st);
 double plan_stage_block_params(const model_module *mm, const plan_module *s, const plan_stage *st);
 

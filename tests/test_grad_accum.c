@@ -62,6 +62,12 @@ TEST(grad_accum_prices_each_micro_batch_share_on_the_stage)
     plan_stage whole = plan_stage_of(mm, &z2, 0);
     double nz = plan_stage_params(mm, &z2, &whole) / 4;
     CHECK_NEAR(plan_grad_accum_s(mm, &z2, &whole, &w, g, &add), 1.0 / 2 * cost_elementwise_time(g, COST_EW_ADD, nz, 2.0), 1e-15);
+    /* a tied LLM in one stage holds its word embedding once */
+    model_t tied = m;
+    tied.mod[0].tied_embeddings = true;
+    plan_module single = { .dp = 8, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 1, .n_ranks = 8 };
+    plan_stage all = plan_stage_of(&tied.mod[0], &single, 0);
+    CHECK_NEAR(plan_stage_params(&tied.mod[0], &single, &all), (double)model_module_params(&tied.mod[0]), 1e-6);
     /* in the micro-batch's backward, on the stage's pace */
     plan_time tf, ta;
     plan_stage_micro_time(&m, 0, &s, 0, &w, &c, &fused, 1, &tf);
