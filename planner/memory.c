@@ -133,24 +133,14 @@ double plan_stage_params(const model_module *mm, const plan_module *s, const pla
     return plan_stage_block_params(mm, s, st) + ends / s->tp;
 }
 
-static double stage_block_params(const model_module *mm, const plan_module *s, int stage)
+/* The model states of stage `own` (plan_megatron_stagewise), or of the
+ * worst stage's parts (NULL); returns the rank's parameters they were
+ * priced on, before ZeRO's sharding. */
+static double model_state_bytes(const model_module *mm, const plan_module *s, const plan_options *o,
+                                const plan_stage *own, plan_mem *out)
 {
-    plan_stage st = plan_stage_of(mm, s, stage);
-    return plan_stage_block_params(mm, s, &st);
-}
-
-static double stage_params(const model_module *mm, const plan_module *s, int stage)
-{
-    plan_stage st = plan_stage_of(mm, s, stage);
-    return plan_stage_params(mm, s, &st);
-}
-
-static void model_state_bytes(const model_module *mm, const plan_module *s, const plan_options *o, int stage,
-                              plan_mem *out)
-{
-    bool staged = plan_megatron_stagewise(s, o);
-    double p = staged ? stage_params(mm, s, stage) : plan_local_params(mm, s);
-    double blocks = staged ? stage_block_params(mm, s, stage) : plan_local_block_params(mm, s);
+    double p = own ? plan_stage_params(mm, s, own) : plan_local_params(mm, s);
+    double blocks = own ? plan_stage_block_params(mm, s, own) : plan_local_block_params(mm, s);
     double shard = (double)s->dp * s->sp;   /* ZeRO shards over every replica of the weights */
     plan_state_bytes b = plan_module_state_bytes(mm, o);
     out->params = p * b.param / (s->zero >= 3 ? shard : 1);
@@ -160,6 +150,7 @@ static void model_state_bytes(const model_module *mm, const plan_module *s, cons
     out->zero_buffers = s->zero >= 3 && shard > 1 ? 2 * BF16 * model_largest_layer_params(mm) / s->tp : 0;
     if (out->zero_buffers > 0 && plan_zero3_deepspeed_applies(mm, s, o))   /* per-tensor gathers (cost_zero3.c) */
         out->zero_buffers = plan_zero3_deepspeed_buffer_bytes(mm, s);
+    return p;
 }
 
 /* Bytes saved for backward per token of one block (A bytes per element), before dividing by
@@ -285,12 +276,12 @@ static double one_block_live(const model_module *mm, const plan_module *s, const
     return t * block_act_bytes_per_token(mm, &none, false, q->seq, A);
 }
 
-/* Returns the module's activations on pipeline stage `stage` where the
- * Megatron target prices stages apart (plan_megatron_stagewise), else on its
- * busiest; *blocks_saved: of them, what its blocks save (the stem and head
- * apart). */
+/* Returns the module's activations on pipeline stage `stage` (its blocks
+ * and ends: own) where the Megatron target prices stages apart
+ * (plan_megatron_stagewise), else (own NULL) on its busiest; *blocks_saved:
+ * of them, what its blocks save (the stem and head apart). */
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
-                               const plan_workload *w, int in_flight, double A, bool staged, int stage,
+                               const plan_workload *w, int in_flight, double A, const plan_stage *own, int stage,
                                double *blocks_saved)
 {
     const model_module *mm = &m->mod[mi];
@@ -306,11 +297,11 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
     }
     double per_block = block_bytes(mm, s, q, t, A), saved;
     bool head = s->pp == 1;   /* the final norm and output layer run here */
-    if (staged) {
+    if (own) {
         double micro = plan_stage_micro_in_flight(s, w, stage);
-        saved = per_block * plan_stage_of(mm, s, stage).count * micro;
-        stem_micro = stage == 0 ? micro : 0;
-        head = stage == s->pp - 1;
+        saved = per_block * own->count * micro;
+        stem_micro = own->stem ? micro : 0;
+        head = own->head;
     } else {
         saved = per_block * pipeline_blocks_in_flight(mm, s, w, per_block, mask, &stem_micro);
     }
@@ -341,9 +332,9 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
     if (head) per_mb += t * A * mm->hidden * 2 / plan_seqpar_split(mm, s);
     if (mm->kind != MODEL_LLM) {
         double merged = plan_encoder_out_rows(mm, q, t);
-        if (!staged || stage == 0)
+        if (!own || own->stem)
             per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
-        if (!staged || head) per_mb += merged * A * (mm->proj_in + 2.0 * mm->proj_hidden);
+        if (!own || head) per_mb += merged * A * (mm->proj_in + 2.0 * mm->proj_hidden);
     }
     *blocks_saved = saved * in_flight + live;
     return (saved + per_mb + stem_micro * mask) * in_flight + live;
@@ -497,12 +488,17 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
         executor_states(mm, s, stage, o, out);
         executor_activations(mm, s, stage, &q, w, o, ones, out);
     } else {
-        bool staged = plan_megatron_stagewise(s, o);
-        model_state_bytes(mm, s, o, stage, out);
-        out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A, staged, stage, &out->block_acts);
+        plan_stage st;
+        const plan_stage *own = NULL;   /* the stage's own blocks and ends, where priced stage by stage */
+        if (plan_megatron_stagewise(s, o)) {
+            st = plan_stage_of(mm, s, stage);
+            own = &st;
+        }
+        double local_p = model_state_bytes(mm, s, o, own, out);
+        out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A, own, stage, &out->block_acts);
         /* the logits live where the output layer runs: the last stage, priced apart */
-        out->logits = staged && stage != s->pp - 1 ? 0 : logits_bytes(mm, s, &q, w, o, A);
-        out->comm = comm_bytes(mm, s, &q, staged ? stage_params(mm, s, stage) : plan_local_params(mm, s), A, o);
+        out->logits = own && !own->head ? 0 : logits_bytes(mm, s, &q, w, o, A);
+        out->comm = comm_bytes(mm, s, &q, local_p, A, o);
     }
     out->reserved = plan_reserved_bytes(o, g);
     out->workspace = plan_backend_workspace_bytes(o, g);
