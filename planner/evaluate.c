@@ -18,7 +18,7 @@ static double handoff_bytes_per_sample(const model_t *m, int mi, const plan_work
 }
 
 /* Chunks whose activations an encoder keeps alive in the disaggregated
- * flow: a training one its loop's window (plan_encoder_loop_of), each
+ * flow: a training one its loop's window (plan_encoder_loops), each
  * waiting for the LLM's gradient while it runs the next ones forward. */
 static int encoder_in_flight(const plan_t *p, const plan_encoder_loop *loop)
 {
@@ -183,7 +183,7 @@ typedef struct {
  *   G(n-1) >= S(0) + (n - 1) steady + latency     the pacing stage's own work
  *   training encoder: F(c) after B(c-W); B(c) after F(c+W-1) and G(c) + back
  *   frozen encoder: F(c) after S(c-2) (its send of c-1 frees chunk c-2 once taken)
- * with W the loop's window (plan_encoder_loop_of): the LLM fills and drains
+ * with W the loop's window (plan_encoder_loops): the LLM fills and drains
  * its pipeline once over all chunks, and an encoder whose next forward
  * waits for a gradient that waits for its own latest chunk paces the step
  * at its chunk plus that reach. step = the groups' last op, then the

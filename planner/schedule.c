@@ -672,15 +672,18 @@ plan_encoder_loop plan_encoder_loop_in(const plan_t *p, int enc, const plan_chun
     return has_loop(p, enc) ? loop_of(per_chunk, plan_chunks(p)) : (plan_encoder_loop){ 1, 0 };
 }
 
-int plan_encoder_loop_of(const plan_t *p, int enc, plan_encoder_loop *out, char *err)
+int plan_encoder_loops(const plan_t *p, plan_encoder_loop *out, char *err)
 {
-    int n_chunks = plan_chunks(p);
-    *out = (plan_encoder_loop){ 1, 0 };
-    if (!has_loop(p, enc)) return UTIL_OK;
-    plan_chunk_loop *l = util_calloc((size_t)n_chunks, sizeof *l);
-    if (!l) return util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
-    plan_llm_chunk_loops(p, l);
-    *out = plan_encoder_loop_in(p, enc, l);
+    plan_chunk_loop *l = NULL;   /* the LLM's loop, filled once for every encoder that has one */
+    for (int k = 0; k < p->n_modules; k++) {
+        bool loop = plan_encoder_feeds(p, k) && has_loop(p, k);
+        if (loop && !l) {
+            if (!(l = util_calloc((size_t)plan_chunks(p), sizeof *l)))
+                return util_fail(err, UTIL_ENOMEM, "plan: out of memory for the schedule");
+            plan_llm_chunk_loops(p, l);
+        }
+        out[k] = loop ? plan_encoder_loop_in(p, k, l) : (plan_encoder_loop){ 1, 0 };
+    }
     util_free(l);
     return UTIL_OK;
 }
@@ -762,7 +765,7 @@ static void mark_last_backward(plan_schedule *s)
  *   of chunk c;
  * - the LLM's RECV_ACT of chunk c + W retires its chunk-c gradients: an
  *   encoder sends chunk c + W after its RECV_GRAD of chunk c (the encoder
- *   runs W chunks ahead: plan_encoder_loop_of; colocated, chunk after chunk, 1).
+ *   runs W chunks ahead: plan_encoder_loops; colocated, chunk after chunk, 1).
  * A frozen encoder gets no gradients: nothing it runs comes after its
  * receivers took its rows. Its SEND_ACT of chunk c + 1 therefore waits for
  * them to take chunk c, then frees it, before sending: one chunk held, the
@@ -799,12 +802,12 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
     int L = p->model.llm, n = plan_chunks(p);
     encoder_stage enc[MODEL_MAX_MODULES];
     int n_enc = 0, window[MODEL_MAX_MODULES] = { 0 };
+    plan_encoder_loop loop[MODEL_MAX_MODULES];
+    if ((rc = plan_encoder_loops(p, loop, err))) return rc;
     for (int k = 0; k < p->n_modules; k++) {
         on[k] = plan_rank_coord(p, k, rank, &me[k]);
         if (!plan_encoder_feeds(p, k)) continue;
-        plan_encoder_loop loop;
-        if ((rc = plan_encoder_loop_of(p, k, &loop, err))) return rc;
-        int W = window[k] = loop.window;
+        int W = window[k] = loop[k].window;
         enc[n_enc++] = (encoder_stage){ p, k, W, max_micro_per_share(p, k), &me[k], s };
     }
     if (p->placement == PLAN_COLOCATED && plan_whole_batch_pipeline(&p->model, &p->work)) {

@@ -204,7 +204,8 @@ int plan_encoder_offset(const plan_t *p, int k);
  * (0: for none of it). Of the plan's chunks, or of n_chunks even ones of
  * micros_per_chunk micro-batches on an LLM replica (the search's). */
 typedef struct { int window, reach; } plan_encoder_loop;
-int plan_encoder_loop_of(const plan_t *p, int enc, plan_encoder_loop *out, char *err);
+/* Every module's (out has p->n_modules; window 1 where none, the LLM's too). */
+int plan_encoder_loops(const plan_t *p, plan_encoder_loop *out, char *err);
 int plan_encoder_loop_even(int pp, int vp, int n_chunks, int micros_per_chunk, plan_encoder_loop *out, char *err);
 /* Each chunk of a disaggregated plan on the LLM's first stage, the most over
  * its replicas: first_unit, the forward unit (in 1F1B order) that starts
@@ -213,8 +214,7 @@ int plan_encoder_loop_even(int pp, int vp, int n_chunks, int micros_per_chunk, p
  * own). per_chunk holds plan_chunks(p). */
 typedef struct { long first_unit, backs; int need, reach; } plan_chunk_loop;
 void plan_llm_chunk_loops(const plan_t *p, plan_chunk_loop *per_chunk);
-/* plan_encoder_loop_of from the loops plan_llm_chunk_loops filled (one
- * pass for every encoder of a plan). */
+/* Encoder enc's loop from the loops plan_llm_chunk_loops filled (plan_encoder_loops, evaluate.c). */
 plan_encoder_loop plan_encoder_loop_in(const plan_t *p, int enc, const plan_chunk_loop *per_chunk);
 /* Checks that the executor can run p as scheduled (sp slices whole merge
  * groups in every micro-batch, one LLM, ...); UTIL_EUNSUPPORTED or

@@ -1,5 +1,5 @@
 /* The disaggregated step as the schedule runs it: the encoder-LLM loop
- * (plan_encoder_loop_of, _even, plan_llm_chunk_loops) and plan_evaluate's
+ * (plan_encoder_loops, _even, plan_llm_chunk_loops) and plan_evaluate's
  * chunk-by-chunk step beside the simulated schedule. The LLM runs one 1F1B
  * over all chunks (its pipeline fills and drains once) and a training
  * encoder's next forward waits for a gradient that can wait for the
@@ -54,9 +54,11 @@ TEST(disagg_loop_counts_the_chunks_a_gradient_waits_for)
     double analytic;
     plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 1024, .text_tokens = 256 };
     CHECK_OK(simulated("qwen2.5-vl-7b", w, "vision:gpus=2,dp=1,tp=2;llm:gpus=6,tp=2,pp=3,mb=1", 8, &p, &analytic));
-    CHECK_OK(plan_encoder_loop_of(&p, 0, &l, err));
-    CHECK_EQ_INT(l.window, 3);
-    CHECK_EQ_INT(l.reach, 1);
+    plan_encoder_loop loops[MODEL_MAX_MODULES];
+    CHECK_OK(plan_encoder_loops(&p, loops, err));
+    CHECK_EQ_INT(loops[0].window, 3);
+    CHECK_EQ_INT(loops[0].reach, 1);
+    CHECK_EQ_INT(loops[p.model.llm].window, 1);
     plan_schedule s;
     CHECK_OK(plan_schedule_rank(&p, 6, &s, err));
     int forwards = 0;
