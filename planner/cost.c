@@ -747,7 +747,7 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
      * PARAM_GATHER runs after the optimizer, beside nothing). */
     double step_comm = out->grad_sync_s + out->grad_sync_busy_s + out->param_gather_s + out->param_gather_busy_s;
     /* DeepSpeed's pipeline engine reduces after its schedule's last step (plan_pipe_engine) */
-    bool after_flush = o->pipe_engine != PLAN_PIPE_MEGATRON && s->pp > 1;
+    bool after_flush = plan_pipe_engine_props(o->pipe_engine)->reduce_after_flush && s->pp > 1;
     double hidden = o->target == PLAN_TARGET_DHP || after_flush ? 0 : o->overlap * out->bwd_s / s->pp;
     out->dp_exposed_s = plan_overlapped_comm_s(step_comm, hidden, o->target == PLAN_TARGET_MEGATRON);
     plan_seq q;

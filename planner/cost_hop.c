@@ -17,32 +17,28 @@ double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, cons
     return plan_module_state_bytes(&m->mod[mi], o).act * rows * m->mod[mi].hidden;
 }
 
-/* DeepSpeed's PipelineEngine partitions (engine.py, PartitionedTensor over
- * the slice-parallel group) the activation it sends, and the receiver's
- * forward rebuilds it (part_input.full()); before a backward, the engine
- * rebuilds the stage's own output it partitioned after the forward
+/* The engine's properties (plan_pipe_engine_props). DeepSpeed's
+ * PipelineEngine partitions (engine.py, PartitionedTensor over the
+ * slice-parallel group) the activation it sends, and the receiver's forward
+ * rebuilds it (part_input.full()); before a backward, the engine rebuilds
+ * the stage's own output it partitioned after the forward
  * (part_output.full(): in _exec_recv_grads up to v0.5.3, in
  * _exec_backward_pass after), and from v0.5.4 the partitioned gradient
  * (part_grad.full()) too: one all-gather on an activation's arrival, one
  * (deepspeed-2021, the gradient whole on the wire) or two (deepspeed) on a
- * gradient's. */
-static int deepspeed_gathers(const plan_options *o, bool grad)
-{
-    return grad && o->pipe_engine == PLAN_PIPE_DEEPSPEED ? 2 : 1;
-}
-
+ * gradient's; Megatron-LM's one each way. */
 plan_hop_wire plan_stage_hop_wire(const model_module *mm, const plan_module *s, const cost_pool *pool,
                                   const plan_options *o, double bytes, bool grad)
 {
-    bool megatron = o->target == PLAN_TARGET_MEGATRON, deepspeed = megatron && o->pipe_engine != PLAN_PIPE_MEGATRON;
-    plan_hop_wire h = { bytes, 0, deepspeed };
+    bool megatron = o->target == PLAN_TARGET_MEGATRON;
+    const plan_pipe_props *e = plan_pipe_engine_props(o->pipe_engine);
+    plan_hop_wire h = { bytes, 0, megatron && e->blocking };
     if (!megatron || s->tp <= 1 || plan_seqpar_split(mm, s) > 1 || !(bytes > 0)) return h;
     int G, per_node;
     plan_group_shape(s, PLAN_AX_TP, pool->gpus_per_node, &G, &per_node);
     double gather = cost_collective_time(pool, COST_ALLGATHER, bytes, G, per_node);
-    bool whole = deepspeed && grad && o->pipe_engine == PLAN_PIPE_DEEPSPEED_2021;
-    h.wire_bytes = whole ? bytes : bytes / s->tp;
-    h.gather_s = (deepspeed ? deepspeed_gathers(o, grad) : 1) * gather;
+    h.wire_bytes = grad && e->grad_whole ? bytes : bytes / s->tp;
+    h.gather_s = (grad ? e->grad_gathers : 1) * gather;
     return h;
 }
 

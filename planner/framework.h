@@ -73,6 +73,17 @@ int plan_tp_style_parse(const char *s, plan_tp_style *out, char *err);
 typedef enum { PLAN_PIPE_MEGATRON = 0, PLAN_PIPE_DEEPSPEED_2021, PLAN_PIPE_DEEPSPEED, PLAN_NPIPE } plan_pipe_engine;
 const char *plan_pipe_engine_name(plan_pipe_engine e);
 int plan_pipe_engine_parse(const char *s, plan_pipe_engine *out, char *err);
+/* What each engine does, declared once (planner/planfile.c, beside the
+ * names): the hop's pricing (planner/cost_hop.c), the gradient reduction's
+ * overlap (plan_module_time), interleaving (the search, plan_validate). */
+typedef struct {
+    bool blocking;            /* each send and receive a collective of its own: both ends held for a transfer */
+    bool reduce_after_flush;  /* the data-parallel reduction after the schedule's last step, beside nothing */
+    bool interleaves;         /* has an interleaved (vp > 1) schedule */
+    bool grad_whole;          /* under tp every rank sends the whole gradient back, not its 1/tp */
+    int grad_gathers;         /* tp all-gathers on a scattered gradient's arrival */
+} plan_pipe_props;
+const plan_pipe_props *plan_pipe_engine_props(plan_pipe_engine e);
 
 /* How the Megatron target's weight gradients accumulate over a step's
  * micro-batches (planner/cost_grad_accum.c): fused (the default: Megatron-LM's

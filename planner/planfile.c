@@ -19,6 +19,16 @@ static const char *adamw_names[PLAN_NADAMW] = { "fused", "foreach" };
 static const char *grad_reduce_names[PLAN_NREDUCE] = { "grads", "bf16" };
 static const char *tp_style_names[PLAN_NTP_STYLE] = { "megatron", "dtensor" };
 static const char *pipe_engine_names[PLAN_NPIPE] = { "megatron", "deepspeed-2021", "deepspeed" };
+/* Megatron-LM's 1F1B; DeepSpeed's PipelineEngine before and after PR 1407
+ * (planner/framework.h, plan_pipe_engine; the gathers: planner/cost_hop.c). */
+static const plan_pipe_props pipe_engine_props[PLAN_NPIPE] = {
+    [PLAN_PIPE_MEGATRON] = { .blocking = false, .reduce_after_flush = false, .interleaves = true, .grad_whole = false,
+                             .grad_gathers = 1 },
+    [PLAN_PIPE_DEEPSPEED_2021] = { .blocking = true, .reduce_after_flush = true, .interleaves = false,
+                                   .grad_whole = true, .grad_gathers = 1 },
+    [PLAN_PIPE_DEEPSPEED] = { .blocking = true, .reduce_after_flush = true, .interleaves = false, .grad_whole = false,
+                              .grad_gathers = 2 },
+};
 static const char *grad_accum_names[PLAN_NACCUM] = { "fused", "add", "bf16-optimizer" };
 
 PLAN_ENUM_PARSE(plan_placement_parse, plan_placement, placement_names, 2)
@@ -38,6 +48,10 @@ const char *plan_adamw_name(plan_adamw a) { return a >= 0 && a < PLAN_NADAMW ? a
 const char *plan_grad_reduce_name(plan_grad_reduce r) { return r >= 0 && r < PLAN_NREDUCE ? grad_reduce_names[r] : "?"; }
 const char *plan_tp_style_name(plan_tp_style t) { return t >= 0 && t < PLAN_NTP_STYLE ? tp_style_names[t] : "?"; }
 const char *plan_pipe_engine_name(plan_pipe_engine e) { return e >= 0 && e < PLAN_NPIPE ? pipe_engine_names[e] : "?"; }
+const plan_pipe_props *plan_pipe_engine_props(plan_pipe_engine e)
+{
+    return &pipe_engine_props[e >= 0 && e < PLAN_NPIPE ? e : PLAN_PIPE_MEGATRON];
+}
 const char *plan_grad_accum_name(plan_grad_accum a) { return a >= 0 && a < PLAN_NACCUM ? grad_accum_names[a] : "?"; }
 const char *plan_zero3_name(plan_zero3 z) { return z >= 0 && z < PLAN_NZERO3 ? zero3_names[z] : "?"; }
 const char *plan_placement_name(plan_placement p) { return placement_names[p]; }
@@ -395,7 +409,7 @@ int plan_validate(const plan_t *p, char *err)
                              s->first_rank + s->n_ranks - 1, p->world_size);
         if (p->placement == PLAN_DISAGGREGATED || k == 0) pool_gpus[s->pool] += s->n_ranks;
         if ((rc = validate_tp_in_node(p, k, err))) return rc;
-        if (p->pipe_engine != PLAN_PIPE_MEGATRON && plan_vp(s) > 1)
+        if (!plan_pipe_engine_props(p->pipe_engine)->interleaves && plan_vp(s) > 1)
             return util_fail(err, UTIL_EINVAL, "modules[%d]: vp %d: DeepSpeed's pipeline engine (%s) has no interleaved "
                              "schedule: vp 1, or --pipe-engine megatron", k, plan_vp(s), plan_pipe_engine_name(p->pipe_engine));
     }

@@ -283,7 +283,8 @@ static int build_module(const build_ctx *b, int k)
             for (int pp = 1; tp * sp * pp <= g && pp <= b->o->max_pp; pp *= 2)
             /* the LLM's interleaved virtual stages (Narayanan et al. SC'21 sec. 2.2.2): 2 chunks per rank */
             /* (DeepSpeed's pipeline engine has none: plan_validate) */
-            for (int vp = 1; vp <= (k == b->m->llm && pp > 1 && b->o->opt.pipe_engine == PLAN_PIPE_MEGATRON ? 2 : 1); vp++) {
+            for (int vp = 1; vp <= (k == b->m->llm && pp > 1 && plan_pipe_engine_props(b->o->opt.pipe_engine)->interleaves ? 2 : 1);
+                 vp++) {
                 if (g % (tp * sp * pp)) continue;
                 int dp = g / (tp * sp * pp);
                 for (int rc = 0; rc < 3; rc++)
