@@ -200,7 +200,7 @@ static bool do_recv(sim *S, int rank, const plan_op *op, plan_sim_op *rec)
 {
     int first, end, last = -1;
     bool hop;
-    double bytes = 0;
+    double bytes = 0, t = S->now[rank], held = t;
     if (!op_messages(S, rank, op, &first, &end, &hop)) return false;
     for (int i = first; i < end; i++) {
         const sim_message *m = &S->msg.m[i];
@@ -208,17 +208,13 @@ static bool do_recv(sim *S, int rank, const plan_op *op, plan_sim_op *rec)
         if (!m->sent) return false;
         bytes += m->bytes;
         if (last < 0 || m->arrive_s > S->msg.m[last].arrive_s) last = i;
+        /* a blocking transfer (DeepSpeed's pipeline engine, plan_hop_wire.held)
+         * holds the receiver for its own duration too, from when it posts */
+        if (m->held && t + (m->arrive_s - m->start_s) > held) held = t + (m->arrive_s - m->start_s);
     }
-    double t = S->now[rank], held = t;
     rec->bytes = bytes;
     rec->begin_s = rec->end_s = t;
     if (last >= 0 && S->msg.m[last].arrive_s > t) rec->begin_s = rec->end_s = S->msg.m[last].arrive_s;
-    /* a blocking transfer (DeepSpeed's pipeline engine, plan_hop_wire.held)
-     * holds the receiver for its own duration too, from when it posts */
-    for (int i = first; i < end; i++) {
-        const sim_message *m = &S->msg.m[i];
-        if (m->dst == rank && m->held && t + (m->arrive_s - m->start_s) > held) held = t + (m->arrive_s - m->start_s);
-    }
     bool own = held > rec->end_s;   /* the receiver's own hold outlasts the wait for the message */
     if (own) {
         rec->begin_s = t;
