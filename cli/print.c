@@ -132,6 +132,26 @@ cJSON *cli_step_parts_json(const plan_t *p)
     return a;
 }
 
+/* A pipelined module's split: its stages' blocks (plan_stage_of), the
+ * chunks a stage under interleaving, and whether the ends count as blocks. */
+static void print_pipeline(const plan_t *p, int k)
+{
+    const plan_module *s = &p->mod[k];
+    const model_module *mm = &p->model.mod[k];
+    printf("  %-8s pipeline: %d stages", s->module, s->pp);
+    if (plan_vp(s) > 1) printf(" x %d interleaved chunks", plan_vp(s));
+    printf(", blocks a stage");
+    for (int i = 0; i < s->pp; i++) {
+        if (s->pp > 12 && i == 6) {   /* the ends, where the splits differ, and the count between */
+            printf(" ... (%d more)", s->pp - 12);
+            i = s->pp - 6;
+        }
+        printf(" %d", plan_stage_of(mm, s, i).count);
+    }
+    if (s->split_ends) printf(" (split=ends: the embedding and the head a block each)");
+    printf("\n");
+}
+
 void cli_print_plan(const plan_t *p)
 {
     const plan_prediction *pr = &p->pred;
@@ -149,6 +169,8 @@ void cli_print_plan(const plan_t *p)
                plan_recompute_name(s->recompute), s->micro_batch,
                util_fmt_bytes(pr->peak_mem_bytes[k], mem, sizeof mem));
     }
+    for (int k = 0; k < p->n_modules; k++)
+        if (p->mod[k].pp > 1) print_pipeline(p, k);
     printf("  step %.3f s", pr->step_time_s);
     if (pr->simulated) printf(" (simulated; analytic %.3f s)", pr->analytic_step_time_s);
     printf(" | %.0f vision tok/s | %.0f tok/s | %.3f samples/s | MFU %.1f%% | %s\n", pr->vision_tokens_per_s,

@@ -98,7 +98,7 @@ int ex_encoder_stage_run_forward(const ex_backend *be, ex_module *md, const ex_b
 {
     ex_acts *a = &md->a;
     int L = md->mm.layers, N = md->n_rows;
-    float *x0 = a->blk[md->stage.first].x;
+    float *x0 = ex_stage_input(md);
     md->comm_rc = 0;
     if (md->stage.stem) {
         const float *in = ex_slot_input(md, input, in_bytes, false, err);

@@ -97,6 +97,7 @@ typedef struct {
      * stage, the head on the last. pp_size 0 or 1: the whole module. */
     int pp_size, pp_rank;
     int stage_layers[PLAN_MAX_PP];
+    bool split_ends;   /* plan_module.split_ends */
     /* Interleaved: vp model chunks (plan_stage_of's), one run at a time
      * (ex_module_set_chunk); 0 or 1: none. */
     int vp;

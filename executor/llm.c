@@ -172,7 +172,7 @@ static void llm_embed(ex_model *em, ex_module *md, const ex_batch *b, const floa
     const ex_backend *be = em->be;
     const int32_t *tokens = md->slot[md->cur].tok_dev;   /* b->tokens on the backend (ex_llm_stage_forward) */
     int T = b->text_tokens, B = b->batch, d = md->d;
-    float *x0 = md->seqpar ? md->a.tp_full : md->a.blk[0].x, *emb = md->a.emb;
+    float *x0 = md->seqpar ? md->a.tp_full : ex_stage_input(md), *emb = md->a.emb;
     bool vp = md->tp > 1;
     int e = 0;
     if (vp && md->sp <= 1) {   /* every text token, in one call */
@@ -209,7 +209,7 @@ static void llm_embed(ex_model *em, ex_module *md, const ex_batch *b, const floa
         }
     }
     size_t Nl = (size_t)ex_norm_rows(md);
-    if (md->seqpar) be->copy(md->a.blk[0].x, x0 + (size_t)md->tp_rank * Nl * d, Nl * d);
+    if (md->seqpar) be->copy(ex_stage_input(md), x0 + (size_t)md->tp_rank * Nl * d, Nl * d);
 }
 
 /* The attention's sequences: each sample's rows (all of them under Ulysses,
@@ -428,7 +428,7 @@ int ex_llm_stage_forward(ex_model *em, ex_module *md, const ex_batch *b, ex_stag
         llm_embed(em, md, b, io->enc_in);
         ex_unit_end(md, 0, EX_USE_FORWARD, false);
     } else {
-        be->copy(md->a.blk[md->stage.first].x, io->in, (size_t)ex_norm_rows(md) * md->d);
+        be->copy(ex_stage_input(md), io->in, (size_t)ex_norm_rows(md) * md->d);
     }
     rc = llm_rope_tables(em, md, b, err);
     if (rc) return rc;

@@ -330,6 +330,7 @@ static int module_create(ex_module *md, const ex_backend *be, const model_module
         md->strat.pp = par->pp_size;
         md->strat.vp = par->vp;
         memcpy(md->strat.stage_layers, par->stage_layers, sizeof md->strat.stage_layers);
+        md->strat.split_ends = par->split_ends;
         md->stage_index = par->pp_rank;
     }
     char why[UTIL_ERR_LEN];

@@ -195,6 +195,10 @@ int ex_dev_reserve(const ex_backend *be, void **buf, size_t *cap, size_t bytes, 
  * sequence parallelism), and one transformer block forward / backward over
  * the stage's blocks. */
 int ex_norm_rows(const ex_module *md);
+/* Where the stage's (chunk's) input rows go: its first block's input, or,
+ * on a chunk of no block (plan_module.split_ends: the embedding alone or
+ * the head alone), x_final, the rows its head reads or it sends on. */
+float *ex_stage_input(ex_module *md);
 /* The module's block norm (RMSNorm, or LayerNorm with bias b and row means) over n rows. */
 void ex_norm_forward(const ex_backend *be, const ex_module *md, float *out, float *mean, float *rstd, const float *x,
                      const float *w, const float *b, int n);

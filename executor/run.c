@@ -182,6 +182,7 @@ static int create_model(run_ctx *r, char *err)
                                 .allgather = hook_allgather, .reduce_scatter = hook_reduce_scatter,
                                 .recompute = s->recompute, .pp_size = s->pp, .pp_rank = m->at.pp, .vp = s->vp };
         memcpy(par[k].stage_layers, s->stage_layers, sizeof par[k].stage_layers);
+        par[k].split_ends = s->split_ends;
         run_cp_hooks(&par[k]);
         run_wire_hooks(&par[k], &po);
     }

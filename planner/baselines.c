@@ -152,6 +152,11 @@ static int parse_kv(plan_module *s, const char *key, const char *val, int *gpus,
         if (plan_recompute_parse(val, &s->recompute, why)) return util_fail(err, UTIL_EINVAL, "--strategy: %s: %s", key, why);
         return UTIL_OK;
     }
+    if (!strcmp(key, "split") && !strcmp(val, "ends")) {
+        /* the even split with the embedding and the head a block each (plan_module.split_ends) */
+        s->split_ends = true;
+        return UTIL_OK;
+    }
     if (!strcmp(key, "split")) {
         /* blocks per pipeline stage, "7:8:8:7" (plan_module.stage_layers); pp is their count */
         int n = 0;
@@ -159,7 +164,7 @@ static int parse_kv(plan_module *s, const char *key, const char *val, int *gpus,
         for (const char *q = val; *q; q = *end == ':' ? end + 1 : end) {
             long b = strtol(q, &end, 10);
             if (end == q || b < 1 || b > (1 << 20) || (*end && *end != ':') || n == PLAN_MAX_PP)
-                return util_fail(err, UTIL_EINVAL, "--strategy: split=%s: blocks per stage, at least 1 each, e.g. 7:8:8:7 (at most %d stages)",
+                return util_fail(err, UTIL_EINVAL, "--strategy: split=%s: blocks per stage, at least 1 each, e.g. 7:8:8:7 (at most %d stages), or 'ends'",
                                  val, PLAN_MAX_PP);
             s->stage_layers[n++] = (int)b;
             if (!*end) break;

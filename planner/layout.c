@@ -24,36 +24,62 @@ static plan_stage contiguous(int first, int count, bool stem, bool head)
     return st;
 }
 
+/* Blocks of each virtual stage g = v pp + j (chunk v of rank stage j) under
+ * split_ends: Megatron-Core's account_for_embedding_in_pipeline_split and
+ * account_for_loss_in_pipeline_split (megatron/core/transformer/
+ * transformer_layer.py get_transformer_layer_offset, transformer_block.py
+ * get_num_layers_to_build): the embedding and the loss count as a layer each,
+ * the L + 2 split evenly over the pp vp virtual stages (num_layers // pp //
+ * vp, which plan_stage_split_check asks to divide), the first virtual stage a
+ * block short for the embedding and the last one for the head. Llama 3 405B's
+ * layout (Llama Team, arXiv 2407.21783 sec. 3.3.2): 126 layers, pp 16, V 8:
+ * the first chunk the embedding alone, the last the output layer and loss. */
+static void split_ends_counts(int L, int pp, int vp, int *vcount)
+{
+    int G = pp * vp, per = (L + 2) / G, extra = (L + 2) % G;
+    for (int g = 0; g < G; g++) vcount[g] = per + (g < extra);
+    vcount[0]--;
+    vcount[G - 1]--;
+}
+
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
 {
     int pp = s && s->pp > 1 ? s->pp : 1, L = mm->layers;
     if (pp == 1 || i < 0) return contiguous(0, L, true, true);
-    int count[PLAN_MAX_PP];
-    bool given = false;
-    for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) given |= s->stage_layers[j] > 0;
-    if (given) {
-        for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) count[j] = s->stage_layers[j];
+    if (pp > PLAN_MAX_PP) pp = PLAN_MAX_PP;
+    int vp = plan_vp(s) < PLAN_MAX_VP ? plan_vp(s) : PLAN_MAX_VP;
+    int vcount[PLAN_MAX_PP * PLAN_MAX_VP];
+    if (s->split_ends) {
+        split_ends_counts(L, pp, vp, vcount);
     } else {
-        int base = (L + pp - 1) / pp, short_by = base * pp - L;
-        for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) count[j] = base;
-        /* the shortfall comes off the ends first: stage 0, pp - 1, 1, pp - 2, ... */
-        for (int t = 0; t < short_by; t++) count[t % 2 ? pp - 1 - t / 2 : t / 2]--;
+        int count[PLAN_MAX_PP];
+        bool given = false;
+        for (int j = 0; j < pp; j++) given |= s->stage_layers[j] > 0;
+        if (given) {
+            for (int j = 0; j < pp; j++) count[j] = s->stage_layers[j];
+        } else {
+            int base = (L + pp - 1) / pp, short_by = base * pp - L;
+            for (int j = 0; j < pp; j++) count[j] = base;
+            /* the shortfall comes off the ends first: stage 0, pp - 1, 1, pp - 2, ... */
+            for (int t = 0; t < short_by; t++) count[t % 2 ? pp - 1 - t / 2 : t / 2]--;
+        }
+        /* each stage's blocks in vp chunks as even as they allow, the first chunks longer */
+        for (int v = 0; v < vp; v++)
+            for (int j = 0; j < pp; j++) vcount[v * pp + j] = count[j] / vp + (v < count[j] % vp);
     }
     /* Interleaved: round v holds every rank's chunk v in stage order
      * (Megatron-LM's virtual pipeline layout), so virtual stage v pp + j
      * starts after the blocks of the virtual stages before it. */
-    int vp = plan_vp(s) < PLAN_MAX_VP ? plan_vp(s) : PLAN_MAX_VP, first = 0;
-    plan_stage st = contiguous(0, i < PLAN_MAX_PP ? count[i] : 0, i == 0, i == pp - 1);
+    plan_stage st = contiguous(0, 0, i == 0, i == pp - 1);
     st.chunks = vp;
-    for (int v = 0; v < vp; v++)
-        for (int j = 0; j < pp && j < PLAN_MAX_PP; j++) {
-            int c = count[j] / vp + (v < count[j] % vp);
-            if (j == i) {
-                st.chunk_first[v] = first;
-                st.chunk_count[v] = c;
-            }
-            first += c;
+    for (int g = 0, first = 0; g < pp * vp; g++) {
+        if (g % pp == i) {
+            st.chunk_first[g / pp] = first;
+            st.chunk_count[g / pp] = vcount[g];
+            st.count += vcount[g];
         }
+        first += vcount[g];
+    }
     st.first = st.chunk_first[0];
     return st;
 }
@@ -66,15 +92,30 @@ int plan_stage_split_check(const model_module *mm, const plan_module *s, char *e
                          PLAN_MAX_PP, mm->layers);
     if (vp > 1 && (pp == 1 || vp > PLAN_MAX_VP))
         return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and at most %d chunks a stage", mm->name, vp, PLAN_MAX_VP);
+    if (s->split_ends) {
+        bool given = false;
+        for (int j = 0; j < pp; j++) given |= s->stage_layers[j] > 0;
+        if (given)
+            return util_fail(err, UTIL_EINVAL, "%s: split: stage_layers and split_ends are two splits; give one", mm->name);
+        if (pp == 1 || (mm->layers + 2) % (pp * vp))
+            return util_fail(err, UTIL_EINVAL,
+                             "%s: split_ends: the %d blocks with the embedding and the head (%d) need pp > 1 and "
+                             "to divide by pp x vp = %d", mm->name, mm->layers, mm->layers + 2, pp * vp);
+    }
     int total = 0;
     for (int i = 0; i < pp; i++) {
         plan_stage st = plan_stage_of(mm, s, i);
         if (st.count < 1)
-            return util_fail(err, UTIL_EINVAL, "%s: stage_layers: pipeline stage %d has no block", mm->name, i);
-        /* Interleaving splits every stage's blocks into vp chunks of a block or more */
-        if (st.count < vp)
-            return util_fail(err, UTIL_EINVAL, "%s: vp %d needs at least vp blocks a stage (stage %d holds %d)",
-                             mm->name, vp, i, st.count);
+            return util_fail(err, UTIL_EINVAL, "%s: split: pipeline stage %d has no block", mm->name, i);
+        /* Interleaving splits every stage's blocks into vp chunks of a block or
+         * more; under split_ends the embedding's or the head's chunk may hold
+         * that alone. */
+        for (int v = 0; v < st.chunks; v++) {
+            bool end = (i == 0 && v == 0) || (i == pp - 1 && v == st.chunks - 1);
+            if (st.chunk_count[v] < 1 && !(s->split_ends && end))
+                return util_fail(err, UTIL_EINVAL, "%s: vp %d needs at least vp blocks a stage (stage %d holds %d)",
+                                 mm->name, vp, i, st.count);
+        }
         total += st.count;
     }
     if (total != mm->layers)

@@ -79,6 +79,9 @@ typedef struct {
     plan_recompute recompute;
     bool seq_parallel;        /* Megatron sequence parallelism on top of tp (LLM) */
     int stage_layers[PLAN_MAX_PP];  /* blocks of each pipeline stage; all 0: plan_stage_of's split */
+    /* The embedding and the head count as a block each in the even split
+     * (plan_stage_of; Megatron-Core's account_for_embedding/loss_in_pipeline_split). */
+    bool split_ends;
     /* Interleaved pipeline: model chunks per pp rank (Megatron-LM's virtual
      * pipeline stages, Narayanan et al. SC'21 sec. 2.2.2); 0 or 1 = none. */
     int vp;
@@ -94,7 +97,10 @@ static inline int plan_vp(const plan_module *s) { return s->vp > 1 ? s->vp : 1; 
  * head: 126 layers over 16 stages are 7 + 14 x 8 + 7). pp = 1: the whole
  * module. Interleaved (vp > 1), each stage's blocks are vp chunks as even as
  * its count allows, the first chunks a block longer where vp does not
- * divide it. */
+ * divide it. s->split_ends: the L + 2 blocks, the embedding and the head
+ * counted as one each, split evenly over the pp vp virtual stages, so the
+ * first chunk of stage 0 and the last of stage pp - 1 hold a block fewer
+ * (with one block a chunk, the embedding alone and the head alone). */
 typedef struct {
     int first, count;
     bool stem, head;
@@ -108,7 +114,10 @@ typedef struct {
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i);
 /* Whether s's split is one: at most PLAN_MAX_PP stages of at least one block
  * each, holding the module's blocks, and under interleaving (vp > 1, pp > 1,
- * at most PLAN_MAX_VP) vp chunks of a block or more a stage. UTIL_EINVAL naming the rule. */
+ * at most PLAN_MAX_VP) vp chunks of a block or more a stage (under
+ * split_ends the first and the last chunk may hold the embedding or the head
+ * alone; the layers + 2 divide by pp vp, and no stage_layers beside it).
+ * UTIL_EINVAL naming the rule. */
 int plan_stage_split_check(const model_module *mm, const plan_module *s, char *err);
 /* The j-th block (0 <= j < st->count) a stage holds. */
 int plan_stage_block(const plan_stage *st, int j);

@@ -133,6 +133,13 @@ if llm_reference deep4 4; then
     plan vp_dis disaggregated "vision:gpus=1;llm:gpus=2,pp=2,vp=2,mb=1" --n-micro 4 && check_plan vp_dis ref_deep4
     plan vp_tp2 disaggregated "vision:gpus=1;llm:gpus=4,pp=2,vp=2,tp=2,seqpar=1,mb=1" --n-micro 4 && check_plan vp_tp2 ref_deep4
     plan vp_dp2_z1 disaggregated "vision:gpus=2,dp=2;llm:gpus=4,pp=2,vp=2,dp=2,zero=1,mb=1" --n-micro 2 && check_plan vp_dp2_z1 ref_deep4
+    # The embedding and the head a block each in the split (split=ends, Llama 3 405B's layout): 4 + 2
+    # slots over 2 ranks x 3 one-slot chunks: rank 0 holds the embedding alone, layer 1, layer 3; rank 1
+    # layer 0, layer 2, the head alone; with tp 2, sequence parallelism and full recomputation
+    plan vp_ends disaggregated "vision:gpus=1;llm:gpus=2,pp=2,vp=3,split=ends,mb=1" --n-micro 4 && check_plan vp_ends ref_deep4 \
+        && check_memory vp_ends run_memory_is_predicted_vp_ends
+    plan vp_ends_tp2 disaggregated "vision:gpus=1;llm:gpus=4,pp=2,vp=3,split=ends,tp=2,seqpar=1,rc=full,mb=1" --n-micro 4 \
+        && check_plan vp_ends_tp2 ref_deep4
 fi
 # Uneven chunks: 5 layers on 2 stages of 2 and 3 blocks, chunks of 1 + 1 and
 # 2 + 1 (virtual stages: layer 0, layers 1-2, layer 3, layer 4).
