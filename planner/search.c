@@ -284,7 +284,10 @@ static int build_module(const build_ctx *b, int k)
             /* the LLM's interleaved virtual stages (Narayanan et al. SC'21 sec. 2.2.2): 2 chunks per rank */
             /* (DeepSpeed's pipeline engine has none: plan_validate) */
             for (int vp = 1; vp <= (k == b->m->llm && pp > 1 && plan_pipe_engine_props(b->o->opt.pipe_engine)->interleaves ? 2 : 1);
-                 vp++) {
+                 vp++)
+            /* the LLM's split with the embedding and the head a block each (plan_module.split_ends;
+             * Llama 3's balance of its first and last stage), where pp vp divides the layers + 2 */
+            for (int ends = 0; ends <= (k == b->m->llm && pp > 1 && (mm->layers + 2) % (pp * vp) == 0); ends++) {
                 if (g % (tp * sp * pp)) continue;
                 int dp = g / (tp * sp * pp);
                 for (int rc = 0; rc < 3; rc++)
@@ -292,6 +295,7 @@ static int build_module(const build_ctx *b, int k)
                     if (zero > 0 && dp * sp == 1) break;
                     plan_module s = { .module_index = k, .pool = p, .dp = dp, .tp = tp, .sp = sp, .pp = pp,
                                       .zero = zero, .micro_batch = 1, .recompute = (plan_recompute)rc, .vp = vp,
+                                      .split_ends = ends,
                                       .seq_parallel = mm->kind == MODEL_LLM && tp > 1, .n_ranks = g };
                     util_strlcpy(s.module, mm->name, sizeof s.module);
                     if (plan_strategy_check(b->m, k, &s, b->w, b->c, NULL)) continue;
