@@ -90,10 +90,46 @@ static void megatron_model_args(const plan_t *p, cJSON *args)
     arg_int(args, "--vocab-size", mm->vocab);
 }
 
+/* The LLM's pipeline split in Megatron-LM's terms: the chunks a rank
+ * (--num-virtual-stages-per-pipeline-rank), the embedding and the loss
+ * counted as layers (split_ends), or dhp's own split where it is not
+ * Megatron's even L / pp: the first and the last stage's layers
+ * (--decoder-first/last-pipeline-num-layers; Megatron splits each of them,
+ * and the middle stages' share, evenly over the chunks). */
+static void megatron_pipeline_args(const plan_t *p, const plan_module *s, cJSON *args, cJSON *notes)
+{
+    if (s->pp <= 1) return;
+    const model_module *mm = &p->model.mod[p->model.llm];
+    int pp = s->pp, vp = plan_vp(s);
+    if (vp > 1) arg_int(args, "--num-virtual-stages-per-pipeline-rank", vp);
+    if (s->split_ends) {
+        arg(args, "--account-for-embedding-in-pipeline-split", NULL);
+        arg(args, "--account-for-loss-in-pipeline-split", NULL);
+        return;
+    }
+    int first = plan_stage_of(mm, s, 0).count, last = plan_stage_of(mm, s, pp - 1).count;
+    int mid = pp > 2 ? plan_stage_of(mm, s, 1).count : -1;
+    bool even_middle = true, even_chunks = first % vp == 0 && last % vp == 0 && (mid < 0 || mid % vp == 0);
+    for (int i = 2; i < pp - 1; i++) even_middle &= plan_stage_of(mm, s, i).count == mid;
+    if (!even_middle) {
+        note(notes, "%s: dhp's split of %d layers over %d stages (stage_layers) has middle stages of different "
+             "sizes, which Megatron-LM's split arguments do not express: give --pipeline-model-parallel-layout",
+             s->module, mm->layers, pp);
+        return;
+    }
+    if (first == last && first == mid) return;   /* Megatron's own even split */
+    if (first != mid) arg_int(args, "--decoder-first-pipeline-num-layers", first);
+    if (last != mid) arg_int(args, "--decoder-last-pipeline-num-layers", last);
+    if (!even_chunks)
+        note(notes, "%s: dhp's chunks of a stage differ by a layer where vp %d does not divide its layers; "
+             "Megatron-LM's split of each stage over its chunks is even", s->module, vp);
+}
+
 static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON *args, cJSON *notes)
 {
     arg_int(args, "--tensor-model-parallel-size", s->tp);
     arg_int(args, "--pipeline-model-parallel-size", s->pp);
+    megatron_pipeline_args(p, s, args, notes);
     if (s->sp > 1) { arg_int(args, "--context-parallel-size", s->sp); arg(args, "--cp-comm-type", "a2a"); }
     if (s->seq_parallel && s->tp > 1) arg(args, "--sequence-parallel", NULL);
     if (s->zero == 1) arg(args, "--use-distributed-optimizer", NULL);
@@ -126,8 +162,6 @@ static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON 
         break;
     case PLAN_OPT_FP32: case PLAN_NPRECISION: break;
     }
-    if (s->pp > 1) note(notes, "%s: pp %d without interleaving: no --num-layers-per-virtual-pipeline-stage (dhp "
-                        "plans one stage per pipeline rank)", s->module, s->pp);
     if (s->pp > 1 && p->pipe_engine != PLAN_PIPE_MEGATRON)
         note(notes, "%s: priced as DeepSpeed's pipeline engine (--pipe-engine %s); Megatron-LM's 1F1B batches its "
              "sends and overlaps the gradient reduction, so it runs faster than the plan says", s->module,

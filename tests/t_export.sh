@@ -50,6 +50,21 @@ expect_args export_megatron_values_a "$T/a.megatron.json" "--tensor-model-parall
 expect_args export_megatron_values_b "$T/b.megatron.json" "--tensor-model-parallel-size 2" \
     "--pipeline-model-parallel-size 2" "--use-distributed-optimizer" "--recompute-granularity selective" \
     "--global-batch-size 32"
+# The LLM's pipeline split in Megatron-LM's arguments (each a name of core_v0.15.0's parser): 28 layers
+# interleaved over 2 x 3 chunks with the embedding and the loss a layer each (split=ends), and dhp's own
+# 9 + 10 + 9 over 3 stages as the first and the last stage's layers
+for x in "c pp=2,vp=3,split=ends 8" "d pp=3 12"; do
+    set -- $x
+    "$DHP" plan --model qwen2.5-vl-7b --cluster 2x8xh100 --batch 32 --vision-tokens 4096 --placement disaggregated \
+        --n-micro 4 --strategy "vision:gpus=4,dp=4,mb=2;llm:gpus=$3,tp=2,$2,dp=2,mb=1" -o "$T/$1.json" >/dev/null 2>"$T/err" &&
+        "$DHP" export --to megatron "$T/$1.json" --json -o "$T/$1.megatron.json" 2>>"$T/err" &&
+        (cd "$T" && "$VPY" "$CHECK" megatron "$T/$1.megatron.json") >"$T/check" 2>&1 ||
+        fail "export_megatron_split_$1" "$(cat "$T/err" "$T/check" 2>/dev/null | head -c 400)"
+done
+expect_args export_megatron_split_ends "$T/c.megatron.json" "--pipeline-model-parallel-size 2" \
+    "--num-virtual-stages-per-pipeline-rank 3" "--account-for-embedding-in-pipeline-split" "--account-for-loss-in-pipeline-split"
+expect_args export_megatron_split_uneven "$T/d.megatron.json" "--pipeline-model-parallel-size 3" \
+    "--decoder-first-pipeline-num-layers 9" "--decoder-last-pipeline-num-layers 9"
 if "$VPY" - "$T/b.megatron.json" "$T/b.deepspeed.json" "$T/b.torchtitan.json" <<'PY' >"$T/v" 2>&1; then ok export_values_b; else fail export_values_b "$(cat "$T/v")"; fi
 import json, sys
 m, d, t = (json.load(open(p)) for p in sys.argv[1:4])
