@@ -136,6 +136,15 @@ def korthikanti_model_flops(B, s, l, h, V):
     return 72.0 * B * s * l * h * h * (1 + s / (6.0 * h) + V / (12.0 * l * h))
 
 
+def chowdhery_flops(B, s, m):
+    """Chowdhery et al. (PaLM, arXiv 2204.02311) Appendix B, the Llama 3 paper's MFU formula: per token
+    6 N + 12 L H Q T, N the parameters less the input embedding (torchtitan's reading,
+    get_num_flop_per_token), H heads of Q = head dim, T the sequence; no recomputation counted."""
+    N = model_params(m) - m["vocab"] * m["hidden"]
+    per_token = 6 * N + 12 * m["layers"] * m["heads"] * (m["hidden"] // m["heads"]) * s
+    return B * s * per_token
+
+
 def llmc_flops(N, L, C, T, tokens):
     """karpathy/llm.c train_gpt2.cu gpt2_estimate_mfu: (6 N + 6 L C T) per token."""
     return (6.0 * N + 6.0 * L * C * T) * tokens
@@ -212,9 +221,6 @@ def interpret(r, idx):
                "disttrain": "per-module configurations of the 72B MLLM not given",
                "ulysses": "no per-configuration figure (only '>175 TFLOP/s' over 1.2-30B models)",
                "aceso": "per-stage heterogeneous configurations searched by Aceso; GPU of the small setup not stated",
-               "llama3-paper": "interleaved 1F1B with V and the micro-batch not given, uneven chunks (the first "
-                               "chunk the embedding alone, the last the output layer alone; sec. 3.3.2): dhp's vp "
-                               "needs every stage's blocks divisible by vp",
                "lmms-engine": "packed variable-length samples (per-document attention spans, images per sample) and "
                               "model dimensions not given; MFU given as a range"}
     if fam in reasons:
@@ -412,6 +418,32 @@ def interpret(r, idx):
         mm = re.search(r"peak memory ([0-9.]+) GiB", notes)
         if mm:
             c["mem"]["peak_gib"] = float(mm.group(1))
+    elif fam == "llama3-paper":
+        # Llama Team, 'The Llama 3 Herd of Models' (arXiv 2407.21783), sec. 3.3.2-3.3.4 and Table 4: TP 8,
+        # PP 16 interleaved with V chunks a rank, one layer fewer on the first and the last stage ("the first
+        # model chunk on the first stage has only the embedding, and the last model chunk on the last stage
+        # has only output projection and loss calculation"), no activation checkpointing at 8K, FSDP sharding
+        # the optimizer states and gradients, gradients accumulated over the micro-batches and reduce-scattered
+        # in FP32 (sec. 3.3.4)
+        c["model"] = llama_model(L, h, heads, kv, ffn, V)
+        c["vp"], c["split_ends"] = 8, True
+        inferred.append("V = 8 chunks a rank of one slot each: the only even split in which the first chunk holds the "
+                        "embedding alone (126 layers + the embedding + the output layer = 128 = 16 x 8): --strategy "
+                        "split=ends (Megatron-Core's account-for-embedding/loss-in-pipeline-split)")
+        mb = 1
+        inferred.append("micro-batch 1 (one 8K sequence; not given): 32 / 16 micro-batches a step per pipeline")
+        c["zero"] = 1
+        c["fits_unchecked"] = ("FSDP shards the gradients (ZeRO-2 beside pipeline stages, which dhp does not plan): "
+                               "ZeRO-1's whole fp32 gradients add 4 B a parameter, 12.9 GiB a GPU")
+        inferred.append("FSDP sharding optimizer states and gradients, the parameters not resharded after forward, "
+                        "each micro-batch's gradients reduce-scattered in FP32 (sec. 3.3.4): ZeRO-2, which dhp does not "
+                        "combine with pipeline stages (nor does Megatron-LM): ZeRO-1 (a distributed optimizer) under "
+                        "bf16-mixed, the same traffic a step but whole fp32 gradients kept")
+        c["seqpar"] = True
+        inferred.append("tensor parallelism with sequence parallelism (Korthikanti et al.; not stated)")
+        inferred.append("FlashAttention, causal over the whole 8K sequence (the document mask's shorter spans not "
+                        "modelled); inter-node links as the H100 preset's (~376 Gb/s per GPU; the source: 400 Gb/s "
+                        "RoCE per GPU)")
     elif fam == "fms-fsdp":
         # IBM's fms-fsdp: torch FSDP (FULL_SHARD, flat parameters) with bf16 MixedPrecision, SDPA
         # FlashAttention-2, torch.optim.AdamW (foreach), no torch.compile
@@ -474,6 +506,8 @@ def published_step(c):
     B, s, L, h, V = c["gb"], c["seq"], m["layers"], m["hidden"], m["vocab"]
     if metric == "iteration_time_s":
         return v
+    if metric == "TFLOP/s/GPU" and c["family"] == "llama3-paper":
+        return chowdhery_flops(B, s, m) / (v * 1e12 * c["gpus"])
     if metric == "TFLOP/s/GPU":
         recompute = c["family"] != "fa2-t1"
         return megatron_flops(B, s, L, h, V, recompute) / (v * 1e12 * c["gpus"])
