@@ -285,9 +285,10 @@ static int build_module(const build_ctx *b, int k)
             /* (DeepSpeed's pipeline engine has none: plan_validate) */
             for (int vp = 1; vp <= (k == b->m->llm && pp > 1 && plan_pipe_engine_props(b->o->opt.pipe_engine)->interleaves ? 2 : 1);
                  vp++)
-            /* the LLM's split with the embedding and the head a block each (plan_module.split_ends;
-             * Llama 3's balance of its first and last stage), where pp vp divides the layers + 2 */
-            for (int ends = 0; ends <= (k == b->m->llm && pp > 1 && (mm->layers + 2) % (pp * vp) == 0); ends++) {
+            /* the LLM's interleaved split with the embedding and the head a block each
+             * (plan_module.split_ends; Llama 3's balance of its first and last chunk), where pp vp
+             * divides the layers + 2 (without interleaving that split is plan_stage_of's own) */
+            for (int ends = 0; ends <= (k == b->m->llm && vp > 1 && (mm->layers + 2) % (pp * vp) == 0); ends++) {
                 if (g % (tp * sp * pp)) continue;
                 int dp = g / (tp * sp * pp);
                 for (int rc = 0; rc < 3; rc++)

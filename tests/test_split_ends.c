@@ -108,8 +108,9 @@ TEST(split_ends_strategy_plan_file)
     CHECK_MSG(strstr(err, "split_ends") != NULL, "%s", err);
 }
 
-/* The search prices the LLM's split_ends candidates where pp vp divides its
- * layers + 2 (6 + 2 over 2 or 4 ranks, and 2 x 2 chunks), and no other's. */
+/* The search prices the LLM's split_ends candidates where it interleaves
+ * and pp vp divides its layers + 2 (6 + 2 over 2 ranks x 2 chunks), and no
+ * other's (without interleaving the split is plan_stage_of's own). */
 TEST(search_prices_split_ends_llm_candidates)
 {
     model_t m = test_model_load("tiny-vl");
@@ -128,7 +129,7 @@ TEST(search_prices_split_ends_llm_candidates)
         const plan_candidate *x = &cs.c[i];
         if (!x->s.split_ends) continue;
         ends++;
-        CHECK(x->module == m.llm && x->s.pp > 1 && (6 + 2) % (x->s.pp * plan_vp(&x->s)) == 0);
+        CHECK(x->module == m.llm && x->s.pp > 1 && plan_vp(&x->s) > 1 && (6 + 2) % (x->s.pp * plan_vp(&x->s)) == 0);
     }
     CHECK_MSG(ends > 0, "no split_ends candidate among %d", cs.n);
     plan_candidates_free(&cs);
