@@ -56,6 +56,7 @@ typedef struct {
     int layers;                /* > 0: the module's blocks instead of the zoo's */
     int pp, stage;             /* pp > 1: stage `stage` of a pipeline of pp (plan_stage_of) */
     int vp;                    /* > 1: interleaved, `stage` the virtual stage (plan_vstage_of) */
+    bool split_ends;           /* the embedding and the head a block each in the split (plan_module.split_ends) */
 } drift_case;
 
 /* Runs one micro-batch (forward and backward) of module `module` of m (of

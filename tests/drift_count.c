@@ -517,6 +517,7 @@ static void *run_rank(void *arg)
         per[j->module].pp_size = j->dc->pp;
         per[j->module].pp_rank = j->dc->stage % j->dc->pp;   /* interleaved: the rank of virtual stage `stage` */
         per[j->module].vp = j->dc->vp;
+        per[j->module].split_ends = j->dc->split_ends;
     }
     ex_model *em = NULL;
     j->rc = ex_model_create_per_module(&counting_backend, j->m, 7, 1u << j->module, per, &em, j->err);

@@ -281,6 +281,20 @@ TEST(drift_llm_interleaved_chunks)
     drift_check(CASE(.name = "llm virtual stage 3 of 4", .model = "tiny-vl", .layers = 4, .pp = 2, .vp = 2, .stage = 3), NULL);
 }
 
+/* split=ends: a 4-block LLM on 2 ranks of 3 one-slot chunks; virtual stage 0
+ * holds the embedding alone (its output sent on, the gradient's rows
+ * copied in), virtual stage 5 the head alone (the rows copied in, the
+ * gradient sent back), and virtual stage 2 one block between them. */
+TEST(drift_llm_split_ends_chunks)
+{
+    drift_check(CASE(.name = "llm embedding-alone chunk", .model = "tiny-vl", .layers = 4, .pp = 2, .vp = 3, .stage = 0,
+                     .split_ends = true), NULL);
+    drift_check(CASE(.name = "llm block chunk, split ends", .model = "tiny-vl", .layers = 4, .pp = 2, .vp = 3, .stage = 2,
+                     .split_ends = true), NULL);
+    drift_check(CASE(.name = "llm head-alone chunk", .model = "tiny-vl", .layers = 4, .pp = 2, .vp = 3, .stage = 5,
+                     .split_ends = true), NULL);
+}
+
 /* The first and last stages of a vision pipeline: the patch embedding with
  * the boundary's gradient copy, and the merger with its input copy. */
 TEST(drift_vision_pipeline_end_stages)
