@@ -189,14 +189,16 @@ TEST(schedule_interleaved_stage_blocks)
 }
 
 /* The search prices interleaved LLM candidates (vp = 2) where each pass's
- * micro-batches come in whole groups of pp, and every plan it assembles
- * from them passes plan_schedule_check. */
+ * micro-batches come in whole groups of pp, with split=ends too where pp vp
+ * divides the layers + 2 (6 + 2 over 2 ranks x 2 chunks; never without
+ * interleaving, where that split is plan_stage_of's own), and every plan it
+ * assembles from them passes plan_schedule_check. */
 TEST(search_prices_interleaved_llm_candidates)
 {
     model_t m;
     cost_cluster c;
     char err[UTIL_ERR_LEN];
-    CHECK_OK(tiny_vl_llm_layers(8, &m, &c));
+    CHECK_OK(tiny_vl_llm_layers(6, &m, &c));
     plan_workload w = { .global_batch = 16, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
     plan_search_options o;
     plan_search_options_default(&o);
@@ -204,14 +206,17 @@ TEST(search_prices_interleaved_llm_candidates)
     o.opt.target = PLAN_TARGET_DHP;
     plan_candidates cs;
     CHECK_OK(plan_candidates_build(&m, &c, &w, &o, &cs, err));
-    int interleaved = 0;
+    int interleaved = 0, ends = 0;
     for (int i = 0; i < cs.n; i++) {
         const plan_candidate *x = &cs.c[i];
+        CHECK(!x->s.split_ends || (plan_vp(&x->s) > 1 && (6 + 2) % (x->s.pp * plan_vp(&x->s)) == 0));
         if (plan_vp(&x->s) == 1) continue;
         interleaved++;
+        ends += x->s.split_ends;
         CHECK(x->module == m.llm && x->s.pp > 1 && !x->colocated);   /* beside an encoder a colocated pass is one micro-batch */
     }
-    CHECK_MSG(interleaved > 0, "no interleaved candidate among %d", cs.n);
+    CHECK_MSG(interleaved > 0 && ends > 0, "%d interleaved candidates, %d of them split=ends, among %d", interleaved, ends,
+              cs.n);
     plan_candidates_free(&cs);
     o.top_k = 8;
     static plan_search_result r;

@@ -107,30 +107,3 @@ TEST(split_ends_strategy_plan_file)
                              err) == UTIL_EINVAL);
     CHECK_MSG(strstr(err, "split_ends") != NULL, "%s", err);
 }
-
-/* The search prices the LLM's split_ends candidates where it interleaves
- * and pp vp divides its layers + 2 (6 + 2 over 2 ranks x 2 chunks), and no
- * other's (without interleaving the split is plan_stage_of's own). */
-TEST(search_prices_split_ends_llm_candidates)
-{
-    model_t m = test_model_load("tiny-vl");
-    cost_cluster c = test_cluster_load("8xh100");
-    m.mod[m.llm].layers = 6;
-    plan_workload w = { .global_batch = 16, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 48 };
-    plan_search_options o;
-    plan_search_options_default(&o);
-    o.opt.precision = PLAN_OPT_FP32;
-    o.opt.target = PLAN_TARGET_DHP;
-    plan_candidates cs;
-    char err[UTIL_ERR_LEN];
-    CHECK_OK(plan_candidates_build(&m, &c, &w, &o, &cs, err));
-    int ends = 0;
-    for (int i = 0; i < cs.n; i++) {
-        const plan_candidate *x = &cs.c[i];
-        if (!x->s.split_ends) continue;
-        ends++;
-        CHECK(x->module == m.llm && x->s.pp > 1 && plan_vp(&x->s) > 1 && (6 + 2) % (x->s.pp * plan_vp(&x->s)) == 0);
-    }
-    CHECK_MSG(ends > 0, "no split_ends candidate among %d", cs.n);
-    plan_candidates_free(&cs);
-}
