@@ -38,8 +38,9 @@ static void split_ends_counts(int L, int pp, int vp, int *vcount)
 {
     int G = pp * vp, per = (L + 2) / G, extra = (L + 2) % G;
     for (int g = 0; g < G; g++) vcount[g] = per + (g < extra);
-    vcount[0]--;
-    vcount[G - 1]--;
+    /* (more virtual stages than slots, which the check refuses, leave them empty, never negative) */
+    if (vcount[0] > 0) vcount[0]--;
+    if (vcount[G - 1] > 0) vcount[G - 1]--;
 }
 
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)

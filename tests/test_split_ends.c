@@ -75,6 +75,11 @@ TEST(split_ends_refusals)
     mm.layers = 126;
     plan_module one = { .pp = 1, .split_ends = true };
     CHECK(plan_stage_split_check(&mm, &one, err) == UTIL_EINVAL);
+    /* more virtual stages than slots: refused, and no stage is priced with fewer than no blocks */
+    model_module tiny = { .layers = 4 };
+    plan_module wide = { .pp = 4, .vp = 8, .split_ends = true };
+    CHECK(plan_stage_split_check(&tiny, &wide, err) == UTIL_EINVAL);
+    for (int i = 0; i < 4; i++) CHECK(plan_stage_of(&tiny, &wide, i).count >= 0);
     s.stage_layers[0] = 7;
     CHECK(plan_stage_split_check(&mm, &s, err) == UTIL_EINVAL);
     CHECK_MSG(strstr(err, "two splits") != NULL, "%s", err);
