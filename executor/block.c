@@ -286,12 +286,12 @@ void ex_block_backward(const ex_backend *be, ex_module *md, int l, float *dres, 
     }
 }
 
-/* Block l's output: the next block's input, or the stage's last output. */
 float *ex_stage_input(ex_module *md)
 {
     return md->stage.count > 0 ? md->a.blk[md->stage.first].x : md->a.x_final;
 }
 
+/* Block l's output: the next block's input, or the stage's last output. */
 static float *block_out(ex_module *md, int l)
 {
     return l + 1 < md->stage.first + md->stage.count ? md->a.blk[l + 1].x : md->a.x_final;
