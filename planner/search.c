@@ -303,7 +303,10 @@ static int build_module(const build_ctx *b, int k)
                     memset(b->memo->done, 0, sizeof b->memo->done);
                     int err;
                     if (b->o->allow_colocated && (err = add_colocated(b, k, s, g))) return err;
-                    if (b->o->allow_disaggregated && (err = add_disaggregated(b, k, s, g))) return err;
+                    /* one module has no other to be apart from: its disaggregated plans are its
+                     * colocated ones again (asked for alone, --placement disaggregated, they stay) */
+                    bool apart = b->o->allow_disaggregated && !(b->o->allow_colocated && b->m->n_modules == 1);
+                    if (apart && (err = add_disaggregated(b, k, s, g))) return err;
                 }
             }
         }

@@ -444,6 +444,27 @@ TEST(search_reports_a_model_that_fits_nowhere)
     CHECK(strstr(err, "fits") != NULL);
 }
 
+/* A model of one module has no other to be apart from: the search offers its
+ * colocated plans only (its alternatives no disaggregated copies of them),
+ * unless disaggregated plans are all it is asked for. */
+TEST(search_one_module_plans_are_colocated)
+{
+    model_t m = test_llm("gpt", "\"layers\": 4, \"hidden\": 256, \"heads\": 4, \"ffn\": 1024, \"vocab\": 1000");
+    cost_cluster c = test_cluster_load("8xh100");
+    plan_workload w = { .global_batch = 16, .text_tokens = 256 };
+    plan_search_options so;
+    plan_search_options_default(&so);
+    so.top_k = 4;
+    static plan_search_result r;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(plan_search(&m, &c, &w, &so, &r, err));
+    CHECK(r.n_plans > 1);
+    for (int i = 0; i < r.n_plans; i++) CHECK_EQ_INT(r.plans[i].placement, PLAN_COLOCATED);
+    so.allow_colocated = false;
+    CHECK_OK(plan_search(&m, &c, &w, &so, &r, err));
+    CHECK_EQ_INT(r.plans[0].placement, PLAN_DISAGGREGATED);
+}
+
 /* tiny-vl on 8xh100, batch 8 of 64 vision + 48 text tokens, the fp32 executor's precision. */
 static void tiny_vl_fp32(model_t *m, cost_cluster *c, plan_workload *w, plan_options *o)
 {
