@@ -57,6 +57,22 @@ static char *render_megatron(const cJSON *doc, const char *plan)
     return b.s;
 }
 
+/* A TOML value: a string, a boolean, a whole number, or an array of them. */
+static void toml_value(cli_buf *b, const cJSON *v)
+{
+    if (cJSON_IsString(v)) cli_buf_printf(b, "\"%s\"", v->valuestring);
+    else if (cJSON_IsBool(v)) cli_buf_add(b, cJSON_IsTrue(v) ? "true" : "false");
+    else if (cJSON_IsArray(v)) {
+        const cJSON *e;
+        cli_buf_add(b, "[");
+        cJSON_ArrayForEach(e, v) {
+            if (e != v->child) cli_buf_add(b, ", ");
+            toml_value(b, e);
+        }
+        cli_buf_add(b, "]");
+    } else cli_buf_printf(b, "%d", v->valueint);
+}
+
 /* torchtitan: TOML sections with the plan's notes as comments. */
 static char *render_torchtitan(const cJSON *doc, const char *plan)
 {
@@ -69,9 +85,9 @@ static char *render_torchtitan(const cJSON *doc, const char *plan)
     cJSON_ArrayForEach(sec, cJSON_GetObjectItemCaseSensitive(doc, "toml")) {
         cli_buf_printf(&b, "\n[%s]\n", sec->string);
         cJSON_ArrayForEach(kv, sec) {
-            if (cJSON_IsString(kv)) cli_buf_printf(&b, "%s = \"%s\"\n", kv->string, kv->valuestring);
-            else if (cJSON_IsBool(kv)) cli_buf_printf(&b, "%s = %s\n", kv->string, cJSON_IsTrue(kv) ? "true" : "false");
-            else cli_buf_printf(&b, "%s = %d\n", kv->string, kv->valueint);
+            cli_buf_printf(&b, "%s = ", kv->string);
+            toml_value(&b, kv);
+            cli_buf_add(&b, "\n");
         }
     }
     return b.s;

@@ -252,6 +252,14 @@ static cJSON *deepspeed_config(const plan_t *p, int k, int gas, cJSON *notes)
             note(notes, "%s: pp %d priced as Megatron-LM's 1F1B; DeepSpeed's PipelineEngine blocks on each send and "
                  "reduces gradients after the flush: plan with --target megatron --pipe-engine deepspeed to price it",
                  s->module, s->pp);
+        if (plan_vp(s) > 1)
+            note(notes, "%s: vp %d not exported: DeepSpeed's PipelineEngine runs one model chunk a stage (no "
+                 "interleaving)", s->module, plan_vp(s));
+        const model_module *mm = &p->model.mod[k];
+        int first = plan_stage_of(mm, s, 0).count, last = plan_stage_of(mm, s, s->pp - 1).count;
+        note(notes, "%s: dhp's split: %d blocks on the first stage, %d on the last%s; DeepSpeed's PipelineModule "
+             "takes it as its partition_method in the model code", s->module, first, last,
+             s->split_ends ? " (split=ends: the embedding and the head a block each)" : "");
     }
     if (s->recompute != PLAN_RECOMP_NONE)
         note(notes, "%s: recompute %s: DeepSpeed leaves the granularity to the model code (%s)", s->module,
@@ -285,6 +293,38 @@ static int export_deepspeed(const plan_t *p, cJSON *doc, cJSON *notes, char *err
 
 /* ---- torchtitan ---- */
 
+/* The LLM's pipeline in torchtitan 0.2.2's [parallelism] terms: the whole
+ * per-rank batch in one pipeline pass of micro-batches (local_batch_size is
+ * the dp rank's share, pipeline_parallel_microbatch_size the plan's
+ * micro-batch), 1F1B or Interleaved1F1B, and dhp's split as the modules of
+ * each model chunk (module_fqns_per_model_part, torchtitan's Llama names;
+ * virtual stage g on rank g % pp, as torchtitan's looped schedules place
+ * them), so an uneven split or split=ends goes across exactly. */
+static void torchtitan_pipeline(const plan_t *p, const plan_module *s, cJSON *par, cJSON *tr)
+{
+    const model_module *mm = &p->model.mod[p->model.llm];
+    int vp = plan_vp(s);
+    cJSON_AddStringToObject(par, "pipeline_parallel_schedule", vp > 1 ? "Interleaved1F1B" : "1F1B");
+    cJSON_AddNumberToObject(par, "pipeline_parallel_microbatch_size", s->micro_batch);
+    cJSON *parts = cJSON_AddArrayToObject(par, "module_fqns_per_model_part");
+    for (int g = 0; g < s->pp * vp; g++) {
+        plan_stage v = plan_vstage_of(mm, s, g);
+        cJSON *part = cJSON_CreateArray();
+        char name[32];
+        if (v.stem) cJSON_AddItemToArray(part, cJSON_CreateString("tok_embeddings"));
+        for (int l = v.first; l < v.first + v.count; l++) {
+            snprintf(name, sizeof name, "layers.%d", l);
+            cJSON_AddItemToArray(part, cJSON_CreateString(name));
+        }
+        if (v.head) {
+            cJSON_AddItemToArray(part, cJSON_CreateString("norm"));
+            cJSON_AddItemToArray(part, cJSON_CreateString("output"));
+        }
+        cJSON_AddItemToArray(parts, part);
+    }
+    cJSON_ReplaceItemInObject(tr, "local_batch_size", cJSON_CreateNumber(p->work.global_batch / s->dp));
+}
+
 static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
 {
     int k = p->model.llm, gas;
@@ -310,6 +350,7 @@ static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *er
     cJSON_AddNumberToObject(tr, "global_batch_size", p->work.global_batch);
     cJSON_AddNumberToObject(tr, "seq_len", llm_seq_len(p));
     cJSON_AddStringToObject(tr, "mixed_precision_param", p->precision == PLAN_OPT_FP32 ? "float32" : "bfloat16");
+    if (s->pp > 1) torchtitan_pipeline(p, s, par, tr);
     if (p->grad_reduce == PLAN_REDUCE_BF16)
         note(notes, "%s: gradients reduced in bf16 (--grad-reduce bf16) not exported: torchtitan 0.2.2's "
              "mixed_precision_reduce takes float32 only", s->module);

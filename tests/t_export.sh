@@ -65,6 +65,25 @@ expect_args export_megatron_split_ends "$T/c.megatron.json" "--pipeline-model-pa
     "--num-virtual-stages-per-pipeline-rank 3" "--account-for-embedding-in-pipeline-split" "--account-for-loss-in-pipeline-split"
 expect_args export_megatron_split_uneven "$T/d.megatron.json" "--pipeline-model-parallel-size 3" \
     "--decoder-first-pipeline-num-layers 9" "--decoder-last-pipeline-num-layers 9"
+# The same split for torchtitan (its ConfigManager reads the TOML): Interleaved1F1B over the 6 model
+# chunks, each chunk's modules as dhp splits them, the dp rank's whole batch in one pipeline pass
+# of micro-batches of 1; DeepSpeed's config says what it cannot take
+if "$DHP" export --to torchtitan "$T/c.json" --json -o "$T/c.torchtitan.json" 2>"$T/err" &&
+   "$DHP" export --to torchtitan "$T/c.json" -o "$T/c.toml" 2>>"$T/err" &&
+   "$DHP" export --to deepspeed "$T/c.json" --json -o "$T/c.deepspeed.json" 2>>"$T/err" &&
+   (cd "$T" && "$VPY" "$CHECK" torchtitan "$T/c.torchtitan.json" "$T/c.toml") >"$T/check" 2>&1 &&
+   "$VPY" - "$T/c.torchtitan.json" "$T/c.deepspeed.json" <<'PY' >"$T/v" 2>&1; then ok export_torchtitan_split_ends; else fail export_torchtitan_split_ends "$(cat "$T/err" "$T/check" "$T/v" 2>/dev/null | grep -v -e WARNING -e 'HF assets' | head -c 400)"; fi
+import json, sys
+t, d = (json.load(open(p)) for p in sys.argv[1:3])
+par, tr = t["toml"]["parallelism"], t["toml"]["training"]
+assert par["pipeline_parallel_schedule"] == "Interleaved1F1B" and par["pipeline_parallel_microbatch_size"] == 1, par
+parts = par["module_fqns_per_model_part"]
+assert len(parts) == 6 and parts[0][:2] == ["tok_embeddings", "layers.0"] and parts[-1][-2:] == ["norm", "output"], parts
+assert [len([m for m in p if m.startswith("layers.")]) for p in parts] == [4, 5, 5, 5, 5, 4], parts
+assert sum(parts, []).count("layers.27") == 1
+assert tr["local_batch_size"] == 16 and tr["global_batch_size"] == 32, tr
+assert any("vp 3 not exported" in n for n in d["notes"]) and any("split=ends" in n for n in d["notes"]), d["notes"]
+PY
 if "$VPY" - "$T/b.megatron.json" "$T/b.deepspeed.json" "$T/b.torchtitan.json" <<'PY' >"$T/v" 2>&1; then ok export_values_b; else fail export_values_b "$(cat "$T/v")"; fi
 import json, sys
 m, d, t = (json.load(open(p)) for p in sys.argv[1:4])
@@ -80,6 +99,9 @@ assert any("DeepSpeed's PipelineEngine blocks on each send" in n for n in d["not
 tt = t["toml"]
 assert tt["parallelism"]["data_parallel_shard_degree"] == 2 and tt["parallelism"]["fsdp_reshard_after_forward"] == "never"
 assert tt["activation_checkpoint"]["mode"] == "selective" and tt["training"]["global_batch_size"] == 32
+# pp 2: the dp rank's 16 samples in one pipeline pass of micro-batches of 1, 1F1B over 2 chunks
+assert tt["training"]["local_batch_size"] == 16 and tt["parallelism"]["pipeline_parallel_schedule"] == "1F1B"
+assert len(tt["parallelism"]["module_fqns_per_model_part"]) == 2
 PY
 
 expect_err export_unknown_trainer "--to: 'nemo' is not megatron, deepspeed or torchtitan" "$DHP" export --to nemo "$T/a.json"
