@@ -229,8 +229,9 @@ int run_dp_scatter_state(run_dp *d, ex_buffer_kind kind, const float *flat, char
  * bound at its first backward use of the micro-batch; after its last one the
  * bucket is reduce-scattered over the shard group, without waiting, and this
  * rank's reduced piece is added to its gradient shard once the collective is
- * done: when the bucket is needed again, or at the end of the backward pass
- * (unit 0 is always its last unit). */
+ * done: when the bucket is needed again, or at the end of the backward pass:
+ * its last unit, the stem on a module's first pipeline stage, else the first
+ * block of the rank's first model chunk (run last in a step's 1F1B). */
 
 static int bucket_finish(run_dp *d, run_dp_slot *b)
 {
@@ -287,7 +288,8 @@ int run_dp_bucket_end(run_dp *d, int u, bool last)
             return UTIL_ERUNTIME;
         }
     }
-    for (int i = 0; u == 0 && !rc && i < slots; i++)
+    int n = d->n_order[EX_USE_BACKWARD], pass_end = n > 0 ? d->order[EX_USE_BACKWARD][n - 1] : 0;
+    for (int i = 0; u == pass_end && !rc && i < slots; i++)
         if (!d->bucket[i].in_use) rc = bucket_finish(d, &d->bucket[i]);
     return rc;
 }

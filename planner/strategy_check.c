@@ -29,11 +29,18 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
                          s->tp * s->sp, mm->heads, mm->kv_heads);
     /* A vocab that tp does not divide is padded, as Megatron-LM's --make-vocab-size-divisible-by does. */
     /* ffn need not divide by tp: uneven column shards (Qwen2.5-VL's ViT ffn 3420 under TP8). */
-    /* DeepSpeed refuses ZeRO-2/3 with pipeline parallelism (gradient and weight
-     * partitions conflict with per-micro-batch stage hand-offs); ZeRO-1 works. */
-    if (s->pp > 1 && s->zero >= 2)
-        return util_fail(err, UTIL_EINVAL, "%s: zero %d does not combine with pp %d (use zero <= 1)", mm->name,
+    /* ZeRO-3 gathers each unit for every micro-batch's forward and backward,
+     * which the pipeline's micro-batches in flight would hold at once (DeepSpeed
+     * refuses ZeRO-2/3 with pipeline parallelism); ZeRO-1 and -2 run. */
+    if (s->pp > 1 && s->zero >= 3)
+        return util_fail(err, UTIL_EINVAL, "%s: zero %d does not combine with pp %d (use zero <= 2)", mm->name,
                          s->zero, s->pp);
+    /* A tied embedding's first- and last-stage copies are synced as whole
+     * gradients (Megatron-LM's embedding group), which ZeRO-2 does not keep. */
+    plan_dp_rules dr = plan_dp_rules_of(mm, s);
+    if (dr.step_embed_sync && dr.shard_grads)
+        return util_fail(err, UTIL_EINVAL, "%s: zero %d with pp %d needs untied embeddings (the tied embedding's two "
+                         "stage copies sync whole gradients; use zero <= 1)", mm->name, s->zero, s->pp);
     int rc = plan_stage_split_check(mm, s, err);
     if (rc) return rc;
     /* dhp's executor splits an encoder's rows evenly over its sp ranks and

@@ -85,6 +85,26 @@ TEST(split_ends_refusals)
     CHECK_MSG(strstr(err, "two splits") != NULL, "%s", err);
 }
 
+/* Pipeline stages take ZeRO-1 and -2, not -3 (each micro-batch in flight would
+ * hold its gathered units), and ZeRO-2 not beside a tied embedding split over
+ * the first and the last stage (its copies sync whole gradients): one line each. */
+TEST(pipeline_zero_stages)
+{
+    model_t m = test_model_load("tiny-vl");
+    cost_cluster c = test_cluster_load("8xh100");
+    m.mod[m.llm].layers = 4;
+    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 16 };
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(plan_from_strategy("vision:dp=4,pp=2,zero=2;llm:pp=2,dp=4,zero=2", &m, &c, &w, PLAN_COLOCATED, 8, 0, &p, err));
+    CHECK(plan_from_strategy("vision:dp=8;llm:pp=2,dp=4,zero=3", &m, &c, &w, PLAN_COLOCATED, 8, 0, &p, err) == UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "zero 3 does not combine with pp 2") != NULL, "%s", err);
+    m.mod[m.llm].tied_embeddings = true;
+    CHECK(plan_from_strategy("vision:dp=8;llm:pp=2,dp=4,zero=2", &m, &c, &w, PLAN_COLOCATED, 8, 0, &p, err) == UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "untied embeddings") != NULL, "%s", err);
+    CHECK_OK(plan_from_strategy("vision:dp=8;llm:pp=2,dp=4,zero=1", &m, &c, &w, PLAN_COLOCATED, 8, 0, &p, err));
+}
+
 /* From --strategy to the plan file and back; the plan priced, its schedule
  * simulated (a chunk of the embedding alone and one of the head alone), and
  * a split that does not divide refused in one line. */
