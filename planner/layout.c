@@ -43,6 +43,14 @@ static void split_ends_counts(int L, int pp, int vp, int *vcount)
     if (vcount[G - 1] > 0) vcount[G - 1]--;
 }
 
+bool plan_stage_layers_given(const plan_module *s)
+{
+    int pp = s->pp < PLAN_MAX_PP ? s->pp : PLAN_MAX_PP;
+    for (int j = 0; j < pp; j++)
+        if (s->stage_layers[j] > 0) return true;
+    return false;
+}
+
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
 {
     int pp = s && s->pp > 1 ? s->pp : 1, L = mm->layers;
@@ -54,9 +62,7 @@ plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
         split_ends_counts(L, pp, vp, vcount);
     } else {
         int count[PLAN_MAX_PP];
-        bool given = false;
-        for (int j = 0; j < pp; j++) given |= s->stage_layers[j] > 0;
-        if (given) {
+        if (plan_stage_layers_given(s)) {
             for (int j = 0; j < pp; j++) count[j] = s->stage_layers[j];
         } else {
             int base = (L + pp - 1) / pp, short_by = base * pp - L;
@@ -94,9 +100,7 @@ int plan_stage_split_check(const model_module *mm, const plan_module *s, char *e
     if (vp > 1 && (pp == 1 || vp > PLAN_MAX_VP))
         return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and at most %d chunks a stage", mm->name, vp, PLAN_MAX_VP);
     if (s->split_ends) {
-        bool given = false;
-        for (int j = 0; j < pp; j++) given |= s->stage_layers[j] > 0;
-        if (given)
+        if (plan_stage_layers_given(s))
             return util_fail(err, UTIL_EINVAL, "%s: split: stage_layers and split_ends are two splits; give one", mm->name);
         if (pp == 1 || (mm->layers + 2) % (pp * vp))
             return util_fail(err, UTIL_EINVAL,

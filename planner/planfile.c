@@ -73,10 +73,8 @@ cJSON *plan_module_to_json(const plan_module *s)
     cJSON_AddStringToObject(o, "recompute", recompute_names[s->recompute]);
     cJSON_AddBoolToObject(o, "seq_parallel", s->seq_parallel);
     if (plan_vp(s) > 1) cJSON_AddNumberToObject(o, "vp", s->vp);
-    bool split = false;
-    for (int i = 0; i < s->pp && i < PLAN_MAX_PP; i++) split |= s->stage_layers[i] > 0;
     if (s->split_ends) cJSON_AddBoolToObject(o, "split_ends", true);
-    if (split) {   /* an explicit split; otherwise plan_stage_of's default */
+    if (plan_stage_layers_given(s)) {   /* an explicit split; otherwise plan_stage_of's default */
         cJSON *a = cJSON_AddArrayToObject(o, "stage_layers");
         for (int i = 0; i < s->pp && i < PLAN_MAX_PP; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(s->stage_layers[i]));
     }

@@ -112,6 +112,8 @@ typedef struct {
     int chunk_first[PLAN_MAX_VP], chunk_count[PLAN_MAX_VP];
 } plan_stage;
 plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i);
+/* Whether s gives its split block by block (any stage_layers entry set). */
+bool plan_stage_layers_given(const plan_module *s);
 /* Whether s's split is one: at most PLAN_MAX_PP stages of at least one block
  * each, holding the module's blocks, and under interleaving (vp > 1, pp > 1,
  * at most PLAN_MAX_VP) vp chunks of a block or more a stage (under

@@ -286,9 +286,9 @@ static int build_module(const build_ctx *b, int k)
             for (int vp = 1; vp <= (k == b->m->llm && pp > 1 && plan_pipe_engine_props(b->o->opt.pipe_engine)->interleaves ? 2 : 1);
                  vp++)
             /* the LLM's interleaved split with the embedding and the head a block each
-             * (plan_module.split_ends; Llama 3's balance of its first and last chunk), where pp vp
-             * divides the layers + 2 (without interleaving that split is plan_stage_of's own) */
-            for (int ends = 0; ends <= (k == b->m->llm && vp > 1 && (mm->layers + 2) % (pp * vp) == 0); ends++) {
+             * (plan_module.split_ends; Llama 3's balance of its first and last chunk) where
+             * plan_stage_split_check takes it (without interleaving it is plan_stage_of's own) */
+            for (int ends = 0; ends <= (k == b->m->llm && vp > 1); ends++) {
                 if (g % (tp * sp * pp)) continue;
                 int dp = g / (tp * sp * pp);
                 for (int rc = 0; rc < 3; rc++)
