@@ -35,6 +35,8 @@ static char *render_megatron(const cJSON *doc, const char *plan)
                    "# (megatron/training/arguments.py, Megatron-LM core_v0.15.0), world size %d\n", plan,
                    cJSON_GetObjectItemCaseSensitive(doc, "world_size")->valueint);
     const cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(doc, "env"))
+        cli_buf_printf(&b, "# in the environment (validate_args asserts it): %s=%s\n", a->string, a->valuestring);
     bool first = true;
     cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(doc, "args")) {
         bool flag = !strncmp(a->valuestring, "--", 2);

@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void note(cJSON *notes, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -90,46 +91,123 @@ static void megatron_model_args(const plan_t *p, cJSON *args)
     arg_int(args, "--vocab-size", mm->vocab);
 }
 
-/* The LLM's pipeline split in Megatron-LM's terms: the chunks a rank
- * (--num-virtual-stages-per-pipeline-rank), the embedding and the loss
- * counted as layers (split_ends), or dhp's own split where it is not
- * Megatron's even L / pp: the first and the last stage's layers
- * (--decoder-first/last-pipeline-num-layers; Megatron splits each of them,
- * and the middle stages' share, evenly over the chunks). */
-static void megatron_pipeline_args(const plan_t *p, const plan_module *s, cJSON *args, cJSON *notes)
+/* Whether Megatron-LM's uneven-split arguments say dhp's split: every stage
+ * a whole number of chunks (Megatron splits a stage's layers evenly over its
+ * vp chunks and refuses a remainder), the middle stages alike (Megatron
+ * spreads what the first and the last leave evenly over them;
+ * TransformerConfig.__post_init__, core_v0.15.0). Fills the first and the
+ * last stage's layers, and mid (the middle stages', -1 with two stages). */
+static bool megatron_uneven_split(const model_module *mm, const plan_module *s, int *first, int *last, int *mid)
+{
+    int pp = s->pp, vp = plan_vp(s);
+    *first = plan_stage_of(mm, s, 0).count, *last = plan_stage_of(mm, s, pp - 1).count;
+    *mid = pp > 2 ? plan_stage_of(mm, s, 1).count : -1;
+    bool ok = *first % vp == 0 && *last % vp == 0;
+    for (int i = 1; i < pp - 1; i++) ok &= plan_stage_of(mm, s, i).count == *mid && *mid % vp == 0;
+    return ok;
+}
+
+/* One virtual stage in the layout's letters: E (the embedding), t or t*n
+ * (blocks), L (the loss head). */
+static void layout_stage(const plan_stage *st, char *out, size_t n)
+{
+    int len = snprintf(out, n, "%s", st->stem ? "E" : "");
+    if (st->count == 1) len += snprintf(out + len, n - (size_t)len, "t");
+    else if (st->count > 1) len += snprintf(out + len, n - (size_t)len, "t*%d", st->count);
+    snprintf(out + len, n - (size_t)len, "%s", st->head ? "L" : "");
+}
+
+/* Megatron-LM's --pipeline-model-parallel-layout of dhp's split: the
+ * virtual stages in layer order separated by '|', a run of n like stages
+ * "(X|)*n", a comma after each run (cosmetic; PipelineParallelLayerLayout.
+ * parse_str_to_list, core_v0.15.0). The caller frees it. */
+static char *megatron_layout(const model_module *mm, const plan_module *s)
+{
+    cli_buf b = { 0 };
+    int stages = s->pp * plan_vp(s), run = 0;
+    bool after_run = false;
+    char prev[32] = "", cur[32];
+    for (int g = 0; g <= stages; g++) {
+        if (g < stages) {
+            plan_stage st = plan_vstage_of(mm, s, g);
+            layout_stage(&st, cur, sizeof cur);
+            if (run > 0 && !strcmp(cur, prev)) { run++; continue; }
+        }
+        if (run > 0) {
+            bool last = g == stages;
+            if (after_run) cli_buf_add(&b, ",");
+            if (run > 1 && last) cli_buf_printf(&b, "(%s|)*%d,%s", prev, run - 1, prev);   /* no '|' after the last */
+            else if (run > 1) cli_buf_printf(&b, "(%s|)*%d", prev, run);
+            else cli_buf_printf(&b, "%s%s", prev, last ? "" : "|");
+            after_run = run > 1;
+        }
+        snprintf(prev, sizeof prev, "%s", g < stages ? cur : "");
+        run = 1;
+    }
+    return b.s;
+}
+
+/* The LLM's pipeline split in Megatron-LM's terms, Megatron's own where it
+ * has one: the chunks a rank (--num-virtual-stages-per-pipeline-rank) of the
+ * even split, the embedding and the loss counted as layers (split_ends), the
+ * first and the last stage's layers (--decoder-first/last-pipeline-num-layers)
+ * where the rest is even; any other split stage by stage
+ * (--pipeline-model-parallel-layout, which Megatron takes alone). */
+static void megatron_pipeline_args(const plan_t *p, const plan_module *s, cJSON *args)
 {
     if (s->pp <= 1) return;
     const model_module *mm = &p->model.mod[p->model.llm];
-    int pp = s->pp, vp = plan_vp(s);
+    int vp = plan_vp(s), first, last, mid;
+    if (!s->split_ends && !megatron_uneven_split(mm, s, &first, &last, &mid)) {
+        char *layout = megatron_layout(mm, s);
+        arg(args, "--pipeline-model-parallel-layout", layout ? layout : "");
+        free(layout);
+        return;
+    }
     if (vp > 1) arg_int(args, "--num-virtual-stages-per-pipeline-rank", vp);
     if (s->split_ends) {
         arg(args, "--account-for-embedding-in-pipeline-split", NULL);
         arg(args, "--account-for-loss-in-pipeline-split", NULL);
         return;
     }
-    int first = plan_stage_of(mm, s, 0).count, last = plan_stage_of(mm, s, pp - 1).count;
-    int mid = pp > 2 ? plan_stage_of(mm, s, 1).count : -1;
-    bool even_middle = true, even_chunks = first % vp == 0 && last % vp == 0 && (mid < 0 || mid % vp == 0);
-    for (int i = 2; i < pp - 1; i++) even_middle &= plan_stage_of(mm, s, i).count == mid;
-    if (!even_middle) {
-        note(notes, "%s: dhp's split of %d layers over %d stages (stage_layers) has middle stages of different "
-             "sizes, which Megatron-LM's split arguments do not express: give --pipeline-model-parallel-layout",
-             s->module, mm->layers, pp);
-        return;
-    }
-    if (first == last && first == mid) return;   /* Megatron's own even split */
-    if (first != mid) arg_int(args, "--decoder-first-pipeline-num-layers", first);
-    if (last != mid) arg_int(args, "--decoder-last-pipeline-num-layers", last);
-    if (!even_chunks)
-        note(notes, "%s: dhp's chunks of a stage differ by a layer where vp %d does not divide its layers; "
-             "Megatron-LM's split of each stage over its chunks is even", s->module, vp);
+    if (mid < 0 && first == last) return;   /* two even stages: Megatron's own split */
+    if (mid < 0 || first != mid) arg_int(args, "--decoder-first-pipeline-num-layers", first);
+    if (mid < 0 || last != mid) arg_int(args, "--decoder-last-pipeline-num-layers", last);
 }
 
-static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON *args, cJSON *notes)
+/* What Megatron-LM's validate_args (megatron/training/arguments.py,
+ * core_v0.15.0) asks beside the strategy's own arguments:
+ * - Megatron FSDP (ZeRO 2 / 3) saves only in its fsdp_dtensor format and
+ *   refuses CUDA_DEVICE_MAX_CONNECTIONS=1;
+ * - tensor or context parallelism without it require
+ *   CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (so the TP / CP
+ *   collectives keep their order against the compute);
+ * - context parallelism a sequence of a multiple of 2 cp (each rank takes
+ *   two chunks, for the causal mask's balance). */
+static void megatron_requirements(const plan_t *p, const plan_module *s, cJSON *args, cJSON *env, cJSON *notes)
+{
+    bool fsdp = s->zero >= 2;
+    if (fsdp) {
+        arg(args, "--ckpt-format", "fsdp_dtensor");
+        note(notes, "%s: Megatron FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1: leave it unset%s", s->module,
+             s->tp > 1 || s->sp > 1 ? " (Megatron warns that tensor and context parallelism run best with 1)" : "");
+        if (s->pp > 1)
+            note(notes, "%s: Megatron FSDP beside pipeline parallelism: its guide (docs/source/api-guide/custom_fsdp.md) "
+                 "names tensor, expert and context parallelism as what it integrates with, not pipelines", s->module);
+    } else if (s->tp > 1 || s->sp > 1) {
+        cJSON_AddStringToObject(env, "CUDA_DEVICE_MAX_CONNECTIONS", "1");
+    }
+    int seq = llm_seq_len(p);
+    if (s->sp > 1 && seq % (2 * s->sp))
+        note(notes, "%s: Megatron-LM's context parallelism needs --seq-length a multiple of 2 x %d; pad the sequence "
+             "from %d to %d", s->module, s->sp, seq, (seq + 2 * s->sp - 1) / (2 * s->sp) * (2 * s->sp));
+}
+
+static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON *args, cJSON *env, cJSON *notes)
 {
     arg_int(args, "--tensor-model-parallel-size", s->tp);
     arg_int(args, "--pipeline-model-parallel-size", s->pp);
-    megatron_pipeline_args(p, s, args, notes);
+    megatron_pipeline_args(p, s, args);
     if (s->sp > 1) { arg_int(args, "--context-parallel-size", s->sp); arg(args, "--cp-comm-type", "a2a"); }
     if (s->seq_parallel && s->tp > 1) arg(args, "--sequence-parallel", NULL);
     if (s->zero == 1) arg(args, "--use-distributed-optimizer", NULL);
@@ -137,6 +215,7 @@ static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON 
         arg(args, "--use-megatron-fsdp", NULL);
         arg(args, "--data-parallel-sharding-strategy", s->zero == 2 ? "optim_grads" : "optim_grads_params");
     }
+    megatron_requirements(p, s, args, env, notes);
     arg_int(args, "--micro-batch-size", s->micro_batch);
     arg_int(args, "--global-batch-size", p->work.global_batch);
     if (s->recompute == PLAN_RECOMP_FULL) {
@@ -194,8 +273,9 @@ static int export_megatron(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
     const plan_module *s = &p->mod[k];
     if (accumulation(p, k, &gas, err)) return UTIL_EINVAL;
     cJSON *args = cJSON_AddArrayToObject(doc, "args");
+    cJSON *env = cJSON_AddObjectToObject(doc, "env");
     megatron_model_args(p, args);
-    megatron_strategy_args(p, s, args, notes);
+    megatron_strategy_args(p, s, args, env, notes);
     cJSON_AddNumberToObject(doc, "world_size", s->n_ranks);
     cJSON *grids = cJSON_AddArrayToObject(doc, "mimo_module_grid_specs");
     for (int m = 0; m < p->n_modules; m++) {

@@ -46,17 +46,19 @@ expect_args() {
 expect_args export_megatron_values_a "$T/a.megatron.json" "--tensor-model-parallel-size 2" \
     "--context-parallel-size 2" "--cp-comm-type a2a" "--sequence-parallel" "--use-megatron-fsdp" \
     "--data-parallel-sharding-strategy optim_grads_params" "--micro-batch-size 1" "--global-batch-size 8" \
-    "--recompute-granularity full" "--num-layers 64" "--num-query-groups 8" "--bf16"
+    "--recompute-granularity full" "--num-layers 64" "--num-query-groups 8" "--bf16" "--ckpt-format fsdp_dtensor"
 expect_args export_megatron_values_b "$T/b.megatron.json" "--tensor-model-parallel-size 2" \
     "--pipeline-model-parallel-size 2" "--use-distributed-optimizer" "--recompute-granularity selective" \
     "--global-batch-size 32"
 # The LLM's pipeline split in Megatron-LM's arguments (each a name of core_v0.15.0's parser): 28 layers
 # interleaved over 2 x 3 chunks with the embedding and the loss a layer each (split=ends), and dhp's own
-# 9 + 10 + 9 over 3 stages as the first and the last stage's layers
-for x in "c pp=2,vp=3,split=ends 8" "d pp=3 12"; do
+# 9 + 10 + 9 over 3 stages as the first and the last stage's layers, 14 + 14 as Megatron's own even
+# split (no split argument), and 7 a stage over 4 x 2 chunks (4 + 3 a stage, which Megatron's
+# uneven arguments cannot say: it splits a stage evenly over its chunks) stage by stage
+for x in "c pp=2,vp=3,split=ends 8 2" "d pp=3 12 2" "e pp=2 8 2" "f pp=4,vp=2 8 1"; do
     set -- $x
     "$DHP" plan --model qwen2.5-vl-7b --cluster 2x8xh100 --batch 32 --vision-tokens 4096 --placement disaggregated \
-        --n-micro 4 --strategy "vision:gpus=4,dp=4,mb=2;llm:gpus=$3,tp=2,$2,dp=2,mb=1" -o "$T/$1.json" >/dev/null 2>"$T/err" &&
+        --n-micro 4 --strategy "vision:gpus=4,dp=4,mb=2;llm:gpus=$3,tp=2,$2,dp=$4,mb=1" -o "$T/$1.json" >/dev/null 2>"$T/err" &&
         "$DHP" export --to megatron "$T/$1.json" --json -o "$T/$1.megatron.json" 2>>"$T/err" &&
         (cd "$T" && "$VPY" "$CHECK" megatron "$T/$1.megatron.json") >"$T/check" 2>&1 ||
         fail "export_megatron_split_$1" "$(cat "$T/err" "$T/check" 2>/dev/null | head -c 400)"
@@ -65,6 +67,19 @@ expect_args export_megatron_split_ends "$T/c.megatron.json" "--pipeline-model-pa
     "--num-virtual-stages-per-pipeline-rank 3" "--account-for-embedding-in-pipeline-split" "--account-for-loss-in-pipeline-split"
 expect_args export_megatron_split_uneven "$T/d.megatron.json" "--pipeline-model-parallel-size 3" \
     "--decoder-first-pipeline-num-layers 9" "--decoder-last-pipeline-num-layers 9"
+# The layout read as Megatron-LM reads it (PipelineParallelLayerLayout.parse_str_to_list: "(X)*n" and
+# "x*n" unrolled, commas dropped, stages split at '|'), and the even split left to Megatron
+if "$VPY" - "$T/e.megatron.json" "$T/f.megatron.json" <<'PY' >"$T/v" 2>&1; then ok export_megatron_split_layout; else fail export_megatron_split_layout "$(cat "$T/v")"; fi
+import json, re, sys
+e, f = (json.load(open(p))["args"] for p in sys.argv[1:3])
+assert not [a for a in e if "pipeline-num-layers" in a or "layout" in a], e
+lay = f[f.index("--pipeline-model-parallel-layout") + 1].replace(",", "")
+for pat in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+    lay = re.sub(pat, lambda m: m.group(1) * int(m.group(2)), lay)
+stages = lay.split("|")
+assert stages == ["E" + "t" * 4] + ["t" * 4] * 3 + ["t" * 3] * 3 + ["t" * 3 + "L"], stages
+assert "--num-virtual-stages-per-pipeline-rank" not in f, f   # Megatron takes the layout alone
+PY
 # The same split for torchtitan (its ConfigManager reads the TOML): Interleaved1F1B over the 6 model
 # chunks, each chunk's modules as dhp splits them, the dp rank's whole batch in one pipeline pass
 # of micro-batches of 1; DeepSpeed's config says what it cannot take
@@ -88,6 +103,7 @@ if "$VPY" - "$T/b.megatron.json" "$T/b.deepspeed.json" "$T/b.torchtitan.json" <<
 import json, sys
 m, d, t = (json.load(open(p)) for p in sys.argv[1:4])
 g = {s["name"]: s for s in m["mimo_module_grid_specs"]}
+assert m["env"] == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, m["env"]   # validate_args: TP without FSDP, before Blackwell
 assert g["vision"] == {"name": "vision", "num_ranks": 4, "tp": 1, "cp": 1, "pp": 1, "rank_offset": 8}, g
 assert g["language"] == {"name": "language", "num_ranks": 8, "tp": 2, "cp": 1, "pp": 2, "rank_offset": 0}, g
 mods = {x["module"]: x for x in d["modules"]}
