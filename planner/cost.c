@@ -550,7 +550,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
                  .megatron = o->target == PLAN_TARGET_MEGATRON, .math = plan_gemm_math(o),
                  .attn = plan_attention_kernel(o) };
     bool backward = runs_backward(&p);
-    if (samples <= 0) {   /* an empty micro-batch (planner/schedule.c, micro_ops): the strategy's collectives only */
+    if (samples <= 0) {   /* an empty micro-batch (planner/chunks.c, plan_micro_ops): the strategy's collectives only */
         plan_comm dp = { 0 };
         plan_price_dp_micro(mm, s, pool, o, backward, 0, 0, &dp, &out->fwd_s, &out->bwd_s);
         out->zero_comm_s = dp.fwd_s + dp.bwd_s;

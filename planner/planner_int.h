@@ -129,11 +129,19 @@ void plan_price_ring_block(const model_module *mm, const plan_module *s, const c
 void plan_cp_end_rows(const model_module *mm, const plan_module *s, const plan_workload *w, plan_target target,
                       double samples, double S, int sp_rank, double *text, double *head, int *text_runs);
 
-/* schedule.c: does encoder k feed the LLM its rows (an encoder of a workload with images)? */
+/* chunks.c: does encoder k feed the LLM its rows (an encoder of a workload with images)? */
 bool plan_encoder_feeds(const plan_t *p, int k);
 /* Micro-batches of a dp share of `count` samples, and micro-batch u's samples
  * [*f, *f + *n) of the share starting at `first` (past its end: empty, at its end). */
 int plan_micro_count(const plan_module *s, int count);
 void plan_micro_range(const plan_module *s, int first, int count, int u, int *f, int *n);
+/* Micro-batches module k runs of chunk c on a rank whose share is `count`
+ * samples: its own, or where the data-parallel strategy gathers or reduces
+ * units inside every micro-batch (ZeRO-2/3), as many as the module's busiest
+ * dp rank of the chunk, the extra ones empty, so every collective of the
+ * shard group is matched (PyTorch's Join for uneven inputs). */
+int plan_micro_ops(const plan_t *p, int k, int c, int count);
+/* The most micro-batches module k runs of any chunk (activation slots per chunk). */
+int plan_max_micro_per_share(const plan_t *p, int k);
 
 #endif

@@ -6,145 +6,7 @@
 #include <limits.h>
 #include <string.h>
 
-/* Colocated chunks hold one micro-batch of every LLM dp rank. */
-static int colocated_chunk_samples(const plan_t *p)
-{
-    const plan_module *l = &p->mod[p->model.llm];
-    int c = l->dp * (l->micro_batch > 0 ? l->micro_batch : 1);
-    return c > 0 ? c : 1;
-}
-
-int plan_chunks(const plan_t *p)
-{
-    int B = p->work.global_batch;
-    if (p->placement == PLAN_DISAGGREGATED) return p->n_micro > 0 ? p->n_micro : 1;
-    int C = colocated_chunk_samples(p);
-    return (B + C - 1) / C;
-}
-
-void plan_chunk_range(const plan_t *p, int c, int *first, int *count)
-{
-    int B = p->work.global_batch;
-    if (p->placement == PLAN_DISAGGREGATED) {
-        int n = plan_chunks(p);
-        *first = (int)((long)c * B / n);
-        *count = (int)((long)(c + 1) * B / n) - *first;
-        return;
-    }
-    int C = colocated_chunk_samples(p);
-    *first = c * C;
-    *count = B - *first < C ? B - *first : C;
-}
-
-void plan_chunk_share(const plan_t *p, int k, int c, int dp_i, int *first, int *count)
-{
-    int f, n, dp = p->mod[k].dp;
-    plan_chunk_range(p, c, &f, &n);
-    *first = f + (int)((long)dp_i * n / dp);
-    *count = f + (int)((long)(dp_i + 1) * n / dp) - *first;
-}
-
-int plan_max_share(const plan_t *p, int k)
-{
-    int most = 0;
-    for (int c = 0; c < plan_chunks(p); c++)
-        for (int i = 0; i < p->mod[k].dp; i++) {
-            int f, n;
-            plan_chunk_share(p, k, c, i, &f, &n);
-            if (n > most) most = n;
-        }
-    return most;
-}
-
-bool plan_rank_coord(const plan_t *p, int k, int rank, plan_coord *out)
-{
-    const plan_module *s = &p->mod[k];
-    int local = rank - s->first_rank;
-    if (local < 0 || local >= s->n_ranks) return false;
-    out->tp = local % s->tp;
-    local /= s->tp;
-    out->sp = local % s->sp;
-    local /= s->sp;
-    out->dp = local % s->dp;
-    out->pp = local / s->dp;
-    return true;
-}
-
-int plan_coord_rank(const plan_t *p, int k, const plan_coord *c)
-{
-    const plan_module *s = &p->mod[k];
-    return s->first_rank + ((c->pp * s->dp + c->dp) * s->sp + c->sp) * s->tp + c->tp;
-}
-
-int plan_rows_per_sample(const plan_t *p, int k) { return plan_encoder_rows(&p->model, &p->work, k); }
-
-int plan_encoder_offset(const plan_t *p, int k)
-{
-    int rows[MODEL_MAX_MODULES];
-    for (int j = 0; j < p->n_modules; j++) rows[j] = plan_rows_per_sample(p, j);
-    return plan_sample_offset(&p->model, rows, k);
-}
-
-bool plan_feeds_llm(const model_t *m, const plan_workload *w, int k) { return plan_encoder_rows(m, w, k) > 0; }
-
-bool plan_encoder_feeds(const plan_t *p, int k) { return plan_feeds_llm(&p->model, &p->work, k); }
-
-bool plan_whole_batch_pipeline(const model_t *m, const plan_workload *w)
-{
-    for (int k = 0; k < m->n_modules; k++)
-        if (plan_feeds_llm(m, w, k)) return false;
-    return true;
-}
-
 static bool trains(const plan_t *p, int k) { return model_trains(&p->model.mod[k]); }
-
-int plan_micro_count(const plan_module *s, int count)
-{
-    int mb = s->micro_batch > 0 ? s->micro_batch : 1;
-    return (count + mb - 1) / mb;
-}
-
-void plan_micro_range(const plan_module *s, int first, int count, int u, int *f, int *n)
-{
-    int mb = s->micro_batch > 0 ? s->micro_batch : 1, left = count - u * mb;
-    *f = left > 0 ? first + u * mb : first + count;
-    *n = left <= 0 ? 0 : left < mb ? left : mb;
-}
-
-/* Micro-batches module k runs of chunk c on a rank whose share is `count`
- * samples: its own, or where the data-parallel strategy gathers or reduces
- * units inside every micro-batch (ZeRO-2/3), as many as the module's busiest
- * dp rank of the chunk, the extra ones empty, so every collective of the
- * shard group is matched (PyTorch's Join for uneven inputs). */
-/* The largest dp share of chunk c for module k: plan_chunk_share's split
- * differs by at most one sample, so ceil(chunk / dp). */
-static int busiest_share(const plan_t *p, int k, int c)
-{
-    int f, n, dp = p->mod[k].dp;
-    plan_chunk_range(p, c, &f, &n);
-    return (n + dp - 1) / dp;
-}
-
-static int micro_ops(const plan_t *p, int k, int c, int count)
-{
-    const plan_module *s = &p->mod[k];
-    int n = plan_micro_count(s, count);
-    plan_dp_rules r = plan_dp_rules_of(&p->model.mod[k], s);
-    if (!r.unit_param_gather && !r.unit_grad_reduce) return n;
-    int busiest = plan_micro_count(s, busiest_share(p, k, c));
-    return busiest > n ? busiest : n;
-}
-
-/* The most micro-batches module k runs of any chunk (activation slots per chunk). */
-static int max_micro_per_share(const plan_t *p, int k)
-{
-    int most = 0;
-    for (int c = 0; c < plan_chunks(p); c++) {
-        int m = micro_ops(p, k, c, busiest_share(p, k, c));
-        if (m > most) most = m;
-    }
-    return most;
-}
 
 /* Disaggregated modules run on groups of their own: a rank in two would
  * have to run two modules' 1F1B streams at once. */
@@ -170,7 +32,7 @@ static int pass_micros(const plan_t *p, int d, int c0, int c1)
     for (int c = c0; c < c1; c++) {
         int f, cnt;
         plan_chunk_share(p, L, c, d, &f, &cnt);
-        n += micro_ops(p, L, c, cnt);
+        n += plan_micro_ops(p, L, c, cnt);
     }
     return n;
 }
@@ -282,7 +144,7 @@ static int micros_of(const plan_t *p, int k, int dp_i, int c0, int c1, micro_lis
     for (int c = c0; c < c1; c++) {
         int f, n;
         plan_chunk_share(p, k, c, dp_i, &f, &n);
-        total += micro_ops(p, k, c, n);
+        total += plan_micro_ops(p, k, c, n);
     }
     l->n = 0;
     l->v = util_malloc((size_t)(total > 0 ? total : 1) * sizeof *l->v);
@@ -290,7 +152,7 @@ static int micros_of(const plan_t *p, int k, int dp_i, int c0, int c1, micro_lis
     for (int c = c0; c < c1; c++) {
         int f, n;
         plan_chunk_share(p, k, c, dp_i, &f, &n);
-        for (int u = 0; u < micro_ops(p, k, c, n); u++) {
+        for (int u = 0; u < plan_micro_ops(p, k, c, n); u++) {
             int uf, un;
             plan_micro_range(&p->mod[k], f, n, u, &uf, &un);
             l->v[l->n++] = (micro_item){ c, uf, un };
@@ -357,7 +219,7 @@ static int encoder_forward(const plan_t *p, int k, const plan_coord *me, int c, 
     bool first = me->pp == 0, last = me->pp == m->pp - 1;
     int f, n, rc = UTIL_OK;
     plan_chunk_share(p, k, c, me->dp, &f, &n);
-    for (int u = 0; !rc && u < micro_ops(p, k, c, n); u++) {
+    for (int u = 0; !rc && u < plan_micro_ops(p, k, c, n); u++) {
         int uf, un;
         plan_micro_range(m, f, n, u, &uf, &un);
         int slot = un == 0 ? -1 : trains(p, k) ? slot_of(per_chunk, W, c, u) : 0;
@@ -376,7 +238,7 @@ static int encoder_backward(const plan_t *p, int k, const plan_coord *me, int c,
     int f, n, rc = UTIL_OK;
     plan_chunk_share(p, k, c, me->dp, &f, &n);
     if (last) rc = push(s, PLAN_OP_RECV_GRAD, k, c, f, n, -1, err);
-    for (int u = micro_ops(p, k, c, n) - 1; !rc && u >= 0; u--) {
+    for (int u = plan_micro_ops(p, k, c, n) - 1; !rc && u >= 0; u--) {
         int uf, un;
         plan_micro_range(m, f, n, u, &uf, &un);
         if (!last && un > 0) rc = push(s, PLAN_OP_RECV_STAGE_GRAD, k, c, uf, un, -1, err);
@@ -654,7 +516,7 @@ void plan_llm_chunk_loops(const plan_t *p, plan_chunk_loop *per_chunk)
     for (int d = 0; d < p->mod[L].dp; d++) {
         int f, count;
         plan_chunk_share(p, L, 0, d, &f, &count);
-        int m = micro_ops(p, L, 0, count);
+        int m = plan_micro_ops(p, L, 0, count);
         if (m == done[0] || m == done[1]) continue;
         done[done[0] < 0 ? 0 : 1] = m;
         replica_loop(p->mod[L].pp, plan_vp(&p->mod[L]), n_chunks, m, per_chunk);
@@ -808,7 +670,7 @@ int plan_schedule_rank(const plan_t *p, int rank, plan_schedule *s, char *err)
         on[k] = plan_rank_coord(p, k, rank, &me[k]);
         if (!plan_encoder_feeds(p, k)) continue;
         int W = window[k] = loop[k].window;
-        enc[n_enc++] = (encoder_stage){ p, k, W, max_micro_per_share(p, k), &me[k], s };
+        enc[n_enc++] = (encoder_stage){ p, k, W, plan_max_micro_per_share(p, k), &me[k], s };
     }
     if (p->placement == PLAN_COLOCATED && plan_whole_batch_pipeline(&p->model, &p->work)) {
         rc = llm_chunks(p, &me[L], 0, n, s, err);
