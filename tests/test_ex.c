@@ -361,3 +361,67 @@ bool test_ref_verdict(const char *label, const char *name, float loss, const tes
     else return true;
     return false;
 }
+
+/* ---------------------------------------------------- tiny-vl and its batch */
+
+void test_tiny_vl(model_t *m, bool window)
+{
+    memset(m, 0, sizeof *m);
+    strcpy(m->name, window ? "tiny-vl-window" : "tiny-vl");
+    m->n_modules = 2;
+    m->llm = 1;
+    model_module *v = &m->mod[0], *l = &m->mod[1];
+    strcpy(v->name, "vision");
+    v->kind = MODEL_VISION;
+    v->layers = window ? 4 : 2;
+    v->hidden = 32; v->heads = 4; v->kv_heads = 4; v->head_dim = 8; v->ffn = 64;
+    v->ffn_kind = MODEL_FFN_SWIGLU; v->norm = MODEL_NORM_RMSNORM;
+    v->qkv_bias = v->k_bias = v->out_bias = v->mlp_bias = true;
+    v->in_channels = 3; v->patch = 4; v->patch_bias = true; v->temporal_patch = 1; v->merge = 2; v->pool = 1;
+    v->window = window ? 16 : 0;
+    if (window) { v->n_full_layers = 2; v->full_layers[0] = 1; v->full_layers[1] = 3; }
+    v->proj_norm = true; v->proj_in = 128; v->proj_hidden = 128; v->out_hidden = 64;
+    v->feeds = 1;
+    strcpy(l->name, "llm");
+    l->kind = MODEL_LLM;
+    l->layers = 2; l->hidden = 64; l->heads = 4; l->kv_heads = 2; l->head_dim = 16; l->ffn = 128;
+    l->ffn_kind = MODEL_FFN_SWIGLU; l->norm = MODEL_NORM_RMSNORM;
+    l->qkv_bias = l->k_bias = true; l->out_bias = false; l->mlp_bias = false;
+    l->vocab = 272; l->tied_embeddings = false; l->merge = 1; l->pool = 1; l->temporal_patch = 1;
+    l->feeds = -1;
+}
+
+void test_make_batch(test_batch *tb, const model_t *m)
+{
+    const model_module *v = &m->mod[0];
+    int cpp = v->in_channels * v->temporal_patch * v->patch * v->patch;
+    memset(tb, 0, sizeof *tb);
+    tb->b.n_images = 3; tb->b.grid_h = 8; tb->b.grid_w = 8; tb->b.patches = 64;
+    tb->b.batch = 2; tb->b.text_tokens = 10;
+    tb->ipb[0] = 1; tb->ipb[1] = 2;
+    tb->pixels = test_rnd((size_t)3 * 64 * cpp, 1);
+    tb->tokens = malloc(20 * sizeof(int32_t));
+    for (int i = 0; i < 20; i++) tb->tokens[i] = (int32_t)((test_urand() + 1.0f) * 0.5f * (float)(m->mod[1].vocab - 1));
+    tb->b.pixels = tb->pixels;
+    tb->b.tokens = tb->tokens;
+    tb->b.images_per_sample = tb->ipb;
+}
+
+const float test_batch_mask[20] = { 1, 1, 0, 1, 1, 1, 1, 0, 1, 1,
+                                    0, 1, 1, 1, 1, 0, 0, 1, 1, 1 };
+
+void test_free_batch(test_batch *tb) { free(tb->pixels); free(tb->tokens); }
+
+void test_tiny_vl_batch(model_t *m, bool window, test_batch *tb)
+{
+    test_tiny_vl(m, window);
+    test_make_batch(tb, m);
+}
+
+bool test_same_buffer(ex_model *a, ex_model *b, int module, ex_buffer_kind k)
+{
+    float *pa, *pb;
+    size_t na, nb;
+    if (ex_module_buffer(a, module, k, &pa, &na) || ex_module_buffer(b, module, k, &pb, &nb)) return false;
+    return na == nb && !memcmp(pa, pb, na * sizeof(float));
+}

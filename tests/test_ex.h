@@ -1,6 +1,7 @@
-/* Executor test helpers shared by tests/test_executor.c and tests/test_audio.c:
+/* Executor test helpers shared by tests/test_executor*.c and tests/test_audio.c:
  * in-process ranks (threads) with tp / sp collectives, shard gathering, and
- * the PyTorch reference comparison (tests/t_torch_ref.sh). */
+ * the PyTorch reference comparison (tests/t_torch_ref.sh), tiny-vl and a
+ * batch of it. */
 #ifndef DHP_TEST_EX_H
 #define DHP_TEST_EX_H
 
@@ -13,6 +14,27 @@
  * such values times scale (free them). */
 float test_urand(void);
 float *test_rnd(size_t n, float scale);
+
+/* The zoo's tiny-vl / tiny-vl-window shapes (the models/ loader's contract),
+ * filled in m. */
+void test_tiny_vl(model_t *m, bool window);
+/* A batch of 2 samples for tiny-vl: 3 images of 8 x 8 patches (1 and 2 a
+ * sample), 10 text tokens a sample, random pixels and tokens
+ * (test_urand); test_free_batch frees them. */
+typedef struct {
+    ex_batch b;
+    float *pixels;
+    int32_t *tokens;
+    int ipb[2];
+} test_batch;
+void test_make_batch(test_batch *tb, const model_t *m);
+void test_free_batch(test_batch *tb);
+/* test_tiny_vl and its test_make_batch: most model-level tests' start. */
+void test_tiny_vl_batch(model_t *m, bool window, test_batch *tb);
+/* A loss mask of that batch [2, 10]: a few positions of each sample dropped. */
+extern const float test_batch_mask[20];
+/* Whether two models hold bit-identical buffers k of module `module`. */
+bool test_same_buffer(ex_model *a, ex_model *b, int module, ex_buffer_kind k);
 
 /* A 2-D grid of in-process ranks (threads), rank k = sp_rank * tp + tp_rank:
  * allreduce_sum / _max over the tp group (same sp rank), alltoall over the
