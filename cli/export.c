@@ -301,8 +301,15 @@ static cJSON *deepspeed_config(const plan_t *p, int k, int gas, cJSON *notes)
     cJSON_AddNumberToObject(c, "train_batch_size", p->work.global_batch);
     cJSON_AddNumberToObject(c, "train_micro_batch_size_per_gpu", s->micro_batch);
     cJSON_AddNumberToObject(c, "gradient_accumulation_steps", gas);
+    /* deepspeed/runtime/pipe/engine.py (PipelineEngine.__init__) asserts "ZeRO-2 and ZeRO-3 are
+     * incompatible with pipeline parallelism": a pipelined module's ZeRO-2 goes as stage 1 */
+    int stage = s->pp > 1 && s->zero >= 2 ? 1 : s->zero;
+    if (stage != s->zero)
+        note(notes, "%s: ZeRO-%d exported as stage 1: DeepSpeed's PipelineEngine refuses ZeRO-2 and -3 beside "
+             "pipeline stages; its gradients are then whole on each rank (dhp memory --strategy with zero=1 "
+             "says what that costs)", s->module, s->zero);
     cJSON *z = cJSON_AddObjectToObject(c, "zero_optimization");
-    cJSON_AddNumberToObject(z, "stage", s->zero);
+    cJSON_AddNumberToObject(z, "stage", stage);
     switch (p->precision) {
     case PLAN_OPT_MIXED_FP32: cJSON_AddBoolToObject(cJSON_AddObjectToObject(c, "bf16"), "enabled", true); break;
     case PLAN_OPT_PURE_BF16: {

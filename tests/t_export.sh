@@ -120,6 +120,25 @@ assert tt["training"]["local_batch_size"] == 16 and tt["parallelism"]["pipeline_
 assert len(tt["parallelism"]["module_fqns_per_model_part"]) == 2
 PY
 
+# ZeRO-2 on pipeline stages (dhp runs it): DeepSpeed's PipelineEngine refuses ZeRO-2 and -3 there, so
+# its config takes stage 1 and says so; Megatron FSDP writes its checkpoint format and notes that its
+# guide does not name pipelines
+if "$DHP" plan --model qwen2.5-vl-7b --cluster 2x8xh100 --batch 32 --vision-tokens 4096 --placement disaggregated \
+        --n-micro 4 --strategy 'vision:gpus=4,dp=4,mb=2;llm:gpus=8,tp=2,pp=2,dp=2,zero=2,mb=1' -o "$T/z.json" >/dev/null 2>"$T/err" &&
+   "$DHP" export --to deepspeed "$T/z.json" --json -o "$T/z.deepspeed.json" 2>>"$T/err" &&
+   "$DHP" export --to megatron "$T/z.json" --json -o "$T/z.megatron.json" 2>>"$T/err" &&
+   (cd "$T" && "$VPY" "$CHECK" deepspeed "$T/z.deepspeed.json" && "$VPY" "$CHECK" megatron "$T/z.megatron.json") >"$T/check" 2>&1 &&
+   "$VPY" - "$T/z.deepspeed.json" "$T/z.megatron.json" <<'PY' >"$T/v" 2>&1; then ok export_zero2_stages; else fail export_zero2_stages "$(cat "$T/err" "$T/check" "$T/v" 2>/dev/null | grep -v -e WARNING | head -c 400)"; fi
+import json, sys
+d, m = (json.load(open(p)) for p in sys.argv[1:3])
+llm = {x["module"]: x for x in d["modules"]}["llm"]["config"]
+assert llm["zero_optimization"]["stage"] == 1 and llm["pipeline"]["stages"] == 2, llm
+assert any("ZeRO-2 exported as stage 1" in n for n in d["notes"]), d["notes"]
+a = " ".join(m["args"])
+assert "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads --ckpt-format fsdp_dtensor" in a, a
+assert any("not pipelines" in n for n in m["notes"]) and "CUDA_DEVICE_MAX_CONNECTIONS" not in m["env"], m
+PY
+
 expect_err export_unknown_trainer "--to: 'nemo' is not megatron, deepspeed or torchtitan" "$DHP" export --to nemo "$T/a.json"
 expect_err export_missing_plan "nofile.json" "$DHP" export --to megatron "$T/nofile.json"
 
