@@ -173,6 +173,7 @@ void cli_print_plan(const plan_t *p)
         if (p->mod[k].pp > 1) print_pipeline(p, k);
     printf("  step %.3f s", pr->step_time_s);
     if (pr->simulated) printf(" (simulated; analytic %.3f s)", pr->analytic_step_time_s);
+    else printf(" (analytic)");   /* a plan the schedule was not simulated for: dhp simulate prices it */
     printf(" | %.0f vision tok/s | %.0f tok/s | %.3f samples/s | MFU %.1f%% | %s\n", pr->vision_tokens_per_s,
            pr->tokens_per_s, pr->samples_per_s, 100 * pr->mfu, pr->fits ? "fits" : "OOM");
     print_step_parts(p);
