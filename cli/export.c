@@ -38,11 +38,13 @@ static void arg(cJSON *args, const char *name, const char *value)
     if (value) cJSON_AddItemToArray(args, cJSON_CreateString(value));
 }
 
+/* name (NULL: one more value of the flag before it) and its whole-number value */
 static void arg_int(cJSON *args, const char *name, long v)
 {
     char b[32];
     snprintf(b, sizeof b, "%ld", v);
-    arg(args, name, b);
+    if (name) arg(args, name, b);
+    else cJSON_AddItemToArray(args, cJSON_CreateString(b));
 }
 
 /* Every trainer here splits the global batch into equal micro-batches per
@@ -81,9 +83,20 @@ static void megatron_model_args(const plan_t *p, cJSON *args)
     if (mm->head_dim * mm->heads != mm->hidden) arg_int(args, "--kv-channels", mm->head_dim);
     arg_int(args, "--seq-length", seq);
     arg_int(args, "--max-position-embeddings", seq);
-    arg(args, "--position-embedding-type", "rope");
+    /* the rotary embedding as the model has it: Megatron's defaults (10000, 1-D RoPE) are not Qwen2.5's */
+    if (mm->n_mrope > 0) {
+        arg(args, "--position-embedding-type", "mrope");
+        arg(args, "--mrope-section", NULL);
+        for (int i = 0; i < mm->n_mrope; i++) arg_int(args, NULL, mm->mrope_section[i]);
+    } else {
+        arg(args, "--position-embedding-type", "rope");
+    }
+    arg_int(args, "--rotary-base", mm->rope_theta);
     if (mm->ffn_kind == MODEL_FFN_SWIGLU) arg(args, "--swiglu", NULL);
     arg(args, "--normalization", mm->norm == MODEL_NORM_RMSNORM ? "RMSNorm" : "LayerNorm");
+    char eps[32];
+    snprintf(eps, sizeof eps, "%g", model_norm_eps(mm));   /* Megatron's default is 1e-5 */
+    arg(args, "--norm-epsilon", eps);
     if (!mm->tied_embeddings) arg(args, "--untie-embeddings-and-output-weights", NULL);
     if (!mm->out_bias && !mm->mlp_bias) arg(args, "--disable-bias-linear", NULL);
     if (mm->qkv_bias) arg(args, "--add-qkv-bias", NULL);

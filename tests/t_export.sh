@@ -46,7 +46,8 @@ expect_args() {
 expect_args export_megatron_values_a "$T/a.megatron.json" "--tensor-model-parallel-size 2" \
     "--context-parallel-size 2" "--cp-comm-type a2a" "--sequence-parallel" "--use-megatron-fsdp" \
     "--data-parallel-sharding-strategy optim_grads_params" "--micro-batch-size 1" "--global-batch-size 8" \
-    "--recompute-granularity full" "--num-layers 64" "--num-query-groups 8" "--bf16" "--ckpt-format fsdp_dtensor"
+    "--recompute-granularity full" "--num-layers 64" "--num-query-groups 8" "--bf16" "--ckpt-format fsdp_dtensor" \
+    "--position-embedding-type mrope" "--mrope-section 16 24 24" "--rotary-base 1000000" "--norm-epsilon 1e-06"
 expect_args export_megatron_values_b "$T/b.megatron.json" "--tensor-model-parallel-size 2" \
     "--pipeline-model-parallel-size 2" "--use-distributed-optimizer" "--recompute-granularity selective" \
     "--global-batch-size 32"
