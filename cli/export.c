@@ -188,20 +188,22 @@ static void megatron_pipeline_args(const plan_t *p, const plan_module *s, cJSON 
     if (mid < 0 || last != mid) arg_int(args, "--decoder-last-pipeline-num-layers", last);
 }
 
+/* dhp's ZeRO-2 / -3 go to Megatron-LM as Megatron FSDP (ZeRO-1 as its
+ * distributed optimizer). */
+static bool megatron_fsdp(const plan_module *s) { return s->zero >= 2; }
+
 /* What Megatron-LM's validate_args (megatron/training/arguments.py,
  * core_v0.15.0) asks beside the strategy's own arguments:
- * - Megatron FSDP (ZeRO 2 / 3) saves only in its fsdp_dtensor format and
- *   refuses CUDA_DEVICE_MAX_CONNECTIONS=1;
+ * - Megatron FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1 (its fsdp_dtensor
+ *   checkpoint format goes with its arguments);
  * - tensor or context parallelism without it require
  *   CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell (so the TP / CP
  *   collectives keep their order against the compute);
  * - context parallelism a sequence of a multiple of 2 cp (each rank takes
  *   two chunks, for the causal mask's balance). */
-static void megatron_requirements(const plan_t *p, const plan_module *s, cJSON *args, cJSON *env, cJSON *notes)
+static void megatron_requirements(const plan_t *p, const plan_module *s, cJSON *env, cJSON *notes)
 {
-    bool fsdp = s->zero >= 2;
-    if (fsdp) {
-        arg(args, "--ckpt-format", "fsdp_dtensor");
+    if (megatron_fsdp(s)) {
         note(notes, "%s: Megatron FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1: leave it unset%s", s->module,
              s->tp > 1 || s->sp > 1 ? " (Megatron warns that tensor and context parallelism run best with 1)" : "");
         if (s->pp > 1)
@@ -224,11 +226,12 @@ static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON 
     if (s->sp > 1) { arg_int(args, "--context-parallel-size", s->sp); arg(args, "--cp-comm-type", "a2a"); }
     if (s->seq_parallel && s->tp > 1) arg(args, "--sequence-parallel", NULL);
     if (s->zero == 1) arg(args, "--use-distributed-optimizer", NULL);
-    if (s->zero >= 2) {
+    if (megatron_fsdp(s)) {
         arg(args, "--use-megatron-fsdp", NULL);
         arg(args, "--data-parallel-sharding-strategy", s->zero == 2 ? "optim_grads" : "optim_grads_params");
+        arg(args, "--ckpt-format", "fsdp_dtensor");   /* the only format it saves (validate_args) */
     }
-    megatron_requirements(p, s, args, env, notes);
+    megatron_requirements(p, s, env, notes);
     arg_int(args, "--micro-batch-size", s->micro_batch);
     arg_int(args, "--global-batch-size", p->work.global_batch);
     if (s->recompute == PLAN_RECOMP_FULL) {
