@@ -78,6 +78,8 @@ def strategy_of(c):
         kv.append(f"vp={c['vp']}")
     if c.get("split_ends"):
         kv.append("split=ends")
+    if c.get("rc_layers"):
+        kv.append(f"rc_layers={c['rc_layers']}")
     return "llm:" + ",".join(kv)
 
 

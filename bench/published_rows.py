@@ -338,9 +338,13 @@ def interpret(r, idx):
             seq = 8192
             inferred.append("global batch = local batch x dp (torchtitan's batch_size is per dp rank)")
         if "selective (layer)" in r["recompute"]:
-            raise Skip("unexpressible", "layer-wise SAC (every second block fully recomputed): dhp applies one "
-                                        "recomputation to every block")
-        if c["rc"] == "selective":   # torchtitan's selective_ac_option 'op' (train_configs/llama3_*.toml)
+            # torchtitan's layer-wise SAC, selective_ac_option "2" (its job config's default): every second
+            # block of a model part in a full checkpoint (_apply_layer_sac, count % 2 == 0), L // 2 of them;
+            # dhp recomputes the first L // 2 (rc_layers): as many blocks, other positions, priced alike
+            c["rc"], c["rc_layers"] = "full", L // 2
+            inferred.append("layer-wise SAC every second block (selective_ac_option '2', torchtitan's default): "
+                            "--strategy rc=full,rc_layers=%d" % (L // 2))
+        elif c["rc"] == "selective":   # torchtitan's selective_ac_option 'op' (train_configs/llama3_*.toml)
             c["rc"] = "op"
             if "per-op" not in r["recompute"] and "(op)" not in r["recompute"]:
                 inferred.append("selective = torchtitan's per-op SAC (selective_ac_option 'op' of its Llama 3 configs)")

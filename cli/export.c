@@ -235,9 +235,13 @@ static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON 
     arg_int(args, "--micro-batch-size", s->micro_batch);
     arg_int(args, "--global-batch-size", p->work.global_batch);
     if (s->recompute == PLAN_RECOMP_FULL) {
+        /* rc_layers: the first N blocks of each model chunk, as dhp's
+         * plan_block_recompute (megatron/core/transformer/transformer_block.py
+         * _checkpointed_forward, 'block': layer_idx < recompute_num_layers of
+         * the chunk's num_layers_per_pipeline_rank) */
         arg(args, "--recompute-granularity", "full");
-        arg(args, "--recompute-method", "uniform");
-        arg_int(args, "--recompute-num-layers", 1);
+        arg(args, "--recompute-method", s->recompute_layers > 0 ? "block" : "uniform");
+        arg_int(args, "--recompute-num-layers", s->recompute_layers > 0 ? s->recompute_layers : 1);
     } else if (s->recompute == PLAN_RECOMP_SELECTIVE) {
         arg(args, "--recompute-granularity", "selective");
         arg(args, "--recompute-modules", "mlp");
@@ -297,10 +301,11 @@ static int export_megatron(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
     for (int m = 0; m < p->n_modules; m++) {
         cJSON_AddItemToArray(grids, megatron_grid(p, m));
         const plan_module *e = &p->mod[m];
+        char rc[24];
         if (m == k) continue;
         note(notes, "%s: ZeRO %d, recompute %s, micro-batch %d: set in the MIMO modality submodule's own config "
              "(Megatron's per-module settings are Python, not arguments)", e->module, e->zero,
-             plan_recompute_name(e->recompute), e->micro_batch);
+             plan_recompute_label(e, rc, sizeof rc), e->micro_batch);
     }
     note(notes, "%s grids: %s", p->n_modules > 1 ? "MIMO" : "one module",
          p->placement == PLAN_COLOCATED ? "every module spans the same ranks (MIMO colocated)"
@@ -350,7 +355,8 @@ static cJSON *deepspeed_config(const plan_t *p, int k, int gas, cJSON *notes)
     if (s->pp > 1) {
         cJSON *pp = cJSON_AddObjectToObject(c, "pipeline");
         cJSON_AddNumberToObject(pp, "stages", s->pp);
-        cJSON_AddNumberToObject(pp, "activation_checkpoint_interval", s->recompute == PLAN_RECOMP_FULL ? 1 : 0);
+        cJSON_AddNumberToObject(pp, "activation_checkpoint_interval",
+                                s->recompute == PLAN_RECOMP_FULL && s->recompute_layers == 0 ? 1 : 0);
         if (p->pipe_engine == PLAN_PIPE_MEGATRON)
             note(notes, "%s: pp %d priced as Megatron-LM's 1F1B; DeepSpeed's PipelineEngine blocks on each send and "
                  "reduces gradients after the flush: plan with --target megatron --pipe-engine deepspeed to price it",
@@ -364,11 +370,14 @@ static cJSON *deepspeed_config(const plan_t *p, int k, int gas, cJSON *notes)
              "takes it as its partition_method in the model code", s->module, first, last,
              s->split_ends ? " (split=ends: the embedding and the head a block each)" : "");
     }
+    char rc[24];
     if (s->recompute != PLAN_RECOMP_NONE)
         note(notes, "%s: recompute %s: DeepSpeed leaves the granularity to the model code (%s)", s->module,
-             plan_recompute_name(s->recompute),
-             s->recompute == PLAN_RECOMP_FULL ? "deepspeed.checkpointing.checkpoint around every block"
-                                              : "checkpoint the MLP activation only");
+             plan_recompute_label(s, rc, sizeof rc),
+             s->recompute != PLAN_RECOMP_FULL ? "checkpoint the MLP activation only"
+             : s->recompute_layers > 0 ? "deepspeed.checkpointing.checkpoint around the first rc_layers blocks of each "
+                                         "stage, the others run plainly"
+                                       : "deepspeed.checkpointing.checkpoint around every block");
     if (s->seq_parallel && s->tp > 1)
         note(notes, "%s: Megatron-style sequence parallelism inside TP has no DeepSpeed config key", s->module);
     return c;
@@ -395,6 +404,42 @@ static int export_deepspeed(const plan_t *p, cJSON *doc, cJSON *notes, char *err
 }
 
 /* ---- torchtitan ---- */
+
+/* Partial full recomputation (rc_layers = N) in torchtitan's terms: its
+ * layer-wise selective option k wraps every k-th block of each model part
+ * in a full checkpoint (torchtitan/distributed/activation_checkpoint.py
+ * _apply_layer_sac: a counter reset per model part, `count % k == 0`), so
+ * floor(c / k) of a part's c blocks recompute where dhp recomputes the
+ * first min(N, c) (plan_block_recompute): the same count, other positions,
+ * which prices alike. The largest k that recomputes at least that many in
+ * every part; a note where it recomputes more. */
+static void torchtitan_layer_ac(const plan_t *p, int k, cJSON *ac, cJSON *notes)
+{
+    const plan_module *s = &p->mod[k];
+    const model_module *mm = &p->model.mod[k];
+    int parts = s->pp * plan_vp(s), freq = 1;
+    for (int f = mm->layers; f > 1 && freq == 1; f--) {
+        bool enough = true;
+        for (int g = 0; g < parts && enough; g++) {
+            int c = plan_vstage_of(mm, s, g).count;
+            enough = c / f >= (s->recompute_layers < c ? s->recompute_layers : c);
+        }
+        if (enough) freq = f;
+    }
+    bool exact = true;
+    for (int g = 0; g < parts; g++) {
+        int c = plan_vstage_of(mm, s, g).count;
+        exact = exact && c / freq == (s->recompute_layers < c ? s->recompute_layers : c);
+    }
+    char opt[16];
+    snprintf(opt, sizeof opt, "%d", freq);
+    cJSON_ReplaceItemInObject(ac, "mode", cJSON_CreateString(freq == 1 ? "full" : "selective"));
+    if (freq > 1) cJSON_AddStringToObject(ac, "selective_ac_option", opt);
+    if (!exact)
+        note(notes, "%s: rc_layers %d: torchtitan's layer-wise checkpointing wraps every k-th block of a model part; "
+             "k = %d recomputes more blocks than dhp's %d a part (more time, less memory than priced)", s->module,
+             s->recompute_layers, freq, s->recompute_layers);
+}
 
 /* The LLM's pipeline in torchtitan 0.2.2's [parallelism] terms: the whole
  * per-rank batch in one pipeline pass of micro-batches (local_batch_size is
@@ -448,6 +493,7 @@ static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *er
     cJSON_AddStringToObject(ac, "mode", s->recompute == PLAN_RECOMP_FULL ? "full"
                                         : s->recompute == PLAN_RECOMP_SELECTIVE ? "selective" : "none");
     if (s->recompute == PLAN_RECOMP_SELECTIVE) cJSON_AddStringToObject(ac, "selective_ac_option", "op");
+    if (s->recompute == PLAN_RECOMP_FULL && s->recompute_layers > 0) torchtitan_layer_ac(p, k, ac, notes);
     cJSON *tr = cJSON_AddObjectToObject(toml, "training");
     cJSON_AddNumberToObject(tr, "local_batch_size", s->micro_batch);
     cJSON_AddNumberToObject(tr, "global_batch_size", p->work.global_batch);

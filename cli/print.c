@@ -162,11 +162,11 @@ void cli_print_plan(const plan_t *p)
            "tp", "sp", "pp", "zero", "recompute", "mb", "mem/GPU");
     for (int k = 0; k < p->n_modules; k++) {
         const plan_module *s = &p->mod[k];
-        char ranks[32], mem[32];
+        char ranks[32], mem[32], rc[24];
         fmt_ranks(s, ranks, sizeof ranks);
         printf("  %-8s %-6s %5s %4d %4d %4d %4d %4d %4d %-9s %-6d %10s\n", s->module,
                p->cluster.pool[s->pool].name, ranks, s->n_ranks, s->dp, s->tp, s->sp, s->pp, s->zero,
-               plan_recompute_name(s->recompute), s->micro_batch,
+               plan_recompute_label(s, rc, sizeof rc), s->micro_batch,
                util_fmt_bytes(pr->peak_mem_bytes[k], mem, sizeof mem));
     }
     for (int k = 0; k < p->n_modules; k++)

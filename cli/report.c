@@ -21,8 +21,10 @@ static void strategy_short(const plan_module *s, char *buf, size_t n)
     for (size_t i = 0; i < 4; i++)
         if (d[i].v > 1) len += (size_t)snprintf(buf + len, n - len, "%s%s%d", len ? " " : "", d[i].k, d[i].v);
     if (s->zero) len += (size_t)snprintf(buf + len, n - len, "%sz%d", len ? " " : "", s->zero);
+    char rc[24];
     if (s->recompute != PLAN_RECOMP_NONE)
-        snprintf(buf + len, n - len, "%src:%s", len ? " " : "", s->recompute == PLAN_RECOMP_FULL ? "full" : "sel");
+        snprintf(buf + len, n - len, "%src:%s", len ? " " : "",
+                 s->recompute == PLAN_RECOMP_FULL ? plan_recompute_label(s, rc, sizeof rc) : "sel");
     if (!buf[0]) snprintf(buf, n, "1 GPU");
 }
 
@@ -31,14 +33,14 @@ static cJSON *modules_json(const plan_t *p)
     cJSON *a = cJSON_CreateArray();
     for (int k = 0; k < p->n_modules; k++) {
         const plan_module *s = &p->mod[k];
-        char sh[96], full[256];
+        char sh[96], full[256], rc[24];
         strategy_short(s, sh, sizeof sh);
         char ranks[48];
         if (s->n_ranks == 1) snprintf(ranks, sizeof ranks, "rank %d", s->first_rank);
         else snprintf(ranks, sizeof ranks, "ranks %d-%d", s->first_rank, s->first_rank + s->n_ranks - 1);
         snprintf(full, sizeof full, "%s, dp %d tp %d sp %d pp %d, ZeRO %d, recompute %s, micro-batch %d%s",
                  ranks, s->dp, s->tp, s->sp, s->pp, s->zero,
-                 plan_recompute_name(s->recompute), s->micro_batch, s->seq_parallel ? ", sequence parallel" : "");
+                 plan_recompute_label(s, rc, sizeof rc), s->micro_batch, s->seq_parallel ? ", sequence parallel" : "");
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", s->module);
         cJSON_AddStringToObject(o, "short", sh);

@@ -126,9 +126,20 @@ static int acts_layout(ex_module *md, void *saved, void *scratch, const ex_slot 
             md->a.blk[a->layer].bf_n[a->id] = a->elems;
         } else if (a->id == PLAN_ACT_X_ODD || (a->id < PLAN_NACT_BLOCK && a->layer < 0)) {
             bind_shared(md, a->id, (float *)(void *)p);
-        } else {
+        } else if (a->layer < 0 || a->id >= PLAN_NACT_BLOCK) {
             *act_view(&md->a, a->id, a->layer) = (float *)(void *)p;
         }
+    }
+    /* A block's own fp32 tensors last: under partial recomputation
+     * (plan_block_recompute) a shared copy listed after them serves the
+     * recomputing blocks only, and must not take the others' views. */
+    for (size_t i = 0, bs = 0, bx = 0; saved && i < (size_t)n; i++) {
+        const plan_act *a = &list[i];
+        size_t *off = a->saved ? &bs : &bx;
+        char *p = (a->saved ? (char *)saved : (char *)scratch) + *off;
+        *off += a->elems * (a->bf16 ? sizeof(uint16_t) : sizeof(float));
+        if (!a->bf16 && a->layer >= 0 && a->id < PLAN_NACT_BLOCK && a->id != PLAN_ACT_X_ODD)
+            *act_view(&md->a, a->id, a->layer) = (float *)(void *)p;
     }
     util_free(list);
     if (n_saved) *n_saved = os;

@@ -299,12 +299,14 @@ static float *block_out(ex_module *md, int l)
 
 /* What a recomputing backward re-runs of layer l's forward first: the whole
  * block (full), or the attention core and the MLP activation (selective),
- * into the tensors every block shares. */
+ * into the tensors every block shares; nothing where the block keeps its
+ * activations (plan_block_recompute). */
 static void recompute(const ex_backend *be, ex_module *md, int l, const int *cu, int nseq, bool causal)
 {
-    if (md->recompute == PLAN_RECOMP_FULL) {
+    plan_recompute rc = plan_block_recompute(&md->strat, &md->stage, l);
+    if (rc == PLAN_RECOMP_FULL) {
         ex_block_forward(be, md, l, md->a.rc_out, cu, nseq, causal);
-    } else if (md->recompute == PLAN_RECOMP_SELECTIVE) {
+    } else if (rc == PLAN_RECOMP_SELECTIVE) {
         attention_core(be, md, l, cu, nseq, causal);
         ex_block_acts *a = &md->a.blk[l];
         if (md->mm.ffn_kind == MODEL_FFN_SWIGLU) be->swiglu_forward(a->h, a->g, a->u, (size_t)md->n_rows * md->f);

@@ -90,8 +90,11 @@ typedef struct {
     /* Activation recomputation (plan_recompute): none keeps every block
      * activation for backward; selective re-runs the attention core and the
      * MLP activation in backward; full keeps each block's input only and
-     * re-runs the block's forward inside its backward (plan_module_acts). */
+     * re-runs the block's forward inside its backward (plan_module_acts);
+     * under full, recompute_layers > 0 recomputes only the first that many
+     * blocks of each model chunk (plan_block_recompute). */
     plan_recompute recompute;
+    int recompute_layers;
     /* Pipeline parallelism: this instance holds stage pp_rank of pp_size
      * (plan_stage_of over stage_layers): its blocks, the stem on the first
      * stage, the head on the last. pp_size 0 or 1: the whole module. */

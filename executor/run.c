@@ -180,7 +180,7 @@ static int create_model(run_ctx *r, char *err)
                                 .ctx = &m->hooks, .allreduce_sum = hook_allreduce_sum, .alltoall = hook_alltoall,
                                 .allreduce_max = hook_allreduce_max, .seq_parallel = s->seq_parallel,
                                 .allgather = hook_allgather, .reduce_scatter = hook_reduce_scatter,
-                                .recompute = s->recompute, .pp_size = s->pp, .pp_rank = m->at.pp, .vp = s->vp };
+                                .recompute = s->recompute, .recompute_layers = s->recompute_layers, .pp_size = s->pp, .pp_rank = m->at.pp, .vp = s->vp };
         memcpy(par[k].stage_layers, s->stage_layers, sizeof par[k].stage_layers);
         par[k].split_ends = s->split_ends;
         run_cp_hooks(&par[k]);

@@ -186,8 +186,9 @@ static int parse_kv(plan_module *s, const char *key, const char *val, int *gpus,
     else if (!strcmp(key, "pool")) s->pool = (int)v;
     else if (!strcmp(key, "gpus")) *gpus = (int)v;
     else if (!strcmp(key, "vp")) s->vp = (int)v;
+    else if (!strcmp(key, "rc_layers")) s->recompute_layers = (int)v;
     else return util_fail(err, UTIL_EINVAL,
-                          "--strategy: unknown key '%s' (dp, tp, sp, pp, split, vp, zero, mb, rc, seqpar, pool, gpus)", key);
+                          "--strategy: unknown key '%s' (dp, tp, sp, pp, split, vp, zero, mb, rc, rc_layers, seqpar, pool, gpus)", key);
     if (v == 0 && strcmp(key, "zero") && strcmp(key, "seqpar") && strcmp(key, "pool"))
         return util_fail(err, UTIL_EINVAL, "--strategy: %s must be >= 1", key);
     return UTIL_OK;

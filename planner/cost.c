@@ -242,18 +242,19 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
                                                   t * f / tp, p->A);
 }
 
-/* count blocks of one kind: their compute into p, their forward (what full
- * recomputation re-runs) into *blocks_fwd, selective's re-run into *selective. */
+/* count blocks of one kind: their compute into p, the forward of the
+ * recomputed of them (what full recomputation re-runs, plan_block_recompute)
+ * into *recomputed_fwd, selective's re-run into *selective. */
 static void price_blocks(pricer *p, const model_module *mm, const plan_module *s, double t,
                          double span, double keys, bool cross, double cross_tokens, const plan_ring_price *ring,
-                         int count, double *blocks_fwd, double *selective)
+                         int count, int recomputed, double *recomputed_fwd, double *selective)
 {
     if (count == 0) return;
     pricer one = fresh(p);
     double sel = 0;
     price_block(&one, mm, s, t, span, keys, cross, cross_tokens, ring, &sel);
     merge(p, &one, count);
-    *blocks_fwd += count * one.fwd;
+    *recomputed_fwd += recomputed * one.fwd;
     *selective += count * sel;
 }
 
@@ -498,9 +499,9 @@ static void merge_fwd(const plan_comm *fwd, plan_comm *c)
  * written per element, the copy kernel's two accesses at 3 bytes each. */
 static void price_bf16_acts(pricer *p, const model_module *mm, const plan_module *s, const plan_stage *st, double t)
 {
-    int first[2], count[2];
+    int first[PLAN_BLOCK_KINDS], count[PLAN_BLOCK_KINDS];
     plan_stage_block_kinds(mm, s, st, t, first, count);
-    for (int u = 0; u < 2; u++) {
+    for (int u = 0; u < PLAN_BLOCK_KINDS; u++) {
         double n[PLAN_NACT_BLOCK];
         int k = count[u] ? plan_block_bf16_elems(mm, s, st, first[u], t, n) : 0;
         for (int i = 0; i < k; i++) {
@@ -563,32 +564,40 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     }
     double t = samples * q.tokens_per_sample / s->sp;
     double cross_tokens = samples * q.cross_span / s->sp;
-    /* Blocks differ only by attention kind: price one of each kind, times its count. */
-    int n_full = 0, n_window = 0, n_cross = 0;
+    /* Blocks differ only by attention kind: price one of each kind, times its
+     * count; rc_*: of them, the blocks full recomputation re-runs. */
+    int n_full = 0, n_window = 0, n_cross = 0, rc_full = 0, rc_window = 0, rc_cross = 0;
     for (int j = 0; j < st->count; j++) {
         int l = plan_stage_block(st, j);
-        if (model_layer_is_cross(mm, l)) n_cross++;
-        else if (model_layer_is_full_attention(mm, l)) n_full++;
-        else n_window++;
+        bool rc = plan_block_recompute(s, st, l) == PLAN_RECOMP_FULL;
+        if (model_layer_is_cross(mm, l)) n_cross++, rc_cross += rc;
+        else if (model_layer_is_full_attention(mm, l)) n_full++, rc_full += rc;
+        else n_window++, rc_window += rc;
     }
     /* the LLM's ring attention (plan_cp_of): its full-attention blocks' cores */
     bool ring = plan_cp_of(mm, s) == PLAN_CP_RING;
     plan_ring_price rp = { 0 };
     if (ring) plan_price_ring_block(mm, s, pool, o, A, samples, q.seq, sp_rank, backward, &rp);
-    double blocks_fwd = 0, selective = 0;
+    double recomputed_fwd = 0, selective = 0;
     /* Keys of the whole score matrix the unfused attention materialises: the sequence (window). */
     double keys_full = q.seq, keys_window = mm->window > 0 ? fmin(mm->window, q.seq) : q.seq;
-    price_blocks(&p, mm, s, t, q.attn_span_full, keys_full, false, cross_tokens, ring ? &rp : NULL, n_full, &blocks_fwd,
-                 &selective);
-    price_blocks(&p, mm, s, t, q.attn_span_window, keys_window, false, cross_tokens, NULL, n_window, &blocks_fwd,
-                 &selective);
-    price_blocks(&p, mm, s, t, 0, 0, true, cross_tokens, NULL, n_cross, &blocks_fwd, &selective);
-    int n_a2a_layers = 0;   /* the blocks that exchange by Ulysses all-to-alls (plan_cp_layer) */
+    price_blocks(&p, mm, s, t, q.attn_span_full, keys_full, false, cross_tokens, ring ? &rp : NULL, n_full, rc_full,
+                 &recomputed_fwd, &selective);
+    price_blocks(&p, mm, s, t, q.attn_span_window, keys_window, false, cross_tokens, NULL, n_window, rc_window,
+                 &recomputed_fwd, &selective);
+    price_blocks(&p, mm, s, t, 0, 0, true, cross_tokens, NULL, n_cross, rc_cross, &recomputed_fwd, &selective);
+    /* the blocks that exchange by Ulysses all-to-alls (plan_cp_layer), and of them the recomputed */
+    int n_a2a_layers = 0, rc_a2a_layers = 0;
     for (int j = 0; j < st->count; j++) {
         int l = plan_stage_block(st, j);
-        n_a2a_layers += !model_layer_is_cross(mm, l) && plan_cp_layer(mm, s, l, t) == PLAN_CP_ULYSSES;
+        bool a2a = !model_layer_is_cross(mm, l) && plan_cp_layer(mm, s, l, t) == PLAN_CP_ULYSSES;
+        n_a2a_layers += a2a;
+        rc_a2a_layers += a2a && plan_block_recompute(s, st, l) == PLAN_RECOMP_FULL;
     }
     price_ulysses_copies(&p, mm, s, t, samples, n_a2a_layers);
+    pricer rc_copies = fresh(&p);   /* the packing the recomputed blocks' forward does again */
+    price_ulysses_copies(&rc_copies, mm, s, t, samples, rc_a2a_layers);
+    recomputed_fwd += rc_copies.fwd;
     double text_rows = 0, head_rows = 0;
     if (mm->kind == MODEL_LLM) {
         price_llm_ends(&p, mm, s, st, w, o->target, samples, q.seq, t, sp_rank, &text_rows, &head_rows);
@@ -607,7 +616,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     if (backward) p.bwd += plan_grad_accum_s(mm, s, st, w, g, o);   /* the weight gradients into the step's (cost_grad_accum.c) */
     out->fwd_s = p.fwd;
     out->bwd_s = p.bwd;
-    if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = blocks_fwd;
+    if (s->recompute == PLAN_RECOMP_FULL) out->recompute_s = recomputed_fwd;
     else if (s->recompute == PLAN_RECOMP_SELECTIVE || s->recompute == PLAN_RECOMP_OP) out->recompute_s = selective;
     if (!backward) out->recompute_s = 0;
 
@@ -623,8 +632,15 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     sp.bwd_s += n_full * rp.bwd_comm_s;
     sp.bwd_syncs += n_full * rp.bwd_syncs;
     if (s->recompute == PLAN_RECOMP_FULL && backward) {
-        recompute_comm(&tp_fwd, &tp);
-        recompute_comm(&sp_fwd, &sp);
+        /* the forward exchanges of the blocks it re-runs (plan_block_recompute), again */
+        int rc_blocks = rc_full + rc_window + rc_cross;
+        plan_comm tp_rc = { 0 }, tp_rc_fwd = { 0 }, sp_rc = { 0 }, sp_rc_fwd = { 0 };
+        plan_price_tp_blocks(mm, s, rc_blocks, pool, o, W, t, false, model_trains(mm), &tp_rc, &tp_rc_fwd);
+        plan_price_ulysses(mm, s, pool, W, t, rc_a2a_layers, false, &sp_rc_fwd, &sp_rc);
+        sp_rc_fwd.fwd_s += rc_full * rp.fwd_comm_s;
+        sp_rc_fwd.fwd_syncs += rc_full * rp.fwd_syncs;
+        recompute_comm(&tp_rc_fwd, &tp);
+        recompute_comm(&sp_rc_fwd, &sp);
     } else if (s->recompute == PLAN_RECOMP_SELECTIVE && ring && backward) {
         recompute_comm(&sp_fwd, &sp);   /* the attention core it re-runs passes the K/V blocks again */
     }

@@ -221,16 +221,18 @@ static void reduce_grads(const cost_pool *pool, int G, int per_node, const doubl
 #define DS_MAX_REUSE_DISTANCE 1e9   /* stage3_max_reuse_distance's default, elements */
 
 /* The tensor uses of one micro-batch in DeepSpeed's order (header): the
- * forward in module order; the backward in reverse, each block under full
- * recomputation first re-running its forward. use[k] is the tensor,
- * bwd[k] whether the use is in the backward pass; returns the count (at
- * most 3n). */
-static int zero3_uses(int n, const int *layer, bool recompute, int *use, bool *bwd)
+ * forward in module order; the backward in reverse, each block that full
+ * recomputation re-runs (plan_block_recompute over st, the module's one
+ * stage: ZeRO-3 runs without pipelining) first re-running its forward.
+ * use[k] is the tensor, bwd[k] whether the use is in the backward pass;
+ * returns the count (at most 3n). */
+static int zero3_uses(int n, const int *layer, const plan_module *s, const plan_stage *st, int *use, bool *bwd)
 {
     int k = 0;
     for (int i = 0; i < n; i++) use[k] = i, bwd[k++] = false;
     for (int i = n - 1; i >= 0; i--) {
-        if (recompute && layer[i] >= 0 && (i == n - 1 || layer[i + 1] != layer[i])) {   /* a block's last tensor */
+        bool recompute = layer[i] >= 0 && plan_block_recompute(s, st, layer[i]) == PLAN_RECOMP_FULL;
+        if (recompute && (i == n - 1 || layer[i + 1] != layer[i])) {   /* a block's last tensor */
             int first = i;
             while (first > 0 && layer[first - 1] == layer[i]) first--;
             for (int j = first; j <= i; j++) use[k] = j, bwd[k++] = true;
@@ -277,7 +279,8 @@ int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, cons
         free(e), free(layer), free(use), free(bwd);
         return UTIL_ENOMEM;
     }
-    int uses = zero3_uses(n, layer, s->recompute == PLAN_RECOMP_FULL, use, bwd);
+    plan_stage whole = plan_stage_of(mm, s, 0);
+    int uses = zero3_uses(n, layer, s, &whole, use, bwd);
     for (int k = 0; k < uses; k++) {
         if (!(bwd[k] ? gather_bwd : gather_fwd) || !use_gathers(e, use, k)) continue;
         double piece = ceil(e[use[k]] / G);   /* each rank's partition, the tensor padded to G of them */

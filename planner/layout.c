@@ -13,145 +13,6 @@
  * embeddings, the residual-output linears scaled by 1 / sqrt(2 * layers). */
 #define INIT_STD 0.02f
 
-/* ---------------------------------------------------------------- stages */
-
-/* One contiguous range of blocks, as a stage (or a model chunk) of one chunk. */
-static plan_stage contiguous(int first, int count, bool stem, bool head)
-{
-    plan_stage st = { .first = first, .count = count, .stem = stem, .head = head, .chunks = 1 };
-    st.chunk_first[0] = first;
-    st.chunk_count[0] = count;
-    return st;
-}
-
-/* Blocks of each virtual stage g = v pp + j (chunk v of rank stage j) under
- * split_ends: Megatron-Core's account_for_embedding_in_pipeline_split and
- * account_for_loss_in_pipeline_split (megatron/core/transformer/
- * transformer_layer.py get_transformer_layer_offset, transformer_block.py
- * get_num_layers_to_build): the embedding and the loss count as a layer each,
- * the L + 2 split evenly over the pp vp virtual stages (num_layers // pp //
- * vp, which plan_stage_split_check asks to divide), the first virtual stage a
- * block short for the embedding and the last one for the head. Llama 3 405B's
- * layout (Llama Team, arXiv 2407.21783 sec. 3.3.2): 126 layers, pp 16, V 8:
- * the first chunk the embedding alone, the last the output layer and loss. */
-static void split_ends_counts(int L, int pp, int vp, int *vcount)
-{
-    int G = pp * vp, per = (L + 2) / G, extra = (L + 2) % G;
-    for (int g = 0; g < G; g++) vcount[g] = per + (g < extra);
-    /* (more virtual stages than slots, which the check refuses, leave them empty, never negative) */
-    if (vcount[0] > 0) vcount[0]--;
-    if (vcount[G - 1] > 0) vcount[G - 1]--;
-}
-
-bool plan_stage_layers_given(const plan_module *s)
-{
-    int pp = s->pp < PLAN_MAX_PP ? s->pp : PLAN_MAX_PP;
-    for (int j = 0; j < pp; j++)
-        if (s->stage_layers[j] > 0) return true;
-    return false;
-}
-
-plan_stage plan_stage_of(const model_module *mm, const plan_module *s, int i)
-{
-    int pp = s && s->pp > 1 ? s->pp : 1, L = mm->layers;
-    if (pp == 1 || i < 0) return contiguous(0, L, true, true);
-    if (pp > PLAN_MAX_PP) pp = PLAN_MAX_PP;
-    int vp = plan_vp(s) < PLAN_MAX_VP ? plan_vp(s) : PLAN_MAX_VP;
-    int vcount[PLAN_MAX_PP * PLAN_MAX_VP];
-    if (s->split_ends) {
-        split_ends_counts(L, pp, vp, vcount);
-    } else {
-        int count[PLAN_MAX_PP];
-        if (plan_stage_layers_given(s)) {
-            for (int j = 0; j < pp; j++) count[j] = s->stage_layers[j];
-        } else {
-            int base = (L + pp - 1) / pp, short_by = base * pp - L;
-            for (int j = 0; j < pp; j++) count[j] = base;
-            /* the shortfall comes off the ends first: stage 0, pp - 1, 1, pp - 2, ... */
-            for (int t = 0; t < short_by; t++) count[t % 2 ? pp - 1 - t / 2 : t / 2]--;
-        }
-        /* each stage's blocks in vp chunks as even as they allow, the first chunks longer */
-        for (int v = 0; v < vp; v++)
-            for (int j = 0; j < pp; j++) vcount[v * pp + j] = count[j] / vp + (v < count[j] % vp);
-    }
-    /* Interleaved: round v holds every rank's chunk v in stage order
-     * (Megatron-LM's virtual pipeline layout), so virtual stage v pp + j
-     * starts after the blocks of the virtual stages before it. */
-    plan_stage st = contiguous(0, 0, i == 0, i == pp - 1);
-    st.chunks = vp;
-    for (int g = 0, first = 0; g < pp * vp; g++) {
-        if (g % pp == i) {
-            st.chunk_first[g / pp] = first;
-            st.chunk_count[g / pp] = vcount[g];
-            st.count += vcount[g];
-        }
-        first += vcount[g];
-    }
-    st.first = st.chunk_first[0];
-    return st;
-}
-
-int plan_stage_split_check(const model_module *mm, const plan_module *s, char *err)
-{
-    int pp = s->pp > 1 ? s->pp : 1, vp = plan_vp(s);
-    if (pp > PLAN_MAX_PP || pp > mm->layers)
-        return util_fail(err, UTIL_EINVAL, "%s: pp %d: at most %d stages, and one block each (%d layers)", mm->name, pp,
-                         PLAN_MAX_PP, mm->layers);
-    if (vp > 1 && (pp == 1 || vp > PLAN_MAX_VP))
-        return util_fail(err, UTIL_EINVAL, "%s: vp %d needs pp > 1 and at most %d chunks a stage", mm->name, vp, PLAN_MAX_VP);
-    if (s->split_ends) {
-        if (plan_stage_layers_given(s))
-            return util_fail(err, UTIL_EINVAL, "%s: split: stage_layers and split_ends are two splits; give one", mm->name);
-        if (pp == 1 || (mm->layers + 2) % (pp * vp))
-            return util_fail(err, UTIL_EINVAL,
-                             "%s: split_ends: the %d blocks with the embedding and the head (%d) need pp > 1 and "
-                             "to divide by pp x vp = %d", mm->name, mm->layers, mm->layers + 2, pp * vp);
-    }
-    int total = 0;
-    for (int i = 0; i < pp; i++) {
-        plan_stage st = plan_stage_of(mm, s, i);
-        if (st.count < 1)
-            return util_fail(err, UTIL_EINVAL, "%s: split: pipeline stage %d has no block", mm->name, i);
-        /* Interleaving splits every stage's blocks into vp chunks of a block or
-         * more; under split_ends the embedding's or the head's chunk may hold
-         * that alone. */
-        for (int v = 0; v < st.chunks; v++) {
-            bool end = (i == 0 && v == 0) || (i == pp - 1 && v == st.chunks - 1);
-            if (st.chunk_count[v] < 1 && !(s->split_ends && end))
-                return util_fail(err, UTIL_EINVAL, "%s: vp %d needs at least vp blocks a stage (stage %d holds %d)",
-                                 mm->name, vp, i, st.count);
-        }
-        total += st.count;
-    }
-    if (total != mm->layers)
-        return util_fail(err, UTIL_EINVAL, "%s: stage_layers: the stages hold %d blocks, the module has %d", mm->name, total,
-                         mm->layers);
-    return UTIL_OK;
-}
-
-int plan_stage_block(const plan_stage *st, int j)
-{
-    for (int v = 0; st->chunks > 1 && v < st->chunks && v < PLAN_MAX_VP; v++) {
-        if (j < st->chunk_count[v]) return st->chunk_first[v] + j;
-        j -= st->chunk_count[v];
-    }
-    return st->first + j;
-}
-
-plan_stage plan_stage_chunk(const plan_stage *st, int v)
-{
-    if (st->chunks <= 1 || v < 0 || v >= PLAN_MAX_VP) return *st;
-    return contiguous(st->chunk_first[v], st->chunk_count[v], st->stem && v == 0, st->head && v == st->chunks - 1);
-}
-
-plan_stage plan_vstage_of(const model_module *mm, const plan_module *s, int g)
-{
-    int pp = s && s->pp > 1 ? s->pp : 1;
-    if (g < 0) return plan_stage_of(mm, s, g);
-    plan_stage st = plan_stage_of(mm, s, g % pp);
-    return plan_stage_chunk(&st, g / pp);
-}
-
 /* ---------------------------------------------------------------- tensors */
 
 typedef struct {
@@ -380,7 +241,7 @@ int plan_module_tensor_shapes(const model_module *mm, int tp, int tp_rank, bool 
 static int module_tensors(tensor_list *lp, const model_module *mm, const plan_stage *stage)
 {
     tensor_list l = *lp;
-    plan_stage whole = contiguous(0, mm->layers, true, true), *st = stage ? (plan_stage *)stage : &whole;
+    plan_stage whole = plan_stage_of(mm, NULL, 0), *st = stage ? (plan_stage *)stage : &whole;
     int d = mm->hidden;
     if (mm->kind == MODEL_LLM) {
         int vocab_n = mm->vocab / l.tp;
@@ -536,6 +397,20 @@ static bool kept_per_layer(const model_module *mm, plan_act_id id, plan_recomput
     return true;
 }
 
+/* The recomputations stage st's blocks run (plan_block_recompute): s's
+ * own, or under partial full recomputation full and none. Their number. */
+static int stage_recompute_modes(const plan_module *s, const plan_stage *st, plan_recompute modes[2])
+{
+    int rc = plan_stage_recomputed_blocks(s, st), n = 0;
+    if (s->recompute != PLAN_RECOMP_FULL || rc == st->count) {
+        modes[0] = s->recompute;
+        return 1;
+    }
+    if (rc > 0) modes[n++] = PLAN_RECOMP_FULL;
+    modes[n++] = PLAN_RECOMP_NONE;
+    return n;
+}
+
 /* Does any block of stage st exchange its rows by Ulysses all-to-alls (plan_cp_layer)? */
 static bool stage_ulysses(const model_module *mm, const plan_module *s, const plan_stage *st, double N)
 {
@@ -562,16 +437,26 @@ static void block_acts(act_list *l, const model_module *mm, const plan_module *s
         [PLAN_ACT_ATT_LOC] = N * qd, [PLAN_ACT_MEAN1] = Nl, [PLAN_ACT_MEAN2] = Nl,
     };
     bool ulysses = layer >= 0 ? plan_cp_layer(mm, s, layer, N) == PLAN_CP_ULYSSES : stage_ulysses(mm, s, st, N);
+    /* what the block recomputes; for the shared copies, what any block of the stage does */
+    plan_recompute modes[2];
+    int n_modes = layer >= 0 ? 1 : stage_recompute_modes(s, st, modes);
+    if (layer >= 0) modes[0] = plan_block_recompute(s, st, layer);
     for (int id = 0; id < PLAN_NACT_BLOCK; id++) {
         if (id == PLAN_ACT_ATT_LOC && !ulysses) continue;
         if ((id == PLAN_ACT_MEAN1 || id == PLAN_ACT_MEAN2) && mm->norm != MODEL_NORM_LAYERNORM) continue;
         if (id == PLAN_ACT_U && mm->ffn_kind != MODEL_FFN_SWIGLU) continue;
-        bool per_layer = kept_per_layer(mm, (plan_act_id)id, s->recompute);
-        bool packed = per_layer && bf16 && plan_act_saved_bf16((plan_act_id)id);
-        if (layer >= 0 && per_layer) act_typed(l, (plan_act_id)id, layer, true, packed, size[id]);
+        bool shared = false, packed_any = false;
+        for (int k = 0; k < n_modes; k++) {
+            bool per_layer = kept_per_layer(mm, (plan_act_id)id, modes[k]);
+            bool packed = per_layer && bf16 && plan_act_saved_bf16((plan_act_id)id);
+            if (layer >= 0 && per_layer) act_typed(l, (plan_act_id)id, layer, true, packed, size[id]);
+            shared |= !per_layer || packed;
+            packed_any |= packed;
+        }
+        if (layer >= 0) continue;
         /* the shared fp32 copy: recomputed, or the layer being run of a bf16 one (odd layers' input has its own) */
-        if (layer < 0 && (!per_layer || packed)) act(l, (plan_act_id)id, -1, false, size[id]);
-        if (layer < 0 && packed && id == PLAN_ACT_X) act(l, PLAN_ACT_X_ODD, -1, false, size[id]);
+        if (shared) act(l, (plan_act_id)id, -1, false, size[id]);
+        if (packed_any && id == PLAN_ACT_X) act(l, PLAN_ACT_X_ODD, -1, false, size[id]);
     }
 }
 
@@ -619,27 +504,30 @@ int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const pl
 
 static int module_acts(act_list *lp, const model_module *mm, const plan_module *s, int stage, const plan_act_rows *rows);
 
-void plan_stage_block_kinds(const model_module *mm, const plan_module *s, const plan_stage *st, double N, int first[2],
-                            int count[2])
+void plan_stage_block_kinds(const model_module *mm, const plan_module *s, const plan_stage *st, double N,
+                            int first[PLAN_BLOCK_KINDS], int count[PLAN_BLOCK_KINDS])
 {
-    count[0] = count[1] = 0;
-    first[0] = first[1] = -1;
+    for (int k = 0; k < PLAN_BLOCK_KINDS; k++) {
+        count[k] = 0;
+        first[k] = -1;
+    }
     for (int j = 0; j < st->count; j++) {
         int b = plan_stage_block(st, j), u = plan_cp_layer(mm, s, b, N) == PLAN_CP_ULYSSES;
-        if (first[u] < 0) first[u] = b;
-        count[u]++;
+        int k = u + 2 * (plan_block_recompute(s, st, b) != s->recompute);
+        if (first[k] < 0) first[k] = b;
+        count[k]++;
     }
 }
 
 /* A summing pass over the stage's blocks: a block's list depends on the
- * layer only through whether it runs Ulysses (plan_cp_layer), so one block
- * of each kind is listed and counted as many times as the stage has. */
+ * layer only through its kind (plan_stage_block_kinds), so one block of
+ * each kind is listed and counted as many times as the stage has. */
 static void per_layer_sums(act_list *l, const model_module *mm, const plan_module *s, const plan_stage *st, double N,
                            bool bf16)
 {
-    int count[2], first[2];
+    int count[PLAN_BLOCK_KINDS], first[PLAN_BLOCK_KINDS];
     plan_stage_block_kinds(mm, s, st, N, first, count);
-    for (int u = 0; u < 2; u++) {
+    for (int u = 0; u < PLAN_BLOCK_KINDS; u++) {
         if (!count[u]) continue;
         act_sums one = { .fp32_bytes = l->sums->fp32_bytes };
         act_list t = { NULL, 0, 0, &one };
@@ -700,7 +588,7 @@ static int module_acts(act_list *lp, const model_module *mm, const plan_module *
         act(&l, PLAN_ACT_COS, -1, true, N * hd / 2);
         act(&l, PLAN_ACT_SIN, -1, true, N * hd / 2);
     }
-    if (s->recompute == PLAN_RECOMP_FULL && model_runs_backward(mm)) act(&l, PLAN_ACT_RC_OUT, -1, false, Nl * d);
+    if (plan_stage_recomputed_blocks(s, &st) > 0 && model_runs_backward(mm)) act(&l, PLAN_ACT_RC_OUT, -1, false, Nl * d);
     act(&l, PLAN_ACT_DRES, -1, false, Nl * d);
     act(&l, PLAN_ACT_DLN, -1, false, Nl * d);
     act(&l, PLAN_ACT_DQ, -1, false, N * qd);

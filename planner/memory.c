@@ -208,20 +208,37 @@ double plan_stage_micro_in_flight(const plan_module *s, const plan_workload *w, 
     return fmin(s->pp - i, micro);
 }
 
-/* The busiest pipeline stage: of stage i's plan_stage_of blocks, its
- * micro-batches in flight, each block saving per_block, the first stage
- * also stem_bytes per micro-batch (the stem lives there). Returns the
- * blocks' worth of one micro-batch's activations it holds; *stem_micro: the
- * micro-batches of its stem (0 where the busiest stage is not the first). */
+static double block_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double t, double A);
+
+/* What stage st's blocks save for one micro-batch of t tokens: each block
+ * as it recomputes (plan_block_recompute: under partial full recomputation
+ * the recomputed ones their input, the others everything). */
+static double stage_blocks_bytes(const model_module *mm, const plan_module *s, const plan_stage *st,
+                                 const plan_seq *q, double t, double A)
+{
+    int rc = plan_stage_recomputed_blocks(s, st);
+    if (s->recompute != PLAN_RECOMP_FULL || rc == st->count) return st->count * block_bytes(mm, s, q, t, A);
+    plan_module full = *s, none = *s;
+    full.recompute_layers = none.recompute_layers = 0;
+    none.recompute = PLAN_RECOMP_NONE;
+    return rc * block_bytes(mm, &full, q, t, A) + (st->count - rc) * block_bytes(mm, &none, q, t, A);
+}
+
+/* The busiest pipeline stage: of stage i's plan_stage_of blocks
+ * (stage_blocks_bytes a micro-batch), its micro-batches in flight, the
+ * first stage also stem_bytes per micro-batch (the stem lives there).
+ * Returns the blocks' activations it holds; *stem_micro: the micro-batches
+ * of its stem (0 where the busiest stage is not the first). */
 static double pipeline_blocks_in_flight(const model_module *mm, const plan_module *s, const plan_workload *w,
-                                        double per_block, double stem_bytes, double *stem_micro)
+                                        const plan_seq *q, double t, double A, double stem_bytes, double *stem_micro)
 {
     int stages = s->pp > 1 && plan_vp(s) == 1 ? s->pp : 1;
     double blocks = 0, most = -1;
     *stem_micro = 0;
     for (int i = 0; i < stages; i++) {
-        double micro = plan_stage_micro_in_flight(s, w, i), b = plan_stage_of(mm, s, i).count * micro;
-        double bytes = b * per_block + (i == 0 ? micro * stem_bytes : 0);
+        plan_stage st = plan_stage_of(mm, s, i);
+        double micro = plan_stage_micro_in_flight(s, w, i), b = micro * stage_blocks_bytes(mm, s, &st, q, t, A);
+        double bytes = b + (i == 0 ? micro * stem_bytes : 0);
         if (bytes > most) {
             most = bytes;
             blocks = b;
@@ -295,15 +312,15 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
         *blocks_saved = 0;
         return one_block_live(mm, s, q, t, A) + plan_encoder_out_rows(mm, q, t) * A * mm->out_hidden;
     }
-    double per_block = block_bytes(mm, s, q, t, A), saved;
+    double saved;
     bool head = s->pp == 1;   /* the final norm and output layer run here */
     if (own) {
         double micro = plan_stage_micro_in_flight(s, w, stage);
-        saved = per_block * own->count * micro;
+        saved = stage_blocks_bytes(mm, s, own, q, t, A) * micro;
         stem_micro = own->stem ? micro : 0;
         head = own->head;
     } else {
-        saved = per_block * pipeline_blocks_in_flight(mm, s, w, per_block, mask, &stem_micro);
+        saved = pipeline_blocks_in_flight(mm, s, w, q, t, A, mask, &stem_micro);
     }
     double per_mb = 0;
     /* During backward with full recompute one block's full activations are

@@ -57,6 +57,15 @@ const char *plan_zero3_name(plan_zero3 z) { return z >= 0 && z < PLAN_NZERO3 ? z
 const char *plan_placement_name(plan_placement p) { return placement_names[p]; }
 const char *plan_recompute_name(plan_recompute r) { return recompute_names[r]; }
 
+const char *plan_recompute_label(const plan_module *s, char *buf, size_t n)
+{
+    if (s->recompute == PLAN_RECOMP_FULL && s->recompute_layers > 0)
+        snprintf(buf, n, "full:%d", s->recompute_layers);
+    else
+        snprintf(buf, n, "%s", recompute_names[s->recompute]);
+    return buf;
+}
+
 cJSON *plan_module_to_json(const plan_module *s)
 {
     cJSON *o = cJSON_CreateObject();
@@ -71,6 +80,7 @@ cJSON *plan_module_to_json(const plan_module *s)
     cJSON_AddNumberToObject(o, "zero", s->zero);
     cJSON_AddNumberToObject(o, "micro_batch", s->micro_batch);
     cJSON_AddStringToObject(o, "recompute", recompute_names[s->recompute]);
+    if (s->recompute_layers > 0) cJSON_AddNumberToObject(o, "recompute_layers", s->recompute_layers);
     cJSON_AddBoolToObject(o, "seq_parallel", s->seq_parallel);
     if (plan_vp(s) > 1) cJSON_AddNumberToObject(o, "vp", s->vp);
     if (s->split_ends) cJSON_AddBoolToObject(o, "split_ends", true);
@@ -171,6 +181,7 @@ static int parse_module(const cJSON *o, const char *ctx, plan_module *s, char *e
     INT_FIELD(zero, 0, 3, true, 0)
     INT_FIELD(micro_batch, 1, 1 << 20, true, 1)
     INT_FIELD(vp, 1, 1024, false, 1)
+    INT_FIELD(recompute_layers, 0, 1 << 20, false, 0)
 #undef INT_FIELD
     if ((rc = util_json_str(o, ctx, "recompute", false, "none", buf, sizeof buf, err))) return rc;
     char why[UTIL_ERR_LEN];

@@ -77,6 +77,13 @@ typedef struct {
     int zero;                 /* ZeRO stage 0..3 across the dp group */
     int micro_batch;          /* samples per micro-batch per dp rank */
     plan_recompute recompute;
+    /* Under full recomputation, the blocks of each model chunk (a stage's
+     * blocks, or each of its interleaved chunks) that recompute: the first
+     * recompute_layers, the others keeping every activation (Megatron-LM's
+     * --recompute-method block --recompute-num-layers N: "recompute the input
+     * activations of only a set number of individual Transformer layers per
+     * pipeline stage"); 0: all of them. plan_block_recompute owns the rule. */
+    int recompute_layers;
     bool seq_parallel;        /* Megatron sequence parallelism on top of tp (LLM) */
     int stage_layers[PLAN_MAX_PP];  /* blocks of each pipeline stage; all 0: plan_stage_of's split */
     /* The embedding and the head count as a block each in the even split
@@ -129,6 +136,16 @@ plan_stage plan_stage_chunk(const plan_stage *st, int v);
 /* Virtual stage g (0 .. pp * vp - 1) of the module's pipeline: chunk g / pp
  * of rank stage g % pp; with vp = 1 plan_stage_of(g). */
 plan_stage plan_vstage_of(const model_module *mm, const plan_module *s, int g);
+
+/* What block `layer` of stage (or model chunk) st recomputes:
+ * s->recompute, except that under full recomputation with
+ * s->recompute_layers set only the first recompute_layers blocks of each of
+ * st's chunks recompute and the others keep everything (none). The one owner
+ * of which blocks recompute: the activation layout, the prices, the memory
+ * formulas and the executor ask it. */
+plan_recompute plan_block_recompute(const plan_module *s, const plan_stage *st, int layer);
+/* How many of stage st's blocks recompute fully (plan_block_recompute). */
+int plan_stage_recomputed_blocks(const plan_module *s, const plan_stage *st);
 
 /* A rank's position in a module group (see plan_module). */
 typedef struct { int dp, tp, sp, pp; } plan_coord;
@@ -668,10 +685,14 @@ int plan_module_acts(const model_module *mm, const plan_module *s, int stage, co
 int plan_block_bf16_elems(const model_module *mm, const plan_module *s, const plan_stage *st, int layer, double N,
                           double *elems);
 /* A block's activations depend on its layer only through whether it runs
- * Ulysses (plan_cp_layer): of stage st's blocks on N rows, count[1] do and
- * count[0] do not, first[u] the first of each (-1: none). */
-void plan_stage_block_kinds(const model_module *mm, const plan_module *s, const plan_stage *st, double N, int first[2],
-                            int count[2]);
+ * Ulysses (plan_cp_layer) and what it recomputes (plan_block_recompute):
+ * kind u + 2 r with u = 1 where it runs Ulysses and r = 1 where it keeps
+ * everything under partial full recomputation (s->recompute_layers). Of
+ * stage st's blocks on N rows, count[k] are of kind k, first[k] the first
+ * (-1: none). */
+#define PLAN_BLOCK_KINDS 4
+void plan_stage_block_kinds(const model_module *mm, const plan_module *s, const plan_stage *st, double N,
+                            int first[PLAN_BLOCK_KINDS], int count[PLAN_BLOCK_KINDS]);
 /* The same summed in bytes, fp32 elements at fp32_bytes each and bf16 ones
  * at 2: saved and scratch, and the LM head's logits part of the saved ones;
  * block_saved: of the saved ones, the blocks' own (one layer's each). */
@@ -756,7 +777,7 @@ const char *plan_baseline_name(plan_baseline b);
 int plan_baseline_parse(const char *s, plan_baseline *out, char *err);
 
 /* Builds a plan from explicit per-module strategies, e.g.
- * "vision:sp=8;llm:tp=8" (keys dp,tp,sp,pp,zero,mb,rc=none|selective|full,seqpar=0|1,pool=N;
+ * "vision:sp=8;llm:tp=8" (keys dp,tp,sp,pp,zero,mb,rc=none|selective|full,rc_layers=N,seqpar=0|1,pool=N;
  * absent dp = GPUs / (tp*sp*pp)); placement colocated uses all GPUs of pool 0 for every module. */
 int plan_from_strategy(const char *spec, const model_t *m, const cost_cluster *c, const plan_workload *w,
                        plan_placement pl, int gpus, int n_micro, plan_t *p, char *err);
@@ -772,6 +793,9 @@ void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_wo
 
 const char *plan_placement_name(plan_placement p);
 const char *plan_recompute_name(plan_recompute r);
+/* s's recomputation as the plan table shows it: the mode's name, "full:N"
+ * where only N blocks of each chunk recompute (plan_module.recompute_layers). */
+const char *plan_recompute_label(const plan_module *s, char *buf, size_t n);
 /* An enum from its name (the *_name tables in planner/planfile.c): UTIL_OK, or
  * UTIL_EINVAL with err (UTIL_ERR_LEN; may be NULL) naming the choices. The
  * option enums' parsers above take the same err. */

@@ -269,6 +269,29 @@ static void prune(plan_candidates *cs)
     cs->n = out;
 }
 
+/* The recompute_layers variants of full recomputation a strategy s is
+ * priced with where keeping everything does not fit: 0 (every block), then
+ * a quarter, a half and three quarters of its longest model chunk's blocks
+ * (plan_module.recompute_layers), each between keeping everything and
+ * recomputing it all in time and memory, for the MILP to weigh against the
+ * other modules' memory. Just the first for a module without a backward to
+ * recompute for. Their count, in out[]. */
+static int recompute_layer_options(const model_module *mm, const plan_module *s, int out[4])
+{
+    int n = 0, longest = 0;
+    out[n++] = 0;
+    if (!model_runs_backward(mm)) return n;
+    for (int g = 0; g < s->pp * plan_vp(s); g++) {
+        int c = plan_vstage_of(mm, s, g).count;
+        if (c > longest) longest = c;
+    }
+    for (int q = 1; q <= 3; q++) {
+        int r = longest * q / 4;
+        if (r >= 1 && r < longest && r != out[n - 1]) out[n++] = r;
+    }
+    return n;
+}
+
 static int build_module(const build_ctx *b, int k)
 {
     const model_module *mm = &b->m->mod[k];
@@ -291,8 +314,13 @@ static int build_module(const build_ctx *b, int k)
             for (int ends = 0; ends <= (k == b->m->llm && vp > 1); ends++) {
                 if (g % (tp * sp * pp)) continue;
                 int dp = g / (tp * sp * pp);
+                /* whether keeping every activation made a candidate, per ZeRO stage: then
+                 * recomputing a part of the blocks is not tried (it only pays where that
+                 * does not fit, and doubled the 1,024-GPU search's time where it was) */
+                bool none_fits[4] = { false };
                 for (int rc = 0; rc < 3; rc++)
-                for (int zero = 0; zero <= 3; zero++) {
+                for (int zero = 0; zero <= 3; zero++)
+                for (int rl = 0, n_rl = 1, rls[4] = { 0 }; rl < n_rl; rl++) {
                     if (zero > 0 && dp * sp == 1) break;
                     /* ZeRO-2 beside pipeline stages runs (--strategy) but reduce-scatters every
                      * micro-batch's gradients of the stage, which loses to ZeRO-1's one reduction
@@ -303,15 +331,18 @@ static int build_module(const build_ctx *b, int k)
                                       .zero = zero, .micro_batch = 1, .recompute = (plan_recompute)rc, .vp = vp,
                                       .split_ends = ends,
                                       .seq_parallel = mm->kind == MODEL_LLM && tp > 1, .n_ranks = g };
+                    if (rc == PLAN_RECOMP_FULL && rl == 0 && !none_fits[zero]) n_rl = recompute_layer_options(mm, &s, rls);
+                    s.recompute_layers = rls[rl];
                     util_strlcpy(s.module, mm->name, sizeof s.module);
                     if (plan_strategy_check(b->m, k, &s, b->w, b->c, NULL)) continue;
                     memset(b->memo->done, 0, sizeof b->memo->done);
-                    int err;
+                    int err, before = b->cs->n;
                     if (b->o->allow_colocated && (err = add_colocated(b, k, s, g))) return err;
                     /* one module has no other to be apart from: its disaggregated plans are its
                      * colocated ones again (asked for alone, --placement disaggregated, they stay) */
                     bool apart = b->o->allow_disaggregated && !(b->o->allow_colocated && b->m->n_modules == 1);
                     if (apart && (err = add_disaggregated(b, k, s, g))) return err;
+                    if (rc == PLAN_RECOMP_NONE && b->cs->n > before) none_fits[zero] = true;
                 }
             }
         }

@@ -41,6 +41,9 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (dr.step_embed_sync && dr.shard_grads)
         return util_fail(err, UTIL_EINVAL, "%s: zero %d with pp %d needs untied embeddings (the tied embedding's two "
                          "stage copies sync whole gradients; use zero <= 1)", mm->name, s->zero, s->pp);
+    if (s->recompute_layers < 0 || (s->recompute_layers > 0 && s->recompute != PLAN_RECOMP_FULL))
+        return util_fail(err, UTIL_EINVAL, "%s: rc_layers %d (blocks of each stage recomputed) applies to rc=full, not %s",
+                         mm->name, s->recompute_layers, plan_recompute_name(s->recompute));
     int rc = plan_stage_split_check(mm, s, err);
     if (rc) return rc;
     /* dhp's executor splits an encoder's rows evenly over its sp ranks and

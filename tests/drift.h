@@ -51,6 +51,7 @@ typedef struct {
     bool seqpar, frozen;
     bool biases;               /* attention-output and MLP biases on (the zoo's tiny-vl LLM has none) */
     plan_recompute recompute;
+    int recompute_layers;     /* plan_module.recompute_layers */
     int heads, kv_heads;       /* > 0: the module's head counts instead of the zoo's */
     int text;                  /* > 0: text tokens per sample instead of DRIFT_TEXT */
     int layers;                /* > 0: the module's blocks instead of the zoo's */

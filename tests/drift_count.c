@@ -641,7 +641,7 @@ int drift_count(const drift_case *dc, const model_t *m, int module, drift_tally 
             .par = { .tp_size = dc->tp, .tp_rank = tpr, .sp_size = dc->sp, .sp_rank = spr,
                      .ctx = &mem[r], .allreduce_sum = g_allreduce_sum, .alltoall = g_alltoall,
                      .allreduce_max = g_allreduce_max, .seq_parallel = dc->seqpar, .allgather = g_allgather,
-                     .reduce_scatter = g_reduce_scatter, .recompute = dc->recompute,
+                     .reduce_scatter = g_reduce_scatter, .recompute = dc->recompute, .recompute_layers = dc->recompute_layers,
                      .p2p_start = g_p2p_start, .p2p_wait = g_p2p_wait },
         };
     }

@@ -278,7 +278,7 @@ int drift_price(const drift_case *dc, const model_t *m, int module, int sp_rank,
                    .stage = dc->pp > 1 ? dc->stage : -1 };
     int pp = dc->pp > 1 ? dc->pp : 1;
     pr.s = (plan_module){ .module_index = module, .n_ranks = dc->tp * dc->sp * pp, .dp = 1, .tp = dc->tp, .sp = dc->sp,
-                          .pp = pp, .micro_batch = DRIFT_SAMPLES, .recompute = dc->recompute,
+                          .pp = pp, .micro_batch = DRIFT_SAMPLES, .recompute = dc->recompute, .recompute_layers = dc->recompute_layers,
                           .seq_parallel = dc->seqpar, .vp = dc->vp, .split_ends = dc->split_ends };
     snprintf(pr.s.module, sizeof pr.s.module, "%s", m->mod[module].name);
     pr.w = (plan_workload){ .global_batch = DRIFT_SAMPLES, .images_per_sample = DRIFT_IMAGES / DRIFT_SAMPLES,

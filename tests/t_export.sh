@@ -150,3 +150,29 @@ if "$DHP" plan --model qwen2.5-vl-7b --batch 32 --n-micro 4 --vision-tokens 1024
     expect_err export_uneven_batch "c.json: module llm: global batch 32 is not a multiple of micro-batch 2 x dp 3" \
         "$DHP" export --to deepspeed "$T/c.json"
 else fail export_uneven_batch "plan: $(head -c 300 "$T/err")"; fi
+
+# Partial full recomputation (rc_layers=3 of each 7-block chunk: 28 layers over 2 stages x 2 chunks):
+# Megatron's block method with that many layers; torchtitan's layer-wise option 2, which wraps
+# floor(7 / 2) = 3 blocks of each model part; DeepSpeed's pipeline config checkpoints no interval and
+# says what the model code does
+if "$DHP" plan --model qwen2.5-vl-7b --cluster 2x8xh100 --batch 32 --vision-tokens 4096 --placement disaggregated \
+        --n-micro 4 --strategy 'vision:gpus=4,dp=4,mb=2;llm:gpus=8,tp=2,pp=2,vp=2,dp=2,zero=1,mb=1,rc=full,rc_layers=3' \
+        -o "$T/r.json" >/dev/null 2>"$T/err" &&
+   "$DHP" export --to megatron "$T/r.json" --json -o "$T/r.megatron.json" 2>>"$T/err" &&
+   "$DHP" export --to deepspeed "$T/r.json" --json -o "$T/r.deepspeed.json" 2>>"$T/err" &&
+   "$DHP" export --to torchtitan "$T/r.json" --json -o "$T/r.torchtitan.json" 2>>"$T/err" &&
+   "$DHP" export --to torchtitan "$T/r.json" -o "$T/r.toml" 2>>"$T/err" &&
+   (cd "$T" && "$VPY" "$CHECK" megatron "$T/r.megatron.json" && "$VPY" "$CHECK" deepspeed "$T/r.deepspeed.json" &&
+    "$VPY" "$CHECK" torchtitan "$T/r.torchtitan.json" "$T/r.toml") >"$T/check" 2>&1 &&
+   "$VPY" - "$T/r.megatron.json" "$T/r.deepspeed.json" "$T/r.torchtitan.json" <<'PY' >"$T/v" 2>&1; then ok export_partial_recompute; else fail export_partial_recompute "$(cat "$T/err" "$T/check" "$T/v" 2>/dev/null | grep -v -e WARNING -e 'HF assets' | head -c 400)"; fi
+import json, sys
+m, d, t = (json.load(open(p)) for p in sys.argv[1:4])
+a = " ".join(m["args"])
+assert "--recompute-granularity full --recompute-method block --recompute-num-layers 3" in a, a
+llm = {x["module"]: x for x in d["modules"]}["llm"]["config"]
+assert llm["pipeline"]["activation_checkpoint_interval"] == 0, llm
+assert any("recompute full:3" in n and "first rc_layers blocks" in n for n in d["notes"]), d["notes"]
+ac = t["toml"]["activation_checkpoint"]
+assert ac == {"mode": "selective", "selective_ac_option": "2"}, ac
+assert not any("rc_layers" in n for n in t["notes"]), t["notes"]
+PY

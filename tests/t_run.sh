@@ -56,9 +56,12 @@ plan z3_rc_seqpar colocated "vision:dp=4,zero=3,rc=selective;llm:tp=2,dp=2,zero=
 plan dis_z2_seqpar disaggregated "vision:gpus=2,dp=2,zero=2;llm:gpus=2,tp=2,seqpar=1,rc=selective" --n-micro 4 && check_plan dis_z2_seqpar
 plan dis_sp2_z3_rc disaggregated "vision:gpus=2,sp=2,zero=3,rc=full;llm:gpus=2,dp=2,zero=2" --n-micro 2 && check_plan dis_sp2_z3_rc
 
-# Recomputation changes no number: rc=full and rc=selective give the plain run's losses and weights bit for bit
-for rc in full selective; do
-    plan "rc_$rc" colocated "vision:dp=1,rc=$rc;llm:dp=1,rc=$rc" --gpus 1 || continue
+# Recomputation changes no number: rc=full, rc=selective and rc=full on the first
+# block of each module only (rc_layers=1: the other blocks keep their activations)
+# give the plain run's losses and weights bit for bit
+for rc in full selective partial; do
+    spec=$rc; [ "$rc" = partial ] && spec="full,rc_layers=1"
+    plan "rc_$rc" colocated "vision:dp=1,rc=$spec;llm:dp=1,rc=$spec" --gpus 1 || continue
     if ! train "rc_$rc"; then fail "run_recompute_${rc}_is_bit_identical" "$(tail -c 300 "$T/rc_$rc.err")"; continue; fi
     losses "$T/rc_$rc.log" >"$T/rc_$rc.losses"
     s=$(cat "$T/ref.ck/latest")

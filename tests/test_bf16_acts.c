@@ -73,10 +73,13 @@ TEST(bf16_saved_block_tensors_are_two_bytes_with_one_fp32_copy_a_stage)
     model_t m;
     char err[UTIL_ERR_LEN];
     CHECK_MSG(!model_load("tiny-vl", &m, err), "%s", err);
-    plan_recompute rc[] = { PLAN_RECOMP_NONE, PLAN_RECOMP_SELECTIVE, PLAN_RECOMP_FULL };
+    /* the last: full recomputation of the first block only (rc_layers), the other keeping everything */
+    plan_recompute rc[] = { PLAN_RECOMP_NONE, PLAN_RECOMP_SELECTIVE, PLAN_RECOMP_FULL, PLAN_RECOMP_FULL };
+    int rc_layers[] = { 0, 0, 0, 1 };
     for (int k = 0; k < m.n_modules; k++)
         for (size_t c = 0; c < sizeof rc / sizeof rc[0]; c++) {
-            plan_module s = { .dp = 1, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 1, .n_ranks = 1, .recompute = rc[c] };
+            plan_module s = { .dp = 1, .tp = 1, .sp = 1, .pp = 1, .micro_batch = 1, .n_ranks = 1, .recompute = rc[c],
+                              .recompute_layers = rc_layers[c] };
             plan_act_rows r = { .rows = 48, .merged_rows = 12, .pred_rows = 30 };
             check_module(&m.mod[k], &s, r);
             s.tp = 2;   /* sequence parallelism: the norms' rows split */

@@ -180,6 +180,13 @@ TEST(drift_llm_full_recompute)
     drift_check(CASE(.name = "llm full", .model = "tiny-vl", .recompute = PLAN_RECOMP_FULL), NULL);
 }
 
+/* Partial full recomputation (rc_layers): the first of the 2 blocks re-runs
+ * its forward in backward, the second keeps everything. */
+TEST(drift_llm_partial_recompute)
+{
+    drift_check(CASE(.name = "llm full:1", .model = "tiny-vl", .recompute = PLAN_RECOMP_FULL, .recompute_layers = 1), NULL);
+}
+
 /* No weight gradients: only the input gradients' GEMMs backward. */
 TEST(drift_llm_frozen)
 {
@@ -216,6 +223,13 @@ TEST(drift_vision_window_attention)
     drift_check(CASE(.name = "vision window", .model = "tiny-vl-window", .vision = true), NULL);
 }
 
+/* The first 3 of the 4 blocks recompute: window and full attention mixed. */
+TEST(drift_vision_window_partial_recompute)
+{
+    drift_check(CASE(.name = "vision window full:3", .model = "tiny-vl-window", .vision = true,
+                     .recompute = PLAN_RECOMP_FULL, .recompute_layers = 3), NULL);
+}
+
 /* The LLM's blocks split over 2 ranks (q 32, k, v 16, SwiGLU 64 each), with
  * attention-output and MLP biases; the collectives agree. */
 TEST(drift_llm_tp2)
@@ -234,6 +248,13 @@ TEST(drift_llm_tp2_sequence_parallel_full_recompute)
                      .recompute = PLAN_RECOMP_FULL), NULL);
 }
 
+/* The recomputed block's tensor-parallel exchanges issued again, the other's not. */
+TEST(drift_llm_tp2_sequence_parallel_partial_recompute)
+{
+    drift_check(CASE(.name = "llm tp2 seqpar full:1", .model = "tiny-vl", .tp = 2, .seqpar = true, .biases = true,
+                     .recompute = PLAN_RECOMP_FULL, .recompute_layers = 1), NULL);
+}
+
 /* Ulysses over 2 ranks: 64 patch rows each. */
 TEST(drift_vision_ulysses_sp2)
 {
@@ -243,6 +264,20 @@ TEST(drift_vision_ulysses_sp2)
 TEST(drift_vision_window_ulysses_sp2)
 {
     drift_check(CASE(.name = "vision window sp2", .model = "tiny-vl-window", .vision = true, .sp = 2), NULL);
+}
+
+/* Full recomputation re-runs the all-to-all blocks' packing copies in backward. */
+TEST(drift_vision_window_ulysses_sp2_full_recompute)
+{
+    drift_check(CASE(.name = "vision window sp2 full", .model = "tiny-vl-window", .vision = true, .sp = 2,
+                     .recompute = PLAN_RECOMP_FULL), NULL);
+}
+
+/* Of the recomputed blocks (the first 2) only the all-to-all ones exchange again. */
+TEST(drift_vision_window_ulysses_sp2_partial_recompute)
+{
+    drift_check(CASE(.name = "vision window sp2 full:2", .model = "tiny-vl-window", .vision = true, .sp = 2,
+                     .recompute = PLAN_RECOMP_FULL, .recompute_layers = 2), NULL);
 }
 
 /* The encoder's blocks split over 2 ranks; its patch embedding and merger whole on each. */
@@ -348,12 +383,24 @@ TEST(drift_llm_ulysses_sp2)
     drift_check(CASE(.name = "llm ulysses sp2", .model = "tiny-vl", .sp = 2), NULL);
 }
 
+TEST(drift_llm_ulysses_sp2_full_recompute)
+{
+    drift_check(CASE(.name = "llm ulysses sp2 full", .model = "tiny-vl", .sp = 2, .recompute = PLAN_RECOMP_FULL), NULL);
+}
+
 /* Ring attention: 3 heads, 1 kv head (2 does not divide them), 12 text
  * tokens: 28 positions per sample in 4 chunks of 7, rank 0 holds chunks 0
  * and 3, rank 1 chunks 1 and 2. */
 TEST(drift_llm_ring_sp2)
 {
     drift_check(CASE(.name = "llm ring sp2", .model = "tiny-vl", .sp = 2, .heads = 3, .kv_heads = 1, .text = 12), NULL);
+}
+
+/* The recomputed block's ring passes its K/V blocks again, the other's not. */
+TEST(drift_llm_ring_sp2_partial_recompute)
+{
+    drift_check(CASE(.name = "llm ring sp2 full:1", .model = "tiny-vl", .sp = 2, .heads = 3, .kv_heads = 1, .text = 12,
+                     .recompute = PLAN_RECOMP_FULL, .recompute_layers = 1), NULL);
 }
 
 /* tiny-omni's LLM: each sample's 16 vision rows, then its clip's 4 pooled
