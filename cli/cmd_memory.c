@@ -2,6 +2,7 @@
  * strategy, a baseline, or the planner's choice). */
 #include "cli/cli.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -98,8 +99,30 @@ static double verdict_peak(const plan_t *p, const plan_eval *ev)
     return peak;
 }
 
-static int report(const plan_t *p, const plan_eval *ev, bool json, bool check)
+/* Beside an OOM verdict: the least recomputation that fits (plan_fit_by_recompute),
+ * its verdict as the plan's (the simulator's where the dhp target runs it); f->n_modules
+ * 0 where there is none. */
+static void fit_hint(const plan_t *p, const plan_options *o, plan_t *f, int *module)
 {
+    char err[UTIL_ERR_LEN];
+    f->n_modules = 0;
+    if (p->pred.fits || plan_fit_by_recompute(p, o, f, module, err) || *module < 0) return;
+    if (f->target == PLAN_TARGET_DHP) plan_sim_predict(f, NULL);
+    if (!f->pred.fits) f->n_modules = 0;
+}
+
+static double plan_peak(const plan_t *p)
+{
+    double peak = 0;
+    for (int k = 0; k < p->n_modules; k++) peak = fmax(peak, p->pred.peak_mem_bytes[k]);
+    return peak;
+}
+
+static int report(const plan_t *p, const plan_eval *ev, const plan_options *o, bool json, bool check)
+{
+    static plan_t f;
+    int fk = -1;
+    fit_hint(p, o, &f, &fk);
     char dom[128];
     dominant(p, ev, dom, sizeof dom);
     double peak_bytes = verdict_peak(p, ev), margin = ev->capacity - peak_bytes;
@@ -118,6 +141,14 @@ static int report(const plan_t *p, const plan_eval *ev, bool json, bool check)
         cJSON_AddNumberToObject(doc, "capacity_bytes", ev->capacity);
         cJSON_AddBoolToObject(doc, "fits", p->pred.fits);
         cJSON_AddStringToObject(doc, "dominant", dom);
+        if (f.n_modules) {
+            cJSON *fw = cJSON_AddObjectToObject(doc, "fits_with");
+            cJSON_AddStringToObject(fw, "module", f.mod[fk].module);
+            cJSON_AddStringToObject(fw, "recompute", plan_recompute_name(f.mod[fk].recompute));
+            cJSON_AddNumberToObject(fw, "recompute_layers", f.mod[fk].recompute_layers);
+            cJSON_AddNumberToObject(fw, "peak_bytes", plan_peak(&f));
+            cJSON_AddNumberToObject(fw, "step_time_s", f.pred.step_time_s);
+        }
         cli_emit_json(doc);
     } else {
         cli_print_plan(p);
@@ -135,6 +166,14 @@ static int report(const plan_t *p, const plan_eval *ev, bool json, bool check)
                                  util_fmt_bytes(margin, m, sizeof m), dom);
         else printf("\nOOM by %s: peak %s of %s; largest term: %s\n", util_fmt_bytes(-margin, m, sizeof m), peak,
                     cap, dom);
+        if (f.n_modules) {
+            const plan_module *s = &f.mod[fk];
+            char rcs[24];
+            if (s->recompute_layers > 0) snprintf(rcs, sizeof rcs, ",rc_layers=%d", s->recompute_layers);
+            else rcs[0] = '\0';
+            printf("fits with %s: rc=full%s (the least recomputation that fits: peak %s, step %.3f s against %.3f s)\n",
+                   s->module, rcs, util_fmt_bytes(plan_peak(&f), m, sizeof m), f.pred.step_time_s, p->pred.step_time_s);
+        }
     }
     return check && !p->pred.fits ? 1 : 0;
 }
@@ -196,5 +235,5 @@ int cmd_memory(int argc, char **argv)
     plan_eval ev;
     if (plan_evaluate(&p, &opt, &ev, err)) return cli_usage_error("memory", "%s", err);
     if (p.target == PLAN_TARGET_DHP) plan_sim_predict(&p, NULL);   /* a plan the schedule does not run keeps plan_evaluate's */
-    return report(&p, &ev, setup.json, check);
+    return report(&p, &ev, &opt, setup.json, check);
 }

@@ -89,6 +89,23 @@ int plan_from_candidates(const plan_candidates *cs, const int *chosen, const mod
     return plan_assemble(p, o, err);
 }
 
+/* Whether two plans run the same strategies (their fields, not their padding). */
+static bool same_strategies(const plan_t *a, const plan_t *b)
+{
+    if (a->placement != b->placement || a->n_micro != b->n_micro || a->n_modules != b->n_modules) return false;
+    for (int k = 0; k < a->n_modules; k++) {
+        const plan_module *x = &a->mod[k], *y = &b->mod[k];
+        if (x->pool != y->pool || x->first_rank != y->first_rank || x->n_ranks != y->n_ranks || x->dp != y->dp
+            || x->tp != y->tp || x->sp != y->sp || x->pp != y->pp || x->zero != y->zero
+            || x->micro_batch != y->micro_batch || x->recompute != y->recompute
+            || x->recompute_layers != y->recompute_layers || x->seq_parallel != y->seq_parallel
+            || x->split_ends != y->split_ends || plan_vp(x) != plan_vp(y)
+            || memcmp(x->stage_layers, y->stage_layers, sizeof x->stage_layers))
+            return false;
+    }
+    return true;
+}
+
 static int by_step_time(const void *a, const void *b)
 {
     const plan_t *x = a, *y = b;
@@ -139,15 +156,29 @@ int plan_search(const model_t *m, const cost_cluster *c, const plan_workload *w,
         rc = plan_from_candidates(&cs, sol, m, c, w, &o->opt, q, e);
         if (rc == UTIL_EINVAL && !o->exhaustive) continue;   /* a packing the MILP cannot see: cut, solve again */
         if (rc) { util_free(cuts); util_free(fallback); plan_candidates_free(&cs); return util_fail(err, rc, "planner: %s", e); }
-        /* The MILP prices hand-offs without knowing the neighbour's placement and
+        /* Recomputing as few blocks as fit (the candidates price a quarter's
+         * steps), where the simulated peak below agrees (else as chosen). The
+         * MILP prices hand-offs without knowing the neighbour's placement and
          * the closed form does not see the schedule's waits: the final order is
          * by the simulated step where the schedule runs the plan, else by the
          * full evaluation (pred.analytic_step_time_s keeps it for all). The
          * simulation also sizes each rank's hand-off buffers, which no one
          * module's candidate holds: a plan they push out of memory is cut too
          * (the first kept, should no plan fit). */
-        bool fit = q->pred.fits;
+        static plan_t chosen;
+        chosen = *q;
+        if ((rc = plan_trim_recompute(q, &o->opt, e))) {
+            util_free(cuts); util_free(fallback); plan_candidates_free(&cs); return util_fail(err, rc, "planner: %s", e); }
+        bool fit = q->pred.fits, trimmed = !same_strategies(q, &chosen);
         plan_sim_predict(q, NULL);
+        if (trimmed && fit && !q->pred.fits) {
+            *q = chosen;
+            plan_sim_predict(q, NULL);
+        }
+        /* trimmed into a plan already found (an alternative that recomputed what it need not) */
+        bool again = false;
+        for (int i = 0; trimmed && i < r->n_plans; i++) again = again || same_strategies(&r->plans[i], q);
+        if (again) continue;
         if (fit && !q->pred.fits && !o->exhaustive) {
             if (!have_fallback) { *fallback = *q; have_fallback = true; }
             continue;

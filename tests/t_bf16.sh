@@ -125,17 +125,23 @@ else fail bf16_tracks_fp32 "$(tail -c 300 "$T/ref_fp32.err")"; fi
 # (b') the block tensors a backward reads are saved in bf16 (planner/layout.c, executor/acts.c): recomputation
 # re-runs its forward from the rounded tensors where the plain run read fp32 ones, so those runs differ from (a)'s
 # reference by roundings of the backward's inputs, not by rare flips; each tracks fp32 by (b)'s bound and reasoning
-# (4 u). Full recomputation over Ulysses (the encoder's sp 2), selective over ring attention (the LLM's sp 2).
-# Two steps: the second's loss already reads weights updated from the rounded tensors.
-if [ -s "$T/ref_fp32.losses" ] && plan rc_cp colocated "vision:sp=2,rc=full;llm:sp=2,rc=selective" --gpus 2; then
-    if STEPS=2 train rc_cp --backend cuda; then
-        losses "$T/rc_cp.log" >"$T/rc_cp.losses"
+# (4 u). Full recomputation over Ulysses (the encoder's sp 2), selective over ring attention (the LLM's sp 2);
+# and full recomputation of each module's first block only (rc_layers=1: the other blocks saved in bf16 beside
+# the recomputed one's fp32 copies). Two steps: the second's loss already reads weights updated from the rounded
+# tensors.
+for spec in "rc_cp vision:sp=2,rc=full;llm:sp=2,rc=selective bf16_recomputed_tracks_fp32" \
+            "rc_part vision:sp=2,rc=full,rc_layers=1;llm:sp=2,rc=full,rc_layers=1 bf16_partial_recomputed_tracks_fp32"; do
+    set -- $spec
+    name=$1 strat=$2 check=$3
+    [ -s "$T/ref_fp32.losses" ] && plan "$name" colocated "$strat" --gpus 2 || continue
+    if STEPS=2 train "$name" --backend cuda; then
+        losses "$T/$name.log" >"$T/$name.losses"
         cut -d' ' -f1-2 "$T/ref_fp32.losses" >"$T/ref_fp32_2.losses"
-        if out=$(close "$T/ref_fp32_2.losses" "$T/rc_cp.losses" 0.015625) && ! close "$T/ref_fp32_2.losses" "$T/rc_cp.losses" 1e-6 >/dev/null; then
-            echo "# rc_cp vs fp32: $out"; ok bf16_recomputed_tracks_fp32
-        else fail bf16_recomputed_tracks_fp32 "$out"; fi
-    else fail bf16_recomputed_tracks_fp32 "$(tail -c 300 "$T/rc_cp.err")"; fi
-fi
+        if out=$(close "$T/ref_fp32_2.losses" "$T/$name.losses" 0.015625) && ! close "$T/ref_fp32_2.losses" "$T/$name.losses" 1e-6 >/dev/null; then
+            echo "# $name vs fp32: $out"; ok "$check"
+        else fail "$check" "$out"; fi
+    else fail "$check" "$(tail -c 300 "$T/$name.err")"; fi
+done
 
 # (g) fp32 with --tf32: the linears' operands rounded to TF32 (10 mantissa bits, u = 2^-11, executor/tf32.h)
 # on the emulated CUDA backend; (b)'s reasoning with this u allows 4 u = 2^-9 (2.0e-3) relative per loss

@@ -21,6 +21,20 @@ if "$DHP" memory --baseline zero3 --vision-tokens 65536 --batch 8 --check >"$T/o
 elif [ $? = 1 ] && grep -q '^OOM by' "$T/out"; then ok cli_memory_check_exits_1_on_oom
 else fail cli_memory_check_exits_1_on_oom "$(head -c 300 "$T/out")"; fi
 
+# beside an OOM verdict, the least recomputation that fits: Llama 3 8B at 64k tokens keeping every
+# activation is over 80 GB; the text names rc_layers, --json the same plan
+cat >"$T/l8.json" <<'EOF'
+{"schema": "dhp.model/1", "name": "llama3-8b", "modules": [{"name": "llm", "kind": "llm", "layers": 32, "hidden": 4096,
+ "heads": 32, "kv_heads": 8, "ffn": 14336, "ffn_kind": "swiglu", "norm": "rmsnorm", "vocab": 128256}]}
+EOF
+l8=(--model "$T/l8.json" --cluster 8xh100 --batch 16 --text-tokens 65536 --strategy 'llm:tp=2,sp=4,zero=3,rc=none')
+if "$DHP" memory "${l8[@]}" >"$T/out" 2>"$T/err" && grep -q '^OOM by' "$T/out" \
+   && grep -qE '^fits with llm: rc=full,rc_layers=[0-9]+ \(the least recomputation that fits' "$T/out" \
+   && "$DHP" memory "${l8[@]}" --json >"$T/outj" 2>>"$T/err" \
+   && /usr/bin/python3 -c "import json,re,sys; d=json.load(open('$T/outj')); f=d['fits_with']; n=int(re.search(r'rc_layers=(\d+)', open('$T/out').read()).group(1)); assert not d['fits'] and f['module']=='llm' and f['recompute']=='full' and f['recompute_layers']==n and f['peak_bytes']<=d['capacity_bytes'], f" 2>>"$T/err"; then
+    ok cli_memory_oom_names_the_least_recomputation_that_fits
+else fail cli_memory_oom_names_the_least_recomputation_that_fits "$(head -c 400 "$T/out" "$T/err")"; fi
+
 if "$DHP" memory --strategy 'vision:sp=8,rc=full;llm:tp=8,rc=full' --json >"$T/out" 2>"$T/err" \
    && /usr/bin/python3 -c "import json,sys; d=json.load(open('$T/out')); assert d['fits'] in (True, False); assert len(d['modules'])==2" 2>>"$T/err"; then
     ok cli_memory_strategy_json

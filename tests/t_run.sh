@@ -69,6 +69,9 @@ for rc in full selective partial; do
        && cmp -s "$T/ref.ck/$s/vision.safetensors" "$T/rc_$rc.ck/$s/vision.safetensors"; then ok "run_recompute_${rc}_is_bit_identical"
     else fail "run_recompute_${rc}_is_bit_identical" "losses or checkpoints differ from the run without recomputation"; fi
 done
+# what the partial run allocated, per rank and category, is what dhp simulate predicts (the recomputed block's
+# shared copies beside the other's own tensors)
+[ -s "$T/rc_partial.log" ] && check_memory rc_partial run_memory_is_predicted_rc_partial
 
 # Frozen modules and a tied LLM head, each against its own 1-rank run: a frozen
 # encoder runs no backward, a frozen LLM still back-propagates to the encoder;

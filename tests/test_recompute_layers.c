@@ -143,3 +143,83 @@ TEST(recompute_layers_executor_step_is_bit_identical)
     CHECK_MSG(rc == 0, "%s", err);
     CHECK_MSG(same, "losses %.9g and %.9g, or the gradients, differ", lp, lr);
 }
+
+/* dhp memory's suggestion beside an OOM verdict (plan_fit_by_recompute):
+ * Llama 3 8B at 64k tokens on 8 H100s, tp 2 x sp 4, ZeRO-3, keeping every
+ * activation, is over 80 GB; the fewest recomputed blocks that fit, and one
+ * fewer does not. */
+TEST(recompute_layers_least_recomputation_that_fits)
+{
+    model_t m = test_llm("llama3-8b", "\"layers\": 32, \"hidden\": 4096, \"heads\": 32, \"kv_heads\": 8, "
+                         "\"ffn\": 14336, \"ffn_kind\": \"swiglu\", \"norm\": \"rmsnorm\", \"vocab\": 128256");
+    cost_cluster c = test_cluster_load("8xh100");
+    plan_workload w = { .global_batch = 16, .text_tokens = 65536 };
+    static plan_t p, f, less;
+    char err[UTIL_ERR_LEN];
+    plan_options o;
+    plan_options_default(&o);
+    o.target = PLAN_TARGET_DHP;   /* what dhp run allocates, as dhp memory's default */
+    int rc = plan_from_strategy_opts("llm:tp=2,sp=4,zero=3,rc=none", &m, &c, &w, PLAN_COLOCATED, 8, 1, &o, &p, err);
+    CHECK_MSG(!rc, "%s", err);
+    if (rc) return;
+    plan_eval ev;
+    CHECK(!plan_evaluate(&p, &o, &ev, err) && ev.peak_mem > ev.capacity);
+    int k = -2;
+    CHECK_MSG(!plan_fit_by_recompute(&p, &o, &f, &k, err), "%s", err);
+    CHECK(k == 0);
+    if (k != 0) return;
+    int n = f.mod[0].recompute_layers;
+    CHECK_MSG(f.mod[0].recompute == PLAN_RECOMP_FULL && n >= 2 && n < 32, "rc_layers %d", n);
+    CHECK(!plan_evaluate(&f, &o, &ev, err) && ev.peak_mem <= ev.capacity);
+    less = f;
+    less.mod[0].recompute_layers = n - 1;
+    CHECK(!plan_evaluate(&less, &o, &ev, err) && ev.peak_mem > ev.capacity);
+    CHECK(f.pred.step_time_s > p.pred.step_time_s);
+    /* a plan full recomputation cannot save: nothing to suggest */
+    w.global_batch = 16;
+    w.text_tokens = 1 << 20;
+    rc = plan_from_strategy_opts("llm:tp=2,sp=4,zero=3,rc=none", &m, &c, &w, PLAN_COLOCATED, 8, 1, &o, &p, err);
+    CHECK_MSG(!rc, "%s", err);
+    CHECK(!rc && !plan_fit_by_recompute(&p, &o, &f, &k, err) && k == -1);
+}
+
+/* The search's trim (plan_trim_recompute): full recomputation of every block
+ * comes down to the fewest blocks that fit, the same as dhp memory's
+ * suggestion from the other side; and the search's own plan there recomputes
+ * no block more than fits. */
+TEST(recompute_layers_trim_to_the_fewest_that_fit)
+{
+    model_t m = test_llm("llama3-8b", "\"layers\": 32, \"hidden\": 4096, \"heads\": 32, \"kv_heads\": 8, "
+                         "\"ffn\": 14336, \"ffn_kind\": \"swiglu\", \"norm\": \"rmsnorm\", \"vocab\": 128256");
+    cost_cluster c = test_cluster_load("8xh100");
+    plan_workload w = { .global_batch = 16, .text_tokens = 65536 };
+    static plan_t full, none, f, less;
+    static plan_search_result r;
+    char err[UTIL_ERR_LEN];
+    plan_options o;
+    plan_options_default(&o);
+    o.target = PLAN_TARGET_DHP;
+    int rc = plan_from_strategy_opts("llm:tp=2,sp=4,zero=3,rc=full", &m, &c, &w, PLAN_COLOCATED, 8, 1, &o, &full, err);
+    if (!rc) rc = plan_from_strategy_opts("llm:tp=2,sp=4,zero=3,rc=none", &m, &c, &w, PLAN_COLOCATED, 8, 1, &o, &none, err);
+    CHECK_MSG(!rc, "%s", err);
+    if (rc) return;
+    int k;
+    CHECK(!plan_fit_by_recompute(&none, &o, &f, &k, err) && k == 0);
+    CHECK(!plan_trim_recompute(&full, &o, err));
+    CHECK_MSG(full.mod[0].recompute == PLAN_RECOMP_FULL && full.mod[0].recompute_layers == f.mod[0].recompute_layers,
+              "trimmed to %d, least that fits %d", full.mod[0].recompute_layers, f.mod[0].recompute_layers);
+    CHECK(full.pred.step_time_s == f.pred.step_time_s);
+    plan_search_options so;
+    plan_search_options_default(&so);
+    so.opt = o;
+    so.top_k = 0;
+    CHECK_MSG(!plan_search(&m, &c, &w, &so, &r, err), "%s", err);
+    const plan_module *s = &r.plans[0].mod[0];
+    CHECK_MSG(s->recompute == PLAN_RECOMP_FULL && s->recompute_layers > 0, "search: %s, rc_layers %d",
+              plan_recompute_name(s->recompute), s->recompute_layers);
+    if (s->recompute_layers <= 1) return;
+    less = r.plans[0];
+    less.mod[0].recompute_layers--;
+    plan_eval ev;
+    CHECK(!plan_evaluate(&less, &o, &ev, err) && ev.peak_mem > ev.capacity);
+}
