@@ -6,18 +6,6 @@
 
 #include <math.h>
 
-/* The blocks of module s's longest model chunk: rc_layers beyond it
- * recompute every block, as rc=full does. */
-static int longest_chunk(const model_module *mm, const plan_module *s)
-{
-    int longest = 0;
-    for (int g = 0; g < s->pp * plan_vp(s); g++) {
-        int c = plan_vstage_of(mm, s, g).count;
-        if (c > longest) longest = c;
-    }
-    return longest;
-}
-
 int plan_fit_by_recompute(const plan_t *p, const plan_options *o, plan_t *out, int *module, char *err)
 {
     static plan_t q;   /* a plan is large: one scratch copy, as the CLI holds its own */
@@ -27,7 +15,7 @@ int plan_fit_by_recompute(const plan_t *p, const plan_options *o, plan_t *out, i
         const model_module *mm = &p->model.mod[k];
         const plan_module *s = &p->mod[k];
         if (!model_runs_backward(mm) || (s->recompute == PLAN_RECOMP_FULL && s->recompute_layers == 0)) continue;
-        int longest = longest_chunk(mm, s);
+        int longest = plan_longest_chunk(mm, s);
         int n = s->recompute == PLAN_RECOMP_FULL ? s->recompute_layers + 1 : 1;
         for (; n <= longest; n++) {   /* each more recomputed block saves memory and costs time */
             q = *p;
@@ -68,7 +56,7 @@ int plan_trim_recompute(plan_t *p, const plan_options *o, char *err)
     for (int k = 0; k < p->n_modules; k++) {
         const model_module *mm = &p->model.mod[k];
         if (p->mod[k].recompute != PLAN_RECOMP_FULL || !model_runs_backward(mm)) continue;
-        int longest = longest_chunk(mm, &p->mod[k]);
+        int longest = plan_longest_chunk(mm, &p->mod[k]);
         /* the memory falls as blocks recompute: bisect for the fewest that fit, below the chosen hi */
         int lo = -1, hi = p->mod[k].recompute_layers > 0 ? p->mod[k].recompute_layers : longest;
         bool found = false;

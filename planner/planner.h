@@ -146,6 +146,9 @@ plan_stage plan_vstage_of(const model_module *mm, const plan_module *s, int g);
 plan_recompute plan_block_recompute(const plan_module *s, const plan_stage *st, int layer);
 /* How many of stage st's blocks recompute fully (plan_block_recompute). */
 int plan_stage_recomputed_blocks(const plan_module *s, const plan_stage *st);
+/* The blocks of s's longest model chunk (virtual stage): recompute_layers
+ * of that many or more recompute every block, as full recomputation does. */
+int plan_longest_chunk(const model_module *mm, const plan_module *s);
 
 /* A rank's position in a module group (see plan_module). */
 typedef struct { int dp, tp, sp, pp; } plan_coord;

@@ -278,13 +278,9 @@ static void prune(plan_candidates *cs)
  * recompute for. Their count, in out[]. */
 static int recompute_layer_options(const model_module *mm, const plan_module *s, int out[4])
 {
-    int n = 0, longest = 0;
+    int n = 0, longest = plan_longest_chunk(mm, s);
     out[n++] = 0;
     if (!model_runs_backward(mm)) return n;
-    for (int g = 0; g < s->pp * plan_vp(s); g++) {
-        int c = plan_vstage_of(mm, s, g).count;
-        if (c > longest) longest = c;
-    }
     for (int q = 1; q <= 3; q++) {
         int r = longest * q / 4;
         if (r >= 1 && r < longest && r != out[n - 1]) out[n++] = r;

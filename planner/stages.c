@@ -163,3 +163,12 @@ int plan_stage_recomputed_blocks(const plan_module *s, const plan_stage *st)
     return n;
 }
 
+int plan_longest_chunk(const model_module *mm, const plan_module *s)
+{
+    int longest = 0;
+    for (int g = 0; g < s->pp * plan_vp(s); g++) {
+        int c = plan_vstage_of(mm, s, g).count;
+        if (c > longest) longest = c;
+    }
+    return longest;
+}

@@ -157,6 +157,10 @@ fi
 # 2 + 1 (virtual stages: layer 0, layers 1-2, layer 3, layer 4).
 if llm_reference deep5 5; then
     plan vp_uneven disaggregated "vision:gpus=1;llm:gpus=2,pp=2,vp=2,mb=1" --n-micro 4 && check_plan vp_uneven ref_deep5
+    # and recomputing the first block of each chunk only (rc_layers=1): layer 1 of chunk 1-2
+    # recomputes, layer 2 keeps its activations
+    plan vp_uneven_part disaggregated "vision:gpus=1;llm:gpus=2,pp=2,vp=2,mb=1,rc=full,rc_layers=1" --n-micro 4 \
+        && check_plan vp_uneven_part ref_deep5 && check_memory vp_uneven_part run_memory_is_predicted_vp_uneven_part
 fi
 unset MODEL
 

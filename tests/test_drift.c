@@ -316,6 +316,15 @@ TEST(drift_llm_interleaved_chunks)
     drift_check(CASE(.name = "llm virtual stage 3 of 4", .model = "tiny-vl", .layers = 4, .pp = 2, .vp = 2, .stage = 3), NULL);
 }
 
+/* 8 blocks over 2 ranks of 2 chunks of 2: the first block of each chunk recomputes. */
+TEST(drift_llm_interleaved_chunks_partial_recompute)
+{
+    drift_check(CASE(.name = "llm virtual stage 1 of 4, full:1", .model = "tiny-vl", .layers = 8, .pp = 2, .vp = 2,
+                     .stage = 1, .recompute = PLAN_RECOMP_FULL, .recompute_layers = 1), NULL);
+    drift_check(CASE(.name = "llm virtual stage 2 of 4, full:1", .model = "tiny-vl", .layers = 8, .pp = 2, .vp = 2,
+                     .stage = 2, .recompute = PLAN_RECOMP_FULL, .recompute_layers = 1), NULL);
+}
+
 /* split=ends: a 4-block LLM on 2 ranks of 3 one-slot chunks; virtual stage 0
  * holds the embedding alone (its output sent on, the gradient's rows
  * copied in), virtual stage 5 the head alone (the rows copied in, the
