@@ -152,6 +152,26 @@ static void print_pipeline(const plan_t *p, int k)
     printf("\n");
 }
 
+/* A module recomputing part of its blocks (plan_module.recompute_layers):
+ * which, and how many of them in all. */
+static void print_partial_recompute(const plan_t *p, int k)
+{
+    const plan_module *s = &p->mod[k];
+    const model_module *mm = &p->model.mod[k];
+    int n = 0;
+    for (int i = 0; i < (s->pp > 1 ? s->pp : 1); i++) {
+        plan_stage st = plan_stage_of(mm, s, i);
+        n += plan_stage_recomputed_blocks(s, &st);
+    }
+    printf("  %-8s recompute: ", s->module);
+    if (s->pp > 1)
+        printf("the first %d blocks of each %s, %d of its %d,", s->recompute_layers,
+               plan_vp(s) > 1 ? "interleaved chunk" : "stage", n, mm->layers);
+    else
+        printf("the first %d of its %d blocks", n, mm->layers);
+    printf(" re-run their forward in the backward; the others keep their activations\n");
+}
+
 void cli_print_plan(const plan_t *p)
 {
     const plan_prediction *pr = &p->pred;
@@ -169,8 +189,10 @@ void cli_print_plan(const plan_t *p)
                plan_recompute_label(s, rc, sizeof rc), s->micro_batch,
                util_fmt_bytes(pr->peak_mem_bytes[k], mem, sizeof mem));
     }
-    for (int k = 0; k < p->n_modules; k++)
+    for (int k = 0; k < p->n_modules; k++) {
         if (p->mod[k].pp > 1) print_pipeline(p, k);
+        if (p->mod[k].recompute == PLAN_RECOMP_FULL && p->mod[k].recompute_layers > 0) print_partial_recompute(p, k);
+    }
     printf("  step %.3f s", pr->step_time_s);
     if (pr->simulated) printf(" (simulated; analytic %.3f s)", pr->analytic_step_time_s);
     else printf(" (analytic)");   /* a plan the schedule was not simulated for: dhp simulate prices it */
