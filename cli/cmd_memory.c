@@ -100,15 +100,30 @@ static double verdict_peak(const plan_t *p, const plan_eval *ev)
 }
 
 /* Beside an OOM verdict: the least recomputation that fits (plan_fit_by_recompute),
- * its verdict as the plan's (the simulator's where the dhp target runs it); f->n_modules
- * 0 where there is none. */
-static void fit_hint(const plan_t *p, const plan_options *o, plan_t *f, int *module)
+ * its verdict as the plan's (the simulator's where the dhp target runs it); *changed 0
+ * where there is none. */
+static void fit_hint(const plan_t *p, const plan_options *o, plan_t *f, unsigned *changed)
 {
     char err[UTIL_ERR_LEN];
-    f->n_modules = 0;
-    if (p->pred.fits || plan_fit_by_recompute(p, o, f, module, err) || *module < 0) return;
+    *changed = 0;
+    if (p->pred.fits || plan_fit_by_recompute(p, o, f, changed, err) || !*changed) return;
     if (f->target == PLAN_TARGET_DHP) plan_sim_predict(f, NULL);
-    if (!f->pred.fits) f->n_modules = 0;
+    if (!f->pred.fits) *changed = 0;
+}
+
+/* "vision: rc=full,rc_layers=24; llm: rc=full": the modules of `changed` as --strategy keys. */
+static void changed_text(const plan_t *f, unsigned changed, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < f->n_modules && len < n; k++) {
+        if (!(changed >> k & 1)) continue;
+        const plan_module *s = &f->mod[k];
+        len += (size_t)snprintf(buf + len, n - len, "%s%s: rc=%s", len ? "; " : "", s->module,
+                                plan_recompute_name(s->recompute));
+        if (len < n && s->recompute_layers > 0)
+            len += (size_t)snprintf(buf + len, n - len, ",rc_layers=%d", s->recompute_layers);
+    }
 }
 
 static double plan_peak(const plan_t *p)
@@ -121,8 +136,8 @@ static double plan_peak(const plan_t *p)
 static int report(const plan_t *p, const plan_eval *ev, const plan_options *o, bool json, bool check)
 {
     static plan_t f;
-    int fk = -1;
-    fit_hint(p, o, &f, &fk);
+    unsigned changed;
+    fit_hint(p, o, &f, &changed);
     char dom[128];
     dominant(p, ev, dom, sizeof dom);
     double peak_bytes = verdict_peak(p, ev), margin = ev->capacity - peak_bytes;
@@ -141,11 +156,16 @@ static int report(const plan_t *p, const plan_eval *ev, const plan_options *o, b
         cJSON_AddNumberToObject(doc, "capacity_bytes", ev->capacity);
         cJSON_AddBoolToObject(doc, "fits", p->pred.fits);
         cJSON_AddStringToObject(doc, "dominant", dom);
-        if (f.n_modules) {
-            cJSON *fw = cJSON_AddObjectToObject(doc, "fits_with");
-            cJSON_AddStringToObject(fw, "module", f.mod[fk].module);
-            cJSON_AddStringToObject(fw, "recompute", plan_recompute_name(f.mod[fk].recompute));
-            cJSON_AddNumberToObject(fw, "recompute_layers", f.mod[fk].recompute_layers);
+        if (changed) {
+            cJSON *fw = cJSON_AddObjectToObject(doc, "fits_with"), *ms = cJSON_AddArrayToObject(fw, "modules");
+            for (int k = 0; k < f.n_modules; k++) {
+                if (!(changed >> k & 1)) continue;
+                cJSON *mo = cJSON_CreateObject();
+                cJSON_AddStringToObject(mo, "module", f.mod[k].module);
+                cJSON_AddStringToObject(mo, "recompute", plan_recompute_name(f.mod[k].recompute));
+                cJSON_AddNumberToObject(mo, "recompute_layers", f.mod[k].recompute_layers);
+                cJSON_AddItemToArray(ms, mo);
+            }
             cJSON_AddNumberToObject(fw, "peak_bytes", plan_peak(&f));
             cJSON_AddNumberToObject(fw, "step_time_s", f.pred.step_time_s);
         }
@@ -166,13 +186,11 @@ static int report(const plan_t *p, const plan_eval *ev, const plan_options *o, b
                                  util_fmt_bytes(margin, m, sizeof m), dom);
         else printf("\nOOM by %s: peak %s of %s; largest term: %s\n", util_fmt_bytes(-margin, m, sizeof m), peak,
                     cap, dom);
-        if (f.n_modules) {
-            const plan_module *s = &f.mod[fk];
-            char rcs[24];
-            if (s->recompute_layers > 0) snprintf(rcs, sizeof rcs, ",rc_layers=%d", s->recompute_layers);
-            else rcs[0] = '\0';
-            printf("fits with %s: rc=full%s (the least recomputation that fits: peak %s, step %.3f s against %.3f s)\n",
-                   s->module, rcs, util_fmt_bytes(plan_peak(&f), m, sizeof m), f.pred.step_time_s, p->pred.step_time_s);
+        if (changed) {
+            char what[256];
+            changed_text(&f, changed, what, sizeof what);
+            printf("fits with %s (the least recomputation that fits: peak %s, step %.3f s against %.3f s)\n", what,
+                   util_fmt_bytes(plan_peak(&f), m, sizeof m), f.pred.step_time_s, p->pred.step_time_s);
         }
     }
     return check && !p->pred.fits ? 1 : 0;

@@ -1,40 +1,12 @@
-/* What makes a plan that does not fit fit, by recomputation alone: the
- * least full recomputation of one module (plan_module.recompute_layers,
- * plan_block_recompute) that brings the worst GPU under its capacity, as
- * `dhp memory` suggests it beside an OOM verdict. */
+/* Recomputation against memory, plan by plan: the least full recomputation
+ * (plan_module.recompute_layers, plan_block_recompute) that brings a plan's
+ * worst GPU under its capacity, as `dhp memory` suggests it beside an OOM
+ * verdict, and the search's trim of its plans to the fewest recomputed
+ * blocks that fit. */
 #include "planner/planner.h"
 
 #include <math.h>
-
-int plan_fit_by_recompute(const plan_t *p, const plan_options *o, plan_t *out, int *module, char *err)
-{
-    static plan_t q;   /* a plan is large: one scratch copy, as the CLI holds its own */
-    double best = INFINITY;
-    *module = -1;
-    for (int k = 0; k < p->n_modules; k++) {
-        const model_module *mm = &p->model.mod[k];
-        const plan_module *s = &p->mod[k];
-        if (!model_runs_backward(mm) || (s->recompute == PLAN_RECOMP_FULL && s->recompute_layers == 0)) continue;
-        int longest = plan_longest_chunk(mm, s);
-        int n = s->recompute == PLAN_RECOMP_FULL ? s->recompute_layers + 1 : 1;
-        for (; n <= longest; n++) {   /* each more recomputed block saves memory and costs time */
-            q = *p;
-            q.mod[k].recompute = PLAN_RECOMP_FULL;
-            q.mod[k].recompute_layers = n < longest ? n : 0;
-            plan_eval ev;
-            int rc = plan_evaluate(&q, o, &ev, err);
-            if (rc) return rc;
-            if (ev.peak_mem > ev.capacity) continue;
-            if (q.pred.step_time_s < best) {
-                best = q.pred.step_time_s;
-                *out = q;
-                *module = k;
-            }
-            break;
-        }
-    }
-    return UTIL_OK;
-}
+#include <stdbool.h>
 
 /* Module k of p recomputing m blocks a stage (m of its longest chunk's: full
  * recomputation of them all; 0: none) into q, evaluated; whether it fits. */
@@ -50,29 +22,109 @@ static int with_blocks(const plan_t *p, const plan_options *o, int k, int m, int
     return rc;
 }
 
+/* Module k of p, recomputing fully, down to the fewest blocks a stage that
+ * fit (none at all where that fits): bisected on plan_evaluate's memory (the
+ * modules'), which falls as blocks recompute, then up a block at a time to
+ * where the plan's own verdict agrees (the simulator's where it runs the
+ * plan: the dhp target adds the hand-off's buffers, plan_sim_predict). p
+ * changes only to a count that fits so, then evaluated and simulated. */
+static int trim_module(plan_t *p, const plan_options *o, int k, char *err)
+{
+    static plan_t q;
+    int longest = plan_longest_chunk(&p->model.mod[k], &p->mod[k]);
+    int now = p->mod[k].recompute_layers > 0 ? p->mod[k].recompute_layers : longest, lo = -1, hi = now;
+    while (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2, rc;
+        bool fits;
+        if ((rc = with_blocks(p, o, k, mid, longest, &q, &fits, err))) return rc;
+        if (fits) hi = mid;
+        else lo = mid;
+    }
+    for (int m = hi; m <= now; m++) {
+        bool fits;
+        int rc = with_blocks(p, o, k, m, longest, &q, &fits, err);
+        if (rc) return rc;
+        plan_sim_predict(&q, NULL);   /* a plan the schedule does not run keeps plan_evaluate's verdict */
+        if (q.pred.fits) {
+            *p = q;
+            break;
+        }
+    }
+    return UTIL_OK;
+}
+
 int plan_trim_recompute(plan_t *p, const plan_options *o, char *err)
 {
-    static plan_t q, best;
     for (int k = 0; k < p->n_modules; k++) {
-        const model_module *mm = &p->model.mod[k];
-        if (p->mod[k].recompute != PLAN_RECOMP_FULL || !model_runs_backward(mm)) continue;
-        int longest = plan_longest_chunk(mm, &p->mod[k]);
-        /* the memory falls as blocks recompute: bisect for the fewest that fit, below the chosen hi */
-        int lo = -1, hi = p->mod[k].recompute_layers > 0 ? p->mod[k].recompute_layers : longest;
-        bool found = false;
-        while (hi - lo > 1) {
-            int mid = lo + (hi - lo) / 2, rc;
-            bool fits;
-            if ((rc = with_blocks(p, o, k, mid, longest, &q, &fits, err))) return rc;
-            if (fits) {
-                hi = mid;
-                best = q;
-                found = true;
-            } else {
-                lo = mid;
-            }
-        }
-        if (found) *p = best;
+        if (p->mod[k].recompute != PLAN_RECOMP_FULL || !model_runs_backward(&p->model.mod[k])) continue;
+        int rc = trim_module(p, o, k, err);
+        if (rc) return rc;
     }
+    return UTIL_OK;
+}
+
+/* Whether module k of p could recompute more than it does: it runs a
+ * backward and does not recompute every block already. */
+static bool can_recompute_more(const plan_t *p, int k)
+{
+    const plan_module *s = &p->mod[k];
+    return model_runs_backward(&p->model.mod[k]) && !(s->recompute == PLAN_RECOMP_FULL && s->recompute_layers == 0);
+}
+
+/* q = p with the modules of `mask` recomputing every block, evaluated; whether it fits. */
+static int all_blocks(const plan_t *p, const plan_options *o, unsigned mask, plan_t *q, bool *fits, char *err)
+{
+    *q = *p;
+    for (int k = 0; k < p->n_modules; k++)
+        if (mask >> k & 1) {
+            q->mod[k].recompute = PLAN_RECOMP_FULL;
+            q->mod[k].recompute_layers = 0;
+        }
+    plan_eval ev;
+    int rc = plan_evaluate(q, o, &ev, err);
+    *fits = !rc && ev.peak_mem <= ev.capacity;
+    return rc;
+}
+
+int plan_fit_by_recompute(const plan_t *p, const plan_options *o, plan_t *out, unsigned *changed, char *err)
+{
+    static plan_t q;
+    double best = INFINITY;
+    unsigned every = 0;
+    *changed = 0;
+    for (int k = 0; k < p->n_modules; k++) {   /* one module: the fastest of each's fewest blocks that fit */
+        if (!can_recompute_more(p, k)) continue;
+        every |= 1u << k;
+        bool fits;
+        int rc = all_blocks(p, o, 1u << k, &q, &fits, err);
+        if (!rc && fits) rc = trim_module(&q, o, k, err);
+        if (rc) return rc;
+        if (fits && q.pred.fits && q.pred.step_time_s < best) {
+            best = q.pred.step_time_s;
+            *out = q;
+            *changed = 1u << k;
+        }
+    }
+    if (*changed || !every) return UTIL_OK;
+    /* none alone: all of them, then each down to its fewest blocks in turn; the first trimmed
+     * takes the most memory back, so each module first once, the fastest kept */
+    for (int first = 0; first < p->n_modules; first++) {
+        if (!(every >> first & 1)) continue;
+        bool fits;
+        int rc = all_blocks(p, o, every, &q, &fits, err);
+        if (rc || !fits) return rc;
+        for (int i = 0; !rc && i < p->n_modules; i++) {
+            int k = i == 0 ? first : i <= first ? i - 1 : i;
+            if (every >> k & 1) rc = trim_module(&q, o, k, err);
+        }
+        if (rc) return rc;
+        plan_sim_predict(&q, NULL);
+        if (!q.pred.fits || q.pred.step_time_s >= best) continue;
+        best = q.pred.step_time_s;
+        *out = q;
+    }
+    for (int k = 0; isfinite(best) && k < p->n_modules; k++)
+        if (out->mod[k].recompute != p->mod[k].recompute || out->mod[k].recompute_layers != p->mod[k].recompute_layers)
+            *changed |= 1u << k;
     return UTIL_OK;
 }

@@ -765,15 +765,19 @@ typedef struct {
 } plan_eval;
 int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err);
 /* For a plan whose worst GPU is over its capacity: the least full
- * recomputation of one module that fits it (rc=full with the fewest
- * rc_layers, plan_module.recompute_layers), the fastest such over the
- * modules, into *out with its module in *module (evaluated: out->pred);
- * *module -1 where none does (planner/fit.c). */
-int plan_fit_by_recompute(const plan_t *p, const plan_options *o, plan_t *out, int *module, char *err);
+ * recomputation that fits it (rc=full with the fewest rc_layers,
+ * plan_module.recompute_layers): of one module, the fastest such over the
+ * modules; where none alone does, of every module that could recompute more,
+ * each down to its fewest blocks in turn. Into *out (evaluated: out->pred),
+ * the modules it changes in the bit mask *changed; 0 where nothing fits
+ * (planner/fit.c). */
+int plan_fit_by_recompute(const plan_t *p, const plan_options *o, plan_t *out, unsigned *changed, char *err);
 /* The other way: in each module of p that recomputes fully, as few blocks a
- * stage as still fit (none at all where that fits), module by module; p is
- * re-evaluated where it changes (planner/fit.c). The search trims its plans
- * so, having priced full recomputation only at a chunk's quarters. */
+ * stage as still fit (none at all where that fits; by the plan's own verdict,
+ * the simulator's where it runs the plan), module by module; p is
+ * re-evaluated and simulated where it changes (planner/fit.c). The search
+ * trims its plans so, having priced full recomputation only at a chunk's
+ * quarters. */
 int plan_trim_recompute(plan_t *p, const plan_options *o, char *err);
 /* Each module's plan_step_parts (out[p->n_modules]) under the plan's own
  * options (plan_options_of); p is left as it is. */

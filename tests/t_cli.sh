@@ -31,7 +31,7 @@ l8=(--model "$T/l8.json" --cluster 8xh100 --batch 16 --text-tokens 65536 --strat
 if "$DHP" memory "${l8[@]}" >"$T/out" 2>"$T/err" && grep -q '^OOM by' "$T/out" \
    && grep -qE '^fits with llm: rc=full,rc_layers=[0-9]+ \(the least recomputation that fits' "$T/out" \
    && "$DHP" memory "${l8[@]}" --json >"$T/outj" 2>>"$T/err" \
-   && /usr/bin/python3 -c "import json,re,sys; d=json.load(open('$T/outj')); f=d['fits_with']; n=int(re.search(r'rc_layers=(\d+)', open('$T/out').read()).group(1)); assert not d['fits'] and f['module']=='llm' and f['recompute']=='full' and f['recompute_layers']==n and f['peak_bytes']<=d['capacity_bytes'], f" 2>>"$T/err"; then
+   && /usr/bin/python3 -c "import json,re,sys; d=json.load(open('$T/outj')); f=d['fits_with']; n=int(re.search(r'rc_layers=(\d+)', open('$T/out').read()).group(1)); assert not d['fits'] and f['modules']==[{'module': 'llm', 'recompute': 'full', 'recompute_layers': n}] and f['peak_bytes']<=d['capacity_bytes'], f" 2>>"$T/err"; then
     ok cli_memory_oom_names_the_least_recomputation_that_fits
 else fail cli_memory_oom_names_the_least_recomputation_that_fits "$(head -c 400 "$T/out" "$T/err")"; fi
 

@@ -164,10 +164,10 @@ TEST(recompute_layers_least_recomputation_that_fits)
     if (rc) return;
     plan_eval ev;
     CHECK(!plan_evaluate(&p, &o, &ev, err) && ev.peak_mem > ev.capacity);
-    int k = -2;
-    CHECK_MSG(!plan_fit_by_recompute(&p, &o, &f, &k, err), "%s", err);
-    CHECK(k == 0);
-    if (k != 0) return;
+    unsigned changed = 0;
+    CHECK_MSG(!plan_fit_by_recompute(&p, &o, &f, &changed, err), "%s", err);
+    CHECK(changed == 1u);
+    if (changed != 1u) return;
     int n = f.mod[0].recompute_layers;
     CHECK_MSG(f.mod[0].recompute == PLAN_RECOMP_FULL && n >= 2 && n < 32, "rc_layers %d", n);
     CHECK(!plan_evaluate(&f, &o, &ev, err) && ev.peak_mem <= ev.capacity);
@@ -180,7 +180,7 @@ TEST(recompute_layers_least_recomputation_that_fits)
     w.text_tokens = 1 << 20;
     rc = plan_from_strategy_opts("llm:tp=2,sp=4,zero=3,rc=none", &m, &c, &w, PLAN_COLOCATED, 8, 1, &o, &p, err);
     CHECK_MSG(!rc, "%s", err);
-    CHECK(!rc && !plan_fit_by_recompute(&p, &o, &f, &k, err) && k == -1);
+    CHECK(!rc && !plan_fit_by_recompute(&p, &o, &f, &changed, err) && changed == 0);
 }
 
 /* The search's trim (plan_trim_recompute): full recomputation of every block
@@ -203,8 +203,8 @@ TEST(recompute_layers_trim_to_the_fewest_that_fit)
     if (!rc) rc = plan_from_strategy_opts("llm:tp=2,sp=4,zero=3,rc=none", &m, &c, &w, PLAN_COLOCATED, 8, 1, &o, &none, err);
     CHECK_MSG(!rc, "%s", err);
     if (rc) return;
-    int k;
-    CHECK(!plan_fit_by_recompute(&none, &o, &f, &k, err) && k == 0);
+    unsigned changed;
+    CHECK(!plan_fit_by_recompute(&none, &o, &f, &changed, err) && changed == 1u);
     CHECK(!plan_trim_recompute(&full, &o, err));
     CHECK_MSG(full.mod[0].recompute == PLAN_RECOMP_FULL && full.mod[0].recompute_layers == f.mod[0].recompute_layers,
               "trimmed to %d, least that fits %d", full.mod[0].recompute_layers, f.mod[0].recompute_layers);
@@ -222,4 +222,38 @@ TEST(recompute_layers_trim_to_the_fewest_that_fit)
     less.mod[0].recompute_layers--;
     plan_eval ev;
     CHECK(!plan_evaluate(&less, &o, &ev, err) && ev.peak_mem > ev.capacity);
+}
+
+/* Where no one module's recomputation fits the plan (Qwen2.5-VL-32B at 65,536
+ * vision tokens, sp 8 and tp 8, keeping everything): both modules recompute,
+ * and neither could recompute a block less. */
+TEST(recompute_layers_least_recomputation_of_several_modules)
+{
+    model_t m = test_model_load("qwen2.5-vl-32b");
+    cost_cluster c = test_cluster_load("8xh100");
+    plan_workload w = { .global_batch = 2, .images_per_sample = 1, .image_tokens = 65536, .text_tokens = 512 };
+    static plan_t p, f, less;
+    char err[UTIL_ERR_LEN];
+    plan_options o;
+    plan_options_default(&o);
+    o.target = PLAN_TARGET_DHP;
+    o.precision = PLAN_OPT_AUTOCAST;
+    int rc = plan_from_strategy_opts("vision:sp=8;llm:tp=8", &m, &c, &w, PLAN_COLOCATED, 8, 1, &o, &p, err);
+    CHECK_MSG(!rc, "%s", err);
+    if (rc) return;
+    unsigned changed = 0;
+    CHECK_MSG(!plan_fit_by_recompute(&p, &o, &f, &changed, err), "%s", err);
+    CHECK_MSG(changed == 3u, "changed %#x", changed);
+    if (changed != 3u) return;
+    CHECK(f.pred.fits);
+    for (int k = 0; k < 2; k++) {
+        less = f;
+        int n = less.mod[k].recompute_layers > 0 ? less.mod[k].recompute_layers : plan_longest_chunk(&m.mod[k], &less.mod[k]);
+        less.mod[k].recompute = n > 1 ? PLAN_RECOMP_FULL : PLAN_RECOMP_NONE;
+        less.mod[k].recompute_layers = n > 1 ? n - 1 : 0;
+        plan_eval ev;
+        CHECK(!plan_evaluate(&less, &o, &ev, err));
+        plan_sim_predict(&less, NULL);
+        CHECK_MSG(!less.pred.fits, "module %d fits with a block fewer recomputed (%d)", k, n - 1);
+    }
 }
