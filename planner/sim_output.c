@@ -150,9 +150,11 @@ int plan_sim_predict(plan_t *p, char *err)
     if (p->target == PLAN_TARGET_DHP) simulated_memory(p, &r);
     plan_sim_free(&r);
     if (!(sim > 0)) return util_fail(err, UTIL_EINVAL, "simulate: the step takes no time");
-    /* Rates are work per step over the step time: rescale them to the simulated step. */
+    /* Rates are work per step over the step time: rescale them to the simulated step
+     * (from the step they hold: plan_evaluate's, or an earlier simulation's, whose
+     * analytic step stays; the search's trim simulates before the search does). */
     double scale = pr->step_time_s / sim;
-    pr->analytic_step_time_s = pr->step_time_s;
+    if (!pr->simulated) pr->analytic_step_time_s = pr->step_time_s;
     pr->step_time_s = sim;
     pr->samples_per_s *= scale;
     pr->vision_tokens_per_s *= scale;
