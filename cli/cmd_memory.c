@@ -99,14 +99,23 @@ static double verdict_peak(const plan_t *p, const plan_eval *ev)
     return peak;
 }
 
-/* Beside an OOM verdict: the least recomputation that fits (plan_fit_by_recompute),
- * its verdict as the plan's (the simulator's where the dhp target runs it); *changed 0
- * where there is none. */
+/* Beside the verdict, the least recomputation that fits: beside OOM, the recomputation that
+ * makes the plan fit (plan_fit_by_recompute); beside FITS, as few recomputed blocks as still fit
+ * where the plan recomputes more (plan_trim_recompute); each judged as the plan is (the
+ * simulator's peak where the dhp target runs it). *changed: the modules it changes, 0 for none. */
 static void fit_hint(const plan_t *p, const plan_options *o, plan_t *f, unsigned *changed)
 {
     char err[UTIL_ERR_LEN];
     *changed = 0;
-    if (p->pred.fits || plan_fit_by_recompute(p, o, f, changed, err) || !*changed) return;
+    if (p->pred.fits) {
+        *f = *p;
+        if (plan_trim_recompute(f, o, err)) return;
+        for (int k = 0; k < p->n_modules; k++)
+            if (f->mod[k].recompute != p->mod[k].recompute || f->mod[k].recompute_layers != p->mod[k].recompute_layers)
+                *changed |= 1u << k;
+        return;
+    }
+    if (plan_fit_by_recompute(p, o, f, changed, err) || !*changed) return;
     if (f->target == PLAN_TARGET_DHP) plan_sim_predict(f, NULL);
     if (!f->pred.fits) *changed = 0;
 }
@@ -189,7 +198,8 @@ static int report(const plan_t *p, const plan_eval *ev, const plan_options *o, b
         if (changed) {
             char what[256];
             changed_text(&f, changed, what, sizeof what);
-            printf("fits with %s (the least recomputation that fits: peak %s, step %.3f s against %.3f s)\n", what,
+            printf("%s %s (the least recomputation that fits: peak %s, step %.3f s against %.3f s)\n",
+                   p->pred.fits ? "fits recomputing less, with" : "fits with", what,
                    util_fmt_bytes(plan_peak(&f), m, sizeof m), f.pred.step_time_s, p->pred.step_time_s);
         }
     }

@@ -34,6 +34,13 @@ if "$DHP" memory "${l8[@]}" >"$T/out" 2>"$T/err" && grep -q '^OOM by' "$T/out" \
    && /usr/bin/python3 -c "import json,re,sys; d=json.load(open('$T/outj')); f=d['fits_with']; n=int(re.search(r'rc_layers=(\d+)', open('$T/out').read()).group(1)); assert not d['fits'] and f['modules']==[{'module': 'llm', 'recompute': 'full', 'recompute_layers': n}] and f['peak_bytes']<=d['capacity_bytes'], f" 2>>"$T/err"; then
     ok cli_memory_oom_names_the_least_recomputation_that_fits
 else fail cli_memory_oom_names_the_least_recomputation_that_fits "$(head -c 400 "$T/out" "$T/err")"; fi
+# and beside FITS, where the plan recomputes every block, the same count: recomputing less also fits
+n=$(sed -n 's/^fits with llm: rc=full,rc_layers=\([0-9]*\) .*/\1/p' "$T/out")
+l8[9]='llm:tp=2,sp=4,zero=3,rc=full'
+if [ -n "$n" ] && "$DHP" memory "${l8[@]}" >"$T/out2" 2>"$T/err" && grep -q '^FITS' "$T/out2" \
+   && grep -q "^fits recomputing less, with llm: rc=full,rc_layers=$n (the least recomputation that fits" "$T/out2"; then
+    ok cli_memory_fits_names_the_least_recomputation_that_fits
+else fail cli_memory_fits_names_the_least_recomputation_that_fits "$(tail -c 400 "$T/out2") $(head -c 200 "$T/err")"; fi
 
 if "$DHP" memory --strategy 'vision:sp=8,rc=full;llm:tp=8,rc=full' --json >"$T/out" 2>"$T/err" \
    && /usr/bin/python3 -c "import json,sys; d=json.load(open('$T/out')); assert d['fits'] in (True, False); assert len(d['modules'])==2" 2>>"$T/err"; then
