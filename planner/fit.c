@@ -53,14 +53,51 @@ static int trim_module(plan_t *p, const plan_options *o, int k, char *err)
     return UTIL_OK;
 }
 
-int plan_trim_recompute(plan_t *p, const plan_options *o, char *err)
+/* q = p with the modules of `mask` trimmed in turn (trim_module), `first`
+ * first and the others in order, then evaluated and simulated afresh. */
+static int trim_in_order(const plan_t *p, const plan_options *o, unsigned mask, int first, plan_t *q, char *err)
 {
-    for (int k = 0; k < p->n_modules; k++) {
-        if (p->mod[k].recompute != PLAN_RECOMP_FULL || !model_runs_backward(&p->model.mod[k])) continue;
-        int rc = trim_module(p, o, k, err);
+    *q = *p;
+    int rc = UTIL_OK;
+    for (int i = 0; !rc && i < p->n_modules; i++) {
+        int k = i == 0 ? first : i <= first ? i - 1 : i;
+        if (mask >> k & 1) rc = trim_module(q, o, k, err);
+    }
+    plan_eval ev;
+    if (!rc) rc = plan_evaluate(q, o, &ev, err);
+    if (!rc) plan_sim_predict(q, NULL);
+    return rc;
+}
+
+/* The fastest plan that fits of trimming the modules of `mask` with each of
+ * them first once (the first trimmed takes back the memory the others then
+ * cannot), into *best; *found false where none fits. */
+static int trim_fastest(const plan_t *p, const plan_options *o, unsigned mask, plan_t *best, bool *found, char *err)
+{
+    static plan_t q;
+    *found = false;
+    for (int first = 0; first < p->n_modules; first++) {
+        if (!(mask >> first & 1)) continue;
+        int rc = trim_in_order(p, o, mask, first, &q, err);
         if (rc) return rc;
+        if (q.pred.fits && (!*found || q.pred.step_time_s < best->pred.step_time_s)) {
+            *best = q;
+            *found = true;
+        }
     }
     return UTIL_OK;
+}
+
+int plan_trim_recompute(plan_t *p, const plan_options *o, char *err)
+{
+    static plan_t best;
+    unsigned mask = 0;
+    for (int k = 0; k < p->n_modules; k++)
+        if (p->mod[k].recompute == PLAN_RECOMP_FULL && model_runs_backward(&p->model.mod[k])) mask |= 1u << k;
+    bool found = false;
+    int rc = mask ? trim_fastest(p, o, mask, &best, &found, err) : UTIL_OK;
+    if (!rc && found) *p = best;
+    return rc;
 }
 
 /* Whether module k of p could recompute more than it does: it runs a
@@ -106,24 +143,14 @@ int plan_fit_by_recompute(const plan_t *p, const plan_options *o, plan_t *out, u
         }
     }
     if (*changed || !every) return UTIL_OK;
-    /* none alone: all of them, then each down to its fewest blocks in turn; the first trimmed
-     * takes the most memory back, so each module first once, the fastest kept */
-    for (int first = 0; first < p->n_modules; first++) {
-        if (!(every >> first & 1)) continue;
-        bool fits;
-        int rc = all_blocks(p, o, every, &q, &fits, err);
-        if (rc || !fits) return rc;
-        for (int i = 0; !rc && i < p->n_modules; i++) {
-            int k = i == 0 ? first : i <= first ? i - 1 : i;
-            if (every >> k & 1) rc = trim_module(&q, o, k, err);
-        }
-        if (rc) return rc;
-        plan_sim_predict(&q, NULL);
-        if (!q.pred.fits || q.pred.step_time_s >= best) continue;
-        best = q.pred.step_time_s;
-        *out = q;
-    }
-    for (int k = 0; isfinite(best) && k < p->n_modules; k++)
+    /* none alone: all of them, then each down to its fewest blocks in turn (trim_fastest) */
+    bool fits, found = false;
+    static plan_t trimmed;
+    int rc = all_blocks(p, o, every, &q, &fits, err);
+    if (!rc && fits) rc = trim_fastest(&q, o, every, &trimmed, &found, err);
+    if (rc || !found) return rc;
+    *out = trimmed;
+    for (int k = 0; k < p->n_modules; k++)
         if (out->mod[k].recompute != p->mod[k].recompute || out->mod[k].recompute_layers != p->mod[k].recompute_layers)
             *changed |= 1u << k;
     return UTIL_OK;
