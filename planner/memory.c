@@ -233,7 +233,7 @@ static double pipeline_blocks_in_flight(const model_module *mm, const plan_modul
                                         const plan_seq *q, double t, double A, double stem_bytes, double *stem_micro)
 {
     int stages = s->pp > 1 && plan_vp(s) == 1 ? s->pp : 1;
-    double blocks = 0, most = -1;
+    double held = 0, most = -1;
     *stem_micro = 0;
     for (int i = 0; i < stages; i++) {
         plan_stage st = plan_stage_of(mm, s, i);
@@ -241,11 +241,11 @@ static double pipeline_blocks_in_flight(const model_module *mm, const plan_modul
         double bytes = b + (i == 0 ? micro * stem_bytes : 0);
         if (bytes > most) {
             most = bytes;
-            blocks = b;
+            held = b;
             *stem_micro = i == 0 ? micro : 0;
         }
     }
-    return blocks;
+    return held;
 }
 
 /* Tokens one GPU of the group processes per micro-batch. */
