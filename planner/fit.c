@@ -5,7 +5,6 @@
  * blocks that fit. */
 #include "planner/planner.h"
 
-#include <math.h>
 #include <stdbool.h>
 
 /* Module k of p recomputing m blocks a stage (m of its longest chunk's: full
@@ -123,34 +122,42 @@ static int all_blocks(const plan_t *p, const plan_options *o, unsigned mask, pla
     return rc;
 }
 
+/* p with the modules of `mask` recomputing every block, then each down to
+ * its fewest blocks in turn (trim_fastest), into *out; *found false where
+ * even every block recomputed does not fit. */
+static int recompute_to_fit(const plan_t *p, const plan_options *o, unsigned mask, plan_t *out, bool *found,
+                            char *err)
+{
+    static plan_t q;
+    bool fits;
+    *found = false;
+    int rc = all_blocks(p, o, mask, &q, &fits, err);
+    if (rc || !fits) return rc;
+    return trim_fastest(&q, o, mask, out, found, err);
+}
+
 int plan_fit_by_recompute(const plan_t *p, const plan_options *o, plan_t *out, unsigned *changed, char *err)
 {
     static plan_t q;
-    double best = INFINITY;
     unsigned every = 0;
+    bool any = false;
     *changed = 0;
     for (int k = 0; k < p->n_modules; k++) {   /* one module: the fastest of each's fewest blocks that fit */
         if (!can_recompute_more(p, k)) continue;
         every |= 1u << k;
-        bool fits;
-        int rc = all_blocks(p, o, 1u << k, &q, &fits, err);
-        if (!rc && fits) rc = trim_module(&q, o, k, err);
+        bool found;
+        int rc = recompute_to_fit(p, o, 1u << k, &q, &found, err);
         if (rc) return rc;
-        if (fits && q.pred.fits && q.pred.step_time_s < best) {
-            best = q.pred.step_time_s;
+        if (found && (!any || q.pred.step_time_s < out->pred.step_time_s)) {
             *out = q;
-            *changed = 1u << k;
+            any = true;
         }
     }
-    if (*changed || !every) return UTIL_OK;
-    /* none alone: all of them, then each down to its fewest blocks in turn (trim_fastest) */
-    bool fits, found = false;
-    static plan_t trimmed;
-    int rc = all_blocks(p, o, every, &q, &fits, err);
-    if (!rc && fits) rc = trim_fastest(&q, o, every, &trimmed, &found, err);
-    if (rc || !found) return rc;
-    *out = trimmed;
-    for (int k = 0; k < p->n_modules; k++)
+    if (!any && every) {   /* none alone: all of them */
+        int rc = recompute_to_fit(p, o, every, out, &any, err);
+        if (rc) return rc;
+    }
+    for (int k = 0; any && k < p->n_modules; k++)
         if (out->mod[k].recompute != p->mod[k].recompute || out->mod[k].recompute_layers != p->mod[k].recompute_layers)
             *changed |= 1u << k;
     return UTIL_OK;
