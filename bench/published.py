@@ -80,11 +80,13 @@ def strategy_of(c):
         kv.append("split=ends")
     if c.get("rc_layers"):
         kv.append(f"rc_layers={c['rc_layers']}")
+    if c.get("sp", 1) > 1:
+        kv.append(f"sp={c['sp']}")
     return "llm:" + ",".join(kv)
 
 
 # The Megatron target's framework options (planner/framework.h) a row may set, each its dhp plan flag.
-FRAMEWORK_OPTIONS = ("zero3", "adamw", "grad_reduce", "tp_style", "pipe_engine", "grad_accum")
+FRAMEWORK_OPTIONS = ("zero3", "adamw", "grad_reduce", "tp_style", "pipe_engine", "grad_accum", "fp8")
 
 
 def run_dhp(dhp, c, tmp):
@@ -368,9 +370,11 @@ def fit_rows(dhp, skipped):
         preset, spec, fit, unit = None, None, "", 1e12
         if fam == "gemm":
             shape = re.search(r"(\d+)x(\d+)x(\d+)", r["model"])
-            preset = "8xa100-80g" if gpu.startswith("A100") else "8xh100" if gpu.startswith("H100") else None
-            spec = "gemm:" + ",".join(shape.groups())
-            fit = "gemm_eff_max" if preset else ""
+            fp8 = "fp8" in r["precision"].lower()
+            preset = "8xa100-80g" if gpu.startswith("A100") else "8xh100" if gpu.startswith("H100") else \
+                "8xh200" if gpu.startswith("H200") and fp8 else None
+            spec = ("gemm8:" if fp8 else "gemm:") + ",".join(shape.groups())
+            fit = ("gemm_eff_max_fp8" if fp8 else "gemm_eff_max") if preset else ""
         elif fam == "attention" and "head_dim" in r["model"]:
             d = int(re.search(r"head_dim (\d+)", r["model"]).group(1))
             preset, spec, fit = "8xh100", f"attention:{int(num(r['seq']))},{int(num(r['heads']))},{d},0", "attn_hd_half (ratio to d=128)"

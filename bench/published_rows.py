@@ -78,6 +78,9 @@ def cluster_json(fam, gpus, hbm_gib=None, hbm_bw=None, node_gbps=None):
             g["peak_flops"] = {"value": GRAND_TETON_PEAK,
                                "source": "torchtitan benchmarks, Hardware: 500 W power limit; SXM and NVL datasheet "
                                          "peaks interpolated by power (published_rows.py GRAND_TETON_PEAK)"}
+            if "peak_flops_fp8" in g:   # the same clock: FP8's peak scales as bf16's (SXM 1979, NVL 1670.5 dense)
+                g["peak_flops_fp8"] = {"value": g["peak_flops_fp8"]["value"] * GRAND_TETON_PEAK / H100_SXM_PEAK,
+                                       "source": "the SXM file's FP8 peak scaled as GRAND_TETON_PEAK"}
         pool["gpu"] = g
     c["name"] = f"{fam}-{gpus}"
     return c
@@ -172,6 +175,20 @@ NARAYANAN_HEADS = {"GPT-1.7B": 24, "GPT-3.6B": 32, "GPT-7.5B": 32, "GPT-18.4B": 
 # GPT-3 paper (Brown et al., arXiv 2005.14165) Table 2.1 sizes; FlashAttention's 2.7B uses head dim 128.
 GPT3_DIMS = {"GPT3-125M": (12, 768, 12), "GPT3-1.3B": (24, 2048, 16), "GPT3-2.7B": (32, 2560, 20)}
 MPT_HEADS = {"MPT-70b": 64, "MPT-30b": 56, "MPT-13b": 40, "MPT-7b": 32}
+# NeMo's performance rows name their models only: layers, hidden, heads, kv heads, ffn, vocab of each
+# (Llama 2: Touvron et al., arXiv 2307.09288, and meta-llama/Llama-2-*-hf config.json; Nemotron-4 340B:
+# NVIDIA, arXiv 2406.11704, Table 1: squared-ReLU MLP, not gated, 256k vocab).
+NEMO_DIMS = {"LLAMA2-7B": (32, 4096, 32, 32, 11008, 32000), "LLAMA2-13B": (40, 5120, 40, 40, 13824, 32000),
+             "LLAMA2-70B": (80, 8192, 64, 8, 28672, 32000), "Nemotron-340B": (96, 18432, 96, 8, 73728, 256000)}
+
+
+def fp8_recipe(fam, prec):
+    """dhp plan --fp8 for a row's FP8 training, or None where the bench does not interpret it."""
+    if fam == "nemo":
+        return "tensorwise" if "current" in prec else "delayed"
+    if fam.startswith("torchtitan"):
+        return "torchao"
+    return None
 
 
 class Skip(Exception):
@@ -207,7 +224,7 @@ def interpret(r, idx):
     prec, metric, notes = r["precision"].lower(), r["metric"], r["notes"]
     if fam == "gemm":
         if "fp8" in prec:
-            raise Skip("fp8", "FP8 GEMM: dhp prices BF16 only")
+            raise Skip("fit", "FP8 GEMM micro-benchmark: sets costdb gemm_eff_max_fp8 (MAMF)")
         raise Skip("fit", "GEMM micro-benchmark: sets costdb gemm_eff_max (MAMF)")
     if fam == "attention":
         raise Skip("fit", "attention kernel benchmark: sets costdb attn_eff")
@@ -215,8 +232,9 @@ def interpret(r, idx):
         raise Skip("fit", "nccl-tests / all_reduce_bench bus bandwidth: sets the costdb link tiers")
     if fam == "zb-wgrad":
         raise Skip("fit", "weight-gradient GEMMs timed inside training: set A100 gemm_sustained")
-    if "fp8" in prec:
-        raise Skip("fp8", "FP8 training: dhp prices BF16/FP16 compute only")
+    fp8 = fp8_recipe(fam, prec) if "fp8" in prec else None
+    if "fp8" in prec and not fp8:
+        raise Skip("fp8", "FP8 training of a source the bench does not interpret")
     reasons = {"megascale": "parallel transformer block, sliding-window attention, LAMB; TP/PP/DP not given",
                "disttrain": "per-module configurations of the 72B MLLM not given",
                "ulysses": "no per-configuration figure (only '>175 TFLOP/s' over 1.2-30B models)",
@@ -229,6 +247,8 @@ def interpret(r, idx):
     c = {"idx": idx, "family": fam, "source": src, "name": r["model"], "metric": metric, "value": num(r["value"]),
          "notes": notes, "rc": "none", "zero": 0, "seqpar": False, "vp": 1, "attention": "flash", "dropout": False,
          "precision": "bf16-mixed", "mem": {}, "hbm_gib": 80}
+    if fp8:
+        c["fp8"] = fp8
     c["held_out"] = bool(re.match(r"held out\b", notes))
     nm = re.search(r"inter-node ([0-9.]+) Gb/s per node", notes)
     c["node_gbps"] = float(nm.group(1)) if nm else None
@@ -256,8 +276,10 @@ def interpret(r, idx):
     zero = r["zero_or_fsdp"]
     c["zero"] = 3 if ("ZeRO-3" in zero or "FSDP" in zero and "FSDP=1" not in zero) else 1 if "ZeRO-1" in zero else 0
     cp = r["cp_or_sp"]
-    if re.search(r"CP\s*([2-9])", cp):
-        raise Skip("unexpressible", "context parallelism of the LLM is not priced by dhp yet")
+    if re.search(r"CP\s*([2-9])", cp) and fam != "nemo":
+        raise Skip("unexpressible", "context parallelism as the source ran it (PyTorch's ring attention with FSDP "
+                                    "over the cp ranks) is not what dhp's LLM sp prices here (Ulysses where tp x sp "
+                                    "divides the heads)")
     if "Megatron SP" in cp:
         c["seqpar"] = True
     if fam in ("narayanan-t1", "narayanan-t2", "korthikanti-t5", "korthikanti-abs", "korthikanti-fig1", "mt-nlg",
@@ -319,9 +341,62 @@ def interpret(r, idx):
                             "--pipe-engine deepspeed")
         if not dp:
             dp = gpus // (tp * pp)
+    elif fam == "nemo":
+        # NeMo 24.07 and Megatron-Bridge 25.11 / 26.02 performance tables: Megatron-Core with
+        # TransformerEngine on DGX-H100, bf16 with FP8 linears, the distributed optimizer
+        if r["model"] in NEMO_DIMS:
+            L, h, heads, kv, ffn, V = NEMO_DIMS[r["model"]]
+            inferred.append(f"{r['model']} dims {L} x {h}, {heads}/{kv} heads, ffn {ffn}, vocab {V} (the model's "
+                            "paper / config: NEMO_DIMS)")
+        if r["model"].startswith("GPT3"):
+            c["model"] = gpt_model(L, h, heads, V, ffn or 4 * h)
+            if vocab_unsure:
+                inferred.append("vocab 51200 (GPT's, padded)")
+        elif r["model"].startswith("Nemotron"):
+            c["model"] = llama_model(L, h, heads, kv, ffn, V)
+            c["model"].update(ffn_kind="gelu", norm="layernorm")
+            inferred.append("Nemotron-4: squared-ReLU MLP (not gated, priced as GELU's), LayerNorm, no biases")
+        else:
+            c["model"] = llama_model(L, h, heads, kv or heads, ffn, V)
+        c["fp8"] = fp8
+        inferred.append("FP8 linears as TransformerEngine runs them: --fp8 " + fp8 +
+                        (" ('current scaling')" if fp8 == "tensorwise" else
+                         " (NeMo 24.07's TE DelayedScaling, its default recipe)" if "NeMo" in src else
+                         " (the 26.02 table says fp8; 25.11's current scaling assumed)"))
+        c["zero"] = 1
+        inferred.append("Megatron-Core's distributed optimizer (NeMo's default): ZeRO-1")
+        if r["model"] == "LLAMA3_8B" and "Megatron-Bridge" in src:
+            # scripts/performance/configs/llama/llama3_workload_base_configs.py (00919dc):
+            # LLAMA3_8B_PRETRAIN_CONFIG_H100_FP8_CS_V1 sets context_parallel_size 1, recompute_num_layers 5
+            c["rc"], c["rc_layers"] = "full", 5
+            inferred.append("recompute_num_layers 5 (Megatron-Bridge's H100 FP8 preset for Llama 3 8B): --strategy "
+                            "rc=full,rc_layers=5")
+        if tp > 1:
+            c["seqpar"] = True
+            inferred.append("sequence parallelism with TP (NeMo's performance configs)")
+        iv = re.search(r"VP (\d+)", notes)
+        if iv and int(iv.group(1)) > 1:
+            c["vp"] = int(iv.group(1))
+        cpm = re.search(r"CP\s*(\d+)", r["cp_or_sp"])
+        cp = int(cpm.group(1)) if cpm else 1
+        if cp > 1:
+            if not (heads % (tp * cp) or kv % (tp * cp)):
+                raise Skip("unexpressible", f"context parallelism {cp}: Megatron-Core's is ring attention; dhp prices "
+                                            f"the LLM's sp as Ulysses where tp x sp divides the heads ({heads}/{kv})")
+            c["sp"] = cp
+            inferred.append(f"context parallelism {cp} as ring attention (tp x cp does not divide the kv heads)")
+        if not dp:
+            dp = gpus // (tp * pp * cp)
+        inferred.append("TP communication overlap (NeMo's tp_comm_overlap, userbuffers) not modelled: TP collectives "
+                        "priced exposed")
     elif fam.startswith("torchtitan"):
         if "eager" in notes:
             raise Skip("unexpressible", "eager PyTorch: unfused element-wise ops (dhp prices fused kernels, as torch.compile)")
+        if pp > 1:
+            raise Skip("unexpressible", "FSDP2 under pipeline parallelism: dhp refuses ZeRO-3 with pp > 1")
+        if fp8:
+            inferred.append("Float8 linears: torchao's Float8Linear, tensorwise dynamic scaling (torchtitan's float8 "
+                            "converter of 2024-12): --fp8 torchao; FSDP's float8 all-gather not modelled")
         c["model"] = llama_model(L, h, heads, kv, ffn, V)
         c["precision"] = "bf16-autocast"   # FSDP2 mixed precision: fp32 sharded weights, bf16 compute
         c["zero3"] = "fsdp2"
@@ -471,8 +546,8 @@ def interpret(r, idx):
         raise Skip("unexpressible", "source family not interpreted by the bench")
     if not (gpus and mb and gb and seq and c["model"]["heads"] and c["model"]["layers"]):
         raise Skip("unexpressible", "shape, GPU count or batch not given")
-    dp = dp or gpus // (tp * pp)
-    if tp * pp * dp != gpus:
+    dp = dp or gpus // (tp * pp * c.get("sp", 1))
+    if tp * pp * dp * c.get("sp", 1) != gpus:
         raise Skip("unexpressible", f"tp {tp} x pp {pp} x dp {dp} != {gpus} GPUs")
     c.update(gpus=gpus, tp=tp, pp=pp, dp=dp, mb=int(mb), gb=int(gb), seq=seq, inferred=inferred)
     c["pub_step_s"] = published_step(c)

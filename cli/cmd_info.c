@@ -56,13 +56,20 @@ static int price(const cost_cluster *c, const char *spec)
     int n = sscanf(colon + 1, "%lf,%lf,%lf,%lf", &a[0], &a[1], &a[2], &a[3]);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "kind", kind);
-    if (!strcmp(kind, "gemm") && n == 3) {
-        double t = cost_gemm_time(&p->gpu, a[0], a[1], a[2]);
+    bool fp8 = !strcmp(kind, "gemm8");   /* an FP8 GEMM (COST_MATH_FP8) */
+    if ((fp8 || !strcmp(kind, "gemm")) && n == 3) {
+        cost_gemm_math math = fp8 ? COST_MATH_FP8 : COST_MATH_BF16;
+        if (fp8 && !cost_gpu_has_fp8(&p->gpu)) {
+            cJSON_Delete(o);
+            return cli_usage_error("clusters", "--price: %s has no FP8 tensor cores (no peak_flops_fp8)", p->gpu.name);
+        }
+        double t = cost_gemm_time_in(&p->gpu, math, a[0], a[1], a[2]);
         cJSON_AddNumberToObject(o, "seconds", t);
         cJSON_AddNumberToObject(o, "flops_per_s", 2 * a[0] * a[1] * a[2] / t);
-        cJSON_AddNumberToObject(o, "efficiency", cost_gemm_efficiency(&p->gpu, a[0], a[1], a[2]));
+        cJSON_AddNumberToObject(o, "efficiency", cost_gemm_efficiency_in(&p->gpu, math, a[0], a[1], a[2]));
         /* the burst rate MAMF-like benchmarks time (bench/published.py's fit rows) */
-        cJSON_AddNumberToObject(o, "burst_flops_per_s", 2 * a[0] * a[1] * a[2] / cost_gemm_burst_time(&p->gpu, a[0], a[1], a[2]));
+        cJSON_AddNumberToObject(o, "burst_flops_per_s",
+                                2 * a[0] * a[1] * a[2] / cost_gemm_burst_time_in(&p->gpu, math, a[0], a[1], a[2]));
     } else if (!strcmp(kind, "attention") && n >= 3) {
         /* SEQ,HEADS,HEAD_DIM[,CAUSAL]: one sequence's forward */
         double rows = a[0] * a[1], scores = rows * cost_attention_mean_span(a[0], n > 3 && a[3] != 0);
@@ -82,7 +89,7 @@ static int price(const cost_cluster *c, const char *spec)
         cJSON_AddNumberToObject(o, "busbw", a[0] / t * factor);
     } else {
         cJSON_Delete(o);
-        return cli_usage_error("clusters", "--price: '%s': gemm:M,N,K, attention:SEQ,HEADS,HEAD_DIM[,CAUSAL] or "
+        return cli_usage_error("clusters", "--price: '%s': gemm:M,N,K, gemm8:M,N,K (FP8), attention:SEQ,HEADS,HEAD_DIM[,CAUSAL] or "
                                "allreduce|allgather|reducescatter|alltoall|broadcast:BYTES,RANKS[,PER_NODE]", spec);
     }
     cli_emit_json(o);

@@ -274,6 +274,23 @@ static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON 
              "also keeps its gradient buffers in bf16, which the plan does not price", s->module);
 }
 
+/* --fp8 (plan_fp8): TransformerEngine's FP8 linears, E4M3 forward and E5M2
+ * gradients (hybrid), with the primary FP8 weights the plan prices
+ * (plan_fp8_props.primary_fp8_weights: --fp8-param-gather). torchao's recipe
+ * has no Megatron form: TransformerEngine's tensorwise (current) scaling is the
+ * nearest. Once for the whole job: Megatron's FP8 flags are global. */
+static void megatron_fp8_args(const plan_t *p, cJSON *args, cJSON *notes)
+{
+    if (!plan_fp8_props_of(p->fp8)->on) return;
+    arg(args, "--fp8-format", "hybrid");
+    arg(args, "--fp8-recipe", p->fp8 == PLAN_FP8_DELAYED ? "delayed" : "tensorwise");
+    arg(args, "--fp8-param-gather", NULL);
+    if (p->fp8 == PLAN_FP8_TORCHAO)
+        note(notes, "fp8 torchao (torchao's Float8Linear) exported as TransformerEngine's tensorwise recipe: the plan "
+             "priced bf16 saved inputs and per-use weight casts, TransformerEngine saves FP8 inputs and keeps FP8 "
+             "weights (plan again with --fp8 tensorwise)");
+}
+
 static cJSON *megatron_grid(const plan_t *p, int k)
 {
     const plan_module *s = &p->mod[k];
@@ -296,6 +313,7 @@ static int export_megatron(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
     cJSON *env = cJSON_AddObjectToObject(doc, "env");
     megatron_model_args(p, args);
     megatron_strategy_args(p, s, args, env, notes);
+    megatron_fp8_args(p, args, notes);
     cJSON_AddNumberToObject(doc, "world_size", s->n_ranks);
     cJSON *grids = cJSON_AddArrayToObject(doc, "mimo_module_grid_specs");
     for (int m = 0; m < p->n_modules; m++) {
@@ -400,6 +418,10 @@ static int export_deepspeed(const plan_t *p, cJSON *doc, cJSON *notes, char *err
     }
     note(notes, "one DeepSpeed engine per module (deepspeed.initialize with that module's config and process "
          "groups); the %s placement is dhp's", plan_placement_name(p->placement));
+    if (plan_fp8_props_of(p->fp8)->on)
+        note(notes, "fp8 %s: DeepSpeed's config has no FP8 linears; the model code must bring them "
+             "(TransformerEngine's modules under te.fp8_autocast, or torchao's convert_to_float8_training)",
+             plan_fp8_name(p->fp8));
     return UTIL_OK;
 }
 
@@ -473,6 +495,27 @@ static void torchtitan_pipeline(const plan_t *p, const plan_module *s, cJSON *pa
     cJSON_ReplaceItemInObject(tr, "local_batch_size", cJSON_CreateNumber(p->work.global_batch / s->dp));
 }
 
+/* --fp8 in torchtitan 0.2.2's terms: the quantize.linear.float8 model
+ * converter (torchao's Float8Linear, torchtitan/components/quantization/
+ * float8.py) with tensorwise scaling, the output layer left in bf16 as the
+ * plan prices it (filter_fqns). TransformerEngine's recipes have no torchtitan
+ * form: a note. */
+static void torchtitan_fp8(const plan_t *p, cJSON *toml, cJSON *notes)
+{
+    if (!plan_fp8_props_of(p->fp8)->on) return;
+    cJSON *model = cJSON_AddObjectToObject(toml, "model");
+    cJSON *conv = cJSON_AddArrayToObject(model, "converters");
+    cJSON_AddItemToArray(conv, cJSON_CreateString("quantize.linear.float8"));
+    cJSON *f8 = cJSON_AddObjectToObject(toml, "quantize.linear.float8");
+    cJSON_AddStringToObject(f8, "recipe_name", "tensorwise");
+    cJSON *skip = cJSON_AddArrayToObject(f8, "filter_fqns");
+    cJSON_AddItemToArray(skip, cJSON_CreateString("output"));
+    if (p->fp8 != PLAN_FP8_TORCHAO)
+        note(notes, "fp8 %s (TransformerEngine) exported as torchao's tensorwise Float8Linear: it saves bf16 inputs "
+             "and casts the weights at each use, which the plan did not price (plan again with --fp8 torchao)",
+             plan_fp8_name(p->fp8));
+}
+
 static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
 {
     int k = p->model.llm, gas;
@@ -500,6 +543,7 @@ static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *er
     cJSON_AddNumberToObject(tr, "seq_len", llm_seq_len(p));
     cJSON_AddStringToObject(tr, "mixed_precision_param", p->precision == PLAN_OPT_FP32 ? "float32" : "bfloat16");
     if (s->pp > 1) torchtitan_pipeline(p, s, par, tr);
+    torchtitan_fp8(p, toml, notes);
     if (p->grad_reduce == PLAN_REDUCE_BF16)
         note(notes, "%s: gradients reduced in bf16 (--grad-reduce bf16) not exported: torchtitan 0.2.2's "
              "mixed_precision_reduce takes float32 only", s->module);

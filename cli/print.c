@@ -193,6 +193,12 @@ void cli_print_plan(const plan_t *p)
         if (p->mod[k].pp > 1) print_pipeline(p, k);
         if (p->mod[k].recompute == PLAN_RECOMP_FULL && p->mod[k].recompute_layers > 0) print_partial_recompute(p, k);
     }
+    if (plan_fp8_props_of(p->fp8)->on)
+        printf("  fp8 %s: the blocks' linears in FP8 (%s); attention, embeddings and output layer in bf16; MFU "
+               "against the bf16 peak\n", plan_fp8_name(p->fp8),
+               p->fp8 == PLAN_FP8_TORCHAO ? "torchao's Float8Linear, tensorwise scaling"
+               : p->fp8 == PLAN_FP8_DELAYED ? "TransformerEngine, delayed scaling, FP8 weights"
+                                            : "TransformerEngine, current scaling, FP8 weights");
     printf("  step %.3f s", pr->step_time_s);
     if (pr->simulated) printf(" (simulated; analytic %.3f s)", pr->analytic_step_time_s);
     else printf(" (analytic)");   /* a plan the schedule was not simulated for: dhp simulate prices it */

@@ -46,6 +46,12 @@ const char *cli_setup_help =
     "                        grad += new from the second micro-batch: Megatron-LM before 2022, DeepSpeed\n"
     "                        fp16) or bf16-optimizer (DeepSpeed's BF16_Optimizer: a cast and an fp32 add\n"
     "                        after every backward)\n"
+    "  --fp8 R               the megatron target's FP8 linears (the blocks' linear GEMMs at the GPU's FP8\n"
+    "                        peak; attention, embedding and output layer in bf16; GPUs with FP8 only):\n"
+    "                        delayed or tensorwise (TransformerEngine's delayed / current scaling, FP8\n"
+    "                        saved inputs and primary FP8 weights: Megatron --fp8-recipe, --fp8-param-\n"
+    "                        gather), torchao (torchtitan's Float8Linear: bf16 saved inputs, weights cast\n"
+    "                        at each use) or none (default)\n"
     "  --tf32                precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32): priced at the\n"
     "                        GPU's TF32 peak instead of its fp32 (CUDA-core) peak\n"
     "  --backend B           the dhp target's memory on the backend dhp run uses: cuda (its cuBLASLt\n"
@@ -128,6 +134,7 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         return enum_arg(cmd, a, val, val ? plan_pipe_engine_parse(val, &o->pipe_engine, why) : 0, why, NULL, i);
     if (!strcmp(a, "--grad-accum"))
         return enum_arg(cmd, a, val, val ? plan_grad_accum_parse(val, &o->grad_accum, why) : 0, why, NULL, i);
+    if (!strcmp(a, "--fp8")) return enum_arg(cmd, a, val, val ? plan_fp8_parse(val, &o->fp8, why) : 0, why, NULL, i);
     if (!strcmp(a, "--backend"))
         return enum_arg(cmd, a, val, val ? plan_backend_parse(val, &o->backend, why) : 0, why, &s->backend_given, i);
     if (!strcmp(a, "--tf32")) { o->tf32 = true; return 1; }
@@ -158,6 +165,7 @@ int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster
     if (plan_grad_accum_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     if (model_load(s->model, m, err)) return cli_usage_error(cmd, "%s", err);
     if (cost_cluster_load(s->cluster, c, err)) return cli_usage_error(cmd, "%s", err);
+    if (plan_fp8_check(&o, c, err)) return cli_usage_error(cmd, "%s", err);
     memset(w, 0, sizeof *w);
     w->global_batch = s->batch;
     w->text_tokens = s->text_tokens;

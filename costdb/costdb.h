@@ -92,6 +92,12 @@ typedef struct {
      * on the CUDA cores (cuBLAS's default math) and on TF32 tensor cores
      * (CUBLAS_COMPUTE_32F_FAST_TF32, dhp run --tf32); cost_gemm_peak. */
     double peak_flops_fp32, peak_flops_tf32;
+    /* Dense FP8 (E4M3 / E5M2 operands, fp32 accumulation) tensor-core peak,
+     * FLOP/s, and its large-shape achieved/peak ratio (MAMF of an FP8 GEMM,
+     * the bf16 gemm_eff_max's counterpart; the shape curve s(m) s(n) s(k) and
+     * the wave model are the bf16 ones); 0: the GPU has no FP8 tensor cores
+     * (or the file gives none), and COST_MATH_FP8 is not priced on it. */
+    double peak_flops_fp8, gemm_eff_max_fp8;
     /* Achieved GEMM efficiency for C[m,n] = A[m,k] B[k,n]:
      *   eff(m,n,k) = gemm_eff_max * s(m) * s(n) * s(k),  s(x) = x / (x + gemm_half)
      * gemm_eff_max is the large-shape achieved/peak ratio (MAMF); gemm_half is
@@ -300,22 +306,33 @@ double cost_gemm_time(const cost_gpu *g, double m, double n, double k); /* 2mnk 
  * -autocast run), priced from the GPU file's gemm_bf16 where it has one
  * (dhp profile timed that kernel), else as BF16 (costdb/model.c
  * measured_terms, the one owner of that choice). */
-typedef enum { COST_MATH_BF16 = 0, COST_MATH_FP32, COST_MATH_TF32, COST_MATH_BF16_DHP } cost_gemm_math;
+typedef enum { COST_MATH_BF16 = 0, COST_MATH_FP32, COST_MATH_TF32, COST_MATH_BF16_DHP, COST_MATH_FP8 } cost_gemm_math;
+/* Whether g prices COST_MATH_FP8 (its file gives peak_flops_fp8 and gemm_eff_max_fp8). */
+bool cost_gpu_has_fp8(const cost_gpu *g);
 /* The peak a GEMM in that math is priced at: peak_flops for bf16, and for
  * fp32 / TF32 the file's peak_flops_fp32 / _tf32, or peak_flops where the
- * file has none (a measured profile: its rate is the fp32 GEMM's). */
+ * file has none (a measured profile: its rate is the fp32 GEMM's); FP8 its
+ * peak_flops_fp8 (0 where the GPU has none). */
 double cost_gemm_peak(const cost_gpu *g, cost_gemm_math math);
 /* cost_gemm_time at that peak (the same efficiency curve, measured for bf16:
- * assumed for the other maths, as no fp32 / TF32 curve is published);
+ * assumed for the other maths, as no fp32 / TF32 curve is published; FP8's
+ * cost_gemm_efficiency_in);
  * BF16_DHP from gemm_bf16's own peak and grid where the file has it. */
 double cost_gemm_time_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k);
 /* The fraction of its burst rate a tensor-core GEMM in `math` keeps in a
- * training step (gemm_sustained, for the bf16 maths; 1 where the file
- * gives none, for fp32 and TF32, and for a measured gemm_bf16). */
+ * training step (gemm_sustained, for the bf16 maths and FP8; 1 where the
+ * file gives none, for fp32 and TF32, and for a measured gemm_bf16). FP8's
+ * is taken as bf16's: the same tensor cores under the same power limit, no
+ * FP8 MSMF measurement published. */
 double cost_gemm_sustained(const cost_gpu *g, cost_gemm_math math);
 /* cost_gemm_time at the burst rate (without cost_gemm_sustained): the GEMM
  * as a short benchmark such as MAMF times it. */
 double cost_gemm_burst_time(const cost_gpu *g, double m, double n, double k);
+double cost_gemm_burst_time_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k);
+/* The efficiency a GEMM in `math` is priced at: cost_gemm_efficiency, or for
+ * FP8 gemm_eff_max_fp8 x s(m) s(n) s(k) (no wave factor, no measured grid;
+ * 0 on a GPU without FP8). */
+double cost_gemm_efficiency_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k);
 /* Attention of `rows` query rows x heads over `scores` query-key pairs of
  * head_dim d: the forward runs 4 d FLOPs per score, the backward
  * COST_ATTN_BWD_FLOPS times that; each row also pays attn_row_s (backward

@@ -220,6 +220,11 @@ int cost_validate_gpu(const cost_gpu *g, const char *what, const char *path, cha
     if ((rc = cost_check_range(what, path, "peak_flops", g->peak_flops, 0, true, HUGE_VAL, err))) return rc;
     if ((rc = cost_check_range(what, path, "peak_flops_fp32", g->peak_flops_fp32, 0, false, HUGE_VAL, err))) return rc;
     if ((rc = cost_check_range(what, path, "peak_flops_tf32", g->peak_flops_tf32, 0, false, HUGE_VAL, err))) return rc;
+    if ((rc = cost_check_range(what, path, "peak_flops_fp8", g->peak_flops_fp8, 0, false, HUGE_VAL, err))) return rc;
+    if ((rc = cost_check_range(what, path, "gemm_eff_max_fp8", g->gemm_eff_max_fp8, 0, false, 1, err))) return rc;
+    if ((g->peak_flops_fp8 > 0) != (g->gemm_eff_max_fp8 > 0))
+        return util_fail(err, UTIL_EINVAL, "%s: %s: peak_flops_fp8 and gemm_eff_max_fp8 go together (one prices FP8 "
+                         "GEMMs without the other)", what, path);
     if ((rc = cost_check_range(what, path, "gemm_eff_max", g->gemm_eff_max, 0, true, 1, err))) return rc;
     if ((rc = cost_check_range(what, path, "gemm_half", g->gemm_half, 0, false, HUGE_VAL, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_eff", g->attn_eff, 0, true, 1, err))) return rc;
@@ -412,6 +417,7 @@ int cost_parse_gpu_obj(const cJSON *obj, const char *what, const char *path, boo
         {"attn_row_scores", &g->attn_row_scores}, {"attn_bwd_eff", &g->attn_bwd_eff},
         {"attn_bwd_row_scores", &g->attn_bwd_row_scores}, {"gemm_sustained", &g->gemm_sustained},
         {"peak_flops_fp32", &g->peak_flops_fp32}, {"peak_flops_tf32", &g->peak_flops_tf32},
+        {"peak_flops_fp8", &g->peak_flops_fp8}, {"gemm_eff_max_fp8", &g->gemm_eff_max_fp8},
         {"reserved_workspace_bytes", &g->reserved_workspace_bytes},
     };
     for (size_t i = 0; i < sizeof optional / sizeof optional[0]; i++)
@@ -531,6 +537,8 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && cJSON_AddNumberToObject(o, "kernel_launch_s", g->kernel_launch_s)
         && (g->peak_flops_fp32 <= 0 || cJSON_AddNumberToObject(o, "peak_flops_fp32", g->peak_flops_fp32))
         && (g->peak_flops_tf32 <= 0 || cJSON_AddNumberToObject(o, "peak_flops_tf32", g->peak_flops_tf32))
+        && (g->peak_flops_fp8 <= 0 || cJSON_AddNumberToObject(o, "peak_flops_fp8", g->peak_flops_fp8))
+        && (g->gemm_eff_max_fp8 <= 0 || cJSON_AddNumberToObject(o, "gemm_eff_max_fp8", g->gemm_eff_max_fp8))
         && (g->reserved_workspace_bytes <= 0
             || cJSON_AddNumberToObject(o, "reserved_workspace_bytes", g->reserved_workspace_bytes))
         && (g->sm_count <= 0 || cJSON_AddNumberToObject(o, "sm_count", g->sm_count))

@@ -38,6 +38,18 @@ static double formula_efficiency(const cost_gpu *g, double m, double n, double k
          * shape_factor(k, g->gemm_half) * cost_gemm_wave_efficiency(g, m, n, k);
 }
 
+/* FP8: eff(m,n,k) = gemm_eff_max_fp8 * s(m) * s(n) * s(k), without the
+ * bf16 tiles' wave factor: with it, the MAMF FP8 rows of H100 and H200 (one
+ * GH100 die) need 0.89 and 1.02 of the peak at their best shapes (1.02 is no
+ * efficiency); without, 0.78 and 0.81. Hopper's FP8 GEMMs run other tiles
+ * than the three the wave model counts. */
+static double fp8_efficiency(const cost_gpu *g, double m, double n, double k)
+{
+    if (!cost_gpu_has_fp8(g) || !(m > 0 && n > 0 && k > 0)) return 0;
+    return g->gemm_eff_max_fp8 * shape_factor(m, g->gemm_half) * shape_factor(n, g->gemm_half)
+         * shape_factor(k, g->gemm_half);
+}
+
 /* Where x falls on an ascending axis a[0..n), n >= 2, clamped to it:
  * between a[*i] and a[*i + 1] at weight *w (linear in log x). */
 static void axis_position(const double *a, int n, double x, int *i, double *w)
@@ -81,11 +93,19 @@ double cost_gemm_efficiency(const cost_gpu *g, double m, double n, double k)
     return formula_efficiency(g, m, n, k);
 }
 
+double cost_gemm_efficiency_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k)
+{
+    return math == COST_MATH_FP8 ? fp8_efficiency(g, m, n, k) : cost_gemm_efficiency(g, m, n, k);
+}
+
 double cost_gemm_peak(const cost_gpu *g, cost_gemm_math math)
 {
+    if (math == COST_MATH_FP8) return g->peak_flops_fp8;
     double p = math == COST_MATH_FP32 ? g->peak_flops_fp32 : math == COST_MATH_TF32 ? g->peak_flops_tf32 : 0;
     return p > 0 ? p : g->peak_flops;
 }
+
+bool cost_gpu_has_fp8(const cost_gpu *g) { return g->peak_flops_fp8 > 0 && g->gemm_eff_max_fp8 > 0; }
 
 /* The measured figures that price dhp's own bf16 kernels on g (dhp_bf16:
  * the kernel priced is one, COST_ATTN_BF16 or COST_MATH_BF16_DHP), the one
@@ -109,7 +129,7 @@ static measured measured_terms(const cost_gpu *g, bool dhp_bf16)
  * profile's gemm_bf16 is its own measurement. */
 double cost_gemm_sustained(const cost_gpu *g, cost_gemm_math math)
 {
-    if (math != COST_MATH_BF16 && math != COST_MATH_BF16_DHP) return 1.0;
+    if (math != COST_MATH_BF16 && math != COST_MATH_BF16_DHP && math != COST_MATH_FP8) return 1.0;
     if (math == COST_MATH_BF16_DHP && measured_terms(g, true).gemm) return 1.0;
     return g->gemm_sustained > 0 ? g->gemm_sustained : 1.0;
 }
@@ -122,7 +142,7 @@ static double gemm_time(const cost_gpu *g, cost_gemm_math math, double m, double
 {
     const cost_gemm_terms *t = measured_terms(g, math == COST_MATH_BF16_DHP).gemm;
     if (t && !(m > 0 && n > 0 && k > 0)) return 0;
-    double eff = t ? grid_efficiency(g, &t->grid, m, n, k) : cost_gemm_efficiency(g, m, n, k);
+    double eff = t ? grid_efficiency(g, &t->grid, m, n, k) : cost_gemm_efficiency_in(g, math, m, n, k);
     if (eff <= 0) return 0;
     double rate = (t ? t->peak_flops : cost_gemm_peak(g, math)) * eff * (burst ? 1.0 : cost_gemm_sustained(g, math));
     return 2.0 * m * n * k / rate + g->kernel_launch_s;
@@ -133,9 +153,14 @@ double cost_gemm_time_in(const cost_gpu *g, cost_gemm_math math, double m, doubl
     return gemm_time(g, math, m, n, k, false);
 }
 
+double cost_gemm_burst_time_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k)
+{
+    return gemm_time(g, math, m, n, k, true);
+}
+
 double cost_gemm_burst_time(const cost_gpu *g, double m, double n, double k)
 {
-    return gemm_time(g, COST_MATH_BF16, m, n, k, true);
+    return cost_gemm_burst_time_in(g, COST_MATH_BF16, m, n, k);
 }
 
 double cost_gemm_time(const cost_gpu *g, double m, double n, double k)

@@ -17,6 +17,8 @@ typedef struct plan_pricer {
     bool need_input_grad;        /* false for a frozen first module */
     bool megatron;               /* PLAN_TARGET_MEGATRON: Megatron-LM's kernels and recomputation */
     cost_gemm_math math;         /* the linears' GEMMs (plan_gemm_math) */
+    cost_gemm_math block_math;   /* the transformer blocks' linears' (plan_block_gemm_math: FP8 under --fp8) */
+    const plan_fp8_props *fp8;   /* the blocks' FP8 recipe (plan_fp8_props_of) */
     cost_attn_kernel attn;       /* the attention's kernel (plan_attention_kernel) */
 } pricer;
 
@@ -144,6 +146,18 @@ static void price_linears(pricer *p, double m, double k, int count, double n)
     else for (int i = 0; i < count; i++) price_linear(p, m, n, k);
 }
 
+/* One of the blocks' linears (count of them on the same input, price_linears)
+ * and, under --fp8, its casts. */
+static void price_block_linears(pricer *p, double m, double k, int count, double n, bool norm_fed)
+{
+    price_linears(p, m, k, count, n);
+    int calls = p->megatron ? 1 : count;
+    double fwd = 0, bwd = 0;
+    plan_fp8_casts_s(p->fp8, p->g, p->A, m, p->megatron ? count * n : n, k, norm_fed, &fwd, &bwd);
+    p->fwd += calls * fwd;
+    if (runs_backward(p)) p->bwd += calls * bwd;
+}
+
 /* Attention without FlashAttention (model_module.unfused_attention), as
  * Megatron-LM ran it before 2022 (Korthikanti et al., arXiv 2205.05198,
  * sec. 4.1, and its FusedScaleMaskSoftmax): Q K^T and P V as batched GEMMs
@@ -203,23 +217,23 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     double fwd0 = p->fwd;
     pricer core = fresh(p);   /* the attention core, whatever its kernels */
     if (cross) {
-        price_linear(p, t, H * d / tp, h);
-        price_linears(p, cross_tokens, h, 2, KV * d / tp);
+        price_block_linears(p, t, h, 1, H * d / tp, true);
+        price_block_linears(p, cross_tokens, h, 2, KV * d / tp, false);
         price_attention(&core, t, cross_tokens, H / tp, d);
     } else if (p->megatron) {
-        price_linear(p, t, (H + 2 * KV) * d / tp, h);
+        price_block_linears(p, t, h, 1, (H + 2 * KV) * d / tp, true);
         price_attention_core(&core, mm, ring, mm->unfused_attention, t, span, keys, H / tp, d);
     } else {                          /* the executor's q, then k and v */
-        price_linear(p, t, H * d / tp, h);
-        price_linears(p, t, h, 2, KV * d / tp);
+        price_block_linears(p, t, h, 1, H * d / tp, true);
+        price_block_linears(p, t, h, 2, KV * d / tp, true);
         price_attention_core(&core, mm, ring, false, t, span, keys, H / tp, d);
     }
     p->fwd += core.fwd;
     p->bwd += core.bwd;
     p->attn_s += core.fwd + core.bwd;
-    price_linear(p, t, h, H * d / tp);
-    price_linears(p, t, h, mm->ffn_kind == MODEL_FFN_SWIGLU ? 2 : 1, f / tp);
-    price_linear(p, t, h, f / tp);
+    price_block_linears(p, t, H * d / tp, 1, h, false);
+    price_block_linears(p, t, h, mm->ffn_kind == MODEL_FFN_SWIGLU ? 2 : 1, f / tp, true);
+    price_block_linears(p, t, f / tp, 1, h, false);
     price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross && plan_module_rotary(mm), seqpar);
     if (mm->dropout) { price_hidden_dropout(p, tn * h); price_hidden_dropout(p, tn * h); }
     if (s->recompute == PLAN_RECOMP_OP) {
@@ -251,6 +265,7 @@ static void price_blocks(pricer *p, const model_module *mm, const plan_module *s
 {
     if (count == 0) return;
     pricer one = fresh(p);
+    one.math = p->block_math;
     double sel = 0;
     price_block(&one, mm, s, t, span, keys, cross, cross_tokens, ring, &sel);
     merge(p, &one, count);
@@ -549,6 +564,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     double A = plan_module_state_bytes(mm, o).act;   /* an activation element (dhp's executor: fp32); the collectives: W below */
     pricer p = { .g = g, .A = A, .need_weight_grad = model_trains(mm), .need_input_grad = model_runs_backward(mm),
                  .megatron = o->target == PLAN_TARGET_MEGATRON, .math = plan_gemm_math(o),
+                 .block_math = plan_block_gemm_math(o), .fp8 = plan_fp8_props_of(o->fp8),
                  .attn = plan_attention_kernel(o) };
     bool backward = runs_backward(&p);
     if (samples <= 0) {   /* an empty micro-batch (planner/chunks.c, plan_micro_ops): the strategy's collectives only */
@@ -736,6 +752,7 @@ void plan_stage_step_time(const model_module *mm, const plan_module *s, int stag
      * counts (plan_dp_counts_norm): its shard with ZeRO, else all of them. */
     out->norm_s = cost_elementwise_time(&pool->gpu, COST_EW_SUMSQ, updated, b.grad);
     plan_zero3_deepspeed_step(mm, s, pool, o, out);   /* DeepSpeed 2021's step around its Adam (cost_zero3.c) */
+    out->optim_s += plan_fp8_weight_cast_s(mm, s, pool, o);
 }
 
 void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,

@@ -99,4 +99,46 @@ typedef enum { PLAN_ACCUM_FUSED = 0, PLAN_ACCUM_ADD, PLAN_ACCUM_BF16_OPTIMIZER, 
 const char *plan_grad_accum_name(plan_grad_accum a);
 int plan_grad_accum_parse(const char *s, plan_grad_accum *out, char *err);
 
+/* FP8 linears (the Megatron target only): whose FP8 recipe runs the
+ * transformer blocks' linears (query/key/value, attention output, the MLP's),
+ * their forward, input-gradient and weight-gradient GEMMs at the GPU's FP8
+ * peak (COST_MATH_FP8, costdb peak_flops_fp8); the attention core, the
+ * embedding and the output layer stay in the precision's bf16 (Megatron-Core's
+ * TE spec makes only the layers' linears TE modules; torchao's
+ * Float8LinearConfig leaves torchtitan's "output" out). The recipes:
+ * - delayed: TransformerEngine's DelayedScaling (Megatron-LM --fp8-format
+ *   hybrid --fp8-recipe delayed; NeMo's default through 2024): each scale from
+ *   an amax history, the amax taken by the cast kernel itself;
+ * - tensorwise: TransformerEngine's Float8CurrentScaling (Megatron-LM
+ *   --fp8-recipe tensorwise): each tensor's amax read first, then the cast;
+ * - torchao: torchao's Float8Linear with tensorwise dynamic scaling, as
+ *   torchtitan converts its linears (model.converters ["float8"]).
+ * What each does is declared once (plan_fp8_props, planner/planfile.c). dhp
+ * run's linears are bf16 or fp32: plan_fp8_check. */
+typedef enum { PLAN_FP8_NONE = 0, PLAN_FP8_DELAYED, PLAN_FP8_TENSORWISE, PLAN_FP8_TORCHAO, PLAN_NFP8 } plan_fp8;
+const char *plan_fp8_name(plan_fp8 f);
+int plan_fp8_parse(const char *s, plan_fp8 *out, char *err);
+typedef struct {
+    bool on;                  /* the blocks' linears run in FP8 */
+    /* TransformerEngine's modules (transformer_engine/pytorch/module/linear.py,
+     * _Linear.forward): what the forward saves for backward is the input's FP8
+     * cast (and its transpose, for the weight gradient), 1 B an element;
+     * torchao's Float8Linear saves the bf16 input. */
+    bool saves_fp8_inputs;
+    /* The blocks' linear weights held in FP8 (TransformerEngine's primary FP8
+     * weights, Megatron-LM's --fp8-param-gather, which NeMo's and Megatron-
+     * Bridge's FP8 precision recipes set: bf16_with_fp8_mixed,
+     * bf16_with_fp8_current_scaling_mixed): 1 B each and its transpose, 1 B,
+     * kept from a step's first micro-batch (is_first_microbatch) in place of
+     * bf16's 2 B; the optimizer writes them from the fp32 master, and each step
+     * transposes them once. torchao keeps bf16 weights and casts at each use. */
+    bool primary_fp8_weights;
+    bool amax_pass;           /* each cast first reads its tensor for the amax (current scaling) */
+    /* TransformerEngine's LayerNormLinear writes the norm's output in FP8 in
+     * the norm kernel itself (no cast of its own) for the linears a norm feeds:
+     * query/key/value and the MLP's input projection. */
+    bool norm_casts;
+} plan_fp8_props;
+const plan_fp8_props *plan_fp8_props_of(plan_fp8 f);
+
 #endif

@@ -39,6 +39,7 @@ void plan_options_default(plan_options *o)
     o->tp_style = PLAN_TP_MEGATRON;
     o->pipe_engine = PLAN_PIPE_MEGATRON;
     o->grad_accum = PLAN_ACCUM_FUSED;
+    o->fp8 = PLAN_FP8_NONE;
     o->tf32 = false;
     o->backend = PLAN_BACKEND_DEVICE;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
@@ -147,6 +148,8 @@ static double model_state_bytes(const model_module *mm, const plan_module *s, co
     out->grads = p * b.grad / (s->zero >= 2 ? shard : 1);
     out->optim = p * b.optim / (s->zero >= 1 ? shard : 1);
     out->block_states = p > 0 ? (out->params + out->grads + out->optim) * blocks / p : 0;
+    /* Under TransformerEngine's primary FP8 weights (plan_fp8_props) the blocks'
+     * bf16 weights become an FP8 weight and its FP8 transpose: 2 B, as before. */
     out->zero_buffers = s->zero >= 3 && shard > 1 ? 2 * BF16 * model_largest_layer_params(mm) / s->tp : 0;
     if (out->zero_buffers > 0 && plan_zero3_deepspeed_applies(mm, s, o))   /* per-tensor gathers (cost_zero3.c) */
         out->zero_buffers = plan_zero3_deepspeed_buffer_bytes(mm, s);
@@ -169,7 +172,7 @@ static double model_state_bytes(const model_module *mm, const plan_module *s, co
  * with TP and no sequence parallelism this is their s b h (10 + 24/t +
  * 5 a s / (h t)). */
 static double block_act_bytes_per_token(const model_module *mm, const plan_module *s, bool cross, double keys,
-                                        double A)
+                                        double A, const plan_fp8_props *f8)
 {
     double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
     double hsplit = plan_seqpar_split(mm, s);
@@ -187,11 +190,19 @@ static double block_act_bytes_per_token(const model_module *mm, const plan_modul
     double lse = core_saved && !scores ? FP32 * H / tp : 0;
     double probs = core_saved && scores ? H / tp * keys * (A + (mm->dropout ? 1 + A : 0)) : 0;
     double masks = mm->dropout ? 2 * h / hsplit : 0;
-    double attn = A * (2 * h) / hsplit                  /* residual in, normed in */
+    /* A linear's saved input: A bytes, or under TransformerEngine's FP8 its
+     * FP8 cast, 1 B (plan_fp8_props.saves_fp8_inputs): the norms' outputs are
+     * written in FP8 (the norms save their own input, A), the MLP activation's
+     * output is the second MLP linear's alone, and the attention output is
+     * also kept by the attention core in bf16 where the core is saved. */
+    bool fp8 = f8 && f8->saves_fp8_inputs;
+    double L = fp8 ? 1.0 : A;
+    double attn_out = core_saved ? A + (fp8 ? L : 0) : L;
+    double attn = (A + L) * h / hsplit                  /* residual in, normed in */
                 + A * (cross ? H * d : (H + 2 * KV) * d) / tp
-                + A * H * d / tp + lse + probs;
+                + attn_out * H * d / tp + lse + probs;
     double mlp_terms = mm->ffn_kind == MODEL_FFN_SWIGLU ? 3.0 : 2.0;
-    double mlp = A * (2 * h) / hsplit + A * mlp_terms * f / tp;
+    double mlp = (A + L) * h / hsplit + (A * (mlp_terms - 1) + L) * f / tp;
     return attn + mlp + masks;
 }
 
@@ -208,20 +219,21 @@ double plan_stage_micro_in_flight(const plan_module *s, const plan_workload *w, 
     return fmin(s->pp - i, micro);
 }
 
-static double block_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double t, double A);
+static double block_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double t, double A,
+                          const plan_fp8_props *f8);
 
 /* What stage st's blocks save for one micro-batch of t tokens: each block
  * as it recomputes (plan_block_recompute: under partial full recomputation
  * the recomputed ones their input, the others everything). */
 static double stage_blocks_bytes(const model_module *mm, const plan_module *s, const plan_stage *st,
-                                 const plan_seq *q, double t, double A)
+                                 const plan_seq *q, double t, double A, const plan_fp8_props *f8)
 {
     int rc = plan_stage_recomputed_blocks(s, st);
-    if (s->recompute != PLAN_RECOMP_FULL || rc == st->count) return st->count * block_bytes(mm, s, q, t, A);
+    if (s->recompute != PLAN_RECOMP_FULL || rc == st->count) return st->count * block_bytes(mm, s, q, t, A, f8);
     plan_module full = *s, none = *s;
     full.recompute_layers = none.recompute_layers = 0;
     none.recompute = PLAN_RECOMP_NONE;
-    return rc * block_bytes(mm, &full, q, t, A) + (st->count - rc) * block_bytes(mm, &none, q, t, A);
+    return rc * block_bytes(mm, &full, q, t, A, f8) + (st->count - rc) * block_bytes(mm, &none, q, t, A, f8);
 }
 
 /* The busiest pipeline stage: of stage i's plan_stage_of blocks
@@ -230,14 +242,15 @@ static double stage_blocks_bytes(const model_module *mm, const plan_module *s, c
  * Returns the blocks' activations it holds; *stem_micro: the micro-batches
  * of its stem (0 where the busiest stage is not the first). */
 static double pipeline_blocks_in_flight(const model_module *mm, const plan_module *s, const plan_workload *w,
-                                        const plan_seq *q, double t, double A, double stem_bytes, double *stem_micro)
+                                        const plan_seq *q, double t, double A, const plan_fp8_props *f8,
+                                        double stem_bytes, double *stem_micro)
 {
     int stages = s->pp > 1 && plan_vp(s) == 1 ? s->pp : 1;
     double held = 0, most = -1;
     *stem_micro = 0;
     for (int i = 0; i < stages; i++) {
         plan_stage st = plan_stage_of(mm, s, i);
-        double micro = plan_stage_micro_in_flight(s, w, i), b = micro * stage_blocks_bytes(mm, s, &st, q, t, A);
+        double micro = plan_stage_micro_in_flight(s, w, i), b = micro * stage_blocks_bytes(mm, s, &st, q, t, A, f8);
         double bytes = b + (i == 0 ? micro * stem_bytes : 0);
         if (bytes > most) {
             most = bytes;
@@ -257,12 +270,14 @@ static double local_tokens(const plan_seq *q, const plan_module *s)
 /* Bytes one block of the module saves for one micro-batch of t tokens,
  * averaged over its layers (self- and cross-attention blocks in the
  * module's proportion). */
-static double block_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double t, double A)
+static double block_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double t, double A,
+                          const plan_fp8_props *f8)
 {
     if (mm->layers <= 0) return 0;
     double n_cross = 0;
     for (int l = 0; l < mm->layers; l++) if (model_layer_is_cross(mm, l)) n_cross++;
-    double self = block_act_bytes_per_token(mm, s, false, q->seq, A), cross = block_act_bytes_per_token(mm, s, true, 0, A);
+    double self = block_act_bytes_per_token(mm, s, false, q->seq, A, f8);
+    double cross = block_act_bytes_per_token(mm, s, true, 0, A, f8);
     double b = t * (self * (mm->layers - n_cross) + cross * n_cross) / mm->layers;
     /* Cross-attention keys/values over the encoder tokens of the micro-batch. */
     if (n_cross > 0 && s->recompute != PLAN_RECOMP_FULL)
@@ -286,11 +301,12 @@ static double embedding_dropout_bytes(const model_module *mm, const plan_module 
 
 /* One block's full activations over t tokens, nothing recomputed: what is
  * live while a block runs. */
-static double one_block_live(const model_module *mm, const plan_module *s, const plan_seq *q, double t, double A)
+static double one_block_live(const model_module *mm, const plan_module *s, const plan_seq *q, double t, double A,
+                             const plan_fp8_props *f8)
 {
     plan_module none = *s;
     none.recompute = PLAN_RECOMP_NONE;
-    return t * block_act_bytes_per_token(mm, &none, false, q->seq, A);
+    return t * block_act_bytes_per_token(mm, &none, false, q->seq, A, f8);
 }
 
 /* Returns the module's activations on pipeline stage `stage` (its blocks
@@ -298,7 +314,8 @@ static double one_block_live(const model_module *mm, const plan_module *s, const
  * (plan_megatron_stagewise), else (own NULL) on its busiest; *blocks_saved:
  * of them, what its blocks save (the stem and head apart). */
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
-                               const plan_workload *w, int in_flight, double A, const plan_stage *own, int stage,
+                               const plan_workload *w, int in_flight, double A, const plan_fp8_props *f8,
+                               const plan_stage *own, int stage,
                                double *blocks_saved)
 {
     const model_module *mm = &m->mod[mi];
@@ -310,22 +327,22 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
          * mechanics notes; its inputs are data, its weights frozen), so only
          * the block being run is live, and the output it hands the LLM. */
         *blocks_saved = 0;
-        return one_block_live(mm, s, q, t, A) + plan_encoder_out_rows(mm, q, t) * A * mm->out_hidden;
+        return one_block_live(mm, s, q, t, A, f8) + plan_encoder_out_rows(mm, q, t) * A * mm->out_hidden;
     }
     double saved;
     bool head = s->pp == 1;   /* the final norm and output layer run here */
     if (own) {
         double micro = plan_stage_micro_in_flight(s, w, stage);
-        saved = stage_blocks_bytes(mm, s, own, q, t, A) * micro;
+        saved = stage_blocks_bytes(mm, s, own, q, t, A, f8) * micro;
         stem_micro = own->stem ? micro : 0;
         head = own->head;
     } else {
-        saved = pipeline_blocks_in_flight(mm, s, w, q, t, A, mask, &stem_micro);
+        saved = pipeline_blocks_in_flight(mm, s, w, q, t, A, f8, mask, &stem_micro);
     }
     double per_mb = 0;
     /* During backward with full recompute one block's full activations are
      * live again: one block of one micro-batch, however many are in flight. */
-    double live = s->recompute == PLAN_RECOMP_FULL || s->recompute == PLAN_RECOMP_OP ? one_block_live(mm, s, q, t, A) : 0;
+    double live = s->recompute == PLAN_RECOMP_FULL || s->recompute == PLAN_RECOMP_OP ? one_block_live(mm, s, q, t, A, f8) : 0;
     /* Stem and head with pp = 1: the final norm's input and the output
      * layer's input, 2 s b h bytes each (Korthikanti et al. sec. 4.3).
      * Sequence parallelism splits both by tp where it splits the blocks'
@@ -512,7 +529,8 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
             own = &st;
         }
         double local_p = model_state_bytes(mm, s, o, own, out);
-        out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A, own, stage, &out->block_acts);
+        out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A, plan_fp8_props_of(o->fp8), own, stage,
+                                            &out->block_acts);
         /* the logits live where the output layer runs: the last stage, priced apart */
         out->logits = own && !own->head ? 0 : logits_bytes(mm, s, &q, w, o, A);
         out->comm = comm_bytes(mm, s, &q, local_p, A, o);
@@ -566,6 +584,7 @@ plan_options plan_options_of(const plan_t *p)
     o.tp_style = p->tp_style;
     o.pipe_engine = p->pipe_engine;
     o.grad_accum = p->grad_accum;
+    o.fp8 = p->fp8;
     o.tf32 = p->tf32;
     o.backend = p->backend;
     return o;

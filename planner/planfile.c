@@ -30,6 +30,17 @@ static const plan_pipe_props pipe_engine_props[PLAN_NPIPE] = {
                               .grad_gathers = 2 },
 };
 static const char *grad_accum_names[PLAN_NACCUM] = { "fused", "add", "bf16-optimizer" };
+static const char *fp8_names[PLAN_NFP8] = { "none", "delayed", "tensorwise", "torchao" };
+/* planner/framework.h, plan_fp8. */
+static const plan_fp8_props fp8_props[PLAN_NFP8] = {
+    [PLAN_FP8_NONE] = { .on = false },
+    [PLAN_FP8_DELAYED] = { .on = true, .saves_fp8_inputs = true, .primary_fp8_weights = true, .amax_pass = false,
+                           .norm_casts = true },
+    [PLAN_FP8_TENSORWISE] = { .on = true, .saves_fp8_inputs = true, .primary_fp8_weights = true, .amax_pass = true,
+                              .norm_casts = true },
+    [PLAN_FP8_TORCHAO] = { .on = true, .saves_fp8_inputs = false, .primary_fp8_weights = false, .amax_pass = true,
+                           .norm_casts = false },
+};
 
 PLAN_ENUM_PARSE(plan_placement_parse, plan_placement, placement_names, 2)
 PLAN_ENUM_PARSE(plan_recompute_parse, plan_recompute, recompute_names, 4)
@@ -41,6 +52,7 @@ PLAN_ENUM_PARSE(plan_grad_reduce_parse, plan_grad_reduce, grad_reduce_names, PLA
 PLAN_ENUM_PARSE(plan_tp_style_parse, plan_tp_style, tp_style_names, PLAN_NTP_STYLE)
 PLAN_ENUM_PARSE(plan_pipe_engine_parse, plan_pipe_engine, pipe_engine_names, PLAN_NPIPE)
 PLAN_ENUM_PARSE(plan_grad_accum_parse, plan_grad_accum, grad_accum_names, PLAN_NACCUM)
+PLAN_ENUM_PARSE(plan_fp8_parse, plan_fp8, fp8_names, PLAN_NFP8)
 
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
 const char *plan_target_name(plan_target t) { return t >= 0 && t < PLAN_NTARGET ? target_names[t] : "?"; }
@@ -53,6 +65,8 @@ const plan_pipe_props *plan_pipe_engine_props(plan_pipe_engine e)
     return &pipe_engine_props[e >= 0 && e < PLAN_NPIPE ? e : PLAN_PIPE_MEGATRON];
 }
 const char *plan_grad_accum_name(plan_grad_accum a) { return a >= 0 && a < PLAN_NACCUM ? grad_accum_names[a] : "?"; }
+const char *plan_fp8_name(plan_fp8 f) { return f >= 0 && f < PLAN_NFP8 ? fp8_names[f] : "?"; }
+const plan_fp8_props *plan_fp8_props_of(plan_fp8 f) { return &fp8_props[f >= 0 && f < PLAN_NFP8 ? f : PLAN_FP8_NONE]; }
 const char *plan_zero3_name(plan_zero3 z) { return z >= 0 && z < PLAN_NZERO3 ? zero3_names[z] : "?"; }
 const char *plan_placement_name(plan_placement p) { return placement_names[p]; }
 const char *plan_recompute_name(plan_recompute r) { return recompute_names[r]; }
@@ -132,6 +146,7 @@ cJSON *plan_to_json(const plan_t *p)
     if (p->pipe_engine != PLAN_PIPE_MEGATRON) cJSON_AddStringToObject(root, "pipe_engine", plan_pipe_engine_name(p->pipe_engine));
     if (p->grad_accum != PLAN_ACCUM_FUSED) cJSON_AddStringToObject(root, "grad_accum", plan_grad_accum_name(p->grad_accum));
     if (p->tf32) cJSON_AddBoolToObject(root, "tf32", true);
+    if (p->fp8 != PLAN_FP8_NONE) cJSON_AddStringToObject(root, "fp8", plan_fp8_name(p->fp8));
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
     cJSON *mods = cJSON_AddArrayToObject(root, "modules");
@@ -264,12 +279,15 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if (plan_grad_accum_parse(buf, &p->grad_accum, why))
         return util_fail(err, UTIL_EINVAL, "%s.grad_accum: %s", what, why);
     if ((rc = util_json_bool(root, what, "tf32", false, false, &p->tf32, err))) return rc;
+    if ((rc = util_json_str(root, what, "fp8", false, plan_fp8_name(PLAN_FP8_NONE), buf, sizeof buf, err))) return rc;
+    if (plan_fp8_parse(buf, &p->fp8, why)) return util_fail(err, UTIL_EINVAL, "%s.fp8: %s", what, why);
     plan_options po = plan_options_of(p);
     if (plan_tf32_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tf32: %s", what, why);
     if (plan_grad_reduce_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_reduce: %s", what, why);
     if (plan_tp_style_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_style: %s", what, why);
     if (plan_pipe_engine_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.pipe_engine: %s", what, why);
     if (plan_grad_accum_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_accum: %s", what, why);
+    if (plan_fp8_check(&po, &p->cluster, why)) return util_fail(err, UTIL_EINVAL, "%s.fp8: %s", what, why);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;

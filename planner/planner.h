@@ -179,6 +179,7 @@ typedef struct {
     plan_tp_style tp_style;   /* the Megatron target's tensor parallelism (plan_options.tp_style) */
     plan_pipe_engine pipe_engine;   /* the Megatron target's pipeline engine (plan_options.pipe_engine) */
     plan_grad_accum grad_accum;     /* the Megatron target's gradient accumulation (plan_options.grad_accum) */
+    plan_fp8 fp8;             /* the Megatron target's FP8 linears (plan_options.fp8) */
     bool tf32;                /* fp32 GEMMs on TF32 tensor cores (plan_options.tf32) */
     plan_backend backend;     /* the backend memory is predicted for (plan_options.backend; not in the file) */
     int world_size;           /* total ranks the plan uses */
@@ -269,6 +270,7 @@ typedef struct {
     plan_tp_style tp_style;       /* the Megatron target's tensor parallelism (plan_tp_style_check) */
     plan_pipe_engine pipe_engine; /* the Megatron target's pipeline engine (plan_pipe_engine_check) */
     plan_grad_accum grad_accum;   /* the Megatron target's gradient accumulation (plan_grad_accum_check) */
+    plan_fp8 fp8;                 /* the Megatron target's FP8 linears (plan_fp8_check) */
     bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
     plan_backend backend;         /* the backend memory is predicted for (--backend; default the device's) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
@@ -322,8 +324,15 @@ int plan_tp_style_check(const plan_options *o, char *err);
 int plan_pipe_engine_check(const plan_options *o, char *err);
 /* --grad-accum add / bf16-optimizer describe a plan exported to PyTorch autograd or DeepSpeed: the Megatron target only. */
 int plan_grad_accum_check(const plan_options *o, char *err);
+/* --fp8 describes a plan exported to TransformerEngine or torchao: the Megatron target only, over a bf16
+ * precision, on GPUs with FP8 tensor cores (every pool of c; c NULL: not checked). */
+int plan_fp8_check(const plan_options *o, const cost_cluster *c, char *err);
 /* The math the cost model prices a linear's GEMMs in (cost_gemm_time_in). */
 cost_gemm_math plan_gemm_math(const plan_options *o);
+/* The math of the transformer blocks' linears: COST_MATH_FP8 under --fp8, else plan_gemm_math. */
+cost_gemm_math plan_block_gemm_math(const plan_options *o);
+/* Under TransformerEngine's primary FP8 weights, the step's transposes of the blocks' FP8 weights (planner/cost.c); else 0. */
+double plan_fp8_weight_cast_s(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o);
 /* The attention kernel the cost model prices (cost_attention_*_time_in): the
  * dhp target's bf16 or fp32 kernel as the precision runs it, Megatron's FlashAttention. */
 cost_attn_kernel plan_attention_kernel(const plan_options *o);

@@ -107,6 +107,12 @@ typedef enum { PLAN_PASS_FWD, PLAN_PASS_BWD, PLAN_PASS_WGRAD } plan_pass;
 void plan_price_gemm(plan_pricer *p, double m, double n, double k, bool input_grad);
 void plan_price_ew(plan_pricer *p, plan_pass pass, cost_ew k, double calls, double n);
 
+/* cost_fp8.c: the FP8 casts around one of the blocks' linears (m rows, k in,
+ * n out; norm_fed: its input comes from a norm), seconds in the forward and
+ * the backward; 0 without FP8 (plan_fp8_props). */
+void plan_fp8_casts_s(const plan_fp8_props *f, const cost_gpu *g, double A, double m, double n, double k,
+                      bool norm_fed, double *fwd, double *bwd);
+
 /* cost_audio.c: the audio encoder's stem (first stage) and head (last
  * stage) on t rows of `samples` clips of F frames after the stem, sp ranks. */
 void plan_price_audio_ends(plan_pricer *p, const model_module *mm, const plan_stage *st, double samples, double F,

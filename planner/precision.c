@@ -121,6 +121,22 @@ int plan_grad_reduce_check(const plan_options *o, char *err)
     return UTIL_OK;
 }
 
+int plan_fp8_check(const plan_options *o, const cost_cluster *c, char *err)
+{
+    if (!plan_fp8_props_of(o->fp8)->on) return UTIL_OK;
+    if (o->target != PLAN_TARGET_MEGATRON)
+        return util_fail(err, UTIL_EINVAL, "--fp8 %s describes a plan exported to TransformerEngine or torchao (FP8 "
+                         "linears): use --target megatron; dhp run's linears are bf16 or fp32", plan_fp8_name(o->fp8));
+    if (o->precision == PLAN_OPT_FP32)
+        return util_fail(err, UTIL_EINVAL, "--fp8 runs the linears in FP8 over bf16 activations: use a bf16 precision "
+                         "(bf16-mixed, bf16-autocast or bf16-pure), not fp32");
+    for (int i = 0; c && i < c->n_pools; i++)
+        if (!cost_gpu_has_fp8(&c->pool[i].gpu))
+            return util_fail(err, UTIL_EINVAL, "--fp8: pool %s's %s has no FP8 tensor cores (its GPU file gives no "
+                             "peak_flops_fp8)", c->pool[i].name, c->pool[i].gpu.name);
+    return UTIL_OK;
+}
+
 /* What the dhp target's executor runs a linear in: bf16 operands (bf16-mixed,
  * -autocast: its linear_forward_bf16, priced from what dhp profile measured
  * of it where the GPU file has that, else at the bf16 peak: COST_MATH_BF16_DHP),
@@ -132,6 +148,13 @@ cost_gemm_math plan_gemm_math(const plan_options *o)
     if (plan_runs_bf16(o)) return COST_MATH_BF16_DHP;
     if (o->target != PLAN_TARGET_DHP || o->precision != PLAN_OPT_FP32) return COST_MATH_BF16;
     return o->tf32 ? COST_MATH_TF32 : COST_MATH_FP32;
+}
+
+/* The transformer blocks' linears: in FP8 under --fp8 (plan_fp8, the
+ * Megatron target), else as every linear (plan_gemm_math). */
+cost_gemm_math plan_block_gemm_math(const plan_options *o)
+{
+    return plan_fp8_props_of(o->fp8)->on ? COST_MATH_FP8 : plan_gemm_math(o);
 }
 
 /* The activation collectives (the tensor-parallel regions' all-reduces,

@@ -82,8 +82,11 @@ def torchtitan(doc, toml_path):
         return False
     ok = True
     for section, kv in doc["toml"].items():
+        node = cfg
+        for part in section.split("."):   # a dotted table: [quantize.linear.float8]
+            node = getattr(node, part)
         for k, v in kv.items():
-            got = getattr(getattr(cfg, section), k)
+            got = getattr(node, k)
             if got != v:
                 print(f"torchtitan: {section}.{k} = {got!r}, export says {v!r}")
                 ok = False

@@ -117,3 +117,29 @@ expect_err cli_grad_accum_add_needs_the_megatron_target "grad-accum add describe
 expect_err cli_pipe_engine_deepspeed_refuses_interleaving "has no interleaved schedule" \
     "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --target megatron --pipe-engine deepspeed-2021 --gpus 8 \
     --strategy "vision:dp=8;llm:pp=2,dp=4,vp=2" --no-baselines -o "$T/never.json"
+
+# FP8 linears: the Megatron target only, on GPUs with FP8; a plan made with them says so under its table,
+# keeps the recipe in its file, and dhp run refuses it (Megatron-LM's kernels, not dhp run's)
+expect_err cli_fp8_needs_the_megatron_target "--fp8 delayed describes a plan exported to TransformerEngine" \
+    "$DHP" plan --fp8 delayed --no-baselines -o "$T/never.json"
+expect_err cli_fp8_needs_fp8_tensor_cores "--fp8: pool a100's A100-SXM-80GB has no FP8 tensor cores" \
+    "$DHP" plan --cluster 8xa100-80g --target megatron --fp8 torchao --no-baselines -o "$T/never.json"
+expect_err cli_fp8_names_the_recipes "--fp8: 'e4m3' is not none, delayed, tensorwise or torchao" \
+    "$DHP" plan --target megatron --fp8 e4m3 -o "$T/never.json"
+if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --fp8 tensorwise --gpus 8 \
+        --strategy "vision:dp=8;llm:tp=2,dp=4,zero=1" --no-baselines -o "$T/f8.json" >"$T/out" 2>"$T/err" &&
+   "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --gpus 8 \
+        --strategy "vision:dp=8;llm:tp=2,dp=4,zero=1" --no-baselines -o "$T/b16.json" >"$T/out16" 2>>"$T/err" &&
+   grep -q "fp8 tensorwise: the blocks' linears in FP8 (TransformerEngine, current scaling" "$T/out" &&
+   grep -qE '"fp8":[[:space:]]*"tensorwise"' "$T/f8.json" &&
+   "$DHP" simulate "$T/f8.json" --json >"$T/sim" 2>>"$T/err" && "$DHP" memory "$T/f8.json" >"$T/mem" 2>>"$T/err" &&
+   python3 - "$T/f8.json" "$T/b16.json" <<'PY'
+import json, sys
+f8, b16 = (json.load(open(p))["prediction"]["step_time_s"] for p in sys.argv[1:3])
+assert f8 < b16, (f8, b16)
+PY
+then
+    "$DHP" data synth --out "$T/d8" --samples 16 --window 0 >/dev/null 2>&1
+    expect_err cli_fp8_plan_is_not_run "target megatron prices Megatron-LM" "$DHP" run "$T/f8.json" --data "$T/d8" --steps 1
+    ok cli_fp8_plan_simulate_memory
+else fail cli_fp8_plan_simulate_memory "$(head -c 400 "$T/err")"; fi

@@ -151,6 +151,17 @@ if "$DHP" plan --model qwen2.5-vl-7b --batch 32 --n-micro 4 --vision-tokens 1024
         "$DHP" export --to deepspeed "$T/c.json"
 else fail export_uneven_batch "plan: $(head -c 300 "$T/err")"; fi
 
+# export_checked STEM: the plan STEM.json exported to the three trainers (STEM.megatron.json,
+# STEM.deepspeed.json, STEM.torchtitan.json and STEM.toml), each checked by the trainer's own definitions
+export_checked() {
+    "$DHP" export --to megatron "$1.json" --json -o "$1.megatron.json" 2>>"$T/err" &&
+    "$DHP" export --to deepspeed "$1.json" --json -o "$1.deepspeed.json" 2>>"$T/err" &&
+    "$DHP" export --to torchtitan "$1.json" --json -o "$1.torchtitan.json" 2>>"$T/err" &&
+    "$DHP" export --to torchtitan "$1.json" -o "$1.toml" 2>>"$T/err" &&
+    (cd "$T" && "$VPY" "$CHECK" megatron "$1.megatron.json" && "$VPY" "$CHECK" deepspeed "$1.deepspeed.json" &&
+     "$VPY" "$CHECK" torchtitan "$1.torchtitan.json" "$1.toml") >"$T/check" 2>&1
+}
+
 # Partial full recomputation (rc_layers=3 of each 7-block chunk: 28 layers over 2 stages x 2 chunks):
 # Megatron's block method with that many layers; torchtitan's layer-wise option 2, which wraps
 # floor(7 / 2) = 3 blocks of each model part; DeepSpeed's pipeline config checkpoints no interval and
@@ -158,12 +169,7 @@ else fail export_uneven_batch "plan: $(head -c 300 "$T/err")"; fi
 if "$DHP" plan --model qwen2.5-vl-7b --cluster 2x8xh100 --batch 32 --vision-tokens 4096 --placement disaggregated \
         --n-micro 4 --strategy 'vision:gpus=4,dp=4,mb=2;llm:gpus=8,tp=2,pp=2,vp=2,dp=2,zero=1,mb=1,rc=full,rc_layers=3' \
         -o "$T/r.json" >/dev/null 2>"$T/err" &&
-   "$DHP" export --to megatron "$T/r.json" --json -o "$T/r.megatron.json" 2>>"$T/err" &&
-   "$DHP" export --to deepspeed "$T/r.json" --json -o "$T/r.deepspeed.json" 2>>"$T/err" &&
-   "$DHP" export --to torchtitan "$T/r.json" --json -o "$T/r.torchtitan.json" 2>>"$T/err" &&
-   "$DHP" export --to torchtitan "$T/r.json" -o "$T/r.toml" 2>>"$T/err" &&
-   (cd "$T" && "$VPY" "$CHECK" megatron "$T/r.megatron.json" && "$VPY" "$CHECK" deepspeed "$T/r.deepspeed.json" &&
-    "$VPY" "$CHECK" torchtitan "$T/r.torchtitan.json" "$T/r.toml") >"$T/check" 2>&1 &&
+   export_checked "$T/r" &&
    "$VPY" - "$T/r.megatron.json" "$T/r.deepspeed.json" "$T/r.torchtitan.json" <<'PY' >"$T/v" 2>&1; then ok export_partial_recompute; else fail export_partial_recompute "$(cat "$T/err" "$T/check" "$T/v" 2>/dev/null | grep -v -e WARNING -e 'HF assets' | head -c 400)"; fi
 import json, sys
 m, d, t = (json.load(open(p)) for p in sys.argv[1:4])
@@ -175,4 +181,22 @@ assert any("recompute full:3" in n and "first rc_layers blocks" in n for n in d[
 ac = t["toml"]["activation_checkpoint"]
 assert ac == {"mode": "selective", "selective_ac_option": "2"}, ac
 assert not any("rc_layers" in n for n in t["notes"]), t["notes"]
+PY
+
+# FP8 linears: Megatron's TransformerEngine flags (the recipe, hybrid E4M3/E5M2, primary FP8 weights), torchtitan's
+# quantize.linear.float8 converter with the output layer left out, DeepSpeed's note; each checked by the trainer's
+# own definitions
+if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --fp8 delayed --gpus 8 \
+        --strategy 'vision:dp=8;llm:tp=2,dp=4,zero=1' --no-baselines -o "$T/f8.json" >/dev/null 2>"$T/err" &&
+   export_checked "$T/f8" &&
+   "$VPY" - "$T/f8.megatron.json" "$T/f8.deepspeed.json" "$T/f8.torchtitan.json" <<'PY' >"$T/v" 2>&1; then ok export_fp8; else fail export_fp8 "$(cat "$T/err" "$T/check" "$T/v" 2>/dev/null | grep -v -e WARNING -e 'HF assets' | head -c 400)"; fi
+import json, sys
+m, d, t = (json.load(open(p)) for p in sys.argv[1:4])
+a = " ".join(m["args"])
+assert "--fp8-format hybrid --fp8-recipe delayed --fp8-param-gather" in a, a
+assert any("no FP8 linears" in n for n in d["notes"]), d["notes"]
+toml = t["toml"]
+assert toml["model"]["converters"] == ["quantize.linear.float8"], toml
+assert toml["quantize.linear.float8"] == {"recipe_name": "tensorwise", "filter_fqns": ["output"]}, toml
+assert any("fp8 delayed (TransformerEngine) exported as torchao" in n for n in t["notes"]), t["notes"]
 PY
