@@ -68,7 +68,7 @@ PYEOF
 )
 if [ "$out" = "formulas-ok" ]; then ok published_bench_formulas_by_hand; else fail published_bench_formulas_by_hand "$out"; fi
 
-# End to end on a few rows: checked ones, one FP8, one eager, a collective and a W (GEMMs timed in training) fit row,
+# End to end on a few rows: checked ones (an FP8 one among them), one FP8 with ring context parallelism, one eager, a collective and a W (GEMMs timed in training) fit row,
 # whose profile's F and B + W stand beside the Zero Bubble run's middle stage.
 tsv=$T/rows.tsv
 {
@@ -80,12 +80,14 @@ tsv=$T/rows.tsv
     printf "Korthikanti et al. MLSys'23 Fig.1 via calculon\tMegatron-22B\t48\t6144\t64\t64\t24576\t\t2048\tA100-80GB\t8\t8\t1\t1\tMegatron SP\t\t4\t4\tselective\t\tactivation_mem_GiB_per_gpu\t9.5625\tparams+grads+optimizer 45.5625 GiB/GPU\n"
     printf "Qi et al. ICLR'24 'Zero Bubble Pipeline Parallelism' Table 4\tGPT-3-like 1.5B\t22\t2304\t24\t24\t9216\t32000\t1024\tA100-80GB SXM\t8\t1\t8\t1\t\t\t6\t144\tnone\tfp16\tsamples/s/GPU\t11.8\theld out (test); peak memory 30 GiB\n"
     printf "Qi et al. Zero Bubble repository, mem.py iclr_mem(): profiled W\tW (weight-grad GEMMs) 1.5B: 3 layers\t3\t2304\t24\t24\t9216\t\t1024\tA100-80GB SXM\t8\t1\t8\t1\t\t\t6\t\tnone\tfp16\tms (W per micro-batch, one stage)\t9.337\tthe settings tuple (p, n, f, b, w, c, h, a, l) = (8, 24, 18522, 18086, 9337, ...)\n"
+    printf "NVIDIA/NeMo performance_summary\tLLAMA3-8B\t32\t4096\t32\t8\t14336\t128K\t8192\tH100 (DGX)\t8\t1\t1\t4\tCP 2\t\t1\t128\t\tfp8\ttokens/s/GPU\t12036\tx\n"
 } >"$tsv"
 "$PY" "$ROOT/bench/published.py" --dhp "$DHP" --tsv "$tsv" --no-estimators --json "$T/out.json" >"$T/bench" 2>&1
 if grep -qE '^  1 korthikanti-t5 +Megatron-22B +8 +8 +1 +1 0 +4 sele +1\.100 +[0-9.]+ +[-+][0-9.]+%' "$T/bench" \
-   && grep -q 'fp8: 1' "$T/bench" && grep -q 'eager PyTorch' "$T/bench" \
+   && grep -qE '^  2 nemo +LLAMA3-8B +8 +1 +1 +8 1 +1 none +10\.890 +[0-9.]+ +[-+][0-9.]+%' "$T/bench" \
+   && grep -q "context parallelism 2: Megatron-Core's is ring attention" "$T/bench" && grep -q 'eager PyTorch' "$T/bench" \
    && grep -qE '^  4 all-reduce payload 16MiB .* intra link' "$T/bench" \
-   && grep -qE '^  overall +n= 1 median' "$T/bench" \
+   && grep -qE '^  overall +n= 2 median' "$T/bench" \
    && grep -qE '^  6\*zero-bubble +GPT-3-like 1\.5 +8 +1 +8 +1 0 +6 none +1\.525 ' "$T/bench" \
    && grep -qE '^  held out overall +n= 1 median' "$T/bench" \
    && grep -qE '^  7 W \(weight-grad GEMMs\) 1\.5B.* +9\.337 +9\.[0-9]+ +[-+][0-9.]+%  gemm_sustained \(A100\)' "$T/bench" \
