@@ -63,7 +63,7 @@ typedef struct {
 /* Pipeline stages of a module: at most PLAN_MAX_PP. */
 #define PLAN_MAX_PP 64
 /* Model chunks per pipeline rank (interleaved stages): at most PLAN_MAX_VP. */
-#define PLAN_MAX_VP 8
+#define PLAN_MAX_VP 32
 
 /* One module's strategy. Ranks of the module group are the contiguous global
  * ranks [first_rank, first_rank + n_ranks) with n_ranks = dp*tp*sp*pp, laid out

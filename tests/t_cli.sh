@@ -145,3 +145,16 @@ then
         env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$DHP" run "$T/f8.json" --data "$T/d8" --steps 1
     ok cli_fp8_plan_simulate_memory
 else fail cli_fp8_plan_simulate_memory "$(head -c 400 "$T/err")"; fi
+
+# Interleaving up to 32 chunks a stage (NeMo's Llama 2 70B: pp 4 x vp 20, a layer a chunk), simulated; 33 refused
+cat >"$T/llm28.json" <<'JSON'
+{"schema": "dhp.model/1", "name": "llm28", "modules": [{"name": "llm", "kind": "llm", "layers": 28, "hidden": 1024,
+ "heads": 16, "ffn": 4096, "ffn_kind": "swiglu", "norm": "rmsnorm", "vocab": 1000}]}
+JSON
+if "$DHP" plan --model "$T/llm28.json" --cluster 2x8xh100 --batch 32 --text-tokens 2048 --target megatron --gpus 16 \
+        --strategy "llm:pp=4,vp=7,dp=4" --no-baselines -o "$T/vp7.json" >"$T/out" 2>"$T/err" &&
+   "$DHP" simulate "$T/vp7.json" >"$T/sim" 2>>"$T/err" && grep -q "simulated step" "$T/sim"
+then ok cli_interleaving_beyond_eight_chunks; else fail cli_interleaving_beyond_eight_chunks "$(head -c 300 "$T/err")"; fi
+expect_err cli_interleaving_caps_at_32_chunks "vp 33 needs pp > 1 and at most 32 chunks a stage" \
+    "$DHP" plan --model "$T/llm28.json" --cluster 2x8xh100 --batch 32 --text-tokens 2048 --target megatron --gpus 16 \
+    --strategy "llm:pp=4,vp=33,dp=4" --no-baselines -o "$T/never.json"
