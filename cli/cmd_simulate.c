@@ -85,8 +85,6 @@ static int load_plan(const sim_args *a, plan_t *p)
             cost_cluster c;
             if (cost_cluster_load(a->setup.cluster, &c, err)) return cli_usage_error("simulate", "%s", err);
             p->cluster = c;
-            plan_options po = plan_options_of(p);
-            if (plan_fp8_check(&po, &c, err)) return cli_usage_error("simulate", "%s", err);
             if (plan_validate(p, err))
                 return cli_usage_error("simulate", "the plan does not fit cluster '%s': %s", c.name, err);
         }

@@ -195,10 +195,7 @@ void cli_print_plan(const plan_t *p)
     }
     if (plan_fp8_props_of(p->fp8)->on)
         printf("  fp8 %s: the blocks' linears in FP8 (%s); attention, embeddings and output layer in bf16; MFU "
-               "against the bf16 peak\n", plan_fp8_name(p->fp8),
-               p->fp8 == PLAN_FP8_TORCHAO ? "torchao's Float8Linear, tensorwise scaling"
-               : p->fp8 == PLAN_FP8_DELAYED ? "TransformerEngine, delayed scaling, FP8 weights"
-                                            : "TransformerEngine, current scaling, FP8 weights");
+               "against the bf16 peak\n", plan_fp8_name(p->fp8), plan_fp8_props_of(p->fp8)->what);
     printf("  step %.3f s", pr->step_time_s);
     if (pr->simulated) printf(" (simulated; analytic %.3f s)", pr->analytic_step_time_s);
     else printf(" (analytic)");   /* a plan the schedule was not simulated for: dhp simulate prices it */

@@ -93,10 +93,11 @@ typedef struct {
      * (CUBLAS_COMPUTE_32F_FAST_TF32, dhp run --tf32); cost_gemm_peak. */
     double peak_flops_fp32, peak_flops_tf32;
     /* Dense FP8 (E4M3 / E5M2 operands, fp32 accumulation) tensor-core peak,
-     * FLOP/s, and its large-shape achieved/peak ratio (MAMF of an FP8 GEMM,
-     * the bf16 gemm_eff_max's counterpart; the shape curve s(m) s(n) s(k) and
-     * the wave model are the bf16 ones); 0: the GPU has no FP8 tensor cores
-     * (or the file gives none), and COST_MATH_FP8 is not priced on it. */
+     * FLOP/s, and its large-shape achieved/peak ratio (fitted to the MAMF of
+     * an FP8 GEMM, the bf16 gemm_eff_max's counterpart, over the bf16 shape
+     * curve s(m) s(n) s(k) without the wave factor: cost_gemm_efficiency_in);
+     * 0: the GPU has no FP8 tensor cores (or the file gives none), and
+     * COST_MATH_FP8 is not priced on it. */
     double peak_flops_fp8, gemm_eff_max_fp8;
     /* Achieved GEMM efficiency for C[m,n] = A[m,k] B[k,n]:
      *   eff(m,n,k) = gemm_eff_max * s(m) * s(n) * s(k),  s(x) = x / (x + gemm_half)

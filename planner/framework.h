@@ -112,7 +112,8 @@ int plan_grad_accum_parse(const char *s, plan_grad_accum *out, char *err);
  * - tensorwise: TransformerEngine's Float8CurrentScaling (Megatron-LM
  *   --fp8-recipe tensorwise): each tensor's amax read first, then the cast;
  * - torchao: torchao's Float8Linear with tensorwise dynamic scaling, as
- *   torchtitan converts its linears (model.converters ["float8"]).
+ *   torchtitan converts its linears (model.converters
+ *   ["quantize.linear.float8"], torchtitan 0.2.2).
  * What each does is declared once (plan_fp8_props, planner/planfile.c). dhp
  * run's linears are bf16 or fp32: plan_fp8_check. */
 typedef enum { PLAN_FP8_NONE = 0, PLAN_FP8_DELAYED, PLAN_FP8_TENSORWISE, PLAN_FP8_TORCHAO, PLAN_NFP8 } plan_fp8;
@@ -120,6 +121,7 @@ const char *plan_fp8_name(plan_fp8 f);
 int plan_fp8_parse(const char *s, plan_fp8 *out, char *err);
 typedef struct {
     bool on;                  /* the blocks' linears run in FP8 */
+    const char *what;         /* whose FP8 it is, as the plan table says */
     /* TransformerEngine's modules (transformer_engine/pytorch/module/linear.py,
      * _Linear.forward): what the forward saves for backward is the input's FP8
      * cast (and its transpose, for the weight gradient), 1 B an element;

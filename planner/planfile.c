@@ -34,11 +34,11 @@ static const char *fp8_names[PLAN_NFP8] = { "none", "delayed", "tensorwise", "to
 /* planner/framework.h, plan_fp8. */
 static const plan_fp8_props fp8_props[PLAN_NFP8] = {
     [PLAN_FP8_NONE] = { .on = false },
-    [PLAN_FP8_DELAYED] = { .on = true, .saves_fp8_inputs = true, .primary_fp8_weights = true, .amax_pass = false,
+    [PLAN_FP8_DELAYED] = { .on = true, .what = "TransformerEngine, delayed scaling, FP8 weights", .saves_fp8_inputs = true, .primary_fp8_weights = true, .amax_pass = false,
                            .norm_casts = true },
-    [PLAN_FP8_TENSORWISE] = { .on = true, .saves_fp8_inputs = true, .primary_fp8_weights = true, .amax_pass = true,
+    [PLAN_FP8_TENSORWISE] = { .on = true, .what = "TransformerEngine, current scaling, FP8 weights", .saves_fp8_inputs = true, .primary_fp8_weights = true, .amax_pass = true,
                               .norm_casts = true },
-    [PLAN_FP8_TORCHAO] = { .on = true, .saves_fp8_inputs = false, .primary_fp8_weights = false, .amax_pass = true,
+    [PLAN_FP8_TORCHAO] = { .on = true, .what = "torchao's Float8Linear, tensorwise scaling", .saves_fp8_inputs = false, .primary_fp8_weights = false, .amax_pass = true,
                            .norm_casts = false },
 };
 
@@ -287,7 +287,7 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if (plan_tp_style_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_style: %s", what, why);
     if (plan_pipe_engine_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.pipe_engine: %s", what, why);
     if (plan_grad_accum_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_accum: %s", what, why);
-    if (plan_fp8_check(&po, &p->cluster, why)) return util_fail(err, UTIL_EINVAL, "%s.fp8: %s", what, why);
+    if (plan_fp8_check(&po, NULL, why)) return util_fail(err, UTIL_EINVAL, "%s.fp8: %s", what, why);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;
@@ -423,6 +423,8 @@ int plan_validate(const plan_t *p, char *err)
     if (p->n_modules != p->model.n_modules)
         return util_fail(err, UTIL_EINVAL, "modules: %d entries for %d model modules", p->n_modules, p->model.n_modules);
     if ((rc = plan_workload_validate(&p->model, &p->work, err))) return rc;
+    plan_options po = plan_options_of(p);
+    if ((rc = plan_fp8_check(&po, &p->cluster, err))) return rc;   /* FP8 linears need the pools' FP8 tensor cores */
     int pool_gpus[COST_MAX_POOLS] = { 0 };
     for (int k = 0; k < p->n_modules; k++) {
         const plan_module *s = &p->mod[k];
