@@ -108,6 +108,8 @@ def run_dhp(dhp, c, tmp):
     for key in FRAMEWORK_OPTIONS:   # the row's software, where interpret() named it
         if c.get(key):
             cmd += ["--" + key.replace("_", "-"), c[key]]
+    if c.get("tp_comm_overlap"):
+        cmd.append("--tp-comm-overlap")
     cmd += ["-o", ppath, "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:

@@ -365,6 +365,12 @@ def interpret(r, idx):
                          " (the 26.02 table says fp8; 25.11's current scaling assumed)"))
         c["zero"] = 1
         inferred.append("Megatron-Core's distributed optimizer (NeMo's default): ZeRO-1")
+        # NeMo's performance recipes (pretrain_performance_optimizations: recipe.trainer.plugins.
+        # grad_reduce_in_fp32 = False; its FP8 perf scripts likewise) and Megatron-Bridge's
+        # (perf_recipes/_common.py _perf_precision: "Always sets grad_reduce_in_fp32=False")
+        c["grad_reduce"] = "bf16"
+        inferred.append("grad_reduce_in_fp32 False (NeMo's and Megatron-Bridge's performance recipes): bf16 "
+                        "gradient buffers reduced in bf16, --grad-reduce bf16")
         if r["model"] == "LLAMA3_8B" and "Megatron-Bridge" in src:
             # scripts/performance/configs/llama/llama3_workload_base_configs.py (00919dc):
             # LLAMA3_8B_PRETRAIN_CONFIG_H100_FP8_CS_V1 sets context_parallel_size 1, recompute_num_layers 5
@@ -387,8 +393,15 @@ def interpret(r, idx):
             inferred.append(f"context parallelism {cp} as ring attention (tp x cp does not divide the kv heads)")
         if not dp:
             dp = gpus // (tp * pp * cp)
-        inferred.append("TP communication overlap (NeMo's tp_comm_overlap, userbuffers) not modelled: TP collectives "
-                        "priced exposed")
+        if tp > 1:
+            # NeMo's performance recipes (nemo/collections/llm/recipes: gpt3_175b, llama3_70b, ...:
+            # MegatronCommOverlapCallback(tp_comm_overlap=True, tp_comm_overlap_cfg=userbuffers_*_h100_*))
+            # and Megatron-Bridge's H100 perf recipes (perf_recipes/llama/h100/llama3.py, llama31.py:
+            # cfg.comm_overlap.tp_comm_overlap_cfg = userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192, ...)
+            c["tp_comm_overlap"] = True
+            inferred.append("TP communication overlap (NeMo's and Megatron-Bridge's performance recipes: "
+                            "tp_comm_overlap with userbuffers): --tp-comm-overlap, TE's default methods priced "
+                            "(the recipes' per-shape SM counts not read)")
     elif fam.startswith("torchtitan"):
         if "eager" in notes:
             raise Skip("unexpressible", "eager PyTorch: unfused element-wise ops (dhp prices fused kernels, as torch.compile)")

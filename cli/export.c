@@ -269,9 +269,12 @@ static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON 
         note(notes, "%s: priced with gradient accumulation %s (--grad-accum); Megatron-LM fuses it into the weight-gradient "
              "GEMM (gradient_accumulation_fusion, its default), so it runs faster than the plan says", s->module,
              plan_grad_accum_name(p->grad_accum));
-    if (p->grad_reduce == PLAN_REDUCE_BF16)
+    /* Megatron's --grad-reduce-in-bf16: its gradient buffer in bf16 and reduced so, as the plan prices a
+     * module below ZeRO-3 (model_state_bytes); ZeRO-3's fp32 shards with bf16 reductions are FSDP's */
+    if (p->grad_reduce == PLAN_REDUCE_BF16 && s->zero < 3) arg(args, "--grad-reduce-in-bf16", NULL);
+    else if (p->grad_reduce == PLAN_REDUCE_BF16)
         note(notes, "%s: gradients reduced in bf16 (--grad-reduce bf16) not exported: Megatron's --grad-reduce-in-bf16 "
-             "also keeps its gradient buffers in bf16, which the plan does not price", s->module);
+             "also keeps its gradient buffers in bf16, the plan's ZeRO-3 keeps fp32 shards", s->module);
 }
 
 /* --fp8 (plan_fp8): TransformerEngine's FP8 linears, E4M3 forward and E5M2
@@ -289,6 +292,19 @@ static void megatron_fp8_args(const plan_t *p, cJSON *args, cJSON *notes)
         note(notes, "fp8 torchao (torchao's Float8Linear) exported as TransformerEngine's tensorwise recipe: the plan "
              "priced bf16 saved inputs and per-use weight casts, TransformerEngine saves FP8 inputs and keeps FP8 "
              "weights (plan again with --fp8 tensorwise)");
+}
+
+/* --tp-comm-overlap (plan_tp_overlaps): Megatron-LM's --tp-comm-overlap,
+ * TransformerEngine's userbuffers at their default methods, as the plan
+ * priced them; Megatron asserts --sequence-parallel with it, so only where the
+ * language model's strategy has seqpar over tp > 1. */
+static void megatron_tp_overlap_args(const plan_t *p, const plan_module *s, cJSON *args, cJSON *notes)
+{
+    if (!p->tp_comm_overlap) return;
+    plan_options o = plan_options_of(p);
+    if (plan_tp_overlaps(&p->model.mod[p->model.llm], s, &o)) arg(args, "--tp-comm-overlap", NULL);
+    else note(notes, "%s: --tp-comm-overlap not exported: its strategy has no sequence parallelism over tp > 1, "
+              "which Megatron's TP communication overlap needs (the plan priced its collectives exposed)", s->module);
 }
 
 static cJSON *megatron_grid(const plan_t *p, int k)
@@ -314,6 +330,7 @@ static int export_megatron(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
     megatron_model_args(p, args);
     megatron_strategy_args(p, s, args, env, notes);
     megatron_fp8_args(p, args, notes);
+    megatron_tp_overlap_args(p, s, args, notes);
     cJSON_AddNumberToObject(doc, "world_size", s->n_ranks);
     cJSON *grids = cJSON_AddArrayToObject(doc, "mimo_module_grid_specs");
     for (int m = 0; m < p->n_modules; m++) {
@@ -422,6 +439,9 @@ static int export_deepspeed(const plan_t *p, cJSON *doc, cJSON *notes, char *err
         note(notes, "fp8 %s: DeepSpeed's config has no FP8 linears; the model code must bring them "
              "(TransformerEngine's modules under te.fp8_autocast, or torchao's convert_to_float8_training)",
              plan_fp8_name(p->fp8));
+    if (p->tp_comm_overlap)
+        note(notes, "tp_comm_overlap not exported: DeepSpeed overlaps no tensor-parallel collective with its GEMMs "
+             "(the plan priced TransformerEngine's userbuffers)");
     return UTIL_OK;
 }
 
@@ -544,6 +564,10 @@ static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *er
     cJSON_AddStringToObject(tr, "mixed_precision_param", p->precision == PLAN_OPT_FP32 ? "float32" : "bfloat16");
     if (s->pp > 1) torchtitan_pipeline(p, s, par, tr);
     torchtitan_fp8(p, toml, notes);
+    if (p->tp_comm_overlap)
+        note(notes, "tp_comm_overlap not exported: the plan priced TransformerEngine's userbuffers; torchtitan's "
+             "counterpart, async TP ([parallelism] enable_async_tensor_parallel under torch.compile), pipelines "
+             "the same collectives by its own methods, which dhp does not price");
     if (p->grad_reduce == PLAN_REDUCE_BF16)
         note(notes, "%s: gradients reduced in bf16 (--grad-reduce bf16) not exported: torchtitan 0.2.2's "
              "mixed_precision_reduce takes float32 only", s->module);

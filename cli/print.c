@@ -172,6 +172,17 @@ static void print_partial_recompute(const plan_t *p, int k)
     printf(" re-run their forward in the backward; the others keep their activations\n");
 }
 
+/* --tp-comm-overlap: which modules overlap their blocks' TP collectives (plan_tp_overlaps). */
+static void print_tp_overlap(const plan_t *p)
+{
+    plan_options o = plan_options_of(p);
+    printf("  tp comm overlap (TransformerEngine's userbuffers; TP comm is what the GEMMs leave exposed):");
+    int n = 0;
+    for (int k = 0; k < p->n_modules; k++)
+        if (plan_tp_overlaps(&p->model.mod[k], &p->mod[k], &o)) printf("%s %s", n++ ? "," : "", p->mod[k].module);
+    printf("%s\n", n ? "" : " no module (none has seqpar over tp > 1)");
+}
+
 void cli_print_plan(const plan_t *p)
 {
     const plan_prediction *pr = &p->pred;
@@ -196,6 +207,7 @@ void cli_print_plan(const plan_t *p)
     if (plan_fp8_props_of(p->fp8)->on)
         printf("  fp8 %s: the blocks' linears in FP8 (%s); attention, embeddings and output layer in bf16; MFU "
                "against the bf16 peak\n", plan_fp8_name(p->fp8), plan_fp8_props_of(p->fp8)->what);
+    if (p->tp_comm_overlap) print_tp_overlap(p);
     printf("  step %.3f s", pr->step_time_s);
     if (pr->simulated) printf(" (simulated; analytic %.3f s)", pr->analytic_step_time_s);
     else printf(" (analytic)");   /* a plan the schedule was not simulated for: dhp simulate prices it */

@@ -33,7 +33,8 @@ const char *cli_setup_help =
     "                        gradients' dtype, fp32 under bf16-mixed and -autocast; default) or bf16\n"
     "                        (2 bytes an element: PyTorch FSDP's reduce_dtype bf16, or param_dtype bf16\n"
     "                        with reduce_dtype unset; and the width of fp16 gradients reduced as they\n"
-    "                        are, Megatron-LM / DeepSpeed --fp16 without fp32 accumulation)\n"
+    "                        are, Megatron-LM / DeepSpeed --fp16 without fp32 accumulation); below\n"
+    "                        ZeRO-3 the gradients are held in it too (Megatron --grad-reduce-in-bf16)\n"
     "  --tp-style T          the megatron target's tensor parallelism: megatron (Megatron-LM's; default)\n"
     "                        or dtensor (PyTorch's ColwiseParallel / RowwiseParallel / SequenceParallel,\n"
     "                        torchtitan: a copy beside each sequence-dim collective, no backward re-gather)\n"
@@ -52,6 +53,10 @@ const char *cli_setup_help =
     "                        saved inputs and primary FP8 weights: Megatron --fp8-recipe, --fp8-param-\n"
     "                        gather), torchao (torchtitan's Float8Linear: bf16 saved inputs, weights cast\n"
     "                        at each use) or none (default)\n"
+    "  --tp-comm-overlap     the megatron target's TP communication overlap (Megatron --tp-comm-overlap):\n"
+    "                        TransformerEngine's userbuffers pipeline each sequence-parallel all-gather\n"
+    "                        and reduce-scatter of the blocks with its linear's GEMM (modules with\n"
+    "                        seqpar over tp > 1)\n"
     "  --tf32                precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32): priced at the\n"
     "                        GPU's TF32 peak instead of its fp32 (CUDA-core) peak\n"
     "  --backend B           the dhp target's memory on the backend dhp run uses: cuda (its cuBLASLt\n"
@@ -135,6 +140,7 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
     if (!strcmp(a, "--grad-accum"))
         return enum_arg(cmd, a, val, val ? plan_grad_accum_parse(val, &o->grad_accum, why) : 0, why, NULL, i);
     if (!strcmp(a, "--fp8")) return enum_arg(cmd, a, val, val ? plan_fp8_parse(val, &o->fp8, why) : 0, why, NULL, i);
+    if (!strcmp(a, "--tp-comm-overlap")) { o->tp_comm_overlap = true; return 1; }
     if (!strcmp(a, "--backend"))
         return enum_arg(cmd, a, val, val ? plan_backend_parse(val, &o->backend, why) : 0, why, &s->backend_given, i);
     if (!strcmp(a, "--tf32")) { o->tf32 = true; return 1; }
@@ -166,6 +172,7 @@ int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster
     if (model_load(s->model, m, err)) return cli_usage_error(cmd, "%s", err);
     if (cost_cluster_load(s->cluster, c, err)) return cli_usage_error(cmd, "%s", err);
     if (plan_fp8_check(&o, c, err)) return cli_usage_error(cmd, "%s", err);
+    if (plan_tp_comm_overlap_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     memset(w, 0, sizeof *w);
     w->global_batch = s->batch;
     w->text_tokens = s->text_tokens;

@@ -203,6 +203,23 @@ static void price_attention_core(pricer *core, const model_module *mm, const pla
     }
 }
 
+void plan_block_linear_shapes(const model_module *mm, const plan_module *s, double t, plan_gemm_shape out[PLAN_NLIN])
+{
+    double h = mm->hidden, d = mm->head_dim, H = mm->heads, KV = mm->kv_heads, f = mm->ffn, tp = s->tp;
+    double mlp_in = mm->ffn_kind == MODEL_FFN_SWIGLU ? 2 : 1;   /* gate and up, or the one up projection */
+    out[PLAN_LIN_QKV] = (plan_gemm_shape){ t, (H + 2 * KV) * d / tp, h };
+    out[PLAN_LIN_PROJ] = (plan_gemm_shape){ t, h, H * d / tp };
+    out[PLAN_LIN_FC1] = (plan_gemm_shape){ t, mlp_in * f / tp, h };
+    out[PLAN_LIN_FC2] = (plan_gemm_shape){ t, h, f / tp };
+}
+
+/* The Megatron target's block linear i (plan_block_linear_shapes): one GEMM,
+ * a norm feeding query/key/value and the MLP's input. */
+static void price_megatron_linear(pricer *p, const plan_gemm_shape *l, plan_block_linear i)
+{
+    price_block_linears(p, l[i].m, l[i].k, 1, l[i].n, i == PLAN_LIN_QKV || i == PLAN_LIN_FC1);
+}
+
 /* One transformer block on t local tokens (after the Ulysses split, per dp
  * rank); *selective gets what selective recomputation re-runs of it in
  * backward: the attention core's forward and the MLP activation. */
@@ -215,13 +232,15 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     bool seqpar = split > 1;
     double tn = t / split;
     double fwd0 = p->fwd;
+    plan_gemm_shape lin[PLAN_NLIN];
+    plan_block_linear_shapes(mm, s, t, lin);
     pricer core = fresh(p);   /* the attention core, whatever its kernels */
     if (cross) {
         price_block_linears(p, t, h, 1, H * d / tp, true);
         price_block_linears(p, cross_tokens, h, 2, KV * d / tp, false);
         price_attention(&core, t, cross_tokens, H / tp, d);
     } else if (p->megatron) {
-        price_block_linears(p, t, h, 1, (H + 2 * KV) * d / tp, true);
+        price_megatron_linear(p, lin, PLAN_LIN_QKV);
         price_attention_core(&core, mm, ring, mm->unfused_attention, t, span, keys, H / tp, d);
     } else {                          /* the executor's q, then k and v */
         price_block_linears(p, t, h, 1, H * d / tp, true);
@@ -231,9 +250,13 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     p->fwd += core.fwd;
     p->bwd += core.bwd;
     p->attn_s += core.fwd + core.bwd;
-    price_block_linears(p, t, H * d / tp, 1, h, false);
-    price_block_linears(p, t, h, mm->ffn_kind == MODEL_FFN_SWIGLU ? 2 : 1, f / tp, true);
-    price_block_linears(p, t, f / tp, 1, h, false);
+    if (p->megatron && !cross) {
+        for (plan_block_linear i = PLAN_LIN_PROJ; i < PLAN_NLIN; i++) price_megatron_linear(p, lin, i);
+    } else {
+        price_block_linears(p, t, H * d / tp, 1, h, false);
+        price_block_linears(p, t, h, mm->ffn_kind == MODEL_FFN_SWIGLU ? 2 : 1, f / tp, true);
+        price_block_linears(p, t, f / tp, 1, h, false);
+    }
     price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross && plan_module_rotary(mm), seqpar);
     if (mm->dropout) { price_hidden_dropout(p, tn * h); price_hidden_dropout(p, tn * h); }
     if (s->recompute == PLAN_RECOMP_OP) {

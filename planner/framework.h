@@ -34,7 +34,9 @@ int plan_adamw_parse(const char *s, plan_adamw *out, char *err);
  * FlatParamHandle._init_param_reduce_dtypes then takes from param_dtype;
  * FSDP2's MixedPrecisionPolicy reduce_dtype bf16; and, being its width, fp16
  * gradients reduced as they are: Megatron-LM's and DeepSpeed's --fp16
- * without fp32 accumulation). The gradient shards keep
+ * without fp32 accumulation). Below ZeRO-3 the gradients are held in the
+ * dtype they are reduced in (Megatron-Core's gradient buffer, Megatron-LM
+ * --grad-reduce-in-bf16; fp16 param.grad); ZeRO-3's gradient shards keep
  * their dtype (FSDP casts the reduced shard back to the parameter's). dhp
  * run reduces in fp32 (executor/dp*.c), so the dhp target refuses bf16:
  * plan_grad_reduce_check. */

@@ -40,6 +40,7 @@ void plan_options_default(plan_options *o)
     o->pipe_engine = PLAN_PIPE_MEGATRON;
     o->grad_accum = PLAN_ACCUM_FUSED;
     o->fp8 = PLAN_FP8_NONE;
+    o->tp_comm_overlap = false;
     o->tf32 = false;
     o->backend = PLAN_BACKEND_DEVICE;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
@@ -145,7 +146,13 @@ static double model_state_bytes(const model_module *mm, const plan_module *s, co
     double shard = (double)s->dp * s->sp;   /* ZeRO shards over every replica of the weights */
     plan_state_bytes b = plan_module_state_bytes(mm, o);
     out->params = p * b.param / (s->zero >= 3 ? shard : 1);
-    out->grads = p * b.grad / (s->zero >= 2 ? shard : 1);
+    /* Below ZeRO-3 the gradients are held in the dtype they are reduced in:
+     * Megatron-Core's gradient buffer is fp32 under grad_reduce_in_fp32,
+     * else the parameters' dtype (group_params_for_buffers,
+     * megatron/core/distributed/param_and_grad_buffer.py), and fp16 runs
+     * without fp32 accumulation reduce param.grad itself; ZeRO-3's shards keep
+     * their dtype (plan_grad_reduce). */
+    out->grads = p * (s->zero >= 3 ? b.grad : b.reduce) / (s->zero >= 2 ? shard : 1);
     out->optim = p * b.optim / (s->zero >= 1 ? shard : 1);
     out->block_states = p > 0 ? (out->params + out->grads + out->optim) * blocks / p : 0;
     /* Under TransformerEngine's primary FP8 weights (plan_fp8_props) the blocks'
@@ -585,6 +592,7 @@ plan_options plan_options_of(const plan_t *p)
     o.pipe_engine = p->pipe_engine;
     o.grad_accum = p->grad_accum;
     o.fp8 = p->fp8;
+    o.tp_comm_overlap = p->tp_comm_overlap;
     o.tf32 = p->tf32;
     o.backend = p->backend;
     return o;

@@ -147,6 +147,7 @@ cJSON *plan_to_json(const plan_t *p)
     if (p->grad_accum != PLAN_ACCUM_FUSED) cJSON_AddStringToObject(root, "grad_accum", plan_grad_accum_name(p->grad_accum));
     if (p->tf32) cJSON_AddBoolToObject(root, "tf32", true);
     if (p->fp8 != PLAN_FP8_NONE) cJSON_AddStringToObject(root, "fp8", plan_fp8_name(p->fp8));
+    if (p->tp_comm_overlap) cJSON_AddBoolToObject(root, "tp_comm_overlap", true);
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
     cJSON *mods = cJSON_AddArrayToObject(root, "modules");
@@ -281,6 +282,7 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if ((rc = util_json_bool(root, what, "tf32", false, false, &p->tf32, err))) return rc;
     if ((rc = util_json_str(root, what, "fp8", false, plan_fp8_name(PLAN_FP8_NONE), buf, sizeof buf, err))) return rc;
     if (plan_fp8_parse(buf, &p->fp8, why)) return util_fail(err, UTIL_EINVAL, "%s.fp8: %s", what, why);
+    if ((rc = util_json_bool(root, what, "tp_comm_overlap", false, false, &p->tp_comm_overlap, err))) return rc;
     plan_options po = plan_options_of(p);
     if (plan_tf32_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tf32: %s", what, why);
     if (plan_grad_reduce_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_reduce: %s", what, why);
@@ -288,6 +290,7 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if (plan_pipe_engine_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.pipe_engine: %s", what, why);
     if (plan_grad_accum_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_accum: %s", what, why);
     if (plan_fp8_check(&po, NULL, why)) return util_fail(err, UTIL_EINVAL, "%s.fp8: %s", what, why);
+    if (plan_tp_comm_overlap_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_comm_overlap: %s", what, why);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;

@@ -180,6 +180,7 @@ typedef struct {
     plan_pipe_engine pipe_engine;   /* the Megatron target's pipeline engine (plan_options.pipe_engine) */
     plan_grad_accum grad_accum;     /* the Megatron target's gradient accumulation (plan_options.grad_accum) */
     plan_fp8 fp8;             /* the Megatron target's FP8 linears (plan_options.fp8) */
+    bool tp_comm_overlap;     /* the Megatron target's TP communication overlap (plan_options.tp_comm_overlap) */
     bool tf32;                /* fp32 GEMMs on TF32 tensor cores (plan_options.tf32) */
     plan_backend backend;     /* the backend memory is predicted for (plan_options.backend; not in the file) */
     int world_size;           /* total ranks the plan uses */
@@ -271,6 +272,10 @@ typedef struct {
     plan_pipe_engine pipe_engine; /* the Megatron target's pipeline engine (plan_pipe_engine_check) */
     plan_grad_accum grad_accum;   /* the Megatron target's gradient accumulation (plan_grad_accum_check) */
     plan_fp8 fp8;                 /* the Megatron target's FP8 linears (plan_fp8_check) */
+    /* TransformerEngine's userbuffers overlap of the blocks' sequence-parallel
+     * collectives with their GEMMs (Megatron-LM --tp-comm-overlap;
+     * plan_tp_overlaps says where it applies; plan_tp_comm_overlap_check) */
+    bool tp_comm_overlap;
     bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
     plan_backend backend;         /* the backend memory is predicted for (--backend; default the device's) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
@@ -327,6 +332,13 @@ int plan_grad_accum_check(const plan_options *o, char *err);
 /* --fp8 describes a plan exported to TransformerEngine or torchao: the Megatron target only, over a bf16
  * precision, on GPUs with FP8 tensor cores (every pool of c; c NULL: not checked). */
 int plan_fp8_check(const plan_options *o, const cost_cluster *c, char *err);
+/* --tp-comm-overlap describes a plan exported to Megatron-LM with TransformerEngine's userbuffers: the Megatron
+ * target with Megatron's tensor parallelism only. */
+int plan_tp_comm_overlap_check(const plan_options *o, char *err);
+/* Whether module mm under s overlaps its blocks' tensor-parallel collectives with their GEMMs: --tp-comm-overlap
+ * where the module runs sequence parallelism over tp > 1 ranks (Megatron-LM asserts sequence_parallel with
+ * tp_comm_overlap; Megatron-Bridge turns the overlap off where tp < 2 or sequence_parallel is off). */
+bool plan_tp_overlaps(const model_module *mm, const plan_module *s, const plan_options *o);
 /* The math the cost model prices a linear's GEMMs in (cost_gemm_time_in). */
 cost_gemm_math plan_gemm_math(const plan_options *o);
 /* The math of the transformer blocks' linears: COST_MATH_FP8 under --fp8, else plan_gemm_math. */

@@ -87,6 +87,14 @@ void plan_price_tp_llm_ends(const model_module *mm, const plan_module *s, const 
                             double A, double t, double text_rows, double head_rows, bool backward, plan_comm *c);
 void plan_price_ulysses(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,
                         int layers, bool backward, plan_comm *fwd, plan_comm *c);
+/* cost.c: the four linears of a self-attention block on t rows as the
+ * Megatron target runs them (fused query/key/value, attention output, the
+ * MLP's input projection(s) fused, its output projection), Y[m,n] = X[m,k]
+ * W[k,n] on one tp rank; price_block prices them, cost_tp.c pairs them with
+ * the collectives TransformerEngine's userbuffers overlap. */
+typedef enum { PLAN_LIN_QKV = 0, PLAN_LIN_PROJ, PLAN_LIN_FC1, PLAN_LIN_FC2, PLAN_NLIN } plan_block_linear;
+typedef struct { double m, n, k; } plan_gemm_shape;
+void plan_block_linear_shapes(const model_module *mm, const plan_module *s, double t, plan_gemm_shape out[PLAN_NLIN]);
 /* cost_dp.c: what `comm` seconds beside `hideable` seconds of compute add (with the contention slowdown) */
 double plan_overlapped_comm_s(double comm, double hideable, bool contention);
 

@@ -146,6 +146,29 @@ then
     ok cli_fp8_plan_simulate_memory
 else fail cli_fp8_plan_simulate_memory "$(head -c 400 "$T/err")"; fi
 
+# TransformerEngine's TP overlap: the Megatron target only; the plan names the modules it applies to (seqpar over
+# tp > 1), keeps it in the file and prices it faster; simulate and memory read it back
+expect_err cli_tp_comm_overlap_needs_the_megatron_target "tp-comm-overlap describes a plan exported to Megatron-LM" \
+    "$DHP" plan --tp-comm-overlap --no-baselines -o "$T/never.json"
+expect_err cli_tp_comm_overlap_not_under_dtensor "tp-comm-overlap is TransformerEngine's userbuffers under Megatron's" \
+    "$DHP" plan --target megatron --tp-style dtensor --tp-comm-overlap --no-baselines -o "$T/never.json"
+if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --tp-comm-overlap --gpus 8 \
+        --strategy "vision:dp=8;llm:tp=4,dp=2,zero=1,seqpar=1" --no-baselines -o "$T/ub.json" >"$T/out" 2>"$T/err" &&
+   "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --gpus 8 \
+        --strategy "vision:dp=8;llm:tp=4,dp=2,zero=1,seqpar=1" --no-baselines -o "$T/noub.json" >/dev/null 2>>"$T/err" &&
+   grep -q "tp comm overlap (TransformerEngine's userbuffers; TP comm is what the GEMMs leave exposed): llm" \
+        "$T/out" &&
+   grep -qE '"tp_comm_overlap":[[:space:]]*true' "$T/ub.json" && ! grep -q tp_comm_overlap "$T/noub.json" &&
+   "$DHP" simulate "$T/ub.json" >"$T/sim" 2>>"$T/err" && grep -q "tp comm overlap" "$T/sim" &&
+   "$DHP" memory "$T/ub.json" >/dev/null 2>>"$T/err" &&
+   python3 - "$T/ub.json" "$T/noub.json" <<'PY'
+import json, sys
+ub, plain = (json.load(open(p))["prediction"]["step_time_s"] for p in sys.argv[1:3])
+assert ub < plain, (ub, plain)
+PY
+then ok cli_tp_comm_overlap_plan
+else fail cli_tp_comm_overlap_plan "$(head -c 400 "$T/err") $(head -c 300 "$T/out")"; fi
+
 # Interleaving up to 32 chunks a stage (NeMo's Llama 2 70B: pp 4 x vp 20, a layer a chunk), simulated; 33 refused
 cat >"$T/llm28.json" <<'JSON'
 {"schema": "dhp.model/1", "name": "llm28", "modules": [{"name": "llm", "kind": "llm", "layers": 28, "hidden": 1024,

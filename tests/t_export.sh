@@ -200,3 +200,17 @@ assert toml["model"]["converters"] == ["quantize.linear.float8"], toml
 assert toml["quantize.linear.float8"] == {"recipe_name": "tensorwise", "filter_fqns": ["output"]}, toml
 assert any("fp8 delayed (TransformerEngine) exported as torchao" in n for n in t["notes"]), t["notes"]
 PY
+
+# TP communication overlap and bf16 gradient buffers: Megatron's --tp-comm-overlap beside --sequence-parallel and
+# --grad-reduce-in-bf16 (ZeRO-1); torchtitan's and DeepSpeed's notes say what they do not take
+if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --tp-comm-overlap --grad-reduce bf16 \
+        --gpus 8 --strategy 'vision:dp=8;llm:tp=2,dp=4,zero=1,seqpar=1' --no-baselines -o "$T/ub.json" >/dev/null 2>"$T/err" &&
+   export_checked "$T/ub" &&
+   "$VPY" - "$T/ub.megatron.json" "$T/ub.deepspeed.json" "$T/ub.torchtitan.json" <<'PY' >"$T/v" 2>&1; then ok export_tp_comm_overlap; else fail export_tp_comm_overlap "$(cat "$T/err" "$T/check" "$T/v" 2>/dev/null | grep -v -e WARNING -e 'HF assets' | head -c 400)"; fi
+import json, sys
+m, d, t = (json.load(open(p)) for p in sys.argv[1:4])
+a = m["args"]
+assert "--tp-comm-overlap" in a and "--sequence-parallel" in a and "--grad-reduce-in-bf16" in a, a
+assert any("tp_comm_overlap not exported: DeepSpeed" in n for n in d["notes"]), d["notes"]
+assert any("tp_comm_overlap not exported" in n and "async TP" in n for n in t["notes"]), t["notes"]
+PY

@@ -63,6 +63,11 @@ assert sw(row("Smith et al. MT-NLG arXiv 2201.11990")) == ("deepspeed-2021", "ad
 assert sw(row("bigscience BLOOM README")) == ("deepspeed", "bf16-optimizer", None)
 assert sw(row("Narayanan et al. SC'21 Table 1 via x")) == (None, "add", "bf16")
 assert sw(row("Korthikanti et al. MLSys'23 Table 5 via calculon")) == (None, None, None)
+# NeMo's and Megatron-Bridge's performance recipes: bf16 gradient buffers (grad_reduce_in_fp32 False) and,
+# with tp > 1, TransformerEngine's userbuffers TP overlap
+nemo = lambda **kw: row("NVIDIA/NeMo performance_summary", gpu="H100 (DGX)", precision="fp8", **kw)
+assert (nemo()["grad_reduce"], nemo().get("tp_comm_overlap")) == ("bf16", True), nemo()
+assert (nemo(tp="1", dp="4")["grad_reduce"], nemo(tp="1", dp="4").get("tp_comm_overlap")) == ("bf16", None)
 print("formulas-ok")
 PYEOF
 )
