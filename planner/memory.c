@@ -425,6 +425,13 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
             /* Ulysses all-to-all needs separate send and receive buffers for q, k, v of one layer. */
             b += 2 * A * t * (mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
     }
+    if (plan_tp_overlaps(mm, s, o)) {
+        /* TransformerEngine's userbuffers (--tp-comm-overlap): initialize_ub registers a buffer of
+         * the micro-batch's whole [s b / cp, h] rows (Megatron's _initialize_tp_communicators) for
+         * each of the ten overlaps, the six all-gathers' FP8 under TE's FP8 recipes (fp8_buf) */
+        double rows = (double)s->micro_batch * q->tokens_per_sample / s->sp * mm->hidden;
+        b += rows * (6 * (plan_fp8_props_of(o->fp8)->saves_fp8_inputs ? 1 : A) + 4 * A);
+    }
     return b;
 }
 

@@ -98,6 +98,29 @@ TEST(tp_overlap_needs_sequence_parallelism_and_the_megatron_target)
     CHECK(!plan_tp_overlaps(&m.mod[0], &TP4, &dt));
 }
 
+/* Memory: TransformerEngine's ten userbuffers of the micro-batch's whole
+ * rows [t, h] (not divided by tp), bf16: 10 x 2 B = 20 B a row element; under
+ * TE's FP8 recipes the six all-gathers' are FP8: 6 x 1 + 4 x 2 = 14 B. */
+TEST(tp_overlap_userbuffers_memory)
+{
+    model_t m = llama();
+    cost_cluster c = test_cluster_load("8xh100");
+    plan_workload w = { .global_batch = 2, .text_tokens = 8192 };
+    plan_options off = overlap_options(false), on = overlap_options(true), fp8 = on;
+    fp8.fp8 = PLAN_FP8_DELAYED;
+    plan_mem a, b, f;
+    plan_module_memory(&m, 0, &TP4, &w, &c.pool[0].gpu, &off, 1, &a);
+    plan_module_memory(&m, 0, &TP4, &w, &c.pool[0].gpu, &on, 1, &b);
+    plan_module_memory(&m, 0, &TP4, &w, &c.pool[0].gpu, &fp8, 1, &f);
+    double rows = 8192.0 * 4096;
+    CHECK(b.comm - a.comm == 20 * rows);
+    CHECK(b.activations == a.activations && b.params == a.params);
+    plan_options fp8_off = fp8;
+    fp8_off.tp_comm_overlap = false;
+    plan_module_memory(&m, 0, &TP4, &w, &c.pool[0].gpu, &fp8_off, 1, &a);
+    CHECK(f.comm - a.comm == 14 * rows);
+}
+
 /* Kept in the plan file (and left out of it when off); a faster plan. */
 TEST(tp_overlap_plan_file)
 {
