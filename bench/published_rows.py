@@ -463,6 +463,11 @@ def interpret(r, idx):
                         "are single kernels in eager too; its attention (attn_impl triton: llm-foundry v0.3.0's "
                         "Triton FlashAttention on triton-pre-mlir) is priced as FlashAttention-2, not modelled")
         inferred.append("Composer 0.16.3's DecoupledAdamW (a per-parameter loop of 8 unfused kernels): --adamw foreach")
+        # llm-foundry's ComposerMPTCausalLM: loss_fn defaults to 'fused_crossentropy', flash-attn's
+        # CrossEntropyLoss (flash_attn.losses.cross_entropy; xentropy_cuda_lib at v0.3.0)
+        c["loss"] = "fused"
+        inferred.append("flash-attn's fused cross entropy (ComposerMPTCausalLM's default loss_fn fused_crossentropy): "
+                        "--loss fused")
         if "PURE" not in r["precision"]:
             c["grad_reduce"] = "bf16"
         inferred.append("MP Mode DEFAULT (the README's column; Composer 0.16.3 get_mixed_precision, "

@@ -307,6 +307,19 @@ static void megatron_tp_overlap_args(const plan_t *p, const plan_module *s, cJSO
               "which Megatron's TP communication overlap needs (the plan priced its collectives exposed)", s->module);
 }
 
+/* The plan's cross-entropy (--loss) where the trainer computes its own
+ * (native; PLAN_LOSS_AUTO: the model code's, DeepSpeed): a note that its
+ * memory differs from what the plan priced. */
+static void loss_note(const plan_t *p, plan_loss native, const char *trainer, cJSON *notes)
+{
+    if (p->loss == PLAN_LOSS_AUTO) return;
+    plan_options o = plan_options_of(p);
+    if (plan_loss_of(&o) == native) return;
+    note(notes, "loss %s not exported: %s computes %s%s, whose memory differs from what the plan priced",
+         plan_loss_name(p->loss), trainer, native == PLAN_LOSS_AUTO ? "the model code's cross-entropy" : "its own ",
+         native == PLAN_LOSS_AUTO ? "" : plan_loss_name(native));
+}
+
 static cJSON *megatron_grid(const plan_t *p, int k)
 {
     const plan_module *s = &p->mod[k];
@@ -331,6 +344,7 @@ static int export_megatron(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
     megatron_strategy_args(p, s, args, env, notes);
     megatron_fp8_args(p, args, notes);
     megatron_tp_overlap_args(p, s, args, notes);
+    loss_note(p, PLAN_LOSS_VOCAB_PARALLEL, "Megatron-LM", notes);
     cJSON_AddNumberToObject(doc, "world_size", s->n_ranks);
     cJSON *grids = cJSON_AddArrayToObject(doc, "mimo_module_grid_specs");
     for (int m = 0; m < p->n_modules; m++) {
@@ -439,6 +453,7 @@ static int export_deepspeed(const plan_t *p, cJSON *doc, cJSON *notes, char *err
         note(notes, "fp8 %s: DeepSpeed's config has no FP8 linears; the model code must bring them "
              "(TransformerEngine's modules under te.fp8_autocast, or torchao's convert_to_float8_training)",
              plan_fp8_name(p->fp8));
+    loss_note(p, PLAN_LOSS_AUTO, "DeepSpeed", notes);
     if (p->tp_comm_overlap)
         note(notes, "tp_comm_overlap not exported: DeepSpeed overlaps no tensor-parallel collective with its GEMMs "
              "(the plan priced TransformerEngine's userbuffers)");
@@ -564,6 +579,7 @@ static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *er
     cJSON_AddStringToObject(tr, "mixed_precision_param", p->precision == PLAN_OPT_FP32 ? "float32" : "bfloat16");
     if (s->pp > 1) torchtitan_pipeline(p, s, par, tr);
     torchtitan_fp8(p, toml, notes);
+    loss_note(p, PLAN_LOSS_TORCH, "torchtitan", notes);
     if (p->tp_comm_overlap)
         note(notes, "tp_comm_overlap not exported: the plan priced TransformerEngine's userbuffers; torchtitan's "
              "counterpart, async TP ([parallelism] enable_async_tensor_parallel under torch.compile), pipelines "

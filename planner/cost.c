@@ -20,6 +20,7 @@ typedef struct plan_pricer {
     cost_gemm_math block_math;   /* the transformer blocks' linears' (plan_block_gemm_math: FP8 under --fp8) */
     const plan_fp8_props *fp8;   /* the blocks' FP8 recipe (plan_fp8_props_of) */
     cost_attn_kernel attn;       /* the attention's kernel (plan_attention_kernel) */
+    bool loss_fp32;              /* the Megatron target's loss on fp32 logits (plan_loss_props.in_fp32) */
 } pricer;
 
 void plan_comm_add(plan_comm *c, bool backward, double seconds, int count)
@@ -351,13 +352,15 @@ static void price_llm_stem(pricer *p, const model_module *mm, const plan_module 
 }
 
 /* The loss (COST_EW_CE, its gradient included). The Megatron target's on fp32 logits whatever the
- * compute dtype, as Megatron-Core (tensor_parallel/cross_entropy.py, calculate_logits_max: .float())
- * and torchtitan (F.cross_entropy(pred.flatten(0, 1).float(), ...)) take it: a cast in, its passes at
- * 4 B, the logits' gradient cast back (COST_EW_COPY at the read's and write's mean width). */
+ * compute dtype where its kernel takes them so (plan_loss_props.in_fp32), as Megatron-Core
+ * (tensor_parallel/cross_entropy.py, calculate_logits_max: .float()) and torchtitan
+ * (F.cross_entropy(pred.flatten(0, 1).float(), ...)) do: a cast in, its passes at 4 B, the logits'
+ * gradient cast back (COST_EW_COPY at the read's and write's mean width); flash-attn's fused loss
+ * at the logits' own width. */
 static void price_loss(pricer *p, double logits)
 {
     pricer q = fresh(p);
-    q.A = p->megatron ? fmax(p->A, 4) : p->A;
+    q.A = p->loss_fp32 ? fmax(p->A, 4) : p->A;
     ew_fwd(&q, COST_EW_CE, logits);
     q.A = (q.A + p->A) / 2;
     if (q.A != p->A) { ew_fwd(&q, COST_EW_COPY, logits); ew_bwd(&q, COST_EW_COPY, logits); }
@@ -588,7 +591,8 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     pricer p = { .g = g, .A = A, .need_weight_grad = model_trains(mm), .need_input_grad = model_runs_backward(mm),
                  .megatron = o->target == PLAN_TARGET_MEGATRON, .math = plan_gemm_math(o),
                  .block_math = plan_block_gemm_math(o), .fp8 = plan_fp8_props_of(o->fp8),
-                 .attn = plan_attention_kernel(o) };
+                 .attn = plan_attention_kernel(o),
+                 .loss_fp32 = o->target == PLAN_TARGET_MEGATRON && plan_loss_props_of(o)->in_fp32 };
     bool backward = runs_backward(&p);
     if (samples <= 0) {   /* an empty micro-batch (planner/chunks.c, plan_micro_ops): the strategy's collectives only */
         plan_comm dp = { 0 };

@@ -145,4 +145,40 @@ typedef struct {
 } plan_fp8_props;
 const plan_fp8_props *plan_fp8_props_of(plan_fp8 f);
 
+/* The LLM's cross-entropy as the trainer a Megatron-target plan is exported
+ * to runs it (--loss; what each holds and computes: plan_loss_props):
+ * - vocab-parallel: Megatron-LM's _VocabParallelCrossEntropy
+ *   (megatron/core/tensor_parallel/cross_entropy.py): the logits cast to one
+ *   fp32 copy, its exp, softmax and gradient written in place;
+ * - torch: F.cross_entropy(logits.float(), labels) as torchtitan calls it
+ *   (torchtitan 9dec370 train.py loss_fn): log_softmax then nll_loss
+ *   (torch.nn.functional.cross_entropy docs) in fp32 (torch.amp docs, "CUDA
+ *   Ops that can autocast to float32": cross_entropy, log_softmax), each a
+ *   new [t, V] tensor, log_softmax's output saved for its backward, where
+ *   nll_loss's gradient is a dense [t, V] too; the logits freed before
+ *   backward (its train step's `del pred`). Over tp > 1 ranks it is
+ *   PyTorch's loss_parallel (torch/distributed/tensor/parallel/loss.py,
+ *   torchtitan's default under TP), whose decomposed _log_softmax keeps the
+ *   fp32 input, the shifted logits and their exp beside each other, and whose
+ *   fused nll_loss / log_softmax backward builds (zeros + exp(x)) * grad
+ *   beside the saved output: one more fp32 [t, V / tp] each way;
+ * - fused: flash-attn's fused cross entropy (flash_attn.losses.cross_entropy,
+ *   llm-foundry's default loss_fn fused_crossentropy): one kernel on the bf16
+ *   logits keeping them and an fp32 log-sum-exp a row, its gradient a new
+ *   tensor of the logits' dtype (inplace_backward False, the default);
+ * - auto (the default): torch under bf16-autocast (FSDP's bf16 compute with
+ *   fp32 weights, as torchtitan trains), else vocab-parallel. */
+typedef enum { PLAN_LOSS_AUTO = 0, PLAN_LOSS_VOCAB_PARALLEL, PLAN_LOSS_TORCH, PLAN_LOSS_FUSED, PLAN_NLOSS } plan_loss;
+const char *plan_loss_name(plan_loss l);
+int plan_loss_parse(const char *s, plan_loss *out, char *err);
+typedef struct {
+    bool in_fp32;             /* its passes read and write fp32 logits, a cast in and the gradient's cast back */
+    /* Bytes per logit element at the loss's peak, the larger of its forward
+     * and its backward, beyond what the logits' own dtype (A) holds: fp32
+     * tensors (fp32_copies; *_tp: with the vocabulary split over tp > 1
+     * ranks), and the logits' gradient in their dtype (grad_copy). */
+    double fp32_copies_fwd, fp32_copies_bwd, fp32_copies_fwd_tp, fp32_copies_bwd_tp;
+    bool logits_kept_in_bwd, grad_copy;
+} plan_loss_props;
+
 #endif

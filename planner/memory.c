@@ -41,6 +41,7 @@ void plan_options_default(plan_options *o)
     o->grad_accum = PLAN_ACCUM_FUSED;
     o->fp8 = PLAN_FP8_NONE;
     o->tp_comm_overlap = false;
+    o->loss = PLAN_LOSS_AUTO;
     o->tf32 = false;
     o->backend = PLAN_BACKEND_DEVICE;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
@@ -381,26 +382,28 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
     return (saved + per_mb + stem_micro * mask) * in_flight + live;
 }
 
-/* fp32 copies of the logits alive beside the bf16 logits at the loss, the
- * end of the forward. Megatron-LM's vocab-parallel cross-entropy
- * (_VocabParallelCrossEntropy) works on one fp32 copy in place. PyTorch's
- * own loss, under torch.autocast or FSDP's bf16 compute with fp32 weights
- * (torchtitan: cross_entropy(pred.float(), labels), the bf16 `pred` kept
- * until after the loss), is F.cross_entropy = log_softmax followed by
- * nll_loss (torch.nn.functional.cross_entropy docs), run in float32
- * (torch.amp docs, "CUDA Ops that can autocast to float32": cross_entropy,
- * log_softmax): log_softmax writes a second fp32 [t, V] tensor, saved for
- * its backward, while its fp32 input is still alive. */
-static double loss_fp32_copies(plan_precision p) { return p == PLAN_OPT_AUTOCAST ? 2 : 1; }
+/* Bytes per logit [t, V/tp] element at the loss's peak, the larger of its
+ * forward and its backward (plan_loss_props: which tensors each holds); A
+ * the logits' own dtype. The torch loss's bf16 logits are freed before its
+ * backward as torchtitan's train step does (`del pred`, "need to free to
+ * before bwd to avoid peaking memory"); a trainer that keeps them holds A
+ * more. */
+static double logits_elem_bytes(const plan_loss_props *l, double A, bool split)
+{
+    double fwd = A + (split ? l->fp32_copies_fwd_tp : l->fp32_copies_fwd) * FP32;
+    double bwd = (l->logits_kept_in_bwd ? A : 0) + (split ? l->fp32_copies_bwd_tp : l->fp32_copies_bwd) * FP32
+               + (l->grad_copy ? A : 0);
+    return fmax(fwd, bwd);
+}
 
-/* LM head logits [t, V/tp] in bf16 plus the fp32 copies the loss works on. */
+/* LM head logits [t, V/tp] in bf16 and the fp32 tensors the loss works on (logits_elem_bytes). */
 static double logits_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, const plan_workload *w,
                            const plan_options *o, double A)
 {
     if (mm->kind != MODEL_LLM) return 0;
     double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
     return plan_head_rows(w, PLAN_TARGET_MEGATRON, s->micro_batch, t) * ceil((double)mm->vocab / s->tp)
-         * (A + loss_fp32_copies(o->precision) * FP32);
+         * logits_elem_bytes(plan_loss_props_of(o), A, s->tp > 1);
 }
 
 static double comm_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double local_p, double A,
@@ -600,6 +603,7 @@ plan_options plan_options_of(const plan_t *p)
     o.grad_accum = p->grad_accum;
     o.fp8 = p->fp8;
     o.tp_comm_overlap = p->tp_comm_overlap;
+    o.loss = p->loss;
     o.tf32 = p->tf32;
     o.backend = p->backend;
     return o;

@@ -31,6 +31,18 @@ static const plan_pipe_props pipe_engine_props[PLAN_NPIPE] = {
 };
 static const char *grad_accum_names[PLAN_NACCUM] = { "fused", "add", "bf16-optimizer" };
 static const char *fp8_names[PLAN_NFP8] = { "none", "delayed", "tensorwise", "torchao" };
+static const char *loss_names[PLAN_NLOSS] = { "auto", "vocab-parallel", "torch", "fused" };
+/* planner/framework.h, plan_loss (auto: resolved by plan_loss_props_of). */
+static const plan_loss_props loss_props[PLAN_NLOSS] = {
+    [PLAN_LOSS_VOCAB_PARALLEL] = { .in_fp32 = true, .fp32_copies_fwd = 1, .fp32_copies_bwd = 1, .fp32_copies_fwd_tp = 1,
+                                   .fp32_copies_bwd_tp = 1, .logits_kept_in_bwd = true, .grad_copy = false },
+    /* forward: the fp32 copy and log_softmax's output; backward: that output (saved), nll_loss's
+     * dense gradient and log_softmax's input gradient; loss_parallel one more each way */
+    [PLAN_LOSS_TORCH] = { .in_fp32 = true, .fp32_copies_fwd = 2, .fp32_copies_bwd = 3, .fp32_copies_fwd_tp = 3,
+                          .fp32_copies_bwd_tp = 4, .logits_kept_in_bwd = false, .grad_copy = false },
+    [PLAN_LOSS_FUSED] = { .in_fp32 = false, .fp32_copies_fwd = 0, .fp32_copies_bwd = 0, .fp32_copies_fwd_tp = 0,
+                          .fp32_copies_bwd_tp = 0, .logits_kept_in_bwd = true, .grad_copy = true },
+};
 /* planner/framework.h, plan_fp8. */
 static const plan_fp8_props fp8_props[PLAN_NFP8] = {
     [PLAN_FP8_NONE] = { .on = false },
@@ -53,6 +65,7 @@ PLAN_ENUM_PARSE(plan_tp_style_parse, plan_tp_style, tp_style_names, PLAN_NTP_STY
 PLAN_ENUM_PARSE(plan_pipe_engine_parse, plan_pipe_engine, pipe_engine_names, PLAN_NPIPE)
 PLAN_ENUM_PARSE(plan_grad_accum_parse, plan_grad_accum, grad_accum_names, PLAN_NACCUM)
 PLAN_ENUM_PARSE(plan_fp8_parse, plan_fp8, fp8_names, PLAN_NFP8)
+PLAN_ENUM_PARSE(plan_loss_parse, plan_loss, loss_names, PLAN_NLOSS)
 
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
 const char *plan_target_name(plan_target t) { return t >= 0 && t < PLAN_NTARGET ? target_names[t] : "?"; }
@@ -66,6 +79,13 @@ const plan_pipe_props *plan_pipe_engine_props(plan_pipe_engine e)
 }
 const char *plan_grad_accum_name(plan_grad_accum a) { return a >= 0 && a < PLAN_NACCUM ? grad_accum_names[a] : "?"; }
 const char *plan_fp8_name(plan_fp8 f) { return f >= 0 && f < PLAN_NFP8 ? fp8_names[f] : "?"; }
+const char *plan_loss_name(plan_loss l) { return l >= 0 && l < PLAN_NLOSS ? loss_names[l] : "?"; }
+plan_loss plan_loss_of(const plan_options *o)
+{
+    if (o->loss > PLAN_LOSS_AUTO && o->loss < PLAN_NLOSS) return o->loss;
+    return o->precision == PLAN_OPT_AUTOCAST ? PLAN_LOSS_TORCH : PLAN_LOSS_VOCAB_PARALLEL;
+}
+const plan_loss_props *plan_loss_props_of(const plan_options *o) { return &loss_props[plan_loss_of(o)]; }
 const plan_fp8_props *plan_fp8_props_of(plan_fp8 f) { return &fp8_props[f >= 0 && f < PLAN_NFP8 ? f : PLAN_FP8_NONE]; }
 const char *plan_zero3_name(plan_zero3 z) { return z >= 0 && z < PLAN_NZERO3 ? zero3_names[z] : "?"; }
 const char *plan_placement_name(plan_placement p) { return placement_names[p]; }
@@ -148,6 +168,7 @@ cJSON *plan_to_json(const plan_t *p)
     if (p->tf32) cJSON_AddBoolToObject(root, "tf32", true);
     if (p->fp8 != PLAN_FP8_NONE) cJSON_AddStringToObject(root, "fp8", plan_fp8_name(p->fp8));
     if (p->tp_comm_overlap) cJSON_AddBoolToObject(root, "tp_comm_overlap", true);
+    if (p->loss != PLAN_LOSS_AUTO) cJSON_AddStringToObject(root, "loss", plan_loss_name(p->loss));
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
     cJSON *mods = cJSON_AddArrayToObject(root, "modules");
@@ -283,6 +304,8 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if ((rc = util_json_str(root, what, "fp8", false, plan_fp8_name(PLAN_FP8_NONE), buf, sizeof buf, err))) return rc;
     if (plan_fp8_parse(buf, &p->fp8, why)) return util_fail(err, UTIL_EINVAL, "%s.fp8: %s", what, why);
     if ((rc = util_json_bool(root, what, "tp_comm_overlap", false, false, &p->tp_comm_overlap, err))) return rc;
+    if ((rc = util_json_str(root, what, "loss", false, plan_loss_name(PLAN_LOSS_AUTO), buf, sizeof buf, err))) return rc;
+    if (plan_loss_parse(buf, &p->loss, why)) return util_fail(err, UTIL_EINVAL, "%s.loss: %s", what, why);
     plan_options po = plan_options_of(p);
     if (plan_tf32_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tf32: %s", what, why);
     if (plan_grad_reduce_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_reduce: %s", what, why);
@@ -291,6 +314,7 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if (plan_grad_accum_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_accum: %s", what, why);
     if (plan_fp8_check(&po, NULL, why)) return util_fail(err, UTIL_EINVAL, "%s.fp8: %s", what, why);
     if (plan_tp_comm_overlap_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_comm_overlap: %s", what, why);
+    if (plan_loss_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.loss: %s", what, why);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;

@@ -181,6 +181,7 @@ typedef struct {
     plan_grad_accum grad_accum;     /* the Megatron target's gradient accumulation (plan_options.grad_accum) */
     plan_fp8 fp8;             /* the Megatron target's FP8 linears (plan_options.fp8) */
     bool tp_comm_overlap;     /* the Megatron target's TP communication overlap (plan_options.tp_comm_overlap) */
+    plan_loss loss;           /* the Megatron target's cross-entropy (plan_options.loss) */
     bool tf32;                /* fp32 GEMMs on TF32 tensor cores (plan_options.tf32) */
     plan_backend backend;     /* the backend memory is predicted for (plan_options.backend; not in the file) */
     int world_size;           /* total ranks the plan uses */
@@ -276,6 +277,7 @@ typedef struct {
      * collectives with their GEMMs (Megatron-LM --tp-comm-overlap;
      * plan_tp_overlaps says where it applies; plan_tp_comm_overlap_check) */
     bool tp_comm_overlap;
+    plan_loss loss;               /* the Megatron target's cross-entropy (plan_loss_check; plan_loss_props_of) */
     bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
     plan_backend backend;         /* the backend memory is predicted for (--backend; default the device's) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
@@ -339,6 +341,11 @@ int plan_tp_comm_overlap_check(const plan_options *o, char *err);
  * where the module runs sequence parallelism over tp > 1 ranks (Megatron-LM asserts sequence_parallel with
  * tp_comm_overlap; Megatron-Bridge turns the overlap off where tp < 2 or sequence_parallel is off). */
 bool plan_tp_overlaps(const model_module *mm, const plan_module *s, const plan_options *o);
+/* --loss describes a plan exported to another trainer's loss: the Megatron target only. */
+int plan_loss_check(const plan_options *o, char *err);
+/* The plan's cross-entropy (plan_loss, auto resolved by the precision) and what it holds and computes. */
+plan_loss plan_loss_of(const plan_options *o);
+const plan_loss_props *plan_loss_props_of(const plan_options *o);
 /* The math the cost model prices a linear's GEMMs in (cost_gemm_time_in). */
 cost_gemm_math plan_gemm_math(const plan_options *o);
 /* The math of the transformer blocks' linears: COST_MATH_FP8 under --fp8, else plan_gemm_math. */

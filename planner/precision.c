@@ -134,6 +134,14 @@ int plan_tp_comm_overlap_check(const plan_options *o, char *err)
     return UTIL_OK;
 }
 
+int plan_loss_check(const plan_options *o, char *err)
+{
+    if (o->loss != PLAN_LOSS_AUTO && o->target != PLAN_TARGET_MEGATRON)
+        return util_fail(err, UTIL_EINVAL, "--loss %s describes a plan exported to another trainer's cross-entropy: "
+                         "use --target megatron; dhp run computes its own", plan_loss_name(o->loss));
+    return UTIL_OK;
+}
+
 bool plan_tp_overlaps(const model_module *mm, const plan_module *s, const plan_options *o)
 {
     return o->tp_comm_overlap && o->target == PLAN_TARGET_MEGATRON && o->tp_style == PLAN_TP_MEGATRON && s->tp > 1

@@ -169,6 +169,29 @@ PY
 then ok cli_tp_comm_overlap_plan
 else fail cli_tp_comm_overlap_plan "$(head -c 400 "$T/err") $(head -c 300 "$T/out")"; fi
 
+# The cross-entropy a Megatron-target plan's trainer runs: kept in the plan file, read back by dhp memory, whose logits
+# term it sets (flash-attn's fused loss holds less than Megatron's vocab-parallel one); the dhp target refuses it
+expect_err cli_loss_needs_the_megatron_target "loss fused describes a plan exported to another trainer's cross-entropy" \
+    "$DHP" plan --loss fused --no-baselines -o "$T/never.json"
+expect_err cli_loss_names_the_kernels "--loss: 'xent' is not auto, vocab-parallel, torch or fused" \
+    "$DHP" plan --target megatron --loss xent -o "$T/never.json"
+if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --loss fused --gpus 8 \
+        --strategy "vision:dp=8;llm:dp=8,zero=1" --no-baselines -o "$T/lf.json" >/dev/null 2>"$T/err" &&
+   "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --gpus 8 \
+        --strategy "vision:dp=8;llm:dp=8,zero=1" --no-baselines -o "$T/lv.json" >/dev/null 2>>"$T/err" &&
+   grep -qE '"loss":[[:space:]]*"fused"' "$T/lf.json" && ! grep -q '"loss"' "$T/lv.json" &&
+   "$DHP" memory "$T/lf.json" --json >"$T/mf" 2>>"$T/err" && "$DHP" memory "$T/lv.json" --json >"$T/mv" 2>>"$T/err" &&
+   python3 - "$T/mf" "$T/mv" <<'PY'
+import json, sys
+def logits(p):
+    d = json.load(open(p))
+    return [m for m in d["modules"] if m["module"] == "llm"][0]["logits"]
+f, v = logits(sys.argv[1]), logits(sys.argv[2])
+assert 0 < f < v and abs(f / v - 4 / 6) < 1e-6, (f, v)
+PY
+then ok cli_loss_plan_memory
+else fail cli_loss_plan_memory "$(head -c 400 "$T/err")"; fi
+
 # Interleaving up to 32 chunks a stage (NeMo's Llama 2 70B: pp 4 x vp 20, a layer a chunk), simulated; 33 refused
 cat >"$T/llm28.json" <<'JSON'
 {"schema": "dhp.model/1", "name": "llm28", "modules": [{"name": "llm", "kind": "llm", "layers": 28, "hidden": 1024,

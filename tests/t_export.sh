@@ -202,9 +202,10 @@ assert any("fp8 delayed (TransformerEngine) exported as torchao" in n for n in t
 PY
 
 # TP communication overlap and bf16 gradient buffers: Megatron's --tp-comm-overlap beside --sequence-parallel and
-# --grad-reduce-in-bf16 (ZeRO-1); torchtitan's and DeepSpeed's notes say what they do not take
+# --grad-reduce-in-bf16 (ZeRO-1); torchtitan's and DeepSpeed's notes say what they do not take, and every trainer
+# that a plan's flash-attn loss (--loss fused) is not its own
 if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --tp-comm-overlap --grad-reduce bf16 \
-        --gpus 8 --strategy 'vision:dp=8;llm:tp=2,dp=4,zero=1,seqpar=1' --no-baselines -o "$T/ub.json" >/dev/null 2>"$T/err" &&
+        --loss fused --gpus 8 --strategy 'vision:dp=8;llm:tp=2,dp=4,zero=1,seqpar=1' --no-baselines -o "$T/ub.json" >/dev/null 2>"$T/err" &&
    export_checked "$T/ub" &&
    "$VPY" - "$T/ub.megatron.json" "$T/ub.deepspeed.json" "$T/ub.torchtitan.json" <<'PY' >"$T/v" 2>&1; then ok export_tp_comm_overlap; else fail export_tp_comm_overlap "$(cat "$T/err" "$T/check" "$T/v" 2>/dev/null | grep -v -e WARNING -e 'HF assets' | head -c 400)"; fi
 import json, sys
@@ -213,4 +214,7 @@ a = m["args"]
 assert "--tp-comm-overlap" in a and "--sequence-parallel" in a and "--grad-reduce-in-bf16" in a, a
 assert any("tp_comm_overlap not exported: DeepSpeed" in n for n in d["notes"]), d["notes"]
 assert any("tp_comm_overlap not exported" in n and "async TP" in n for n in t["notes"]), t["notes"]
+for doc, who in ((m, "Megatron-LM computes its own vocab-parallel"), (t, "torchtitan computes its own torch"),
+                 (d, "DeepSpeed computes the model code's cross-entropy")):
+    assert any("loss fused not exported: " + who in n for n in doc["notes"]), doc["notes"]
 PY

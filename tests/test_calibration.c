@@ -10,6 +10,7 @@
 #include "planner/planner.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 TEST(calib_gemm_wave_efficiency_by_hand)
 {
@@ -484,26 +485,50 @@ TEST(calib_torchtitan_op_checkpointing_memory_and_recompute)
 }
 
 /* The logits' bytes of module 0 on one A100 node, batch 2 of 256 text tokens. */
-static double logits_under(const model_t *m, const plan_module *s, plan_precision precision)
+static double logits_under(const model_t *m, const plan_module *s, plan_precision precision, plan_loss loss)
 {
     cost_cluster c; plan_workload w; plan_options o;
     one_node_step(2, &c, &w, &o);
     o.precision = precision;
+    o.loss = loss;
     plan_mem mem;
     plan_module_memory(m, 0, s, &w, &c.pool[0].gpu, &o, 1, &mem);
     return mem.logits;
 }
 
-/* The loss's logits: Megatron's vocab-parallel cross-entropy holds the bf16
- * logits and one fp32 copy (6 B each); PyTorch's F.cross_entropy under
- * bf16-autocast the bf16 logits, the fp32 input and log_softmax's fp32
- * output (10 B). mb 2 x 256 positions = 512 head rows x vocab 1000. */
-TEST(calib_autocast_loss_holds_two_fp32_logit_copies)
+/* The loss's logits at the larger of its forward and backward (plan_loss):
+ * Megatron's vocab-parallel cross-entropy holds the bf16 logits and one fp32
+ * copy (6 B each); PyTorch's F.cross_entropy (bf16-autocast's default) the
+ * bf16 logits, the fp32 input and log_softmax's fp32 output forward (10 B),
+ * three fp32 tensors backward with the logits freed (12 B), and as
+ * loss_parallel over tp 2 one more fp32 each way (max(14, 16) = 16 B of
+ * 1000 / 2 columns); flash-attn's fused loss the bf16 logits and their bf16
+ * gradient (4 B). mb 2 x 256 positions = 512 head rows x vocab 1000. */
+TEST(calib_loss_holds_its_logit_tensors)
 {
     model_t m = gpt(false, false, 4);
     plan_module s = strat(1, 1, 1, 0, 2, PLAN_RECOMP_NONE, false);
-    CHECK_NEAR(logits_under(&m, &s, PLAN_OPT_MIXED_FP32), 512.0 * 1000 * (2 + 4), 1e-9);
-    CHECK_NEAR(logits_under(&m, &s, PLAN_OPT_AUTOCAST), 512.0 * 1000 * (2 + 4 + 4), 1e-9);
+    double rows = 512.0;
+    CHECK_NEAR(logits_under(&m, &s, PLAN_OPT_MIXED_FP32, PLAN_LOSS_AUTO), rows * 1000 * (2 + 4), 1e-9);
+    CHECK_NEAR(logits_under(&m, &s, PLAN_OPT_AUTOCAST, PLAN_LOSS_AUTO), rows * 1000 * 12, 1e-9);
+    CHECK_NEAR(logits_under(&m, &s, PLAN_OPT_AUTOCAST, PLAN_LOSS_VOCAB_PARALLEL), rows * 1000 * (2 + 4), 1e-9);
+    CHECK_NEAR(logits_under(&m, &s, PLAN_OPT_AUTOCAST, PLAN_LOSS_FUSED), rows * 1000 * (2 + 2), 1e-9);
+    CHECK_NEAR(logits_under(&m, &s, PLAN_OPT_MIXED_FP32, PLAN_LOSS_TORCH), rows * 1000 * 12, 1e-9);
+    plan_module tp2 = strat(1, 2, 1, 0, 2, PLAN_RECOMP_NONE, false);
+    CHECK_NEAR(logits_under(&m, &tp2, PLAN_OPT_AUTOCAST, PLAN_LOSS_AUTO), rows * 500 * 16, 1e-9);
+    CHECK_NEAR(logits_under(&m, &tp2, PLAN_OPT_MIXED_FP32, PLAN_LOSS_AUTO), rows * 500 * (2 + 4), 1e-9);
+
+    char err[UTIL_ERR_LEN];
+    plan_options o;
+    plan_options_default(&o);
+    o.target = PLAN_TARGET_DHP;
+    o.loss = PLAN_LOSS_FUSED;
+    CHECK(plan_loss_check(&o, err) == UTIL_EINVAL && strstr(err, "use --target megatron"));
+    o.target = PLAN_TARGET_MEGATRON;
+    CHECK(plan_loss_check(&o, err) == UTIL_OK);
+    plan_loss l;
+    CHECK(plan_loss_parse("vocab-parallel", &l, err) == UTIL_OK && l == PLAN_LOSS_VOCAB_PARALLEL);
+    CHECK(plan_loss_parse("xent", &l, err) != UTIL_OK);
 }
 
 /* Megatron's sequence parallelism splits the LLM's hidden rows only
