@@ -77,10 +77,9 @@ static bool tp_regathers(const plan_module *s, const plan_options *o)
  *   collective on num_sm 16 SMs the whole time, the GEMM on the rest while
  *   it runs: max(comm, gemm + comm x 16 / sm_count).
  * What each pair costs beyond its GEMM alone is the collective's exposed
- * time (the GEMMs stay in the block's compute, cost.c). Under FP8 recipes
- * whose linears take FP8 inputs (plan_fp8_props.saves_fp8_inputs) the
- * all-gather buffers hold FP8 (fp8_buf for the all-gather layers), 1 B an
- * element. A GPU file without sm_count: the 132 SMs of an H100 SXM. */
+ * time (the GEMMs stay in the block's compute, cost.c). Under FP8 the
+ * all-gathers move FP8 (plan_tp_gather_bytes; userbuffers' fp8_buf for the
+ * all-gather layers). A GPU file without sm_count: the 132 SMs of an H100 SXM. */
 #define UB_SPLITS_PIPELINE 4
 #define UB_SMS_PIPELINE 16
 #define UB_SMS_BULK 16
@@ -147,6 +146,11 @@ static void ub_block(const ub_pricer *u, const plan_gemm_shape lin[PLAN_NLIN], d
     }
 }
 
+double plan_tp_gather_bytes(const plan_options *o, double A)
+{
+    return plan_fp8_props_of(o->fp8)->tp_gathers_fp8 ? 1.0 : A;
+}
+
 /* L blocks' sequence-parallel collectives under userbuffers (ub_block), and
  * once per block the norms' partial weight gradients summed, exposed. */
 static void tp_overlapped_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool,
@@ -157,8 +161,7 @@ static void tp_overlapped_blocks(const model_module *mm, const plan_module *s, i
                     .sms = pool->gpu.sm_count > 0 ? pool->gpu.sm_count : UB_SMS_DEFAULT };
     plan_gemm_shape lin[PLAN_NLIN];
     plan_block_linear_shapes(mm, s, t, lin);
-    double ag_bytes = plan_fp8_props_of(o->fp8)->saves_fp8_inputs ? 1.0 : A;
-    double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, ag_bytes * t * mm->hidden);
+    double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, plan_tp_gather_bytes(o, A) * t * mm->hidden);
     double rs = group_coll(pool, s, PLAN_AX_TP, COST_REDUCESCATTER, A * t * mm->hidden);
     plan_comm one_fwd = { 0 }, one = { 0 };
     ub_block(&u, lin, ag, rs, backward, weight_grads, &one_fwd, &one);
@@ -191,9 +194,10 @@ void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, c
         return;
     }
     if (plan_seqpar_split(mm, s) > 1) {
-        double copy = tp_layout_copy(pool, o, A, t * mm->hidden);
-        double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, rows) + copy;
-        double rs = group_coll(pool, s, PLAN_AX_TP, COST_REDUCESCATTER, rows) + copy;
+        double G = plan_tp_gather_bytes(o, A);   /* FP8 under FP8 linears */
+        double ag = group_coll(pool, s, PLAN_AX_TP, COST_ALLGATHER, G * t * mm->hidden)
+                  + tp_layout_copy(pool, o, G, t * mm->hidden);
+        double rs = group_coll(pool, s, PLAN_AX_TP, COST_REDUCESCATTER, rows) + tp_layout_copy(pool, o, A, t * mm->hidden);
         plan_comm_add(fwd, false, ag, 2 * L);
         plan_comm_add(fwd, false, rs, 2 * L);
         if (!backward) return;

@@ -142,6 +142,15 @@ typedef struct {
      * the norm kernel itself (no cast of its own) for the linears a norm feeds:
      * query/key/value and the MLP's input projection. */
     bool norm_casts;
+    /* The sequence-parallel all-gathers of the linears' inputs and output
+     * gradients move FP8, 1 B an element: TransformerEngine gathers the
+     * quantized tensor (layernorm_linear.py, linear.py: gather_along_first_dim
+     * with the input quantizer; TE 1.x's LayerNormLinear gathered its FP8
+     * norm output), as its userbuffers do (fp8_buf); torchtitan's Float8 TP
+     * styles (torchao float8_tensor_parallel: PrepareFloat8ModuleInput casts
+     * before the all-gather, NoopFwToFloat8BwDynamic casts the output gradient
+     * before its backward all-gather). The reduce-scatters stay bf16. */
+    bool tp_gathers_fp8;
 } plan_fp8_props;
 const plan_fp8_props *plan_fp8_props_of(plan_fp8 f);
 

@@ -433,7 +433,7 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
          * the micro-batch's whole [s b / cp, h] rows (Megatron's _initialize_tp_communicators) for
          * each of the ten overlaps, the six all-gathers' FP8 under TE's FP8 recipes (fp8_buf) */
         double rows = (double)s->micro_batch * q->tokens_per_sample / s->sp * mm->hidden;
-        b += rows * (6 * (plan_fp8_props_of(o->fp8)->saves_fp8_inputs ? 1 : A) + 4 * A);
+        b += rows * (6 * plan_tp_gather_bytes(o, A) + 4 * A);
     }
     return b;
 }

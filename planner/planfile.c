@@ -47,11 +47,11 @@ static const plan_loss_props loss_props[PLAN_NLOSS] = {
 static const plan_fp8_props fp8_props[PLAN_NFP8] = {
     [PLAN_FP8_NONE] = { .on = false },
     [PLAN_FP8_DELAYED] = { .on = true, .what = "TransformerEngine, delayed scaling, FP8 weights", .saves_fp8_inputs = true, .primary_fp8_weights = true, .amax_pass = false,
-                           .norm_casts = true },
+                           .norm_casts = true, .tp_gathers_fp8 = true },
     [PLAN_FP8_TENSORWISE] = { .on = true, .what = "TransformerEngine, current scaling, FP8 weights", .saves_fp8_inputs = true, .primary_fp8_weights = true, .amax_pass = true,
-                              .norm_casts = true },
+                              .norm_casts = true, .tp_gathers_fp8 = true },
     [PLAN_FP8_TORCHAO] = { .on = true, .what = "torchao's Float8Linear, tensorwise scaling", .saves_fp8_inputs = false, .primary_fp8_weights = false, .amax_pass = true,
-                           .norm_casts = false },
+                           .norm_casts = false, .tp_gathers_fp8 = true },
 };
 
 PLAN_ENUM_PARSE(plan_placement_parse, plan_placement, placement_names, 2)

@@ -85,6 +85,8 @@ void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, c
                           plan_comm *fwd);
 void plan_price_tp_llm_ends(const model_module *mm, const plan_module *s, const plan_stage *st, const cost_pool *pool,
                             double A, double t, double text_rows, double head_rows, bool backward, plan_comm *c);
+/* Bytes per element of the blocks' sequence-parallel all-gathers: 1 under FP8 linears (plan_fp8_props.tp_gathers_fp8), else A. */
+double plan_tp_gather_bytes(const plan_options *o, double A);
 void plan_price_ulysses(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,
                         int layers, bool backward, plan_comm *fwd, plan_comm *c);
 /* cost.c: the four linears of a self-attention block on t rows as the

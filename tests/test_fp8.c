@@ -153,3 +153,27 @@ TEST(fp8_refusals_and_plan_file)
     char why[UTIL_ERR_LEN];
     CHECK(plan_run_check(&fp8, why) == UTIL_EUNSUPPORTED);   /* the Megatron target: dhp run refuses it */
 }
+
+/* The sequence-parallel all-gathers of the blocks move FP8 (TransformerEngine
+ * gathers the quantized input and output gradient; torchtitan's Float8 TP
+ * styles cast before gathering): per block 2 forward and 4 backward
+ * all-gathers (Megatron re-gathers the saved input) of t x h elements at 1 B
+ * instead of 2; the reduce-scatters stay bf16. */
+TEST(fp8_sequence_parallel_all_gathers_move_fp8)
+{
+    model_t m = llama();
+    cost_cluster c = test_cluster_load("8xh100");
+    plan_workload w = { .global_batch = 2, .text_tokens = 2048 };
+    plan_module tp4 = { .dp = 2, .tp = 4, .sp = 1, .pp = 1, .zero = 1, .micro_batch = 1, .n_ranks = 8,
+                        .seq_parallel = true };
+    plan_options b16 = fp8_options(PLAN_FP8_NONE), del = fp8_options(PLAN_FP8_DELAYED);
+    plan_time tb, td;
+    plan_micro_time(&m, 0, &tp4, &w, &c, &b16, 1, &tb);
+    plan_micro_time(&m, 0, &tp4, &w, &c, &del, 1, &td);
+    double elems = 2048.0 * 1024;
+    double ag2 = cost_collective_time(&c.pool[0], COST_ALLGATHER, 2 * elems, 4, 4);
+    double ag1 = cost_collective_time(&c.pool[0], COST_ALLGATHER, 1 * elems, 4, 4);
+    CHECK(ag1 < ag2);
+    CHECK(fabs((tb.tp_comm_s - td.tp_comm_s) - 2 * 6 * (ag2 - ag1)) < 1e-9 * tb.tp_comm_s);
+    CHECK(plan_tp_gather_bytes(&del, 2) == 1 && plan_tp_gather_bytes(&b16, 2) == 2);
+}
