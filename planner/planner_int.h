@@ -93,7 +93,9 @@ void plan_price_ulysses(const model_module *mm, const plan_module *s, const cost
  * Megatron target runs them (fused query/key/value, attention output, the
  * MLP's input projection(s) fused, its output projection), Y[m,n] = X[m,k]
  * W[k,n] on one tp rank; price_block prices them, cost_tp.c pairs them with
- * the collectives TransformerEngine's userbuffers overlap. */
+ * the collectives TransformerEngine's userbuffers overlap (a cross-attention
+ * block's too, whose gathered rows feed its query projection alone: the
+ * pairing takes the self-attention shapes for it, approximately). */
 typedef enum { PLAN_LIN_QKV = 0, PLAN_LIN_PROJ, PLAN_LIN_FC1, PLAN_LIN_FC2, PLAN_NLIN } plan_block_linear;
 typedef struct { double m, n, k; } plan_gemm_shape;
 void plan_block_linear_shapes(const model_module *mm, const plan_module *s, double t, plan_gemm_shape out[PLAN_NLIN]);

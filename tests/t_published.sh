@@ -68,6 +68,10 @@ assert sw(row("Korthikanti et al. MLSys'23 Table 5 via calculon")) == (None, Non
 nemo = lambda **kw: row("NVIDIA/NeMo performance_summary", gpu="H100 (DGX)", precision="fp8", **kw)
 assert (nemo()["grad_reduce"], nemo().get("tp_comm_overlap")) == ("bf16", True), nemo()
 assert (nemo(tp="1", dp="4")["grad_reduce"], nemo(tp="1", dp="4").get("tp_comm_overlap")) == ("bf16", None)
+# llm-foundry's MPT runs compute flash-attn's fused cross-entropy (its default loss_fn fused_crossentropy)
+mpt = row("mosaicml/llm-foundry scripts/train/benchmarking/README.md", model="MPT-7b", precision="amp_bf16",
+          zero_or_fsdp="FSDP FULL_SHARD", tp="1", pp="1", dp="16")
+assert mpt.get("loss") == "fused", mpt
 print("formulas-ok")
 PYEOF
 )
