@@ -443,6 +443,11 @@ def interpret(r, idx):
             # torchtitan's apply_tp (parallelize_llama.py): DTensor ColwiseParallel / RowwiseParallel with
             # SequenceParallel norms on [b, s, h], sharded on dim 1
             c["tp_style"] = "dtensor"
+            if re.search(r"\+ ?AsyncTP|async TP run", notes):
+                # torchtitan's enable_async_tensor_parallel (with torch.compile): Inductor's micro-pipelined TP
+                c["tp_comm_overlap"] = True
+                inferred.append("async TP (torchtitan's enable_async_tensor_parallel under torch.compile): "
+                                "--tp-comm-overlap under --tp-style dtensor")
             inferred.append("PyTorch DTensor TP (torchtitan's apply_tp: Shard(1) sequence-parallel collectives, a "
                             "torch.cat beside each; the gathered input saved): --tp-style dtensor")
         mm = re.search(r"peak memory ([0-9.]+) GiB", notes)

@@ -302,7 +302,12 @@ static void megatron_tp_overlap_args(const plan_t *p, const plan_module *s, cJSO
 {
     if (!p->tp_comm_overlap) return;
     plan_options o = plan_options_of(p);
-    if (plan_tp_overlaps(&p->model.mod[p->model.llm], s, &o)) arg(args, "--tp-comm-overlap", NULL);
+    if (plan_tp_overlaps(&p->model.mod[p->model.llm], s, &o)) {
+        arg(args, "--tp-comm-overlap", NULL);
+        if (p->tp_style == PLAN_TP_DTENSOR)
+            note(notes, "%s: the plan priced torchtitan's async TP (--tp-style dtensor); Megatron's --tp-comm-overlap "
+                 "is TransformerEngine's userbuffers (plan again without --tp-style dtensor)", s->module);
+    }
     else note(notes, "%s: --tp-comm-overlap not exported: its strategy has no sequence parallelism over tp > 1, "
               "which Megatron's TP communication overlap needs (the plan priced its collectives exposed)", s->module);
 }
@@ -551,6 +556,28 @@ static void torchtitan_fp8(const plan_t *p, cJSON *toml, cJSON *notes)
              plan_fp8_name(p->fp8));
 }
 
+/* torch.compile of the model (dhp prices the blocks' element-wise work fused,
+ * as Inductor runs it; the loss stays eager, as --loss torch prices it:
+ * components ["model"], torchtitan 0.2.2's [compile]); --tp-comm-overlap: the
+ * plan's async TP (under --tp-style dtensor) as enable_async_tensor_parallel,
+ * which needs the compile. */
+static void torchtitan_compile(const plan_t *p, const plan_module *s, cJSON *toml, cJSON *par, cJSON *notes)
+{
+    cJSON *cc = cJSON_AddObjectToObject(toml, "compile");
+    cJSON_AddBoolToObject(cc, "enable", true);
+    cJSON *comp = cJSON_AddArrayToObject(cc, "components");
+    cJSON_AddItemToArray(comp, cJSON_CreateString("model"));
+    if (!p->tp_comm_overlap) return;
+    plan_options o = plan_options_of(p);
+    if (p->tp_style == PLAN_TP_DTENSOR && plan_tp_overlaps(&p->model.mod[p->model.llm], s, &o))
+        cJSON_AddBoolToObject(par, "enable_async_tensor_parallel", true);
+    else
+        note(notes, "tp_comm_overlap not exported: the plan priced %s; torchtitan's async TP "
+             "(enable_async_tensor_parallel) pipelines its collectives by its own methods (plan again with "
+             "--tp-style dtensor)", p->tp_style == PLAN_TP_DTENSOR ? "no module with seqpar over tp > 1"
+                                                                   : "TransformerEngine's userbuffers");
+}
+
 static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
 {
     int k = p->model.llm, gas;
@@ -580,10 +607,7 @@ static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *er
     if (s->pp > 1) torchtitan_pipeline(p, s, par, tr);
     torchtitan_fp8(p, toml, notes);
     loss_note(p, PLAN_LOSS_TORCH, "torchtitan", notes);
-    if (p->tp_comm_overlap)
-        note(notes, "tp_comm_overlap not exported: the plan priced TransformerEngine's userbuffers; torchtitan's "
-             "counterpart, async TP ([parallelism] enable_async_tensor_parallel under torch.compile), pipelines "
-             "the same collectives by its own methods, which dhp does not price");
+    torchtitan_compile(p, s, toml, par, notes);
     if (p->grad_reduce == PLAN_REDUCE_BF16)
         note(notes, "%s: gradients reduced in bf16 (--grad-reduce bf16) not exported: torchtitan 0.2.2's "
              "mixed_precision_reduce takes float32 only", s->module);

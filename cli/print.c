@@ -176,7 +176,8 @@ static void print_partial_recompute(const plan_t *p, int k)
 static void print_tp_overlap(const plan_t *p)
 {
     plan_options o = plan_options_of(p);
-    printf("  tp comm overlap (TransformerEngine's userbuffers; TP comm is what the GEMMs leave exposed):");
+    printf("  tp comm overlap (%s; TP comm is what the GEMMs leave exposed):",
+           p->tp_style == PLAN_TP_DTENSOR ? "torchtitan's async TP" : "TransformerEngine's userbuffers");
     int n = 0;
     for (int k = 0; k < p->n_modules; k++)
         if (plan_tp_overlaps(&p->model.mod[k], &p->mod[k], &o)) printf("%s %s", n++ ? "," : "", p->mod[k].module);

@@ -334,8 +334,8 @@ int plan_grad_accum_check(const plan_options *o, char *err);
 /* --fp8 describes a plan exported to TransformerEngine or torchao: the Megatron target only, over a bf16
  * precision, on GPUs with FP8 tensor cores (every pool of c; c NULL: not checked). */
 int plan_fp8_check(const plan_options *o, const cost_cluster *c, char *err);
-/* --tp-comm-overlap describes a plan exported to Megatron-LM with TransformerEngine's userbuffers: the Megatron
- * target with Megatron's tensor parallelism only. */
+/* --tp-comm-overlap describes a plan exported to Megatron-LM with TransformerEngine's userbuffers (or, under
+ * --tp-style dtensor, to torchtitan with async TP): the Megatron target only. */
 int plan_tp_comm_overlap_check(const plan_options *o, char *err);
 /* Whether module mm under s overlaps its blocks' tensor-parallel collectives with their GEMMs: --tp-comm-overlap
  * where the module runs sequence parallelism over tp > 1 ranks (Megatron-LM asserts sequence_parallel with

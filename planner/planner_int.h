@@ -85,6 +85,18 @@ void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, c
                           plan_comm *fwd);
 void plan_price_tp_llm_ends(const model_module *mm, const plan_module *s, const plan_stage *st, const cost_pool *pool,
                             double A, double t, double text_rows, double head_rows, bool backward, plan_comm *c);
+/* cost_tp.c: one collective of op over module s's group on `axes` (plan_group_shape places it in the
+ * node); the layout copy DTensor adds beside a sequence-parallel collective of elems elements (0 under
+ * Megatron's TP); whether a block's backward gathers its column-parallel inputs again. */
+double plan_group_coll_s(const cost_pool *pool, const plan_module *s, unsigned axes, cost_coll op, double bytes);
+double plan_tp_layout_copy_s(const cost_pool *pool, const plan_options *o, double A, double elems);
+bool plan_tp_regathers(const plan_module *s, const plan_options *o);
+/* cost_tp_overlap.c: L blocks' tensor-parallel collectives where plan_tp_overlaps (TransformerEngine's
+ * userbuffers, or torchtitan's async TP under --tp-style dtensor): what the GEMMs leave exposed into c
+ * (fwd: the forward's, which full recomputation issues again). */
+void plan_price_tp_overlap_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool,
+                                  const plan_options *o, double A, double t, bool backward, bool weight_grads,
+                                  plan_comm *c, plan_comm *fwd);
 /* Bytes per element of the blocks' sequence-parallel all-gathers: 1 under FP8 linears (plan_fp8_props.tp_gathers_fp8), else A. */
 double plan_tp_gather_bytes(const plan_options *o, double A);
 void plan_price_ulysses(const model_module *mm, const plan_module *s, const cost_pool *pool, double A, double t,

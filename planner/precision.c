@@ -126,11 +126,8 @@ int plan_tp_comm_overlap_check(const plan_options *o, char *err)
     if (!o->tp_comm_overlap) return UTIL_OK;
     if (o->target != PLAN_TARGET_MEGATRON)
         return util_fail(err, UTIL_EINVAL, "--tp-comm-overlap describes a plan exported to Megatron-LM with "
-                         "TransformerEngine's userbuffers: use --target megatron; dhp run's tensor-parallel "
-                         "collectives wait for their GEMMs");
-    if (o->tp_style != PLAN_TP_MEGATRON)
-        return util_fail(err, UTIL_EINVAL, "--tp-comm-overlap is TransformerEngine's userbuffers under Megatron's "
-                         "tensor parallelism, not --tp-style %s", plan_tp_style_name(o->tp_style));
+                         "TransformerEngine's userbuffers or to torchtitan with async TP: use --target megatron; "
+                         "dhp run's tensor-parallel collectives wait for their GEMMs");
     return UTIL_OK;
 }
 
@@ -144,8 +141,7 @@ int plan_loss_check(const plan_options *o, char *err)
 
 bool plan_tp_overlaps(const model_module *mm, const plan_module *s, const plan_options *o)
 {
-    return o->tp_comm_overlap && o->target == PLAN_TARGET_MEGATRON && o->tp_style == PLAN_TP_MEGATRON && s->tp > 1
-           && plan_seqpar_split(mm, s) > 1;
+    return o->tp_comm_overlap && o->target == PLAN_TARGET_MEGATRON && s->tp > 1 && plan_seqpar_split(mm, s) > 1;
 }
 
 int plan_fp8_check(const plan_options *o, const cost_cluster *c, char *err)

@@ -150,8 +150,11 @@ else fail cli_fp8_plan_simulate_memory "$(head -c 400 "$T/err")"; fi
 # tp > 1), keeps it in the file and prices it faster; simulate and memory read it back
 expect_err cli_tp_comm_overlap_needs_the_megatron_target "tp-comm-overlap describes a plan exported to Megatron-LM" \
     "$DHP" plan --tp-comm-overlap --no-baselines -o "$T/never.json"
-expect_err cli_tp_comm_overlap_not_under_dtensor "tp-comm-overlap is TransformerEngine's userbuffers under Megatron's" \
-    "$DHP" plan --target megatron --tp-style dtensor --tp-comm-overlap --no-baselines -o "$T/never.json"
+if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --tp-style dtensor --tp-comm-overlap \
+        --gpus 8 --strategy "vision:dp=8;llm:tp=4,dp=2,zero=1,seqpar=1" --no-baselines -o "$T/atp.json" >"$T/out" \
+        2>"$T/err" && grep -q "tp comm overlap (torchtitan's async TP; TP comm is what the GEMMs leave exposed): llm" \
+        "$T/out"; then ok cli_tp_comm_overlap_async_tp_under_dtensor
+else fail cli_tp_comm_overlap_async_tp_under_dtensor "$(head -c 300 "$T/err") $(head -c 300 "$T/out")"; fi
 if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --tp-comm-overlap --gpus 8 \
         --strategy "vision:dp=8;llm:tp=4,dp=2,zero=1,seqpar=1" --no-baselines -o "$T/ub.json" >"$T/out" 2>"$T/err" &&
    "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --gpus 8 \

@@ -72,6 +72,13 @@ assert (nemo(tp="1", dp="4")["grad_reduce"], nemo(tp="1", dp="4").get("tp_comm_o
 mpt = row("mosaicml/llm-foundry scripts/train/benchmarking/README.md", model="MPT-7b", precision="amp_bf16",
           zero_or_fsdp="FSDP FULL_SHARD", tp="1", pp="1", dp="16")
 assert mpt.get("loss") == "fused", mpt
+# torchtitan's async-TP runs: --tp-comm-overlap under DTensor TP; its vanilla-TP rows not
+tt = lambda notes: row("pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md", model="Llama 3.1 70B",
+                       layers="80", hidden="8192", heads="64", kv_heads="8", ffn="28672", vocab="128256",
+                       seq="8192", gpu="H100 96GB HBM2e 500W", gpus="256", tp="8", pp="1", dp="32",
+                       zero_or_fsdp="FSDP2", micro_batch="16", global_batch="512", precision="bf16", notes=notes)
+assert tt("FSDP32 TP8 + AsyncTP").get("tp_comm_overlap") is True
+assert tt("FSDP32 TP8 + compile; async TP 942.4").get("tp_comm_overlap") is None
 print("formulas-ok")
 PYEOF
 )

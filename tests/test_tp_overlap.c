@@ -93,9 +93,47 @@ TEST(tp_overlap_needs_sequence_parallelism_and_the_megatron_target)
     dhp.target = PLAN_TARGET_DHP;
     CHECK(plan_tp_comm_overlap_check(&dhp, err) == UTIL_EINVAL && strstr(err, "use --target megatron"));
     plan_options dt = on;
-    dt.tp_style = PLAN_TP_DTENSOR;
-    CHECK(plan_tp_comm_overlap_check(&dt, err) == UTIL_EINVAL && strstr(err, "--tp-style dtensor"));
-    CHECK(!plan_tp_overlaps(&m.mod[0], &TP4, &dt));
+    dt.tp_style = PLAN_TP_DTENSOR;   /* torchtitan's async TP */
+    CHECK(plan_tp_comm_overlap_check(&dt, err) == UTIL_OK && plan_tp_overlaps(&m.mod[0], &TP4, &dt));
+}
+
+/* torchtitan's async TP (--tp-style dtensor): the forward's four pairs as
+ * ring exchanges, each all-gather with its local shard's copy into symmetric
+ * memory (t / tp rows), each reduce-scatter with its final sum of the tp
+ * partial chunks (read t x n, write t x n / tp); backward the two output
+ * gradients' all-gathers fused with the input-gradient GEMMs, the two
+ * input-gradient reduce-scatters exposed with DTensor's layout copy, as
+ * without the overlap. */
+TEST(tp_overlap_async_tp_under_dtensor)
+{
+    model_t m = llama();
+    cost_cluster c = test_cluster_load("8xh100");
+    const cost_gpu *g = &c.pool[0].gpu;
+    plan_workload w = { .global_batch = 2, .text_tokens = 8192 };
+    plan_options off = overlap_options(false), on = overlap_options(true);
+    off.tp_style = on.tp_style = PLAN_TP_DTENSOR;
+    plan_time a, b;
+    plan_micro_time(&m, 0, &TP4, &w, &c, &off, 1, &a);
+    plan_micro_time(&m, 0, &TP4, &w, &c, &on, 1, &b);
+    CHECK(a.fwd_s == b.fwd_s && a.bwd_s == b.bwd_s && b.tp_comm_s < a.tp_comm_s);
+    double t = 8192, h = 4096, A = 2;
+    double ag = cost_collective_time(&c.pool[0], COST_ALLGATHER, A * t * h, 4, 4);
+    double rs = cost_collective_time(&c.pool[0], COST_REDUCESCATTER, A * t * h, 4, 4);
+    double copy = cost_elementwise_time(g, COST_EW_COPY, t * h, A);   /* DTensor's torch.cat */
+    double shard = cost_elementwise_time(g, COST_EW_COPY, t / 4 * h, A);
+    double qkv = (32 + 2 * 8) * 128 / 4, attn = 32 * 128 / 4, fc1 = 2 * 14336 / 4, fc2 = 14336 / 4;
+#define G(m_, n_, k_) cost_gemm_time_in(g, COST_MATH_BF16, (m_), (n_), (k_))
+#define RING(m_, n_, k_, c_) (G((m_) / 4, n_, k_) + 3 * fmax(G((m_) / 4, n_, k_), (c_) / 3) - G(m_, n_, k_))
+#define SUM(n_) cost_elementwise_time(g, COST_EW_COPY, t * (n_) * (1 + 0.25) / 2, A)
+    double fwd = RING(t, qkv, h, ag) + shard + RING(t, h, attn, rs) + SUM(h) + RING(t, fc1, h, ag) + shard
+               + RING(t, h, fc2, rs) + SUM(h);
+    double bwd = RING(t, attn, h, ag) + shard + RING(t, fc2, h, ag) + shard + 2 * (rs + copy);
+#undef G
+#undef RING
+#undef SUM
+    /* without: forward 2 (all-gather + copy) + 2 (reduce-scatter + copy); backward the same (no re-gathers) */
+    double raw = 4 * (ag + copy) + 4 * (rs + copy);
+    CHECK(fabs((a.tp_comm_s - b.tp_comm_s) - 2 * (raw - fwd - bwd)) < 1e-9 * a.tp_comm_s);
 }
 
 /* Memory: TransformerEngine's ten userbuffers of the micro-batch's whole
