@@ -28,6 +28,18 @@ static plan_options overlap_options(bool on)
 static const plan_module TP4 = { .dp = 2, .tp = 4, .sp = 1, .pp = 1, .zero = 1, .micro_batch = 1, .n_ranks = 8,
                                  .seq_parallel = true };
 
+/* One micro-batch of t = 8192 tokens on TP4 of one H100 node, without the
+ * overlap (*a) and with it (*b), under TP style `style`. */
+static void micro_without_and_with(const model_t *m, const cost_cluster *c, plan_tp_style style, plan_time *a,
+                                   plan_time *b)
+{
+    plan_workload w = { .global_batch = 2, .text_tokens = 8192 };
+    plan_options off = overlap_options(false), on = overlap_options(true);
+    off.tp_style = on.tp_style = style;
+    plan_micro_time(m, 0, &TP4, &w, c, &off, 1, a);
+    plan_micro_time(m, 0, &TP4, &w, c, &on, 1, b);
+}
+
 /* One block's overlapped collectives on t = 8192 rows, worked out from
  * TE's methods: ring_exchange, the GEMM in tp chunks of t / tp rows beside
  * the all-gather's tp - 1 steps; pipeline, the GEMM in 4 chunks on 132 - 16
@@ -38,11 +50,8 @@ TEST(tp_overlap_prices_each_collective_beside_its_gemm)
     model_t m = llama();
     cost_cluster c = test_cluster_load("8xh100");
     const cost_gpu *g = &c.pool[0].gpu;
-    plan_workload w = { .global_batch = 2, .text_tokens = 8192 };
-    plan_options off = overlap_options(false), on = overlap_options(true);
     plan_time a, b;
-    plan_micro_time(&m, 0, &TP4, &w, &c, &off, 1, &a);
-    plan_micro_time(&m, 0, &TP4, &w, &c, &on, 1, &b);
+    micro_without_and_with(&m, &c, PLAN_TP_MEGATRON, &a, &b);
     CHECK(a.fwd_s == b.fwd_s && a.bwd_s == b.bwd_s && a.pace.gemm_s == b.pace.gemm_s);
     CHECK(a.fwd_syncs == b.fwd_syncs && a.bwd_syncs == b.bwd_syncs);   /* the same collectives, hidden */
     CHECK(b.tp_comm_s > 0 && b.tp_comm_s < 0.5 * a.tp_comm_s);
@@ -109,12 +118,8 @@ TEST(tp_overlap_async_tp_under_dtensor)
     model_t m = llama();
     cost_cluster c = test_cluster_load("8xh100");
     const cost_gpu *g = &c.pool[0].gpu;
-    plan_workload w = { .global_batch = 2, .text_tokens = 8192 };
-    plan_options off = overlap_options(false), on = overlap_options(true);
-    off.tp_style = on.tp_style = PLAN_TP_DTENSOR;
     plan_time a, b;
-    plan_micro_time(&m, 0, &TP4, &w, &c, &off, 1, &a);
-    plan_micro_time(&m, 0, &TP4, &w, &c, &on, 1, &b);
+    micro_without_and_with(&m, &c, PLAN_TP_DTENSOR, &a, &b);
     CHECK(a.fwd_s == b.fwd_s && a.bwd_s == b.bwd_s && b.tp_comm_s < a.tp_comm_s);
     double t = 8192, h = 4096, A = 2;
     double ag = cost_collective_time(&c.pool[0], COST_ALLGATHER, A * t * h, 4, 4);
