@@ -118,7 +118,7 @@ static void ub_block(const ub_pricer *u, const plan_gemm_shape lin[PLAN_NLIN], d
  * operand (fused); the input gradients' reduce-scatters take a sum of
  * matmuls (query, key and value; gate and up), not a matmul, and stay
  * exposed with their layout copies, as do per-op checkpointing's
- * re-gathers. Its symmetric-memory workspace is not counted in memory. */
+ * re-gathers. Its symmetric-memory workspace: memory.c comm_bytes. */
 static double async_rs_exposed(const ub_pricer *u, const cost_pool *pool, double A, double m, double n, double k,
                                double comm)
 {

@@ -429,11 +429,16 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
             b += 2 * A * t * (mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
     }
     if (plan_tp_overlaps(mm, s, o)) {
-        /* TransformerEngine's userbuffers (--tp-comm-overlap): initialize_ub registers a buffer of
-         * the micro-batch's whole [s b / cp, h] rows (Megatron's _initialize_tp_communicators) for
-         * each of the ten overlaps, the six all-gathers' FP8 under TE's FP8 recipes (fp8_buf) */
         double rows = (double)s->micro_batch * q->tokens_per_sample / s->sp * mm->hidden;
-        b += rows * (6 * plan_tp_gather_bytes(o, A) + 4 * A);
+        if (o->tp_style == PLAN_TP_DTENSOR)
+            /* torchtitan's async TP: PyTorch's symmetric-memory workspace (get_symm_mem_workspace), its
+             * largest request _pipelined_produce_and_all2all's two output chunks of rows / tp */
+            b += 2 * A * rows / s->tp;
+        else
+            /* TransformerEngine's userbuffers: initialize_ub registers a buffer of the micro-batch's
+             * whole [s b / cp, h] rows (Megatron's _initialize_tp_communicators) for each of the ten
+             * overlaps, the six all-gathers' FP8 under FP8 (fp8_buf) */
+            b += rows * (6 * plan_tp_gather_bytes(o, A) + 4 * A);
     }
     return b;
 }

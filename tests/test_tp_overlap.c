@@ -143,7 +143,8 @@ TEST(tp_overlap_async_tp_under_dtensor)
 
 /* Memory: TransformerEngine's ten userbuffers of the micro-batch's whole
  * rows [t, h] (not divided by tp), bf16: 10 x 2 B = 20 B a row element; under
- * TE's FP8 recipes the six all-gathers' are FP8: 6 x 1 + 4 x 2 = 14 B. */
+ * TE's FP8 recipes the six all-gathers' are FP8: 6 x 1 + 4 x 2 = 14 B. Async
+ * TP's symmetric memory instead: two output chunks of t / tp rows. */
 TEST(tp_overlap_userbuffers_memory)
 {
     model_t m = llama();
@@ -162,6 +163,12 @@ TEST(tp_overlap_userbuffers_memory)
     fp8_off.tp_comm_overlap = false;
     plan_module_memory(&m, 0, &TP4, &w, &c.pool[0].gpu, &fp8_off, 1, &a);
     CHECK(f.comm - a.comm == 14 * rows);
+    /* torchtitan's async TP: the symmetric-memory workspace, two chunks of rows / tp at 2 B */
+    plan_options dt_off = off, dt_on = on;
+    dt_off.tp_style = dt_on.tp_style = PLAN_TP_DTENSOR;
+    plan_module_memory(&m, 0, &TP4, &w, &c.pool[0].gpu, &dt_off, 1, &a);
+    plan_module_memory(&m, 0, &TP4, &w, &c.pool[0].gpu, &dt_on, 1, &b);
+    CHECK(b.comm - a.comm == 2 * 2 * rows / 4);
 }
 
 /* Kept in the plan file (and left out of it when off); a faster plan. */
