@@ -265,9 +265,9 @@ int cli_report_write(const char *path, const plan_t *p, const cli_report_row *ro
     throughput_row(tp, p->label[0] ? p->label : "plan", p, true);
     for (int i = 0; i < n_rows; i++) throughput_row(tp, rows[i].label, rows[i].plan, false);
     if (baselines) {
-        plan_options o;
-        plan_options_default(&o);
-        o.precision = p->precision;
+        /* priced under the plan's own target and framework options (FP8, TP overlap, loss, ...), as
+         * dhp plan prices its baselines */
+        plan_options o = plan_options_of(p);
         for (int b = 0; b < PLAN_NBASE; b++) {
             static plan_t base;
             char e[UTIL_ERR_LEN];
