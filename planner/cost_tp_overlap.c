@@ -29,15 +29,15 @@
  *   input gradient's reduce-scatter beside the weight gradient's GEMM): the
  *   collective on num_sm 16 SMs the whole time, the GEMM on the rest while
  *   it runs: max(comm, gemm + comm x 16 / sm_count).
- * What each pair costs beyond its GEMM alone is the collective's exposed
- * time (the GEMMs stay in the block's compute, cost.c). Under FP8 the
- * all-gathers move FP8 (plan_tp_gather_bytes; userbuffers' fp8_buf for the
- * all-gather layers). A GPU file without sm_count: the 132 SMs of an H100 SXM. */
+ * Under FP8 the all-gathers move FP8 (plan_tp_gather_bytes; userbuffers'
+ * fp8_buf for the all-gather layers). A GPU file without sm_count: the 132
+ * SMs of an H100 SXM. */
 #define UB_SPLITS_PIPELINE 4
 #define UB_SMS_PIPELINE 16
 #define UB_SMS_BULK 16
 #define UB_SMS_DEFAULT 132.0
 
+/* The GPU, the blocks' GEMM math and the tp group an overlap prices on (async TP's too). */
 typedef struct {
     const cost_gpu *g;
     cost_gemm_math math;
@@ -74,8 +74,7 @@ static double ub_bulk_exposed(const ub_pricer *u, double m, double n, double k, 
 
 /* One block's overlapped collectives, priced as ub_*_exposed, into fwd (the
  * forward's, which full recomputation issues again) and c (backward's);
- * ag, rs: the all-gather and reduce-scatter of the block's t rows (ag_fp8:
- * the all-gathers of FP8 buffers). */
+ * ag, rs: the all-gather and reduce-scatter of the block's t rows. */
 static void ub_block(const ub_pricer *u, const plan_gemm_shape lin[PLAN_NLIN], double ag, double rs, bool backward,
                      bool weight_grads, plan_comm *fwd, plan_comm *c)
 {
