@@ -461,7 +461,8 @@ static int export_deepspeed(const plan_t *p, cJSON *doc, cJSON *notes, char *err
     loss_note(p, PLAN_LOSS_AUTO, "DeepSpeed", notes);
     if (p->tp_comm_overlap)
         note(notes, "tp_comm_overlap not exported: DeepSpeed overlaps no tensor-parallel collective with its GEMMs "
-             "(the plan priced TransformerEngine's userbuffers)");
+             "(the plan priced %s)", p->tp_style == PLAN_TP_DTENSOR ? "torchtitan's async TP"
+                                                                    : "TransformerEngine's userbuffers");
     return UTIL_OK;
 }
 
@@ -569,13 +570,14 @@ static void torchtitan_compile(const plan_t *p, const plan_module *s, cJSON *tom
     cJSON_AddItemToArray(comp, cJSON_CreateString("model"));
     if (!p->tp_comm_overlap) return;
     plan_options o = plan_options_of(p);
-    if (p->tp_style == PLAN_TP_DTENSOR && plan_tp_overlaps(&p->model.mod[p->model.llm], s, &o))
+    if (!plan_tp_overlaps(&p->model.mod[p->model.llm], s, &o))
+        note(notes, "tp_comm_overlap not exported: %s has no sequence parallelism over tp > 1 to overlap", s->module);
+    else if (p->tp_style == PLAN_TP_DTENSOR)
         cJSON_AddBoolToObject(par, "enable_async_tensor_parallel", true);
     else
-        note(notes, "tp_comm_overlap not exported: the plan priced %s; torchtitan's async TP "
-             "(enable_async_tensor_parallel) pipelines its collectives by its own methods (plan again with "
-             "--tp-style dtensor)", p->tp_style == PLAN_TP_DTENSOR ? "no module with seqpar over tp > 1"
-                                                                   : "TransformerEngine's userbuffers");
+        note(notes, "tp_comm_overlap not exported: the plan priced TransformerEngine's userbuffers; torchtitan's async "
+             "TP (enable_async_tensor_parallel) pipelines its collectives by its own methods (plan again with "
+             "--tp-style dtensor)");
 }
 
 static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
