@@ -110,6 +110,8 @@ def run_dhp(dhp, c, tmp):
             cmd += ["--" + key.replace("_", "-"), c[key]]
     if c.get("tp_comm_overlap"):
         cmd.append("--tp-comm-overlap")
+    if c.get("attn_kernel"):
+        cmd += ["--attention", c["attn_kernel"]]
     cmd += ["-o", ppath, "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:

@@ -365,6 +365,11 @@ def interpret(r, idx):
                          " (the 26.02 table says fp8; 25.11's current scaling assumed)"))
         c["zero"] = 1
         inferred.append("Megatron-Core's distributed optimizer (NeMo's default): ZeRO-1")
+        # Megatron-Core's TE layers: TransformerEngine's DotProductAttention, which on Hopper prefers its
+        # FusedAttention (cuDNN) backend to FlashAttention (get_attention_backend)
+        c["attn_kernel"] = "cudnn"
+        inferred.append("TransformerEngine's attention on H100: cuDNN's fused attention (TE prefers it on Hopper): "
+                        "--attention cudnn")
         # NeMo's performance recipes (pretrain_performance_optimizations: recipe.trainer.plugins.
         # grad_reduce_in_fp32 = False; its FP8 perf scripts likewise) and Megatron-Bridge's
         # (perf_recipes/_common.py _perf_precision: "Always sets grad_reduce_in_fp32=False")
@@ -504,6 +509,9 @@ def interpret(r, idx):
         c["model"] = gpt_model(L, h, heads, 50304)
         c["model"]["tied_embeddings"] = True
         inferred.append("llm.c GPT-2 run: -b 16 -t 1024 -d 1048576, ZeRO-1, padded vocab 50304 (README of discussion #677)")
+        c["attn_kernel"] = "cudnn"
+        inferred.append("llm.c built with USE_CUDNN=1 (discussion #677's build line): cuDNN's fused attention, "
+                        "--attention cudnn")
         mb, gb, c["zero"], dp = 16, 1024, 1, gpus
     elif fam == "zero-bubble":
         # the 1F1B baseline: Megatron-LM's non-interleaved 1F1B (sec. 5.1), TP 1, DP 1; what the paper leaves

@@ -349,6 +349,11 @@ static int export_megatron(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
     megatron_strategy_args(p, s, args, env, notes);
     megatron_fp8_args(p, args, notes);
     megatron_tp_overlap_args(p, s, args, notes);
+    /* --attention: TransformerEngine picks cuDNN's fused attention on Hopper by itself (FusedAttention
+     * preferred there), so a plan priced with FlashAttention-2 on such GPUs runs faster than it says */
+    if (p->attention == PLAN_ATTN_FLASH2 && p->cluster.n_pools > 0 && cost_gpu_has_cudnn_attention(&p->cluster.pool[0].gpu))
+        note(notes, "attention priced as FlashAttention-2; TransformerEngine runs cuDNN's fused attention on %s, faster "
+             "(plan again with --attention cudnn)", p->cluster.pool[0].gpu.name);
     loss_note(p, PLAN_LOSS_VOCAB_PARALLEL, "Megatron-LM", notes);
     cJSON_AddNumberToObject(doc, "world_size", s->n_ranks);
     cJSON *grids = cJSON_AddArrayToObject(doc, "mimo_module_grid_specs");
@@ -459,6 +464,9 @@ static int export_deepspeed(const plan_t *p, cJSON *doc, cJSON *notes, char *err
              "(TransformerEngine's modules under te.fp8_autocast, or torchao's convert_to_float8_training)",
              plan_fp8_name(p->fp8));
     loss_note(p, PLAN_LOSS_AUTO, "DeepSpeed", notes);
+    if (p->attention == PLAN_ATTN_CUDNN)
+        note(notes, "attention cudnn: DeepSpeed's config does not pick the attention kernel; the model code must "
+             "run cuDNN's fused attention (TransformerEngine's DotProductAttention) as the plan priced");
     if (p->tp_comm_overlap)
         note(notes, "tp_comm_overlap not exported: DeepSpeed overlaps no tensor-parallel collective with its GEMMs "
              "(the plan priced %s)", p->tp_style == PLAN_TP_DTENSOR ? "torchtitan's async TP"
@@ -609,6 +617,9 @@ static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *er
     if (s->pp > 1) torchtitan_pipeline(p, s, par, tr);
     torchtitan_fp8(p, toml, notes);
     loss_note(p, PLAN_LOSS_TORCH, "torchtitan", notes);
+    if (p->attention == PLAN_ATTN_CUDNN)
+        note(notes, "attention cudnn not exported: torchtitan 0.2.2's scaled_dot_product_attention picks its own "
+             "backend (FlashAttention-2 on Hopper unless cuDNN's is enabled in PyTorch); the plan priced cuDNN's");
     torchtitan_compile(p, s, toml, par, notes);
     if (p->grad_reduce == PLAN_REDUCE_BF16)
         note(notes, "%s: gradients reduced in bf16 (--grad-reduce bf16) not exported: torchtitan 0.2.2's "

@@ -209,6 +209,9 @@ void cli_print_plan(const plan_t *p)
         printf("  fp8 %s: the blocks' linears in FP8 (%s); attention, embeddings and output layer in bf16; MFU "
                "against the bf16 peak\n", plan_fp8_name(p->fp8), plan_fp8_props_of(p->fp8)->what);
     if (p->tp_comm_overlap) print_tp_overlap(p);
+    if (p->attention == PLAN_ATTN_CUDNN)
+        printf("  attention cudnn: cuDNN's fused attention (TransformerEngine's on Hopper), the GPU file's "
+               "attn_cudnn_speedup over FlashAttention-2\n");
     printf("  step %.3f s", pr->step_time_s);
     if (pr->simulated) printf(" (simulated; analytic %.3f s)", pr->analytic_step_time_s);
     else printf(" (analytic)");   /* a plan the schedule was not simulated for: dhp simulate prices it */

@@ -64,6 +64,9 @@ const char *cli_setup_help =
     "                        logits as torchtitan: three fp32 [t, V] tensors in its backward), fused\n"
     "                        (flash-attn's, llm-foundry's default: the bf16 logits and their gradient)\n"
     "                        or auto (default: torch under bf16-autocast, else vocab-parallel)\n"
+    "  --attention K         the megatron target's attention kernel: flash2 (FlashAttention-2; default)\n"
+    "                        or cudnn (cuDNN's fused attention, which TransformerEngine runs on Hopper:\n"
+    "                        the GPU file's attn_cudnn_speedup over FlashAttention-2)\n"
     "  --tf32                precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32): priced at the\n"
     "                        GPU's TF32 peak instead of its fp32 (CUDA-core) peak\n"
     "  --backend B           the dhp target's memory on the backend dhp run uses: cuda (its cuBLASLt\n"
@@ -149,6 +152,8 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
     if (!strcmp(a, "--fp8")) return enum_arg(cmd, a, val, val ? plan_fp8_parse(val, &o->fp8, why) : 0, why, NULL, i);
     if (!strcmp(a, "--tp-comm-overlap")) { o->tp_comm_overlap = true; return 1; }
     if (!strcmp(a, "--loss")) return enum_arg(cmd, a, val, val ? plan_loss_parse(val, &o->loss, why) : 0, why, NULL, i);
+    if (!strcmp(a, "--attention"))
+        return enum_arg(cmd, a, val, val ? plan_attention_parse(val, &o->attention, why) : 0, why, NULL, i);
     if (!strcmp(a, "--backend"))
         return enum_arg(cmd, a, val, val ? plan_backend_parse(val, &o->backend, why) : 0, why, &s->backend_given, i);
     if (!strcmp(a, "--tf32")) { o->tf32 = true; return 1; }
@@ -182,6 +187,7 @@ int cli_setup_load(const char *cmd, const cli_setup *s, model_t *m, cost_cluster
     if (plan_fp8_check(&o, c, err)) return cli_usage_error(cmd, "%s", err);
     if (plan_tp_comm_overlap_check(&o, err)) return cli_usage_error(cmd, "%s", err);
     if (plan_loss_check(&o, err)) return cli_usage_error(cmd, "%s", err);
+    if (plan_attention_check(&o, c, err)) return cli_usage_error(cmd, "%s", err);
     memset(w, 0, sizeof *w);
     w->global_batch = s->batch;
     w->text_tokens = s->text_tokens;

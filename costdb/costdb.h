@@ -143,6 +143,11 @@ typedef struct {
      * of the peak than its forward, and loses more on short rows. */
     double attn_bwd_eff;
     double attn_bwd_row_scores;
+    /* cuDNN's fused attention (TransformerEngine's FusedAttention, sub-backend
+     * F16_arbitrary_seqlen, which TE prefers over FlashAttention on Hopper)
+     * as a speed-up over this file's FlashAttention-2 curve, forward and
+     * backward alike (COST_ATTN_CUDNN); 0 = none measured. */
+    double attn_cudnn_speedup;
     /* Optional: dhp's bf16 attention kernel (executor/cuda_attention16.cuh)
      * as measured by dhp profile on a backend that has it: seconds per FLOP
      * of its products, per score (forward, backward) and per row (forward,
@@ -344,12 +349,16 @@ double cost_attention_efficiency(const cost_gpu *g, double head_dim);
  * picks it): FlashAttention on bf16 tensor cores (the Megatron target),
  * dhp's bf16 kernel (executor/cuda_attention16.cuh: bf16-mixed, -autocast)
  * or dhp's fp32 kernel (executor/cuda_attention.cuh). */
-typedef enum { COST_ATTN_FLASH = 0, COST_ATTN_BF16, COST_ATTN_FP32 } cost_attn_kernel;
+typedef enum { COST_ATTN_FLASH = 0, COST_ATTN_BF16, COST_ATTN_FP32, COST_ATTN_CUDNN } cost_attn_kernel;
+/* Whether g's file prices cuDNN's fused attention (attn_cudnn_speedup). */
+bool cost_gpu_has_cudnn_attention(const cost_gpu *g);
 /* The price of kernel k on g, the one owner of which figures price it:
  * COST_ATTN_BF16 from g->attn_bf16 where the GPU file has it (dhp profile
  * timed that kernel), else as FLASH; FLASH with the products at
  * cost_gemm_peak(g, COST_MATH_BF16) x cost_attention_efficiency, FP32 at
- * cost_gemm_peak(g, COST_MATH_FP32) x the same; the plain forms are FLASH's. */
+ * cost_gemm_peak(g, COST_MATH_FP32) x the same, CUDNN as FLASH with that
+ * efficiency times attn_cudnn_speedup (FLASH's where the file has none); the
+ * plain forms are FLASH's. */
 double cost_attention_forward_time_in(const cost_gpu *g, cost_attn_kernel k, double rows, double scores,
                                       double head_dim);
 double cost_attention_backward_time_in(const cost_gpu *g, cost_attn_kernel k, double rows, double scores,

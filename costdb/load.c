@@ -250,6 +250,7 @@ int cost_validate_gpu(const cost_gpu *g, const char *what, const char *path, cha
     if ((rc = cost_check_range(what, path, "attn_bwd_eff", g->attn_bwd_eff, 0, false, 1, err))) return rc;
     if ((rc = cost_check_range(what, path, "gemm_sustained", g->gemm_sustained, 0, false, 1, err))) return rc;
     if ((rc = cost_check_range(what, path, "attn_bwd_row_scores", g->attn_bwd_row_scores, 0, false, 1e6, err))) return rc;
+    if ((rc = cost_check_range(what, path, "attn_cudnn_speedup", g->attn_cudnn_speedup, 0, false, 10, err))) return rc;
     if ((rc = validate_attn_terms(&g->attn_bf16, what, path, "attn_bf16", err))) return rc;
     if (g->gemm_bf16.measured) {
         char sub[UTIL_ERR_LEN / 2];
@@ -416,6 +417,7 @@ int cost_parse_gpu_obj(const cJSON *obj, const char *what, const char *path, boo
         {"sm_count", &g->sm_count}, {"attn_hd_half", &g->attn_hd_half},
         {"attn_row_scores", &g->attn_row_scores}, {"attn_bwd_eff", &g->attn_bwd_eff},
         {"attn_bwd_row_scores", &g->attn_bwd_row_scores}, {"gemm_sustained", &g->gemm_sustained},
+        {"attn_cudnn_speedup", &g->attn_cudnn_speedup},
         {"peak_flops_fp32", &g->peak_flops_fp32}, {"peak_flops_tf32", &g->peak_flops_tf32},
         {"peak_flops_fp8", &g->peak_flops_fp8}, {"gemm_eff_max_fp8", &g->gemm_eff_max_fp8},
         {"reserved_workspace_bytes", &g->reserved_workspace_bytes},
@@ -546,6 +548,7 @@ cJSON *cost_gpu_to_json(const cost_gpu *g)
         && (g->attn_row_scores <= 0 || cJSON_AddNumberToObject(o, "attn_row_scores", g->attn_row_scores))
         && (g->attn_bwd_eff <= 0 || cJSON_AddNumberToObject(o, "attn_bwd_eff", g->attn_bwd_eff))
         && (g->attn_bwd_row_scores <= 0 || cJSON_AddNumberToObject(o, "attn_bwd_row_scores", g->attn_bwd_row_scores))
+        && (g->attn_cudnn_speedup <= 0 || cJSON_AddNumberToObject(o, "attn_cudnn_speedup", g->attn_cudnn_speedup))
         && (g->gemm_sustained <= 0 || cJSON_AddNumberToObject(o, "gemm_sustained", g->gemm_sustained))
         && (g->grid.n_m == 0 || cost_gemm_grid_add(o, &g->grid, NULL))
         && (g->ew.n == 0 || cost_ew_table_add(o, &g->ew, NULL))

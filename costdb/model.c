@@ -106,6 +106,7 @@ double cost_gemm_peak(const cost_gpu *g, cost_gemm_math math)
 }
 
 bool cost_gpu_has_fp8(const cost_gpu *g) { return g->peak_flops_fp8 > 0 && g->gemm_eff_max_fp8 > 0; }
+bool cost_gpu_has_cudnn_attention(const cost_gpu *g) { return g->attn_cudnn_speedup > 0; }
 
 /* The measured figures that price dhp's own bf16 kernels on g (dhp_bf16:
  * the kernel priced is one, COST_ATTN_BF16 or COST_MATH_BF16_DHP), the one
@@ -196,6 +197,7 @@ static double attention_time(const cost_gpu *g, cost_attn_kernel k, bool bwd, do
     double eff = cost_attention_efficiency(g, head_dim), row_scores = g->attn_row_scores;
     if (bwd && g->attn_bwd_eff > 0) eff *= g->attn_bwd_eff;
     if (bwd && g->attn_bwd_row_scores > 0) row_scores = g->attn_bwd_row_scores;
+    if (k == COST_ATTN_CUDNN && cost_gpu_has_cudnn_attention(g)) eff *= g->attn_cudnn_speedup;
     double c = flops_per_score / (peak * eff);
     return scores * ((bwd ? g->attn_bwd_score_s : g->attn_score_s) + c)
          + fmax(rows, 0) * ((bwd ? g->attn_bwd_row_s : g->attn_row_s) + row_scores * c) + g->kernel_launch_s;

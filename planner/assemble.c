@@ -55,6 +55,7 @@ void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_wo
     p->fp8 = o->fp8;
     p->tp_comm_overlap = o->tp_comm_overlap;
     p->loss = o->loss;
+    p->attention = o->attention;
     p->tf32 = o->tf32;
     p->backend = o->backend;
     p->n_modules = m->n_modules;

@@ -154,6 +154,17 @@ typedef struct {
 } plan_fp8_props;
 const plan_fp8_props *plan_fp8_props_of(plan_fp8 f);
 
+/* The attention kernel of a Megatron-target plan's trainer (--attention;
+ * plan_attention_kernel): flash2 (FlashAttention-2, the default: the GPU
+ * file's attention curve) or cudnn (cuDNN's fused attention, which
+ * TransformerEngine prefers over FlashAttention on Hopper, so Megatron-Core
+ * with TE and NeMo run it there; llm.c's cuDNN build too): the curve times
+ * the file's attn_cudnn_speedup, refused on GPUs without one
+ * (plan_attention_check). */
+typedef enum { PLAN_ATTN_FLASH2 = 0, PLAN_ATTN_CUDNN, PLAN_NATTN } plan_attention;
+const char *plan_attention_name(plan_attention a);
+int plan_attention_parse(const char *s, plan_attention *out, char *err);
+
 /* The LLM's cross-entropy as the trainer a Megatron-target plan is exported
  * to runs it (--loss; what each holds and computes: plan_loss_props):
  * - vocab-parallel: Megatron-LM's _VocabParallelCrossEntropy

@@ -42,6 +42,7 @@ void plan_options_default(plan_options *o)
     o->fp8 = PLAN_FP8_NONE;
     o->tp_comm_overlap = false;
     o->loss = PLAN_LOSS_AUTO;
+    o->attention = PLAN_ATTN_FLASH2;
     o->tf32 = false;
     o->backend = PLAN_BACKEND_DEVICE;
     /* PyTorch's caching allocator rounds and splits blocks; 10% of the
@@ -609,6 +610,7 @@ plan_options plan_options_of(const plan_t *p)
     o.fp8 = p->fp8;
     o.tp_comm_overlap = p->tp_comm_overlap;
     o.loss = p->loss;
+    o.attention = p->attention;
     o.tf32 = p->tf32;
     o.backend = p->backend;
     return o;

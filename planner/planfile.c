@@ -32,6 +32,7 @@ static const plan_pipe_props pipe_engine_props[PLAN_NPIPE] = {
 static const char *grad_accum_names[PLAN_NACCUM] = { "fused", "add", "bf16-optimizer" };
 static const char *fp8_names[PLAN_NFP8] = { "none", "delayed", "tensorwise", "torchao" };
 static const char *loss_names[PLAN_NLOSS] = { "auto", "vocab-parallel", "torch", "fused" };
+static const char *attention_names[PLAN_NATTN] = { "flash2", "cudnn" };
 /* planner/framework.h, plan_loss (auto: resolved by plan_loss_props_of). */
 static const plan_loss_props loss_props[PLAN_NLOSS] = {
     [PLAN_LOSS_VOCAB_PARALLEL] = { .in_fp32 = true, .fp32_copies_fwd = 1, .fp32_copies_bwd = 1, .fp32_copies_fwd_tp = 1,
@@ -66,6 +67,7 @@ PLAN_ENUM_PARSE(plan_pipe_engine_parse, plan_pipe_engine, pipe_engine_names, PLA
 PLAN_ENUM_PARSE(plan_grad_accum_parse, plan_grad_accum, grad_accum_names, PLAN_NACCUM)
 PLAN_ENUM_PARSE(plan_fp8_parse, plan_fp8, fp8_names, PLAN_NFP8)
 PLAN_ENUM_PARSE(plan_loss_parse, plan_loss, loss_names, PLAN_NLOSS)
+PLAN_ENUM_PARSE(plan_attention_parse, plan_attention, attention_names, PLAN_NATTN)
 
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
 const char *plan_target_name(plan_target t) { return t >= 0 && t < PLAN_NTARGET ? target_names[t] : "?"; }
@@ -80,6 +82,7 @@ const plan_pipe_props *plan_pipe_engine_props(plan_pipe_engine e)
 const char *plan_grad_accum_name(plan_grad_accum a) { return a >= 0 && a < PLAN_NACCUM ? grad_accum_names[a] : "?"; }
 const char *plan_fp8_name(plan_fp8 f) { return f >= 0 && f < PLAN_NFP8 ? fp8_names[f] : "?"; }
 const char *plan_loss_name(plan_loss l) { return l >= 0 && l < PLAN_NLOSS ? loss_names[l] : "?"; }
+const char *plan_attention_name(plan_attention a) { return a >= 0 && a < PLAN_NATTN ? attention_names[a] : "?"; }
 plan_loss plan_loss_of(const plan_options *o)
 {
     if (o->loss > PLAN_LOSS_AUTO && o->loss < PLAN_NLOSS) return o->loss;
@@ -169,6 +172,7 @@ cJSON *plan_to_json(const plan_t *p)
     if (p->fp8 != PLAN_FP8_NONE) cJSON_AddStringToObject(root, "fp8", plan_fp8_name(p->fp8));
     if (p->tp_comm_overlap) cJSON_AddBoolToObject(root, "tp_comm_overlap", true);
     if (p->loss != PLAN_LOSS_AUTO) cJSON_AddStringToObject(root, "loss", plan_loss_name(p->loss));
+    if (p->attention != PLAN_ATTN_FLASH2) cJSON_AddStringToObject(root, "attention", plan_attention_name(p->attention));
     cJSON_AddNumberToObject(root, "world_size", p->world_size);
     cJSON_AddNumberToObject(root, "n_micro", p->n_micro);
     cJSON *mods = cJSON_AddArrayToObject(root, "modules");
@@ -306,6 +310,9 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if ((rc = util_json_bool(root, what, "tp_comm_overlap", false, false, &p->tp_comm_overlap, err))) return rc;
     if ((rc = util_json_str(root, what, "loss", false, plan_loss_name(PLAN_LOSS_AUTO), buf, sizeof buf, err))) return rc;
     if (plan_loss_parse(buf, &p->loss, why)) return util_fail(err, UTIL_EINVAL, "%s.loss: %s", what, why);
+    if ((rc = util_json_str(root, what, "attention", false, plan_attention_name(PLAN_ATTN_FLASH2), buf, sizeof buf, err)))
+        return rc;
+    if (plan_attention_parse(buf, &p->attention, why)) return util_fail(err, UTIL_EINVAL, "%s.attention: %s", what, why);
     plan_options po = plan_options_of(p);
     if (plan_tf32_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tf32: %s", what, why);
     if (plan_grad_reduce_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_reduce: %s", what, why);
@@ -315,6 +322,7 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if (plan_fp8_check(&po, NULL, why)) return util_fail(err, UTIL_EINVAL, "%s.fp8: %s", what, why);
     if (plan_tp_comm_overlap_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_comm_overlap: %s", what, why);
     if (plan_loss_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.loss: %s", what, why);
+    if (plan_attention_check(&po, NULL, why)) return util_fail(err, UTIL_EINVAL, "%s.attention: %s", what, why);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;
@@ -452,6 +460,7 @@ int plan_validate(const plan_t *p, char *err)
     if ((rc = plan_workload_validate(&p->model, &p->work, err))) return rc;
     plan_options po = plan_options_of(p);
     if ((rc = plan_fp8_check(&po, &p->cluster, err))) return rc;   /* FP8 linears need the pools' FP8 tensor cores */
+    if ((rc = plan_attention_check(&po, &p->cluster, err))) return rc;   /* cuDNN attention: the pools' figure for it */
     int pool_gpus[COST_MAX_POOLS] = { 0 };
     for (int k = 0; k < p->n_modules; k++) {
         const plan_module *s = &p->mod[k];

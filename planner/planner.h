@@ -182,6 +182,7 @@ typedef struct {
     plan_fp8 fp8;             /* the Megatron target's FP8 linears (plan_options.fp8) */
     bool tp_comm_overlap;     /* the Megatron target's TP communication overlap (plan_options.tp_comm_overlap) */
     plan_loss loss;           /* the Megatron target's cross-entropy (plan_options.loss) */
+    plan_attention attention; /* the Megatron target's attention kernel (plan_options.attention) */
     bool tf32;                /* fp32 GEMMs on TF32 tensor cores (plan_options.tf32) */
     plan_backend backend;     /* the backend memory is predicted for (plan_options.backend; not in the file) */
     int world_size;           /* total ranks the plan uses */
@@ -278,6 +279,7 @@ typedef struct {
      * plan_tp_overlaps says where it applies; plan_tp_comm_overlap_check) */
     bool tp_comm_overlap;
     plan_loss loss;               /* the Megatron target's cross-entropy (plan_loss_check; plan_loss_props_of) */
+    plan_attention attention;     /* the Megatron target's attention kernel (plan_attention_check) */
     bool tf32;                    /* precision fp32's GEMMs on TF32 tensor cores (dhp run --tf32; plan_tf32_check) */
     plan_backend backend;         /* the backend memory is predicted for (--backend; default the device's) */
     double fragmentation;         /* fraction of dynamic memory, default 0.10 */
@@ -341,6 +343,9 @@ int plan_tp_comm_overlap_check(const plan_options *o, char *err);
  * where the module runs sequence parallelism over tp > 1 ranks (Megatron-LM asserts sequence_parallel with
  * tp_comm_overlap; Megatron-Bridge turns the overlap off where tp < 2 or sequence_parallel is off). */
 bool plan_tp_overlaps(const model_module *mm, const plan_module *s, const plan_options *o);
+/* --attention cudnn describes a plan exported to TransformerEngine's (or llm.c's) cuDNN attention: the Megatron
+ * target only, on GPUs whose file prices it (every pool of c; c NULL: not checked). */
+int plan_attention_check(const plan_options *o, const cost_cluster *c, char *err);
 /* --loss describes a plan exported to another trainer's loss: the Megatron target only. */
 int plan_loss_check(const plan_options *o, char *err);
 /* The plan's cross-entropy (plan_loss, auto resolved by the precision) and what it holds and computes. */

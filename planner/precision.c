@@ -131,6 +131,19 @@ int plan_tp_comm_overlap_check(const plan_options *o, char *err)
     return UTIL_OK;
 }
 
+int plan_attention_check(const plan_options *o, const cost_cluster *c, char *err)
+{
+    if (o->attention == PLAN_ATTN_FLASH2) return UTIL_OK;
+    if (o->target != PLAN_TARGET_MEGATRON)
+        return util_fail(err, UTIL_EINVAL, "--attention %s describes a plan exported to TransformerEngine's cuDNN "
+                         "attention: use --target megatron; dhp run's attention is its own", plan_attention_name(o->attention));
+    for (int i = 0; c && i < c->n_pools; i++)
+        if (!cost_gpu_has_cudnn_attention(&c->pool[i].gpu))
+            return util_fail(err, UTIL_EINVAL, "--attention cudnn: pool %s's %s has no measured cuDNN attention (its GPU "
+                             "file gives no attn_cudnn_speedup)", c->pool[i].name, c->pool[i].gpu.name);
+    return UTIL_OK;
+}
+
 int plan_loss_check(const plan_options *o, char *err)
 {
     if (o->loss != PLAN_LOSS_AUTO && o->target != PLAN_TARGET_MEGATRON)
@@ -204,14 +217,14 @@ double plan_act_wire_bytes(const plan_options *o)
  * accumulators: FlashAttention-2's precisions, Dao, arXiv 2307.08691);
  * under fp32 executor/cuda_attention.cuh's flash-style tiles multiply fp32
  * on the CUDA cores (--tf32 does not change them). The Megatron target runs
- * FlashAttention. costdb prices each (cost_attention_*_time_in): the bf16
+ * FlashAttention-2, or cuDNN's fused attention under --attention cudnn. costdb prices each (cost_attention_*_time_in): the bf16
  * kernel by its own times where `dhp profile --backend cuda` measured them
  * (the GPU file's attn_bf16), else as FlashAttention at the bf16 peak; the
  * fp32 kernel at the fp32 peak, with the file's attn_eff (a profile's: the
  * fp32 kernel's measured fraction of its fp32 GEMMs' rate). */
 cost_attn_kernel plan_attention_kernel(const plan_options *o)
 {
-    if (o->target != PLAN_TARGET_DHP) return COST_ATTN_FLASH;
+    if (o->target != PLAN_TARGET_DHP) return o->attention == PLAN_ATTN_CUDNN ? COST_ATTN_CUDNN : COST_ATTN_FLASH;
     return plan_runs_bf16(o) ? COST_ATTN_BF16 : COST_ATTN_FP32;
 }
 

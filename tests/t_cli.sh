@@ -195,6 +195,24 @@ PY
 then ok cli_loss_plan_memory
 else fail cli_loss_plan_memory "$(head -c 400 "$T/err")"; fi
 
+# cuDNN's fused attention (TransformerEngine's on Hopper): the Megatron target only, on GPUs whose file measures it;
+# kept in the plan file and priced faster than FlashAttention-2
+expect_err cli_attention_cudnn_needs_the_megatron_target "attention cudnn describes a plan exported to TransformerEngine" \
+    "$DHP" plan --attention cudnn --no-baselines -o "$T/never.json"
+expect_err cli_attention_cudnn_needs_its_figure "--attention cudnn: pool a100's A100-SXM-80GB has no measured cuDNN attention" \
+    "$DHP" plan --cluster 8xa100-80g --target megatron --attention cudnn --no-baselines -o "$T/never.json"
+if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --attention cudnn --gpus 8 \
+        --strategy "vision:dp=8;llm:dp=8,zero=1" --no-baselines -o "$T/cu.json" >"$T/out" 2>"$T/err" &&
+   grep -q "attention cudnn: cuDNN's fused attention" "$T/out" && grep -qE '"attention":[[:space:]]*"cudnn"' "$T/cu.json" &&
+   "$DHP" simulate "$T/cu.json" >/dev/null 2>>"$T/err" &&
+   python3 - "$T/cu.json" "$T/lv.json" <<'PY'
+import json, sys
+cu, fa = (json.load(open(p))["prediction"]["step_time_s"] for p in sys.argv[1:3])
+assert cu < fa, (cu, fa)
+PY
+then ok cli_attention_cudnn_plan
+else fail cli_attention_cudnn_plan "$(head -c 400 "$T/err") $(head -c 300 "$T/out")"; fi
+
 # Interleaving up to 32 chunks a stage (NeMo's Llama 2 70B: pp 4 x vp 20, a layer a chunk), simulated; 33 refused
 cat >"$T/llm28.json" <<'JSON'
 {"schema": "dhp.model/1", "name": "llm28", "modules": [{"name": "llm", "kind": "llm", "layers": 28, "hidden": 1024,

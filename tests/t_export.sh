@@ -220,13 +220,15 @@ for doc, who in ((m, "Megatron-LM computes its own vocab-parallel"), (t, "torcht
 PY
 
 # async TP under --tp-style dtensor: torchtitan's enable_async_tensor_parallel beside the compile it needs
-# (components ["model"]: the loss stays eager, as priced)
+# (components ["model"]: the loss stays eager, as priced); cuDNN attention is torchtitan's to pick, a note says
 if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --tp-style dtensor --tp-comm-overlap \
-        --gpus 8 --strategy 'vision:dp=8;llm:tp=2,dp=4,zero=1,seqpar=1' --no-baselines -o "$T/atp.json" >/dev/null 2>"$T/err" &&
+        --attention cudnn --gpus 8 --strategy 'vision:dp=8;llm:tp=2,dp=4,zero=1,seqpar=1' --no-baselines -o "$T/atp.json" \
+        >/dev/null 2>"$T/err" &&
    export_checked "$T/atp" &&
    "$VPY" - "$T/atp.torchtitan.json" <<'PY' >"$T/v" 2>&1; then ok export_async_tp; else fail export_async_tp "$(cat "$T/err" "$T/check" "$T/v" 2>/dev/null | grep -v -e WARNING -e 'HF assets' | head -c 400)"; fi
 import json, sys
 t = json.load(open(sys.argv[1]))["toml"]
 assert t["parallelism"]["enable_async_tensor_parallel"] is True, t["parallelism"]
 assert t["compile"] == {"enable": True, "components": ["model"]}, t.get("compile")
+assert any("attention cudnn not exported" in n for n in json.load(open(sys.argv[1]))["notes"])
 PY

@@ -68,6 +68,38 @@ TEST(calib_attention_row_scores_give_the_sequence_length_curve)
                (512 * 512 * H) * 4 * d / (g.peak_flops * g.attn_eff), 1e-15);
 }
 
+/* cuDNN's fused attention (--attention cudnn): FlashAttention-2's products
+ * at attn_eff x attn_cudnn_speedup, forward and backward; a GPU without the
+ * figure prices FlashAttention-2's (and the planner refuses the option there). */
+TEST(calib_cudnn_attention_at_the_files_speedup)
+{
+    cost_gpu g = test_round_gpu();
+    double rows = 1e6, scores = 2e9, d = 128;
+    CHECK(!cost_gpu_has_cudnn_attention(&g));
+    CHECK(cost_attention_forward_time_in(&g, COST_ATTN_CUDNN, rows, scores, d)
+          == cost_attention_forward_time_in(&g, COST_ATTN_FLASH, rows, scores, d));
+    g.attn_cudnn_speedup = 1.6;
+    CHECK(cost_gpu_has_cudnn_attention(&g));
+    /* 2e9 scores x 512 FLOPs / (1e15 x 0.5 x 1.6) + launch */
+    CHECK_NEAR(cost_attention_forward_time_in(&g, COST_ATTN_CUDNN, rows, scores, d),
+               2e9 * 512 / (1e15 * 0.5 * 1.6) + g.kernel_launch_s, 1e-12);
+    double fb = cost_attention_backward_time_in(&g, COST_ATTN_FLASH, rows, scores, d) - g.kernel_launch_s;
+    double cb = cost_attention_backward_time_in(&g, COST_ATTN_CUDNN, rows, scores, d) - g.kernel_launch_s;
+    CHECK_NEAR(cb, fb / 1.6, 1e-12);
+
+    char err[UTIL_ERR_LEN];
+    plan_options o;
+    plan_options_default(&o);
+    o.attention = PLAN_ATTN_CUDNN;
+    o.target = PLAN_TARGET_DHP;
+    CHECK(plan_attention_check(&o, NULL, err) == UTIL_EINVAL && strstr(err, "use --target megatron"));
+    o.target = PLAN_TARGET_MEGATRON;
+    cost_cluster h100 = test_cluster_load("8xh100"), a100 = test_cluster_load("8xa100-80g");
+    CHECK(plan_attention_check(&o, &h100, err) == UTIL_OK);
+    CHECK(plan_attention_check(&o, &a100, err) == UTIL_EINVAL && strstr(err, "no measured cuDNN attention"));
+    CHECK(plan_attention_kernel(&o) == COST_ATTN_CUDNN);
+}
+
 /* A 4-layer GPT (LayerNorm, GELU 4h, MHA) of width 1024, 16 heads. */
 static model_t gpt(bool unfused, bool dropout, int layers)
 {
