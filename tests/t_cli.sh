@@ -120,6 +120,10 @@ expect_err cli_pipe_engine_deepspeed_refuses_interleaving "has no interleaved sc
 
 # FP8 linears: the Megatron target only, on GPUs with FP8; a plan made with them says so under its table,
 # keeps the recipe in its file, and dhp run refuses it (Megatron-LM's kernels, not dhp run's)
+# step_faster A B: plan file A's predicted step is shorter than plan file B's
+step_faster() {
+    python3 -c 'import json, sys; a, b = (json.load(open(p))["prediction"]["step_time_s"] for p in sys.argv[1:3]); assert a < b, (a, b)' "$1" "$2"
+}
 expect_err cli_fp8_needs_the_megatron_target "--fp8 delayed describes a plan exported to TransformerEngine" \
     "$DHP" plan --fp8 delayed --no-baselines -o "$T/never.json"
 expect_err cli_fp8_needs_fp8_tensor_cores "--fp8: pool a100's A100-SXM-80GB has no FP8 tensor cores" \
@@ -133,11 +137,7 @@ if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatr
    grep -q "fp8 tensorwise: the blocks' linears in FP8 (TransformerEngine, current scaling" "$T/out" &&
    grep -qE '"fp8":[[:space:]]*"tensorwise"' "$T/f8.json" &&
    "$DHP" simulate "$T/f8.json" --json >"$T/sim" 2>>"$T/err" && "$DHP" memory "$T/f8.json" >"$T/mem" 2>>"$T/err" &&
-   python3 - "$T/f8.json" "$T/b16.json" <<'PY'
-import json, sys
-f8, b16 = (json.load(open(p))["prediction"]["step_time_s"] for p in sys.argv[1:3])
-assert f8 < b16, (f8, b16)
-PY
+   step_faster "$T/f8.json" "$T/b16.json"
 then
     "$DHP" data synth --out "$T/d8" --samples 16 --window 0 >/dev/null 2>&1
     # dhp run starts MPI before it reads the plan: Open MPI's own allocations under the ASan build
@@ -164,11 +164,7 @@ if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatr
    grep -qE '"tp_comm_overlap":[[:space:]]*true' "$T/ub.json" && ! grep -q tp_comm_overlap "$T/noub.json" &&
    "$DHP" simulate "$T/ub.json" >"$T/sim" 2>>"$T/err" && grep -q "tp comm overlap" "$T/sim" &&
    "$DHP" memory "$T/ub.json" >/dev/null 2>>"$T/err" &&
-   python3 - "$T/ub.json" "$T/noub.json" <<'PY'
-import json, sys
-ub, plain = (json.load(open(p))["prediction"]["step_time_s"] for p in sys.argv[1:3])
-assert ub < plain, (ub, plain)
-PY
+   step_faster "$T/ub.json" "$T/noub.json"
 then ok cli_tp_comm_overlap_plan
 else fail cli_tp_comm_overlap_plan "$(head -c 400 "$T/err") $(head -c 300 "$T/out")"; fi
 
@@ -205,11 +201,7 @@ if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatr
         --strategy "vision:dp=8;llm:dp=8,zero=1" --no-baselines -o "$T/cu.json" >"$T/out" 2>"$T/err" &&
    grep -q "attention cudnn: cuDNN's fused attention" "$T/out" && grep -qE '"attention":[[:space:]]*"cudnn"' "$T/cu.json" &&
    "$DHP" simulate "$T/cu.json" >/dev/null 2>>"$T/err" &&
-   python3 - "$T/cu.json" "$T/lv.json" <<'PY'
-import json, sys
-cu, fa = (json.load(open(p))["prediction"]["step_time_s"] for p in sys.argv[1:3])
-assert cu < fa, (cu, fa)
-PY
+   step_faster "$T/cu.json" "$T/lv.json"
 then ok cli_attention_cudnn_plan
 else fail cli_attention_cudnn_plan "$(head -c 400 "$T/err") $(head -c 300 "$T/out")"; fi
 
