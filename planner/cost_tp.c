@@ -67,7 +67,7 @@ double plan_tp_gather_bytes(const plan_options *o, double A)
  * gradient, an all-gather re-gathering the saved norm rows (plan_tp_regathers), a
  * reduce-scatter of the input gradient, and once per block the norms'
  * partial weight gradients summed; each with its layout copy
- * (tp_layout_copy). t rows per micro-batch. fwd gets the forward's, which
+ * (plan_tp_layout_copy_s). t rows per micro-batch. fwd gets the forward's, which
  * full recomputation issues again in backward. */
 void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, const cost_pool *pool,
                           const plan_options *o, double A, double t, bool backward, bool weight_grads, plan_comm *c,
@@ -83,7 +83,8 @@ void plan_price_tp_blocks(const model_module *mm, const plan_module *s, int L, c
         double G = plan_tp_gather_bytes(o, A);   /* FP8 under FP8 linears */
         double ag = plan_group_coll_s(pool, s, PLAN_AX_TP, COST_ALLGATHER, G * t * mm->hidden)
                   + plan_tp_layout_copy_s(pool, o, G, t * mm->hidden);
-        double rs = plan_group_coll_s(pool, s, PLAN_AX_TP, COST_REDUCESCATTER, rows) + plan_tp_layout_copy_s(pool, o, A, t * mm->hidden);
+        double rs = plan_group_coll_s(pool, s, PLAN_AX_TP, COST_REDUCESCATTER, rows)
+                  + plan_tp_layout_copy_s(pool, o, A, t * mm->hidden);
         plan_comm_add(fwd, false, ag, 2 * L);
         plan_comm_add(fwd, false, rs, 2 * L);
         if (!backward) return;

@@ -118,26 +118,25 @@ static void ub_block(const ub_pricer *u, const plan_gemm_shape lin[PLAN_NLIN], d
  * matmuls (query, key and value; gate and up), not a matmul, and stay
  * exposed with their layout copies, as do per-op checkpointing's
  * re-gathers. Its symmetric-memory workspace: memory.c comm_bytes. */
-static double async_rs_exposed(const ub_pricer *u, const cost_pool *pool, double A, double m, double n, double k,
-                               double comm)
+static double async_rs_exposed(const ub_pricer *u, double A, double m, double n, double k, double comm)
 {
-    double reduce = cost_elementwise_time(&pool->gpu, COST_EW_COPY, m * n * (1.0 + 1.0 / u->tp) / 2, A);
+    double reduce = cost_elementwise_time(u->g, COST_EW_COPY, m * n * (1.0 + 1.0 / u->tp) / 2, A);
     return ub_ring_exposed(u, m, n, k, comm) + reduce;
 }
 
 /* One block's async-TP pairs into fwd and c: ag, rs the collectives;
  * shard_copy the local shard into symmetric memory; rs_exposed an unfused
  * reduce-scatter with its layout copy, regather_s an unfused all-gather. */
-static void async_block(const ub_pricer *u, const cost_pool *pool, double A, const plan_gemm_shape lin[PLAN_NLIN],
+static void async_block(const ub_pricer *u, double A, const plan_gemm_shape lin[PLAN_NLIN],
                         double ag, double rs, double shard_copy, double rs_exposed, double regather_s, int regathers,
                         bool backward, plan_comm *fwd, plan_comm *c)
 {
     const plan_gemm_shape *qkv = &lin[PLAN_LIN_QKV], *proj = &lin[PLAN_LIN_PROJ], *fc1 = &lin[PLAN_LIN_FC1],
                           *fc2 = &lin[PLAN_LIN_FC2];
     plan_comm_add(fwd, false, ub_ring_exposed(u, qkv->m, qkv->n, qkv->k, ag) + shard_copy, 1);
-    plan_comm_add(fwd, false, async_rs_exposed(u, pool, A, proj->m, proj->n, proj->k, rs), 1);
+    plan_comm_add(fwd, false, async_rs_exposed(u, A, proj->m, proj->n, proj->k, rs), 1);
     plan_comm_add(fwd, false, ub_ring_exposed(u, fc1->m, fc1->n, fc1->k, ag) + shard_copy, 1);
-    plan_comm_add(fwd, false, async_rs_exposed(u, pool, A, fc2->m, fc2->n, fc2->k, rs), 1);
+    plan_comm_add(fwd, false, async_rs_exposed(u, A, fc2->m, fc2->n, fc2->k, rs), 1);
     if (!backward) return;
     plan_comm_add(c, true, ub_ring_exposed(u, proj->m, proj->k, proj->n, ag) + shard_copy, 1);
     plan_comm_add(c, true, ub_ring_exposed(u, fc2->m, fc2->k, fc2->n, ag) + shard_copy, 1);
@@ -163,7 +162,7 @@ void plan_price_tp_overlap_blocks(const model_module *mm, const plan_module *s, 
         double regather_s = ag + plan_tp_layout_copy_s(pool, o, G, t * h);
         /* per-op checkpointing re-runs the forward's two all-gathers (plan_tp_regathers) */
         int regathers = plan_tp_regathers(s, o) ? 2 : 0;
-        async_block(&u, pool, A, lin, ag, rs, shard_copy, rs_exposed, regather_s, regathers, backward, &one_fwd, &one);
+        async_block(&u, A, lin, ag, rs, shard_copy, rs_exposed, regather_s, regathers, backward, &one_fwd, &one);
     } else {
         ub_block(&u, lin, ag, rs, backward, weight_grads, &one_fwd, &one);
     }

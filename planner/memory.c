@@ -147,6 +147,8 @@ static double model_state_bytes(const model_module *mm, const plan_module *s, co
     double blocks = own ? plan_stage_block_params(mm, s, own) : plan_local_block_params(mm, s);
     double shard = (double)s->dp * s->sp;   /* ZeRO shards over every replica of the weights */
     plan_state_bytes b = plan_module_state_bytes(mm, o);
+    /* Under TransformerEngine's primary FP8 weights (plan_fp8_props) the blocks'
+     * bf16 weights become an FP8 weight and its FP8 transpose: 2 B, as before. */
     out->params = p * b.param / (s->zero >= 3 ? shard : 1);
     /* Below ZeRO-3 the gradients are held in the dtype they are reduced in:
      * Megatron-Core's gradient buffer is fp32 under grad_reduce_in_fp32,
@@ -157,8 +159,6 @@ static double model_state_bytes(const model_module *mm, const plan_module *s, co
     out->grads = p * (s->zero >= 3 ? b.grad : b.reduce) / (s->zero >= 2 ? shard : 1);
     out->optim = p * b.optim / (s->zero >= 1 ? shard : 1);
     out->block_states = p > 0 ? (out->params + out->grads + out->optim) * blocks / p : 0;
-    /* Under TransformerEngine's primary FP8 weights (plan_fp8_props) the blocks'
-     * bf16 weights become an FP8 weight and its FP8 transpose: 2 B, as before. */
     out->zero_buffers = s->zero >= 3 && shard > 1 ? 2 * BF16 * model_largest_layer_params(mm) / s->tp : 0;
     if (out->zero_buffers > 0 && plan_zero3_deepspeed_applies(mm, s, o))   /* per-tensor gathers (cost_zero3.c) */
         out->zero_buffers = plan_zero3_deepspeed_buffer_bytes(mm, s);
@@ -402,7 +402,7 @@ static double logits_bytes(const model_module *mm, const plan_module *s, const p
                            const plan_options *o, double A)
 {
     if (mm->kind != MODEL_LLM) return 0;
-    double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
+    double t = local_tokens(q, s);
     return plan_head_rows(w, PLAN_TARGET_MEGATRON, s->micro_batch, t) * ceil((double)mm->vocab / s->tp)
          * logits_elem_bytes(plan_loss_props_of(o), A, s->tp > 1);
 }
@@ -419,8 +419,8 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
         else if (s->zero >= 2) b += A * fmin(ZERO_REDUCE_BUCKET, local_p);
         else b += 2 * fmin(DDP_BUCKET_BYTES, A * local_p);
     }
+    double t = local_tokens(q, s);
     if (s->sp > 1) {
-        double t = (double)s->micro_batch * q->tokens_per_sample / s->sp;
         if (plan_cp_of(mm, s) == PLAN_CP_RING)
             /* ring attention: K/V blocks and (backward) their gradients, two of each in flight
              * (TransformerEngine's AttnFuncWithCPAndKVP2P p2p_comm_buffers) */
@@ -430,7 +430,7 @@ static double comm_bytes(const model_module *mm, const plan_module *s, const pla
             b += 2 * A * t * (mm->heads + 2.0 * mm->kv_heads) * mm->head_dim / s->tp;
     }
     if (plan_tp_overlaps(mm, s, o)) {
-        double rows = (double)s->micro_batch * q->tokens_per_sample / s->sp * mm->hidden;
+        double rows = t * mm->hidden;
         if (o->tp_style == PLAN_TP_DTENSOR)
             /* torchtitan's async TP: PyTorch's symmetric-memory workspace (get_symm_mem_workspace), its
              * largest request _pipelined_produce_and_all2all's two output chunks of rows / tp */

@@ -314,15 +314,8 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
         return rc;
     if (plan_attention_parse(buf, &p->attention, why)) return util_fail(err, UTIL_EINVAL, "%s.attention: %s", what, why);
     plan_options po = plan_options_of(p);
-    if (plan_tf32_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tf32: %s", what, why);
-    if (plan_grad_reduce_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_reduce: %s", what, why);
-    if (plan_tp_style_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_style: %s", what, why);
-    if (plan_pipe_engine_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.pipe_engine: %s", what, why);
-    if (plan_grad_accum_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.grad_accum: %s", what, why);
-    if (plan_fp8_check(&po, NULL, why)) return util_fail(err, UTIL_EINVAL, "%s.fp8: %s", what, why);
-    if (plan_tp_comm_overlap_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.tp_comm_overlap: %s", what, why);
-    if (plan_loss_check(&po, why)) return util_fail(err, UTIL_EINVAL, "%s.loss: %s", what, why);
-    if (plan_attention_check(&po, NULL, why)) return util_fail(err, UTIL_EINVAL, "%s.attention: %s", what, why);
+    const char *key;
+    if (plan_options_check(&po, &key, why)) return util_fail(err, UTIL_EINVAL, "%s.%s: %s", what, key, why);
     if ((rc = util_json_int(root, what, "world_size", true, 1, 1 << 24, 1, &v, err))) return rc;
     p->world_size = (int)v;
     if ((rc = util_json_int(root, what, "n_micro", false, 1, 1 << 20, 1, &v, err))) return rc;
@@ -459,8 +452,7 @@ int plan_validate(const plan_t *p, char *err)
         return util_fail(err, UTIL_EINVAL, "modules: %d entries for %d model modules", p->n_modules, p->model.n_modules);
     if ((rc = plan_workload_validate(&p->model, &p->work, err))) return rc;
     plan_options po = plan_options_of(p);
-    if ((rc = plan_fp8_check(&po, &p->cluster, err))) return rc;   /* FP8 linears need the pools' FP8 tensor cores */
-    if ((rc = plan_attention_check(&po, &p->cluster, err))) return rc;   /* cuDNN attention: the pools' figure for it */
+    if ((rc = plan_options_pool_check(&po, &p->cluster, err))) return rc;   /* FP8 cores, a cuDNN attention figure */
     int pool_gpus[COST_MAX_POOLS] = { 0 };
     for (int k = 0; k < p->n_modules; k++) {
         const plan_module *s = &p->mod[k];

@@ -346,6 +346,12 @@ bool plan_tp_overlaps(const model_module *mm, const plan_module *s, const plan_o
 /* --attention cudnn describes a plan exported to TransformerEngine's (or llm.c's) cuDNN attention: the Megatron
  * target only, on GPUs whose file prices it (every pool of c; c NULL: not checked). */
 int plan_attention_check(const plan_options *o, const cost_cluster *c, char *err);
+/* Every option check above that needs no cluster, in one pass (the CLI's and the plan file's):
+ * UTIL_OK, or the first failing one's code with err filled and *key (NULL: not wanted) its
+ * plan-file key. */
+int plan_options_check(const plan_options *o, const char **key, char *err);
+/* The checks that need the cluster's GPUs (FP8 tensor cores, a cuDNN attention figure) against every pool of c. */
+int plan_options_pool_check(const plan_options *o, const cost_cluster *c, char *err);
 /* --loss describes a plan exported to another trainer's loss: the Megatron target only. */
 int plan_loss_check(const plan_options *o, char *err);
 /* The plan's cross-entropy (plan_loss, auto resolved by the precision) and what it holds and computes. */

@@ -131,16 +131,24 @@ int plan_tp_comm_overlap_check(const plan_options *o, char *err)
     return UTIL_OK;
 }
 
+/* The first pool of c whose GPU lacks what has() asks of it, or NULL (c NULL: none checked). */
+static const cost_pool *pool_without(const cost_cluster *c, bool (*has)(const cost_gpu *g))
+{
+    for (int i = 0; c && i < c->n_pools; i++)
+        if (!has(&c->pool[i].gpu)) return &c->pool[i];
+    return NULL;
+}
+
 int plan_attention_check(const plan_options *o, const cost_cluster *c, char *err)
 {
     if (o->attention == PLAN_ATTN_FLASH2) return UTIL_OK;
     if (o->target != PLAN_TARGET_MEGATRON)
         return util_fail(err, UTIL_EINVAL, "--attention %s describes a plan exported to TransformerEngine's cuDNN "
                          "attention: use --target megatron; dhp run's attention is its own", plan_attention_name(o->attention));
-    for (int i = 0; c && i < c->n_pools; i++)
-        if (!cost_gpu_has_cudnn_attention(&c->pool[i].gpu))
-            return util_fail(err, UTIL_EINVAL, "--attention cudnn: pool %s's %s has no measured cuDNN attention (its GPU "
-                             "file gives no attn_cudnn_speedup)", c->pool[i].name, c->pool[i].gpu.name);
+    const cost_pool *lacks = pool_without(c, cost_gpu_has_cudnn_attention);
+    if (lacks)
+        return util_fail(err, UTIL_EINVAL, "--attention cudnn: pool %s's %s has no measured cuDNN attention (its GPU "
+                         "file gives no attn_cudnn_speedup)", lacks->name, lacks->gpu.name);
     return UTIL_OK;
 }
 
@@ -166,11 +174,34 @@ int plan_fp8_check(const plan_options *o, const cost_cluster *c, char *err)
     if (o->precision == PLAN_OPT_FP32)
         return util_fail(err, UTIL_EINVAL, "--fp8 runs the linears in FP8 over bf16 activations: use a bf16 precision "
                          "(bf16-mixed, bf16-autocast or bf16-pure), not fp32");
-    for (int i = 0; c && i < c->n_pools; i++)
-        if (!cost_gpu_has_fp8(&c->pool[i].gpu))
-            return util_fail(err, UTIL_EINVAL, "--fp8: pool %s's %s has no FP8 tensor cores (its GPU file gives no "
-                             "peak_flops_fp8)", c->pool[i].name, c->pool[i].gpu.name);
+    const cost_pool *lacks = pool_without(c, cost_gpu_has_fp8);
+    if (lacks)
+        return util_fail(err, UTIL_EINVAL, "--fp8: pool %s's %s has no FP8 tensor cores (its GPU file gives no "
+                         "peak_flops_fp8)", lacks->name, lacks->gpu.name);
     return UTIL_OK;
+}
+
+int plan_options_check(const plan_options *o, const char **key, char *err)
+{
+    int rc;
+    const char *k = NULL;
+    if ((rc = plan_tf32_check(o, err))) k = "tf32";
+    else if ((rc = plan_grad_reduce_check(o, err))) k = "grad_reduce";
+    else if ((rc = plan_tp_style_check(o, err))) k = "tp_style";
+    else if ((rc = plan_pipe_engine_check(o, err))) k = "pipe_engine";
+    else if ((rc = plan_grad_accum_check(o, err))) k = "grad_accum";
+    else if ((rc = plan_fp8_check(o, NULL, err))) k = "fp8";
+    else if ((rc = plan_tp_comm_overlap_check(o, err))) k = "tp_comm_overlap";
+    else if ((rc = plan_loss_check(o, err))) k = "loss";
+    else if ((rc = plan_attention_check(o, NULL, err))) k = "attention";
+    if (key) *key = k;
+    return rc;
+}
+
+int plan_options_pool_check(const plan_options *o, const cost_cluster *c, char *err)
+{
+    int rc = plan_fp8_check(o, c, err);
+    return rc ? rc : plan_attention_check(o, c, err);
 }
 
 /* What the dhp target's executor runs a linear in: bf16 operands (bf16-mixed,
