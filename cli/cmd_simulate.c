@@ -113,24 +113,46 @@ static void modules_of(const plan_t *p, int rank, char *buf, size_t n)
     }
 }
 
+/* One rank's row after its rank number: modules, seconds, memory. */
+static void rank_row(const plan_t *p, const plan_sim_result *r, int i, char *buf, size_t n)
+{
+    const plan_sim_rank *rk = &r->rank[i];
+    const plan_sim_mem *m = &rk->mem;
+    char mods[64];
+    modules_of(p, i, mods, sizeof mods);
+    char b[9][32];
+    const double v[9] = { m->params, m->grads, m->optim, m->zero_buffers, m->activations, m->logits, m->comm,
+                          m->other + m->workspace, m->total };
+    for (int c = 0; c < 9; c++) util_fmt_bytes(v[c], b[c], sizeof b[c]);
+    snprintf(buf, n, "%-12s %9.5f %9.5f %9.5f %5.1f%% | %9s %9s %9s %9s %9s %5d %9s %9s %9s %9s%s", mods, rk->busy_s,
+             rk->comm_s, rk->idle_s, r->step_time_s > 0 ? 100 * rk->busy_s / r->step_time_s : 0, b[0], b[1], b[2], b[3],
+             b[4], m->slots, b[5], b[6], b[7], b[8], m->total > m->capacity ? "  OOM" : "");
+}
+
+/* A run of consecutive ranks whose rows print the same is one line, its
+ * ranks as first-last: a 2,240-rank data-parallel plan is one line, not
+ * 2,240, while every rank that differs (a pipeline stage, a module's
+ * group) keeps its own. */
 static void print_ranks(const plan_t *p, const plan_sim_result *r)
 {
-    printf("\nper rank: seconds of the step, peak memory (activations: live slots)\n");
-    printf("  %4s %-12s %9s %9s %9s %6s | %9s %9s %9s %9s %9s %5s %9s %9s %9s %9s\n", "rank", "modules", "busy", "comm",
+    printf("\nper rank: seconds of the step, peak memory (activations: live slots; ranks a-b: each the same)\n");
+    printf("  %9s %-12s %9s %9s %9s %6s | %9s %9s %9s %9s %9s %5s %9s %9s %9s %9s\n", "rank", "modules", "busy", "comm",
            "idle", "busy%", "params", "grads", "optim", "zero", "activ", "slots", "logits", "comm", "other", "total");
     /* other: the reservation, fragmentation and the backend's workspace (cli_print_backend) */
-    for (int i = 0; i < r->world_size; i++) {
-        const plan_sim_rank *rk = &r->rank[i];
-        const plan_sim_mem *m = &rk->mem;
-        char mods[64];
-        modules_of(p, i, mods, sizeof mods);
-        char b[9][32];
-        const double v[9] = { m->params, m->grads, m->optim, m->zero_buffers, m->activations, m->logits, m->comm,
-                              m->other + m->workspace, m->total };
-        for (int c = 0; c < 9; c++) util_fmt_bytes(v[c], b[c], sizeof b[c]);
-        printf("  %4d %-12s %9.5f %9.5f %9.5f %5.1f%% | %9s %9s %9s %9s %9s %5d %9s %9s %9s %9s%s\n", i, mods,
-               rk->busy_s, rk->comm_s, rk->idle_s, r->step_time_s > 0 ? 100 * rk->busy_s / r->step_time_s : 0,
-               b[0], b[1], b[2], b[3], b[4], m->slots, b[5], b[6], b[7], b[8], m->total > m->capacity ? "  OOM" : "");
+    char cur[2048], next[2048];   /* room for any double %9.5f prints */
+    if (r->world_size > 0) rank_row(p, r, 0, cur, sizeof cur);
+    for (int i = 0, first = 0; i < r->world_size; i++) {
+        bool last = i + 1 == r->world_size;
+        if (!last) {
+            rank_row(p, r, i + 1, next, sizeof next);
+            if (!strcmp(cur, next)) continue;   /* rank i + 1 joins the run */
+        }
+        char ranks[24];
+        if (i == first) snprintf(ranks, sizeof ranks, "%d", i);
+        else snprintf(ranks, sizeof ranks, "%d-%d", first, i);
+        printf("  %9s %s\n", ranks, cur);
+        if (!last) memcpy(cur, next, sizeof cur);
+        first = i + 1;
     }
 }
 

@@ -64,6 +64,14 @@ assert sorted(m for r in d['ranks'] for m in r['modules']) == ['llm', 'llm', 'vi
     ok simulate_strategy
 else fail simulate_strategy "$(tail -c 400 "$T/err")"; fi
 
+# ranks that print the same row are one line (a data-parallel group: 0-7), ranks that differ keep
+# their own (the pipeline's first stage, its last stage holding the logits)
+if "$DHP" simulate $W --cluster 8xh100 --strategy 'vision:gpus=8;llm:gpus=8' >"$T/out" 2>"$T/err" \
+   && [ "$(sed -n '/^per rank/,/^$/p' "$T/out" | grep -cE '^ +[0-9]')" = 1 ] && grep -qE '^ +0-7 vision\+llm ' "$T/out" \
+   && "$DHP" simulate $W --cluster 8xh100 --strategy 'vision:gpus=8;llm:gpus=8,pp=2' >"$T/out2" 2>>"$T/err" \
+   && grep -qE '^ +0 vision\+llm ' "$T/out2" && grep -qE '^ +4-7 vision\+llm ' "$T/out2"; then ok simulate_same_ranks_one_line
+else fail simulate_same_ranks_one_line "$(head -c 300 "$T/err") $(sed -n '/^per rank/,/^$/p' "$T/out" "$T/out2" | head -c 900)"; fi
+
 # bad input: one line, exit 2
 expect_err simulate_needs_a_plan "plan file or --strategy" "$DHP" simulate
 expect_err simulate_missing_file "nofile.json" "$DHP" simulate "$T/nofile.json"
