@@ -761,10 +761,33 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
  * GRAD_SYNC and PARAM_GATHER, the gradient norm's pass and the optimizer.
  * out comes with the module's micro-batch time (plan_micro_time): a stage's
  * share of its backward is what the dhp target's step reduction overlaps. */
+/* Of the step's GRAD_SYNC and PARAM_GATHER (with their copies), the seconds
+ * left exposed: the Megatron target's bucketed reduction overlaps the last
+ * micro-batch's backward on the stage (overlap of bwd_s / pp), paying the
+ * contention for what it hides (plan_overlapped_comm_s); DeepSpeed's
+ * pipeline engine reduces after its schedule's last step
+ * (plan_pipe_engine_props), beside nothing; the dhp target's grad_sync_s is
+ * already the part left exposed (cost_dp.c reduction_exposed), and its
+ * PARAM_GATHER runs after the optimizer, beside nothing. */
+static double step_comm_exposed(const plan_module *s, const plan_options *o, const plan_time *t)
+{
+    double step_comm = t->grad_sync_s + t->grad_sync_busy_s + t->param_gather_s + t->param_gather_busy_s;
+    bool after_flush = plan_pipe_engine_props(o->pipe_engine)->reduce_after_flush && s->pp > 1;
+    double hidden = o->target == PLAN_TARGET_DHP || after_flush ? 0 : o->overlap * t->bwd_s / s->pp;
+    return plan_overlapped_comm_s(step_comm, hidden, o->target == PLAN_TARGET_MEGATRON);
+}
+
+double plan_step_comm_share(const plan_time *t)
+{
+    double step_comm = t->grad_sync_s + t->grad_sync_busy_s + t->param_gather_s + t->param_gather_busy_s;
+    return step_comm > 0 ? t->dp_exposed_s / step_comm : 1.0;
+}
+
 void plan_stage_step_time(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
                           const plan_options *o, plan_time *out)
 {
     plan_price_dp_step(mm, s, stage, pool, o, plan_time_backward_s(out) / (s->pp > 1 ? s->pp : 1), out);
+    out->dp_exposed_s = step_comm_exposed(s, o, out);
     plan_dp_rules r = plan_dp_rules_of(mm, s);
     out->optim_s = out->norm_s = 0;
     if (!r.trains) return;
@@ -792,8 +815,9 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
     for (int i = 0; i < (s->pp > 1 ? s->pp : 1); i++) {
         plan_time st = *out;
         plan_stage_step_time(mm, s, i, pool, o, &st);
-        if (i == 0 || plan_time_tail_s(&st) + st.grad_sync_s + st.param_gather_s
-                      > plan_time_tail_s(out) + out->grad_sync_s + out->param_gather_s) {
+        if (i == 0 || st.norm_s + st.optim_s + st.grad_sync_s + st.param_gather_s
+                      > out->norm_s + out->optim_s + out->grad_sync_s + out->param_gather_s) {
+            out->dp_exposed_s = st.dp_exposed_s;
             out->grad_sync_s = st.grad_sync_s;
             out->grad_sync_busy_s = st.grad_sync_busy_s;
             out->param_gather_s = st.param_gather_s;
@@ -802,14 +826,6 @@ void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan
             out->norm_s = st.norm_s;
         }
     }
-    /* Bucketed gradient reduction overlaps the last micro-batch's backward
-     * (dhp: grad_sync_s is already the part left exposed, cost_dp.c; its
-     * PARAM_GATHER runs after the optimizer, beside nothing). */
-    double step_comm = out->grad_sync_s + out->grad_sync_busy_s + out->param_gather_s + out->param_gather_busy_s;
-    /* DeepSpeed's pipeline engine reduces after its schedule's last step (plan_pipe_engine) */
-    bool after_flush = plan_pipe_engine_props(o->pipe_engine)->reduce_after_flush && s->pp > 1;
-    double hidden = o->target == PLAN_TARGET_DHP || after_flush ? 0 : o->overlap * out->bwd_s / s->pp;
-    out->dp_exposed_s = plan_overlapped_comm_s(step_comm, hidden, o->target == PLAN_TARGET_MEGATRON);
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     double passes = model_trains(mm) ? 3.0 : model_runs_backward(mm) ? 2.0 : 1.0;

@@ -481,6 +481,10 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
 /* The per-step terms of plan_time (grad_sync_s .. norm_s) for one pipeline stage. */
 void plan_stage_step_time(const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
                           const plan_options *o, plan_time *out);
+/* Of a stage's GRAD_SYNC and PARAM_GATHER seconds (plan_stage_step_time),
+ * the share left exposed after the last backward (dp_exposed_s over their
+ * sum; 1 when there are none): what the simulator charges each op. */
+double plan_step_comm_share(const plan_time *t);
 /* The same for one virtual pipeline stage (plan_vstage_of; the rank stage
  * when vp = 1, 0 when pp = 1): its blocks, and the stem and head where it
  * holds them; no hops. */

@@ -148,15 +148,18 @@ plan_sim_cost sim_price(sim_pricer *pr, int rank, const plan_op *op)
         c.comm_s = t->micro_s - c.busy_s;
         c.syncs = t->fwd_syncs + t->bwd_syncs;
         break;
+    /* the part the last backward does not hide (plan_step_comm_share: the
+     * Megatron target's overlapped buckets; 1 on the dhp target, whose
+     * grad_sync_s is already what is left) */
     case PLAN_OP_GRAD_SYNC:
         t = step_time(pr, op->module, stage);
-        c.busy_s = t->grad_sync_busy_s;
-        c.comm_s = t->grad_sync_s;
+        c.busy_s = t->grad_sync_busy_s * plan_step_comm_share(t);
+        c.comm_s = t->grad_sync_s * plan_step_comm_share(t);
         break;
     case PLAN_OP_PARAM_GATHER:
         t = step_time(pr, op->module, stage);
-        c.busy_s = t->param_gather_busy_s;
-        c.comm_s = t->param_gather_s;
+        c.busy_s = t->param_gather_busy_s * plan_step_comm_share(t);
+        c.comm_s = t->param_gather_s * plan_step_comm_share(t);
         break;
     case PLAN_OP_EMBED_SYNC: {
         const plan_module *s = &p->mod[op->module];
