@@ -32,7 +32,7 @@ plan_hop_wire plan_stage_hop_wire(const model_module *mm, const plan_module *s, 
 {
     bool megatron = o->target == PLAN_TARGET_MEGATRON;
     const plan_pipe_props *e = plan_pipe_engine_props(o->pipe_engine);
-    plan_hop_wire h = { bytes, 0, megatron && e->blocking };
+    plan_hop_wire h = { bytes, 0, megatron && e->blocking, megatron };
     if (!megatron || s->tp <= 1 || plan_seqpar_split(mm, s) > 1 || !(bytes > 0)) return h;
     int G, per_node;
     plan_group_shape(s, PLAN_AX_TP, pool->gpus_per_node, &G, &per_node);

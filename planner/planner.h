@@ -518,6 +518,14 @@ plan_hop_time plan_stage_hop_time(const model_t *m, int mi, const plan_module *s
 typedef struct {
     double wire_bytes, gather_s;
     bool held;                /* the send holds the sender's stream for the transfer (DeepSpeed's blocking sends) */
+    /* The receiver waits out the transfer from when it posts its receive,
+     * whenever the message was sent: the Megatron target's engines wait
+     * each exchange before the next compute (Megatron-LM's
+     * p2p_communication._communicate: batch_isend_irecv, every request
+     * waited; overlap_p2p_comm off, as in the non-interleaved schedule and
+     * NeMo's default; DeepSpeed's blocking recv). plan_stage_hop_time's
+     * recv_s, which paces the closed form's stages, is that wait. */
+    bool recv_waits;
 } plan_hop_wire;
 /* grad: the gradient's hop back (the engine may treat the two directions
  * apart: plan_pipe_engine). */

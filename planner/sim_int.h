@@ -53,6 +53,7 @@ typedef struct {
     double bytes;
     double gather_s;                   /* a scattered stage hop's tp all-gathers on arrival (plan_stage_hop_wire) */
     bool held;                         /* a stage hop whose send holds the sender until it is across (plan_hop_wire.held) */
+    bool recv_waits;                   /* ... whose receiver waits out its transfer (plan_hop_wire.recv_waits) */
     bool sent, taken;
     double sent_s, start_s, arrive_s;  /* SEND op, channel free, arrival */
     double taken_s;                    /* the receive that took it ended (dst's RECV op recv_op) */

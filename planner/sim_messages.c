@@ -141,6 +141,7 @@ static int stage_messages(const plan_t *p, const plan_schedule *sched, sim_messa
             if (!rc) {
                 t->m[t->n - 1].gather_s = h.gather_s;
                 t->m[t->n - 1].held = h.held;
+                t->m[t->n - 1].recv_waits = h.recv_waits;
                 t->m[t->n - 1].send_op = i;
                 t->stage_msg[r][i] = t->n - 1;
             }

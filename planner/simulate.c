@@ -208,9 +208,10 @@ static bool do_recv(sim *S, int rank, const plan_op *op, plan_sim_op *rec)
         if (!m->sent) return false;
         bytes += m->bytes;
         if (last < 0 || m->arrive_s > S->msg.m[last].arrive_s) last = i;
-        /* a blocking transfer (DeepSpeed's pipeline engine, plan_hop_wire.held)
-         * holds the receiver for its own duration too, from when it posts */
-        if (m->held && t + (m->arrive_s - m->start_s) > held) held = t + (m->arrive_s - m->start_s);
+        /* a blocking transfer (DeepSpeed's pipeline engine, plan_hop_wire.held;
+         * the Megatron target's waited exchanges, recv_waits) holds the
+         * receiver for its own duration too, from when it posts */
+        if ((m->held || m->recv_waits) && t + (m->arrive_s - m->start_s) > held) held = t + (m->arrive_s - m->start_s);
     }
     rec->bytes = bytes;
     rec->begin_s = rec->end_s = t;
