@@ -100,14 +100,13 @@ static int price(const cost_cluster *c, const char *spec)
 static int clusters_from_ray(int argc, char **argv)
 {
     const char *address = NULL, *gpu = NULL, *links = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {   /* each option takes a value */
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         const char **dst = !strcmp(o, "--from-ray") ? &address : !strcmp(o, "--gpu") ? &gpu
                          : !strcmp(o, "--links-from") ? &links : !strcmp(o, "-o") ? &out : NULL;
         if (!dst) return cli_usage_error("clusters", "unknown option '%s'", o);
         if (!v) return cli_usage_error("clusters", "%s needs a value", o);
         *dst = v;
-        i++;
     }
     static cost_cluster c;
     char err[UTIL_ERR_LEN];
