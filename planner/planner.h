@@ -524,7 +524,9 @@ typedef struct {
      * p2p_communication._communicate: batch_isend_irecv, every request
      * waited; overlap_p2p_comm off, as in the non-interleaved schedule and
      * NeMo's default; DeepSpeed's blocking recv). plan_stage_hop_time's
-     * recv_s, which paces the closed form's stages, is that wait. */
+     * recv_s, which paces the closed form's stages, is that wait. Megatron-LM's
+     * interleaved schedule overlaps them by default (overlap_p2p_comm):
+     * not modelled, the hops of such a run are over-estimated. */
     bool recv_waits;
 } plan_hop_wire;
 /* grad: the gradient's hop back (the engine may treat the two directions
