@@ -82,6 +82,8 @@ def strategy_of(c):
         kv.append(f"rc_layers={c['rc_layers']}")
     if c.get("sp", 1) > 1:
         kv.append(f"sp={c['sp']}")
+    if c.get("cp"):
+        kv.append(f"cp={c['cp']}")
     return "llm:" + ",".join(kv)
 
 

@@ -276,10 +276,15 @@ def interpret(r, idx):
     zero = r["zero_or_fsdp"]
     c["zero"] = 3 if ("ZeRO-3" in zero or "FSDP" in zero and "FSDP=1" not in zero) else 1 if "ZeRO-1" in zero else 0
     cp = r["cp_or_sp"]
-    if re.search(r"CP\s*([2-9])", cp) and fam != "nemo":
-        raise Skip("unexpressible", "context parallelism as the source ran it (PyTorch's ring attention with FSDP "
-                                    "over the cp ranks) is not what dhp's LLM sp prices here (Ulysses where tp x sp "
-                                    "divides the heads)")
+    cpm = re.search(r"CP\s*(\d+)", cp)
+    if cpm and int(cpm.group(1)) > 1 and fam.startswith("torchtitan"):
+        # torchtitan's context parallelism: PyTorch's context_parallel (torch/distributed/tensor/experimental/
+        # _attention.py: the sequence in 2 cp load-balanced chunks, K/V rotated among the cp ranks), FSDP
+        # sharding over dp x cp (its dp_shard_cp mesh), as dhp's ZeRO shards over dp x sp
+        c["sp"], c["cp"] = int(cpm.group(1)), "ring"
+        inferred.append(f"context parallelism {c['sp']}: PyTorch's ring attention (torchtitan's context_parallel; "
+                        "its K/V all-gathered by default, rotate method allgather, where dhp prices them passed "
+                        "around the ring beside the attention): --strategy sp, cp=ring")
     if "Megatron SP" in cp:
         c["seqpar"] = True
     if fam in ("narayanan-t1", "narayanan-t2", "korthikanti-t5", "korthikanti-abs", "korthikanti-fig1", "mt-nlg",
@@ -391,11 +396,10 @@ def interpret(r, idx):
         cpm = re.search(r"CP\s*(\d+)", r["cp_or_sp"])
         cp = int(cpm.group(1)) if cpm else 1
         if cp > 1:
-            if not (heads % (tp * cp) or kv % (tp * cp)):
-                raise Skip("unexpressible", f"context parallelism {cp}: Megatron-Core's is ring attention; dhp prices "
-                                            f"the LLM's sp as Ulysses where tp x sp divides the heads ({heads}/{kv})")
-            c["sp"] = cp
-            inferred.append(f"context parallelism {cp} as ring attention (tp x cp does not divide the kv heads)")
+            # Megatron-Core's context parallelism: ring attention, cp_comm_type p2p (its default)
+            c["sp"], c["cp"] = cp, "ring"
+            inferred.append(f"context parallelism {cp}: Megatron-Core's ring attention (cp_comm_type p2p, its "
+                            "default): --strategy sp, cp=ring")
         if not dp:
             dp = gpus // (tp * pp * cp)
         if tp > 1:

@@ -11,7 +11,7 @@ static void usage(void)
     printf("usage: dhp memory [PLAN.json] [options]\n\n"
            "Will it fit, and where does the memory go: bytes per GPU of each module group.\n"
            "Without a plan file: --strategy, --baseline, or else the planner's choice.\n\n%s"
-           "  --strategy SPEC       e.g. 'vision:sp=8,rc=full;llm:tp=8,zero=1' (keys dp tp sp pp vp split\n"
+           "  --strategy SPEC       e.g. 'vision:sp=8,rc=full;llm:tp=8,zero=1' (keys dp tp sp cp pp vp split\n"
            "                        zero mb rc rc_layers seqpar pool gpus, as dhp plan --strategy)\n"
            "  --placement P         colocated (default with --strategy) or disaggregated (needs gpus=)\n"
            "  --n-micro N           chunks pipelined between groups (disaggregated)\n"

@@ -9,10 +9,12 @@
  *   DeepSpeed 0.19.8: deepspeed/runtime/config.py, precision_config.py,
  *     zero/config.py, tensor_parallel/config.py (one config per module);
  *   torchtitan 0.2.2: torchtitan/config/job_config.py (a --job.config_file TOML).
- * dhp's Ulysses sequence parallelism (sp) becomes Megatron context
- * parallelism with all-to-all communication (--cp-comm-type a2a, the
- * DeepSpeed-Ulysses scheme), DeepSpeed's sequence_parallel_size, and
- * torchtitan's context_parallel_degree (ring attention there: a note says so). */
+ * dhp's sequence parallelism (sp) becomes Megatron context parallelism,
+ * with all-to-all communication where it is Ulysses (--cp-comm-type a2a,
+ * the DeepSpeed-Ulysses scheme) and ring attention's where it is ring
+ * (--cp-comm-type p2p: plan_cp_of); DeepSpeed's sequence_parallel_size
+ * (Ulysses only: a note says so of a ring), and torchtitan's
+ * context_parallel_degree (ring attention there: a note says so of Ulysses). */
 #include "cli/cli_export.h"
 
 #include <math.h>
@@ -223,7 +225,10 @@ static void megatron_strategy_args(const plan_t *p, const plan_module *s, cJSON 
     arg_int(args, "--tensor-model-parallel-size", s->tp);
     arg_int(args, "--pipeline-model-parallel-size", s->pp);
     megatron_pipeline_args(p, s, args);
-    if (s->sp > 1) { arg_int(args, "--context-parallel-size", s->sp); arg(args, "--cp-comm-type", "a2a"); }
+    if (s->sp > 1) {
+        arg_int(args, "--context-parallel-size", s->sp);
+        arg(args, "--cp-comm-type", plan_cp_of(&p->model.mod[p->model.llm], s) == PLAN_CP_RING ? "p2p" : "a2a");
+    }
     if (s->seq_parallel && s->tp > 1) arg(args, "--sequence-parallel", NULL);
     if (s->zero == 1) arg(args, "--use-distributed-optimizer", NULL);
     if (megatron_fsdp(s)) {
@@ -410,6 +415,9 @@ static cJSON *deepspeed_config(const plan_t *p, int k, int gas, cJSON *notes)
     /* deepspeed/runtime/config.py get_communication_data_type: "fp32", "fp16" or "bf16" */
     if (p->grad_reduce == PLAN_REDUCE_BF16) cJSON_AddStringToObject(c, "communication_data_type", "bf16");
     if (s->sp > 1) cJSON_AddNumberToObject(c, "sequence_parallel_size", s->sp);
+    if (plan_cp_of(&p->model.mod[k], s) == PLAN_CP_RING)
+        note(notes, "%s: sp %d priced as ring attention; DeepSpeed's sequence parallelism is Ulysses (all-to-all), "
+             "which needs tp x sp to divide the heads", s->module, s->sp);
     if (s->tp > 1) cJSON_AddNumberToObject(cJSON_AddObjectToObject(c, "tensor_parallel"), "autotp_size", s->tp);
     if (s->pp > 1) {
         cJSON *pp = cJSON_AddObjectToObject(c, "pipeline");
@@ -625,8 +633,9 @@ static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *er
         note(notes, "%s: gradients reduced in bf16 (--grad-reduce bf16) not exported: torchtitan 0.2.2's "
              "mixed_precision_reduce takes float32 only", s->module);
     if (s->zero == 1) note(notes, "%s: ZeRO-1 has no FSDP2 equivalent; exported as ZeRO-2 (reshard never)", s->module);
-    if (s->sp > 1) note(notes, "%s: torchtitan's context parallelism is ring attention, not dhp's Ulysses all-to-all",
-                        s->module);
+    if (plan_cp_of(&p->model.mod[k], s) == PLAN_CP_ULYSSES)
+        note(notes, "%s: torchtitan's context parallelism is ring attention, not the Ulysses all-to-all priced "
+             "(--strategy cp=ring prices it)", s->module);
     if (s->tp > 1 && !s->seq_parallel) note(notes, "%s: torchtitan's TP always uses sequence parallelism", s->module);
     for (int m = 0; m < p->n_modules; m++)
         if (m != k) note(notes, "%s: torchtitan trains the language model only; the encoder is not exported",

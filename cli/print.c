@@ -184,6 +184,17 @@ static void print_tp_overlap(const plan_t *p)
     printf("%s\n", n ? "" : " no module (none has seqpar over tp > 1)");
 }
 
+/* The LLM's context parallelism where it is ring attention (asked, or where
+ * Ulysses cannot split the heads: plan_cp_of); Ulysses, the default, goes unsaid. */
+static void print_ring(const plan_t *p, int k)
+{
+    const plan_module *s = &p->mod[k];
+    if (plan_cp_of(&p->model.mod[k], s) != PLAN_CP_RING) return;
+    printf("  %-8s context parallelism: ring attention over sp %d (the sequence in %d load-balanced chunks, the K/V "
+           "blocks passed around the ring%s)\n", s->module, s->sp, plan_cp_chunks(PLAN_CP_RING, s->sp),
+           s->cp == PLAN_CP_RING ? "" : "; Ulysses splits the heads, which tp x sp does not divide");
+}
+
 void cli_print_plan(const plan_t *p)
 {
     const plan_prediction *pr = &p->pred;
@@ -203,6 +214,7 @@ void cli_print_plan(const plan_t *p)
     }
     for (int k = 0; k < p->n_modules; k++) {
         if (p->mod[k].pp > 1) print_pipeline(p, k);
+        print_ring(p, k);
         if (p->mod[k].recompute == PLAN_RECOMP_FULL && p->mod[k].recompute_layers > 0) print_partial_recompute(p, k);
     }
     if (plan_fp8_props_of(p->fp8)->on)

@@ -104,12 +104,14 @@ typedef struct {
     /* Interleaved: vp model chunks (plan_stage_of's), one run at a time
      * (ex_module_set_chunk); 0 or 1: none. */
     int vp;
-    /* The LLM's context parallelism (plan_cp_of): Ulysses uses alltoall,
+    /* The LLM's context parallelism (plan_cp_of over plan_module.cp, the
+     * variant the plan asked for): Ulysses uses alltoall,
      * ring attention these. p2p_start posts m's messages without waiting,
      * adding them to *req (a new request when *req is NULL); p2p_wait
      * completes every message of a request and frees it. */
     int (*p2p_start)(void *ctx, const ex_p2p *m, void **req);
     int (*p2p_wait)(void *ctx, void *req);
+    plan_cp cp;
 } ex_parallel;
 int ex_model_create_parallel(const model_t *m, uint64_t seed, unsigned modules,
                              const ex_parallel *par, ex_model **out, char *err);

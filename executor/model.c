@@ -323,7 +323,7 @@ static int module_create(ex_module *md, const ex_backend *be, const model_module
         return util_fail(err, UTIL_EUNSUPPORTED, "executor: module %s: recompute 'op' (torchtitan's per-op checkpointing) is priced, not run", mm->name);
     md->strat = (plan_module){ .dp = 1, .tp = md->tp, .sp = md->sp, .pp = 1, .micro_batch = 1,
                                .recompute = md->recompute, .recompute_layers = par ? par->recompute_layers : 0,
-                               .seq_parallel = md->seqpar };
+                               .seq_parallel = md->seqpar, .cp = par ? par->cp : PLAN_CP_NONE };
     if (par && par->pp_size > 1) {
         if (par->pp_size > PLAN_MAX_PP || par->pp_rank < 0 || par->pp_rank >= par->pp_size)
             return util_fail(err, UTIL_EINVAL, "executor: module %s: pp_rank %d outside pp_size %d (at most %d)", mm->name,

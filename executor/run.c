@@ -183,6 +183,7 @@ static int create_model(run_ctx *r, char *err)
                                 .recompute = s->recompute, .recompute_layers = s->recompute_layers, .pp_size = s->pp, .pp_rank = m->at.pp, .vp = s->vp };
         memcpy(par[k].stage_layers, s->stage_layers, sizeof par[k].stage_layers);
         par[k].split_ends = s->split_ends;
+        par[k].cp = s->cp;
         run_cp_hooks(&par[k]);
         run_wire_hooks(&par[k], &po);
     }

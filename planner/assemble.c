@@ -103,7 +103,7 @@ static bool same_strategies(const plan_t *a, const plan_t *b)
             || x->tp != y->tp || x->sp != y->sp || x->pp != y->pp || x->zero != y->zero
             || x->micro_batch != y->micro_batch || x->recompute != y->recompute
             || x->recompute_layers != y->recompute_layers || x->seq_parallel != y->seq_parallel
-            || x->split_ends != y->split_ends || plan_vp(x) != plan_vp(y)
+            || x->split_ends != y->split_ends || plan_vp(x) != plan_vp(y) || x->cp != y->cp
             || memcmp(x->stage_layers, y->stage_layers, sizeof x->stage_layers))
             return false;
     }

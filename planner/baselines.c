@@ -152,6 +152,12 @@ static int parse_kv(plan_module *s, const char *key, const char *val, int *gpus,
         if (plan_recompute_parse(val, &s->recompute, why)) return util_fail(err, UTIL_EINVAL, "--strategy: %s: %s", key, why);
         return UTIL_OK;
     }
+    if (!strcmp(key, "cp")) {
+        /* the LLM's context parallelism: Ulysses all-to-alls or ring attention (plan_cp_of) */
+        if (!plan_cp_parse(val, &s->cp))
+            return util_fail(err, UTIL_EINVAL, "--strategy: cp=%s: ulysses, ring or auto", val);
+        return UTIL_OK;
+    }
     if (!strcmp(key, "split") && !strcmp(val, "ends")) {
         /* the even split with the embedding and the head a block each (plan_module.split_ends) */
         s->split_ends = true;
@@ -188,7 +194,7 @@ static int parse_kv(plan_module *s, const char *key, const char *val, int *gpus,
     else if (!strcmp(key, "vp")) s->vp = (int)v;
     else if (!strcmp(key, "rc_layers")) s->recompute_layers = (int)v;
     else return util_fail(err, UTIL_EINVAL,
-                          "--strategy: unknown key '%s' (dp, tp, sp, pp, split, vp, zero, mb, rc, rc_layers, seqpar, pool, gpus)", key);
+                          "--strategy: unknown key '%s' (dp, tp, sp, cp, pp, split, vp, zero, mb, rc, rc_layers, seqpar, pool, gpus)", key);
     if (v == 0 && strcmp(key, "zero") && strcmp(key, "seqpar") && strcmp(key, "pool"))
         return util_fail(err, UTIL_EINVAL, "--strategy: %s must be >= 1", key);
     return UTIL_OK;

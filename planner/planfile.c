@@ -121,6 +121,7 @@ cJSON *plan_module_to_json(const plan_module *s)
     cJSON_AddBoolToObject(o, "seq_parallel", s->seq_parallel);
     if (plan_vp(s) > 1) cJSON_AddNumberToObject(o, "vp", s->vp);
     if (s->split_ends) cJSON_AddBoolToObject(o, "split_ends", true);
+    if (s->cp != PLAN_CP_NONE) cJSON_AddStringToObject(o, "cp", plan_cp_name(s->cp));
     if (plan_stage_layers_given(s)) {   /* an explicit split; otherwise plan_stage_of's default */
         cJSON *a = cJSON_AddArrayToObject(o, "stage_layers");
         for (int i = 0; i < s->pp && i < PLAN_MAX_PP; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(s->stage_layers[i]));
@@ -229,6 +230,8 @@ static int parse_module(const cJSON *o, const char *ctx, plan_module *s, char *e
     if (plan_recompute_parse(buf, &s->recompute, why)) return util_fail(err, UTIL_EINVAL, "%s.recompute: %s", ctx, why);
     if ((rc = util_json_bool(o, ctx, "seq_parallel", false, false, &s->seq_parallel, err))) return rc;
     if ((rc = util_json_bool(o, ctx, "split_ends", false, false, &s->split_ends, err))) return rc;
+    if ((rc = util_json_str(o, ctx, "cp", false, "auto", buf, sizeof buf, err))) return rc;
+    if (!plan_cp_parse(buf, &s->cp)) return util_fail(err, UTIL_EINVAL, "%s.cp: '%s' is not ulysses, ring or auto", ctx, buf);
     memset(s->stage_layers, 0, sizeof s->stage_layers);
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "stage_layers");
     if (!a) return UTIL_OK;

@@ -65,6 +65,9 @@ typedef struct {
 /* Model chunks per pipeline rank (interleaved stages): at most PLAN_MAX_VP. */
 #define PLAN_MAX_VP 32
 
+/* How a module's sp ranks attend across the sequence (plan_cp_of, below). */
+typedef enum { PLAN_CP_NONE = 0, PLAN_CP_ULYSSES, PLAN_CP_RING } plan_cp;
+
 /* One module's strategy. Ranks of the module group are the contiguous global
  * ranks [first_rank, first_rank + n_ranks) with n_ranks = dp*tp*sp*pp, laid out
  *   local = ((pp_i * dp + dp_i) * sp + sp_i) * tp + tp_i     (tp fastest). */
@@ -92,6 +95,10 @@ typedef struct {
     /* Interleaved pipeline: model chunks per pp rank (Megatron-LM's virtual
      * pipeline stages, Narayanan et al. SC'21 sec. 2.2.2); 0 or 1 = none. */
     int vp;
+    /* The LLM's context parallelism as asked (--strategy cp=, plan file
+     * "cp"): PLAN_CP_ULYSSES or PLAN_CP_RING; PLAN_CP_NONE: plan_cp_of's
+     * default (Ulysses where tp * sp divides the heads, else ring). */
+    plan_cp cp;
 } plan_module;
 /* The virtual stages of s (1 when unset). */
 static inline int plan_vp(const plan_module *s) { return s->vp > 1 ? s->vp : 1; }
@@ -766,10 +773,13 @@ double plan_largest_act(const model_module *mm, const plan_module *s, int stage,
  * parallelism; Liu et al., arXiv 2310.01889): the sequence cut in 2 sp
  * chunks, rank j holds chunks j and 2 sp - 1 - j, the K/V blocks travel the
  * ring sp - 1 times and the partial results merge by their log-sum-exp.
+ * plan_module.cp asks for either (ring where Ulysses would split the heads
+ * too: Megatron-Core's default cp_comm_type p2p, torchtitan's CP).
  * An encoder's sp is Ulysses over its micro-batch's rows (executor/block.c). */
-typedef enum { PLAN_CP_NONE = 0, PLAN_CP_ULYSSES, PLAN_CP_RING } plan_cp;
 plan_cp plan_cp_of(const model_module *mm, const plan_module *s);
 const char *plan_cp_name(plan_cp k);
+/* "ulysses", "ring", or "auto" (PLAN_CP_NONE: plan_cp_of's default); false for anything else. */
+bool plan_cp_parse(const char *name, plan_cp *out);
 /* Equal parts the variant cuts a sequence into: sp (Ulysses), 2 sp (ring). */
 int plan_cp_chunks(plan_cp k, int sp);
 /* The positions of a sample's S-token sequence that sp rank j holds, as at

@@ -307,8 +307,12 @@ static int build_module(const build_ctx *b, int k)
             /* the LLM's interleaved split with the embedding and the head a block each
              * (plan_module.split_ends; Llama 3's balance of its first and last chunk) where
              * plan_stage_split_check takes it (without interleaving it is plan_stage_of's own) */
-            for (int ends = 0; ends <= (k == b->m->llm && vp > 1); ends++) {
+            for (int ends = 0; ends <= (k == b->m->llm && vp > 1); ends++)
+            /* the LLM's context parallelism: its default (Ulysses where tp x sp divides the heads,
+             * else ring: plan_cp_of), and ring attention where the default is Ulysses */
+            for (int ring = 0; ring <= (k == b->m->llm && sp > 1); ring++) {
                 if (g % (tp * sp * pp)) continue;
+                if (ring && plan_cp_of(mm, &(plan_module){ .tp = tp, .sp = sp }) == PLAN_CP_RING) continue;   /* the default */
                 int dp = g / (tp * sp * pp);
                 /* whether keeping every activation made a candidate, per ZeRO stage: then
                  * recomputing a part of the blocks is not tried (it only pays where that
@@ -325,7 +329,7 @@ static int build_module(const build_ctx *b, int k)
                     if (zero == 2 && pp > 1) continue;
                     plan_module s = { .module_index = k, .pool = p, .dp = dp, .tp = tp, .sp = sp, .pp = pp,
                                       .zero = zero, .micro_batch = 1, .recompute = (plan_recompute)rc, .vp = vp,
-                                      .split_ends = ends,
+                                      .split_ends = ends, .cp = ring ? PLAN_CP_RING : PLAN_CP_NONE,
                                       .seq_parallel = mm->kind == MODEL_LLM && tp > 1, .n_ranks = g };
                     if (rc == PLAN_RECOMP_FULL && rl == 0 && !none_fits[zero]) n_rl = recompute_layer_options(mm, &s, rls);
                     s.recompute_layers = rls[rl];

@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <string.h>
 
 static bool divides(int a, int b) { return a > 0 && b % a == 0; }
 
@@ -14,12 +15,22 @@ plan_cp plan_cp_of(const model_module *mm, const plan_module *s)
     if (!s || s->sp <= 1) return PLAN_CP_NONE;
     int tp = s->tp > 0 ? s->tp : 1;
     if (mm->kind != MODEL_LLM) return PLAN_CP_ULYSSES;
+    if (s->cp == PLAN_CP_ULYSSES || s->cp == PLAN_CP_RING) return s->cp;
     return divides(tp * s->sp, mm->heads) && divides(tp * s->sp, mm->kv_heads) ? PLAN_CP_ULYSSES : PLAN_CP_RING;
 }
 
 const char *plan_cp_name(plan_cp k)
 {
     return k == PLAN_CP_ULYSSES ? "ulysses" : k == PLAN_CP_RING ? "ring" : "none";
+}
+
+bool plan_cp_parse(const char *name, plan_cp *out)
+{
+    if (!strcmp(name, "auto")) *out = PLAN_CP_NONE;
+    else if (!strcmp(name, "ulysses")) *out = PLAN_CP_ULYSSES;
+    else if (!strcmp(name, "ring")) *out = PLAN_CP_RING;
+    else return false;
+    return true;
 }
 
 int plan_cp_chunks(plan_cp k, int sp) { return k == PLAN_CP_RING ? 2 * sp : k == PLAN_CP_ULYSSES ? sp : 1; }

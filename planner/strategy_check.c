@@ -23,6 +23,13 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
     if (s->tp > pool->gpus_per_node)
         return util_fail(err, UTIL_EINVAL, "%s: tp %d exceeds the %d GPUs of a node", mm->name, s->tp,
                          pool->gpus_per_node);
+    /* ring attention is the LLM's (executor/ring.c); an encoder's sp is Ulysses over its rows */
+    if (s->cp != PLAN_CP_NONE && s->sp <= 1)
+        return util_fail(err, UTIL_EINVAL, "%s: cp=%s says how sp ranks attend across the sequence: it needs sp > 1",
+                         mm->name, plan_cp_name(s->cp));
+    if (s->cp == PLAN_CP_RING && mm->kind != MODEL_LLM)
+        return util_fail(err, UTIL_EINVAL, "%s: cp=ring: ring attention runs in the language model; an encoder's sp "
+                         "is Ulysses over its rows", mm->name);
     /* the LLM's context parallelism falls back to ring attention (plan_cp_of) */
     if (plan_cp_of(mm, s) != PLAN_CP_RING && (!divides(s->tp * s->sp, mm->heads) || !divides(s->tp * s->sp, mm->kv_heads)))
         return util_fail(err, UTIL_EINVAL, "%s: tp*sp = %d must divide heads %d and kv_heads %d", mm->name,

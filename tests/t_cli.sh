@@ -94,6 +94,9 @@ expect_err cli_bad_placement "placement" "$DHP" plan --placement sideways
 expect_err cli_bad_strategy_key "unknown key" "$DHP" memory --strategy 'llm:tq=8'
 expect_err cli_bad_strategy_module "no module" "$DHP" memory --strategy 'eye:tp=8'
 expect_err cli_bad_strategy_degree "divide" "$DHP" memory --strategy 'llm:tp=3'
+expect_err cli_bad_strategy_cp "cp=p2p: ulysses, ring or auto" "$DHP" memory --strategy 'llm:sp=2,cp=p2p'
+expect_err cli_strategy_cp_needs_sp "llm: cp=ring says how sp ranks attend across the sequence: it needs sp > 1" \
+    "$DHP" memory --strategy 'llm:tp=2,cp=ring'
 
 printf '{"schema": "dhp.model/1", "name": "x", "modules": [\n{"name": "llm", "kind": "llm", "layers": 2, "hidden": 64, "heads": 7, "ffn": 128, "vocab": 100}]}\n' >"$T/bad_heads.json"
 expect_err cli_model_heads_not_dividing "heads" "$DHP" plan --model "$T/bad_heads.json" -o "$T/never.json"

@@ -51,6 +51,22 @@ expect_args export_megatron_values_a "$T/a.megatron.json" "--tensor-model-parall
 expect_args export_megatron_values_b "$T/b.megatron.json" "--tensor-model-parallel-size 2" \
     "--pipeline-model-parallel-size 2" "--use-distributed-optimizer" "--recompute-granularity selective" \
     "--global-batch-size 32"
+# The LLM's context parallelism as ring attention (--strategy cp=ring): Megatron's p2p communication,
+# DeepSpeed's Ulysses-only sequence parallelism and torchtitan's ring said in the notes
+ring_exports() {
+    "$DHP" plan --model qwen2.5-vl-32b --batch 8 --vision-tokens 16384 \
+        --strategy 'vision:sp=4,dp=2,zero=3,rc=full;llm:tp=2,sp=2,cp=ring,dp=2,zero=3,rc=full,seqpar=1' -o "$T/r.json" >/dev/null || return 1
+    local t x
+    for t in megatron deepspeed torchtitan; do "$DHP" export --to $t "$T/r.json" --json -o "$T/r.$t.json" || return 1; done
+    for x in r.deepspeed r.torchtitan a.torchtitan; do
+        "$VPY" -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1])).get("notes", [])))' "$T/$x.json" >"$T/$x.notes" || return 1
+    done
+    grep -q "sp 2 priced as ring attention; DeepSpeed's sequence parallelism is Ulysses" "$T/r.deepspeed.notes" &&
+        ! grep -q "Ulysses" "$T/r.torchtitan.notes" && grep -q "not the Ulysses all-to-all priced" "$T/a.torchtitan.notes"
+}
+if ring_exports 2>"$T/err"; then
+    expect_args export_megatron_ring_is_p2p "$T/r.megatron.json" "--context-parallel-size 2" "--cp-comm-type p2p"
+else fail export_ring_notes "$(head -c 300 "$T/err")"; fi
 # The LLM's pipeline split in Megatron-LM's arguments (each a name of core_v0.15.0's parser): 28 layers
 # interleaved over 2 x 3 chunks with the embedding and the loss a layer each (split=ends), and dhp's own
 # 9 + 10 + 9 over 3 stages as the first and the last stage's layers, 14 + 14 as Megatron's own even

@@ -84,7 +84,7 @@ PYEOF
 )
 if [ "$out" = "formulas-ok" ]; then ok published_bench_formulas_by_hand; else fail published_bench_formulas_by_hand "$out"; fi
 
-# End to end on a few rows: checked ones (an FP8 one among them), one FP8 with ring context parallelism, one eager, a collective and a W (GEMMs timed in training) fit row,
+# End to end on a few rows: checked ones (an FP8 one among them, one FP8 with ring context parallelism), one eager, a collective and a W (GEMMs timed in training) fit row,
 # whose profile's F and B + W stand beside the Zero Bubble run's middle stage.
 tsv=$T/rows.tsv
 {
@@ -101,9 +101,11 @@ tsv=$T/rows.tsv
 "$PY" "$ROOT/bench/published.py" --dhp "$DHP" --tsv "$tsv" --no-estimators --json "$T/out.json" >"$T/bench" 2>&1
 if grep -qE '^  1 korthikanti-t5 +Megatron-22B +8 +8 +1 +1 0 +4 sele +1\.100 +[0-9.]+ +[-+][0-9.]+%' "$T/bench" \
    && grep -qE '^  2 nemo +LLAMA3-8B +8 +1 +1 +8 1 +1 none +10\.890 +[0-9.]+ +[-+][0-9.]+%' "$T/bench" \
-   && grep -q "context parallelism 2: Megatron-Core's is ring attention" "$T/bench" && grep -q 'eager PyTorch' "$T/bench" \
+   && grep -qE '^  8 nemo +LLAMA3-8B +8 +1 +1 +4 1 +1 none +10\.890 +[0-9.]+ +[-+][0-9.]+%' "$T/bench" \
+   && grep -q "context parallelism 2: Megatron-Core's ring attention (cp_comm_type p2p, its default): --strategy sp, cp=ring" "$T/bench" \
+   && grep -q 'eager PyTorch' "$T/bench" \
    && grep -qE '^  4 all-reduce payload 16MiB .* intra link' "$T/bench" \
-   && grep -qE '^  overall +n= 2 median' "$T/bench" \
+   && grep -qE '^  overall +n= 3 median' "$T/bench" \
    && grep -qE '^  6\*zero-bubble +GPT-3-like 1\.5 +8 +1 +8 +1 0 +6 none +1\.525 ' "$T/bench" \
    && grep -qE '^  held out overall +n= 1 median' "$T/bench" \
    && grep -qE '^  7 W \(weight-grad GEMMs\) 1\.5B.* +9\.337 +9\.[0-9]+ +[-+][0-9.]+%  gemm_sustained \(A100\)' "$T/bench" \

@@ -176,6 +176,13 @@ plan cp_ulysses_z3 colocated "vision:dp=4;llm:sp=2,dp=2,zero=3" --gpus 4 && chec
 plan cp_ulysses_rc colocated "vision:dp=2;llm:sp=2,rc=selective" --gpus 2 && check_plan cp_ulysses_rc
 plan cp_ulysses_pp colocated "vision:dp=4;llm:pp=2,sp=2" --gpus 4 && check_plan cp_ulysses_pp
 plan cp_ring_tp2 colocated "vision:dp=4;llm:sp=2,tp=2,seqpar=1" --gpus 4 && check_plan cp_ring_tp2
+# ring asked for where Ulysses would run (--strategy cp=ring: Megatron-Core's and torchtitan's context
+# parallelism), the plan file keeping it and the run taking it
+if plan cp_ring_asked colocated "vision:sp=2;llm:sp=2,cp=ring" --gpus 2 \
+   && grep -q '"cp":[[:space:]]*"ring"' "$T/cp_ring_asked.json" && grep -q "context parallelism: ring attention over sp 2" "$T/cp_ring_asked.plan.out"; then
+    # the run holds ring attention's buffers (two K/V blocks in flight), as simulate predicts for a ring
+    check_plan cp_ring_asked && check_memory cp_ring_asked run_memory_is_predicted_cp_ring_asked
+else fail run_plan_cp_ring_asked "$(head -c 300 "$T/cp_ring_asked.plan.out")"; fi
 variant ring heads=3,kv_heads=1 llm
 export MODEL="$T/ring.model.json"
 if plan ref_ring colocated "vision:dp=1;llm:dp=1" --gpus 1 && train ref_ring; then

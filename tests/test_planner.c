@@ -403,6 +403,42 @@ TEST(plan_json_round_trip)
     CHECK_NEAR(back.pred.step_time_s, a->pred.analytic_step_time_s, 1e-9);
 }
 
+/* The LLM's context parallelism as asked (--strategy cp=ring) is kept by the
+ * plan file, and a variant the file cannot name is refused with its key. */
+TEST(plan_file_keeps_the_asked_context_parallelism)
+{
+    model_t m = test_model_load("tiny-vl");
+    cost_cluster c = test_cluster_load("8xh100");
+    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 64 };
+    static plan_t p, back;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(plan_from_strategy("vision:sp=2;llm:sp=2,cp=ring", &m, &c, &w, PLAN_COLOCATED, 2, 1, &p, err));
+    CHECK_EQ_INT(plan_cp_of(&p.model.mod[p.model.llm], &p.mod[p.model.llm]), PLAN_CP_RING);
+    char path[] = "/tmp/dhp-plan-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_OK(plan_write(path, &p, err));
+    CHECK_OK(plan_read(path, &back, err));
+    CHECK_EQ_INT(back.mod[back.model.llm].cp, PLAN_CP_RING);
+    CHECK_EQ_INT(back.mod[0].cp, PLAN_CP_NONE);   /* the vision encoder's: not asked, not written */
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_OK(util_read_file(path, &text, &len, err));
+    char *at = text ? strstr(text, "\"ring\"") : NULL;
+    if (at) {
+        memcpy(at, "\"p2p\" ", 6);
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL);
+        if (f) { fputs(text, f); fclose(f); }
+        CHECK_EQ_INT(plan_read(path, &back, err), UTIL_EINVAL);
+        CHECK_MSG(strstr(err, ".cp: 'p2p' is not ulysses, ring or auto"), "%s", err);
+    }
+    CHECK(at != NULL);
+    util_free(text);
+    unlink(path);
+}
+
 TEST(plan_validate_rejects_inconsistent_plans)
 {
     model_t m = test_model_load("tiny-vl");

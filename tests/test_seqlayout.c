@@ -26,6 +26,45 @@ TEST(seqlayout_variant_is_ulysses_where_the_heads_divide_else_ring)
     CHECK(!strcmp(plan_cp_name(PLAN_CP_RING), "ring") && !strcmp(plan_cp_name(PLAN_CP_ULYSSES), "ulysses"));
 }
 
+/* plan_module.cp (--strategy cp=, the plan file's "cp") asks for a variant:
+ * ring where Ulysses would run, Ulysses where the heads divide; the strategy
+ * check refuses what cannot run (Ulysses over heads tp x sp does not divide,
+ * a ring in an encoder, a variant without sp). */
+TEST(seqlayout_the_asked_variant_runs_and_the_check_refuses_what_cannot)
+{
+    model_t m;
+    cost_cluster c;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(model_load("tiny-vl", &m, err));   /* LLM: 4 heads, 2 kv heads */
+    CHECK_OK(cost_cluster_load("8xh100", &c, err));
+    plan_workload w = { .global_batch = 8, .images_per_sample = 1, .image_tokens = 64, .text_tokens = 16 };
+    int L = m.llm, V = model_find_kind(&m, MODEL_VISION);
+    const model_module *llm = &m.mod[L];
+    plan_module s = strat(1, 2);
+    s.cp = PLAN_CP_RING;   /* Ulysses by default here */
+    CHECK_EQ_INT(plan_cp_of(llm, &s), PLAN_CP_RING);
+    CHECK_OK(plan_strategy_check(&m, L, &s, &w, &c, err));
+    s.cp = PLAN_CP_ULYSSES;
+    CHECK_EQ_INT(plan_cp_of(llm, &s), PLAN_CP_ULYSSES);
+    s = strat(2, 2);       /* ring by default: tp x sp = 4 does not divide 2 kv heads */
+    s.cp = PLAN_CP_ULYSSES;
+    CHECK_EQ_INT(plan_strategy_check(&m, L, &s, &w, &c, err), UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "tp*sp = 4 must divide heads 4 and kv_heads 2"), "%s", err);
+    s = strat(1, 1);
+    s.cp = PLAN_CP_RING;
+    CHECK_EQ_INT(plan_cp_of(llm, &s), PLAN_CP_NONE);
+    CHECK_EQ_INT(plan_strategy_check(&m, L, &s, &w, &c, err), UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "cp=ring") && strstr(err, "needs sp > 1"), "%s", err);
+    s = strat(1, 2);
+    s.cp = PLAN_CP_RING;
+    CHECK_EQ_INT(plan_cp_of(&m.mod[V], &s), PLAN_CP_ULYSSES);
+    CHECK_EQ_INT(plan_strategy_check(&m, V, &s, &w, &c, err), UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "ring attention runs in the language model"), "%s", err);
+    plan_cp k;
+    CHECK(plan_cp_parse("ring", &k) && k == PLAN_CP_RING && plan_cp_parse("auto", &k) && k == PLAN_CP_NONE);
+    CHECK(plan_cp_parse("ulysses", &k) && k == PLAN_CP_ULYSSES && !plan_cp_parse("p2p", &k));
+}
+
 /* Every position once over the ranks, S / sp on each; position and local row inverse. */
 static void check_partition(plan_cp k, int S, int sp)
 {
