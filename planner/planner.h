@@ -530,10 +530,11 @@ typedef struct {
      * each exchange before the next compute (Megatron-LM's
      * p2p_communication._communicate: batch_isend_irecv, every request
      * waited; overlap_p2p_comm off, as in the non-interleaved schedule and
-     * NeMo's default; DeepSpeed's blocking recv). plan_stage_hop_time's
-     * recv_s, which paces the closed form's stages, is that wait. Megatron-LM's
-     * interleaved schedule overlaps them by default (overlap_p2p_comm):
-     * not modelled, the hops of such a run are over-estimated. */
+     * NeMo's base megatron_gpt_config.yaml; DeepSpeed's blocking recv).
+     * plan_stage_hop_time's recv_s, which paces the closed form's stages, is
+     * that wait. Megatron-LM's interleaved schedule overlaps them by default
+     * and NeMo's performance configs turn overlap_p2p_comm on: not modelled,
+     * the hops of such a run are over-estimated. */
     bool recv_waits;
 } plan_hop_wire;
 /* grad: the gradient's hop back (the engine may treat the two directions
