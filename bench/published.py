@@ -448,19 +448,20 @@ def seq_curve(dhp):
         print(f"{s:>6} {fa3 / FA_SEQ_CURVE[-1][1]:6.3f} {fa2 / FA_SEQ_CURVE[-1][2]:6.3f} {d}")
 
 
-def held_out_summary(cases, by_fam, held, mem_held):
+def held_out_summary(cases, by_fam, mem_held):
     """The rows marked 'held out' in their notes (marked * above): published runs added after the
-    cost model's terms were in, no number fitted to them, summarized apart from the rows above."""
-    fams = [f for f in sorted(by_fam) if held[f]]
+    cost model's terms were in, no number fitted to them, summarized apart from the rows above
+    (by_fam: errors by (family, held out), a family's check rows and held-out rows apart)."""
+    fams = [k for k in sorted(by_fam) if k[1]]
     if not fams:
         return
     print("summary, held-out rows (*: notes begin 'held out'; no number was fitted to them; the terms added since "
           "they were\n  added, each from its software's source, are in the README's 'Terms added')")
     allerr = []
-    for fam in fams:
-        allerr += by_fam[fam]
-        refused = sum(1 for x in by_fam[fam] if x is None)
-        print(f"  {fam:<20} {fmt_stats(stats(by_fam[fam]))}" + (f"  ({refused} refused)" if refused else ""))
+    for key in fams:
+        allerr += by_fam[key]
+        refused = sum(1 for x in by_fam[key] if x is None)
+        print(f"  {key[0]:<20} {fmt_stats(stats(by_fam[key]))}" + (f"  ({refused} refused)" if refused else ""))
     print(f"  {'held out overall':<20} {fmt_stats(stats(allerr))}")
     rows = [c for c in cases if c["held_out"] and c.get("err_la") is not None]
     print(f"  same rows, llm-analysis: {fmt_stats(stats([c['err_la'] for c in rows]))}; "
@@ -494,22 +495,22 @@ def report(cases, skipped):
     print("\nstep time: published (source's FLOP formula where it gives TFLOP/s or MFU) vs predicted")
     print(f"{'row':>3} {'source':<18} {'model':<14} {'gpus':>5} {'tp':>2} {'pp':>3} {'dp':>5} {'z':>1} {'mb':>2} "
           f"{'rc':<4} {'pub s':>8} {'dhp s':>8} {'dhp':>7} {'llm-an.':>7}  fits")
-    by_fam, la_rows, dhp_la_rows, held = {}, [], [], {}
+    by_fam, la_rows, dhp_la_rows = {}, [], []   # by_fam: errors by (family, held out)
     fit_agree, fit_total = 0, 0
     for c in cases:
         if c["pub_step_s"] is None:
             continue
-        held[c["family"]] = c["held_out"]
+        key = (c["family"], c["held_out"])
         d = c["dhp"]
         if "error" in d:
             print(f"{c['idx']:>3} {c['family']:<18} {c['name'][:14]:<14} dhp refused: {d['error']}")
-            by_fam.setdefault(c["family"], []).append(None)
+            by_fam.setdefault(key, []).append(None)
             continue
         e = err(d["step_s"], c["pub_step_s"])
         la = c["est"].get("llm_analysis", {})
         ela = err(la.get("step_s"), c["pub_step_s"])
         c["err"], c["err_la"] = e, ela
-        by_fam.setdefault(c["family"], []).append(e)
+        by_fam.setdefault(key, []).append(e)
         if ela is not None and not c["held_out"]:
             la_rows.append(ela)
             dhp_la_rows.append(e)
@@ -575,15 +576,15 @@ def report(cases, skipped):
                   f"{mem.get('capacity', 0) / GIB:.0f} GiB) -> {'agrees' if not c['dhp']['fits'] else 'disagrees'}")
     print("\nsummary: |step-time error| per source (check rows; no training row's step time was used to fit anything)")
     allerr = []
-    for fam, es in sorted(by_fam.items()):
-        if held[fam]:
+    for (fam, held), es in sorted(by_fam.items()):
+        if held:
             continue
         allerr += es
         refused = sum(1 for x in es if x is None)
         print(f"  {fam:<20} {fmt_stats(stats(es))}" + (f"  ({refused} refused)" if refused else ""))
     print(f"  {'overall':<20} {fmt_stats(stats(allerr))}")
     print(f"  same rows, llm-analysis: {fmt_stats(stats(la_rows))}; dhp: {fmt_stats(stats(dhp_la_rows))}")
-    held_out_summary(cases, by_fam, held, mem_held)
+    held_out_summary(cases, by_fam, mem_held)
     print("summary: |memory error|")
     for k, v in mem_err.items():
         print(f"  {k:<13} {fmt_stats(stats([e for _, _, e in v]))}")
