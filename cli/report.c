@@ -38,9 +38,10 @@ static cJSON *modules_json(const plan_t *p)
         char ranks[48];
         if (s->n_ranks == 1) snprintf(ranks, sizeof ranks, "rank %d", s->first_rank);
         else snprintf(ranks, sizeof ranks, "ranks %d-%d", s->first_rank, s->first_rank + s->n_ranks - 1);
-        snprintf(full, sizeof full, "%s, dp %d tp %d sp %d pp %d, ZeRO %d, recompute %s, micro-batch %d%s",
+        snprintf(full, sizeof full, "%s, dp %d tp %d sp %d pp %d, ZeRO %d, recompute %s, micro-batch %d%s%s",
                  ranks, s->dp, s->tp, s->sp, s->pp, s->zero,
-                 plan_recompute_label(s, rc, sizeof rc), s->micro_batch, s->seq_parallel ? ", sequence parallel" : "");
+                 plan_recompute_label(s, rc, sizeof rc), s->micro_batch, s->seq_parallel ? ", sequence parallel" : "",
+                 plan_cp_of(&p->model.mod[k], s) == PLAN_CP_RING ? ", ring attention over sp" : "");
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "name", s->module);
         cJSON_AddStringToObject(o, "short", sh);

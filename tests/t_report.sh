@@ -37,6 +37,13 @@ else fail report_plan "$(head -c 300 "$T/err")"; fi
 if grep -qE '(src|href)="(https?:)?//' "$T/plan.html"; then fail report_self_contained "the page links outside itself"
 else ok report_self_contained; fi
 
+# A module's strategy line names ring attention where its sp runs one (the LLM's cp=ring)
+if "$DHP" plan --model tiny-vl --cluster 8xh100 --batch 8 --vision-tokens 64 --text-tokens 64 \
+       --strategy 'vision:sp=2;llm:sp=2,cp=ring' --gpus 2 --report "$T/ring.html" -o "$T/ring.json" >/dev/null 2>"$T/err" \
+   && grep -q 'sp 2 pp 1, ZeRO [0-9], recompute none, micro-batch [0-9]*, ring attention over sp' "$T/ring.html"
+then ok report_names_ring_attention
+else fail report_names_ring_attention "$(head -c 300 "$T/err")"; fi
+
 # A plan dhp run executes: simulated and measured steps side by side.
 "$DHP" data synth --out "$T/data" --samples 64 --window 0 >/dev/null 2>&1
 "$DHP" plan --model tiny-vl --cluster cpu-4 --batch 16 --vision-tokens 64 --text-tokens 48 --precision fp32 \
