@@ -299,6 +299,13 @@ static void megatron_fp8_args(const plan_t *p, cJSON *args, cJSON *notes)
              "weights (plan again with --fp8 tensorwise)");
 }
 
+/* Whether the plan overlaps the language model's (s) TP collectives (plan_tp_overlaps). */
+static bool llm_tp_overlaps(const plan_t *p, const plan_module *s)
+{
+    plan_options o = plan_options_of(p);
+    return plan_tp_overlaps(&p->model.mod[p->model.llm], s, &o);
+}
+
 /* --tp-comm-overlap (plan_tp_overlaps): Megatron-LM's --tp-comm-overlap,
  * TransformerEngine's userbuffers at their default methods, as the plan
  * priced them; Megatron asserts --sequence-parallel with it, so only where the
@@ -306,8 +313,7 @@ static void megatron_fp8_args(const plan_t *p, cJSON *args, cJSON *notes)
 static void megatron_tp_overlap_args(const plan_t *p, const plan_module *s, cJSON *args, cJSON *notes)
 {
     if (!p->tp_comm_overlap) return;
-    plan_options o = plan_options_of(p);
-    if (plan_tp_overlaps(&p->model.mod[p->model.llm], s, &o)) {
+    if (llm_tp_overlaps(p, s)) {
         arg(args, "--tp-comm-overlap", NULL);
         if (p->tp_style == PLAN_TP_DTENSOR)
             note(notes, "%s: the plan priced torchtitan's async TP (--tp-style dtensor); Megatron's --tp-comm-overlap "
@@ -585,8 +591,7 @@ static void torchtitan_compile(const plan_t *p, const plan_module *s, cJSON *tom
     cJSON *comp = cJSON_AddArrayToObject(cc, "components");
     cJSON_AddItemToArray(comp, cJSON_CreateString("model"));
     if (!p->tp_comm_overlap) return;
-    plan_options o = plan_options_of(p);
-    if (!plan_tp_overlaps(&p->model.mod[p->model.llm], s, &o))
+    if (!llm_tp_overlaps(p, s))
         note(notes, "tp_comm_overlap not exported: %s has no sequence parallelism over tp > 1 to overlap", s->module);
     else if (p->tp_style == PLAN_TP_DTENSOR)
         cJSON_AddBoolToObject(par, "enable_async_tensor_parallel", true);

@@ -214,9 +214,9 @@ void plan_block_linear_shapes(const model_module *mm, const plan_module *s, doub
     out[PLAN_LIN_FC2] = (plan_gemm_shape){ t, h, f / tp };
 }
 
-/* The Megatron target's block linear i (plan_block_linear_shapes): one GEMM,
- * a norm feeding query/key/value and the MLP's input. */
-static void price_megatron_linear(pricer *p, const plan_gemm_shape *l, plan_block_linear i)
+/* Block linear i as one GEMM of its shape (plan_block_linear_shapes), a
+ * norm feeding query/key/value and the MLP's input. */
+static void price_shape_linear(pricer *p, const plan_gemm_shape *l, plan_block_linear i)
 {
     price_block_linears(p, l[i].m, l[i].k, 1, l[i].n, i == PLAN_LIN_QKV || i == PLAN_LIN_FC1);
 }
@@ -241,7 +241,7 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
         price_block_linears(p, cross_tokens, h, 2, KV * d / tp, false);
         price_attention(&core, t, cross_tokens, H / tp, d);
     } else if (p->megatron) {
-        price_megatron_linear(p, lin, PLAN_LIN_QKV);
+        price_shape_linear(p, lin, PLAN_LIN_QKV);
         price_attention_core(&core, mm, ring, mm->unfused_attention, t, span, keys, H / tp, d);
     } else {                          /* the executor's q, then k and v */
         price_block_linears(p, t, h, 1, H * d / tp, true);
@@ -251,13 +251,10 @@ static void price_block(pricer *p, const model_module *mm, const plan_module *s,
     p->fwd += core.fwd;
     p->bwd += core.bwd;
     p->attn_s += core.fwd + core.bwd;
-    if (p->megatron && !cross) {
-        for (plan_block_linear i = PLAN_LIN_PROJ; i < PLAN_NLIN; i++) price_megatron_linear(p, lin, i);
-    } else {
-        price_block_linears(p, t, H * d / tp, 1, h, false);
-        price_block_linears(p, t, h, mm->ffn_kind == MODEL_FFN_SWIGLU ? 2 : 1, f / tp, true);
-        price_block_linears(p, t, f / tp, 1, h, false);
-    }
+    price_shape_linear(p, lin, PLAN_LIN_PROJ);
+    if (p->megatron && !cross) price_shape_linear(p, lin, PLAN_LIN_FC1);   /* gate and up in one GEMM */
+    else price_block_linears(p, t, h, mm->ffn_kind == MODEL_FFN_SWIGLU ? 2 : 1, f / tp, true);   /* apart */
+    price_shape_linear(p, lin, PLAN_LIN_FC2);
     price_block_elementwise(p, mm, t, tn, H * d / tp, KV * d / tp, f / tp, !cross && plan_module_rotary(mm), seqpar);
     if (mm->dropout) { price_hidden_dropout(p, tn * h); price_hidden_dropout(p, tn * h); }
     if (s->recompute == PLAN_RECOMP_OP) {

@@ -6,8 +6,6 @@
  * bf16 runs, as Megatron-LM's); statistics and weight gradients go in fp32. */
 #include "planner/planner_int.h"
 
-#include <math.h>
-
 double plan_group_coll_s(const cost_pool *pool, const plan_module *s, unsigned axes, cost_coll op, double bytes)
 {
     int n, per_node;

@@ -104,7 +104,7 @@ void plan_price_ulysses(const model_module *mm, const plan_module *s, const cost
 /* cost.c: the four linears of a self-attention block on t rows as the
  * Megatron target runs them (fused query/key/value, attention output, the
  * MLP's input projection(s) fused, its output projection), Y[m,n] = X[m,k]
- * W[k,n] on one tp rank; price_block prices them, cost_tp.c pairs them with
+ * W[k,n] on one tp rank; price_block prices them, cost_tp_overlap.c pairs them with
  * the collectives TransformerEngine's userbuffers overlap (a cross-attention
  * block's too, whose gathered rows feed its query projection alone: the
  * pairing takes the self-attention shapes for it, approximately). */
