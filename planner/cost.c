@@ -736,6 +736,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     out->fwd_comm_s += fwd_hops;
     out->micro_s += out->pp_p2p_s;
     out->stage_max_s = 0;
+    double stages_s = 0;
     for (int i = 0; i < s->pp; i++) {
         double chunks = 0;
         /* a stage receives and sends each hop once a micro-batch (chunk) each way */
@@ -747,11 +748,13 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
             add_parts(&parts, &st.pace);
         }
         double t = chunks + parts.hop_s;
+        stages_s += t;
         if (t > out->stage_max_s) {
             out->stage_max_s = t;
             out->pace = parts;
         }
     }
+    out->fill_s = (stages_s - out->stage_max_s) / (s->pp - 1);
 }
 
 void plan_module_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,

@@ -75,16 +75,22 @@ static void fill_prediction(plan_t *p, const plan_eval *ev, double step)
 }
 
 /* A chunk through one module (plan_chunk_time): its micro-batches and the
- * pipeline's fill and drain, each a pass of the pacing stage. */
-void plan_chunk_units(const plan_module *s, int chunk_samples, double *micros, double *bubbles)
+ * pipeline's fill and drain, in passes of the pacing stage. 1F1B with stage
+ * times T_i, the slowest T_k, m micro-batches: the first micro-batch's
+ * forward reaches stage k through the stages before it, stage k runs its m
+ * passes, the last backward returns through them, and the stages after k
+ * hold its first backward back by their own forward and backward:
+ *   step = m T_k + sum over i != k of T_i = (m + (pp - 1) fill / T_k) T_k
+ * with fill (plan_time.fill_s) the others' mean: the (pp - 1) bubble passes
+ * of even stages (Narayanan et al. SC'21, sec. 2.2.2), fewer where the
+ * other stages are faster. With vp interleaved chunks per rank a unit is
+ * 1 / vp of a rank's pass and the fill and drain cross (pp - 1) units each
+ * way: (pp - 1) / vp passes (bubble fraction (p - 1) / (v m), ibid.). */
+void plan_chunk_units(const plan_time *t, const plan_module *s, int chunk_samples, double *micros, double *bubbles)
 {
-    double per_rank = ceil((double)chunk_samples / s->dp);
+    double per_rank = ceil((double)chunk_samples / s->dp), pace = plan_pace_s(t, s);
     *micros = ceil(per_rank / s->micro_batch);
-    /* 1F1B: the pipeline fills and drains once, pp - 1 stage times of the
-     * busiest stage; with vp interleaved chunks per rank the bubble is
-     * (pp - 1) / vp of them (Narayanan et al. SC'21, sec. 2.2.2: bubble
-     * fraction (p - 1) / (v m)). */
-    *bubbles = s->pp > 1 ? (double)(s->pp - 1) / plan_vp(s) : 0;
+    *bubbles = s->pp > 1 && pace > 0 ? (double)(s->pp - 1) / plan_vp(s) * t->fill_s / pace : 0;
 }
 
 double plan_pace_s(const plan_time *t, const plan_module *s) { return s->pp > 1 ? t->stage_max_s : t->micro_s; }
@@ -104,7 +110,7 @@ double plan_short_micro_saving(const model_t *m, int k, const plan_module *s, co
 double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples)
 {
     double micros, bubbles;
-    plan_chunk_units(s, chunk_samples, &micros, &bubbles);
+    plan_chunk_units(t, s, chunk_samples, &micros, &bubbles);
     return (micros + bubbles) * plan_pace_s(t, s);
 }
 
@@ -113,15 +119,15 @@ double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_sampl
  * (plan_chunks: one micro-batch per LLM dp rank each), a pipelined module
  * filling and draining its stages in every chunk; a disaggregated group runs
  * chunks of `chunk` samples, p->n_micro of them a step. */
-static void module_units(const plan_t *p, int k, int chunk, double *micros, double *bubbles)
+static void module_units(const plan_t *p, int k, const plan_time *t, int chunk, double *micros, double *bubbles)
 {
     const plan_module *s = &p->mod[k];
     if (p->placement == PLAN_DISAGGREGATED) {
-        plan_chunk_units(s, chunk, micros, bubbles);
+        plan_chunk_units(t, s, chunk, micros, bubbles);
         return;
     }
     if (plan_whole_batch_pipeline(&p->model, &p->work)) {
-        plan_chunk_units(s, p->work.global_batch, micros, bubbles);
+        plan_chunk_units(t, s, p->work.global_batch, micros, bubbles);
         return;
     }
     /* every chunk is full but the last (plan_chunk_range): counted once each, so
@@ -132,8 +138,8 @@ static void module_units(const plan_t *p, int k, int chunk, double *micros, doub
     if (n > 1) plan_chunk_range(p, 0, &first, &full);
     plan_chunk_range(p, n - 1, &first, &last);
     double fm, fb, lm, lb;
-    plan_chunk_units(s, full, &fm, &fb);
-    plan_chunk_units(s, last, &lm, &lb);
+    plan_chunk_units(t, s, full, &fm, &fb);
+    plan_chunk_units(t, s, last, &lm, &lb);
     *micros = (n - 1) * fm + lm;
     *bubbles = (n - 1) * fb + lb;
 }
@@ -259,7 +265,7 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
         int in_flight = disagg && encoder ? encoder_in_flight(p, &loop) : 1;
         plan_module_memory(&p->model, k, s, w, &c->pool[s->pool].gpu, o, in_flight, &ev->mem[k]);
         double micros, bubbles, pace = plan_pace_s(tk, s), to_llm = 0, back = 0;
-        module_units(p, k, chunk, &micros, &bubbles);
+        module_units(p, k, tk, chunk, &micros, &bubbles);
         double whole_micros = micros;   /* the schedule's micro-batches, each a unit (per model chunk) */
         if (disagg) micros -= plan_short_micro_saving(&p->model, k, s, w, c, o, tk, chunk);
         if (disagg && encoder) transfer_times(p, k, chunk, &to_llm, &back);

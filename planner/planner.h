@@ -444,6 +444,11 @@ typedef struct {
     double micro_s;                      /* one micro-batch through the whole module (all pp stages) */
     double stage_max_s;                  /* the busiest pipeline stage's share of micro_s, with its hops */
     plan_micro_parts pace;               /* stage_max_s by what it goes to */
+    /* A pipeline's fill and drain, per stage it crosses: the mean of the
+     * stages other than the pacing one, each with its hops (the 1F1B step is
+     * the pacing stage's m passes plus the others' one each); stage_max_s
+     * where the stages are even, 0 without a pipeline. */
+    double fill_s;
     double fwd_comm_s;                   /* the forward pass's part of tp + sp + zero + pp communication */
     /* Once per step: the GRAD_SYNC op (all-reduce, or ZeRO-1's unit
      * reduce-scatters), the PARAM_GATHER op (ZeRO-1/2's unit all-gathers),
@@ -462,7 +467,7 @@ typedef struct {
  * (*micros + *bubbles) passes of the pacing stage (plan_chunk_units), each
  * plan_pace_s (micro_s, or stage_max_s under a pipeline). */
 double plan_chunk_time(const plan_time *t, const plan_module *s, int chunk_samples);
-void plan_chunk_units(const plan_module *s, int chunk_samples, double *micros, double *bubbles);
+void plan_chunk_units(const plan_time *t, const plan_module *s, int chunk_samples, double *micros, double *bubbles);
 double plan_pace_s(const plan_time *t, const plan_module *s);
 /* The share of a pacing-stage pass that a chunk's short last micro-batch
  * saves: where micro_batch does not divide the busiest replica's share, its

@@ -189,7 +189,7 @@ static int add_disaggregated(const build_ctx *b, int k, plan_module s, int gpus)
             bool trains = false;
             if (!encoder) {   /* its fill and drain once a step; a training encoder waits reach units a chunk */
                 double micros, bubbles;
-                plan_chunk_units(&s, chunk, &micros, &bubbles);
+                plan_chunk_units(&t, &s, chunk, &micros, &bubbles);
                 plan_encoder_loop l;
                 char e[UTIL_ERR_LEN];
                 int rc = plan_encoder_loop_even(s.pp, plan_vp(&s), n, (int)micros, &l, e);

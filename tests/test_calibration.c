@@ -295,11 +295,15 @@ TEST(calib_megatron_stage_buckets_follow_the_stage)
 
 TEST(calib_interleaved_pipeline_time)
 {
-    plan_time t = { .micro_s = 8, .stage_max_s = 2 };
+    plan_time t = { .micro_s = 8, .stage_max_s = 2, .fill_s = 2 };
     plan_module s = strat(1, 1, 4, 0, 1, PLAN_RECOMP_NONE, false);
     /* 8 micro-batches of a 2 s stage: (8 + 3) x 2 */
     CHECK_NEAR(plan_chunk_time(&t, &s, 8), 22, 1e-12);
     s.vp = 2;    /* the bubble shrinks to 3/2 stage times: (8 + 1.5) x 2 */
+    CHECK_NEAR(plan_chunk_time(&t, &s, 8), 19, 1e-12);
+    /* the other stages at 1 s each: the pacing stage's 8 passes and theirs once, 8 x 2 + 3 x 1 */
+    s.vp = 1;
+    t.fill_s = 1;
     CHECK_NEAR(plan_chunk_time(&t, &s, 8), 19, 1e-12);
     /* 4 stages x 2 chunks hand off 7 times each way instead of 3 */
     model_t m = gpt(false, false, 16);

@@ -2,7 +2,9 @@
  * (what it hands out, memory, traces, the plan file: test_simulate_outputs.c). */
 #include "tests/test.h"
 #include "tests/test_simulate.h"
+#include "tests/test_fixture.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -560,6 +562,31 @@ TEST(simulate_pipeline_makespan_is_1f1b)
             CHECK_NEAR(r.step_time_s, (M + pp - 1) * 3.0, 1e-9);
             plan_sim_free(&r);
         }
+}
+
+/* Uneven stages: a 150k-token head makes the last stage the slowest, and
+ * the 1F1B step is its m passes plus one of each other stage, not
+ * (m + pp - 1) of the slowest (plan_chunk_units). The closed form and the
+ * schedule the simulator walks, both at the cost model's prices, agree. */
+TEST(simulate_uneven_pipeline_matches_the_closed_form)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    cost_cluster c;
+    CHECK_OK(cost_cluster_load("8xh100", &c, err));
+    model_t m = test_llm("wide_head", "\"layers\": %d, \"hidden\": 512, \"heads\": 8, \"kv_heads\": 2, \"ffn\": 1536,"
+                         " \"ffn_kind\": \"swiglu\", \"norm\": \"rmsnorm\", \"vocab\": 150000", 8);
+    plan_workload w = { .global_batch = 8, .text_tokens = 1024 };
+    CHECK_OK(plan_from_strategy("llm:pp=4,mb=1", &m, &c, &w, PLAN_COLOCATED, 4, 1, &p, err));
+    plan_eval ev;
+    plan_options o = plan_options_of(&p);
+    CHECK_OK(plan_evaluate(&p, &o, &ev, err));
+    CHECK(ev.time[0].fill_s < 0.8 * ev.time[0].stage_max_s);   /* the head's stage paces it */
+    plan_sim_result r;
+    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+    CHECK_MSG(fabs(r.step_time_s / p.pred.analytic_step_time_s - 1) < 0.01, "simulated %.6f s, closed form %.6f s",
+              r.step_time_s, p.pred.analytic_step_time_s);
+    plan_sim_free(&r);
 }
 
 /* Pipelines of every kind simulate without deadlock, each hop carrying
