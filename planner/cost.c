@@ -725,13 +725,10 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     plan_stage whole = plan_stage_of(&m->mod[mi], s, -1);
     price_micro(m, mi, s, &whole, w, c, o, samples, -1, out);
     if (s->pp <= 1 || samples <= 0) return;
-    bool backward = model_runs_backward(&m->mod[mi]);
-    plan_hop_time fwd = plan_stage_hop_time(m, mi, s, w, c, o, samples, false);
-    plan_hop_time bwd = backward ? plan_stage_hop_time(m, mi, s, w, c, o, samples, true) : (plan_hop_time){ 0, 0 };
-    /* pp - 1 hand-offs each way, pp * vp - 1 with interleaving: every model
-     * chunk hands off to the next rank (Narayanan et al. SC'21 sec. 2.2.2) */
+    plan_pipeline_hops h;
+    plan_pipeline_hops_of(m, mi, s, w, c, o, samples, &h);
     int vp = plan_vp(s);
-    double fwd_hops = (s->pp * vp - 1) * fwd.recv_s, bwd_hops = (s->pp * vp - 1) * bwd.recv_s;
+    double fwd_hops = h.fwd_s, bwd_hops = h.bwd_s;
     out->pp_p2p_s = fwd_hops + bwd_hops;
     out->fwd_comm_s += fwd_hops;
     out->micro_s += out->pp_p2p_s;
@@ -739,8 +736,7 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     double stages_s = 0;
     for (int i = 0; i < s->pp; i++) {
         double chunks = 0;
-        /* a stage receives and sends each hop once a micro-batch (chunk) each way */
-        plan_micro_parts parts = { .hop_s = vp * (fwd.recv_s + fwd.send_s + bwd.recv_s + bwd.send_s) };
+        plan_micro_parts parts = { .hop_s = h.stage_s[i] };
         for (int v = 0; v < vp; v++) {   /* the rank's model chunks, each a virtual stage */
             plan_time st;
             plan_stage_micro_time(m, mi, s, v * s->pp + i, w, c, o, samples, &st);

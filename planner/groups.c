@@ -77,6 +77,16 @@ void plan_group_shape(const plan_module *s, unsigned axes, int gpus_per_node, in
     *per_node = on_first_node > 0 ? on_first_node : 1;
 }
 
+bool plan_stage_boundary_in_node(const plan_module *s, int gpus_per_node, int stage)
+{
+    int stride = s->tp * s->sp * s->dp;   /* a stage's ranks (the layout above), peers this far apart */
+    if (gpus_per_node < 1 || stride >= gpus_per_node || s->pp < 2) return false;
+    int a = stage * stride, b = (stage + 1) % s->pp * stride;
+    for (int r = 0; r < stride; r++)
+        if ((a + r) / gpus_per_node != (b + r) / gpus_per_node) return false;
+    return true;
+}
+
 bool plan_group_of(const plan_t *p, int k, unsigned axes, int rank, plan_group *g)
 {
     plan_coord c;

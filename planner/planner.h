@@ -515,10 +515,12 @@ double plan_stage_hop_bytes(const model_t *m, int mi, const plan_module *s, cons
                             const plan_options *o, double samples);
 /* One hop's seconds at each end: the receiver's (the transfer and the
  * all-gather after it, plan_stage_hop_wire) and the sender's (the transfer
- * where the engine's sends block, else 0: an asynchronous send). */
+ * where the engine's sends block, else 0: an asynchronous send); same_node:
+ * over the node's link, else the network's (plan_stage_boundary_in_node
+ * says which a stage boundary takes). */
 typedef struct { double recv_s, send_s; } plan_hop_time;
 plan_hop_time plan_stage_hop_time(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
-                                  const cost_cluster *c, const plan_options *o, double samples, bool grad);
+                                  const cost_cluster *c, const plan_options *o, double samples, bool grad, bool same_node);
 /* How a hop of `bytes` (plan_stage_hop_bytes) crosses: what each rank puts on
  * its link and, after it arrives, the seconds of the tp all-gathers that
  * rebuild what the receiver needs. The Megatron target without sequence

@@ -142,6 +142,15 @@ void plan_fp8_casts_s(const plan_fp8_props *f, const cost_gpu *g, double A, doub
 void plan_price_audio_ends(plan_pricer *p, const model_module *mm, const plan_stage *st, double samples, double F,
                            int sp, double t);
 
+/* cost_hop.c: a pipeline's hops in one micro-batch, each boundary over the
+ * node's link or the network's as its two stages sit (plan_stage_boundary_in_node):
+ * fwd_s, bwd_s the receives of all pp vp - 1 hand-offs each way (what the
+ * micro-batch waits through the pipeline), stage_s[i] stage i's own (its
+ * chunks' receives and blocking sends, none before the first or after the last). */
+typedef struct { double fwd_s, bwd_s, stage_s[PLAN_MAX_PP]; } plan_pipeline_hops;
+void plan_pipeline_hops_of(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
+                           const cost_cluster *c, const plan_options *o, double samples, plan_pipeline_hops *out);
+
 /* cost_cp.c: one block's ring attention (executor/ring.c) on sp rank
  * sp_rank (-1: the group's pace, which rank sp - 1's is: every step's block
  * the slowest) for `samples` samples of S positions: its attention kernels

@@ -121,6 +121,11 @@ int plan_stage_peer(const plan_t *p, int k, int rank, int v, int dir);
 /* Size and members per node of a group over `axes` of strategy s on nodes
  * of gpus_per_node (the group holding the module's first rank). */
 void plan_group_shape(const plan_module *s, unsigned axes, int gpus_per_node, int *size, int *per_node);
+/* Whether every rank of pipeline stage `stage` and its peer on stage
+ * (stage + 1) % pp (plan_stage_peer: the same dp, sp and tp position) share
+ * a node of gpus_per_node, the module's ranks placed from a node's start as
+ * plan_group_shape takes them. */
+bool plan_stage_boundary_in_node(const plan_module *s, int gpus_per_node, int stage);
 
 /* ---- data-parallel strategies: what each ZeRO stage does, in one place ----
  * The stage of a module whose shard group (dp x sp) has one rank is 0: there

@@ -336,8 +336,8 @@ TEST(calib_megatron_scatters_stage_handoffs_over_tp)
     plan_hop_wire h = plan_stage_hop_wire(&m.mod[0], &s, pool, &o, bytes, false);
     CHECK_NEAR(h.wire_bytes, bytes / 4, 1e-9);
     CHECK_NEAR(h.gather_s, cost_collective_time(pool, COST_ALLGATHER, bytes, 4, 4), 1e-15);
-    CHECK_NEAR(plan_stage_hop_time(&m, 0, &s, &w, &c, &o, 1, false).recv_s, cost_p2p_time(&c, 0, 0, true, bytes / 4) + h.gather_s, 1e-15);
-    CHECK(plan_stage_hop_time(&m, 0, &s, &w, &c, &o, 1, true).send_s == 0);   /* Megatron's sends do not hold the sender */
+    CHECK_NEAR(plan_stage_hop_time(&m, 0, &s, &w, &c, &o, 1, false, true).recv_s, cost_p2p_time(&c, 0, 0, true, bytes / 4) + h.gather_s, 1e-15);
+    CHECK(plan_stage_hop_time(&m, 0, &s, &w, &c, &o, 1, true, true).send_s == 0);   /* Megatron's sends do not hold the sender */
     plan_module sp = strat(1, 4, 2, 0, 1, PLAN_RECOMP_NONE, true);
     double shard = plan_stage_hop_bytes(&m, 0, &sp, &w, &o, 1);
     CHECK_NEAR(shard, bytes / 4, 1e-9);

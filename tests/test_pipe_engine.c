@@ -50,19 +50,30 @@ TEST(pipe_engine_deepspeed_hops_hold_the_sender_and_send_gradients_as_the_versio
         CHECK_NEAR(h.wire_bytes, want[i].wire, 1e-9);
         CHECK_NEAR(h.gather_s, want[i].gathers * gather, 1e-15);
         CHECK(h.held == want[i].held);
-        plan_hop_time t = plan_stage_hop_time(&m, 0, &s, &w, &c, want[i].o, 1, want[i].grad);
+        plan_hop_time t = plan_stage_hop_time(&m, 0, &s, &w, &c, want[i].o, 1, want[i].grad, true);
         double p2p = cost_p2p_time(&c, 0, 0, true, want[i].wire);
         CHECK_NEAR(t.recv_s, p2p + want[i].gathers * gather, 1e-15);
         CHECK_NEAR(t.send_s, want[i].held ? p2p : 0, 1e-15);
     }
-    /* A stage's pace: each hop received and sent once a micro-batch each way. */
+    /* A stage's hops: the first stage sends each activation and receives its
+     * gradient, the last receives the activation and sends the gradient back;
+     * the head's stage paces. */
     plan_time tm, td;
     plan_micro_time(&m, 0, &s, &w, &c, &meg, 1, &tm);
     plan_micro_time(&m, 0, &s, &w, &c, &ds21, 1, &td);
-    plan_hop_time mf = plan_stage_hop_time(&m, 0, &s, &w, &c, &meg, 1, false), mb = plan_stage_hop_time(&m, 0, &s, &w, &c, &meg, 1, true);
-    plan_hop_time df = plan_stage_hop_time(&m, 0, &s, &w, &c, &ds21, 1, false), db = plan_stage_hop_time(&m, 0, &s, &w, &c, &ds21, 1, true);
-    CHECK_NEAR(tm.pace.hop_s, mf.recv_s + mb.recv_s, 1e-15);
-    CHECK_NEAR(td.pace.hop_s, df.recv_s + df.send_s + db.recv_s + db.send_s, 1e-15);
+    plan_hop_time mf = plan_stage_hop_time(&m, 0, &s, &w, &c, &meg, 1, false, true);
+    plan_hop_time mb = plan_stage_hop_time(&m, 0, &s, &w, &c, &meg, 1, true, true);
+    plan_hop_time df = plan_stage_hop_time(&m, 0, &s, &w, &c, &ds21, 1, false, true);
+    plan_hop_time db = plan_stage_hop_time(&m, 0, &s, &w, &c, &ds21, 1, true, true);
+    plan_pipeline_hops hm, hd;
+    plan_pipeline_hops_of(&m, 0, &s, &w, &c, &meg, 1, &hm);
+    plan_pipeline_hops_of(&m, 0, &s, &w, &c, &ds21, 1, &hd);
+    CHECK_NEAR(hm.stage_s[0], mf.send_s + mb.recv_s, 1e-15);
+    CHECK_NEAR(hm.stage_s[1], mf.recv_s + mb.send_s, 1e-15);
+    CHECK_NEAR(hd.stage_s[0], df.send_s + db.recv_s, 1e-15);
+    CHECK_NEAR(hd.stage_s[1], df.recv_s + db.send_s, 1e-15);
+    CHECK_NEAR(tm.pace.hop_s, hm.stage_s[1], 1e-15);
+    CHECK_NEAR(td.pace.hop_s, hd.stage_s[1], 1e-15);
     CHECK_NEAR(td.stage_max_s - tm.stage_max_s, td.pace.hop_s - tm.pace.hop_s, 1e-12);
     /* the hops along the pipeline: one each way (pp - 1), the receivers' time */
     CHECK_NEAR(td.pp_p2p_s, df.recv_s + db.recv_s, 1e-15);

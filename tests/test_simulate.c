@@ -589,6 +589,40 @@ TEST(simulate_uneven_pipeline_matches_the_closed_form)
     plan_sim_free(&r);
 }
 
+/* dp 4 x pp 4 on two nodes of 8: stages 0 and 1 share the first node, 2
+ * and 3 the second, so of the boundaries (the last one the chunks' wrap
+ * under interleaving) 0 and 2 stay in a node and 1 and 3 cross; a stage of
+ * a whole node (tp 8) crosses at every boundary, a module of one node at
+ * none. The closed form prices each boundary's hop on its own link, as the
+ * simulator prices each message between the two ranks it joins. */
+TEST(simulate_node_spanning_pipeline_matches_the_closed_form)
+{
+    plan_module s = { .dp = 4, .tp = 1, .sp = 1, .pp = 4 };
+    const bool in_node[] = { true, false, true, false };
+    for (int i = 0; i < 4; i++) CHECK(plan_stage_boundary_in_node(&s, 8, i) == in_node[i]);
+    s.dp = 1, s.tp = 8;
+    for (int i = 0; i < 4; i++) CHECK(!plan_stage_boundary_in_node(&s, 8, i));
+    s.tp = 2;
+    for (int i = 0; i < 4; i++) CHECK(plan_stage_boundary_in_node(&s, 8, i));
+
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    cost_cluster c;
+    CHECK_OK(cost_cluster_load("2x8xh100", &c, err));
+    model_t m = test_llm("deep", "\"layers\": %d, \"hidden\": 2048, \"heads\": 16, \"kv_heads\": 4, \"ffn\": 5632,"
+                         " \"ffn_kind\": \"swiglu\", \"norm\": \"rmsnorm\", \"vocab\": 32000", 16);
+    plan_workload w = { .global_batch = 32, .text_tokens = 4096 };
+    const char *specs[] = { "llm:dp=4,pp=4,mb=1", "llm:dp=4,pp=4,vp=2,mb=1" };
+    for (int k = 0; k < 2; k++) {
+        CHECK_OK(plan_from_strategy(specs[k], &m, &c, &w, PLAN_COLOCATED, 16, 1, &p, err));
+        plan_sim_result r;
+        CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+        CHECK_MSG(fabs(r.step_time_s / p.pred.analytic_step_time_s - 1) < 0.01, "%s: simulated %.6f s, closed form %.6f s",
+                  specs[k], r.step_time_s, p.pred.analytic_step_time_s);
+        plan_sim_free(&r);
+    }
+}
+
 /* Pipelines of every kind simulate without deadlock, each hop carrying
  * plan_stage_hop_bytes (the Megatron target's scattered over tp: 1/tp of
  * it); a tied LLM's stages sync their embedding. */
