@@ -564,29 +564,37 @@ TEST(simulate_pipeline_makespan_is_1f1b)
         }
 }
 
+/* The plan of `spec` for `m` on `cluster` (gpus GPUs, colocated), its
+ * closed form in *ev; checks that the simulator's step is within 1% of it. */
+static void check_closed_form_is_simulated(const char *cluster, const model_t *m, plan_workload w, const char *spec,
+                                           int gpus, plan_eval *ev)
+{
+    static plan_t p;
+    char err[UTIL_ERR_LEN];
+    cost_cluster c;
+    CHECK_OK(cost_cluster_load(cluster, &c, err));
+    CHECK_OK(plan_from_strategy(spec, m, &c, &w, PLAN_COLOCATED, gpus, 1, &p, err));
+    plan_options o = plan_options_of(&p);
+    CHECK_OK(plan_evaluate(&p, &o, ev, err));
+    plan_sim_result r;
+    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
+    CHECK_MSG(fabs(r.step_time_s / p.pred.analytic_step_time_s - 1) < 0.01, "%s: simulated %.6f s, closed form %.6f s",
+              spec, r.step_time_s, p.pred.analytic_step_time_s);
+    plan_sim_free(&r);
+}
+
 /* Uneven stages: a 150k-token head makes the last stage the slowest, and
  * the 1F1B step is its m passes plus one of each other stage, not
  * (m + pp - 1) of the slowest (plan_chunk_units). The closed form and the
  * schedule the simulator walks, both at the cost model's prices, agree. */
 TEST(simulate_uneven_pipeline_matches_the_closed_form)
 {
-    static plan_t p;
-    char err[UTIL_ERR_LEN];
-    cost_cluster c;
-    CHECK_OK(cost_cluster_load("8xh100", &c, err));
     model_t m = test_llm("wide_head", "\"layers\": %d, \"hidden\": 512, \"heads\": 8, \"kv_heads\": 2, \"ffn\": 1536,"
                          " \"ffn_kind\": \"swiglu\", \"norm\": \"rmsnorm\", \"vocab\": 150000", 8);
-    plan_workload w = { .global_batch = 8, .text_tokens = 1024 };
-    CHECK_OK(plan_from_strategy("llm:pp=4,mb=1", &m, &c, &w, PLAN_COLOCATED, 4, 1, &p, err));
     plan_eval ev;
-    plan_options o = plan_options_of(&p);
-    CHECK_OK(plan_evaluate(&p, &o, &ev, err));
+    check_closed_form_is_simulated("8xh100", &m, (plan_workload){ .global_batch = 8, .text_tokens = 1024 },
+                                   "llm:pp=4,mb=1", 4, &ev);
     CHECK(ev.time[0].fill_s < 0.8 * ev.time[0].stage_max_s);   /* the head's stage paces it */
-    plan_sim_result r;
-    CHECK_OK(plan_sim_run(&p, NULL, &r, err));
-    CHECK_MSG(fabs(r.step_time_s / p.pred.analytic_step_time_s - 1) < 0.01, "simulated %.6f s, closed form %.6f s",
-              r.step_time_s, p.pred.analytic_step_time_s);
-    plan_sim_free(&r);
 }
 
 /* dp 4 x pp 4 on two nodes of 8: stages 0 and 1 share the first node, 2
@@ -605,22 +613,12 @@ TEST(simulate_node_spanning_pipeline_matches_the_closed_form)
     s.tp = 2;
     for (int i = 0; i < 4; i++) CHECK(plan_stage_boundary_in_node(&s, 8, i));
 
-    static plan_t p;
-    char err[UTIL_ERR_LEN];
-    cost_cluster c;
-    CHECK_OK(cost_cluster_load("2x8xh100", &c, err));
     model_t m = test_llm("deep", "\"layers\": %d, \"hidden\": 2048, \"heads\": 16, \"kv_heads\": 4, \"ffn\": 5632,"
                          " \"ffn_kind\": \"swiglu\", \"norm\": \"rmsnorm\", \"vocab\": 32000", 16);
     plan_workload w = { .global_batch = 32, .text_tokens = 4096 };
-    const char *specs[] = { "llm:dp=4,pp=4,mb=1", "llm:dp=4,pp=4,vp=2,mb=1" };
-    for (int k = 0; k < 2; k++) {
-        CHECK_OK(plan_from_strategy(specs[k], &m, &c, &w, PLAN_COLOCATED, 16, 1, &p, err));
-        plan_sim_result r;
-        CHECK_OK(plan_sim_run(&p, NULL, &r, err));
-        CHECK_MSG(fabs(r.step_time_s / p.pred.analytic_step_time_s - 1) < 0.01, "%s: simulated %.6f s, closed form %.6f s",
-                  specs[k], r.step_time_s, p.pred.analytic_step_time_s);
-        plan_sim_free(&r);
-    }
+    plan_eval ev;
+    check_closed_form_is_simulated("2x8xh100", &m, w, "llm:dp=4,pp=4,mb=1", 16, &ev);
+    check_closed_form_is_simulated("2x8xh100", &m, w, "llm:dp=4,pp=4,vp=2,mb=1", 16, &ev);
 }
 
 /* Pipelines of every kind simulate without deadlock, each hop carrying
