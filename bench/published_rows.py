@@ -275,17 +275,17 @@ def interpret(r, idx):
                         "500 W limit, the SXM and NVL datasheet peaks interpolated by power")
     zero = r["zero_or_fsdp"]
     c["zero"] = 3 if ("ZeRO-3" in zero or "FSDP" in zero and "FSDP=1" not in zero) else 1 if "ZeRO-1" in zero else 0
-    cp = r["cp_or_sp"]
-    cpm = re.search(r"CP\s*(\d+)", cp)
-    if cpm and int(cpm.group(1)) > 1 and fam.startswith("torchtitan"):
+    cpm = re.search(r"CP\s*(\d+)", r["cp_or_sp"])
+    cp = int(cpm.group(1)) if cpm else 1   # the source's context-parallel degree
+    if cp > 1 and fam.startswith("torchtitan"):
         # torchtitan's context parallelism: PyTorch's context_parallel (torch/distributed/tensor/experimental/
         # _attention.py: the sequence in 2 cp load-balanced chunks, K/V rotated among the cp ranks), FSDP
         # sharding over dp x cp (its dp_shard_cp mesh), as dhp's ZeRO shards over dp x sp
-        c["sp"], c["cp"] = int(cpm.group(1)), "ring"
-        inferred.append(f"context parallelism {c['sp']}: PyTorch's ring attention (torchtitan's context_parallel; "
+        c["sp"], c["cp"] = cp, "ring"
+        inferred.append(f"context parallelism {cp}: PyTorch's ring attention (torchtitan's context_parallel; "
                         "its K/V all-gathered by default, rotate method allgather, where dhp prices them passed "
                         "around the ring beside the attention): --strategy sp, cp=ring")
-    if "Megatron SP" in cp:
+    if "Megatron SP" in r["cp_or_sp"]:
         c["seqpar"] = True
     if fam in ("narayanan-t1", "narayanan-t2", "korthikanti-t5", "korthikanti-abs", "korthikanti-fig1", "mt-nlg",
                "bloom"):
@@ -393,8 +393,6 @@ def interpret(r, idx):
         iv = re.search(r"VP (\d+)", notes)
         if iv and int(iv.group(1)) > 1:
             c["vp"] = int(iv.group(1))
-        cpm = re.search(r"CP\s*(\d+)", r["cp_or_sp"])
-        cp = int(cpm.group(1)) if cpm else 1
         if cp > 1:
             # Megatron-Core's context parallelism: ring attention, cp_comm_type p2p (its default)
             c["sp"], c["cp"] = cp, "ring"

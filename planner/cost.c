@@ -728,9 +728,8 @@ void plan_micro_time(const model_t *m, int mi, const plan_module *s, const plan_
     plan_pipeline_hops h;
     plan_pipeline_hops_of(m, mi, s, w, c, o, samples, &h);
     int vp = plan_vp(s);
-    double fwd_hops = h.fwd_s, bwd_hops = h.bwd_s;
-    out->pp_p2p_s = fwd_hops + bwd_hops;
-    out->fwd_comm_s += fwd_hops;
+    out->pp_p2p_s = h.fwd_s + h.bwd_s;
+    out->fwd_comm_s += h.fwd_s;
     out->micro_s += out->pp_p2p_s;
     out->stage_max_s = 0;
     double stages_s = 0;
