@@ -545,8 +545,11 @@ def interpret(r, idx):
         mb = 1
         inferred.append("micro-batch 1 (one 8K sequence; not given): 32 / 16 micro-batches a step per pipeline")
         c["zero"] = 1
-        c["fits_unchecked"] = ("dhp's interleaved 1F1B is Megatron-Core's, whose first rank holds 2 (pp - 1) + "
-                               "(vp - 1) pp = 142 chunk forwards in flight (62 GiB of activations here); Llama 3 ran "
+        micro, vp = int(gb // (dp * mb)), c["vp"]
+        units = min(2 * (pp - 2) + (vp - 1) * pp + 1, micro * vp)   # the schedule's peak on the second rank
+        c["fits_unchecked"] = ("dhp's interleaved 1F1B is Megatron-Core's, whose second rank (the first one's first "
+                               "chunk is the embedding alone) holds min(2 (pp - 2) + (vp - 1) pp + 1, "
+                               f"{micro} micro-batches x vp) = {units} one-block chunk forwards in flight; Llama 3 ran "
                                "its own schedule (N micro-batches a round, not given) and freed each stage's input and "
                                "output tensors early (sec. 3.3.2), which dhp does not express")
         inferred.append("FSDP sharding optimizer states and gradients, the parameters not resharded after forward, "

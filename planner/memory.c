@@ -12,6 +12,7 @@
  * (arXiv 2205.05198), with FlashAttention (no s^2 term, arXiv 2307.08691). */
 #include "planner/planner_int.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -105,19 +106,6 @@ plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_opti
     return b;
 }
 
-/* The Megatron target prices a pipeline without interleaving stage by
- * stage (plan_module_memory takes the worst): each stage holds its own
- * blocks, the first the embedding, the last the final norm and output
- * layer, and with tied embeddings there the word-embedding copy Megatron-LM
- * keeps on the last stage for the output layer (its weights, gradients and
- * optimizer state; their gradients all-reduced with the first stage's). With
- * interleaving, the first stage as Megatron-LM's formula takes it
- * (megatron/training/theoretical_memory_usage.py): stage is then ignored. */
-bool plan_megatron_stagewise(const plan_module *s, const plan_options *o)
-{
-    return o->target != PLAN_TARGET_DHP && s->pp > 1 && plan_vp(s) == 1;
-}
-
 double plan_stage_block_params(const model_module *mm, const plan_module *s, const plan_stage *st)
 {
     double p = 0;
@@ -137,14 +125,13 @@ double plan_stage_params(const model_module *mm, const plan_module *s, const pla
     return plan_stage_block_params(mm, s, st) + ends / s->tp;
 }
 
-/* The model states of stage `own` (plan_megatron_stagewise), or of the
- * worst stage's parts (NULL); returns the rank's parameters they were
- * priced on, before ZeRO's sharding. */
+/* The Megatron target's model states of stage `own` (its blocks and ends;
+ * with tied embeddings the last stage's copy: plan_stage_params); returns the rank's parameters they were priced
+ * on, before ZeRO's sharding. */
 static double model_state_bytes(const model_module *mm, const plan_module *s, const plan_options *o,
                                 const plan_stage *own, plan_mem *out)
 {
-    double p = own ? plan_stage_params(mm, s, own) : plan_local_params(mm, s);
-    double blocks = own ? plan_stage_block_params(mm, s, own) : plan_local_block_params(mm, s);
+    double p = plan_stage_params(mm, s, own), blocks = plan_stage_block_params(mm, s, own);
     double shard = (double)s->dp * s->sp;   /* ZeRO shards over every replica of the weights */
     plan_state_bytes b = plan_module_state_bytes(mm, o);
     /* Under TransformerEngine's primary FP8 weights (plan_fp8_props) the blocks'
@@ -215,17 +202,24 @@ static double block_act_bytes_per_token(const model_module *mm, const plan_modul
     return attn + mlp + masks;
 }
 
-/* Micro-batches stage i of the pipeline holds in flight at its peak: 1F1B
- * keeps min(pp - i, micro-batches) on stage i (Korthikanti et al. sec.
- * 4.2.3); interleaving with vp chunks per rank keeps the first stage's
- * pp (1 + (pp - 1) / (pp vp)) (megatron/training/theoretical_memory_usage.py,
- * which prices that stage alone: i is 0 then). */
-double plan_stage_micro_in_flight(const plan_module *s, const plan_workload *w, int i)
+/* Units (micro-batch x model chunk) the Megatron target's stage i holds in
+ * flight at its peak, per model chunk (slots[v]), of the step's micro-batches
+ * through its vp chunks: the schedule's (plan_pipeline_peak_units); returns
+ * their sum. 1F1B keeps min(pp - i, micro-batches) on stage i (Korthikanti
+ * et al. sec. 4.2.3); interleaved, the first stage's 2 (pp - 1) + (vp - 1)
+ * pp + 1 units are the pp (1 + (pp - 1) / (pp vp)) micro-batches of
+ * megatron/training/theoretical_memory_usage.py while the step has as many. */
+static int megatron_stage_slots(const plan_module *s, const plan_workload *w, int i, int *slots)
 {
-    if (s->pp <= 1) return 1;
-    if (plan_vp(s) > 1) return s->pp * (1 + (s->pp - 1.0) / (s->pp * plan_vp(s)));
     double micro = fmax(1, ceil((double)w->global_batch / ((double)s->dp * s->micro_batch)));
-    return fmin(s->pp - i, micro);
+    double units = fmin(micro * plan_vp(s), (double)INT_MAX);
+    return plan_pipeline_peak_units(s->pp > 1 ? s->pp : 1, plan_vp(s), i, (int)units, slots);
+}
+
+int plan_stage_units_in_flight(const plan_module *s, const plan_workload *w, int i)
+{
+    int slots[PLAN_MAX_VP];
+    return megatron_stage_slots(s, w, i, slots);
 }
 
 static double block_bytes(const model_module *mm, const plan_module *s, const plan_seq *q, double t, double A,
@@ -243,31 +237,6 @@ static double stage_blocks_bytes(const model_module *mm, const plan_module *s, c
     full.recompute_layers = none.recompute_layers = 0;
     none.recompute = PLAN_RECOMP_NONE;
     return rc * block_bytes(mm, &full, q, t, A, f8) + (st->count - rc) * block_bytes(mm, &none, q, t, A, f8);
-}
-
-/* The busiest pipeline stage: of stage i's plan_stage_of blocks
- * (stage_blocks_bytes a micro-batch), its micro-batches in flight, the
- * first stage also stem_bytes per micro-batch (the stem lives there).
- * Returns the blocks' activations it holds; *stem_micro: the micro-batches
- * of its stem (0 where the busiest stage is not the first). */
-static double pipeline_blocks_in_flight(const model_module *mm, const plan_module *s, const plan_workload *w,
-                                        const plan_seq *q, double t, double A, const plan_fp8_props *f8,
-                                        double stem_bytes, double *stem_micro)
-{
-    int stages = s->pp > 1 && plan_vp(s) == 1 ? s->pp : 1;
-    double held = 0, most = -1;
-    *stem_micro = 0;
-    for (int i = 0; i < stages; i++) {
-        plan_stage st = plan_stage_of(mm, s, i);
-        double micro = plan_stage_micro_in_flight(s, w, i), b = micro * stage_blocks_bytes(mm, s, &st, q, t, A, f8);
-        double bytes = b + (i == 0 ? micro * stem_bytes : 0);
-        if (bytes > most) {
-            most = bytes;
-            held = b;
-            *stem_micro = i == 0 ? micro : 0;
-        }
-    }
-    return held;
 }
 
 /* Tokens one GPU of the group processes per micro-batch. */
@@ -319,16 +288,15 @@ static double one_block_live(const model_module *mm, const plan_module *s, const
 }
 
 /* Returns the module's activations on pipeline stage `stage` (its blocks
- * and ends: own) where the Megatron target prices stages apart
- * (plan_megatron_stagewise), else (own NULL) on its busiest; *blocks_saved:
- * of them, what its blocks save (the stem and head apart). */
+ * and ends: own); *blocks_saved: of them, what its
+ * blocks save (the stem and head apart). */
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
                                const plan_workload *w, int in_flight, double A, const plan_fp8_props *f8,
                                const plan_stage *own, int stage,
                                double *blocks_saved)
 {
     const model_module *mm = &m->mod[mi];
-    double t = local_tokens(q, s), stem_micro, mask = embedding_dropout_bytes(mm, s, t);
+    double t = local_tokens(q, s), mask = embedding_dropout_bytes(mm, s, t);
     if (!model_runs_backward(mm)) {
         /* A frozen encoder: autograd records nothing where no input needs a
          * gradient ("Backward computation is never performed in the subgraphs,
@@ -338,16 +306,16 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
         *blocks_saved = 0;
         return one_block_live(mm, s, q, t, A, f8) + plan_encoder_out_rows(mm, q, t) * A * mm->out_hidden;
     }
-    double saved;
-    bool head = s->pp == 1;   /* the final norm and output layer run here */
-    if (own) {
-        double micro = plan_stage_micro_in_flight(s, w, stage);
-        saved = stage_blocks_bytes(mm, s, own, q, t, A, f8) * micro;
-        stem_micro = own->stem ? micro : 0;
-        head = own->head;
-    } else {
-        saved = pipeline_blocks_in_flight(mm, s, w, q, t, A, f8, mask, &stem_micro);
+    /* each model chunk's blocks times its units in flight (interleaved: chunk 0 holds the stem) */
+    int slots[PLAN_MAX_VP];
+    megatron_stage_slots(s, w, stage, slots);
+    double saved = 0;
+    for (int v = 0; v < plan_vp(s) && v < PLAN_MAX_VP; v++) {
+        plan_stage chunk = plan_stage_chunk(own, v);
+        saved += slots[v] * stage_blocks_bytes(mm, s, &chunk, q, t, A, f8);
     }
+    double stem_micro = own->stem ? slots[0] : 0;
+    bool head = own->head;   /* the final norm and output layer run here */
     double per_mb = 0;
     /* During backward with full recompute one block's full activations are
      * live again: one block of one micro-batch, however many are in flight. */
@@ -365,19 +333,18 @@ static double activation_bytes(const model_t *m, int mi, const plan_module *s, c
      * without it (Megatron-LM's vision encoder and projection too), so their
      * final norm's and merger's inputs stay whole like their blocks' rows;
      * under dhp's sp (Ulysses, ring) t is already the rank's rows. They also
-     * save their patch embedding's input and the merger MLP's. With pp > 1 the busiest stage (the first, whose
-     * micro-batches in flight set the peak, unless uneven stages say
-     * otherwise) holds no head, and its first block saves the embedding
-     * output; priced stage by stage, the last holds the head's inputs (of
+     * save their patch embedding's input and the merger MLP's. With pp > 1
+     * each stage is priced apart: the first holds no head, and its first
+     * block saves the embedding output; the last holds the head's inputs (of
      * its one micro-batch in flight under 1F1B), an encoder's first its
-     * patch embedding's. The embedding's dropout mask counts where the stage
-     * priced is the first, once per micro-batch it holds. */
+     * patch embedding's. The embedding's dropout mask counts on the first
+     * stage, once per micro-batch its first chunk holds. */
     if (head) per_mb += t * A * mm->hidden * 2 / plan_seqpar_split(mm, s);
     if (mm->kind != MODEL_LLM) {
         double merged = plan_encoder_out_rows(mm, q, t);
-        if (!own || own->stem)
+        if (own->stem)
             per_mb += t * A * (double)mm->in_channels * mm->patch * mm->patch * mm->temporal_patch / s->tp;
-        if (!own || head) per_mb += merged * A * (mm->proj_in + 2.0 * mm->proj_hidden);
+        if (head) per_mb += merged * A * (mm->proj_in + 2.0 * mm->proj_hidden);
     }
     *blocks_saved = saved * in_flight + live;
     return (saved + per_mb + stem_micro * mask) * in_flight + live;
@@ -545,17 +512,12 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
         executor_states(mm, s, stage, o, out);
         executor_activations(mm, s, stage, &q, w, o, ones, out);
     } else {
-        plan_stage st;
-        const plan_stage *own = NULL;   /* the stage's own blocks and ends, where priced stage by stage */
-        if (plan_megatron_stagewise(s, o)) {
-            st = plan_stage_of(mm, s, stage);
-            own = &st;
-        }
+        plan_stage st = plan_stage_of(mm, s, stage), *own = &st;   /* the stage's own blocks and ends */
         double local_p = model_state_bytes(mm, s, o, own, out);
         out->activations = activation_bytes(m, mi, s, &q, w, in_flight, A, plan_fp8_props_of(o->fp8), own, stage,
                                             &out->block_acts);
         /* the logits live where the output layer runs: the last stage, priced apart */
-        out->logits = own && !own->head ? 0 : logits_bytes(mm, s, &q, w, o, A);
+        out->logits = own->head ? logits_bytes(mm, s, &q, w, o, A) : 0;
         out->comm = comm_bytes(mm, s, &q, local_p, A, o);
     }
     out->reserved = plan_reserved_bytes(o, g);
@@ -567,31 +529,27 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
 }
 
 /* Units (micro-batch x model chunk) stage i of a 1F1B pipeline of `stages`
- * keeps in flight: pp - i, interleaved its warm-up and one
- * (planner/schedule.c's warmup_of, before the cap at the step's units). */
+ * keeps in flight: the schedule's peak (plan_pipeline_peak_units) before the
+ * cap at the step's units. */
 static int pipeline_units(const plan_module *s, int i, int stages)
 {
-    if (stages <= 1) return 1;
-    return plan_vp(s) > 1 ? 2 * (stages - 1 - i) + (plan_vp(s) - 1) * stages + 1 : stages - i;
+    int slots[PLAN_MAX_VP];
+    return stages <= 1 ? 1 : plan_pipeline_peak_units(stages, plan_vp(s), i, INT_MAX, slots);
 }
 
-/* The module's busiest stage. For dhp's executor every stage is priced,
- * stage i of a 1F1B pipeline keeping pp - i micro-batches in flight; so for
- * the Megatron target without interleaving (plan_megatron_stagewise: each stage
- * its own blocks, ends and logits, min(pp - i, micro-batches) in flight).
- * With interleaving the Megatron target takes Megatron-LM's formula of the
- * first stage (its pp (1 + (pp - 1) / (pp vp)) micro-batches in flight). */
+/* The module's busiest stage, every stage priced apart: for dhp's executor
+ * stage i keeping its pipeline_units for each micro-batch in flight, for the
+ * Megatron target each stage its own blocks, ends and logits with the units
+ * it holds over the step's micro-batches (megatron_stage_slots). */
 void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                         const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out)
 {
     bool dhp = o->target == PLAN_TARGET_DHP;
-    int stages = (dhp || plan_megatron_stagewise(s, o)) && s->pp > 1 ? s->pp : 1;
-    /* the Megatron target's stages take their micro-batches in flight from plan_stage_micro_in_flight */
-    plan_stage_memory(m, mi, s, 0, w, g, o, in_flight * (dhp ? pipeline_units(s, 0, stages) : 1), out);
-    for (int i = 1; i < stages; i++) {
+    int stages = s->pp > 1 ? s->pp : 1;
+    for (int i = 0; i < stages; i++) {
         plan_mem t;
-        plan_stage_memory(m, mi, s, i, w, g, o, in_flight * (dhp ? pipeline_units(s, i, stages) : 1), &t);
-        if (t.total > out->total) *out = t;
+        plan_stage_memory(m, mi, s, i, w, g, o, in_flight * (dhp ? pipeline_units(s, i, stages) : 1), i ? &t : out);
+        if (i > 0 && t.total > out->total) *out = t;
     }
 }
 

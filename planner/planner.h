@@ -380,19 +380,16 @@ double plan_weight_copy_bytes(const model_module *mm, const plan_options *o);
 double plan_weight_cast_elems(const model_module *mm, const plan_module *s, int stage, const plan_options *o);
 
 
-/* Memory of module `mi` under strategy s on pool gpu g; `in_flight` = micro-batches whose
+/* Memory of module `mi` under strategy s on pool gpu g, its worst pipeline
+ * stage (each priced apart, plan_stage_memory); `in_flight` = micro-batches whose
  * activations are alive at the peak (1 colocated; pipeline depth when disaggregated). */
 void plan_module_memory(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
                         const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out);
-/* Whether the Megatron target prices the module's pipeline stage by stage
- * (pp > 1 without interleaving; the dhp target always does): then
- * plan_stage_memory gives each stage its own and plan_module_memory the
- * worst; else Megatron-LM's first-stage formula for every stage. */
-bool plan_megatron_stagewise(const plan_module *s, const plan_options *o);
-/* Micro-batches the Megatron target's stage i holds in flight at its peak:
- * min(pp - i, micro-batches) under 1F1B; with interleaving Megatron-LM's
- * first-stage pp (1 + (pp - 1) / (pp vp)). */
-double plan_stage_micro_in_flight(const plan_module *s, const plan_workload *w, int i);
+/* Units (micro-batch x model chunk; micro-batches without interleaving) the
+ * Megatron target's pipeline stage i holds in flight at its peak over the
+ * step's micro-batches: min(pp - i, micro-batches) under 1F1B, the
+ * interleaved schedule's warm-up and one (plan_pipeline_peak_units). */
+int plan_stage_units_in_flight(const plan_module *s, const plan_workload *w, int i);
 /* The same for pipeline stage `stage` of the module (0 when pp = 1). */
 void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out);

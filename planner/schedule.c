@@ -296,6 +296,20 @@ static void table_unit(int pp, int vp, int u, bool forward, int *mi, int *v)
 
 static void llm_unit(const llm_pipe *q, int u, bool forward, int *mi, int *v) { table_unit(q->pp, q->vp, u, forward, mi, v); }
 
+int plan_pipeline_peak_units(int pp, int vp, int stage, int units, int *slots)
+{
+    if (vp < 1) vp = 1;
+    int held = warmup_of(pp, vp, stage, units) + 1;
+    if (held > units) held = units;
+    for (int v = 0; v < vp && v < PLAN_MAX_VP; v++) slots[v] = 0;
+    for (int u = 0; u < held; u++) {
+        int mi, v;
+        table_unit(pp, vp, u, true, &mi, &v);
+        if (v < PLAN_MAX_VP) slots[v]++;
+    }
+    return held > 0 ? held : 0;
+}
+
 /* The first and the last virtual stage: the stem (encoder rows in, their gradient out) and the head. */
 static bool unit_first(const llm_pipe *q, int v) { return q->stage == 0 && v == 0; }
 static bool unit_last(const llm_pipe *q, int v) { return q->stage == q->pp - 1 && v == q->vp - 1; }

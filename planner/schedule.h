@@ -221,6 +221,14 @@ typedef struct { long first_unit, backs; int need, reach; } plan_chunk_loop;
 void plan_llm_chunk_loops(const plan_t *p, plan_chunk_loop *per_chunk);
 /* Encoder enc's loop from the loops plan_llm_chunk_loops filled (plan_encoder_loops, evaluate.c). */
 plan_encoder_loop plan_encoder_loop_in(const plan_t *p, int enc, const plan_chunk_loop *per_chunk);
+/* The units (micro-batch x model chunk) a 1F1B pipeline stage holds in
+ * flight at its peak, of the `units` it runs: its warm-up forwards and the
+ * one before its first backward, as the schedule runs them (Megatron-Core's
+ * order: interleaved, groups of pp micro-batches through chunk 0, then chunk
+ * 1, ...). slots[v] (vp of them): those of model chunk v; returns their sum,
+ * min(pp - stage, units) without interleaving, min(2 (pp - 1 - stage) +
+ * (vp - 1) pp + 1, units) with it. */
+int plan_pipeline_peak_units(int pp, int vp, int stage, int units, int *slots);
 /* Checks that the executor can run p as scheduled (sp slices whole merge
  * groups in every micro-batch, one LLM, ...); UTIL_EUNSUPPORTED or
  * UTIL_EINVAL with the reason. */

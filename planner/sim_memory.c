@@ -131,17 +131,15 @@ void sim_rank_memory(const plan_t *p, int rank, const plan_schedule *sched, cons
         int in_flight = sched->slots[k];
         plan_mem m;
         const cost_gpu *g = &p->cluster.pool[s->pool].gpu;
-        bool dhp = p->target == PLAN_TARGET_DHP, staged = plan_megatron_stagewise(s, &o);
-        /* the Megatron target counts an LLM stage's 1F1B micro-batches itself (plan_stage_micro_in_flight) */
+        bool dhp = p->target == PLAN_TARGET_DHP;
+        /* the Megatron target counts an LLM stage's 1F1B units itself (plan_stage_units_in_flight) */
         if (!dhp && k == p->model.llm && in_flight > 1) in_flight = 1;
         if (dhp && plan_vp(s) > 1)
             plan_stage_memory_slots(&p->model, k, s, cd.pp, &p->work, g, &o, sched->vslots, &m);
-        else if (dhp || staged)   /* the rank's own stage */
+        else   /* the rank's own stage */
             plan_stage_memory(&p->model, k, s, cd.pp, &p->work, g, &o, in_flight, &m);
-        else   /* Megatron-LM's formula of the first stage */
-            plan_module_memory(&p->model, k, s, &p->work, g, &o, in_flight, &m);
         if (in_flight == 0) m.activations = m.logits = 0;   /* no forward of the module runs here */
-        if (staged) in_flight *= (int)plan_stage_micro_in_flight(s, &p->work, cd.pp);   /* the stage's micro-batches, for `slots` */
+        if (!dhp && s->pp > 1) in_flight *= plan_stage_units_in_flight(s, &p->work, cd.pp);   /* the stage's units, for `slots` */
         out->params += m.params;
         out->grads += m.grads;
         out->optim += m.optim;

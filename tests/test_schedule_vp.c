@@ -71,7 +71,7 @@ static void check_rank(const plan_t *p, int pp, int vp, int m, int stage, plan_s
     const plan_schedule *s = &all[stage];
     int n = compute_ops(p, s, u, CAP), units = m * vp, w = megatron_warmup(pp, vp, stage, units);
     bool fwd_done[CAP] = { false }, bwd_done[CAP] = { false };
-    int live = 0, peak = 0, k_fwd = 0, k_bwd = 0;
+    int live = 0, peak = 0, k_fwd = 0, k_bwd = 0, live_v[PLAN_MAX_VP] = { 0 }, peak_v[PLAN_MAX_VP] = { 0 };
     for (int i = 0; i < n; i++) {
         int id = u[i].mb * vp + u[i].v;
         CHECK_MSG(u[i].mb >= 0 && u[i].mb < m && u[i].v >= 0 && u[i].v < vp, "stage %d: op %d outside the units", stage, i);
@@ -82,7 +82,11 @@ static void check_rank(const plan_t *p, int pp, int vp, int m, int stage, plan_s
             CHECK(!fwd_done[id]);
             fwd_done[id] = true;
             k_fwd++;
-            if (++live > peak) peak = live;
+            live_v[u[i].v]++;
+            if (++live > peak) {
+                peak = live;
+                memcpy(peak_v, live_v, sizeof peak_v);
+            }
         }
         if (u[i].bwd) {
             /* backwards in the same table, the chunks reversed */
@@ -92,6 +96,7 @@ static void check_rank(const plan_t *p, int pp, int vp, int m, int stage, plan_s
             bwd_done[id] = true;
             k_bwd++;
             live--;
+            live_v[u[i].v]--;
         }
         /* the warm-up: w forwards, and the one of the first 1F1B step, before the first backward */
         if (k_bwd == 0 && u[i].fwd && !u[i].bwd) CHECK(k_fwd <= w + 1);
@@ -100,6 +105,12 @@ static void check_rank(const plan_t *p, int pp, int vp, int m, int stage, plan_s
     CHECK_EQ_INT(k_bwd, units);
     CHECK_MSG(peak == (w + 1 < units ? w + 1 : units), "pp %d vp %d m %d stage %d: %d in flight, Megatron's %d", pp, vp, m, stage, peak,
               w + 1 < units ? w + 1 : units);
+    /* the memory model's count of the peak, chunk by chunk, is the schedule's */
+    int slots[PLAN_MAX_VP];
+    CHECK_EQ_INT(plan_pipeline_peak_units(pp, vp, stage, units, slots), peak);
+    for (int v = 0; v < vp; v++)
+        CHECK_MSG(slots[v] == peak_v[v], "pp %d vp %d m %d stage %d chunk %d: %d units at the peak, the schedule's %d", pp, vp, m,
+                  stage, v, slots[v], peak_v[v]);
     int per_chunk = 0;
     for (int v = 0; v < vp; v++) per_chunk += s->vslots[v];
     CHECK_EQ_INT(per_chunk, s->slots[p->model.llm]);

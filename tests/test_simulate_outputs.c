@@ -6,6 +6,7 @@
 #include "tests/test_simulate.h"
 
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -53,7 +54,6 @@ TEST(simulate_megatron_pipeline_memory_rank_by_stage)
     plan_options o = plan_options_of(&p);
     const plan_module *s = &p.mod[p.model.llm];
     const cost_gpu *g = &p.cluster.pool[0].gpu;
-    CHECK(plan_megatron_stagewise(s, &o));
     plan_sim_mem r[4];
     plan_mem st[4], worst;
     for (int i = 0; i < 4; i++) {
@@ -89,6 +89,49 @@ TEST(simulate_megatron_pipeline_memory_rank_by_stage)
         double copy = mm->kind == MODEL_LLM && mm->tied_embeddings ? (double)mm->vocab * mm->hidden : 0;   /* the last stage's */
         CHECK_NEAR(a.params + b.params, flat.params + copy * plan_module_state_bytes(mm, &o).param, 1e-6);
     }
+}
+
+/* Interleaved (vp > 1), each rank's stage too: its model chunks' blocks
+ * times the units each holds at the schedule's peak (plan_pipeline_peak_units:
+ * stage i 2 (pp - 1 - i) + (vp - 1) pp + 1 of them), the embedding on the
+ * first stage and the head and its logits on the last alone. With even
+ * chunks the first stage's blocks hold Korthikanti et al.'s pp (1 + (pp - 1)
+ * / (pp vp)) micro-batches of a stage: 1.25 of pp = 2 at vp = 2. */
+TEST(simulate_megatron_interleaved_memory_rank_by_stage)
+{
+    static plan_t p, flat;
+    char err[UTIL_ERR_LEN];
+    CHECK_OK(test_sim_plan_layers("vision:gpus=1;llm:gpus=4,dp=2,pp=2,vp=2,mb=1", PLAN_DISAGGREGATED, 5, 1, 16, 8, &p));
+    CHECK_OK(test_sim_plan_layers("vision:gpus=1;llm:gpus=4,dp=2,pp=2,mb=1", PLAN_DISAGGREGATED, 5, 1, 16, 8, &flat));
+    p.target = flat.target = PLAN_TARGET_MEGATRON;
+    plan_options o = plan_options_of(&p);
+    const plan_module *s = &p.mod[p.model.llm], *s1 = &flat.mod[flat.model.llm];
+    const cost_gpu *g = &p.cluster.pool[0].gpu;
+    plan_mem st[2], one[2], worst;
+    for (int i = 0; i < 2; i++) {
+        plan_stage_memory(&p.model, p.model.llm, s, i, &p.work, g, &o, 1, &st[i]);
+        plan_stage_memory(&flat.model, flat.model.llm, s1, i, &flat.work, g, &o, 1, &one[i]);
+        CHECK_NEAR(st[i].params, one[i].params, 1e-6);   /* the same blocks and ends a rank, in two chunks */
+        CHECK_NEAR(st[i].logits, one[i].logits, 1e-6);
+    }
+    CHECK(st[0].logits == 0 && st[1].logits > 0);
+    CHECK_NEAR(st[0].block_acts / one[0].block_acts, 5.0 * 2 / (2 * 4), 1e-9);   /* 5 units of 2 blocks; 2 micro-batches of 4 */
+    CHECK_NEAR(st[1].block_acts / one[1].block_acts, 3.0 * 2 / (1 * 4), 1e-9);   /* 3 units; 1 micro-batch */
+    CHECK_EQ_INT(plan_stage_units_in_flight(s, &p.work, 0), 5);
+    plan_sim_mem r[5];
+    int first = -1, last = -1;
+    for (int rank = 0; rank < 5; rank++) {
+        plan_coord cd;
+        CHECK_OK(plan_sim_memory(&p, rank, &r[rank], err));
+        if (!plan_rank_coord(&p, p.model.llm, rank, &cd)) continue;
+        if (cd.pp == 0) first = rank;
+        else last = rank;
+    }
+    CHECK(first >= 0 && last >= 0);
+    CHECK_EQ_INT(r[first].slots - r[last].slots, 5 - 3);
+    CHECK_NEAR(r[first].activations - r[last].activations, st[0].activations - st[1].activations, 1e-6);
+    plan_module_memory(&p.model, p.model.llm, s, &p.work, g, &o, 1, &worst);
+    CHECK_NEAR(worst.total, fmax(st[0].total, st[1].total), 1e-6);
 }
 
 /* The backend's own workspace (planner/backend.c): the CUDA backend's
