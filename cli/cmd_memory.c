@@ -60,6 +60,11 @@ static void print_table(const plan_t *p, const plan_eval *ev)
     ROW("block states", block_states);
     ROW("block activ.", block_acts);
 #undef ROW
+    /* a pipelined module's figures are one stage's: say which */
+    for (int k = 0; k < n; k++)
+        if (p->mod[k].pp > 1)
+            printf("  %s: pipeline stage %d of %d, the busiest (each stage its own blocks, ends and units in flight)\n",
+                   p->mod[k].module, ev->mem[k].stage, p->mod[k].pp);
 }
 
 static void dominant(const plan_t *p, const plan_eval *ev, char *buf, size_t len)
@@ -86,6 +91,7 @@ static cJSON *mem_json(const plan_mem *m)
     cJSON_AddNumberToObject(o, "fragmentation", m->fragmentation);
     cJSON_AddNumberToObject(o, "total", m->total);
     cJSON_AddNumberToObject(o, "capacity", m->capacity);
+    cJSON_AddNumberToObject(o, "stage", m->stage);
     return o;
 }
 

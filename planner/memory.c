@@ -502,6 +502,7 @@ void plan_stage_memory_slots(const model_t *m, int mi, const plan_module *s, int
     plan_seq q;
     plan_module_seq(m, mi, w, &q);
     memset(out, 0, sizeof *out);
+    out->stage = stage;
     double A = plan_module_state_bytes(mm, o).act;
     int in_flight = 0, ones[PLAN_MAX_VP];
     for (int v = 0; v < plan_vp(s); v++) {

@@ -268,6 +268,7 @@ typedef struct {
     double workspace;             /* the backend's own workspaces (plan_backend_workspace_bytes) */
     double fragmentation;         /* allocator fragmentation allowance */
     double total, capacity;
+    int stage;                    /* the pipeline stage these are (plan_module_memory: the busiest; 0 when pp = 1) */
 } plan_mem;
 
 /* Options shared by the memory and cost models. */

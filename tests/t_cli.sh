@@ -47,6 +47,16 @@ if "$DHP" memory --strategy 'vision:sp=8,rc=full;llm:tp=8,rc=full' --json >"$T/o
     ok cli_memory_strategy_json
 else fail cli_memory_strategy_json "$(head -c 400 "$T/err")"; fi
 
+# a pipelined module's figures are its busiest stage's, which memory names (text and --json): with one
+# micro-batch every stage holds one, and the last also the head and its logits
+l8p=(--model "$T/l8p.json" --text-tokens 4096 --target megatron --strategy 'llm:tp=2,pp=4' --batch 1)
+printf '%s' '{"schema": "dhp.model/1", "name": "l8", "modules": [{"name": "llm", "kind": "llm", "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn": 14336, "ffn_kind": "swiglu", "vocab": 128256}]}' > "$T/l8p.json"
+if "$DHP" memory "${l8p[@]}" >"$T/out" 2>"$T/err" && grep -q '^  llm: pipeline stage 3 of 4, the busiest' "$T/out" \
+   && "$DHP" memory "${l8p[@]}" --json >"$T/outj" 2>>"$T/err" \
+   && /usr/bin/python3 -c "import json; d=json.load(open('$T/outj')); assert d['modules'][0]['stage'] == 3, d['modules'][0]" 2>>"$T/err"; then
+    ok cli_memory_names_the_busiest_pipeline_stage
+else fail cli_memory_names_the_busiest_pipeline_stage "$(tail -c 300 "$T/out") $(head -c 300 "$T/err")"; fi
+
 # where the step goes: printed under the plan, and in --json each module's parts add up to
 # its total, the totals (colocated) to the analytic step
 if "$DHP" plan --strategy 'vision:sp=4,rc=full;llm:tp=4,pp=2,mb=2' --json -o "$T/ps.json" >"$T/out" 2>"$T/err" \

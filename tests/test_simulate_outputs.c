@@ -132,6 +132,8 @@ TEST(simulate_megatron_interleaved_memory_rank_by_stage)
     CHECK_NEAR(r[first].activations - r[last].activations, st[0].activations - st[1].activations, 1e-6);
     plan_module_memory(&p.model, p.model.llm, s, &p.work, g, &o, 1, &worst);
     CHECK_NEAR(worst.total, fmax(st[0].total, st[1].total), 1e-6);
+    CHECK_EQ_INT(worst.stage, st[1].total > st[0].total);   /* which stage, for dhp memory to name */
+    CHECK(st[0].stage == 0 && st[1].stage == 1);
 }
 
 /* The backend's own workspace (planner/backend.c): the CUDA backend's
