@@ -125,9 +125,9 @@ double plan_stage_params(const model_module *mm, const plan_module *s, const pla
     return plan_stage_block_params(mm, s, st) + ends / s->tp;
 }
 
-/* The Megatron target's model states of stage `own` (its blocks and ends;
- * with tied embeddings the last stage's copy: plan_stage_params); returns the rank's parameters they were priced
- * on, before ZeRO's sharding. */
+/* The Megatron target's model states of stage `own` (its blocks and ends,
+ * with tied embeddings the last stage's copy: plan_stage_params); returns
+ * the rank's parameters they were priced on, before ZeRO's sharding. */
 static double model_state_bytes(const model_module *mm, const plan_module *s, const plan_options *o,
                                 const plan_stage *own, plan_mem *out)
 {
@@ -288,8 +288,8 @@ static double one_block_live(const model_module *mm, const plan_module *s, const
 }
 
 /* Returns the module's activations on pipeline stage `stage` (its blocks
- * and ends: own); *blocks_saved: of them, what its
- * blocks save (the stem and head apart). */
+ * and ends: own); *blocks_saved: of them, what its blocks save (the stem
+ * and head apart). */
 static double activation_bytes(const model_t *m, int mi, const plan_module *s, const plan_seq *q,
                                const plan_workload *w, int in_flight, double A, const plan_fp8_props *f8,
                                const plan_stage *own, int stage,
@@ -547,10 +547,11 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
 {
     bool dhp = o->target == PLAN_TARGET_DHP;
     int stages = s->pp > 1 ? s->pp : 1;
-    for (int i = 0; i < stages; i++) {
+    plan_stage_memory(m, mi, s, 0, w, g, o, in_flight * (dhp ? pipeline_units(s, 0, stages) : 1), out);
+    for (int i = 1; i < stages; i++) {
         plan_mem t;
-        plan_stage_memory(m, mi, s, i, w, g, o, in_flight * (dhp ? pipeline_units(s, i, stages) : 1), i ? &t : out);
-        if (i > 0 && t.total > out->total) *out = t;
+        plan_stage_memory(m, mi, s, i, w, g, o, in_flight * (dhp ? pipeline_units(s, i, stages) : 1), &t);
+        if (t.total > out->total) *out = t;
     }
 }
 

@@ -391,7 +391,7 @@ void plan_module_memory(const model_t *m, int mi, const plan_module *s, const pl
  * step's micro-batches: min(pp - i, micro-batches) under 1F1B, the
  * interleaved schedule's warm-up and one (plan_pipeline_peak_units). */
 int plan_stage_units_in_flight(const plan_module *s, const plan_workload *w, int i);
-/* The same for pipeline stage `stage` of the module (0 when pp = 1). */
+/* As plan_module_memory, of pipeline stage `stage` of the module (0 when pp = 1). */
 void plan_stage_memory(const model_t *m, int mi, const plan_module *s, int stage, const plan_workload *w,
                        const cost_gpu *g, const plan_options *o, int in_flight, plan_mem *out);
 /* The same with vslots[v] activation slots of each model chunk v (0 .. vp - 1;
