@@ -185,8 +185,8 @@ typedef struct {
  * need, reach) and units f, b forward and backward:
  *   arrive(c) = max over encoders of F(c) + to_llm
  *   S(c) = max(arrive(c), S(c-1) + (u(c) - u(c-1)) f + (b(c) - b(c-1)) b)
- *   G(c) = max(S(c) + latency, G(c-1), S(c + need - 1) + reach (f + b))
- *   G(n-1) >= S(0) + (n - 1) steady + latency     the pacing stage's own work
+ *   G(c) = max(S(c) + latency, G(c-1), S(c + need - 1) + reach (f + b),
+ *              S(0) + c steady + latency)          the pacing stage's own work
  *   training encoder: F(c) after B(c-W); B(c) after F(c+W-1) and G(c) + back
  *   frozen encoder: F(c) after S(c-2) (its send of c-1 frees chunk c-2 once taken)
  * with W the loop's window (plan_encoder_loops): the LLM fills and drains
@@ -223,12 +223,14 @@ static int disaggregated_step(const plan_t *p, const plan_chunk_loop *l, const e
             G[c] = S[c] + lc->latency_s;
             if (c > 0) G[c] = fmax(G[c], G[c - 1]);
             if (l[c].need >= 1 && dep < n) G[c] = fmax(G[c], S[dep] + l[c].reach * (lc->fwd_unit_s + lc->bwd_unit_s));
+            /* the pacing stage's chunks 0..c between one fill and one drain, before an encoder's backward of c */
+            G[c] = fmax(G[c], S[0] + c * lc->steady_s + lc->latency_s);
             for (int k = 0; k < K; k++)
                 if (k != L && enc[k].trains) free_at[k] = fmax(free_at[k], G[c] + enc[k].back_s) + enc[k].bwd_s;
         }
     }
     if (!rc) {
-        double last = fmax(G[n - 1], S[0] + (n - 1) * lc->steady_s + lc->latency_s), tail = lc->tail_s;
+        double last = G[n - 1], tail = lc->tail_s;
         for (int k = 0; k < K; k++)
             if (k != L) { last = fmax(last, free_at[k]); tail = fmax(tail, enc[k].tail_s); }
         *step = last + tail;
