@@ -564,8 +564,9 @@ TEST(simulate_pipeline_makespan_is_1f1b)
         }
 }
 
-/* The plan of `spec` for `m` on `cluster` (gpus GPUs, colocated), its
- * closed form in *ev; checks that the simulator's step is within 1% of it. */
+/* The plan of `spec` for `m` on `cluster` (gpus GPUs, placed pl, n_micro
+ * chunks where disaggregated), its closed form in *ev; checks that the
+ * simulator's step is within 1% of it. */
 static void check_closed_form_is_simulated(const char *cluster, const model_t *m, plan_workload w, const char *spec,
                                            plan_placement pl, int gpus, int n_micro, plan_eval *ev)
 {
@@ -626,7 +627,7 @@ TEST(simulate_node_spanning_pipeline_matches_the_closed_form)
  * stage has run chunks 0..c between one fill and one drain
  * (disaggregated_step): the encoder's last backward follows that, not the
  * chunk's own latency alone. Qwen2-Audio's 642M encoder on one GPU beside a
- * pipelined LLM, two chunks: 7.7% and 11.9% apart while the bound held
+ * pipelined LLM, two chunks: the first plan 9.0% apart while the bound held
  * only for the step's end. */
 TEST(simulate_disaggregated_pipeline_matches_the_closed_form)
 {
