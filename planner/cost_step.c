@@ -32,6 +32,11 @@ double plan_step_comm_share(const plan_time *t)
     return step_comm > 0 ? t->dp_exposed_s / step_comm : 1.0;
 }
 
+double plan_time_reduction_tail_s(const plan_time *t)
+{
+    return plan_step_comm_share(t) * (t->grad_sync_s + t->grad_sync_busy_s);
+}
+
 /* Once per step, for pipeline stage `stage`: the data-parallel strategy's
  * GRAD_SYNC and PARAM_GATHER, the gradient norm's pass and the optimizer.
  * out comes with the module's micro-batch time (plan_micro_time): a stage's

@@ -162,10 +162,11 @@ double plan_step_parts_total(const plan_step_parts *sp)
 }
 
 /* One chunk on a disaggregated encoder group: its forward and backward
- * (the chunk's passes, plan_chunk_units), the hand-off each way, its tail,
- * its loop with the LLM. */
+ * (the chunk's passes, plan_chunk_units), the hand-off each way, its tail
+ * (plan_time_tail_s) and of it the reduction before the gradient norm
+ * (plan_time_reduction_tail_s), its loop with the LLM. */
 typedef struct {
-    double fwd_s, bwd_s, to_llm_s, back_s, tail_s;
+    double fwd_s, bwd_s, to_llm_s, back_s, tail_s, reduce_s;
     bool trains;
     plan_encoder_loop loop;
 } enc_chunk;
@@ -174,7 +175,7 @@ typedef struct {
     double fwd_unit_s, bwd_unit_s;   /* a unit (micro-batch x model chunk) on the pacing stage: pace / vp, split */
     double steady_s;   /* a chunk's m micro-batches on the pacing stage: m x pace */
     double latency_s;  /* a chunk through the pipeline and back: (m + fill and drain) x pace */
-    double tail_s;
+    double tail_s, reduce_s;   /* as enc_chunk's */
 } llm_chunk;
 
 /* The disaggregated step, chunk by chunk in the schedule's order
@@ -192,9 +193,11 @@ typedef struct {
  * with W the loop's window (plan_encoder_loops): the LLM fills and drains
  * its pipeline once over all chunks, and an encoder whose next forward
  * waits for a gradient that waits for its own latest chunk paces the step
- * at its chunk plus that reach. step = the groups' last op, then the
- * slowest tail (the gradient norm spans every rank: no optimizer steps
- * before every group's last backward). */
+ * at its chunk plus that reach. Each group reduces its gradients after its
+ * own last backward (the LLM's, G(n-1)); the gradient norm spans every
+ * rank, so step = the last group's reduction end, then the slowest of the
+ * rest of the tails (the norm's pass, the optimizer, the parameter
+ * gathers). */
 static int disaggregated_step(const plan_t *p, const plan_chunk_loop *l, const enc_chunk *enc, const llm_chunk *lc,
                               double *step, char *err)
 {
@@ -230,10 +233,13 @@ static int disaggregated_step(const plan_t *p, const plan_chunk_loop *l, const e
         }
     }
     if (!rc) {
-        double last = G[n - 1], tail = lc->tail_s;
+        double norm_at = G[n - 1] + lc->reduce_s, after = lc->tail_s - lc->reduce_s;
         for (int k = 0; k < K; k++)
-            if (k != L) { last = fmax(last, free_at[k]); tail = fmax(tail, enc[k].tail_s); }
-        *step = last + tail;
+            if (k != L) {
+                norm_at = fmax(norm_at, free_at[k] + enc[k].reduce_s);
+                after = fmax(after, enc[k].tail_s - enc[k].reduce_s);
+            }
+        *step = norm_at + after;
     }
     util_free(S);
     return rc;
@@ -280,12 +286,12 @@ int plan_evaluate(plan_t *p, const plan_options *o, plan_eval *ev, char *err)
         sum_tail += tail;
         double fwd = tk->micro_s > 0 ? plan_time_forward_s(tk) / tk->micro_s : 1;   /* a pass's forward share */
         if (disagg && encoder) {
-            enc[k] = (enc_chunk){ fwd * passes, (1 - fwd) * passes, to_llm, back, tail,
+            enc[k] = (enc_chunk){ fwd * passes, (1 - fwd) * passes, to_llm, back, tail, plan_time_reduction_tail_s(tk),
                                   model_trains(&p->model.mod[k]), loop };
         } else if (disagg) {
             /* a unit's time on average: a short last micro-batch (above) is a cheaper one */
             double unit = whole_micros > 0 ? micros * pace / (whole_micros * plan_vp(s)) : pace / plan_vp(s);
-            lc = (llm_chunk){ fwd * unit, (1 - fwd) * unit, micros * pace, passes, tail };
+            lc = (llm_chunk){ fwd * unit, (1 - fwd) * unit, micros * pace, passes, tail, plan_time_reduction_tail_s(tk) };
         }
         p->pred.peak_mem_bytes[k] = ev->mem[k].total;
     }

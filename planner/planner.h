@@ -554,6 +554,11 @@ double plan_time_backward_s(const plan_time *t);
 /* Once per step after the last micro-batch: the exposed gradient reduction,
  * the gradient norm's local pass and the optimizer. */
 double plan_time_tail_s(const plan_time *t);
+/* Of that tail, what runs before the step's gradient norm: the exposed share
+ * of GRAD_SYNC (plan_step_comm_share, as the simulator charges it), which a
+ * disaggregated group starts after its own last backward; the norm's pass,
+ * the optimizer and PARAM_GATHER follow the norm, which spans every rank. */
+double plan_time_reduction_tail_s(const plan_time *t);
 /* Strategy feasibility independent of memory (divisibility, TP within a node, ...).
  * Returns UTIL_OK or UTIL_EINVAL with the reason. */
 int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const plan_workload *w,
