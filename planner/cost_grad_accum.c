@@ -22,8 +22,7 @@
 
 #include <math.h>
 
-/* Micro-batches of the step on each data-parallel rank. */
-static double step_micro_batches(const plan_module *s, const plan_workload *w)
+double plan_step_micro_batches(const plan_module *s, const plan_workload *w)
 {
     return ceil((double)w->global_batch / ((double)s->dp * s->micro_batch));
 }
@@ -34,7 +33,7 @@ double plan_grad_accum_s(const model_module *mm, const plan_module *s, const pla
     if (o->target != PLAN_TARGET_MEGATRON || o->grad_accum == PLAN_ACCUM_FUSED || !model_trains(mm)) return 0;
     plan_dp_rules r = plan_dp_rules_of(mm, s);
     double n = plan_stage_params(mm, s, st) / (r.shard_grads ? r.shard : 1);
-    double m = step_micro_batches(s, w);
+    double m = plan_step_micro_batches(s, w);
     if (o->grad_accum == PLAN_ACCUM_ADD)
         return m > 1 ? (m - 1) / m * cost_elementwise_time(g, COST_EW_ADD, n, plan_module_state_bytes(mm, o).param) : 0;
     /* the cast: a copy's two accesses of 3 bytes on average; the add in fp32 */

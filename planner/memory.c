@@ -211,7 +211,7 @@ static double block_act_bytes_per_token(const model_module *mm, const plan_modul
  * megatron/training/theoretical_memory_usage.py while the step has as many. */
 static int megatron_stage_slots(const plan_module *s, const plan_workload *w, int i, int *slots)
 {
-    double micro = fmax(1, ceil((double)w->global_batch / ((double)s->dp * s->micro_batch)));
+    double micro = fmax(1, plan_step_micro_batches(s, w));
     double units = fmin(micro * plan_vp(s), (double)INT_MAX);
     return plan_pipeline_peak_units(s->pp > 1 ? s->pp : 1, plan_vp(s), i, (int)units, slots);
 }

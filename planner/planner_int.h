@@ -76,6 +76,10 @@ void plan_zero3_deepspeed_step(const model_module *mm, const plan_module *s, con
                                const plan_options *o, plan_time *out);
 /* cost_optim.c: bytes per updated element the AdamW step moves (b.step_traffic when fused). */
 double plan_adamw_step_bytes(const plan_state_bytes *b, const plan_options *o);
+/* cost_grad_accum.c: micro-batches of the step on each data-parallel rank,
+ * ceil(global_batch / (dp micro_batch)) (the gradient accumulation's count
+ * and the Megatron target's pipeline memory's). */
+double plan_step_micro_batches(const plan_module *s, const plan_workload *w);
 /* A micro-batch's share of its step's gradient accumulation on stage st (plan_options.grad_accum; cost_grad_accum.c). */
 double plan_grad_accum_s(const model_module *mm, const plan_module *s, const plan_stage *st, const plan_workload *w,
                          const cost_gpu *g, const plan_options *o);
