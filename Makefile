@@ -52,7 +52,7 @@ CLI_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(CLI_SRC))
 # The tests also run the CUDA kernels' source on the CPU (tests/cudaemu.h), with or without nvcc.
 TEST_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_SRC)) $(BUILD)/obj/tests/cuda_kernels_emu.o
 
-.PHONY: all deps test test-asan sanitize bench clean fuzz fuzz-build fuzz-bins
+.PHONY: all deps test test-asan sanitize bench clean fuzz fuzz-build fuzz-bins gpu-bundle
 all: dhp
 
 # dhp in the repository root is the release build; other BUILD dirs keep their own copy.
@@ -203,6 +203,11 @@ test-asan sanitize:
 
 bench: $(DHP_BIN) $(BUILD)/attn_threads
 	bash bench/run.sh
+
+# dhp and what it loads, for bench/gpu_check.sh on a GPU machine that has only
+# the driver and CUDA (scripts/gpu_bundle.sh; LLMC=an llm.c checkout adds llm.c's trainer)
+gpu-bundle:
+	bash scripts/gpu_bundle.sh $(BUILD)/gpu-bundle
 
 clean:
 	rm -rf build build-asan build-fuzz dhp
