@@ -107,9 +107,14 @@ static void print_summary_cuda(const cost_profile *p, const char *gpu_path, cons
     if (p->tf32)
         printf("  %-15s peak_flops_tf32 %.3g TFLOP/s (fit to the same shapes on TF32 tensor cores, rms %.0f%%)\n",
                "gemm tf32", g->peak_flops_tf32 / 1e12, 100 * p->tf32_fit_rms);
-    if (g->gemm_bf16.measured)
-        printf("  %-15s best %.3g TFLOP/s, the same %d shapes through linear_forward_bf16 (gemm_bf16)\n", "gemm bf16",
-               g->gemm_bf16.peak_flops / 1e12, p->n_gemm);
+    if (g->gemm_bf16.measured) {
+        printf("  %-15s best %.3g TFLOP/s, the same %d shapes through linear_forward_bf16 (gemm_bf16)", "gemm bf16",
+               p->gemm_bf16_best / 1e12, p->n_gemm);
+        if (d->clock_hz > 0 && d->sms > 0)   /* the peak its rounding gives, what plans quote MFU against */
+            printf("; peak %.4g TFLOP/s (%g FLOP/cycle/SM), what plans quote MFU against", g->gemm_bf16.peak_flops / 1e12,
+                   g->gemm_bf16.peak_flops / (d->clock_hz * d->sms));
+        printf("\n");
+    }
     if (p->flops_per_cycle > 0)
         printf("  %-15s %.1f TFLOP/s (%g FLOP/cycle/SM), gemm_eff_max %.3f\n", "peak", g->peak_flops / 1e12,
                p->flops_per_cycle, g->gemm_eff_max);

@@ -320,6 +320,13 @@ bool cost_gpu_has_fp8(const cost_gpu *g);
  * file has none (a measured profile: its rate is the fp32 GEMM's); FP8 its
  * peak_flops_fp8 (0 where the GPU has none). */
 double cost_gemm_peak(const cost_gpu *g, cost_gemm_math math);
+/* The rate a plan's MFU is quoted against: the GPU's dense BF16 peak, as
+ * published figures quote it whatever the precision. A profile that timed
+ * the bf16 GEMMs (gemm_bf16) derives its own from them; otherwise
+ * peak_flops: the datasheet's dense BF16 figure in the shipped files, the
+ * fp32 peak of a profile that timed none (a CPU's, whose bf16 linear is
+ * sgemm on widened operands). */
+double cost_gpu_mfu_peak(const cost_gpu *g);
 /* cost_gemm_time at that peak (the same efficiency curve, measured for bf16:
  * assumed for the other maths, as no fp32 / TF32 curve is published; FP8's
  * cost_gemm_efficiency_in);
@@ -500,6 +507,7 @@ typedef struct {
      * linear_forward_bf16 (bf16-mixed's linears), gpu.gemm_bf16's grid */
     bool gemm_bf16;
     double gemm_bf16_s[COST_PROFILE_MAX_GEMM];
+    double gemm_bf16_best;        /* the best of their rates, FLOP/s (gpu.gemm_bf16.peak_flops: its rounded peak) */
     double flops_per_cycle;       /* per core, rounded up to a power of two (0 if no clock) */
     double core_share;            /* cores the measuring rank uses: min(blas_threads, cpus) */
     /* attention, memory, element-wise, launch */

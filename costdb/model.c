@@ -149,6 +149,11 @@ static double gemm_time(const cost_gpu *g, cost_gemm_math math, double m, double
     return 2.0 * m * n * k / rate + g->kernel_launch_s;
 }
 
+double cost_gpu_mfu_peak(const cost_gpu *g)
+{
+    return g->gemm_bf16.measured ? g->gemm_bf16.peak_flops : g->peak_flops;
+}
+
 double cost_gemm_time_in(const cost_gpu *g, cost_gemm_math math, double m, double n, double k)
 {
     return gemm_time(g, math, m, n, k, false);

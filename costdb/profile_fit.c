@@ -363,11 +363,24 @@ static int fit_tf32_peak(cost_profile *p, char *err)
     return UTIL_OK;
 }
 
+/* A unit's peak from a measured rate: FLOP/cycle x clock x units (a CPU
+ * rank's cores, a GPU's SMs), the FLOP/cycle per unit of `rate` rounded up
+ * to a power of two (*fpc; 0 and the rate itself where no clock is known). */
+static double rounded_peak(const cost_profile *p, double rate, double *fpc)
+{
+    double hz = p->cuda ? p->dev.clock_hz : p->cpu_hz;
+    double units = p->cuda ? p->dev.sms : fmin((double)p->blas_threads, (double)p->cpus);
+    *fpc = hz > 0 && units > 0 ? pow(2, ceil(log2(rate / (hz * units)))) : 0;
+    return *fpc > 0 ? *fpc * hz * units : rate;
+}
+
 /* gpu.gemm_bf16 from the grid's times through linear_forward_bf16 (bf16-mixed
- * and -autocast's linears): peak_flops the best of their rates, each shape's
- * efficiency its rate / that, on the grid's axes; the planner prices the dhp
- * target's bf16 GEMMs from them (costdb/model.c). No fit: the grid gives each
- * measured shape's time back. Not a full grid: no gemm_bf16 (as no gemm_grid). */
+ * and -autocast's linears): peak_flops the tensor cores' peak by the fp32
+ * peak's rule from the best of their rates (what MFU is quoted against:
+ * cost_gpu_mfu_peak), each shape's efficiency its rate / that, on the grid's
+ * axes; the planner prices the dhp target's bf16 GEMMs from them
+ * (costdb/model.c). No fit: the grid gives each measured shape's time back,
+ * whatever the peak. Not a full grid: no gemm_bf16 (as no gemm_grid). */
 static int fit_gemm_bf16(cost_profile *p, char *err)
 {
     double y[COST_PROFILE_MAX_GEMM], best = 0;
@@ -378,8 +391,10 @@ static int fit_gemm_bf16(cost_profile *p, char *err)
         best = fmax(best, y[i]);
     }
     cost_gemm_terms *t = &p->gpu.gemm_bf16;
-    measured_grid(p, y, best, &t->grid);
-    t->peak_flops = best;
+    double fpc;
+    p->gemm_bf16_best = best;
+    t->peak_flops = rounded_peak(p, best, &fpc);
+    measured_grid(p, y, t->peak_flops, &t->grid);
     t->measured = t->grid.n_m > 0 && best > 0;
     return UTIL_OK;
 }
@@ -424,21 +439,12 @@ int cost_prof_derive(cost_profile *p, char *err)
     }
     int rc = cost_profile_fit_gemm(m, n, k, y_wave, p->n_gemm, &p->gemm_rate_max, &gpu->gemm_half, &p->gemm_fit_rms, err);
     if (rc) return rc;
-    /* Peak = FLOP/cycle x clock x units (a CPU rank's cores, a GPU's SMs),
-     * FLOP/cycle per unit being that of the fitted large-shape rate or of the
-     * best measured shape, whichever is higher, rounded up to a power of two. */
-    double hz = p->cuda ? p->dev.clock_hz : p->cpu_hz, best = p->gemm_rate_max;
+    /* The peak (rounded_peak) of the fitted large-shape rate or of the best
+     * measured shape, whichever is higher. */
+    double best = p->gemm_rate_max;
     for (int i = 0; i < p->n_gemm; i++) best = fmax(best, y[i]);
-    double units = p->cuda ? p->dev.sms : fmin((double)p->blas_threads, (double)p->cpus);
-    p->core_share = units;
-    if (hz > 0 && units > 0) {
-        double fpc = best / (hz * units);
-        p->flops_per_cycle = pow(2, ceil(log2(fpc)));
-        gpu->peak_flops = p->flops_per_cycle * hz * units;
-    } else {
-        p->flops_per_cycle = 0;
-        gpu->peak_flops = best;
-    }
+    p->core_share = p->cuda ? p->dev.sms : fmin((double)p->blas_threads, (double)p->cpus);
+    gpu->peak_flops = rounded_peak(p, best, &p->flops_per_cycle);
     gpu->gemm_eff_max = fmin(1.0, p->gemm_rate_max / gpu->peak_flops);
     cost_attn_fit af;
     cost_profile_attn attn[COST_PROFILE_MAX_ATTN];

@@ -62,7 +62,7 @@ static void fill_prediction(plan_t *p, const plan_eval *ev, double step)
     for (int k = 0; k < p->n_modules; k++) {
         flops += ev->time[k].model_flops;
         if (p->placement == PLAN_DISAGGREGATED || k == 0)
-            peak_sum += p->mod[k].n_ranks * p->cluster.pool[p->mod[k].pool].gpu.peak_flops;
+            peak_sum += p->mod[k].n_ranks * cost_gpu_mfu_peak(&p->cluster.pool[p->mod[k].pool].gpu);
     }
     plan_seq lq;
     plan_module_seq(&p->model, p->model.llm, w, &lq);

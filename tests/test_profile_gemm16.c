@@ -3,6 +3,7 @@
  * "gemm_bf16", which loads back and prices the dhp target's bf16 GEMMs, and
  * nothing else; a file without it prices as before. */
 #include "test.h"
+#include "tests/test_fixture.h"
 #include "tests/test_profile.h"
 #include "costdb/costdb.h"
 #include "planner/planner.h"
@@ -47,7 +48,8 @@ static void zero_peak(cJSON *a) { cJSON_SetNumberValue(cJSON_GetObjectItemCaseSe
 static void eff_above_one(cJSON *a) { cJSON_SetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(a, "eff"), 2), 1.5); }
 
 /* A device profile with bf16 GEMM times: the file's gemm_bf16 (sourced,
- * each shape's bf16 time and its price under measurements) gives every
+ * its peak the rounded one of the best bf16 rate, each shape's bf16 time and
+ * its price under measurements) gives every
  * measured time back as its price, loads back from the GPU and cluster
  * files and the plain form; the loader refuses one without a peak, a zero
  * peak or an efficiency above 1; a profile without bf16 times writes none. */
@@ -96,7 +98,11 @@ TEST(profile_gemm_bf16_round_trips_through_the_files)
         const cost_profile_gemm *s = &want.gemm[i];
         best = fmax(best, 2.0 * s->m * s->n * s->k / (want.gemm_bf16_s[i] - G16_LAUNCH));
     }
-    CHECK_NEAR(t->peak_flops, best, 1e-12);
+    /* the tensor cores' peak by the fp32 peak's rule: FLOP/cycle per SM rounded up to a power of two */
+    double per_sm_cycle = want.dev.clock_hz * want.dev.sms;
+    CHECK_NEAR(want.gemm_bf16_best, best, 1e-12);
+    CHECK_NEAR(t->peak_flops, pow(2, ceil(log2(best / per_sm_cycle))) * per_sm_cycle, 1e-12);
+    CHECK(t->peak_flops >= best && t->peak_flops < 2 * best);
     CHECK(sourced);
     CHECK_EQ_INT(given_back, want.n_gemm);
     CHECK(same_terms(&g.gemm_bf16, t) && same_terms(&c.pool[0].gpu.gemm_bf16, t) && same_terms(&plain.gemm_bf16, t));
@@ -153,4 +159,44 @@ TEST(profile_gemm_bf16_prices_the_bf16_precisions)
     o.target = PLAN_TARGET_DHP;
     o.precision = PLAN_OPT_AUTOCAST;
     CHECK(plan_gemm_math(&o) == COST_MATH_BF16_DHP);
+}
+
+/* A plan's MFU is quoted against the GPU's dense BF16 peak whatever the
+ * precision: on a profiled GPU that timed the bf16 GEMMs, gemm_bf16's peak,
+ * not the fp32 peak peak_flops holds there (against that, this bf16-mixed
+ * plan's MFU read 147%); elsewhere peak_flops. */
+TEST(profile_mfu_is_quoted_against_the_bf16_peak)
+{
+    cost_profile *p = malloc(sizeof *p);
+    CHECK(p);
+    char err[UTIL_ERR_LEN] = "";
+    fake_grid_profile(p, 1);
+    int rc = cost_prof_derive(p, err);
+    cost_gpu g = p->gpu, none = g;
+    free(p);
+    CHECK_MSG(rc == 0, "%s", err);
+    none.gemm_bf16.measured = false;
+    CHECK(g.gemm_bf16.peak_flops > 5 * g.peak_flops);   /* the fake device: ~300 TFLOP/s bf16, 20 fp32 */
+    CHECK(cost_gpu_mfu_peak(&g) == g.gemm_bf16.peak_flops);
+    CHECK(cost_gpu_mfu_peak(&none) == none.peak_flops);
+    /* a bf16-mixed plan of an LLM on it: MFU = its model FLOPs / (step x that peak) */
+    model_t m = test_llm("llm-mfu", "\"layers\": 4, \"hidden\": 1024, \"heads\": 16, \"kv_heads\": 16, \"ffn\": 4096, "
+                         "\"ffn_kind\": \"swiglu\", \"norm\": \"rmsnorm\", \"vocab\": 1024");
+    cost_cluster c = test_cluster_load("8xh100");
+    c.pool[0].gpu = g;
+    plan_workload w = { .global_batch = 8, .text_tokens = 1024 };
+    static plan_t plan;
+    plan_options o;
+    plan_options_default(&o);
+    o.target = PLAN_TARGET_DHP;
+    o.precision = PLAN_OPT_MIXED_FP32;
+    rc = plan_from_strategy_opts("llm:dp=1", &m, &c, &w, PLAN_COLOCATED, 1, 1, &o, &plan, err);
+    CHECK_MSG(!rc, "%s", err);
+    if (rc) return;
+    plan_eval ev;
+    CHECK_OK(plan_evaluate(&plan, &o, &ev, err));
+    double flops = ev.time[0].model_flops, step = plan.pred.step_time_s;
+    CHECK_MSG(flops > 0 && fabs(plan.pred.mfu - flops / (step * g.gemm_bf16.peak_flops)) <= 1e-12 * plan.pred.mfu,
+              "mfu %g, flops %g, step %g", plan.pred.mfu, flops, step);
+    CHECK(plan.pred.mfu < 1);
 }
