@@ -33,6 +33,18 @@ static void fake_grid_profile(cost_profile *p, double bf16_scale)
     p->gemm_bf16 = bf16_scale > 0;
 }
 
+/* The GPU a fake_grid_profile(bf16_scale) derives: 0, or the derivation's error code with err. */
+static int derived_gpu(double bf16_scale, cost_gpu *out, char *err)
+{
+    cost_profile *p = malloc(sizeof *p);
+    if (!p) return util_fail(err, UTIL_ENOMEM, "no memory for a profile");
+    fake_grid_profile(p, bf16_scale);
+    int rc = cost_prof_derive(p, err);
+    *out = p->gpu;
+    free(p);
+    return rc;
+}
+
 static bool same_terms(const cost_gemm_terms *a, const cost_gemm_terms *b)
 {
     const cost_gemm_grid *x = &a->grid, *y = &b->grid;
@@ -119,17 +131,13 @@ TEST(profile_gemm_bf16_round_trips_through_the_files)
  * priced exactly as before, at peak_flops. */
 TEST(profile_gemm_bf16_prices_the_bf16_precisions)
 {
-    cost_profile *p = malloc(sizeof *p);
-    CHECK(p);
     char err[UTIL_ERR_LEN] = "";
-    fake_grid_profile(p, 1);
-    int rc = cost_prof_derive(p, err);
-    cost_gpu g1 = p->gpu;
-    fake_grid_profile(p, 2);
-    if (!rc) rc = cost_prof_derive(p, err);
-    cost_gpu g2 = p->gpu, g0 = g1;
-    free(p);
+    cost_gpu g1, g2;
+    int rc = derived_gpu(1, &g1, err);
+    if (!rc) rc = derived_gpu(2, &g2, err);
     CHECK_MSG(rc == 0, "%s", err);
+    if (rc) return;
+    cost_gpu g0 = g1;
     g0.gemm_bf16.measured = false;
     static const double shapes[][3] = {{1024, 1024, 1024}, {4096, 8192, 1024}, {2048, 3000, 5000}, {512, 100, 20000}};
     for (int i = 0; i < 4; i++) {
@@ -167,14 +175,12 @@ TEST(profile_gemm_bf16_prices_the_bf16_precisions)
  * plan's MFU read 147%); elsewhere peak_flops. */
 TEST(profile_mfu_is_quoted_against_the_bf16_peak)
 {
-    cost_profile *p = malloc(sizeof *p);
-    CHECK(p);
     char err[UTIL_ERR_LEN] = "";
-    fake_grid_profile(p, 1);
-    int rc = cost_prof_derive(p, err);
-    cost_gpu g = p->gpu, none = g;
-    free(p);
+    cost_gpu g;
+    int rc = derived_gpu(1, &g, err);
     CHECK_MSG(rc == 0, "%s", err);
+    if (rc) return;
+    cost_gpu none = g;
     none.gemm_bf16.measured = false;
     CHECK(g.gemm_bf16.peak_flops > 5 * g.peak_flops);   /* the fake device: ~300 TFLOP/s bf16, 20 fp32 */
     CHECK(cost_gpu_mfu_peak(&g) == g.gemm_bf16.peak_flops);
