@@ -94,9 +94,11 @@ def cmd_train(plan_path, mem_path, log, warmup):
     want = {"params": ["parameters"], "grads": ["gradients"], "optim": ["optimizer"], "zero_buffers": ["zero_buffers"],
             "activations": ["activations", "logits"], "comm": ["comm_buffers"]}
     got = steps[-1]["ranks"][0]["peak_bytes"]
+    # the encoder -> LLM hand-off's buffers and messages, which no module holds: communication memory
+    handoff = mem["peak_bytes"] - mem["modules_peak_bytes"]
     print("  peak memory predicted / measured (MiB):")
     for cat, terms in want.items():
-        p = sum(m.get(t, 0) for m in mem["modules"] for t in terms) / 2**20
+        p = (sum(m.get(t, 0) for m in mem["modules"] for t in terms) + (handoff if cat == "comm" else 0)) / 2**20
         g = got.get(cat, 0) / 2**20
         print(f"    {cat:13s} {p:10.2f} {g:10.2f}" + (f"  ({100 * (p / g - 1):+.1f}%)" if g > 0 else ""))
     print(f"    {'(plan total)':13s} {mem['peak_bytes'] / 2**20:10.1f}   incl. reserved and fragmentation")
