@@ -12,9 +12,9 @@ the GPU machine's python3).
   llmc LLMC_LOG WARMUP TOKENS PLAN LOG
                                   llm.c's train_gpt2cu beside dhp on the same shape
 
-Model FLOPs are the plan's own (the planner's count, dhp plan's MFU: its
-prediction's mfu x step time x the plan's peak), so a measured rate is that
-count over the measured step. MFU is quoted against the GPU's dense BF16
+Model FLOPs are the plan's own (the planner's count, its prediction's
+model_flops, dhp plan's MFU's numerator), so a measured rate is that count
+over the measured step. MFU is quoted against the GPU's dense BF16
 datasheet peak (costdb/gpus, matched by the name nvidia-smi gives, GPU_NAME)
 where the GPU is known; the plan's own peak (a profiled file's: the fastest
 fp32 rate it measured, rounded up) is what dhp plan's MFU column uses."""
@@ -33,11 +33,8 @@ def timed(steps, warmup):
 
 
 def plan_flops_per_step(plan):
-    """Model FLOPs of one step, as the planner counts them: mfu x step x the peak it quotes them against."""
-    pred = plan["prediction"]
-    peak = sum(m["n_ranks"] * plan["cluster"]["pools"][m["pool"]]["gpu"]["peak_flops"]
-               for m in plan["modules"][:1 if plan["placement"] == "colocated" else None])
-    return pred["mfu"] * pred["step_time_s"] * peak
+    """Model FLOPs of one step, as the planner counts them (its MFU's numerator)."""
+    return plan["prediction"]["model_flops"]
 
 
 def datasheet_peak():

@@ -71,6 +71,7 @@ static void fill_prediction(plan_t *p, const plan_eval *ev, double step)
     pr->samples_per_s = w->global_batch / step;
     pr->vision_tokens_per_s = (double)w->global_batch * w->images_per_sample * w->image_tokens / step;
     pr->tokens_per_s = (double)w->global_batch * lq.tokens_per_sample / step;
+    pr->model_flops = flops;
     pr->mfu = flops / (step * peak_sum);
 }
 

@@ -140,6 +140,7 @@ static cJSON *prediction_to_json(const plan_t *p)
     cJSON_AddNumberToObject(o, "vision_tokens_per_s", pr->vision_tokens_per_s);
     cJSON_AddNumberToObject(o, "tokens_per_s", pr->tokens_per_s);
     cJSON_AddNumberToObject(o, "mfu", pr->mfu);
+    cJSON_AddNumberToObject(o, "model_flops", pr->model_flops);
     cJSON *mem = cJSON_AddArrayToObject(o, "peak_mem_bytes");
     for (int k = 0; k < p->n_modules; k++) cJSON_AddItemToArray(mem, cJSON_CreateNumber(pr->peak_mem_bytes[k]));
     cJSON_AddBoolToObject(o, "fits", pr->fits);
@@ -351,6 +352,7 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
         if (!util_json_num(pred, what, "vision_tokens_per_s", false, 0, 1e30, 0, &d, NULL)) p->pred.vision_tokens_per_s = d;
         if (!util_json_num(pred, what, "tokens_per_s", false, 0, 1e30, 0, &d, NULL)) p->pred.tokens_per_s = d;
         if (!util_json_num(pred, what, "mfu", false, 0, 1e30, 0, &d, NULL)) p->pred.mfu = d;
+        if (!util_json_num(pred, what, "model_flops", false, 0, 1e30, 0, &d, NULL)) p->pred.model_flops = d;
         const cJSON *mem = cJSON_GetObjectItemCaseSensitive(pred, "peak_mem_bytes");
         for (int k = 0; k < n && cJSON_IsArray(mem) && k < cJSON_GetArraySize(mem); k++)
             p->pred.peak_mem_bytes[k] = cJSON_GetArrayItem(mem, k)->valuedouble;

@@ -166,6 +166,7 @@ typedef struct {
     bool simulated;
     double samples_per_s, vision_tokens_per_s, tokens_per_s;
     double mfu;
+    double model_flops;       /* one step's model FLOPs, all modules (mfu's numerator) */
     double peak_mem_bytes[MODEL_MAX_MODULES];   /* per GPU of each module group */
     bool fits;
 } plan_prediction;

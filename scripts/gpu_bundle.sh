@@ -49,14 +49,14 @@ cp -r "$MPI_PKGDATA" "$TMP/ompi/share"
 [ -f "$MPI_SYSCONF/openmpi-mca-params.conf" ] && cp "$MPI_SYSCONF/openmpi-mca-params.conf" "$TMP/ompi/etc/"
 
 # the shared libraries dhp and every Open MPI component load, by their sonames
-{ ldd "$DHP"; for c in "$MPI_PKGLIB"/*.so; do ldd "$c"; done; } 2>/dev/null \
-    | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u \
+deps=$({ ldd "$DHP"; for c in "$MPI_PKGLIB"/*.so; do ldd "$c"; done; } 2>/dev/null)
+missing=$(grep 'not found' <<<"$deps" | sort -u || true)
+[ -z "$missing" ] || { echo "gpu_bundle: libraries not found here: $missing" >&2; exit 1; }
+awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' <<<"$deps" | sort -u \
     | while read -r name path; do
         [[ $name =~ $skip ]] && continue
         cp -L "$path" "$TMP/lib/$name"
     done
-missing=$({ ldd "$DHP"; for c in "$MPI_PKGLIB"/*.so; do ldd "$c"; done; } 2>/dev/null | grep 'not found' | sort -u || true)
-[ -z "$missing" ] || { echo "gpu_bundle: libraries not found here: $missing" >&2; exit 1; }
 
 echo "$skip" >"$TMP/expects.txt"   # what the machine must have (tests/t_gpu_check.sh holds the bundle to it)
 

@@ -205,4 +205,5 @@ TEST(profile_mfu_is_quoted_against_the_bf16_peak)
     CHECK_MSG(flops > 0 && fabs(plan.pred.mfu - flops / (step * g.gemm_bf16.peak_flops)) <= 1e-12 * plan.pred.mfu,
               "mfu %g, flops %g, step %g", plan.pred.mfu, flops, step);
     CHECK(plan.pred.mfu < 1);
+    CHECK(plan.pred.model_flops == flops);   /* the numerator the plan file carries (prediction.model_flops) */
 }
