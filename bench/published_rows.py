@@ -413,7 +413,12 @@ def interpret(r, idx):
         if "eager" in notes:
             raise Skip("unexpressible", "eager PyTorch: unfused element-wise ops (dhp prices fused kernels, as torch.compile)")
         if pp > 1:
-            raise Skip("unexpressible", "FSDP2 under pipeline parallelism: dhp refuses ZeRO-3 with pp > 1")
+            # torchtitan 9dec370 apply_fsdp: reshard_after_forward False under PP; PyTorch's pipelining
+            # (torch/distributed/pipelining/stage.py backward_maybe_with_nosync, 2024) syncs FSDP2's gradients
+            # at each stage's last backward only
+            raise Skip("unexpressible", "FSDP2 under PyTorch's pipelining: units kept gathered from each forward "
+                       "to its backward, gradients whole to the last backward (dhp's ZeRO-3 on stages gathers for "
+                       "both and reduce-scatters every micro-batch); micro-batch count not given")
         if fp8:
             inferred.append("Float8 linears: torchao's Float8Linear, tensorwise dynamic scaling (torchtitan's float8 "
                             "converter of 2024-12): --fp8 torchao; FSDP's float8 all-gather not modelled")

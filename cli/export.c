@@ -638,6 +638,13 @@ static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *er
         note(notes, "%s: gradients reduced in bf16 (--grad-reduce bf16) not exported: torchtitan 0.2.2's "
              "mixed_precision_reduce takes float32 only", s->module);
     if (s->zero == 1) note(notes, "%s: ZeRO-1 has no FSDP2 equivalent; exported as ZeRO-2 (reshard never)", s->module);
+    /* torch/distributed/pipelining/stage.py (backward_maybe_with_nosync) turns an
+     * FSDP2 stage's gradient sync off before every backward but the last */
+    if (s->zero == 3 && s->pp > 1)
+        note(notes, "%s: ZeRO-3 on pipeline stages: torchtitan's schedules (PyTorch's pipelining) reduce-scatter FSDP2 "
+             "gradients at each stage's last backward only, holding the stage's whole gradients until then, where the "
+             "plan reduce-scatters every micro-batch's (dhp memory --strategy with zero=1 prices whole gradients)",
+             s->module);
     if (plan_cp_of(&p->model.mod[k], s) == PLAN_CP_ULYSSES)
         note(notes, "%s: torchtitan's context parallelism is ring attention, not the Ulysses all-to-all priced "
              "(--strategy cp=ring prices it)", s->module);

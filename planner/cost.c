@@ -593,7 +593,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     bool backward = runs_backward(&p);
     if (samples <= 0) {   /* an empty micro-batch (planner/chunks.c, plan_micro_ops): the strategy's collectives only */
         plan_comm dp = { 0 };
-        plan_price_dp_micro(mm, s, pool, o, backward, 0, 0, &dp, &out->fwd_s, &out->bwd_s);
+        plan_price_dp_micro(mm, s, st, pool, o, backward, 0, 0, &dp, &out->fwd_s, &out->bwd_s);
         out->zero_comm_s = dp.fwd_s + dp.bwd_s;
         out->fwd_comm_s = dp.fwd_s;
         out->fwd_syncs = dp.fwd_syncs;
@@ -687,7 +687,7 @@ static void price_micro(const model_t *m, int mi, const plan_module *s, const pl
     merge_fwd(&tp_fwd, &tp);
     merge_fwd(&sp_fwd, &sp);
     double dp_fwd_busy, dp_busy;
-    plan_price_dp_micro(mm, s, pool, o, backward, out->fwd_s, out->bwd_s + out->recompute_s, &dp, &dp_fwd_busy,
+    plan_price_dp_micro(mm, s, st, pool, o, backward, out->fwd_s, out->bwd_s + out->recompute_s, &dp, &dp_fwd_busy,
                         &dp_busy);
     out->fwd_s += dp_fwd_busy;
     out->bwd_s += dp_busy;

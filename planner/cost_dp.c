@@ -26,8 +26,9 @@ typedef struct {
     plan_z3_unit *z3;                 /* dhp's bf16-mixed ZeRO-3: each unit's two gathers (precision_zero3.c) */
 } dp_pricer;
 
-static int dp_pricer_init(dp_pricer *d, const model_module *mm, const plan_module *s, int stage, const cost_pool *pool,
-                          const plan_options *o)
+/* The pricer of the units of stage (or model chunk) st. */
+static int dp_pricer_init(dp_pricer *d, const model_module *mm, const plan_module *s, const plan_stage *st,
+                          const cost_pool *pool, const plan_options *o)
 {
     plan_state_bytes b = plan_module_state_bytes(mm, o);
     int size;
@@ -38,11 +39,10 @@ static int dp_pricer_init(dp_pricer *d, const model_module *mm, const plan_modul
     d->n_units = plan_module_units(mm);
     d->units = malloc((size_t)d->n_units * sizeof *d->units);
     if (!d->units) return UTIL_ENOMEM;
-    plan_stage st = plan_stage_of(mm, s, stage);
-    plan_unit_sizes(mm, s->tp, &st, d->units);
+    plan_unit_sizes(mm, s->tp, st, d->units);
     if (d->dhp && plan_zero3_bf16(mm, s, o)) {
         d->z3 = malloc((size_t)d->n_units * sizeof *d->z3);
-        if (!d->z3 || plan_zero3_bf16_units(mm, s, &st, d->G, d->z3)) {
+        if (!d->z3 || plan_zero3_bf16_units(mm, s, st, d->G, d->z3)) {
             free(d->z3);
             free(d->units);
             return UTIL_ENOMEM;
@@ -172,15 +172,15 @@ double plan_overlapped_comm_s(double comm, double hideable, bool contention)
     return fmax(0.0, comm - hideable) + (contention ? OVERLAP_COMPUTE_SLOWDOWN * hidden : 0.0);
 }
 
-void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
-                         bool backward, double fwd_compute, double bwd_compute, plan_comm *comm, double *fwd_busy,
-                         double *bwd_busy)
+void plan_price_dp_micro(const model_module *mm, const plan_module *s, const plan_stage *st, const cost_pool *pool,
+                         const plan_options *o, bool backward, double fwd_compute, double bwd_compute, plan_comm *comm,
+                         double *fwd_busy, double *bwd_busy)
 {
     plan_dp_rules r = plan_dp_rules_of(mm, s);
     *fwd_busy = *bwd_busy = 0;
     if (!r.unit_param_gather && !r.unit_grad_reduce) return;
     dp_pricer d;
-    if (dp_pricer_init(&d, mm, s, 0, pool, o)) return;   /* ZeRO-2/3 run without pipeline stages */
+    if (dp_pricer_init(&d, mm, s, st, pool, o)) return;
     bool reduce = r.unit_grad_reduce && backward;
     bool gather_back = r.unit_param_gather && backward;
     plan_comm raw = { 0 };
@@ -294,7 +294,8 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
         out->param_gather_s = plan_zero3_persistent_gather_s(mm, s, pool, o);
     if (!r.step_grad_sync && !r.step_param_gather) return;
     dp_pricer d;
-    if (dp_pricer_init(&d, mm, s, stage, pool, o)) return;
+    plan_stage st = plan_stage_of(mm, s, stage);
+    if (dp_pricer_init(&d, mm, s, &st, pool, o)) return;
     if (!d.dhp) {
         if (r.step_grad_sync)
             out->grad_sync_s = module_coll(&d, r.stage == 0 ? COST_ALLREDUCE : COST_REDUCESCATTER, d.grad_bytes);
@@ -322,7 +323,6 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
     }
     if (r.step_grad_sync) {
         double overlap = pool->has_overlap ? pool->overlap : o->overlap;
-        plan_stage st = plan_stage_of(mm, s, stage);
         int deferred = !r.step_embed_sync ? -1 : st.stem ? 0 : st.head ? d.n_units - 1 : -1;
         out->grad_sync_s = reduction_exposed(&d, c, fmax(0.0, bwd_window_s), r.stage == 1, deferred, overlap);
     }

@@ -263,6 +263,18 @@ bool plan_zero3_deepspeed_applies(const model_module *mm, const plan_module *s, 
     return o->target == PLAN_TARGET_MEGATRON && o->zero3 == PLAN_ZERO3_DEEPSPEED_2021 && plan_dp_rules_of(mm, s).stage == 3;
 }
 
+/* deepspeed/runtime/pipe/engine.py (PipelineEngine.__init__) asserts "ZeRO-2
+ * and ZeRO-3 are incompatible with pipeline parallelism"; this file's tensors
+ * are the whole module's (megatron_tensors: no stages). */
+int plan_zero3_pipeline_check(const model_module *mm, const plan_module *s, const plan_options *o, char *err)
+{
+    if (s->pp > 1 && plan_zero3_deepspeed_applies(mm, s, o))
+        return util_fail(err, UTIL_EINVAL, "%s: zero 3 with pp %d: DeepSpeed's ZeRO-3 (--zero3 %s) does not run beside "
+                         "pipeline stages (its PipelineEngine refuses ZeRO-2 and -3)", mm->name, s->pp,
+                         plan_zero3_name(o->zero3));
+    return UTIL_OK;
+}
+
 int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
                               bool gather_fwd, bool gather_bwd, bool reduce, plan_comm *raw)
 {

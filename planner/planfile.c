@@ -462,7 +462,8 @@ int plan_validate(const plan_t *p, char *err)
     for (int k = 0; k < p->n_modules; k++) {
         const plan_module *s = &p->mod[k];
         char e[UTIL_ERR_LEN];
-        if ((rc = plan_strategy_check(&p->model, k, s, &p->work, &p->cluster, e)))
+        if ((rc = plan_strategy_check(&p->model, k, s, &p->work, &p->cluster, e)) ||
+            (rc = plan_zero3_pipeline_check(&p->model.mod[k], s, &po, e)))
             return util_fail(err, rc, "modules[%d]: %s", k, e);
         int64_t degrees;
         if (!plan_module_ranks(s, &degrees) || s->n_ranks != degrees)

@@ -28,16 +28,16 @@ typedef struct {
 void plan_comm_add(plan_comm *c, bool backward, double seconds, int count);
 
 /* cost_dp.c: the data-parallel strategy's price (plan_dp_rules_of).
- * Per micro-batch, inside the compute ops: ZeRO-3's unit gathers and
- * ZeRO-2/3's unit reduce-scatters, the part the micro-batch's forward and
+ * Per micro-batch of stage (or model chunk) st, inside the compute ops:
+ * ZeRO-3's gathers and ZeRO-2/3's reduce-scatters of st's units, the part the micro-batch's forward and
  * backward compute (fwd_compute, bwd_compute) do not hide, into *comm; the
  * strategy's own element-wise work (zeroing buckets, accumulating shards,
  * the Megatron target's copies into and out of the collectives' flat
  * buffers) into *fwd_busy and *bwd_busy. backward: the module runs a
  * backward. */
-void plan_price_dp_micro(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
-                         bool backward, double fwd_compute, double bwd_compute, plan_comm *comm, double *fwd_busy,
-                         double *bwd_busy);
+void plan_price_dp_micro(const model_module *mm, const plan_module *s, const plan_stage *st, const cost_pool *pool,
+                         const plan_options *o, bool backward, double fwd_compute, double bwd_compute, plan_comm *comm,
+                         double *fwd_busy, double *bwd_busy);
 /* Per step: the GRAD_SYNC and PARAM_GATHER ops of pipeline stage `stage`
  * (plan_time.grad_sync_s .. param_gather_busy_s). The dhp target's
  * grad_sync_s is what the op waits for: the part of the unit reductions the
@@ -58,6 +58,9 @@ void plan_price_dp_step(const model_module *mm, const plan_module *s, int stage,
  * shards (plan_dp_rules_of's stage 3). The one test of cost_zero3.c's terms,
  * in time (cost_dp.c, cost.c) and memory (memory.c). */
 bool plan_zero3_deepspeed_applies(const model_module *mm, const plan_module *s, const plan_options *o);
+/* UTIL_EINVAL (one line in err) where s puts DeepSpeed 2021's ZeRO-3 beside
+ * pipeline stages, which DeepSpeed does not run; every other ZeRO-3 takes them. */
+int plan_zero3_pipeline_check(const model_module *mm, const plan_module *s, const plan_options *o, char *err);
 int plan_zero3_deepspeed_2021(const model_module *mm, const plan_module *s, const cost_pool *pool, const plan_options *o,
                               bool gather_fwd, bool gather_bwd, bool reduce, plan_comm *raw);
 /* Megatron-LM's parameter tensors of the module on one tp rank (query, key

@@ -327,6 +327,11 @@ static int build_module(const build_ctx *b, int k)
                      * a step wherever the pipeline has the micro-batches to fill it; pricing it
                      * made the 1,024-GPU search 2.32 -> 3.16 s for the same plan */
                     if (zero == 2 && pp > 1) continue;
+                    /* ZeRO-3 beside stages likewise gathers each stage's weights twice a
+                     * micro-batch where ZeRO-1 moves them once a step; tried where the degrees
+                     * fit no other way (at the least recomputation that fits) it priced Llama 3
+                     * 405B's 1,024-GPU search 88 -> 169 candidates, 4.0 -> 6.5-7.2 s, for the same plan */
+                    if (zero == 3 && pp > 1) continue;
                     plan_module s = { .module_index = k, .pool = p, .dp = dp, .tp = tp, .sp = sp, .pp = pp,
                                       .zero = zero, .micro_batch = 1, .recompute = (plan_recompute)rc, .vp = vp,
                                       .split_ends = ends, .cp = ring ? PLAN_CP_RING : PLAN_CP_NONE,

@@ -36,12 +36,11 @@ int plan_strategy_check(const model_t *m, int mi, const plan_module *s, const pl
                          s->tp * s->sp, mm->heads, mm->kv_heads);
     /* A vocab that tp does not divide is padded, as Megatron-LM's --make-vocab-size-divisible-by does. */
     /* ffn need not divide by tp: uneven column shards (Qwen2.5-VL's ViT ffn 3420 under TP8). */
-    /* ZeRO-3 gathers each unit for every micro-batch's forward and backward,
-     * which the pipeline's micro-batches in flight would hold at once (DeepSpeed
-     * refuses ZeRO-2/3 with pipeline parallelism); ZeRO-1 and -2 run. */
-    if (s->pp > 1 && s->zero >= 3)
-        return util_fail(err, UTIL_EINVAL, "%s: zero %d does not combine with pp %d (use zero <= 2)", mm->name,
-                         s->zero, s->pp);
+    /* ZeRO-3 beside pipeline stages: each stage's units are gathered for
+     * every micro-batch's forward and backward and freed after it, as without
+     * stages (plan_dp_rules_of), so the micro-batches in flight hold no
+     * gathered weights; DeepSpeed 2021's ZeRO-3 is refused with its options
+     * (plan_zero3_pipeline_check). */
     /* A tied embedding's first- and last-stage copies are synced as whole
      * gradients (Megatron-LM's embedding group), which ZeRO-2 does not keep. */
     plan_dp_rules dr = plan_dp_rules_of(mm, s);

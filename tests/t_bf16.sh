@@ -103,7 +103,8 @@ losses "$T/ref.log" >"$T/ref.losses"
 for spec in "sp2_tp2 colocated vision:sp=2,dp=1,zero=3;llm:tp=2,dp=1,seqpar=1 --gpus 2" \
             "dis_1_tp2 disaggregated vision:gpus=1;llm:gpus=2,tp=2,seqpar=0 --n-micro 4" \
             "vtp2_z2_ring_z3 colocated vision:tp=2,dp=2,zero=2;llm:tp=2,sp=2,dp=1,zero=3,seqpar=0 --gpus 4" \
-            "pp_enc_dis disaggregated vision:gpus=2,pp=2;llm:gpus=2,pp=2 --n-micro 2"; do
+            "pp_enc_dis disaggregated vision:gpus=2,pp=2;llm:gpus=2,pp=2 --n-micro 2" \
+            "pp_z3 colocated vision:dp=2,pp=2,zero=3;llm:pp=2,dp=2,zero=3 --gpus 4"; do
     set -- $spec
     name=$1 pl=$2 strat=$3; shift 3
     plan "$name" "$pl" "$strat" "$@" || continue
@@ -181,7 +182,7 @@ else fail bf16_cpu_backend_matches_emulated_cuda "$(tail -c 300 "$T/cpu_run.err"
 
 # (d) memory: every rank's peaks by category as `dhp simulate` predicts them (run_lib.sh), the bf16 copy in
 # parameters, the GEMM staging in activations
-for name in ref sp2_tp2 dis_1_tp2 vtp2_z2_ring_z3 pp_enc_dis rc_cp; do
+for name in ref sp2_tp2 dis_1_tp2 vtp2_z2_ring_z3 pp_enc_dis pp_z3 rc_cp; do
     [ -s "$T/$name.log" ] || continue
     check_memory "$name" "bf16_memory_is_predicted_$name"
 done

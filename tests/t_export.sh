@@ -178,6 +178,24 @@ export_checked() {
      "$VPY" "$CHECK" torchtitan "$1.torchtitan.json" "$1.toml") >"$T/check" 2>&1
 }
 
+# ZeRO-3 on pipeline stages (dhp runs it): DeepSpeed takes stage 1 as above; torchtitan reshards after every
+# forward and says that its pipeline schedules keep each stage's whole gradients to the last backward; all
+# three checked by the trainers' own definitions
+if "$DHP" plan --model qwen2.5-vl-7b --cluster 2x8xh100 --batch 32 --vision-tokens 4096 --placement disaggregated \
+        --n-micro 4 --strategy 'vision:gpus=4,dp=4,mb=2;llm:gpus=8,tp=2,pp=2,dp=2,zero=3,mb=1' -o "$T/z3.json" >/dev/null 2>"$T/err" &&
+   export_checked "$T/z3" &&
+   "$VPY" - "$T/z3.deepspeed.json" "$T/z3.megatron.json" "$T/z3.torchtitan.json" <<'PY' >"$T/v" 2>&1; then ok export_zero3_stages; else fail export_zero3_stages "$(cat "$T/err" "$T/check" "$T/v" 2>/dev/null | grep -v -e WARNING -e 'HF assets' | head -c 400)"; fi
+import json, sys
+d, m, t = (json.load(open(p)) for p in sys.argv[1:4])
+llm = {x["module"]: x for x in d["modules"]}["llm"]["config"]
+assert llm["zero_optimization"]["stage"] == 1 and llm["pipeline"]["stages"] == 2, llm
+assert any("ZeRO-3 exported as stage 1" in n for n in d["notes"]), d["notes"]
+assert "--data-parallel-sharding-strategy optim_grads_params" in " ".join(m["args"]), m["args"]
+p = t["toml"]["parallelism"]
+assert p["fsdp_reshard_after_forward"] == "always" and p["pipeline_parallel_degree"] == 2, p
+assert any("reduce-scatter FSDP2 gradients at each stage's last backward only" in n for n in t["notes"]), t["notes"]
+PY
+
 # Partial full recomputation (rc_layers=3 of each 7-block chunk: 28 layers over 2 stages x 2 chunks):
 # Megatron's block method with that many layers; torchtitan's layer-wise option 2, which wraps
 # floor(7 / 2) = 3 blocks of each model part; DeepSpeed's pipeline config checkpoints no interval and

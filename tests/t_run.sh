@@ -108,7 +108,8 @@ MODEL="$T/tied.model.json" plan tied_z2_seqpar colocated "vision:dp=2,zero=2;llm
 # parallelism, disaggregated with the LLM's pipeline over the step's
 # micro-batches, an encoder pipeline feeding an LLM pipeline, TP with sequence
 # parallelism and recomputation on stages, a tied embedding split over the
-# first and the last stage, and an uneven split of a 3-block LLM.
+# first and the last stage, and an uneven split of a 3-block LLM; ZeRO-2 and
+# -3 on stages.
 plan pp_z1 colocated "vision:dp=2,pp=2,zero=1;llm:pp=2,dp=2,zero=1" --gpus 4 && check_plan pp_z1
 plan pp_dis disaggregated "vision:gpus=1;llm:gpus=2,pp=2,mb=1" --n-micro 4 && check_plan pp_dis
 plan pp_enc_dis disaggregated "vision:gpus=2,pp=2;llm:gpus=2,pp=2" --n-micro 2 && check_plan pp_enc_dis
@@ -117,6 +118,10 @@ plan pp_tp_seqpar colocated "vision:dp=4;llm:pp=2,tp=2,seqpar=1,rc=selective" --
 # last of them added before the update on the stages without the stem too (both modules on 2 stages)
 plan pp_z2 colocated "vision:dp=2,pp=2,zero=2;llm:pp=2,dp=2,zero=2" --gpus 4 && check_plan pp_z2 \
     && check_memory pp_z2 run_memory_is_predicted_pp_z2
+# ZeRO-3 on pipeline stages: each stage's units gathered for every micro-batch's forward and backward
+# and freed after it, their gradients reduce-scattered into the shards every micro-batch
+plan pp_z3 colocated "vision:dp=2,pp=2,zero=3;llm:pp=2,dp=2,zero=3" --gpus 4 && check_plan pp_z3 \
+    && check_memory pp_z3 run_memory_is_predicted_pp_z3
 MODEL="$T/tied.model.json" plan tied_pp colocated "vision:dp=4;llm:pp=2,dp=2,zero=1" --gpus 4 && check_plan tied_pp ref_tied
 # llm_reference NAME LAYERS: tiny-vl with an LLM of LAYERS blocks (variant NAME) trained on one rank,
 # the run its plans are checked against (ref_NAME); MODEL stays set for them.
@@ -152,6 +157,8 @@ if llm_reference deep4 4; then
         && check_plan vp_ends_tp2 ref_deep4
     plan vp_ends_z2 disaggregated "vision:gpus=2,dp=2;llm:gpus=4,pp=2,vp=3,split=ends,dp=2,zero=2,mb=1" --n-micro 2 \
         && check_plan vp_ends_z2 ref_deep4
+    plan vp_ends_z3 disaggregated "vision:gpus=2,dp=2;llm:gpus=4,pp=2,vp=3,split=ends,dp=2,zero=3,mb=1" --n-micro 2 \
+        && check_plan vp_ends_z3 ref_deep4 && check_memory vp_ends_z3 run_memory_is_predicted_vp_ends_z3
 fi
 # Uneven chunks: 5 layers on 2 stages of 2 and 3 blocks, chunks of 1 + 1 and
 # 2 + 1 (virtual stages: layer 0, layers 1-2, layer 3, layer 4).

@@ -94,12 +94,12 @@ TEST(grad_reduce_bf16_halves_the_fsdp_unit_reduce_scatters)
     d.overlap = b.overlap = 0;
     plan_comm cd = { 0 }, cb = { 0 };
     double fd, bd, fb, bb;
-    plan_price_dp_micro(&m.mod[0], &s, pool, &d, true, 1, 1, &cd, &fd, &bd);
-    plan_price_dp_micro(&m.mod[0], &s, pool, &b, true, 1, 1, &cb, &fb, &bb);
+    plan_stage st = plan_stage_of(&m.mod[0], &s, 0);
+    plan_price_dp_micro(&m.mod[0], &s, &st, pool, &d, true, 1, 1, &cd, &fd, &bd);
+    plan_price_dp_micro(&m.mod[0], &s, &st, pool, &b, true, 1, 1, &cb, &fb, &bb);
     int n = plan_module_units(&m.mod[0]);
     int64_t *units = malloc((size_t)n * sizeof *units);
     CHECK(units != NULL);
-    plan_stage st = plan_stage_of(&m.mod[0], &s, 0);
     plan_unit_sizes(&m.mod[0], 1, &st, units);
     double saved = 0;
     for (int u = 0; u < n; u++)

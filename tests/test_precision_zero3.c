@@ -85,13 +85,13 @@ TEST(zero3_bf16_gathers_are_priced_at_their_bytes)
     plan_comm fp32 = { 0 }, bf16 = { 0 };
     double fbusy, busy;
     o.precision = PLAN_OPT_FP32;
-    plan_price_dp_micro(mm, &s, &pool, &o, false, 1, 1, &fp32, &fbusy, &busy);
+    plan_stage st = plan_stage_of(mm, &s, 0);
+    plan_price_dp_micro(mm, &s, &st, &pool, &o, false, 1, 1, &fp32, &fbusy, &busy);
     o.precision = PLAN_OPT_MIXED_FP32;
     CHECK(plan_zero3_bf16(mm, &s, &o));
-    plan_price_dp_micro(mm, &s, &pool, &o, false, 1, 1, &bf16, &fbusy, &busy);
+    plan_price_dp_micro(mm, &s, &st, &pool, &o, false, 1, 1, &bf16, &fbusy, &busy);
     int U = plan_module_units(mm);
     plan_z3_unit *u = calloc((size_t)U, sizeof *u);
-    plan_stage st = plan_stage_of(mm, &s, 0);
     plan_zero3_bf16_units(mm, &s, &st, 16, u);
     double want32 = 0, want16 = 0;
     for (int k = 0; k < U; k++) {

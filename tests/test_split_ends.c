@@ -5,7 +5,7 @@
  * the first chunk the embedding alone, the last the output layer alone). */
 #include "test.h"
 #include "test_fixture.h"
-#include "planner/planner.h"
+#include "planner/planner_int.h"
 #include "planner/simulate.h"
 
 #include <string.h>
@@ -85,9 +85,11 @@ TEST(split_ends_refusals)
     CHECK_MSG(strstr(err, "two splits") != NULL, "%s", err);
 }
 
-/* Pipeline stages take ZeRO-1 and -2, not -3 (each micro-batch in flight would
- * hold its gathered units), and ZeRO-2 not beside a tied embedding split over
- * the first and the last stage (its copies sync whole gradients): one line each. */
+/* Pipeline stages take ZeRO-1, -2 and -3 (ZeRO-3 gathers each stage's units
+ * per micro-batch and frees them after it), but not DeepSpeed 2021's ZeRO-3
+ * (its pipeline engine refuses it), and ZeRO-2 not beside a tied embedding
+ * split over the first and the last stage (its copies sync whole gradients):
+ * one line each. */
 TEST(pipeline_zero_stages)
 {
     model_t m = test_model_load("tiny-vl");
@@ -97,12 +99,46 @@ TEST(pipeline_zero_stages)
     static plan_t p;
     char err[UTIL_ERR_LEN];
     CHECK_OK(plan_from_strategy("vision:dp=4,pp=2,zero=2;llm:pp=2,dp=4,zero=2", &m, &c, &w, PLAN_COLOCATED, 8, 0, &p, err));
-    CHECK(plan_from_strategy("vision:dp=8;llm:pp=2,dp=4,zero=3", &m, &c, &w, PLAN_COLOCATED, 8, 0, &p, err) == UTIL_EINVAL);
-    CHECK_MSG(strstr(err, "zero 3 does not combine with pp 2") != NULL, "%s", err);
+    CHECK_OK(plan_from_strategy("vision:dp=4,pp=2,zero=3;llm:pp=2,dp=4,zero=3", &m, &c, &w, PLAN_COLOCATED, 8, 0, &p, err));
+    CHECK(p.pred.fits && p.pred.step_time_s > 0);
+    plan_options ds;
+    plan_options_default(&ds);
+    ds.zero3 = PLAN_ZERO3_DEEPSPEED_2021;
+    CHECK(plan_from_strategy_opts("vision:dp=8;llm:pp=2,dp=4,zero=3", &m, &c, &w, PLAN_COLOCATED, 8, 0, &ds, &p, err) ==
+          UTIL_EINVAL);
+    CHECK_MSG(strstr(err, "zero 3 with pp 2") && strstr(err, "PipelineEngine"), "%s", err);
+    CHECK_OK(plan_from_strategy_opts("vision:dp=8;llm:dp=8,zero=3", &m, &c, &w, PLAN_COLOCATED, 8, 0, &ds, &p, err));
     m.mod[m.llm].tied_embeddings = true;
     CHECK(plan_from_strategy("vision:dp=8;llm:pp=2,dp=4,zero=2", &m, &c, &w, PLAN_COLOCATED, 8, 0, &p, err) == UTIL_EINVAL);
     CHECK_MSG(strstr(err, "untied embeddings") != NULL, "%s", err);
     CHECK_OK(plan_from_strategy("vision:dp=8;llm:pp=2,dp=4,zero=1", &m, &c, &w, PLAN_COLOCATED, 8, 0, &p, err));
+}
+
+/* ZeRO-3's and -2's collectives inside a micro-batch move the units of the
+ * stage priced: a stage of one block gathers and reduces less than one of
+ * three, and its own units' sum, not the first stage's. */
+TEST(pipeline_zero3_prices_each_stages_units)
+{
+    model_t m = test_model_load("tiny-vl");
+    cost_cluster c = test_cluster_load("8xh100");
+    model_module *mm = &m.mod[m.llm];
+    mm->layers = 4;
+    plan_module s = { .dp = 4, .tp = 1, .sp = 1, .pp = 2, .zero = 3, .micro_batch = 1, .n_ranks = 8 };
+    s.stage_layers[0] = 3, s.stage_layers[1] = 1;
+    plan_options o;
+    plan_options_default(&o);
+    o.target = PLAN_TARGET_DHP;
+    o.overlap = 0;
+    double t[2];
+    for (int i = 0; i < 2; i++) {
+        plan_stage st = plan_stage_of(mm, &s, i);
+        plan_comm comm = { 0 };
+        double fbusy, bbusy;
+        plan_price_dp_micro(mm, &s, &st, &c.pool[0], &o, true, 1, 1, &comm, &fbusy, &bbusy);
+        t[i] = comm.fwd_s + comm.bwd_s;
+        CHECK(comm.fwd_syncs > 0 && comm.bwd_syncs > comm.fwd_syncs);   /* gathers; gathers and reductions */
+    }
+    CHECK_MSG(t[1] < t[0], "stage 1 (1 block) %.3g s, stage 0 (3 blocks) %.3g s", t[1], t[0]);
 }
 
 /* From --strategy to the plan file and back; the plan priced, its schedule
