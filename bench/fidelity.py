@@ -73,6 +73,8 @@ PLANS = [  # name, placement, strategy, extra dhp plan options
     ("d4_pp2_pp2", "disaggregated", "vision:gpus=2,pp=2;llm:gpus=2,pp=2,mb=2", ["--n-micro", "4"]),
     ("c4_pp2_tp", "colocated", "vision:dp=4,mb=4;llm:pp=2,tp=2,mb=16,seqpar=1", ["--gpus", "4"]),
     ("d5_pp4", "disaggregated", "vision:gpus=1;llm:gpus=4,pp=4,mb=1", ["--n-micro", "8", "--model", "@deep-llm"]),
+    # ZeRO-3 on stages: both modules on 2 stages x dp 2, each stage's units gathered every micro-batch
+    ("c4_pp2_z3", "colocated", "vision:dp=2,pp=2,mb=2,zero=3;llm:pp=2,dp=2,mb=2,zero=3", ["--gpus", "4"]),
     # interleaved virtual stages (Megatron's interleaved 1F1B): the 4-block LLM as 2 one-block chunks on each of 2 ranks
     ("d3_pp2_vp2", "disaggregated", "vision:gpus=1;llm:gpus=2,pp=2,vp=2,mb=2", ["--n-micro", "4", "--model", "@deep-llm"]),
     # the LLM's context parallelism: Ulysses over 2 ranks, ring attention beside TP 2 (2 kv heads do not divide by 4)
