@@ -58,9 +58,9 @@
 # trajectory's measured sensitivity S: the largest loss difference an fp32
 # run shows after every weight is rounded once to bf16 (after step 1, three
 # ways), which bench/bf16_curve.sh measures beside the bf16 runs (~10 runs of
-# 100 steps, out of make test): S = 10.5%; bf16-mixed vs fp32 8.1% at worst,
-# 2 ranks vs 1 rank 2.0%: within it (with the saved activations in bf16,
-# before the bf16 wire and attention: 8.4% and 4.5%).
+# 100 steps, out of make test; its header keeps each measurement): last
+# measured S = 10.54%, bf16-mixed vs fp32 8.39% at worst, 2 ranks vs 1 rank
+# 5.54% (OPENBLAS_CORETYPE=SkylakeX: 11.12%, 7.87%, 3.44%): within it.
 # (c) The CUDA backend's attention is bf16 under bf16-mixed (q, k, v, P and dS rounded, u each, fp32
 # statistics: executor/cuda_attention16.cuh; within its derived bound of fp32 per element,
 # tests/test_attention16.c), the CPU backend's fp32, so (c) holds the layouts' flips of (a) plus the
