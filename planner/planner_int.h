@@ -29,8 +29,9 @@ void plan_comm_add(plan_comm *c, bool backward, double seconds, int count);
 
 /* cost_dp.c: the data-parallel strategy's price (plan_dp_rules_of).
  * Per micro-batch of stage (or model chunk) st, inside the compute ops:
- * ZeRO-3's gathers and ZeRO-2/3's reduce-scatters of st's units, the part the micro-batch's forward and
- * backward compute (fwd_compute, bwd_compute) do not hide, into *comm; the
+ * ZeRO-3's gathers and ZeRO-2/3's reduce-scatters of st's units, the part
+ * the micro-batch's forward and backward compute (fwd_compute,
+ * bwd_compute) do not hide, into *comm; the
  * strategy's own element-wise work (zeroing buckets, accumulating shards,
  * the Megatron target's copies into and out of the collectives' flat
  * buffers) into *fwd_busy and *bwd_busy. backward: the module runs a
