@@ -22,7 +22,7 @@ typedef struct {
     bool dhp;
     int n_units;
     int64_t *units;                   /* elements of each unit on this stage */
-    double local;                     /* Megatron: parameters one rank holds before sharding */
+    double local;                     /* Megatron: parameters one rank holds of st before sharding */
     plan_z3_unit *z3;                 /* dhp's bf16-mixed ZeRO-3: each unit's two gathers (precision_zero3.c) */
 } dp_pricer;
 
@@ -35,7 +35,7 @@ static int dp_pricer_init(dp_pricer *d, const model_module *mm, const plan_modul
     *d = (dp_pricer){ .pool = pool, .param_bytes = b.param, .grad_bytes = b.reduce, .dhp = o->target == PLAN_TARGET_DHP };
     plan_group_shape(s, PLAN_AX_SHARD, pool->gpus_per_node, &size, &d->per_node);
     d->G = size;
-    d->local = plan_local_params(mm, s);
+    d->local = plan_stage_params(mm, s, st);
     d->n_units = plan_module_units(mm);
     d->units = malloc((size_t)d->n_units * sizeof *d->units);
     if (!d->units) return UTIL_ENOMEM;

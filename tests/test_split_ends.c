@@ -141,6 +141,32 @@ TEST(pipeline_zero3_prices_each_stages_units)
     CHECK_MSG(t[1] < t[0], "stage 1 (1 block) %.3g s, stage 0 (3 blocks) %.3g s", t[1], t[0]);
 }
 
+/* The Megatron target's per-step ZeRO-1 reduce-scatter and all-gather of a
+ * stage move that stage's parameters: the first stage's (the embedding and
+ * three blocks) take longer than the second's (one block and the head). */
+TEST(pipeline_step_sync_moves_each_stages_parameters)
+{
+    model_t m = test_model_load("tiny-vl");
+    cost_cluster c = test_cluster_load("8xh100");
+    model_module *mm = &m.mod[m.llm];
+    mm->layers = 4;
+    mm->tied_embeddings = false;
+    plan_module s = { .dp = 4, .tp = 1, .sp = 1, .pp = 2, .zero = 1, .micro_batch = 1, .n_ranks = 8 };
+    s.stage_layers[0] = 3, s.stage_layers[1] = 1;
+    plan_options o;
+    plan_options_default(&o);
+    o.target = PLAN_TARGET_MEGATRON;
+    plan_time t[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&t[i], 0, sizeof t[i]);
+        plan_price_dp_step(mm, &s, i, &c.pool[0], &o, 0, &t[i]);
+        CHECK(t[i].grad_sync_s > 0 && t[i].param_gather_s > 0);
+    }
+    CHECK_MSG(t[1].grad_sync_s < t[0].grad_sync_s && t[1].param_gather_s < t[0].param_gather_s,
+              "stage 1 %.3g / %.3g s, stage 0 %.3g / %.3g s", t[1].grad_sync_s, t[1].param_gather_s,
+              t[0].grad_sync_s, t[0].param_gather_s);
+}
+
 /* From --strategy to the plan file and back; the plan priced, its schedule
  * simulated (a chunk of the embedding alone and one of the head alone), and
  * a split that does not divide refused in one line. */
