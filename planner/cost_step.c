@@ -50,8 +50,9 @@ void plan_stage_step_time(const model_module *mm, const plan_module *s, int stag
     out->optim_s = out->norm_s = 0;
     if (!r.trains) return;
     plan_state_bytes b = plan_module_state_bytes(mm, o);
+    plan_stage st = plan_stage_of(mm, s, stage);
     double updated = o->target == PLAN_TARGET_DHP ? (double)plan_dp_buffers_of(mm, s, stage).shard_elems
-                                                  : plan_local_params(mm, s) / (r.shard_optim ? r.shard : 1);
+                                                  : plan_stage_params(mm, s, &st) / (r.shard_optim ? r.shard : 1);
     /* AdamW is one fused streaming pass over its state: STREAM-class
      * bandwidth (hbm_bw), not the element-wise mix that mem_eff describes;
      * or one such pass per op (plan_adamw_step_bytes, cost_optim.c). */

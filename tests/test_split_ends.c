@@ -142,9 +142,10 @@ TEST(pipeline_zero3_prices_each_stages_units)
 }
 
 /* The Megatron target's per-step ZeRO-1 reduce-scatter and all-gather of a
- * stage move that stage's parameters: the first stage's (the embedding and
- * three blocks) take longer than the second's (one block and the head). */
-TEST(pipeline_step_sync_moves_each_stages_parameters)
+ * stage move that stage's parameters, and its optimizer updates them: the
+ * first stage's (the embedding and three blocks) take longer than the
+ * second's (one block and the head). */
+TEST(pipeline_step_sync_and_update_move_each_stages_parameters)
 {
     model_t m = test_model_load("tiny-vl");
     cost_cluster c = test_cluster_load("8xh100");
@@ -159,12 +160,13 @@ TEST(pipeline_step_sync_moves_each_stages_parameters)
     plan_time t[2];
     for (int i = 0; i < 2; i++) {
         memset(&t[i], 0, sizeof t[i]);
-        plan_price_dp_step(mm, &s, i, &c.pool[0], &o, 0, &t[i]);
-        CHECK(t[i].grad_sync_s > 0 && t[i].param_gather_s > 0);
+        plan_stage_step_time(mm, &s, i, &c.pool[0], &o, &t[i]);
+        CHECK(t[i].grad_sync_s > 0 && t[i].param_gather_s > 0 && t[i].optim_s > 0);
     }
-    CHECK_MSG(t[1].grad_sync_s < t[0].grad_sync_s && t[1].param_gather_s < t[0].param_gather_s,
-              "stage 1 %.3g / %.3g s, stage 0 %.3g / %.3g s", t[1].grad_sync_s, t[1].param_gather_s,
-              t[0].grad_sync_s, t[0].param_gather_s);
+    CHECK_MSG(t[1].grad_sync_s < t[0].grad_sync_s && t[1].param_gather_s < t[0].param_gather_s &&
+              t[1].optim_s < t[0].optim_s, "stage 1 %.3g / %.3g / %.3g s, stage 0 %.3g / %.3g / %.3g s",
+              t[1].grad_sync_s, t[1].param_gather_s, t[1].optim_s, t[0].grad_sync_s, t[0].param_gather_s,
+              t[0].optim_s);
 }
 
 /* From --strategy to the plan file and back; the plan priced, its schedule
