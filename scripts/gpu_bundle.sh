@@ -32,7 +32,10 @@ MPI_SYSCONF=$(ompi_info --path sysconfdir --parsable 2>/dev/null | sed -n 's/^pa
 
 # the binary to pack: DHP, else this checkout's, built first
 if [ -z "${DHP:-}" ]; then make -j"$(nproc)" dhp >/dev/null; DHP=./dhp; fi
-ldd "$DHP" | grep -q 'libcudart' || { echo "gpu_bundle: $DHP has no CUDA backend (nvcc not found when it was built)" >&2; exit 1; }
+# (ldd's whole output first: under pipefail, grep -q leaving at its first match
+# would fail the pipeline whenever ldd is still writing and gets SIGPIPE)
+deps=$(ldd "$DHP")
+grep -q 'libcudart' <<<"$deps" || { echo "gpu_bundle: $DHP has no CUDA backend (nvcc not found when it was built)" >&2; exit 1; }
 
 # What not to carry: the C library and its parts, GCC's runtime (a newer
 # system has newer ones, and an older copy would shadow them), the kernel's
