@@ -88,7 +88,8 @@ def strategy_of(c):
 
 
 # The Megatron target's framework options (planner/framework.h) a row may set, each its dhp plan flag.
-FRAMEWORK_OPTIONS = ("zero3", "adamw", "grad_reduce", "tp_style", "pipe_engine", "grad_accum", "fp8", "loss")
+FRAMEWORK_OPTIONS = ("zero3", "adamw", "optim_dtype", "grad_reduce", "tp_style", "pipe_engine", "grad_accum", "fp8",
+                     "loss")
 
 
 def run_dhp(dhp, c, tmp):

@@ -336,6 +336,16 @@ static void loss_note(const plan_t *p, plan_loss native, const char *trainer, cJ
          native == PLAN_LOSS_AUTO ? "" : plan_loss_name(native));
 }
 
+/* bf16 AdamW states (--optim-dtype bf16, Apex's DistributedFusedAdam as NeMo
+ * runs it): none of the three trainers keeps them, so a note that its
+ * optimizer holds twice the bytes the plan priced. */
+static void optim_dtype_note(const plan_t *p, const char *trainer, cJSON *notes)
+{
+    if (p->optim_dtype == PLAN_OPTIM_FP32) return;
+    note(notes, "optimizer states %s (--optim-dtype) not exported: %s keeps fp32 master weights, m and v, 12 bytes an "
+         "element where the plan priced 6", plan_optim_dtype_name(p->optim_dtype), trainer);
+}
+
 static cJSON *megatron_grid(const plan_t *p, int k)
 {
     const plan_module *s = &p->mod[k];
@@ -366,6 +376,7 @@ static int export_megatron(const plan_t *p, cJSON *doc, cJSON *notes, char *err)
         note(notes, "attention priced as FlashAttention-2; TransformerEngine runs cuDNN's fused attention on %s, faster "
              "(plan again with --attention cudnn)", p->cluster.pool[0].gpu.name);
     loss_note(p, PLAN_LOSS_VOCAB_PARALLEL, "Megatron-LM", notes);
+    optim_dtype_note(p, "Megatron-LM", notes);
     cJSON_AddNumberToObject(doc, "world_size", s->n_ranks);
     cJSON *grids = cJSON_AddArrayToObject(doc, "mimo_module_grid_specs");
     for (int m = 0; m < p->n_modules; m++) {
@@ -478,6 +489,7 @@ static int export_deepspeed(const plan_t *p, cJSON *doc, cJSON *notes, char *err
              "(TransformerEngine's modules under te.fp8_autocast, or torchao's convert_to_float8_training)",
              plan_fp8_name(p->fp8));
     loss_note(p, PLAN_LOSS_AUTO, "DeepSpeed", notes);
+    optim_dtype_note(p, "DeepSpeed", notes);
     if (p->attention == PLAN_ATTN_CUDNN)
         note(notes, "attention cudnn: DeepSpeed's config does not pick the attention kernel; the model code must "
              "run cuDNN's fused attention (TransformerEngine's DotProductAttention) as the plan priced");
@@ -630,6 +642,7 @@ static int export_torchtitan(const plan_t *p, cJSON *doc, cJSON *notes, char *er
     if (s->pp > 1) torchtitan_pipeline(p, s, par, tr);
     torchtitan_fp8(p, toml, notes);
     loss_note(p, PLAN_LOSS_TORCH, "torchtitan", notes);
+    optim_dtype_note(p, "torchtitan", notes);
     if (p->attention == PLAN_ATTN_CUDNN)
         note(notes, "attention cudnn not exported: torchtitan 0.2.2's scaled_dot_product_attention picks its own "
              "backend (FlashAttention-2 on Hopper unless cuDNN's is enabled in PyTorch); the plan priced cuDNN's");

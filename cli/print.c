@@ -224,6 +224,9 @@ void cli_print_plan(const plan_t *p)
     if (p->attention == PLAN_ATTN_CUDNN)
         printf("  attention cudnn: cuDNN's fused attention (TransformerEngine's on Hopper), the GPU file's "
                "attn_cudnn_speedup over FlashAttention-2\n");
+    if (p->optim_dtype == PLAN_OPTIM_BF16)
+        printf("  optimizer states bf16: master weights, m and v in bf16 (Apex's DistributedFusedAdam with dtype "
+               "bf16, NeMo's optim.dtype), 6 bytes an element\n");
     printf("  step %.3f s", pr->step_time_s);
     if (pr->simulated) printf(" (simulated; analytic %.3f s)", pr->analytic_step_time_s);
     else printf(" (analytic)");   /* a plan the schedule was not simulated for: dhp simulate prices it */

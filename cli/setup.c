@@ -29,6 +29,9 @@ const char *cli_setup_help =
     "  --adamw A             the megatron target's AdamW step: fused (one pass over the states: apex,\n"
     "                        DeepSpeed, torch fused=True; default) or foreach (one pass per op: torch's\n"
     "                        default AdamW, per-parameter loops)\n"
+    "  --optim-dtype D       the megatron target's AdamW states under bf16-mixed: fp32 (master, m, v;\n"
+    "                        default) or bf16 (Apex DistributedFusedAdam dtype bf16, NeMo's optim.dtype:\n"
+    "                        6 bytes an element, not 12)\n"
     "  --grad-reduce R       the megatron target's data-parallel gradient reduction: grads (in the\n"
     "                        gradients' dtype, fp32 under bf16-mixed and -autocast; default) or bf16\n"
     "                        (2 bytes an element: PyTorch FSDP's reduce_dtype bf16, or param_dtype bf16\n"
@@ -141,6 +144,8 @@ int cli_setup_arg(const char *cmd, cli_setup *s, int argc, char **argv, int *i)
         return enum_arg(cmd, a, val, val ? plan_target_parse(val, &o->target, why) : 0, why, &s->target_given, i);
     if (!strcmp(a, "--zero3")) return enum_arg(cmd, a, val, val ? plan_zero3_parse(val, &o->zero3, why) : 0, why, NULL, i);
     if (!strcmp(a, "--adamw")) return enum_arg(cmd, a, val, val ? plan_adamw_parse(val, &o->adamw, why) : 0, why, NULL, i);
+    if (!strcmp(a, "--optim-dtype"))
+        return enum_arg(cmd, a, val, val ? plan_optim_dtype_parse(val, &o->optim_dtype, why) : 0, why, NULL, i);
     if (!strcmp(a, "--grad-reduce"))
         return enum_arg(cmd, a, val, val ? plan_grad_reduce_parse(val, &o->grad_reduce, why) : 0, why, NULL, i);
     if (!strcmp(a, "--tp-style"))

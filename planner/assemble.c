@@ -48,6 +48,7 @@ void plan_init(plan_t *p, const model_t *m, const cost_cluster *c, const plan_wo
     p->target = o->target;
     p->zero3 = o->zero3;
     p->adamw = o->adamw;
+    p->optim_dtype = o->optim_dtype;
     p->grad_reduce = o->grad_reduce;
     p->tp_style = o->tp_style;
     p->pipe_engine = o->pipe_engine;

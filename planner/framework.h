@@ -26,6 +26,22 @@ typedef enum { PLAN_ADAMW_FUSED = 0, PLAN_ADAMW_FOREACH, PLAN_NADAMW } plan_adam
 const char *plan_adamw_name(plan_adamw a);
 int plan_adamw_parse(const char *s, plan_adamw *out, char *err);
 
+/* The dtype of the Megatron target's AdamW states under bf16-mixed: fp32 (the
+ * default: fp32 master weights, m and v, Megatron-LM's and DeepSpeed's
+ * optimizers, 12 B an element) or bf16: Apex's DistributedFusedAdam with
+ * dtype=torch.bfloat16 (apex/contrib/optimizers/distributed_fused_adam.py:
+ * "dtype: datatype for optimizer state"; store_params, its default, keeps
+ * the parameter shard as state in that dtype), as NeMo runs it under
+ * optim.name distributed_fused_adam with optim.dtype bf16 (NVIDIA's
+ * dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml, its Nemotron-4 340B
+ * recipe): master, m and v 2 B each, 6 B an element, the step reading the
+ * reduced gradient shard in the dtype it was reduced in (grad_sync_dtype).
+ * planner/memory.c, plan_module_state_bytes. dhp run keeps fp32 states:
+ * plan_optim_dtype_check. */
+typedef enum { PLAN_OPTIM_FP32 = 0, PLAN_OPTIM_BF16, PLAN_NOPTIM_DTYPE } plan_optim_dtype;
+const char *plan_optim_dtype_name(plan_optim_dtype d);
+int plan_optim_dtype_parse(const char *s, plan_optim_dtype *out, char *err);
+
 /* What the Megatron target's data-parallel gradient reduction (all-reduce,
  * reduce-scatter) sends: the gradients in their own dtype (the default;
  * fp32 under bf16-mixed and -autocast, Megatron-LM's fp32 main_grad, FSDP's

@@ -36,6 +36,7 @@ void plan_options_default(plan_options *o)
     o->target = PLAN_TARGET_MEGATRON;
     o->zero3 = PLAN_ZERO3_UNITS;
     o->adamw = PLAN_ADAMW_FUSED;
+    o->optim_dtype = PLAN_OPTIM_FP32;
     o->grad_reduce = PLAN_REDUCE_GRADS;
     o->tp_style = PLAN_TP_MEGATRON;
     o->pipe_engine = PLAN_PIPE_MEGATRON;
@@ -97,6 +98,13 @@ plan_state_bytes plan_module_state_bytes(const model_module *mm, const plan_opti
     b.step_traffic += plan_weight_copy_bytes(mm, o);
     /* an FSDP reduce_dtype of bf16 (plan_grad_reduce): what the collectives send */
     if (o->target == PLAN_TARGET_MEGATRON && o->grad_reduce == PLAN_REDUCE_BF16) b.reduce = fmin(b.grad, BF16);
+    /* bf16 AdamW states (plan_optim_dtype): the master copy, m and v 2 B
+     * each; the step reads the reduced gradient shard (b.reduce B), reads
+     * and writes the three states and writes the bf16 weight */
+    if (o->target == PLAN_TARGET_MEGATRON && o->optim_dtype == PLAN_OPTIM_BF16) {
+        b.optim = 3 * BF16;
+        b.step_traffic = b.reduce + 3 * 2 * BF16 + BF16;
+    }
     if (model_trains(mm)) return b;
     if (o->target == PLAN_TARGET_MEGATRON) b.param = BF16;
     b.grad = 0;
@@ -563,6 +571,7 @@ plan_options plan_options_of(const plan_t *p)
     o.target = p->target;
     o.zero3 = p->zero3;
     o.adamw = p->adamw;
+    o.optim_dtype = p->optim_dtype;
     o.grad_reduce = p->grad_reduce;
     o.tp_style = p->tp_style;
     o.pipe_engine = p->pipe_engine;

@@ -16,6 +16,7 @@ static const char *precision_names[PLAN_NPRECISION] = { "bf16-mixed", "bf16-pure
 static const char *target_names[PLAN_NTARGET] = { "megatron", "dhp" };
 static const char *zero3_names[PLAN_NZERO3] = { "units", "deepspeed-2021", "fsdp2" };
 static const char *adamw_names[PLAN_NADAMW] = { "fused", "foreach" };
+static const char *optim_dtype_names[PLAN_NOPTIM_DTYPE] = { "fp32", "bf16" };
 static const char *grad_reduce_names[PLAN_NREDUCE] = { "grads", "bf16" };
 static const char *tp_style_names[PLAN_NTP_STYLE] = { "megatron", "dtensor" };
 static const char *pipe_engine_names[PLAN_NPIPE] = { "megatron", "deepspeed-2021", "deepspeed" };
@@ -61,6 +62,7 @@ PLAN_ENUM_PARSE(plan_precision_parse, plan_precision, precision_names, PLAN_NPRE
 PLAN_ENUM_PARSE(plan_target_parse, plan_target, target_names, PLAN_NTARGET)
 PLAN_ENUM_PARSE(plan_zero3_parse, plan_zero3, zero3_names, PLAN_NZERO3)
 PLAN_ENUM_PARSE(plan_adamw_parse, plan_adamw, adamw_names, PLAN_NADAMW)
+PLAN_ENUM_PARSE(plan_optim_dtype_parse, plan_optim_dtype, optim_dtype_names, PLAN_NOPTIM_DTYPE)
 PLAN_ENUM_PARSE(plan_grad_reduce_parse, plan_grad_reduce, grad_reduce_names, PLAN_NREDUCE)
 PLAN_ENUM_PARSE(plan_tp_style_parse, plan_tp_style, tp_style_names, PLAN_NTP_STYLE)
 PLAN_ENUM_PARSE(plan_pipe_engine_parse, plan_pipe_engine, pipe_engine_names, PLAN_NPIPE)
@@ -72,6 +74,10 @@ PLAN_ENUM_PARSE(plan_attention_parse, plan_attention, attention_names, PLAN_NATT
 const char *plan_precision_name(plan_precision p) { return precision_names[p]; }
 const char *plan_target_name(plan_target t) { return t >= 0 && t < PLAN_NTARGET ? target_names[t] : "?"; }
 const char *plan_adamw_name(plan_adamw a) { return a >= 0 && a < PLAN_NADAMW ? adamw_names[a] : "?"; }
+const char *plan_optim_dtype_name(plan_optim_dtype d)
+{
+    return d >= 0 && d < PLAN_NOPTIM_DTYPE ? optim_dtype_names[d] : "?";
+}
 const char *plan_grad_reduce_name(plan_grad_reduce r) { return r >= 0 && r < PLAN_NREDUCE ? grad_reduce_names[r] : "?"; }
 const char *plan_tp_style_name(plan_tp_style t) { return t >= 0 && t < PLAN_NTP_STYLE ? tp_style_names[t] : "?"; }
 const char *plan_pipe_engine_name(plan_pipe_engine e) { return e >= 0 && e < PLAN_NPIPE ? pipe_engine_names[e] : "?"; }
@@ -166,6 +172,8 @@ cJSON *plan_to_json(const plan_t *p)
     cJSON_AddStringToObject(root, "target", plan_target_name(p->target));
     if (p->zero3 != PLAN_ZERO3_UNITS) cJSON_AddStringToObject(root, "zero3", plan_zero3_name(p->zero3));
     if (p->adamw != PLAN_ADAMW_FUSED) cJSON_AddStringToObject(root, "adamw", plan_adamw_name(p->adamw));
+    if (p->optim_dtype != PLAN_OPTIM_FP32)
+        cJSON_AddStringToObject(root, "optim_dtype", plan_optim_dtype_name(p->optim_dtype));
     if (p->grad_reduce != PLAN_REDUCE_GRADS) cJSON_AddStringToObject(root, "grad_reduce", plan_grad_reduce_name(p->grad_reduce));
     if (p->tp_style != PLAN_TP_MEGATRON) cJSON_AddStringToObject(root, "tp_style", plan_tp_style_name(p->tp_style));
     if (p->pipe_engine != PLAN_PIPE_MEGATRON) cJSON_AddStringToObject(root, "pipe_engine", plan_pipe_engine_name(p->pipe_engine));
@@ -293,6 +301,10 @@ int plan_from_json(const cJSON *root, const char *what, plan_t *p, char *err)
     if (plan_zero3_parse(buf, &p->zero3, why)) return util_fail(err, UTIL_EINVAL, "%s.zero3: %s", what, why);
     if ((rc = util_json_str(root, what, "adamw", false, plan_adamw_name(PLAN_ADAMW_FUSED), buf, sizeof buf, err))) return rc;
     if (plan_adamw_parse(buf, &p->adamw, why)) return util_fail(err, UTIL_EINVAL, "%s.adamw: %s", what, why);
+    if ((rc = util_json_str(root, what, "optim_dtype", false, plan_optim_dtype_name(PLAN_OPTIM_FP32), buf, sizeof buf,
+                            err))) return rc;
+    if (plan_optim_dtype_parse(buf, &p->optim_dtype, why))
+        return util_fail(err, UTIL_EINVAL, "%s.optim_dtype: %s", what, why);
     if ((rc = util_json_str(root, what, "grad_reduce", false, plan_grad_reduce_name(PLAN_REDUCE_GRADS), buf, sizeof buf,
                             err))) return rc;
     if (plan_grad_reduce_parse(buf, &p->grad_reduce, why))

@@ -183,6 +183,7 @@ typedef struct {
     plan_target target;
     plan_zero3 zero3;         /* the Megatron target's ZeRO-3 (plan_options.zero3) */
     plan_adamw adamw;         /* the Megatron target's AdamW step (plan_options.adamw) */
+    plan_optim_dtype optim_dtype;   /* the Megatron target's AdamW states (plan_options.optim_dtype) */
     plan_grad_reduce grad_reduce;   /* the Megatron target's gradient reduction (plan_options.grad_reduce) */
     plan_tp_style tp_style;   /* the Megatron target's tensor parallelism (plan_options.tp_style) */
     plan_pipe_engine pipe_engine;   /* the Megatron target's pipeline engine (plan_options.pipe_engine) */
@@ -278,6 +279,7 @@ typedef struct {
     plan_target target;
     plan_zero3 zero3;
     plan_adamw adamw;
+    plan_optim_dtype optim_dtype; /* the Megatron target's AdamW states' dtype (plan_optim_dtype_check) */
     plan_grad_reduce grad_reduce; /* the Megatron target's gradient reduction dtype (plan_grad_reduce_check) */
     plan_tp_style tp_style;       /* the Megatron target's tensor parallelism (plan_tp_style_check) */
     plan_pipe_engine pipe_engine; /* the Megatron target's pipeline engine (plan_pipe_engine_check) */
@@ -336,6 +338,9 @@ static inline double plan_mem_once(const plan_mem *m) { return m->reserved + m->
 int plan_tf32_check(const plan_options *o, char *err);
 /* UTIL_EINVAL where o reduces gradients in bf16 under the dhp target (dhp run reduces in fp32). */
 int plan_grad_reduce_check(const plan_options *o, char *err);
+/* --optim-dtype bf16 describes a plan exported to Apex's DistributedFusedAdam (NeMo): the Megatron target under
+ * bf16-mixed only. */
+int plan_optim_dtype_check(const plan_options *o, char *err);
 /* --tp-style dtensor describes a plan exported to PyTorch (torchtitan): the Megatron target only. */
 int plan_tp_style_check(const plan_options *o, char *err);
 /* --pipe-engine deepspeed* describes a plan exported to DeepSpeed's PipelineEngine: the Megatron target only. */

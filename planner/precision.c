@@ -113,6 +113,20 @@ int plan_grad_accum_check(const plan_options *o, char *err)
     return UTIL_OK;
 }
 
+int plan_optim_dtype_check(const plan_options *o, char *err)
+{
+    if (o->optim_dtype == PLAN_OPTIM_FP32) return UTIL_OK;
+    if (o->target != PLAN_TARGET_MEGATRON)
+        return util_fail(err, UTIL_EINVAL, "--optim-dtype %s describes a plan exported to Apex's DistributedFusedAdam "
+                         "(NeMo's optim.dtype): use --target megatron; dhp run keeps fp32 AdamW states",
+                         plan_optim_dtype_name(o->optim_dtype));
+    if (o->precision != PLAN_OPT_MIXED_FP32)
+        return util_fail(err, UTIL_EINVAL, "--optim-dtype %s keeps the master weights in the bf16 weights' own dtype: "
+                         "use --precision bf16-mixed (bf16 weights), not %s", plan_optim_dtype_name(o->optim_dtype),
+                         plan_precision_name(o->precision));
+    return UTIL_OK;
+}
+
 int plan_grad_reduce_check(const plan_options *o, char *err)
 {
     if (o->grad_reduce == PLAN_REDUCE_BF16 && o->target != PLAN_TARGET_MEGATRON)
@@ -187,6 +201,7 @@ int plan_options_check(const plan_options *o, const char **key, char *err)
     const char *k = NULL;
     if ((rc = plan_tf32_check(o, err))) k = "tf32";
     else if ((rc = plan_grad_reduce_check(o, err))) k = "grad_reduce";
+    else if ((rc = plan_optim_dtype_check(o, err))) k = "optim_dtype";
     else if ((rc = plan_tp_style_check(o, err))) k = "tp_style";
     else if ((rc = plan_pipe_engine_check(o, err))) k = "pipe_engine";
     else if ((rc = plan_grad_accum_check(o, err))) k = "grad_accum";

@@ -123,6 +123,10 @@ expect_err cli_plan_file_bad_schema "schema" "$DHP" memory "$T/badplan.json"
 expect_err cli_plan_unwritable "cannot create|No such file" "$DHP" plan --top 0 --no-baselines -o /nonexistent-dir/p.json
 expect_err cli_grad_reduce_bf16_needs_the_megatron_target 'grad-reduce bf16 describes a plan exported to PyTorch FSDP .*dhp run reduces its gradients in fp32' \
     "$DHP" plan --target dhp --grad-reduce bf16 --no-baselines -o "$T/never.json"
+expect_err cli_optim_dtype_bf16_needs_the_megatron_target "optim-dtype bf16 describes a plan exported to Apex's DistributedFusedAdam .*dhp run keeps fp32 AdamW states" \
+    "$DHP" plan --target dhp --optim-dtype bf16 --no-baselines -o "$T/never.json"
+expect_err cli_optim_dtype_bf16_needs_bf16_weights "optim-dtype bf16 keeps the master weights in the bf16 weights' own dtype: use --precision bf16-mixed" \
+    "$DHP" plan --target megatron --precision bf16-autocast --optim-dtype bf16 --no-baselines -o "$T/never.json"
 expect_err cli_pipe_engine_deepspeed_needs_the_megatron_target "pipe-engine deepspeed describes a plan exported to DeepSpeed's pipeline engine" \
     "$DHP" plan --target dhp --pipe-engine deepspeed --no-baselines -o "$T/never.json"
 expect_err cli_grad_accum_add_needs_the_megatron_target "grad-accum add describes a plan exported to another trainer" \

@@ -237,9 +237,9 @@ PY
 
 # TP communication overlap and bf16 gradient buffers: Megatron's --tp-comm-overlap beside --sequence-parallel and
 # --grad-reduce-in-bf16 (ZeRO-1); torchtitan's and DeepSpeed's notes say what they do not take, and every trainer
-# that a plan's flash-attn loss (--loss fused) is not its own
+# that a plan's flash-attn loss (--loss fused) and bf16 AdamW states (--optim-dtype bf16) are not its own
 if "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --batch 16 --target megatron --tp-comm-overlap --grad-reduce bf16 \
-        --loss fused --gpus 8 --strategy 'vision:dp=8;llm:tp=2,dp=4,zero=1,seqpar=1' --no-baselines -o "$T/ub.json" >/dev/null 2>"$T/err" &&
+        --loss fused --optim-dtype bf16 --gpus 8 --strategy 'vision:dp=8;llm:tp=2,dp=4,zero=1,seqpar=1' --no-baselines -o "$T/ub.json" >/dev/null 2>"$T/err" &&
    export_checked "$T/ub" &&
    "$VPY" - "$T/ub.megatron.json" "$T/ub.deepspeed.json" "$T/ub.torchtitan.json" <<'PY' >"$T/v" 2>&1; then ok export_tp_comm_overlap; else fail export_tp_comm_overlap "$(cat "$T/err" "$T/check" "$T/v" 2>/dev/null | grep -v -e WARNING -e 'HF assets' | head -c 400)"; fi
 import json, sys
@@ -251,6 +251,9 @@ assert any("tp_comm_overlap not exported" in n and "async TP" in n for n in t["n
 for doc, who in ((m, "Megatron-LM computes its own vocab-parallel"), (t, "torchtitan computes its own torch"),
                  (d, "DeepSpeed computes the model code's cross-entropy")):
     assert any("loss fused not exported: " + who in n for n in doc["notes"]), doc["notes"]
+for doc, who in ((m, "Megatron-LM"), (t, "torchtitan"), (d, "DeepSpeed")):
+    assert any("optimizer states bf16 (--optim-dtype) not exported: " + who + " keeps fp32" in n
+               for n in doc["notes"]), doc["notes"]
 PY
 
 # async TP under --tp-style dtensor: torchtitan's enable_async_tensor_parallel beside the compile it needs
