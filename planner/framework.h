@@ -100,6 +100,10 @@ typedef struct {
     bool interleaves;         /* has an interleaved (vp > 1) schedule */
     bool grad_whole;          /* under tp every rank sends the whole gradient back, not its 1/tp */
     int grad_gathers;         /* tp all-gathers on a scattered gradient's arrival */
+    /* The highest ZeRO stage it runs beside pp > 1: DeepSpeed's PipelineEngine
+     * asserts zero_optimization_stage() < 2 ("ZeRO-2 and ZeRO-3 are
+     * incompatible with pipeline parallelism", deepspeed/runtime/pipe/engine.py) */
+    int zero_on_stages;
 } plan_pipe_props;
 const plan_pipe_props *plan_pipe_engine_props(plan_pipe_engine e);
 

@@ -24,11 +24,11 @@ static const char *pipe_engine_names[PLAN_NPIPE] = { "megatron", "deepspeed-2021
  * (planner/framework.h, plan_pipe_engine; the gathers: planner/cost_hop.c). */
 static const plan_pipe_props pipe_engine_props[PLAN_NPIPE] = {
     [PLAN_PIPE_MEGATRON] = { .blocking = false, .reduce_after_flush = false, .interleaves = true, .grad_whole = false,
-                             .grad_gathers = 1 },
+                             .grad_gathers = 1, .zero_on_stages = 3 },
     [PLAN_PIPE_DEEPSPEED_2021] = { .blocking = true, .reduce_after_flush = true, .interleaves = false,
-                                   .grad_whole = true, .grad_gathers = 1 },
+                                   .grad_whole = true, .grad_gathers = 1, .zero_on_stages = 1 },
     [PLAN_PIPE_DEEPSPEED] = { .blocking = true, .reduce_after_flush = true, .interleaves = false, .grad_whole = false,
-                              .grad_gathers = 2 },
+                              .grad_gathers = 2, .zero_on_stages = 1 },
 };
 static const char *grad_accum_names[PLAN_NACCUM] = { "fused", "add", "bf16-optimizer" };
 static const char *fp8_names[PLAN_NFP8] = { "none", "delayed", "tensorwise", "torchao" };
@@ -486,9 +486,14 @@ int plan_validate(const plan_t *p, char *err)
                              s->first_rank + s->n_ranks - 1, p->world_size);
         if (p->placement == PLAN_DISAGGREGATED || k == 0) pool_gpus[s->pool] += s->n_ranks;
         if ((rc = validate_tp_in_node(p, k, err))) return rc;
-        if (!plan_pipe_engine_props(p->pipe_engine)->interleaves && plan_vp(s) > 1)
+        const plan_pipe_props *engine = plan_pipe_engine_props(p->pipe_engine);
+        if (!engine->interleaves && plan_vp(s) > 1)
             return util_fail(err, UTIL_EINVAL, "modules[%d]: vp %d: DeepSpeed's pipeline engine (%s) has no interleaved "
                              "schedule: vp 1, or --pipe-engine megatron", k, plan_vp(s), plan_pipe_engine_name(p->pipe_engine));
+        if (s->pp > 1 && s->zero > engine->zero_on_stages)
+            return util_fail(err, UTIL_EINVAL, "modules[%d]: ZeRO-%d beside pp %d: DeepSpeed's pipeline engine (%s) "
+                             "refuses ZeRO-2 and -3 with pipeline stages: zero %d, or --pipe-engine megatron", k, s->zero,
+                             s->pp, plan_pipe_engine_name(p->pipe_engine), engine->zero_on_stages);
     }
     for (int i = 0; i < p->cluster.n_pools; i++)
         if (pool_gpus[i] > cost_pool_gpus(&p->cluster.pool[i]))

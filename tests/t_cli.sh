@@ -134,6 +134,9 @@ expect_err cli_grad_accum_add_needs_the_megatron_target "grad-accum add describe
 expect_err cli_pipe_engine_deepspeed_refuses_interleaving "has no interleaved schedule" \
     "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --target megatron --pipe-engine deepspeed-2021 --gpus 8 \
     --strategy "vision:dp=8;llm:pp=2,dp=4,vp=2" --no-baselines -o "$T/never.json"
+expect_err cli_pipe_engine_deepspeed_refuses_zero2_on_stages "ZeRO-2 beside pp 2: DeepSpeed's pipeline engine \(deepspeed\) refuses ZeRO-2 and -3 with pipeline stages" \
+    "$DHP" plan --model qwen2.5-vl-7b --cluster 8xh100 --target megatron --pipe-engine deepspeed --gpus 8 \
+    --strategy "vision:dp=8;llm:pp=2,dp=4,zero=2" --no-baselines -o "$T/never.json"
 
 # FP8 linears: the Megatron target only, on GPUs with FP8; a plan made with them says so under its table,
 # keeps the recipe in its file, and dhp run refuses it (Megatron-LM's kernels, not dhp run's)
