@@ -1,15 +1,12 @@
-/* The executor's layouts, which the memory and cost models read too (planner.h
- * includes this at its place, after the plan and option types it uses; not
- * included alone): the parameter tensors and units of a module, the
- * data-parallel buffers, the activation lists, the audio stem's segments.
- * Defined in planner/layout.c, planner/audio.c and planner/precision.c. */
+/* The executor's layouts, which the memory and cost models read too: the
+ * parameter tensors and units of a module, the data-parallel buffers, the
+ * activation lists, the audio stem's segments (planner/layout.c, audio.c,
+ * precision.c). dhp run's model (executor/model*.c) lays out its parameters
+ * and carves its activations from these lists, so the dhp target's memory
+ * model describes exactly what it allocates. planner.h includes this at its
+ * place, after the plan and option types it uses; not included alone. */
 #ifndef DHP_PLANNER_LAYOUT_H
 #define DHP_PLANNER_LAYOUT_H
-
-/* ---- the executor's layouts, which the memory and cost models read too ----
- * dhp run's model (executor/model*.c) lays out its parameters and carves its
- * activations from these lists, so the dhp target's memory model describes
- * exactly what it allocates. */
 
 /* Parameter tensors of one module on one tensor-parallel rank, in the order
  * of the module's flat buffer. Units are contiguous runs of tensors that are

@@ -62,6 +62,13 @@ TEST(adamw_choice_travels_with_the_plan)
     CHECK(plan_adamw_parse("unfused", &a, NULL) != UTIL_OK);
 }
 
+/* A 2-layer GPT with LayerNorm and a GELU MLP (untied). */
+static model_t gpt(void)
+{
+    return test_llm("gpt", "\"layers\": 2, \"hidden\": 1024, \"heads\": 16, \"ffn\": 4096, \"ffn_kind\": \"gelu\","
+                    " \"norm\": \"layernorm\", \"vocab\": 1000");
+}
+
 /* --optim-dtype bf16 (Apex's DistributedFusedAdam with dtype bf16, as NeMo
  * runs it): under bf16-mixed the master copy, m and v are 2 B each, 6 B an
  * element against fp32's 12; the step reads the reduced gradient (4 B, or
@@ -71,8 +78,7 @@ TEST(adamw_choice_travels_with_the_plan)
  * precision but bf16-mixed, refuse it. */
 TEST(optim_dtype_bf16_holds_and_moves_two_bytes_a_state)
 {
-    model_t m = test_llm("gpt", "\"layers\": 2, \"hidden\": 1024, \"heads\": 16, \"ffn\": 4096, \"ffn_kind\": \"gelu\","
-                         " \"norm\": \"layernorm\", \"vocab\": 1000");
+    model_t m = gpt();
     plan_options o;
     plan_options_default(&o);
     o.target = PLAN_TARGET_MEGATRON;
@@ -112,8 +118,7 @@ TEST(optim_dtype_bf16_holds_and_moves_two_bytes_a_state)
 TEST(optim_dtype_bf16_halves_the_optimizer_memory_and_travels_with_the_plan)
 {
     char err[UTIL_ERR_LEN];
-    model_t m = test_llm("gpt", "\"layers\": 2, \"hidden\": 1024, \"heads\": 16, \"ffn\": 4096, \"ffn_kind\": \"gelu\","
-                         " \"norm\": \"layernorm\", \"vocab\": 1000");
+    model_t m = gpt();
     cost_cluster c;
     CHECK(cost_cluster_load("2x8xh100", &c, err) == UTIL_OK);
     plan_workload w = { .global_batch = 16, .text_tokens = 256 };
